@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Install everything the test suite needs from the project's own files, then run it.
+# Safe to run again: each step is a no-op when its result is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# nginx is the real HTTP server the remote tests start on 127.0.0.1.
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null
+    else
+        sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null
+    fi
+fi
+
+# The CPU wheel of torch first, pinned: a looser spec pulls the CUDA build.
+python -m pip install -q torch==2.13.0
+# llama-cpp-python compiles llama.cpp; a native build uses AMX, which these
+# kernels refuse (SIGILL), so build for the generic CPU.
+export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}"
+python -m pip install -q -e ".[test]"
+
+# pytest exits 5 when it collects nothing: that is a failure here, not a pass.
+set +e
+python -m pytest -q "$@"
+rc=$?
+set -e
+if [ "$rc" = 5 ]; then
+    echo "pytest collected no tests" >&2
+fi
+exit "$rc"

@@ -1,0 +1,30 @@
+"""weightsmith: safetensors and GGUF, and the road between them.
+
+The top level exposes the everyday entry points lazily, so that
+``import weightsmith`` stays cheap and pulls in nothing optional.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# name -> module that defines it; resolved on first access (PEP 562).
+_LAZY = {
+    "safe_open": "weightsmith.safetensors",
+    "open_checkpoint": "weightsmith.safetensors",
+    "save_sharded": "weightsmith.safetensors",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'weightsmith' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,79 @@
+"""Crash-safe output files: write to a temp file beside the target, then rename.
+
+Every writer in weightsmith (safetensors, GGUF, shards, edits) goes through
+:func:`atomic_output`, so the target path only ever holds a complete old file
+or a complete new one.  ``os.replace`` is atomic on POSIX within a folder, and
+a reader that has the old file mmapped keeps its (now unlinked) inode.
+
+Cleanup rule for temp files left by a killed writer: a temp file is named
+``.<target name>.<pid>.<random>.wstmp``.  After each successful write to a
+target, temp files for that same target whose ``pid`` is no longer a running
+process are removed.  A live writer's temp file is never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+SUFFIX = ".wstmp"
+
+
+def temp_path_for(target: Path) -> Path:
+    return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}{SUFFIX}")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def cleanup_stale(target: Path) -> None:
+    """Remove temp files of ``target`` left behind by writers that died."""
+    prefix = f".{target.name}."
+    try:
+        entries = list(os.scandir(target.parent))
+    except OSError:
+        return
+    for entry in entries:
+        name = entry.name
+        if not (name.startswith(prefix) and name.endswith(SUFFIX)):
+            continue
+        middle = name[len(prefix) : -len(SUFFIX)].split(".")
+        if len(middle) != 2 or not middle[0].isdigit():
+            continue
+        if int(middle[0]) != os.getpid() and not _pid_alive(int(middle[0])):
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[BinaryIO]:
+    """Open a temp file for writing; on success fsync and rename onto ``path``.
+
+    On any exception the temp file is removed and ``path`` is left untouched.
+    """
+    target = Path(path)
+    tmp = temp_path_for(target)
+    f = open(tmp, mode)  # noqa: SIM115 - closed below on every path
+    try:
+        yield f
+        f.flush()
+        os.fsync(f.fileno())
+        f.close()
+        os.replace(tmp, target)
+    except BaseException:
+        f.close()
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    cleanup_stale(target)
