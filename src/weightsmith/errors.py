@@ -228,3 +228,15 @@ class InvalidSize(WeightsmithError, ValueError):
 
 class WriteError(WeightsmithError):
     """A writer was used out of order (wrong tensor, too many bytes, ...)."""
+
+
+class NeedMoreData(WeightsmithError):
+    """A parser ran past the end of a *prefix* of a file that is longer.
+
+    Not an error of the file: remote readers catch it, fetch at least
+    ``needed`` bytes from the start of the file, and parse again.
+    """
+
+    def __init__(self, needed: int) -> None:
+        super().__init__(f"need at least {needed} bytes of the file")
+        self.needed = needed

@@ -1,0 +1,4 @@
+"""(codec family 'iquants': filled in by its owner)"""
+
+DEQUANTIZE: dict = {}
+QUANTIZE: dict = {}

@@ -1,0 +1,4 @@
+"""(codec family 'legacy': filled in by its owner)"""
+
+DEQUANTIZE: dict = {}
+QUANTIZE: dict = {}

@@ -1,0 +1,4 @@
+"""(codec family 'plain': filled in by its owner)"""
+
+DEQUANTIZE: dict = {}
+QUANTIZE: dict = {}
