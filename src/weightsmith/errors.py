@@ -240,3 +240,42 @@ class NeedMoreData(WeightsmithError):
     def __init__(self, needed: int) -> None:
         super().__init__(f"need at least {needed} bytes of the file")
         self.needed = needed
+
+
+# --------------------------------------------------------------------------- remote / cli
+class NotAvailableError(WeightsmithError):
+    """A capability the CLI offers whose library part is not in this build yet."""
+
+
+class UnknownTargetError(WeightsmithError, ValueError):
+    """An inspect target that is neither a known file type, a folder nor a URL."""
+
+
+class RemoteError(WeightsmithError):
+    """A remote read failed (network, protocol or server error)."""
+
+
+class RemoteHTTPError(RemoteError):
+    """The server answered with an HTTP status that is not a success."""
+
+    def __init__(self, url: str, status: int, what: str = "") -> None:
+        extra = f": {what}" if what else ""
+        super().__init__(f"{url}: HTTP {status}{extra}")
+        self.url = url
+        self.status = status
+
+
+class RemoteNotFound(RemoteHTTPError):
+    """The server answered 404 for a file."""
+
+
+class RemoteAuthError(RemoteHTTPError):
+    """The server answered 401/403: a token is missing or not accepted."""
+
+
+class TooManyRedirects(RemoteError):
+    """A redirect chain was longer than the limit."""
+
+
+class NoWeightsFound(RemoteError):
+    """A Hub repo holds no safetensors or GGUF file to inspect."""
