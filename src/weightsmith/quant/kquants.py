@@ -1,4 +1,560 @@
-"""(codec family 'kquants': filled in by its owner)"""
+"""K-quants with a min: Q2_K, Q4_K, Q5_K (quantize + dequantize) and Q8_K (dequantize).
 
-DEQUANTIZE: dict = {}
-QUANTIZE: dict = {}
+Every type here packs 256 weights ("super-block") into one block.  Each block
+is split into sub-blocks that have their own scale and min, quantized
+relative to the two fp16 super-scales ``d`` and ``dmin``; a weight decodes as
+``d * sc * q - dmin * m``.  All multi-byte fields are little-endian.
+
+Byte layout of one block (offsets in bytes)::
+
+    Q2_K (84 B, 16 sub-blocks of 16)
+      0  scales[16]  u8   low nibble: 4-bit scale sc, high nibble: 4-bit min m
+     16  qs[64]      u8   2-bit quants; byte 32*h + l holds elements
+                          128*h + l + 32*s in bits 2s..2s+1 (s = 0..3)
+     80  d           f16
+     82  dmin        f16
+
+    Q4_K (144 B, 8 sub-blocks of 32)
+      0  d           f16
+      2  dmin        f16
+      4  scales[12]  u8   eight 6-bit scales and eight 6-bit mins (see below)
+     16  qs[128]     u8   4-bit quants; byte 32*c + l holds element 64*c + l
+                          in its low nibble and 64*c + 32 + l in its high one
+
+    Q5_K (176 B, 8 sub-blocks of 32)
+      0  d, 2 dmin, 4 scales[12]     as Q4_K
+     16  qh[32]      u8   fifth bits: bit 2c of byte l for element 64*c + l,
+                          bit 2c+1 for element 64*c + 32 + l
+     48  qs[128]     u8   low 4 bits, packed as Q4_K's qs
+
+    Q8_K (292 B; an intermediate type ggml uses for dot products)
+      0  d           f32
+      4  qs[256]     i8   weight = d * q
+    260  bsums[16]   i16  sums of 16 consecutive qs (ignored when decoding)
+
+The 12 scale bytes of Q4_K/Q5_K hold scale ``sc[j]`` and min ``m[j]`` of
+sub-block ``j`` (6 bits each): for ``j < 4`` the low 6 bits of byte ``j`` and
+byte ``j + 4``; for ``j >= 4`` the low / high nibble of byte ``j + 4`` plus
+the top two bits of byte ``j - 4`` (scale) and byte ``j`` (min).
+
+Quantization is bit-exact with ggml's C reference (``quantize_row_*_ref``
+without an importance matrix, ``quantize_row_*_impl`` with one).  The numpy
+code vectorises *across* sub-blocks: arrays are laid out ``[n_in_sub, M]``
+so that reductions over axis 0 run in C's sequential order, every
+intermediate stays float32, and the C code's tie-breaking comparisons and
+early-outs are reproduced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ._common import F32, f16_to_f32, f32_to_f16_bits
+
+__all__ = [
+    "DEQUANTIZE",
+    "QUANTIZE",
+    "get_scale_min_k4",
+    "make_qkx_quants",
+    "make_qp_quants",
+    "pack_scale_min_k4",
+]
+
+QK_K = 256
+_MAGIC = F32(12582912.0)  # 1.5 * 2**23: adding it rounds a float to an integer
+_GROUP_MAX_EPS = F32(1e-15)
+_ZERO = F32(0.0)
+
+# Blocks quantized per numpy pass: large enough to amortise per-call overhead,
+# small enough that the ~8 working arrays of the scale search stay in L2.
+_CHUNK_BLOCKS = 512
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _nearest_int(v: np.ndarray) -> np.ndarray:
+    """ggml's nearest_int bit for bit, out-of-range garbage included (int32)."""
+    t = np.add(v, _MAGIC, dtype=np.float32).view(np.int32)
+    t &= 0x7FFFFF
+    t -= 0x400000
+    return t
+
+
+def _seqsum(a: np.ndarray) -> np.ndarray:
+    """Sum over axis 0 in sequential order, starting from +0 as ``float s = 0``.
+
+    numpy reduces a C-contiguous array over its first axis row by row (no
+    pairwise summation), which is the C loop's order.  Adding +0 at the end
+    turns an all-(-0) sum into +0, as C's ``0 + -0`` would.
+    """
+    s = np.add.reduce(a, axis=0)
+    s += _ZERO
+    return s
+
+
+def _to_sub(blocks: np.ndarray, sub: int) -> np.ndarray:
+    """[B, 256] blocks -> [sub, B*256/sub]: in-sub-block index first."""
+    return np.ascontiguousarray(blocks.reshape(-1, sub).T)
+
+
+def _from_sub(a: np.ndarray, nblocks: int) -> np.ndarray:
+    """Inverse of :func:`_to_sub`."""
+    return np.ascontiguousarray(a.T).reshape(nblocks, QK_K)
+
+
+# --------------------------------------------------------------------------- scale searches
+
+
+def make_qkx_quants(
+    x: np.ndarray,
+    w: np.ndarray,
+    nmax: int,
+    rmin: float,
+    rdelta: float,
+    nstep: int,
+    use_mad: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ggml's make_qkx2_quants / make_qkx3_quants (identical when weights are given).
+
+    ``x``, ``w``: float32 ``[n, M]``, one sub-block per column.  Fits
+    ``x ~ scale * L - the_min`` with ``L`` in ``0..nmax`` by trying
+    ``nstep + 1`` inverse scales and solving weighted least squares for each.
+    Returns ``(L float32 [n, M], scale [M], the_min [M])``.
+    """
+    n, m = x.shape
+    fnmax = F32(nmax)
+    mn = np.min(x, axis=0)
+    mx = np.max(x, axis=0)
+    sum_w = np.add.reduce(w, axis=0)  # C starts from weights[0]: no +0 fix
+    wx = w * x
+    sum_x = np.add.reduce(wx, axis=0)
+    mn = np.where(mn > 0, _ZERO, mn)
+    flat = mx == mn  # early-out: everything equal (or all <= 0 and equal)
+
+    t = np.empty_like(x)  # candidate quants of the current step
+    u = np.empty_like(x)
+    wl = np.empty_like(x)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        iscale = fnmax / (mx - mn)
+        scale = F32(1.0) / iscale
+        np.subtract(x, mn, out=t)
+        t *= iscale
+        np.rint(t, out=t)
+        np.clip(t, _ZERO, fnmax, out=t)
+        L = t.copy()
+        best = _weighted_error(t, scale, mn, x, w, use_mad, u)
+
+        for step in range(nstep + 1):
+            iscale = (F32(rmin) + F32(rdelta) * F32(step) + fnmax) / (mx - mn)
+            np.subtract(x, mn, out=t)
+            t *= iscale
+            np.rint(t, out=t)
+            np.clip(t, _ZERO, fnmax, out=t)
+            np.multiply(w, t, out=wl)
+            sum_l = _seqsum(wl)
+            np.multiply(wl, t, out=u)
+            sum_l2 = _seqsum(u)
+            np.multiply(wl, x, out=u)
+            sum_xl = _seqsum(u)
+            det = sum_w * sum_l2 - sum_l * sum_l
+            this_scale = (sum_w * sum_xl - sum_x * sum_l) / det
+            this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det
+            pos = this_min > 0
+            if pos.any():
+                this_min[pos] = _ZERO
+                this_scale[pos] = sum_xl[pos] / sum_l2[pos]
+            cur = _weighted_error(t, this_scale, this_min, x, w, use_mad, u)
+            better = (det > 0) & (cur < best) & ~flat
+            if better.any():
+                np.copyto(L, t, where=better)
+                best = np.where(better, cur, best)
+                scale = np.where(better, this_scale, scale)
+                mn = np.where(better, this_min, mn)
+
+    if flat.any():
+        L[:, flat] = _ZERO
+        scale[flat] = _ZERO
+    return L, scale, -mn
+
+
+def _weighted_error(
+    q: np.ndarray,
+    scale: np.ndarray,
+    mn: np.ndarray,
+    x: np.ndarray,
+    w: np.ndarray,
+    use_mad: bool,
+    u: np.ndarray,
+) -> np.ndarray:
+    """Sequential sum of ``w * |scale*q + mn - x|`` (or its square) per column."""
+    np.multiply(q, scale, out=u)
+    u += mn
+    u -= x
+    if use_mad:
+        np.abs(u, out=u)
+    else:
+        u *= u
+    u *= w
+    return _seqsum(u)
+
+
+def make_qp_quants(x: np.ndarray, qw: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
+    """ggml's make_qp_quants: quantize positive values ``x ~ d * L``, ``L <= nmax``.
+
+    ``x``, ``qw``: float32 ``[n, B]`` (one group per column).  Returns
+    ``(d float32 [B], L int64 [n, B])`` where ``L`` holds the *stored* uint8
+    values (C keeps them in ``uint8_t``, so a negative level wraps).
+    """
+    n, b = x.shape
+    fnmax = F32(nmax)
+    xmax = np.max(x, axis=0)
+    zero = ~(xmax >= _GROUP_MAX_EPS)  # "all zero" early-out (also NaN-safe)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        iscale = fnmax / xmax
+        L = _nearest_int(x * iscale).astype(np.int64) & 0xFF
+        scale = F32(1.0) / iscale
+        diff = x - scale * L.astype(np.float32)
+        best = _seqsum(qw * diff * diff)
+        for k in (-4, -3, -2, -1, 1, 2, 3, 4):
+            iscale_k = (F32(0.1) * F32(k) + fnmax) / xmax
+            scale_k = F32(1.0) / iscale_k
+            lk = np.minimum(_nearest_int(iscale_k * x), nmax).astype(np.float32)
+            diff = x - scale_k * lk
+            mse = _seqsum(qw * diff * diff)
+            better = mse < best
+            best = np.where(better, mse, best)
+            iscale = np.where(better, iscale_k, iscale)
+
+        l0 = np.minimum(_nearest_int(iscale * x), nmax)
+        L = l0.astype(np.int64) & 0xFF
+        lf = l0.astype(np.float32)
+        wx = qw * x
+        sumlx = _seqsum(wx * lf)
+        suml2 = _seqsum(qw * lf * lf)
+        # Coordinate descent; sequential over i, vectorised over groups.
+        # A pass that changes nothing leaves the state as it was, so running
+        # all 5 passes equals C's early break.
+        for _ in range(5):
+            for i in range(n):
+                w = qw[i]
+                li = L[i].astype(np.float32)
+                slx = sumlx - wx[i] * li
+                sl2 = suml2 - w * li * li
+                ok = (slx > 0) & (sl2 > 0)
+                new_l = np.minimum(_nearest_int(x[i] * sl2 / slx), nmax)
+                ok &= new_l != L[i]
+                nf = new_l.astype(np.float32)
+                slx = slx + wx[i] * nf
+                sl2 = sl2 + w * nf * nf
+                ok &= slx * slx * suml2 > sumlx * sumlx * sl2
+                ok &= ~zero
+                if ok.any():
+                    L[i] = np.where(ok, new_l.astype(np.int64) & 0xFF, L[i])
+                    sumlx = np.where(ok, slx, sumlx)
+                    suml2 = np.where(ok, sl2, suml2)
+        d = np.where(suml2 > 0, sumlx / suml2, _ZERO)
+    d = np.where(zero, _ZERO, d).astype(np.float32)
+    L[:, zero] = 0
+    return d, L
+
+
+# --------------------------------------------------------------------------- 6-bit scale packing
+
+
+def pack_scale_min_k4(ls: np.ndarray, lm: np.ndarray) -> np.ndarray:
+    """Eight scales and eight mins per block ([B, 8] ints) -> the 12 scale bytes.
+
+    Inverse of :func:`get_scale_min_k4` for values < 64.  Larger values are
+    truncated the way C's ``uint8_t`` stores truncate them.
+    """
+    ls = ls.astype(np.int64)
+    lm = lm.astype(np.int64)
+    out = np.empty((ls.shape[0], 12), dtype=np.int64)
+    out[:, 0:4] = ls[:, 0:4] | ((ls[:, 4:8] >> 4) << 6)
+    out[:, 4:8] = lm[:, 0:4] | ((lm[:, 4:8] >> 4) << 6)
+    out[:, 8:12] = (ls[:, 4:8] & 0xF) | ((lm[:, 4:8] & 0xF) << 4)
+    return (out & 0xFF).astype(np.uint8)
+
+
+def get_scale_min_k4(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The 12 scale bytes [B, 12] -> (scales, mins), each uint8 [B, 8]."""
+    q = q.astype(np.uint8)
+    sc = np.empty((q.shape[0], 8), dtype=np.uint8)
+    mn = np.empty((q.shape[0], 8), dtype=np.uint8)
+    sc[:, 0:4] = q[:, 0:4] & 63
+    mn[:, 0:4] = q[:, 4:8] & 63
+    sc[:, 4:8] = (q[:, 8:12] & 0xF) | ((q[:, 0:4] >> 6) << 4)
+    mn[:, 4:8] = (q[:, 8:12] >> 4) | ((q[:, 4:8] >> 6) << 4)
+    return sc, mn
+
+
+# --------------------------------------------------------------------------- shared pieces
+
+
+def _max_positive(v: np.ndarray) -> np.ndarray:
+    """C's ``m = 0; if (v > m) m = v`` over axis 1."""
+    m = np.max(v, axis=1)
+    return np.where(m > 0, m, _ZERO)
+
+
+def _requantize(
+    x: np.ndarray, L: np.ndarray, d: np.ndarray, dm: np.ndarray, nmax: int
+) -> np.ndarray:
+    """Re-derive quants from the stored (rounded) scales: ``(x + dm) / d``.
+
+    ``x``, ``L``: [n, M]; ``d``, ``dm``: [M].  Sub-blocks whose decoded scale
+    is 0 keep the quants of the search, as in C's ``if (!d) continue``.
+    """
+    live = d != 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = _nearest_int((x + dm) / d)
+    np.clip(q, 0, nmax, out=q)
+    return np.where(live, q, L.astype(np.int32))
+
+
+def _row_blocks(rows: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(rows, dtype=np.float32).reshape(-1, QK_K)
+
+
+def _sigma2(blocks: np.ndarray, factor: float) -> np.ndarray:
+    """``factor * sum(x*x) / 256`` per block, summed in C's order."""
+    xb = np.ascontiguousarray(blocks.T)
+    return F32(factor) * _seqsum(xb * xb) / F32(QK_K)
+
+
+def _imatrix_weights(
+    x: np.ndarray, qw: np.ndarray, sigma2: np.ndarray, per_block: int
+) -> np.ndarray:
+    """``qw * sqrt(sigma2 + x*x)`` for x [n, M] and sigma2 per block."""
+    s2 = np.repeat(sigma2, per_block)
+    return qw * np.sqrt(s2 + x * x)
+
+
+def _chunked(
+    fn: Callable[[np.ndarray, np.ndarray | None], np.ndarray], type_size: int
+) -> Callable[[np.ndarray, np.ndarray | None], np.ndarray]:
+    """Run a block quantizer over rows in chunks of whole blocks."""
+
+    def quantize(rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.ndarray:
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        nrows, n_per_row = rows.shape
+        nbr = n_per_row // QK_K
+        blocks = rows.reshape(-1, QK_K)
+        total = blocks.shape[0]
+        out = np.empty((total, type_size), dtype=np.uint8)
+        qwb = None
+        if imatrix is not None:
+            qwb = np.ascontiguousarray(imatrix, dtype=np.float32).reshape(nbr, QK_K)
+        for b0 in range(0, total, _CHUNK_BLOCKS):
+            b1 = min(total, b0 + _CHUNK_BLOCKS)
+            qw = None
+            if qwb is not None:
+                qw = qwb[np.arange(b0, b1) % nbr]
+            out[b0:b1] = fn(blocks[b0:b1], qw)
+        return out.reshape(nrows, nbr * type_size)
+
+    quantize.__name__ = fn.__name__.lstrip("_")
+    quantize.__doc__ = fn.__doc__
+    return quantize
+
+
+# --------------------------------------------------------------------------- Q4_K / Q5_K
+
+
+def _scales_k4(blocks: np.ndarray, qw: np.ndarray | None, nmax: int):
+    """Sub-block search + 6-bit scale quantization shared by Q4_K and Q5_K.
+
+    Returns (x [32, M], L [32, M], scale bytes [B, 12], d bits, dmin bits).
+    """
+    nb = blocks.shape[0]
+    x = _to_sub(blocks, 32)
+    if qw is None:
+        av_x = np.sqrt(_seqsum(x * x) / F32(32))
+        w = av_x + np.abs(x)
+        rmin = -1.0 if nmax == 15 else -0.5
+        nstep = 20 if nmax == 15 else 15
+        L, scales, mins = make_qkx_quants(x, w, nmax, rmin, 0.1, nstep, False)
+        scales = scales.reshape(nb, 8)
+        mins = mins.reshape(nb, 8)
+        max_scale = _max_positive(scales)
+        max_min = _max_positive(mins)
+        with np.errstate(divide="ignore"):
+            inv_scale = np.where(max_scale > 0, F32(63.0) / max_scale, _ZERO)
+            inv_min = np.where(max_min > 0, F32(63.0) / max_min, _ZERO)
+        ls = np.minimum(_nearest_int(inv_scale[:, None] * scales) & 0xFF, 63)
+        lm = np.minimum(_nearest_int(inv_min[:, None] * mins) & 0xFF, 63)
+        d_bits = f32_to_f16_bits(max_scale / F32(63.0))
+        m_bits = f32_to_f16_bits(max_min / F32(63.0))
+    else:
+        sigma2 = _sigma2(blocks, 2.0)
+        w = _imatrix_weights(x, _to_sub(qw, 32), sigma2, 8)
+        sw = _seqsum(w)
+        L, scales, mins = make_qkx_quants(x, w, nmax, -0.9, 0.05, 36, False)
+        sw8 = np.ascontiguousarray(sw.reshape(nb, 8).T)
+        d_block, ls = make_qp_quants(np.ascontiguousarray(scales.reshape(nb, 8).T), sw8, 63)
+        m_block, lm = make_qp_quants(np.ascontiguousarray(mins.reshape(nb, 8).T), sw8, 63)
+        ls, lm = ls.T, lm.T
+        if nmax == 31:  # only Q5_K's impl clamps the stored levels
+            ls = np.minimum(ls, 63)
+            lm = np.minimum(lm, 63)
+        d_bits = f32_to_f16_bits(d_block)
+        m_bits = f32_to_f16_bits(m_block)
+
+    packed = pack_scale_min_k4(ls, lm)
+    sc, mc = get_scale_min_k4(packed)
+    d = (f16_to_f32(d_bits)[:, None] * sc.astype(np.float32)).reshape(-1)
+    dm = (f16_to_f32(m_bits)[:, None] * mc.astype(np.float32)).reshape(-1)
+    q = _requantize(x, L, d, dm, nmax)
+    return _from_sub(q, nb), packed, d_bits, m_bits
+
+
+def _nibbles(q: np.ndarray) -> np.ndarray:
+    """[B, 256] levels -> [B, 128] bytes: chunk c of 64 -> low/high nibbles."""
+    q = q.reshape(-1, 4, 2, 32)
+    return ((q[:, :, 0] & 0xF) | ((q[:, :, 1] & 0xF) << 4)).astype(np.uint8).reshape(-1, 128)
+
+
+def _quantize_q4_k(blocks: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
+    """Q4_K blocks: 8 x 32 weights, 6-bit scales and mins, 4-bit quants."""
+    q, packed, d_bits, m_bits = _scales_k4(blocks, qw, 15)
+    out = np.empty((blocks.shape[0], 144), dtype=np.uint8)
+    out[:, 0:2] = d_bits.view(np.uint8).reshape(-1, 2)
+    out[:, 2:4] = m_bits.view(np.uint8).reshape(-1, 2)
+    out[:, 4:16] = packed
+    out[:, 16:144] = _nibbles(q)
+    return out
+
+
+def _quantize_q5_k(blocks: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
+    """Q5_K blocks: 8 x 32 weights, 6-bit scales and mins, 5-bit quants."""
+    q, packed, d_bits, m_bits = _scales_k4(blocks, qw, 31)
+    out = np.empty((blocks.shape[0], 176), dtype=np.uint8)
+    out[:, 0:2] = d_bits.view(np.uint8).reshape(-1, 2)
+    out[:, 2:4] = m_bits.view(np.uint8).reshape(-1, 2)
+    out[:, 4:16] = packed
+    hi = (q >> 4).reshape(-1, 8, 32)  # fifth bit of sub-block s sits in bit s
+    qh = np.zeros((blocks.shape[0], 32), dtype=np.int32)
+    for s in range(8):
+        qh |= hi[:, s] << s
+    out[:, 16:48] = qh.astype(np.uint8)
+    out[:, 48:176] = _nibbles(q)
+    return out
+
+
+def _dequantize_q4_k(blocks: np.ndarray) -> np.ndarray:
+    d = _f16_field(blocks, 0)
+    dmin = _f16_field(blocks, 2)
+    sc, mn = get_scale_min_k4(blocks[:, 4:16])
+    qs = blocks[:, 16:144].reshape(-1, 4, 1, 32)
+    q = np.concatenate([qs & 0xF, qs >> 4], axis=2).reshape(-1, 8, 32)
+    return _affine(q, d, dmin, sc, mn)
+
+
+def _dequantize_q5_k(blocks: np.ndarray) -> np.ndarray:
+    d = _f16_field(blocks, 0)
+    dmin = _f16_field(blocks, 2)
+    sc, mn = get_scale_min_k4(blocks[:, 4:16])
+    qh = blocks[:, 16:48]
+    qs = blocks[:, 48:176].reshape(-1, 4, 1, 32)
+    q = np.concatenate([qs & 0xF, qs >> 4], axis=2).reshape(-1, 8, 32)
+    bits = (qh[:, None, :] >> np.arange(8, dtype=np.uint8)[None, :, None]) & 1
+    q = q | (bits << 4)
+    return _affine(q, d, dmin, sc, mn)
+
+
+def _f16_field(blocks: np.ndarray, off: int) -> np.ndarray:
+    """The fp16 field at byte ``off`` of every block, as float32 [B]."""
+    return f16_to_f32(np.ascontiguousarray(blocks[:, off : off + 2]).view("<u2").reshape(-1))
+
+
+def _affine(q, d, dmin, sc, mn) -> np.ndarray:
+    """``(d*sc) * q - dmin*m`` per sub-block; q [B, S, n] -> float32 [B, 256]."""
+    dl = d[:, None] * sc.astype(np.float32)
+    ml = dmin[:, None] * mn.astype(np.float32)
+    y = q.astype(np.float32)
+    y *= dl[:, :, None]
+    y -= ml[:, :, None]
+    return y.reshape(-1, QK_K)
+
+
+# --------------------------------------------------------------------------- Q2_K
+
+
+def _quantize_q2_k(blocks: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
+    """Q2_K blocks: 16 x 16 weights, 4-bit scales and mins, 2-bit quants."""
+    nb = blocks.shape[0]
+    x = _to_sub(blocks, 16)
+    q4 = F32(15.0)
+    if qw is None:
+        L, scales, mins = make_qkx_quants(x, np.abs(x), 3, -0.5, 0.1, 15, True)
+        scales = scales.reshape(nb, 16)
+        mins = mins.reshape(nb, 16)
+        max_scale = _max_positive(scales)
+        max_min = _max_positive(mins)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ls = _nearest_int((q4 / max_scale)[:, None] * scales) & 0xFF
+            lm = _nearest_int((q4 / max_min)[:, None] * mins) & 0xFF
+        ls = np.where(max_scale[:, None] > 0, ls, 0)
+        lm = np.where(max_min[:, None] > 0, lm, 0)
+        d_bits = f32_to_f16_bits(np.where(max_scale > 0, max_scale / q4, _ZERO))
+        m_bits = f32_to_f16_bits(np.where(max_min > 0, max_min / q4, _ZERO))
+    else:
+        sigma2 = _sigma2(blocks, 1.0)
+        w = _imatrix_weights(x, _to_sub(qw, 16), sigma2, 16)
+        sw = _seqsum(w)
+        L, scales, mins = make_qkx_quants(x, w, 3, -0.9, 0.05, 36, False)
+        sw16 = np.ascontiguousarray(sw.reshape(nb, 16).T)
+        dm, ls = make_qp_quants(np.ascontiguousarray(scales.reshape(nb, 16).T), sw16, 15)
+        mm, lm = make_qp_quants(np.ascontiguousarray(mins.reshape(nb, 16).T), sw16, 15)
+        ls, lm = ls.T, lm.T
+        d_bits = f32_to_f16_bits(dm)
+        m_bits = f32_to_f16_bits(mm)
+
+    packed = ((ls | (lm << 4)) & 0xFF).astype(np.uint8)
+    d = (f16_to_f32(d_bits)[:, None] * (packed & 0xF).astype(np.float32)).reshape(-1)
+    dm_ = (f16_to_f32(m_bits)[:, None] * (packed >> 4).astype(np.float32)).reshape(-1)
+    q = _from_sub(_requantize(x, L, d, dm_, 3), nb).reshape(nb, 2, 4, 32)
+    qs = q[:, :, 0] | (q[:, :, 1] << 2) | (q[:, :, 2] << 4) | (q[:, :, 3] << 6)
+    out = np.empty((nb, 84), dtype=np.uint8)
+    out[:, 0:16] = packed
+    out[:, 16:80] = qs.astype(np.uint8).reshape(nb, 64)
+    out[:, 80:82] = d_bits.view(np.uint8).reshape(-1, 2)
+    out[:, 82:84] = m_bits.view(np.uint8).reshape(-1, 2)
+    return out
+
+
+def _dequantize_q2_k(blocks: np.ndarray) -> np.ndarray:
+    sc = blocks[:, 0:16]
+    qs = blocks[:, 16:80].reshape(-1, 2, 1, 32)
+    d = _f16_field(blocks, 80)
+    dmin = _f16_field(blocks, 82)
+    shifts = np.array([0, 2, 4, 6], dtype=np.uint8)[None, None, :, None]
+    q = ((qs >> shifts) & 3).reshape(-1, 16, 16)
+    return _affine(q, d, dmin, sc & 0xF, sc >> 4)
+
+
+# --------------------------------------------------------------------------- Q8_K
+
+
+def _dequantize_q8_k(blocks: np.ndarray) -> np.ndarray:
+    d = blocks[:, 0:4].copy().view("<f4").reshape(-1, 1).astype(np.float32)
+    q = blocks[:, 4:260].view(np.int8).astype(np.float32)
+    q *= d
+    return q
+
+
+DEQUANTIZE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "Q2_K": _dequantize_q2_k,
+    "Q4_K": _dequantize_q4_k,
+    "Q5_K": _dequantize_q5_k,
+    "Q8_K": _dequantize_q8_k,
+}
+
+QUANTIZE: dict[str, Callable[[np.ndarray, np.ndarray | None], np.ndarray]] = {
+    "Q2_K": _chunked(_quantize_q2_k, 84),
+    "Q4_K": _chunked(_quantize_q4_k, 144),
+    "Q5_K": _chunked(_quantize_q5_k, 176),
+}
