@@ -50,7 +50,7 @@ from collections.abc import Callable
 import numpy as np
 
 from . import _iq_tables as _t
-from ._common import F32, f16_to_f32
+from ._common import F32, f16_to_f32, f32_to_f16_bits
 
 QK_K = 256
 QK4_NL = 32
@@ -305,4 +305,184 @@ DEQUANTIZE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "IQ4_XS": _chunked(dequantize_iq4_xs, QK_K),
 }
 
-QUANTIZE: dict[str, Callable[[np.ndarray, np.ndarray | None], np.ndarray]] = {}
+
+# ------------------------------------------------------------------ quantize
+#
+# ggml's best_index_int8(16, kvalues_iq4nl, x) returns the nearest code-book
+# entry, ties going up.  The decision points (v[k-1]+v[k])/2 are all
+# half-integers and ggml's float32 comparison ``x - v[k-1] < v[k] - x`` flips
+# exactly there (checked exhaustively around each point by the tests), so the
+# index is a function of floor(2x): one table lookup instead of a search.
+
+_LUT_HALF = 512  # floor(2x) in [-512, 512): covers |x| <= 256
+_THRESH2 = (KVALUES_IQ4NL[:-1].astype(np.int32) + KVALUES_IQ4NL[1:]).astype(np.int32)  # 2*midpoint
+
+
+def _floor2_tables() -> tuple[np.ndarray, np.ndarray]:
+    """floor(2x) -> (index, value) tables, laid out for negative-index wraparound."""
+    f = np.arange(-_LUT_HALF, _LUT_HALF)
+    idx = np.searchsorted(_THRESH2, f, side="right")  # number of thresholds <= f
+    order = np.argsort(f % (2 * _LUT_HALF))  # position p holds f == p (mod 1024)
+    return idx[order].astype(np.uint8), _KV_F32[idx[order]]
+
+
+_F2_INDEX, _F2_VALUE = _floor2_tables()
+
+
+def _floor2(al: np.ndarray, clip: bool) -> np.ndarray:
+    """floor(2*al) as intp; exact because doubling a float32 is exact."""
+    a2 = al * F32(2)
+    np.floor(a2, out=a2)
+    if clip:  # only the final passes can leave [-256, 256): inf and huge ratios
+        np.clip(a2, -_LUT_HALF, _LUT_HALF - 1, out=a2)
+    return a2.astype(np.intp)
+
+
+def best_index_iq4nl(x: np.ndarray) -> np.ndarray:
+    """ggml's best_index_int8(16, kvalues_iq4nl, x) for every element, uint8."""
+    return _F2_INDEX[_floor2(np.asarray(x, dtype=np.float32), clip=True)]
+
+
+def _seqsum(a: np.ndarray) -> np.ndarray:
+    """Sum a C-contiguous [k, m] array over axis 0 in index order, like ggml's
+    ``float s = 0; for (j...) s += a[j]``.
+
+    numpy reduces a non-contiguous outer axis one row at a time (no pairwise
+    summation); the trailing ``+ 0`` turns an all-``-0`` sum into ``+0``, as
+    starting from ``0.0f`` does in C.
+    """
+    s = np.add.reduce(a, axis=0)
+    s += F32(0)
+    return s
+
+
+def _trial(X: np.ndarray, W: np.ndarray, id2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One scale trial over sub-blocks (columns): (sum w*q*x, sum w*q*q).
+
+    ``id2`` is twice the inverse scale; 2*fl(id*x) == fl(2*id*x) exactly.
+    """
+    a2 = X * id2
+    np.floor(a2, out=a2)
+    q = _F2_VALUE[a2.astype(np.intp)]
+    wq = W * q
+    sumqx = _seqsum(wq * X)
+    wq *= q
+    sumq2 = _seqsum(wq)
+    return sumqx, sumq2
+
+
+def _subblock_scales(X: np.ndarray, W: np.ndarray) -> np.ndarray:
+    """The ntry=7 scale search of quantize_row_iq4_nl_impl for every
+    32-value sub-block (the columns of ``X`` [32, m]); 0 for all-tiny blocks."""
+    m = X.shape[1]
+    ax = np.abs(X)
+    jmax = np.argmax(ax, axis=0)  # first maximum, as ggml's strict ``>``
+    cols = np.arange(m)
+    amax = ax[jmax, cols]
+    valid = amax >= _GROUP_MAX_EPS
+    mx = np.where(valid, X[jmax, cols], F32(1))
+
+    d = -mx / F32(KVALUES_IQ4NL[0])
+    sumqx, sumq2 = _trial(X, W, (F32(1) / d) * F32(2))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pos = sumq2 > 0
+        d = np.where(pos, sumqx / sumq2, F32(0))
+        best = d * sumqx
+        for itry in range(-7, 8):
+            idt = F32(itry + int(KVALUES_IQ4NL[0])) / mx
+            sqx, sq2 = _trial(X, W, idt * F32(2))
+            upd = (sq2 > 0) & (sqx * sqx > best * sq2)
+            if upd.any():
+                dn = sqx / sq2
+                d = np.where(upd, dn, d)
+                best = np.where(upd, dn * sqx, best)
+    return np.where(valid, d, F32(0)).astype(np.float32)
+
+
+def _inverse(v: np.ndarray) -> np.ndarray:
+    """ggml's ``v ? 1/v : 0``."""
+    with np.errstate(divide="ignore"):
+        return np.where(v != 0, F32(1) / v, F32(0)).astype(np.float32)
+
+
+def _pack_nibbles(L: np.ndarray) -> np.ndarray:
+    """[..., 32k] code indices -> [..., 16k] bytes: value j low, j+16 high nibble."""
+    g = L.reshape(*L.shape[:-1], -1, 2, 16)
+    return (g[..., 0, :] | (g[..., 1, :] << 4)).reshape(*L.shape[:-1], -1)
+
+
+def _iq4_chunk(x: np.ndarray, qw: np.ndarray | None, sb: int) -> np.ndarray:
+    """Quantize super-blocks ``x`` [c, sb] (sb = 32: IQ4_NL, 256: IQ4_XS) -> bytes."""
+    c = x.shape[0]
+    nb = sb // 32
+    m = c * nb
+    X = np.ascontiguousarray(x.reshape(m, 32).T)  # [32, m]: one sub-block per column
+    if qw is None:
+        W = X * X
+    else:
+        # sigma2 runs over the whole super-block, in element order
+        xs = np.ascontiguousarray(x.T)
+        sigma2 = _seqsum(xs * xs) * F32(2.0 / sb)
+        QW = np.ascontiguousarray(qw.reshape(m, 32).T)
+        W = QW * np.sqrt(np.repeat(sigma2, nb)[None, :] + X * X)
+    scales = _subblock_scales(X, W)
+
+    if nb == 1:  # IQ4_NL: the block scale is the sub-block scale
+        out = np.empty((c, 18), dtype=np.uint8)
+        out[:, 0:2] = f32_to_f16_bits(scales).reshape(c, 1).view(np.uint8)
+        L = best_index_iq4nl(X * _inverse(scales)[None, :]).T
+        out[:, 2:] = _pack_nibbles(L)
+        return out
+
+    # IQ4_XS: 6-bit sub-block scales relative to a super-block scale
+    S = scales.reshape(c, nb)
+    aS = np.abs(S)
+    j = np.argmax(aS, axis=1)
+    rows = np.arange(c)
+    max_scale = np.where(aS[rows, j] > 0, S[rows, j], F32(0))
+    d = -max_scale / F32(32)
+    ls = np.clip(np.rint(_inverse(d)[:, None] * S), -32, 31).astype(np.int32)  # [c, nb]
+    dl = d[:, None] * ls.astype(np.float32)
+    L = best_index_iq4nl(X * _inverse(dl).reshape(m)[None, :]).T.reshape(c, sb)
+    u = (ls + 32).astype(np.uint16)
+    out = np.empty((c, 136), dtype=np.uint8)
+    out[:, 0:2] = f32_to_f16_bits(d).reshape(c, 1).view(np.uint8)
+    sh = np.bitwise_or.reduce((u >> 4) << (2 * np.arange(nb, dtype=np.uint16)), axis=1)
+    out[:, 2:4] = sh.astype("<u2").reshape(c, 1).view(np.uint8)
+    lo = (u & 15).astype(np.uint8)
+    out[:, 4:8] = lo[:, 0::2] | (lo[:, 1::2] << 4)
+    out[:, 8:] = _pack_nibbles(L)
+    return out
+
+
+_CHUNK_ELEMS = 1 << 16  # elements per quantization step (temporaries stay in L2)
+
+
+def _quantize_iq4(rows: np.ndarray, imatrix: np.ndarray | None, sb: int, tsize: int) -> np.ndarray:
+    nrows, n = rows.shape
+    per_row = n // sb
+    x = np.ascontiguousarray(rows, dtype=np.float32).reshape(-1, sb)
+    qw = None if imatrix is None else np.asarray(imatrix, dtype=np.float32).reshape(per_row, sb)
+    out = np.empty((x.shape[0], tsize), dtype=np.uint8)
+    step = max(1, _CHUNK_ELEMS // sb)
+    for s in range(0, x.shape[0], step):
+        e = min(s + step, x.shape[0])
+        w = None if qw is None else qw[np.arange(s, e) % per_row]
+        out[s:e] = _iq4_chunk(x[s:e], w, sb)
+    return out.reshape(nrows, per_row * tsize)
+
+
+def quantize_iq4_nl(rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.ndarray:
+    """float32 rows [nrows, 32k] -> IQ4_NL bytes [nrows, 18k], as ggml's quantize_iq4_nl."""
+    return _quantize_iq4(rows, imatrix, QK4_NL, 18)
+
+
+def quantize_iq4_xs(rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.ndarray:
+    """float32 rows [nrows, 256k] -> IQ4_XS bytes [nrows, 136k], as ggml's quantize_iq4_xs."""
+    return _quantize_iq4(rows, imatrix, QK_K, 136)
+
+
+QUANTIZE: dict[str, Callable[[np.ndarray, np.ndarray | None], np.ndarray]] = {
+    "IQ4_NL": quantize_iq4_nl,
+    "IQ4_XS": quantize_iq4_xs,
+}
