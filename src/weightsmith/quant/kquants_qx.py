@@ -1,4 +1,406 @@
-"""(codec family 'kquants_qx': filled in by its owner)"""
+"""K-quants built on the make_qx_quants search (Q3_K, Q6_K); Q2_K/Q4_K/Q5_K live in kquants.py.
 
-DEQUANTIZE: dict = {}
-QUANTIZE: dict = {}
+Both types use super-blocks of 256 weights split into 16 sub-blocks of 16,
+each with a signed integer scale multiplying one float16 super-block scale
+``d`` (symmetric: ``x = d * sc * q``, no minimum).  Multi-byte fields are
+little-endian.
+
+Q3_K block, 110 bytes::
+
+    offset size  field
+         0   32  hmask   bit 2 of each quant: weight e -> byte e % 32, bit e // 32
+        32   64  qs      low 2 bits of each quant, four per byte: weight
+                         e = 128*h + 32*k + r -> byte 32*h + r, bits 2k..2k+1
+        96   12  scales  16 six-bit scales (stored +32): scale j has its low
+                         nibble in byte j (j < 8, low half) or byte j-8 (high
+                         half), and its top 2 bits in byte 8 + j%4 at bit 2*(j//4)
+       108    2  d       float16 super-block scale
+    weight e = d * (scale[e//16] - 32) * (q - 4),  q = low2 | hmask_bit << 2
+
+Q6_K block, 210 bytes::
+
+    offset size  field
+         0  128  ql      low 4 bits: weight e = 128*h + 32*c + l -> byte
+                         64*h + 32*(c & 1) + l, low nibble for c < 2, high for c >= 2
+       128   64  qh      high 2 bits: same e -> byte 32*h + l, bits 2c..2c+1
+       192   16  scales  int8 scale per sub-block of 16
+       208    2  d       float16 super-block scale
+    weight e = d * scales[e//16] * (q - 32)
+
+Quantization follows ggml-quants.c exactly: ``quantize_row_q{3,6}_K_ref``
+without an importance matrix and ``quantize_row_q{3,6}_K_impl`` with one.
+Everything is float32, no fused multiply-add, sums in ggml's sequential
+order.  The arrays are laid out *in-group index first* (``[16, groups]``) so
+that each C loop over the in-group index becomes one vector operation across
+all groups, and a reduction over axis 0 adds the terms in C's order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ._common import f16_to_f32, f32_to_f16_bits
+
+F32 = np.float32
+QK_K = 256
+GROUP_MAX_EPS = F32(1e-15)
+_MAGIC = F32(12582912.0)  # 1.5 * 2**23: adding it rounds to an integer in the mantissa
+_CHUNK_BLOCKS = 512  # super-blocks per vectorised step (keeps the working set in cache)
+
+__all__ = ["DEQUANTIZE", "QUANTIZE", "make_q3_quants", "make_qx_quants"]
+
+
+# --------------------------------------------------------------------------- numerics
+
+
+def _nint(v: np.ndarray) -> np.ndarray:
+    """ggml's ``nearest_int`` bit trick, reproduced bit for bit (int32).
+
+    Identical to round-half-even inside +-2**22; outside that range (and for
+    NaN/inf, which can reach it through ``x / d`` or ``x * sl2 / slx``) it
+    yields the same wrapped value as the C code.
+    """
+    bits = (np.asarray(v, dtype=F32) + _MAGIC).view(np.int32)
+    return (bits & 0x007FFFFF) - 0x00400000
+
+
+def _seqsum(a: np.ndarray) -> np.ndarray:
+    """Sum over axis 0, adding a[0], a[1], ... in order as ggml's loops do.
+
+    numpy's reduction over the *outer* axis of a C-contiguous array is a
+    chain of element-wise adds (pairwise summation only applies along the
+    contiguous inner axis), so this is the sequential float32 sum.
+    """
+    return np.add.reduce(np.ascontiguousarray(a), axis=0, dtype=F32)
+
+
+def _signed_absmax(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per column of ``x [n, N]``: (largest |x|, the x that has it, first wins).
+
+    NaN never wins, as in C's ``if (ax > amax)``.
+    """
+    ax = np.abs(x)
+    ax[np.isnan(ax)] = 0
+    idx = ax.argmax(axis=0)
+    cols = np.arange(x.shape[1])
+    amax = ax[idx, cols]
+    # C starts from max = 0 and keeps it when nothing beats |x| > 0.
+    return amax, np.where(amax > 0, x[idx, cols], F32(0))
+
+
+def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a / b where b != 0, else 0 (ggml's ``suml2 ? sumlx/suml2 : 0``)."""
+    out = np.zeros(np.broadcast(a, b).shape, dtype=F32)
+    np.divide(a, b, out=out, where=b != 0)
+    return out
+
+
+def _quant_clip(v: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """MAX(lo, MIN(hi, nearest_int(v))) as float32 (exact small integers)."""
+    return np.clip(_nint(v), lo, hi).astype(F32)
+
+
+def make_qx_quants(
+    x: np.ndarray, nmax: int, w: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """ggml's ``make_qx_quants(n, nmax, x, L, rmse_type=1, qw)`` over many groups.
+
+    ``x`` is ``[n, groups]`` float32 (in-group index first), ``w`` the weights
+    in the same layout (``None``: ggml's ``x*x`` for rmse_type 1).  Returns the
+    scale per group ``[groups]`` and the stored levels ``L = l + nmax``
+    (``[n, groups]`` uint8; all 0 for an all-zero group, as in C).
+    """
+    x = np.ascontiguousarray(x, dtype=F32)
+    if w is None:
+        w = x * x
+    wx = w * x  # C evaluates w*x[i]*l as (w*x[i])*l
+    amax, xmax = _signed_absmax(x)
+    live = amax >= GROUP_MAX_EPS
+    xmax = np.where(live, xmax, F32(1))  # dead groups are reset below
+
+    # C: iscale = -(nmax + 0.1f*is) / max, for is = 0 (first) then -9..9 without 0.
+    def numerator(k: int) -> np.float32:
+        return -(F32(nmax) + F32(0.1) * F32(k))
+
+    t = np.empty_like(x)
+    prod = np.empty_like(x)
+
+    def trial(iscale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        np.multiply(iscale, x, out=t)
+        np.rint(t, out=t)  # |iscale*x| <= nmax + 1 here, so rint == nearest_int
+        np.clip(t, -nmax, nmax - 1, out=t)
+        np.multiply(wx, t, out=prod)
+        sumlx = _seqsum(prod)
+        np.multiply(w, t, out=prod)
+        np.multiply(prod, t, out=prod)
+        return sumlx, _seqsum(prod)
+
+    with np.errstate(all="ignore"):
+        sumlx, suml2 = trial(numerator(0) / xmax)
+        scale = _div(sumlx, suml2)
+        best = scale * sumlx
+        best_k = np.zeros(x.shape[1], dtype=np.int8)
+        for k in range(-9, 10):
+            if k == 0:
+                continue
+            sumlx, suml2 = trial(numerator(k) / xmax)
+            better = (suml2 > 0) & (sumlx * sumlx > best * suml2)
+            if better.any():
+                new_scale = _div(sumlx, suml2)
+                scale = np.where(better, new_scale, scale)
+                best = np.where(better, new_scale * sumlx, best)
+                best_k[better] = k
+        # The levels of the winning trial, recomputed from its iscale.
+        nums = np.array([numerator(k) for k in range(-9, 10)], dtype=F32)
+        iscale = nums[best_k.astype(np.intp) + 9] / xmax
+        L = (_quant_clip(iscale * x, -nmax, nmax - 1) + nmax).astype(np.uint8)
+    scale[~live] = 0
+    L[:, ~live] = 0
+    return scale, L
+
+
+def make_q3_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
+    """ggml's ``make_q3_quants(n, nmax, x, L, do_rmse=true)`` over many groups.
+
+    Same layout and return values as :func:`make_qx_quants`.  The coordinate
+    descent changes one level at a time, so it loops over the in-group index;
+    a group whose pass changes nothing would change nothing in later passes
+    either (its state is unchanged), so running every group for all passes
+    gives ggml's early ``break`` result.
+    """
+    x = np.ascontiguousarray(x, dtype=F32)
+    n = x.shape[0]
+    w = x * x
+    wx = w * x
+    amax, xmax = _signed_absmax(x)
+    live = amax >= GROUP_MAX_EPS
+    xmax = np.where(live, xmax, F32(1))
+    with np.errstate(all="ignore"):
+        iscale = F32(-nmax) / xmax
+        lv = _quant_clip(iscale * x, -nmax, nmax - 1)
+        sumlx = _seqsum(wx * lv)
+        suml2 = _seqsum(w * lv * lv)
+        for _ in range(5):
+            changed = False
+            for i in range(n):
+                li = lv[i]
+                slx0 = sumlx - wx[i] * li
+                sl20 = suml2 - w[i] * li * li
+                new_l = _quant_clip(x[i] * sl20 / slx0, -nmax, nmax - 1)
+                slx = slx0 + wx[i] * new_l
+                sl2 = sl20 + w[i] * new_l * new_l
+                take = (slx0 > 0) & (new_l != li)
+                take &= (sl2 > 0) & (slx * slx * suml2 > sumlx * sumlx * sl2)
+                if take.any():
+                    changed = True
+                    lv[i] = np.where(take, new_l, li)
+                    sumlx = np.where(take, slx, sumlx)
+                    suml2 = np.where(take, sl2, suml2)
+            if not changed:
+                break
+        scale = _div(sumlx, suml2)
+        scale = np.where(suml2 > 0, scale, F32(0))
+    L = (lv + nmax).astype(np.uint8)
+    scale[~live] = 0
+    L[:, ~live] = 0
+    return scale, L
+
+
+# --------------------------------------------------------------------------- shared steps
+
+
+def _groups(xb: np.ndarray) -> np.ndarray:
+    """Super-blocks ``[b, 256]`` -> sub-blocks in-group-index-first ``[16, b*16]``."""
+    return np.ascontiguousarray(xb.reshape(-1, 16).T)
+
+
+def _requantize(xb: np.ndarray, d: np.ndarray, L: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Final levels: ``nearest_int(x / d) - lo`` per sub-block whose ``d != 0``.
+
+    Sub-blocks whose scale rounded to zero keep the search's levels ``L``
+    (ggml ``continue``s past them).  ``d`` is ``[b, 16]``, ``L`` ``[b, 256]``.
+    """
+    b = xb.shape[0]
+    with np.errstate(all="ignore"):
+        q = np.clip(_nint(xb.reshape(b, 16, 16) / d[:, :, None]), lo, hi) - lo
+    return np.where((d != 0)[:, :, None], q.astype(np.uint8), L.reshape(b, 16, 16)).reshape(b, QK_K)
+
+
+# --------------------------------------------------------------------------- Q6_K
+
+
+def _q6k_blocks(xb: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
+    """quantize_row_q6_K_ref (qw None) / _impl (qw = imatrix slice) on ``[b, 256]``."""
+    b = xb.shape[0]
+    scale, L = make_qx_quants(_groups(xb), 32, None if qw is None else _groups(qw))
+    scales = scale.reshape(b, 16)
+    L = np.ascontiguousarray(L.T).reshape(b, QK_K)
+    max_abs, max_scale = _signed_absmax(scales.T)
+    dead = max_abs < GROUP_MAX_EPS
+    with np.errstate(all="ignore"):
+        iscale = F32(-128) / np.where(dead, F32(1), max_scale)
+        d16 = f32_to_f16_bits(F32(1) / iscale)
+        sc = np.minimum(127, _nint(iscale[:, None] * scales)).astype(np.int8)
+        d = f16_to_f32(d16)[:, None] * sc.astype(F32)
+    Lq = _requantize(xb, d, L, -32, 31).reshape(b, 2, 4, 32)  # [half, column c, l]
+    out = np.empty((b, 210), dtype=np.uint8)
+    low = Lq & 0xF
+    out[:, :128] = (low[:, :, :2] | (low[:, :, 2:] << 4)).reshape(b, 128)
+    high = Lq >> 4
+    qh = high[:, :, 0] | (high[:, :, 1] << 2) | (high[:, :, 2] << 4) | (high[:, :, 3] << 6)
+    out[:, 128:192] = qh.reshape(b, 64)
+    out[:, 192:208] = sc.view(np.uint8)
+    out[:, 208:210] = d16.view(np.uint8).reshape(b, 2)
+    out[dead] = 0
+    return out
+
+
+@np.errstate(invalid="ignore", over="ignore")  # inf * 0 -> NaN, as in ggml
+def dequantize_q6_k(blocks: np.ndarray) -> np.ndarray:
+    """Q6_K blocks ``[nb, 210]`` -> float32 ``[nb, 256]`` (dequantize_row_q6_K)."""
+    nb = blocks.shape[0]
+    ql = blocks[:, :128].reshape(nb, 2, 2, 32)
+    qh = blocks[:, 128:192].reshape(nb, 2, 1, 32)
+    sc = blocks[:, 192:208].view(np.int8).astype(F32)
+    d = f16_to_f32(np.ascontiguousarray(blocks[:, 208:210]).view(np.uint16)[:, 0])
+    low = np.concatenate([ql & 0xF, ql >> 4], axis=2)  # columns c = 0..3
+    high = (qh >> np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)) & 3
+    q = ((low | (high << 4)).astype(np.int8) - np.int8(32)).astype(F32)
+    dl = d[:, None] * sc  # C: d * sc[is] * q  ==  (d * sc) * q
+    return (dl.reshape(nb, 16, 1) * q.reshape(nb, 16, 16)).reshape(nb, QK_K)
+
+
+# --------------------------------------------------------------------------- Q3_K
+
+
+def _pack_q3k_scales(ls: np.ndarray) -> np.ndarray:
+    """16 six-bit scales per block ``[b, 16]`` -> the 12 packed bytes."""
+    b = ls.shape[0]
+    out = np.empty((b, 12), dtype=np.uint8)
+    low = ls & 0xF
+    out[:, :8] = low[:, :8] | (low[:, 8:] << 4)
+    high = (ls >> 4).reshape(b, 4, 4)  # [j // 4, j % 4]
+    out[:, 8:] = high[:, 0] | (high[:, 1] << 2) | (high[:, 2] << 4) | (high[:, 3] << 6)
+    return out
+
+
+def _unpack_q3k_scales(packed: np.ndarray) -> np.ndarray:
+    """The 12 packed bytes ``[b, 12]`` -> signed scales ``[b, 16]`` (int8, minus 32)."""
+    low = np.concatenate([packed[:, :8] & 0xF, packed[:, :8] >> 4], axis=1)
+    shifts = np.repeat(np.arange(0, 8, 2, dtype=np.uint8), 4)  # 2 * (j // 4)
+    high = (packed[:, 8 + np.arange(16) % 4] >> shifts) & 3
+    return (low | (high << 4)).astype(np.int8) - np.int8(32)
+
+
+def _q3k_scales_ref(xb: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """quantize_row_q3_K_ref's scale step -> (6-bit scales, f16 d bits, levels)."""
+    b = xb.shape[0]
+    scale, L = make_q3_quants(_groups(xb), 4)
+    scales = scale.reshape(b, 16)
+    _, max_scale = _signed_absmax(scales.T)
+    has = max_scale != 0  # C: if (max_scale)
+    with np.errstate(all="ignore"):
+        iscale = F32(-32) / np.where(has, max_scale, F32(1))
+        ls = np.clip(_nint(iscale[:, None] * scales).astype(np.int8), -32, 31) + np.int8(32)
+        d16 = np.where(has, f32_to_f16_bits(F32(1) / iscale), np.uint16(0))
+    ls = np.where(has[:, None], ls, np.int8(0)).astype(np.uint8)
+    return ls, d16, L
+
+
+def _q3k_scales_impl(xb: np.ndarray, qw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """quantize_row_q3_K_impl's scale step -> (6-bit scales, f16 d bits, levels)."""
+    b = xb.shape[0]
+    x2 = xb * xb
+    sigma2 = F32(2) * _seqsum(x2.T) / F32(QK_K)
+    weight = qw * np.sqrt(sigma2[:, None] + x2)
+    wg = _groups(weight)
+    sw = _seqsum(wg)
+    scale, L = make_qx_quants(_groups(xb), 4, wg)
+    d_block, Ls = make_qx_quants(scale.reshape(b, 16).T, 32, sw.reshape(b, 16).T)
+    return np.ascontiguousarray(Ls.T), f32_to_f16_bits(d_block), L
+
+
+def _q3k_blocks(xb: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
+    """quantize_row_q3_K_ref (qw None) / _impl (qw = imatrix slice) on ``[b, 256]``."""
+    b = xb.shape[0]
+    ls, d16, L = _q3k_scales_ref(xb) if qw is None else _q3k_scales_impl(xb, qw)
+    L = np.ascontiguousarray(L.T).reshape(b, QK_K)
+    # ggml re-reads each scale from the packed bytes: 6-bit value minus 32.
+    d = f16_to_f32(d16)[:, None] * (ls.astype(F32) - F32(32))
+    Lq = _requantize(xb, d, L, -4, 3)
+    out = np.empty((b, 110), dtype=np.uint8)
+    bit2 = (Lq >> 2).reshape(b, 8, 32)  # [e // 32, e % 32]
+    hmask = np.zeros((b, 32), dtype=np.uint8)
+    for k in range(8):
+        hmask |= bit2[:, k] << k
+    out[:, :32] = hmask
+    low = (Lq & 3).reshape(b, 2, 4, 32)  # [half, k, r]
+    qs = low[:, :, 0] | (low[:, :, 1] << 2) | (low[:, :, 2] << 4) | (low[:, :, 3] << 6)
+    out[:, 32:96] = qs.reshape(b, 64)
+    out[:, 96:108] = _pack_q3k_scales(ls)
+    out[:, 108:110] = d16.view(np.uint8).reshape(b, 2)
+    return out
+
+
+@np.errstate(invalid="ignore", over="ignore")  # inf * 0 -> NaN, as in ggml
+def dequantize_q3_k(blocks: np.ndarray) -> np.ndarray:
+    """Q3_K blocks ``[nb, 110]`` -> float32 ``[nb, 256]`` (dequantize_row_q3_K)."""
+    nb = blocks.shape[0]
+    hmask = blocks[:, :32].reshape(nb, 1, 1, 32)
+    qs = blocks[:, 32:96].reshape(nb, 2, 1, 32)
+    sc = _unpack_q3k_scales(blocks[:, 96:108]).astype(F32)
+    d = f16_to_f32(np.ascontiguousarray(blocks[:, 108:110]).view(np.uint16)[:, 0])
+    k = np.arange(4, dtype=np.uint8).reshape(1, 1, 4, 1)
+    h = np.arange(2, dtype=np.uint8).reshape(1, 2, 1, 1)
+    low = (qs >> (2 * k)) & 3
+    hbit = (hmask >> (4 * h + k)) & 1
+    q = (low.astype(np.int8) + 4 * hbit.astype(np.int8) - np.int8(4)).astype(F32)
+    dl = d[:, None] * sc
+    return (dl.reshape(nb, 16, 1) * q.reshape(nb, 16, 16)).reshape(nb, QK_K)
+
+
+# --------------------------------------------------------------------------- rows
+
+
+BlockFn = Callable[[np.ndarray, "np.ndarray | None"], np.ndarray]
+
+
+def _row_quantizer(block_fn: BlockFn, type_size: int) -> Callable[..., np.ndarray]:
+    """Wrap a super-block quantizer into the family's row contract.
+
+    Rows are cut into super-blocks and processed ``_CHUNK_BLOCKS`` at a time;
+    the imatrix weight of a super-block is its column slice of the row.
+    """
+
+    def quantize(rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.ndarray:
+        rows = np.ascontiguousarray(rows, dtype=F32)
+        nrows, n = rows.shape
+        nb = n // QK_K
+        xb = rows.reshape(nrows * nb, QK_K)
+        im = None if imatrix is None else np.asarray(imatrix, dtype=F32).reshape(nb, QK_K)
+        out = np.empty((nrows * nb, type_size), dtype=np.uint8)
+        # Huge inputs overflow float32 inside the search exactly as in ggml; quiet.
+        with np.errstate(all="ignore"):
+            for s in range(0, nrows * nb, _CHUNK_BLOCKS):
+                e = min(s + _CHUNK_BLOCKS, nrows * nb)
+                qw = None if im is None else im[np.arange(s, e) % nb]
+                out[s:e] = block_fn(xb[s:e], qw)
+        return out.reshape(nrows, nb * type_size)
+
+    quantize.__doc__ = f"Quantize float32 rows [nrows, n] to {type_size}-byte super-blocks."
+    return quantize
+
+
+quantize_q6_k = _row_quantizer(_q6k_blocks, 210)
+quantize_q3_k = _row_quantizer(_q3k_blocks, 110)
+
+DEQUANTIZE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "Q3_K": dequantize_q3_k,
+    "Q6_K": dequantize_q6_k,
+}
+QUANTIZE: dict[str, Callable[..., np.ndarray]] = {
+    "Q3_K": quantize_q3_k,
+    "Q6_K": quantize_q6_k,
+}
