@@ -1,1 +1,41 @@
-"""(filled in by its issue)"""
+"""Read safetensors and GGUF headers over the network, without the weights.
+
+``inspect(target)`` accepts:
+
+* an ``http(s)://`` URL of a ``.safetensors``, ``.gguf`` or ``*.index.json`` file;
+* a Hub reference ``hf://ORG/REPO[@REV][/PATH]`` or a bare ``ORG/REPO``;
+* any fsspec URL (``s3://``, ``gs://``, ``memory://`` ...) when fsspec is installed.
+
+HTTP protocol, kept to the fewest requests:
+
+* safetensors: one speculative ``Range: bytes=0-102399`` request (ranges are
+  *inclusive*, so that is exactly 102,400 bytes) returns the size (from
+  ``Content-Range``), the 8-byte header length N and, for most files, the
+  whole JSON header.  Only when ``8 + N > 102400`` is a second request made,
+  for ``bytes=102400-(8+N-1)``.  A ``200`` answer (Range ignored) is read only
+  as far as needed and then closed; a ``416`` (empty file) is retried
+  without a range.
+* GGUF: growing chunks; the parser raises ``NeedMoreData(needed)`` and the
+  next request fetches up to ``max(needed, 2 * have)``.
+* sharded / split sets: the index (or the split file name) gives the shards,
+  whose headers are fetched concurrently by a bounded thread pool.
+* Hub: ``{HF_ENDPOINT or https://huggingface.co}/{repo}/resolve/{rev}/{path}``
+  with the token from ``--token`` or ``HF_TOKEN``.  Redirects are followed by
+  hand so that ``Authorization`` is sent only to the origin (scheme, host,
+  port) the token was meant for.
+"""
+
+from __future__ import annotations
+
+from ._http import HTTPSource, Session
+from ._inspect import HubRef, RemoteReport, inspect, is_remote, parse_hub_ref
+
+__all__ = [
+    "HTTPSource",
+    "HubRef",
+    "RemoteReport",
+    "Session",
+    "inspect",
+    "is_remote",
+    "parse_hub_ref",
+]

@@ -1,0 +1,173 @@
+"""The ``weightsmith`` command: argument parsing, dispatch and error reporting.
+
+A thin layer: every subcommand calls one library function.  Parsing uses the
+standard library's argparse, so the core command needs no extra dependency;
+rich (the ``cli`` extra) only makes tables and progress bars nicer on a
+terminal.  Errors print one line, ``error: <ErrorClass>: <message>``, and
+exit 1; ``--debug`` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from .. import __version__
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+def _common() -> argparse.ArgumentParser:
+    # default=SUPPRESS lets the flags go before or after the subcommand name
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="show the traceback of an error",
+    )
+    p.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="no progress bars and no chatter",
+    )
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    parser = argparse.ArgumentParser(
+        prog="weightsmith",
+        description="Read, validate, write, quantize and convert safetensors and GGUF files.",
+        parents=[common],
+    )
+    parser.add_argument("--version", action="version", version=f"weightsmith {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def add(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, description=help, parents=[common])
+
+    p = add("demo", "write a small Llama-shaped checkpoint, show its header, load it back")
+    p.add_argument(
+        "--out", metavar="DIR", help="folder to write to (default: a temp folder, removed)"
+    )
+    p.add_argument("--seed", type=int, default=0)
+
+    p = add("inspect", "show the header, tensors, layer tree and parameter counts of a model")
+    p.add_argument(
+        "target",
+        help="file, folder, *.index.json, split GGUF shard, URL, hf://ORG/REPO[@REV][/PATH] or ORG/REPO",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="machine-readable output (docs/cli-json-schema.json)"
+    )
+    p.add_argument("--tensors", metavar="PATTERN", help="only tensors matching a glob or substring")
+    p.add_argument("--no-tensors", action="store_true", help="leave out the tensor table")
+    p.add_argument(
+        "--all-layers", action="store_true", help="list every layer, even identical ones"
+    )
+    _remote_args(p)
+
+    p = add("validate", "strict check of a file or folder, data coverage included; exit 0 or 1")
+    p.add_argument("targets", nargs="+", metavar="TARGET")
+    _remote_args(p)
+
+    p = add("diff", "compare tensor sets, shapes and dtypes (and values with --values)")
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument("--values", action="store_true", help="per-tensor RMSE, max abs error, cosine")
+    p.add_argument("--json", action="store_true")
+    _remote_args(p)
+
+    p = add(
+        "convert",
+        "convert between formats: .pth -> safetensors, HF <-> GGUF, safetensors -> safetensors",
+    )
+    p.add_argument("src")
+    p.add_argument("dst")
+    p.add_argument("--type", dest="type", help="output dtype or ggml type (bf16, f16, q8_0, ...)")
+    p.add_argument("--max-shard-size", help='e.g. "5GB": write a sharded checkpoint')
+
+    p = add("quantize", "requantize a GGUF file from f32/f16/bf16 tensors")
+    p.add_argument("src")
+    p.add_argument("dst")
+    p.add_argument("--type", dest="type", required=True, help="q4_k_m, q8_0, iq4_xs, ...")
+    p.add_argument("--imatrix", help="importance matrix file")
+
+    p = add("edit", "set or remove GGUF metadata keys")
+    p.add_argument("file")
+    p.add_argument("--set", dest="set_", action="append", default=[], metavar="KEY=VALUE[:TYPE]")
+    p.add_argument("--remove", action="append", default=[], metavar="KEY")
+    p.add_argument("-o", "--output", help="write to this file instead of editing in place")
+
+    p = add("split", "split a GGUF file into shards")
+    p.add_argument("src")
+    p.add_argument("dst", help="output prefix or first shard name")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--max-size", help='e.g. "2GB"')
+    g.add_argument("--max-tensors", type=int)
+
+    p = add("merge", "merge a split GGUF set into one file")
+    p.add_argument("src", help="any shard of the set")
+    p.add_argument("dst")
+
+    p = add("scan", "pickle safety report of a PyTorch checkpoint (nothing is executed)")
+    p.add_argument("file")
+    p.add_argument("--json", action="store_true")
+    return parser
+
+
+def _remote_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--token", help="Hub/HTTP bearer token (default: $HF_TOKEN)")
+    p.add_argument(
+        "--endpoint", help="Hub endpoint (default: $HF_ENDPOINT or https://huggingface.co)"
+    )
+    p.add_argument("--jobs", type=int, default=8, help="shard headers fetched at once (default 8)")
+
+
+def _error_line(exc: BaseException) -> str:
+    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"error: {type(exc).__name__}: {msg}" if msg else f"error: {type(exc).__name__}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.debug = getattr(args, "debug", False)
+    args.quiet = getattr(args, "quiet", False)
+    if not args.command:
+        parser.print_help()
+        return EXIT_USAGE
+    from . import _commands
+
+    handler = getattr(_commands, "cmd_" + args.command)
+    try:
+        return int(handler(args) or 0)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `weightsmith inspect ... | head`
+        return EXIT_OK
+    except Exception as exc:  # one clear line; the traceback only on request
+        if args.debug:
+            import traceback
+
+            traceback.print_exc()
+        print(_error_line(exc), file=sys.stderr)
+        if not args.debug and not _is_ours(exc):
+            print(
+                "(an unexpected error: run again with --debug for the traceback)", file=sys.stderr
+            )
+        return EXIT_ERROR
+
+
+def _is_ours(exc: BaseException) -> bool:
+    from ..errors import WeightsmithError
+
+    return isinstance(exc, (WeightsmithError, OSError, ValueError, KeyError))

@@ -1,0 +1,178 @@
+"""``weightsmith demo``: the library's main job on a built-in example.
+
+The demo is a list of steps that share a :class:`DemoContext`.  Each step is
+a function ``step(ctx) -> None`` that prints what it does and raises on a
+mismatch.  Later features append their steps to :data:`STEPS` (GGUF
+conversion, quantization, ...); a step that needs a library part not in
+this build raises :class:`~weightsmith.errors.NotAvailableError` and is
+reported as skipped, so the demo keeps working with only numpy and
+ml_dtypes installed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+
+from ..errors import NotAvailableError
+from ._lib import lib as _lib
+from ._output import Out
+
+#: A tiny Llama: the same tensor names and shape ratios as Llama 3, scaled down.
+LLAMA_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "vocab_size": 512,
+    "hidden_size": 64,
+    "intermediate_size": 176,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 256,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+
+
+def llama_tensors(config: dict, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random weights with Llama's names and shapes: BF16 matrices, F32 norms."""
+    rng = np.random.default_rng(seed)
+    h, inter, vocab = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+    head_dim = h // config["num_attention_heads"]
+    kv = config["num_key_value_heads"] * head_dim
+
+    def mat(rows: int, cols: int) -> np.ndarray:
+        return (rng.standard_normal((rows, cols), dtype=np.float32) * cols**-0.5).astype(
+            ml_dtypes.bfloat16
+        )
+
+    def norm() -> np.ndarray:
+        return (1.0 + 0.1 * rng.standard_normal(h, dtype=np.float32)).astype(np.float32)
+
+    t: dict[str, np.ndarray] = {"model.embed_tokens.weight": mat(vocab, h)}
+    for i in range(config["num_hidden_layers"]):
+        p = f"model.layers.{i}"
+        t[f"{p}.input_layernorm.weight"] = norm()
+        t[f"{p}.self_attn.q_proj.weight"] = mat(h, h)
+        t[f"{p}.self_attn.k_proj.weight"] = mat(kv, h)
+        t[f"{p}.self_attn.v_proj.weight"] = mat(kv, h)
+        t[f"{p}.self_attn.o_proj.weight"] = mat(h, h)
+        t[f"{p}.post_attention_layernorm.weight"] = norm()
+        t[f"{p}.mlp.gate_proj.weight"] = mat(inter, h)
+        t[f"{p}.mlp.up_proj.weight"] = mat(inter, h)
+        t[f"{p}.mlp.down_proj.weight"] = mat(h, inter)
+    t["model.norm.weight"] = norm()
+    t["lm_head.weight"] = mat(vocab, h)
+    return t
+
+
+@dataclass
+class DemoContext:
+    folder: Path
+    out: Out
+    seed: int = 0
+    quiet: bool = False
+    tensors: dict[str, np.ndarray] = field(default_factory=dict)
+    files: dict[str, Path] = field(default_factory=dict)
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Bit-exact equality (NaN-safe), dtype and shape included."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    return np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
+
+
+def step_write(ctx: DemoContext) -> None:
+    """Write model.safetensors + config.json with the safetensors writer."""
+    save_file = _lib("safetensors", "save_file", what="the safetensors writer")
+    ctx.tensors = llama_tensors(LLAMA_CONFIG, ctx.seed)
+    path = ctx.folder / "model.safetensors"
+    save_file(ctx.tensors, path, metadata={"format": "pt"})
+    (ctx.folder / "config.json").write_text(json.dumps(LLAMA_CONFIG, indent=2) + "\n")
+    ctx.files["safetensors"] = path
+    n = sum(a.size for a in ctx.tensors.values())
+    ctx.out.line(
+        f"wrote {path} ({len(ctx.tensors)} tensors, {n:,} parameters, {path.stat().st_size:,} bytes)"
+    )
+
+
+def step_header(ctx: DemoContext) -> None:
+    """Print the header like the Hugging Face file viewer: grouped by layer."""
+    _lib("safetensors", "parse_header", what="the safetensors header parser")
+    from ..inspection import inspect_local
+    from ._render import render_report
+
+    render_report(inspect_local(ctx.files["safetensors"]), ctx.out, all_layers=True)
+
+
+def step_load(ctx: DemoContext) -> None:
+    """Load everything back, and one slice lazily, and compare bit for bit."""
+    load_file = _lib("safetensors", "load_file", what="the safetensors reader")
+    safe_open = _lib("safetensors", "safe_open", what="the safetensors reader")
+    path = ctx.files["safetensors"]
+    loaded = load_file(path)
+    if sorted(loaded) != sorted(ctx.tensors):
+        raise AssertionError(f"tensor names differ: {sorted(set(loaded) ^ set(ctx.tensors))}")
+    bad = [k for k in ctx.tensors if not _same(np.asarray(loaded[k]), ctx.tensors[k])]
+    if bad:
+        raise AssertionError(f"values differ after the round trip: {bad[:5]}")
+    name = "model.layers.0.self_attn.q_proj.weight"
+    with safe_open(path, framework="np") as f:
+        part = f.get_slice(name)[-2:, ::3]
+    if not _same(np.asarray(part), ctx.tensors[name][-2:, ::3]):
+        raise AssertionError(f"slice [-2:, ::3] of {name} differs")
+    ctx.out.line(
+        f"loaded {len(loaded)} tensors back: all equal bit for bit; slice [-2:, ::3] equal"
+    )
+
+
+Step = Callable[[DemoContext], None]
+
+#: (title, step, required) in order; later features append theirs.  A step
+#: that is not required is skipped when its library part is not available.
+STEPS: list[tuple[str, Step, bool]] = [
+    ("write a Llama-shaped checkpoint", step_write, True),
+    ("its header, grouped by layer", step_header, True),
+    ("load it back", step_load, True),
+]
+
+
+def run(
+    out_dir: str | None = None, seed: int = 0, out: Out | None = None, quiet: bool = False
+) -> int:
+    """Run every step; returns the number of steps skipped as not available."""
+    out = out or Out()
+    tmp = None
+    if out_dir is None:
+        tmp = tempfile.mkdtemp(prefix="weightsmith-demo-")
+        folder = Path(tmp)
+    else:
+        folder = Path(out_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+    ctx = DemoContext(folder, out, seed, quiet)
+    skipped = 0
+    try:
+        for i, (title, step, required) in enumerate(STEPS, 1):
+            out.heading(f"\n[{i}/{len(STEPS)}] {title}")
+            try:
+                step(ctx)
+            except NotAvailableError as e:
+                if required:
+                    raise
+                skipped += 1
+                out.line(f"skipped: {e}")
+        out.line("\ndemo finished" + (f" ({skipped} step(s) skipped)" if skipped else "") + ".")
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return skipped

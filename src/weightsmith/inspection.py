@@ -1,0 +1,615 @@
+"""The format-neutral inspection model shared by local and remote ``inspect``.
+
+A :class:`Report` describes one model: the files it is made of, each file's
+metadata and tensor table, and the sums the CLI prints (parameters and bytes
+per dtype, totals, bits per weight, a tree grouped by layer).  It is built
+from headers only -- no tensor data is read -- through a tiny byte-source
+protocol, so the same code reads a local file, an HTTP URL or an fsspec URL:
+
+* ``source.name``  -- the path or URL shown to the user;
+* ``source.size``  -- the file size in bytes (``None`` until known);
+* ``source.prefix(n)`` -- the first ``min(n, size)`` bytes of the file.
+
+Header reading strategy per format:
+
+* safetensors: ``prefix(SPECULATIVE)`` covers the 8-byte length and the JSON
+  header of most files in one read; a second read happens only when
+  ``8 + N`` is larger.
+* GGUF: read a chunk, parse; on :class:`~weightsmith.errors.NeedMoreData`
+  grow to ``max(needed, 2 * len(chunk))`` and parse again.
+
+Parsing and validation themselves belong to :mod:`weightsmith.safetensors`
+and :mod:`weightsmith.gguf`; this module only adapts their results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from . import dtypes
+from .errors import FormatError, InvalidIndex, NeedMoreData, UnknownTargetError
+
+__all__ = [
+    "SPECULATIVE",
+    "FileReport",
+    "LayerGroup",
+    "Report",
+    "TensorEntry",
+    "inspect_local",
+    "layer_groups",
+    "natural_key",
+    "read_gguf",
+    "read_safetensors",
+]
+
+#: bytes read by the first (speculative) request of a safetensors file.
+SPECULATIVE = 100 * 1024
+#: first chunk of a GGUF file; the KV section of most files fits in it.
+GGUF_FIRST_CHUNK = 1024 * 1024
+#: arrays longer than this are summarised in reports (GGUF token lists ...).
+ARRAY_SUMMARY = 16
+
+_SPLIT_RE = re.compile(r"^(?P<base>.*)-(?P<i>\d{5})-of-(?P<n>\d{5})\.gguf$")
+
+
+class Source(Protocol):
+    name: str
+    size: int | None
+
+    def prefix(self, n: int) -> bytes: ...
+
+
+# --------------------------------------------------------------------------- model
+
+
+@dataclass
+class TensorEntry:
+    """One tensor as listed by a header."""
+
+    name: str
+    dtype: str  # safetensors code ("BF16") or ggml type name ("Q4_K")
+    shape: tuple[int, ...]
+    n_elements: int
+    nbytes: int
+    offset: int  # absolute byte offset of the data in its file
+    file: str
+
+    @property
+    def bits_per_weight(self) -> float:
+        return 8.0 * self.nbytes / self.n_elements if self.n_elements else 0.0
+
+
+@dataclass
+class FileReport:
+    """One file of a model: where it is, its metadata and its tensors."""
+
+    path: str
+    format: str  # "safetensors" | "gguf" | "pytorch"
+    size: int | None
+    header_size: int | None
+    metadata: dict[str, Any]
+    tensors: list[TensorEntry]
+    requests: int = 0
+    bytes_fetched: int = 0
+
+
+@dataclass
+class LayerGroup:
+    """Tensors that share a layer prefix such as ``model.layers.3`` or ``blk.3``."""
+
+    name: str
+    tensors: list[TensorEntry]
+
+    @property
+    def parameters(self) -> int:
+        return sum(t.n_elements for t in self.tensors)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors)
+
+    def signature(self) -> tuple:
+        """What makes two layers 'the same' (names relative to the group)."""
+        cut = len(self.name) + 1
+        return tuple((t.name[cut:], t.shape, t.dtype) for t in self.tensors)
+
+
+@dataclass
+class Report:
+    """Everything ``inspect`` knows about one target."""
+
+    target: str
+    format: str
+    files: list[FileReport]
+    index_metadata: dict[str, Any] | None = None
+    remote: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def tensors(self) -> list[TensorEntry]:
+        return [t for f in self.files for t in f.tensors]
+
+    @property
+    def requests(self) -> int:
+        return sum(f.requests for f in self.files)
+
+    @property
+    def bytes_fetched(self) -> int:
+        return sum(f.bytes_fetched for f in self.files)
+
+    def counts_by_dtype(self) -> dict[str, dict[str, int]]:
+        """``{dtype: {"tensors", "parameters", "bytes"}}``, largest first."""
+        out: dict[str, dict[str, int]] = {}
+        for t in self.tensors:
+            row = out.setdefault(t.dtype, {"tensors": 0, "parameters": 0, "bytes": 0})
+            row["tensors"] += 1
+            row["parameters"] += t.n_elements
+            row["bytes"] += t.nbytes
+        return dict(sorted(out.items(), key=lambda kv: (-kv[1]["parameters"], kv[0])))
+
+    @property
+    def parameter_count(self) -> dict[str, int]:
+        """Parameters per dtype, like huggingface_hub's ``parameter_count``."""
+        return {k: v["parameters"] for k, v in self.counts_by_dtype().items()}
+
+    @property
+    def total_parameters(self) -> int:
+        return sum(t.n_elements for t in self.tensors)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors)
+
+    @property
+    def bits_per_weight(self) -> float:
+        n = self.total_parameters
+        return 8.0 * self.total_bytes / n if n else 0.0
+
+    def to_dict(self, tensors: bool = True, pattern: str | None = None) -> dict[str, Any]:
+        """The documented JSON form (docs/cli-json-schema.json)."""
+        return _report_dict(self, tensors, pattern)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def natural_key(name: str) -> tuple:
+    """Sort key that puts ``layers.2`` before ``layers.10``."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+
+
+_GROUP_RE = re.compile(r"^((?:[^.]+\.)*?\d+)\.")
+
+
+def layer_of(name: str) -> str | None:
+    """The layer prefix of a tensor name: up to its first numeric component."""
+    m = _GROUP_RE.match(name)
+    return m.group(1) if m else None
+
+
+def layer_groups(tensors: Iterable[TensorEntry]) -> list[LayerGroup | TensorEntry]:
+    """Tensors in natural order, with each layer's tensors gathered in a group.
+
+    Top-level tensors (``model.embed_tokens.weight``) stay single entries; a
+    group sits where its first tensor would be in natural order.
+    """
+    items: list[LayerGroup | TensorEntry] = []
+    groups: dict[str, LayerGroup] = {}
+    for t in sorted(tensors, key=lambda t: natural_key(t.name)):
+        key = layer_of(t.name)
+        if key is None:
+            items.append(t)
+        elif key in groups:
+            groups[key].tensors.append(t)
+        else:
+            groups[key] = LayerGroup(key, [t])
+            items.append(groups[key])
+    return items
+
+
+def filter_tensors(tensors: Iterable[TensorEntry], pattern: str | None) -> list[TensorEntry]:
+    """Tensors whose name matches a glob (``*`` ``?`` ``[``), else contains ``pattern``."""
+    tensors = list(tensors)
+    if not pattern:
+        return tensors
+    import fnmatch
+
+    if any(c in pattern for c in "*?["):
+        return [t for t in tensors if fnmatch.fnmatchcase(t.name, pattern)]
+    return [t for t in tensors if pattern in t.name]
+
+
+def summarize_value(value: Any) -> Any:
+    """A JSON-friendly value, with long arrays cut to a head and a length."""
+    import numpy as np
+
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, (list, tuple)):
+        if len(value) > ARRAY_SUMMARY:
+            head = [summarize_value(v) for v in value[:8]]
+            kind = type(value[0]).__name__ if value else "none"
+            return {"array_length": len(value), "element_type": kind, "head": head}
+        return [summarize_value(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): summarize_value(v) for k, v in value.items()}
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    # gguf summaries and enums from other modules: keep something readable
+    for attr in ("to_dict", "_asdict"):
+        if hasattr(value, attr):
+            return summarize_value(getattr(value, attr)())
+    if hasattr(value, "value"):
+        return summarize_value(value.value)
+    return str(value)
+
+
+# --------------------------------------------------------------------------- sources
+
+
+class LocalSource:
+    """A local file as a byte source (reads are counted like requests)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.name = os.fspath(path)
+        self.size: int | None = self.path.stat().st_size
+        self.requests = 0
+        self.bytes_fetched = 0
+        self._buf = b""
+
+    def prefix(self, n: int) -> bytes:
+        assert self.size is not None
+        n = min(n, self.size)
+        if n > len(self._buf):
+            with open(self.path, "rb") as f:
+                f.seek(len(self._buf))
+                more = f.read(n - len(self._buf))
+            self.requests += 1
+            self.bytes_fetched += len(more)
+            self._buf += more
+        return self._buf[:n]
+
+
+# --------------------------------------------------------------------------- readers
+
+
+def _dtype_name(d: Any) -> str:
+    for attr in ("name",):
+        if hasattr(d, attr):
+            return str(getattr(d, attr))
+    return str(d)
+
+
+def read_safetensors(src: Source) -> FileReport:
+    """Header of one safetensors file: one read, two if the header is large."""
+    from . import safetensors as st
+
+    buf = src.prefix(SPECULATIVE)
+    size = src.size if src.size is not None else len(buf)
+    n = st.read_header_size(buf[:8], size, src.name)
+    if 8 + n > len(buf):
+        buf = src.prefix(8 + n)
+    header = st.parse_header(buf[8 : 8 + n], size, src.name)
+    start = int(getattr(header, "data_start", 8 + n))
+    tensors = []
+    for info in header.tensors.values():
+        begin = int(info.data_offsets[0])
+        tensors.append(
+            TensorEntry(
+                name=info.name,
+                dtype=_dtype_name(info.dtype),
+                shape=tuple(int(s) for s in info.shape),
+                n_elements=int(info.n_elements),
+                nbytes=int(info.nbytes),
+                offset=start + begin,
+                file=src.name,
+            )
+        )
+    return FileReport(
+        path=src.name,
+        format="safetensors",
+        size=size,
+        header_size=n,
+        metadata=dict(header.metadata or {}),
+        tensors=tensors,
+        requests=getattr(src, "requests", 0),
+        bytes_fetched=getattr(src, "bytes_fetched", 0),
+    )
+
+
+def _gguf_tensor(t: Any, data_start: int, path: str) -> TensorEntry:
+    gt = dtypes.ggml_type(
+        getattr(t, "ggml_type", None) if getattr(t, "ggml_type", None) is not None else t.type
+    )
+    shape = tuple(int(s) for s in t.shape)
+    n = 1
+    for s in shape:
+        n *= s
+    nbytes = getattr(t, "nbytes", None)
+    nbytes = int(nbytes) if nbytes is not None else gt.nbytes(n)
+    offset = int(getattr(t, "offset", 0))
+    absolute = getattr(t, "absolute_offset", None)
+    return TensorEntry(
+        name=t.name,
+        dtype=gt.name,
+        shape=shape,
+        n_elements=n,
+        nbytes=nbytes,
+        offset=int(absolute) if absolute is not None else data_start + offset,
+        file=path,
+    )
+
+
+def parse_gguf_prefix(src: Source, first: int = GGUF_FIRST_CHUNK) -> tuple[Any, int]:
+    """Parse a GGUF header from growing prefixes; returns (header, bytes used)."""
+    from . import gguf
+
+    buf = src.prefix(first)
+    while True:
+        size = src.size if src.size is not None else len(buf)
+        try:
+            return gguf.parse(buf, size, src.name), len(buf)
+        except NeedMoreData as e:
+            if len(buf) >= size:  # the whole file is here: the parser must decide
+                raise FormatError(
+                    "GGUF header runs past the end of the file",
+                    path=src.name,
+                    expected=f">= {e.needed} bytes",
+                    found=size,
+                ) from None
+            buf = src.prefix(max(e.needed, 2 * len(buf)))
+
+
+def read_gguf(src: Source) -> FileReport:
+    """Header (KV metadata and tensor infos) of one GGUF file."""
+    header, used = parse_gguf_prefix(src)
+    data_start = int(getattr(header, "data_start", getattr(header, "data_offset", 0)) or 0)
+    raw_tensors = header.tensors
+    if isinstance(raw_tensors, dict):
+        raw_tensors = list(raw_tensors.values())
+    tensors = [_gguf_tensor(t, data_start, src.name) for t in raw_tensors]
+    meta = getattr(header, "metadata", None) or getattr(header, "kv", None) or {}
+    return FileReport(
+        path=src.name,
+        format="gguf",
+        size=src.size,
+        header_size=data_start or used,
+        metadata={str(k): _kv_value(v) for k, v in dict(meta).items()},
+        tensors=tensors,
+        requests=getattr(src, "requests", 0),
+        bytes_fetched=getattr(src, "bytes_fetched", 0),
+    )
+
+
+def _kv_value(v: Any) -> Any:
+    # GGUF KV entries may be (type, value) records; reports want the value.
+    if hasattr(v, "value") and not isinstance(v, (str, bytes)):
+        return v.value
+    return v
+
+
+def read_pytorch(path: Path) -> FileReport:
+    """Tensor infos of a ``.pth``/``.bin`` file through the pickle scanner (never executed)."""
+    from . import torchfile
+
+    infos: list[TensorEntry] = []
+    meta: dict[str, Any] = {}
+    with torchfile.open(path) as f:
+        items = f.tensor_infos() if hasattr(f, "tensor_infos") else None
+        if items is None:
+            items = {k: f.get_info(k) for k in list(f.keys())} if hasattr(f, "get_info") else {}
+        for name, info in dict(items).items():
+            shape = tuple(int(s) for s in info.shape)
+            n = 1
+            for s in shape:
+                n *= s
+            dt = _dtype_name(info.dtype)
+            nbytes = getattr(info, "nbytes", None)
+            if nbytes is None:
+                nbytes = dtypes.SAFETENSORS[dt].nbytes(n) if dt in dtypes.SAFETENSORS else 0
+            infos.append(
+                TensorEntry(
+                    name, dt, shape, n, int(nbytes), int(getattr(info, "offset", 0) or 0), str(path)
+                )
+            )
+        if hasattr(f, "metadata"):
+            meta = dict(f.metadata() or {})
+    return FileReport(str(path), "pytorch", path.stat().st_size, None, meta, infos)
+
+
+# --------------------------------------------------------------------------- local targets
+
+
+def split_siblings(name: str) -> list[str] | None:
+    """All shard names of a split GGUF set, from one shard's name, or None."""
+    base = os.path.basename(name)
+    m = _SPLIT_RE.match(base)
+    if not m:
+        return None
+    n = int(m.group("n"))
+    prefix = name[: len(name) - len(base)]
+    return [f"{prefix}{m.group('base')}-{i:05d}-of-{n:05d}.gguf" for i in range(1, n + 1)]
+
+
+def parse_index(data: bytes, path: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """``(metadata, weight_map)`` of a ``*.index.json`` shard index."""
+    try:
+        obj = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InvalidIndex("not valid JSON", path=path, found=str(e)) from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("weight_map"), dict):
+        raise InvalidIndex(
+            "", path=path, field="weight_map", expected="an object", found=type(obj).__name__
+        )
+    wm = obj["weight_map"]
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in wm.items()):
+        raise InvalidIndex("", path=path, field="weight_map", expected="str -> str", found="other")
+    for v in set(wm.values()):
+        # shards live beside the index; a path could escape the folder or the repo
+        parts = v.replace("\\", "/").split("/")
+        if v.startswith("/") or ".." in parts:
+            raise InvalidIndex("", path=path, field="weight_map", expected="a file name", found=v)
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    return meta, wm
+
+
+def _shard_order(weight_map: dict[str, str]) -> list[str]:
+    return sorted(set(weight_map.values()), key=natural_key)
+
+
+def _folder_files(folder: Path) -> tuple[str, list[Path]] | tuple[str, Path]:
+    for idx in ("model.safetensors.index.json",):
+        if (folder / idx).is_file():
+            return "index", folder / idx
+    st = sorted(folder.glob("*.safetensors"), key=lambda p: natural_key(p.name))
+    if st:
+        return "safetensors", st
+    gg = sorted(folder.glob("*.gguf"), key=lambda p: natural_key(p.name))
+    if gg:
+        return "gguf", gg
+    for idx in folder.glob("*.bin.index.json"):
+        return "index", idx
+    pt = sorted([*folder.glob("*.bin"), *folder.glob("*.pth"), *folder.glob("*.pt")])
+    if pt:
+        return "pytorch", pt
+    raise UnknownTargetError(f"{folder}: no .safetensors, .gguf, .bin or .pth file in this folder")
+
+
+def read_local_file(path: Path) -> FileReport:
+    """One local file, by extension (or magic bytes when the name says nothing)."""
+    name = path.name.lower()
+    if name.endswith(".safetensors"):
+        return read_safetensors(LocalSource(path))
+    if name.endswith(".gguf"):
+        return read_gguf(LocalSource(path))
+    if name.endswith((".pth", ".pt", ".bin", ".ckpt")):
+        return read_pytorch(path)
+    with open(path, "rb") as f:
+        magic = f.read(8)
+    if magic[:4] == b"GGUF":
+        return read_gguf(LocalSource(path))
+    if magic[:2] == b"PK" or magic[:1] == b"\x80":
+        return read_pytorch(path)
+    return read_safetensors(LocalSource(path))
+
+
+def inspect_local(target: str | os.PathLike[str]) -> Report:
+    """A :class:`Report` for a local file, index, split GGUF shard or model folder."""
+    path = Path(target)
+    if not path.exists():
+        raise UnknownTargetError(f"{path}: no such file or folder")
+    if path.is_dir():
+        kind, found = _folder_files(path)
+        if kind == "index":
+            return _inspect_local_index(Path(found), str(target))  # type: ignore[arg-type]
+        files = [read_local_file(p) for p in found]  # type: ignore[union-attr]
+        return Report(str(target), kind, files)
+    if path.name.endswith(".index.json"):
+        return _inspect_local_index(path, str(target))
+    siblings = split_siblings(str(path))
+    if siblings:
+        missing = [s for s in siblings if not os.path.exists(s)]
+        if missing:
+            raise FormatError(
+                "split GGUF set is incomplete",
+                path=str(path),
+                field="split",
+                found=f"missing {missing}",
+            )
+        return Report(str(target), "gguf", [read_gguf(LocalSource(s)) for s in siblings])
+    fr = read_local_file(path)
+    return Report(str(target), fr.format, [fr])
+
+
+def _inspect_local_index(index: Path, target: str) -> Report:
+    meta, wm = parse_index(index.read_bytes(), str(index))
+    files = []
+    for shard in _shard_order(wm):
+        p = index.parent / shard
+        if not p.is_file():
+            from .errors import MissingShard
+
+            raise MissingShard(
+                "", path=str(index), field=shard, expected="a shard file", found="none"
+            )
+        files.append(read_local_file(p))
+    fmt = files[0].format if files else "safetensors"
+    return Report(target, fmt, files, index_metadata=meta)
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+SCHEMA_VERSION = 1
+
+
+def _tensor_dict(t: TensorEntry) -> dict[str, Any]:
+    return {
+        "name": t.name,
+        "dtype": t.dtype,
+        "shape": list(t.shape),
+        "parameters": t.n_elements,
+        "bytes": t.nbytes,
+        "offset": t.offset,
+        "file": t.file,
+    }
+
+
+def _report_dict(r: Report, tensors: bool, pattern: str | None) -> dict[str, Any]:
+    groups = []
+    for item in layer_groups(r.tensors):
+        if isinstance(item, LayerGroup):
+            groups.append(
+                {
+                    "name": item.name,
+                    "tensors": len(item.tensors),
+                    "parameters": item.parameters,
+                    "bytes": item.nbytes,
+                }
+            )
+    out: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "target": r.target,
+        "format": r.format,
+        "files": [
+            {
+                "path": f.path,
+                "format": f.format,
+                "size": f.size,
+                "header_size": f.header_size,
+                "tensors": len(f.tensors),
+                "metadata": summarize_value(f.metadata),
+            }
+            for f in r.files
+        ],
+        "index_metadata": summarize_value(r.index_metadata)
+        if r.index_metadata is not None
+        else None,
+        "dtypes": r.counts_by_dtype(),
+        "totals": {
+            "tensors": len(r.tensors),
+            "parameters": r.total_parameters,
+            "bytes": r.total_bytes,
+            "bits_per_weight": round(r.bits_per_weight, 6),
+        },
+        "layers": groups,
+        "remote": {"requests": r.requests, "bytes_fetched": r.bytes_fetched} if r.remote else None,
+        "notes": list(r.notes),
+    }
+    if tensors:
+        out["tensors"] = [
+            _tensor_dict(t)
+            for t in sorted(filter_tensors(r.tensors, pattern), key=lambda t: natural_key(t.name))
+        ]
+    return out
