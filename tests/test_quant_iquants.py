@@ -1,0 +1,226 @@
+"""IQ family (IQ1_S ... IQ4_XS) against ggml.
+
+Oracles: the golden vectors in tests/data/golden (made by ggml's C code) and
+ggml itself through tests/ggml_ref.py on fresh random inputs.  Dequantized
+floats must be identical bit for bit; IQ4_NL/IQ4_XS quantized bytes must be
+identical, with and without an importance matrix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+import ggml_ref
+from weightsmith.dtypes import ggml_type
+from weightsmith.quant import iquants
+
+GOLDEN = Path(__file__).parent / "data" / "golden"
+DEQ_TYPES = ["IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS"]
+Q_TYPES = ["IQ4_NL", "IQ4_XS"]
+
+
+@pytest.fixture(scope="module")
+def inputs() -> dict[str, np.ndarray]:
+    return load_file(GOLDEN / "inputs.safetensors")
+
+
+def _golden(name: str) -> dict[str, np.ndarray]:
+    return load_file(GOLDEN / f"{name}.safetensors")
+
+
+def _blocks(raw: np.ndarray, name: str) -> np.ndarray:
+    return np.ascontiguousarray(raw).reshape(-1, ggml_type(name).type_size)
+
+
+def _assert_same_floats(got: np.ndarray, want: np.ndarray) -> None:
+    assert got.dtype == np.float32 and got.shape == want.shape
+    bad = np.flatnonzero(got.view(np.uint32) != want.view(np.uint32))
+    assert bad.size == 0, (
+        f"{bad.size} floats differ, first at {bad[0]}: {got.flat[bad[0]]!r} vs {want.flat[bad[0]]!r}"
+    )
+
+
+def _assert_same_bytes(got: np.ndarray, want: np.ndarray, name: str) -> None:
+    assert got.dtype == np.uint8 and got.shape == want.shape
+    rows = np.flatnonzero((got != want).any(axis=1))
+    assert rows.size == 0, f"{name}: rows {rows.tolist()[:10]} differ"
+
+
+def _golden_pairs(name: str) -> list[str]:
+    """The quantized tensors of a golden file (``<set>.q`` / ``<set>.q_imat``)."""
+    return sorted(k for k in _golden(name) if ".q" in k)
+
+
+@pytest.mark.parametrize(("name", "key"), [(n, k) for n in DEQ_TYPES for k in _golden_pairs(n)])
+def test_golden_dequantize(name, key):
+    gold = _golden(name)
+    want = gold[key.replace(".q", ".deq")]
+    got = iquants.DEQUANTIZE[name](_blocks(gold[key], name))
+    _assert_same_floats(got.reshape(want.shape), want)
+
+
+def test_golden_covers_every_type_and_path():
+    # IQ2_XXS, IQ2_XS and IQ1_S exist only with an imatrix (ggml refuses without)
+    for name in DEQ_TYPES:
+        keys = _golden_pairs(name)
+        assert any(k.endswith(".q_imat") for k in keys), name
+        assert len(keys) >= 2, name
+    assert set(iquants.DEQUANTIZE) == set(DEQ_TYPES)
+    assert set(iquants.QUANTIZE) == set(Q_TYPES)
+
+
+@pytest.mark.parametrize(("name", "key"), [(n, k) for n in Q_TYPES for k in _golden_pairs(n)])
+def test_golden_quantize(inputs, name, key):
+    dataset = key.split(".")[0]
+    im = inputs[f"{dataset}.imatrix"] if key.endswith("_imat") else None
+    got = iquants.QUANTIZE[name](inputs[dataset], im)
+    _assert_same_bytes(got, _golden(name)[key], name)
+
+
+def test_golden_quantize_covers_both_paths():
+    for name in Q_TYPES:
+        keys = _golden_pairs(name)
+        assert {k.split(".")[1] for k in keys} == {"q", "q_imat"}, name
+
+
+# ---------------------------------------------------------------- real ggml
+
+
+def _random_blocks(name: str, nb: int, rng: np.random.Generator) -> np.ndarray:
+    """Random IQ blocks whose fp16 scale is finite (NaN payloads are not compared)."""
+    ts = ggml_type(name).type_size
+    raw = rng.integers(0, 256, size=(nb, ts), dtype=np.uint8)
+    d = (rng.standard_normal(nb) * 10).astype(np.float16).view(np.uint16)
+    if name == "IQ1_M":  # the super-scale is spread over the top nibbles of 4 u16
+        sc = raw[:, 48:56].copy().view("<u2")
+        sc &= 0x0FFF
+        for i in range(4):
+            sc[:, i] |= ((d >> (4 * i)) & 15) << 12
+        raw[:, 48:56] = sc.view(np.uint8)
+    else:
+        raw[:, 0:2] = d.view(np.uint8).reshape(nb, 2)
+    return raw
+
+
+@pytest.mark.parametrize("name", DEQ_TYPES)
+def test_dequantize_random_blocks_vs_ggml(name):
+    rng = np.random.default_rng(sum(map(ord, name)))
+    t = ggml_type(name)
+    nb = 5000  # more than one internal chunk
+    raw = _random_blocks(name, nb, rng)
+    want = ggml_ref.dequantize(raw, name, nb * t.block_size).reshape(nb, t.block_size)
+    _assert_same_floats(iquants.DEQUANTIZE[name](raw), want)
+
+
+def _matrix(kind: str, shape: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
+    if kind == "normal":
+        return (rng.standard_normal(shape) * 0.02).astype(np.float32)
+    if kind == "heavy":
+        return rng.standard_t(2, size=shape).astype(np.float32)
+    if kind == "halves":  # many values on ggml's rounding ties
+        return (rng.integers(-40, 41, size=shape) / 2).astype(np.float32)
+    if kind == "sparse":
+        x = rng.standard_normal(shape).astype(np.float32)
+        x[rng.random(shape) < 0.9] = 0
+        return x
+    if kind == "tiny":
+        return (rng.standard_normal(shape) * 1e-20).astype(np.float32)
+    if kind == "big":
+        return (rng.standard_normal(shape) * 1e4).astype(np.float32)
+    raise AssertionError(kind)
+
+
+KINDS = ["normal", "heavy", "halves", "sparse", "tiny", "big"]
+
+
+@pytest.mark.parametrize("imat", [None, "random", "with_zeros"])
+@pytest.mark.parametrize("shape", [(5, 256), (48, 768), (2, 4096)])
+@pytest.mark.parametrize("name", Q_TYPES)
+def test_quantize_random_vs_ggml(name, shape, imat):
+    rng = np.random.default_rng(shape[0] * 7 + shape[1])
+    if imat is None:
+        im = None
+    elif imat == "random":
+        im = (rng.random(shape[1]) * 10).astype(np.float32)
+    else:
+        im = rng.integers(0, 4, size=shape[1]).astype(np.float32)
+    for kind in KINDS:
+        x = _matrix(kind, shape, rng)
+        want = ggml_ref.quantize(x, name, im)
+        got = iquants.QUANTIZE[name](x, im)
+        _assert_same_bytes(got, want, f"{name} {kind}")
+        # and the round trip through both dequantizers agrees
+        n = x.size
+        _assert_same_floats(
+            iquants.DEQUANTIZE[name](_blocks(got, name)).reshape(n),
+            ggml_ref.dequantize(want, name, n),
+        )
+
+
+def test_quantize_large_matrix_spans_chunks_vs_ggml():
+    # more rows than one internal chunk, imatrix rows repeat per row
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((300, 1024)) * 0.05).astype(np.float32)
+    im = (rng.random(1024) + 0.01).astype(np.float32)
+    for name in Q_TYPES:
+        _assert_same_bytes(iquants.QUANTIZE[name](x, im), ggml_ref.quantize(x, name, im), name)
+
+
+# ----------------------------------------------- best_index_int8 transcription
+
+
+def _ggml_best_index(x: np.float32) -> int:
+    """Literal transcription of ggml's best_index_int8 over kvalues_iq4nl."""
+    v = iquants.KVALUES_IQ4NL.astype(np.float32)
+    if x <= v[0]:
+        return 0
+    if x >= v[-1]:
+        return len(v) - 1
+    ml, mu = 0, len(v) - 1
+    while mu - ml > 1:
+        mav = (ml + mu) // 2
+        if x < v[mav]:
+            mu = mav
+        else:
+            ml = mav
+    return mu - 1 if x - v[mu - 1] < v[mu] - x else mu
+
+
+def test_best_index_matches_ggml_search_around_every_decision_point():
+    v = iquants.KVALUES_IQ4NL.astype(np.float64)
+    pts = []
+    for mid in (v[:-1] + v[1:]) / 2:
+        p = np.float32(mid)
+        for _ in range(40):  # 40 float32 neighbours on either side
+            p = np.nextafter(p, np.float32(-np.inf))
+        for _ in range(81):
+            pts.append(p)
+            p = np.nextafter(p, np.float32(np.inf))
+    extra = [0.0, -0.0, 1e-45, -1e-45, 1e30, -1e30, np.inf, -np.inf, *v.tolist()]
+    x = np.array(pts + extra, dtype=np.float32)
+    want = np.array([_ggml_best_index(a) for a in x])
+    got = iquants.best_index_iq4nl(x)
+    assert np.array_equal(got, want)
+
+
+# ---------------------------------------------------------------- contract
+
+
+@pytest.mark.parametrize("name", Q_TYPES)
+def test_quantize_contract_shapes_and_inputs_untouched(name):
+    t = ggml_type(name)
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((3, 512)).astype(np.float32)
+    im = rng.random(512).astype(np.float32)
+    x0, im0 = x.copy(), im.copy()
+    x.setflags(write=False)
+    q = iquants.QUANTIZE[name](x, im)
+    assert q.dtype == np.uint8
+    assert q.shape == (3, 512 // t.block_size * t.type_size)
+    assert np.array_equal(x, x0) and np.array_equal(im, im0)
+    y = iquants.DEQUANTIZE[name](_blocks(q, name))
+    assert y.dtype == np.float32 and y.shape == (3 * 512 // t.block_size, t.block_size)
