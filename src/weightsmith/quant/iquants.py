@@ -83,6 +83,9 @@ IQ2S_GRID = _grid_f32("iq2s_grid", 8)
 IQ3XXS_GRID = _grid_f32("iq3xxs_grid", 4)
 IQ3S_GRID = _grid_f32("iq3s_grid", 4)
 IQ1S_GRID = _grid_f32("iq1s_grid", 8, signed=True)
+# IQ1 grid entry plus its delta, row 2*i for +delta and 2*i+1 for -delta
+# (int8 + 0.125 is exact in float32, as ggml's ``grid[j] + delta``)
+_IQ1S_GD = np.stack([IQ1S_GRID + _IQ1_DELTA, IQ1S_GRID - _IQ1_DELTA], axis=1).reshape(-1, 8)
 
 # sign byte -> eight factors of +-1 (bit j set = negative), as ggml's kmask test
 _BYTE_SIGNS = np.where(
@@ -232,10 +235,8 @@ def dequantize_iq1_s(blocks: np.ndarray) -> np.ndarray:
     qh = _u16(blocks[:, 34:50]).astype(np.intp)  # [nb, 8]
     d = _d16(blocks)
     dl = d[:, None] * (2 * ((qh >> 12) & 7) + 1).astype(np.float32)
-    delta = np.where(qh & 0x8000, -_IQ1_DELTA, _IQ1_DELTA).astype(np.float32)
     idx = qs | (((qh[:, :, None] >> np.array([0, 3, 6, 9], dtype=np.intp)) & 7) << 8)
-    vals = IQ1S_GRID[idx].reshape(nb, 8, 32)
-    vals += delta[:, :, None]
+    vals = _IQ1S_GD[idx * 2 + (qh[:, :, None] >> 15)].reshape(nb, 8, 32)
     vals *= dl[:, :, None]
     return vals.reshape(nb, QK_K)
 
@@ -257,11 +258,10 @@ def dequantize_iq1_m(blocks: np.ndarray) -> np.ndarray:
     s = np.stack([sub & 7, (sub >> 3) & 7], axis=-1)  # [nb, 8, 2] -> dl1, dl2
     dl = d[:, None, None] * (2 * s + 1).astype(np.float32)
     hsh = np.array([8, 4], dtype=np.intp)
-    idx = qs | ((qh[:, :, :, None] << hsh) & 0x700)
-    neg = (qh[:, :, :, None] & np.array([0x08, 0x80], dtype=np.intp)) != 0
-    delta = np.where(neg, -_IQ1_DELTA, _IQ1_DELTA).astype(np.float32)  # [nb, 8, 2, 2]
-    vals = IQ1S_GRID[idx]  # [nb, 8, 2, 2, 8]
-    vals += delta[..., None]
+    q4 = qh[:, :, :, None]
+    idx = qs | ((q4 << hsh) & 0x700)
+    neg = (q4 >> np.array([3, 7], dtype=np.intp)) & 1  # delta sign bits 3 / 7
+    vals = _IQ1S_GD[idx * 2 + neg]  # [nb, 8, 2, 2, 8]
     vals *= dl[:, :, :, None, None]
     return vals.reshape(nb, QK_K)
 
