@@ -279,3 +279,288 @@ class TooManyRedirects(RemoteError):
 
 class NoWeightsFound(RemoteError):
     """A Hub repo holds no safetensors or GGUF file to inspect."""
+
+
+# --------------------------------------------------------------------------- quantization recipes
+class RecipeError(FormatError):
+    """A llama-quantize file type cannot be applied."""
+
+
+class UnknownFileType(RecipeError):
+    """A file type name or number that llama-quantize does not know."""
+
+
+class NoFallbackType(RecipeError):
+    """A row length fits neither the chosen type nor any fallback."""
+
+
+# --------------------------------------------------------------------------- torch checkpoints
+class PickleError(FormatError):
+    """A pickle inside a PyTorch checkpoint breaks a rule of our restricted interpreter."""
+
+
+class UnsafePickleError(PickleError):
+    """The pickle was refused before anything in it could run.
+
+    ``field`` is the pickle (``archive/data.pkl``), ``offset`` the byte offset
+    of the refused opcode inside it; ``opcode`` and ``global_name`` (if any)
+    are set as attributes and are in the message.
+    """
+
+    opcode: str | None = None
+    global_name: str | None = None
+
+
+class ForbiddenGlobal(UnsafePickleError):
+    """GLOBAL / STACK_GLOBAL names something outside the weights-only allowlist."""
+
+
+class ForbiddenOpcode(UnsafePickleError):
+    """An opcode that can call code or fetch objects (INST, OBJ, EXT*, buffers...)."""
+
+
+class ForbiddenCall(UnsafePickleError):
+    """REDUCE / NEWOBJ on something that is not an allowed callable, or with bad arguments."""
+
+
+class ForbiddenBuild(UnsafePickleError):
+    """BUILD (``__setstate__``) on an object of a type that may not be built."""
+
+
+class ForbiddenPersistentId(UnsafePickleError):
+    """A persistent id other than a ``('storage', ...)`` tuple."""
+
+
+class PickleLengthOutOfBounds(UnsafePickleError):
+    """A length field (LONG4, BINUNICODE, BINBYTES8, FRAME...) runs past the end of the pickle."""
+
+
+class PickleTooDeep(UnsafePickleError):
+    """Nesting (MARK depth or containers) deeper than any checkpoint needs."""
+
+
+class MalformedPickle(UnsafePickleError):
+    """Not a well-formed pickle: unknown opcode, stack underflow, memo miss, no STOP..."""
+
+
+class UnsupportedPickleGlobal(PickleError):
+    """A global torch's weights-only loader knows but we do not rebuild (quantized, sparse...)."""
+
+
+class TorchFileError(FormatError):
+    """A PyTorch checkpoint breaks a rule of its container layout."""
+
+
+class NotATorchFile(TorchFileError):
+    """Neither a zip checkpoint nor a legacy one (bad magic number or protocol)."""
+
+
+class MissingRecord(TorchFileError):
+    """A zip checkpoint lacks ``data.pkl`` or a ``data/<key>`` storage record."""
+
+
+class UnknownByteOrder(TorchFileError):
+    """The ``byteorder`` record is neither ``little`` nor ``big``."""
+
+
+class UnsupportedStorage(TorchFileError):
+    """A storage type or dtype we cannot represent in numpy."""
+
+
+class StorageSizeMismatch(TorchFileError):
+    """A storage's bytes do not match the element count its persistent id states."""
+
+
+class StorageDtypeConflict(TorchFileError):
+    """One storage key is used with two different dtypes or sizes."""
+
+
+class MalformedTensor(TorchFileError):
+    """A tensor's rebuild arguments (offset, size, stride) are not integers of the right shape."""
+
+
+class StorageOutOfBounds(TorchFileError):
+    """A tensor's offset, size and stride reach outside its storage."""
+
+
+class TensorLargerThanFile(TorchFileError):
+    """Materializing a tensor (an overlapping view) would need more memory than the file holds."""
+
+
+class FlatNameCollision(TorchFileError):
+    """Two entries of a nested state dict flatten to the same dotted name."""
+
+
+class ShardTensorMismatch(ShardError):
+    """A shard does not hold exactly the tensors the index assigns to it."""
+
+
+class UnconvertibleDtype(TorchFileError):
+    """A tensor dtype (complex128) has no safetensors code."""
+
+
+# --------------------------------------------------------------------------- GGUF
+class GGUFError(FormatError):
+    """A GGUF file (or a value given to the GGUF writer) breaks a rule of the format."""
+
+
+class GGUFTruncated(GGUFError):
+    """A fixed-size field (a count, a type, a scalar value) runs past the end of the file."""
+
+
+class GGUFBadMagic(GGUFError):
+    """The file does not start with the four bytes ``GGUF``."""
+
+
+class GGUFUnsupportedVersion(GGUFError):
+    """The version is 0 or above 3 (in either byte order)."""
+
+
+class GGUFCountTooLarge(GGUFError):
+    """The tensor or KV count needs more bytes than the file has."""
+
+
+class GGUFStringTooLong(GGUFError):
+    """A string length runs past the end of the file."""
+
+
+class GGUFArrayTooLong(GGUFError):
+    """An array count x element size runs past the end of the file."""
+
+
+class GGUFUnknownValueType(GGUFError):
+    """A KV value type or array element type is not one of the 13 GGUF types."""
+
+
+class GGUFNestingTooDeep(GGUFError):
+    """Arrays of arrays nest deeper than the reader's limit."""
+
+
+class GGUFEmptyKey(GGUFError):
+    """A metadata key is the empty string."""
+
+
+class GGUFDuplicateKey(GGUFError):
+    """A metadata key appears twice."""
+
+
+class GGUFInvalidUTF8(GGUFError):
+    """A key or tensor name is not valid UTF-8."""
+
+
+class GGUFDuplicateTensor(GGUFError):
+    """A tensor name appears twice."""
+
+
+class GGUFTensorNameTooLong(GGUFError):
+    """A tensor name is 64 bytes or longer (ggml's GGML_MAX_NAME)."""
+
+
+class GGUFTooManyDims(GGUFError):
+    """A tensor has n_dims above 4."""
+
+
+class GGUFBadDim(GGUFError):
+    """A tensor dimension is zero or negative (>= 2**63 as stored)."""
+
+
+class GGUFSizeOverflow(GGUFError):
+    """A tensor's element or byte count does not fit in int64."""
+
+
+class GGUFUnknownGGMLType(GGUFError):
+    """A tensor's ggml type number is not in weightsmith.dtypes.GGML."""
+
+
+class GGUFRowNotBlockMultiple(GGUFError):
+    """A tensor's row length (dims[0]) is not a multiple of its type's block size."""
+
+
+class GGUFBadAlignment(GGUFError):
+    """``general.alignment`` is not a u32, is zero, or is not a power of two."""
+
+
+class GGUFUnalignedOffset(GGUFError):
+    """A tensor's data offset is not a multiple of the alignment."""
+
+
+class GGUFTensorOutOfOrder(GGUFError):
+    """A tensor's offset is below the offset of the tensor before it."""
+
+
+class GGUFTensorOverlap(GGUFError):
+    """A tensor starts before the tensor before it has ended."""
+
+
+class GGUFDataPastEOF(GGUFError):
+    """The data section, or a tensor's bytes, run past the end of the file."""
+
+
+class GGUFBadValue(GGUFError):
+    """A value given to the writer or editor cannot be stored as the requested GGUF type."""
+
+
+class GGUFSplitError(GGUFError):
+    """A split set is inconsistent (missing shard, bad split.* keys, impossible limits)."""
+
+
+# --------------------------------------------------------------------------- safetensors (more)
+class DuplicateTensorField(DuplicateTensorName):
+    """A tensor entry names one of its fields twice (even with an identical value)."""
+
+
+class DuplicateMetadataKey(InvalidMetadata):
+    """``__metadata__`` holds the same key twice (even with an identical value)."""
+
+
+class UnsupportedDtype(WeightsmithError, TypeError):
+    """A dtype that the chosen framework (numpy, torch) cannot represent."""
+
+
+# --------------------------------------------------------------------------- quantization codecs
+class QuantError(FormatError):
+    """A quantize/dequantize call got input its ggml type cannot take."""
+
+
+class UnknownQuantType(QuantError):
+    """A ggml type name or number that weightsmith does not know."""
+
+
+class QuantizeUnsupported(QuantError):
+    """The ggml type has no quantizer (e.g. Q8_1, Q8_K, or an IQ type not done yet)."""
+
+
+class DequantizeUnsupported(QuantError):
+    """The ggml type has no dequantizer registered."""
+
+
+class RowLengthNotMultiple(QuantError):
+    """The last dimension is not a multiple of the type's block size."""
+
+
+class ByteCountMismatch(QuantError):
+    """The raw bytes do not hold exactly the elements of the requested shape."""
+
+
+class InvalidQuantShape(QuantError):
+    """A shape that is not a tuple of non-negative integers, or a 0-d tensor to quantize."""
+
+
+class ImatrixLengthMismatch(QuantError):
+    """The importance matrix does not have one weight per column (row length)."""
+
+
+class InvalidImatrix(QuantError):
+    """The importance matrix holds a NaN, an inf or a negative weight."""
+
+
+class ImatrixRequired(QuantError):
+    """The type cannot be quantized without an importance matrix (IQ2_XXS, IQ2_XS, IQ1_S)."""
+
+
+class NonFiniteInput(QuantError):
+    """NaN or inf in a tensor to quantize to a type that cannot hold them."""
+
+
+class InvalidWorkers(QuantError):
+    """``workers`` is not a positive integer."""

@@ -1,1 +1,343 @@
-"""(filled in by its issue)"""
+"""ggml quantization in numpy: every type dequantizes, the common ones quantize.
+
+Public API::
+
+    quantize(x, type, imatrix=None, *, workers=None)  -> uint8 [..., n / block * type_size]
+    dequantize(raw, type, shape)                       -> float32 ndarray of ``shape``
+    info(type)                                         -> QuantTypeInfo
+
+``type`` is a ggml type name (any case), its number or a
+:class:`weightsmith.dtypes.GGMLType`.  Results are bit-identical to ggml's C
+reference (``ggml_quantize_chunk`` and the type's ``to_float``).
+
+The codecs live in one module per family (plain, legacy, kquants,
+kquants_qx, iquants, ternary, fp4) and are merged by :mod:`.registry`.
+
+Memory: rows are processed in chunks whose size is chosen so that the
+codec's temporaries stay within :data:`MEMORY_BUDGET` bytes (64 MiB) in
+total, whatever the tensor size; only the output is allocated in full.
+Cores: ``workers=k`` spreads the chunks over ``k`` threads (numpy releases
+the GIL inside its loops); ``workers=0`` means one per CPU.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ..dtypes import GGMLType
+from ..errors import (
+    ByteCountMismatch,
+    DequantizeUnsupported,
+    ImatrixLengthMismatch,
+    ImatrixRequired,
+    InvalidImatrix,
+    InvalidQuantShape,
+    InvalidWorkers,
+    NonFiniteInput,
+    QuantizeUnsupported,
+    RowLengthNotMultiple,
+)
+from .registry import Codec, QuantTypeInfo, codec, info, types
+
+__all__ = [
+    "MEMORY_BUDGET",
+    "QuantTypeInfo",
+    "dequantize",
+    "info",
+    "quantize",
+    "types",
+]
+
+#: Bytes of temporaries all chunks in flight may use together.
+MEMORY_BUDGET = 64 * 1024 * 1024
+#: Bytes of codec temporaries per element of a chunk (an upper bound measured
+#: with tracemalloc by benchmarks/bench_quant.py; the scale searches dominate).
+TEMP_BYTES_PER_ELEMENT = 192
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _workers(workers: int | None) -> int:
+    if workers is None:
+        return 1
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 0:
+        raise InvalidWorkers(
+            "bad workers", field="workers", expected="an integer >= 0", found=repr(workers)
+        )
+    return int(workers) or (os.cpu_count() or 1)
+
+
+def _chunk_rows(n_per_row: int, workers: int, chunk_rows: int | None) -> int:
+    if chunk_rows is not None:
+        if (
+            isinstance(chunk_rows, bool)
+            or not isinstance(chunk_rows, (int, np.integer))
+            or chunk_rows < 1
+        ):
+            raise InvalidQuantShape(
+                "bad chunk_rows",
+                field="chunk_rows",
+                expected="an integer >= 1",
+                found=repr(chunk_rows),
+            )
+        return int(chunk_rows)
+    per_chunk = MEMORY_BUDGET // (workers * TEMP_BYTES_PER_ELEMENT)
+    return max(1, per_chunk // max(1, n_per_row))
+
+
+def _spans(nrows: int, step: int) -> Iterator[tuple[int, int]]:
+    for r0 in range(0, nrows, step):
+        yield r0, min(nrows, r0 + step)
+
+
+def _run(spans: list[tuple[int, int]], job: Callable[[int, int], None], workers: int) -> None:
+    """Run ``job(r0, r1)`` for every span, on ``workers`` threads; first error wins."""
+    if workers <= 1 or len(spans) <= 1:
+        for r0, r1 in spans:
+            job(r0, r1)
+        return
+    with ThreadPoolExecutor(max_workers=min(workers, len(spans))) as pool:
+        # map() keeps at most the pending futures; results are None, errors re-raise
+        for _ in pool.map(lambda s: job(*s), spans):
+            pass
+
+
+def _rows_getter(x: np.ndarray, n: int) -> Callable[[int, int], np.ndarray]:
+    """A function giving rows [r0, r1) of x as C-contiguous float32 [k, n] without a full copy."""
+    lead = x.shape[:-1]
+    if x.flags.c_contiguous:
+        flat = x.reshape(-1, n)  # a view: no copy of the tensor
+        return lambda r0, r1: np.ascontiguousarray(flat[r0:r1], dtype=np.float32)
+
+    def gather(r0: int, r1: int) -> np.ndarray:
+        idx = np.unravel_index(np.arange(r0, r1), lead)
+        return np.ascontiguousarray(x[idx], dtype=np.float32)
+
+    return gather
+
+
+def _check_finite(rows: np.ndarray, r0: int, name: str | None, t: GGMLType) -> None:
+    ok = np.isfinite(rows)
+    if ok.all():
+        return
+    r, c = np.argwhere(~ok)[0]
+    raise NonFiniteInput(
+        f"{t.name} cannot hold NaN or inf",
+        field=name or "x",
+        expected="finite values",
+        found=f"{rows[r, c]} at row {r0 + int(r)}, column {int(c)}",
+    )
+
+
+def _check_imatrix(imatrix, n: int, t: GGMLType, name: str | None) -> np.ndarray | None:
+    if imatrix is None:
+        return None
+    im = np.asarray(imatrix)
+    if im.shape != (n,):
+        raise ImatrixLengthMismatch(
+            "importance matrix has the wrong shape",
+            field=name or "imatrix",
+            expected=f"shape ({n},), one weight per column",
+            found=f"shape {im.shape}",
+        )
+    im = np.ascontiguousarray(im, dtype=np.float32)
+    bad = ~np.isfinite(im) | (im < 0)
+    if bad.any():
+        j = int(np.argmax(bad))
+        raise InvalidImatrix(
+            "importance matrix weight out of range",
+            field=name or "imatrix",
+            expected="finite weights >= 0",
+            found=f"{im[j]} at column {j}",
+        )
+    return im
+
+
+# --------------------------------------------------------------------------- quantize
+
+
+def quantize(
+    x: np.ndarray,
+    type: str | int | GGMLType,
+    imatrix: np.ndarray | None = None,
+    *,
+    workers: int | None = None,
+    name: str | None = None,
+    chunk_rows: int | None = None,
+) -> np.ndarray:
+    """Quantize float rows ``x[..., n]`` to ggml ``type`` -> uint8 ``[..., n/block*type_size]``.
+
+    ``imatrix`` is ggml's importance matrix: one non-negative weight per column.
+    ``workers`` spreads row chunks over threads (0 = all CPUs).  ``name`` is
+    used in error messages.  ``chunk_rows`` overrides the memory-derived
+    chunk size (the result never depends on it).
+    """
+    c: Codec = codec(type)
+    t = c.type
+    if c.quantize is None:
+        raise QuantizeUnsupported(
+            f"no quantizer for {t.name}",
+            field=name or "type",
+            expected="a type with a quantizer: " + ", ".join(types(quantize=True)),
+            found=t.name,
+        )
+    x = np.asarray(x)
+    if x.ndim == 0:
+        raise InvalidQuantShape(
+            "cannot quantize a scalar",
+            field=name or "x",
+            expected="at least 1 dimension",
+            found="0-d",
+        )
+    if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
+        raise InvalidQuantShape(
+            "not a real-valued array",
+            field=name or "x",
+            expected="float values",
+            found=str(x.dtype),
+        )
+    n = x.shape[-1]
+    if n % t.block_size:
+        raise RowLengthNotMultiple(
+            f"row length is not a multiple of the {t.name} block size",
+            field=name or "x",
+            expected=f"a multiple of {t.block_size}",
+            found=n,
+        )
+    im = _check_imatrix(imatrix, n, t, name)
+    if im is None and c.requires_imatrix:
+        raise ImatrixRequired(
+            f"{t.name} cannot be quantized without an importance matrix",
+            field=name or "imatrix",
+            expected="an importance matrix",
+            found=None,
+        )
+    row_bytes = t.nbytes(n)
+    lead = x.shape[:-1]
+    nrows = math.prod(lead)
+    out = np.empty((nrows, row_bytes), dtype=np.uint8)
+    if nrows == 0 or n == 0:
+        return out.reshape(*lead, row_bytes)
+    nw = _workers(workers)
+    get_rows = _rows_getter(x, n)
+    step = _chunk_rows(n, nw, chunk_rows)
+    fn = c.quantize
+    check = not c.holds_nonfinite
+
+    def job(r0: int, r1: int) -> None:
+        rows = get_rows(r0, r1)
+        if check:
+            _check_finite(rows, r0, name, t)
+        with np.errstate(all="ignore"):
+            out[r0:r1] = fn(rows, im)
+
+    spans = list(_spans(nrows, step))
+    # serial when 1 worker; else run chunk batches of `nw` at a time
+    _run(spans, job, nw)
+    return out.reshape(*lead, row_bytes)
+
+
+# --------------------------------------------------------------------------- dequantize
+
+
+def _as_bytes(raw, name: str | None) -> np.ndarray:
+    if isinstance(raw, np.ndarray):
+        if not raw.flags.c_contiguous:
+            raw = np.ascontiguousarray(raw)
+        return raw.reshape(-1).view(np.uint8)
+    try:
+        return np.frombuffer(raw, dtype=np.uint8)
+    except TypeError:
+        raise ByteCountMismatch(
+            "raw data is not a byte buffer",
+            field=name or "raw",
+            expected="a uint8 array or a bytes-like object",
+            found=type(raw).__name__,
+        ) from None
+
+
+def _shape(shape, name: str | None) -> tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (shape,)
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        dims = None
+    if dims is None or not all(
+        isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in dims
+    ):
+        raise InvalidQuantShape(
+            "bad shape",
+            field=name or "shape",
+            expected="a tuple of non-negative integers",
+            found=repr(shape),
+        )
+    return tuple(int(d) for d in dims)
+
+
+def dequantize(
+    raw,
+    type: str | int | GGMLType,
+    shape,
+    *,
+    workers: int | None = None,
+    name: str | None = None,
+    chunk_rows: int | None = None,
+) -> np.ndarray:
+    """Decode ggml ``type`` bytes into a float32 array of ``shape``.
+
+    ``raw`` is a uint8 array (any shape; read in order) or any bytes-like
+    object, e.g. a slice of a memory map -- only one chunk of it is touched
+    at a time.
+    """
+    c: Codec = codec(type)
+    t = c.type
+    if c.dequantize is None:
+        raise DequantizeUnsupported(
+            f"no dequantizer for {t.name}",
+            field=name or "type",
+            expected="a known type",
+            found=t.name,
+        )
+    dims = _shape(shape, name)
+    data = _as_bytes(raw, name)
+    n = dims[-1] if dims else 1
+    if n % t.block_size:
+        raise RowLengthNotMultiple(
+            f"row length is not a multiple of the {t.name} block size",
+            field=name or "shape",
+            expected=f"a multiple of {t.block_size}",
+            found=n,
+        )
+    count = math.prod(dims)
+    want = t.nbytes(count)
+    if data.size != want:
+        raise ByteCountMismatch(
+            f"byte count does not match {count} {t.name} elements",
+            field=name or "raw",
+            expected=want,
+            found=data.size,
+        )
+    out = np.empty(count, dtype=np.float32)
+    if count == 0:
+        return out.reshape(dims)
+    nrows = count // n
+    bpr = n // t.block_size  # blocks per row
+    blocks = data.reshape(nrows * bpr, t.type_size)
+    outb = out.reshape(nrows * bpr, t.block_size)
+    nw = _workers(workers)
+    step = _chunk_rows(n, nw, chunk_rows) * bpr  # in blocks
+    fn = c.dequantize
+
+    def job(b0: int, b1: int) -> None:
+        with np.errstate(all="ignore"):
+            outb[b0:b1] = fn(np.ascontiguousarray(blocks[b0:b1]))
+
+    _run(list(_spans(nrows * bpr, step)), job, nw)
+    return out.reshape(dims)

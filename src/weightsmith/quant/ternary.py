@@ -1,4 +1,168 @@
-"""(codec family 'ternary': filled in by its owner)"""
+"""Ternary and binary ggml types: TQ1_0, TQ2_0, Q1_0, Q2_0.
 
-DEQUANTIZE: dict = {}
-QUANTIZE: dict = {}
+All four store a single fp16 scale ``d`` per block and small integer codes
+``q`` with ``value = (q - 1) * d`` (Q1_0: ``+d``/``-d``).  Q1_0 and Q2_0 live
+here rather than with the legacy types because their numerics are the
+BitNet-style ones of this family -- a scale taken straight from the block
+(mean |x| for Q1_0, max |x| for Q2_0), codes ``roundf(x/d) + 1`` and no
+scale search -- not the ``-8``/``-16`` offsets and searches of Q4_0..Q5_1.
+
+Byte layouts (little-endian)::
+
+    TQ1_0  256 values, 54 B:  qs[48] | qh[4] | d:f16
+        qs[0:32]   byte m: trits of elements m + 32*n, n = 0..4
+        qs[32:48]  byte m: trits of elements 160 + m + 16*n, n = 0..4
+        qh[0:4]    byte j: trits of elements 240 + j + 4*n, n = 0..3 (then *3)
+        a byte holds ceil(t * 256 / 243) where t is the base-3 number whose
+        most significant trit is the first element; trit k is recovered as
+        ((uint8)(byte * 3**k) * 3) >> 8
+    TQ2_0  256 values, 66 B:  qs[64] | d:f16
+        byte 32*c + m, bits 2n..2n+1: element 128*c + 32*n + m
+    Q1_0   128 values, 18 B:  d:f16 | qs[16]   bit j of the block: x_j >= 0
+    Q2_0    64 values, 18 B:  d:f16 | qs[16]   bits 2(j%4) of byte j//4: q_j
+
+Quantization follows the ``quantize_row_*_ref`` functions of ggml-quants.c.
+ggml ignores the importance matrix for all four types (TQ*: ``(void)
+quant_weights``; Q1_0/Q2_0: the imatrix path calls the same reference row
+function), so the imatrix is accepted and ignored here too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._common import F32, f16_to_f32, f32_to_f16_bits, round_away, seq_sum
+
+QK_K = 256
+_POW3 = np.array([1, 3, 9, 27, 81, 243], dtype=np.uint8)
+
+
+def _d16(v: np.ndarray) -> np.ndarray:
+    return f32_to_f16_bits(v).reshape(-1, 1).view(np.uint8)
+
+
+def _inv(d: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore"):
+        return np.where(d != 0, F32(1) / d, F32(0)).astype(np.float32)
+
+
+def _trits(x: np.ndarray) -> np.ndarray:
+    """Per-block ``lroundf(x * (1/amax)) + 1`` in {0, 1, 2} and d = amax."""
+    d = np.max(np.abs(x), axis=1)
+    return (round_away(x * _inv(d)[:, None]) + F32(1)).astype(np.int32), d
+
+
+# --------------------------------------------------------------------------- TQ1_0
+
+
+def _pack_base3(t: np.ndarray) -> np.ndarray:
+    """t[..., k, m] trits (first k most significant) -> ceil(value * 256 / 243) bytes."""
+    q = np.zeros(t.shape[:-2] + t.shape[-1:], dtype=np.int32)
+    for k in range(t.shape[-2]):
+        q = q * 3 + t[..., k, :]
+    if t.shape[-2] == 4:
+        q = q * 3  # the 4-trit qh bytes shift the first trit to the top
+    return ((q * 256 + 242) // 243).astype(np.uint8)
+
+
+def _quantize_tq1_0(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
+    del imatrix  # ggml ignores it
+    x = rows.reshape(-1, QK_K)
+    t, d = _trits(x)
+    qs0 = _pack_base3(t[:, :160].reshape(-1, 5, 32))
+    qs1 = _pack_base3(t[:, 160:240].reshape(-1, 5, 16))
+    qh = _pack_base3(t[:, 240:].reshape(-1, 4, 4))
+    out = np.concatenate([qs0, qs1, qh, _d16(d)], axis=1)
+    return out.reshape(rows.shape[0], -1)
+
+
+def _unpack_base3(b: np.ndarray, ntrits: int) -> np.ndarray:
+    """bytes[B, m] -> trits[B, ntrits, m] (the inverse of _pack_base3)."""
+    q = (b[:, None, :] * _POW3[:ntrits, None]).astype(np.uint8)  # wraps mod 256 as in C
+    return ((q.astype(np.uint16) * 3) >> 8).astype(np.int8)
+
+
+def _dequantize_tq1_0(blocks: np.ndarray) -> np.ndarray:
+    d = f16_to_f32(blocks[:, 52:54].copy().view(np.uint16))
+    t = np.concatenate(
+        [
+            _unpack_base3(blocks[:, 0:32], 5).reshape(-1, 160),
+            _unpack_base3(blocks[:, 32:48], 5).reshape(-1, 80),
+            _unpack_base3(blocks[:, 48:52], 4).reshape(-1, 16),
+        ],
+        axis=1,
+    )
+    return (t - np.int8(1)).astype(np.float32) * d
+
+
+# --------------------------------------------------------------------------- TQ2_0
+
+
+def _quantize_tq2_0(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
+    del imatrix  # ggml ignores it
+    x = rows.reshape(-1, QK_K)
+    t, d = _trits(x)
+    t = (t & 3).astype(np.uint8).reshape(-1, 2, 4, 32)  # [B, chunk, n, m]
+    qs = t[:, :, 0] | (t[:, :, 1] << 2) | (t[:, :, 2] << 4) | (t[:, :, 3] << 6)
+    out = np.concatenate([qs.reshape(-1, 64), _d16(d)], axis=1)
+    return out.reshape(rows.shape[0], -1)
+
+
+def _dequantize_tq2_0(blocks: np.ndarray) -> np.ndarray:
+    d = f16_to_f32(blocks[:, 64:66].copy().view(np.uint16))
+    qs = blocks[:, :64].reshape(-1, 2, 1, 32)
+    shifts = np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)
+    q = ((qs >> shifts) & 3).astype(np.int8).reshape(-1, QK_K)
+    return (q - np.int8(1)).astype(np.float32) * d
+
+
+# --------------------------------------------------------------------------- Q1_0
+
+
+def _quantize_q1_0(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
+    del imatrix  # ggml's imatrix path calls the same reference row function
+    x = rows.reshape(-1, 128)
+    d = seq_sum(np.abs(x)) / F32(128)
+    qs = np.packbits(x >= F32(0), axis=1, bitorder="little")
+    return np.concatenate([_d16(d), qs], axis=1).reshape(rows.shape[0], -1)
+
+
+def _dequantize_q1_0(blocks: np.ndarray) -> np.ndarray:
+    d = f16_to_f32(blocks[:, 0:2].copy().view(np.uint16))
+    bits = np.unpackbits(blocks[:, 2:18], axis=1, bitorder="little").astype(bool)
+    return np.where(bits, d, -d).astype(np.float32)
+
+
+# --------------------------------------------------------------------------- Q2_0
+
+
+def _quantize_q2_0(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
+    del imatrix  # ggml's imatrix path calls the same reference row function
+    x = rows.reshape(-1, 64)
+    d = np.max(np.abs(x), axis=1)
+    idd = np.where(d > 0, F32(1) / np.where(d > 0, d, F32(1)), F32(0)).astype(np.float32)
+    q = np.clip(round_away(x * idd[:, None]) + F32(1), 0, 3).astype(np.uint8).reshape(-1, 16, 4)
+    qs = q[:, :, 0] | (q[:, :, 1] << 2) | (q[:, :, 2] << 4) | (q[:, :, 3] << 6)
+    return np.concatenate([_d16(d), qs], axis=1).reshape(rows.shape[0], -1)
+
+
+def _dequantize_q2_0(blocks: np.ndarray) -> np.ndarray:
+    d = f16_to_f32(blocks[:, 0:2].copy().view(np.uint16))
+    shifts = np.array([0, 2, 4, 6], dtype=np.uint8)
+    q = ((blocks[:, 2:18, None] >> shifts) & 3).astype(np.int8).reshape(-1, 64)
+    return (q - np.int8(1)).astype(np.float32) * d
+
+
+DEQUANTIZE = {
+    "TQ1_0": _dequantize_tq1_0,
+    "TQ2_0": _dequantize_tq2_0,
+    "Q1_0": _dequantize_q1_0,
+    "Q2_0": _dequantize_q2_0,
+}
+
+QUANTIZE = {
+    "TQ1_0": _quantize_tq1_0,
+    "TQ2_0": _quantize_tq2_0,
+    "Q1_0": _quantize_q1_0,
+    "Q2_0": _quantize_q2_0,
+}
