@@ -203,3 +203,39 @@ def ggml_type(t: str | int | GGMLType) -> GGMLType:
     if isinstance(t, str):
         return GGML[t.upper()]
     raise KeyError(t)
+
+
+# --------------------------------------------------------------------------- torch
+# torch dtypes are named by the ``torch`` field of the safetensors rows above.
+# Two extras: complex128 has no safetensors code (readable, not convertible),
+# and torch's legacy typed-storage classes name a dtype by class name.
+TORCH_EXTRA: dict[str, np.dtype] = {"complex128": np.dtype(np.complex128)}
+
+TORCH_STORAGE_CLASSES: dict[str, str] = {
+    "DoubleStorage": "float64",
+    "FloatStorage": "float32",
+    "HalfStorage": "float16",
+    "BFloat16Storage": "bfloat16",
+    "LongStorage": "int64",
+    "IntStorage": "int32",
+    "ShortStorage": "int16",
+    "CharStorage": "int8",
+    "ByteStorage": "uint8",
+    "BoolStorage": "bool",
+    "ComplexFloatStorage": "complex64",
+    "ComplexDoubleStorage": "complex128",
+}
+
+_BY_TORCH: dict[str, DType] = {d.torch: d for d in SAFETENSORS.values() if d.torch is not None}
+
+
+def torch_dtype(name: str) -> tuple[np.dtype, DType | None]:
+    """numpy dtype and safetensors entry (None if it has none) of a torch dtype name.
+
+    ``name`` is the attribute name in the torch module (``"float32"``,
+    ``"float8_e4m3fn"``); KeyError for a dtype we cannot hold in numpy.
+    """
+    entry = _BY_TORCH.get(name)
+    if entry is not None and entry.numpy is not None and not entry.packed:
+        return entry.numpy, entry
+    return TORCH_EXTRA[name], None

@@ -1,0 +1,161 @@
+"""scan(): what a checkpoint's pickles would do, found without running them.
+
+Every pickle of the file is walked by the restricted interpreter in scan mode:
+refusals are recorded instead of raised, and the walk goes on with a
+stand-in value, so one report lists *every* global, opcode class and reason.
+Zip files: every ``*.pkl`` member (not only ``data.pkl``).  Other files: the
+pickles at the start of the file, one after the other (the legacy layout has
+five; a bare pickle has one).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import errors
+from . import _pickle
+from ._legacy import is_tar
+from ._zip import ZipLayout, is_zip
+
+LEGACY_PICKLES = 5
+
+
+@dataclass
+class PickleScan:
+    """One pickle's inventory."""
+
+    member: str
+    protocol: int | None
+    opcodes: dict[str, int]
+    globals: list[_pickle.GlobalUse]
+    findings: list[errors.PickleError]
+
+    @property
+    def opcode_classes(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for name, n in self.opcodes.items():
+            c = _pickle.opcode_class(name)
+            out[c] = out.get(c, 0) + n
+        return out
+
+
+@dataclass
+class ScanReport:
+    """The verdict on a file: ``safe`` (weights-only) and, if not, ``reasons``."""
+
+    path: str
+    layout: str
+    pickles: list[PickleScan] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # container-level problems
+
+    @property
+    def globals(self) -> list[str]:
+        """Every distinct global the pickles name, in order of first use."""
+        seen: dict[str, None] = {}
+        for p in self.pickles:
+            for g in p.globals:
+                seen.setdefault(g.name)
+        return list(seen)
+
+    @property
+    def opcode_classes(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for p in self.pickles:
+            for c, n in p.opcode_classes.items():
+                out[c] = out.get(c, 0) + n
+        return out
+
+    @property
+    def reasons(self) -> list[str]:
+        """Why the file is not weights-only safe (empty when it is)."""
+        out = list(self.problems)
+        for p in self.pickles:
+            out += [str(f) for f in p.findings if isinstance(f, errors.UnsafePickleError)]
+        return out
+
+    @property
+    def safe(self) -> bool:
+        return not self.reasons and bool(self.pickles)
+
+    @property
+    def supported(self) -> bool:
+        """Safe, and weightsmith can rebuild every tensor in it."""
+        return self.safe and not any(f for p in self.pickles for f in p.findings)
+
+    def __str__(self) -> str:
+        lines = [
+            f"{self.path}: {self.layout} checkpoint, {'weights-only safe' if self.safe else 'NOT weights-only safe'}"
+        ]
+        for p in self.pickles:
+            lines.append(f"  {p.member}: protocol {p.protocol}, opcode classes {p.opcode_classes}")
+            for g in p.globals:
+                lines.append(f"    {g.verdict:<11} {g.name} ({g.opcode} at offset {g.offset})")
+        lines += [f"  reason: {r}" for r in self.reasons]
+        lines += [
+            f"  unsupported: {f}"
+            for p in self.pickles
+            for f in p.findings
+            if not isinstance(f, errors.UnsafePickleError)
+        ]
+        return "\n".join(lines)
+
+
+def _inventory(member: str, r: _pickle.PickleResult) -> PickleScan:
+    return PickleScan(member, r.protocol, dict(r.opcodes), r.globals, r.findings)
+
+
+def scan(path: str | os.PathLike[str]) -> ScanReport:
+    """List every global and opcode class the file's pickles use, without executing them."""
+    path = os.fspath(path)
+    data = Path(path).read_bytes() if os.path.getsize(path) < (1 << 20) else None
+    with open(path, "rb") as fh:
+        head = fh.read(512)
+        if is_zip(head):
+            return _scan_zip(path, fh)
+    if data is None:
+        with open(path, "rb") as fh:
+            # pickles come first in the legacy layout; storages follow
+            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                return _scan_sequential(path, mm, head)
+    return _scan_sequential(path, data, head)
+
+
+def _scan_zip(path: str, fh) -> ScanReport:
+    report = ScanReport(path, "zip")
+    try:
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            layout = ZipLayout(path, mm, fh)
+            members = layout.pickle_members()
+            if layout.member not in dict(members):
+                report.problems.append(f"no {layout.member} in the archive")
+            for name, blob in members:
+                report.pickles.append(_inventory(name, _pickle.scan(blob, path=path, member=name)))
+    except errors.TorchFileError as e:
+        report.problems.append(str(e))
+    return report
+
+
+def _scan_sequential(path: str, data, head: bytes) -> ScanReport:
+    report = ScanReport(path, "legacy")
+    if is_tar(head):
+        report.layout = "tar"
+        report.problems.append("tar checkpoint (torch < 0.4): not read by weightsmith")
+        return report
+    pos = 0
+    for i in range(LEGACY_PICKLES):
+        if pos >= len(data) or data[pos] != 0x80:  # every torch pickle starts with PROTO
+            if i == 0:
+                report.layout = "unknown"
+                report.problems.append("does not start with a pickle or a zip archive")
+            elif i < LEGACY_PICKLES:
+                report.layout = "pickle"
+            break
+        r = _pickle.scan(data, pos, path=path, member=f"pickle {i}")
+        report.pickles.append(_inventory(f"pickle {i} (offset {pos})", r))
+        if r.findings and isinstance(r.findings[-1], errors.MalformedPickle):
+            break
+        pos = r.end
+    return report
