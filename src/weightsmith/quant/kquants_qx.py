@@ -47,7 +47,8 @@ F32 = np.float32
 QK_K = 256
 GROUP_MAX_EPS = F32(1e-15)
 _MAGIC = F32(12582912.0)  # 1.5 * 2**23: adding it rounds to an integer in the mantissa
-_CHUNK_BLOCKS = 512  # super-blocks per vectorised step (keeps the working set in cache)
+_CHUNK_BLOCKS = 1024  # super-blocks per vectorised step (amortises numpy call overhead)
+_QX_SLICE_ELEMS = 1 << 16  # make_qx_quants trial working set: ~5 arrays of 256 KiB, in L2
 
 __all__ = ["DEQUANTIZE", "QUANTIZE", "make_q3_quants", "make_qx_quants"]
 
@@ -77,24 +78,22 @@ def _seqsum(a: np.ndarray) -> np.ndarray:
 
 
 def _signed_absmax(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per column of ``x [n, N]``: (largest |x|, the x that has it, first wins).
+    """Per column of ``x [n, N]``: (largest |x|, the x that has it).
 
-    NaN never wins, as in C's ``if (ax > amax)``.
+    Walks the in-group index like C's ``if (ax > amax) { amax = ax; max = x; }``:
+    the first of equal magnitudes wins, NaN never wins, and an all-zero (or
+    all-NaN) column keeps the starting ``max = 0``.
     """
-    ax = np.abs(x)
-    ax[np.isnan(ax)] = 0
-    idx = ax.argmax(axis=0)
-    cols = np.arange(x.shape[1])
-    amax = ax[idx, cols]
-    # C starts from max = 0 and keeps it when nothing beats |x| > 0.
-    return amax, np.where(amax > 0, x[idx, cols], F32(0))
-
-
-def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a / b where b != 0, else 0 (ggml's ``suml2 ? sumlx/suml2 : 0``)."""
-    out = np.zeros(np.broadcast(a, b).shape, dtype=F32)
-    np.divide(a, b, out=out, where=b != 0)
-    return out
+    amax = np.zeros(x.shape[1], dtype=F32)
+    xmax = np.zeros(x.shape[1], dtype=F32)
+    ax = np.empty_like(amax)
+    better = np.empty(x.shape[1], dtype=bool)
+    for row in x:
+        np.abs(row, out=ax)
+        np.greater(ax, amax, out=better)
+        np.copyto(amax, ax, where=better)
+        np.copyto(xmax, row, where=better)
+    return amax, xmax
 
 
 def _quant_clip(v: np.ndarray, lo: int, hi: int) -> np.ndarray:
@@ -113,21 +112,40 @@ def make_qx_quants(
     (``[n, groups]`` uint8; all 0 for an all-zero group, as in C).
     """
     x = np.ascontiguousarray(x, dtype=F32)
+    w = None if w is None else np.ascontiguousarray(w, dtype=F32)
+    groups = x.shape[1]
+    scale = np.empty(groups, dtype=F32)
+    L = np.empty(x.shape, dtype=np.uint8)
+    # Slices small enough that the trial loop's working set stays in L2.
+    step = max(1, _QX_SLICE_ELEMS // max(1, x.shape[0]))
+    with np.errstate(all="ignore"):
+        for s in range(0, groups, step):
+            e = min(s + step, groups)
+            xs = np.ascontiguousarray(x[:, s:e])
+            ws = None if w is None else np.ascontiguousarray(w[:, s:e])
+            scale[s:e], L[:, s:e] = _make_qx_slice(xs, nmax, ws)
+    return scale, L
+
+
+def _qx_numerator(nmax: int, k: int) -> np.float32:
+    """C's ``-(nmax + 0.1f*is)``: the trial ``iscale`` times ``max``."""
+    return -(F32(nmax) + F32(0.1) * F32(k))
+
+
+def _make_qx_slice(x: np.ndarray, nmax: int, w: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """make_qx_quants on one cache-sized slice of groups (see the public one)."""
     if w is None:
         w = x * x
     wx = w * x  # C evaluates w*x[i]*l as (w*x[i])*l
     amax, xmax = _signed_absmax(x)
     live = amax >= GROUP_MAX_EPS
-    xmax = np.where(live, xmax, F32(1))  # dead groups are reset below
-
-    # C: iscale = -(nmax + 0.1f*is) / max, for is = 0 (first) then -9..9 without 0.
-    def numerator(k: int) -> np.float32:
-        return -(F32(nmax) + F32(0.1) * F32(k))
-
+    xmax[~live] = 1  # dead groups are reset at the end
     t = np.empty_like(x)
     prod = np.empty_like(x)
+    iscale = np.empty_like(xmax)
 
-    def trial(iscale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def trial(k: int) -> tuple[np.ndarray, np.ndarray]:
+        np.divide(_qx_numerator(nmax, k), xmax, out=iscale)
         np.multiply(iscale, x, out=t)
         np.rint(t, out=t)  # |iscale*x| <= nmax + 1 here, so rint == nearest_int
         np.clip(t, -nmax, nmax - 1, out=t)
@@ -137,25 +155,23 @@ def make_qx_quants(
         np.multiply(prod, t, out=prod)
         return sumlx, _seqsum(prod)
 
-    with np.errstate(all="ignore"):
-        sumlx, suml2 = trial(numerator(0) / xmax)
-        scale = _div(sumlx, suml2)
-        best = scale * sumlx
-        best_k = np.zeros(x.shape[1], dtype=np.int8)
-        for k in range(-9, 10):
-            if k == 0:
-                continue
-            sumlx, suml2 = trial(numerator(k) / xmax)
-            better = (suml2 > 0) & (sumlx * sumlx > best * suml2)
-            if better.any():
-                new_scale = _div(sumlx, suml2)
-                scale = np.where(better, new_scale, scale)
-                best = np.where(better, new_scale * sumlx, best)
-                best_k[better] = k
-        # The levels of the winning trial, recomputed from its iscale.
-        nums = np.array([numerator(k) for k in range(-9, 10)], dtype=F32)
-        iscale = nums[best_k.astype(np.intp) + 9] / xmax
-        L = (_quant_clip(iscale * x, -nmax, nmax - 1) + nmax).astype(np.uint8)
+    sumlx, suml2 = trial(0)
+    scale = np.where(suml2 != 0, sumlx / suml2, F32(0))
+    best = scale * sumlx
+    best_k = np.zeros(x.shape[1], dtype=np.int8)
+    for k in (*range(-9, 0), *range(1, 10)):
+        sumlx, suml2 = trial(k)
+        better = suml2 > 0
+        better &= sumlx * sumlx > best * suml2
+        if better.any():
+            new_scale = sumlx / suml2
+            np.copyto(scale, new_scale, where=better)
+            np.copyto(best, new_scale * sumlx, where=better)
+            np.copyto(best_k, k, where=better)
+    # The levels of the winning trial, recomputed from its iscale.
+    nums = np.array([_qx_numerator(nmax, k) for k in range(-9, 10)], dtype=F32)
+    iscale = nums[best_k.astype(np.intp) + 9] / xmax
+    L = (_quant_clip(iscale * x, -nmax, nmax - 1) + nmax).astype(np.uint8)
     scale[~live] = 0
     L[:, ~live] = 0
     return scale, L
@@ -165,47 +181,80 @@ def make_q3_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
     """ggml's ``make_q3_quants(n, nmax, x, L, do_rmse=true)`` over many groups.
 
     Same layout and return values as :func:`make_qx_quants`.  The coordinate
-    descent changes one level at a time, so it loops over the in-group index;
-    a group whose pass changes nothing would change nothing in later passes
-    either (its state is unchanged), so running every group for all passes
-    gives ggml's early ``break`` result.
+    descent changes one level at a time, so it loops over the in-group index
+    with every group in step.  A group whose pass changes nothing is final (its
+    state would not change again: ggml ``break``s), so each later pass only
+    revisits the groups that changed in the previous one.
     """
     x = np.ascontiguousarray(x, dtype=F32)
-    n = x.shape[0]
-    w = x * x
-    wx = w * x
-    amax, xmax = _signed_absmax(x)
-    live = amax >= GROUP_MAX_EPS
-    xmax = np.where(live, xmax, F32(1))
     with np.errstate(all="ignore"):
-        iscale = F32(-nmax) / xmax
-        lv = _quant_clip(iscale * x, -nmax, nmax - 1)
+        w = x * x
+        wx = w * x
+        amax, xmax = _signed_absmax(x)
+        live = amax >= GROUP_MAX_EPS
+        xmax[~live] = 1
+        lv = _quant_clip((F32(-nmax) / xmax) * x, -nmax, nmax - 1)
         sumlx = _seqsum(wx * lv)
         suml2 = _seqsum(w * lv * lv)
-        for _ in range(5):
-            changed = False
-            for i in range(n):
-                li = lv[i]
-                slx0 = sumlx - wx[i] * li
-                sl20 = suml2 - w[i] * li * li
-                new_l = _quant_clip(x[i] * sl20 / slx0, -nmax, nmax - 1)
-                slx = slx0 + wx[i] * new_l
-                sl2 = sl20 + w[i] * new_l * new_l
-                take = (slx0 > 0) & (new_l != li)
-                take &= (sl2 > 0) & (slx * slx * suml2 > sumlx * sumlx * sl2)
-                if take.any():
-                    changed = True
-                    lv[i] = np.where(take, new_l, li)
-                    sumlx = np.where(take, slx, sumlx)
-                    suml2 = np.where(take, sl2, suml2)
-            if not changed:
+        changed = _q3_pass(x, w, wx, lv, sumlx, suml2, nmax)
+        idx = np.flatnonzero(changed)
+        for _ in range(4):
+            if idx.size == 0:
                 break
-        scale = _div(sumlx, suml2)
-        scale = np.where(suml2 > 0, scale, F32(0))
+            sub = [np.ascontiguousarray(a[:, idx]) for a in (x, w, wx, lv)]
+            slx, sl2 = sumlx[idx], suml2[idx]
+            changed = _q3_pass(*sub, slx, sl2, nmax)
+            lv[:, idx], sumlx[idx], suml2[idx] = sub[3], slx, sl2
+            idx = idx[changed]
+        scale = np.where(suml2 > 0, sumlx / suml2, F32(0))
     L = (lv + nmax).astype(np.uint8)
     scale[~live] = 0
     L[:, ~live] = 0
     return scale, L
+
+
+def _q3_pass(
+    x: np.ndarray,
+    w: np.ndarray,
+    wx: np.ndarray,
+    lv: np.ndarray,
+    sumlx: np.ndarray,
+    suml2: np.ndarray,
+    nmax: int,
+) -> np.ndarray:
+    """One pass of make_q3_quants' descent; updates lv/sumlx/suml2 in place.
+
+    Returns which groups changed.  ``lv`` holds the signed levels as float32.
+    """
+    n, groups = x.shape
+    changed = np.zeros(groups, dtype=bool)
+    t1 = np.empty(groups, dtype=F32)
+    t2 = np.empty(groups, dtype=F32)
+    take = np.empty(groups, dtype=bool)
+    cond = np.empty(groups, dtype=bool)
+    for i in range(n):
+        li, xi, wi, wxi = lv[i], x[i], w[i], wx[i]
+        slx0 = sumlx - np.multiply(wxi, li, out=t1)
+        np.multiply(wi, li, out=t2)
+        sl20 = suml2 - np.multiply(t2, li, out=t2)
+        np.multiply(xi, sl20, out=t1)
+        new_l = _quant_clip(np.divide(t1, slx0, out=t1), -nmax, nmax - 1)
+        slx = slx0 + np.multiply(wxi, new_l, out=t1)
+        np.multiply(wi, new_l, out=t2)
+        sl2 = sl20 + np.multiply(t2, new_l, out=t2)
+        np.greater(slx0, 0, out=take)
+        take &= np.not_equal(new_l, li, out=cond)
+        take &= np.greater(sl2, 0, out=cond)
+        np.multiply(slx, slx, out=t1)
+        t1 *= suml2
+        np.multiply(sumlx, sumlx, out=t2)
+        t2 *= sl2
+        take &= np.greater(t1, t2, out=cond)
+        np.copyto(li, new_l, where=take)
+        np.copyto(sumlx, slx, where=take)
+        np.copyto(suml2, sl2, where=take)
+        changed |= take
+    return changed
 
 
 # --------------------------------------------------------------------------- shared steps
