@@ -1,1 +1,40 @@
-"""(filled in by its issue)"""
+"""GGUF: lazy reader, streaming writer, metadata editing, llama.cpp-compatible split files.
+
+The byte layout of GGUF v1-v3 is stated in :mod:`weightsmith.gguf._spec`.
+
+* :func:`read` -> :class:`GGUFFile` (mmap, lazy metadata, zero-copy tensors);
+* :func:`parse` -> :class:`GGUFHeader` from a whole file or a prefix of one;
+* :class:`Writer` -- streaming, atomic, byte-identical to gguf-py's GGUFWriter;
+* :func:`edit`, :func:`split`, :func:`merge`.
+"""
+
+from __future__ import annotations
+
+from ._edit import GGUFValue, edit
+from ._file import GGUFFile, read, shard_paths
+from ._parse import GGUFHeader, Metadata, StringArray, TensorInfo, parse
+from ._spec import DEFAULT_ALIGNMENT, GGUFValueType, MetaType
+from ._split import merge, split
+from ._writer import Writer, encode_value, infer_type, resolve_type
+
+__all__ = [
+    "DEFAULT_ALIGNMENT",
+    "GGUFFile",
+    "GGUFHeader",
+    "GGUFValue",
+    "GGUFValueType",
+    "MetaType",
+    "Metadata",
+    "StringArray",
+    "TensorInfo",
+    "Writer",
+    "edit",
+    "encode_value",
+    "infer_type",
+    "merge",
+    "parse",
+    "read",
+    "resolve_type",
+    "shard_paths",
+    "split",
+]

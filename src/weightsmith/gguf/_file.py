@@ -1,0 +1,228 @@
+"""GGUFFile: a memory-mapped GGUF file (or a whole split set) opened for reading.
+
+The header is parsed by :func:`weightsmith.gguf._parse.parse` (layout in
+:mod:`weightsmith.gguf._spec`); tensor data is never read until asked for,
+and then handed out as zero-copy views of the mmap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import errors as E
+from ._parse import GGUFHeader, Metadata, TensorInfo, parse
+from ._spec import KEY_SPLIT_COUNT, KEY_SPLIT_NO, MetaType
+
+__all__ = ["GGUFFile", "read", "shard_paths"]
+
+_SHARD_RE = re.compile(r"^(?P<prefix>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+
+
+def shard_paths(prefix: str | os.PathLike[str], count: int) -> list[Path]:
+    """llama.cpp's split names: ``<prefix>-00001-of-00003.gguf`` ..."""
+    p = os.fspath(prefix)
+    return [Path(f"{p}-{i + 1:05d}-of-{count:05d}.gguf") for i in range(count)]
+
+
+class _Mapped:
+    """One open file: its mmap and parsed header."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                self.mm: Any = b""
+            else:
+                self.mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        self.size = size
+        try:
+            self.header = parse(self.mm, size, path)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        self.header = None  # type: ignore[assignment]
+        if isinstance(self.mm, mmap.mmap):
+            with contextlib.suppress(BufferError):
+                # views handed out (tensor_bytes, arrays) keep the map alive
+                # until they are gone; the OS unmaps when the last one dies.
+                self.mm.close()
+        self.mm = None
+
+
+class GGUFFile:
+    """A GGUF file opened for reading; with ``split.count > 1`` the whole split set.
+
+    Attributes: ``version``, ``byte_order`` (``"<"``/``">"``), ``metadata``
+    (ordered mapping key -> Python value, arrays converted on first access),
+    ``alignment``, ``tensors`` (list of :class:`TensorInfo`), ``header`` (the
+    parsed header of the first file), ``paths`` (one per shard).
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._files: list[_Mapped] = []
+        try:
+            first = _Mapped(self.path)
+            self._files.append(first)
+            self._open_split(first)
+        except BaseException:
+            self.close()
+            raise
+        head = self._files[0].header
+        self.header: GGUFHeader = head
+        self.version: int = head.version
+        self.byte_order: str = head.byte_order
+        self.alignment: int = head.alignment
+        self.metadata: Metadata = head.metadata
+        self.tensors: list[TensorInfo] = []
+        for i, f in enumerate(self._files):
+            for t in f.header.tensors:
+                self.tensors.append(t if i == 0 else _with_shard(t, i))
+        self._by_name = {t.name: t for t in self.tensors}
+        if len(self._by_name) != len(self.tensors):
+            dup = next(n for n in self._by_name if sum(t.name == n for t in self.tensors) > 1)
+            raise E.GGUFDuplicateTensor(
+                "tensor appears in two shards",
+                path=self.path,
+                field=f"tensor {dup!r}",
+                expected="unique tensor names",
+                found=dup,
+            )
+        self._closed = False
+
+    # -- split sets -----------------------------------------------------------
+
+    def _open_split(self, first: _Mapped) -> None:
+        md = first.header.metadata
+        count = md.get(KEY_SPLIT_COUNT, 0)
+        if not isinstance(count, int) or count <= 1:
+            return
+        m = _SHARD_RE.match(str(self.path))
+        if m is None or int(m["count"]) != count:
+            raise E.GGUFSplitError(
+                "split file name does not follow <prefix>-NNNNN-of-NNNNN.gguf",
+                path=self.path,
+                field=KEY_SPLIT_COUNT,
+                expected=f"a name ending -{md.get(KEY_SPLIT_NO, 0) + 1:05d}-of-{count:05d}.gguf",
+                found=self.path.name,
+            )
+        paths = shard_paths(m["prefix"], count)
+        files: list[_Mapped] = []
+        for i, p in enumerate(paths):
+            if p == self.path:
+                f = first
+            elif not p.exists():
+                raise E.GGUFSplitError(
+                    "shard is missing",
+                    path=p,
+                    field=KEY_SPLIT_NO,
+                    expected=f"shard {i}",
+                    found="no file",
+                )
+            else:
+                f = _Mapped(p)
+                self._files.append(f)
+            no = f.header.metadata.get(KEY_SPLIT_NO)
+            if no != i:
+                raise E.GGUFSplitError(path=p, field=KEY_SPLIT_NO, expected=i, found=no)
+            files.append(f)
+        self._files = files
+
+    @property
+    def paths(self) -> list[Path]:
+        return [f.path for f in self._files]
+
+    # -- metadata -------------------------------------------------------------
+
+    def metadata_type(self, key: str) -> MetaType:
+        """The GGUF type of ``key``: ``MetaType(type, element)``; element set for arrays."""
+        return self.header.metadata_type(key)
+
+    def array(self, key: str) -> Any:
+        """An array value unconverted: numpy view, lazy StringArray, or list (nested arrays)."""
+        return self.header.array(key)
+
+    def summary(self, key: str) -> str:
+        return self.header.summary(key)
+
+    # -- tensors --------------------------------------------------------------
+
+    def tensor(self, name: str) -> TensorInfo:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise E.TensorNotFound(f"{self.path}: no tensor named {name!r}") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+    def _mm(self, t: TensorInfo) -> Any:
+        if self._closed:
+            raise E.ClosedFileError(f"{self.path} is closed")
+        return self._files[t.shard].mm
+
+    def tensor_bytes(self, name: str) -> np.ndarray:
+        """The tensor's bytes: a read-only uint8 view on the mmap (no copy)."""
+        t = self.tensor(name)
+        return np.frombuffer(self._mm(t), np.uint8, t.nbytes, t.offset)
+
+    def numpy(self, name: str) -> np.ndarray:
+        """A typed view (numpy shape) for F32/F16/BF16/F64/I8..I64 tensors, in the file's byte order."""
+        t = self.tensor(name)
+        dt = t.ggml_type.numpy
+        if dt is None:
+            raise TypeError(
+                f"{self.path}: tensor {name!r} is {t.ggml_type.name}, a block type; "
+                "use tensor_bytes() or dequantize()"
+            )
+        dt = dt.newbyteorder(self.byte_order) if dt.itemsize > 1 else dt
+        return np.frombuffer(self._mm(t), dt, t.n_elements, t.offset).reshape(t.shape)
+
+    def dequantize(self, name: str) -> np.ndarray:
+        """float32 values of any tensor, via weightsmith.quant for block types."""
+        t = self.tensor(name)
+        if t.ggml_type.numpy is not None:
+            return self.numpy(name).astype(np.float32)
+        from .. import quant
+
+        return quant.dequantize(self.tensor_bytes(name), t.ggml_type, t.shape)  # type: ignore[attr-defined]
+
+    # -- lifetime -------------------------------------------------------------
+
+    def close(self) -> None:
+        for f in self._files:
+            f.close()
+        self._closed = True
+
+    def __enter__(self) -> GGUFFile:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"GGUFFile({str(self.path)!r}, v{self.version}, {len(self.metadata)} keys, "
+            f"{len(self.tensors)} tensors)"
+        )
+
+
+def _with_shard(t: TensorInfo, shard: int) -> TensorInfo:
+    return TensorInfo(
+        t.name, t.ggml_type, t.shape, t.dims, t.offset, t.nbytes, t.n_elements, t.rel_offset, shard
+    )
+
+
+def read(path: str | os.PathLike[str]) -> GGUFFile:
+    """Open a GGUF file (any shard of a split set opens the whole set)."""
+    return GGUFFile(path)

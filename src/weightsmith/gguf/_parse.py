@@ -1,0 +1,735 @@
+"""The one GGUF header parser: magic, version, counts, KVs and tensor infos.
+
+The byte layout is stated in :mod:`weightsmith.gguf._spec`.  :func:`parse`
+works on any buffer: a whole file (an mmap) or only a *prefix* of it (bytes
+fetched over HTTP).  When it needs bytes past the end of a prefix of a longer
+file it raises :class:`~weightsmith.errors.NeedMoreData`; when the file itself
+is too short it raises the named :class:`~weightsmith.errors.GGUFError` of the
+field that runs past the end.
+
+Large arrays are never turned into Python objects while parsing: numeric
+arrays become numpy views of the buffer, and string arrays become two int64
+arrays (start, length) found by a vectorised scan of the length prefixes.
+Values turn into Python objects on first access through :class:`Metadata`.
+Every count is checked against the bytes left in the file before anything is
+allocated for it, so no input can make the parser allocate more than the file
+size justifies, and every loop advances through the file, so none can hang.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import errors as E
+from ..dtypes import GGML_BY_ID, GGMLType
+from ._spec import (
+    DEFAULT_ALIGNMENT,
+    INT64_MAX,
+    KEY_ALIGNMENT,
+    MAGIC,
+    MAX_DIMS,
+    MAX_NAME,
+    MAX_NESTING,
+    NUMPY,
+    SHORT_NAME,
+    SIZE,
+    STRUCT_CODE,
+    VT,
+    GGUFValueType,
+    MetaType,
+    pad,
+)
+
+__all__ = ["GGUFHeader", "Metadata", "StringArray", "TensorInfo", "parse"]
+
+_N_TYPES = len(GGUFValueType)
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    """One tensor of a GGUF file.
+
+    ``shape`` is numpy order (outermost first), ``dims`` ggml order as stored;
+    ``offset`` is absolute in the file that holds the tensor (``shard`` is
+    that file's index in a split set, 0 otherwise), ``rel_offset`` is the
+    stored offset relative to the data section.
+    """
+
+    name: str
+    ggml_type: GGMLType
+    shape: tuple[int, ...]
+    dims: tuple[int, ...]
+    offset: int
+    nbytes: int
+    n_elements: int
+    rel_offset: int
+    shard: int = 0
+
+    @property
+    def type_name(self) -> str:
+        return self.ggml_type.name
+
+
+class StringArray(Sequence):
+    """A GGUF string array decoded lazily: one ``str`` per access, or all at once by :meth:`tolist`.
+
+    Strings are decoded as UTF-8 with ``surrogateescape`` so that arbitrary
+    bytes survive a read / write round trip.
+    """
+
+    __slots__ = ("_buf", "_cache", "lengths", "starts")
+
+    def __init__(self, buf: memoryview, starts: np.ndarray, lengths: np.ndarray) -> None:
+        self._buf = buf
+        self.starts = starts
+        self.lengths = lengths
+        self._cache: list[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def raw(self, i: int) -> bytes:
+        s = int(self.starts[i])
+        return bytes(self._buf[s : s + int(self.lengths[i])])
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if self._cache is not None:
+            return self._cache[i]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return self.raw(i).decode("utf-8", "surrogateescape")
+
+    def tolist(self) -> list[str]:
+        """Every string, decoded once and cached."""
+        if self._cache is None:
+            n = len(self.starts)
+            if n == 0:
+                self._cache = []
+            else:
+                base = int(self.starts[0])
+                end = int(self.starts[-1] + self.lengths[-1])
+                chunk = bytes(self._buf[base:end])
+                rel = (self.starts - base).tolist()
+                ends = (self.starts - base + self.lengths).tolist()
+                self._cache = [
+                    chunk[s:e].decode("utf-8", "surrogateescape") for s, e in zip(rel, ends)
+                ]
+        return self._cache
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.tolist())
+
+    def __repr__(self) -> str:
+        return f"StringArray(len={len(self)})"
+
+
+@dataclass(slots=True)
+class KV:
+    """One metadata entry as parsed: type, raw value and byte span."""
+
+    key: str
+    type: MetaType
+    raw: Any  # Python scalar/str, numpy view, StringArray, or list (nested arrays)
+    start: int  # offset of the key's length prefix
+    end: int  # offset just past the value
+
+    @property
+    def count(self) -> int | None:
+        return len(self.raw) if self.type.type is VT.ARRAY else None
+
+
+def _materialize(raw: Any, mtype: MetaType) -> Any:
+    if mtype.type is not VT.ARRAY:
+        return raw
+    if isinstance(raw, StringArray):
+        return list(raw.tolist())
+    if isinstance(raw, np.ndarray):
+        if mtype.element is not None and mtype.element.type is VT.BOOL:
+            return (raw != 0).tolist()
+        return raw.tolist()
+    return [_materialize(r, t) for r, t in raw]
+
+
+class Metadata(Mapping):
+    """Ordered mapping key -> Python value; arrays are converted on first access."""
+
+    def __init__(self, kvs: dict[str, KV]) -> None:
+        self._kvs = kvs
+        self._cache: dict[str, Any] = {}
+
+    def __getitem__(self, key: str) -> Any:
+        try:
+            return self._cache[key]
+        except KeyError:
+            pass
+        kv = self._kvs[key]
+        value = _materialize(kv.raw, kv.type)
+        self._cache[key] = value
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._kvs)
+
+    def __len__(self) -> int:
+        return len(self._kvs)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._kvs
+
+    def type(self, key: str) -> MetaType:
+        return self._kvs[key].type
+
+    def kv(self, key: str) -> KV:
+        return self._kvs[key]
+
+    def __repr__(self) -> str:
+        return f"Metadata({len(self)} keys)"
+
+
+@dataclass
+class GGUFHeader:
+    """Everything before the tensor data: version, byte order, metadata, tensor infos."""
+
+    version: int
+    byte_order: str  # "<" or ">"
+    alignment: int
+    metadata: Metadata
+    tensors: list[TensorInfo]
+    data_start: int
+    header_end: int  # end of the tensor infos (before padding)
+    kv_start: int
+    kv_end: int
+    file_size: int
+    path: str | None = None
+    kvs: dict[str, KV] = field(default_factory=dict, repr=False)
+
+    def metadata_type(self, key: str) -> MetaType:
+        """The GGUF type of ``key`` (and the element type for arrays)."""
+        return self.kvs[key].type
+
+    def array(self, key: str) -> Any:
+        """An array value without converting it: a numpy view, a StringArray, or a list (nested)."""
+        kv = self.kvs[key]
+        if kv.type.type is VT.ARRAY and isinstance(kv.raw, np.ndarray):
+            if kv.type.element is not None and kv.type.element.type is VT.BOOL:
+                return kv.raw != 0
+            return kv.raw
+        if kv.type.type is VT.ARRAY and not isinstance(kv.raw, StringArray):
+            return [r for r, _ in kv.raw]
+        return kv.raw
+
+    def summary(self, key: str) -> str:
+        """A cheap one-line description: the value for scalars, ``arr[str] x 262144`` for arrays."""
+        kv = self.kvs[key]
+        if kv.type.type is VT.ARRAY:
+            return f"{kv.type} x {len(kv.raw)}"
+        return f"{SHORT_NAME[kv.type.type]} {kv.raw!r}"
+
+
+# --------------------------------------------------------------------------- parser
+
+
+class _Parser:
+    def __init__(self, buf: Any, file_size: int | None, path: Any) -> None:
+        mv = memoryview(buf)
+        if mv.format != "B" or mv.ndim != 1:
+            mv = mv.cast("B")
+        self.mv = mv
+        self.file_size = len(mv) if file_size is None else int(file_size)
+        self.n = min(len(mv), self.file_size)
+        self.path = os.fspath(path) if path is not None else None
+        self.u8 = np.frombuffer(mv, np.uint8, self.n) if self.n else np.zeros(0, np.uint8)
+        self.remaining_kv = 0
+        self.remaining_tensors = 0
+
+    # -- bounds ---------------------------------------------------------------
+
+    def err(self, cls: type[E.GGUFError], what: str = "", **kw: Any) -> E.GGUFError:
+        return cls(what, path=self.path, **kw)
+
+    def more(self, end: int) -> E.NeedMoreData:
+        """NeedMoreData with a guess at the whole header: ``end`` plus the items still to come."""
+        guess = end + 96 * self.remaining_kv + 160 * self.remaining_tensors + 4096
+        return E.NeedMoreData(min(self.file_size, max(guess, end)))
+
+    def need(
+        self, end: int, cls: type[E.GGUFError], field: str, offset: int, expected: Any
+    ) -> None:
+        """Make sure bytes up to ``end`` are here: NeedMoreData on a prefix, ``cls`` past the file end."""
+        if end <= self.n:
+            return
+        if end > self.file_size:
+            raise self.err(
+                cls,
+                "runs past the end of the file",
+                field=field,
+                offset=offset,
+                expected=expected,
+                found=f"{self.file_size - offset} bytes left",
+            )
+        raise self.more(end)
+
+    def _fixed(self, fmt: struct.Struct, pos: int, field: str) -> Any:
+        self.need(pos + fmt.size, E.GGUFTruncated, field, pos, f"{fmt.size} bytes")
+        return fmt.unpack_from(self.mv, pos)[0]
+
+    # -- header ---------------------------------------------------------------
+
+    def parse(self) -> GGUFHeader:
+        if self.n < 4 and self.file_size > self.n:
+            raise E.NeedMoreData(min(self.file_size, 4096))
+        magic = bytes(self.mv[:4])
+        if magic != MAGIC:
+            raise self.err(E.GGUFBadMagic, field="magic", offset=0, expected=MAGIC, found=magic)
+        raw = self._fixed(struct.Struct("<I"), 4, "version")
+        order = "<"
+        if raw & 0xFFFF == 0 and raw != 0:
+            order = ">"
+            raw = struct.unpack(">I", struct.pack("<I", raw))[0]
+        if raw not in (1, 2, 3):
+            raise self.err(
+                E.GGUFUnsupportedVersion, field="version", offset=4, expected="1, 2 or 3", found=raw
+            )
+        self.version = raw
+        self.order = order
+        self.s = {t: struct.Struct(order + c) for t, c in STRUCT_CODE.items()}
+        self.u32 = self.s[VT.UINT32]
+        self.u64 = self.s[VT.UINT64]
+        self.len_s = self.u32 if raw == 1 else self.u64  # counts and lengths
+        lw = self.len_s.size
+        n_tensors = self._fixed(self.len_s, 8, "n_tensors")
+        n_kv = self._fixed(self.len_s, 8 + lw, "n_kv")
+        pos = 8 + 2 * lw
+        self._check_counts(n_tensors, n_kv, pos)
+
+        kvs, pos = self._kvs(pos, n_kv)
+        kv_end = pos
+        alignment = self._alignment(kvs)
+        tensors, pos = self._tensor_infos(pos, n_tensors, alignment)
+        header_end = pos
+        data_start = pad(header_end, alignment)
+        if tensors and data_start > self.file_size:
+            raise self.err(
+                E.GGUFDataPastEOF,
+                "data section starts past the end of the file",
+                field="data section",
+                offset=data_start,
+                expected=f"<= {self.file_size}",
+                found=data_start,
+            )
+        tensors = self._place(tensors, data_start, alignment)
+        return GGUFHeader(
+            version=self.version,
+            byte_order=order,
+            alignment=alignment,
+            metadata=Metadata(kvs),
+            tensors=tensors,
+            data_start=data_start,
+            header_end=header_end,
+            kv_start=8 + 2 * lw,
+            kv_end=kv_end,
+            file_size=self.file_size,
+            path=self.path,
+            kvs=kvs,
+        )
+
+    def _check_counts(self, n_tensors: int, n_kv: int, pos: int) -> None:
+        # smallest possible KV: key length + 1 byte key + type + 1 byte value;
+        # smallest tensor info: name length + n_dims + type + offset (0 dims).
+        lw = self.len_s.size
+        min_kv, min_ti = lw + 1 + 4 + 1, lw + 4 + 4 + 8
+        left = self.file_size - pos
+        if n_kv * min_kv > left:
+            raise self.err(
+                E.GGUFCountTooLarge,
+                "KV count cannot fit in the file",
+                field="n_kv",
+                offset=pos - lw,
+                expected=f"<= {left // min_kv}",
+                found=n_kv,
+            )
+        if n_kv * min_kv + n_tensors * min_ti > left:
+            raise self.err(
+                E.GGUFCountTooLarge,
+                "tensor count cannot fit in the file",
+                field="n_tensors",
+                offset=pos - 2 * lw,
+                expected=f"<= {(left - n_kv * min_kv) // min_ti}",
+                found=n_tensors,
+            )
+
+    # -- strings --------------------------------------------------------------
+
+    def _string_span(self, pos: int, field: str) -> tuple[int, int]:
+        """(start, end) of the string whose length prefix is at ``pos``."""
+        n = self._fixed(self.len_s, pos, f"{field} length")
+        start = pos + self.len_s.size
+        if n > self.file_size - start:
+            raise self.err(
+                E.GGUFStringTooLong,
+                "string runs past the end of the file",
+                field=field,
+                offset=pos,
+                expected=f"length <= {self.file_size - start}",
+                found=n,
+            )
+        if start + n > self.n:
+            raise self.more(start + n)
+        return start, start + n
+
+    def _name(self, pos: int, field: str) -> tuple[str, int, int]:
+        start, end = self._string_span(pos, field)
+        try:
+            name = str(self.mv[start:end], "utf-8")
+        except UnicodeDecodeError as exc:
+            raise self.err(
+                E.GGUFInvalidUTF8, field=field, offset=start, expected="UTF-8", found=str(exc)
+            ) from None
+        return name, start, end
+
+    # -- KVs ------------------------------------------------------------------
+
+    def _kvs(self, pos: int, n_kv: int) -> tuple[dict[str, KV], int]:
+        kvs: dict[str, KV] = {}
+        self.remaining_kv = n_kv
+        for i in range(n_kv):
+            self.remaining_kv = n_kv - i
+            start = pos
+            key, _, pos = self._name(pos, f"key {i}")
+            if not key:
+                raise self.err(
+                    E.GGUFEmptyKey, field=f"key {i}", offset=start, expected="a key", found="''"
+                )
+            if key in kvs:
+                raise self.err(
+                    E.GGUFDuplicateKey,
+                    field=f"key {key!r}",
+                    offset=start,
+                    expected="unique keys",
+                    found=f"{key!r} again (first at offset {kvs[key].start})",
+                )
+            vt = self._vtype(pos, f"{key!r} type")
+            raw, mtype, pos = self._value(vt, pos + 4, key, 0)
+            kvs[key] = KV(key, mtype, raw, start, pos)
+        self.remaining_kv = 0
+        return kvs, pos
+
+    def _vtype(self, pos: int, field: str) -> GGUFValueType:
+        t = self._fixed(self.u32, pos, field)
+        if t >= _N_TYPES:
+            raise self.err(
+                E.GGUFUnknownValueType, field=field, offset=pos, expected="0..12", found=t
+            )
+        return GGUFValueType(t)
+
+    def _value(
+        self, vt: GGUFValueType, pos: int, key: str, depth: int
+    ) -> tuple[Any, MetaType, int]:
+        if vt is VT.STRING:
+            start, end = self._string_span(pos, f"{key!r} value")
+            return str(self.mv[start:end], "utf-8", "surrogateescape"), MetaType(vt), end
+        if vt is VT.ARRAY:
+            return self._array(pos, key, depth + 1)
+        s = self.s[vt]
+        v = self._fixed(s, pos, f"{key!r} value")
+        if vt is VT.BOOL:
+            v = v != 0
+        return v, MetaType(vt), pos + s.size
+
+    def _array(self, pos: int, key: str, depth: int) -> tuple[Any, MetaType, int]:
+        field = f"{key!r} array"
+        if depth > MAX_NESTING:
+            raise self.err(
+                E.GGUFNestingTooDeep,
+                field=field,
+                offset=pos,
+                expected=f"<= {MAX_NESTING} levels",
+                found=depth,
+            )
+        et = self._vtype(pos, f"{field} element type")
+        count = self._fixed(self.len_s, pos + 4, f"{field} count")
+        pos += 4 + self.len_s.size
+        lw = self.len_s.size
+        elsize = SIZE.get(et) or (lw if et is VT.STRING else 4 + lw)
+        left = self.file_size - pos
+        if count * elsize > left:
+            raise self.err(
+                E.GGUFArrayTooLong,
+                "array runs past the end of the file",
+                field=field,
+                offset=pos - lw,
+                expected=f"count <= {left // elsize} ({SHORT_NAME[et]})",
+                found=count,
+            )
+        if et is VT.STRING:
+            starts, lens, end = self._scan_strings(pos, count, field)
+            return StringArray(self.mv, starts, lens), MetaType(VT.ARRAY, MetaType(et)), end
+        if et is VT.ARRAY:
+            items: list[tuple[Any, MetaType]] = []
+            inner: MetaType | None = None
+            for _ in range(count):
+                raw, mt, pos = self._array(pos, key, depth + 1)
+                items.append((raw, mt))
+                inner = inner or mt
+            return items, MetaType(VT.ARRAY, inner or MetaType(VT.ARRAY)), pos
+        end = pos + count * elsize
+        if end > self.n:
+            raise self.more(end)
+        view = np.frombuffer(self.mv, NUMPY[et].newbyteorder(self.order), count, pos)
+        return view, MetaType(VT.ARRAY, MetaType(et)), end
+
+    def _scan_strings(self, pos: int, count: int, field: str) -> tuple[np.ndarray, np.ndarray, int]:
+        """Find ``count`` consecutive strings from ``pos``: their starts, lengths and the end.
+
+        Each string is a length prefix then its bytes, so boundaries form a
+        chain.  Instead of following it one Python step at a time, take every
+        position whose prefix would read as a length below 256 (the high prefix
+        bytes are zero) as a candidate, and accept the runs of candidates where
+        each one's end is exactly the next one's start: by induction from the
+        first boundary those runs are the true chain.  Strings of 256 bytes or
+        more, or candidates that are not boundaries, break a run; the scan then
+        takes one exact step and carries on, so the result never depends on
+        the guess, only the speed does.
+        """
+        starts = np.empty(count, np.int64)
+        lens = np.empty(count, np.int64)
+        lw = self.len_s.size
+        high = range(1, lw) if self.order == "<" else range(lw - 1)
+        low = 0 if self.order == "<" else lw - 1
+        got = 0
+        win = max(4096, count * 24)
+        u8 = self.u8
+        while got < count:
+            win_end = min(self.n, pos + win)
+            m = win_end - pos - lw + 1
+            if m > 0:
+                z = u8[pos:win_end] == 0
+                ok = z[high[0] : high[0] + m].copy()
+                for k in high[1:]:
+                    ok &= z[k : k + m]
+                cand = np.flatnonzero(ok).astype(np.int64) + pos
+                clen = u8[cand + low].astype(np.int64)
+                cnext = cand + lw + clen
+                bad = np.flatnonzero(cnext[:-1] != cand[1:])
+            else:
+                cand = clen = cnext = bad = np.zeros(0, np.int64)
+            ncand = len(cand)
+            while got < count:
+                j = int(np.searchsorted(cand, pos))
+                if j < ncand and cand[j] == pos:
+                    b = int(np.searchsorted(bad, j))
+                    last = int(bad[b]) if b < len(bad) else ncand - 1
+                    k = min(last - j + 1, count - got)
+                    starts[got : got + k] = cand[j : j + k] + lw
+                    lens[got : got + k] = clen[j : j + k]
+                    got += k
+                    pos = int(cnext[j + k - 1])
+                    if pos > self.n:  # only the last string of a run can reach past the window
+                        self._string_span(pos - lw - int(clen[j + k - 1]), f"{field}[{got - 1}]")
+                    continue
+                if pos + lw > win_end and win_end < self.n:
+                    break  # past this window: scan the next one
+                s, e = self._string_span(pos, f"{field}[{got}]")
+                starts[got] = s
+                lens[got] = e - s
+                got += 1
+                pos = e
+            win *= 2
+        return starts, lens, pos
+
+    # -- alignment ------------------------------------------------------------
+
+    def _alignment(self, kvs: dict[str, KV]) -> int:
+        kv = kvs.get(KEY_ALIGNMENT)
+        if kv is None:
+            return DEFAULT_ALIGNMENT
+        if kv.type != MetaType(VT.UINT32):
+            raise self.err(
+                E.GGUFBadAlignment,
+                field=KEY_ALIGNMENT,
+                offset=kv.start,
+                expected="type u32",
+                found=f"type {kv.type}",
+            )
+        a = kv.raw
+        if a == 0 or a & (a - 1):
+            raise self.err(
+                E.GGUFBadAlignment,
+                field=KEY_ALIGNMENT,
+                offset=kv.start,
+                expected="a power of two",
+                found=a,
+            )
+        return a
+
+    # -- tensor infos ---------------------------------------------------------
+
+    def _tensor_infos(self, pos: int, n_tensors: int, alignment: int) -> tuple[list, int]:
+        out: list[tuple] = []
+        seen: dict[str, int] = {}
+        dim_s = self.len_s
+        dw = dim_s.size
+        u32, u64 = self.u32, self.u64
+        for i in range(n_tensors):
+            self.remaining_tensors = n_tensors - i
+            start = pos
+            name, s, pos = self._name(pos, f"tensor {i} name")
+            if pos - s >= MAX_NAME:
+                raise self.err(
+                    E.GGUFTensorNameTooLong,
+                    field=f"tensor {name!r} name",
+                    offset=start,
+                    expected=f"< {MAX_NAME} bytes",
+                    found=pos - s,
+                )
+            if name in seen:
+                raise self.err(
+                    E.GGUFDuplicateTensor,
+                    field=f"tensor {name!r}",
+                    offset=start,
+                    expected="unique tensor names",
+                    found=f"{name!r} again (tensor {seen[name]})",
+                )
+            seen[name] = i
+            tf = f"tensor {name!r}"
+            n_dims = self._fixed(u32, pos, f"{tf} n_dims")
+            if n_dims > MAX_DIMS:
+                raise self.err(
+                    E.GGUFTooManyDims,
+                    field=f"{tf} n_dims",
+                    offset=pos,
+                    expected=f"<= {MAX_DIMS}",
+                    found=n_dims,
+                )
+            pos += 4
+            self.need(
+                pos + n_dims * dw + 12, E.GGUFTruncated, f"{tf} dims", pos, "dims, type and offset"
+            )
+            dims = struct.unpack_from(self.order + dim_s.format[-1] * n_dims, self.mv, pos)
+            n_el = 1
+            for d, v in enumerate(dims):
+                if v == 0 or v > INT64_MAX:
+                    raise self.err(
+                        E.GGUFBadDim,
+                        field=f"{tf} dims[{d}]",
+                        offset=pos + d * dw,
+                        expected="1 .. 2**63-1",
+                        found=v if v <= INT64_MAX else v - (1 << 64),
+                    )
+                n_el *= v
+            if n_el > INT64_MAX:
+                raise self.err(
+                    E.GGUFSizeOverflow,
+                    "element count overflows int64",
+                    field=f"{tf} dims",
+                    offset=pos,
+                    expected="<= 2**63-1",
+                    found=n_el,
+                )
+            pos += n_dims * dw
+            tid = u32.unpack_from(self.mv, pos)[0]
+            gt = GGML_BY_ID.get(tid)
+            if gt is None:
+                raise self.err(
+                    E.GGUFUnknownGGMLType,
+                    field=f"{tf} type",
+                    offset=pos,
+                    expected="a ggml type number",
+                    found=tid,
+                )
+            if dims and dims[0] % gt.block_size:
+                raise self.err(
+                    E.GGUFRowNotBlockMultiple,
+                    field=f"{tf} dims[0]",
+                    offset=pos - n_dims * dw,
+                    expected=f"a multiple of {gt.block_size} ({gt.name})",
+                    found=dims[0],
+                )
+            nbytes = n_el // gt.block_size * gt.type_size
+            if nbytes > INT64_MAX:
+                raise self.err(
+                    E.GGUFSizeOverflow,
+                    "byte count overflows int64",
+                    field=tf,
+                    offset=start,
+                    expected="<= 2**63-1",
+                    found=nbytes,
+                )
+            rel = u64.unpack_from(self.mv, pos + 4)[0]
+            out.append((name, gt, dims, n_el, nbytes, rel, pos + 4))
+            pos += 12
+        self.remaining_tensors = 0
+        return out, pos
+
+    def _place(self, infos: list[tuple], data_start: int, alignment: int) -> list[TensorInfo]:
+        tensors: list[TensorInfo] = []
+        prev_off, prev_end, prev_name = -1, 0, ""
+        for name, gt, dims, n_el, nbytes, rel, at in infos:
+            tf = f"tensor {name!r} offset"
+            if rel % alignment:
+                raise self.err(
+                    E.GGUFUnalignedOffset,
+                    field=tf,
+                    offset=at,
+                    expected=f"a multiple of {alignment}",
+                    found=rel,
+                )
+            if rel < prev_off:
+                raise self.err(
+                    E.GGUFTensorOutOfOrder,
+                    field=tf,
+                    offset=at,
+                    expected=f">= {prev_off} (offset of {prev_name!r})",
+                    found=rel,
+                )
+            if rel < prev_end:
+                raise self.err(
+                    E.GGUFTensorOverlap,
+                    field=tf,
+                    offset=at,
+                    expected=f">= {prev_end} (end of {prev_name!r})",
+                    found=rel,
+                )
+            end = data_start + rel + nbytes
+            if end > self.file_size:
+                raise self.err(
+                    E.GGUFDataPastEOF,
+                    "tensor data runs past the end of the file",
+                    field=f"tensor {name!r}",
+                    offset=at,
+                    expected=f"end <= {self.file_size}",
+                    found=end,
+                )
+            tensors.append(
+                TensorInfo(
+                    name,
+                    gt,
+                    tuple(reversed(dims)),
+                    tuple(dims),
+                    data_start + rel,
+                    nbytes,
+                    n_el,
+                    rel,
+                )
+            )
+            prev_off, prev_end, prev_name = rel, rel + nbytes, name
+        return tensors
+
+
+def parse(buf: Any, file_size: int | None = None, path: Any = None) -> GGUFHeader:
+    """Parse the GGUF header in ``buf`` (the whole file, or a prefix of a ``file_size``-byte file).
+
+    Raises :class:`~weightsmith.errors.NeedMoreData` when ``buf`` is a prefix
+    that ends too early, and a named :class:`~weightsmith.errors.GGUFError`
+    when the file breaks a rule.
+    """
+    return _Parser(buf, file_size, path).parse()
