@@ -24,7 +24,15 @@ import numpy as np
 
 from weightsmith.dtypes import ggml_type
 
-__all__ = ["dequantize", "lib", "quantize", "requires_imatrix", "row_size", "type_id"]
+__all__ = [
+    "dequantize",
+    "has_to_float",
+    "lib",
+    "quantize",
+    "requires_imatrix",
+    "row_size",
+    "type_id",
+]
 
 
 class _TypeTraits(ctypes.Structure):
@@ -98,6 +106,11 @@ def requires_imatrix(name: str) -> bool:
 
 def row_size(name: str, n_per_row: int) -> int:
     return int(lib().ggml_row_size(type_id(name), n_per_row))
+
+
+def has_to_float(name: str) -> bool:
+    """True if ggml has a to_float (dequantizer) for the type."""
+    return bool(lib().ggml_get_type_traits(type_id(name)).contents.to_float)
 
 
 def _ptr(a: np.ndarray) -> int:
