@@ -1,0 +1,314 @@
+"""The public quantization API: type lookup, info, named errors, chunking, workers.
+
+Bit-exactness itself is covered by test_quant_golden.py and test_quant_ggml.py;
+here the oracle for "chunked" and "threaded" results is ggml on the whole
+tensor at once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ggml_ref
+import weightsmith.quant as Q
+from weightsmith.dtypes import GGML, ggml_type
+from weightsmith.errors import (
+    ByteCountMismatch,
+    DequantizeUnsupported,
+    ImatrixLengthMismatch,
+    ImatrixRequired,
+    InvalidImatrix,
+    InvalidQuantShape,
+    InvalidWorkers,
+    NonFiniteInput,
+    QuantError,
+    QuantizeUnsupported,
+    RowLengthNotMultiple,
+    UnknownQuantType,
+    WeightsmithError,
+)
+
+
+def _x(rows: int, n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((rows, n)).astype(np.float32) * 0.02
+
+
+# --------------------------------------------------------------------------- lookup and info
+
+
+@pytest.mark.parametrize("spec", ["Q4_K", "q4_k", "Q4_k", 12, np.int32(12), GGML["Q4_K"]])
+def test_type_lookup_by_name_number_or_entry(spec) -> None:
+    assert Q.info(spec).name == "Q4_K"
+
+
+def test_info_fields() -> None:
+    i = Q.info("IQ4_XS")
+    assert (i.name, i.id, i.block_size, i.type_size) == ("IQ4_XS", 23, 256, 136)
+    assert i.bits_per_weight == 4.25
+    assert i.can_dequantize and i.can_quantize and not i.requires_imatrix
+    assert Q.info("Q8_1").can_quantize is False and Q.info("Q8_1").can_dequantize
+    assert Q.info("iq2_xxs").requires_imatrix
+
+
+def test_every_ggml_type_dequantizes() -> None:
+    assert set(Q.types()) == set(GGML)
+
+
+ISSUE_QUANTIZE = [
+    "F16",
+    "BF16",
+    "Q4_0",
+    "Q4_1",
+    "Q5_0",
+    "Q5_1",
+    "Q8_0",
+    "Q2_K",
+    "Q3_K",
+    "Q4_K",
+    "Q5_K",
+    "Q6_K",
+    "IQ4_NL",
+    "IQ4_XS",
+    "TQ1_0",
+    "TQ2_0",
+    "MXFP4",
+    "NVFP4",
+    "Q1_0",
+    "Q2_0",
+]
+
+
+def test_issue_quantize_list_is_registered() -> None:
+    assert set(ISSUE_QUANTIZE) <= set(Q.types(quantize=True))
+
+
+# --------------------------------------------------------------------------- named errors
+
+
+@pytest.mark.parametrize("bad", ["Q4_Z", 999, -1, 3.5, None, "", True])
+def test_unknown_type(bad) -> None:
+    with pytest.raises(UnknownQuantType) as e:
+        Q.info(bad)
+    assert isinstance(e.value, QuantError) and isinstance(e.value, ValueError)
+    assert isinstance(e.value, WeightsmithError)
+    with pytest.raises(UnknownQuantType):
+        Q.quantize(_x(1, 32), bad)
+    with pytest.raises(UnknownQuantType):
+        Q.dequantize(np.zeros(18, np.uint8), bad, (32,))
+
+
+def test_row_length_not_multiple() -> None:
+    with pytest.raises(RowLengthNotMultiple) as e:
+        Q.quantize(_x(2, 48), "Q4_0", name="blk.0.attn_q.weight")
+    msg = str(e.value)
+    assert "blk.0.attn_q.weight" in msg and "multiple of 32" in msg and "48" in msg
+    with pytest.raises(RowLengthNotMultiple):
+        Q.quantize(_x(2, 128), "Q4_K")
+    with pytest.raises(RowLengthNotMultiple):
+        Q.dequantize(np.zeros(144, np.uint8), "Q4_K", (2, 128))
+
+
+@pytest.mark.parametrize("nbytes", [0, 17, 19, 36 + 1, 18 * 3])
+def test_byte_count_mismatch(nbytes: int) -> None:
+    with pytest.raises(ByteCountMismatch) as e:
+        Q.dequantize(np.zeros(nbytes, np.uint8), "Q4_0", (2, 32))
+    assert "36" in str(e.value) and str(nbytes) in str(e.value)
+
+
+def test_dequantize_raw_not_bytes() -> None:
+    with pytest.raises(ByteCountMismatch):
+        Q.dequantize(12345, "Q4_0", (32,))
+
+
+@pytest.mark.parametrize("shape", [(-32,), (2, "32"), 2.0, None, (True, 32)])
+def test_bad_shape(shape) -> None:
+    with pytest.raises(InvalidQuantShape):
+        Q.dequantize(np.zeros(36, np.uint8), "Q4_0", shape)
+
+
+def test_quantize_scalar_or_non_numeric() -> None:
+    with pytest.raises(InvalidQuantShape):
+        Q.quantize(np.float32(1), "F16")
+    with pytest.raises(InvalidQuantShape):
+        Q.quantize(np.array([["a"] * 32]), "Q4_0")
+
+
+@pytest.mark.parametrize("length", [31, 33, 0])
+def test_imatrix_wrong_length(length: int) -> None:
+    with pytest.raises(ImatrixLengthMismatch) as e:
+        Q.quantize(_x(2, 32), "Q4_0", np.ones(length, np.float32))
+    assert "(32,)" in str(e.value)
+    with pytest.raises(ImatrixLengthMismatch):
+        Q.quantize(_x(2, 32), "Q4_0", np.ones((1, 32), np.float32))
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf, -1.0])
+def test_imatrix_bad_values(value: float) -> None:
+    im = np.ones(64, np.float32)
+    im[40] = value
+    with pytest.raises(InvalidImatrix) as e:
+        Q.quantize(_x(2, 64), "Q4_0", im)
+    assert "column 40" in str(e.value)
+
+
+def test_imatrix_required(monkeypatch) -> None:
+    """IQ2_XXS/IQ2_XS/IQ1_S need an imatrix; checked before any quantizer runs."""
+    from dataclasses import replace
+
+    from weightsmith.quant import registry
+
+    calls = []
+    table = dict(registry._table())
+    for name in registry.REQUIRES_IMATRIX:
+        table[name] = replace(table[name], quantize=lambda rows, im: calls.append(im))
+    monkeypatch.setattr(registry, "_codecs", table)
+    for name in sorted(registry.REQUIRES_IMATRIX):
+        with pytest.raises(ImatrixRequired, match=name):
+            Q.quantize(_x(1, 256), name)
+    assert calls == []
+
+
+@pytest.mark.parametrize("qtype", ["Q8_1", "Q8_K"])
+def test_quantize_unsupported(qtype: str) -> None:
+    with pytest.raises(QuantizeUnsupported):
+        Q.quantize(_x(1, 256), qtype)
+
+
+def test_dequantize_unsupported_is_a_named_error() -> None:
+    # every ggml type has a dequantizer today; the class exists for the registry contract
+    assert issubclass(DequantizeUnsupported, QuantError)
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q8_0", "Q4_K", "Q6_K", "IQ4_XS", "TQ1_0", "MXFP4"])
+def test_non_finite_input(qtype: str, value: float) -> None:
+    x = _x(3, 256)
+    x[2, 77] = value
+    with pytest.raises(NonFiniteInput) as e:
+        Q.quantize(x, qtype, name="tok_embd")
+    assert "row 2, column 77" in str(e.value) and "tok_embd" in str(e.value)
+
+
+@pytest.mark.parametrize("qtype", ["F16", "BF16", "F32"])
+def test_float_types_keep_nan_and_inf(qtype: str) -> None:
+    x = np.array([[np.nan, np.inf, -np.inf, 1e6, -0.0, 1.0]], np.float32)
+    got = Q.quantize(x, qtype)
+    assert np.array_equal(got, ggml_ref.quantize(x, qtype))
+
+
+@pytest.mark.parametrize("workers", [-1, 1.5, "2", True])
+def test_invalid_workers(workers) -> None:
+    with pytest.raises(InvalidWorkers):
+        Q.quantize(_x(4, 32), "Q4_0", workers=workers)
+
+
+def test_errors_pickle() -> None:
+    import pickle
+
+    err = NonFiniteInput("x", field="t", expected="finite values", found="nan")
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is NonFiniteInput and str(back) == str(err)
+
+
+# --------------------------------------------------------------------------- shapes and inputs
+
+
+def test_leading_dims_and_dtypes() -> None:
+    x = _x(6, 64).reshape(2, 3, 64)
+    got = Q.quantize(x, "Q4_0")
+    assert got.shape == (2, 3, 36)
+    assert np.array_equal(got.reshape(6, 36), ggml_ref.quantize(x.reshape(6, 64), "Q4_0"))
+    # float64 input is rounded to float32 first, as ggml takes float*
+    assert np.array_equal(Q.quantize(x.astype(np.float64), "Q4_0"), got)
+    back = Q.dequantize(got, "Q4_0", (2, 3, 64))
+    assert back.shape == (2, 3, 64) and back.dtype == np.float32
+    assert np.array_equal(Q.dequantize(got.tobytes(), "q4_0", [2, 3, 64]), back)
+    assert np.array_equal(Q.dequantize(memoryview(got.tobytes()), 2, (6, 64)), back.reshape(6, 64))
+
+
+def test_non_contiguous_input() -> None:
+    base = _x(64, 10)
+    xt = base.T  # [10, 64], Fortran order
+    assert not xt.flags.c_contiguous
+    want = ggml_ref.quantize(np.ascontiguousarray(xt), "Q8_0")
+    assert np.array_equal(Q.quantize(xt, "Q8_0", chunk_rows=3), want)
+    strided = _x(8, 128)[:, ::2]
+    assert np.array_equal(
+        Q.quantize(strided, "Q4_1"), ggml_ref.quantize(np.ascontiguousarray(strided), "Q4_1")
+    )
+
+
+def test_empty_tensors() -> None:
+    assert Q.quantize(np.zeros((0, 256), np.float32), "Q4_K").shape == (0, 144)
+    assert Q.dequantize(np.zeros(0, np.uint8), "Q4_K", (0, 256)).shape == (0, 256)
+
+
+def test_input_untouched() -> None:
+    x = _x(4, 256)
+    im = np.ones(256, np.float32)
+    x0, im0 = x.copy(), im.copy()
+    Q.quantize(x, "Q4_K", im)
+    Q.quantize(x, "Q4_1", im)
+    assert np.array_equal(x, x0) and np.array_equal(im, im0)
+
+
+# --------------------------------------------------------------------------- chunks and workers
+
+CHUNK_TYPES = [
+    "F16",
+    "BF16",
+    "Q4_0",
+    "Q4_1",
+    "Q5_1",
+    "Q8_0",
+    "Q4_K",
+    "Q6_K",
+    "IQ4_XS",
+    "TQ1_0",
+    "NVFP4",
+]
+
+
+@pytest.mark.parametrize("qtype", CHUNK_TYPES)
+def test_chunk_size_does_not_change_the_result(qtype: str) -> None:
+    x = _x(23, 512, seed=5)
+    im = np.random.default_rng(6).random(512, dtype=np.float32) + np.float32(0.01)
+    want = ggml_ref.quantize(x, qtype, im)
+    for chunk_rows in (1, 2, 7, 23, 100):
+        got = Q.quantize(x, qtype, im, chunk_rows=chunk_rows)
+        assert np.array_equal(got, want), chunk_rows
+        back = Q.dequantize(got, qtype, x.shape, chunk_rows=chunk_rows)
+        assert np.array_equal(
+            back.view(np.uint32), Q.dequantize(got, qtype, x.shape).view(np.uint32)
+        )
+
+
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q5_1", "Q4_K", "Q6_K", "IQ4_NL", "MXFP4"])
+def test_workers_give_the_single_worker_result(qtype: str) -> None:
+    x = _x(40, 256, seed=9)
+    one = Q.quantize(x, qtype, chunk_rows=3)
+    for workers in (2, 3, 0):
+        assert np.array_equal(Q.quantize(x, qtype, workers=workers, chunk_rows=3), one)
+        assert np.array_equal(
+            Q.dequantize(one, qtype, x.shape, workers=workers, chunk_rows=3),
+            Q.dequantize(one, qtype, x.shape),
+        )
+    assert np.array_equal(one, ggml_ref.quantize(x, qtype))
+
+
+def test_error_in_a_worker_is_raised() -> None:
+    x = _x(40, 256)
+    x[37, 3] = np.nan
+    with pytest.raises(NonFiniteInput, match="row 37, column 3"):
+        Q.quantize(x, "Q4_K", workers=2, chunk_rows=4)
+
+
+def test_default_chunks_follow_the_memory_budget() -> None:
+    from weightsmith.quant import MEMORY_BUDGET, TEMP_BYTES_PER_ELEMENT, _chunk_rows
+
+    rows = _chunk_rows(4096, 1, None)
+    assert rows * 4096 * TEMP_BYTES_PER_ELEMENT <= MEMORY_BUDGET
+    assert _chunk_rows(4096, 2, None) * 2 <= rows
+    assert _chunk_rows(10**7, 1, None) == 1  # at least one whole row
+    assert ggml_type("Q4_K").nbytes(256) == 144
