@@ -80,25 +80,47 @@ def _seqsum(a: np.ndarray) -> np.ndarray:
 def _signed_absmax(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per column of ``x [n, N]``: (largest |x|, the x that has it).
 
-    Walks the in-group index like C's ``if (ax > amax) { amax = ax; max = x; }``:
-    the first of equal magnitudes wins, NaN never wins, and an all-zero (or
-    all-NaN) column keeps the starting ``max = 0``.
+    Same result as C's ``if (ax > amax) { amax = ax; max = x; }`` walk: the
+    first of equal magnitudes wins, NaN never wins, and an all-zero column
+    keeps the starting ``max = 0``.
     """
+    hi = x.max(axis=0)
+    lo = x.min(axis=0)
+    if np.isnan(hi).any() or np.isnan(lo).any():
+        return _signed_absmax_walk(x)
+    amax = np.maximum(hi, -lo)
+    xmax = np.where(hi >= -lo, hi, lo)
+    xmax[amax == 0] = 0  # +0 even if the column holds -0
+    tie = np.flatnonzero((hi == -lo) & (amax > 0))
+    if tie.size:  # both +m and -m present: the first one wins
+        first = np.abs(x[:, tie]).argmax(axis=0)
+        xmax[tie] = x[first, tie]
+    return amax, xmax
+
+
+def _signed_absmax_walk(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_signed_absmax` as C's literal loop (used when NaN is present)."""
     amax = np.zeros(x.shape[1], dtype=F32)
     xmax = np.zeros(x.shape[1], dtype=F32)
-    ax = np.empty_like(amax)
-    better = np.empty(x.shape[1], dtype=bool)
     for row in x:
-        np.abs(row, out=ax)
-        np.greater(ax, amax, out=better)
-        np.copyto(amax, ax, where=better)
-        np.copyto(xmax, row, where=better)
+        ax = np.abs(row)
+        better = ax > amax
+        amax = np.where(better, ax, amax)
+        xmax = np.where(better, row, xmax)
     return amax, xmax
 
 
 def _quant_clip(v: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """MAX(lo, MIN(hi, nearest_int(v))) as float32 (exact small integers)."""
     return np.clip(_nint(v), lo, hi).astype(F32)
+
+
+def _qx_numerator(nmax: int, k: int) -> np.float32:
+    """C's ``-(nmax + 0.1f*is)``: the trial ``iscale`` times ``max``."""
+    return -(F32(nmax) + F32(0.1) * F32(k))
+
+
+_QX_TRIALS = (0, *range(-9, 0), *range(1, 10))  # C: the first guess, then is = -9..9
 
 
 def make_qx_quants(
@@ -112,69 +134,81 @@ def make_qx_quants(
     (``[n, groups]`` uint8; all 0 for an all-zero group, as in C).
     """
     x = np.ascontiguousarray(x, dtype=F32)
-    w = None if w is None else np.ascontiguousarray(w, dtype=F32)
-    groups = x.shape[1]
-    scale = np.empty(groups, dtype=F32)
-    L = np.empty(x.shape, dtype=np.uint8)
-    # Slices small enough that the trial loop's working set stays in L2.
-    step = max(1, _QX_SLICE_ELEMS // max(1, x.shape[0]))
     with np.errstate(all="ignore"):
-        for s in range(0, groups, step):
-            e = min(s + step, groups)
-            xs = np.ascontiguousarray(x[:, s:e])
-            ws = None if w is None else np.ascontiguousarray(w[:, s:e])
-            scale[s:e], L[:, s:e] = _make_qx_slice(xs, nmax, ws)
-    return scale, L
+        scale, iscale = _qx_search(x, nmax, w)
+        return scale, _qx_levels(x, iscale, nmax)
 
 
-def _qx_numerator(nmax: int, k: int) -> np.float32:
-    """C's ``-(nmax + 0.1f*is)``: the trial ``iscale`` times ``max``."""
-    return -(F32(nmax) + F32(0.1) * F32(k))
+def _qx_levels(x: np.ndarray, iscale: np.ndarray, nmax: int) -> np.ndarray:
+    """The search's stored levels ``L`` for the winning ``iscale`` (0 marks dead)."""
+    t = np.multiply(iscale, x)
+    np.rint(t, out=t)  # |iscale*x| <= nmax + 1, where rint == nearest_int
+    np.clip(t, -nmax, nmax - 1, out=t)
+    t += nmax
+    t[:, iscale == 0] = 0  # all-zero groups: C sets L = 0
+    return t.astype(np.uint8)
 
 
-def _make_qx_slice(x: np.ndarray, nmax: int, w: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """make_qx_quants on one cache-sized slice of groups (see the public one)."""
-    if w is None:
-        w = x * x
-    wx = w * x  # C evaluates w*x[i]*l as (w*x[i])*l
+def _qx_search(x: np.ndarray, nmax: int, w: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """make_qx_quants' search: (scale, winning iscale) per group of ``x [n, groups]``.
+
+    Dead groups (``amax < GROUP_MAX_EPS``) get scale 0 and iscale 0.  The
+    sums of every trial are computed slice by slice (so the ``[n, slice]``
+    working set stays in L2) and the sequential accept/reject walk over the
+    trials then runs once on whole ``[groups]`` vectors.
+    """
+    n, groups = x.shape
     amax, xmax = _signed_absmax(x)
     live = amax >= GROUP_MAX_EPS
     xmax[~live] = 1  # dead groups are reset at the end
+    nums = [_qx_numerator(nmax, k) for k in _QX_TRIALS]
+    sums = np.empty((2, len(nums), groups), dtype=F32)  # [sumlx|suml2, trial, group]
+    step = max(1, _QX_SLICE_ELEMS // max(1, n))
+    for s in range(0, groups, step):
+        e = min(s + step, groups)
+        xs = np.ascontiguousarray(x[:, s:e])
+        ws = xs * xs if w is None else np.ascontiguousarray(w[:, s:e], dtype=F32)
+        _qx_trials(xs, ws, xmax[s:e], nums, nmax, sums[:, :, s:e])
+    sumlx, suml2 = sums
+    ratio = sumlx / suml2  # C: scale = sumlx/suml2
+    scale = np.where(suml2[0] != 0, ratio[0], F32(0))
+    best = scale * sumlx[0]
+    best_t = np.zeros(groups, dtype=np.intp)
+    square = sumlx * sumlx
+    for t in range(1, len(nums)):
+        better = suml2[t] > 0
+        better &= square[t] > best * suml2[t]
+        if better.any():
+            scale = np.where(better, ratio[t], scale)
+            best = np.where(better, scale * sumlx[t], best)
+            best_t[better] = t
+    iscale = np.asarray(nums, dtype=F32)[best_t] / xmax
+    scale[~live] = 0
+    iscale[~live] = 0
+    return scale, iscale
+
+
+def _qx_trials(
+    x: np.ndarray,
+    w: np.ndarray,
+    xmax: np.ndarray,
+    nums: list[np.float32],
+    nmax: int,
+    out: np.ndarray,
+) -> None:
+    """Fill ``out[0, t]`` / ``out[1, t]`` with sumlx / suml2 of every trial."""
+    wx = w * x  # C evaluates w*x[i]*l as (w*x[i])*l
     t = np.empty_like(x)
     prod = np.empty_like(x)
-    iscale = np.empty_like(xmax)
-
-    def trial(k: int) -> tuple[np.ndarray, np.ndarray]:
-        np.divide(_qx_numerator(nmax, k), xmax, out=iscale)
-        np.multiply(iscale, x, out=t)
+    for i, num in enumerate(nums):
+        np.multiply(num / xmax, x, out=t)
         np.rint(t, out=t)  # |iscale*x| <= nmax + 1 here, so rint == nearest_int
         np.clip(t, -nmax, nmax - 1, out=t)
         np.multiply(wx, t, out=prod)
-        sumlx = _seqsum(prod)
+        np.add.reduce(prod, axis=0, out=out[0, i])
         np.multiply(w, t, out=prod)
         np.multiply(prod, t, out=prod)
-        return sumlx, _seqsum(prod)
-
-    sumlx, suml2 = trial(0)
-    scale = np.where(suml2 != 0, sumlx / suml2, F32(0))
-    best = scale * sumlx
-    best_k = np.zeros(x.shape[1], dtype=np.int8)
-    for k in (*range(-9, 0), *range(1, 10)):
-        sumlx, suml2 = trial(k)
-        better = suml2 > 0
-        better &= sumlx * sumlx > best * suml2
-        if better.any():
-            new_scale = sumlx / suml2
-            np.copyto(scale, new_scale, where=better)
-            np.copyto(best, new_scale * sumlx, where=better)
-            np.copyto(best_k, k, where=better)
-    # The levels of the winning trial, recomputed from its iscale.
-    nums = np.array([_qx_numerator(nmax, k) for k in range(-9, 10)], dtype=F32)
-    iscale = nums[best_k.astype(np.intp) + 9] / xmax
-    L = (_quant_clip(iscale * x, -nmax, nmax - 1) + nmax).astype(np.uint8)
-    scale[~live] = 0
-    L[:, ~live] = 0
-    return scale, L
+        np.add.reduce(prod, axis=0, out=out[1, i])
 
 
 def make_q3_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
@@ -265,16 +299,33 @@ def _groups(xb: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(xb.reshape(-1, 16).T)
 
 
-def _requantize(xb: np.ndarray, d: np.ndarray, L: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """Final levels: ``nearest_int(x / d) - lo`` per sub-block whose ``d != 0``.
+def _requantize(
+    xb: np.ndarray,
+    d: np.ndarray,
+    search_levels: Callable[[np.ndarray], np.ndarray],
+    lo: int,
+    hi: int,
+) -> np.ndarray:
+    """Final levels ``nearest_int(x / d) - lo``, clipped, per sub-block with ``d != 0``.
 
-    Sub-blocks whose scale rounded to zero keep the search's levels ``L``
-    (ggml ``continue``s past them).  ``d`` is ``[b, 16]``, ``L`` ``[b, 256]``.
+    ``xb`` is ``[b, 256]`` and ``d`` ``[b, 16]``.  Sub-blocks whose scale
+    rounded to zero keep the search's levels (ggml ``continue``s past them):
+    ``search_levels(idx)`` returns them as ``[len(idx), 16]`` for the flat
+    sub-block indices ``idx``.
     """
     b = xb.shape[0]
     with np.errstate(all="ignore"):
-        q = np.clip(_nint(xb.reshape(b, 16, 16) / d[:, :, None]), lo, hi) - lo
-    return np.where((d != 0)[:, :, None], q.astype(np.uint8), L.reshape(b, 16, 16)).reshape(b, QK_K)
+        v = xb.reshape(b, 16, 16) / d[:, :, None]
+    # nearest_int's bit trick with the clip folded into the mantissa range.
+    bits = np.add(v, _MAGIC, out=v).view(np.int32)
+    bits &= 0x007FFFFF
+    np.clip(bits, 0x00400000 + lo, 0x00400000 + hi, out=bits)
+    bits -= 0x00400000 + lo
+    q = bits.astype(np.uint8).reshape(b * 16, 16)
+    skipped = np.flatnonzero(d.reshape(-1) == 0)
+    if skipped.size:
+        q[skipped] = search_levels(skipped)
+    return q.reshape(b, QK_K)
 
 
 # --------------------------------------------------------------------------- Q6_K
@@ -283,17 +334,20 @@ def _requantize(xb: np.ndarray, d: np.ndarray, L: np.ndarray, lo: int, hi: int) 
 def _q6k_blocks(xb: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     """quantize_row_q6_K_ref (qw None) / _impl (qw = imatrix slice) on ``[b, 256]``."""
     b = xb.shape[0]
-    scale, L = make_qx_quants(_groups(xb), 32, None if qw is None else _groups(qw))
+    xg = _groups(xb)
+    scale, iscale_search = _qx_search(xg, 32, None if qw is None else _groups(qw))
     scales = scale.reshape(b, 16)
-    L = np.ascontiguousarray(L.T).reshape(b, QK_K)
     max_abs, max_scale = _signed_absmax(scales.T)
     dead = max_abs < GROUP_MAX_EPS
-    with np.errstate(all="ignore"):
-        iscale = F32(-128) / np.where(dead, F32(1), max_scale)
-        d16 = f32_to_f16_bits(F32(1) / iscale)
-        sc = np.minimum(127, _nint(iscale[:, None] * scales)).astype(np.int8)
-        d = f16_to_f32(d16)[:, None] * sc.astype(F32)
-    Lq = _requantize(xb, d, L, -32, 31).reshape(b, 2, 4, 32)  # [half, column c, l]
+    iscale = F32(-128) / np.where(dead, F32(1), max_scale)
+    d16 = f32_to_f16_bits(F32(1) / iscale)
+    sc = np.minimum(127, _nint(iscale[:, None] * scales)).astype(np.int8)
+    d = f16_to_f32(d16)[:, None] * sc.astype(F32)
+
+    def search_levels(idx: np.ndarray) -> np.ndarray:
+        return _qx_levels(xg[:, idx], iscale_search[idx], 32).T
+
+    Lq = _requantize(xb, d, search_levels, -32, 31).reshape(b, 2, 4, 32)  # [half, column c, l]
     out = np.empty((b, 210), dtype=np.uint8)
     low = Lq & 0xF
     out[:, :128] = (low[:, :, :2] | (low[:, :, 2:] << 4)).reshape(b, 128)
@@ -343,42 +397,48 @@ def _unpack_q3k_scales(packed: np.ndarray) -> np.ndarray:
     return (low | (high << 4)).astype(np.int8) - np.int8(32)
 
 
-def _q3k_scales_ref(xb: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """quantize_row_q3_K_ref's scale step -> (6-bit scales, f16 d bits, levels)."""
+_Levels = Callable[[np.ndarray], np.ndarray]
+
+
+def _q3k_scales_ref(xb: np.ndarray) -> tuple[np.ndarray, np.ndarray, _Levels]:
+    """quantize_row_q3_K_ref's scale step -> (6-bit scales, f16 d bits, search levels)."""
     b = xb.shape[0]
     scale, L = make_q3_quants(_groups(xb), 4)
     scales = scale.reshape(b, 16)
     _, max_scale = _signed_absmax(scales.T)
     has = max_scale != 0  # C: if (max_scale)
-    with np.errstate(all="ignore"):
-        iscale = F32(-32) / np.where(has, max_scale, F32(1))
-        ls = np.clip(_nint(iscale[:, None] * scales).astype(np.int8), -32, 31) + np.int8(32)
-        d16 = np.where(has, f32_to_f16_bits(F32(1) / iscale), np.uint16(0))
+    iscale = F32(-32) / np.where(has, max_scale, F32(1))
+    ls = np.clip(_nint(iscale[:, None] * scales).astype(np.int8), -32, 31) + np.int8(32)
+    d16 = np.where(has, f32_to_f16_bits(F32(1) / iscale), np.uint16(0))
     ls = np.where(has[:, None], ls, np.int8(0)).astype(np.uint8)
-    return ls, d16, L
+    return ls, d16, lambda idx: L[:, idx].T
 
 
-def _q3k_scales_impl(xb: np.ndarray, qw: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """quantize_row_q3_K_impl's scale step -> (6-bit scales, f16 d bits, levels)."""
+def _q3k_scales_impl(xb: np.ndarray, qw: np.ndarray) -> tuple[np.ndarray, np.ndarray, _Levels]:
+    """quantize_row_q3_K_impl's scale step -> (6-bit scales, f16 d bits, search levels)."""
     b = xb.shape[0]
     x2 = xb * xb
     sigma2 = F32(2) * _seqsum(x2.T) / F32(QK_K)
     weight = qw * np.sqrt(sigma2[:, None] + x2)
     wg = _groups(weight)
     sw = _seqsum(wg)
-    scale, L = make_qx_quants(_groups(xb), 4, wg)
+    xg = _groups(xb)
+    scale, iscale = _qx_search(xg, 4, wg)
     d_block, Ls = make_qx_quants(scale.reshape(b, 16).T, 32, sw.reshape(b, 16).T)
-    return np.ascontiguousarray(Ls.T), f32_to_f16_bits(d_block), L
+    return (
+        np.ascontiguousarray(Ls.T),
+        f32_to_f16_bits(d_block),
+        lambda idx: _qx_levels(xg[:, idx], iscale[idx], 4).T,
+    )
 
 
 def _q3k_blocks(xb: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     """quantize_row_q3_K_ref (qw None) / _impl (qw = imatrix slice) on ``[b, 256]``."""
     b = xb.shape[0]
-    ls, d16, L = _q3k_scales_ref(xb) if qw is None else _q3k_scales_impl(xb, qw)
-    L = np.ascontiguousarray(L.T).reshape(b, QK_K)
+    ls, d16, search_levels = _q3k_scales_ref(xb) if qw is None else _q3k_scales_impl(xb, qw)
     # ggml re-reads each scale from the packed bytes: 6-bit value minus 32.
     d = f16_to_f32(d16)[:, None] * (ls.astype(F32) - F32(32))
-    Lq = _requantize(xb, d, L, -4, 3)
+    Lq = _requantize(xb, d, search_levels, -4, 3)
     out = np.empty((b, 110), dtype=np.uint8)
     bit2 = (Lq >> 2).reshape(b, 8, 32)  # [e // 32, e % 32]
     hmask = np.zeros((b, 32), dtype=np.uint8)
