@@ -16,6 +16,10 @@ _LAZY = {
     "safe_open": "weightsmith.safetensors",
     "open_checkpoint": "weightsmith.safetensors",
     "save_sharded": "weightsmith.safetensors",
+    "load_file": "weightsmith.safetensors",
+    "save_file": "weightsmith.safetensors",
+    "StreamWriter": "weightsmith.safetensors",
+    "read_index": "weightsmith.safetensors",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -1,1 +1,51 @@
-"""(filled in by its issue)"""
+"""safetensors: read, validate, write, slice and shard.
+
+The byte layout and the validation rules are described in
+:mod:`weightsmith.safetensors._header`; writing in
+:mod:`weightsmith.safetensors._writer`; sharded checkpoints in
+:mod:`weightsmith.safetensors._sharded`.
+"""
+
+from __future__ import annotations
+
+from ._header import (
+    MAX_HEADER_SIZE,
+    Header,
+    TensorInfo,
+    parse_header,
+    read_header_size,
+)
+from ._reader import SafeSlice, load, load_file, safe_open
+from ._sharded import (
+    INDEX_NAME,
+    WEIGHTS_NAME,
+    Checkpoint,
+    open_checkpoint,
+    parse_size,
+    read_index,
+    save_sharded,
+)
+from ._writer import StreamWriter, build_header, save, save_file
+
+__all__ = [
+    "INDEX_NAME",
+    "MAX_HEADER_SIZE",
+    "WEIGHTS_NAME",
+    "Checkpoint",
+    "Header",
+    "SafeSlice",
+    "StreamWriter",
+    "TensorInfo",
+    "build_header",
+    "load",
+    "load_file",
+    "open_checkpoint",
+    "parse_header",
+    "parse_size",
+    "read_header_size",
+    "read_index",
+    "safe_open",
+    "save",
+    "save_file",
+    "save_sharded",
+]

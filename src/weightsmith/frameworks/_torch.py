@@ -1,0 +1,264 @@
+"""torch glue: dtype mapping through :mod:`weightsmith.dtypes`, zero-copy tensors.
+
+torch is imported lazily (the first call of any function here).  F4 is the
+one irregular type: torch holds it as ``float4_e2m1fn_x2``, one byte holding
+two elements, so its torch shape has the last dimension halved compared with
+the safetensors (logical) shape.  F6 types have no torch dtype.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import numpy as np
+
+from .. import errors as E
+from .._lazy import require
+from ..dtypes import SAFETENSORS, DType
+
+_cache: dict[str, Any] = {}
+
+
+def torch():
+    mod = _cache.get("torch")
+    if mod is None:
+        mod = _cache["torch"] = require("torch", "torch tensors")
+    return mod
+
+
+def _tables():
+    tab = _cache.get("tables")
+    if tab is None:
+        t = torch()
+        to_torch: dict[str, Any] = {}
+        for d in SAFETENSORS.values():
+            if d.torch is not None and hasattr(t, d.torch):
+                to_torch[d.name] = getattr(t, d.torch)
+        if hasattr(t, "float4_e2m1fn_x2"):
+            to_torch["F4"] = t.float4_e2m1fn_x2
+        from_torch = {v: SAFETENSORS[k] for k, v in to_torch.items()}
+        tab = _cache["tables"] = (to_torch, from_torch)
+    return tab
+
+
+def to_torch_dtype(dtype: DType):
+    """The torch dtype of a safetensors dtype (UnsupportedDtype if none)."""
+    td = _tables()[0].get(dtype.name)
+    if td is None:
+        raise E.UnsupportedDtype(f"torch has no dtype for safetensors {dtype.name}")
+    return td
+
+
+def from_torch_dtype(td) -> DType:
+    """The safetensors dtype of a torch dtype."""
+    d = _tables()[1].get(td)
+    if d is None:
+        raise E.UnsupportedDtype(f"torch dtype {td} has no safetensors dtype code")
+    return d
+
+
+def is_tensor(x) -> bool:
+    t = _cache.get("torch")
+    if t is None:
+        # Only look if torch was already imported by the caller: a value can
+        # not be a torch tensor otherwise.
+        import sys
+
+        if "torch" not in sys.modules:
+            return False
+        t = torch()
+    return isinstance(x, t.Tensor)
+
+
+def logical_shape(t) -> tuple[int, ...]:
+    """Safetensors shape of a torch tensor (F4 counts single elements)."""
+    shape = tuple(t.shape)
+    if t.dtype is _tables()[0].get("F4") and shape:
+        shape = (*shape[:-1], shape[-1] * 2)
+    return shape
+
+
+def storage_shape(dtype: DType, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """torch shape for a safetensors shape (halves the last dim for F4)."""
+    if dtype.name == "F4":
+        if not shape or shape[-1] % 2:
+            raise E.UnsupportedDtype(
+                f"F4 tensor of shape {list(shape)} has an odd last dimension; torch's "
+                "float4_e2m1fn_x2 needs pairs (read it with framework='np')"
+            )
+        return (*shape[:-1], shape[-1] // 2)
+    return shape
+
+
+def tensor_bytes(t) -> memoryview:
+    """The raw bytes of a contiguous CPU tensor, without a copy."""
+    n = t.numel() * t.element_size()
+    if n == 0:
+        return memoryview(b"")
+    buf = (ctypes.c_ubyte * n).from_address(t.data_ptr())
+    return memoryview(buf).cast("B")
+
+
+def from_buffer(base: np.ndarray, offset: int, dtype: DType, shape: tuple[int, ...]):
+    """A tensor over ``base[offset:]`` (a uint8 numpy array) without a copy.
+
+    Going through numpy matters: the tensor then keeps the numpy array, and
+    with it a buffer export of the underlying mmap, alive -- so the mapping
+    cannot be unmapped under the tensor.  ``base`` must be writable (a
+    copy-on-write mmap or a fresh buffer): torch has no read-only tensors.
+    Misaligned data is copied, since torch kernels assume aligned elements.
+    """
+    t = torch()
+    td = to_torch_dtype(dtype)
+    sshape = storage_shape(dtype, shape)
+    itemsize = max(1, dtype.itemsize)
+    count = 1
+    for d in sshape:
+        count *= d
+    if count == 0:
+        return t.empty(sshape, dtype=td)
+    raw = base[offset : offset + count * itemsize]
+    if offset % itemsize or not raw.flags.writeable:
+        raw = raw.copy()
+    return t.from_numpy(raw.view(_UINT[itemsize])).view(td).reshape(sshape)
+
+
+def from_numpy(arr: np.ndarray, dtype: DType):
+    """A tensor sharing memory with a numpy array of whole-byte elements."""
+    t = torch()
+    td = to_torch_dtype(dtype)
+    if arr.size == 0:
+        return t.empty(storage_shape(dtype, arr.shape), dtype=td)
+    if arr.dtype.kind == "V" or arr.dtype.name not in _NATIVE:
+        # ml_dtypes (bfloat16, float8_*): reinterpret through a same-width int
+        u = arr.view(_UINT[arr.dtype.itemsize])
+        if any(s < 0 for s in u.strides):
+            u = np.ascontiguousarray(u)
+        return t.from_numpy(u).view(td)
+    if any(s < 0 for s in arr.strides):
+        arr = np.ascontiguousarray(arr)
+    return t.from_numpy(arr)
+
+
+_NATIVE = {
+    "bool",
+    "uint8",
+    "int8",
+    "int16",
+    "uint16",
+    "float16",
+    "int32",
+    "uint32",
+    "float32",
+    "complex64",
+    "float64",
+    "int64",
+    "uint64",
+}
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+# --------------------------------------------------------------------------- shared storage
+
+
+def _storage_key(t):
+    try:
+        st = t.untyped_storage()
+        return (t.device, st.data_ptr(), st.nbytes())
+    except (RuntimeError, NotImplementedError):  # meta / exotic tensors
+        return None
+
+
+def _area(t) -> tuple[int, int]:
+    start = t.data_ptr()
+    if t.numel() == 0:
+        return start, start
+    # Furthest byte any element can reach (strides may be non-contiguous).
+    span = sum((s - 1) * st for s, st in zip(t.shape, t.stride()) if s > 0)
+    return start, start + (span + 1) * t.element_size()
+
+
+def shared_groups(tensors: dict[str, Any]) -> list[list[str]]:
+    """Names that share memory, grouped: same storage and overlapping bytes.
+
+    Same rule as ``safetensors.torch``: tensors on one storage but on
+    disjoint byte ranges are not shared.
+    """
+    t = torch()
+    by_storage: dict[Any, list[str]] = {}
+    for name, v in tensors.items():
+        if v.device == t.device("meta"):
+            continue
+        key = _storage_key(v)
+        if key is None or key[1] == 0 or key[2] == 0:
+            continue
+        by_storage.setdefault(key, []).append(name)
+    groups: list[list[str]] = []
+    for names in by_storage.values():
+        if len(names) < 2:
+            continue
+        areas = sorted((*_area(tensors[n]), n) for n in names)
+        current = [areas[0][2]]
+        stop = areas[0][1]
+        for a, b, n in areas[1:]:
+            if a < stop:
+                current.append(n)
+            else:
+                if len(current) > 1:
+                    groups.append(sorted(current))
+                current = [n]
+            stop = max(stop, b)
+        if len(current) > 1:
+            groups.append(sorted(current))
+    return sorted(groups)
+
+
+def check_shared(tensors: dict[str, Any]) -> None:
+    """Raise SharedTensorsError listing every group of tensors sharing memory."""
+    groups = shared_groups(tensors)
+    if groups:
+        listed = "; ".join("[" + ", ".join(repr(n) for n in g) + "]" for g in groups)
+        raise E.SharedTensorsError(
+            f"these tensors share memory and would be duplicated on disk: {listed}. "
+            "Save a copy (.clone()) of all but one, or use weightsmith.torch.save_model, "
+            "which keeps one name per shared group"
+        )
+
+
+def _is_complete(t) -> bool:
+    st = t.untyped_storage()
+    return t.data_ptr() == st.data_ptr() and t.numel() * t.element_size() == st.nbytes()
+
+
+def duplicate_names(
+    state_dict: dict[str, Any],
+    *,
+    preferred_names: Any = None,
+    discard_names: Any = None,
+) -> dict[str, list[str]]:
+    """For each shared group: the name kept -> the names dropped.
+
+    The kept name covers the whole storage; among several, the preferred
+    one, else one not discarded, else the first in sorted order -- the rule
+    of ``safetensors.torch._remove_duplicate_names``.
+    """
+    preferred = set(preferred_names or ())
+    discard = set(discard_names or ())
+    out: dict[str, list[str]] = {}
+    for group in shared_groups(state_dict):
+        complete = sorted(n for n in group if _is_complete(state_dict[n]))
+        if not complete:
+            raise E.SharedTensorsError(
+                f"tensors {group} share memory but none covers the whole storage; "
+                "refusing to save a larger storage than the tensors need"
+            )
+        keep = complete[0]
+        not_discarded = [n for n in complete if n not in discard]
+        if not_discarded:
+            keep = not_discarded[0]
+        pref = [n for n in complete if n in preferred]
+        if pref:
+            keep = pref[0]
+        out[keep] = [n for n in group if n != keep]
+    return out

@@ -1,0 +1,553 @@
+"""Reading safetensors files: ``safe_open``, slices, ``load_file``.
+
+The header is read with two ``pread`` calls and validated in full by
+:func:`parse_header` before any tensor is handed out.  Tensor data then
+comes from one of two sources:
+
+* ``mmap=True`` (default): one mapping of the whole file.  numpy arrays are
+  zero-copy, read-only views on it (``PROT_READ``).  torch has no read-only
+  tensors, so for ``framework="pt"`` the mapping is private copy-on-write:
+  tensors are zero-copy too, and writing to one never reaches the file.
+* ``mmap=False``: ``os.preadv`` straight into freshly allocated arrays, for
+  filesystems where mmap fails or is slow (some network mounts).
+
+Slicing (``get_slice(name)[key]``) follows numpy basic indexing exactly.  On
+the mmap path the result is a numpy view of the mapping (only the pages the
+caller touches are read).  On the pread path, and for packed sub-byte types,
+a small cost model picks which byte runs to read: whole rows of the inner
+dimensions, one read per selected index of the outer dimensions.
+
+Closing is deterministic (``close()`` / ``with``).  Arrays already handed
+out stay valid: the mapping is unmapped when the last of them goes away.
+Using the handle or a slice object after close raises ClosedFileError.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap as _mmap
+import operator
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from .. import errors as E
+from ..dtypes import DType
+from . import _subbyte
+from ._header import Header, TensorInfo, parse_header, read_header_size
+
+__all__ = ["SafeSlice", "load", "load_file", "safe_open"]
+
+_FRAMEWORKS = {
+    "np": "np",
+    "numpy": "np",
+    "pt": "pt",
+    "torch": "pt",
+    "pytorch": "pt",
+}
+_MADV_POPULATE_READ = 22  # Linux >= 5.14; absent from the mmap module's names
+# One pread per selected index costs about as much as reading this many
+# extra bytes in one go (syscall + Python loop vs memcpy from page cache).
+_READ_PENALTY = 16 * 1024
+_LITTLE = sys.byteorder == "little"
+
+
+def _framework(fw: str) -> str:
+    try:
+        return _FRAMEWORKS[fw]
+    except KeyError:
+        raise ValueError(f"framework must be 'np' or 'pt', not {fw!r}") from None
+
+
+def _pread_into(fd: int, buf, offset: int, path) -> None:
+    """Fill ``buf`` (writable buffer) from ``offset``; TruncatedData if short."""
+    mv = memoryview(buf).cast("B")
+    while len(mv):
+        n = os.preadv(fd, [mv], offset)
+        if n <= 0:
+            raise E.TruncatedData(
+                "file ended while reading (did it shrink?)",
+                path=path,
+                offset=offset,
+                expected=f"{len(mv)} more bytes",
+                found="end of file",
+            )
+        mv = mv[n:]
+        offset += n
+
+
+class safe_open:
+    """Open a safetensors file lazily: ``with safe_open(path) as f: f.get_tensor(name)``.
+
+    ``framework`` is ``"np"`` or ``"pt"``; ``device`` applies to torch.
+    ``mmap=False`` reads with pread instead of mapping the file.
+    ``populate=True`` pre-faults the whole mapping (used by ``load_file``,
+    which touches everything anyway).
+    """
+
+    def __init__(
+        self,
+        filename: str | os.PathLike[str],
+        framework: str = "np",
+        device: str = "cpu",
+        *,
+        mmap: bool = True,
+        populate: bool = False,
+    ) -> None:
+        self._fw = _framework(framework)
+        self._device = device
+        self._path = os.fspath(filename)
+        self._mm: _mmap.mmap | None = None
+        self._base: np.ndarray | None = None
+        self._closed = False
+        fd = os.open(self._path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            size = os.fstat(fd).st_size
+            n = read_header_size(os.pread(fd, 8, 0), size, self._path)
+            raw = bytearray(n)
+            _pread_into(fd, raw, 8, self._path)
+            self._header = parse_header(raw, size, self._path)
+            if mmap and self._header.data_size:
+                self._mm = self._map(fd, size, populate)
+                # torch tensors are made from slices of this array, so each
+                # holds a buffer export and the mapping outlives close().
+                self._base = np.frombuffer(self._mm, np.uint8)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self._start = self._header.data_start
+
+    def _map(self, fd: int, size: int, populate: bool) -> _mmap.mmap:
+        if self._fw == "np":
+            flags = _mmap.MAP_SHARED
+            if populate and hasattr(_mmap, "MAP_POPULATE"):
+                flags |= _mmap.MAP_POPULATE
+            return _mmap.mmap(fd, size, flags=flags, prot=_mmap.PROT_READ)
+        mm = _mmap.mmap(fd, size, access=_mmap.ACCESS_COPY)
+        if populate:
+            # MAP_POPULATE on a private writable mapping would copy every page;
+            # MADV_POPULATE_READ maps the page-cache pages without copying.
+            try:
+                mm.madvise(_MADV_POPULATE_READ)
+            except (OSError, ValueError, AttributeError):
+                with contextlib.suppress(OSError, ValueError, AttributeError):
+                    mm.madvise(_mmap.MADV_WILLNEED)
+        return mm
+
+    # ------------------------------------------------------------------ life cycle
+    def __enter__(self) -> safe_open:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the file.  Arrays already returned stay valid."""
+        if self._closed:
+            return
+        self._closed = True
+        mm, self._mm = self._mm, None
+        self._base = None
+        if mm is not None:
+            # Views still exported: the mapping is freed with the last view.
+            with contextlib.suppress(BufferError):
+                mm.close()
+        os.close(self._fd)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            if not self._closed:
+                self.close()
+
+    def _check(self) -> None:
+        if self._closed:
+            raise E.ClosedFileError(f"{self._path}: safetensors file is closed")
+
+    # ------------------------------------------------------------------ header
+    @property
+    def header(self) -> Header:
+        self._check()
+        return self._header
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    def keys(self) -> list[str]:
+        """Tensor names, sorted (like HF's ``safe_open.keys``)."""
+        self._check()
+        return sorted(self._header.tensors)
+
+    def offset_keys(self) -> list[str]:
+        """Tensor names in the order of their data in the file."""
+        self._check()
+        infos = sorted(self._header.tensors.values(), key=lambda t: t.data_offsets)
+        return [t.name for t in infos]
+
+    def metadata(self) -> dict[str, str] | None:
+        self._check()
+        md = self._header.metadata
+        return dict(md) if md is not None else None
+
+    def __contains__(self, name: object) -> bool:
+        self._check()
+        return name in self._header.tensors
+
+    def __len__(self) -> int:
+        self._check()
+        return len(self._header.tensors)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def info(self, name: str) -> TensorInfo:
+        self._check()
+        try:
+            return self._header.tensors[name]
+        except KeyError:
+            raise E.TensorNotFound(f"{self._path}: no tensor named {name!r}") from None
+
+    # ------------------------------------------------------------------ tensors
+    def get_tensor(self, name: str) -> Any:
+        """The whole tensor as a numpy array or torch tensor."""
+        return self._tensor(self.info(name))
+
+    def get_tensors(self) -> dict[str, Any]:
+        """Every tensor, in file order."""
+        self._check()
+        infos = sorted(self._header.tensors.values(), key=lambda t: t.data_offsets)
+        if self._fw == "np" and self._mm is not None:
+            return self._np_views(infos)
+        return {t.name: self._tensor(t) for t in infos}
+
+    def get_slice(self, name: str) -> SafeSlice:
+        return SafeSlice(self, self.info(name))
+
+    def _np_views(self, infos: list[TensorInfo]) -> dict[str, np.ndarray]:
+        # The hot path of load_file: one frombuffer per tensor, nothing else.
+        mm, start, out = self._mm, self._start, {}
+        frombuffer = np.frombuffer
+        for t in infos:
+            d = t.dtype
+            if d.packed or not _LITTLE:
+                out[t.name] = self._tensor(t)
+                continue
+            a = frombuffer(mm, d.numpy, t.n_elements, start + t.data_offsets[0])
+            out[t.name] = a.reshape(t.shape) if len(t.shape) != 1 else a
+        return out
+
+    def _tensor(self, t: TensorInfo) -> Any:
+        self._check()
+        d = t.dtype
+        off = self._start + t.data_offsets[0]
+        if self._fw == "pt":
+            return self._torch_tensor(t, off)
+        if d.packed:
+            codes = _subbyte.unpack(self._raw(off, t.nbytes), d.bits, t.n_elements)
+            return codes.view(d.numpy).reshape(t.shape)
+        if self._mm is not None:
+            a = np.frombuffer(self._mm, d.numpy, t.n_elements, off).reshape(t.shape)
+        else:
+            a = np.empty(t.shape, d.numpy)
+            _pread_into(self._fd, a.reshape(-1).view(np.uint8), off, self._path)
+        if not _LITTLE:
+            a = a.byteswap().view(a.dtype)
+        return a
+
+    def _torch_tensor(self, t: TensorInfo, off: int) -> Any:
+        from ..frameworks import _torch as tg
+
+        d = t.dtype
+        if self._mm is not None:
+            out = tg.from_buffer(self._base, off, d, t.shape)
+        else:
+            torch = tg.torch()
+            out = torch.empty(tg.storage_shape(d, t.shape), dtype=tg.to_torch_dtype(d))
+            if t.nbytes:
+                _pread_into(self._fd, tg.tensor_bytes(out), off, self._path)
+        if self._device != "cpu":
+            out = out.to(self._device)
+        return out
+
+    def _raw(self, off: int, n: int):
+        """``n`` bytes at file offset ``off`` (a view on the mapping, or read)."""
+        if self._mm is not None:
+            return memoryview(self._mm)[off : off + n]
+        buf = bytearray(n)
+        _pread_into(self._fd, buf, off, self._path)
+        return buf
+
+
+# --------------------------------------------------------------------------- slicing
+
+
+class _Sel:
+    """One tensor dimension of an index: ascending ``lo, lo+step, ...`` (count
+    of them), reversed when ``flip``; ``drop`` for an integer index."""
+
+    __slots__ = ("count", "drop", "flip", "lo", "step")
+
+    def __init__(self, lo: int, step: int, count: int, flip: bool, drop: bool) -> None:
+        self.lo, self.step, self.count, self.flip, self.drop = lo, step, count, flip, drop
+
+    @property
+    def hi(self) -> int:
+        return self.lo + (self.count - 1) * self.step
+
+    def as_slice(self, lo: int) -> slice | int:
+        """Index into a buffer dimension whose position 0 is ``lo``."""
+        first = self.lo - lo
+        if self.drop:
+            return first
+        if not self.flip:
+            return slice(first, first + (self.count - 1) * self.step + 1, self.step)
+        last = first + (self.count - 1) * self.step
+        return slice(last, first - 1 if first > 0 else None, -self.step)
+
+
+def _normalize(key: Any, shape: tuple[int, ...]) -> tuple[list[_Sel], list[int | None]]:
+    """numpy basic indexing -> one _Sel per dim, and the output layout (the
+    tensor dim of each output axis in order, None for a new axis)."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    n_ell = sum(1 for k in key if k is Ellipsis)
+    if n_ell > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
+    if n_real > len(shape):
+        raise IndexError(
+            f"too many indices for tensor: tensor is {len(shape)}-dimensional, "
+            f"but {n_real} were indexed"
+        )
+    expanded: list[Any] = []
+    for k in key:
+        if k is Ellipsis:
+            expanded.extend([slice(None)] * (len(shape) - n_real))
+        else:
+            expanded.append(k)
+    if n_ell == 0:
+        expanded.extend([slice(None)] * (len(shape) - n_real))
+    sels: list[_Sel] = []
+    layout: list[int | None] = []
+    for k in expanded:
+        if k is None:
+            layout.append(None)
+            continue
+        d = len(sels)
+        n = shape[d]
+        if isinstance(k, slice):
+            r = range(*k.indices(n))
+            cnt = len(r)
+            if r.step > 0 or cnt == 0:
+                sels.append(_Sel(r.start if cnt else 0, abs(r.step), cnt, r.step < 0, False))
+            else:
+                sels.append(_Sel(r[-1], -r.step, cnt, True, False))
+            layout.append(d)
+            continue
+        if isinstance(k, (bool, np.bool_)):
+            raise IndexError("boolean indices are advanced indexing, which slices do not support")
+        try:
+            i = operator.index(k)
+        except TypeError:
+            raise IndexError(
+                "only integers, slices (`:`), ellipsis (`...`) and None are valid "
+                f"indices, not {type(k).__name__}"
+            ) from None
+        if not -n <= i < n:
+            raise IndexError(f"index {i} is out of bounds for axis {d} with size {n}")
+        sels.append(_Sel(i % n, 1, 1, False, True))
+        layout.append(d)
+    return sels, layout
+
+
+class SafeSlice:
+    """A lazily read tensor: ``get_shape()``, ``get_dtype()``, ``[key]``."""
+
+    def __init__(self, handle: safe_open, info: TensorInfo) -> None:
+        self._h = handle
+        self._info = info
+
+    def get_shape(self) -> list[int]:
+        self._h._check()
+        return list(self._info.shape)
+
+    def get_dtype(self) -> str:
+        self._h._check()
+        return self._info.dtype.name
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._info.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self._info.dtype
+
+    def __len__(self) -> int:
+        if not self._info.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._info.shape[0]
+
+    def __getitem__(self, key: Any) -> Any:
+        h, t = self._h, self._info
+        h._check()
+        sels, layout = _normalize(key, t.shape)
+        if h._fw == "np" and h._mm is not None and not t.dtype.packed and _LITTLE:
+            return h._tensor(t)[key]  # a view of the mapping: numpy does the rest
+        arr = self._read(sels, layout)
+        if h._fw == "pt":
+            return self._to_torch(arr)
+        return arr
+
+    def _to_torch(self, arr: np.ndarray) -> Any:
+        from ..frameworks import _torch as tg
+
+        d = self._info.dtype
+        if d.packed:
+            if d.name != "F4":
+                raise E.UnsupportedDtype(f"torch has no dtype for safetensors {d.name}")
+            shape = arr.shape
+            raw = _subbyte.pack(arr.view(np.uint8), 4)
+            out = tg.from_buffer(raw, 0, d, shape)
+        else:
+            arr = np.asarray(arr)
+            if not arr.flags.c_contiguous:
+                arr = np.ascontiguousarray(arr)
+            out = tg.from_numpy(arr, d)
+        if self._h._device != "cpu":
+            out = out.to(self._h._device)
+        return out
+
+    def _read(self, sels: list[_Sel], layout: list[int | None]) -> np.ndarray:
+        t = self._info
+        shape, d = t.shape, t.dtype
+        out_shape = tuple(
+            1 if s is None else sels[s].count for s in layout if s is None or not sels[s].drop
+        )
+        if not shape or any(s.count == 0 for s in sels):
+            if not shape:  # a scalar: read its few bytes
+                whole = self._rows(np.zeros(1, np.int64), 1, (1,)).reshape(())
+                return whole[tuple(None if s is None else 0 for s in layout)]
+            return np.empty(out_shape, d.numpy)
+        ndim = len(shape)
+        inner = [1] * (ndim + 1)
+        for i in range(ndim - 1, -1, -1):
+            inner[i] = inner[i + 1] * shape[i + 1] if i + 1 < ndim else 1
+        # Pick the first "row" dim j: one read per selected outer index.
+        best = None
+        n_reads = 1
+        for j in range(ndim):
+            span = sels[j].hi - sels[j].lo + 1
+            row = span * inner[j]
+            cost = n_reads * row * max(1, d.itemsize) + n_reads * _READ_PENALTY
+            if best is None or cost < best[0]:
+                best = (cost, j, n_reads, row)
+            n_reads *= sels[j].count
+        _, j, n_reads, row = best
+        # Element offsets of each row start (outer dims vary, row dim at lo).
+        idx = np.zeros(1, np.int64)
+        for k in range(j):
+            s = sels[k]
+            steps = (s.lo + s.step * np.arange(s.count, dtype=np.int64)) * inner[k]
+            idx = (idx[:, None] + steps[None, :]).reshape(-1)
+        starts = idx + sels[j].lo * inner[j]
+        buf_shape = (
+            *(sels[k].count for k in range(j)),
+            sels[j].hi - sels[j].lo + 1,
+            *shape[j + 1 :],
+        )
+        buf = self._rows(starts, row, buf_shape)
+        index: list[Any] = []
+        for s in layout:
+            if s is None:
+                index.append(None)
+                continue
+            sel = sels[s]
+            if s < j:
+                index.append(0 if sel.drop else slice(None, None, -1 if sel.flip else 1))
+            elif s == j:
+                index.append(sel.as_slice(sel.lo))
+            else:
+                index.append(sel.as_slice(0))
+        res = buf[tuple(index)]
+        if isinstance(res, np.ndarray) and res.ndim and not res.flags.c_contiguous:
+            res = np.ascontiguousarray(res)
+        return res
+
+    def _rows(self, starts: np.ndarray, row: int, buf_shape: tuple[int, ...]) -> np.ndarray:
+        """Read ``row`` elements at each element offset in ``starts``."""
+        t, h = self._info, self._h
+        d = t.dtype
+        base = h._start + t.data_offsets[0]
+        if d.packed:
+            ge, gb = _subbyte.group(d.bits)
+            out = np.empty((len(starts), row), np.uint8)
+            for i, s in enumerate(starts.tolist()):
+                g0 = s // ge
+                g1 = -(-(s + row) // ge)
+                raw = h._raw(base + g0 * gb, (g1 - g0) * gb)
+                out[i] = _subbyte.unpack(raw, d.bits, row, s - g0 * ge)
+            return out.view(d.numpy).reshape(buf_shape)
+        size = d.itemsize
+        out = np.empty((len(starts), row), d.numpy)
+        flat = out.view(np.uint8).reshape(len(starts), row * size)
+        fd, path, mm = h._fd, h._path, h._mm
+        for i, s in enumerate(starts.tolist()):
+            off = base + s * size
+            if mm is not None:
+                flat[i] = np.frombuffer(mm, np.uint8, row * size, off)
+            else:
+                _pread_into(fd, flat[i], off, path)
+        if not _LITTLE:
+            out = out.byteswap().view(out.dtype)
+        return out.reshape(buf_shape)
+
+
+# --------------------------------------------------------------------------- whole file
+
+
+def load_file(
+    filename: str | os.PathLike[str],
+    framework: str = "np",
+    device: str = "cpu",
+    *,
+    mmap: bool = True,
+) -> dict[str, Any]:
+    """Every tensor of a file.  With mmap, arrays are zero-copy views of a
+    pre-faulted mapping that lives as long as they do."""
+    with safe_open(filename, framework, device, mmap=mmap, populate=True) as f:
+        return f.get_tensors()
+
+
+def load(data: bytes | bytearray | memoryview, framework: str = "np") -> dict[str, Any]:
+    """Every tensor of a safetensors file held in memory (copied out)."""
+    fw = _framework(framework)
+    mv = memoryview(data).cast("B")
+    n = read_header_size(mv[:8], len(mv))
+    header = parse_header(mv[8 : 8 + n], len(mv))
+    start = header.data_start
+    out: dict[str, Any] = {}
+    for t in sorted(header.tensors.values(), key=lambda t: t.data_offsets):
+        raw = mv[start + t.data_offsets[0] : start + t.data_offsets[1]]
+        out[t.name] = _from_bytes(raw, t, fw)
+    return out
+
+
+def _from_bytes(raw, t: TensorInfo, fw: str) -> Any:
+    d = t.dtype
+    if fw == "pt":
+        from ..frameworks import _torch as tg
+
+        if d.packed and d.name != "F4":
+            raise E.UnsupportedDtype(f"torch has no dtype for safetensors {d.name}")
+        return tg.from_buffer(np.frombuffer(raw, np.uint8).copy(), 0, d, t.shape)
+    if d.packed:
+        return _subbyte.unpack(raw, d.bits, t.n_elements).view(d.numpy).reshape(t.shape)
+    a = np.frombuffer(bytes(raw), d.numpy).reshape(t.shape)
+    if not _LITTLE:
+        a = a.byteswap().view(a.dtype)
+    return a

@@ -1,0 +1,454 @@
+"""Sharded checkpoints, laid out as transformers lays them out.
+
+A checkpoint folder holds either one ``model.safetensors``, or the shards
+``model-00001-of-0000N.safetensors`` ... and an index
+``model.safetensors.index.json``::
+
+    {
+      "metadata": {
+        "total_parameters": <elements in all tensors>,
+        "total_size": <bytes of tensor data in all shards>
+      },
+      "weight_map": {
+        "<tensor name>": "model-00001-of-0000N.safetensors",
+        ...
+      }
+    }
+
+written with ``json.dumps(index, indent=2, sort_keys=True) + "\\n"`` (so the
+weight map is sorted).  Tensors are assigned to shards in the order given,
+starting a new shard when the next tensor would push the current one past
+``max_shard_size``; a tensor larger than the limit gets a shard of its own
+(huggingface_hub's ``split_state_dict_into_shards_factory``).  One shard
+means a plain ``model.safetensors`` and no index, as in transformers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from .. import errors as E
+from .._atomic import atomic_output
+from ._header import TensorInfo
+from ._reader import SafeSlice, safe_open
+from ._writer import _check_metadata, _prepare, save_file
+
+__all__ = [
+    "INDEX_NAME",
+    "WEIGHTS_NAME",
+    "Checkpoint",
+    "open_checkpoint",
+    "parse_size",
+    "read_index",
+    "save_sharded",
+]
+
+WEIGHTS_NAME = "model.safetensors"
+INDEX_NAME = "model.safetensors.index.json"
+_SHARD_RE = re.compile(r"(.*?)-\d{5}-of-\d{5}")
+
+_UNITS = {
+    "TIB": 2**40,
+    "GIB": 2**30,
+    "MIB": 2**20,
+    "KIB": 2**10,
+    "TB": 10**12,
+    "GB": 10**9,
+    "MB": 10**6,
+    "KB": 10**3,
+    "B": 1,
+}
+_SIZE_RE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*")
+
+
+def parse_size(size: int | str) -> int:
+    """Bytes in ``"5GB"`` (5 * 10**9), ``"5GiB"`` (5 * 2**30), ``"500MB"``,
+    ``"1.5GB"`` or an int.  As in transformers, a lowercase final ``b`` after a
+    decimal prefix (``"5Gb"``) means bits."""
+    if isinstance(size, bool):
+        raise E.InvalidSize(f"invalid size {size!r}: expected an int or a string like '5GB'")
+    if isinstance(size, int):
+        if size <= 0:
+            raise E.InvalidSize(f"invalid size {size}: expected a positive number of bytes")
+        return size
+    if not isinstance(size, str):
+        raise E.InvalidSize(f"invalid size {size!r}: expected an int or a string like '5GB'")
+    m = _SIZE_RE.fullmatch(size)
+    unit = m.group(2).upper() if m else None
+    if m is None or (unit and unit not in _UNITS):
+        raise E.InvalidSize(
+            f"invalid size {size!r}: expected a number and a unit among "
+            "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB"
+        )
+    value = float(m.group(1)) * _UNITS[unit or "B"]
+    raw_unit = m.group(2)
+    if len(raw_unit) == 2 and raw_unit.endswith("b"):
+        value /= 8  # "Gb" = gigabits
+    out = int(value)
+    if out <= 0:
+        raise E.InvalidSize(f"invalid size {size!r}: expected a positive number of bytes")
+    return out
+
+
+def _split(sizes: list[tuple[str, int]], limit: int) -> list[list[str]]:
+    shards: list[list[str]] = []
+    current: list[str] = []
+    current_size = 0
+    for name, size in sizes:
+        if size > limit:
+            shards.append([name])
+            continue
+        if current_size + size > limit:
+            shards.append(current)
+            current, current_size = [], 0
+        current.append(name)
+        current_size += size
+    if current:
+        shards.append(current)
+    return shards
+
+
+def save_sharded(
+    tensors: Mapping[str, Any],
+    folder: str | os.PathLike[str],
+    max_shard_size: int | str = "5GB",
+    metadata: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Write ``tensors`` as a transformers-style checkpoint in ``folder``.
+
+    ``metadata`` goes into every shard's header (default ``{"format": "pt"}``,
+    what transformers writes and checks).  Returns the file names written.
+    Shards of an earlier save that the new one does not use are removed.
+    """
+    limit = parse_size(max_shard_size)
+    if metadata is None:
+        metadata = {"format": "pt"}
+    _check_metadata(metadata)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    items = _prepare(tensors)  # validates names, dtypes, shared storage
+    sizes = {}
+    for t in items:
+        n = 1
+        for d in t.shape:
+            n *= d
+        sizes[t.name] = (n, n * t.dtype.bits // 8)
+    shards = _split([(t.name, sizes[t.name][1]) for t in items], limit)
+    if not shards:
+        shards = [[]]
+    n = len(shards)
+    names = (
+        [WEIGHTS_NAME]
+        if n == 1
+        else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+    )
+    for fname, members in zip(names, shards):
+        save_file({k: tensors[k] for k in members}, folder / fname, metadata)
+    written = list(names)
+    if n > 1:
+        weight_map = {k: fname for fname, members in zip(names, shards) for k in members}
+        index = {
+            "metadata": {
+                "total_parameters": sum(v[0] for v in sizes.values()),
+                "total_size": sum(v[1] for v in sizes.values()),
+            },
+            "weight_map": weight_map,
+        }
+        with atomic_output(folder / INDEX_NAME, "w") as f:
+            f.write(json.dumps(index, indent=2, sort_keys=True) + "\n")
+        written.append(INDEX_NAME)
+    _remove_stale(folder, set(names), single=n == 1)
+    return written
+
+
+def _remove_stale(folder: Path, keep: set[str], single: bool) -> None:
+    """Delete shards (and a now-wrong index) left by an earlier save."""
+    for entry in os.scandir(folder):
+        name = entry.name
+        if name in keep or not entry.is_file():
+            continue
+        stem = name[: -len(".safetensors")] if name.endswith(".safetensors") else None
+        if stem and name.startswith("model-") and _SHARD_RE.fullmatch(stem):
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+    if single:
+        with contextlib.suppress(OSError):
+            os.unlink(folder / INDEX_NAME)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def read_index(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Load and check an index file: ``{"metadata": {...}, "weight_map": {...}}``.
+
+    A tensor mapped twice (even to the same shard) raises DuplicateShardTensor.
+    """
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        raise E.InvalidIndex("index file not found", path=path) from None
+
+    def pairs(items):
+        return _Pairs(items)
+
+    try:
+        top = json.loads(raw.decode("utf-8"), object_pairs_hook=pairs)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise E.InvalidIndex(
+            "index is not valid JSON", path=path, expected="a JSON object", found=str(exc)
+        ) from None
+    if not isinstance(top, _Pairs):
+        raise E.InvalidIndex("index is not a JSON object", path=path, expected="an object")
+    top_d = dict(top)
+    wm = top_d.get("weight_map")
+    if not isinstance(wm, _Pairs):
+        raise E.InvalidIndex(
+            "index has no weight_map object",
+            path=path,
+            field="weight_map",
+            expected="an object of tensor name -> shard file",
+            found=type(wm).__name__ if wm is not None else "none",
+        )
+    weight_map: dict[str, str] = {}
+    for name, shard in wm:
+        if name in weight_map:
+            raise E.DuplicateShardTensor(
+                "tensor listed twice in the index",
+                path=path,
+                field=f"weight_map[{name!r}]",
+                expected="each tensor once",
+                found=f"{weight_map[name]!r} and {shard!r}",
+            )
+        if not isinstance(shard, str) or not shard or os.path.basename(shard) != shard:
+            raise E.InvalidIndex(
+                "shard must be a file name in the same folder",
+                path=path,
+                field=f"weight_map[{name!r}]",
+                expected="a file name",
+                found=repr(shard),
+            )
+        weight_map[name] = shard
+    md = top_d.get("metadata")
+    metadata = _plain(md) if isinstance(md, _Pairs) else md
+    return {"metadata": metadata, "weight_map": weight_map}
+
+
+class _Pairs(list):
+    __slots__ = ()
+
+
+def _plain(v):
+    if isinstance(v, _Pairs):
+        return {k: _plain(x) for k, x in v}
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    return v
+
+
+class Checkpoint:
+    """One lazy view over all the shards of a checkpoint.
+
+    Shard headers are read and validated when the checkpoint is opened
+    (cheap: two preads each); shard data is mapped only when a tensor of
+    that shard is first requested.  Use as a context manager, or ``close()``.
+    """
+
+    def __init__(
+        self,
+        files: list[Path],
+        *,
+        index: dict[str, Any] | None = None,
+        index_path: Path | None = None,
+        framework: str = "np",
+        device: str = "cpu",
+        mmap: bool = True,
+    ) -> None:
+        self._files = files
+        self._index = index
+        self._index_path = index_path
+        self._opts = {"framework": framework, "device": device, "mmap": mmap}
+        self._handles: dict[Path, safe_open] = {}
+        self._where: dict[str, tuple[Path, TensorInfo]] = {}
+        self._closed = False
+        try:
+            self._scan()
+        except BaseException:
+            self.close()
+            raise
+
+    def _scan(self) -> None:
+        for p in self._files:
+            if not p.is_file():
+                raise E.MissingShard(
+                    "shard file not found",
+                    path=self._index_path or p,
+                    field=p.name,
+                    expected="the file to exist",
+                    found="nothing",
+                )
+        for p in self._files:
+            with safe_open(p, mmap=False) as h:
+                header = h.header
+            for name, info in header.tensors.items():
+                if name in self._where:
+                    raise E.DuplicateShardTensor(
+                        "tensor present in two shards",
+                        path=p,
+                        field=f"tensor {name!r}",
+                        expected="each tensor in one shard",
+                        found=f"{self._where[name][0].name} and {p.name}",
+                    )
+                self._where[name] = (p, info)
+        if self._index is not None:
+            for name, shard in self._index["weight_map"].items():
+                got = self._where.get(name)
+                if got is None:
+                    raise E.InvalidIndex(
+                        "tensor listed in the index is missing from its shard",
+                        path=self._index_path,
+                        field=f"weight_map[{name!r}]",
+                        expected=f"tensor in {shard}",
+                        found="no such tensor",
+                    )
+                if got[0].name != shard:
+                    raise E.InvalidIndex(
+                        "tensor found in another shard than the index says",
+                        path=self._index_path,
+                        field=f"weight_map[{name!r}]",
+                        expected=shard,
+                        found=got[0].name,
+                    )
+
+    # ------------------------------------------------------------------ life cycle
+    def __enter__(self) -> Checkpoint:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._closed = True
+        handles, self._handles = self._handles, {}
+        for h in handles.values():
+            h.close()
+
+    def _check(self) -> None:
+        if self._closed:
+            raise E.ClosedFileError("checkpoint is closed")
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def files(self) -> list[Path]:
+        return list(self._files)
+
+    def keys(self) -> list[str]:
+        self._check()
+        return sorted(self._where)
+
+    def __contains__(self, name: object) -> bool:
+        self._check()
+        return name in self._where
+
+    def __len__(self) -> int:
+        self._check()
+        return len(self._where)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def metadata(self) -> dict[str, Any] | None:
+        """The index's metadata (or the single file's header metadata)."""
+        self._check()
+        if self._index is not None:
+            return self._index["metadata"]
+        if self._files:
+            return self._handle(self._files[0]).metadata()
+        return None
+
+    def weight_map(self) -> dict[str, str]:
+        self._check()
+        return {name: p.name for name, (p, _info) in sorted(self._where.items())}
+
+    def info(self, name: str) -> TensorInfo:
+        return self._locate(name)[1]
+
+    def _locate(self, name: str) -> tuple[Path, TensorInfo]:
+        self._check()
+        try:
+            return self._where[name]
+        except KeyError:
+            raise E.TensorNotFound(f"checkpoint has no tensor named {name!r}") from None
+
+    def _handle(self, p: Path) -> safe_open:
+        h = self._handles.get(p)
+        if h is None:
+            h = self._handles[p] = safe_open(p, **self._opts)
+        return h
+
+    def get_tensor(self, name: str) -> Any:
+        p, _ = self._locate(name)
+        return self._handle(p).get_tensor(name)
+
+    def get_slice(self, name: str) -> SafeSlice:
+        p, _ = self._locate(name)
+        return self._handle(p).get_slice(name)
+
+    def get_tensors(self) -> dict[str, Any]:
+        self._check()
+        out: dict[str, Any] = {}
+        for p in self._files:
+            out.update(self._handle(p).get_tensors())
+        return out
+
+
+def open_checkpoint(
+    folder_or_index: str | os.PathLike[str],
+    framework: str = "np",
+    device: str = "cpu",
+    *,
+    mmap: bool = True,
+) -> Checkpoint:
+    """Open a checkpoint folder, an index file, or a single .safetensors file.
+
+    A folder is looked up in this order: ``model.safetensors.index.json``;
+    ``model.safetensors``; otherwise every ``*.safetensors`` file in it.
+    """
+    p = Path(folder_or_index)
+    kw = {"framework": framework, "device": device, "mmap": mmap}
+    if p.is_dir():
+        if (p / INDEX_NAME).is_file():
+            p = p / INDEX_NAME
+        elif (p / WEIGHTS_NAME).is_file():
+            return Checkpoint([p / WEIGHTS_NAME], **kw)
+        else:
+            indexes = sorted(p.glob("*.safetensors.index.json"))
+            if len(indexes) == 1:
+                p = indexes[0]
+            else:
+                files = sorted(x for x in p.glob("*.safetensors") if x.is_file())
+                if not files:
+                    raise E.MissingShard(
+                        "no safetensors file in folder",
+                        path=p,
+                        expected="model.safetensors or an index",
+                        found="none",
+                    )
+                return Checkpoint(files, **kw)
+    if p.name.endswith(".json"):
+        index = read_index(p)
+        shards = list(dict.fromkeys(index["weight_map"].values()))
+        return Checkpoint([p.parent / s for s in shards], index=index, index_path=p, **kw)
+    if not p.exists():
+        raise E.MissingShard(
+            "checkpoint not found", path=p, expected="a file or folder", found="nothing"
+        )
+    return Checkpoint([p], **kw)

@@ -1,0 +1,129 @@
+"""Drop-in mirror of ``safetensors.torch``: save, save_file, load, load_file,
+save_model and load_model.
+
+torch is imported on first use.  Tensors sharing memory are refused by
+``save``/``save_file`` with :class:`weightsmith.errors.SharedTensorsError`
+listing the names; ``save_model``/``load_model`` keep one name per shared
+group exactly as ``safetensors.torch`` does (recording dropped names in the
+metadata).  Non-contiguous tensors are saved correctly instead of refused.
+Loaded tensors are zero-copy views of a private (copy-on-write) memory map:
+writing to them never changes the file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ._lazy import require
+from .frameworks import _torch as _tg
+from .numpy import _mmap
+from .safetensors import _reader, _writer
+
+__all__ = ["load", "load_file", "load_model", "save", "save_file", "save_model"]
+
+
+def _require() -> Any:
+    return require("torch", "weightsmith.torch")
+
+
+def _check(tensors: Mapping[str, Any]) -> None:
+    torch = _require()
+    if not isinstance(tensors, Mapping):
+        raise ValueError(f"Expected a dict of [str, torch.Tensor] but received {type(tensors)}")
+    for k, v in tensors.items():
+        if not isinstance(v, torch.Tensor):
+            raise ValueError(f"Key `{k}` is invalid, expected torch.Tensor but received {type(v)}")
+
+
+def save(tensors: Mapping[str, Any], metadata: Mapping[str, str] | None = None) -> bytes:
+    """The bytes of a safetensors file holding ``tensors``."""
+    _check(tensors)
+    return _writer.save(tensors, metadata)
+
+
+def save_file(
+    tensors: Mapping[str, Any],
+    filename: str | os.PathLike[str],
+    metadata: Mapping[str, str] | None = None,
+) -> None:
+    """Write ``tensors`` to ``filename`` (atomically)."""
+    _check(tensors)
+    _writer.save_file(tensors, filename, metadata)
+
+
+def load(data: bytes) -> dict[str, Any]:
+    """Tensors of a safetensors file held in memory (copied out)."""
+    _require()
+    return _reader.load(data, "pt")
+
+
+def load_file(
+    filename: str | os.PathLike[str],
+    device: str | int = "cpu",
+    *,
+    backend: str = "mmap",
+) -> dict[str, Any]:
+    """Every tensor of a file, on ``device``."""
+    _require()
+    dev = f"cuda:{device}" if isinstance(device, int) else device
+    return _reader.load_file(filename, "pt", dev, mmap=_mmap(backend))
+
+
+def save_model(
+    model: Any,
+    filename: str | os.PathLike[str],
+    metadata: dict[str, str] | None = None,
+    force_contiguous: bool = True,
+) -> None:
+    """Save ``model.state_dict()``, keeping one name per group of shared tensors."""
+    state_dict = model.state_dict()
+    for kept, dropped in _tg.duplicate_names(state_dict).items():
+        for name in dropped:
+            if metadata is None:
+                metadata = {}
+            metadata.setdefault(name, kept)  # never override the caller's keys
+            del state_dict[name]
+    if force_contiguous:
+        state_dict = {k: v.contiguous() for k, v in state_dict.items()}
+    save_file(state_dict, filename, metadata=metadata)
+
+
+def load_model(
+    model: Any,
+    filename: str | os.PathLike[str],
+    strict: bool = True,
+    device: str | int = "cpu",
+    *,
+    backend: str = "mmap",
+) -> tuple[list[str], list[str]]:
+    """Load a file saved by :func:`save_model` into ``model``.
+
+    Returns ``(missing, unexpected)``; with ``strict`` raises RuntimeError if
+    either is non-empty, like ``safetensors.torch.load_model``.
+    """
+    state_dict = load_file(filename, device=device, backend=backend)
+    model_state = model.state_dict()
+    to_removes = _tg.duplicate_names(model_state, preferred_names=state_dict.keys())
+    missing, unexpected = model.load_state_dict(state_dict, strict=False)
+    missing = set(missing)
+    unexpected = list(unexpected)
+    for group in to_removes.values():
+        for name in group:
+            if name not in missing:
+                unexpected.append(name)
+            else:
+                missing.remove(name)
+    if strict and (missing or unexpected):
+        error = f"Error(s) in loading state_dict for {model.__class__.__name__}:"
+        if missing:
+            error += "\n    Missing key(s) in state_dict: " + ", ".join(
+                f'"{k}"' for k in sorted(missing)
+            )
+        if unexpected:
+            error += "\n    Unexpected key(s) in state_dict: " + ", ".join(
+                f'"{k}"' for k in sorted(unexpected)
+            )
+        raise RuntimeError(error)
+    return sorted(missing), unexpected
