@@ -92,6 +92,9 @@ def view(
     if numel == 0:
         return np.empty(t.size, dtype=storage.dtype)
     item = storage.dtype.itemsize
-    base = storage[t.offset :]
+    # as_strided goes through __array_interface__, which cannot spell ml_dtypes
+    # types (bfloat16, float8): stride opaque bytes, then re-type the view
+    base = storage[t.offset :].view(f"V{item}")
     strides = tuple(st * item for st in t.stride)
-    return np.lib.stride_tricks.as_strided(base, shape=t.size, strides=strides, writeable=False)
+    out = np.lib.stride_tricks.as_strided(base, shape=t.size, strides=strides, writeable=False)
+    return out.view(storage.dtype)
