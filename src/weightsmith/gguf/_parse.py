@@ -115,6 +115,10 @@ class StringArray(Sequence):
             if n == 0:
                 self._cache = []
             else:
+                fast = self._decode_joined()
+                if fast is not None:
+                    self._cache = fast
+                    return fast
                 base = int(self.starts[0])
                 end = int(self.starts[-1] + self.lengths[-1])
                 chunk = bytes(self._buf[base:end])
@@ -124,6 +128,32 @@ class StringArray(Sequence):
                     chunk[s:e].decode("utf-8", "surrogateescape") for s, e in zip(rel, ends)
                 ]
         return self._cache
+
+    def _decode_joined(self) -> list[str] | None:
+        """All strings with one decode: NUL-joined, decoded, split.
+
+        Valid only when no string holds a NUL byte (then NUL, an ASCII byte,
+        also keeps a bad UTF-8 sequence from spanning two strings, so the
+        result equals decoding each string alone).  None otherwise.
+        """
+        n = len(self.starts)
+        base = int(self.starts[0])
+        end = int(self.starts[-1] + self.lengths[-1])
+        region = np.frombuffer(self._buf, np.uint8, end - base, base)
+        # drop each length prefix between two strings but its first byte,
+        # which becomes the separator
+        keep = np.ones(end - base, bool)
+        if n > 1:
+            gap = self.starts[1] - self.starts[0] - self.lengths[0]  # the prefix width
+            first = self.starts[:-1] + self.lengths[:-1] - base
+            keep[(first[:, None] + np.arange(1, gap)).ravel()] = False
+        joined = region[keep]
+        if n > 1:
+            joined[np.cumsum(self.lengths[:-1] + 1) - 1] = 0
+        if np.count_nonzero(joined == 0) != n - 1:
+            return None
+        out = joined.tobytes().decode("utf-8", "surrogateescape").split("\x00")
+        return out if len(out) == n else None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.tolist())
