@@ -77,7 +77,7 @@ class TensorEntry:
     shape: tuple[int, ...]
     n_elements: int
     nbytes: int
-    offset: int  # absolute byte offset of the data in its file
+    offset: int | None  # absolute byte offset of the data in its file (None: in a pickle)
     file: str
 
     @property
@@ -328,27 +328,33 @@ def read_safetensors(src: Source) -> FileReport:
     )
 
 
-def _gguf_tensor(t: Any, data_start: int, path: str) -> TensorEntry:
-    gt = dtypes.ggml_type(
-        getattr(t, "ggml_type", None) if getattr(t, "ggml_type", None) is not None else t.type
-    )
-    shape = tuple(int(s) for s in t.shape)
-    n = 1
-    for s in shape:
-        n *= s
-    nbytes = getattr(t, "nbytes", None)
-    nbytes = int(nbytes) if nbytes is not None else gt.nbytes(n)
-    offset = int(getattr(t, "offset", 0))
-    absolute = getattr(t, "absolute_offset", None)
+def _gguf_tensor(t: Any, path: str) -> TensorEntry:
+    # weightsmith.gguf.TensorInfo: numpy-order shape, absolute offset
     return TensorEntry(
         name=t.name,
-        dtype=gt.name,
-        shape=shape,
-        n_elements=n,
-        nbytes=nbytes,
-        offset=int(absolute) if absolute is not None else data_start + offset,
+        dtype=dtypes.ggml_type(t.ggml_type).name,
+        shape=tuple(int(s) for s in t.shape),
+        n_elements=int(t.n_elements),
+        nbytes=int(t.nbytes),
+        offset=int(t.offset),
         file=path,
     )
+
+
+def gguf_metadata(header: Any) -> dict[str, Any]:
+    """GGUF KV pairs with long arrays summarised without converting them."""
+    out: dict[str, Any] = {}
+    for key, kv in header.kvs.items():
+        if kv.type.type.name == "ARRAY" and len(kv.raw) > ARRAY_SUMMARY:
+            arr = header.array(key)
+            out[key] = {
+                "array_length": len(arr),
+                "element_type": str(kv.type.element),
+                "head": [summarize_value(arr[i]) for i in range(8)],
+            }
+        else:
+            out[key] = summarize_value(header.metadata[key])
+    return out
 
 
 def parse_gguf_prefix(src: Source, first: int = GGUF_FIRST_CHUNK) -> tuple[Any, int]:
@@ -373,58 +379,33 @@ def parse_gguf_prefix(src: Source, first: int = GGUF_FIRST_CHUNK) -> tuple[Any, 
 
 def read_gguf(src: Source) -> FileReport:
     """Header (KV metadata and tensor infos) of one GGUF file."""
-    header, used = parse_gguf_prefix(src)
-    data_start = int(getattr(header, "data_start", getattr(header, "data_offset", 0)) or 0)
-    raw_tensors = header.tensors
-    if isinstance(raw_tensors, dict):
-        raw_tensors = list(raw_tensors.values())
-    tensors = [_gguf_tensor(t, data_start, src.name) for t in raw_tensors]
-    meta = getattr(header, "metadata", None) or getattr(header, "kv", None) or {}
+    header, _ = parse_gguf_prefix(src)
     return FileReport(
         path=src.name,
         format="gguf",
         size=src.size,
-        header_size=data_start or used,
-        metadata={str(k): _kv_value(v) for k, v in dict(meta).items()},
-        tensors=tensors,
+        header_size=int(header.data_start),
+        metadata=gguf_metadata(header),
+        tensors=[_gguf_tensor(t, src.name) for t in header.tensors],
         requests=getattr(src, "requests", 0),
         bytes_fetched=getattr(src, "bytes_fetched", 0),
     )
 
 
-def _kv_value(v: Any) -> Any:
-    # GGUF KV entries may be (type, value) records; reports want the value.
-    if hasattr(v, "value") and not isinstance(v, (str, bytes)):
-        return v.value
-    return v
-
-
 def read_pytorch(path: Path) -> FileReport:
-    """Tensor infos of a ``.pth``/``.bin`` file through the pickle scanner (never executed)."""
+    """Tensor infos of a ``.pth``/``.bin`` file through the pickle reader (never executed)."""
     from . import torchfile
 
     infos: list[TensorEntry] = []
-    meta: dict[str, Any] = {}
-    with torchfile.open(path) as f:
-        items = f.tensor_infos() if hasattr(f, "tensor_infos") else None
-        if items is None:
-            items = {k: f.get_info(k) for k in list(f.keys())} if hasattr(f, "get_info") else {}
-        for name, info in dict(items).items():
-            shape = tuple(int(s) for s in info.shape)
-            n = 1
-            for s in shape:
-                n *= s
-            dt = _dtype_name(info.dtype)
-            nbytes = getattr(info, "nbytes", None)
-            if nbytes is None:
-                nbytes = dtypes.SAFETENSORS[dt].nbytes(n) if dt in dtypes.SAFETENSORS else 0
+    with torchfile.open(path) as ck:
+        for name, info in ck.tensors.items():
+            dt = info.safetensors_dtype or info.torch_dtype
             infos.append(
                 TensorEntry(
-                    name, dt, shape, n, int(nbytes), int(getattr(info, "offset", 0) or 0), str(path)
+                    name, dt, tuple(info.shape), int(info.numel), int(info.nbytes), None, str(path)
                 )
             )
-        if hasattr(f, "metadata"):
-            meta = dict(f.metadata() or {})
+        meta = dict(ck.metadata_strings())
     return FileReport(str(path), "pytorch", path.stat().st_size, None, meta, infos)
 
 

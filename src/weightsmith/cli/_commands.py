@@ -140,8 +140,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _norm_shape(entry, fmt: str) -> tuple[int, ...]:
-    # GGUF lists dims innermost first; safetensors outermost first
-    return tuple(reversed(entry.shape)) if fmt == "gguf" else tuple(entry.shape)
+    # every reader reports numpy order (outermost first), GGUF included
+    return tuple(entry.shape)
 
 
 def cmd_diff(args: argparse.Namespace) -> int:

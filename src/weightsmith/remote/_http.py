@@ -195,7 +195,9 @@ class HTTPSource:
                     f"{self.url}: asked for bytes from {start}, server sent from {first}"
                 )
             self._buf += resp.body
-            if (self.size is not None and len(self._buf) >= self.size) or (len(resp.body) < n - start and self.size is None):
+            if (self.size is not None and len(self._buf) >= self.size) or (
+                len(resp.body) < n - start and self.size is None
+            ):
                 self._eof = True
             return self._buf[:n]
         return self._take_from_start(resp, n)
