@@ -288,20 +288,26 @@ def test_chunk_size_does_not_change_the_result(qtype: str) -> None:
 def test_workers_give_the_single_worker_result(qtype: str) -> None:
     x = _x(40, 256, seed=9)
     one = Q.quantize(x, qtype, chunk_rows=3)
-    for workers in (2, 3, 0):
-        assert np.array_equal(Q.quantize(x, qtype, workers=workers, chunk_rows=3), one)
+    for workers, backend in ((2, "process"), (3, "process"), (0, "process"), (2, "thread")):
+        kw = {"workers": workers, "chunk_rows": 3, "backend": backend}
+        assert np.array_equal(Q.quantize(x, qtype, **kw), one)
         assert np.array_equal(
-            Q.dequantize(one, qtype, x.shape, workers=workers, chunk_rows=3),
-            Q.dequantize(one, qtype, x.shape),
+            Q.dequantize(one, qtype, x.shape, **kw), Q.dequantize(one, qtype, x.shape)
         )
     assert np.array_equal(one, ggml_ref.quantize(x, qtype))
 
 
-def test_error_in_a_worker_is_raised() -> None:
+@pytest.mark.parametrize("backend", ["process", "thread"])
+def test_error_in_a_worker_is_raised(backend: str) -> None:
     x = _x(40, 256)
     x[37, 3] = np.nan
     with pytest.raises(NonFiniteInput, match="row 37, column 3"):
-        Q.quantize(x, "Q4_K", workers=2, chunk_rows=4)
+        Q.quantize(x, "Q4_K", workers=2, chunk_rows=4, backend=backend)
+
+
+def test_invalid_backend() -> None:
+    with pytest.raises(InvalidWorkers):
+        Q.quantize(_x(4, 32), "Q4_0", workers=2, backend="gpu")
 
 
 def test_default_chunks_follow_the_memory_budget() -> None:

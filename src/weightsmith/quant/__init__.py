@@ -22,10 +22,18 @@ the GIL inside its loops); ``workers=0`` means one per CPU.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import importlib.machinery
 import math
+import multiprocessing as mp
 import os
+import sys
+import threading
+from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 
@@ -96,16 +104,124 @@ def _spans(nrows: int, step: int) -> Iterator[tuple[int, int]]:
         yield r0, min(nrows, r0 + step)
 
 
-def _run(spans: list[tuple[int, int]], job: Callable[[int, int], None], workers: int) -> None:
-    """Run ``job(r0, r1)`` for every span, on ``workers`` threads; first error wins."""
+_pool_lock = threading.Lock()
+_pool: ProcessPoolExecutor | None = None
+_pool_size = 0
+
+
+def _process_pool(n: int) -> ProcessPoolExecutor:
+    """A process pool of at least ``n`` workers, kept for later calls.
+
+    forkserver (where available) forks workers from a clean server process
+    that has already imported weightsmith.quant, so a worker starts fast and
+    never inherits the caller's threads or locks.
+    """
+    global _pool, _pool_size
+    with _pool_lock:
+        if _pool is None or _pool_size < n:
+            if _pool is not None:
+                _pool.shutdown(wait=False, cancel_futures=True)
+            methods = mp.get_all_start_methods()
+            ctx = mp.get_context("forkserver" if "forkserver" in methods else "spawn")
+            if ctx.get_start_method() == "forkserver":
+                ctx.set_forkserver_preload([__name__])
+            _pool = ProcessPoolExecutor(max_workers=n, mp_context=ctx)
+            _pool_size = n
+        return _pool
+
+
+@contextlib.contextmanager
+def _workers_skip_main() -> Iterator[None]:
+    """Keep worker processes from re-running the caller's ``__main__`` script.
+
+    spawn/forkserver children normally re-import the main script (which,
+    without an ``if __name__ == "__main__"`` guard, would quantize again).
+    Our tasks are functions of this module, so the children never need it:
+    while workers are started, a script's ``__main__`` is given a spec named
+    ``__main__``, which multiprocessing's child bootstrap skips.
+    """
+    main = sys.modules.get("__main__")
+    if main is None or getattr(main, "__spec__", None) is not None:
+        yield
+        return
+    main.__spec__ = importlib.machinery.ModuleSpec("__main__", None)
+    try:
+        yield
+    finally:
+        main.__spec__ = None
+
+
+@atexit.register
+def _shutdown_pool() -> None:
+    global _pool
+    if _pool is not None:
+        _pool.shutdown(wait=False, cancel_futures=True)
+        _pool = None
+
+
+def _run(
+    spans: list[tuple[int, int]],
+    load: Callable[[int, int], tuple],
+    task: Callable[..., np.ndarray],
+    store: Callable[[int, int, np.ndarray], None],
+    workers: int,
+    backend: str,
+) -> None:
+    """For every span: ``store(r0, r1, task(*load(r0, r1)))``, on ``workers`` workers.
+
+    At most ``2 * workers`` chunks are in flight, so memory stays bounded by
+    the chunk size whatever the tensor size.  The first error is re-raised.
+    """
     if workers <= 1 or len(spans) <= 1:
         for r0, r1 in spans:
-            job(r0, r1)
+            store(r0, r1, task(*load(r0, r1)))
         return
-    with ThreadPoolExecutor(max_workers=min(workers, len(spans))) as pool:
-        # map() keeps at most the pending futures; results are None, errors re-raise
-        for _ in pool.map(lambda s: job(*s), spans):
-            pass
+    pending: deque[tuple[int, int, Future]] = deque()
+    with contextlib.ExitStack() as stack:
+        if backend == "process":
+            stack.enter_context(_workers_skip_main())
+            executor: ProcessPoolExecutor | ThreadPoolExecutor = _process_pool(workers)
+        else:
+            executor = stack.enter_context(ThreadPoolExecutor(max_workers=workers))
+        try:
+            for r0, r1 in spans:
+                if len(pending) >= 2 * workers:
+                    a, b, fut = pending.popleft()
+                    store(a, b, fut.result())
+                pending.append((r0, r1, executor.submit(task, *load(r0, r1))))
+            while pending:
+                a, b, fut = pending.popleft()
+                store(a, b, fut.result())
+        except BrokenProcessPool:
+            _shutdown_pool()  # a worker died (e.g. killed): start afresh next time
+            raise
+        finally:
+            for _, _, fut in pending:
+                fut.cancel()
+
+
+def _quantize_task(
+    type_name: str, rows: np.ndarray, im: np.ndarray | None, r0: int, name: str | None
+) -> np.ndarray:
+    """Quantize one chunk of rows (in the caller, a thread or a worker process)."""
+    c = codec(type_name)
+    if not c.holds_nonfinite:
+        _check_finite(rows, r0, name, c.type)
+    with np.errstate(all="ignore"):
+        return c.quantize(rows, im)
+
+
+def _dequantize_task(type_name: str, blocks: np.ndarray) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return codec(type_name).dequantize(blocks)
+
+
+def _backend(backend: str) -> str:
+    if backend not in ("process", "thread"):
+        raise InvalidWorkers(
+            "bad backend", field="backend", expected="'process' or 'thread'", found=repr(backend)
+        )
+    return backend
 
 
 def _rows_getter(x: np.ndarray, n: int) -> Callable[[int, int], np.ndarray]:
@@ -170,6 +286,7 @@ def quantize(
     workers: int | None = None,
     name: str | None = None,
     chunk_rows: int | None = None,
+    backend: str = "process",
 ) -> np.ndarray:
     """Quantize float rows ``x[..., n]`` to ggml ``type`` -> uint8 ``[..., n/block*type_size]``.
 
@@ -225,21 +342,17 @@ def quantize(
     if nrows == 0 or n == 0:
         return out.reshape(*lead, row_bytes)
     nw = _workers(workers)
+    be = _backend(backend)
     get_rows = _rows_getter(x, n)
     step = _chunk_rows(n, nw, chunk_rows)
-    fn = c.quantize
-    check = not c.holds_nonfinite
 
-    def job(r0: int, r1: int) -> None:
-        rows = get_rows(r0, r1)
-        if check:
-            _check_finite(rows, r0, name, t)
-        with np.errstate(all="ignore"):
-            out[r0:r1] = fn(rows, im)
+    def load(r0: int, r1: int) -> tuple:
+        return (t.name, get_rows(r0, r1), im, r0, name)
 
-    spans = list(_spans(nrows, step))
-    # serial when 1 worker; else run chunk batches of `nw` at a time
-    _run(spans, job, nw)
+    def store(r0: int, r1: int, q: np.ndarray) -> None:
+        out[r0:r1] = q
+
+    _run(list(_spans(nrows, step)), load, _quantize_task, store, nw, be)
     return out.reshape(*lead, row_bytes)
 
 
@@ -289,6 +402,7 @@ def dequantize(
     workers: int | None = None,
     name: str | None = None,
     chunk_rows: int | None = None,
+    backend: str = "process",
 ) -> np.ndarray:
     """Decode ggml ``type`` bytes into a float32 array of ``shape``.
 
@@ -332,12 +446,14 @@ def dequantize(
     blocks = data.reshape(nrows * bpr, t.type_size)
     outb = out.reshape(nrows * bpr, t.block_size)
     nw = _workers(workers)
+    be = _backend(backend)
     step = _chunk_rows(n, nw, chunk_rows) * bpr  # in blocks
-    fn = c.dequantize
 
-    def job(b0: int, b1: int) -> None:
-        with np.errstate(all="ignore"):
-            outb[b0:b1] = fn(np.ascontiguousarray(blocks[b0:b1]))
+    def load(b0: int, b1: int) -> tuple:
+        return (t.name, np.ascontiguousarray(blocks[b0:b1]))
 
-    _run(list(_spans(nrows * bpr, step)), job, nw)
+    def store(b0: int, b1: int, y: np.ndarray) -> None:
+        outb[b0:b1] = y
+
+    _run(list(_spans(nrows * bpr, step)), load, _dequantize_task, store, nw, be)
     return out.reshape(dims)
