@@ -564,3 +564,7 @@ class NonFiniteInput(QuantError):
 
 class InvalidWorkers(QuantError):
     """``workers`` is not a positive integer."""
+
+
+class UsageError(WeightsmithError, ValueError):
+    """A command-line argument that cannot be used (bad KEY=VALUE, nothing to do, ...)."""
