@@ -387,8 +387,12 @@ class _Machine:
             if name == "STOP":
                 res.value = self.pop()
                 res.end = self.pos
-                if not self.scan:
+                try:
                     check_depth(res.value, self)
+                except errors.PickleTooDeep as e:
+                    if not self.scan:
+                        raise
+                    res.findings.append(e)
                 return res
             if name in FORBIDDEN_OPCODES:
                 self.refuse(errors.ForbiddenOpcode, "opcode not allowed in a weights-only pickle")
