@@ -65,7 +65,11 @@ def _tensors():
         ("t.i32", rng.integers(-(2**31), 2**31 - 1, (4,), dtype=np.int32), None),
         ("t.i64", rng.integers(-(2**40), 2**40, (1, 2, 3, 4), dtype=np.int64), None),
         ("t.q4k", rng.integers(0, 256, (2, 144), dtype=np.uint8), gguf.GGMLQuantizationType.Q4_K),
-        ("t.q8_0", rng.integers(0, 256, (3, 2 * 34), dtype=np.uint8), gguf.GGMLQuantizationType.Q8_0),
+        (
+            "t.q8_0",
+            rng.integers(0, 256, (3, 2 * 34), dtype=np.uint8),
+            gguf.GGMLQuantizationType.Q8_0,
+        ),
     ]
 
 
