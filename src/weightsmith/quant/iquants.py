@@ -348,9 +348,16 @@ def _seqsum(a: np.ndarray) -> np.ndarray:
     ``float s = 0; for (j...) s += a[j]``.
 
     numpy reduces a non-contiguous outer axis one row at a time (no pairwise
-    summation); the trailing ``+ 0`` turns an all-``-0`` sum into ``+0``, as
-    starting from ``0.0f`` does in C.
+    summation), but with a single column the axis is contiguous and numpy
+    would sum pairwise, so narrow arrays take an explicit loop.  The trailing
+    ``+ 0`` turns an all-``-0`` sum into ``+0``, as starting from ``0.0f`` does.
     """
+    a = np.ascontiguousarray(a)  # fancy-indexed slices come out column-major
+    if a.shape[1] < 4:
+        s = np.zeros(a.shape[1], dtype=np.float32)
+        for row in a:
+            s += row
+        return s
     s = np.add.reduce(a, axis=0)
     s += F32(0)
     return s
@@ -458,7 +465,15 @@ def _iq4_chunk(x: np.ndarray, qw: np.ndarray | None, sb: int) -> np.ndarray:
 _CHUNK_ELEMS = 1 << 16  # elements per quantization step (temporaries stay in L2)
 
 
-def _quantize_iq4(rows: np.ndarray, imatrix: np.ndarray | None, sb: int, tsize: int) -> np.ndarray:
+def _quantize_rows(
+    rows: np.ndarray,
+    imatrix: np.ndarray | None,
+    sb: int,
+    tsize: int,
+    chunk_fn: Callable[[np.ndarray, np.ndarray | None], np.ndarray],
+) -> np.ndarray:
+    """Run ``chunk_fn`` (super-blocks [c, sb], their imatrix slices) over
+    cache-sized chunks of rows [nrows, n]; returns bytes [nrows, n/sb*tsize]."""
     nrows, n = rows.shape
     per_row = n // sb
     x = np.ascontiguousarray(rows, dtype=np.float32).reshape(-1, sb)
@@ -468,21 +483,291 @@ def _quantize_iq4(rows: np.ndarray, imatrix: np.ndarray | None, sb: int, tsize: 
     for s in range(0, x.shape[0], step):
         e = min(s + step, x.shape[0])
         w = None if qw is None else qw[np.arange(s, e) % per_row]
-        out[s:e] = _iq4_chunk(x[s:e], w, sb)
+        out[s:e] = chunk_fn(x[s:e], w)
     return out.reshape(nrows, per_row * tsize)
 
 
 def quantize_iq4_nl(rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.ndarray:
     """float32 rows [nrows, 32k] -> IQ4_NL bytes [nrows, 18k], as ggml's quantize_iq4_nl."""
-    return _quantize_iq4(rows, imatrix, QK4_NL, 18)
+    return _quantize_rows(rows, imatrix, QK4_NL, 18, lambda x, w: _iq4_chunk(x, w, QK4_NL))
 
 
 def quantize_iq4_xs(rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.ndarray:
     """float32 rows [nrows, 256k] -> IQ4_XS bytes [nrows, 136k], as ggml's quantize_iq4_xs."""
-    return _quantize_iq4(rows, imatrix, QK_K, 136)
+    return _quantize_rows(rows, imatrix, QK_K, 136, lambda x, w: _iq4_chunk(x, w, QK_K))
+
+
+# --------------------------------------------------- IQ3_XXS / IQ3_S quantize
+#
+# ggml's quantize_row_iq3_xxs_impl / quantize_row_iq3_s_impl.  A 4-group of
+# levels l in 0..7 (value 2l+1) is packed as u = l0 | l1<<3 | l2<<6 | l3<<9;
+# ``map[u]`` is its grid index, or -1 when the point is not on the grid, in
+# which case the best of its precomputed neighbours (iq3xs_init_impl) is
+# taken.  The level grids are the dequantization grids renumbered by level.
+
+
+class _Iq3Grid:
+    """Grid, map and neighbour lists of iq3xs_init_impl for one grid size."""
+
+    def __init__(self, grid: np.ndarray, nwant: int) -> None:
+        levels = np.unique(grid)  # 8 distinct byte values, in level order
+        self.levels = np.searchsorted(levels, grid).astype(np.int32)  # [n, 4]
+        self.q = (2 * self.levels + 1).astype(np.float32)  # ggml's int8 grid 2l+1
+        u = (self.levels << np.array([0, 3, 6, 9])).sum(axis=1)
+        self.map = np.full(4096, -1, dtype=np.int64)
+        self.map[u] = np.arange(len(grid))
+        # neighbours of every off-grid point: all grid points within its
+        # ``nwant`` smallest distinct squared distances, by (distance, index)
+        pos = 2 * ((np.arange(4096)[:, None] >> np.array([0, 3, 6, 9])) & 7) + 1
+        d2 = ((self.q.astype(np.int64)[None, :, :] - pos[:, None, :]) ** 2).sum(axis=-1)
+        starts = np.zeros(4096, dtype=np.int64)
+        counts = np.zeros(4096, dtype=np.int64)
+        flat: list[np.ndarray] = []
+        total = 0
+        for i in np.flatnonzero(self.map < 0):
+            order = np.argsort(d2[i], kind="stable")
+            cut = np.unique(d2[i])[nwant - 1]
+            nb = order[d2[i][order] <= cut]
+            starts[i], counts[i] = total, len(nb)
+            flat.append(nb)
+            total += len(nb)
+        self.nb_start, self.nb_count = starts, counts
+        self.nb_flat = np.concatenate(flat)
+
+    def best_neighbours(
+        self, u: np.ndarray, xv: np.ndarray, wv: np.ndarray, scale: np.ndarray
+    ) -> np.ndarray:
+        """iq3_find_best_neighbour for off-grid points ``u`` [g] with values
+        ``xv``/weights ``wv`` [g, 4] at ``scale`` [g]: the grid indices [g]."""
+        cnt = self.nb_count[u]
+        offs = np.cumsum(cnt) - cnt
+        seg = np.repeat(np.arange(len(u)), cnt)
+        pos = np.arange(int(cnt.sum())) - offs[seg]
+        cand = self.nb_flat[self.nb_start[u][seg] + pos]
+        q = self.q[cand]  # [t, 4]
+        s = scale[seg]
+        xs, ws = xv[seg], wv[seg]
+        d2 = np.zeros(len(cand), dtype=np.float32)
+        for i in range(4):  # d2 += w*diff*diff, in element order
+            diff = s * q[:, i] - xs[:, i]
+            d2 += (ws[:, i] * diff) * diff
+        # first minimum of each segment (ggml keeps the first on ties)
+        segmin = np.minimum.reduceat(d2, offs)
+        hit = np.flatnonzero(d2 == segmin[seg])
+        first = hit[np.r_[True, seg[hit][1:] != seg[hit][:-1]]]
+        return cand[first]
+
+
+_IQ3XXS_Q = _Iq3Grid(IQ3XXS_GRID, nwant=2)
+_IQ3S_Q = _Iq3Grid(IQ3S_GRID, nwant=3)
+
+
+def _iq3_levels(
+    g: _Iq3Grid, X: np.ndarray, Wa: np.ndarray, idv: np.ndarray, scale: np.ndarray, groups=None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Levels [32, m] of every 4-group (rows 4k..4k+3) at inverse scale ``idv``
+    [m], moving off-grid groups to their best neighbour at ``scale``; also
+    the on-grid flags [8, m].  ``groups`` [8, m] limits the neighbour search."""
+    a = (X * idv - F32(1)) * F32(0.5)
+    lv = np.clip(np.rint(a), 0, 7).astype(np.int64)
+    l4 = lv.reshape(8, 4, -1)
+    u = l4[:, 0] | (l4[:, 1] << 3) | (l4[:, 2] << 6) | (l4[:, 3] << 9)  # [8, m]
+    on = g.map[u] >= 0
+    off = ~on if groups is None else (~on & groups)
+    kk, mm = np.nonzero(off)
+    if kk.size:
+        X4, W4 = X.reshape(8, 4, -1), Wa.reshape(8, 4, -1)
+        gi = g.best_neighbours(u[kk, mm], X4[kk, :, mm], W4[kk, :, mm], scale[mm])
+        l4[kk, :, mm] = g.levels[gi]
+    return lv, on
+
+
+def _iq3_sums(WX: np.ndarray, W: np.ndarray, lv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sum (w*x)*q, sum (w*q)*q) over the 32 rows, q = 2l+1, in element order."""
+    q = (2 * lv + 1).astype(np.float32)
+    sumqx = _seqsum(WX * q)
+    wq = W * q
+    wq *= q
+    return sumqx, _seqsum(wq)
+
+
+def _iq3_subblocks(
+    g: _Iq3Grid,
+    X: np.ndarray,
+    W: np.ndarray,
+    mx: np.ndarray,
+    tries: int,
+    on_init: bool,
+    redo_all: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The per-sub-block search of the IQ3 quantizers for the columns of the
+    magnitudes ``X`` [32, m] (weights ``W``, maxima ``mx``): (scale [m], levels [32, m])."""
+    m = X.shape[1]
+    Wa = np.sqrt(W)
+    WX = W * X
+    best = np.zeros(m, dtype=np.float32)
+    scale = mx / F32(15)
+    L = np.zeros((32, m), dtype=np.int64)
+    on = np.full((8, m), on_init)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for is_ in range(-tries, tries + 1):
+            idv = (F32(15) + F32(is_) * F32(0.2)) / mx
+            lv, on_aux = _iq3_levels(g, X, Wa, idv, F32(1) / idv)
+            sumqx, sumq2 = _iq3_sums(WX, W, lv)
+            upd = (sumq2 > 0) & (sumqx * sumqx > best * sumq2)
+            if upd.any():
+                sc = sumqx / sumq2
+                scale = np.where(upd, sc, scale)
+                best = np.where(upd, sc * sumqx, best)
+                L[:, upd] = lv[:, upd]
+                on[:, upd] = on_aux[:, upd]
+        fin = (~on).any(axis=0) & (scale > 0)
+        if fin.any():
+            f = np.flatnonzero(fin)
+            sc = scale[f]
+            groups = None if redo_all else ~on[:, f]
+            lv, _ = _iq3_levels(g, X[:, f], Wa[:, f], F32(1) / sc, sc, groups)
+            if redo_all:
+                L[:, f] = lv
+            else:
+                keep = np.repeat(groups, 4, axis=0)
+                L[:, f] = np.where(keep, lv, L[:, f])
+            sumqx, sumq2 = _iq3_sums(WX[:, f], W[:, f], L[:, f])
+            scale[f] = np.where(sumq2 > 0, sumqx / sumq2, sc)
+    return scale, L
+
+
+def _iq3_prepare(x: np.ndarray, qw: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Importance weights [c*8, 32] of super-blocks x [c, 256], as ggml's IQ3/IQ2_S."""
+    c = x.shape[0]
+    xs = np.ascontiguousarray(x.T)
+    sigma2 = (F32(2) * _seqsum(xs * xs)) / F32(QK_K)
+    xb = x.reshape(c * 8, 32)
+    if qw is None:
+        return xb, xb * xb
+    return xb, qw.reshape(c * 8, 32) * np.sqrt(np.repeat(sigma2, 8)[:, None] + xb * xb)
+
+
+def _iq3_xxs_chunk(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
+    c = x.shape[0]
+    m = c * 8
+    xb, W = _iq3_prepare(x, qw)
+    # magnitudes and sign bits per 8-group; an odd number of negatives flips
+    # the sign of the least important element (ksigns hold 7 bits + parity)
+    x8 = xb.reshape(m, 4, 8)
+    neg = x8 < 0
+    xval = np.where(neg, -x8, x8)
+    bits = (neg.astype(np.int64) << np.arange(8)).sum(axis=-1)  # [m, 4]
+    odd = (neg.sum(axis=-1) % 2) == 1
+    imin = np.argmin((W.reshape(m, 4, 8) * x8) * x8, axis=-1)
+    oi, ok = np.nonzero(odd)
+    xval[oi, ok, imin[oi, ok]] *= F32(-1)
+    bits[oi, ok] ^= 1 << imin[oi, ok]
+    signs = bits & 127
+    xval = xval.reshape(m, 32)
+    mx = xval.max(axis=1)
+    valid = mx >= F32(1e-8)  # GROUP_MAX_EPS_IQ3_XXS
+
+    scales = np.zeros(m, dtype=np.float32)
+    gidx = np.zeros((m, 8), dtype=np.int64)
+    sas = np.zeros(m, dtype=np.uint32)
+    v = np.flatnonzero(valid)
+    if v.size:
+        X = np.ascontiguousarray(xval[v].T)
+        Wt = np.ascontiguousarray(W[v].T)
+        sc, L = _iq3_subblocks(_IQ3XXS_Q, X, Wt, mx[v], 15, on_init=True, redo_all=False)
+        sg = signs[v]
+        flip = sc < 0
+        sc = np.where(flip, -sc, sc)
+        sg[flip] = ~sg[flip] & 127
+        l4 = L.reshape(8, 4, -1)
+        u = l4[:, 0] | (l4[:, 1] << 3) | (l4[:, 2] << 6) | (l4[:, 3] << 9)
+        gidx[v] = _IQ3XXS_Q.map[u].T
+        sas[v] = (sg << np.array([0, 7, 14, 21])).sum(axis=1).astype(np.uint32)
+        scales[v] = sc
+
+    S = scales.reshape(c, 8)
+    max_scale = np.maximum.reduce(S, axis=1, initial=0.0).astype(np.float32)
+    d = max_scale / F32(31)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ls = np.clip(np.rint((((F32(1) / d)[:, None] * S) - F32(1)) * F32(0.5)), 0, 15)
+    sas = sas.reshape(c, 8) | (np.nan_to_num(ls).astype(np.uint32) << 28)
+    out = np.zeros((c, 98), dtype=np.uint8)
+    out[:, 0:2] = f32_to_f16_bits(d * F32(1.0125)).reshape(c, 1).view(np.uint8)
+    out[:, 2:66] = gidx.reshape(c, 64)
+    out[:, 66:98] = sas.astype("<u4").view(np.uint8).reshape(c, 32)
+    out[max_scale == 0] = 0  # ggml clears the whole block
+    return out
+
+
+def _iq3_s_chunk(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
+    c = x.shape[0]
+    m = c * 8
+    xb, W = _iq3_prepare(x, qw)
+    neg = xb < 0
+    xval = np.where(neg, -xb, xb)
+    signs = np.packbits(neg.reshape(m, 4, 8), axis=-1, bitorder="little")[..., 0]  # [m, 4]
+    mx = xval.max(axis=1)
+    valid = mx != 0
+
+    scales = np.zeros(m, dtype=np.float32)
+    gidx = np.zeros((m, 8), dtype=np.int64)
+    v = np.flatnonzero(valid)
+    if v.size:
+        X = np.ascontiguousarray(xval[v].T)
+        Wt = np.ascontiguousarray(W[v].T)
+        sc, L = _iq3_subblocks(_IQ3S_Q, X, Wt, mx[v], 9, on_init=False, redo_all=True)
+        flip = sc < 0
+        sc = np.where(flip, -sc, sc)
+        sg = signs[v]
+        sg[flip] = ~sg[flip]
+        signs[v] = sg
+        l4 = L.reshape(8, 4, -1)
+        u = l4[:, 0] | (l4[:, 1] << 3) | (l4[:, 2] << 6) | (l4[:, 3] << 9)
+        gidx[v] = _IQ3S_Q.map[u].T
+        scales[v] = sc
+
+    out = np.zeros((c, 110), dtype=np.uint8)
+    # ggml does not advance its qs/signs pointers past an all-zero sub-block,
+    # so later sub-blocks land in earlier slots; qh is indexed by sub-block.
+    vm = valid.reshape(c, 8)
+    slot = np.cumsum(vm, axis=1) - vm  # destination slot of each sub-block
+    rr, ib = np.nonzero(vm)
+    qs = np.zeros((c, 8, 8), dtype=np.uint8)
+    sg = np.zeros((c, 8, 4), dtype=np.uint8)
+    g8 = gidx.reshape(c, 8, 8)
+    qs[rr, slot[rr, ib]] = (g8[rr, ib] & 255).astype(np.uint8)
+    sg[rr, slot[rr, ib]] = signs.reshape(c, 8, 4)[rr, ib]
+    qh = ((g8 >> 8) << np.arange(8)).sum(axis=-1).astype(np.uint8)
+    out[:, 2:66] = qs.reshape(c, 64)
+    out[:, 66:74] = qh
+    out[:, 74:106] = sg.reshape(c, 32)
+
+    S = scales.reshape(c, 8)
+    max_scale = np.maximum.reduce(S, axis=1, initial=0.0).astype(np.float32)
+    d = max_scale / F32(31)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ls = np.clip(np.rint((((F32(1) / d)[:, None] * S) - F32(1)) * F32(0.5)), 0, 15)
+    ls = np.nan_to_num(ls).astype(np.uint8)
+    nz = max_scale != 0
+    out[nz, 0:2] = f32_to_f16_bits(d[nz] * F32(1.033)).reshape(-1, 1).view(np.uint8)
+    out[nz, 106:110] = (ls[:, 0::2] | (ls[:, 1::2] << 4))[nz]
+    return out
+
+
+def quantize_iq3_xxs(rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.ndarray:
+    """float32 rows [nrows, 256k] -> IQ3_XXS bytes [nrows, 98k], as ggml's quantize_iq3_xxs."""
+    return _quantize_rows(rows, imatrix, QK_K, 98, _iq3_xxs_chunk)
+
+
+def quantize_iq3_s(rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.ndarray:
+    """float32 rows [nrows, 256k] -> IQ3_S bytes [nrows, 110k], as ggml's quantize_iq3_s."""
+    return _quantize_rows(rows, imatrix, QK_K, 110, _iq3_s_chunk)
 
 
 QUANTIZE: dict[str, Callable[[np.ndarray, np.ndarray | None], np.ndarray]] = {
     "IQ4_NL": quantize_iq4_nl,
     "IQ4_XS": quantize_iq4_xs,
+    "IQ3_XXS": quantize_iq3_xxs,
+    "IQ3_S": quantize_iq3_s,
 }
