@@ -1,1 +1,27 @@
-"""(filled in by its issue)"""
+"""Converters between weight formats.
+
+Each converter lives in its own module and is imported on first use
+(PEP 562), so ``import weightsmith.convert`` pulls in nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# public name -> module that defines it
+_LAZY = {
+    "torch_to_safetensors": "weightsmith.convert.torch_to_safetensors",
+    "ConversionReport": "weightsmith.convert.torch_to_safetensors",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'weightsmith.convert' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

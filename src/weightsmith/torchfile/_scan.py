@@ -116,10 +116,9 @@ def scan(path: str | os.PathLike[str]) -> ScanReport:
         if is_zip(head):
             return _scan_zip(path, fh)
     if data is None:
-        with open(path, "rb") as fh:
-            # pickles come first in the legacy layout; storages follow
-            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                return _scan_sequential(path, mm, head)
+        # pickles come first in the legacy layout; storages follow
+        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            return _scan_sequential(path, mm, head)
     return _scan_sequential(path, data, head)
 
 
