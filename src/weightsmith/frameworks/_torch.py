@@ -8,7 +8,6 @@ the safetensors (logical) shape.  F6 types have no torch dtype.
 
 from __future__ import annotations
 
-import ctypes
 from typing import Any
 
 import numpy as np
@@ -92,12 +91,15 @@ def storage_shape(dtype: DType, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def tensor_bytes(t) -> memoryview:
-    """The raw bytes of a contiguous CPU tensor, without a copy."""
-    n = t.numel() * t.element_size()
-    if n == 0:
+    """The raw bytes of a contiguous CPU tensor, without a copy.
+
+    Goes through a uint8 numpy view so the memoryview keeps the tensor (and
+    so its memory) alive, however temporary the tensor was.
+    """
+    if t.numel() == 0:
         return memoryview(b"")
-    buf = (ctypes.c_ubyte * n).from_address(t.data_ptr())
-    return memoryview(buf).cast("B")
+    u8 = t.detach().reshape(-1).view(torch().uint8)
+    return memoryview(u8.numpy())
 
 
 def from_buffer(base: np.ndarray, offset: int, dtype: DType, shape: tuple[int, ...]):
@@ -134,10 +136,10 @@ def from_numpy(arr: np.ndarray, dtype: DType):
         # ml_dtypes (bfloat16, float8_*): reinterpret through a same-width int
         u = arr.view(_UINT[arr.dtype.itemsize])
         if any(s < 0 for s in u.strides):
-            u = np.ascontiguousarray(u)
+            u = u.copy()  # C-contiguous can still carry a negative stride on a size-1 dim
         return t.from_numpy(u).view(td)
     if any(s < 0 for s in arr.strides):
-        arr = np.ascontiguousarray(arr)
+        arr = arr.copy()
     return t.from_numpy(arr)
 
 

@@ -212,6 +212,34 @@ def _check_depth(raw: bytes, path) -> None:
 _DECODER = json.JSONDecoder(object_pairs_hook=_Obj)
 
 
+def _not_brace(raw: bytes, text: str, path) -> None:
+    """The header does not open with '{': say whether it is some other JSON
+    value (HeaderNotObject) or not even that (HeaderNotBrace)."""
+    if text and not text.lstrip(" \t\r\n").startswith("{"):
+        _check_depth(raw, path)
+        try:
+            value = json.loads(text.rstrip(" "))
+        except ValueError:
+            pass
+        else:
+            raise E.HeaderNotObject(
+                "header is not a JSON object",
+                path=path,
+                field="header",
+                offset=8,
+                expected="a JSON object",
+                found=_kind(value),
+            )
+    raise E.HeaderNotBrace(
+        "header does not begin with '{'",
+        path=path,
+        field="header",
+        offset=8,
+        expected="'{'",
+        found=repr(text[:1]) if text else "an empty header",
+    )
+
+
 def _decode(raw: bytes, path) -> _Obj:
     """Bytes -> JSON value, checking UTF-8, the opening brace and padding."""
     try:
@@ -226,14 +254,7 @@ def _decode(raw: bytes, path) -> _Obj:
             found=f"byte 0x{raw[exc.start]:02x}",
         ) from None
     if not text.startswith("{"):
-        raise E.HeaderNotBrace(
-            "header does not begin with '{'",
-            path=path,
-            field="header",
-            offset=8,
-            expected="'{'",
-            found=repr(text[:1]) if text else "an empty header",
-        )
+        _not_brace(raw, text, path)
     _check_depth(raw, path)
     try:
         value, end = _DECODER.raw_decode(text)

@@ -39,7 +39,7 @@ from . import _subbyte
 
 __all__ = ["CHUNK", "StreamWriter", "build_header", "save", "save_file"]
 
-CHUNK = 16 * 1024 * 1024  # bytes converted at a time for non-contiguous input
+CHUNK = 8 * 1024 * 1024  # bytes converted at a time (two may be alive at once)
 _LITTLE = sys.byteorder == "little"
 
 
