@@ -48,6 +48,14 @@ QK_K = 256
 GROUP_MAX_EPS = F32(1e-15)
 _MAGIC = F32(12582912.0)  # 1.5 * 2**23: adding it rounds to an integer in the mantissa
 _CHUNK_BLOCKS = 1024  # super-blocks per vectorised step (amortises numpy call overhead)
+_DEQ_CHUNK = 256  # super-blocks per dequantize step (temporaries stay in L2)
+_NIBBLES = np.uint64(0x0F0F0F0F0F0F0F0F)
+_PAIRS = np.uint64(0x0303030303030303)
+_ONES = np.uint64(0x0101010101010101)
+_PAIR_SHIFTS = np.array([0, 2, 4, 6], dtype=np.uint64).reshape(1, 1, 4, 1)
+_HMASK_SHIFTS = (4 * np.arange(2, dtype=np.uint64)[:, None] + np.arange(4, dtype=np.uint64))[
+    None, :, :, None
+]
 _QX_SLICE_ELEMS = 1 << 16  # make_qx_quants trial working set: ~5 arrays of 256 KiB, in L2
 
 __all__ = ["DEQUANTIZE", "QUANTIZE", "make_q3_quants", "make_qx_quants"]
@@ -360,19 +368,51 @@ def _q6k_blocks(xb: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     return out
 
 
+def _q6k_levels(b: np.ndarray) -> np.ndarray:
+    """Signed 6-bit levels ``q - 32`` of Q6_K blocks ``[B, 210]`` -> int8 ``[B, 256]``.
+
+    Nibbles and bit pairs are unpacked eight bytes at a time through uint64 views.
+    """
+    nb = b.shape[0]
+    packed = np.ascontiguousarray(b[:, :192]).view(np.uint64)
+    ql = packed[:, :16].reshape(nb, 2, 2, 4)  # [half, c & 1, 8-byte lane]
+    qh = packed[:, 16:].reshape(nb, 2, 1, 4)
+    q = np.empty((nb, 2, 4, 4), dtype=np.uint64)  # [half, column c, lane]
+    np.bitwise_and(ql, _NIBBLES, out=q[:, :, :2])
+    np.right_shift(ql, np.uint64(4), out=q[:, :, 2:])
+    q[:, :, 2:] &= _NIBBLES
+    high = np.right_shift(qh, _PAIR_SHIFTS)
+    high &= _PAIRS
+    high <<= np.uint64(4)
+    q |= high
+    q8 = q.view(np.uint8).reshape(nb, QK_K)
+    q8 -= np.uint8(32)  # wraps to the int8 value q - 32
+    return q8.view(np.int8)
+
+
+def _scale_levels(out: np.ndarray, dl: np.ndarray, q: np.ndarray) -> None:
+    """``out[b, 16j+i] = dl[b, j] * q[b, 16j+i]`` in float32.
+
+    Filling ``out`` with the scales by a broadcast copy and then multiplying
+    in place keeps numpy's inner loops long; a broadcast multiply over the
+    16-wide sub-blocks is several times slower.
+    """
+    nb = out.shape[0]
+    out.reshape(nb, 16, 16)[...] = dl.reshape(nb, 16, 1)
+    out *= q
+
+
 @np.errstate(invalid="ignore", over="ignore")  # inf * 0 -> NaN, as in ggml
 def dequantize_q6_k(blocks: np.ndarray) -> np.ndarray:
     """Q6_K blocks ``[nb, 210]`` -> float32 ``[nb, 256]`` (dequantize_row_q6_K)."""
-    nb = blocks.shape[0]
-    ql = blocks[:, :128].reshape(nb, 2, 2, 32)
-    qh = blocks[:, 128:192].reshape(nb, 2, 1, 32)
-    sc = blocks[:, 192:208].view(np.int8).astype(F32)
-    d = f16_to_f32(np.ascontiguousarray(blocks[:, 208:210]).view(np.uint16)[:, 0])
-    low = np.concatenate([ql & 0xF, ql >> 4], axis=2)  # columns c = 0..3
-    high = (qh >> np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)) & 3
-    q = ((low | (high << 4)).astype(np.int8) - np.int8(32)).astype(F32)
-    dl = d[:, None] * sc  # C: d * sc[is] * q  ==  (d * sc) * q
-    return (dl.reshape(nb, 16, 1) * q.reshape(nb, 16, 16)).reshape(nb, QK_K)
+    out = np.empty((blocks.shape[0], QK_K), dtype=F32)
+    for s in range(0, blocks.shape[0], _DEQ_CHUNK):
+        b = blocks[s : s + _DEQ_CHUNK]
+        sc = b[:, 192:208].view(np.int8).astype(F32)
+        d = f16_to_f32(np.ascontiguousarray(b[:, 208:210]).view(np.uint16)[:, 0])
+        # C: d * sc[is] * q  ==  (d * sc) * q
+        _scale_levels(out[s : s + _DEQ_CHUNK], d[:, None] * sc, _q6k_levels(b))
+    return out
 
 
 # --------------------------------------------------------------------------- Q3_K
@@ -453,21 +493,33 @@ def _q3k_blocks(xb: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     return out
 
 
+def _q3k_levels(b: np.ndarray) -> np.ndarray:
+    """Signed 3-bit levels ``q - 4`` of Q3_K blocks ``[B, 110]`` -> int8 ``[B, 256]``."""
+    nb = b.shape[0]
+    packed = np.ascontiguousarray(b[:, :96]).view(np.uint64)
+    hmask = packed[:, :4].reshape(nb, 1, 1, 4)  # [_, _, 8-byte lane]
+    qs = packed[:, 4:].reshape(nb, 2, 1, 4)  # [half, _, lane]
+    q = np.right_shift(qs, _PAIR_SHIFTS)  # [half, k, lane]: bits 2k..2k+1
+    q &= _PAIRS
+    high = np.right_shift(hmask, _HMASK_SHIFTS)  # bit 4*half + k
+    high &= _ONES
+    high <<= np.uint64(2)
+    q |= high
+    q8 = q.view(np.uint8).reshape(nb, QK_K)
+    q8 -= np.uint8(4)  # wraps to the int8 value q - 4
+    return q8.view(np.int8)
+
+
 @np.errstate(invalid="ignore", over="ignore")  # inf * 0 -> NaN, as in ggml
 def dequantize_q3_k(blocks: np.ndarray) -> np.ndarray:
     """Q3_K blocks ``[nb, 110]`` -> float32 ``[nb, 256]`` (dequantize_row_q3_K)."""
-    nb = blocks.shape[0]
-    hmask = blocks[:, :32].reshape(nb, 1, 1, 32)
-    qs = blocks[:, 32:96].reshape(nb, 2, 1, 32)
-    sc = _unpack_q3k_scales(blocks[:, 96:108]).astype(F32)
-    d = f16_to_f32(np.ascontiguousarray(blocks[:, 108:110]).view(np.uint16)[:, 0])
-    k = np.arange(4, dtype=np.uint8).reshape(1, 1, 4, 1)
-    h = np.arange(2, dtype=np.uint8).reshape(1, 2, 1, 1)
-    low = (qs >> (2 * k)) & 3
-    hbit = (hmask >> (4 * h + k)) & 1
-    q = (low.astype(np.int8) + 4 * hbit.astype(np.int8) - np.int8(4)).astype(F32)
-    dl = d[:, None] * sc
-    return (dl.reshape(nb, 16, 1) * q.reshape(nb, 16, 16)).reshape(nb, QK_K)
+    out = np.empty((blocks.shape[0], QK_K), dtype=F32)
+    for s in range(0, blocks.shape[0], _DEQ_CHUNK):
+        b = blocks[s : s + _DEQ_CHUNK]
+        sc = _unpack_q3k_scales(b[:, 96:108]).astype(F32)
+        d = f16_to_f32(np.ascontiguousarray(b[:, 108:110]).view(np.uint16)[:, 0])
+        _scale_levels(out[s : s + _DEQ_CHUNK], d[:, None] * sc, _q3k_levels(b))
+    return out
 
 
 # --------------------------------------------------------------------------- rows
