@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import NotAvailableError, UnknownTargetError
+from ..errors import NotAvailableError, UnknownTargetError, UsageError
 from ._lib import lib as _lib
 from ._output import Out, human_bytes
 from .progress import call_with_progress
@@ -221,25 +221,19 @@ class _Loader:
             arr = np.asarray(self._open[t.file].get_tensor(name))
             return arr.astype(np.float64).reshape(t.shape)
         if fmt == "gguf":
-            dequantize = _lib("quant", "dequantize", what="dequantization")
-            from ..dtypes import GGML
-
-            with open(t.file, "rb") as f:
-                f.seek(t.offset)
-                raw = f.read(t.nbytes)
-            gt = GGML[t.dtype]
-            if gt.numpy is not None:
-                arr = np.frombuffer(raw, dtype=gt.numpy.newbyteorder("<"))
-            else:
-                arr = np.asarray(
-                    dequantize(np.frombuffer(raw, np.uint8), t.dtype, tuple(reversed(t.shape)))
-                )
-            return arr.astype(np.float64).reshape(tuple(reversed(t.shape)))
+            if t.file not in self._open:
+                read = _lib("gguf", "read", what="reading GGUF")
+                self._open[t.file] = read(t.file)
+            arr = np.asarray(self._open[t.file].dequantize(name))
+            return arr.astype(np.float64).reshape(t.shape)
         raise NotAvailableError(f"diff --values of {fmt} files is not available yet")
 
     def close(self) -> None:
         for f in self._open.values():
-            f.__exit__(None, None, None)
+            if hasattr(f, "__exit__"):
+                f.__exit__(None, None, None)
+            else:
+                f.close()
 
 
 def _value_diff(args, ra, rb, names: list[str]) -> list[dict[str, Any]]:
@@ -337,69 +331,98 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     return 0
 
 
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
 def parse_set(item: str) -> tuple[str, str, str | None]:
-    """``KEY=VALUE[:TYPE]`` -> (key, value, type or None)."""
+    """``KEY=VALUE[:TYPE]`` -> (key, value, type or None); TYPE is a GGUF type name."""
     key, sep, rest = item.partition("=")
     if not sep or not key:
-        raise UnknownTargetError(f"--set {item!r}: expected KEY=VALUE[:TYPE]")
-    value, vtype = rest, None
+        raise UsageError(f"--set {item!r}: expected KEY=VALUE[:TYPE]")
     head, colon, tail = rest.rpartition(":")
-    types = {
-        "str",
-        "string",
-        "bool",
-        "u8",
-        "i8",
-        "u16",
-        "i16",
-        "u32",
-        "i32",
-        "u64",
-        "i64",
-        "f32",
-        "f64",
-        "uint8",
-        "int8",
-        "uint16",
-        "int16",
-        "uint32",
-        "int32",
-        "uint64",
-        "int64",
-        "float32",
-        "float64",
-    }
-    if colon and tail.lower() in types:
-        value, vtype = head, tail.lower()
-    return key, value, vtype
+    if colon and _gguf_type(tail) is not None:
+        return key, head, tail
+    return key, rest, None
+
+
+def _gguf_type(name: str):
+    from ..gguf._spec import value_type
+
+    try:
+        return value_type(name)
+    except (ValueError, KeyError):
+        return None
+
+
+def convert_value(key: str, text: str, vtype) -> object:
+    """The Python value of ``text`` for a GGUF value type (scalars and strings)."""
+    kind = vtype.name
+    try:
+        if kind.startswith(("UINT", "INT")):
+            return int(text, 0)
+        if kind.startswith("FLOAT"):
+            return float(text)
+    except ValueError:
+        raise UsageError(f"--set {key}: {text!r} is not a {kind.lower()}") from None
+    if kind == "BOOL":
+        if text.lower() in _TRUE + _FALSE:
+            return text.lower() in _TRUE
+        raise UsageError(f"--set {key}: {text!r} is not a bool (true/false)")
+    if kind == "STRING":
+        return text
+    raise UsageError(
+        f"--set {key}: values of type {kind.lower()} cannot be given on the command line"
+    )
+
+
+def _guess(text: str) -> object:
+    """A new key without a type: bool, int, float or str, by what the text looks like."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
 
 
 def cmd_edit(args: argparse.Namespace) -> int:
-    fn = _lib("gguf", "edit", what="GGUF metadata editing")
-    sets = [parse_set(s) for s in args.set_]
-    if not sets and not args.remove:
-        raise UnknownTargetError(
-            "edit: nothing to do (give --set KEY=VALUE[:TYPE] or --remove KEY)"
-        )
-    kw: dict[str, Any] = {
-        "set": {k: (v, t) if t else v for k, v, t in sets},
-        "remove": list(args.remove),
-    }
-    if args.output:
-        kw["output"] = args.output
-    call_with_progress(fn, args.file, description="edit", quiet=args.quiet, **kw)
-    _done(args, args.output or args.file)
+    edit = _lib("gguf", "edit", what="GGUF metadata editing")
+    from .. import gguf
+
+    if not args.set_ and not args.remove:
+        raise UsageError("edit: nothing to do (give --set KEY=VALUE[:TYPE] or --remove KEY)")
+    with open(args.file, "rb") as fh:
+        import mmap
+
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            header = gguf.parse(mm, len(mm), args.file)
+            existing = {k: kv.type for k, kv in header.kvs.items()}
+            del header
+    values: dict[str, object] = {}
+    for key, text, tname in (parse_set(x) for x in args.set_):
+        if tname is not None:
+            vt = _gguf_type(tname)
+            values[key] = gguf.GGUFValue(convert_value(key, text, vt), tname)
+        elif key in existing:
+            values[key] = convert_value(key, text, existing[key].type)
+        else:
+            values[key] = _guess(text)
+    out = edit(args.file, set=values, remove=list(args.remove), out=args.output)
+    _done(args, str(out))
     return 0
 
 
 def cmd_split(args: argparse.Namespace) -> int:
-    fn = _lib("gguf", "split", what="GGUF split")
-    kw: dict[str, Any] = {}
+    split = _lib("gguf", "split", what="GGUF split")
+    kw: dict[str, Any] = {"out_dir": args.dst}
     if args.max_size:
         kw["max_size"] = args.max_size
     if args.max_tensors:
         kw["max_tensors"] = args.max_tensors
-    paths = call_with_progress(fn, args.src, args.dst, description="split", quiet=args.quiet, **kw)
+    Path(args.dst).mkdir(parents=True, exist_ok=True)
+    paths = call_with_progress(split, args.src, description="split", quiet=args.quiet, **kw)
     if not args.quiet:
         for p in paths or []:
             _out(args).line(f"wrote {p}")
@@ -407,34 +430,28 @@ def cmd_split(args: argparse.Namespace) -> int:
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
-    fn = _lib("gguf", "merge", what="GGUF merge")
-    call_with_progress(fn, args.src, args.dst, description="merge", quiet=args.quiet)
-    _done(args, args.dst)
+    merge = _lib("gguf", "merge", what="GGUF merge")
+    out = call_with_progress(merge, args.src, args.dst, description="merge", quiet=args.quiet)
+    _done(args, str(out or args.dst))
     return 0
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
+    """Exit 0 for a weights-only file, 1 when the pickle does anything else."""
     scan = _lib("torchfile", "scan", what="the pickle scanner")
     report = scan(args.file)
-    d = _as_dict(report)
     if args.json:
+        d = {
+            "path": report.path,
+            "layout": report.layout,
+            "safe": report.safe,
+            "supported": report.supported,
+            "globals": list(report.globals),
+            "opcode_classes": report.opcode_classes,
+            "reasons": list(report.reasons),
+        }
         json.dump(d, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
-        out = _out(args)
-        for k, v in d.items():
-            out.line(f"{k}: {v}")
-    safe = d.get("safe", True)
-    return 0 if safe else 1
-
-
-def _as_dict(obj: Any) -> dict[str, Any]:
-    import dataclasses
-
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return dataclasses.asdict(obj)
-    if isinstance(obj, dict):
-        return obj
-    if hasattr(obj, "to_dict"):
-        return obj.to_dict()
-    return {"report": str(obj)}
+        _out(args).line(str(report))
+    return 0 if report.safe else 1
