@@ -3,7 +3,7 @@
 Oracles: the golden vectors in tests/data/golden (made by ggml's C code) and
 ggml itself through tests/ggml_ref.py on fresh random inputs.  Dequantized
 floats must be identical bit for bit; IQ4_NL/IQ4_XS quantized bytes must be
-identical, with and without an importance matrix.
+identical, with and without an importance matrix (IQ3_XXS/IQ3_S too).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from weightsmith.quant import iquants
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 DEQ_TYPES = ["IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS"]
-Q_TYPES = ["IQ4_NL", "IQ4_XS"]
+Q_TYPES = ["IQ4_NL", "IQ4_XS", "IQ3_XXS", "IQ3_S"]
 
 
 @pytest.fixture(scope="module")
@@ -127,6 +127,12 @@ def _matrix(kind: str, shape: tuple[int, int], rng: np.random.Generator) -> np.n
         x = rng.standard_normal(shape).astype(np.float32)
         x[rng.random(shape) < 0.9] = 0
         return x
+    if kind == "zero_subblocks":  # whole 32-blocks of zeros (IQ3_S slot quirk)
+        x = rng.standard_normal(shape).astype(np.float32)
+        x.reshape(-1, 32)[rng.random(x.size // 32) < 0.3] = 0
+        return x
+    if kind == "positive":  # one sign only
+        return np.abs(rng.standard_normal(shape)).astype(np.float32)
     if kind == "tiny":
         return (rng.standard_normal(shape) * 1e-20).astype(np.float32)
     if kind == "big":
@@ -134,7 +140,7 @@ def _matrix(kind: str, shape: tuple[int, int], rng: np.random.Generator) -> np.n
     raise AssertionError(kind)
 
 
-KINDS = ["normal", "heavy", "halves", "sparse", "tiny", "big"]
+KINDS = ["normal", "heavy", "halves", "sparse", "zero_subblocks", "positive", "tiny", "big"]
 
 
 @pytest.mark.parametrize("imat", [None, "random", "with_zeros"])
@@ -159,6 +165,20 @@ def test_quantize_random_vs_ggml(name, shape, imat):
             iquants.DEQUANTIZE[name](_blocks(got, name)).reshape(n),
             ggml_ref.dequantize(want, name, n),
         )
+
+
+@pytest.mark.parametrize("name", Q_TYPES)
+def test_quantize_single_block_rows_vs_ggml(name):
+    # one block per call: the sequential sums then run over one column
+    bs = ggml_type(name).block_size
+    rng = np.random.default_rng(11)
+    for kind in KINDS:
+        x = _matrix(kind, (1, bs), rng)
+        im = (rng.random(bs) + 0.5).astype(np.float32)
+        for imat in (None, im):
+            _assert_same_bytes(
+                iquants.QUANTIZE[name](x, imat), ggml_ref.quantize(x, name, imat), kind
+            )
 
 
 def test_quantize_large_matrix_spans_chunks_vs_ggml():
