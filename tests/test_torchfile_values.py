@@ -372,3 +372,49 @@ def test_flat_name_collision(tmp_path):
     torch.save(OrderedDict([("a.b", torch.ones(1)), ("a", {"b": torch.zeros(1)})]), p)
     with pytest.raises(errors.FlatNameCollision):
         torchfile.open(p)
+
+
+def test_legacy_storage_views(tmp_path):
+    """Legacy persistent ids may name a view (key, offset, numel) of a root storage."""
+    import pickle
+
+    from tests.torchfile_helpers import MARK, TUPLE, glob, i, s, tup
+
+    def view_storage(view):
+        v = b"N" if view is None else tup(s(view[0]), i(view[1]), i(view[2]))
+        return (
+            MARK
+            + s("storage")
+            + glob("torch", "FloatStorage")
+            + s("root")
+            + s("cpu")
+            + i(10)
+            + v
+            + TUPLE
+            + b"Q"
+        )
+
+    def rebuild(stor, offset, size, stride):
+        return glob("torch._utils", "_rebuild_tensor_v2") + tup(
+            stor, i(offset), tup(*map(i, size)), tup(*map(i, stride)), b"\x89", glob("collections", "OrderedDict") + b")R"
+        ) + b"R"  # fmt: skip
+
+    main = b"\x80\x02" + dict_(
+        ("whole", rebuild(view_storage(None), 0, (10,), (1,))),
+        ("view", rebuild(view_storage(("v1", 4, 5)), 1, (2, 2), (1, 2))),
+    ) + b"."  # fmt: skip
+    head = b"".join(
+        pickle.dumps(x, protocol=2)
+        for x in (0x1950A86A20F9469CFC6C, 1001, {"protocol_version": 1001, "little_endian": True})
+    )
+    body = (
+        pickle.dumps(["root"], protocol=2)
+        + struct.pack("<q", 10)
+        + np.arange(10, dtype=np.float32).tobytes()
+    )
+    p = tmp_path / "views.pt"
+    p.write_bytes(head + main + body)
+    ref = torch.load(p, weights_only=False)  # torch's own reading of the view
+    with torchfile.open(p) as ck:
+        _assert_same(ck, ref)
+        assert ck["view"].tolist() == [[5.0, 7.0], [6.0, 8.0]]
