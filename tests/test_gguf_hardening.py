@@ -229,6 +229,8 @@ def test_row_not_block_multiple(tmp_path):
         "dims[0]",
     )
     expect(tmp_path, build([], [ti("q", [128], 12, 0)], bytes(256)), E.GGUFRowNotBlockMultiple)
+    # no dims at all is one element: not a whole block either
+    expect(tmp_path, build([], [ti("q", [], 2, 0)], bytes(64)), E.GGUFRowNotBlockMultiple)
 
 
 @pytest.mark.parametrize(

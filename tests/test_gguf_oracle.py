@@ -403,3 +403,43 @@ def test_tensor_infos_and_context_manager(tmp_path):
             f.tensor("nope")
     with pytest.raises(E.ClosedFileError):
         f.tensor_bytes("t.f32")
+
+
+@pytest.mark.parametrize("order", ["<", ">"])
+def test_bf16_and_value_preserving_byte_order(tmp_path, order):
+    import ml_dtypes
+
+    p = tmp_path / "bf.gguf"
+    x = np.linspace(-3, 3, 64, dtype=np.float32)
+    bf = x.astype(ml_dtypes.bfloat16)
+    f16_be = x.astype(">f2")  # explicit byte order: values are kept, not bytes
+    with Writer(p, byte_order=order) as w:
+        w.add_tensor_info("bf", "BF16", bf.shape)
+        w.add_tensor_info("h", "F16", x.shape)
+        w.add_tensor_info("f", "F32", x.shape)
+        w.write_tensor("bf", bf)
+        w.write_tensor("h", f16_be)
+        w.write_tensor("f", x.astype(np.float64))  # cast to the declared type
+    with read(p) as f:
+        np.testing.assert_array_equal(f.numpy("bf").astype(np.float32), bf.astype(np.float32))
+        np.testing.assert_array_equal(f.numpy("h"), x.astype(np.float16))
+        np.testing.assert_array_equal(f.numpy("f"), x)
+        bits = bf.view(np.uint16).astype(np.dtype("u2").newbyteorder(order)).tobytes()
+        assert f.tensor_bytes("bf").tobytes() == bits
+    r = gguf.GGUFReader(p)
+    assert r.tensors[1].data.tolist() == x.astype(np.float16).tolist()
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # random scales: inf/nan in both
+def test_dequantize_matches_gguf_py(tmp_path):
+    p = tmp_path / "q.gguf"
+    write_gguf_py(p)
+    from gguf.quants import dequantize as gdq
+
+    with read(p) as f:
+        for name in ("t.q4k", "t.q8_0"):
+            t = f.tensor(name)
+            raw = f.tensor_bytes(name).reshape(t.shape[0], -1)
+            ref = gdq(raw, gguf.GGMLQuantizationType(t.ggml_type.id))
+            np.testing.assert_array_equal(f.dequantize(name), ref.astype(np.float32))
+        np.testing.assert_array_equal(f.dequantize("t.f16"), f.numpy("t.f16").astype(np.float32))

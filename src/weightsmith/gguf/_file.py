@@ -11,6 +11,7 @@ import contextlib
 import mmap
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from ._spec import KEY_SPLIT_COUNT, KEY_SPLIT_NO, MetaType
 
 __all__ = ["GGUFFile", "read", "shard_paths"]
 
+_NATIVE = "<" if sys.byteorder == "little" else ">"
 _SHARD_RE = re.compile(r"^(?P<prefix>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
 
@@ -177,7 +179,11 @@ class GGUFFile:
         return np.frombuffer(self._mm(t), np.uint8, t.nbytes, t.offset)
 
     def numpy(self, name: str) -> np.ndarray:
-        """A typed view (numpy shape) for F32/F16/BF16/F64/I8..I64 tensors, in the file's byte order."""
+        """Typed values (numpy shape) of an F32/F16/BF16/F64/I8..I64 tensor.
+
+        A zero-copy view in the file's byte order, except BF16 in a file of the
+        other byte order, which is returned as a native copy.
+        """
         t = self.tensor(name)
         dt = t.ggml_type.numpy
         if dt is None:
@@ -185,8 +191,15 @@ class GGUFFile:
                 f"{self.path}: tensor {name!r} is {t.ggml_type.name}, a block type; "
                 "use tensor_bytes() or dequantize()"
             )
-        dt = dt.newbyteorder(self.byte_order) if dt.itemsize > 1 else dt
-        return np.frombuffer(self._mm(t), dt, t.n_elements, t.offset).reshape(t.shape)
+        if dt.itemsize == 1 or self.byte_order == _NATIVE:
+            return np.frombuffer(self._mm(t), dt, t.n_elements, t.offset).reshape(t.shape)
+        if dt.kind in "iuf":
+            dt = dt.newbyteorder(self.byte_order)
+            return np.frombuffer(self._mm(t), dt, t.n_elements, t.offset).reshape(t.shape)
+        # ml_dtypes types (bfloat16) have no byte-swapped form: swap into a native copy
+        u = np.dtype(f"u{dt.itemsize}").newbyteorder(self.byte_order)
+        raw = np.frombuffer(self._mm(t), u, t.n_elements, t.offset)
+        return raw.astype(u.newbyteorder("=")).view(dt).reshape(t.shape)
 
     def dequantize(self, name: str) -> np.ndarray:
         """float32 values of any tensor, via weightsmith.quant for block types."""

@@ -676,13 +676,13 @@ class _Parser:
                     expected="a ggml type number",
                     found=tid,
                 )
-            if dims and dims[0] % gt.block_size:
+            if (dims[0] if dims else 1) % gt.block_size:
                 raise self.err(
                     E.GGUFRowNotBlockMultiple,
                     field=f"{tf} dims[0]",
                     offset=pos - n_dims * dw,
                     expected=f"a multiple of {gt.block_size} ({gt.name})",
-                    found=dims[0],
+                    found=dims[0] if dims else 1,
                 )
             nbytes = n_el // gt.block_size * gt.type_size
             if nbytes > INT64_MAX:

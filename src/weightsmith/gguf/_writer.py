@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -69,6 +70,8 @@ from ._spec import (
 )
 
 __all__ = ["Writer", "encode_value", "resolve_type"]
+
+_NATIVE = "<" if sys.byteorder == "little" else ">"
 
 
 # --------------------------------------------------------------------------- types
@@ -475,12 +478,19 @@ class Writer:
             return memoryview(data).cast("B")
         arr = data
         want = t.gt.numpy
-        if want is not None and arr.dtype.itemsize != 1 and arr.dtype.newbyteorder("=") != want:
+        if want is None or arr.dtype == np.uint8:
+            return np.ascontiguousarray(arr).reshape(-1).view(np.uint8)  # raw bytes, as given
+        base = arr.dtype.newbyteorder("=") if arr.dtype.kind in "iufcb" else arr.dtype
+        if base != want:
             arr = arr.astype(want, casting="same_kind")
-        if arr.dtype.itemsize > 1 and arr.dtype.kind in "iufc" and arr.dtype.byteorder != "|":
-            target = arr.dtype.newbyteorder(self.byte_order)
-            if arr.dtype != target:
-                arr = arr.astype(target)
+        if arr.dtype.itemsize > 1:
+            # value-preserving move to the file's byte order, done on same-size
+            # unsigned ints so that ml_dtypes types (bfloat16) work too
+            src = _NATIVE if arr.dtype.byteorder in "=|" else arr.dtype.byteorder
+            if src != self.byte_order:
+                u = np.dtype(f"u{arr.dtype.itemsize}")
+                arr = np.ascontiguousarray(arr).view(u.newbyteorder(src))
+                arr = arr.astype(u.newbyteorder(self.byte_order))
         arr = np.ascontiguousarray(arr)
         return arr.reshape(-1).view(np.uint8)
 
