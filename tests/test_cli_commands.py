@@ -227,3 +227,44 @@ def test_quantize_gguf(tmp_path, remote_tree):
     assert p.returncode == 0, p.stderr
     r = gguf.GGUFReader(str(tmp_path / "q.gguf"))
     assert any(t.tensor_type == gguf.GGMLQuantizationType.Q8_0 for t in r.tensors)
+
+
+# --------------------------------------------------------------------------- safetensors -> safetensors
+
+
+def _torch_load(path):
+    from safetensors.torch import load_file
+
+    return load_file(str(path))
+
+
+def test_convert_cast_to_bf16(tmp_path, remote_tree):
+    src = remote_tree.files / "small.safetensors"
+    p = run("convert", src, tmp_path / "bf16.safetensors", "--type", "bf16")
+    assert p.returncode == 0, p.stderr
+    ours, ref = _torch_load(tmp_path / "bf16.safetensors"), _torch_load(src)
+    assert sorted(ours) == sorted(ref)
+    for k, v in ref.items():
+        want = v.to(torch.bfloat16) if v.is_floating_point() else v  # torch is the rounding oracle
+        assert ours[k].dtype == want.dtype, k
+        assert torch.equal(ours[k], want), k
+
+
+def test_convert_reshard_and_back(tmp_path, remote_tree):
+    src = remote_tree.files / "small.safetensors"
+    p = run("convert", src, tmp_path / "sharded", "--max-shard-size", "100KB")
+    assert p.returncode == 0, p.stderr
+    index = json.loads((tmp_path / "sharded" / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) > 1
+    merged = {}
+    for shard in sorted(set(index["weight_map"].values())):
+        merged.update(_torch_load(tmp_path / "sharded" / shard))
+    ref = _torch_load(src)
+    assert sorted(merged) == sorted(ref) and all(torch.equal(merged[k], ref[k]) for k in ref)
+    p = run("convert", tmp_path / "sharded", tmp_path / "one.safetensors")
+    assert p.returncode == 0, p.stderr
+    one = _torch_load(tmp_path / "one.safetensors")
+    assert all(torch.equal(one[k], ref[k]) for k in ref)
+    assert_one_line_error(
+        run("convert", src, tmp_path / "x.safetensors", "--type", "q4_k"), "UsageError"
+    )

@@ -276,8 +276,12 @@ def _kind(p: str) -> str:
     if low.endswith(".safetensors") or low.endswith(".index.json"):
         return "safetensors"
     if path.is_dir():
-        if any(path.glob("*.gguf")) and not any(path.glob("*.safetensors")):
+        if any(path.glob("*.safetensors")):
+            return "folder"
+        if any(path.glob("*.gguf")):
             return "gguf"
+        if any(path.glob("*.bin")) or any(path.glob("*.pth")):
+            return "pytorch"
         return "folder"
     return "folder" if not path.suffix else "unknown"
 
@@ -298,12 +302,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
         if args.type:
             kw["type"] = args.type
     elif src in ("folder", "safetensors") and dst in ("folder", "safetensors"):
-        fn = _lib(
-            "convert",
-            "safetensors_to_safetensors",
-            "reshard",
-            what="safetensors -> safetensors conversion",
-        )
+        from ._convert import safetensors_to_safetensors
+
+        fn = safetensors_to_safetensors
         if args.type:
             kw["dtype"] = args.type
         if args.max_shard_size:
