@@ -443,3 +443,27 @@ def test_dequantize_matches_gguf_py(tmp_path):
             ref = gdq(raw, gguf.GGMLQuantizationType(t.ggml_type.id))
             np.testing.assert_array_equal(f.dequantize(name), ref.astype(np.float32))
         np.testing.assert_array_equal(f.dequantize("t.f16"), f.numpy("t.f16").astype(np.float32))
+
+
+@pytest.mark.parametrize("window", [16, 64, 1000])
+@pytest.mark.parametrize("order,endian", ORDERS)
+def test_string_scan_windows_and_zero_filled(tmp_path, monkeypatch, window, order, endian):
+    """Small scan windows (many rescans) and zero-filled strings give the same strings."""
+    import weightsmith.gguf._parse as P
+
+    monkeypatch.setattr(P, "_MAX_WINDOW", window)
+    strings = [s for group in STRINGS[1:] for s in group][:3000] + ["\x00" * 300] * 50 + ["end"]
+    p = tmp_path / "w.gguf"
+    w = gguf.GGUFWriter(p, "llama", endianess=endian)
+    w.add_key_value("s", strings, VT.ARRAY, sub_type=VT.STRING)
+    w.add_key_value("n", [1, 2], VT.ARRAY)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    raw = [s.encode() if isinstance(s, str) else s for s in strings]
+    with read(p) as f:
+        arr = f.array("s")
+        assert [arr.raw(i) for i in range(len(arr))] == raw
+        assert f.metadata["n"] == [1, 2]
+        assert f.byte_order == order

@@ -49,6 +49,9 @@ from ._spec import (
 __all__ = ["GGUFHeader", "Metadata", "StringArray", "TensorInfo", "parse"]
 
 _N_TYPES = len(GGUFValueType)
+# string arrays are scanned this many bytes at a time (bounds the scan's
+# temporaries to ~10x this, and to ~10x the file for small files)
+_MAX_WINDOW = 8 << 20
 
 
 # --------------------------------------------------------------------------- results
@@ -536,22 +539,27 @@ class _Parser:
         high = range(1, lw) if self.order == "<" else range(lw - 1)
         low = 0 if self.order == "<" else lw - 1
         got = 0
-        win = max(4096, count * 24)
+        win = min(max(4096, count * 24), _MAX_WINDOW)
         u8 = self.u8
+        empty = np.zeros(0, np.int64)
         while got < count:
             win_end = min(self.n, pos + win)
             m = win_end - pos - lw + 1
+            cand = clen = cnext = bad = empty
             if m > 0:
                 z = u8[pos:win_end] == 0
                 ok = z[high[0] : high[0] + m].copy()
                 for k in high[1:]:
                     ok &= z[k : k + m]
-                cand = np.flatnonzero(ok).astype(np.int64) + pos
-                clen = u8[cand + low].astype(np.int64)
-                cnext = cand + lw + clen
-                bad = np.flatnonzero(cnext[:-1] != cand[1:])
-            else:
-                cand = clen = cnext = bad = np.zeros(0, np.int64)
+                # real vocabularies give one candidate per string (~1 in 10
+                # bytes); zero-filled data gives one per byte: step through
+                # such a window exactly instead of holding 8 bytes per byte
+                if np.count_nonzero(ok) <= m // 4:
+                    cand = np.flatnonzero(ok).astype(np.int64) + pos
+                    clen = u8[cand + low].astype(np.int64)
+                    cnext = cand + lw + clen
+                    bad = np.flatnonzero(cnext[:-1] != cand[1:])
+                del z, ok
             ncand = len(cand)
             while got < count:
                 j = int(np.searchsorted(cand, pos))
@@ -573,7 +581,7 @@ class _Parser:
                 lens[got] = e - s
                 got += 1
                 pos = e
-            win *= 2
+            win = min(win * 2, _MAX_WINDOW)
         return starts, lens, pos
 
     # -- alignment ------------------------------------------------------------
