@@ -533,6 +533,19 @@ class _Parser:
         takes one exact step and carries on, so the result never depends on
         the guess, only the speed does.
         """
+        found = [0]
+        try:
+            return self._scan(pos, count, field, found)
+        except E.NeedMoreData as e:
+            # a prefix ended inside the array: ask for the rest of it too,
+            # guessing the strings still to come are as long as those seen
+            got = found[0]
+            per = max((e.needed - pos) / max(got, 1), self.len_s.size + 1)
+            raise E.NeedMoreData(min(self.file_size, int(e.needed + (count - got) * per))) from None
+
+    def _scan(
+        self, pos: int, count: int, field: str, found: list[int]
+    ) -> tuple[np.ndarray, np.ndarray, int]:
         starts = np.empty(count, np.int64)
         lens = np.empty(count, np.int64)
         lw = self.len_s.size
@@ -562,6 +575,7 @@ class _Parser:
                 del z, ok
             ncand = len(cand)
             while got < count:
+                found[0] = got
                 j = int(np.searchsorted(cand, pos))
                 if j < ncand and cand[j] == pos:
                     b = int(np.searchsorted(bad, j))
