@@ -48,13 +48,14 @@ QK_K = 256
 GROUP_MAX_EPS = F32(1e-15)
 _MAGIC = F32(12582912.0)  # 1.5 * 2**23: adding it rounds to an integer in the mantissa
 _CHUNK_BLOCKS = 1024  # super-blocks per vectorised step (amortises numpy call overhead)
-_DEQ_CHUNK = 256  # super-blocks per dequantize step (temporaries stay in L2)
+_DEQ_CHUNK = 1024  # super-blocks per dequantize step (temporaries stay in L2)
 _NIBBLES = np.uint64(0x0F0F0F0F0F0F0F0F)
 _PAIRS = np.uint64(0x0303030303030303)
 _ONES = np.uint64(0x0101010101010101)
-_PAIR_SHIFTS = np.array([0, 2, 4, 6], dtype=np.uint64).reshape(1, 1, 4, 1)
+_NIBBLE_SHIFTS = np.array([0, 4], dtype=np.uint64).reshape(1, 2, 1, 1)
+_PAIR_SHIFTS = np.array([0, 2, 4, 6], dtype=np.uint64).reshape(1, 4, 1, 1)
 _HMASK_SHIFTS = (4 * np.arange(2, dtype=np.uint64)[:, None] + np.arange(4, dtype=np.uint64))[
-    None, :, :, None
+    :, :, None, None
 ]
 _QX_SLICE_ELEMS = 1 << 16  # make_qx_quants trial working set: ~5 arrays of 256 KiB, in L2
 
@@ -149,12 +150,11 @@ def make_qx_quants(
 
 def _qx_levels(x: np.ndarray, iscale: np.ndarray, nmax: int) -> np.ndarray:
     """The search's stored levels ``L`` for the winning ``iscale`` (0 marks dead)."""
-    t = np.multiply(iscale, x)
-    np.rint(t, out=t)  # |iscale*x| <= nmax + 1, where rint == nearest_int
-    np.clip(t, -nmax, nmax - 1, out=t)
-    t += nmax
-    t[:, iscale == 0] = 0  # all-zero groups: C sets L = 0
-    return t.astype(np.uint8)
+    bits = _nint(np.multiply(iscale, x))
+    np.clip(bits, -nmax, nmax - 1, out=bits)
+    bits += nmax
+    bits[:, iscale == 0] = 0  # all-zero groups: C sets L = 0
+    return bits.astype(np.uint8)
 
 
 def _qx_search(x: np.ndarray, nmax: int, w: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -204,19 +204,29 @@ def _qx_trials(
     nmax: int,
     out: np.ndarray,
 ) -> None:
-    """Fill ``out[0, t]`` / ``out[1, t]`` with sumlx / suml2 of every trial."""
-    wx = w * x  # C evaluates w*x[i]*l as (w*x[i])*l
+    """Fill ``out[0, t]`` / ``out[1, t]`` with sumlx / suml2 of every trial.
+
+    For finite ``x``, ``|iscale*x| <= |nmax + 0.1k|`` (plus rounding), so
+    ``rint`` equals nearest_int and the clip is only needed on the side the
+    trial can reach: none for ``k <= -6``, the top for ``k <= 4``.
+    """
+    exact = not np.isfinite(x).all()  # inf/NaN: take nearest_int's literal path
+    wx2 = np.stack([w * x, w])  # C evaluates w*x[i]*l as (w*x[i])*l and w*l*l as (w*l)*l
     t = np.empty_like(x)
-    prod = np.empty_like(x)
-    for i, num in enumerate(nums):
+    prod = np.empty_like(wx2)
+    for i, (k, num) in enumerate(zip(_QX_TRIALS, nums, strict=True)):
         np.multiply(num / xmax, x, out=t)
-        np.rint(t, out=t)  # |iscale*x| <= nmax + 1 here, so rint == nearest_int
-        np.clip(t, -nmax, nmax - 1, out=t)
-        np.multiply(wx, t, out=prod)
-        np.add.reduce(prod, axis=0, out=out[0, i])
-        np.multiply(w, t, out=prod)
-        np.multiply(prod, t, out=prod)
-        np.add.reduce(prod, axis=0, out=out[1, i])
+        if exact:
+            t[...] = _quant_clip(t, -nmax, nmax - 1)
+        else:
+            np.rint(t, out=t)
+            if k >= 5:
+                np.clip(t, -nmax, nmax - 1, out=t)
+            elif k >= -5:
+                np.minimum(t, nmax - 1, out=t)
+        np.multiply(wx2, t, out=prod)
+        np.multiply(prod[1], t, out=prod[1])
+        np.add.reduce(prod, axis=1, out=out[:, i])
 
 
 def make_q3_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
@@ -322,8 +332,8 @@ def _requantize(
     sub-block indices ``idx``.
     """
     b = xb.shape[0]
-    with np.errstate(all="ignore"):
-        v = xb.reshape(b, 16, 16) / d[:, :, None]
+    with np.errstate(all="ignore"):  # repeat + flat divide: long inner loops
+        v = np.divide(xb, np.repeat(d.reshape(-1), 16).reshape(b, QK_K))
     # nearest_int's bit trick with the clip folded into the mantissa range.
     bits = np.add(v, _MAGIC, out=v).view(np.int32)
     bits &= 0x007FFFFF
@@ -355,51 +365,69 @@ def _q6k_blocks(xb: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     def search_levels(idx: np.ndarray) -> np.ndarray:
         return _qx_levels(xg[:, idx], iscale_search[idx], 32).T
 
-    Lq = _requantize(xb, d, search_levels, -32, 31).reshape(b, 2, 4, 32)  # [half, column c, l]
+    L = _byte_lanes(_requantize(xb, d, search_levels, -32, 31)).reshape(2, 4, 4, b)
+    low = L & _NIBBLES  # [half, column c, lane, block]
+    ql = low[:, :2] | (low[:, 2:] << np.uint64(4))
+    high = (L >> np.uint64(4)) & _PAIRS
+    qh = high[:, 0] | (high[:, 1] << np.uint64(2))
+    qh |= high[:, 2] << np.uint64(4)
+    qh |= high[:, 3] << np.uint64(6)
     out = np.empty((b, 210), dtype=np.uint8)
-    low = Lq & 0xF
-    out[:, :128] = (low[:, :, :2] | (low[:, :, 2:] << 4)).reshape(b, 128)
-    high = Lq >> 4
-    qh = high[:, :, 0] | (high[:, :, 1] << 2) | (high[:, :, 2] << 4) | (high[:, :, 3] << 6)
-    out[:, 128:192] = qh.reshape(b, 64)
+    out[:, :192] = _lane_bytes(np.concatenate([ql.reshape(16, b), qh.reshape(8, b)]))
     out[:, 192:208] = sc.view(np.uint8)
     out[:, 208:210] = d16.view(np.uint8).reshape(b, 2)
     out[dead] = 0
     return out
 
 
-def _q6k_levels(b: np.ndarray) -> np.ndarray:
-    """Signed 6-bit levels ``q - 32`` of Q6_K blocks ``[B, 210]`` -> int8 ``[B, 256]``.
+def _lanes(b: np.ndarray, nbytes: int) -> np.ndarray:
+    """The first ``nbytes`` of each block as uint64 lanes, lane-major ``[nbytes/8, B]``."""
+    return _byte_lanes(b[:, :nbytes])
 
-    Nibbles and bit pairs are unpacked eight bytes at a time through uint64 views.
+
+def _byte_lanes(a: np.ndarray) -> np.ndarray:
+    """Bytes ``[B, 8m]`` -> uint64 lanes, lane-major ``[m, B]``.
+
+    Lane-major order gives every bit operation a long inner loop (over the
+    blocks); the per-byte shifts and masks used on lanes never cross a byte,
+    so the results do not depend on endianness.
     """
-    nb = b.shape[0]
-    packed = np.ascontiguousarray(b[:, :192]).view(np.uint64)
-    ql = packed[:, :16].reshape(nb, 2, 2, 4)  # [half, c & 1, 8-byte lane]
-    qh = packed[:, 16:].reshape(nb, 2, 1, 4)
-    q = np.empty((nb, 2, 4, 4), dtype=np.uint64)  # [half, column c, lane]
-    np.bitwise_and(ql, _NIBBLES, out=q[:, :, :2])
-    np.right_shift(ql, np.uint64(4), out=q[:, :, 2:])
-    q[:, :, 2:] &= _NIBBLES
-    high = np.right_shift(qh, _PAIR_SHIFTS)
+    return np.ascontiguousarray(np.ascontiguousarray(a).view(np.uint64).T)
+
+
+def _lane_bytes(lanes: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`_byte_lanes`: lanes ``[m, B]`` -> bytes ``[B, 8m]``."""
+    return np.ascontiguousarray(lanes.T).view(np.uint8)
+
+
+def _lanes_to_levels(q: np.ndarray, offset: int) -> np.ndarray:
+    """Lane-major level bytes ``[32, B]`` uint64 -> int8 ``[B, 256]`` minus ``offset``."""
+    q8 = np.ascontiguousarray(q.reshape(32, -1).T).view(np.uint8)
+    q8 -= np.uint8(offset)  # wraps to the int8 value q - offset
+    return q8.view(np.int8)
+
+
+def _q6k_levels(b: np.ndarray) -> np.ndarray:
+    """Signed 6-bit levels ``q - 32`` of Q6_K blocks ``[B, 210]`` -> int8 ``[B, 256]``."""
+    lanes = _lanes(b, 192)
+    ql = lanes[:16].reshape(2, 1, 8, -1)  # [half, _, lane of 32 columns c & 1]
+    qh = lanes[16:].reshape(2, 1, 4, -1)  # [half, _, lane]
+    q = np.right_shift(ql, _NIBBLE_SHIFTS)  # [half, low|high nibble, lane]
+    q &= _NIBBLES
+    high = np.right_shift(qh, _PAIR_SHIFTS)  # [half, column c, lane]
     high &= _PAIRS
     high <<= np.uint64(4)
-    q |= high
-    q8 = q.view(np.uint8).reshape(nb, QK_K)
-    q8 -= np.uint8(32)  # wraps to the int8 value q - 32
-    return q8.view(np.int8)
+    q.reshape(2, 4, 4, -1)[...] |= high
+    return _lanes_to_levels(q, 32)
 
 
 def _scale_levels(out: np.ndarray, dl: np.ndarray, q: np.ndarray) -> None:
     """``out[b, 16j+i] = dl[b, j] * q[b, 16j+i]`` in float32.
 
-    Filling ``out`` with the scales by a broadcast copy and then multiplying
-    in place keeps numpy's inner loops long; a broadcast multiply over the
-    16-wide sub-blocks is several times slower.
+    Repeating the scales and multiplying flat keeps numpy's inner loops long;
+    a broadcast multiply over the 16-wide sub-blocks is several times slower.
     """
-    nb = out.shape[0]
-    out.reshape(nb, 16, 16)[...] = dl.reshape(nb, 16, 1)
-    out *= q
+    np.multiply(np.repeat(dl.reshape(-1), 16).reshape(out.shape), q, out=out)
 
 
 @np.errstate(invalid="ignore", over="ignore")  # inf * 0 -> NaN, as in ggml
@@ -478,16 +506,17 @@ def _q3k_blocks(xb: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     ls, d16, search_levels = _q3k_scales_ref(xb) if qw is None else _q3k_scales_impl(xb, qw)
     # ggml re-reads each scale from the packed bytes: 6-bit value minus 32.
     d = f16_to_f32(d16)[:, None] * (ls.astype(F32) - F32(32))
-    Lq = _requantize(xb, d, search_levels, -4, 3)
+    L = _byte_lanes(_requantize(xb, d, search_levels, -4, 3))  # [32 lanes, block]
+    bit2 = (L >> np.uint64(2)) & _ONES  # lane 4k' + j holds weights 32k' + 8j ..
+    hmask = bit2[0:4].copy()
+    for k in range(1, 8):
+        hmask |= bit2[4 * k : 4 * k + 4] << np.uint64(k)
+    low = (L & _PAIRS).reshape(2, 4, 4, b)  # [half, k, lane, block]
+    qs = low[:, 0] | (low[:, 1] << np.uint64(2))
+    qs |= low[:, 2] << np.uint64(4)
+    qs |= low[:, 3] << np.uint64(6)
     out = np.empty((b, 110), dtype=np.uint8)
-    bit2 = (Lq >> 2).reshape(b, 8, 32)  # [e // 32, e % 32]
-    hmask = np.zeros((b, 32), dtype=np.uint8)
-    for k in range(8):
-        hmask |= bit2[:, k] << k
-    out[:, :32] = hmask
-    low = (Lq & 3).reshape(b, 2, 4, 32)  # [half, k, r]
-    qs = low[:, :, 0] | (low[:, :, 1] << 2) | (low[:, :, 2] << 4) | (low[:, :, 3] << 6)
-    out[:, 32:96] = qs.reshape(b, 64)
+    out[:, :96] = _lane_bytes(np.concatenate([hmask, qs.reshape(8, b)]))
     out[:, 96:108] = _pack_q3k_scales(ls)
     out[:, 108:110] = d16.view(np.uint8).reshape(b, 2)
     return out
@@ -495,19 +524,16 @@ def _q3k_blocks(xb: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
 
 def _q3k_levels(b: np.ndarray) -> np.ndarray:
     """Signed 3-bit levels ``q - 4`` of Q3_K blocks ``[B, 110]`` -> int8 ``[B, 256]``."""
-    nb = b.shape[0]
-    packed = np.ascontiguousarray(b[:, :96]).view(np.uint64)
-    hmask = packed[:, :4].reshape(nb, 1, 1, 4)  # [_, _, 8-byte lane]
-    qs = packed[:, 4:].reshape(nb, 2, 1, 4)  # [half, _, lane]
+    lanes = _lanes(b, 96)
+    hmask = lanes[:4].reshape(1, 1, 4, -1)  # [_, _, lane]
+    qs = lanes[4:].reshape(2, 1, 4, -1)  # [half, _, lane]
     q = np.right_shift(qs, _PAIR_SHIFTS)  # [half, k, lane]: bits 2k..2k+1
     q &= _PAIRS
     high = np.right_shift(hmask, _HMASK_SHIFTS)  # bit 4*half + k
     high &= _ONES
     high <<= np.uint64(2)
     q |= high
-    q8 = q.view(np.uint8).reshape(nb, QK_K)
-    q8 -= np.uint8(4)  # wraps to the int8 value q - 4
-    return q8.view(np.int8)
+    return _lanes_to_levels(q, 4)
 
 
 @np.errstate(invalid="ignore", over="ignore")  # inf * 0 -> NaN, as in ggml
