@@ -116,3 +116,42 @@ def test_nothing_written_on_refusal(tmp_path):
     with pytest.raises(errors.UnsafePickleError):
         torch_to_safetensors(evil, tmp_path / "e.safetensors")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pt", "e.pt"]
+
+
+def test_expanded_view_larger_than_file_is_refused(tmp_path):
+    from tests.torchfile_helpers import dict_, storage, tensor_v2
+
+    pkl = (
+        b"\x80\x02"
+        + dict_(("w", tensor_v2(storage("FloatStorage", "0", 1), 0, (2**20, 2**20), (0, 0))))
+        + b"."
+    )
+    src = make_zip(tmp_path / "x.pt", pkl, {"0": bytes(4)})
+    with pytest.raises(errors.TensorLargerThanFile):
+        torch_to_safetensors(src, tmp_path / "x.safetensors")
+    assert not (tmp_path / "x.safetensors").exists()
+
+
+def test_conversion_never_imports_torch(tmp_path):
+    import subprocess
+    import sys
+
+    src = tmp_path / "m.pt"
+    torch.save({"w": torch.randn(3, 3), "f8": torch.ones(2).to(torch.float8_e4m3fn)}, src)
+    code = (
+        "import sys\n"
+        "class Block:\n"  # any import of torch now fails
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'torch':\n"
+        "            raise ImportError('torch is blocked')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "from weightsmith.convert import torch_to_safetensors\n"
+        "import weightsmith.torchfile as tf\n"
+        f"torch_to_safetensors({str(src)!r}, {str(tmp_path / 'm.safetensors')!r})\n"
+        f"assert tf.scan({str(src)!r}).safe\n"
+        "assert 'torch' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    out = load_file(tmp_path / "m.safetensors")
+    ref = torch.load(src, weights_only=True)
+    assert all(_same(out[k], ref[k]) for k in ref)

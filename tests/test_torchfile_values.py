@@ -418,3 +418,17 @@ def test_legacy_storage_views(tmp_path):
     with torchfile.open(p) as ck:
         _assert_same(ck, ref)
         assert ck["view"].tolist() == [[5.0, 7.0], [6.0, 8.0]]
+
+
+def test_quantized_and_sparse_are_safe_but_unsupported(tmp_path):
+    q = torch.quantize_per_tensor(torch.randn(4), 0.1, 0, torch.qint8)
+    sp = torch.eye(3).to_sparse()
+    for k, obj in enumerate([{"q": q}, {"sp": sp}]):
+        p = tmp_path / f"u{k}.pt"
+        torch.save(obj, p)
+        torch.load(p, weights_only=True)  # torch considers these weights-only safe
+        rep = torchfile.scan(p)
+        assert rep.safe and not rep.supported, str(rep)
+        with pytest.raises(errors.UnsupportedPickleGlobal) as e:
+            torchfile.open(p)
+        assert not isinstance(e.value, errors.UnsafePickleError)

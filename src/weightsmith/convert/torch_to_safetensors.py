@@ -108,9 +108,19 @@ def torch_to_safetensors(
         if share == "alias":
             report.aliases = dict(ck.aliases)
         names = [n for n in ck if n not in report.aliases]
+        src_bytes = _source_bytes(ck)
         entries = []
         for name in names:
             info = ck.tensors[name]
+            if info.nbytes > src_bytes:
+                # only overlapping views (stride 0) can outgrow the file: refuse to blow them up
+                raise errors.TensorLargerThanFile(
+                    "tensor would be larger than the whole checkpoint",
+                    path=ck.path,
+                    field=name,
+                    expected=f"<= {src_bytes} bytes",
+                    found=info.nbytes,
+                )
             code = info.safetensors_dtype
             if code is None:
                 raise errors.UnconvertibleDtype(
@@ -145,6 +155,12 @@ def torch_to_safetensors(
             _write_index(index_path, files, groups, entries)
             report.files.append(os.fspath(index_path))
     return report
+
+
+def _source_bytes(ck: Any) -> int:
+    shards = getattr(ck, "shards", None)
+    paths = [c.path for c in shards.values()] if shards else [ck.path]
+    return sum(os.path.getsize(p) for p in paths)
 
 
 def _write_index(

@@ -953,6 +953,11 @@ class _Machine:
 
     def op_BINPERSID(self) -> None:
         pid = self.pop()
+        if isinstance(pid, Opaque) or (
+            isinstance(pid, tuple) and any(isinstance(x, Opaque) for x in pid)
+        ):
+            self.push(Opaque())  # built from something already refused (scan mode only)
+            return
         ref = self._storage_ref(pid)
         if ref is None:
             self.refuse(
