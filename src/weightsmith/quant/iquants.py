@@ -524,6 +524,7 @@ class _Iq3Grid:
         counts = np.zeros(4096, dtype=np.int64)
         flat: list[np.ndarray] = []
         total = 0
+        # (ggml's qsort of (distance, index) pairs == a stable sort by distance)
         for i in np.flatnonzero(self.map < 0):
             order = np.argsort(d2[i], kind="stable")
             cut = np.unique(d2[i])[nwant - 1]
@@ -531,31 +532,49 @@ class _Iq3Grid:
             starts[i], counts[i] = total, len(nb)
             flat.append(nb)
             total += len(nb)
-        self.nb_start, self.nb_count = starts, counts
-        self.nb_flat = np.concatenate(flat)
+        flat_all = np.concatenate(flat)
+        self.nb_count = counts
+        # neighbour j of every point in row j of a [max count, 4096] table
+        width = int(counts.max())
+        self.nb_cols = np.zeros((width, 4096), dtype=np.intp)
+        for i in np.flatnonzero(self.map < 0):
+            self.nb_cols[: counts[i], i] = flat_all[starts[i] : starts[i] + counts[i]]
+        self.q_t = np.ascontiguousarray(self.q.T)  # [4, n]: one row per element
 
     def best_neighbours(
-        self, u: np.ndarray, xv: np.ndarray, wv: np.ndarray, scale: np.ndarray
+        self, u: np.ndarray, xv: list[np.ndarray], wv: list[np.ndarray], scale: np.ndarray
     ) -> np.ndarray:
         """iq3_find_best_neighbour for off-grid points ``u`` [g] with values
-        ``xv``/weights ``wv`` [g, 4] at ``scale`` [g]: the grid indices [g]."""
+        ``xv``/weights ``wv`` (4 arrays [g], one per element) at ``scale`` [g]:
+        the chosen grid indices [g].
+
+        Candidates are visited in list order with ggml's strict ``<``, one
+        candidate position at a time; points are sorted by list length so
+        that the points still searching at position j are a prefix."""
         cnt = self.nb_count[u]
-        offs = np.cumsum(cnt) - cnt
-        seg = np.repeat(np.arange(len(u)), cnt)
-        pos = np.arange(int(cnt.sum())) - offs[seg]
-        cand = self.nb_flat[self.nb_start[u][seg] + pos]
-        q = self.q[cand]  # [t, 4]
-        s = scale[seg]
-        xs, ws = xv[seg], wv[seg]
-        d2 = np.zeros(len(cand), dtype=np.float32)
-        for i in range(4):  # d2 += w*diff*diff, in element order
-            diff = s * q[:, i] - xs[:, i]
-            d2 += (ws[:, i] * diff) * diff
-        # first minimum of each segment (ggml keeps the first on ties)
-        segmin = np.minimum.reduceat(d2, offs)
-        hit = np.flatnonzero(d2 == segmin[seg])
-        first = hit[np.r_[True, seg[hit][1:] != seg[hit][:-1]]]
-        return cand[first]
+        order = np.argsort(-cnt, kind="stable")
+        u, cnt, scale = u[order], cnt[order], scale[order]
+        xv = [a[order] for a in xv]
+        wv = [a[order] for a in wv]
+        g = len(u)
+        best = np.full(g, np.finfo(np.float32).max, dtype=np.float32)  # FLT_MAX
+        choice = np.zeros(g, dtype=np.intp)
+        for j in range(int(cnt.max())):
+            n = int(np.searchsorted(-cnt, -j, side="left"))  # points with cnt > j
+            cand = self.nb_cols[j][u[:n]]
+            s = scale[:n]
+            d2 = np.zeros(n, dtype=np.float32)
+            for i in range(4):  # d2 += w*diff*diff, in element order
+                diff = s * self.q_t[i][cand] - xv[i][:n]
+                term = wv[i][:n] * diff
+                term *= diff
+                d2 += term
+            upd = d2 < best[:n]
+            best[:n] = np.where(upd, d2, best[:n])
+            choice[:n] = np.where(upd, cand, choice[:n])
+        out = np.empty(g, dtype=np.intp)
+        out[order] = choice
+        return out
 
 
 _IQ3XXS_Q = _Iq3Grid(IQ3XXS_GRID, nwant=2)
@@ -576,8 +595,12 @@ def _iq3_levels(
     off = ~on if groups is None else (~on & groups)
     kk, mm = np.nonzero(off)
     if kk.size:
-        X4, W4 = X.reshape(8, 4, -1), Wa.reshape(8, 4, -1)
-        gi = g.best_neighbours(u[kk, mm], X4[kk, :, mm], W4[kk, :, mm], scale[mm])
+        m = X.shape[1]
+        base = (4 * m) * kk + mm  # flat index of element 0 of each group
+        Xf, Wf = X.reshape(-1), Wa.reshape(-1)
+        xv = [Xf[base + i * m] for i in range(4)]
+        wv = [Wf[base + i * m] for i in range(4)]
+        gi = g.best_neighbours(u[kk, mm], xv, wv, scale[mm])
         l4[kk, :, mm] = g.levels[gi]
     return lv, on
 
