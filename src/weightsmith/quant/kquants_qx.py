@@ -171,12 +171,14 @@ def _qx_search(x: np.ndarray, nmax: int, w: np.ndarray | None) -> tuple[np.ndarr
     xmax[~live] = 1  # dead groups are reset at the end
     nums = [_qx_numerator(nmax, k) for k in _QX_TRIALS]
     sums = np.empty((2, len(nums), groups), dtype=F32)  # [sumlx|suml2, trial, group]
-    step = max(1, _QX_SLICE_ELEMS // max(1, n))
+    step = min(groups, max(1, _QX_SLICE_ELEMS // max(1, n)))
+    # One workspace for all slices: fresh large temporaries would page-fault.
+    work = _QxWork(n, step)
     for s in range(0, groups, step):
         e = min(s + step, groups)
-        xs = np.ascontiguousarray(x[:, s:e])
-        ws = xs * xs if w is None else np.ascontiguousarray(w[:, s:e], dtype=F32)
-        _qx_trials(xs, ws, xmax[s:e], nums, nmax, sums[:, :, s:e])
+        _qx_trials(
+            x[:, s:e], w if w is None else w[:, s:e], xmax[s:e], nums, nmax, sums[:, :, s:e], work
+        )
     sumlx, suml2 = sums
     ratio = sumlx / suml2  # C: scale = sumlx/suml2
     scale = np.where(suml2[0] != 0, ratio[0], F32(0))
@@ -196,13 +198,34 @@ def _qx_search(x: np.ndarray, nmax: int, w: np.ndarray | None) -> tuple[np.ndarr
     return scale, iscale
 
 
+class _QxWork:
+    """Reusable buffers for :func:`_qx_trials` on slices of up to ``m`` groups."""
+
+    def __init__(self, n: int, m: int) -> None:
+        self.wx2 = np.empty((2, n, m), dtype=F32)  # [w*x | w, i, group]
+        self.x = np.empty((n, m), dtype=F32)
+        self.t = np.empty((n, m), dtype=F32)
+        self.prod = np.empty((2, n, m), dtype=F32)
+        self.iscale = np.empty(m, dtype=F32)
+
+    def view(self, m: int) -> tuple[np.ndarray, ...]:
+        return (
+            self.wx2[:, :, :m],
+            self.x[:, :m],
+            self.t[:, :m],
+            self.prod[:, :, :m],
+            self.iscale[:m],
+        )
+
+
 def _qx_trials(
-    x: np.ndarray,
-    w: np.ndarray,
+    xs: np.ndarray,
+    ws: np.ndarray | None,
     xmax: np.ndarray,
     nums: list[np.float32],
     nmax: int,
     out: np.ndarray,
+    work: _QxWork,
 ) -> None:
     """Fill ``out[0, t]`` / ``out[1, t]`` with sumlx / suml2 of every trial.
 
@@ -210,12 +233,18 @@ def _qx_trials(
     ``rint`` equals nearest_int and the clip is only needed on the side the
     trial can reach: none for ``k <= -6``, the top for ``k <= 4``.
     """
+    wx2, x, t, prod, iscale = work.view(xs.shape[1])
+    np.copyto(x, xs)
     exact = not np.isfinite(x).all()  # inf/NaN: take nearest_int's literal path
-    wx2 = np.stack([w * x, w])  # C evaluates w*x[i]*l as (w*x[i])*l and w*l*l as (w*l)*l
-    t = np.empty_like(x)
-    prod = np.empty_like(wx2)
+    # C evaluates w*x[i]*l as (w*x[i])*l and w*l*l as (w*l)*l.
+    if ws is None:
+        np.multiply(x, x, out=wx2[1])
+    else:
+        np.copyto(wx2[1], ws)
+    np.multiply(wx2[1], x, out=wx2[0])
     for i, (k, num) in enumerate(zip(_QX_TRIALS, nums, strict=True)):
-        np.multiply(num / xmax, x, out=t)
+        np.divide(num, xmax, out=iscale)
+        np.multiply(iscale, x, out=t)
         if exact:
             t[...] = _quant_clip(t, -nmax, nmax - 1)
         else:
