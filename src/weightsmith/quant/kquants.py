@@ -69,7 +69,12 @@ _ZERO = F32(0.0)
 
 # Blocks quantized per numpy pass: large enough to amortise per-call overhead,
 # small enough that the ~8 working arrays of the scale search stay in L2.
-_CHUNK_BLOCKS = 512
+_CHUNK_BLOCKS = 2048
+# Elements per slice of the scale search: its five [n, M] float32 arrays
+# (x, w and three scratch) stay inside a 2 MiB L2 cache.
+_SEARCH_ELEMS = 65536
+# |v| below this: np.rint(v) equals ggml's nearest_int(v) (exact up to 2**22).
+_RINT_SAFE = F32(4.0e6)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -81,6 +86,27 @@ def _nearest_int(v: np.ndarray) -> np.ndarray:
     t &= 0x7FFFFF
     t -= 0x400000
     return t
+
+
+def _empty(shape: tuple[int, ...], dtype=np.float32) -> np.ndarray:
+    """An uninitialised array whose data starts on a 64-byte boundary.
+
+    numpy only guarantees 16-byte alignment; with AVX-512 a misaligned
+    operand splits every vector across two cache lines, and elementwise
+    passes of the scale search run up to twice as slow.
+    """
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    buf = np.empty(nbytes + 64, dtype=np.uint8)
+    off = -buf.ctypes.data % 64
+    return buf[off : off + nbytes].view(dtype).reshape(shape)
+
+
+def _aligned(a: np.ndarray) -> np.ndarray:
+    """A 64-byte-aligned C-contiguous float32 copy of ``a``."""
+    out = _empty(a.shape)
+    out[...] = a
+    return out
 
 
 def _seqsum(a: np.ndarray) -> np.ndarray:
@@ -125,40 +151,64 @@ def make_qkx_quants(
     Returns ``(L float32 [n, M], scale [M], the_min [M])``.
     """
     n, m = x.shape
+    cols = max(256, _SEARCH_ELEMS // n)
+    L = np.empty_like(x)
+    scale = np.empty(m, dtype=np.float32)
+    the_min = np.empty(m, dtype=np.float32)
+    # Columns are independent: search cache-sized slices one after another.
+    for c0 in range(0, m, cols):
+        c1 = min(m, c0 + cols)
+        # numpy copies a broadcast [M] operand through its iterator buffer
+        # when the buffer is longer than a row; a buffer no longer than M
+        # makes the per-column ops as fast as plain elementwise ones.
+        old = np.setbufsize(max(16, min(8192, (c1 - c0) // 16 * 16)))
+        try:
+            L[:, c0:c1], scale[c0:c1], the_min[c0:c1] = _qkx_search(
+                _aligned(x[:, c0:c1]), _aligned(w[:, c0:c1]), nmax, rmin, rdelta, nstep, use_mad
+            )
+        finally:
+            np.setbufsize(old)
+    return L, scale, the_min
+
+
+def _qkx_search(x, w, nmax, rmin, rdelta, nstep, use_mad):
+    """:func:`make_qkx_quants` on one cache-sized slice of columns."""
     fnmax = F32(nmax)
-    mn = np.min(x, axis=0)
+    xmin = np.min(x, axis=0)
     mx = np.max(x, axis=0)
     sum_w = np.add.reduce(w, axis=0)  # C starts from weights[0]: no +0 fix
-    wx = w * x
-    sum_x = np.add.reduce(wx, axis=0)
-    mn = np.where(mn > 0, _ZERO, mn)
-    flat = mx == mn  # early-out: everything equal (or all <= 0 and equal)
-
-    t = np.empty_like(x)  # candidate quants of the current step
-    u = np.empty_like(x)
-    wl = np.empty_like(x)
+    sum_x = np.add.reduce(w * x, axis=0)
+    mn = np.where(xmin > 0, _ZERO, xmin)
+    flat = mx == mn  # C returns early: all quants 0, scale 0
+    live = ~flat
+    # Flat columns are searched too (vectorised) but never win; a range of 1
+    # keeps their arithmetic finite.
+    top = np.where(flat, mn + F32(1.0), mx)
+    cmax = max(abs(F32(rmin)), abs(F32(rmin) + F32(rdelta) * F32(nstep))) + fnmax
+    t = _empty(x.shape)  # candidate quants of the current step
+    u = _empty(x.shape)
+    v = _empty(x.shape)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        iscale = fnmax / (mx - mn)
+        rng = top - mn
+        iscale = fnmax / rng
         scale = F32(1.0) / iscale
-        np.subtract(x, mn, out=t)
-        t *= iscale
-        np.rint(t, out=t)
-        np.clip(t, _ZERO, fnmax, out=t)
-        L = t.copy()
-        best = _weighted_error(t, scale, mn, x, w, use_mad, u)
+        fast = _rint_is_exact(rng, xmin, mn, cmax)
+        _levels(x, mn, iscale, fnmax, t, fast)
+        best = _weighted_error(t, scale, mn, x, w, use_mad, v)
+        # The winning quants are not copied at each step: the (iscale, min)
+        # that produced them is kept and they are recomputed once at the end.
+        win_iscale = iscale
+        win_mn = mn
 
         for step in range(nstep + 1):
-            iscale = (F32(rmin) + F32(rdelta) * F32(step) + fnmax) / (mx - mn)
-            np.subtract(x, mn, out=t)
-            t *= iscale
-            np.rint(t, out=t)
-            np.clip(t, _ZERO, fnmax, out=t)
-            np.multiply(w, t, out=wl)
-            sum_l = _seqsum(wl)
-            np.multiply(wl, t, out=u)
+            iscale = (F32(rmin) + F32(rdelta) * F32(step) + fnmax) / rng
+            _levels(x, mn, iscale, fnmax, t, fast)
+            np.multiply(w, t, out=u)
+            sum_l = _seqsum(u)
+            np.multiply(u, x, out=v)
+            sum_xl = _seqsum(v)
+            u *= t
             sum_l2 = _seqsum(u)
-            np.multiply(wl, x, out=u)
-            sum_xl = _seqsum(u)
             det = sum_w * sum_l2 - sum_l * sum_l
             this_scale = (sum_w * sum_xl - sum_x * sum_l) / det
             this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det
@@ -166,18 +216,49 @@ def make_qkx_quants(
             if pos.any():
                 this_min[pos] = _ZERO
                 this_scale[pos] = sum_xl[pos] / sum_l2[pos]
-            cur = _weighted_error(t, this_scale, this_min, x, w, use_mad, u)
-            better = (det > 0) & (cur < best) & ~flat
+            cur = _weighted_error(t, this_scale, this_min, x, w, use_mad, v)
+            better = (det > 0) & (cur < best) & live
             if better.any():
-                np.copyto(L, t, where=better)
                 best = np.where(better, cur, best)
                 scale = np.where(better, this_scale, scale)
+                win_iscale = np.where(better, iscale, win_iscale)
+                win_mn = np.where(better, mn, win_mn)
                 mn = np.where(better, this_min, mn)
+                rng = top - mn
+                fast = _rint_is_exact(rng, xmin, mn, cmax)
 
+        L = _levels(x, win_mn, win_iscale, fnmax, t, False)
     if flat.any():
         L[:, flat] = _ZERO
         scale[flat] = _ZERO
     return L, scale, -mn
+
+
+def _rint_is_exact(rng, xmin, mn, cmax) -> bool:
+    """True if every ``iscale * (x - min)`` of the coming steps is finite and < 2**22.
+
+    There np.rint equals ggml's nearest_int.  ``|x - min| <= max(|range|,
+    |xmin - min|)`` and ``|iscale| <= cmax / |range|``.
+    """
+    arng = np.abs(rng)
+    spread = np.maximum(arng, np.abs(xmin - mn))
+    return bool(cmax * (spread / arng).max() < _RINT_SAFE)
+
+
+def _levels(x, mn, iscale, fnmax, out, fast: bool):
+    """``clamp(nearest_int(iscale * (x - min)), 0, nmax)`` as float32, into ``out``."""
+    if fast:
+        np.subtract(x, mn, out=out)
+        out *= iscale
+        np.rint(out, out=out)
+        np.clip(out, _ZERO, fnmax, out=out)
+        return out
+    # ggml's own rounding trick: NaN and out-of-range products give the same
+    # (garbage) levels as in C.
+    q = _nearest_int((x - mn) * iscale)
+    np.clip(q, 0, int(fnmax), out=q)
+    out[...] = q
+    return out
 
 
 def _weighted_error(
@@ -208,7 +289,7 @@ def make_qp_quants(x: np.ndarray, qw: np.ndarray, nmax: int) -> tuple[np.ndarray
     ``(d float32 [B], L int64 [n, B])`` where ``L`` holds the *stored* uint8
     values (C keeps them in ``uint8_t``, so a negative level wraps).
     """
-    n, b = x.shape
+    n = x.shape[0]
     fnmax = F32(nmax)
     xmax = np.max(x, axis=0)
     zero = ~(xmax >= _GROUP_MAX_EPS)  # "all zero" early-out (also NaN-safe)
