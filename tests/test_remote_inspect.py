@@ -307,3 +307,13 @@ def test_range_header_is_inclusive():
         assert s._headers("http://x/", (102400, 102408))["Range"] == "bytes=102400-102407"
     finally:
         s.close()
+
+
+def test_gguf_header_read_is_capped(nginx, remote_tree, monkeypatch):
+    import weightsmith.inspection as insp
+
+    monkeypatch.setattr(insp, "GGUF_MAX_HEADER", 64 * 1024)
+    with pytest.raises(errors.HeaderReadLimit):
+        remote.inspect(f"{nginx.url}/files/model.gguf")
+    # it stopped at the first chunk: nothing more was asked for
+    assert len(_for(_settle(nginx, 1), "/files/model.gguf")) == 1

@@ -568,3 +568,7 @@ class InvalidWorkers(QuantError):
 
 class UsageError(WeightsmithError, ValueError):
     """A command-line argument that cannot be used (bad KEY=VALUE, nothing to do, ...)."""
+
+
+class HeaderReadLimit(WeightsmithError, ValueError):
+    """Reading a header would need more bytes than the inspect limit allows."""

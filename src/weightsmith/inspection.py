@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from . import dtypes
-from .errors import FormatError, InvalidIndex, NeedMoreData, UnknownTargetError
+from .errors import FormatError, HeaderReadLimit, InvalidIndex, NeedMoreData, UnknownTargetError
 
 __all__ = [
     "SPECULATIVE",
@@ -52,6 +52,8 @@ __all__ = [
 SPECULATIVE = 100 * 1024
 #: first chunk of a GGUF file; the KV section of most files fits in it.
 GGUF_FIRST_CHUNK = 1024 * 1024
+#: a GGUF header (KV + tensor infos) larger than this is refused, not fetched
+GGUF_MAX_HEADER = 512 * 1024 * 1024
 #: arrays longer than this are summarised in reports (GGUF token lists ...).
 ARRAY_SUMMARY = 16
 
@@ -374,7 +376,12 @@ def parse_gguf_prefix(src: Source, first: int = GGUF_FIRST_CHUNK) -> tuple[Any, 
                     expected=f">= {e.needed} bytes",
                     found=size,
                 ) from None
-            buf = src.prefix(max(e.needed, 2 * len(buf)))
+            if e.needed > GGUF_MAX_HEADER:
+                raise HeaderReadLimit(
+                    f"{src.name}: the GGUF header needs {e.needed:,} bytes, "
+                    f"more than the {GGUF_MAX_HEADER:,} inspect reads"
+                ) from None
+            buf = src.prefix(min(max(e.needed, 2 * len(buf)), max(e.needed, GGUF_MAX_HEADER)))
 
 
 def read_gguf(src: Source) -> FileReport:

@@ -46,14 +46,16 @@ def use_rich(stream: TextIO | None = None) -> bool:
 class Out:
     """Tables and lines, to rich or plain text (same content either way)."""
 
-    def __init__(self, stream: TextIO | None = None, rich: bool | None = None) -> None:
+    def __init__(
+        self, stream: TextIO | None = None, rich: bool | None = None, width: int | None = None
+    ) -> None:
         self.stream = stream or sys.stdout
         self.rich = use_rich(self.stream) if rich is None else rich
         self._console: Any = None
         if self.rich:
             from rich.console import Console
 
-            self._console = Console(file=self.stream, highlight=False)
+            self._console = Console(file=self.stream, highlight=False, width=width)
 
     def line(self, text: str = "", style: str | None = None) -> None:
         if self._console is not None:
