@@ -77,6 +77,9 @@ class Out:
         title: str | None = None,
     ) -> None:
         rows = [[("" if c is None else str(c)) for c in r] for r in rows]
+        if title and title.startswith("\n"):
+            self.line()
+            title = title.lstrip("\n")
         if self._console is not None:
             from rich.table import Table
 
