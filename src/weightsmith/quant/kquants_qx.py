@@ -306,23 +306,34 @@ def _q3_pass(
     """One pass of make_q3_quants' descent; updates lv/sumlx/suml2 in place.
 
     Returns which groups changed.  ``lv`` holds the signed levels as float32.
+    Every step works in preallocated buffers: the loop is dominated by the
+    number of numpy calls, not by their size.
     """
     n, groups = x.shape
     changed = np.zeros(groups, dtype=bool)
-    t1 = np.empty(groups, dtype=F32)
-    t2 = np.empty(groups, dtype=F32)
+    slx0, sl20, slx, sl2, t1, t2, new_l = np.empty((7, groups), dtype=F32)
+    bits = np.empty(groups, dtype=np.int32)
     take = np.empty(groups, dtype=bool)
     cond = np.empty(groups, dtype=bool)
+    lo, hi = 0x00400000 - nmax, 0x00400000 + nmax - 1
     for i in range(n):
         li, xi, wi, wxi = lv[i], x[i], w[i], wx[i]
-        slx0 = sumlx - np.multiply(wxi, li, out=t1)
+        # C: slx = sumlx - w*x[i]*L[i]; sl2 = suml2 - w*L[i]*L[i]
+        np.subtract(sumlx, np.multiply(wxi, li, out=t1), out=slx0)
         np.multiply(wi, li, out=t2)
-        sl20 = suml2 - np.multiply(t2, li, out=t2)
+        np.subtract(suml2, np.multiply(t2, li, out=t2), out=sl20)
+        # new_l = MAX(-nmax, MIN(nmax-1, nearest_int(x[i] * sl2 / slx))), bit trick inline
         np.multiply(xi, sl20, out=t1)
-        new_l = _quant_clip(np.divide(t1, slx0, out=t1), -nmax, nmax - 1)
-        slx = slx0 + np.multiply(wxi, new_l, out=t1)
+        np.divide(t1, slx0, out=t1)
+        np.add(t1, _MAGIC, out=t1)
+        np.bitwise_and(t1.view(np.int32), 0x007FFFFF, out=bits)
+        np.clip(bits, lo, hi, out=bits)
+        np.subtract(bits, 0x00400000, out=new_l, casting="unsafe")
+        # candidate sums with the new level
+        np.add(slx0, np.multiply(wxi, new_l, out=t1), out=slx)
         np.multiply(wi, new_l, out=t2)
-        sl2 = sl20 + np.multiply(t2, new_l, out=t2)
+        np.add(sl20, np.multiply(t2, new_l, out=t2), out=sl2)
+        # C: if (slx > 0) ... if (new_l != L[i]) ... if (sl2 > 0 && slx*slx*suml2 > sumlx*sumlx*sl2)
         np.greater(slx0, 0, out=take)
         take &= np.not_equal(new_l, li, out=cond)
         take &= np.greater(sl2, 0, out=cond)
