@@ -69,3 +69,84 @@ def test_golden_dequantize(name, dataset, imat):
     want = gold[f"{dataset}.deq{suffix}"]
     got = kquants.DEQUANTIZE[name](_blocks(raw, name)).reshape(want.shape)
     _assert_same_floats(got, want)
+
+
+# --------------------------------------------------------------------------- against live ggml
+
+
+def _nasty(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Inputs that hit the early-outs, ties and overflow paths of the C code."""
+    normal = (rng.standard_normal((8, 512)) * 0.02).astype(np.float32)
+    outlier = normal.copy()
+    outlier[:, ::97] = 50
+    mixed = rng.standard_normal((4, 512)).astype(np.float32)
+    mixed[:, 1::2] = -mixed[:, ::2]
+    return {
+        "normal": normal,
+        "wide": (rng.standard_normal((3, 1024)) * 0.02).astype(np.float32),
+        "zeros": np.zeros((2, 512), np.float32),
+        "const": np.full((2, 512), 0.3, np.float32),
+        "negconst": np.full((2, 512), -0.3, np.float32),
+        "huge": (rng.standard_normal((4, 512)) * 1e30).astype(np.float32),
+        "tiny": (rng.standard_normal((4, 512)) * 1e-30).astype(np.float32),
+        "subnormal": (rng.standard_normal((2, 512)) * 1e-40).astype(np.float32),
+        "small": (rng.standard_normal((4, 512)) * 1e-6).astype(np.float32),
+        "outlier": outlier,
+        "positive": (np.abs(rng.standard_normal((4, 512))) + 5).astype(np.float32),
+        "negative": (-np.abs(rng.standard_normal((4, 512))) - 5).astype(np.float32),
+        "ints": rng.integers(-3, 4, (4, 512)).astype(np.float32),
+        "halves": (rng.integers(-64, 64, (4, 512)) * 0.5).astype(np.float32),
+        "sparse": (rng.standard_normal((4, 512)) * (rng.random((4, 512)) < 0.05)).astype(
+            np.float32
+        ),
+        "cauchy": rng.standard_cauchy((4, 512)).astype(np.float32),
+        "mixed": mixed * np.float32(1e4),
+        "narrow": (np.float32(3e4) + rng.standard_normal((4, 512)) * 0.01).astype(np.float32),
+        "onehot": np.eye(4, 512, k=3, dtype=np.float32),
+        "f16edge": (rng.standard_normal((4, 512)) * 6e4).astype(np.float32),
+    }
+
+
+@pytest.mark.parametrize("imat", ["none", "random", "squares", "tiny"])
+@pytest.mark.parametrize("name", QTYPES)
+def test_matches_ggml(name, imat):
+    import ggml_ref  # tests/ggml_ref.py: ctypes over libggml-base
+
+    rng = np.random.default_rng(abs(hash((name, imat))) % 2**32)
+    for label, x in _nasty(rng).items():
+        n = x.shape[1]
+        im = {
+            "none": None,
+            "random": (rng.random(n) * 10 + 1e-3).astype(np.float32),
+            "squares": (rng.standard_normal(n) ** 2).astype(np.float32),
+            "tiny": np.full(n, 1e-20, np.float32),
+        }[imat]
+        want = ggml_ref.quantize(x, name, im)
+        got = kquants.QUANTIZE[name](x, im)
+        _assert_same_bytes(got, want, f"{name}/{label}")
+        deq = kquants.DEQUANTIZE[name](_blocks(want, name)).reshape(-1)
+        _assert_same_floats(deq, ggml_ref.dequantize(want, name, x.size))
+
+
+def test_q8_k_dequantize_matches_ggml():
+    # Q8_K has no to_float in ggml's type traits; its exported
+    # quantize_row_q8_K_ref / dequantize_row_q8_K are called directly.
+    import ctypes
+
+    import ggml_ref
+
+    lib = ggml_ref.lib()
+    rng = np.random.default_rng(8)
+    nb = 64
+    x = (rng.standard_normal((nb, 256)) * rng.uniform(1e-3, 1e3, (nb, 1))).astype(np.float32)
+    x[0] = 0.0
+    x[1] = 7.0
+    raw = np.zeros((nb, 292), np.uint8)
+    lib.quantize_row_q8_K_ref.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+    lib.quantize_row_q8_K_ref(x.ctypes.data, raw.ctypes.data, x.size)
+    raw[2, 4:260] = rng.integers(0, 256, 256, dtype=np.uint8)  # any bytes decode
+    want = np.empty(x.size, np.float32)
+    lib.dequantize_row_q8_K.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+    lib.dequantize_row_q8_K(raw.ctypes.data, want.ctypes.data, x.size)
+    got = kquants.DEQUANTIZE["Q8_K"](raw).reshape(-1)
+    _assert_same_floats(got, want)

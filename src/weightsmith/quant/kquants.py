@@ -420,6 +420,10 @@ def _chunked(
     """Run a block quantizer over rows in chunks of whole blocks."""
 
     def quantize(rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.ndarray:
+        with np.errstate(all="ignore"):  # C overflows to inf/NaN silently, and so do we
+            return _quantize_rows(rows, imatrix)
+
+    def _quantize_rows(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
         rows = np.ascontiguousarray(rows, dtype=np.float32)
         nrows, n_per_row = rows.shape
         nbr = n_per_row // QK_K
@@ -553,11 +557,12 @@ def _f16_field(blocks: np.ndarray, off: int) -> np.ndarray:
 
 def _affine(q, d, dmin, sc, mn) -> np.ndarray:
     """``(d*sc) * q - dmin*m`` per sub-block; q [B, S, n] -> float32 [B, 256]."""
-    dl = d[:, None] * sc.astype(np.float32)
-    ml = dmin[:, None] * mn.astype(np.float32)
-    y = q.astype(np.float32)
-    y *= dl[:, :, None]
-    y -= ml[:, :, None]
+    with np.errstate(all="ignore"):  # inf * 0 is NaN in C too
+        dl = d[:, None] * sc.astype(np.float32)
+        ml = dmin[:, None] * mn.astype(np.float32)
+        y = q.astype(np.float32)
+        y *= dl[:, :, None]
+        y -= ml[:, :, None]
     return y.reshape(-1, QK_K)
 
 
