@@ -289,10 +289,18 @@ def _kind(p: str) -> str:
 def cmd_convert(args: argparse.Namespace) -> int:
     src, dst = _kind(args.src), _kind(args.dst)
     kw: dict[str, Any] = {}
+    target = args.dst
     if src == "pytorch" and dst in ("safetensors", "folder"):
         fn = _lib("convert", "torch_to_safetensors", what="PyTorch -> safetensors conversion")
+        if args.type:
+            raise UsageError(
+                "convert: --type is not supported for .pth -> safetensors (dtypes are kept)"
+            )
         if args.max_shard_size:
             kw["max_shard_size"] = args.max_shard_size
+        if dst == "folder":
+            Path(args.dst).mkdir(parents=True, exist_ok=True)
+            target = str(Path(args.dst) / "model.safetensors")
     elif src in ("folder", "safetensors") and dst == "gguf":
         fn = _lib("convert", "hf_to_gguf", "safetensors_to_gguf", what="HF -> GGUF conversion")
         if args.type:
@@ -311,9 +319,24 @@ def cmd_convert(args: argparse.Namespace) -> int:
             kw["max_shard_size"] = args.max_shard_size
     else:
         raise UnknownTargetError(f"no conversion from {args.src} ({src}) to {args.dst} ({dst})")
-    call_with_progress(fn, args.src, args.dst, description="convert", quiet=args.quiet, **kw)
-    _done(args, args.dst)
+    result = call_with_progress(fn, args.src, target, description="convert", quiet=args.quiet, **kw)
+    _report_conversion(args, result, target)
     return 0
+
+
+def _report_conversion(args: argparse.Namespace, result: Any, target: str) -> None:
+    if args.quiet:
+        return
+    out = _out(args)
+    files = getattr(result, "files", None) or (result if isinstance(result, list) else [target])
+    for f in files:
+        path = Path(f) if Path(f).is_absolute() or Path(f).exists() else Path(target).parent / f
+        size = path.stat().st_size if path.is_file() else None
+        out.line(f"wrote {path}" + (f" ({human_bytes(size)})" if size is not None else ""))
+    for dropped, kept in (getattr(result, "aliases", None) or {}).items():
+        out.line(f"note: {dropped} is the same tensor as {kept}: stored once")
+    for name, text in (getattr(result, "non_tensors", None) or {}).items():
+        out.line(f"note: non-tensor {name} = {text}")
 
 
 def _done(args: argparse.Namespace, path: str) -> None:
