@@ -361,6 +361,32 @@ def _corpus(tmp: Path) -> list[Case]:
             cls=errors.PickleTooDeep,
         ),
         Case(
+            "deep tuple chain used as a dict key (hash() would overflow the C stack)",
+            [
+                PROTO2,
+                EMPTY_DICT + i(1) + b"\x85" * _pickle.MAX_CONTAINER_DEPTH,
+                b"\x85",
+                b"\x85" * 1_000_000 + i(2) + b"s" + STOP,
+            ],
+            2,
+            "TUPLE1",
+            cls=errors.PickleTooDeep,
+        ),
+        Case(
+            "shared lists that expand exponentially (2**100 entries)",
+            [
+                PROTO2,
+                EMPTY_LIST
+                + put(0)
+                + (MARK + get(0) + get(0) + b"l" + put(0) + b"0") * 100
+                + get(0),
+                STOP,
+            ],
+            2,
+            "STOP",
+            cls=errors.PickleTooDeep,
+        ),
+        Case(
             "list that contains itself",
             [PROTO2, EMPTY_LIST + put(0) + get(0) + APPEND, STOP],
             2,

@@ -63,7 +63,9 @@ class LegacyLayout:
                     path=self.path,
                     offset=pos,
                     expected=hex(want),
-                    found=repr(r.value)[:40],
+                    found=type(r.value).__name__
+                    if not isinstance(r.value, int)
+                    else hex(r.value)[:40],
                 )
             pos = r.end
         r = _pickle.load(buf, pos, path=self.path, member="sys_info pickle")

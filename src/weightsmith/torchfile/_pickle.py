@@ -52,7 +52,7 @@ from .. import errors
 from ..dtypes import TORCH_STORAGE_CLASSES, torch_dtype
 
 MAX_MARK_DEPTH = 256  # checkpoints nest a handful of levels
-MAX_CONTAINER_DEPTH = 1000
+MAX_CONTAINER_DEPTH = 200  # far below the C recursion limits of repr/hash/==
 MAX_LONG_BYTES = 1024  # no checkpoint stores a 8000-bit integer
 MAX_LINE = 1024  # protocol-0 text arguments
 
@@ -268,6 +268,7 @@ class _Machine:
         self.stack: list[Any] = []
         self.metastack: list[list[Any]] = []
         self.memo: dict[int, Any] = {}
+        self.depths: dict[int, tuple[Any, int]] = {}
         self.result = PickleResult(None, start)
         self.op_name = ""
         self.op_pos = start
@@ -388,7 +389,7 @@ class _Machine:
                 res.value = self.pop()
                 res.end = self.pos
                 try:
-                    check_depth(res.value, self)
+                    check_depth(res.value, self, expansion_limit(res))
                 except errors.PickleTooDeep as e:
                     if not self.scan:
                         raise
@@ -565,19 +566,43 @@ class _Machine:
         self.push(())
 
     def op_TUPLE(self) -> None:
-        self.push(tuple(self.pop_mark()))
+        self.push(self._tuple(self.pop_mark()))
 
     def op_TUPLE1(self) -> None:
         a = self.pop()
-        self.push((a,))
+        self.push(self._tuple([a]))
 
     def op_TUPLE2(self) -> None:
         b, a = self.pop(), self.pop()
-        self.push((a, b))
+        self.push(self._tuple([a, b]))
 
     def op_TUPLE3(self) -> None:
         c, b, a = self.pop(), self.pop(), self.pop()
-        self.push((a, b, c))
+        self.push(self._tuple([a, b, c]))
+
+    def _tuple(self, items: list[Any], kind: type = tuple) -> Any:
+        """A tuple (or frozenset) whose nesting depth is known and bounded.
+
+        hash() and == recurse through nested tuples in C without a recursion
+        check, so a deep chain used as a dict key would crash the process.
+        Tuples are immutable, so their depth is fixed when they are built.
+        """
+        depth = 1
+        for x in items:
+            if type(x) in (tuple, frozenset):
+                known = self.depths.get(id(x))
+                depth = max(depth, (known[1] if known is not None and known[0] is x else 1) + 1)
+        if depth > MAX_CONTAINER_DEPTH:
+            raise self.error(
+                errors.PickleTooDeep,
+                "tuples nested too deeply",
+                expected=f"at most {MAX_CONTAINER_DEPTH} levels",
+                found="more",
+            )
+        out = kind(items)
+        if depth > 1:
+            self.depths[id(out)] = (out, depth)  # holds a reference, so the id stays unique
+        return out
 
     def op_EMPTY_LIST(self) -> None:
         self.push([])
@@ -667,7 +692,7 @@ class _Machine:
             t.update(items)
 
     def op_FROZENSET(self) -> None:
-        self.push(frozenset(self._hashables(self.pop_mark())))
+        self.push(self._tuple(self._hashables(self.pop_mark()), frozenset))
 
     # ------------------------------------------------------------------ memo
     def _get(self, i: int) -> None:
@@ -774,7 +799,7 @@ class _Machine:
                 errors.ForbiddenCall,
                 "NEWOBJ of a class that may not be created",
                 expected="OrderedDict",
-                found=repr(cls)[:80],
+                found=_scalar(cls),
             )
         self.push(Opaque())
 
@@ -853,7 +878,7 @@ class _Machine:
         raise _BadArgs("() or a list", _shape(args))
 
     def call_frozenset(self, func: Global, args: tuple) -> frozenset:
-        return frozenset(self.call_set(func, args))
+        return self._tuple(list(self.call_set(func, args)), frozenset)
 
     def call_complex(self, func: Global, args: tuple) -> complex:
         if 1 <= len(args) <= 2 and all(isinstance(a, (int, float)) for a in args):
@@ -900,17 +925,17 @@ class _Machine:
         if not isinstance(storage, StorageRef):
             raise _BadArgs("a storage (BINPERSID)", type(storage).__name__)
         if not _is_int(offset) or offset < 0:
-            raise _BadArgs("a non-negative storage offset", repr(offset)[:40])
+            raise _BadArgs("a non-negative storage offset", _scalar(offset))
         for what, t in (("size", size), ("stride", stride)):
             if not isinstance(t, (tuple, list)) or not all(_is_int(x) and x >= 0 for x in t):
-                raise _BadArgs(f"{what} as a tuple of non-negative ints", repr(t)[:60])
+                raise _BadArgs(f"{what} as a tuple of non-negative ints", _shape(t))
         if len(size) != len(stride):
             raise _BadArgs("size and stride of one length", f"{len(size)} and {len(stride)}")
         dtype = storage.torch_dtype
         if n == "_rebuild_tensor_v3":
             dt = args[6]
             if not (isinstance(dt, Global) and dt.kind == "dtype"):
-                raise _BadArgs("a torch dtype", repr(dt)[:40])
+                raise _BadArgs("a torch dtype", _scalar(dt))
             if storage.type_name != "UntypedStorage" and dt.name != dtype:
                 raise _BadArgs(f"dtype {dtype} of {storage.type_name}", dt.name)
             dtype = dt.name
@@ -1013,6 +1038,13 @@ class _BadArgs(Exception):
         self.found = found
 
 
+def _scalar(v: Any) -> str:
+    """repr of a scalar, type name of anything else (repr of a deep container could recurse)."""
+    if isinstance(v, (int, float, str, bytes, bool, type(None), Global)):
+        return repr(v)[:40]
+    return type(v).__name__
+
+
 def _shape(v: Any) -> str:
     """A short description of a value for messages (never the whole value)."""
     if isinstance(v, tuple):
@@ -1022,40 +1054,61 @@ def _shape(v: Any) -> str:
     return type(v).__name__
 
 
-def check_depth(root: Any, m: _Machine | None = None) -> None:
+def expansion_limit(res: PickleResult) -> int:
+    """How many entries flattening may visit: sharing may repeat entries, not explode them."""
+    return 16 * sum(res.opcodes.values()) + 1024
+
+
+def check_depth(root: Any, m: _Machine | None = None, limit: int | None = None) -> None:
     """Refuse container nesting deeper than MAX_CONTAINER_DEPTH, or cycles.
 
-    Iterative, so a deep structure cannot raise RecursionError here or in
-    the flattening that follows.
+    An iterative post-order walk that visits each container once (shared
+    ones too, so a DAG cannot make it exponential) and computes its height.
     """
+    height: dict[int, int] = {}
+    size: dict[int, int] = {}
     on_path: set[int] = set()
-    stack: list[tuple[Any, int, bool]] = [(root, 1, False)]
+    keep: list[Any] = []  # ids stay unique while we hold the objects
+    stack: list[tuple[Any, bool]] = [(root, False)]
     while stack:
-        v, depth, leaving = stack.pop()
-        if leaving:
-            on_path.discard(id(v))
+        v, leaving = stack.pop()
+        if not isinstance(v, (dict, list, tuple, set, frozenset)):
             continue
-        if isinstance(v, (dict, list, tuple, set, frozenset)):
-            if depth > MAX_CONTAINER_DEPTH or id(v) in on_path:
-                what = (
-                    "containers nested too deeply"
-                    if depth > MAX_CONTAINER_DEPTH
-                    else "container contains itself"
-                )
-                if m is not None:
-                    raise m.error(
-                        errors.PickleTooDeep,
-                        what,
-                        expected=f"at most {MAX_CONTAINER_DEPTH} levels, no cycles",
-                        found="more",
-                    )
-                raise errors.PickleTooDeep(what)
-            on_path.add(id(v))
-            stack.append((v, depth, True))
-            children = list(v.values()) if isinstance(v, dict) else list(v)
-            if isinstance(v, StateDict):
-                children.extend(v.attrs.values())
-            stack.extend((c, depth + 1, False) for c in children)
+        i = id(v)
+        children = list(v.values()) if isinstance(v, dict) else list(v)
+        if isinstance(v, StateDict):
+            children.extend(v.attrs.values())
+        if leaving:
+            on_path.discard(i)
+            h = 1 + max((height.get(id(c), 0) for c in children), default=0)
+            height[i] = h
+            if h > MAX_CONTAINER_DEPTH:
+                _too_deep("containers nested too deeply", m)
+            # entries a flattening walk would visit: shared containers count each time
+            n = 1 + sum(size.get(id(c), 1) for c in children)
+            size[i] = n
+            if limit is not None and n > limit:
+                _too_deep(f"shared containers expand to more than {limit} entries", m)
+            continue
+        if i in height:
+            continue
+        if i in on_path:
+            _too_deep("container contains itself", m)
+        on_path.add(i)
+        keep.append(v)
+        stack.append((v, True))
+        stack.extend((c, False) for c in children)
+
+
+def _too_deep(what: str, m: _Machine | None) -> None:
+    if m is not None:
+        raise m.error(
+            errors.PickleTooDeep,
+            what,
+            expected=f"at most {MAX_CONTAINER_DEPTH} levels, no cycles",
+            found="more",
+        )
+    raise errors.PickleTooDeep(what)
 
 
 def load(

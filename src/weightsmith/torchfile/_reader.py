@@ -100,14 +100,31 @@ def _is_leaf_sequence(v: Any) -> bool:
     return all(isinstance(x, (int, float, str, bool, bytes, type(None), complex)) for x in v)
 
 
-def flatten(root: Any, path: Any) -> tuple[dict[str, TensorRef], dict[str, Any], dict[str, dict]]:
-    """Dotted names for every tensor and non-tensor leaf; iterative (no recursion)."""
+def flatten(
+    root: Any, path: Any, limit: int = 1 << 24
+) -> tuple[dict[str, TensorRef], dict[str, Any], dict[str, dict]]:
+    """Dotted names for every tensor and non-tensor leaf; iterative (no recursion).
+
+    A container reachable twice is flattened under both names (as torch.load
+    would return it twice); ``limit`` caps the entries visited so that a
+    pickle of shared containers cannot make the walk exponential.
+    """
     tensors: dict[str, TensorRef] = {}
     others: dict[str, Any] = {}
     state: dict[str, dict] = {}
     stack: list[tuple[str, Any]] = [("", root)]
+    visited = 0
     while stack:
         name, v = stack.pop()
+        visited += 1
+        if visited > limit:
+            raise errors.PickleTooDeep(
+                "shared containers expand to too many entries",
+                path=path,
+                field=name,
+                expected=f"at most {limit}",
+                found="more",
+            )
         if isinstance(v, TensorRef):
             target, value = tensors, v
             name = name or ROOT_TENSOR_NAME
@@ -216,7 +233,8 @@ class TorchCheckpoint(_Base):
             result = self._layout.load_main()
         self.layout = self._layout.layout
         self.byteorder = self._layout.byteorder
-        refs, self.non_tensors, self.dict_state = flatten(result.value, self.path)
+        limit = _pickle.expansion_limit(result)
+        refs, self.non_tensors, self.dict_state = flatten(result.value, self.path, limit)
         self._storages = self._check_storages(result.storages)
         self.tensors = {name: self._info(name, t) for name, t in refs.items()}
         self.aliases, self.shared = _sharing(self.tensors)

@@ -80,6 +80,9 @@ class ZipLayout:
         return info
 
     def read_record(self, info: zipfile.ZipInfo, limit: int = PICKLE_LIMIT) -> bytes:
+        if info.compress_type != zipfile.ZIP_STORED:
+            # deflate expands at most ~1032x: a bigger claim is a zip bomb
+            limit = min(limit, info.compress_size * 1032 + 4096)
         if info.file_size > limit:
             raise errors.TorchFileError(
                 "record too large",
@@ -166,8 +169,7 @@ class ZipLayout:
         span = self.storage_span(key)
         if span is None:
             info = self._info(f"data/{key}", "storage record")
-            # deflate expands at most ~1032x: a bigger claim is a zip bomb
-            data = self.read_record(info, info.compress_size * 1032 + 4096)
+            data = self.read_record(info, len(self.mm) * 1032 + 4096)
             if len(data) != info.file_size:
                 raise errors.StorageSizeMismatch(
                     "record size differs from its directory entry",
