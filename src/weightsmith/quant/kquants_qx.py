@@ -181,17 +181,24 @@ def _qx_search(x: np.ndarray, nmax: int, w: np.ndarray | None) -> tuple[np.ndarr
         )
     sumlx, suml2 = sums
     ratio = sumlx / suml2  # C: scale = sumlx/suml2
-    scale = np.where(suml2[0] != 0, ratio[0], F32(0))
-    best = scale * sumlx[0]
-    best_t = np.zeros(groups, dtype=np.intp)
+    cand = ratio * sumlx  # C: best = scale*sumlx, for the trial's own scale
     square = sumlx * sumlx
+    accept = suml2 > 0
+    scale0 = np.where(suml2[0] != 0, ratio[0], F32(0))
+    best = scale0 * sumlx[0]
+    best_t = np.zeros(groups, dtype=np.uint8)
+    tmp = np.empty(groups, dtype=F32)
+    better = np.empty(groups, dtype=bool)
+    tag = np.empty(groups, dtype=np.uint8)
     for t in range(1, len(nums)):
-        better = suml2[t] > 0
-        better &= square[t] > best * suml2[t]
-        if better.any():
-            scale = np.where(better, ratio[t], scale)
-            best = np.where(better, scale * sumlx[t], best)
-            best_t[better] = t
+        # C: if (suml2 > 0 && sumlx*sumlx > best*suml2) { scale = sumlx/suml2; best = scale*sumlx; }
+        np.multiply(best, suml2[t], out=tmp)
+        np.greater(square[t], tmp, out=better)
+        better &= accept[t]
+        np.copyto(best, cand[t], where=better)
+        np.multiply(better, np.uint8(t), out=tag)
+        np.maximum(best_t, tag, out=best_t)  # trials run in order: the last accepted wins
+    scale = np.where(best_t == 0, scale0, ratio[best_t, np.arange(groups)])
     iscale = np.asarray(nums, dtype=F32)[best_t] / xmax
     scale[~live] = 0
     iscale[~live] = 0
