@@ -3,7 +3,7 @@
 Oracles: the golden vectors in tests/data/golden (made by ggml's C code) and
 ggml itself through tests/ggml_ref.py on fresh random inputs.  Dequantized
 floats must be identical bit for bit; IQ4_NL/IQ4_XS quantized bytes must be
-identical, with and without an importance matrix (IQ3_XXS/IQ3_S too).
+identical, with and without an importance matrix (also IQ3_XXS, IQ3_S, IQ2_S).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from weightsmith.quant import iquants
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 DEQ_TYPES = ["IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS"]
-Q_TYPES = ["IQ4_NL", "IQ4_XS", "IQ3_XXS", "IQ3_S"]
+Q_TYPES = ["IQ4_NL", "IQ4_XS", "IQ3_XXS", "IQ3_S", "IQ2_S"]
 
 
 @pytest.fixture(scope="module")

@@ -45,6 +45,7 @@ bit for bit: float32 intermediates, sequential sums over the in-block index
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -497,55 +498,62 @@ def quantize_iq4_xs(rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.n
     return _quantize_rows(rows, imatrix, QK_K, 136, lambda x, w: _iq4_chunk(x, w, QK_K))
 
 
-# --------------------------------------------------- IQ3_XXS / IQ3_S quantize
+# ------------------------------------------- IQ3_XXS / IQ3_S / IQ2_S quantize
 #
-# ggml's quantize_row_iq3_xxs_impl / quantize_row_iq3_s_impl.  A 4-group of
-# levels l in 0..7 (value 2l+1) is packed as u = l0 | l1<<3 | l2<<6 | l3<<9;
-# ``map[u]`` is its grid index, or -1 when the point is not on the grid, in
-# which case the best of its precomputed neighbours (iq3xs_init_impl) is
-# taken.  The level grids are the dequantization grids renumbered by level.
+# ggml's quantize_row_iq3_xxs_impl, quantize_row_iq3_s_impl and
+# quantize_row_iq2_s_impl share one search.  A group of ``dim`` levels l
+# (value 2l+1; dim 4 with 3-bit levels for IQ3, dim 8 with 2-bit levels for
+# IQ2_S) is packed as u = sum l_i << (bits*i); ``map[u]`` is its grid index,
+# or -1 when the point is not on the grid, in which case the best of its
+# precomputed neighbours (iq3xs_init_impl / iq2xs_init_impl) is taken.  The
+# level grids are the dequantization grids renumbered by level.
 
 
-class _Iq3Grid:
-    """Grid, map and neighbour lists of iq3xs_init_impl for one grid size."""
+class _NeighbourGrid:
+    """Grid, map and neighbour lists of ggml's iq3xs/iq2xs_init_impl."""
 
-    def __init__(self, grid: np.ndarray, nwant: int) -> None:
-        levels = np.unique(grid)  # 8 distinct byte values, in level order
-        self.levels = np.searchsorted(levels, grid).astype(np.int32)  # [n, 4]
-        self.q = (2 * self.levels + 1).astype(np.float32)  # ggml's int8 grid 2l+1
-        u = (self.levels << np.array([0, 3, 6, 9])).sum(axis=1)
-        self.map = np.full(4096, -1, dtype=np.int64)
-        self.map[u] = np.arange(len(grid))
-        # neighbours of every off-grid point: all grid points within its
-        # ``nwant`` smallest distinct squared distances, by (distance, index)
-        pos = 2 * ((np.arange(4096)[:, None] >> np.array([0, 3, 6, 9])) & 7) + 1
-        d2 = ((self.q.astype(np.int64)[None, :, :] - pos[:, None, :]) ** 2).sum(axis=-1)
-        starts = np.zeros(4096, dtype=np.int64)
-        counts = np.zeros(4096, dtype=np.int64)
-        flat: list[np.ndarray] = []
-        total = 0
-        # (ggml's qsort of (distance, index) pairs == a stable sort by distance)
-        for i in np.flatnonzero(self.map < 0):
-            order = np.argsort(d2[i], kind="stable")
-            cut = np.unique(d2[i])[nwant - 1]
-            nb = order[d2[i][order] <= cut]
-            starts[i], counts[i] = total, len(nb)
-            flat.append(nb)
-            total += len(nb)
-        flat_all = np.concatenate(flat)
-        self.nb_count = counts
-        # neighbour j of every point in row j of a [max count, 4096] table
+    def __init__(self, grid: np.ndarray, nwant: int, kmax: int) -> None:
+        n, self.dim = grid.shape
+        self.bits = 3 if self.dim == 4 else 2
+        self.kmax = kmax  # quantizers clip levels to 0..kmax-1
+        self.shifts = self.bits * np.arange(self.dim)
+        levels = np.unique(grid)  # the distinct byte values, in level order
+        self.levels = np.searchsorted(levels, grid).astype(np.int64)  # [n, dim]
+        self.q_t = np.ascontiguousarray((2 * self.levels + 1).T.astype(np.float32))
+        size = 1 << (self.bits * self.dim)
+        self.map = np.full(size, -1, dtype=np.int64)
+        self.map[(self.levels << self.shifts).sum(axis=1)] = np.arange(n)
+        # Neighbours of every reachable off-grid point: the grid points within
+        # its ``nwant`` smallest distinct squared distances, ordered by
+        # (distance, index) -- ggml's qsort of pairs, i.e. a stable sort.
+        reach = np.arange(size)
+        reach = reach[(((reach[:, None] >> self.shifts) & ((1 << self.bits) - 1)) < kmax).all(1)]
+        off = reach[self.map[reach] < 0]
+        gq = (2 * self.levels + 1).astype(np.int32)
+        cols: list[np.ndarray] = []
+        counts = np.zeros(size, dtype=np.int64)
+        for s0 in range(0, len(off), 512):
+            pts = off[s0 : s0 + 512]
+            pos = 2 * ((pts[:, None] >> self.shifts) & ((1 << self.bits) - 1)) + 1
+            d2 = ((gq[None, :, :] - pos[:, None, :].astype(np.int32)) ** 2).sum(axis=-1)
+            order = np.argsort(d2, axis=1, kind="stable")
+            ds = np.take_along_axis(d2, order, axis=1)
+            rank = np.cumsum(np.diff(ds, axis=1, prepend=-1) != 0, axis=1)
+            keep = rank <= nwant  # a prefix of each row
+            counts[pts] = keep.sum(axis=1)
+            cols.append(order)
         width = int(counts.max())
-        self.nb_cols = np.zeros((width, 4096), dtype=np.intp)
-        for i in np.flatnonzero(self.map < 0):
-            self.nb_cols[: counts[i], i] = flat_all[starts[i] : starts[i] + counts[i]]
-        self.q_t = np.ascontiguousarray(self.q.T)  # [4, n]: one row per element
+        self.nb_count = counts
+        self.nb_cols = np.zeros((width, size), dtype=np.int32)  # row j: j-th neighbour
+        for s0, order in zip(range(0, len(off), 512), cols):
+            pts = off[s0 : s0 + 512]
+            self.nb_cols[:, pts] = order[:, :width].T
 
     def best_neighbours(
         self, u: np.ndarray, xv: list[np.ndarray], wv: list[np.ndarray], scale: np.ndarray
     ) -> np.ndarray:
-        """iq3_find_best_neighbour for off-grid points ``u`` [g] with values
-        ``xv``/weights ``wv`` (4 arrays [g], one per element) at ``scale`` [g]:
+        """ggml's iq*_find_best_neighbour for off-grid points ``u`` [g] with
+        values ``xv``/weights ``wv`` (``dim`` arrays [g]) at ``scale`` [g]:
         the chosen grid indices [g].
 
         Candidates are visited in list order with ggml's strict ``<``, one
@@ -564,7 +572,7 @@ class _Iq3Grid:
             cand = self.nb_cols[j][u[:n]]
             s = scale[:n]
             d2 = np.zeros(n, dtype=np.float32)
-            for i in range(4):  # d2 += w*diff*diff, in element order
+            for i in range(self.dim):  # d2 += w*diff*diff, in element order
                 diff = s * self.q_t[i][cand] - xv[i][:n]
                 term = wv[i][:n] * diff
                 term *= diff
@@ -576,37 +584,56 @@ class _Iq3Grid:
         out[order] = choice
         return out
 
+    def pack(self, lv: np.ndarray) -> np.ndarray:
+        """Levels [ngroups*dim, m] -> packed points u [ngroups, m]."""
+        l3 = lv.reshape(-1, self.dim, lv.shape[-1])
+        u = l3[:, 0].copy()
+        for i in range(1, self.dim):
+            u |= l3[:, i] << (self.bits * i)
+        return u
 
-_IQ3XXS_Q = _Iq3Grid(IQ3XXS_GRID, nwant=2)
-_IQ3S_Q = _Iq3Grid(IQ3S_GRID, nwant=3)
+
+@functools.cache
+def _grid(name: str) -> _NeighbourGrid:
+    """The neighbour tables, built on first use (they take a moment)."""
+    if name == "IQ3_XXS":
+        return _NeighbourGrid(IQ3XXS_GRID, nwant=2, kmax=8)
+    if name == "IQ3_S":
+        return _NeighbourGrid(IQ3S_GRID, nwant=3, kmax=8)
+    return _NeighbourGrid(IQ2S_GRID, nwant=1, kmax=3)
 
 
-def _iq3_levels(
-    g: _Iq3Grid, X: np.ndarray, Wa: np.ndarray, idv: np.ndarray, scale: np.ndarray, groups=None
+def _grid_levels(
+    g: _NeighbourGrid,
+    X: np.ndarray,
+    Wa: np.ndarray,
+    idv: np.ndarray,
+    scale: np.ndarray,
+    groups: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Levels [32, m] of every 4-group (rows 4k..4k+3) at inverse scale ``idv``
-    [m], moving off-grid groups to their best neighbour at ``scale``; also
-    the on-grid flags [8, m].  ``groups`` [8, m] limits the neighbour search."""
+    """Levels [rows, m] of every group (rows dim*k..dim*k+dim-1) at inverse
+    scale ``idv`` [m], moving off-grid groups to their best neighbour at
+    ``scale``; also the on-grid flags [groups, m].  ``groups`` limits the
+    neighbour search (the others keep their rounded levels)."""
     a = (X * idv - F32(1)) * F32(0.5)
-    lv = np.clip(np.rint(a), 0, 7).astype(np.int64)
-    l4 = lv.reshape(8, 4, -1)
-    u = l4[:, 0] | (l4[:, 1] << 3) | (l4[:, 2] << 6) | (l4[:, 3] << 9)  # [8, m]
+    lv = np.clip(np.rint(a), 0, g.kmax - 1).astype(np.int64)
+    u = g.pack(lv)
     on = g.map[u] >= 0
     off = ~on if groups is None else (~on & groups)
     kk, mm = np.nonzero(off)
     if kk.size:
-        m = X.shape[1]
-        base = (4 * m) * kk + mm  # flat index of element 0 of each group
+        m, dim = X.shape[1], g.dim
+        base = (dim * m) * kk + mm  # flat index of element 0 of each group
         Xf, Wf = X.reshape(-1), Wa.reshape(-1)
-        xv = [Xf[base + i * m] for i in range(4)]
-        wv = [Wf[base + i * m] for i in range(4)]
+        xv = [Xf[base + i * m] for i in range(dim)]
+        wv = [Wf[base + i * m] for i in range(dim)]
         gi = g.best_neighbours(u[kk, mm], xv, wv, scale[mm])
-        l4[kk, :, mm] = g.levels[gi]
+        lv.reshape(-1, dim, m)[kk, :, mm] = g.levels[gi]
     return lv, on
 
 
-def _iq3_sums(WX: np.ndarray, W: np.ndarray, lv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(sum (w*x)*q, sum (w*q)*q) over the 32 rows, q = 2l+1, in element order."""
+def _grid_sums(WX: np.ndarray, W: np.ndarray, lv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sum (w*x)*q, sum (w*q)*q) over the rows, q = 2l+1, in element order."""
     q = (2 * lv + 1).astype(np.float32)
     sumqx = _seqsum(WX * q)
     wq = W * q
@@ -614,29 +641,33 @@ def _iq3_sums(WX: np.ndarray, W: np.ndarray, lv: np.ndarray) -> tuple[np.ndarray
     return sumqx, _seqsum(wq)
 
 
-def _iq3_subblocks(
-    g: _Iq3Grid,
+def _grid_subblocks(
+    g: _NeighbourGrid,
     X: np.ndarray,
     W: np.ndarray,
     mx: np.ndarray,
     tries: int,
+    step: np.float32,
     on_init: bool,
     redo_all: bool,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The per-sub-block search of the IQ3 quantizers for the columns of the
-    magnitudes ``X`` [32, m] (weights ``W``, maxima ``mx``): (scale [m], levels [32, m])."""
-    m = X.shape[1]
+    """The per-sub-block scale search shared by the IQ3/IQ2_S quantizers for
+    the columns of the magnitudes ``X`` [rows, m] (weights ``W``, maxima
+    ``mx``): (scale [m], levels [rows, m])."""
+    rows, m = X.shape
+    ngroups = rows // g.dim
+    top = F32(2 * g.kmax - 1)
     Wa = np.sqrt(W)
     WX = W * X
     best = np.zeros(m, dtype=np.float32)
-    scale = mx / F32(15)
-    L = np.zeros((32, m), dtype=np.int64)
-    on = np.full((8, m), on_init)
+    scale = mx / top
+    L = np.zeros((rows, m), dtype=np.int64)
+    on = np.full((ngroups, m), on_init)
     with np.errstate(divide="ignore", invalid="ignore"):
         for is_ in range(-tries, tries + 1):
-            idv = (F32(15) + F32(is_) * F32(0.2)) / mx
-            lv, on_aux = _iq3_levels(g, X, Wa, idv, F32(1) / idv)
-            sumqx, sumq2 = _iq3_sums(WX, W, lv)
+            idv = (top + F32(is_) * step) / mx
+            lv, on_aux = _grid_levels(g, X, Wa, idv, F32(1) / idv)
+            sumqx, sumq2 = _grid_sums(WX, W, lv)
             upd = (sumq2 > 0) & (sumqx * sumqx > best * sumq2)
             if upd.any():
                 sc = sumqx / sumq2
@@ -649,32 +680,51 @@ def _iq3_subblocks(
             f = np.flatnonzero(fin)
             sc = scale[f]
             groups = None if redo_all else ~on[:, f]
-            lv, _ = _iq3_levels(g, X[:, f], Wa[:, f], F32(1) / sc, sc, groups)
+            lv, _ = _grid_levels(g, X[:, f], Wa[:, f], F32(1) / sc, sc, groups)
             if redo_all:
                 L[:, f] = lv
             else:
-                keep = np.repeat(groups, 4, axis=0)
+                keep = np.repeat(groups, g.dim, axis=0)
                 L[:, f] = np.where(keep, lv, L[:, f])
-            sumqx, sumq2 = _iq3_sums(WX[:, f], W[:, f], L[:, f])
+            sumqx, sumq2 = _grid_sums(WX[:, f], W[:, f], L[:, f])
             scale[f] = np.where(sumq2 > 0, sumqx / sumq2, sc)
     return scale, L
 
 
-def _iq3_prepare(x: np.ndarray, qw: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """Importance weights [c*8, 32] of super-blocks x [c, 256], as ggml's IQ3/IQ2_S."""
+def _grid_prepare(
+    x: np.ndarray, qw: np.ndarray | None, sub: int, plain_sigma: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Sub-blocks [c*256/sub, sub] of super-blocks x [c, 256] and their
+    importance weights: qw*sqrt(sigma2 + x*x) with an imatrix, else x*x
+    (IQ3) or 0.25*sigma2 + x*x (IQ2_S, ``plain_sigma``)."""
     c = x.shape[0]
+    nsub = QK_K // sub
     xs = np.ascontiguousarray(x.T)
     sigma2 = (F32(2) * _seqsum(xs * xs)) / F32(QK_K)
-    xb = x.reshape(c * 8, 32)
-    if qw is None:
-        return xb, xb * xb
-    return xb, qw.reshape(c * 8, 32) * np.sqrt(np.repeat(sigma2, 8)[:, None] + xb * xb)
+    sig = np.repeat(sigma2, nsub)[:, None]
+    xb = x.reshape(c * nsub, sub)
+    if qw is not None:
+        return xb, qw.reshape(c * nsub, sub) * np.sqrt(sig + xb * xb)
+    if plain_sigma:
+        return xb, F32(0.25) * sig + xb * xb
+    return xb, xb * xb
+
+
+def _superblock_scales(S: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sub-block scales S [c, n] -> (max_scale, d = max/31, 4-bit codes [c, n])."""
+    max_scale = np.maximum.reduce(S, axis=1, initial=0.0).astype(np.float32)
+    d = max_scale / F32(31)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ls = np.clip(np.rint((((F32(1) / d)[:, None] * S) - F32(1)) * F32(0.5)), 0, 15)
+    return max_scale, d, np.nan_to_num(ls).astype(np.uint32)
 
 
 def _iq3_xxs_chunk(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
+    """Super-blocks x [c, 256] -> IQ3_XXS blocks [c, 98]."""
     c = x.shape[0]
     m = c * 8
-    xb, W = _iq3_prepare(x, qw)
+    g = _grid("IQ3_XXS")
+    xb, W = _grid_prepare(x, qw, 32, plain_sigma=False)
     # magnitudes and sign bits per 8-group; an odd number of negatives flips
     # the sign of the least important element (ksigns hold 7 bits + parity)
     x8 = xb.reshape(m, 4, 8)
@@ -682,14 +732,14 @@ def _iq3_xxs_chunk(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     xval = np.where(neg, -x8, x8)
     bits = (neg.astype(np.int64) << np.arange(8)).sum(axis=-1)  # [m, 4]
     odd = (neg.sum(axis=-1) % 2) == 1
-    imin = np.argmin((W.reshape(m, 4, 8) * x8) * x8, axis=-1)
+    imin = np.argmin((W.reshape(m, 4, 8) * x8) * x8, axis=-1)  # first minimum
     oi, ok = np.nonzero(odd)
     xval[oi, ok, imin[oi, ok]] *= F32(-1)
     bits[oi, ok] ^= 1 << imin[oi, ok]
     signs = bits & 127
     xval = xval.reshape(m, 32)
     mx = xval.max(axis=1)
-    valid = mx >= F32(1e-8)  # GROUP_MAX_EPS_IQ3_XXS
+    valid = mx >= F32(1e-8)  # GROUP_MAX_EPS_IQ3_XXS; others stay all-zero
 
     scales = np.zeros(m, dtype=np.float32)
     gidx = np.zeros((m, 8), dtype=np.int64)
@@ -698,23 +748,17 @@ def _iq3_xxs_chunk(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     if v.size:
         X = np.ascontiguousarray(xval[v].T)
         Wt = np.ascontiguousarray(W[v].T)
-        sc, L = _iq3_subblocks(_IQ3XXS_Q, X, Wt, mx[v], 15, on_init=True, redo_all=False)
+        sc, L = _grid_subblocks(g, X, Wt, mx[v], 15, F32(0.2), on_init=True, redo_all=False)
         sg = signs[v]
-        flip = sc < 0
+        flip = sc < 0  # "should never happen" in ggml; flip the signs then
         sc = np.where(flip, -sc, sc)
         sg[flip] = ~sg[flip] & 127
-        l4 = L.reshape(8, 4, -1)
-        u = l4[:, 0] | (l4[:, 1] << 3) | (l4[:, 2] << 6) | (l4[:, 3] << 9)
-        gidx[v] = _IQ3XXS_Q.map[u].T
+        gidx[v] = g.map[g.pack(L)].T
         sas[v] = (sg << np.array([0, 7, 14, 21])).sum(axis=1).astype(np.uint32)
         scales[v] = sc
 
-    S = scales.reshape(c, 8)
-    max_scale = np.maximum.reduce(S, axis=1, initial=0.0).astype(np.float32)
-    d = max_scale / F32(31)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ls = np.clip(np.rint((((F32(1) / d)[:, None] * S) - F32(1)) * F32(0.5)), 0, 15)
-    sas = sas.reshape(c, 8) | (np.nan_to_num(ls).astype(np.uint32) << 28)
+    max_scale, d, ls = _superblock_scales(scales.reshape(c, 8))
+    sas = sas.reshape(c, 8) | (ls << 28)
     out = np.zeros((c, 98), dtype=np.uint8)
     out[:, 0:2] = f32_to_f16_bits(d * F32(1.0125)).reshape(c, 1).view(np.uint8)
     out[:, 2:66] = gidx.reshape(c, 64)
@@ -724,9 +768,11 @@ def _iq3_xxs_chunk(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
 
 
 def _iq3_s_chunk(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
+    """Super-blocks x [c, 256] -> IQ3_S blocks [c, 110]."""
     c = x.shape[0]
     m = c * 8
-    xb, W = _iq3_prepare(x, qw)
+    g = _grid("IQ3_S")
+    xb, W = _grid_prepare(x, qw, 32, plain_sigma=False)
     neg = xb < 0
     xval = np.where(neg, -xb, xb)
     signs = np.packbits(neg.reshape(m, 4, 8), axis=-1, bitorder="little")[..., 0]  # [m, 4]
@@ -739,15 +785,13 @@ def _iq3_s_chunk(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     if v.size:
         X = np.ascontiguousarray(xval[v].T)
         Wt = np.ascontiguousarray(W[v].T)
-        sc, L = _iq3_subblocks(_IQ3S_Q, X, Wt, mx[v], 9, on_init=False, redo_all=True)
+        sc, L = _grid_subblocks(g, X, Wt, mx[v], 9, F32(0.2), on_init=False, redo_all=True)
         flip = sc < 0
         sc = np.where(flip, -sc, sc)
         sg = signs[v]
         sg[flip] = ~sg[flip]
         signs[v] = sg
-        l4 = L.reshape(8, 4, -1)
-        u = l4[:, 0] | (l4[:, 1] << 3) | (l4[:, 2] << 6) | (l4[:, 3] << 9)
-        gidx[v] = _IQ3S_Q.map[u].T
+        gidx[v] = g.map[g.pack(L)].T
         scales[v] = sc
 
     out = np.zeros((c, 110), dtype=np.uint8)
@@ -766,21 +810,65 @@ def _iq3_s_chunk(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     out[:, 66:74] = qh
     out[:, 74:106] = sg.reshape(c, 32)
 
-    S = scales.reshape(c, 8)
-    max_scale = np.maximum.reduce(S, axis=1, initial=0.0).astype(np.float32)
-    d = max_scale / F32(31)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ls = np.clip(np.rint((((F32(1) / d)[:, None] * S) - F32(1)) * F32(0.5)), 0, 15)
-    ls = np.nan_to_num(ls).astype(np.uint8)
-    nz = max_scale != 0
+    max_scale, d, ls = _superblock_scales(scales.reshape(c, 8))
+    ls = ls.astype(np.uint8)
+    nz = max_scale != 0  # otherwise ggml leaves d and the scales at zero
     out[nz, 0:2] = f32_to_f16_bits(d[nz] * F32(1.033)).reshape(-1, 1).view(np.uint8)
     out[nz, 106:110] = (ls[:, 0::2] | (ls[:, 1::2] << 4))[nz]
+    return out
+
+
+def _iq2_s_chunk(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
+    """Super-blocks x [c, 256] -> IQ2_S blocks [c, 82] (16-value sub-blocks)."""
+    c = x.shape[0]
+    m = c * 16
+    g = _grid("IQ2_S")
+    xb, W = _grid_prepare(x, qw, 16, plain_sigma=True)
+    neg = xb < 0
+    xval = np.where(neg, -xb, xb)
+    signs = np.packbits(neg.reshape(m, 2, 8), axis=-1, bitorder="little")[..., 0]  # [m, 2]
+    mx = xval.max(axis=1)
+    valid = mx >= F32(1e-8)  # GROUP_MAX_EPS_IQ2_S; others stay all-zero
+
+    scales = np.zeros(m, dtype=np.float32)
+    gidx = np.zeros((m, 2), dtype=np.int64)
+    v = np.flatnonzero(valid)
+    if v.size:
+        X = np.ascontiguousarray(xval[v].T)
+        Wt = np.ascontiguousarray(W[v].T)
+        sc, L = _grid_subblocks(g, X, Wt, mx[v], 9, F32(0.1), on_init=True, redo_all=False)
+        flip = sc < 0
+        sc = np.where(flip, -sc, sc)
+        sg = signs[v]
+        sg[flip] = ~sg[flip]
+        signs[v] = sg
+        gidx[v] = g.map[g.pack(L)].T
+        scales[v] = sc
+    signs[~valid] = 0
+
+    out = np.zeros((c, 82), dtype=np.uint8)
+    g32 = gidx.reshape(c, 32)  # i8 = 2*ib + k
+    out[:, 2:34] = (g32 & 255).astype(np.uint8)
+    out[:, 34:66] = signs.reshape(c, 32)
+    out[:, 66:74] = (
+        ((g32 >> 8).reshape(c, 8, 4) << (2 * np.arange(4))).sum(axis=-1).astype(np.uint8)
+    )
+    max_scale, d, ls = _superblock_scales(scales.reshape(c, 16))
+    ls = ls.astype(np.uint8)
+    nz = max_scale != 0  # otherwise ggml leaves d and the scales at zero
+    out[nz, 0:2] = f32_to_f16_bits(d[nz] * F32(0.9875)).reshape(-1, 1).view(np.uint8)
+    out[nz, 74:82] = (ls[:, 0::2] | (ls[:, 1::2] << 4))[nz]
     return out
 
 
 def quantize_iq3_xxs(rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.ndarray:
     """float32 rows [nrows, 256k] -> IQ3_XXS bytes [nrows, 98k], as ggml's quantize_iq3_xxs."""
     return _quantize_rows(rows, imatrix, QK_K, 98, _iq3_xxs_chunk)
+
+
+def quantize_iq2_s(rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.ndarray:
+    """float32 rows [nrows, 256k] -> IQ2_S bytes [nrows, 82k], as ggml's quantize_iq2_s."""
+    return _quantize_rows(rows, imatrix, QK_K, 82, _iq2_s_chunk)
 
 
 def quantize_iq3_s(rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.ndarray:
@@ -793,4 +881,5 @@ QUANTIZE: dict[str, Callable[[np.ndarray, np.ndarray | None], np.ndarray]] = {
     "IQ4_XS": quantize_iq4_xs,
     "IQ3_XXS": quantize_iq3_xxs,
     "IQ3_S": quantize_iq3_s,
+    "IQ2_S": quantize_iq2_s,
 }
