@@ -549,7 +549,7 @@ class _Parser:
         starts = np.empty(count, np.int64)
         lens = np.empty(count, np.int64)
         lw = self.len_s.size
-        high = range(1, lw) if self.order == "<" else range(lw - 1)
+        high = 1 if self.order == "<" else 0  # where the lw-1 high prefix bytes start
         low = 0 if self.order == "<" else lw - 1
         got = 0
         win = min(max(4096, count * 24), _MAX_WINDOW)
@@ -560,10 +560,8 @@ class _Parser:
             m = win_end - pos - lw + 1
             cand = clen = cnext = bad = empty
             if m > 0:
-                z = u8[pos:win_end] == 0
-                ok = z[high[0] : high[0] + m].copy()
-                for k in high[1:]:
-                    ok &= z[k : k + m]
+                z = _zero_runs(u8[pos:win_end] == 0, lw - 1)
+                ok = z[high : high + m]
                 # real vocabularies give one candidate per string (~1 in 10
                 # bytes); zero-filled data gives one per byte: step through
                 # such a window exactly instead of holding 8 bytes per byte
@@ -775,6 +773,15 @@ class _Parser:
             )
             prev_off, prev_end, prev_name = rel, rel + nbytes, name
         return tensors
+
+
+def _zero_runs(z: np.ndarray, r: int) -> np.ndarray:
+    """``w[i] = z[i:i+r].all()`` for r in 3..7, by overlapping doubling (2-3 array ops)."""
+    w2 = z[:-1] & z[1:]
+    if r == 3:
+        return w2[:-1] & w2[1:]
+    w4 = w2[:-2] & w2[2:]
+    return w4[: len(w4) - (r - 4)] & w4[r - 4 :]
 
 
 def parse(buf: Any, file_size: int | None = None, path: Any = None) -> GGUFHeader:
