@@ -63,8 +63,8 @@ __all__ = [
 
 #: Bytes of temporaries all chunks in flight may use together.
 MEMORY_BUDGET = 64 * 1024 * 1024
-#: Bytes of codec temporaries per element of a chunk (an upper bound measured
-#: with tracemalloc by benchmarks/bench_quant.py; the scale searches dominate).
+#: Default bytes of codec temporaries per element of a chunk; per-type figures
+#: measured with tracemalloc (benchmarks/bench_quant.py) live in the registry.
 TEMP_BYTES_PER_ELEMENT = 192
 
 
@@ -81,7 +81,10 @@ def _workers(workers: int | None) -> int:
     return int(workers) or (os.cpu_count() or 1)
 
 
-def _chunk_rows(n_per_row: int, workers: int, chunk_rows: int | None) -> int:
+def _chunk_rows(
+    n_per_row: int, workers: int, chunk_rows: int | None, temp_bytes: int = TEMP_BYTES_PER_ELEMENT
+) -> int:
+    """Rows per chunk: ``chunk_rows`` if given, else what fits the memory budget."""
     if chunk_rows is not None:
         if (
             isinstance(chunk_rows, bool)
@@ -95,7 +98,7 @@ def _chunk_rows(n_per_row: int, workers: int, chunk_rows: int | None) -> int:
                 found=repr(chunk_rows),
             )
         return int(chunk_rows)
-    per_chunk = MEMORY_BUDGET // (workers * TEMP_BYTES_PER_ELEMENT)
+    per_chunk = MEMORY_BUDGET // (workers * temp_bytes)
     return max(1, per_chunk // max(1, n_per_row))
 
 
@@ -344,7 +347,7 @@ def quantize(
     nw = _workers(workers)
     be = _backend(backend)
     get_rows = _rows_getter(x, n)
-    step = _chunk_rows(n, nw, chunk_rows)
+    step = _chunk_rows(n, nw, chunk_rows, c.quantize_temp_bytes)
 
     def load(r0: int, r1: int) -> tuple:
         return (t.name, get_rows(r0, r1), im, r0, name)
@@ -438,16 +441,20 @@ def dequantize(
             expected=want,
             found=data.size,
         )
-    out = np.empty(count, dtype=np.float32)
     if count == 0:
-        return out.reshape(dims)
+        return np.empty(dims, dtype=np.float32)
     nrows = count // n
     bpr = n // t.block_size  # blocks per row
     blocks = data.reshape(nrows * bpr, t.type_size)
-    outb = out.reshape(nrows * bpr, t.block_size)
     nw = _workers(workers)
     be = _backend(backend)
-    step = _chunk_rows(n, nw, chunk_rows) * bpr  # in blocks
+    step = _chunk_rows(n, nw, chunk_rows, c.dequantize_temp_bytes) * bpr  # in blocks
+    spans = list(_spans(nrows * bpr, step))
+    if len(spans) == 1:  # one chunk: the codec's own result is the output, no copy
+        y = _dequantize_task(t.name, np.ascontiguousarray(blocks))
+        return np.ascontiguousarray(y, dtype=np.float32).reshape(dims)
+    out = np.empty(count, dtype=np.float32)
+    outb = out.reshape(nrows * bpr, t.block_size)
 
     def load(b0: int, b1: int) -> tuple:
         return (t.name, np.ascontiguousarray(blocks[b0:b1]))
@@ -455,5 +462,5 @@ def dequantize(
     def store(b0: int, b1: int, y: np.ndarray) -> None:
         outb[b0:b1] = y
 
-    _run(list(_spans(nrows * bpr, step)), load, _dequantize_task, store, nw, be)
+    _run(spans, load, _dequantize_task, store, nw, be)
     return out.reshape(dims)

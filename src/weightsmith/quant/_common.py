@@ -93,15 +93,36 @@ def nearest_int(x: np.ndarray) -> np.ndarray:
     return np.rint(np.asarray(x, dtype=np.float32)).astype(np.int32)
 
 
+_HALF_DOWN_BITS = np.uint32(0x3EFFFFFF)  # 0.49999997f, nextafter(0.5f, 0)
+
+
+def _half_down_signed(x: np.ndarray) -> np.ndarray:
+    """copysign(0.49999997f, x) through the bits (np.copysign is ~3x slower)."""
+    s = x.view(np.uint32) & np.uint32(0x80000000)
+    s |= _HALF_DOWN_BITS
+    return s.view(np.float32)
+
+
 def round_away(x: np.ndarray) -> np.ndarray:
     """C ``roundf``/``lroundf``: round half away from zero, float32 result.
 
-    ``trunc`` and ``x - trunc(x)`` are exact, so the tie test is exact too
-    (``floor(x + 0.5)`` is not: 0.49999997 + 0.5 rounds up to 1).
+    ``trunc(x + copysign(0.49999997f, x))`` is exact for every float32 in
+    round-to-nearest-even: ties (x = n + 0.5) land on n + 0.99999997, which
+    rounds up to n + 1, while 0.49999997 itself stays below 1 (the naive
+    ``floor(x + 0.5)`` gets that one wrong).
     """
-    x = np.asarray(x, dtype=np.float32)
-    t = np.trunc(x)
-    return np.where(np.abs(x - t) >= F32(0.5), t + np.sign(x), t).astype(np.float32)
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    t = _half_down_signed(x)
+    t += x
+    return np.trunc(t, out=t)
+
+
+def round_away_int(x: np.ndarray, dtype=np.int8) -> np.ndarray:
+    """``(int8_t)roundf(x)`` and friends: the float->int cast truncates, as in C."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    t = _half_down_signed(x)
+    t += x
+    return t.astype(dtype)
 
 
 # --------------------------------------------------------------------------- reductions
@@ -110,14 +131,47 @@ def round_away(x: np.ndarray) -> np.ndarray:
 def seq_sum(p: np.ndarray, axis: int = -1) -> np.ndarray:
     """Sum along ``axis`` in index order starting from +0.0f, as a C loop does.
 
-    ``0.0f + p0 + p1 + ...``: the result equals the sequential prefix sum;
-    adding +0 at the end reproduces C's ``+0`` when every term is ``-0``.
+    ``0.0f + p0 + p1 + ...``.  Short axes (blocks) are summed column by
+    column, which numpy runs ~3x faster than ``np.add.accumulate`` along a
+    short last axis; long axes (whole rows) use the accumulate.  Both are
+    sequential, unlike ``np.sum``'s pairwise order.
     """
     p = np.asarray(p, dtype=np.float32)
-    if p.shape[axis] == 0:
-        return np.zeros(np.delete(p.shape, axis if axis >= 0 else p.ndim + axis), np.float32)
-    acc = np.add.accumulate(p, axis=axis, dtype=np.float32)
-    return np.take(acc, -1, axis=axis) + F32(0)
+    p = np.moveaxis(p, axis, -1)
+    n = p.shape[-1]
+    if n <= 64:
+        acc = np.zeros(p.shape[:-1], np.float32)
+        for i in range(n):
+            acc += p[..., i]
+        return acc
+    return np.add.accumulate(p, axis=-1, dtype=np.float32)[..., -1] + F32(0)
+
+
+def _tree(x: np.ndarray, op) -> np.ndarray:
+    """op-reduce the last axis by halving (exact for max/min, any order)."""
+    n = x.shape[-1]
+    if n & (n - 1) or n < 2:
+        return op.reduce(x, axis=-1)
+    m = op(x[..., : n // 2], x[..., n // 2 :])
+    while m.shape[-1] > 1:
+        h = m.shape[-1] // 2
+        m = op(m[..., :h], m[..., h:])
+    return m[..., 0]
+
+
+def row_max(x: np.ndarray) -> np.ndarray:
+    """max over the last axis; ~2x faster than ``np.max(axis=-1)`` on short blocks."""
+    return _tree(np.asarray(x), np.maximum)
+
+
+def row_min(x: np.ndarray) -> np.ndarray:
+    """min over the last axis (see :func:`row_max`)."""
+    return _tree(np.asarray(x), np.minimum)
+
+
+def row_absmax(x: np.ndarray) -> np.ndarray:
+    """``amax = 0; amax = MAX(amax, fabsf(v))`` over the last axis: +0.0 for zero rows."""
+    return np.abs(np.maximum(row_max(x), -row_min(x)))
 
 
 def first_extreme(x: np.ndarray, kind: str = "absmax") -> tuple[np.ndarray, np.ndarray]:
@@ -127,18 +181,32 @@ def first_extreme(x: np.ndarray, kind: str = "absmax") -> tuple[np.ndarray, np.n
     returns (amax, max) -- max keeps the sign, +0.0 when every value is zero.
     ``min`` / ``max``: ``m = x[0]; if (v < m) m = v`` -- returns (m, m); the
     first element equal to the extreme is taken, which fixes the sign of zero.
+
+    Fast path: plain min/max reductions; only the rows where the first
+    occurrence matters (a +v/-v tie for absmax, a zero extreme for min/max)
+    are rescanned with argmax.
     """
+    x = np.asarray(x, dtype=np.float32)
     if kind == "absmax":
-        ax = np.abs(x)
-        idx = np.argmax(ax, axis=-1)
-        amax = np.take_along_axis(ax, idx[..., None], -1)[..., 0]
-        mx = np.take_along_axis(x, idx[..., None], -1)[..., 0]
-        mx = np.where(amax > 0, mx, F32(0)).astype(np.float32)
+        hi = row_max(x)
+        lo = row_min(x)
+        neg = -lo
+        amax = np.abs(np.maximum(hi, neg))  # +0.0, never -0.0, for all-zero rows
+        mx = np.where(neg > hi, lo, hi)
+        tie = (neg == hi) & (hi > 0)
+        if tie.any():
+            rows = x[tie]
+            idx = np.argmax(np.abs(rows), axis=-1)
+            mx[tie] = np.take_along_axis(rows, idx[..., None], -1)[..., 0]
+        mx[amax == 0] = 0  # every value zero: max stays +0.0
         return amax, mx
-    m = np.min(x, axis=-1) if kind == "min" else np.max(x, axis=-1)
-    idx = np.argmax(x == m[..., None], axis=-1)
-    v = np.take_along_axis(x, idx[..., None], -1)[..., 0]
-    return v, v
+    m = row_min(x) if kind == "min" else row_max(x)
+    zero = m == 0
+    if zero.any():
+        rows = x[zero]
+        idx = np.argmax(rows == 0, axis=-1)
+        m[zero] = np.take_along_axis(rows, idx[..., None], -1)[..., 0]
+    return m, m
 
 
 def row_sigma2(rows: np.ndarray) -> np.ndarray:

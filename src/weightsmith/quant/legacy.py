@@ -29,11 +29,10 @@ from ._common import (
     F32,
     f16_to_f32,
     f32_to_f16_bits,
-    first_extreme,
     imatrix_weights,
     make_qkx3_quants,
     make_qx_quants,
-    round_away,
+    round_away_int,
     row_sigma2,
 )
 
@@ -41,77 +40,116 @@ QK = 32
 
 
 # --------------------------------------------------------------------------- decode
+#
+# Speed: numpy pays a fixed cost per inner loop, so operations on [B, 16]
+# byte slices of the blocks (inner loop 16) are slow.  The decoders instead
+# copy each field out as one fixed-size record per block (a memcpy per
+# block), expand nibbles on 64-bit words, interleave the halves as 16-byte
+# records, and only then convert to float32 once and scale in place.
+
+_LO = np.uint64(0x0F0F0F0F0F0F0F0F)
+_HALVES = np.dtype([("lo", "V16"), ("hi", "V16")])
+
+
+def _field(blocks: np.ndarray, off: int, fmt: str) -> np.ndarray:
+    """Field ``fmt`` at byte ``off`` of every block, as a contiguous [B] array."""
+    rec = np.dtype(
+        {"names": ["f"], "formats": [fmt], "offsets": [off], "itemsize": blocks.shape[1]}
+    )
+    return np.ascontiguousarray(blocks.view(rec).reshape(-1)["f"])
 
 
 def _f16(blocks: np.ndarray, off: int) -> np.ndarray:
     """The fp16 field at byte ``off`` of every block, as float32 [B, 1]."""
-    return f16_to_f32(blocks[:, off : off + 2].copy().view(np.uint16))
+    return f16_to_f32(_field(blocks, off, "<u2")).reshape(-1, 1)
 
 
-def _nibbles(qs: np.ndarray) -> np.ndarray:
-    """qs[B, 16] -> q[B, 32]: low nibbles are elements 0-15, high ones 16-31."""
-    return np.concatenate([qs & 0x0F, qs >> 4], axis=1)
+def _nibbles(blocks: np.ndarray, off: int) -> np.ndarray:
+    """qs (16 bytes at ``off``) -> uint8 codes [B, 32]: low nibbles 0-15, high 16-31."""
+    w = _field(blocks, off, "V16").view("<u8")
+    hi = w >> np.uint64(4)
+    hi &= _LO
+    w = w & _LO
+    out = np.empty(len(blocks), _HALVES)
+    out["lo"] = w.view("V16")
+    out["hi"] = hi.view("V16")
+    return out.view(np.uint8).reshape(-1, QK)
 
 
-def _high_bits(qh: np.ndarray) -> np.ndarray:
-    """qh[B, 4] (u32 LE) -> the fifth bit of each element, as 0/16 [B, 32]."""
+def _add_high_bits(blocks: np.ndarray, off: int, q: np.ndarray) -> np.ndarray:
+    """q[B, 32] |= (bit j of the u32 qh at ``off``) << 4."""
+    qh = _field(blocks, off, "V4").view(np.uint8).reshape(-1, 4)
     bits = np.unpackbits(qh, axis=1, bitorder="little")
-    return bits << 4
+    bits <<= 4
+    q |= bits
+    return q
+
+
+def _scaled(q: np.ndarray, d: np.ndarray, m: np.ndarray | None = None) -> np.ndarray:
+    """``(float)q * d (+ m)`` in float32, no FMA."""
+    out = q.astype(np.float32)
+    out *= d
+    if m is not None:
+        out += m
+    return out
 
 
 def _dequantize_q4_0(blocks: np.ndarray) -> np.ndarray:
-    d = _f16(blocks, 0)
-    q = _nibbles(blocks[:, 2:18]).astype(np.int8) - np.int8(8)
-    return q.astype(np.float32) * d
+    q = _nibbles(blocks, 2).view(np.int8)
+    q -= 8
+    return _scaled(q, _f16(blocks, 0))
 
 
 def _dequantize_q4_1(blocks: np.ndarray) -> np.ndarray:
-    d, m = _f16(blocks, 0), _f16(blocks, 2)
-    return _nibbles(blocks[:, 4:20]).astype(np.float32) * d + m
+    return _scaled(_nibbles(blocks, 4), _f16(blocks, 0), _f16(blocks, 2))
 
 
 def _dequantize_q5_0(blocks: np.ndarray) -> np.ndarray:
-    d = _f16(blocks, 0)
-    q = (_nibbles(blocks[:, 6:22]) | _high_bits(blocks[:, 2:6])).astype(np.int8) - np.int8(16)
-    return q.astype(np.float32) * d
+    q = _add_high_bits(blocks, 2, _nibbles(blocks, 6)).view(np.int8)
+    q -= 16
+    return _scaled(q, _f16(blocks, 0))
 
 
 def _dequantize_q5_1(blocks: np.ndarray) -> np.ndarray:
-    d, m = _f16(blocks, 0), _f16(blocks, 2)
-    q = _nibbles(blocks[:, 8:24]) | _high_bits(blocks[:, 4:8])
-    return q.astype(np.float32) * d + m
+    q = _add_high_bits(blocks, 4, _nibbles(blocks, 8))
+    return _scaled(q, _f16(blocks, 0), _f16(blocks, 2))
 
 
 def _dequantize_q8_0(blocks: np.ndarray) -> np.ndarray:
-    return blocks[:, 2:34].view(np.int8).astype(np.float32) * _f16(blocks, 0)
+    q = _field(blocks, 2, "V32").view(np.int8).reshape(-1, QK)
+    return _scaled(q, _f16(blocks, 0))
 
 
 def _dequantize_q8_1(blocks: np.ndarray) -> np.ndarray:
-    return blocks[:, 4:36].view(np.int8).astype(np.float32) * _f16(blocks, 0)
+    q = _field(blocks, 4, "V32").view(np.int8).reshape(-1, QK)
+    return _scaled(q, _f16(blocks, 0))
 
 
 # --------------------------------------------------------------------------- encode
 
 
 def _pack_nibbles(q: np.ndarray) -> np.ndarray:
-    """q[B, 32] (values < 16 after masking) -> qs[B, 16]."""
-    q = q.astype(np.uint8)
-    return (q[:, :16] & 0x0F) | ((q[:, 16:] & 0x0F) << 4)
+    """q[B, 32] uint8 (< 16 after masking) -> qs[B, 16]."""
+    hi = q[:, 16:] << 4
+    hi |= q[:, :16] & 0x0F
+    return hi
 
 
 def _pack_high_bits(q: np.ndarray) -> np.ndarray:
     """The fifth bit of each of q[B, 32] -> qh[B, 4] (u32 little-endian)."""
-    return np.packbits(((q.astype(np.uint8) >> 4) & 1), axis=1, bitorder="little")
-
-
-def _blocks_of(rows: np.ndarray) -> np.ndarray:
-    return rows.reshape(-1, QK)
+    b = q >> 4
+    b &= 1
+    return np.packbits(b, axis=1, bitorder="little")
 
 
 def _assemble(rows: np.ndarray, *fields: np.ndarray) -> np.ndarray:
-    """Concatenate per-block byte fields and shape them as rows of bytes."""
+    """Write per-block byte fields side by side, shaped as rows of bytes."""
     parts = [f.reshape(f.shape[0], -1).view(np.uint8) for f in fields]
-    out = np.concatenate(parts, axis=1)
+    out = np.empty((parts[0].shape[0], sum(p.shape[1] for p in parts)), np.uint8)
+    o = 0
+    for p in parts:
+        out[:, o : o + p.shape[1]] = p
+        o += p.shape[1]
     return out.reshape(rows.shape[0], -1)
 
 
@@ -128,80 +166,183 @@ def _weights(rows: np.ndarray, imatrix: np.ndarray) -> tuple[np.ndarray, np.ndar
     return x.reshape(-1, QK), w.reshape(-1, QK)
 
 
-def _id_of(d: np.ndarray) -> np.ndarray:
+# Reference (no imatrix) paths run on tiles of blocks transposed to
+# [32, tile]: the per-block min/max become reductions over contiguous rows
+# and every per-block scale broadcasts along the fast axis, which numpy does
+# several times faster than reductions/broadcasts over a 32-wide last axis.
+_TILE = 8192  # blocks per tile: a [32, 8192] float32 tile is 1 MiB
+
+
+def _tiles(rows: np.ndarray, type_size: int, encode) -> np.ndarray:
+    """Encode tile by tile: ``encode(xt [32, c], xb [c, 32], outT [type_size, c])``.
+
+    The encoder fills the block bytes transposed (one row per byte offset),
+    so every field is written with contiguous stores; one transpose per tile
+    puts the blocks back in file order.
+    """
+    xb = rows.reshape(-1, QK)
+    out = np.empty((xb.shape[0], type_size), np.uint8)
+    for b0 in range(0, xb.shape[0], _TILE):
+        tile = xb[b0 : b0 + _TILE]
+        out_t = np.empty((type_size, len(tile)), np.uint8)
+        encode(np.ascontiguousarray(tile.T), tile, out_t)
+        out[b0 : b0 + _TILE] = out_t.T
+    return out.reshape(rows.shape[0], -1)
+
+
+def _signed_absmax(xt: np.ndarray, xb: np.ndarray) -> np.ndarray:
+    """quantize_row_q4_0_ref's ``max``: the first value of largest |v| (+0.0 if none)."""
+    hi, lo = np.max(xt, axis=0), np.min(xt, axis=0)
+    mx = np.where(-lo > hi, lo, hi)
+    tie = (-lo == hi) & (hi > 0)  # both +a and -a: the first one wins
+    if tie.any():
+        rows = xb[tie]
+        idx = np.argmax(np.abs(rows), axis=1)
+        mx[tie] = rows[np.arange(len(rows)), idx]
+    mx[(hi == 0) & (lo == 0)] = 0  # all zero (either sign): C keeps max = +0.0
+    return mx
+
+
+def _first_min_max(xt: np.ndarray, xb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``if (v < min) min = v`` / ``if (v > max) max = v`` from x[0]: first occurrence.
+
+    Only the sign of a zero extreme depends on the order; those blocks are rescanned.
+    """
+    out = []
+    for m in (np.min(xt, axis=0), np.max(xt, axis=0)):
+        zero = m == 0
+        if zero.any():
+            rows = xb[zero]
+            m[zero] = rows[np.arange(len(rows)), np.argmax(rows == 0, axis=1)]
+        out.append(m)
+    return out[0], out[1]
+
+
+def _inv(d: np.ndarray) -> np.ndarray:
+    """``d ? 1.0f/d : 0.0f``."""
     with np.errstate(divide="ignore"):
         return np.where(d != 0, F32(1) / d, F32(0)).astype(np.float32)
 
 
-def _trunc_u8(v: np.ndarray) -> np.ndarray:
-    """C's ``(int8_t)`` / ``(uint8_t)`` of a non-negative float: truncation."""
-    return np.trunc(v).astype(np.int32)
+def _codes(t: np.ndarray, bits: int | None) -> np.ndarray:
+    """``MIN(2**bits - 1, (int8_t)t)`` for t in [0, 2**(bits+1)): the cast truncates as in C.
+
+    The clamp is ``q - (q >> bits)`` (only 2**bits itself can occur above the
+    top), a byte shift and subtract that numpy runs ~4x faster than minimum.
+    """
+    q = t.astype(np.uint8)
+    if bits is not None:
+        q -= q >> bits
+    return q
+
+
+def _put_f16(out_t: np.ndarray, off: int, v: np.ndarray) -> None:
+    out_t[off : off + 2] = f32_to_f16_bits(v).view(np.uint8).reshape(-1, 2).T
+
+
+def _put_nibbles(out_t: np.ndarray, off: int, qt: np.ndarray) -> None:
+    """qt[32, c] codes -> qs bytes (element j low nibble, j + 16 high nibble)."""
+    qs = out_t[off : off + 16]
+    np.left_shift(qt[16:], 4, out=qs)
+    qs |= qt[:16] & 0x0F
+
+
+_BIT_SHIFTS = np.arange(8, dtype=np.uint8).reshape(1, 8, 1)
+
+
+def _put_high_bits(out_t: np.ndarray, off: int, qt: np.ndarray) -> None:
+    """Bit 4 of qt[32, c] -> the u32 qh (bit j = element j), little-endian bytes."""
+    h = qt >> 4
+    h &= 1
+    h = h.reshape(4, 8, -1) << _BIT_SHIFTS
+    np.bitwise_or.reduce(h, axis=1, out=out_t[off : off + 4])
+
+
+def _enc_q4_0(xt: np.ndarray, xb: np.ndarray, out_t: np.ndarray) -> None:
+    d = (_signed_absmax(xt, xb) / F32(-8)).astype(np.float32)
+    xt *= _inv(d)
+    xt += F32(8.5)
+    _put_f16(out_t, 0, d)
+    _put_nibbles(out_t, 2, _codes(xt, 4))
+
+
+def _enc_q4_1(xt: np.ndarray, xb: np.ndarray, out_t: np.ndarray) -> None:
+    mn, mx = _first_min_max(xt, xb)
+    d = ((mx - mn) / F32(15)).astype(np.float32)
+    xt -= mn
+    xt *= _inv(d)
+    xt += F32(0.5)
+    _put_f16(out_t, 0, d)
+    _put_f16(out_t, 2, mn)
+    _put_nibbles(out_t, 4, _codes(xt, 4))
+
+
+def _enc_q5_0(xt: np.ndarray, xb: np.ndarray, out_t: np.ndarray) -> None:
+    d = (_signed_absmax(xt, xb) / F32(-16)).astype(np.float32)
+    xt *= _inv(d)
+    xt += F32(16.5)
+    q = _codes(xt, 5)
+    _put_f16(out_t, 0, d)
+    _put_high_bits(out_t, 2, q)
+    _put_nibbles(out_t, 6, q)
+
+
+def _enc_q5_1(xt: np.ndarray, xb: np.ndarray, out_t: np.ndarray) -> None:
+    mn, mx = _first_min_max(xt, xb)
+    d = ((mx - mn) / F32(31)).astype(np.float32)
+    xt -= mn
+    xt *= _inv(d)
+    xt += F32(0.5)
+    q = _codes(xt, None)  # ggml has no clamp here; only bits 0-4 are stored
+    _put_f16(out_t, 0, d)
+    _put_f16(out_t, 2, mn)
+    _put_high_bits(out_t, 4, q)
+    _put_nibbles(out_t, 8, q)
+
+
+def _enc_q8_0(xt: np.ndarray, xb: np.ndarray, out_t: np.ndarray) -> None:
+    amax = np.abs(np.maximum(np.max(xt, axis=0), -np.min(xt, axis=0)))  # +0.0 for zeros
+    d = (amax / F32(127)).astype(np.float32)
+    xt *= _inv(d)
+    _put_f16(out_t, 0, d)
+    out_t[2:34] = round_away_int(xt, np.int8).view(np.uint8)
 
 
 def _quantize_q4_0(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
-    if imatrix is not None:
-        x, w = _weights(rows, imatrix)
-        d, L = make_qx_quants(x, 8, 1, w)
-        return _assemble(rows, _f16_field(d), _pack_nibbles(L))
-    x = _blocks_of(rows)
-    _, mx = first_extreme(x, "absmax")
-    d = (mx / F32(-8)).astype(np.float32)
-    idd = _id_of(d)
-    q = np.minimum(15, _trunc_u8(x * idd[:, None] + F32(8.5)))
-    return _assemble(rows, _f16_field(d), _pack_nibbles(q))
+    if imatrix is None:
+        return _tiles(rows, 18, _enc_q4_0)
+    x, w = _weights(rows, imatrix)
+    d, L = make_qx_quants(x, 8, 1, w)
+    return _assemble(rows, _f16_field(d), _pack_nibbles(L))
 
 
 def _quantize_q4_1(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
-    if imatrix is not None:
-        x, w = _weights(rows, imatrix)
-        d, mneg, L = make_qkx3_quants(x, w, 15, -0.9, 0.05, 36, False)
-        return _assemble(rows, _f16_field(d), _f16_field(-mneg), _pack_nibbles(L))
-    x = _blocks_of(rows)
-    mn, _ = first_extreme(x, "min")
-    mx, _ = first_extreme(x, "max")
-    d = ((mx - mn) / F32(15)).astype(np.float32)
-    idd = _id_of(d)
-    q = np.minimum(15, _trunc_u8((x - mn[:, None]) * idd[:, None] + F32(0.5)))
-    return _assemble(rows, _f16_field(d), _f16_field(mn), _pack_nibbles(q))
+    if imatrix is None:
+        return _tiles(rows, 20, _enc_q4_1)
+    x, w = _weights(rows, imatrix)
+    d, mneg, L = make_qkx3_quants(x, w, 15, -0.9, 0.05, 36, False)
+    return _assemble(rows, _f16_field(d), _f16_field(-mneg), _pack_nibbles(L))
 
 
 def _quantize_q5_0(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
-    if imatrix is not None:
-        x, w = _weights(rows, imatrix)
-        d, q = make_qx_quants(x, 16, 1, w)
-    else:
-        x = _blocks_of(rows)
-        _, mx = first_extreme(x, "absmax")
-        d = (mx / F32(-16)).astype(np.float32)
-        idd = _id_of(d)
-        q = np.minimum(31, _trunc_u8(x * idd[:, None] + F32(16.5)))
+    if imatrix is None:
+        return _tiles(rows, 22, _enc_q5_0)
+    x, w = _weights(rows, imatrix)
+    d, q = make_qx_quants(x, 16, 1, w)
     return _assemble(rows, _f16_field(d), _pack_high_bits(q), _pack_nibbles(q))
 
 
 def _quantize_q5_1(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
-    if imatrix is not None:
-        x, w = _weights(rows, imatrix)
-        d, mneg, q = make_qkx3_quants(x, w, 31, -0.9, 0.05, 36, False)
-        m = -mneg
-    else:
-        x = _blocks_of(rows)
-        m, _ = first_extreme(x, "min")
-        mx, _ = first_extreme(x, "max")
-        d = ((mx - m) / F32(31)).astype(np.float32)
-        idd = _id_of(d)
-        # ggml has no clamp here: (uint8_t) truncation, then only bits 0-4 are used
-        q = _trunc_u8((x - m[:, None]) * idd[:, None] + F32(0.5)) & 0xFF
-    return _assemble(rows, _f16_field(d), _f16_field(m), _pack_high_bits(q), _pack_nibbles(q))
+    if imatrix is None:
+        return _tiles(rows, 24, _enc_q5_1)
+    x, w = _weights(rows, imatrix)
+    d, mneg, q = make_qkx3_quants(x, w, 31, -0.9, 0.05, 36, False)
+    return _assemble(rows, _f16_field(d), _f16_field(-mneg), _pack_high_bits(q), _pack_nibbles(q))
 
 
 def _quantize_q8_0(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
     del imatrix  # ggml's quantize_q8_0 ignores it
-    x = _blocks_of(rows)
-    amax = np.max(np.abs(x), axis=1)
-    d = (amax / F32(127)).astype(np.float32)
-    idd = _id_of(d)
-    q = round_away(x * idd[:, None]).astype(np.int8)
-    return _assemble(rows, _f16_field(d), q)
+    return _tiles(rows, 34, _enc_q8_0)
 
 
 DEQUANTIZE = {

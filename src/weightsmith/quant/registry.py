@@ -34,6 +34,14 @@ REQUIRES_IMATRIX = frozenset({"IQ2_XXS", "IQ2_XS", "IQ1_S"})
 # Types whose encoding stores IEEE specials; every block type rejects them.
 HOLDS_NONFINITE = frozenset({"F32", "F16", "BF16", "F64"})
 
+# Bytes of temporaries per element a codec needs while working on a chunk
+# (upper bounds measured with tracemalloc by benchmarks/bench_quant.py); the
+# API sizes its chunks from these so that all chunks in flight fit 64 MiB.
+QUANTIZE_TEMP_BYTES_DEFAULT = 192
+DEQUANTIZE_TEMP_BYTES_DEFAULT = 24
+QUANTIZE_TEMP_BYTES: dict[str, int] = {}
+DEQUANTIZE_TEMP_BYTES: dict[str, int] = {}
+
 Dequantizer = Callable[[np.ndarray], np.ndarray]
 Quantizer = Callable[[np.ndarray, "np.ndarray | None"], np.ndarray]
 
@@ -54,6 +62,14 @@ class Codec:
     @property
     def holds_nonfinite(self) -> bool:
         return self.type.name in HOLDS_NONFINITE
+
+    @property
+    def quantize_temp_bytes(self) -> int:
+        return QUANTIZE_TEMP_BYTES.get(self.type.name, QUANTIZE_TEMP_BYTES_DEFAULT)
+
+    @property
+    def dequantize_temp_bytes(self) -> int:
+        return DEQUANTIZE_TEMP_BYTES.get(self.type.name, DEQUANTIZE_TEMP_BYTES_DEFAULT)
 
 
 @dataclass(frozen=True)
