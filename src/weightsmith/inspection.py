@@ -70,7 +70,7 @@ class Source(Protocol):
 # --------------------------------------------------------------------------- model
 
 
-@dataclass
+@dataclass(slots=True)
 class TensorEntry:
     """One tensor as listed by a header."""
 
@@ -303,21 +303,20 @@ def read_safetensors(src: Source) -> FileReport:
     if 8 + n > len(buf):
         buf = src.prefix(8 + n)
     header = st.parse_header(buf[8 : 8 + n], size, src.name)
-    start = int(getattr(header, "data_start", 8 + n))
-    tensors = []
-    for info in header.tensors.values():
-        begin = int(info.data_offsets[0])
-        tensors.append(
-            TensorEntry(
-                name=info.name,
-                dtype=_dtype_name(info.dtype),
-                shape=tuple(int(s) for s in info.shape),
-                n_elements=int(info.n_elements),
-                nbytes=int(info.nbytes),
-                offset=start + begin,
-                file=src.name,
-            )
+    start = int(header.data_start)
+    name = src.name
+    tensors = [
+        TensorEntry(
+            info.name,
+            info.dtype.name,
+            tuple(info.shape),
+            info.n_elements,
+            info.nbytes,
+            start + info.data_offsets[0],
+            name,
         )
+        for info in header.tensors.values()
+    ]
     return FileReport(
         path=src.name,
         format="safetensors",

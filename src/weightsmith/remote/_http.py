@@ -36,8 +36,31 @@ class Response:
     body: bytes
 
 
+_shared: dict[str, Any] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_client(timeout: float = 30.0) -> Any:
+    """One process-wide httpx client (connection pool, TLS context built once).
+
+    Building an ``httpx.Client`` loads the CA bundle, which costs more than a
+    whole header read over a warm connection; reusing one also keeps
+    connections alive across calls.  httpx clients are thread-safe.
+    """
+    with _shared_lock:
+        client = _shared.get("client")
+        if client is None:
+            httpx = require("httpx", "remote inspection")
+            client = _shared["client"] = httpx.Client(
+                timeout=timeout,
+                follow_redirects=False,
+                limits=httpx.Limits(max_connections=32, max_keepalive_connections=16),
+            )
+        return client
+
+
 class Session:
-    """One httpx client, a token bound to one origin, and request counters.
+    """The shared httpx client, a token bound to one origin, and request counters.
 
     Thread-safe: shard headers are fetched from a thread pool.
     """
@@ -49,9 +72,14 @@ class Session:
         timeout: float = 30.0,
         client: Any = None,
     ) -> None:
-        httpx = require("httpx", "remote inspection")
-        self._httpx = httpx
-        self.client = client or httpx.Client(timeout=timeout, follow_redirects=False)
+        self._httpx = require("httpx", "remote inspection")
+        self._own = client is None and timeout != 30.0
+        if client is not None:
+            self.client = client
+        elif self._own:  # a non-default timeout gets a client of its own
+            self.client = self._httpx.Client(timeout=timeout, follow_redirects=False)
+        else:
+            self.client = shared_client()
         self.token = token
         self.token_origin = origin(token_origin) if token_origin else None
         self.requests = 0
@@ -59,7 +87,8 @@ class Session:
         self._lock = threading.Lock()
 
     def close(self) -> None:
-        self.client.close()
+        if self._own:
+            self.client.close()
 
     def __enter__(self) -> Session:
         return self
@@ -104,11 +133,19 @@ class Session:
                         url = urljoin(url, r.headers["location"])
                         continue
                     body = bytearray()
-                    if r.status_code in (200, 206):
+                    if r.status_code == 206:
+                        # bounded by the range: read it all, so the connection is reusable
+                        for chunk in r.iter_bytes():
+                            body += chunk
+                    elif r.status_code == 200:
+                        # maybe the whole file (Range ignored): stop once we have enough;
+                        # leaving the stream closes the connection instead of draining it
                         for chunk in r.iter_bytes():
                             body += chunk
                             if max_bytes is not None and len(body) >= max_bytes:
                                 break
+                    else:
+                        r.read()  # a short error body; keeps the connection reusable
                     if max_bytes is not None:
                         del body[max_bytes:]
                     self._count(nbytes=len(body))
