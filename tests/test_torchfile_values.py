@@ -432,3 +432,24 @@ def test_quantized_and_sparse_are_safe_but_unsupported(tmp_path):
         with pytest.raises(errors.UnsupportedPickleGlobal) as e:
             torchfile.open(p)
         assert not isinstance(e.value, errors.UnsafePickleError)
+
+
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+@pytest.mark.parametrize("legacy", [False, True])
+def test_pickle_protocols(tmp_path, protocol, legacy):
+    """torch.save(pickle_protocol=4/5) uses FRAME, MEMOIZE, STACK_GLOBAL, SHORT_BINUNICODE."""
+    lin = torch.nn.Linear(5, 4)
+    obj = {
+        "model": lin.state_dict(),
+        "half": torch.randn(3, 2).half().t(),
+        "step": 10,
+        "ids": {1, 2},
+    }
+    p = tmp_path / "p.pt"
+    torch.save(obj, p, pickle_protocol=protocol, _use_new_zipfile_serialization=not legacy)
+    # torch's weights-only loader knows no FRAME opcode (protocol 4+): the file is ours, so load it fully
+    ref = torch.load(p, weights_only=not legacy and protocol <= 3)
+    with torchfile.open(p) as ck:
+        _assert_same(ck, ref)
+        assert ck.non_tensors["step"] == 10 and ck.non_tensors["ids"] == {1, 2}
+    assert torchfile.scan(p).safe

@@ -154,6 +154,8 @@ _CODECS = {
 
 def classify_global(module: str, name: str) -> str | None:
     """The kind of an allowed global, or None if it is not allowed."""
+    if module == "__builtin__":  # protocol <= 2 spells builtins the Python 2 way
+        module = "builtins"
     full = f"{module}.{name}"
     kind = _PLAIN_ALLOWED.get(full)
     if kind is not None:
