@@ -8,9 +8,8 @@ import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
-from tests.test_torchfile_values import ALL_DTYPES, _sample
-from tests.torchfile_helpers import glob, make_zip, s, tensor_bytes, tup
 
+from torchfile_helpers import ALL_DTYPES, _sample, glob, make_zip, s, tensor_bytes, tup
 from weightsmith import errors
 from weightsmith.convert import torch_to_safetensors
 
@@ -119,7 +118,7 @@ def test_nothing_written_on_refusal(tmp_path):
 
 
 def test_expanded_view_larger_than_file_is_refused(tmp_path):
-    from tests.torchfile_helpers import dict_, storage, tensor_v2
+    from torchfile_helpers import dict_, storage, tensor_v2
 
     pkl = (
         b"\x80\x02"

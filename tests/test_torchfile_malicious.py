@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from tests.torchfile_helpers import (
+
+from torchfile_helpers import (
     APPEND,
     BINPERSID,
     BUILD,
@@ -43,7 +44,6 @@ from tests.torchfile_helpers import (
     tensor_v2,
     tup,
 )
-
 from weightsmith import errors, torchfile
 from weightsmith.torchfile import _pickle
 

@@ -10,31 +10,18 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 import torch
-from tests.torchfile_helpers import dict_, make_zip, rezip, storage, tensor_bytes, tensor_v2
 
+from torchfile_helpers import (
+    ALL_DTYPES,
+    _sample,
+    dict_,
+    make_zip,
+    rezip,
+    storage,
+    tensor_bytes,
+    tensor_v2,
+)
 from weightsmith import errors, torchfile
-
-ALL_DTYPES = [
-    torch.float64, torch.float32, torch.float16, torch.bfloat16,
-    torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool,
-    torch.complex64, torch.complex128,
-    torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz,
-    torch.float8_e8m0fnu, torch.uint16, torch.uint32, torch.uint64,
-]  # fmt: skip
-
-
-def _sample(dtype: torch.dtype, shape=(3, 5), seed=0) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    if dtype == torch.bool:
-        return torch.rand(shape, generator=g) > 0.5
-    if dtype.is_complex:
-        return torch.randn(shape, dtype=dtype, generator=g)
-    if dtype.is_floating_point:
-        x = torch.randn(shape, generator=g) * 4
-        if dtype == torch.float8_e8m0fnu:
-            x = x.abs() + 0.01
-        return x.to(dtype)
-    return torch.randint(0, 120, shape, generator=g).to(dtype)
 
 
 def _lookup(obj, dotted: str):
@@ -378,7 +365,7 @@ def test_legacy_storage_views(tmp_path):
     """Legacy persistent ids may name a view (key, offset, numel) of a root storage."""
     import pickle
 
-    from tests.torchfile_helpers import MARK, TUPLE, glob, i, s, tup
+    from torchfile_helpers import MARK, TUPLE, glob, i, s, tup
 
     def view_storage(view):
         v = b"N" if view is None else tup(s(view[0]), i(view[1]), i(view[2]))
