@@ -20,6 +20,17 @@ python -m pip install -q torch==2.13.0
 export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}"
 python -m pip install -q -e ".[test]"
 
+# llama.cpp's own converter, vocab files and C sources ship in the
+# llama-cpp-python sdist; the conversion tests use them as the oracle.
+# Fetch the exact version that is installed, once, into a cache folder.
+export WEIGHTSMITH_LLAMA_SDIST="${WEIGHTSMITH_LLAMA_SDIST:-$HOME/.cache/weightsmith/llama-sdist}"
+llama_version=$(python -c "import importlib.metadata as m; print(m.version('llama-cpp-python'))")
+if [ ! -d "$WEIGHTSMITH_LLAMA_SDIST/llama_cpp_python-$llama_version" ]; then
+    mkdir -p "$WEIGHTSMITH_LLAMA_SDIST"
+    python -m pip download -q --no-deps --no-binary :all: -d "$WEIGHTSMITH_LLAMA_SDIST" "llama-cpp-python==$llama_version"
+    tar -xzf "$WEIGHTSMITH_LLAMA_SDIST/llama_cpp_python-$llama_version.tar.gz" -C "$WEIGHTSMITH_LLAMA_SDIST"
+fi
+
 # pytest exits 5 when it collects nothing: that is a failure here, not a pass.
 set +e
 python -m pytest -q "$@"
