@@ -57,7 +57,10 @@ _PAIR_SHIFTS = np.array([0, 2, 4, 6], dtype=np.uint64).reshape(1, 4, 1, 1)
 _HMASK_SHIFTS = (4 * np.arange(2, dtype=np.uint64)[:, None] + np.arange(4, dtype=np.uint64))[
     :, :, None, None
 ]
-_QX_SLICE_ELEMS = 1 << 16  # make_qx_quants trial working set: ~5 arrays of 256 KiB, in L2
+_QX_SLICE_ELEMS = 1 << 16
+_Q3_SLICE_GROUPS = (
+    1 << 14
+)  # make_q3_quants first pass: calls vs cache  # make_qx_quants trial working set: ~5 arrays of 256 KiB, in L2
 
 __all__ = ["DEQUANTIZE", "QUANTIZE", "make_q3_quants", "make_qx_quants"]
 
@@ -268,23 +271,31 @@ def _qx_trials(
 def make_q3_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
     """ggml's ``make_q3_quants(n, nmax, x, L, do_rmse=true)`` over many groups.
 
-    Same layout and return values as :func:`make_qx_quants`.  The coordinate
-    descent changes one level at a time, so it loops over the in-group index
-    with every group in step.  A group whose pass changes nothing is final (its
-    state would not change again: ggml ``break``s), so each later pass only
-    revisits the groups that changed in the previous one.
+    Same layout and return values as :func:`make_qx_quants`.
     """
     x = np.ascontiguousarray(x, dtype=F32)
+    scale, lv = _q3_search(x, nmax)
+    return scale, _q3_levels(lv, scale, nmax)
+
+
+def _q3_levels(lv: np.ndarray, scale: np.ndarray, nmax: int) -> np.ndarray:
+    """Stored levels ``L = l + nmax`` from :func:`_q3_search`'s signed ones."""
+    L = (lv + nmax).astype(np.uint8)
+    L[:, np.isnan(lv[0])] = 0  # dead groups (all |x| < GROUP_MAX_EPS): C sets L = 0
+    return L
+
+
+def _q3_search(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
+    """make_q3_quants on ``x [n, groups]`` -> (scale, signed levels as float32).
+
+    Dead groups get scale 0 and NaN levels.  The coordinate descent changes
+    one level at a time, so it loops over the in-group index with every group
+    in step.  A group whose pass changes nothing is final (its state would not
+    change again: ggml ``break``s), so each later pass only revisits the
+    groups that changed in the previous one.
+    """
     with np.errstate(all="ignore"):
-        w = x * x
-        wx = w * x
-        amax, xmax = _signed_absmax(x)
-        live = amax >= GROUP_MAX_EPS
-        xmax[~live] = 1
-        lv = _quant_clip((F32(-nmax) / xmax) * x, -nmax, nmax - 1)
-        sumlx = _seqsum(wx * lv)
-        suml2 = _seqsum(w * lv * lv)
-        changed = _q3_pass(x, w, wx, lv, sumlx, suml2, nmax)
+        x, w, wx, lv, sumlx, suml2, live, changed = _q3_first_pass(x, nmax)
         idx = np.flatnonzero(changed)
         for _ in range(4):
             if idx.size == 0:
@@ -295,10 +306,34 @@ def make_q3_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
             lv[:, idx], sumlx[idx], suml2[idx] = sub[3], slx, sl2
             idx = idx[changed]
         scale = np.where(suml2 > 0, sumlx / suml2, F32(0))
-    L = (lv + nmax).astype(np.uint8)
     scale[~live] = 0
-    L[:, ~live] = 0
-    return scale, L
+    lv[:, ~live] = np.nan
+    return scale, lv
+
+
+def _q3_first_pass(x: np.ndarray, nmax: int) -> tuple[np.ndarray, ...]:
+    """Start make_q3_quants and run its first pass.
+
+    Returns ``x, w, wx, lv, sumlx, suml2, live, changed`` for the later passes.
+    """
+    x = np.ascontiguousarray(x, dtype=F32)
+    w = x * x
+    wx = w * x
+    amax, xmax = _signed_absmax(x)
+    live = amax >= GROUP_MAX_EPS
+    xmax[~live] = 1
+    lv = np.multiply(F32(-nmax) / xmax, x)
+    if np.isfinite(x).all():  # |iscale*x| <= nmax: rint is nearest_int
+        np.rint(lv, out=lv)
+        np.clip(lv, -nmax, nmax - 1, out=lv)
+    else:
+        lv[...] = _quant_clip(lv, -nmax, nmax - 1)
+    own_lx = wx * lv
+    own_l2 = w * lv
+    own_l2 *= lv
+    sumlx, suml2 = _seqsum(own_lx), _seqsum(own_l2)
+    changed = _q3_pass(x, w, wx, lv, sumlx, suml2, nmax, own_lx, own_l2)
+    return x, w, wx, lv, sumlx, suml2, live, changed
 
 
 def _q3_pass(
@@ -309,6 +344,8 @@ def _q3_pass(
     sumlx: np.ndarray,
     suml2: np.ndarray,
     nmax: int,
+    own_lx: np.ndarray | None = None,
+    own_l2: np.ndarray | None = None,
 ) -> np.ndarray:
     """One pass of make_q3_quants' descent; updates lv/sumlx/suml2 in place.
 
@@ -323,12 +360,16 @@ def _q3_pass(
     take = np.empty(groups, dtype=bool)
     cond = np.empty(groups, dtype=bool)
     lo, hi = 0x00400000 - nmax, 0x00400000 + nmax - 1
+    # Each level's own terms: lv[i] only changes at step i, so these stay valid.
+    if own_lx is None or own_l2 is None:
+        own_lx = wx * lv
+        own_l2 = w * lv
+        own_l2 *= lv
     for i in range(n):
         li, xi, wi, wxi = lv[i], x[i], w[i], wx[i]
         # C: slx = sumlx - w*x[i]*L[i]; sl2 = suml2 - w*L[i]*L[i]
-        np.subtract(sumlx, np.multiply(wxi, li, out=t1), out=slx0)
-        np.multiply(wi, li, out=t2)
-        np.subtract(suml2, np.multiply(t2, li, out=t2), out=sl20)
+        np.subtract(sumlx, own_lx[i], out=slx0)
+        np.subtract(suml2, own_l2[i], out=sl20)
         # new_l = MAX(-nmax, MIN(nmax-1, nearest_int(x[i] * sl2 / slx))), bit trick inline
         np.multiply(xi, sl20, out=t1)
         np.divide(t1, slx0, out=t1)
@@ -517,7 +558,8 @@ _Levels = Callable[[np.ndarray], np.ndarray]
 def _q3k_scales_ref(xb: np.ndarray) -> tuple[np.ndarray, np.ndarray, _Levels]:
     """quantize_row_q3_K_ref's scale step -> (6-bit scales, f16 d bits, search levels)."""
     b = xb.shape[0]
-    scale, L = make_q3_quants(_groups(xb), 4)
+    with np.errstate(all="ignore"):
+        scale, lv = _q3_search(_groups(xb), 4)
     scales = scale.reshape(b, 16)
     _, max_scale = _signed_absmax(scales.T)
     has = max_scale != 0  # C: if (max_scale)
@@ -525,7 +567,7 @@ def _q3k_scales_ref(xb: np.ndarray) -> tuple[np.ndarray, np.ndarray, _Levels]:
     ls = np.clip(_nint(iscale[:, None] * scales).astype(np.int8), -32, 31) + np.int8(32)
     d16 = np.where(has, f32_to_f16_bits(F32(1) / iscale), np.uint16(0))
     ls = np.where(has[:, None], ls, np.int8(0)).astype(np.uint8)
-    return ls, d16, lambda idx: L[:, idx].T
+    return ls, d16, lambda idx: _q3_levels(lv[:, idx], scale[idx], 4).T
 
 
 def _q3k_scales_impl(xb: np.ndarray, qw: np.ndarray) -> tuple[np.ndarray, np.ndarray, _Levels]:
@@ -600,10 +642,10 @@ def dequantize_q3_k(blocks: np.ndarray) -> np.ndarray:
 BlockFn = Callable[[np.ndarray, "np.ndarray | None"], np.ndarray]
 
 
-def _row_quantizer(block_fn: BlockFn, type_size: int) -> Callable[..., np.ndarray]:
+def _row_quantizer(block_fn: BlockFn, type_size: int, chunk: int) -> Callable[..., np.ndarray]:
     """Wrap a super-block quantizer into the family's row contract.
 
-    Rows are cut into super-blocks and processed ``_CHUNK_BLOCKS`` at a time;
+    Rows are cut into super-blocks and processed ``chunk`` at a time;
     the imatrix weight of a super-block is its column slice of the row.
     """
 
@@ -616,8 +658,8 @@ def _row_quantizer(block_fn: BlockFn, type_size: int) -> Callable[..., np.ndarra
         out = np.empty((nrows * nb, type_size), dtype=np.uint8)
         # Huge inputs overflow float32 inside the search exactly as in ggml; quiet.
         with np.errstate(all="ignore"):
-            for s in range(0, nrows * nb, _CHUNK_BLOCKS):
-                e = min(s + _CHUNK_BLOCKS, nrows * nb)
+            for s in range(0, nrows * nb, chunk):
+                e = min(s + chunk, nrows * nb)
                 qw = None if im is None else im[np.arange(s, e) % nb]
                 out[s:e] = block_fn(xb[s:e], qw)
         return out.reshape(nrows, nb * type_size)
@@ -626,8 +668,8 @@ def _row_quantizer(block_fn: BlockFn, type_size: int) -> Callable[..., np.ndarra
     return quantize
 
 
-quantize_q6_k = _row_quantizer(_q6k_blocks, 210)
-quantize_q3_k = _row_quantizer(_q3k_blocks, 110)
+quantize_q6_k = _row_quantizer(_q6k_blocks, 210, _CHUNK_BLOCKS)
+quantize_q3_k = _row_quantizer(_q3k_blocks, 110, _CHUNK_BLOCKS)
 
 DEQUANTIZE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "Q3_K": dequantize_q3_k,
