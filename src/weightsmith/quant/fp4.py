@@ -109,9 +109,41 @@ def _quantize_mxfp4(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
     return np.concatenate([e[:, None], _pack(q)], axis=1).reshape(rows.shape[0], -1)
 
 
+_LO = np.uint64(0x0F0F0F0F0F0F0F0F)
+
+
+def _field(blocks: np.ndarray, off: int, size: int) -> np.ndarray:
+    """``size`` bytes at ``off`` of every block, contiguous [B, size] (a memcpy per block)."""
+    rec = np.dtype(
+        {"names": ["f"], "formats": [f"V{size}"], "offsets": [off], "itemsize": blocks.shape[1]}
+    )
+    return np.ascontiguousarray(blocks.view(rec).reshape(-1)["f"]).view(np.uint8).reshape(-1, size)
+
+
+def _codes(qs: np.ndarray) -> np.ndarray:
+    """qs[G, 2k] -> kvalues int8 [G, 4k]: low nibbles first, then high nibbles.
+
+    Nibbles are split on 64-bit words and the halves interleaved as records,
+    so no numpy loop runs over a short block axis; the E2M1 code -> kvalue map
+    is a 256-entry int8 table applied once.
+    """
+    g, n = qs.shape
+    w = np.ascontiguousarray(qs).view("<u8")
+    hi = (w >> np.uint64(4)) & _LO
+    out = np.empty(g, np.dtype([("lo", f"V{n}"), ("hi", f"V{n}")]))
+    out["lo"] = (w & _LO).view(f"V{n}").reshape(g)
+    out["hi"] = hi.view(f"V{n}").reshape(g)
+    return _KV_BYTE[out.view(np.uint8)].reshape(g, 2 * n)
+
+
+_KV_BYTE = np.concatenate([KVALUES, np.zeros(240, np.int8)])  # codes are < 16
+
+
 def _dequantize_mxfp4(blocks: np.ndarray) -> np.ndarray:
     d = _e8m0_half(blocks[:, 0])
-    return _KF[_unpack(blocks[:, 1:17])] * d[:, None]
+    r = _codes(_field(blocks, 1, 16)).astype(np.float32)
+    r *= d[:, None]
+    return r
 
 
 def _quantize_nvfp4(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
@@ -124,9 +156,10 @@ def _quantize_nvfp4(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
 
 
 def _dequantize_nvfp4(blocks: np.ndarray) -> np.ndarray:
-    d = _UE4M3[blocks[:, 0:4]]  # [B, 4]
-    q = _unpack(blocks[:, 4:36].reshape(-1, 8)).reshape(-1, 4, 16)
-    return (_KF[q] * d[:, :, None]).reshape(-1, 64)
+    d = _UE4M3[_field(blocks, 0, 4)]  # [B, 4], one scale per 16 values
+    r = _codes(_field(blocks, 4, 32).reshape(-1, 8)).astype(np.float32).reshape(-1, 4, 16)
+    r *= d[:, :, None]
+    return r.reshape(-1, 64)
 
 
 DEQUANTIZE = {"MXFP4": _dequantize_mxfp4, "NVFP4": _dequantize_nvfp4}

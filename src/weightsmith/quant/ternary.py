@@ -76,23 +76,42 @@ def _quantize_tq1_0(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
     return out.reshape(rows.shape[0], -1)
 
 
-def _unpack_base3(b: np.ndarray, ntrits: int) -> np.ndarray:
-    """bytes[B, m] -> trits[B, ntrits, m] (the inverse of _pack_base3)."""
-    q = (b[:, None, :] * _POW3[:ntrits, None]).astype(np.uint8)  # wraps mod 256 as in C
-    return ((q.astype(np.uint16) * 3) >> 8).astype(np.int8)
+def _records(arr: np.ndarray, *sizes: int) -> np.ndarray:
+    """View rows of bytes as records of consecutive fields f0, f1, ... of ``sizes`` bytes."""
+    dt = np.dtype([(f"f{i}", f"V{n}") for i, n in enumerate(sizes)])
+    return np.ascontiguousarray(arr).view(dt).reshape(-1)
+
+
+def _trit_k(b: np.ndarray, k: int) -> np.ndarray:
+    """Trit k of base-3 bytes: ((uint8)(b * 3**k) * 3) >> 8, as ggml's dequantize."""
+    q = (b * _POW3[k]).astype(np.uint16)  # uint8 product wraps mod 256 as in C
+    q *= 3
+    q >>= 8
+    return q.astype(np.uint8)
 
 
 def _dequantize_tq1_0(blocks: np.ndarray) -> np.ndarray:
-    d = f16_to_f32(blocks[:, 52:54].copy().view(np.uint16))
-    t = np.concatenate(
-        [
-            _unpack_base3(blocks[:, 0:32], 5).reshape(-1, 160),
-            _unpack_base3(blocks[:, 32:48], 5).reshape(-1, 80),
-            _unpack_base3(blocks[:, 48:52], 4).reshape(-1, 16),
-        ],
-        axis=1,
+    # Each element group is decoded on the whole [B, width] byte array at once and
+    # then placed with record copies (a memcpy per block), not [B, 32] slices.
+    nb = len(blocks)
+    src = _records(blocks, 32, 16, 4, 2)
+    a = np.ascontiguousarray(src["f0"]).view(np.uint8)
+    b = np.ascontiguousarray(src["f1"]).view(np.uint8)
+    h = np.ascontiguousarray(src["f2"]).view(np.uint8)
+    d = f16_to_f32(np.ascontiguousarray(src["f3"]).view("<u2")).reshape(-1, 1)
+    out = np.empty(
+        nb, np.dtype([(f"f{i}", f"V{n}") for i, n in enumerate([32] * 5 + [16] * 5 + [4] * 4)])
     )
-    return (t - np.int8(1)).astype(np.float32) * d
+    for k in range(5):
+        out[f"f{k}"] = _trit_k(a, k).view("V32")
+        out[f"f{5 + k}"] = _trit_k(b, k).view("V16")
+    for k in range(4):
+        out[f"f{10 + k}"] = _trit_k(h, k).view("V4")
+    q = out.view(np.int8).reshape(nb, QK_K)
+    q -= 1
+    r = q.astype(np.float32)
+    r *= d
+    return r
 
 
 # --------------------------------------------------------------------------- TQ2_0
@@ -108,12 +127,26 @@ def _quantize_tq2_0(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
     return out.reshape(rows.shape[0], -1)
 
 
+_M2 = np.uint64(0x0303030303030303)
+
+
 def _dequantize_tq2_0(blocks: np.ndarray) -> np.ndarray:
-    d = f16_to_f32(blocks[:, 64:66].copy().view(np.uint16))
-    qs = blocks[:, :64].reshape(-1, 2, 1, 32)
-    shifts = np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)
-    q = ((qs >> shifts) & 3).astype(np.int8).reshape(-1, QK_K)
-    return (q - np.int8(1)).astype(np.float32) * d
+    nb = len(blocks)
+    src = _records(blocks, 64, 2)
+    w = np.ascontiguousarray(src["f0"]).view("<u8").reshape(nb, 8)
+    d = f16_to_f32(np.ascontiguousarray(src["f1"]).view("<u2")).reshape(-1, 1)
+    # element 128c + 32l + m is bits 2l of byte 32c + m
+    out = np.empty(nb, np.dtype([(f"f{i}", "V32") for i in range(8)]))
+    for shift in range(4):
+        t = (w >> np.uint64(2 * shift)) & _M2
+        halves = t.view(np.dtype([("c0", "V32"), ("c1", "V32")])).reshape(-1)
+        out[f"f{shift}"] = halves["c0"]
+        out[f"f{4 + shift}"] = halves["c1"]
+    q = out.view(np.int8).reshape(nb, QK_K)
+    q -= 1
+    r = q.astype(np.float32)
+    r *= d
+    return r
 
 
 # --------------------------------------------------------------------------- Q1_0
