@@ -1,7 +1,9 @@
 """IQ family speed: weightsmith vs ggml's C reference and gguf-py.
 
 * quantize IQ4_NL / IQ4_XS (with and without an imatrix) against ggml's
-  ``ggml_quantize_chunk`` (single thread, through tests/ggml_ref.py);
+  ``ggml_quantize_chunk`` (single thread, through tests/ggml_ref.py), and the
+  grid-search quantizers IQ3_XXS / IQ3_S / IQ2_S on a smaller matrix
+  (``--grid-rows``; ggml's one-time table set-up is done before timing);
 * dequantize every IQ type against gguf-py's numpy ``gguf.quants.dequantize``
   (the acceptance anchor) and, for reference, ggml's ``to_float``.
 
@@ -57,10 +59,10 @@ def _random_blocks(name: str, nb: int, rng: np.random.Generator) -> np.ndarray:
     return raw
 
 
-def bench_quantize(x: np.ndarray, im: np.ndarray, repeat: int) -> None:
+def bench_quantize(x: np.ndarray, im: np.ndarray, repeat: int, names: tuple[str, ...]) -> None:
     n = x.size
     print(f"{'type':8} {'op':14} {'weightsmith':>12} {'ggml C':>10} {'ratio':>7}")
-    for name in ("IQ4_NL", "IQ4_XS"):
+    for name in names:
         for label, imat in (("quantize", None), ("quantize+imat", im)):
             fn = iquants.QUANTIZE[name]
             assert np.array_equal(fn(x, imat), ggml_ref.quantize(x, name, imat))
@@ -99,6 +101,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=512)
     ap.add_argument("--cols", type=int, default=4096)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--grid-rows", type=int, default=32)
     ap.add_argument("--skip-quantize", action="store_true")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
@@ -108,7 +111,10 @@ def main() -> None:
         f"matrix {args.rows}x{args.cols} f32, median of {args.repeat} runs, Melem/s, single thread"
     )
     if not args.skip_quantize:
-        bench_quantize(x, im, args.repeat)
+        bench_quantize(x, im, args.repeat, ("IQ4_NL", "IQ4_XS"))
+        xg = x[: args.grid_rows]
+        print(f"grid-search types on {xg.shape[0]}x{xg.shape[1]}:")
+        bench_quantize(xg, im, max(1, args.repeat // 2), ("IQ3_XXS", "IQ3_S", "IQ2_S"))
     bench_dequantize(x.size, args.repeat)
 
 
