@@ -53,7 +53,7 @@ def peak():
     for line in open("/proc/self/status"):
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) * 1024
-import weightsmith.convert.torch_to_safetensors, weightsmith.safetensors, weightsmith.torchfile
+import weightsmith.convert._torch, weightsmith.safetensors, weightsmith.torchfile
 print(json.dumps({"seconds": 0, "peak_rss": peak()}))
 """
 

@@ -11,8 +11,8 @@ from typing import Any
 
 # public name -> module that defines it
 _LAZY = {
-    "torch_to_safetensors": "weightsmith.convert.torch_to_safetensors",
-    "ConversionReport": "weightsmith.convert.torch_to_safetensors",
+    "torch_to_safetensors": "weightsmith.convert._torch",
+    "ConversionReport": "weightsmith.convert._torch",
 }
 
 __all__ = list(_LAZY)
