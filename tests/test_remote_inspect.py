@@ -317,3 +317,11 @@ def test_gguf_header_read_is_capped(nginx, remote_tree, monkeypatch):
         remote.inspect(f"{nginx.url}/files/model.gguf")
     # it stopped at the first chunk: nothing more was asked for
     assert len(_for(_settle(nginx, 1), "/files/model.gguf")) == 1
+
+
+def test_bare_repo_with_revision_and_blob_url(hub, remote_tree):
+    ref = remote.parse_hub_ref("org/single@main")
+    assert (ref.repo, ref.revision) == ("org/single", "main")
+    rep = remote.inspect(f"{hub.url}/org/single/blob/main/model.safetensors")
+    assert rep.parameter_count == hf_counts(remote_tree.files / "small.safetensors")
+    assert [ln.path for ln in _settle(hub, 1)] == ["/org/single/resolve/main/model.safetensors"]

@@ -26,7 +26,7 @@ from ._http import FsspecSource, HTTPSource, Session
 DEFAULT_JOBS = 8
 DEFAULT_ENDPOINT = "https://huggingface.co"
 
-_REPO_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_REPO_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w.-]+)?$")
 
 RemoteReport = Report  # the dataclass remote.inspect returns (same model as local)
 
@@ -209,6 +209,17 @@ def _add_overhead(rep: Report, requests: int) -> None:
         rep.notes.append(f"{requests} probe/listing request(s) before the header read")
 
 
+def _blob_to_resolve(url: str, endpoint: str | None) -> str:
+    """A Hub web page URL (``/ORG/REPO/blob/REV/PATH``) -> its ``resolve`` URL."""
+    hub = urlsplit(_endpoint(endpoint))
+    u = urlsplit(url)
+    parts = u.path.split("/")
+    if u.netloc == hub.netloc and len(parts) > 5 and parts[3] == "blob":
+        parts[3] = "resolve"
+        return urlunsplit((u.scheme, u.netloc, "/".join(parts), u.query, ""))
+    return url
+
+
 # --------------------------------------------------------------------------- entry point
 
 
@@ -232,6 +243,9 @@ def inspect(
             return _inspect_hub(hub, s, jobs, endpoint, target)
     scheme = urlsplit(target).scheme.lower()
     if scheme in ("http", "https"):
+        target_url = _blob_to_resolve(target, endpoint)
+        if target_url != target:
+            return inspect(target_url, token=token, endpoint=endpoint, jobs=jobs)
         # a token given for a plain URL is meant for that URL's origin only
         with Session(token=token, token_origin=target if token else None) as s:
             return _inspect_url(target, lambda u: HTTPSource(u, s), jobs, target)
