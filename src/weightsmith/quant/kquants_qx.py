@@ -57,10 +57,7 @@ _PAIR_SHIFTS = np.array([0, 2, 4, 6], dtype=np.uint64).reshape(1, 4, 1, 1)
 _HMASK_SHIFTS = (4 * np.arange(2, dtype=np.uint64)[:, None] + np.arange(4, dtype=np.uint64))[
     :, :, None, None
 ]
-_QX_SLICE_ELEMS = 1 << 16
-_Q3_SLICE_GROUPS = (
-    1 << 14
-)  # make_q3_quants first pass: calls vs cache  # make_qx_quants trial working set: ~5 arrays of 256 KiB, in L2
+_QX_SLICE_ELEMS = 1 << 16  # make_qx_quants trial slice: its ~6 arrays of 256 KiB stay in L2
 
 __all__ = ["DEQUANTIZE", "QUANTIZE", "make_q3_quants", "make_qx_quants"]
 
@@ -275,13 +272,13 @@ def make_q3_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
     """
     x = np.ascontiguousarray(x, dtype=F32)
     scale, lv = _q3_search(x, nmax)
-    return scale, _q3_levels(lv, scale, nmax)
+    return scale, _q3_levels(lv, nmax)
 
 
-def _q3_levels(lv: np.ndarray, scale: np.ndarray, nmax: int) -> np.ndarray:
+def _q3_levels(lv: np.ndarray, nmax: int) -> np.ndarray:
     """Stored levels ``L = l + nmax`` from :func:`_q3_search`'s signed ones."""
-    L = (lv + nmax).astype(np.uint8)
-    L[:, np.isnan(lv[0])] = 0  # dead groups (all |x| < GROUP_MAX_EPS): C sets L = 0
+    dead = np.isnan(lv[0])  # all |x| < GROUP_MAX_EPS: C sets L = 0
+    L = (np.where(dead, F32(-nmax), lv) + nmax).astype(np.uint8)
     return L
 
 
@@ -567,7 +564,7 @@ def _q3k_scales_ref(xb: np.ndarray) -> tuple[np.ndarray, np.ndarray, _Levels]:
     ls = np.clip(_nint(iscale[:, None] * scales).astype(np.int8), -32, 31) + np.int8(32)
     d16 = np.where(has, f32_to_f16_bits(F32(1) / iscale), np.uint16(0))
     ls = np.where(has[:, None], ls, np.int8(0)).astype(np.uint8)
-    return ls, d16, lambda idx: _q3_levels(lv[:, idx], scale[idx], 4).T
+    return ls, d16, lambda idx: _q3_levels(lv[:, idx], 4).T
 
 
 def _q3k_scales_impl(xb: np.ndarray, qw: np.ndarray) -> tuple[np.ndarray, np.ndarray, _Levels]:
