@@ -74,7 +74,7 @@ def test_all_dtypes(tmp_path, legacy):
         typed = {k: v for k, v in sd.items() if k not in UNTYPED}
         torch.save(typed, p, _use_new_zipfile_serialization=False)
         with torchfile.open(p) as ck:
-            _assert_same(ck, torch.load(p, weights_only=False))
+            _assert_same(ck, torch.load(p, weights_only=True))
     else:
         with torchfile.open(p) as ck:
             _assert_same(ck, torch.load(p, weights_only=True))
@@ -97,7 +97,7 @@ def test_scalars_empty_and_views(tmp_path, legacy):
     }
     p = tmp_path / "v.pt"
     torch.save(sd, p, _use_new_zipfile_serialization=not legacy)
-    ref = torch.load(p, weights_only=not legacy)
+    ref = torch.load(p, weights_only=True)
     with torchfile.open(p) as ck:
         _assert_same(ck, ref)
         assert ck["scalar"].shape == () and ck["empty"].shape == (0, 4)
@@ -164,7 +164,7 @@ def test_nested_state_dicts(tmp_path, legacy):
     }
     p = tmp_path / "n.pt"
     torch.save(obj, p, _use_new_zipfile_serialization=not legacy)
-    ref = torch.load(p, weights_only=not legacy)
+    ref = torch.load(p, weights_only=True)
     with torchfile.open(p) as ck:
         _assert_same(ck, ref)
         assert {
@@ -401,7 +401,7 @@ def test_legacy_storage_views(tmp_path):
     )
     p = tmp_path / "views.pt"
     p.write_bytes(head + main + body)
-    ref = torch.load(p, weights_only=False)  # torch's own reading of the view
+    ref = torch.load(p, weights_only=True)  # torch's own reading of the view
     with torchfile.open(p) as ck:
         _assert_same(ck, ref)
         assert ck["view"].tolist() == [[5.0, 7.0], [6.0, 8.0]]
@@ -435,7 +435,7 @@ def test_pickle_protocols(tmp_path, protocol, legacy):
     p = tmp_path / "p.pt"
     torch.save(obj, p, pickle_protocol=protocol, _use_new_zipfile_serialization=not legacy)
     # torch's weights-only loader knows no FRAME opcode (protocol 4+): the file is ours, so load it fully
-    ref = torch.load(p, weights_only=not legacy and protocol <= 3)
+    ref = torch.load(p, weights_only=protocol <= 3)
     with torchfile.open(p) as ck:
         _assert_same(ck, ref)
         assert ck.non_tensors["step"] == 10 and ck.non_tensors["ids"] == {1, 2}

@@ -476,9 +476,11 @@ class _Machine:
             ) from None
 
     def op_INT(self) -> None:
-        v = self._text_int()
         # protocol 0 spells booleans as I00 / I01
-        self.push(v)
+        if bytes(self.data[self.pos : self.pos + 3]) in (b"00\n", b"01\n"):
+            self.push(self.read(3) == b"01\n")
+            return
+        self.push(self._text_int())
 
     def op_LONG(self) -> None:
         self.push(self._text_int())
