@@ -518,12 +518,12 @@ def _scale_levels(out: np.ndarray, dl: np.ndarray, q: np.ndarray) -> None:
 @np.errstate(invalid="ignore", over="ignore")  # inf * 0 -> NaN, as in ggml
 def dequantize_q6_k(blocks: np.ndarray) -> np.ndarray:
     """Q6_K blocks ``[nb, 210]`` -> float32 ``[nb, 256]`` (dequantize_row_q6_K)."""
-    d = f16_to_f32(np.ascontiguousarray(blocks[:, 208:210]).view(np.uint16)[:, 0])
-    dl = d[:, None] * blocks[:, 192:208].view(np.int8).astype(F32)  # C: (d * sc[is]) * q
     out = np.empty((blocks.shape[0], QK_K), dtype=F32)
     for s in range(0, blocks.shape[0], _DEQ_CHUNK):
-        e = s + _DEQ_CHUNK
-        _scale_levels(out[s:e], dl[s:e], _q6k_levels(blocks[s:e]))
+        b = blocks[s : s + _DEQ_CHUNK]
+        d = f16_to_f32(np.ascontiguousarray(b[:, 208:210]).view(np.uint16)[:, 0])
+        dl = d[:, None] * b[:, 192:208].view(np.int8).astype(F32)  # C: (d * sc[is]) * q
+        _scale_levels(out[s : s + _DEQ_CHUNK], dl, _q6k_levels(b))
     return out
 
 
@@ -624,12 +624,12 @@ def _q3k_levels(b: np.ndarray) -> np.ndarray:
 @np.errstate(invalid="ignore", over="ignore")  # inf * 0 -> NaN, as in ggml
 def dequantize_q3_k(blocks: np.ndarray) -> np.ndarray:
     """Q3_K blocks ``[nb, 110]`` -> float32 ``[nb, 256]`` (dequantize_row_q3_K)."""
-    d = f16_to_f32(np.ascontiguousarray(blocks[:, 108:110]).view(np.uint16)[:, 0])
-    dl = d[:, None] * _unpack_q3k_scales(blocks[:, 96:108]).astype(F32)
     out = np.empty((blocks.shape[0], QK_K), dtype=F32)
     for s in range(0, blocks.shape[0], _DEQ_CHUNK):
-        e = s + _DEQ_CHUNK
-        _scale_levels(out[s:e], dl[s:e], _q3k_levels(blocks[s:e]))
+        b = blocks[s : s + _DEQ_CHUNK]
+        d = f16_to_f32(np.ascontiguousarray(b[:, 108:110]).view(np.uint16)[:, 0])
+        dl = d[:, None] * _unpack_q3k_scales(b[:, 96:108]).astype(F32)
+        _scale_levels(out[s : s + _DEQ_CHUNK], dl, _q3k_levels(b))
     return out
 
 
