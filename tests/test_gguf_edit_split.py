@@ -384,6 +384,7 @@ def test_writer_keeps_stored_dims(tmp_path):
         w.write_tensor("t", np.zeros(4, np.float32))
     with read(p) as f:
         assert f.tensor("t").dims == (4, 1, 1)
-    paths = split(p, out_dir=tmp_path / "s") if (tmp_path / "s").mkdir() is None else None
+    (tmp_path / "s").mkdir()
+    paths = split(p, out_dir=tmp_path / "s")
     with read(paths[0]) as f:
         assert f.tensor("t").dims == (4,)

@@ -165,7 +165,3 @@ def merge(first_shard: str | os.PathLike[str], out: str | os.PathLike[str]) -> P
             w.abort()
             raise
     return out
-
-
-def _mapped(path: Path) -> _Mapped:  # pragma: no cover - kept for symmetry with edit
-    return _Mapped(path)
