@@ -132,7 +132,9 @@ def main() -> None:
         ours(PATH)  # warm the page cache
         a = median_time(ours, PATH, args.runs)
         b = median_time(theirs, PATH, args.gguf_runs)
-        print(f"{label:7s} weightsmith {a * 1e3:8.1f} ms   gguf-py {b * 1e3:9.1f} ms   ratio {b / a:7.1f}x")
+        print(
+            f"{label:7s} weightsmith {a * 1e3:8.1f} ms   gguf-py {b * 1e3:9.1f} ms   ratio {b / a:7.1f}x"
+        )
 
 
 if __name__ == "__main__":
