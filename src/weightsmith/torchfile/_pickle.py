@@ -271,6 +271,9 @@ class _Machine:
         self.metastack: list[list[Any]] = []
         self.memo: dict[int, Any] = {}
         self.depths: dict[int, tuple[Any, int]] = {}
+        self.dispatch = {
+            n: getattr(self, "op_" + n) for n in OPCODES.values() if hasattr(self, "op_" + n)
+        }
         self.result = PickleResult(None, start)
         self.op_name = ""
         self.op_pos = start
@@ -401,7 +404,7 @@ class _Machine:
                 self.refuse(errors.ForbiddenOpcode, "opcode not allowed in a weights-only pickle")
                 self.skip_forbidden(name)
                 continue
-            getattr(self, "op_" + name)()
+            self.dispatch[name]()
 
     def skip_forbidden(self, name: str) -> None:
         """While scanning, step over a refused opcode's argument and leave a stand-in."""
@@ -1063,6 +1066,9 @@ def expansion_limit(res: PickleResult) -> int:
     return 16 * sum(res.opcodes.values()) + 1024
 
 
+_CONTAINERS = (dict, list, tuple, set, frozenset)
+
+
 def check_depth(root: Any, m: _Machine | None = None, limit: int | None = None) -> None:
     """Refuse container nesting deeper than MAX_CONTAINER_DEPTH, or cycles.
 
@@ -1101,7 +1107,7 @@ def check_depth(root: Any, m: _Machine | None = None, limit: int | None = None) 
         on_path.add(i)
         keep.append(v)
         stack.append((v, True))
-        stack.extend((c, False) for c in children)
+        stack.extend((c, False) for c in children if isinstance(c, _CONTAINERS))
 
 
 def _too_deep(what: str, m: _Machine | None) -> None:
