@@ -342,3 +342,33 @@ def test_error_messages_carry_fields(tmp_path):
     assert err.field == "tensor 'w'" and err.expected and err.found
     err = _expect(tmp_path, E.DataHole, json.dumps({"a": _entry(offs=(4, 8))}), b"\0" * 8)
     assert err.offset is not None and err.offset >= 8
+
+
+@pytest.mark.parametrize("name", ["a:b", 'q\\"{[:', "[[{{", "x\\\\", ":"])
+def test_duplicates_found_whatever_the_names_hold(tmp_path, name):
+    e = json.dumps(_entry())
+    key = json.dumps(json.loads(f'"{name}"'))
+    _expect(tmp_path, E.DuplicateTensorName, f"{{{key}:{e},{key}:{e}}}", b"\0" * 4)
+    other = json.dumps(_entry(offs=(4, 8)))
+    p = _file(tmp_path, f'{{{key}:{e},"{"z"}":{other}}}', b"\0" * 8, name="ok.safetensors")
+    with safe_open(p) as f:
+        assert f.keys() == sorted([json.loads(key), "z"])
+
+
+def test_reopen_after_in_place_edit_revalidates(tmp_path):
+    p = tmp_path / "a.safetensors"
+    weightsmith.save_file({"w": np.zeros(2, np.float32)}, p)
+    with safe_open(p) as f:
+        assert f.get_tensor("w").dtype == np.float32
+    raw = bytearray(p.read_bytes())
+    i = raw.index(b'"F32"')
+    with open(p, "r+b") as fh:  # same inode, same size, new header
+        fh.seek(i)
+        fh.write(b'"I32"')
+    with safe_open(p) as f:
+        assert f.get_tensor("w").dtype == np.int32
+    with open(p, "r+b") as fh:
+        fh.seek(i)
+        fh.write(b'"X32"')
+    with pytest.raises(E.UnknownDtype):
+        safe_open(p)

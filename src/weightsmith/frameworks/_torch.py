@@ -41,6 +41,25 @@ def _tables():
     return tab
 
 
+def view_plans() -> dict[str, tuple]:
+    """code -> (numpy dtype to view the bytes as, torch dtype to view the
+    result as or None, alignment) for the whole-byte types torch has."""
+    plans = _cache.get("plans")
+    if plans is None:
+        to_torch = _tables()[0]
+        plans = {}
+        for code, td in to_torch.items():
+            d = SAFETENSORS[code]
+            if d.packed:
+                continue
+            if d.numpy.name in _NATIVE:
+                plans[code] = (d.numpy, None, d.itemsize)
+            else:
+                plans[code] = (np.dtype(_UINT[d.itemsize]), td, d.itemsize)
+        _cache["plans"] = plans
+    return plans
+
+
 def to_torch_dtype(dtype: DType):
     """The torch dtype of a safetensors dtype (UnsupportedDtype if none)."""
     td = _tables()[0].get(dtype.name)

@@ -37,8 +37,9 @@ them on ranges fetched over HTTP.
 
 from __future__ import annotations
 
+import gc
 import json
-import re
+import operator
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -168,55 +169,83 @@ def read_header_size(prefix: bytes, file_size: int, path=None) -> int:
 
 
 # --------------------------------------------------------------------------- JSON
+#
+# The fast path parses with plain dicts (json's C decoder at full speed) and
+# proves there were no duplicate keys by counting: every key/value pair of
+# the top object and of its member objects has exactly one ':' outside
+# strings, at bracket depth 1 or 2.  If the counts differ, the header is
+# parsed again keeping every (key, value) pair, and the same validation
+# names the duplicate and where it is.  The bracket scan that finds those
+# colons also bounds the nesting depth before json's recursion can see it.
 
 
 class _Obj(list):
-    """A JSON object kept as its list of (key, value) pairs.
-
-    Keeping pairs (instead of a dict) lets the validation pass see duplicate
-    keys, with the tensor they belong to, and keeps the header order.
-    """
+    """A JSON object kept as its list of (key, value) pairs (slow path)."""
 
     __slots__ = ()
 
 
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
-_DEPTH_STEP = np.zeros(256, np.int8)
-_DEPTH_STEP[[ord("["), ord("{")]] = 1
-_DEPTH_STEP[[ord("]"), ord("}")]] = -1
+_OBJECTS = (dict, _Obj)
+_QUOTE, _BACKSLASH, _COLON = ord('"'), ord("\\"), ord(":")
+_STEP = np.zeros(256, np.int8)
+_STEP[[ord("["), ord("{")]] = 1
+_STEP[[ord("]"), ord("}")]] = -1
 
 
-def _check_depth(raw: bytes, path) -> None:
-    """Reject nesting deeper than MAX_DEPTH before json's recursion sees it."""
-    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
-        return  # cannot possibly be too deep: skip the scan
-    if b'"' in raw:
-        raw = _STRING.sub(b"", raw)
-    brackets = raw.translate(None, _NOT_BRACKETS)
-    if len(brackets) <= MAX_DEPTH:
-        return
-    depth = np.cumsum(_DEPTH_STEP[np.frombuffer(brackets, np.uint8)], dtype=np.int64)
-    deepest = int(depth.max())
+def _pairs(obj):
+    return obj.items() if type(obj) is dict else obj
+
+
+def _real_quotes(b: np.ndarray) -> np.ndarray:
+    """Positions of the '"' that open or close strings (not escaped ones)."""
+    q = np.flatnonzero(b == _QUOTE)
+    maybe = q[(q > 0) & (b[np.maximum(q - 1, 0)] == _BACKSLASH)]
+    if maybe.size == 0:
+        return q
+    escaped = []
+    for i in maybe.tolist():  # rare: count the run of backslashes before it
+        j = i - 1
+        while j >= 0 and b[j] == _BACKSLASH:
+            j -= 1
+        if (i - 1 - j) % 2:
+            escaped.append(i)
+    return np.setdiff1d(q, np.array(escaped, np.int64), assume_unique=True)
+
+
+def _scan(raw: bytes, path) -> int:
+    """Check the nesting depth; return the number of ':' at depth 1 or 2."""
+    b = np.frombuffer(raw, np.uint8)
+    quotes = _real_quotes(b)
+    steps = _STEP[b]
+    brackets = np.flatnonzero(steps)
+    brackets = brackets[np.searchsorted(quotes, brackets) % 2 == 0]  # outside strings
+    depth = np.cumsum(steps[brackets], dtype=np.int64)
+    deepest = int(depth.max()) if depth.size else 0
     if deepest > MAX_DEPTH:
         raise E.HeaderTooDeep(
             "header JSON nests too deeply",
             path=path,
             field="header",
-            offset=8,
+            offset=8 + int(brackets[int(np.argmax(depth > MAX_DEPTH))]),
             expected=f"nesting depth <= {MAX_DEPTH}",
             found=f"depth {deepest}",
         )
+    colons = np.flatnonzero(b == _COLON)
+    colons = colons[np.searchsorted(quotes, colons) % 2 == 0]
+    at = np.searchsorted(brackets, colons) - 1
+    level = np.where(at >= 0, depth[np.maximum(at, 0)] if depth.size else 0, 0)
+    return int(np.count_nonzero((level == 1) | (level == 2)))
 
 
-_DECODER = json.JSONDecoder(object_pairs_hook=_Obj)
+_FAST = json.JSONDecoder()
+_SLOW = json.JSONDecoder(object_pairs_hook=_Obj)
 
 
 def _not_brace(raw: bytes, text: str, path) -> None:
     """The header does not open with '{': say whether it is some other JSON
     value (HeaderNotObject) or not even that (HeaderNotBrace)."""
     if text and not text.lstrip(" \t\r\n").startswith("{"):
-        _check_depth(raw, path)
+        _scan(raw, path)
         try:
             value = json.loads(text.rstrip(" "))
         except ValueError:
@@ -240,8 +269,9 @@ def _not_brace(raw: bytes, text: str, path) -> None:
     )
 
 
-def _decode(raw: bytes, path) -> _Obj:
-    """Bytes -> JSON value, checking UTF-8, the opening brace and padding."""
+def _decode(raw: bytes, path):
+    """Bytes -> the top JSON object (a dict, or an _Obj if keys repeat),
+    checking UTF-8, the opening brace, depth and padding."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -255,9 +285,9 @@ def _decode(raw: bytes, path) -> _Obj:
         ) from None
     if not text.startswith("{"):
         _not_brace(raw, text, path)
-    _check_depth(raw, path)
+    n_pairs = _scan(raw, path)
     try:
-        value, end = _DECODER.raw_decode(text)
+        value, end = _FAST.raw_decode(text)
     except json.JSONDecodeError as exc:
         raise E.InvalidHeaderJSON(
             f"header is not valid JSON ({exc.msg})",
@@ -281,6 +311,10 @@ def _decode(raw: bytes, path) -> _Obj:
             expected="spaces (0x20)",
             found=repr(text[bad : bad + 10]),
         )
+    if type(value) is dict:
+        seen = len(value) + sum(len(v) for v in value.values() if type(v) is dict)
+        if seen != n_pairs:  # some key repeats: keep every pair to report it
+            value = _SLOW.raw_decode(text)[0]
     return value
 
 
@@ -288,7 +322,7 @@ def _decode(raw: bytes, path) -> _Obj:
 
 
 def _kind(v) -> str:
-    if isinstance(v, _Obj):
+    if isinstance(v, _OBJECTS):
         return "an object"
     if isinstance(v, list):
         return "a list"
@@ -301,10 +335,19 @@ def _kind(v) -> str:
     return f"a {type(v).__name__}"
 
 
+def _dump(v) -> str:
+    if isinstance(v, _OBJECTS):
+        return "an object"
+    try:
+        return json.dumps(v)
+    except (TypeError, ValueError):
+        return _kind(v)
+
+
 def _metadata(value, path) -> dict[str, str] | None:
     if value is None:  # HF accepts null and treats it as absent
         return None
-    if not isinstance(value, _Obj):
+    if not isinstance(value, _OBJECTS):
         raise E.InvalidMetadata(
             "__metadata__ must map strings to strings",
             path=path,
@@ -313,7 +356,7 @@ def _metadata(value, path) -> dict[str, str] | None:
             found=_kind(value),
         )
     out: dict[str, str] = {}
-    for k, v in value:
+    for k, v in _pairs(value):
         if k in out:
             raise E.DuplicateMetadataKey(
                 "duplicate key in __metadata__",
@@ -334,8 +377,12 @@ def _metadata(value, path) -> dict[str, str] | None:
     return out
 
 
+_MISSING = object()
+
+
 def _fields(name: str, entry, path) -> tuple:
-    if not isinstance(entry, _Obj):
+    """dtype, shape, data_offsets of an entry, or the named error."""
+    if not isinstance(entry, _OBJECTS):
         raise E.InvalidTensorEntry(
             "tensor entry is not an object",
             path=path,
@@ -343,21 +390,9 @@ def _fields(name: str, entry, path) -> tuple:
             expected="an object with dtype, shape, data_offsets",
             found=_kind(entry),
         )
-    dtype = shape = offsets = _MISSING
-    for k, v in entry:
-        if k == "dtype":
-            if dtype is not _MISSING:
-                _dup_field(name, k, path)
-            dtype = v
-        elif k == "shape":
-            if shape is not _MISSING:
-                _dup_field(name, k, path)
-            shape = v
-        elif k == "data_offsets":
-            if offsets is not _MISSING:
-                _dup_field(name, k, path)
-            offsets = v
-        else:
+    found: dict[str, object] = {}
+    for k, v in _pairs(entry):
+        if k not in _FIELDS:
             raise E.UnknownTensorField(
                 "unknown field in tensor entry",
                 path=path,
@@ -365,8 +400,17 @@ def _fields(name: str, entry, path) -> tuple:
                 expected="only dtype, shape, data_offsets",
                 found=repr(k),
             )
-    for f, v in zip(_FIELDS, (dtype, shape, offsets)):
-        if v is _MISSING:
+        if k in found:
+            raise E.DuplicateTensorField(
+                "duplicate field in tensor entry",
+                path=path,
+                field=f"tensor {name!r}",
+                expected=f"{k!r} once",
+                found=f"{k!r} twice",
+            )
+        found[k] = v
+    for f in _FIELDS:
+        if f not in found:
             raise E.MissingTensorField(
                 "tensor entry lacks a field",
                 path=path,
@@ -374,29 +418,27 @@ def _fields(name: str, entry, path) -> tuple:
                 expected=f"a {f!r} field",
                 found="none",
             )
-    return dtype, shape, offsets
+    return found["dtype"], found["shape"], found["data_offsets"]
 
 
-_MISSING = object()
-
-
-def _dup_field(name: str, key: str, path):
-    raise E.DuplicateTensorField(
-        "duplicate field in tensor entry",
+def _bad_shape(name: str, shape_v, path):
+    return E.InvalidShape(
+        "invalid shape",
         path=path,
-        field=f"tensor {name!r}",
-        expected=f"{key!r} once",
-        found=f"{key!r} twice",
+        field=f"tensor {name!r}.shape",
+        expected="a list of integers in [0, 2**64)",
+        found=_dump(shape_v),
     )
 
 
-def _is_u64(v) -> bool:
-    return type(v) is int and 0 <= v < _U64
-
-
 def _tensor(name: str, entry, path) -> TensorInfo:
-    dtype_s, shape_v, offs_v = _fields(name, entry, path)
-    dtype = SAFETENSORS.get(dtype_s) if isinstance(dtype_s, str) else None
+    try:  # the common case, at the cost of three dict lookups
+        if type(entry) is not dict or len(entry) != 3:
+            raise KeyError
+        dtype_s, shape_v, offs_v = entry["dtype"], entry["shape"], entry["data_offsets"]
+    except KeyError:
+        dtype_s, shape_v, offs_v = _fields(name, entry, path)
+    dtype = _DTYPES.get(dtype_s) if type(dtype_s) is str else None
     if dtype is None:
         raise E.UnknownDtype(
             "unknown dtype",
@@ -405,31 +447,14 @@ def _tensor(name: str, entry, path) -> TensorInfo:
             expected="one of " + ", ".join(SAFETENSORS),
             found=repr(dtype_s),
         )
-    if type(shape_v) is not list or not all(_is_u64(d) for d in shape_v):
-        raise E.InvalidShape(
-            "invalid shape",
-            path=path,
-            field=f"tensor {name!r}.shape",
-            expected="a list of integers in [0, 2**64)",
-            found=json.dumps(shape_v) if not isinstance(shape_v, _Obj) else "an object",
-        )
-    if (
-        type(offs_v) is not list
-        or len(offs_v) != 2
-        or not (_is_u64(offs_v[0]) and _is_u64(offs_v[1]))
-        or offs_v[0] > offs_v[1]
-    ):
-        raise E.InvalidOffsets(
-            "invalid data_offsets",
-            path=path,
-            field=f"tensor {name!r}.data_offsets",
-            expected="[begin, end], integers in [0, 2**64), begin <= end",
-            found=json.dumps(offs_v) if not isinstance(offs_v, _Obj) else "an object",
-        )
+    if type(shape_v) is not list:
+        raise _bad_shape(name, shape_v, path)
     n = 1
     for d in shape_v:
+        if type(d) is not int or d < 0 or d >= _U64:
+            raise _bad_shape(name, shape_v, path)
         n *= d
-        if n >= _U64:
+        if n >= _U64:  # checked at each step, as HF's checked_mul does
             raise E.SizeOverflow(
                 "element count overflows u64",
                 path=path,
@@ -437,6 +462,18 @@ def _tensor(name: str, entry, path) -> TensorInfo:
                 expected="product of shape < 2**64",
                 found=shape_v,
             )
+    if type(offs_v) is not list or len(offs_v) != 2:
+        begin = end = None
+    else:
+        begin, end = offs_v
+    if not (type(begin) is int and type(end) is int and 0 <= begin <= end < _U64):
+        raise E.InvalidOffsets(
+            "invalid data_offsets",
+            path=path,
+            field=f"tensor {name!r}.data_offsets",
+            expected="[begin, end], integers in [0, 2**64), begin <= end",
+            found=_dump(offs_v),
+        )
     bits = n * dtype.bits
     if bits >= _U64:
         raise E.SizeOverflow(
@@ -446,7 +483,7 @@ def _tensor(name: str, entry, path) -> TensorInfo:
             expected=f"product of shape x {dtype.bits} bits < 2**64",
             found=shape_v,
         )
-    if bits % 8:
+    if bits & 7:
         raise E.MisalignedSubByte(
             "sub-byte tensor does not end on a byte boundary",
             path=path,
@@ -454,23 +491,26 @@ def _tensor(name: str, entry, path) -> TensorInfo:
             expected=f"{n} x {dtype.bits} bits to be a multiple of 8",
             found=f"{bits} bits",
         )
-    begin, end = offs_v
-    if bits // 8 != end - begin:
+    if bits >> 3 != end - begin:
         raise E.TensorSizeMismatch(
             "byte span does not match dtype and shape",
             path=path,
             field=f"tensor {name!r}",
-            expected=f"{bits // 8} bytes ({dtype.name} x {shape_v})",
+            expected=f"{bits >> 3} bytes ({dtype.name} x {shape_v})",
             found=f"{end - begin} bytes (data_offsets [{begin}, {end}])",
         )
     return TensorInfo(name, dtype, tuple(shape_v), (begin, end), n)
+
+
+_BY_OFFSETS = operator.attrgetter("data_offsets")
+_DTYPES = dict(SAFETENSORS)
 
 
 def _coverage(tensors: dict[str, TensorInfo], data_start: int, file_size: int, path) -> None:
     """Sorted by offset, the tensors must tile [0, file_size - data_start)."""
     infos = list(tensors.values())
     # Usually already in offset order, which makes this sort linear.
-    infos.sort(key=lambda t: t.data_offsets)
+    infos.sort(key=_BY_OFFSETS)
     pos = 0
     for t in infos:
         begin, end = t.data_offsets
@@ -517,11 +557,24 @@ def parse_header(header: bytes | memoryview, file_size: int, path=None) -> Heade
     ``file_size`` is the size of the whole file; it is needed to check that
     the tensors cover the data section exactly.  Raises the named
     :mod:`weightsmith.errors` class of the first rule the header breaks.
+    Never touches the filesystem (the remote reader calls it on bytes).
     """
-    raw = bytes(header)
+    # The parse allocates a few objects per tensor and none of them form
+    # cycles: pausing the cyclic GC spares full collections over a big heap
+    # (torch imported) in the middle of it.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _parse(bytes(header), file_size, path)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _parse(raw: bytes, file_size: int, path) -> Header:
     n = len(raw)
     top = _decode(raw, path)
-    if not isinstance(top, _Obj):
+    if not isinstance(top, _OBJECTS):
         raise E.HeaderNotObject(
             "header is not a JSON object",
             path=path,
@@ -533,7 +586,7 @@ def parse_header(header: bytes | memoryview, file_size: int, path=None) -> Heade
     metadata = None
     seen_meta = False
     tensors: dict[str, TensorInfo] = {}
-    for name, entry in top:
+    for name, entry in _pairs(top):
         if name == "__metadata__":
             if seen_meta:
                 raise E.DuplicateMetadata(

@@ -79,6 +79,28 @@ def _pread_into(fd: int, buf, offset: int, path) -> None:
         offset += n
 
 
+# Validated headers of recently opened files.  parse_header is a pure
+# function of (header bytes, file size), so a hit needs those exact bytes
+# again -- they are re-read and compared on every open -- and the file is
+# still fully validated; only the JSON work is skipped.  Reopening a file
+# (transformers opens each shard more than once) then costs two preads.
+_CACHE: dict[tuple[int, int], tuple[int, bytes, Header]] = {}
+_CACHE_MAX_FILES = 64
+_CACHE_MAX_HEADER = 4 * 1024 * 1024
+
+
+def _parse_cached(key: tuple[int, int], raw: bytearray, size: int, path) -> Header:
+    hit = _CACHE.get(key)
+    if hit is not None and hit[0] == size and hit[1] == raw:
+        return hit[2]
+    header = parse_header(raw, size, path)
+    if len(raw) <= _CACHE_MAX_HEADER:
+        if len(_CACHE) >= _CACHE_MAX_FILES:
+            _CACHE.pop(next(iter(_CACHE)), None)
+        _CACHE[key] = (size, bytes(raw), header)
+    return header
+
+
 class safe_open:
     """Open a safetensors file lazily: ``with safe_open(path) as f: f.get_tensor(name)``.
 
@@ -105,11 +127,12 @@ class safe_open:
         self._closed = False
         fd = os.open(self._path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            size = st.st_size
             n = read_header_size(os.pread(fd, 8, 0), size, self._path)
             raw = bytearray(n)
             _pread_into(fd, raw, 8, self._path)
-            self._header = parse_header(raw, size, self._path)
+            self._header = _parse_cached((st.st_dev, st.st_ino), raw, size, self._path)
             if mmap and self._header.data_size:
                 self._mm = self._map(fd, size, populate)
                 # torch tensors are made from slices of this array, so each
@@ -220,24 +243,50 @@ class safe_open:
         """Every tensor, in file order."""
         self._check()
         infos = sorted(self._header.tensors.values(), key=lambda t: t.data_offsets)
-        if self._fw == "np" and self._mm is not None:
-            return self._np_views(infos)
+        if self._mm is not None and _LITTLE:
+            if self._fw == "np":
+                return self._np_views(infos)
+            if self._device == "cpu":
+                return self._pt_views(infos)
         return {t.name: self._tensor(t) for t in infos}
 
     def get_slice(self, name: str) -> SafeSlice:
         return SafeSlice(self, self.info(name))
 
     def _np_views(self, infos: list[TensorInfo]) -> dict[str, np.ndarray]:
-        # The hot path of load_file: one frombuffer per tensor, nothing else.
-        mm, start, out = self._mm, self._start, {}
-        frombuffer = np.frombuffer
+        # The hot path of load_file: slicing one uint8 array over the mapping
+        # is several times cheaper than a frombuffer call per tensor.
+        base, start, out = self._base, self._start, {}
         for t in infos:
             d = t.dtype
             if d.packed or not _LITTLE:
                 out[t.name] = self._tensor(t)
                 continue
-            a = frombuffer(mm, d.numpy, t.n_elements, start + t.data_offsets[0])
+            b, e = t.data_offsets
+            a = base[start + b : start + e].view(d.numpy)
             out[t.name] = a.reshape(t.shape) if len(t.shape) != 1 else a
+        return out
+
+    def _pt_views(self, infos: list[TensorInfo]) -> dict[str, Any]:
+        # Same for torch: numpy slice -> torch.from_numpy, with dtype work
+        # done once per dtype rather than once per tensor.
+        from ..frameworks import _torch as tg
+
+        from_numpy = tg.torch().from_numpy
+        plans = tg.view_plans()
+        base, start, out = self._base, self._start, {}
+        for t in infos:
+            plan = plans.get(t.dtype.name)
+            b, e = t.data_offsets
+            off = start + b
+            if plan is None or b == e or off % plan[2]:
+                out[t.name] = self._tensor(t)
+                continue
+            np_dtype, td, _align = plan
+            x = from_numpy(base[off : start + e].view(np_dtype))
+            if td is not None:
+                x = x.view(td)
+            out[t.name] = x.reshape(t.shape) if len(t.shape) != 1 else x
         return out
 
     def _tensor(self, t: TensorInfo) -> Any:
@@ -250,7 +299,7 @@ class safe_open:
             codes = _subbyte.unpack(self._raw(off, t.nbytes), d.bits, t.n_elements)
             return codes.view(d.numpy).reshape(t.shape)
         if self._mm is not None:
-            a = np.frombuffer(self._mm, d.numpy, t.n_elements, off).reshape(t.shape)
+            a = self._base[off : off + t.nbytes].view(d.numpy).reshape(t.shape)
         else:
             a = np.empty(t.shape, d.numpy)
             _pread_into(self._fd, a.reshape(-1).view(np.uint8), off, self._path)
