@@ -1,8 +1,10 @@
 """One test per GGUF hardening rule, each expecting its named error; plus fuzzing.
 
 Malformed files are built byte by byte with a small builder; the builder's
-well-formed output is first checked against gguf-py's reader so that each
-test breaks exactly one rule of a file gguf-py accepts.
+well-formed output is first checked against gguf-py's and ggml's readers, so
+each test breaks one rule of a file both accept.  ggml's C reader must refuse
+every malformed file too, except where weightsmith is stricter (non-UTF-8
+keys, zero dims).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from test_gguf_edit_split import _lib, _Params
 from weightsmith import errors as E
 from weightsmith.gguf import Writer, parse, read
 
@@ -65,9 +68,26 @@ def load(tmp_path, data: bytes, name="bad.gguf"):
         return dict(f.metadata), f.tensors
 
 
-def expect(tmp_path, data: bytes, cls, field_part: str | None = None):
+def ggml_accepts(path) -> bool:
+    """Whether ggml's own C reader (libggml-base from llama-cpp-python) opens the file."""
+    import ctypes
+
+    lib = _lib()
+    meta = ctypes.c_void_p()
+    # no_alloc=False: ggml also reads the data blob, so it checks the data size
+    ctx = lib.gguf_init_from_file(str(path).encode(), _Params(False, ctypes.pointer(meta)))
+    if ctx:
+        lib.gguf_free(ctx)
+        lib.ggml_free(meta)
+    return bool(ctx)
+
+
+def expect(tmp_path, data: bytes, cls, field_part: str | None = None, ggml_rejects: bool = True):
+    """``data`` raises ``cls`` (with offset and field); ggml's C reader refuses it too."""
     with pytest.raises(cls) as ei:
         load(tmp_path, data)
+    if ggml_rejects:
+        assert not ggml_accepts(tmp_path / "bad.gguf")
     err = ei.value
     assert type(err) is cls
     assert err.offset is not None and err.field, str(err)
@@ -86,6 +106,7 @@ def test_builder_baseline_is_valid(tmp_path):
     p.write_bytes(data)
     r = gguf.GGUFReader(p)
     assert [t.name for t in r.tensors] == ["a", "b"]
+    assert ggml_accepts(p)
     md, tensors = load(tmp_path, data, "good2.gguf")
     assert md == {"general.architecture": "llama", "x.u32": 7}
     assert [t.shape for t in tensors] == [(4,), (2, 8)]
@@ -179,7 +200,8 @@ def test_duplicate_key(tmp_path):
 
 
 def test_invalid_utf8_key(tmp_path):
-    expect(tmp_path, build([kv(b"\xff\xfe", 4, u32(1))]), E.GGUFInvalidUTF8, "key 0")
+    data = build([kv(b"\xff\xfe", 4, u32(1))])
+    expect(tmp_path, data, E.GGUFInvalidUTF8, "key 0", ggml_rejects=False)  # ggml takes any bytes
 
 
 def test_duplicate_tensor(tmp_path):
@@ -205,7 +227,10 @@ def test_too_many_dims(tmp_path):
 
 @pytest.mark.parametrize("dim", [0, 2**63, 2**64 - 1])
 def test_bad_dim(tmp_path, dim):
-    expect(tmp_path, build([], [ti("a", [4, dim], 0, 0)], bytes(32)), E.GGUFBadDim, "dims[1]")
+    data = build([], [ti("a", [4, dim], 0, 0)], bytes(32))
+    expect(
+        tmp_path, data, E.GGUFBadDim, "dims[1]", ggml_rejects=dim != 0
+    )  # ggml allows empty tensors
 
 
 @pytest.mark.parametrize(
