@@ -196,7 +196,7 @@ def test_scan_safe_and_unsafe(tmp_path):
     assert "pwned" not in p.stdout + p.stderr  # never executed
 
 
-# --------------------------------------------------------------------------- convert / quantize
+# --------------------------------------------------------------------------- convert
 
 
 def test_convert_unknown_pair_is_named(tmp_path):
@@ -219,16 +219,6 @@ def test_convert_torch_to_safetensors(tmp_path):
     assert p.returncode == 0, p.stderr
     out = hf_load(str(tmp_path / "out" / "model.safetensors"))
     assert sorted(out) == sorted(sd)
-
-
-def test_quantize_gguf(tmp_path, remote_tree):
-    p = run("quantize", remote_tree.files / "model.gguf", tmp_path / "q.gguf", "--type", "q8_0")
-    if p.returncode == 1 and "NotAvailableError" in p.stderr:
-        assert_one_line_error(p, "NotAvailableError")
-        return
-    assert p.returncode == 0, p.stderr
-    r = gguf.GGUFReader(str(tmp_path / "q.gguf"))
-    assert any(t.tensor_type == gguf.GGMLQuantizationType.Q8_0 for t in r.tensors)
 
 
 # --------------------------------------------------------------------------- safetensors -> safetensors

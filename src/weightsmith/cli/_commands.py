@@ -346,7 +346,11 @@ def _done(args: argparse.Namespace, path: str) -> None:
 
 
 def cmd_quantize(args: argparse.Namespace) -> int:
-    fn = _lib("quant", "quantize_file", "quantize_gguf", what="GGUF requantization")
+    from ._lib import lib_or_none
+
+    fn = lib_or_none("quant", "quantize_file", "quantize_gguf")
+    if fn is None:  # composed here from recipes.plan + quant.quantize + gguf.Writer
+        from ._quantize import quantize_gguf as fn
     kw: dict[str, Any] = {"type": args.type}
     if args.imatrix:
         kw["imatrix"] = args.imatrix

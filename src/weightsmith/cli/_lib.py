@@ -27,3 +27,11 @@ def lib(module: str, *names: str, what: str) -> Any:
     raise NotAvailableError(
         f"{what} is not available yet in this build (needs weightsmith.{module}.{names[0]})"
     )
+
+
+def lib_or_none(module: str, *names: str) -> Any:
+    """Like :func:`lib`, but None when the part is not there."""
+    try:
+        return lib(module, *names, what="")
+    except NotAvailableError:
+        return None
