@@ -325,3 +325,9 @@ def test_bare_repo_with_revision_and_blob_url(hub, remote_tree):
     rep = remote.inspect(f"{hub.url}/org/single/blob/main/model.safetensors")
     assert rep.parameter_count == hf_counts(remote_tree.files / "small.safetensors")
     assert [ln.path for ln in _settle(hub, 1)] == ["/org/single/resolve/main/model.safetensors"]
+
+
+def test_remote_pickle_is_refused_clearly(nginx):
+    with pytest.raises(errors.UnknownTargetError, match="local copy"):
+        remote.inspect(f"{nginx.url}/files/pytorch_model.bin")
+    assert nginx.log() == []  # refused before any request

@@ -78,6 +78,11 @@ def resolve_url(ref: HubRef, path: str, endpoint: str | None = None) -> str:
 
 def _read_file(src: Any) -> FileReport:
     name = urlsplit(src.name).path.lower() if "://" in src.name else src.name.lower()
+    if name.endswith((".bin", ".pth", ".pt", ".ckpt")):
+        raise UnknownTargetError(
+            f"{src.name}: PyTorch pickle checkpoints are inspected from a local copy only "
+            "(their tensor table is at the end of a zip, not in a header)"
+        )
     if name.endswith(".gguf"):
         return read_gguf(src)
     if name.endswith(".safetensors"):
