@@ -139,7 +139,7 @@ def test_edit_new_key_explicit_type_and_out(model, tmp_path):
 
 def test_edit_alignment_relayouts_data(model):
     before = tensor_bytes(model)
-    edit(model, set={"general.alignment": GGUFValue(64, "u32")})
+    edit(model, set={"general.alignment": 64})  # a plain int: general.alignment is always u32
     r = gguf.GGUFReader(model)
     assert r.alignment == 64
     assert all(t.data_offset % 64 == 0 for t in r.tensors)

@@ -92,7 +92,7 @@ def edit(
             elif key in kvs:
                 mt = kvs[key][0]
             else:
-                mt = resolve_type(value)
+                mt = resolve_type(value, VT.UINT32 if key == KEY_ALIGNMENT else None)
             kvs[key] = (mt, enc.value(value, mt, key))
         alignment = h.alignment
         if KEY_ALIGNMENT in kvs:

@@ -141,6 +141,11 @@ class GGUFFile:
         self._files = files
 
     @property
+    def data_start(self) -> int:
+        """Offset of the (first) file's data section."""
+        return self.header.data_start
+
+    @property
     def paths(self) -> list[Path]:
         return [f.path for f in self._files]
 

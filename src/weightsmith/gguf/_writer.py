@@ -322,6 +322,8 @@ class Writer:
             raise E.GGUFEmptyKey(
                 path=self.path, field="key", expected="a non-empty str", found=repr(key)
             )
+        if type is None and key == KEY_ALIGNMENT:
+            type = VT.UINT32  # the only type general.alignment may have
         mt = resolve_type(value, type)
         data = self._enc.value(value, mt, key)
         if key == KEY_ALIGNMENT:
