@@ -193,7 +193,9 @@ def _qkx_search(x, w, nmax, rmin, rdelta, nstep, use_mad):
         iscale = fnmax / rng
         scale = F32(1.0) / iscale
         fast = _rint_is_exact(rng, xmin, mn, cmax)
-        _levels(x, mn, iscale, fnmax, t, fast)
+        lo = np.zeros(x.shape[1], dtype=np.float32)
+        hi = np.full(x.shape[1], fnmax)
+        _levels(x, mn, iscale, fnmax, t, fast, (lo, None))
         best = _weighted_error(t, scale, mn, x, w, use_mad, v)
         # The winning quants are not copied at each step: the (iscale, min)
         # that produced them is kept and they are recomputed once at the end.
@@ -201,8 +203,10 @@ def _qkx_search(x, w, nmax, rmin, rdelta, nstep, use_mad):
         win_mn = mn
 
         for step in range(nstep + 1):
-            iscale = (F32(rmin) + F32(rdelta) * F32(step) + fnmax) / rng
-            _levels(x, mn, iscale, fnmax, t, fast)
+            c = F32(rmin) + F32(rdelta) * F32(step) + fnmax
+            iscale = c / rng
+            # iscale * (x - min) <= c * (1 + 2**-24)**2 when 0 < iscale
+            _levels(x, mn, iscale, fnmax, t, fast, (lo, hi if c > fnmax + F32(0.49) else None))
             np.multiply(w, t, out=u)
             sum_l = _seqsum(u)
             np.multiply(u, x, out=v)
@@ -245,13 +249,24 @@ def _rint_is_exact(rng, xmin, mn, cmax) -> bool:
     return bool(cmax * (spread / arng).max() < _RINT_SAFE)
 
 
-def _levels(x, mn, iscale, fnmax, out, fast: bool):
-    """``clamp(nearest_int(iscale * (x - min)), 0, nmax)`` as float32, into ``out``."""
+def _levels(x, mn, iscale, fnmax, out, fast: bool, bounds=None):
+    """``clamp(nearest_int(iscale * (x - min)), 0, nmax)`` as float32, into ``out``.
+
+    ``fast``: np.rint is exact here (see :func:`_rint_is_exact`).  ``bounds``:
+    rows of 0 and of nmax (numpy's maximum/minimum are twice as fast against
+    an array as against a scalar), the second None when ``iscale * (max -
+    min)`` stays below nmax + 1/2 so that no upper clamp is needed.
+    """
     if fast:
         np.subtract(x, mn, out=out)
         out *= iscale
         np.rint(out, out=out)
-        np.clip(out, _ZERO, fnmax, out=out)
+        if bounds is None:
+            np.clip(out, _ZERO, fnmax, out=out)
+        else:
+            np.maximum(out, bounds[0], out=out)
+            if bounds[1] is not None:
+                np.minimum(out, bounds[1], out=out)
         return out
     # ggml's own rounding trick: NaN and out-of-range products give the same
     # (garbage) levels as in C.
@@ -361,15 +376,20 @@ def pack_scale_min_k4(ls: np.ndarray, lm: np.ndarray) -> np.ndarray:
 
 
 def get_scale_min_k4(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The 12 scale bytes [B, 12] -> (scales, mins), each uint8 [B, 8]."""
-    q = q.astype(np.uint8)
-    sc = np.empty((q.shape[0], 8), dtype=np.uint8)
-    mn = np.empty((q.shape[0], 8), dtype=np.uint8)
-    sc[:, 0:4] = q[:, 0:4] & 63
-    mn[:, 0:4] = q[:, 4:8] & 63
-    sc[:, 4:8] = (q[:, 8:12] & 0xF) | ((q[:, 0:4] >> 6) << 4)
-    mn[:, 4:8] = (q[:, 8:12] >> 4) | ((q[:, 4:8] >> 6) << 4)
-    return sc, mn
+    """The 12 scale bytes [B, 12] -> (scales, mins), each uint8 [B, 8].
+
+    Works on the three little-endian 32-bit words of each block, four 6-bit
+    fields at a time, as ggml's SIMD code does.
+    """
+    w = np.ascontiguousarray(q, dtype=np.uint8).view("<u4")  # [B, 3]
+    w0, w1, w2 = w[:, 0], w[:, 1], w[:, 2]
+    out = np.empty((2, q.shape[0], 2), dtype="<u4")  # [scales | mins, B, 8 bytes]
+    np.bitwise_and(w0, 0x3F3F3F3F, out=out[0, :, 0])
+    np.bitwise_or(w2 & 0x0F0F0F0F, (w0 >> 2) & 0x30303030, out=out[0, :, 1])
+    np.bitwise_and(w1, 0x3F3F3F3F, out=out[1, :, 0])
+    np.bitwise_or((w2 >> 4) & 0x0F0F0F0F, (w1 >> 2) & 0x30303030, out=out[1, :, 1])
+    b = out.view(np.uint8).reshape(2, -1, 8)
+    return b[0], b[1]
 
 
 # --------------------------------------------------------------------------- shared pieces
@@ -530,40 +550,88 @@ def _quantize_q5_k(blocks: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
 
 
 def _dequantize_q4_k(blocks: np.ndarray) -> np.ndarray:
-    d = _f16_field(blocks, 0)
-    dmin = _f16_field(blocks, 2)
-    sc, mn = get_scale_min_k4(blocks[:, 4:16])
-    qs = blocks[:, 16:144].reshape(-1, 4, 1, 32)
-    q = np.concatenate([qs & 0xF, qs >> 4], axis=2).reshape(-1, 8, 32)
-    return _affine(q, d, dmin, sc, mn)
+    dl, ml = _dl_ml_k4(blocks)
+    return _affine(_nibble_rows(blocks[:, 16:144]), dl, ml)
 
 
 def _dequantize_q5_k(blocks: np.ndarray) -> np.ndarray:
-    d = _f16_field(blocks, 0)
-    dmin = _f16_field(blocks, 2)
+    dl, ml = _dl_ml_k4(blocks)
+    q = _nibble_rows(blocks[:, 48:176])
+    # fifth bits: bit s of qh byte e belongs to element e of sub-block s
+    qh = np.ascontiguousarray(blocks[:, 16:48]).view("<u8")  # [B, 4]
+    hi = np.empty((8, *qh.shape), dtype=np.uint64)
+    for s in range(8):
+        np.bitwise_and(qh >> np.uint64(s), _ONES, out=hi[s])
+    hi <<= np.uint64(4)
+    q.view("<u8").reshape(-1, 8, 4)[...] |= _rows_v32(hi)
+    return _affine(q, dl, ml)
+
+
+_LOW4 = np.uint64(0x0F0F0F0F0F0F0F0F)
+_LOW2 = np.uint64(0x0303030303030303)
+_ONES = np.uint64(0x0101010101010101)
+_DEQ_BLOCKS = 512  # blocks per float32 pass of the dequantizers (L2-sized)
+
+
+def _dl_ml_k4(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per sub-block ``d * sc`` and ``dmin * m`` of Q4_K/Q5_K blocks, flat [B*8]."""
+    dd = f16_to_f32(np.ascontiguousarray(blocks[:, 0:4]).view("<u2"))  # [B, 2]
     sc, mn = get_scale_min_k4(blocks[:, 4:16])
-    qh = blocks[:, 16:48]
-    qs = blocks[:, 48:176].reshape(-1, 4, 1, 32)
-    q = np.concatenate([qs & 0xF, qs >> 4], axis=2).reshape(-1, 8, 32)
-    bits = (qh[:, None, :] >> np.arange(8, dtype=np.uint8)[None, :, None]) & 1
-    q = q | (bits << 4)
-    return _affine(q, d, dmin, sc, mn)
+    with np.errstate(all="ignore"):
+        dl = np.repeat(dd[:, 0], 8) * sc.reshape(-1).astype(np.float32)
+        ml = np.repeat(dd[:, 1], 8) * mn.reshape(-1).astype(np.float32)
+    return dl, ml
 
 
-def _f16_field(blocks: np.ndarray, off: int) -> np.ndarray:
-    """The fp16 field at byte ``off`` of every block, as float32 [B]."""
-    return f16_to_f32(np.ascontiguousarray(blocks[:, off : off + 2]).view("<u2").reshape(-1))
+def _rows_v32(parts: np.ndarray) -> np.ndarray:
+    """[P, n, 4] uint64 (P runs of 32 bytes per block) -> [n, P, 4], runs interleaved.
+
+    The runs are moved as opaque 32-byte items, so numpy copies them in one
+    long loop instead of one short loop per run.
+    """
+    p, n = parts.shape[0], parts.shape[1]
+    items = np.ascontiguousarray(parts).view("V32").reshape(p, n)
+    out = np.empty((n, p), dtype="V32")
+    out[...] = items.T
+    return out.view("<u8").reshape(n, p, 4)
 
 
-def _affine(q, d, dmin, sc, mn) -> np.ndarray:
-    """``(d*sc) * q - dmin*m`` per sub-block; q [B, S, n] -> float32 [B, 256]."""
-    with np.errstate(all="ignore"):  # inf * 0 is NaN in C too
-        dl = d[:, None] * sc.astype(np.float32)
-        ml = dmin[:, None] * mn.astype(np.float32)
-        y = q.astype(np.float32)
-        y *= dl[:, :, None]
-        y -= ml[:, :, None]
-    return y.reshape(-1, QK_K)
+def _nibble_rows(qs: np.ndarray) -> np.ndarray:
+    """[n, 128] packed nibbles -> [n, 256] uint8 levels in element order.
+
+    Byte ``32*c + l`` holds element ``64*c + l`` (low nibble) and
+    ``64*c + 32 + l`` (high nibble).
+    """
+    n = qs.shape[0]
+    w = np.ascontiguousarray(qs).view("<u8").reshape(n, 4, 4)  # [n, c, 4 words]
+    parts = np.empty((2, n, 4, 4), dtype=np.uint64)
+    np.bitwise_and(w, _LOW4, out=parts[0])
+    np.right_shift(w, np.uint64(4), out=parts[1])
+    parts[1] &= _LOW4
+    # [2, n*4] runs -> [n*4, 2]: low run then high run of each 32-byte group
+    q = _rows_v32(parts.reshape(2, n * 4, 4))
+    return q.view(np.uint8).reshape(n, QK_K)
+
+
+def _affine(q: np.ndarray, dl: np.ndarray, ml: np.ndarray) -> np.ndarray:
+    """``dl * q - ml`` with dl, ml constant over each sub-block -> float32 [B, 256].
+
+    ``q`` [B, 256] uint8 levels; ``dl``, ``ml`` [B * S].  The per-row factors
+    are expanded with np.repeat: broadcasting them over rows of 16 or 32
+    floats costs numpy one short inner loop per row, about twice the time of
+    repeat + one long loop.  Chunks keep the float32 work inside L2.
+    """
+    out = np.empty(q.shape, dtype=np.float32)
+    per = q.shape[1] * q.shape[0] // max(1, dl.size)
+    rows = _DEQ_BLOCKS * QK_K // per
+    for r0 in range(0, dl.size, rows):
+        r1 = min(dl.size, r0 + rows)
+        y = out.reshape(-1)[r0 * per : r1 * per]
+        np.copyto(y, q.reshape(-1)[r0 * per : r1 * per], casting="unsafe")
+        with np.errstate(all="ignore"):  # inf * 0 is NaN in C too
+            y *= np.repeat(dl[r0:r1], per)
+            y -= np.repeat(ml[r0:r1], per)
+    return out
 
 
 # --------------------------------------------------------------------------- Q2_K
@@ -613,13 +681,18 @@ def _quantize_q2_k(blocks: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
 
 
 def _dequantize_q2_k(blocks: np.ndarray) -> np.ndarray:
-    sc = blocks[:, 0:16]
-    qs = blocks[:, 16:80].reshape(-1, 2, 1, 32)
-    d = _f16_field(blocks, 80)
-    dmin = _f16_field(blocks, 82)
-    shifts = np.array([0, 2, 4, 6], dtype=np.uint8)[None, None, :, None]
-    q = ((qs >> shifts) & 3).reshape(-1, 16, 16)
-    return _affine(q, d, dmin, sc & 0xF, sc >> 4)
+    with np.errstate(all="ignore"):
+        dd = f16_to_f32(np.ascontiguousarray(blocks[:, 80:84]).view("<u2"))  # [B, 2]
+        sc = np.ascontiguousarray(blocks[:, 0:16]).reshape(-1)
+        dl = np.repeat(dd[:, 0], 16) * (sc & 0xF).astype(np.float32)
+        ml = np.repeat(dd[:, 1], 16) * (sc >> 4).astype(np.float32)
+    # qs byte 32*h + l holds element 128*h + 32*s + l in bits 2s..2s+1
+    w = np.ascontiguousarray(blocks[:, 16:80]).view("<u8").reshape(-1, 4)
+    parts = np.empty((4, *w.shape), dtype=np.uint64)
+    for s in range(4):
+        np.bitwise_and(w >> np.uint64(2 * s), _LOW2, out=parts[s])
+    q = _rows_v32(parts).view(np.uint8).reshape(-1, QK_K)
+    return _affine(q, dl, ml)
 
 
 # --------------------------------------------------------------------------- Q8_K
