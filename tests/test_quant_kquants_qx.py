@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from safetensors.numpy import load_file
 
 import ggml_ref
@@ -161,3 +163,37 @@ def test_live_dequantize_random_bytes() -> None:
         raw[:, size - 2 :] = d
         y = DEQUANTIZE[type_name](raw)
         _assert_same_floats(y.reshape(-1), ggml_ref.dequantize(raw, type_name, 64 * 256), type_name)
+
+
+@pytest.mark.parametrize("type_name", sorted(TYPES))
+def test_live_extreme_imatrix(type_name: str) -> None:
+    """Importance weights that are zero, subnormal, huge or mixed."""
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((8, 512)) * 0.02).astype(np.float32)
+    for name, im in {
+        "zero": np.zeros(512),
+        "subnormal": np.full(512, 1e-40),
+        "huge": np.full(512, 1e30),
+        "mixed": np.where(rng.random(512) < 0.5, 1e-40, 1e25),
+    }.items():
+        _check_live(x, type_name, im.astype(np.float32), f"{type_name} imatrix {name}")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    type_name=st.sampled_from(sorted(TYPES)),
+    seed=st.integers(0, 2**32 - 1),
+    log_scale=st.integers(-40, 30),
+    sparsity=st.floats(0.0, 1.0),
+    use_imatrix=st.booleans(),
+)
+def test_live_hypothesis(
+    type_name: str, seed: int, log_scale: int, sparsity: float, use_imatrix: bool
+) -> None:
+    """Random magnitudes from 1e-40 to 1e30, random zero patterns, with or without imatrix."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((3, 512)) * 10.0**log_scale
+    x[rng.random(x.shape) < sparsity] = 0
+    x = x.astype(np.float32)
+    im = (rng.random(512) * 10.0 ** rng.integers(-3, 4)).astype(np.float32) if use_imatrix else None
+    _check_live(x, type_name, im, f"{type_name} 1e{log_scale} sparsity {sparsity:.2f}")
