@@ -311,10 +311,14 @@ def test_invalid_backend() -> None:
 
 
 def test_default_chunks_follow_the_memory_budget() -> None:
-    from weightsmith.quant import MEMORY_BUDGET, TEMP_BYTES_PER_ELEMENT, _chunk_rows
+    from weightsmith.quant import MEMORY_BUDGET, _chunk_rows
+    from weightsmith.quant.registry import codec
 
-    rows = _chunk_rows(4096, 1, None)
-    assert rows * 4096 * TEMP_BYTES_PER_ELEMENT <= MEMORY_BUDGET
-    assert _chunk_rows(4096, 2, None) * 2 <= rows
-    assert _chunk_rows(10**7, 1, None) == 1  # at least one whole row
+    for name in ("Q4_K", "MXFP4", "F16"):
+        per_elem = codec(name).quantize_temp_bytes
+        rows = _chunk_rows(4096, 1, None, per_elem)
+        assert rows * 4096 * per_elem <= MEMORY_BUDGET
+        assert _chunk_rows(4096, 2, None, per_elem) * 2 <= rows
+        assert _chunk_rows(10**7, 1, None, per_elem) == 1  # at least one whole row
+    assert codec("MXFP4").quantize_temp_bytes > codec("Q4_K").quantize_temp_bytes
     assert ggml_type("Q4_K").nbytes(256) == 144

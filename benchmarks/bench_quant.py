@@ -1,0 +1,340 @@
+"""Quantization benchmarks: weightsmith.quant against gguf-py and ggml's C reference.
+
+One harness for every codec family, driven by the type lists below (add a
+type to a list to benchmark it).  Everything goes through the public API
+``weightsmith.quant.quantize`` / ``dequantize``, single worker unless stated.
+
+Sections (``--section``, repeatable; default: all)
+
+  dequant  dequantize vs gguf-py's numpy ``gguf.quants.dequantize``,
+           every type both implement                        target >= 3x
+  quant    quantize vs gguf-py's ``gguf.quants.quantize``,
+           every type both implement                  target >= 2x (legacy)
+  ggml     quantize vs ggml's ``ggml_quantize_chunk`` (single thread, through
+           tests/ggml_ref.py), without and with an imatrix
+                                                  target >= 1x (K, IQ4)
+  workers  workers=1 vs workers=N, wall clock                target >= 1.7x
+  memory   peak extra memory (tracemalloc) while quantizing / dequantizing a
+           large tensor, output excluded                 target <= 64 MiB
+
+Method: both sides run on the same matrix in one process, interleaved
+(ours, theirs, ours, ...), and the median of ``--repeat`` runs is reported.
+Single-thread comparisons use CPU time (``time.process_time``) because the
+benchmark machine is shared and wall clock there measures the neighbours;
+the workers section must use wall clock.  Every result is checked
+bit-identical with ggml before it is timed.
+
+    python benchmarks/bench_quant.py [--rows 256] [--cols 4096] [--repeat 7]
+        [--section dequant --section quant ...] [--types Q4_0,Q4_K] [--markdown]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize as gguf_dequantize
+from gguf.quants import quantize as gguf_quantize
+
+import ggml_ref
+import weightsmith.quant as Q
+
+# --------------------------------------------------------------------------- type lists
+LEGACY = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]
+KQUANTS = ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
+IQ4 = ["IQ4_NL", "IQ4_XS"]
+IQ_LOW = ["IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S"]
+OTHER = ["TQ1_0", "TQ2_0", "MXFP4", "NVFP4", "Q1_0", "Q2_0"]
+PLAIN = ["F16", "BF16"]
+
+#: dequantize vs gguf-py (types gguf-py lacks are listed as n/a)
+DEQUANT_TYPES = PLAIN + LEGACY + KQUANTS + IQ4 + IQ_LOW + OTHER
+#: quantize vs gguf-py (types gguf-py lacks are listed as n/a)
+QUANT_GGUF_TYPES = PLAIN + LEGACY + ["TQ1_0", "TQ2_0", "MXFP4"]
+#: quantize vs ggml C, single thread
+QUANT_GGML_TYPES = KQUANTS + IQ4 + LEGACY + OTHER + IQ_LOW
+#: workers speedup
+WORKER_TYPES = ["Q4_0", "Q4_K", "Q6_K", "IQ4_XS"]
+#: peak memory
+MEMORY_TYPES = LEGACY + KQUANTS + IQ4 + OTHER + PLAIN
+
+TARGETS = {
+    "dequant": {t: 3.0 for t in DEQUANT_TYPES},
+    "quant": {t: 2.0 for t in LEGACY},
+    "ggml": {t: 1.0 for t in KQUANTS + IQ4},
+}
+
+
+# --------------------------------------------------------------------------- timing
+
+
+def _interleaved(fa: Callable[[], object], fb: Callable[[], object], repeat: int, clock):
+    """Median seconds of fa and fb, run alternately ``repeat`` times each."""
+    ta, tb = [], []
+    for _ in range(repeat):
+        for fn, acc in ((fa, ta), (fb, tb)):
+            t0 = clock()
+            fn()
+            acc.append(clock() - t0)
+    return statistics.median(ta), statistics.median(tb)
+
+
+def _median(fn: Callable[[], object], repeat: int, clock) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = clock()
+        fn()
+        times.append(clock() - t0)
+    return statistics.median(times)
+
+
+def _gguf_has(name: str, kind: str) -> bool:
+    try:
+        q = GGMLQuantizationType[name]
+    except KeyError:
+        return False
+    x = np.zeros((1, 256), np.float32)
+    try:
+        if kind == "quant":
+            gguf_quantize(x, q)
+        else:
+            gguf_dequantize(ggml_ref.quantize(x, name, np.ones(256, np.float32)), q)
+    except NotImplementedError:
+        return False
+    return True
+
+
+class Report:
+    """Collects result rows per section; prints them as text or markdown."""
+
+    def __init__(self, markdown: bool) -> None:
+        self.markdown = markdown
+
+    def header(self, title: str, cols: list[str]) -> None:
+        if self.markdown:
+            print(f"\n### {title}\n")
+            print("| " + " | ".join(cols) + " |")
+            print("|" + "|".join("---" for _ in cols) + "|")
+        else:
+            print(f"\n== {title}")
+            print("  ".join(f"{c:>14}" for c in cols))
+
+    def row(self, cells: list[object]) -> None:
+        txt = [c if isinstance(c, str) else f"{c:.2f}" for c in cells]
+        if self.markdown:
+            print("| " + " | ".join(txt) + " |")
+        else:
+            print("  ".join(f"{c:>14}" for c in txt), flush=True)
+
+
+def _verdict(ratio: float, target: float | None) -> str:
+    if target is None:
+        return "-"
+    return "ok" if ratio >= target else f"below {target:g}x"
+
+
+# --------------------------------------------------------------------------- sections
+
+
+def _reference_bytes(x: np.ndarray, name: str, im: np.ndarray) -> np.ndarray:
+    """ggml's own bytes (imatrix for the types that need one) as dequantize input."""
+    return ggml_ref.quantize(x, name, im if Q.info(name).requires_imatrix else None)
+
+
+def bench_dequant(x, im, types, repeat, rep: Report) -> None:
+    n = x.size
+    rep.header(
+        f"dequantize {x.shape[0]}x{x.shape[1]} vs gguf-py (Melem/s, CPU time)",
+        ["type", "weightsmith", "gguf-py", "ratio", "target"],
+    )
+    for name in types:
+        raw = _reference_bytes(x, name, im)
+        ours = Q.dequantize(raw, name, x.shape)
+        want = ggml_ref.dequantize(raw, name, n).reshape(x.shape)
+        assert np.array_equal(ours.view(np.uint32), want.view(np.uint32)), name
+        if not _gguf_has(name, "dequant"):
+            t = _median(lambda: Q.dequantize(raw, name, x.shape), repeat, time.process_time)  # noqa: B023
+            rep.row([name, n / t / 1e6, "n/a", "n/a", "-"])
+            continue
+        qt = GGMLQuantizationType[name]
+        a, b = _interleaved(
+            lambda: Q.dequantize(raw, name, x.shape),  # noqa: B023
+            lambda: gguf_dequantize(raw, qt),  # noqa: B023
+            repeat,
+            time.process_time,
+        )
+        rep.row(
+            [name, n / a / 1e6, n / b / 1e6, b / a, _verdict(b / a, TARGETS["dequant"].get(name))]
+        )
+
+
+def bench_quant(x, types, repeat, rep: Report) -> None:
+    n = x.size
+    rep.header(
+        f"quantize {x.shape[0]}x{x.shape[1]} vs gguf-py (Melem/s, CPU time)",
+        ["type", "weightsmith", "gguf-py", "ratio", "target"],
+    )
+    for name in types:
+        if not Q.info(name).can_quantize:
+            continue
+        assert np.array_equal(Q.quantize(x, name), ggml_ref.quantize(x, name)), name
+        if not _gguf_has(name, "quant"):
+            t = _median(lambda: Q.quantize(x, name), repeat, time.process_time)  # noqa: B023
+            rep.row([name, n / t / 1e6, "n/a", "n/a", "-"])
+            continue
+        qt = GGMLQuantizationType[name]
+        a, b = _interleaved(
+            lambda: Q.quantize(x, name),  # noqa: B023
+            lambda: gguf_quantize(x, qt),  # noqa: B023
+            repeat,
+            time.process_time,
+        )
+        rep.row(
+            [name, n / a / 1e6, n / b / 1e6, b / a, _verdict(b / a, TARGETS["quant"].get(name))]
+        )
+
+
+def bench_ggml(x, im, types, repeat, rep: Report) -> None:
+    n = x.size
+    rep.header(
+        f"quantize {x.shape[0]}x{x.shape[1]} vs ggml C, 1 thread (Melem/s, CPU time)",
+        ["type", "imatrix", "weightsmith", "ggml C", "ratio", "target"],
+    )
+    for name in types:
+        info = Q.info(name)
+        if not info.can_quantize:
+            continue
+        paths = [("yes", im)] if info.requires_imatrix else [("no", None), ("yes", im)]
+        for label, imat in paths:
+            assert np.array_equal(Q.quantize(x, name, imat), ggml_ref.quantize(x, name, imat)), name
+            a, b = _interleaved(
+                lambda: Q.quantize(x, name, imat),  # noqa: B023
+                lambda: ggml_ref.quantize(x, name, imat),  # noqa: B023
+                repeat,
+                time.process_time,
+            )
+            target = TARGETS["ggml"].get(name)
+            rep.row([name, label, n / a / 1e6, n / b / 1e6, b / a, _verdict(b / a, target)])
+
+
+def bench_workers(x, types, repeat, workers, rep: Report) -> None:
+    n = x.size
+    rep.header(
+        f"workers {x.shape[0]}x{x.shape[1]}: 1 vs {workers} (Melem/s, wall clock)",
+        [
+            "type",
+            "op",
+            "1 worker",
+            f"{workers} proc",
+            "speedup",
+            f"{workers} thread",
+            "speedup",
+            "target",
+        ],
+    )
+    Q.quantize(x[:64], "Q4_0", workers=workers)  # start the pool outside the timings
+    for name in types:
+        raw = Q.quantize(x, name)
+        for op, fn in (
+            ("quantize", lambda w, b: Q.quantize(x, name, workers=w, backend=b)),  # noqa: B023
+            ("dequantize", lambda w, b: Q.dequantize(raw, name, x.shape, workers=w, backend=b)),  # noqa: B023
+        ):
+            one = _median(lambda: fn(1, "process"), repeat, time.perf_counter)  # noqa: B023
+            proc = _median(lambda: fn(workers, "process"), repeat, time.perf_counter)  # noqa: B023
+            thr = _median(lambda: fn(workers, "thread"), repeat, time.perf_counter)  # noqa: B023
+            rep.row(
+                [name, op, n / one / 1e6, n / proc / 1e6, one / proc, n / thr / 1e6, one / thr,
+                 _verdict(one / proc, 1.7)]
+            )  # fmt: skip
+
+
+def _peak_extra(fn: Callable[[], np.ndarray]) -> tuple[int, int]:
+    """(peak bytes traced during fn beyond what was live before it, output bytes)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        out = fn()
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    return peak, out.nbytes
+
+
+def bench_memory(shapes, types, rep: Report) -> None:
+    rep.header(
+        "peak extra memory beyond input and output (tracemalloc, MiB)",
+        ["type", "op", "elements", "input MiB", "output MiB", "extra MiB", "target"],
+    )
+    mib = 1024 * 1024
+    rng = np.random.default_rng(1)
+    for rows, cols in shapes:
+        x = rng.standard_normal((rows, cols), dtype=np.float32) * np.float32(0.02)
+        for name in types:
+            if not Q.info(name).can_quantize:
+                continue
+            peak, outb = _peak_extra(lambda: Q.quantize(x, name))  # noqa: B023
+            extra = (peak - outb) / mib
+            rep.row([name, "quantize", f"{x.size:,}", x.nbytes / mib, outb / mib, extra,
+                     "ok" if extra <= 64 else "over 64"])  # fmt: skip
+            raw = Q.quantize(x, name)
+            peak, outb = _peak_extra(lambda: Q.dequantize(raw, name, x.shape))  # noqa: B023
+            extra = (peak - outb) / mib
+            rep.row([name, "dequantize", f"{x.size:,}", raw.nbytes / mib, outb / mib, extra,
+                     "ok" if extra <= 64 else "over 64"])  # fmt: skip
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=256)
+    ap.add_argument("--cols", type=int, default=4096)
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument(
+        "--section", action="append", choices=["dequant", "quant", "ggml", "workers", "memory"]
+    )
+    ap.add_argument("--types", help="comma-separated subset of the types to run")
+    ap.add_argument("--memory-shapes", default="2048x4096,8192x4096")
+    ap.add_argument("--markdown", action="store_true", help="print markdown tables")
+    args = ap.parse_args()
+    sections = args.section or ["dequant", "quant", "ggml", "workers", "memory"]
+    keep = set(args.types.upper().split(",")) if args.types else None
+
+    def pick(types: list[str]) -> list[str]:
+        return [t for t in types if keep is None or t in keep]
+
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((args.rows, args.cols)) * 0.02).astype(np.float32)
+    im = (rng.random(args.cols) + 0.1).astype(np.float32)
+    rep = Report(args.markdown)
+    print(f"numpy {np.__version__}; median of {args.repeat} interleaved runs")
+    if "dequant" in sections:
+        bench_dequant(x, im, pick(DEQUANT_TYPES), args.repeat, rep)
+    if "quant" in sections:
+        bench_quant(x, pick(QUANT_GGUF_TYPES), args.repeat, rep)
+    if "ggml" in sections:
+        bench_ggml(x, im, pick(QUANT_GGML_TYPES), args.repeat, rep)
+    if "workers" in sections:
+        xw = np.repeat(x, max(1, 1024 // args.rows), axis=0)
+        bench_workers(xw, pick(WORKER_TYPES), args.repeat, args.workers, rep)
+    if "memory" in sections:
+        shapes = [tuple(int(v) for v in s.split("x")) for s in args.memory_shapes.split(",")]
+        bench_memory(shapes, pick(MEMORY_TYPES), rep)
+
+
+if __name__ == "__main__":
+    main()
