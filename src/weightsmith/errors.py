@@ -572,3 +572,26 @@ class UsageError(WeightsmithError, ValueError):
 
 class HeaderReadLimit(WeightsmithError, ValueError):
     """Reading a header would need more bytes than the inspect limit allows."""
+
+
+# --------------------------------------------------------------------------- tokenizer conversion
+
+
+class TokenizerError(FormatError):
+    """A tokenizer folder or the tokenizer.ggml.* metadata of a GGUF cannot be converted."""
+
+
+class TokenizerFilesMissing(TokenizerError):
+    """No tokenizer.json / tokenizer.model usable for the architecture, or a GGUF without tokenizer keys."""
+
+
+class TokenizerInconsistent(TokenizerError):
+    """Tokenizer files contradict each other or themselves (bad JSON, wrong types, ids out of range)."""
+
+
+class VocabLargerThanConfig(TokenizerError):
+    """A token id of the tokenizer is not below config.json's ``vocab_size``."""
+
+
+class UnknownBPEPreTokenizer(TokenizerError):
+    """The BPE pre-tokenizer (llama.cpp's chktxt hash, or tokenizer.ggml.pre) is not one we know."""

@@ -1,0 +1,28 @@
+"""Tokenizers between Hugging Face folders and GGUF ``tokenizer.ggml.*`` metadata.
+
+Two directions, both matched against llama.cpp:
+
+* :func:`vocab_metadata` -- HF folder -> the ``tokenizer.ggml.*`` key/value list that
+  llama.cpp's ``convert_hf_to_gguf.py`` writes for it (same keys, order, values and
+  GGUF types), for the architectures of the HF -> GGUF registry;
+* :func:`hf_tokenizer_files` / :func:`write_hf_tokenizer` -- GGUF metadata ->
+  ``tokenizer.json`` (built with the ``tokenizers`` library), ``tokenizer_config.json``
+  and ``special_tokens_map.json`` that transformers loads;
+* :func:`tokenizer_json_from_vocab_gguf` -- the latter applied to a vocab-only GGUF
+  (such as llama.cpp's ``models/ggml-vocab-*.gguf``), to give test models a real tokenizer.
+
+``tokenizers`` and ``sentencepiece`` are optional extras, imported on first use.
+"""
+
+from __future__ import annotations
+
+from ._from_gguf import hf_tokenizer_files, tokenizer_json_from_vocab_gguf, write_hf_tokenizer
+from ._to_gguf import TokenType, vocab_metadata
+
+__all__ = [
+    "TokenType",
+    "hf_tokenizer_files",
+    "tokenizer_json_from_vocab_gguf",
+    "vocab_metadata",
+    "write_hf_tokenizer",
+]
