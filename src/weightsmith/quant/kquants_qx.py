@@ -347,8 +347,9 @@ def _q3_pass(
     """One pass of make_q3_quants' descent; updates lv/sumlx/suml2 in place.
 
     Returns which groups changed.  ``lv`` holds the signed levels as float32.
-    Every step works in preallocated buffers: the loop is dominated by the
-    number of numpy calls, not by their size.
+    The 16 dependent steps work in preallocated ``[groups]`` buffers, so the
+    loop allocates nothing; ``own_lx``/``own_l2`` (each level's own terms) may
+    be passed in when the caller already has them.
     """
     n, groups = x.shape
     changed = np.zeros(groups, dtype=bool)
