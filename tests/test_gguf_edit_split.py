@@ -388,3 +388,33 @@ def test_writer_keeps_stored_dims(tmp_path):
     paths = split(p, out_dir=tmp_path / "s")
     with read(paths[0]) as f:
         assert f.tensor("t").dims == (4,)
+
+
+def test_streaming_memory_is_bounded(tmp_path):
+    """Writer, edit (rewrite), split and merge hold one chunk, not the model (32 MiB here)."""
+    import tracemalloc
+
+    p = tmp_path / "big.gguf"
+    rows, cols = 256, 16384  # 16 MiB per tensor
+    tracemalloc.start()
+    try:
+        with Writer(p, arch="llama") as w:
+            w.add_tensor_info("a", "F32", (rows, cols))
+            w.add_tensor_info("b", "F32", (rows, cols))
+            for name in ("a", "b"):
+                for i in range(rows // 32):  # 2 MiB chunks
+                    w.write_tensor_chunk(name, np.full((32, cols), i, np.float32))
+        _, peak_write = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        edit(p, set={"general.name": "x" * 5000})
+        _, peak_edit = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        shards = split(p, max_tensors=1, out_dir=tmp_path)
+        merged = merge(shards[0], tmp_path / "merged.gguf")
+        _, peak_split = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert max(peak_write, peak_edit, peak_split) < 8 << 20, (peak_write, peak_edit, peak_split)
+    with read(merged) as f:
+        assert f.metadata["general.name"] == "x" * 5000
+        np.testing.assert_array_equal(f.numpy("b")[::32, 0], np.arange(8, dtype=np.float32))
