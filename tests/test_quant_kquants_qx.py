@@ -148,7 +148,7 @@ def test_live_nasty(type_name: str) -> None:
 def test_live_many_blocks(type_name: str) -> None:
     """More super-blocks than one internal chunk, so chunk seams are covered."""
     rng = np.random.default_rng(11)
-    x = (rng.standard_normal((300, 1024)) * 0.05).astype(np.float32)
+    x = (rng.standard_normal((600, 1024)) * 0.05).astype(np.float32)
     im = (rng.random(1024) + 0.01).astype(np.float32)
     _check_live(x, type_name, None, f"{type_name} many plain")
     _check_live(x, type_name, im, f"{type_name} many imatrix")
