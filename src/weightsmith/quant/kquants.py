@@ -180,7 +180,6 @@ def _qkx_search(x, w, nmax, rmin, rdelta, nstep, use_mad):
     sum_x = np.add.reduce(w * x, axis=0)
     mn = np.where(xmin > 0, _ZERO, xmin)
     flat = mx == mn  # C returns early: all quants 0, scale 0
-    live = ~flat
     # Flat columns are searched too (vectorised) but never win; a range of 1
     # keeps their arithmetic finite.
     top = np.where(flat, mn + F32(1.0), mx)
@@ -197,6 +196,7 @@ def _qkx_search(x, w, nmax, rmin, rdelta, nstep, use_mad):
         hi = np.full(x.shape[1], fnmax)
         _levels(x, mn, iscale, fnmax, t, fast, (lo, None))
         best = _weighted_error(t, scale, mn, x, w, use_mad, v)
+        best[flat] = -np.inf  # C returned early for these: nothing may win
         # The winning quants are not copied at each step: the (iscale, min)
         # that produced them is kept and they are recomputed once at the end.
         win_iscale = iscale
@@ -207,12 +207,16 @@ def _qkx_search(x, w, nmax, rmin, rdelta, nstep, use_mad):
             iscale = c / rng
             # iscale * (x - min) <= c * (1 + 2**-24)**2 when 0 < iscale
             _levels(x, mn, iscale, fnmax, t, fast, (lo, hi if c > fnmax + F32(0.49) else None))
+            # C's sums start from +0; numpy's from the first term.  They can
+            # differ only in the sign of an all-zero sum, which never reaches
+            # the output (det > 0 needs non-zero sum_l and sum_l2, and a
+            # zero scale or min rounds to level 0 whatever its sign).
             np.multiply(w, t, out=u)
-            sum_l = _seqsum(u)
+            sum_l = np.add.reduce(u, axis=0)
             np.multiply(u, x, out=v)
-            sum_xl = _seqsum(v)
+            sum_xl = np.add.reduce(v, axis=0)
             u *= t
-            sum_l2 = _seqsum(u)
+            sum_l2 = np.add.reduce(u, axis=0)
             det = sum_w * sum_l2 - sum_l * sum_l
             this_scale = (sum_w * sum_xl - sum_x * sum_l) / det
             this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det
@@ -221,7 +225,7 @@ def _qkx_search(x, w, nmax, rmin, rdelta, nstep, use_mad):
                 this_min[pos] = _ZERO
                 this_scale[pos] = sum_xl[pos] / sum_l2[pos]
             cur = _weighted_error(t, this_scale, this_min, x, w, use_mad, v)
-            better = (det > 0) & (cur < best) & live
+            better = (det > 0) & (cur < best)
             if better.any():
                 best = np.where(better, cur, best)
                 scale = np.where(better, this_scale, scale)
@@ -294,7 +298,7 @@ def _weighted_error(
     else:
         u *= u
     u *= w
-    return _seqsum(u)
+    return np.add.reduce(u, axis=0)  # only compared: the sign of a zero is moot
 
 
 def make_qp_quants(x: np.ndarray, qw: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
@@ -330,27 +334,32 @@ def make_qp_quants(x: np.ndarray, qw: np.ndarray, nmax: int) -> tuple[np.ndarray
         wx = qw * x
         sumlx = _seqsum(wx * lf)
         suml2 = _seqsum(qw * lf * lf)
-        # Coordinate descent; sequential over i, vectorised over groups.
-        # A pass that changes nothing leaves the state as it was, so running
-        # all 5 passes equals C's early break.
+        # Coordinate descent; sequential over i, vectorised over groups.  C
+        # stops a group after a pass without changes; such a pass leaves the
+        # state as it was, so the next one would change nothing either: all
+        # groups can run until a pass changes no group at all.
+        live = ~zero
         for _ in range(5):
+            changed = False
             for i in range(n):
                 w = qw[i]
                 li = L[i].astype(np.float32)
                 slx = sumlx - wx[i] * li
                 sl2 = suml2 - w * li * li
-                ok = (slx > 0) & (sl2 > 0)
+                ok = (slx > 0) & (sl2 > 0) & live
                 new_l = np.minimum(_nearest_int(x[i] * sl2 / slx), nmax)
                 ok &= new_l != L[i]
                 nf = new_l.astype(np.float32)
                 slx = slx + wx[i] * nf
                 sl2 = sl2 + w * nf * nf
                 ok &= slx * slx * suml2 > sumlx * sumlx * sl2
-                ok &= ~zero
                 if ok.any():
+                    changed = True
                     L[i] = np.where(ok, new_l.astype(np.int64) & 0xFF, L[i])
                     sumlx = np.where(ok, slx, sumlx)
                     suml2 = np.where(ok, sl2, suml2)
+            if not changed:
+                break
         d = np.where(suml2 > 0, sumlx / suml2, _ZERO)
     d = np.where(zero, _ZERO, d).astype(np.float32)
     L[:, zero] = 0
