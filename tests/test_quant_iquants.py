@@ -3,7 +3,8 @@
 Oracles: the golden vectors in tests/data/golden (made by ggml's C code) and
 ggml itself through tests/ggml_ref.py on fresh random inputs.  Dequantized
 floats must be identical bit for bit; IQ4_NL/IQ4_XS quantized bytes must be
-identical, with and without an importance matrix (also IQ3_XXS, IQ3_S, IQ2_S).
+identical, with and without an importance matrix (also for the grid-search
+types IQ3_XXS, IQ3_S, IQ2_S, and IQ2_XXS/IQ2_XS, which require one).
 """
 
 from __future__ import annotations
@@ -16,11 +17,26 @@ from safetensors.numpy import load_file
 
 import ggml_ref
 from weightsmith.dtypes import ggml_type
+from weightsmith.errors import ImatrixRequired
 from weightsmith.quant import iquants
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 DEQ_TYPES = ["IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS"]
-Q_TYPES = ["IQ4_NL", "IQ4_XS", "IQ3_XXS", "IQ3_S", "IQ2_S"]
+Q_TYPES = ["IQ4_NL", "IQ4_XS", "IQ3_XXS", "IQ3_S", "IQ2_S", "IQ2_XXS", "IQ2_XS"]
+NEEDS_IMATRIX = {"IQ2_XXS", "IQ2_XS"}  # ggml asserts an imatrix for these
+# the grid-search types are slow (in ggml too): smaller random matrices
+SHAPES = {"IQ4_NL": [(5, 256), (48, 768), (2, 4096)], "IQ4_XS": [(5, 256), (48, 768), (2, 4096)]}
+GRID_SHAPES = [(5, 256), (6, 768), (1, 2048)]
+
+
+def _cases() -> list[tuple[str, tuple[int, int], str | None]]:
+    out = []
+    for name in Q_TYPES:
+        imats = (
+            ["random", "with_zeros"] if name in NEEDS_IMATRIX else [None, "random", "with_zeros"]
+        )
+        out += [(name, sh, im) for sh in SHAPES.get(name, GRID_SHAPES) for im in imats]
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +100,8 @@ def test_golden_quantize(inputs, name, key):
 def test_golden_quantize_covers_both_paths():
     for name in Q_TYPES:
         keys = _golden_pairs(name)
-        assert {k.split(".")[1] for k in keys} == {"q", "q_imat"}, name
+        want = {"q_imat"} if name in NEEDS_IMATRIX else {"q", "q_imat"}
+        assert {k.split(".")[1] for k in keys} == want, name
 
 
 # ---------------------------------------------------------------- real ggml
@@ -143,9 +160,7 @@ def _matrix(kind: str, shape: tuple[int, int], rng: np.random.Generator) -> np.n
 KINDS = ["normal", "heavy", "halves", "sparse", "zero_subblocks", "positive", "tiny", "big"]
 
 
-@pytest.mark.parametrize("imat", [None, "random", "with_zeros"])
-@pytest.mark.parametrize("shape", [(5, 256), (48, 768), (2, 4096)])
-@pytest.mark.parametrize("name", Q_TYPES)
+@pytest.mark.parametrize(("name", "shape", "imat"), _cases())
 def test_quantize_random_vs_ggml(name, shape, imat):
     rng = np.random.default_rng(shape[0] * 7 + shape[1])
     if imat is None:
@@ -175,7 +190,7 @@ def test_quantize_single_block_rows_vs_ggml(name):
     for kind in KINDS:
         x = _matrix(kind, (1, bs), rng)
         im = (rng.random(bs) + 0.5).astype(np.float32)
-        for imat in (None, im):
+        for imat in (im,) if name in NEEDS_IMATRIX else (None, im):
             _assert_same_bytes(
                 iquants.QUANTIZE[name](x, imat), ggml_ref.quantize(x, name, imat), kind
             )
@@ -186,8 +201,15 @@ def test_quantize_large_matrix_spans_chunks_vs_ggml():
     rng = np.random.default_rng(5)
     x = (rng.standard_normal((300, 1024)) * 0.05).astype(np.float32)
     im = (rng.random(1024) + 0.01).astype(np.float32)
-    for name in Q_TYPES:
+    for name in ("IQ4_NL", "IQ4_XS", "IQ3_S"):
         _assert_same_bytes(iquants.QUANTIZE[name](x, im), ggml_ref.quantize(x, name, im), name)
+
+
+@pytest.mark.parametrize("name", sorted(NEEDS_IMATRIX))
+def test_quantize_without_imatrix_is_a_named_error(name):
+    x = np.ones((1, 256), dtype=np.float32)
+    with pytest.raises(ImatrixRequired):
+        iquants.QUANTIZE[name](x, None)
 
 
 # ----------------------------------------------- best_index_int8 transcription

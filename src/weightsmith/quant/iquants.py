@@ -50,8 +50,10 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..errors import ImatrixRequired
 from . import _iq_tables as _t
 from ._common import F32, f16_to_f32, f32_to_f16_bits
+from .kquants import make_qp_quants  # shared with the K-quants
 
 QK_K = 256
 QK4_NL = 32
@@ -600,6 +602,10 @@ def _grid(name: str) -> _NeighbourGrid:
         return _NeighbourGrid(IQ3XXS_GRID, nwant=2, kmax=8)
     if name == "IQ3_S":
         return _NeighbourGrid(IQ3S_GRID, nwant=3, kmax=8)
+    if name == "IQ2_XXS":
+        return _NeighbourGrid(IQ2XXS_GRID, nwant=2, kmax=3)
+    if name == "IQ2_XS":
+        return _NeighbourGrid(IQ2XS_GRID, nwant=2, kmax=3)
     return _NeighbourGrid(IQ2S_GRID, nwant=1, kmax=3)
 
 
@@ -649,18 +655,23 @@ def _grid_subblocks(
     tries: int,
     step: np.float32,
     on_init: bool,
-    redo_all: bool,
+    final: str,
+    scale0: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The per-sub-block scale search shared by the IQ3/IQ2_S quantizers for
-    the columns of the magnitudes ``X`` [rows, m] (weights ``W``, maxima
-    ``mx``): (scale [m], levels [rows, m])."""
+    """The per-sub-block scale search shared by the grid quantizers for the
+    columns of the magnitudes ``X`` [rows, m] (weights ``W``): trial inverse
+    scales (2*kmax-1 + is*step)/mx, then a final re-quantization at the best
+    scale -- ``final`` = "offgrid" (only groups that were off the grid, if
+    any), "all" (every group, if any was off) or "always" (every group).
+    ``scale0`` is the scale kept when no trial improves (default mx/(2kmax-1)).
+    Returns (scale [m], levels [rows, m])."""
     rows, m = X.shape
     ngroups = rows // g.dim
     top = F32(2 * g.kmax - 1)
     Wa = np.sqrt(W)
     WX = W * X
     best = np.zeros(m, dtype=np.float32)
-    scale = mx / top
+    scale = (mx / top) if scale0 is None else scale0.astype(np.float32)
     L = np.zeros((rows, m), dtype=np.int64)
     on = np.full((ngroups, m), on_init)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -675,13 +686,15 @@ def _grid_subblocks(
                 best = np.where(upd, sc * sumqx, best)
                 L[:, upd] = lv[:, upd]
                 on[:, upd] = on_aux[:, upd]
-        fin = (~on).any(axis=0) & (scale > 0)
+        fin = scale > 0
+        if final != "always":
+            fin &= (~on).any(axis=0)
         if fin.any():
             f = np.flatnonzero(fin)
             sc = scale[f]
-            groups = None if redo_all else ~on[:, f]
+            groups = ~on[:, f] if final == "offgrid" else None
             lv, _ = _grid_levels(g, X[:, f], Wa[:, f], F32(1) / sc, sc, groups)
-            if redo_all:
+            if groups is None:
                 L[:, f] = lv
             else:
                 keep = np.repeat(groups, g.dim, axis=0)
@@ -692,7 +705,7 @@ def _grid_subblocks(
 
 
 def _grid_prepare(
-    x: np.ndarray, qw: np.ndarray | None, sub: int, plain_sigma: bool
+    x: np.ndarray, qw: np.ndarray | None, sub: int, plain_sigma: bool, two: bool = True
 ) -> tuple[np.ndarray, np.ndarray]:
     """Sub-blocks [c*256/sub, sub] of super-blocks x [c, 256] and their
     importance weights: qw*sqrt(sigma2 + x*x) with an imatrix, else x*x
@@ -700,7 +713,9 @@ def _grid_prepare(
     c = x.shape[0]
     nsub = QK_K // sub
     xs = np.ascontiguousarray(x.T)
-    sigma2 = (F32(2) * _seqsum(xs * xs)) / F32(QK_K)
+    sumx2 = _seqsum(xs * xs)
+    # 2*sumx2/QK_K for IQ3/IQ2_S, sumx2/QK_K for IQ2_XXS/IQ2_XS
+    sigma2 = ((F32(2) * sumx2) if two else sumx2) / F32(QK_K)
     sig = np.repeat(sigma2, nsub)[:, None]
     xb = x.reshape(c * nsub, sub)
     if qw is not None:
@@ -719,25 +734,33 @@ def _superblock_scales(S: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return max_scale, d, np.nan_to_num(ls).astype(np.uint32)
 
 
+def _parity_signs(xb: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Magnitudes [m, sub] and 7-bit sign codes [m, sub/8] of sub-blocks ``xb``.
+
+    The ksigns tables hold 7 sign bits plus parity, so an 8-group with an odd
+    number of negatives has the sign of its least important element (first
+    minimum of w*x*x) flipped -- that element's magnitude becomes negative.
+    """
+    m, sub = xb.shape
+    x8 = xb.reshape(m, sub // 8, 8)
+    neg = x8 < 0
+    xval = np.where(neg, -x8, x8)
+    bits = (neg.astype(np.int64) << np.arange(8)).sum(axis=-1)
+    odd = (neg.sum(axis=-1) % 2) == 1
+    imin = np.argmin((W.reshape(x8.shape) * x8) * x8, axis=-1)  # first minimum
+    oi, ok = np.nonzero(odd)
+    xval[oi, ok, imin[oi, ok]] *= F32(-1)
+    bits[oi, ok] ^= 1 << imin[oi, ok]
+    return xval.reshape(m, sub), bits & 127
+
+
 def _iq3_xxs_chunk(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     """Super-blocks x [c, 256] -> IQ3_XXS blocks [c, 98]."""
     c = x.shape[0]
     m = c * 8
     g = _grid("IQ3_XXS")
     xb, W = _grid_prepare(x, qw, 32, plain_sigma=False)
-    # magnitudes and sign bits per 8-group; an odd number of negatives flips
-    # the sign of the least important element (ksigns hold 7 bits + parity)
-    x8 = xb.reshape(m, 4, 8)
-    neg = x8 < 0
-    xval = np.where(neg, -x8, x8)
-    bits = (neg.astype(np.int64) << np.arange(8)).sum(axis=-1)  # [m, 4]
-    odd = (neg.sum(axis=-1) % 2) == 1
-    imin = np.argmin((W.reshape(m, 4, 8) * x8) * x8, axis=-1)  # first minimum
-    oi, ok = np.nonzero(odd)
-    xval[oi, ok, imin[oi, ok]] *= F32(-1)
-    bits[oi, ok] ^= 1 << imin[oi, ok]
-    signs = bits & 127
-    xval = xval.reshape(m, 32)
+    xval, signs = _parity_signs(xb, W)
     mx = xval.max(axis=1)
     valid = mx >= F32(1e-8)  # GROUP_MAX_EPS_IQ3_XXS; others stay all-zero
 
@@ -748,7 +771,7 @@ def _iq3_xxs_chunk(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     if v.size:
         X = np.ascontiguousarray(xval[v].T)
         Wt = np.ascontiguousarray(W[v].T)
-        sc, L = _grid_subblocks(g, X, Wt, mx[v], 15, F32(0.2), on_init=True, redo_all=False)
+        sc, L = _grid_subblocks(g, X, Wt, mx[v], 15, F32(0.2), True, "offgrid")
         sg = signs[v]
         flip = sc < 0  # "should never happen" in ggml; flip the signs then
         sc = np.where(flip, -sc, sc)
@@ -785,7 +808,7 @@ def _iq3_s_chunk(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     if v.size:
         X = np.ascontiguousarray(xval[v].T)
         Wt = np.ascontiguousarray(W[v].T)
-        sc, L = _grid_subblocks(g, X, Wt, mx[v], 9, F32(0.2), on_init=False, redo_all=True)
+        sc, L = _grid_subblocks(g, X, Wt, mx[v], 9, F32(0.2), False, "all")
         flip = sc < 0
         sc = np.where(flip, -sc, sc)
         sg = signs[v]
@@ -836,7 +859,7 @@ def _iq2_s_chunk(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     if v.size:
         X = np.ascontiguousarray(xval[v].T)
         Wt = np.ascontiguousarray(W[v].T)
-        sc, L = _grid_subblocks(g, X, Wt, mx[v], 9, F32(0.1), on_init=True, redo_all=False)
+        sc, L = _grid_subblocks(g, X, Wt, mx[v], 9, F32(0.1), True, "offgrid")
         flip = sc < 0
         sc = np.where(flip, -sc, sc)
         sg = signs[v]
@@ -861,6 +884,103 @@ def _iq2_s_chunk(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     return out
 
 
+def _iq2_xxs_chunk(x: np.ndarray, qw: np.ndarray) -> np.ndarray:
+    """Super-blocks x [c, 256] -> IQ2_XXS blocks [c, 66] (imatrix required)."""
+    c = x.shape[0]
+    m = c * 8
+    g = _grid("IQ2_XXS")
+    xb, W = _grid_prepare(x, qw, 32, plain_sigma=False, two=False)
+    xval, signs = _parity_signs(xb, W)
+    mx = xval.max(axis=1)
+    valid = mx >= _GROUP_MAX_EPS
+    scales = np.zeros(m, dtype=np.float32)
+    gidx = np.zeros((m, 4), dtype=np.int64)
+    words = np.zeros(m, dtype=np.uint32)
+    v = np.flatnonzero(valid)
+    if v.size:
+        X = np.ascontiguousarray(xval[v].T)
+        Wt = np.ascontiguousarray(W[v].T)
+        # the trials start from make_qp_quants' scale (levels 0..3)
+        sc0, _ = make_qp_quants(X, Wt, 4)
+        eff = sc0 * F32(3)
+        ok = eff > 0  # otherwise the sub-block stays all-zero
+        v, X, Wt, sc0, eff = v[ok], X[:, ok], Wt[:, ok], sc0[ok], eff[ok]
+    if v.size:
+        sc, L = _grid_subblocks(g, X, Wt, eff, 6, F32(0.1), True, "always", scale0=sc0)
+        sg = signs[v]
+        flip = sc < 0
+        sc = np.where(flip, -sc, sc)
+        sg[flip] = ~sg[flip] & 127
+        gidx[v] = g.map[g.pack(L)].T
+        words[v] = (sg << np.array([0, 7, 14, 21])).sum(axis=1).astype(np.uint32)
+        scales[v] = sc
+
+    max_scale, d, ls = _superblock_scales(scales.reshape(c, 8))
+    out = np.zeros((c, 8, 8), dtype=np.uint8)  # per sub-block: 4 indices, u32 signs|scale
+    out[:, :, 0:4] = gidx.reshape(c, 8, 4)
+    words = words.reshape(c, 8) | (ls << 28)
+    out[:, :, 4:8] = words.astype("<u4").view(np.uint8).reshape(c, 8, 4)
+    blocks = np.zeros((c, 66), dtype=np.uint8)
+    blocks[:, 0:2] = f32_to_f16_bits(d).reshape(c, 1).view(np.uint8)
+    blocks[:, 2:] = out.reshape(c, 64)
+    blocks[max_scale == 0] = 0  # ggml zeroes qs and leaves d = 0
+    return blocks
+
+
+def _iq2_xs_chunk(x: np.ndarray, qw: np.ndarray) -> np.ndarray:
+    """Super-blocks x [c, 256] -> IQ2_XS blocks [c, 74] (imatrix required)."""
+    c = x.shape[0]
+    m = c * 16
+    g = _grid("IQ2_XS")
+    xb, W = _grid_prepare(x, qw, 16, plain_sigma=False, two=False)
+    xval, signs = _parity_signs(xb, W)
+    mx = xval.max(axis=1)
+    valid = mx >= _GROUP_MAX_EPS
+    scales = np.zeros(m, dtype=np.float32)
+    q2 = np.zeros((m, 2), dtype=np.uint16)
+    v = np.flatnonzero(valid)
+    if v.size:
+        X = np.ascontiguousarray(xval[v].T)
+        Wt = np.ascontiguousarray(W[v].T)
+        sc, L = _grid_subblocks(g, X, Wt, mx[v], 9, F32(0.1), True, "offgrid")
+        sg = signs[v]
+        flip = sc < 0
+        sc = np.where(flip, -sc, sc)
+        sg[flip] = ~sg[flip] & 127
+        q2[v] = (g.map[g.pack(L)].T | (sg << 9)).astype(np.uint16)
+        scales[v] = sc
+
+    max_scale, d, ls = _superblock_scales(scales.reshape(c, 16))
+    ls = ls.astype(np.uint8)
+    out = np.zeros((c, 74), dtype=np.uint8)
+    nz = max_scale != 0  # otherwise ggml leaves everything at zero
+    out[nz, 0:2] = f32_to_f16_bits(d[nz]).reshape(-1, 1).view(np.uint8)
+    out[nz, 2:66] = q2.reshape(c, 32).astype("<u2").view(np.uint8)[nz]
+    out[nz, 66:74] = (ls[:, 0::2] | (ls[:, 1::2] << 4))[nz]
+    return out
+
+
+def _need_imatrix(name: str, imatrix: np.ndarray | None) -> np.ndarray:
+    if imatrix is None:
+        raise ImatrixRequired(
+            f"{name} cannot be quantized without an importance matrix (ggml asserts one)",
+            field="imatrix",
+            expected="float32 [n_per_row]",
+            found="None",
+        )
+    return imatrix
+
+
+def quantize_iq2_xxs(rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.ndarray:
+    """float32 rows [nrows, 256k] + imatrix -> IQ2_XXS bytes [nrows, 66k], as ggml's quantize_iq2_xxs."""
+    return _quantize_rows(rows, _need_imatrix("IQ2_XXS", imatrix), QK_K, 66, _iq2_xxs_chunk)
+
+
+def quantize_iq2_xs(rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.ndarray:
+    """float32 rows [nrows, 256k] + imatrix -> IQ2_XS bytes [nrows, 74k], as ggml's quantize_iq2_xs."""
+    return _quantize_rows(rows, _need_imatrix("IQ2_XS", imatrix), QK_K, 74, _iq2_xs_chunk)
+
+
 def quantize_iq3_xxs(rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.ndarray:
     """float32 rows [nrows, 256k] -> IQ3_XXS bytes [nrows, 98k], as ggml's quantize_iq3_xxs."""
     return _quantize_rows(rows, imatrix, QK_K, 98, _iq3_xxs_chunk)
@@ -882,4 +1002,6 @@ QUANTIZE: dict[str, Callable[[np.ndarray, np.ndarray | None], np.ndarray]] = {
     "IQ3_XXS": quantize_iq3_xxs,
     "IQ3_S": quantize_iq3_s,
     "IQ2_S": quantize_iq2_s,
+    "IQ2_XXS": quantize_iq2_xxs,
+    "IQ2_XS": quantize_iq2_xs,
 }
