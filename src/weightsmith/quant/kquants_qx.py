@@ -49,6 +49,7 @@ GROUP_MAX_EPS = F32(1e-15)
 _MAGIC = F32(12582912.0)  # 1.5 * 2**23: adding it rounds to an integer in the mantissa
 _CHUNK_BLOCKS = 1024  # super-blocks per vectorised step (amortises numpy call overhead)
 _DEQ_CHUNK = 1024  # super-blocks per dequantize step (temporaries stay in L2)
+_LE16 = np.dtype("<u2")  # the block's float16 d is little-endian on every host
 _NIBBLES = np.uint64(0x0F0F0F0F0F0F0F0F)
 _PAIRS = np.uint64(0x0303030303030303)
 _ONES = np.uint64(0x0101010101010101)
@@ -461,7 +462,7 @@ def _q6k_blocks(xb: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     out = np.empty((b, 210), dtype=np.uint8)
     out[:, :192] = _lane_bytes(np.concatenate([ql.reshape(16, b), qh.reshape(8, b)]))
     out[:, 192:208] = sc.view(np.uint8)
-    out[:, 208:210] = d16.view(np.uint8).reshape(b, 2)
+    out[:, 208:210] = d16.astype(_LE16).view(np.uint8).reshape(b, 2)
     out[dead] = 0
     return out
 
@@ -522,7 +523,7 @@ def dequantize_q6_k(blocks: np.ndarray) -> np.ndarray:
     out = np.empty((blocks.shape[0], QK_K), dtype=F32)
     for s in range(0, blocks.shape[0], _DEQ_CHUNK):
         b = blocks[s : s + _DEQ_CHUNK]
-        d = f16_to_f32(np.ascontiguousarray(b[:, 208:210]).view(np.uint16)[:, 0])
+        d = f16_to_f32(np.ascontiguousarray(b[:, 208:210]).view(_LE16)[:, 0].astype(np.uint16))
         dl = d[:, None] * b[:, 192:208].view(np.int8).astype(F32)  # C: (d * sc[is]) * q
         _scale_levels(out[s : s + _DEQ_CHUNK], dl, _q6k_levels(b))
     return out
@@ -604,7 +605,7 @@ def _q3k_blocks(xb: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     out = np.empty((b, 110), dtype=np.uint8)
     out[:, :96] = _lane_bytes(np.concatenate([hmask, qs.reshape(8, b)]))
     out[:, 96:108] = _pack_q3k_scales(ls)
-    out[:, 108:110] = d16.view(np.uint8).reshape(b, 2)
+    out[:, 108:110] = d16.astype(_LE16).view(np.uint8).reshape(b, 2)
     return out
 
 
@@ -628,7 +629,7 @@ def dequantize_q3_k(blocks: np.ndarray) -> np.ndarray:
     out = np.empty((blocks.shape[0], QK_K), dtype=F32)
     for s in range(0, blocks.shape[0], _DEQ_CHUNK):
         b = blocks[s : s + _DEQ_CHUNK]
-        d = f16_to_f32(np.ascontiguousarray(b[:, 108:110]).view(np.uint16)[:, 0])
+        d = f16_to_f32(np.ascontiguousarray(b[:, 108:110]).view(_LE16)[:, 0].astype(np.uint16))
         dl = d[:, None] * _unpack_q3k_scales(b[:, 96:108]).astype(F32)
         _scale_levels(out[s : s + _DEQ_CHUNK], dl, _q3k_levels(b))
     return out
