@@ -296,6 +296,7 @@ def _data_bytes(path, names):
     "kwargs,groups",
     [
         ({"max_tensors": 2}, [[0, 1], [2, 3], [4]]),
+        ({"max_tensors": 2, "no_tensor_first_split": True}, [[], [0, 1], [2, 3], [4]]),
         ({"max_tensors": 128}, [[0, 1, 2, 3, 4]]),
         ({"max_size": 2600}, [[0], [1, 2, 3, 4]]),
         ({"max_size": "3K"}, [[0, 1, 2], [3, 4]]),

@@ -286,13 +286,6 @@ class LocalSource:
 # --------------------------------------------------------------------------- readers
 
 
-def _dtype_name(d: Any) -> str:
-    for attr in ("name",):
-        if hasattr(d, attr):
-            return str(getattr(d, attr))
-    return str(d)
-
-
 def read_safetensors(src: Source) -> FileReport:
     """Header of one safetensors file: one read, two if the header is large."""
     from . import safetensors as st

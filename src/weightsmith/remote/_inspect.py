@@ -114,13 +114,9 @@ def _inspect_url(url: str, make_source, jobs: int, target: str) -> Report:
         meta, wm = parse_index(src.read_all(), url)
         shards = sorted(set(wm.values()), key=natural_key)
         files = _read_many(make_source, [_sibling_url(url, s) for s in shards], jobs)
-        index_file = FileReport(
-            url, "index", src.size, None, {}, [], src.requests, src.bytes_fetched
-        )
         rep = Report(target, files[0].format if files else "safetensors", files, meta, remote=True)
-        rep.notes.append(f"index: {url} ({index_file.requests} request(s))")
-        rep.files[0].requests += index_file.requests  # keep the request total honest
-        rep.files[0].bytes_fetched += index_file.bytes_fetched
+        rep.notes.append(f"index: {url}")
+        _add_overhead(rep, src.requests, src.bytes_fetched, note=False)
         return rep
     siblings = split_siblings(base)
     if siblings:
@@ -208,10 +204,13 @@ def _choose_from_listing(names: list[str]) -> str | None:
     return None
 
 
-def _add_overhead(rep: Report, requests: int) -> None:
+def _add_overhead(rep: Report, requests: int, nbytes: int = 0, note: bool = True) -> None:
+    """Count requests made outside the header reads (index, probes, listing) in the totals."""
     if requests and rep.files:
         rep.files[0].requests += requests
-        rep.notes.append(f"{requests} probe/listing request(s) before the header read")
+        rep.files[0].bytes_fetched += nbytes
+        if note:
+            rep.notes.append(f"{requests} probe/listing request(s) before the header read")
 
 
 def _blob_to_resolve(url: str, endpoint: str | None) -> str:
