@@ -418,15 +418,14 @@ def _requantize(
     ``x``, ``L``: [n, M]; ``d``, ``dm``: [M].  Sub-blocks whose decoded scale
     is 0 keep the quants of the search, as in C's ``if (!d) continue``.
     """
-    live = d != 0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        q = _nearest_int((x + dm) / d)
+    v = np.add(x, dm)
+    v /= d
+    q = _nearest_int(v)
     np.clip(q, 0, nmax, out=q)
-    return np.where(live, q, L.astype(np.int32))
-
-
-def _row_blocks(rows: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(rows, dtype=np.float32).reshape(-1, QK_K)
+    dead = d == 0
+    if dead.any():
+        q[:, dead] = L[:, dead]
+    return q.astype(np.uint8)
 
 
 def _sigma2(blocks: np.ndarray, factor: float) -> np.ndarray:
