@@ -511,10 +511,12 @@ def _q6k_levels(b: np.ndarray) -> np.ndarray:
 def _scale_levels(out: np.ndarray, dl: np.ndarray, q: np.ndarray) -> None:
     """``out[b, 16j+i] = dl[b, j] * q[b, 16j+i]`` in float32.
 
-    Repeating the scales and multiplying flat keeps numpy's inner loops long;
-    a broadcast multiply over the 16-wide sub-blocks is several times slower.
+    Filling ``out`` with the scales by a broadcast copy, then multiplying it
+    in place by the int8 levels, measured faster than a broadcast multiply
+    over the 16-wide sub-blocks or a ``np.repeat`` of the scales.
     """
-    np.multiply(np.repeat(dl.reshape(-1), 16).reshape(out.shape), q, out=out)
+    out.reshape(-1, 16, 16)[...] = dl.reshape(-1, 16, 1)
+    out *= q
 
 
 @np.errstate(invalid="ignore", over="ignore")  # inf * 0 -> NaN, as in ggml
