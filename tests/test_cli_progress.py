@@ -52,3 +52,16 @@ def test_call_with_progress_only_when_accepted():
     assert call_with_progress(with_progress, 1, quiet=True) == "done"
     assert call_with_progress(without, 2) == "plain"
     assert seen == [1, 2]
+
+
+def test_spinner_only_on_a_terminal():
+    from weightsmith.cli.progress import Spinner
+
+    tty = FakeTTY()
+    with Spinner("merge", stream=tty) as sp:
+        assert sp.enabled
+    assert "merge" in tty.getvalue()
+    plain = io.StringIO()
+    with Spinner("merge", stream=plain) as sp:
+        assert not sp.enabled
+    assert plain.getvalue() == ""

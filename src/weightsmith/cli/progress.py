@@ -93,6 +93,36 @@ class ProgressBar:
         self._progress.update(self._task, completed=bytes_done, total=bytes_total, tensors=tensors)
 
 
+class Spinner:
+    """An elapsed-time spinner for operations that cannot report progress."""
+
+    def __init__(
+        self, description: str, *, enabled: bool = True, stream: TextIO | None = None
+    ) -> None:
+        self.stream = stream or sys.stderr
+        self.description = description
+        self.enabled = enabled and _terminal(self.stream) and _have_rich()
+        self._progress: Any = None
+
+    def __enter__(self) -> Spinner:
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(
+                SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                console=Console(file=self.stream), transient=True,
+            )  # fmt: skip
+            self._progress.__enter__()
+            self._progress.add_task(self.description, total=None)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(*exc)
+            self._progress = None
+
+
 def _terminal(stream: TextIO) -> bool:
     try:
         return stream.isatty()
@@ -121,6 +151,8 @@ def call_with_progress(
 ) -> Any:
     """Call ``fn``, giving it a progress bar when it takes a ``progress`` argument."""
     if not accepts_progress(fn):
-        return fn(*args, **kwargs)
+        # the library part reports nothing yet: a spinner with the elapsed time at least
+        with Spinner(description or getattr(fn, "__name__", ""), enabled=not quiet):
+            return fn(*args, **kwargs)
     with ProgressBar(description or getattr(fn, "__name__", ""), enabled=not quiet) as bar:
         return fn(*args, progress=bar, **kwargs)
