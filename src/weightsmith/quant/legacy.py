@@ -166,53 +166,67 @@ def _weights(rows: np.ndarray, imatrix: np.ndarray) -> tuple[np.ndarray, np.ndar
     return x.reshape(-1, QK), w.reshape(-1, QK)
 
 
-# Reference (no imatrix) paths run on tiles of blocks transposed to
-# [32, tile]: the per-block min/max become reductions over contiguous rows
-# and every per-block scale broadcasts along the fast axis, which numpy does
-# several times faster than reductions/broadcasts over a 32-wide last axis.
-_TILE = 8192  # blocks per tile: a [32, 8192] float32 tile is 1 MiB
+# Reference (no imatrix) paths run on tiles in a "quad-transposed" layout:
+# the [c, 32] float32 tile is viewed as [c, 8] 16-byte units and transposed to
+# [8, c] (a quarter of the element moves of a float transpose), i.e. row k
+# holds x[4k:4k+4] of every block.  Per-block min/max become reductions over
+# 8 contiguous rows plus a 4-wide step, per-block scales broadcast along the
+# fast axis (repeated x4), and codes go back to file order as 4-byte units.
+# numpy runs all of this several times faster than reductions and
+# broadcasts over a 32-wide last axis.
+_TILE = 8192  # blocks per tile: 1 MiB of float32
 
 
-def _tiles(rows: np.ndarray, type_size: int, encode) -> np.ndarray:
-    """Encode tile by tile: ``encode(xt [32, c], xb [c, 32], outT [type_size, c])``.
-
-    The encoder fills the block bytes transposed (one row per byte offset),
-    so every field is written with contiguous stores; one transpose per tile
-    puts the blocks back in file order.
-    """
+def _tiles(rows: np.ndarray, rec: np.dtype, encode) -> np.ndarray:
+    """Encode tile by tile: ``encode(x8 [8, 4c], tile [c, 32], out [c] records)``."""
     xb = rows.reshape(-1, QK)
-    out = np.empty((xb.shape[0], type_size), np.uint8)
+    out = np.empty(xb.shape[0], rec)
     for b0 in range(0, xb.shape[0], _TILE):
         tile = xb[b0 : b0 + _TILE]
-        out_t = np.empty((type_size, len(tile)), np.uint8)
-        encode(np.ascontiguousarray(tile.T), tile, out_t)
-        out[b0 : b0 + _TILE] = out_t.T
-    return out.reshape(rows.shape[0], -1)
+        x8 = np.ascontiguousarray(tile.view(np.complex128).T).view(np.float32)
+        encode(x8, tile, out[b0 : b0 + _TILE])
+    return out.view(np.uint8).reshape(rows.shape[0], -1)
 
 
-def _signed_absmax(xt: np.ndarray, xb: np.ndarray) -> np.ndarray:
+def _rec(*fields: tuple[str, str]) -> np.dtype:
+    return np.dtype(list(fields))
+
+
+def _quad(v: np.ndarray, op) -> np.ndarray:
+    """op-reduce [4c] (four per block) to [c]."""
+    h = v.reshape(-1, 4)
+    return op(op(h[:, 0], h[:, 1]), op(h[:, 2], h[:, 3]))
+
+
+def _x4(v: np.ndarray) -> np.ndarray:
+    """A per-block value repeated for the four lanes of each block in a row of x8."""
+    return np.repeat(v, 4)
+
+
+def _signed_absmax(x8: np.ndarray, tile: np.ndarray) -> np.ndarray:
     """quantize_row_q4_0_ref's ``max``: the first value of largest |v| (+0.0 if none)."""
-    hi, lo = np.max(xt, axis=0), np.min(xt, axis=0)
+    hi = _quad(np.max(x8, axis=0), np.maximum)
+    lo = _quad(np.min(x8, axis=0), np.minimum)
     mx = np.where(-lo > hi, lo, hi)
     tie = (-lo == hi) & (hi > 0)  # both +a and -a: the first one wins
     if tie.any():
-        rows = xb[tie]
-        idx = np.argmax(np.abs(rows), axis=1)
-        mx[tie] = rows[np.arange(len(rows)), idx]
+        rows = tile[tie]
+        mx[tie] = rows[np.arange(len(rows)), np.argmax(np.abs(rows), axis=1)]
     mx[(hi == 0) & (lo == 0)] = 0  # all zero (either sign): C keeps max = +0.0
     return mx
 
 
-def _first_min_max(xt: np.ndarray, xb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _first_min_max(x8: np.ndarray, tile: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``if (v < min) min = v`` / ``if (v > max) max = v`` from x[0]: first occurrence.
 
     Only the sign of a zero extreme depends on the order; those blocks are rescanned.
     """
     out = []
-    for m in (np.min(xt, axis=0), np.max(xt, axis=0)):
+    for red, op in ((np.min, np.minimum), (np.max, np.maximum)):
+        m = _quad(red(x8, axis=0), op)
         zero = m == 0
         if zero.any():
-            rows = xb[zero]
+            rows = tile[zero]
             m[zero] = rows[np.arange(len(rows)), np.argmax(rows == 0, axis=1)]
         out.append(m)
     return out[0], out[1]
@@ -236,81 +250,96 @@ def _codes(t: np.ndarray, bits: int | None) -> np.ndarray:
     return q
 
 
-def _put_f16(out_t: np.ndarray, off: int, v: np.ndarray) -> None:
-    out_t[off : off + 2] = f32_to_f16_bits(v).view(np.uint8).reshape(-1, 2).T
+def _file_order(q8: np.ndarray, width: int) -> np.ndarray:
+    """Byte codes [k, 4c] in the quad layout -> [c] records of ``4k`` bytes in file order."""
+    k = q8.shape[0]
+    units = np.ascontiguousarray(q8.view(np.uint32).reshape(k, -1).T)  # [c, k] of 4 bytes
+    return units.view(f"V{width}").reshape(-1)
 
 
-def _put_nibbles(out_t: np.ndarray, off: int, qt: np.ndarray) -> None:
-    """qt[32, c] codes -> qs bytes (element j low nibble, j + 16 high nibble)."""
-    qs = out_t[off : off + 16]
-    np.left_shift(qt[16:], 4, out=qs)
-    qs |= qt[:16] & 0x0F
+def _nibble_bytes(q8: np.ndarray) -> np.ndarray:
+    """Codes of elements j and j + 16 -> the 16 qs bytes of each block, as V16 records."""
+    qs = q8[4:] << 4  # uint8: bit 4 of a 5-bit code falls off, as (xi & 0x0F) << 4
+    qs |= q8[:4] & 0x0F
+    return _file_order(qs, 16)
 
 
-_BIT_SHIFTS = np.arange(8, dtype=np.uint8).reshape(1, 8, 1)
+_SPREAD = np.uint32(0x01020408)  # moves bit 0 of byte i to bit 24 + i (no carries)
 
 
-def _put_high_bits(out_t: np.ndarray, off: int, qt: np.ndarray) -> None:
-    """Bit 4 of qt[32, c] -> the u32 qh (bit j = element j), little-endian bytes."""
-    h = qt >> 4
+def _high_bits(q8: np.ndarray) -> np.ndarray:
+    """Bit 4 of every code -> the u32 qh with bit j = element j."""
+    h = q8 >> 4
     h &= 1
-    h = h.reshape(4, 8, -1) << _BIT_SHIFTS
-    np.bitwise_or.reduce(h, axis=1, out=out_t[off : off + 4])
+    v = h.view(np.uint32)  # [8, c]: lane i of quad k in byte i
+    nib = (v * _SPREAD) >> np.uint32(24)  # bits 0-3 = the four lanes
+    qh = np.zeros(v.shape[1], np.uint32)
+    for k in range(8):
+        qh |= (nib[k] & np.uint32(0xF)) << np.uint32(4 * k)
+    return qh
 
 
-def _enc_q4_0(xt: np.ndarray, xb: np.ndarray, out_t: np.ndarray) -> None:
-    d = (_signed_absmax(xt, xb) / F32(-8)).astype(np.float32)
-    xt *= _inv(d)
-    xt += F32(8.5)
-    _put_f16(out_t, 0, d)
-    _put_nibbles(out_t, 2, _codes(xt, 4))
+_REC_Q4_0 = _rec(("d", "<u2"), ("qs", "V16"))
+_REC_Q4_1 = _rec(("d", "<u2"), ("m", "<u2"), ("qs", "V16"))
+_REC_Q5_0 = _rec(("d", "<u2"), ("qh", "<u4"), ("qs", "V16"))
+_REC_Q5_1 = _rec(("d", "<u2"), ("m", "<u2"), ("qh", "<u4"), ("qs", "V16"))
+_REC_Q8_0 = _rec(("d", "<u2"), ("qs", "V32"))
 
 
-def _enc_q4_1(xt: np.ndarray, xb: np.ndarray, out_t: np.ndarray) -> None:
-    mn, mx = _first_min_max(xt, xb)
+def _enc_q4_0(x8: np.ndarray, tile: np.ndarray, out: np.ndarray) -> None:
+    d = (_signed_absmax(x8, tile) / F32(-8)).astype(np.float32)
+    x8 *= _x4(_inv(d))
+    x8 += F32(8.5)
+    out["d"] = f32_to_f16_bits(d)
+    out["qs"] = _nibble_bytes(_codes(x8, 4))
+
+
+def _enc_q4_1(x8: np.ndarray, tile: np.ndarray, out: np.ndarray) -> None:
+    mn, mx = _first_min_max(x8, tile)
     d = ((mx - mn) / F32(15)).astype(np.float32)
-    xt -= mn
-    xt *= _inv(d)
-    xt += F32(0.5)
-    _put_f16(out_t, 0, d)
-    _put_f16(out_t, 2, mn)
-    _put_nibbles(out_t, 4, _codes(xt, 4))
+    x8 -= _x4(mn)
+    x8 *= _x4(_inv(d))
+    x8 += F32(0.5)
+    out["d"] = f32_to_f16_bits(d)
+    out["m"] = f32_to_f16_bits(mn)
+    out["qs"] = _nibble_bytes(_codes(x8, 4))
 
 
-def _enc_q5_0(xt: np.ndarray, xb: np.ndarray, out_t: np.ndarray) -> None:
-    d = (_signed_absmax(xt, xb) / F32(-16)).astype(np.float32)
-    xt *= _inv(d)
-    xt += F32(16.5)
-    q = _codes(xt, 5)
-    _put_f16(out_t, 0, d)
-    _put_high_bits(out_t, 2, q)
-    _put_nibbles(out_t, 6, q)
+def _enc_q5_0(x8: np.ndarray, tile: np.ndarray, out: np.ndarray) -> None:
+    d = (_signed_absmax(x8, tile) / F32(-16)).astype(np.float32)
+    x8 *= _x4(_inv(d))
+    x8 += F32(16.5)
+    q = _codes(x8, 5)
+    out["d"] = f32_to_f16_bits(d)
+    out["qh"] = _high_bits(q)
+    out["qs"] = _nibble_bytes(q)
 
 
-def _enc_q5_1(xt: np.ndarray, xb: np.ndarray, out_t: np.ndarray) -> None:
-    mn, mx = _first_min_max(xt, xb)
+def _enc_q5_1(x8: np.ndarray, tile: np.ndarray, out: np.ndarray) -> None:
+    mn, mx = _first_min_max(x8, tile)
     d = ((mx - mn) / F32(31)).astype(np.float32)
-    xt -= mn
-    xt *= _inv(d)
-    xt += F32(0.5)
-    q = _codes(xt, None)  # ggml has no clamp here; only bits 0-4 are stored
-    _put_f16(out_t, 0, d)
-    _put_f16(out_t, 2, mn)
-    _put_high_bits(out_t, 4, q)
-    _put_nibbles(out_t, 8, q)
+    x8 -= _x4(mn)
+    x8 *= _x4(_inv(d))
+    x8 += F32(0.5)
+    q = _codes(x8, None)  # ggml has no clamp here; only bits 0-4 are stored
+    out["d"] = f32_to_f16_bits(d)
+    out["m"] = f32_to_f16_bits(mn)
+    out["qh"] = _high_bits(q)
+    out["qs"] = _nibble_bytes(q)
 
 
-def _enc_q8_0(xt: np.ndarray, xb: np.ndarray, out_t: np.ndarray) -> None:
-    amax = np.abs(np.maximum(np.max(xt, axis=0), -np.min(xt, axis=0)))  # +0.0 for zeros
-    d = (amax / F32(127)).astype(np.float32)
-    xt *= _inv(d)
-    _put_f16(out_t, 0, d)
-    out_t[2:34] = round_away_int(xt, np.int8).view(np.uint8)
+def _enc_q8_0(x8: np.ndarray, tile: np.ndarray, out: np.ndarray) -> None:
+    hi = _quad(np.max(x8, axis=0), np.maximum)
+    lo = _quad(np.min(x8, axis=0), np.minimum)
+    d = (np.abs(np.maximum(hi, -lo)) / F32(127)).astype(np.float32)  # +0.0 for zeros
+    x8 *= _x4(_inv(d))
+    out["d"] = f32_to_f16_bits(d)
+    out["qs"] = _file_order(round_away_int(x8, np.int8).view(np.uint8), 32)
 
 
 def _quantize_q4_0(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
     if imatrix is None:
-        return _tiles(rows, 18, _enc_q4_0)
+        return _tiles(rows, _REC_Q4_0, _enc_q4_0)
     x, w = _weights(rows, imatrix)
     d, L = make_qx_quants(x, 8, 1, w)
     return _assemble(rows, _f16_field(d), _pack_nibbles(L))
@@ -318,7 +347,7 @@ def _quantize_q4_0(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
 
 def _quantize_q4_1(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
     if imatrix is None:
-        return _tiles(rows, 20, _enc_q4_1)
+        return _tiles(rows, _REC_Q4_1, _enc_q4_1)
     x, w = _weights(rows, imatrix)
     d, mneg, L = make_qkx3_quants(x, w, 15, -0.9, 0.05, 36, False)
     return _assemble(rows, _f16_field(d), _f16_field(-mneg), _pack_nibbles(L))
@@ -326,7 +355,7 @@ def _quantize_q4_1(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
 
 def _quantize_q5_0(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
     if imatrix is None:
-        return _tiles(rows, 22, _enc_q5_0)
+        return _tiles(rows, _REC_Q5_0, _enc_q5_0)
     x, w = _weights(rows, imatrix)
     d, q = make_qx_quants(x, 16, 1, w)
     return _assemble(rows, _f16_field(d), _pack_high_bits(q), _pack_nibbles(q))
@@ -334,7 +363,7 @@ def _quantize_q5_0(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
 
 def _quantize_q5_1(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
     if imatrix is None:
-        return _tiles(rows, 24, _enc_q5_1)
+        return _tiles(rows, _REC_Q5_1, _enc_q5_1)
     x, w = _weights(rows, imatrix)
     d, mneg, q = make_qkx3_quants(x, w, 31, -0.9, 0.05, 36, False)
     return _assemble(rows, _f16_field(d), _f16_field(-mneg), _pack_high_bits(q), _pack_nibbles(q))
@@ -342,7 +371,7 @@ def _quantize_q5_1(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
 
 def _quantize_q8_0(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
     del imatrix  # ggml's quantize_q8_0 ignores it
-    return _tiles(rows, 34, _enc_q8_0)
+    return _tiles(rows, _REC_Q8_0, _enc_q8_0)
 
 
 DEQUANTIZE = {
