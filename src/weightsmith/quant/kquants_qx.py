@@ -522,13 +522,19 @@ def _scale_levels(out: np.ndarray, dl: np.ndarray, q: np.ndarray) -> None:
 @np.errstate(invalid="ignore", over="ignore")  # inf * 0 -> NaN, as in ggml
 def dequantize_q6_k(blocks: np.ndarray) -> np.ndarray:
     """Q6_K blocks ``[nb, 210]`` -> float32 ``[nb, 256]`` (dequantize_row_q6_K)."""
+    d = _f16_field(blocks, 208)
     out = np.empty((blocks.shape[0], QK_K), dtype=F32)
     for s in range(0, blocks.shape[0], _DEQ_CHUNK):
         b = blocks[s : s + _DEQ_CHUNK]
-        d = f16_to_f32(np.ascontiguousarray(b[:, 208:210]).view(_LE16)[:, 0].astype(np.uint16))
-        dl = d[:, None] * b[:, 192:208].view(np.int8).astype(F32)  # C: (d * sc[is]) * q
-        _scale_levels(out[s : s + _DEQ_CHUNK], dl, _q6k_levels(b))
+        dl = d[s : s + _DEQ_CHUNK, None] * b[:, 192:208].view(np.int8).astype(F32)
+        _scale_levels(out[s : s + _DEQ_CHUNK], dl, _q6k_levels(b))  # C: (d * sc) * q
     return out
+
+
+def _f16_field(blocks: np.ndarray, offset: int) -> np.ndarray:
+    """The little-endian float16 at byte ``offset`` of every block, as float32 ``[nb]``."""
+    bits = blocks[:, offset].astype(np.uint16) | (blocks[:, offset + 1].astype(np.uint16) << 8)
+    return f16_to_f32(bits)
 
 
 # --------------------------------------------------------------------------- Q3_K
@@ -628,11 +634,11 @@ def _q3k_levels(b: np.ndarray) -> np.ndarray:
 @np.errstate(invalid="ignore", over="ignore")  # inf * 0 -> NaN, as in ggml
 def dequantize_q3_k(blocks: np.ndarray) -> np.ndarray:
     """Q3_K blocks ``[nb, 110]`` -> float32 ``[nb, 256]`` (dequantize_row_q3_K)."""
+    d = _f16_field(blocks, 108)
     out = np.empty((blocks.shape[0], QK_K), dtype=F32)
     for s in range(0, blocks.shape[0], _DEQ_CHUNK):
         b = blocks[s : s + _DEQ_CHUNK]
-        d = f16_to_f32(np.ascontiguousarray(b[:, 108:110]).view(_LE16)[:, 0].astype(np.uint16))
-        dl = d[:, None] * _unpack_q3k_scales(b[:, 96:108]).astype(F32)
+        dl = d[s : s + _DEQ_CHUNK, None] * _unpack_q3k_scales(b[:, 96:108]).astype(F32)
         _scale_levels(out[s : s + _DEQ_CHUNK], dl, _q3k_levels(b))
     return out
 
