@@ -245,12 +245,14 @@ def _qkx_search(x, w, nmax, rmin, rdelta, nstep, use_mad):
 def _rint_is_exact(rng, xmin, mn, cmax) -> bool:
     """True if every ``iscale * (x - min)`` of the coming steps is finite and < 2**22.
 
-    There np.rint equals ggml's nearest_int.  ``|x - min| <= max(|range|,
-    |xmin - min|)`` and ``|iscale| <= cmax / |range|``.
+    There np.rint equals ggml's nearest_int.  ``|x - min| <= max(range,
+    |xmin - min|)`` and ``|iscale| <= cmax / range``; range = inf fails.
     """
-    arng = np.abs(rng)
-    spread = np.maximum(arng, np.abs(xmin - mn))
-    return bool(cmax * (spread / arng).max() < _RINT_SAFE)
+    # 0 < range also lets _levels skip the upper clamp while c < nmax + 1/2
+    if not (rng > 0).all():
+        return False
+    spread = np.maximum(rng, np.abs(xmin - mn))
+    return bool(cmax * (spread / rng).max() < _RINT_SAFE)
 
 
 def _levels(x, mn, iscale, fnmax, out, fast: bool, bounds=None):
