@@ -8,6 +8,7 @@ a subprocess on two free ports, and stops it at teardown.  Two server blocks:
   - ``/noranges/`` ignores Range (``max_ranges 0``: always 200 + whole file);
   - ``/range416/`` answers every Range request with 416, like servers that
     refuse ranges on tiny files (a plain GET works);
+  - ``/flaky/`` always answers 503 (with ``Retry-After: 0``);
   - ``/api/models/`` serves static JSON repo listings;
   - ``/org/private/`` needs ``Authorization: Bearer secret`` and then
     302-redirects to the second port (another origin);
@@ -99,6 +100,7 @@ http {{
         access_log {p}/access.log ws;
         location /noranges/ {{ max_ranges 0; }}
         location /range416/ {{ if ($http_range) {{ return 416; }} }}
+        location /flaky/ {{ add_header Retry-After 0 always; return 503; }}
         location /api/models/ {{ default_type application/json; }}
         # like the Hub: a missing file is an EntryNotFound (huggingface_hub's file_exists needs it),
         # and hf_hub_download wants a commit id, as the Hub sends on every resolve

@@ -204,7 +204,9 @@ def test_connection_refused_is_one_line():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    assert_one_line_error(run("inspect", f"http://127.0.0.1:{port}/x.safetensors"), "RemoteError")
+    assert_one_line_error(
+        run("inspect", f"http://127.0.0.1:{port}/x.safetensors"), "RemoteConnectionError"
+    )
 
 
 def test_local_copy_of_remote_counts_equal(nginx, remote_tree, tmp_path):

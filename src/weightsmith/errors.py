@@ -595,3 +595,7 @@ class VocabLargerThanConfig(TokenizerError):
 
 class UnknownBPEPreTokenizer(TokenizerError):
     """The BPE pre-tokenizer (llama.cpp's chktxt hash, or tokenizer.ggml.pre) is not one we know."""
+
+
+class RemoteConnectionError(RemoteError):
+    """The server could not be reached or the connection broke (after retries)."""

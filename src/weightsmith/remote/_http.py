@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -11,6 +12,7 @@ from urllib.parse import urljoin, urlsplit
 from .._lazy import require
 from ..errors import (
     RemoteAuthError,
+    RemoteConnectionError,
     RemoteError,
     RemoteHTTPError,
     RemoteNotFound,
@@ -18,7 +20,16 @@ from ..errors import (
 )
 
 MAX_REDIRECTS = 10
+RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+RETRY_DELAY = 0.5  # seconds before the first retry; doubles each time
+MAX_RETRY_DELAY = 8.0
+ERROR_BODY_LIMIT = 64 * 1024
 _CONTENT_RANGE = re.compile(r"bytes\s+(?:(\d+)-(\d+)|\*)/(\d+|\*)")
+
+
+def _retry_after(resp: Response, default: float) -> float:
+    value = resp.headers.get("retry-after", "")
+    return float(value) if value.strip().isdigit() else default
 
 
 def origin(url: str) -> tuple[str, str, int | None]:
@@ -71,8 +82,10 @@ class Session:
         token_origin: str | None = None,
         timeout: float = 30.0,
         client: Any = None,
+        retries: int = 2,
     ) -> None:
         self._httpx = require("httpx", "remote inspection")
+        self.retries = retries
         self._own = client is None and timeout != 30.0
         if client is not None:
             self.client = client
@@ -122,7 +135,28 @@ class Session:
         At most ``max_bytes`` of the body are read; the stream is then closed,
         which matters when a server ignores Range and sends the whole file.
         ``stats`` (a two-item list) accumulates this call's requests and bytes.
+        A broken connection or a 429/5xx answer is retried ``retries`` times
+        with a growing pause (``Retry-After`` when the server gives one).
         """
+        delay = RETRY_DELAY
+        for attempt in range(self.retries + 1):
+            last = attempt == self.retries
+            try:
+                resp = self._get_once(url, rng, max_bytes, stats)
+            except RemoteConnectionError:
+                if last:
+                    raise
+            else:
+                if resp.status not in RETRY_STATUS or last:
+                    return resp
+                delay = _retry_after(resp, delay)
+            time.sleep(min(delay, MAX_RETRY_DELAY))
+            delay *= 2
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _get_once(
+        self, url: str, rng: tuple[int, int] | None, max_bytes: int | None, stats: list[int] | None
+    ) -> Response:
         for _ in range(MAX_REDIRECTS + 1):
             try:
                 with self.client.stream("GET", url, headers=self._headers(url, rng)) as r:
@@ -137,21 +171,22 @@ class Session:
                         # bounded by the range: read it all, so the connection is reusable
                         for chunk in r.iter_bytes():
                             body += chunk
-                    elif r.status_code == 200:
-                        # maybe the whole file (Range ignored): stop once we have enough;
-                        # leaving the stream closes the connection instead of draining it
+                    else:
+                        # 200 may be the whole file (Range ignored), an error page may be
+                        # long: stop once we have enough; leaving the stream closes it
+                        limit = max_bytes if r.status_code == 200 else ERROR_BODY_LIMIT
                         for chunk in r.iter_bytes():
                             body += chunk
-                            if max_bytes is not None and len(body) >= max_bytes:
+                            if limit is not None and len(body) >= limit:
                                 break
-                    else:
-                        r.read()  # a short error body; keeps the connection reusable
                     if max_bytes is not None:
                         del body[max_bytes:]
                     self._count(nbytes=len(body))
                     if stats is not None:
                         stats[1] += len(body)
                     return Response(url, r.status_code, dict(r.headers), bytes(body))
+            except self._httpx.TransportError as e:
+                raise RemoteConnectionError(f"{url}: {type(e).__name__}: {e}") from None
             except self._httpx.HTTPError as e:
                 raise RemoteError(f"{url}: {type(e).__name__}: {e}") from None
         raise TooManyRedirects(f"{url}: more than {MAX_REDIRECTS} redirects")
