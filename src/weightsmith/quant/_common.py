@@ -225,64 +225,95 @@ def imatrix_weights(x: np.ndarray, qw: np.ndarray, sigma2: np.ndarray) -> np.nda
 
 
 # --------------------------------------------------------------------------- scale searches
+#
+# Both searches take blocks as x[B, n] but work on the transposed [n, B]
+# layout: every per-block sum is then n additions of contiguous rows (in
+# ggml's order), and every per-block scalar broadcasts along the fast axis.
+
+
+def _rows_sum(p: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
+    """Sequential sum over axis 0 of p[n, B]: ``start + p[0] + p[1] + ...`` (+0.0 default)."""
+    acc = np.zeros(p.shape[1], np.float32) if start is None else start.astype(np.float32)
+    for row in p:
+        acc += row
+    return acc
+
+
+def _absmax_t(xt: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """first_extreme(x, "absmax") computed on xt = x.T."""
+    hi, lo = np.max(xt, axis=0), np.min(xt, axis=0)
+    amax = np.abs(np.maximum(hi, -lo))
+    mx = np.where(-lo > hi, lo, hi)
+    tie = (-lo == hi) & (hi > 0)
+    if tie.any():
+        rows = x[tie]
+        mx[tie] = rows[np.arange(len(rows)), np.argmax(np.abs(rows), axis=1)]
+    mx[amax == 0] = 0
+    return amax, mx
 
 
 def make_qx_quants(
     x: np.ndarray, nmax: int, rmse_type: int, qw: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Vectorised ``make_qx_quants`` over blocks ``x[B, n]``.
+    """Vectorised ``make_qx_quants`` over blocks ``x[B, n]`` (qw: [B, n] or [n]).
 
     Returns (scale f32[B], L uint8[B, n]) with L in [0, 2*nmax).
     """
     x = np.ascontiguousarray(x, dtype=np.float32)
-    amax, mx = first_extreme(x, "absmax")
+    xt = np.ascontiguousarray(x.T)
+    amax, mx = _absmax_t(xt, x)
     zero = amax < GROUP_MAX_EPS
     mx = np.where(zero, F32(1), mx)
     lo, hi = F32(-nmax), F32(nmax - 1)
+    fn = F32(nmax)
+
+    def levels(iscale: np.ndarray) -> np.ndarray:
+        return np.clip(np.rint(iscale * xt), lo, hi)
+
+    def done(scale: np.ndarray, lt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        L = (lt + fn).astype(np.uint8).T
+        L[zero] = 0
+        return np.where(zero, F32(0), scale).astype(np.float32), np.ascontiguousarray(L)
+
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         iscale = (F32(-nmax) / mx).astype(np.float32)
-        lf = np.clip(np.rint(iscale[:, None] * x), lo, hi)
+        lt = levels(iscale)
         if rmse_type == 0:
-            L = np.where(zero[:, None], 0, lf + F32(nmax)).astype(np.uint8)
-            return np.where(zero, F32(0), F32(1) / iscale).astype(np.float32), L
+            return done(F32(1) / iscale, lt)
         early = rmse_type < 0
         rt = -rmse_type if early else rmse_type
         if qw is not None:
-            w = np.broadcast_to(np.asarray(qw, dtype=np.float32), x.shape)
+            wt = np.ascontiguousarray(np.broadcast_to(np.asarray(qw, np.float32), x.shape).T)
         elif rt == 1:
-            w = x * x
+            wt = xt * xt
         elif rt == 2:
-            w = np.ones_like(x)
+            wt = np.ones_like(xt)
         elif rt == 3:
-            w = np.abs(x)
+            wt = np.abs(xt)
         else:
-            w = np.sqrt(np.abs(x))
-        wx = w * x
-        sumlx = seq_sum(wx * lf)
-        suml2 = seq_sum(w * lf * lf)
-        L = (lf + F32(nmax)).astype(np.uint8)
+            wt = np.sqrt(np.abs(xt))
+        wx = wt * xt
+        sumlx = _rows_sum(wx * lt)
+        suml2 = _rows_sum(wt * lt * lt)
         scale = np.where(suml2 != 0, sumlx / suml2, F32(0)).astype(np.float32)
         if early:
-            res = np.where(suml2 > 0, F32(0.5) * (scale + F32(1) / iscale), F32(1) / iscale).astype(
-                np.float32
-            )
-            return np.where(zero, F32(0), res).astype(np.float32), np.where(zero[:, None], 0, L)
+            inv = F32(1) / iscale
+            return done(np.where(suml2 > 0, F32(0.5) * (scale + inv), inv), lt)
         best = scale * sumlx
         for i_s in range(-9, 10):
             if i_s == 0:
                 continue
-            isc = (-(F32(nmax) + F32(0.1) * F32(i_s)) / mx).astype(np.float32)
-            lf = np.clip(np.rint(isc[:, None] * x), lo, hi)
-            slx = seq_sum(wx * lf)
-            sl2 = seq_sum(w * lf * lf)
+            isc = (-(fn + F32(0.1) * F32(i_s)) / mx).astype(np.float32)
+            lt2 = levels(isc)
+            slx = _rows_sum(wx * lt2)
+            sl2 = _rows_sum(wt * lt2 * lt2)
             better = (sl2 > 0) & (slx * slx > best * sl2)
             if better.any():
-                L = np.where(better[:, None], (lf + F32(nmax)).astype(np.uint8), L)
+                cols = np.flatnonzero(better)  # np.where over [n, B] is ~10x slower
+                lt[:, cols] = lt2[:, cols]
                 scale = np.where(better, slx / sl2, scale).astype(np.float32)
                 best = np.where(better, scale * slx, best).astype(np.float32)
-    return np.where(zero, F32(0), scale).astype(np.float32), np.where(zero[:, None], 0, L).astype(
-        np.uint8
-    )
+    return done(scale, lt)
 
 
 def make_qkx3_quants(
@@ -294,57 +325,68 @@ def make_qkx3_quants(
     nstep: int,
     use_mad: bool,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Vectorised ``make_qkx3_quants`` over blocks ``x[B, n]``.
+    """Vectorised ``make_qkx3_quants`` over blocks ``x[B, n]`` (weights: [B, n] or [n]).
 
     Returns (scale f32[B], the_min f32[B], L uint8[B, n]); like ggml the
     second value is ``-min`` (positive), ready to be stored as the block min.
     """
     x = np.ascontiguousarray(x, dtype=np.float32)
-    w = x * x if weights is None else np.broadcast_to(np.asarray(weights, np.float32), x.shape)
+    xt = np.ascontiguousarray(x.T)
+    if weights is None:
+        wt = xt * xt
+    else:
+        wt = np.ascontiguousarray(np.broadcast_to(np.asarray(weights, np.float32), x.shape).T)
     mn, _ = first_extreme(x, "min")
     mx, _ = first_extreme(x, "max")
-    # sum_w starts at w[0] and sum_x at w[0]*x[0] (not at 0): accumulate as is.
-    sum_w = np.add.accumulate(w, axis=-1, dtype=np.float32)[:, -1]
-    sum_x = np.add.accumulate(w * x, axis=-1, dtype=np.float32)[:, -1]
+    # sum_w starts at w[0] and sum_x at w[0]*x[0] (not at 0)
+    wx = wt * xt
+    sum_w = _rows_sum(wt[1:], wt[0])
+    sum_x = _rows_sum(wx[1:], wx[0])
     mn = np.where(mn > 0, F32(0), mn).astype(np.float32)
     flat = mx <= mn
     rng = np.where(flat, F32(1), mx - mn).astype(np.float32)
-    xm = x - mn[:, None]
+    xm = xt - mn
     fn = F32(nmax)
+
+    def err(scale: np.ndarray, lt: np.ndarray, m: np.ndarray) -> np.ndarray:
+        diff = scale * lt
+        diff += m
+        diff -= xt
+        diff = np.abs(diff, out=diff) if use_mad else np.multiply(diff, diff, out=diff)
+        return _rows_sum(wt * diff)
+
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         iscale = (fn / rng).astype(np.float32)
         scale = (F32(1) / iscale).astype(np.float32)
-        L = np.clip(np.rint(iscale[:, None] * xm), F32(0), fn)
-        diff = scale[:, None] * L + mn[:, None] - x
-        diff = np.abs(diff) if use_mad else diff * diff
-        best_mad = seq_sum(w * diff)
+        lt = np.clip(np.rint(iscale * xm), F32(0), fn)
+        best_mad = err(scale, lt, mn)
         # ggml overwrites ``min`` when a step wins, and later steps use the new
         # value in both ``max - min`` and ``x - min``: keep that quirk.
         for i_s in range(nstep + 1 if nstep >= 1 else 0):
             isc = ((F32(rmin) + F32(rdelta) * F32(i_s) + fn) / rng).astype(np.float32)
-            la = np.clip(np.rint(isc[:, None] * xm), F32(0), fn)
-            wl = w * la
-            sum_l = seq_sum(wl)
-            sum_l2 = seq_sum(wl * la)
-            sum_xl = seq_sum(wl * x)
+            la = np.clip(np.rint(isc * xm), F32(0), fn)
+            wl = wt * la
+            sum_l = _rows_sum(wl)
+            sum_l2 = _rows_sum(wl * la)
+            sum_xl = _rows_sum(wl * xt)
             D = sum_w * sum_l2 - sum_l * sum_l
             ok = (D > 0) & ~flat
             this_scale = (sum_w * sum_xl - sum_x * sum_l) / D
             this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D
             pos = this_min > 0
-            this_min = np.where(pos, F32(0), this_min)
-            this_scale = np.where(pos, sum_xl / sum_l2, this_scale)
-            d = this_scale[:, None] * la + this_min[:, None] - x
-            d = np.abs(d) if use_mad else d * d
-            mad = seq_sum(w * d)
+            this_min = np.where(pos, F32(0), this_min).astype(np.float32)
+            this_scale = np.where(pos, sum_xl / sum_l2, this_scale).astype(np.float32)
+            mad = err(this_scale, la, this_min)
             better = ok & (mad < best_mad)
             if better.any():
-                L = np.where(better[:, None], la, L)
+                cols = np.flatnonzero(better)
+                lt[:, cols] = la[:, cols]
                 best_mad = np.where(better, mad, best_mad)
                 scale = np.where(better, this_scale, scale).astype(np.float32)
                 mn = np.where(better, this_min, mn).astype(np.float32)
                 rng = np.where(flat, F32(1), mx - mn).astype(np.float32)
-                xm = x - mn[:, None]
-    L = np.where(flat[:, None], F32(0), L).astype(np.uint8)
+                xm = xt - mn
+    L = lt.astype(np.uint8).T
+    L[flat] = 0
     scale = np.where(flat, F32(0), scale).astype(np.float32)
-    return scale, (-mn).astype(np.float32), L
+    return scale, (-mn).astype(np.float32), np.ascontiguousarray(L)
