@@ -354,9 +354,9 @@ def _q3_pass(
     """
     n, groups = x.shape
     changed = np.zeros(groups, dtype=bool)
-    slx0, sl20, slx, sl2, t1, t2, new_l = np.empty((7, groups), dtype=F32)
+    slx0, sl20, t1, new_l = np.empty((4, groups), dtype=F32)
     bits = np.empty(groups, dtype=np.int32)
-    take = np.empty(groups, dtype=bool)
+    cand = np.empty(groups, dtype=bool)
     cond = np.empty(groups, dtype=bool)
     lo, hi = 0x00400000 - nmax, 0x00400000 + nmax - 1
     # Each level's own terms: lv[i] only changes at step i, so these stay valid.
@@ -365,7 +365,7 @@ def _q3_pass(
         own_l2 = w * lv
         own_l2 *= lv
     for i in range(n):
-        li, xi, wi, wxi = lv[i], x[i], w[i], wx[i]
+        li, xi = lv[i], x[i]
         # C: slx = sumlx - w*x[i]*L[i]; sl2 = suml2 - w*L[i]*L[i]
         np.subtract(sumlx, own_lx[i], out=slx0)
         np.subtract(suml2, own_l2[i], out=sl20)
@@ -376,23 +376,25 @@ def _q3_pass(
         np.bitwise_and(t1.view(np.int32), 0x007FFFFF, out=bits)
         np.clip(bits, lo, hi, out=bits)
         np.subtract(bits, 0x00400000, out=new_l, casting="unsafe")
-        # candidate sums with the new level
-        np.add(slx0, np.multiply(wxi, new_l, out=t1), out=slx)
-        np.multiply(wi, new_l, out=t2)
-        np.add(sl20, np.multiply(t2, new_l, out=t2), out=sl2)
-        # C: if (slx > 0) ... if (new_l != L[i]) ... if (sl2 > 0 && slx*slx*suml2 > sumlx*sumlx*sl2)
-        np.greater(slx0, 0, out=take)
-        take &= np.not_equal(new_l, li, out=cond)
-        take &= np.greater(sl2, 0, out=cond)
-        np.multiply(slx, slx, out=t1)
-        t1 *= suml2
-        np.multiply(sumlx, sumlx, out=t2)
-        t2 *= sl2
-        take &= np.greater(t1, t2, out=cond)
-        np.copyto(li, new_l, where=take)
-        np.copyto(sumlx, slx, where=take)
-        np.copyto(suml2, sl2, where=take)
-        changed |= take
+        # C: if (slx > 0) { ...; if (new_l != L[i]) { ... } } -- true for a few % of
+        # the groups, so the rest of the step runs on those only.
+        np.greater(slx0, 0, out=cand)
+        cand &= np.not_equal(new_l, li, out=cond)
+        c = np.flatnonzero(cand)
+        if c.size == 0:
+            continue
+        nl, sx, s2 = new_l[c], sumlx[c], suml2[c]
+        slx = slx0[c] + wx[i, c] * nl
+        sl2 = w[i, c] * nl
+        sl2 *= nl
+        sl2 += sl20[c]
+        # C: if (sl2 > 0 && slx*slx*suml2 > sumlx*sumlx*sl2) { L[i] = new_l; sumlx = slx; suml2 = sl2; }
+        take = (sl2 > 0) & (slx * slx * s2 > sx * sx * sl2)
+        u = c[take]
+        li[u] = nl[take]
+        sumlx[u] = slx[take]
+        suml2[u] = sl2[take]
+        changed[u] = True
     return changed
 
 
