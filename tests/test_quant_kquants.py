@@ -90,6 +90,10 @@ def _nasty(rng: np.random.Generator) -> dict[str, np.ndarray]:
         "huge": (rng.standard_normal((4, 512)) * 1e30).astype(np.float32),
         "tiny": (rng.standard_normal((4, 512)) * 1e-30).astype(np.float32),
         "subnormal": (rng.standard_normal((2, 512)) * 1e-40).astype(np.float32),
+        "near_subnormal": (rng.standard_normal((2, 512)) * 1e-37).astype(np.float32),
+        "outlier_low": np.where(
+            np.arange(512) % 64 == 5, np.float32(-1e3), rng.random((2, 512)) * 1e-3
+        ).astype(np.float32),
         "small": (rng.standard_normal((4, 512)) * 1e-6).astype(np.float32),
         "outlier": outlier,
         "positive": (np.abs(rng.standard_normal((4, 512))) + 5).astype(np.float32),

@@ -235,7 +235,9 @@ def _qkx_search(x, w, nmax, rmin, rdelta, nstep, use_mad):
                 rng = top - mn
                 fast = _rint_is_exact(rng, xmin, mn, cmax)
 
-        L = _levels(x, win_mn, win_iscale, fnmax, t, False)
+        L = _levels(
+            x, win_mn, win_iscale, fnmax, t, _rint_is_exact(top - win_mn, xmin, win_mn, cmax)
+        )
     if flat.any():
         L[:, flat] = _ZERO
         scale[flat] = _ZERO
@@ -248,8 +250,9 @@ def _rint_is_exact(rng, xmin, mn, cmax) -> bool:
     There np.rint equals ggml's nearest_int.  ``|x - min| <= max(range,
     |xmin - min|)`` and ``|iscale| <= cmax / range``; range = inf fails.
     """
-    # 0 < range also lets _levels skip the upper clamp while c < nmax + 1/2
-    if not (rng > 0).all():
+    # 0 < range also lets _levels skip the upper clamp while c < nmax + 1/2;
+    # a range so small that cmax / range overflows gives an infinite iscale
+    if not (rng > 0).all() or not cmax / rng.min() < np.inf:
         return False
     spread = np.maximum(rng, np.abs(xmin - mn))
     return bool(cmax * (spread / rng).max() < _RINT_SAFE)
