@@ -137,6 +137,7 @@ def build(base: Path) -> Tree:
     shutil.copytree(files, root / "files")
     (root / "noranges").mkdir()
     shutil.copy(files / "small.safetensors", root / "noranges")
+    shutil.copy(files / "model.gguf", root / "noranges")
     (root / "range416").mkdir()
     shutil.copy(files / "tiny.safetensors", root / "range416")
     shutil.copy(files / "small.safetensors", root / "range416")

@@ -367,3 +367,13 @@ def test_retry_then_success(remote_tree):
     rep = read_safetensors(src)
     assert seen == [f"bytes=0-{SPECULATIVE - 1}"] * 3
     assert len(rep.tensors) == len(hf_tensors(remote_tree.files / "small.safetensors"))
+
+
+def test_gguf_when_range_is_ignored(nginx, remote_tree):
+    local = remote_tree.files / "model.gguf"
+    rep = remote.inspect(f"{nginx.url}/noranges/model.gguf")
+    assert rep.parameter_count == gguf_counts(local)
+    lines = _for(_settle(nginx, 2), "/noranges/model.gguf")
+    assert len(lines) >= 2 and all(ln.status == 200 for ln in lines)
+    # each 200 was cut off once the prefix it needed had arrived
+    assert rep.bytes_fetched < len(lines) * local.stat().st_size
