@@ -377,3 +377,25 @@ def test_gguf_when_range_is_ignored(nginx, remote_tree):
     assert len(lines) >= 2 and all(ln.status == 200 for ln in lines)
     # each 200 was cut off once the prefix it needed had arrived
     assert rep.bytes_fetched < len(lines) * local.stat().st_size
+
+
+def test_shard_reads_are_bounded(monkeypatch):
+    import threading
+
+    from weightsmith.remote import _inspect
+
+    active, peak, lock = [0], [0], threading.Lock()
+
+    def fake_read(src):
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.05)
+        with lock:
+            active[0] -= 1
+        return src
+
+    monkeypatch.setattr(_inspect, "_read_file", fake_read)
+    out = _inspect._read_many(lambda n: n, [f"s{i}" for i in range(12)], jobs=3)
+    assert out == [f"s{i}" for i in range(12)]  # order kept
+    assert 1 < peak[0] <= 3
