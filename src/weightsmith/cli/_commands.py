@@ -57,7 +57,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     report = load_report(args.target, args)
     if args.json:
         d = report.to_dict(tensors=not args.no_tensors, pattern=args.tensors)
-        json.dump(d, sys.stdout, indent=2, ensure_ascii=False)
+        json.dump(d, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
     from ._render import render_report

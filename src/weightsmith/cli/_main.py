@@ -144,6 +144,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return EXIT_USAGE
+    for stream in (sys.stdout, sys.stderr):
+        # a non-UTF-8 terminal must not turn "×" in a table into a crash
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
     from . import _commands
 
     handler = getattr(_commands, "cmd_" + args.command)
