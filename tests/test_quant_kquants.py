@@ -111,7 +111,7 @@ def _nasty(rng: np.random.Generator) -> dict[str, np.ndarray]:
     }
 
 
-@pytest.mark.parametrize("imat", ["none", "random", "squares", "tiny"])
+@pytest.mark.parametrize("imat", ["none", "random", "squares", "tiny", "some_zero", "huge"])
 @pytest.mark.parametrize("name", QTYPES)
 def test_matches_ggml(name, imat):
     import ggml_ref  # tests/ggml_ref.py: ctypes over libggml-base
@@ -124,6 +124,8 @@ def test_matches_ggml(name, imat):
             "random": (rng.random(n) * 10 + 1e-3).astype(np.float32),
             "squares": (rng.standard_normal(n) ** 2).astype(np.float32),
             "tiny": np.full(n, 1e-20, np.float32),
+            "some_zero": np.where(rng.random(n) < 0.3, 0, rng.random(n)).astype(np.float32),
+            "huge": np.full(n, 1e30, np.float32),
         }[imat]
         want = ggml_ref.quantize(x, name, im)
         got = kquants.QUANTIZE[name](x, im)
