@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 
 import gguf
 import numpy as np
@@ -467,3 +468,28 @@ def test_string_scan_windows_and_zero_filled(tmp_path, monkeypatch, window, orde
         assert [arr.raw(i) for i in range(len(arr))] == raw
         assert f.metadata["n"] == [1, 2]
         assert f.byte_order == order
+
+
+REAL = Path(__file__).parent / "data" / "gguf" / "ggml-vocab-llama-spm.gguf"
+
+
+def test_real_converter_output(tmp_path):
+    """A vocab file written by llama.cpp's converter: same values as gguf-py, and our rewrite is its bytes."""
+    assert_same_as_reader(REAL, REAL)
+    out = tmp_path / "rt.gguf"
+    with read(REAL) as f, Writer(out, byte_order=f.byte_order) as w:
+        assert len(f.metadata["tokenizer.ggml.tokens"]) == 32000
+        for key in f.metadata:
+            w.add(key, f.metadata[key], f.metadata_type(key))
+    src, ours = REAL.read_bytes(), out.read_bytes()
+    # the converter stops after the KVs (no tensors, no padding); we pad to the alignment as GGUFWriter does
+    assert ours[: len(src)] == src
+    assert ours[len(src) :] == bytes(len(ours) - len(src)) and len(ours) % 32 == 0
+    h, k = None, 4096
+    while h is None:
+        try:
+            h = parse(src[:k], len(src))
+        except E.NeedMoreData as e:
+            k = e.needed
+    with read(REAL) as f:
+        assert dict(h.metadata) == dict(f.metadata)
