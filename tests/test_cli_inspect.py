@@ -216,3 +216,17 @@ def test_local_copy_of_remote_counts_equal(nginx, remote_tree, tmp_path):
     b = run_json("inspect", f"{nginx.url}/files/big.safetensors")
     assert a["dtypes"] == b["dtypes"] and a["totals"] == b["totals"]
     assert [t["name"] for t in a["tensors"]] == [t["name"] for t in b["tensors"]]
+
+
+def test_gguf_folder_one_model_or_a_clear_error(tmp_path, remote_tree):
+    split = sorted((remote_tree.files / "split").glob("*.gguf"))
+    folder = tmp_path / "g"
+    folder.mkdir()
+    for p in split:
+        shutil.copy(p, folder / p.name)
+    data = run_json("inspect", folder)
+    assert _counts(data) == gguf_counts(*split)
+    shutil.copy(remote_tree.files / "model.gguf", folder / "other.gguf")
+    p = run("inspect", folder)
+    assert_one_line_error(p, "UnknownTargetError")
+    assert "other.gguf" in p.stderr and "model-00001-of-00003.gguf" in p.stderr

@@ -457,7 +457,12 @@ def _folder_files(folder: Path) -> tuple[str, list[Path]] | tuple[str, Path]:
         return "safetensors", st
     gg = sorted(folder.glob("*.gguf"), key=lambda p: natural_key(p.name))
     if gg:
-        return "gguf", gg
+        # one model per folder: a single file or one split set, never a mix of quantizations
+        models = {tuple(split_siblings(str(p)) or [str(p)]) for p in gg}
+        if len(models) > 1:
+            names = ", ".join(sorted(os.path.basename(m[0]) for m in models))
+            raise UnknownTargetError(f"{folder}: several GGUF models here ({names}); name one file")
+        return "gguf", [Path(x) for x in next(iter(models))]
     for idx in folder.glob("*.bin.index.json"):
         return "index", idx
     pt = sorted([*folder.glob("*.bin"), *folder.glob("*.pth"), *folder.glob("*.pt")])
