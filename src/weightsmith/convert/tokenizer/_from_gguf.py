@@ -130,17 +130,27 @@ def _added_entry(i: int, content: str, special: bool) -> dict[str, Any]:
 
 
 def _split_vocab(
-    tokens: list[str], types: list[int], in_model: frozenset[int]
+    tokens: list[str], types: list[int]
 ) -> tuple[dict[str, int], list[dict[str, Any]]]:
-    """Model vocabulary (first id of a repeated string wins) and the added tokens."""
+    """Model vocabulary and added tokens.
+
+    The model vocabulary is every id below the last NORMAL/UNUSED/BYTE/UNKNOWN
+    token, so it has no holes (llama.cpp's converter reads a byte-fallback BPE
+    vocabulary as contiguous ids); the special and user-defined tokens after it
+    exist only as added tokens, as in the original HF files.  A repeated string
+    keeps its first id in the model vocabulary.
+    """
+    base = 1 + max(
+        (i for i, t in enumerate(types) if t in (NORMAL, UNUSED, BYTE, UNKNOWN)), default=-1
+    )
     vocab: dict[str, int] = {}
-    added: list[dict[str, Any]] = []
-    for i, (tok, typ) in enumerate(zip(tokens, types)):
-        if typ in (CONTROL, UNKNOWN, USER_DEFINED):
-            added.append(_added_entry(i, tok, typ != USER_DEFINED))
-            if typ not in in_model:
-                continue
-        vocab.setdefault(tok, i)
+    for i in range(base):
+        vocab.setdefault(tokens[i], i)
+    added = [
+        _added_entry(i, tok, typ != USER_DEFINED)
+        for i, (tok, typ) in enumerate(zip(tokens, types))
+        if typ in (CONTROL, UNKNOWN, USER_DEFINED)
+    ]
     return vocab, added
 
 
@@ -191,7 +201,7 @@ def _gpt2_tokenizer(tk: Any, md: Mapping[str, Any], where: str | None) -> tuple[
                 found=repr(m),
             )
         merges.append((parts[0], parts[1]))
-    vocab, added = _split_vocab(tokens, types, frozenset())
+    vocab, added = _split_vocab(tokens, types)
     normalizer, pre_tok, ignore_merges = _bpe_pipeline(tk, str(md.get(K_PRE, "default")), where)
     model = tk.models.BPE(vocab=vocab, merges=merges, ignore_merges=ignore_merges)
     tok = tk.Tokenizer(model)
@@ -224,7 +234,7 @@ def _spm_tokenizer(tk: Any, md: Mapping[str, Any], where: str | None) -> tuple[A
     tokens, types, scores = _vocab_arrays(md, where)
     if scores is None:
         scores = [0.0] * len(tokens)
-    vocab, added = _split_vocab(tokens, types, frozenset({CONTROL, UNKNOWN}))
+    vocab, added = _split_vocab(tokens, types)
     # only pieces the SPM tokenizer can produce take part in merges
     mergeable = {t: i for t, i in vocab.items() if types[i] in (NORMAL, UNUSED)}
     merges = _spm_merges(mergeable, scores)
