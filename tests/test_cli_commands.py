@@ -272,3 +272,12 @@ def test_hf_gguf_conversions_work_or_say_not_available(tmp_path):
     else:
         assert_one_line_error(p, "NotAvailableError")
         assert "HF -> GGUF conversion is not available yet" in p.stderr
+
+
+def test_diff_remote_against_local_headers(nginx, remote_tree):
+    p = run("diff", f"{nginx.url}/files/small.safetensors", remote_tree.files / "small.safetensors")
+    assert p.returncode == 0, p.stderr
+    assert "identical" in p.stdout
+    p = run("diff", f"{nginx.url}/files/small.safetensors", remote_tree.files / "big.safetensors", "--json")
+    d = json.loads(p.stdout)
+    assert p.returncode == 1 and d["common"] == 0 and len(d["only_in_b"]) == 2500
