@@ -229,33 +229,28 @@ def bench_ggml(x, im, types, repeat, rep: Report) -> None:
 
 def bench_workers(x, types, repeat, workers, rep: Report) -> None:
     n = x.size
-    rep.header(
-        f"workers {x.shape[0]}x{x.shape[1]}: 1 vs {workers} (Melem/s, wall clock)",
-        [
-            "type",
-            "op",
-            "1 worker",
-            f"{workers} proc",
-            "speedup",
-            f"{workers} thread",
-            "speedup",
-            "target",
-        ],
-    )
-    Q.quantize(x[:64], "Q4_0", workers=workers)  # start the pool outside the timings
+    cols = ["type", "op", "1 worker"]
+    for b in ("auto", "process", "thread"):
+        cols += [f"{workers} {b}", "speedup"]
+    rep.header(f"workers {x.shape[0]}x{x.shape[1]}: 1 vs {workers} (Melem/s, wall clock)",
+               [*cols, "target"])  # fmt: skip
     for name in types:
         raw = Q.quantize(x, name)
         for op, fn in (
             ("quantize", lambda w, b: Q.quantize(x, name, workers=w, backend=b)),  # noqa: B023
             ("dequantize", lambda w, b: Q.dequantize(raw, name, x.shape, workers=w, backend=b)),  # noqa: B023
         ):
-            one = _median(lambda: fn(1, "process"), repeat, time.perf_counter)  # noqa: B023
-            proc = _median(lambda: fn(workers, "process"), repeat, time.perf_counter)  # noqa: B023
-            thr = _median(lambda: fn(workers, "thread"), repeat, time.perf_counter)  # noqa: B023
-            rep.row(
-                [name, op, n / one / 1e6, n / proc / 1e6, one / proc, n / thr / 1e6, one / thr,
-                 _verdict(one / proc, 1.7)]
-            )  # fmt: skip
+            times: dict[str, list[float]] = {b: [] for b in ("one", "auto", "process", "thread")}
+            for _ in range(repeat):  # interleaved, so load changes hit every column alike
+                for b, acc in times.items():
+                    t0 = time.perf_counter()
+                    fn(1, "auto") if b == "one" else fn(workers, b)
+                    acc.append(time.perf_counter() - t0)
+            med = {b: statistics.median(v) for b, v in times.items()}
+            cells: list[object] = [name, op, n / med["one"] / 1e6]
+            for b in ("auto", "process", "thread"):
+                cells += [n / med[b] / 1e6, med["one"] / med[b]]
+            rep.row([*cells, _verdict(med["one"] / med["auto"], 1.7)])
 
 
 def _peak_extra(fn: Callable[[], np.ndarray]) -> tuple[int, int]:

@@ -288,7 +288,8 @@ def test_chunk_size_does_not_change_the_result(qtype: str) -> None:
 def test_workers_give_the_single_worker_result(qtype: str) -> None:
     x = _x(40, 256, seed=9)
     one = Q.quantize(x, qtype, chunk_rows=3)
-    for workers, backend in ((2, "process"), (3, "process"), (0, "process"), (2, "thread")):
+    runs = ((2, "auto"), (2, "process"), (3, "process"), (0, "process"), (2, "thread"), (2, "pool"))
+    for workers, backend in runs:
         kw = {"workers": workers, "chunk_rows": 3, "backend": backend}
         assert np.array_equal(Q.quantize(x, qtype, **kw), one)
         assert np.array_equal(
@@ -297,7 +298,7 @@ def test_workers_give_the_single_worker_result(qtype: str) -> None:
     assert np.array_equal(one, ggml_ref.quantize(x, qtype))
 
 
-@pytest.mark.parametrize("backend", ["process", "thread"])
+@pytest.mark.parametrize("backend", ["auto", "process", "thread", "pool"])
 def test_error_in_a_worker_is_raised(backend: str) -> None:
     x = _x(40, 256)
     x[37, 3] = np.nan

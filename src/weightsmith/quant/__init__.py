@@ -3,7 +3,7 @@
 Public API::
 
     quantize(x, type, imatrix=None, *, workers=None)  -> uint8 [..., n / block * type_size]
-    dequantize(raw, type, shape)                       -> float32 ndarray of ``shape``
+    dequantize(raw, type, shape, *, workers=None)      -> float32 ndarray of ``shape``
     info(type)                                         -> QuantTypeInfo
 
 ``type`` is a ggml type name (any case), its number or a
@@ -16,8 +16,17 @@ kquants_qx, iquants, ternary, fp4) and are merged by :mod:`.registry`.
 Memory: rows are processed in chunks whose size is chosen so that the
 codec's temporaries stay within :data:`MEMORY_BUDGET` bytes (64 MiB) in
 total, whatever the tensor size; only the output is allocated in full.
-Cores: ``workers=k`` spreads the chunks over ``k`` threads (numpy releases
-the GIL inside its loops); ``workers=0`` means one per CPU.
+Cores: ``workers=k`` spreads the row chunks of one tensor over ``k`` workers
+(``workers=0``: one per CPU).  ``backend="auto"`` (default) takes threads
+where the codec is a few whole-array numpy operations (decoding; plain,
+legacy, ternary and FP4 encoding without imatrix) and processes otherwise.
+``backend="process"`` forks k - 1 children on Linux that inherit the input
+copy-on-write and write into a shared output, so no tensor data is copied or
+pickled; elsewhere it uses a persistent forkserver/spawn pool
+(``backend="pool"``), which ships chunks through pipes.  ``backend="thread"``
+uses threads (numpy releases the GIL in its loops, but the many small
+operations of the scale searches then contend for it).
+Results never depend on the workers, backend or chunk size.
 """
 
 from __future__ import annotations
@@ -26,10 +35,12 @@ import atexit
 import contextlib
 import importlib.machinery
 import math
+import mmap
 import multiprocessing as mp
 import os
 import sys
 import threading
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
@@ -63,6 +74,11 @@ __all__ = [
 
 #: Bytes of temporaries all chunks in flight may use together.
 MEMORY_BUDGET = 64 * 1024 * 1024
+#: Families whose reference (no imatrix) encoders are a few whole-array numpy
+#: operations per chunk: threads scale on them (numpy drops the GIL in its
+#: loops) without the cost of forking.  The others issue many small numpy
+#: calls per chunk and need processes.
+THREAD_FAMILIES = frozenset({"plain", "legacy", "ternary", "fp4"})
 #: Default bytes of codec temporaries per element of a chunk; per-type figures
 #: measured with tracemalloc (benchmarks/bench_quant.py) live in the registry.
 TEMP_BYTES_PER_ELEMENT = 192
@@ -162,6 +178,79 @@ def _shutdown_pool() -> None:
         _pool = None
 
 
+def _fork_available() -> bool:
+    return sys.platform.startswith("linux") and "fork" in mp.get_all_start_methods()
+
+
+def _plan(backend: str, workers: int, nspans: int) -> str:
+    """The runner actually used: "serial", "fork", "pool" or "thread"."""
+    if workers <= 1 or nspans <= 1:
+        return "serial"
+    if backend == "process":
+        return "fork" if _fork_available() else "pool"
+    return backend
+
+
+def _empty(shape: tuple[int, ...], dtype, plan: str) -> np.ndarray:
+    """The output array; in shared memory when forked workers write into it."""
+    if plan != "fork":
+        return np.empty(shape, dtype)
+    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+    buf = mmap.mmap(-1, max(1, nbytes))  # anonymous MAP_SHARED: children write, we read
+    return np.frombuffer(buf, dtype=dtype, count=math.prod(shape)).reshape(shape)
+
+
+def _run_forked(
+    spans: list[tuple[int, int]],
+    load: Callable[[int, int], tuple],
+    task: Callable[..., np.ndarray],
+    store: Callable[[int, int, np.ndarray], None],
+    workers: int,
+) -> None:
+    """Fork ``workers - 1`` children; they and this process take spans from a shared counter.
+
+    The children inherit the input (copy-on-write, nothing is copied or
+    pickled) and store straight into the shared output, so no data crosses a
+    pipe.  Only an exception travels back, pickled.  Used on Linux.
+    """
+    ctx = mp.get_context("fork")
+    counter = ctx.Value("q", 0)
+    errors = ctx.SimpleQueue()
+
+    def work() -> None:
+        try:
+            while True:
+                with counter.get_lock():
+                    i = counter.value
+                    counter.value = i + 1
+                if i >= len(spans):
+                    return
+                r0, r1 = spans[i]
+                store(r0, r1, task(*load(r0, r1)))
+        except BaseException as exc:  # report, and stop the others early
+            with counter.get_lock():
+                counter.value = len(spans)
+            errors.put(exc)
+
+    with warnings.catch_warnings():
+        # Python >= 3.12 warns about fork() in a threaded process; the children
+        # only run numpy on inherited arrays and exit.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        children = [ctx.Process(target=work, daemon=True) for _ in range(workers - 1)]
+        for ch in children:
+            ch.start()
+    try:
+        work()
+    finally:
+        for ch in children:
+            ch.join()
+    if not errors.empty():
+        raise errors.get()
+    bad = [ch.exitcode for ch in children if ch.exitcode]
+    if bad:
+        raise RuntimeError(f"a quantization worker process died (exit code {bad[0]})")
+
+
 def _run(
     spans: list[tuple[int, int]],
     load: Callable[[int, int], tuple],
@@ -175,13 +264,17 @@ def _run(
     At most ``2 * workers`` chunks are in flight, so memory stays bounded by
     the chunk size whatever the tensor size.  The first error is re-raised.
     """
-    if workers <= 1 or len(spans) <= 1:
+    plan = _plan(backend, workers, len(spans))
+    if plan == "serial":
         for r0, r1 in spans:
             store(r0, r1, task(*load(r0, r1)))
         return
+    if plan == "fork":
+        _run_forked(spans, load, task, store, workers)
+        return
     pending: deque[tuple[int, int, Future]] = deque()
     with contextlib.ExitStack() as stack:
-        if backend == "process":
+        if plan == "pool":
             stack.enter_context(_workers_skip_main())
             executor: ProcessPoolExecutor | ThreadPoolExecutor = _process_pool(workers)
         else:
@@ -220,9 +313,12 @@ def _dequantize_task(type_name: str, blocks: np.ndarray) -> np.ndarray:
 
 
 def _backend(backend: str) -> str:
-    if backend not in ("process", "thread"):
+    if backend not in ("auto", "process", "thread", "pool"):
         raise InvalidWorkers(
-            "bad backend", field="backend", expected="'process' or 'thread'", found=repr(backend)
+            "bad backend",
+            field="backend",
+            expected="'auto', 'process', 'thread' or 'pool'",
+            found=repr(backend),
         )
     return backend
 
@@ -289,7 +385,7 @@ def quantize(
     workers: int | None = None,
     name: str | None = None,
     chunk_rows: int | None = None,
-    backend: str = "process",
+    backend: str = "auto",
 ) -> np.ndarray:
     """Quantize float rows ``x[..., n]`` to ggml ``type`` -> uint8 ``[..., n/block*type_size]``.
 
@@ -341,13 +437,16 @@ def quantize(
     row_bytes = t.nbytes(n)
     lead = x.shape[:-1]
     nrows = math.prod(lead)
-    out = np.empty((nrows, row_bytes), dtype=np.uint8)
     if nrows == 0 or n == 0:
-        return out.reshape(*lead, row_bytes)
+        return np.empty((*lead, row_bytes), dtype=np.uint8)
     nw = _workers(workers)
     be = _backend(backend)
+    if be == "auto":  # whole-array codecs release the GIL; scale searches do not
+        be = "thread" if im is None and c.family in THREAD_FAMILIES else "process"
     get_rows = _rows_getter(x, n)
     step = _chunk_rows(n, nw, chunk_rows, c.quantize_temp_bytes)
+    spans = list(_spans(nrows, step))
+    out = _empty((nrows, row_bytes), np.uint8, _plan(be, nw, len(spans)))
 
     def load(r0: int, r1: int) -> tuple:
         return (t.name, get_rows(r0, r1), im, r0, name)
@@ -355,7 +454,7 @@ def quantize(
     def store(r0: int, r1: int, q: np.ndarray) -> None:
         out[r0:r1] = q
 
-    _run(list(_spans(nrows, step)), load, _quantize_task, store, nw, be)
+    _run(spans, load, _quantize_task, store, nw, be)
     return out.reshape(*lead, row_bytes)
 
 
@@ -405,7 +504,7 @@ def dequantize(
     workers: int | None = None,
     name: str | None = None,
     chunk_rows: int | None = None,
-    backend: str = "process",
+    backend: str = "auto",
 ) -> np.ndarray:
     """Decode ggml ``type`` bytes into a float32 array of ``shape``.
 
@@ -448,12 +547,14 @@ def dequantize(
     blocks = data.reshape(nrows * bpr, t.type_size)
     nw = _workers(workers)
     be = _backend(backend)
+    if be == "auto":  # every decoder is a handful of whole-array operations
+        be = "thread"
     step = _chunk_rows(n, nw, chunk_rows, c.dequantize_temp_bytes) * bpr  # in blocks
     spans = list(_spans(nrows * bpr, step))
     if len(spans) == 1:  # one chunk: the codec's own result is the output, no copy
         y = _dequantize_task(t.name, np.ascontiguousarray(blocks))
         return np.ascontiguousarray(y, dtype=np.float32).reshape(dims)
-    out = np.empty(count, dtype=np.float32)
+    out = _empty((count,), np.float32, _plan(be, nw, len(spans)))
     outb = out.reshape(nrows * bpr, t.block_size)
 
     def load(b0: int, b1: int) -> tuple:
