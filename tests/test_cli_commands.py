@@ -258,7 +258,7 @@ def test_convert_reshard_and_back(tmp_path, remote_tree):
     one = _torch_load(tmp_path / "one.safetensors")
     assert all(torch.equal(one[k], ref[k]) for k in ref)
     assert_one_line_error(
-        run("convert", src, tmp_path / "x.safetensors", "--type", "q4_k"), "UsageError"
+        run("convert", src, tmp_path / "x.safetensors", "--type", "q4_k"), "UnknownCastType"
     )
 
 

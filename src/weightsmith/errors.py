@@ -599,3 +599,16 @@ class UnknownBPEPreTokenizer(TokenizerError):
 
 class RemoteConnectionError(RemoteError):
     """The server could not be reached or the connection broke (after retries)."""
+
+
+# --------------------------------------------------------------------------- file-level quantization
+class RequantizeRefused(FormatError):
+    """A tensor is already quantized; quantizing it again would compound the error."""
+
+
+class ImatrixRequired(FormatError):
+    """The file type picks a type for a tensor that ggml only quantizes with an imatrix."""
+
+
+class UnknownCastType(FormatError):
+    """A dtype to cast safetensors tensors to that is not a float code."""

@@ -310,9 +310,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         if args.type:
             kw["type"] = args.type
     elif src in ("folder", "safetensors") and dst in ("folder", "safetensors"):
-        from ._convert import safetensors_to_safetensors
-
-        fn = safetensors_to_safetensors
+        fn = _lib("convert", "safetensors_to_safetensors", what="safetensors conversion")
         if args.type:
             kw["dtype"] = args.type
         if args.max_shard_size:
@@ -348,9 +346,9 @@ def _done(args: argparse.Namespace, path: str) -> None:
 def cmd_quantize(args: argparse.Namespace) -> int:
     from ._lib import lib_or_none
 
-    fn = lib_or_none("quant", "quantize_file", "quantize_gguf")
-    if fn is None:  # composed here from recipes.plan + quant.quantize + gguf.Writer
-        from ._quantize import quantize_gguf as fn
+    fn = lib_or_none("quant", "quantize_file")
+    if fn is None:
+        from ..quant._file import quantize_file as fn
     kw: dict[str, Any] = {"type": args.type}
     if args.imatrix:
         kw["imatrix"] = args.imatrix

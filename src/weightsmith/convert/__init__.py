@@ -13,6 +13,7 @@ from typing import Any
 _LAZY = {
     "torch_to_safetensors": "weightsmith.convert._torch",
     "ConversionReport": "weightsmith.convert._torch",
+    "safetensors_to_safetensors": "weightsmith.convert._safetensors",
 }
 
 __all__ = list(_LAZY)

@@ -1,4 +1,4 @@
-"""safetensors -> safetensors: dtype cast and (re)sharding, composed from library parts.
+"""safetensors -> safetensors: dtype cast and (re)sharding.
 
 Reads through ``safe_open`` / ``open_checkpoint`` (lazy, one tensor at a
 time), casts floating tensors with numpy / ml_dtypes (round to nearest even,
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes
-from ..errors import UsageError
+from ..errors import UnknownCastType
 
 # float codes a cast may target or change
 _FLOATS = {"F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2"}
@@ -31,7 +31,9 @@ def target_dtype(name: str | None) -> str | None:
                "fp32": "F32", "float": "F32", "float64": "F64", "fp8": "F8_E4M3"}  # fmt: skip
     code = aliases.get(name.lower(), name.upper())
     if code not in _FLOATS:
-        raise UsageError(f"--type {name}: expected one of {sorted(_FLOATS)}")
+        raise UnknownCastType(
+            "cannot cast to this type", field="dtype", expected=sorted(_FLOATS), found=name
+        )
     return code
 
 
