@@ -589,14 +589,12 @@ class _SpecialVocab:
                 a = middle[0].get("Sequence", {}).get("id")
                 b = middle[-1].get("Sequence", {}).get("id")
                 if a == "A" and b == "B" and (middle := middle[1:-1]):
-                    add_sep = False
-                    if entry := middle[0].get("SpecialToken", {}).get("id"):
-                        if entry in (sep, eos) and not last:
-                            add_sep = True
-                    if len(middle) == 2:
-                        if entry := middle[1].get("SpecialToken", {}).get("id"):
-                            if entry in (sep, eos):
-                                add_sep = True
+                    first_mid = middle[0].get("SpecialToken", {}).get("id")
+                    add_sep = bool(first_mid) and first_mid in (sep, eos) and not last
+                    second_mid = (
+                        middle[1].get("SpecialToken", {}).get("id") if len(middle) == 2 else None
+                    )
+                    add_sep = add_sep or (bool(second_mid) and second_mid in (sep, eos))
                     self.add["sep"] = add_sep
                     if add_sep and not sep and cfg:
                         cfg["sep_token"] = eos
