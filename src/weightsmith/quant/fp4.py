@@ -70,12 +70,40 @@ def _to_ue4m3(x: np.ndarray) -> np.ndarray:
     return np.where(pos, out, 0).astype(np.uint8)
 
 
+_MAGS = np.array([0, 1, 2, 3, 4, 6, 8, 12], dtype=np.float32)  # kvalues[0:8]
+
+
 def _best_index(x: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """best_index_mxfp4 for x[B, n] and per-row d[B]: first argmin of |k*d - x|."""
-    # kvalue*d is computed in float32 exactly as ggml; argmin keeps the first minimum
-    kd = _KF[None, :] * d[:, None]  # [B, 16]
-    err = np.abs(kd[:, None, :] - x[:, :, None])
-    return np.argmin(err, axis=2).astype(np.uint8)
+    """best_index_mxfp4 for x[B, n] and per-row d[B]: the first i minimising |k_i*d - x|.
+
+    Exact shortcut of ggml's 16-way scan: kvalues[8:16] are the negatives of
+    kvalues[0:8], and fl(|-v*d - x|) = fl(|v*d - |x||), so for x < 0 a
+    negative code can only tie with -- never beat first -- its code of the
+    same magnitude... except that the positive codes come first in ggml's
+    scan: for x >= 0 the answer is a magnitude code m (a negative one can at
+    best tie with code 0 and loses), for x < 0 it is m + 8 unless m == 0.
+    The magnitude is found with the same strict ``err < best`` scan over the
+    8 magnitudes, on whole arrays.
+    """
+    shape = x.shape
+    a = np.abs(x).reshape(-1)
+    drep = np.repeat(d.astype(np.float32), shape[1])  # per element: long contiguous loops
+    best = np.zeros(a.shape, np.uint8)
+    best_err = a.copy()  # |0*d - x|
+    e = np.empty_like(a)
+    for m in range(1, 8):
+        np.multiply(drep, _MAGS[m], out=e)  # the same float as kvalues[m]*d in C
+        e -= a
+        np.abs(e, out=e)
+        better = (e < best_err).view(np.uint8)
+        better *= np.uint8(m)
+        np.maximum(best, better, out=best)  # m grows: the last improvement wins
+        np.minimum(best_err, e, out=best_err)
+    best = best.reshape(shape)
+    neg = ((x < 0) & (best > 0)).view(np.uint8)
+    neg <<= 3
+    best += neg
+    return best
 
 
 def _pack(q: np.ndarray) -> np.ndarray:

@@ -37,12 +37,12 @@ HOLDS_NONFINITE = frozenset({"F32", "F16", "BF16", "F64"})
 # Bytes of temporaries per element a codec needs while working on a chunk
 # (upper bounds measured with tracemalloc by benchmarks/bench_quant.py); the
 # API sizes its chunks from these so that all chunks in flight fit 64 MiB.
-# Measured (1024x4096, 349K-element chunks): every codec stays under 30 B/elem
-# except the FP4 quantizers (~130, a 16-way error tensor per value).  A codec
-# that needs more must be listed here, or the 64 MiB bound breaks.
+# Measured (1024x4096, 349K-element chunks): every codec stays under 30 B/elem.
+# A codec that needs more than the default must be listed here, or the
+# 64 MiB bound breaks.
 QUANTIZE_TEMP_BYTES_DEFAULT = 64
 DEQUANTIZE_TEMP_BYTES_DEFAULT = 24
-QUANTIZE_TEMP_BYTES: dict[str, int] = {"MXFP4": 192, "NVFP4": 192}
+QUANTIZE_TEMP_BYTES: dict[str, int] = {}
 DEQUANTIZE_TEMP_BYTES: dict[str, int] = {}
 
 Dequantizer = Callable[[np.ndarray], np.ndarray]
