@@ -205,6 +205,41 @@ def test_quantize_large_matrix_spans_chunks_vs_ggml():
         _assert_same_bytes(iquants.QUANTIZE[name](x, im), ggml_ref.quantize(x, name, im), name)
 
 
+@pytest.mark.parametrize("name", ["IQ4_NL", "IQ4_XS"])
+def test_quantize_huge_and_nonfinite_values_vs_ggml(name):
+    # x*x overflows to inf inside ggml's search; inf inputs (which the public
+    # API rejects) still give ggml's bytes: NaN scales, clamped indices.
+    rng = np.random.default_rng(9)
+    mags = np.float32(10.0) ** rng.integers(-40, 38, (4, 512))
+    cases = [
+        (rng.standard_normal((4, 512)) * 1e20).astype(np.float32),
+        (rng.standard_normal((4, 512)) * mags).astype(np.float32),
+        np.full((4, 512), 3.4e38, np.float32),
+        np.where(rng.random((4, 512)) < 0.05, np.float32(np.inf), np.float32(1.0)),
+    ]
+    im = (rng.random(512) + 0.1).astype(np.float32)
+    with np.errstate(all="ignore"):
+        for x in cases:
+            for imat in (None, im):
+                _assert_same_bytes(
+                    iquants.QUANTIZE[name](x, imat), ggml_ref.quantize(x, name, imat), name
+                )
+
+
+@pytest.mark.parametrize("name", Q_TYPES)
+def test_quantize_nonfinite_input_does_not_crash(name):
+    # ggml aborts on these for the grid types; the codec must still return
+    # well-formed bytes (the public API rejects non-finite input earlier)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 512)).astype(np.float32)
+    x[0, 3], x[1, 100], x[2, ::7] = np.nan, np.inf, -np.inf
+    im = (rng.random(512) + 0.1).astype(np.float32)
+    t = ggml_type(name)
+    with np.errstate(all="ignore"):
+        q = iquants.QUANTIZE[name](x, im)
+    assert q.dtype == np.uint8 and q.shape == (3, 512 // t.block_size * t.type_size)
+
+
 @pytest.mark.parametrize("name", sorted(NEEDS_IMATRIX))
 def test_quantize_without_imatrix_is_a_named_error(name):
     x = np.ones((1, 256), dtype=np.float32)

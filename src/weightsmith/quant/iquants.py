@@ -336,8 +336,9 @@ def _floor2(al: np.ndarray, clip: bool) -> np.ndarray:
     """floor(2*al) as intp; exact because doubling a float32 is exact."""
     a2 = al * F32(2)
     np.floor(a2, out=a2)
-    if clip:  # only the final passes can leave [-256, 256): inf and huge ratios
-        np.clip(a2, -_LUT_HALF, _LUT_HALF - 1, out=a2)
+    if clip:  # only the final passes can leave [-256, 256): inf, NaN, huge ratios
+        # fmin/fmax send NaN to the top code, as ggml's binary search does
+        np.fmax(np.fmin(a2, _LUT_HALF - 1, out=a2), -_LUT_HALF, out=a2)
     return a2.astype(np.intp)
 
 
@@ -366,13 +367,19 @@ def _seqsum(a: np.ndarray) -> np.ndarray:
     return s
 
 
-def _trial(X: np.ndarray, W: np.ndarray, id2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _trial(
+    X: np.ndarray, W: np.ndarray, id2: np.ndarray, safe: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """One scale trial over sub-blocks (columns): (sum w*q*x, sum w*q*q).
 
     ``id2`` is twice the inverse scale; 2*fl(id*x) == fl(2*id*x) exactly.
+    For finite inputs |x*id| <= 134, so the table index needs no clipping;
+    ``safe`` clips for inputs holding inf/NaN (NaN -> top code, as ggml).
     """
     a2 = X * id2
     np.floor(a2, out=a2)
+    if safe:
+        np.fmax(np.fmin(a2, _LUT_HALF - 1, out=a2), -_LUT_HALF, out=a2)
     q = _F2_VALUE[a2.astype(np.intp)]
     wq = W * q
     sumqx = _seqsum(wq * X)
@@ -386,6 +393,9 @@ def _subblock_scales(X: np.ndarray, W: np.ndarray) -> np.ndarray:
     32-value sub-block (the columns of ``X`` [32, m]); 0 for all-tiny blocks."""
     m = X.shape[1]
     ax = np.abs(X)
+    safe = not np.isfinite(ax).all()  # only reachable by calling the codec directly
+    if safe:
+        ax = np.where(ax == ax, ax, F32(-1))  # ggml's ``>`` never picks a NaN
     jmax = np.argmax(ax, axis=0)  # first maximum, as ggml's strict ``>``
     cols = np.arange(m)
     amax = ax[jmax, cols]
@@ -393,20 +403,37 @@ def _subblock_scales(X: np.ndarray, W: np.ndarray) -> np.ndarray:
     mx = np.where(valid, X[jmax, cols], F32(1))
 
     d = -mx / F32(KVALUES_IQ4NL[0])
-    sumqx, sumq2 = _trial(X, W, (F32(1) / d) * F32(2))
+    sumqx, sumq2 = _trial(X, W, (F32(1) / d) * F32(2), safe)
     with np.errstate(divide="ignore", invalid="ignore"):
         pos = sumq2 > 0
         d = np.where(pos, sumqx / sumq2, F32(0))
         best = d * sumqx
         for itry in range(-7, 8):
             idt = F32(itry + int(KVALUES_IQ4NL[0])) / mx
-            sqx, sq2 = _trial(X, W, idt * F32(2))
+            sqx, sq2 = _trial(X, W, idt * F32(2), safe)
             upd = (sq2 > 0) & (sqx * sqx > best * sq2)
             if upd.any():
                 dn = sqx / sq2
                 d = np.where(upd, dn, d)
                 best = np.where(upd, dn * sqx, best)
     return np.where(valid, d, F32(0)).astype(np.float32)
+
+
+def _cint(x: np.ndarray) -> np.ndarray:
+    """ggml's ``nearest_int`` bit for bit, as int64: add 1.5*2^23 in float32
+    and keep the low mantissa bits.  Round-half-even for |x| < 2^22, and the
+    same deterministic garbage as ggml otherwise (NaN -> 0, inf -> -2^22)."""
+    v = np.asarray(x, dtype=np.float32) + F32(12582912.0)
+    return ((v.view(np.int32) & 0x007FFFFF) - 0x00400000).astype(np.int64)
+
+
+def _c_max(S: np.ndarray) -> np.ndarray:
+    """ggml's running ``m = MAX(m, s)`` from 0 over the columns of S [c, n]:
+    order-dependent with NaN (a NaN is taken, then dropped by the next s)."""
+    m = np.zeros(S.shape[0], dtype=np.float32)
+    for j in range(S.shape[1]):
+        m = np.where(m > S[:, j], m, S[:, j])
+    return m
 
 
 def _inverse(v: np.ndarray) -> np.ndarray:
@@ -447,11 +474,11 @@ def _iq4_chunk(x: np.ndarray, qw: np.ndarray | None, sb: int) -> np.ndarray:
     # IQ4_XS: 6-bit sub-block scales relative to a super-block scale
     S = scales.reshape(c, nb)
     aS = np.abs(S)
-    j = np.argmax(aS, axis=1)
+    j = np.argmax(np.where(aS == aS, aS, F32(-1)), axis=1)  # ggml's ``>`` skips NaN
     rows = np.arange(c)
     max_scale = np.where(aS[rows, j] > 0, S[rows, j], F32(0))
     d = -max_scale / F32(32)
-    ls = np.clip(np.rint(_inverse(d)[:, None] * S), -32, 31).astype(np.int32)  # [c, nb]
+    ls = np.clip(_cint(_inverse(d)[:, None] * S), -32, 31).astype(np.int32)  # [c, nb]
     dl = d[:, None] * ls.astype(np.float32)
     L = best_index_iq4nl(X * _inverse(dl).reshape(m)[None, :]).T.reshape(c, sb)
     u = (ls + 32).astype(np.uint16)
@@ -622,7 +649,7 @@ def _grid_levels(
     ``scale``; also the on-grid flags [groups, m].  ``groups`` limits the
     neighbour search (the others keep their rounded levels)."""
     a = (X * idv - F32(1)) * F32(0.5)
-    lv = np.clip(np.rint(a), 0, g.kmax - 1).astype(np.int64)
+    lv = np.clip(_cint(a), 0, g.kmax - 1)
     u = g.pack(lv)
     on = g.map[u] >= 0
     off = ~on if groups is None else (~on & groups)
@@ -727,11 +754,11 @@ def _grid_prepare(
 
 def _superblock_scales(S: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sub-block scales S [c, n] -> (max_scale, d = max/31, 4-bit codes [c, n])."""
-    max_scale = np.maximum.reduce(S, axis=1, initial=0.0).astype(np.float32)
+    max_scale = _c_max(S)
     d = max_scale / F32(31)
     with np.errstate(divide="ignore", invalid="ignore"):
-        ls = np.clip(np.rint((((F32(1) / d)[:, None] * S) - F32(1)) * F32(0.5)), 0, 15)
-    return max_scale, d, np.nan_to_num(ls).astype(np.uint32)
+        ls = np.clip(_cint((((F32(1) / d)[:, None] * S) - F32(1)) * F32(0.5)), 0, 15)
+    return max_scale, d, ls.astype(np.uint32)
 
 
 def _parity_signs(xb: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
