@@ -199,8 +199,8 @@ def _qkx_search(x, w, nmax, rmin, rdelta, nstep, use_mad):
         best[flat] = -np.inf  # C returned early for these: nothing may win
         # The winning quants are not copied at each step: the (iscale, min)
         # that produced them is kept and they are recomputed once at the end.
-        win_iscale = iscale
-        win_mn = mn
+        win_iscale = iscale.copy()
+        win_mn = mn.copy()
 
         for step in range(nstep + 1):
             c = F32(rmin) + F32(rdelta) * F32(step) + fnmax
@@ -227,11 +227,12 @@ def _qkx_search(x, w, nmax, rmin, rdelta, nstep, use_mad):
             cur = _weighted_error(t, this_scale, this_min, x, w, use_mad, v)
             better = (det > 0) & (cur < best)
             if better.any():
-                best = np.where(better, cur, best)
-                scale = np.where(better, this_scale, scale)
-                win_iscale = np.where(better, iscale, win_iscale)
-                win_mn = np.where(better, mn, win_mn)
-                mn = np.where(better, this_min, mn)
+                # in place: putmask costs half of np.where on these sizes
+                np.putmask(best, better, cur)
+                np.putmask(scale, better, this_scale)
+                np.putmask(win_iscale, better, iscale)
+                np.putmask(win_mn, better, mn)
+                np.putmask(mn, better, this_min)
                 rng = top - mn
                 fast = _rint_is_exact(rng, xmin, mn, cmax)
 
