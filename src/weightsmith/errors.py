@@ -612,3 +612,32 @@ class ImatrixRequired(FormatError):
 
 class UnknownCastType(FormatError):
     """A dtype to cast safetensors tensors to that is not a float code."""
+
+
+# --------------------------------------------------------------------------- GGUF -> HF conversion
+class GGUFToHFError(FormatError):
+    """A GGUF file cannot be turned into a Hugging Face model folder."""
+
+
+class UnsupportedGGUFArchitecture(GGUFToHFError):
+    """``general.architecture`` is not one the GGUF -> HF converter knows."""
+
+
+class MissingGGUFMetadata(GGUFToHFError):
+    """Metadata keys that config.json needs are absent (all of them are listed)."""
+
+
+class MissingGGUFTensor(GGUFToHFError):
+    """A tensor the architecture requires is absent (all of them are listed)."""
+
+
+class UnmappedGGUFTensor(GGUFToHFError):
+    """A tensor has no Hugging Face name in the architecture's name map."""
+
+
+class GGUFShapeMismatch(GGUFToHFError):
+    """A tensor's shape disagrees with the hyperparameters in the metadata."""
+
+
+class UnsupportedOutputDtype(GGUFToHFError):
+    """The requested safetensors dtype is not bf16, f16 or f32."""

@@ -14,6 +14,7 @@ _LAZY = {
     "torch_to_safetensors": "weightsmith.convert._torch",
     "ConversionReport": "weightsmith.convert._torch",
     "safetensors_to_safetensors": "weightsmith.convert._safetensors",
+    "gguf_to_hf": "weightsmith.convert._gguf_to_hf",
 }
 
 __all__ = list(_LAZY)

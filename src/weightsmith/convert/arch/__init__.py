@@ -173,7 +173,7 @@ COMMON: list[MetaKey] = [
         "max_length",
         "max_sequence_length",
         "model_max_length",
-    ),  # fmt: skip
+    ),
     _m("embedding_length", "hidden_size", "n_embd", "dim"),
     _m("feed_forward_length", "intermediate_size", "n_inner", "hidden_dim"),
     _m("attention.head_count", "num_attention_heads", "n_head", "n_heads"),
@@ -184,12 +184,12 @@ COMMON: list[MetaKey] = [
         "rope_scaling.factor",
         t=VT.FLOAT32,
         value=_rope_linear_or_yarn("factor"),
-    ),  # fmt: skip
+    ),
     _m(
         "rope.scaling.original_context_length",
         "rope_scaling.original_max_position_embeddings",
         value=_rope_linear_or_yarn("orig"),
-    ),  # fmt: skip
+    ),
     _m("rope.freq_base", "rope_theta", t=VT.FLOAT32, value=_rope_theta),
     _m("rope.freq_base_swa", "rope_local_base_freq", t=VT.FLOAT32, value=_rope_theta_swa),
     _m("attention.layer_norm_rms_epsilon", "rms_norm_eps", "norm_eps", t=VT.FLOAT32),
@@ -199,7 +199,7 @@ COMMON: list[MetaKey] = [
         "layer_norm_epsilon",
         "norm_epsilon",
         t=VT.FLOAT32,
-    ),  # fmt: skip
+    ),
     _m("attention.key_length", "head_dim", value=_head_dim_if_given),
     _m("attention.value_length", "head_dim", value=_head_dim_if_given),
 ]
@@ -319,30 +319,52 @@ GEMMA_EMBED_ROWS = Transform(
 
 
 def llama3_rope_freqs(cfg: dict) -> np.ndarray | None:
-    """The ``rope_freqs.weight`` factors of ``rope_type: llama3`` (None for other RoPE)."""
+    """The ``rope_freqs.weight`` factors of ``rope_type: llama3`` (None for other RoPE).
+
+    llama.cpp computes them with torch float32 ops, whose ``pow`` is not correctly
+    rounded; when torch is importable the same ops are used so the bytes agree,
+    otherwise numpy (float64 pow rounded to float32: within one ulp).
+    """
     rp = _full_rope(cfg)
     if str(rp.get("rope_type", "")).lower() != "llama3":
         return None
-    f32 = np.float32
-    base = rp.get("rope_theta", 10000.0)
+    base = float(rp.get("rope_theta", 10000.0))
     dim = head_dim(cfg)
-    # float32 arithmetic in the reference's order (it uses torch float32 tensors)
-    exps = np.arange(0, dim, 2, dtype=f32) / f32(dim)
-    freqs = f32(1.0) / np.power(f32(base), exps, dtype=f32)
     factor = rp.get("factor", 8.0)
     lo_f = rp.get("low_freq_factor", 1.0)
     hi_f = rp.get("high_freq_factor", 4.0)
     old = rp.get("original_max_position_embeddings", 8192)
     lo_wl, hi_wl = old / lo_f, old / hi_f
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:
+        freqs = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+        vals: list = []
+        for fr in freqs:
+            wl = 2 * math.pi / fr
+            if wl < hi_wl:
+                vals.append(1)
+            elif wl > lo_wl:
+                vals.append(factor)
+            else:
+                smooth = (old / wl - lo_f) / (hi_f - lo_f)
+                vals.append(1 / ((1 - smooth) / factor + smooth))
+        return torch.tensor(vals, dtype=torch.float32).numpy()
+    f32 = np.float32
+    exps = np.arange(0, dim, 2, dtype=f32) / f32(dim)
+    freqs_np = f32(1.0) / np.power(np.float64(base), exps.astype(np.float64)).astype(f32)
     out = []
-    for fr in freqs:
-        wl = f32(f32(2 * math.pi) / fr)
+    for fr in freqs_np:
+        # torch's scalar / tensor is reciprocal(tensor) * scalar, in float32
+        wl = (f32(1) / fr) * f32(2 * math.pi)
         if wl < hi_wl:
             out.append(f32(1))
         elif wl > lo_wl:
             out.append(f32(factor))
         else:
-            smooth = (f32(old) / wl - f32(lo_f)) / f32(hi_f - lo_f)
+            smooth = ((f32(1) / wl) * f32(old) - f32(lo_f)) / f32(hi_f - lo_f)
             out.append(f32(1) / ((f32(1) - smooth) / f32(factor) + smooth))
     return np.array(out, dtype=f32)
 
@@ -367,6 +389,10 @@ class Arch:
     )  # fmt: skip
     # True: the embedding table is cut to the tokenizer's size (ctx["n_vocab"])
     vocab_rows: bool = False
+    # GGUF -> HF: config.json ``model_type`` of each HF architecture, and the config
+    # fields GGUF does not carry, as a function of the rebuilt config and the tensor names
+    model_types: dict[str, str] = field(default_factory=dict)
+    hf_config: Callable[[dict, set[str]], dict] = field(default=lambda cfg, names: {})
 
     def gguf_name(self, hf_name: str) -> str | None:
         for r in self.names:
@@ -457,7 +483,7 @@ def _gemma3_rows() -> list:
             "rms_norm_eps",
             t=VT.FLOAT32,
             value=d("rms_norm_eps", 1e-6),
-        ),  # fmt: skip
+        ),
         _m("attention.key_length", "head_dim", value=d("head_dim", 256)),
         _m("attention.value_length", "head_dim", value=d("head_dim", 256)),
         _m(
@@ -465,20 +491,20 @@ def _gemma3_rows() -> list:
             "rope_theta",
             t=VT.FLOAT32,
             value=lambda cfg: _full_rope(cfg).get("rope_theta", 1_000_000.0),
-        ),  # fmt: skip
+        ),
         _m(
             "final_logit_softcapping",
             "final_logit_softcapping",
             t=VT.FLOAT32,
             value=lambda cfg: cfg.get("final_logit_softcapping") or None,
-        ),  # fmt: skip
+        ),
         _m(
             "attention.sliding_window",
             "sliding_window",
             value=lambda cfg: (
                 cfg["sliding_window"] if cfg.get("sliding_window_pattern") != 1 else None
             ),
-        ),  # fmt: skip
+        ),
         _m("attention.head_count_kv", "num_key_value_heads", value=d("num_key_value_heads", 4)),
     ]
 
@@ -490,18 +516,29 @@ LLAMA = Arch(
     names=[*_BASE_NAMES, *_FFN_NORM],
     transforms=[PERMUTE_Q, PERMUTE_K],
     extra={"rope_freqs.weight": llama3_rope_freqs},
+    model_types={"LlamaForCausalLM": "llama", "LLaMAForCausalLM": "llama",
+                 "MistralForCausalLM": "mistral"},  # fmt: skip
+    hf_config=lambda cfg, names: {
+        "hidden_act": "silu",
+        "attention_bias": "blk.0.attn_q.bias" in names,
+        "mlp_bias": False,
+    },
 )
 QWEN2 = Arch(
     hf_archs=("Qwen2ForCausalLM",),
     gguf_arch="qwen2",
     meta=[*COMMON, FILE_TYPE],
     names=[*_BASE_NAMES, *_FFN_NORM],
+    model_types={"Qwen2ForCausalLM": "qwen2"},
+    hf_config=lambda cfg, names: {"hidden_act": "silu"},
 )
 QWEN3 = Arch(
     hf_archs=("Qwen3ForCausalLM",),
     gguf_arch="qwen3",
     meta=[*COMMON, FILE_TYPE],
     names=[*_BASE_NAMES, *_QK_NORM, *_FFN_NORM],
+    model_types={"Qwen3ForCausalLM": "qwen3"},
+    hf_config=lambda cfg, names: {"hidden_act": "silu"},
 )
 GEMMA3 = Arch(
     hf_archs=("Gemma3ForCausalLM",),
@@ -511,6 +548,16 @@ GEMMA3 = Arch(
     transforms=[GEMMA_EMBED_ROWS, GEMMA_NORM],
     vocab_rows=True,
     required=("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size"),
+    model_types={"Gemma3ForCausalLM": "gemma3_text"},
+    hf_config=lambda cfg, names: {
+        "hidden_activation": "gelu_pytorch_tanh",
+        # llama.cpp scales queries by 1/sqrt(head_dim), by 1/sqrt(n_embd/n_head) for 27B
+        "query_pre_attn_scalar": (
+            cfg["hidden_size"] // cfg["num_attention_heads"]
+            if cfg.get("num_hidden_layers") == 62
+            else cfg.get("head_dim", 256)
+        ),
+    },
 )
 
 #: HF architecture name -> entry

@@ -1,0 +1,427 @@
+"""GGUF -> Hugging Face model folder that transformers loads.
+
+The inverse of :mod:`weightsmith.convert` HF -> GGUF, driven by the same
+architecture registry (:mod:`weightsmith.convert.arch`); nothing here keeps a
+second table of names or transforms:
+
+* ``config.json`` -- every ``<arch>.*`` metadata row of the registry entry is
+  written back to the config field it came from (``MetaKey.fields[0]``; dotted
+  fields such as ``rope_scaling.type`` become nested objects).  Facts GGUF keeps
+  elsewhere are added: ``vocab_size`` (rows of ``token_embd``),
+  ``tie_word_embeddings`` (no ``output.weight``), the special token ids, and
+  ``rope_scaling`` of type ``llama3`` recovered from the ``rope_freqs`` tensor
+  (checked by recomputing that tensor with the registry's own function);
+* ``generation_config.json`` -- the special token ids;
+* ``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json`` --
+  :func:`weightsmith.convert.tokenizer.write_hf_tokenizer`;
+* ``model.safetensors`` or ``model-0000i-of-0000N.safetensors`` with
+  ``model.safetensors.index.json`` -- laid out as
+  :func:`weightsmith.safetensors.save_sharded` lays them out.
+
+Streaming: shard sizes follow from the tensor shapes, so each shard is opened
+with a :class:`~weightsmith.safetensors.StreamWriter` (header first) and its
+tensors are then, one at a time, dequantized to float32 (any ggml type),
+inverse-transformed (registry ``Transform.inverse``, last transform first),
+cast and written.  At most a dequantized tensor, its transformed copy and its
+cast copy are alive at once: peak memory stays under 3x the largest tensor in
+float32 plus the interpreter.  Every file is written atomically; config.json
+goes last, so a folder without it is an interrupted conversion.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import errors as E
+from .._atomic import atomic_output
+from ..gguf import GGUFFile, read
+from ..safetensors import INDEX_NAME, WEIGHTS_NAME, StreamWriter, parse_size
+from ..safetensors._sharded import _split
+
+__all__ = ["gguf_to_hf"]
+
+# requested dtype -> (safetensors code, numpy dtype name, config.json name)
+_DTYPES = {
+    "f32": ("F32", "float32", "float32"),
+    "f16": ("F16", "float16", "float16"),
+    "bf16": ("BF16", "bfloat16", "bfloat16"),
+}
+_DTYPE_ALIASES = {
+    "float32": "f32",
+    "fp32": "f32",
+    "float16": "f16",
+    "fp16": "f16",
+    "half": "f16",
+    "bfloat16": "bf16",
+}
+
+# GGUF special-token key suffix -> config.json field
+_SPECIAL_IDS = {"bos": "bos_token_id", "eos": "eos_token_id", "padding": "pad_token_id"}
+
+
+def _float(v: Any) -> Any:
+    """A float32 metadata value as the decimal it was written from (1e-05, not 9.99e-06)."""
+    if isinstance(v, float):
+        return float(str(np.float32(v)))
+    return v
+
+
+def _norm_dtype(dtype: str) -> str:
+    d = str(dtype).lower()
+    d = _DTYPE_ALIASES.get(d, d)
+    if d not in _DTYPES:
+        raise E.UnsupportedOutputDtype(
+            "unsupported output dtype",
+            field="dtype",
+            expected="one of " + ", ".join(_DTYPES),
+            found=repr(dtype),
+        )
+    return d
+
+
+# --------------------------------------------------------------------------- config.json
+
+
+def _entry(md: Mapping[str, Any], path: Path):
+    from .arch import REGISTRY, by_gguf_arch
+
+    arch = md.get("general.architecture")
+    entry = by_gguf_arch(arch) if isinstance(arch, str) else None
+    if entry is None:
+        known = sorted({a.gguf_arch for a in REGISTRY.values()})
+        raise E.UnsupportedGGUFArchitecture(
+            "no GGUF -> HF conversion for this architecture",
+            path=path,
+            field="general.architecture",
+            expected="one of " + ", ".join(known),
+            found=repr(arch) if arch is not None else "no such key",
+        )
+    return entry
+
+
+def _hf_arch(entry: Any, md: Mapping[str, Any]) -> str:
+    """The HF class: the entry's first, or a sibling sharing its GGUF layout whose model
+    type the file names (llama.cpp writes Mistral as ``llama``; ``general.name`` keeps it)."""
+    name = " ".join(str(md.get(k, "")) for k in ("general.basename", "general.name")).lower()
+    for cls in entry.hf_archs[1:]:
+        mt = entry.model_types.get(cls, "")
+        if mt and mt in name and mt != entry.model_types.get(entry.hf_archs[0]):
+            return cls
+    return entry.hf_archs[0]
+
+
+def _set(cfg: dict, field: str, value: Any) -> None:
+    """``rope_scaling.type`` -> ``cfg["rope_scaling"]["type"]``; the first value wins."""
+    *parents, leaf = field.split(".")
+    d = cfg
+    for p in parents:
+        d = d.setdefault(p, {})
+    d.setdefault(leaf, value)
+
+
+def _metadata_config(entry: Any, md: Mapping[str, Any]) -> tuple[dict, dict[str, str]]:
+    """Config fields from the ``<arch>.*`` rows; also GGUF key -> field for each row."""
+    from .arch import FILE_TYPE
+
+    cfg: dict[str, Any] = {}
+    key_of: dict[str, str] = {}
+    for row in entry.meta:
+        if row == FILE_TYPE:
+            continue
+        key = row.full_key(entry.gguf_arch)
+        field = row.fields[0]
+        key_of.setdefault(field, key)
+        if key in md:
+            _set(cfg, field, _float(md[key]))
+    return cfg, key_of
+
+
+def _missing_keys(entry: Any, md: Mapping[str, Any], key_of: dict[str, str]) -> list[str]:
+    # vocab_size is the embedding's row count, never a required key
+    return [
+        key_of.get(f, f) for f in entry.required if f != "vocab_size" and key_of.get(f, f) not in md
+    ]
+
+
+def _llama3_rope(entry: Any, cfg: dict, freqs: np.ndarray) -> dict | None:
+    """``rope_scaling`` of type llama3 whose ``rope_freqs`` equal ``freqs``.
+
+    The factors only fix ``factor`` and the ratios of the context length and the two
+    frequency factors; Meta's models use ``low_freq_factor = 1``, which fixes the rest.
+    Candidates (a least-squares fit over the smoothly scaled frequencies, then Llama
+    3.1's values) are checked by recomputing the tensor with the registry's function.
+    """
+    from .arch import llama3_rope_freqs
+
+    freqs = np.asarray(freqs, np.float64)
+    factor = float(np.float32(freqs.max()))
+    theta = cfg.get("rope_theta", 10000.0)
+    dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    inv = 1.0 / theta ** (np.arange(0, dim, 2) / dim)
+    wavelen = 2 * math.pi / inv
+    cands: list[tuple[float, float, float]] = []
+    mid = (freqs > 1 + 1e-6) & (freqs < factor * (1 - 1e-6))
+    if mid.sum() >= 2 and factor > 1:
+        # 1/r = (1 - s)/factor + s with s = (L/wl - lo)/(hi - lo): s is linear in 1/wl
+        s = (1 / freqs[mid] - 1 / factor) / (1 - 1 / factor)
+        a, b = np.polyfit(1 / wavelen[mid], s, 1)
+        if b < 0:
+            hi = 1 - 1 / b
+            length = a * (hi - 1)
+            cands.append((float(round(length)), 1.0, float(round(hi, 4))))
+    cands.append((8192.0, 1.0, 4.0))
+    for p in (2**k for k in range(4, 21)):
+        cands.append((float(p), 1.0, 4.0))
+    best, best_err = None, math.inf
+    for length, lo, hi in cands:
+        rope = {
+            "rope_type": "llama3",
+            "factor": factor,
+            "low_freq_factor": lo,
+            "high_freq_factor": hi,
+            "original_max_position_embeddings": int(length),
+        }
+        probe = {**cfg, "rope_scaling": rope, "rope_theta": theta}
+        got = llama3_rope_freqs(probe)
+        if got is None or got.shape != freqs.shape:
+            continue
+        err = float(np.max(np.abs(got - freqs) / np.maximum(np.abs(freqs), 1e-30)))
+        if err < best_err:
+            best, best_err = rope, err
+        if err == 0.0:
+            break
+    return best
+
+
+def build_config(
+    f: GGUFFile, dtype: str = "bf16", *, path: Path | None = None
+) -> tuple[Any, dict, dict]:
+    """``(registry entry, config.json, generation_config.json)`` for the GGUF ``f``."""
+    md = f.metadata
+    path = path or f.path
+    entry = _entry(md, path)
+    cfg, key_of = _metadata_config(entry, md)
+    missing = _missing_keys(entry, md, key_of)
+    if missing:
+        raise E.MissingGGUFMetadata(
+            "metadata needed for config.json is missing",
+            path=path,
+            field=f"{entry.gguf_arch}.*",
+            expected="keys " + ", ".join(missing),
+            found="none of them" if len(missing) > 1 else "no such key",
+        )
+    if "token_embd.weight" not in f:
+        raise E.MissingGGUFTensor(
+            "the token embedding is missing",
+            path=path,
+            field="tensor 'token_embd.weight'",
+            expected="a tensor [n_vocab, n_embd]",
+            found="no such tensor",
+        )
+    hf_arch = _hf_arch(entry, md)
+    out: dict[str, Any] = {"architectures": [hf_arch], "model_type": entry.model_types[hf_arch]}
+    out.update(entry.hf_config(cfg, {t.name for t in f.tensors}))
+    out.update(cfg)
+    out["vocab_size"] = int(f.tensor("token_embd.weight").shape[0])
+    out["tie_word_embeddings"] = "output.weight" not in f
+    rs = out.get("rope_scaling")
+    if isinstance(rs, dict) and "type" in rs:
+        rs.setdefault("rope_type", rs["type"])
+    if "rope_freqs.weight" in f and "rope_freqs.weight" in entry.extra:
+        rope = _llama3_rope(entry, out, f.dequantize("rope_freqs.weight"))
+        if rope is not None:
+            out["rope_scaling"] = rope
+    gen: dict[str, Any] = {}
+    for suffix, field in _SPECIAL_IDS.items():
+        v = md.get(f"tokenizer.ggml.{suffix}_token_id")
+        if isinstance(v, int):
+            out[field] = v
+            gen[field] = v
+    eot = md.get("tokenizer.ggml.eot_token_id")
+    if isinstance(eot, int) and "eos_token_id" in gen and eot != gen["eos_token_id"]:
+        gen["eos_token_id"] = [gen["eos_token_id"], eot]
+    name = _DTYPES[dtype][2]
+    out["torch_dtype"] = name  # transformers 4.x
+    out["dtype"] = name  # transformers 5.x
+    return entry, dict(sorted(out.items())), gen
+
+
+# --------------------------------------------------------------------------- tensors
+
+
+def _plan_tensors(f: GGUFFile, entry: Any, path: Path) -> list[tuple[str, str, tuple[int, ...]]]:
+    """``(gguf name, hf name, hf shape)`` for every tensor written, in file order."""
+    plan = []
+    unmapped = []
+    for t in f.tensors:
+        if t.name in entry.extra:
+            continue  # folded into config.json (rope_freqs)
+        hf = entry.hf_name(t.name)
+        if hf is None:
+            unmapped.append(t.name)
+            continue
+        plan.append((t.name, hf, tuple(int(d) for d in t.shape)))
+    if unmapped:
+        raise E.UnmappedGGUFTensor(
+            f"no Hugging Face name for {len(unmapped)} tensor(s)",
+            path=path,
+            field="tensors " + ", ".join(repr(n) for n in unmapped[:8]),
+            expected=f"names of the {entry.gguf_arch!r} name map",
+            found=", ".join(unmapped[:8]) + (" ..." if len(unmapped) > 8 else ""),
+        )
+    return plan
+
+
+def _hf_values(
+    f: GGUFFile, entry: Any, gguf_name: str, hf_name: str, cfg: dict, path: Path
+) -> np.ndarray:
+    """float32 values of one tensor with the registry's inverse transforms applied."""
+    x = f.dequantize(gguf_name)
+    for tr in reversed(entry.transforms_for(hf_name)):
+        try:
+            x = tr.inverse(x, cfg, {})
+        except ValueError as exc:  # a reshape that the head counts do not fit
+            raise E.GGUFShapeMismatch(
+                f"cannot undo {tr.name}: {exc}",
+                path=path,
+                field=f"tensor {gguf_name!r}",
+                expected="a shape matching the head counts in the metadata",
+                found=list(x.shape),
+            ) from None
+    return np.asarray(x, np.float32)
+
+
+def _cast(x: np.ndarray, np_name: str) -> np.ndarray:
+    if np_name == "bfloat16":
+        import ml_dtypes
+
+        return x.astype(ml_dtypes.bfloat16)  # round to nearest even, as torch does
+    return x.astype(np_name, copy=False)
+
+
+def _shard_names(n: int) -> list[str]:
+    return (
+        [WEIGHTS_NAME]
+        if n == 1
+        else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+    )
+
+
+def _write_weights(
+    f: GGUFFile,
+    entry: Any,
+    cfg: dict,
+    folder: Path,
+    dtype: str,
+    max_shard_size: int | str,
+    progress: Callable | None,
+    path: Path,
+) -> list[str]:
+    code, np_name, _ = _DTYPES[dtype]
+    itemsize = 2 if dtype in ("f16", "bf16") else 4
+    plan = _plan_tensors(f, entry, path)
+    sizes = {hf: math.prod(shape) * itemsize for _, hf, shape in plan}
+    shards = _split([(hf, sizes[hf]) for _, hf, _ in plan], parse_size(max_shard_size)) or [[]]
+    names = _shard_names(len(shards))
+    by_hf = {hf: (g, shape) for g, hf, shape in plan}
+    total = sum(sizes.values())
+    done_bytes = done = 0
+    for fname, members in zip(names, shards):
+        specs = [(hf, code, by_hf[hf][1]) for hf in members]
+        with StreamWriter(folder / fname, specs, {"format": "pt"}) as w:
+            for hf in members:
+                g, shape = by_hf[hf]
+                x = _hf_values(f, entry, g, hf, cfg, path)
+                if tuple(x.shape) != shape:
+                    raise E.GGUFShapeMismatch(
+                        "inverse transform changed the shape",
+                        path=path,
+                        field=f"tensor {g!r}",
+                        expected=list(shape),
+                        found=list(x.shape),
+                    )
+                y = _cast(x, np_name)
+                del x
+                w.write(hf, np.ascontiguousarray(y))
+                del y
+                done += 1
+                done_bytes += sizes[hf]
+                if progress is not None:
+                    progress(done_bytes, total, done, len(plan))
+    if len(names) > 1:
+        index = {
+            "metadata": {
+                "total_parameters": sum(math.prod(s) for _, _, s in plan),
+                "total_size": total,
+            },
+            "weight_map": {hf: fname for fname, members in zip(names, shards) for hf in members},
+        }
+        _write_json(folder / INDEX_NAME, index, sort_keys=True)
+        return [*names, INDEX_NAME]
+    with_index = folder / INDEX_NAME
+    if with_index.exists():  # left by an earlier, sharded conversion
+        with_index.unlink()
+    return names
+
+
+def _write_json(path: Path, obj: Any, *, sort_keys: bool = False) -> None:
+    with atomic_output(path, "w") as out:
+        out.write(json.dumps(obj, indent=2, sort_keys=sort_keys, ensure_ascii=False) + "\n")
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def gguf_to_hf(
+    src: str | os.PathLike[str],
+    dst_folder: str | os.PathLike[str],
+    dtype: str = "bf16",
+    max_shard_size: int | str = "5GB",
+    progress: Callable[[int, int | None, int | None, int | None], None] | None = None,
+    *,
+    tokenizer: bool = True,
+) -> list[Path]:
+    """Write the Hugging Face folder of the GGUF model ``src`` (a file, or any shard of a
+    split set) into ``dst_folder``; return the paths written.
+
+    ``dtype``: ``"bf16"``, ``"f16"`` or ``"f32"`` for every tensor (quantized ones are
+    dequantized first).  ``max_shard_size``: as in ``save_pretrained`` (``"5GB"``, bytes).
+    ``progress(bytes_done, bytes_total, tensors_done, tensors_total)`` is called after
+    each tensor.  ``tokenizer=False`` skips the tokenizer files (a GGUF without
+    ``tokenizer.ggml.*`` keys then converts too).
+    """
+    dtype = _norm_dtype(dtype)
+    parse_size(max_shard_size)  # a bad size fails before any work
+    src = Path(src)
+    folder = Path(dst_folder)
+    with read(src) as f:
+        entry, cfg, gen = build_config(f, dtype, path=src)
+        if tokenizer and "tokenizer.ggml.model" not in f.metadata:
+            raise E.MissingGGUFMetadata(
+                "no tokenizer in the GGUF (pass tokenizer=False to convert the weights only)",
+                path=src,
+                field="tokenizer.ggml.*",
+                expected="keys tokenizer.ggml.model, tokenizer.ggml.tokens",
+                found="no such key",
+            )
+        folder.mkdir(parents=True, exist_ok=True)
+        written = [folder / n for n in _write_weights(
+            f, entry, cfg, folder, dtype, max_shard_size, progress, src
+        )]  # fmt: skip
+        if tokenizer:
+            from .tokenizer import write_hf_tokenizer
+
+            written += write_hf_tokenizer(f.metadata, folder, where=os.fspath(src))
+    if gen:
+        _write_json(folder / "generation_config.json", gen)
+        written.append(folder / "generation_config.json")
+    _write_json(folder / "config.json", cfg)
+    written.append(folder / "config.json")
+    return written
