@@ -88,6 +88,7 @@ def _nasty(rng: np.random.Generator) -> dict[str, np.ndarray]:
         "const": np.full((2, 512), 0.3, np.float32),
         "negconst": np.full((2, 512), -0.3, np.float32),
         "huge": (rng.standard_normal((4, 512)) * 1e30).astype(np.float32),
+        "extreme": (rng.choice([-3.3e38, 3.3e38, 0.0, 1.0], (2, 512))).astype(np.float32),
         "tiny": (rng.standard_normal((4, 512)) * 1e-30).astype(np.float32),
         "subnormal": (rng.standard_normal((2, 512)) * 1e-40).astype(np.float32),
         "near_subnormal": (rng.standard_normal((2, 512)) * 1e-37).astype(np.float32),

@@ -75,6 +75,8 @@ _CHUNK_BLOCKS = 2048
 _SEARCH_ELEMS = 65536
 # |v| below this: np.rint(v) equals ggml's nearest_int(v) (exact up to 2**22).
 _RINT_SAFE = F32(4.0e6)
+# Ranges above this keep iscale = c / range finite for every c used (|c| < 64).
+_TINY_RANGE = F32(1e-36)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -248,15 +250,15 @@ def _qkx_search(x, w, nmax, rmin, rdelta, nstep, use_mad):
 def _rint_is_exact(rng, xmin, mn, cmax) -> bool:
     """True if every ``iscale * (x - min)`` of the coming steps is finite and < 2**22.
 
-    There np.rint equals ggml's nearest_int.  ``|x - min| <= max(range,
-    |xmin - min|)`` and ``|iscale| <= cmax / range``; range = inf fails.
+    There np.rint equals ggml's nearest_int.  ``iscale = c / range`` with
+    ``|c| <= cmax``, and ``x - min`` lies in ``[xmin - min, range]``, so it is
+    enough that ``min - xmin < range * (bound / cmax)`` -- which also fails
+    for a range <= 0 (then min >= max >= xmin) or NaN -- and that the range
+    is neither so small that ``cmax / range`` overflows nor infinite.  A positive range also
+    lets _levels skip the upper clamp while c < nmax + 1/2.
     """
-    # 0 < range also lets _levels skip the upper clamp while c < nmax + 1/2;
-    # a range so small that cmax / range overflows gives an infinite iscale
-    if not (rng > 0).all() or not cmax / rng.min() < np.inf:
-        return False
-    spread = np.maximum(rng, np.abs(xmin - mn))
-    return bool(cmax * (spread / rng).max() < _RINT_SAFE)
+    r = rng * (_RINT_SAFE / cmax)
+    return bool((mn - xmin < r).all() and rng.min() > _TINY_RANGE and r.max() < np.inf)
 
 
 def _levels(x, mn, iscale, fnmax, out, fast: bool, bounds=None):
