@@ -641,3 +641,32 @@ class GGUFShapeMismatch(GGUFToHFError):
 
 class UnsupportedOutputDtype(GGUFToHFError):
     """The requested safetensors dtype is not bf16, f16 or f32."""
+
+
+# --------------------------------------------------------------------------- HF -> GGUF conversion
+class HFToGGUFError(FormatError):
+    """A Hugging Face model folder that cannot be converted to GGUF."""
+
+
+class MissingModelFile(HFToGGUFError):
+    """config.json or the weights are missing from the model folder."""
+
+
+class BadModelConfig(HFToGGUFError):
+    """config.json lacks a field, has a wrong type, or its values are inconsistent."""
+
+
+class UnknownArchitecture(HFToGGUFError):
+    """config.json's architectures[0] is not in the HF -> GGUF registry."""
+
+
+class UnmappedTensor(HFToGGUFError):
+    """A weight with no GGUF name in the architecture's name map."""
+
+
+class TensorShapeMismatch(HFToGGUFError):
+    """A weight whose shape disagrees with config.json."""
+
+
+class InvalidImatrixFile(HFToGGUFError):
+    """An importance-matrix file (llama.cpp .gguf or legacy .dat) that cannot be read."""

@@ -15,6 +15,10 @@ _LAZY = {
     "ConversionReport": "weightsmith.convert._torch",
     "safetensors_to_safetensors": "weightsmith.convert._safetensors",
     "gguf_to_hf": "weightsmith.convert._gguf_to_hf",
+    "hf_to_gguf": "weightsmith.convert._hf_to_gguf",
+    "plan_conversion": "weightsmith.convert._hf_to_gguf",
+    "compare": "weightsmith.convert._compare",
+    "read_imatrix": "weightsmith.convert._imatrix",
 }
 
 __all__ = list(_LAZY)

@@ -516,8 +516,11 @@ LLAMA = Arch(
     names=[*_BASE_NAMES, *_FFN_NORM],
     transforms=[PERMUTE_Q, PERMUTE_K],
     extra={"rope_freqs.weight": llama3_rope_freqs},
-    model_types={"LlamaForCausalLM": "llama", "LLaMAForCausalLM": "llama",
-                 "MistralForCausalLM": "mistral"},  # fmt: skip
+    model_types={
+        "LlamaForCausalLM": "llama",
+        "LLaMAForCausalLM": "llama",
+        "MistralForCausalLM": "mistral",
+    },  # fmt: skip
     hf_config=lambda cfg, names: {
         "hidden_act": "silu",
         "attention_bias": "blk.0.attn_q.bias" in names,

@@ -1,0 +1,612 @@
+"""Hugging Face model folder -> one GGUF file, in one streaming pass.
+
+What goes into the file, in order (the order llama.cpp's ``convert_hf_to_gguf.py``
+and ``llama-quantize`` produce):
+
+1. KVs: ``general.architecture``, ``general.type``, ``general.name``,
+   ``general.size_label``; the architecture's ``<arch>.*`` rows from the
+   :mod:`~weightsmith.convert.arch` registry with ``general.file_type`` at its place;
+   ``general.quantization_version``; the ``tokenizer.*`` rows of
+   :func:`weightsmith.convert.tokenizer.vocab_metadata`; with an importance matrix,
+   llama-quantize's ``quantize.imatrix.*`` rows.
+2. Tensor infos: the registry's extra tensors (``rope_freqs.weight``) first, then
+   every weight in the reference's order (shard files sorted by name, tensor names
+   sorted within each), under its GGUF name, with numpy-order shapes reversed into
+   ggml order by the writer.
+3. Tensor data, one tensor at a time: read (mmap), widened to float32 unless float16
+   (as the reference does), transformed (Q/K permutation, norm + 1, ...), then cast
+   or quantized to its type.
+
+Types: ``f32``/``f16``/``bf16``/``q8_0`` follow the reference converter (1-D tensors,
+``*_norm.weight`` and non-``.weight`` tensors stay F32; Q8_0 falls back to F16 for
+rows not a multiple of 32); ``auto`` picks bf16/f16 from the first 2-D source tensor
+(f16 when neither); any other llama-quantize file type (``q4_k_m``, ``iq4_xs``, ...)
+gives what ``llama_model_quantize`` gives on the reference's f32 file: the
+:func:`weightsmith.quant.recipes.plan` type per tensor, quantized from float32.
+
+Memory: only the tensor in flight is held: its float32 copy, the transformed copy
+and the quantized output (quantization temporaries are bounded by
+:data:`weightsmith.quant.MEMORY_BUDGET`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import errors as E
+from ..gguf import GGUFValueType, Writer
+from .arch import FILE_TYPE, Arch, head_counts, lookup, supported
+
+VT = GGUFValueType
+
+__all__ = ["ConversionResult", "TensorPlan", "hf_to_gguf", "plan_conversion"]
+
+QUANTIZATION_VERSION = 2
+
+# reference --outtype -> (ggml type for quantizable tensors, LLAMA_FTYPE number)
+_OUTTYPES = {"f32": ("F32", 0), "f16": ("F16", 1), "bf16": ("BF16", 32), "q8_0": ("Q8_0", 7)}
+
+ProgressFn = Callable[[int, "int | None", "int | None", "int | None"], None]
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def _read_config(d: Path) -> dict:
+    p = d / "config.json"
+    if not d.is_dir():
+        raise E.MissingModelFile(
+            "model folder not found", path=d, expected="a folder", found="nothing"
+        )
+    if not p.is_file():
+        raise E.MissingModelFile(
+            "no config.json in the model folder",
+            path=p,
+            expected="config.json",
+            found=", ".join(sorted(x.name for x in d.iterdir())) or "an empty folder",
+        )
+    try:
+        cfg = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise E.BadModelConfig(
+            "cannot parse config.json", path=p, expected="a JSON object", found=str(exc)
+        ) from None
+    if not isinstance(cfg, dict):
+        raise E.BadModelConfig(
+            "config.json is not an object", path=p, expected="a JSON object",
+            found=type(cfg).__name__,
+        )  # fmt: skip
+    if isinstance(cfg.get("text_config"), dict):  # as the reference: text_config to the top
+        cfg = {**cfg, **cfg["text_config"]}
+    return cfg
+
+
+def _arch(cfg: dict, path: Path) -> Arch:
+    archs = cfg.get("architectures")
+    if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
+        raise E.BadModelConfig(
+            "config.json names no architecture",
+            path=path,
+            field="architectures",
+            expected="a list with the model class name",
+            found=archs,
+        )
+    a = lookup(archs[0])
+    if a is None:
+        raise E.UnknownArchitecture(
+            "architecture not supported",
+            path=path,
+            field="architectures[0]",
+            expected="one of " + ", ".join(supported()),
+            found=archs[0],
+        )
+    return a
+
+
+def _positive_int(cfg: dict, key: str, path: Path) -> int:
+    v = cfg.get(key)
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise E.BadModelConfig(
+            "missing or invalid hyperparameter",
+            path=path,
+            field=key,
+            expected="a positive integer",
+            found=v,
+        )
+    return v
+
+
+def _check_config(cfg: dict, arch: Arch, path: Path) -> None:
+    for key in arch.required:
+        _positive_int(cfg, key, path)
+    n_head = cfg.get("num_attention_heads")
+    if n_head is not None:
+        _positive_int(cfg, "num_attention_heads", path)
+        hidden = cfg["hidden_size"]
+        if cfg.get("head_dim") is None and hidden % n_head:
+            raise E.BadModelConfig(
+                "num_attention_heads does not divide hidden_size",
+                path=path,
+                field="num_attention_heads",
+                expected=f"a divisor of hidden_size={hidden}",
+                found=n_head,
+            )
+        if cfg.get("num_key_value_heads") is not None:
+            n_kv = _positive_int(cfg, "num_key_value_heads", path)
+            if n_head % n_kv:
+                raise E.BadModelConfig(
+                    "num_key_value_heads does not divide num_attention_heads",
+                    path=path,
+                    field="num_key_value_heads",
+                    expected=f"a divisor of num_attention_heads={n_head}",
+                    found=n_kv,
+                )
+    if cfg.get("head_dim") is not None:
+        _positive_int(cfg, "head_dim", path)
+
+
+@dataclass
+class _Source:
+    """One source weight: where it is and how to read it."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # safetensors dtype code
+    load: Callable[[], np.ndarray]
+
+
+def _safetensors_sources(d: Path, stack: list) -> list[_Source] | None:
+    from ..safetensors import open_checkpoint, read_index
+
+    index = d / "model.safetensors.index.json"
+    if index.is_file():
+        idx = read_index(index)
+        parts = sorted(dict.fromkeys(idx["weight_map"].values()))
+    else:
+        parts = sorted(p.name for p in d.glob("model*.safetensors") if p.is_file()) or sorted(
+            p.name for p in d.glob("*.safetensors") if p.is_file()
+        )
+        if not parts:
+            return None
+    ck = open_checkpoint(index if index.is_file() else d / parts[0]) if index.is_file() else None
+    out: list[_Source] = []
+    if ck is not None:
+        stack.append(ck)
+        by_file: dict[str, list[str]] = {}
+        for name, fname in ck.weight_map().items():
+            by_file.setdefault(fname, []).append(name)
+        for fname in parts:
+            for name in sorted(by_file.get(fname, [])):
+                info = ck.info(name)
+                out.append(_Source(name, tuple(info.shape), info.dtype.name,
+                                   lambda n=name, c=ck: np.asarray(c.get_tensor(n))))  # fmt: skip
+        return out
+    from ..safetensors import safe_open
+
+    for fname in parts:
+        f = safe_open(d / fname, framework="np")
+        stack.append(f)
+        for name in f.keys():
+            info = f.info(name)
+            out.append(_Source(name, tuple(info.shape), info.dtype.name,
+                               lambda n=name, h=f: np.asarray(h.get_tensor(n))))  # fmt: skip
+    return out
+
+
+def _torch_sources(d: Path, stack: list) -> list[_Source] | None:
+    from .. import torchfile
+    from ..dtypes import SAFETENSORS
+
+    index = d / "pytorch_model.bin.index.json"
+    if index.is_file():
+        cks = [torchfile.open(index)]
+    else:
+        parts = sorted(p for p in d.glob("pytorch_model*.bin") if p.is_file())
+        if not parts:
+            return None
+        cks = [torchfile.open(p) for p in parts]
+    out: list[_Source] = []
+    by_np = {v.numpy: k for k, v in SAFETENSORS.items() if v.numpy is not None}
+    for ck in cks:
+        stack.append(ck)
+        for name in sorted(ck.tensors):
+            info = ck.tensors[name]
+            code = info.safetensors_dtype or by_np.get(np.dtype(info.dtype), str(info.dtype))
+            out.append(_Source(name, tuple(info.shape), code,
+                               lambda n=name, c=ck: np.asarray(c[n])))  # fmt: skip
+    return out
+
+
+def _sources(d: Path, stack: list) -> list[_Source]:
+    src = _safetensors_sources(d, stack)
+    if src is None:
+        src = _torch_sources(d, stack)
+    if src is None:
+        raise E.MissingModelFile(
+            "no weights in the model folder",
+            path=d,
+            expected="model.safetensors, sharded safetensors with an index, or pytorch_model*.bin",
+            found=", ".join(sorted(x.name for x in d.iterdir())) or "an empty folder",
+        )
+    return src
+
+
+# --------------------------------------------------------------------------- planning
+
+
+@dataclass
+class TensorPlan:
+    """One output tensor: GGUF name, numpy-order shape, ggml type, and its source."""
+
+    name: str
+    shape: tuple[int, ...]
+    type: str
+    source: _Source | None = None  # None: an extra tensor (``make``)
+    make: Callable[[], np.ndarray] | None = None
+    hf_name: str | None = None
+
+
+def _is_quantizable_weight(name: str, ndim: int) -> bool:
+    """The reference converter's rule for tensors that get the output type."""
+    if ndim <= 1 or name.endswith("_norm.weight"):
+        return False
+    return name.endswith(".weight")
+
+
+def _outtype_type(ot: str, name: str, shape: tuple[int, ...]) -> str:
+    if not _is_quantizable_weight(name, len(shape)):
+        return "F32"
+    t = _OUTTYPES[ot][0]
+    if t == "Q8_0" and shape[-1] % 32:
+        return "F16"  # gguf-py raises QuantError and the reference falls back to F16
+    return t
+
+
+def _auto_type(sources: list[_Source]) -> str:
+    for s in sources:
+        if len(s.shape) < 2:
+            continue
+        if s.dtype == "BF16":
+            return "bf16"
+        if s.dtype == "F16":
+            return "f16"
+    return "f16"
+
+
+def _n_vocab(d: Path, vocab: list) -> int | None:
+    for k, v, _ in vocab:
+        if k == "tokenizer.ggml.tokens" and (d / "tokenizer.model").is_file():
+            return len(v)
+    tj = d / "tokenizer.json"
+    if tj.is_file():
+        j = json.loads(tj.read_text(encoding="utf-8"))
+        return len(j["model"]["vocab"]) + len(j.get("added_tokens", []))
+    return None
+
+
+@dataclass
+class _Plan:
+    arch: Arch
+    cfg: dict
+    ctx: dict
+    tensors: list[TensorPlan]
+    type_name: str
+    file_type: int
+    vocab: list
+
+
+def _resolve_type(type: str, sources: list[_Source]) -> tuple[str, Any]:
+    t = type.lower()
+    if t == "auto":
+        t = _auto_type(sources)
+    if t in _OUTTYPES:
+        return t, None
+    from ..quant.recipes import file_type
+
+    return t, file_type(type)
+
+
+def plan_conversion(src: str | os.PathLike[str], type: str = "auto", *, imatrix: bool = False):
+    """Names, shapes and types of the output tensors, from the headers alone (no data read)."""
+    stack: list = []
+    try:
+        return _plan(Path(src), type, stack, has_imatrix=imatrix)
+    finally:
+        for h in stack:
+            h.close()
+
+
+def _plan(d: Path, type: str, stack: list, *, has_imatrix: bool = False) -> _Plan:
+    from .tokenizer import vocab_metadata
+
+    cfg = _read_config(d)
+    cfg_path = d / "config.json"
+    arch = _arch(cfg, cfg_path)
+    _check_config(cfg, arch, cfg_path)
+    sources = _sources(d, stack)
+    vocab = vocab_metadata(d, cfg)
+    ctx: dict[str, Any] = {}
+    if arch.vocab_rows:
+        ctx["n_vocab"] = _n_vocab(d, vocab)
+    ot, ft = _resolve_type(type, sources)
+
+    tensors: list[TensorPlan] = []
+    for gname, fn in arch.extra.items():
+        arr = fn(cfg)
+        if arr is not None:
+            tensors.append(TensorPlan(gname, arr.shape, "F32", make=lambda a=arr: a))
+    for s in sources:
+        if arch.skipped(s.name):
+            continue
+        gname = arch.gguf_name(s.name)
+        if gname is None:
+            raise E.UnmappedTensor(
+                "weight has no GGUF name for this architecture",
+                path=d,
+                field=f"tensor {s.name!r}",
+                expected=f"a {arch.gguf_arch} weight",
+                found=s.name,
+            )
+        shape = s.shape
+        for t in arch.transforms_for(s.name):
+            if t.shape is not None:
+                shape = t.shape(shape, cfg, ctx)
+        tensors.append(TensorPlan(gname, shape, "F32", source=s, hf_name=s.name))
+    _check_shapes(tensors, cfg, arch, d)
+
+    if ft is None:
+        for tp in tensors:
+            tp.type = "F32" if tp.source is None else _outtype_type(ot, tp.name, tp.shape)
+        file_type = _OUTTYPES[ot][1]
+        type_name = ot
+    else:
+        from ..quant.recipes import plan as recipe_plan
+
+        n_head, n_kv = head_counts(cfg) if "num_attention_heads" in cfg else (1, 1)
+        types = recipe_plan(
+            [(tp.name, tp.shape) for tp in tensors],
+            ft,
+            arch=arch.gguf_arch,
+            n_layer=cfg.get("num_hidden_layers"),
+            n_head=n_head,
+            n_head_kv=n_kv,
+            has_imatrix=has_imatrix,
+        )
+        for tp in tensors:
+            tp.type = types[tp.name]
+        file_type = ft.id
+        type_name = ft.name.lower()
+    return _Plan(arch, cfg, ctx, tensors, type_name, file_type, vocab)
+
+
+def _check_shapes(tensors: list[TensorPlan], cfg: dict, arch: Arch, d: Path) -> None:
+    hidden, vocab = cfg["hidden_size"], cfg["vocab_size"]
+    for tp in tensors:
+        if tp.name in ("token_embd.weight", "output.weight"):
+            want_rows = vocab if not arch.vocab_rows else tp.shape[0]
+            if len(tp.shape) != 2 or tp.shape[1] != hidden or tp.shape[0] != want_rows:
+                raise E.TensorShapeMismatch(
+                    "embedding shape disagrees with config.json",
+                    path=d,
+                    field=f"tensor {tp.hf_name!r}",
+                    expected=f"[vocab_size={vocab}, hidden_size={hidden}]",
+                    found=list(tp.shape),
+                )
+
+
+# --------------------------------------------------------------------------- metadata
+
+
+def _size_label(n: int) -> str:
+    """gguf-py's rounded parameter count (``1.3M``, ``7B``)."""
+    for limit, scale, suffix in ((1e12, 1e-12, "T"), (1e9, 1e-9, "B"), (1e6, 1e-6, "M")):
+        if n > limit:
+            break
+    else:
+        scale, suffix = 1e-3, "K"
+    v = n * scale
+    fix = max(2 - len(str(round(v)).lstrip("0")), 0)
+    return f"{v:.{fix}f}{suffix}"
+
+
+def _model_name(d: Path) -> str:
+    name = d.resolve().name
+    return " ".join(w[:1].upper() + w[1:] for w in re.split(r"[-_ ]+", name) if w) or "model"
+
+
+def _metadata(p: _Plan, d: Path, name: str | None) -> list[tuple[str, Any, Any]]:
+    n_params = sum(int(np.prod(t.shape)) for t in p.tensors if t.source is not None)
+    rows: list[tuple[str, Any, Any]] = [
+        ("general.type", "model", VT.STRING),
+        ("general.name", name or _model_name(d), VT.STRING),
+        ("general.size_label", _size_label(n_params), VT.STRING),
+    ]
+    for k, v, t in p.arch.metadata(p.cfg):
+        if k == FILE_TYPE:
+            rows.append(("general.file_type", p.file_type, VT.UINT32))
+        else:
+            rows.append((k, v, t))
+    rows.append(("general.quantization_version", QUANTIZATION_VERSION, VT.UINT32))
+    rows.extend(p.vocab)
+    return rows
+
+
+# --------------------------------------------------------------------------- data
+
+
+def _widen(x: np.ndarray) -> np.ndarray:
+    """The reference keeps float16/float32 and widens everything else to float32."""
+    if x.dtype in (np.float16, np.float32):
+        return x
+    return x.astype(np.float32)
+
+
+def _encode(x: np.ndarray, t: str, im: np.ndarray | None, workers: int | None, name: str):
+    from .. import quant
+
+    if t == "F32":
+        return np.ascontiguousarray(x, dtype=np.float32)
+    if t == "F16":
+        return np.ascontiguousarray(x.astype(np.float16))
+    x32 = np.ascontiguousarray(x, dtype=np.float32)
+    return quant.quantize(x32, t, im, workers=workers, name=name)
+
+
+def _tensor_data(tp: TensorPlan, p: _Plan) -> np.ndarray:
+    if tp.make is not None:
+        return tp.make()
+    assert tp.source is not None
+    x = _widen(tp.source.load())
+    for t in p.arch.transforms_for(tp.source.name):
+        x = t.forward(x, p.cfg, p.ctx)
+    if tuple(x.shape) != tuple(tp.shape):
+        raise E.TensorShapeMismatch(
+            "tensor data disagrees with its header",
+            field=f"tensor {tp.source.name!r}",
+            expected=list(tp.shape),
+            found=list(x.shape),
+        )
+    return x
+
+
+# --------------------------------------------------------------------------- API
+
+
+@dataclass
+class ConversionResult:
+    """What :func:`hf_to_gguf` wrote."""
+
+    files: list[str]
+    architecture: str
+    type: str
+    file_type: int
+    tensor_types: dict[str, str] = field(default_factory=dict)
+    n_params: int = 0
+
+
+def _imatrix_for(im: dict[str, np.ndarray] | None, tp: TensorPlan) -> np.ndarray | None:
+    if im is None or tp.type in ("F32", "F16", "BF16"):
+        return None
+    return im.get(tp.name)
+
+
+def hf_to_gguf(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    type: str = "auto",
+    *,
+    imatrix: str | os.PathLike[str] | None = None,
+    split_max_size: int | str | None = None,
+    workers: int | None = None,
+    progress: ProgressFn | None = None,
+    name: str | None = None,
+) -> ConversionResult:
+    """Convert the Hugging Face model folder ``src`` to the GGUF file ``dst``.
+
+    ``type``: ``f32``, ``f16``, ``bf16``, ``q8_0`` (as llama.cpp's converter),
+    ``auto`` (the source's 16-bit float type), or any llama-quantize file type
+    (``q4_k_m``, ``q6_k``, ``iq4_xs``, ...: as ``llama-quantize`` on the f32 file).
+    ``imatrix``: a llama.cpp importance matrix (``.gguf`` or legacy ``.dat``).
+    ``split_max_size`` (bytes or ``"2G"``): write llama.cpp split shards instead.
+    ``progress(bytes_done, bytes_total, tensors_done, tensors_total)`` is called
+    after each tensor.  ``workers`` is passed to the quantizer.
+    """
+    d = Path(src)
+    dst = Path(dst)
+    stack: list = []
+    try:
+        im_data = im_meta = None
+        if imatrix is not None:
+            from ._imatrix import read_imatrix
+
+            im = read_imatrix(imatrix)
+            im_data, im_meta = im.data, im
+        p = _plan(d, type, stack, has_imatrix=im_data is not None)
+        rows = _metadata(p, d, name)
+        if im_meta is not None:
+            rows.extend(im_meta.gguf_rows(imatrix, used=_used_entries(p, im_data)))
+        target = dst if split_max_size is None else dst.with_name(dst.name + ".unsplit.tmp")
+        total = sum(_out_nbytes(tp) for tp in p.tensors)
+        w = Writer(target, arch=p.arch.gguf_arch)
+        with w:
+            for k, v, t in rows:
+                w.add(k, v, t)
+            for tp in p.tensors:
+                w.add_tensor_info(tp.name, tp.type, tp.shape)
+            done = 0
+            for i, tp in enumerate(p.tensors):
+                x = _tensor_data(tp, p)
+                data = _encode(x, tp.type, _imatrix_for(im_data, tp), workers, tp.name)
+                del x
+                w.write_tensor(tp.name, data)
+                done += _out_nbytes(tp)
+                del data
+                if progress is not None:
+                    progress(done, total, i + 1, len(p.tensors))
+        files = [str(dst)]
+        if split_max_size is not None:
+            files = _split(target, dst, split_max_size)
+        return ConversionResult(
+            files=files,
+            architecture=p.arch.gguf_arch,
+            type=p.type_name,
+            file_type=p.file_type,
+            tensor_types={tp.name: tp.type for tp in p.tensors},
+            n_params=sum(int(np.prod(tp.shape)) for tp in p.tensors),
+        )
+    finally:
+        for h in stack:
+            h.close()
+
+
+def _used_entries(p: _Plan, im: dict[str, np.ndarray] | None) -> int:
+    if not im:
+        return 0
+    return sum(1 for tp in p.tensors if tp.name in im)
+
+
+def _out_nbytes(tp: TensorPlan) -> int:
+    from ..dtypes import GGML
+
+    g = GGML[tp.type]
+    n = int(np.prod(tp.shape))
+    return n // g.block_size * g.type_size
+
+
+def _split(tmp: Path, dst: Path, max_size: int | str) -> list[str]:
+    """llama.cpp split shards named like ``gguf-split``: ``<stem>-00001-of-0000N.gguf``."""
+    from ..gguf import split
+
+    try:
+        stem = dst.name[: -len(".gguf")] if dst.name.endswith(".gguf") else dst.name
+        final = tmp.with_name(stem + ".gguf")
+        if final != dst:
+            pass
+        os.replace(tmp, dst.with_name(stem + ".gguf.part"))
+        src = dst.with_name(stem + ".gguf.part")
+        outs = split(src, max_size=max_size, out_dir=dst.parent)
+        os.unlink(src)
+        renamed = []
+        for o in outs:
+            o = Path(o)
+            new = o.with_name(o.name.replace(stem + ".gguf.part", stem))
+            if new != o:
+                os.replace(o, new)
+            renamed.append(str(new))
+        return renamed
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def iter_plan(src: str | os.PathLike[str], type: str = "auto") -> Iterator[TensorPlan]:
+    """The output tensors :func:`hf_to_gguf` would write (for dry runs and tests)."""
+    yield from plan_conversion(src, type).tensors
