@@ -233,6 +233,9 @@ def test_non_contiguous_input() -> None:
     assert not xt.flags.c_contiguous
     want = ggml_ref.quantize(np.ascontiguousarray(xt), "Q8_0")
     assert np.array_equal(Q.quantize(xt, "Q8_0", chunk_rows=3), want)
+    for backend in ("process", "thread"):
+        got = Q.quantize(xt, "Q8_0", chunk_rows=3, workers=2, backend=backend)
+        assert np.array_equal(got, want)
     strided = _x(8, 128)[:, ::2]
     assert np.array_equal(
         Q.quantize(strided, "Q4_1"), ggml_ref.quantize(np.ascontiguousarray(strided), "Q4_1")
