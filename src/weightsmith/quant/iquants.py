@@ -549,6 +549,7 @@ class _NeighbourGrid:
         levels = np.unique(grid)  # the distinct byte values, in level order
         self.levels = np.searchsorted(levels, grid).astype(np.int64)  # [n, dim]
         self.q_t = np.ascontiguousarray((2 * self.levels + 1).T.astype(np.float32))
+        self.levels_t = np.ascontiguousarray(self.levels.T)
         size = 1 << (self.bits * self.dim)
         self.map = np.full(size, -1, dtype=np.int64)
         self.map[(self.levels << self.shifts).sum(axis=1)] = np.arange(n)
@@ -579,11 +580,17 @@ class _NeighbourGrid:
             self.nb_cols[:, pts] = order[:, :width].T
 
     def best_neighbours(
-        self, u: np.ndarray, xv: list[np.ndarray], wv: list[np.ndarray], scale: np.ndarray
+        self,
+        u: np.ndarray,
+        xv: list[np.ndarray],
+        wv: list[np.ndarray],
+        scale: np.ndarray,
+        values: np.ndarray | None = None,
     ) -> np.ndarray:
         """ggml's iq*_find_best_neighbour for off-grid points ``u`` [g] with
         values ``xv``/weights ``wv`` (``dim`` arrays [g]) at ``scale`` [g]:
-        the chosen grid indices [g].
+        the chosen grid indices [g].  A level l stands for 2l+1, or for
+        ``values[point, l]`` when given (iq1_find_best_neighbour2).
 
         Candidates are visited in list order with ggml's strict ``<``, one
         candidate position at a time; points are sorted by list length so
@@ -594,6 +601,10 @@ class _NeighbourGrid:
         xv = [a[order] for a in xv]
         wv = [a[order] for a in wv]
         g = len(u)
+        if values is not None:
+            nl = values.shape[1]
+            vflat = values[order].reshape(-1)
+            rows = np.arange(g) * nl
         best = np.full(g, np.finfo(np.float32).max, dtype=np.float32)  # FLT_MAX
         choice = np.zeros(g, dtype=np.intp)
         for j in range(int(cnt.max())):
@@ -602,7 +613,11 @@ class _NeighbourGrid:
             s = scale[:n]
             d2 = np.zeros(n, dtype=np.float32)
             for i in range(self.dim):  # d2 += w*diff*diff, in element order
-                diff = s * self.q_t[i][cand] - xv[i][:n]
+                if values is None:
+                    q = self.q_t[i][cand]
+                else:
+                    q = vflat[rows[:n] + self.levels_t[i][cand]]
+                diff = s * q - xv[i][:n]
                 term = wv[i][:n] * diff
                 term *= diff
                 d2 += term
@@ -633,6 +648,8 @@ def _grid(name: str) -> _NeighbourGrid:
         return _NeighbourGrid(IQ2XXS_GRID, nwant=2, kmax=3)
     if name == "IQ2_XS":
         return _NeighbourGrid(IQ2XS_GRID, nwant=2, kmax=3)
+    if name == "IQ1":
+        return _NeighbourGrid(IQ1S_GRID, nwant=3, kmax=3)
     return _NeighbourGrid(IQ2S_GRID, nwant=1, kmax=3)
 
 
@@ -1023,6 +1040,134 @@ def quantize_iq3_s(rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.nd
     return _quantize_rows(rows, imatrix, QK_K, 110, _iq3_s_chunk)
 
 
+# ------------------------------------------------------------ IQ1_S quantize
+#
+# ggml's quantize_row_iq1_s_impl: three values per element (-1, 0, 1, all
+# shifted by +-IQ1S_DELTA); the best two split points of the sorted values are
+# found exhaustively, then off-grid 8-groups move to the nearest grid point.
+
+_IQ1_XP = np.array([-1 + 0.125, 0.125, 1 + 0.125], dtype=np.float32)
+_IQ1_XM = np.array([-1 - 0.125, -0.125, 1 - 0.125], dtype=np.float32)
+
+
+def _iq1_split_search(
+    sx: np.ndarray, sw: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The exhaustive (i1, i2, shift) search over prefix sums sx, sw [n+1, m]
+    of the sorted values: (scale, i1, i2, shift) per column, shift 0 = none."""
+    n, m = sx.shape[0] - 1, sx.shape[1]
+    best = np.full(m, -np.finfo(np.float32).max, dtype=np.float32)  # -FLT_MAX
+    scale = np.zeros(m, dtype=np.float32)
+    bi1 = np.full(m, -1, dtype=np.int64)
+    bi2 = np.full(m, -1, dtype=np.int64)
+    shift = np.zeros(m, dtype=np.int64)
+    sq = [(_IQ1_XP, 1), (_IQ1_XM, -1)]
+    for i1 in range(n + 1):
+        a_x, a_w = sx[i1] - sx[0], sw[i1] - sw[0]
+        for i2 in range(i1, n + 1):
+            b_x, b_w = sx[i2] - sx[i1], sw[i2] - sw[i1]
+            c_x, c_w = sx[n] - sx[i2], sw[n] - sw[i2]
+            for xv, sh in sq:
+                sumqx = (a_x * xv[0] + b_x * xv[1]) + c_x * xv[2]
+                sumq2 = ((a_w * xv[0]) * xv[0] + (b_w * xv[1]) * xv[1]) + (c_w * xv[2]) * xv[2]
+                upd = (sumq2 > 0) & (sumqx * sumqx > best * sumq2)
+                if upd.any():
+                    with np.errstate(divide="ignore", invalid="ignore"):
+                        sc = sumqx / sumq2
+                    scale = np.where(upd, sc, scale)
+                    best = np.where(upd, sc * sumqx, best)
+                    bi1 = np.where(upd, i1, bi1)
+                    bi2 = np.where(upd, i2, bi2)
+                    shift = np.where(upd, sh, shift)
+    return scale, bi1, bi2, shift
+
+
+def _iq1_s_chunk(x: np.ndarray, qw: np.ndarray) -> np.ndarray:
+    """Super-blocks x [c, 256] -> IQ1_S blocks [c, 50] (imatrix required)."""
+    c = x.shape[0]
+    m = c * 8
+    g = _grid("IQ1")
+    xb, W = _grid_prepare(x, qw, 32, plain_sigma=False)
+    mx = np.abs(xb).max(axis=1)
+    valid = mx >= F32(1e-12)  # GROUP_MAX_EPS_IQ1_S
+    scales = np.zeros(m, dtype=np.float32)
+    shifts = np.ones(m, dtype=np.int64)
+    index = np.zeros((m, 4), dtype=np.int64)
+    v = np.flatnonzero(valid)
+    if v.size:
+        xs, ws = xb[v], W[v]
+        # ggml's qsort of (value, index) pairs on the value is a stable merge
+        # sort in glibc for 32 pairs, so ties keep their index order
+        order = np.argsort(xs, axis=1, kind="stable")
+        xo = np.take_along_axis(xs, order, axis=1).T  # [32, mv]
+        wo = np.take_along_axis(ws, order, axis=1).T
+        wx = wo * xo
+        sx = np.zeros((33, len(v)), dtype=np.float32)
+        sw = np.zeros((33, len(v)), dtype=np.float32)
+        for j in range(32):  # prefix sums in sorted order
+            sx[j + 1] = sx[j] + wx[j]
+            sw[j + 1] = sw[j] + wo[j]
+        with np.errstate(over="ignore", invalid="ignore"):
+            sc, i1, i2, sh = _iq1_split_search(sx, sw)
+        ok = (i1 >= 0) & (i2 >= 0) & (sh != 0)
+        # levels by sorted position: 0 below i1, 1 below i2, else 2
+        pos = np.arange(32)[:, None]
+        lsorted = np.where(pos < i1, 0, np.where(pos < i2, 1, 2))  # [32, mv]
+        L = np.empty_like(lsorted)
+        np.put_along_axis(L, order.T, lsorted, axis=0)
+        neg = sc < 0
+        L = np.where(neg, 2 - L, L)
+        sc = np.where(neg, -sc, sc)
+        sh = np.where(neg, -sh, sh)
+        vals = np.where((sh == 1)[:, None], _IQ1_XP, _IQ1_XM)  # [mv, 3]
+        u = g.pack(L)  # [4, mv]
+        gi = g.map[u]
+        kk, mm = np.nonzero(gi < 0)
+        if kk.size:
+            Xt, Wt = np.ascontiguousarray(xs.T), np.ascontiguousarray(ws.T)
+            xv = [Xt[8 * kk + i, mm] for i in range(8)]
+            wv = [Wt[8 * kk + i, mm] for i in range(8)]
+            gi[kk, mm] = g.best_neighbours(u[kk, mm], xv, wv, sc[mm], vals[mm])
+            # re-fit the scale on the final levels where a group moved
+            moved = np.zeros(len(v), dtype=bool)
+            moved[mm] = True
+            lev = g.levels[gi.T].reshape(len(v), 32)  # [mv, 32]
+            q = np.take_along_axis(vals, lev, axis=1).T  # [32, mv]
+            wq = Wt * q
+            sumqx = _seqsum(wq * Xt)
+            wq *= q
+            sumq2 = _seqsum(wq)
+            refit = moved & (sumqx > 0) & (sumq2 > 0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                sc = np.where(refit, sumqx / sumq2, sc)
+        ok_v = v[ok]
+        index[ok_v] = gi.T[ok]
+        scales[ok_v] = sc[ok]
+        shifts[ok_v] = sh[ok]
+        valid[v[~ok]] = False
+
+    out = np.zeros((c, 50), dtype=np.uint8)
+    idx = index.reshape(c, 8, 4)
+    out[:, 2:34] = (idx & 255).astype(np.uint8).reshape(c, 32)
+    qh = ((idx >> 8) << np.array([0, 3, 6, 9])).sum(axis=-1)  # [c, 8]
+    S = scales.reshape(c, 8)
+    max_scale = _c_max(S)
+    d = max_scale / F32(15)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ls = np.clip(_cint((((F32(1) / d)[:, None] * S) - F32(1)) * F32(0.5)), 0, 7)
+    ls = ls | np.where(shifts.reshape(c, 8) == -1, 8, 0)
+    nz = max_scale != 0  # otherwise ggml leaves d and the scale bits at zero
+    qh = np.where(nz[:, None], qh | (ls << 12), qh)
+    out[:, 34:50] = qh.astype("<u2").view(np.uint8).reshape(c, 16)
+    out[nz, 0:2] = f32_to_f16_bits(d[nz] * F32(1.125)).reshape(-1, 1).view(np.uint8)
+    return out
+
+
+def quantize_iq1_s(rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.ndarray:
+    """float32 rows [nrows, 256k] + imatrix -> IQ1_S bytes [nrows, 50k], as ggml's quantize_iq1_s."""
+    return _quantize_rows(rows, _need_imatrix("IQ1_S", imatrix), QK_K, 50, _iq1_s_chunk)
+
+
 QUANTIZE: dict[str, Callable[[np.ndarray, np.ndarray | None], np.ndarray]] = {
     "IQ4_NL": quantize_iq4_nl,
     "IQ4_XS": quantize_iq4_xs,
@@ -1031,4 +1176,5 @@ QUANTIZE: dict[str, Callable[[np.ndarray, np.ndarray | None], np.ndarray]] = {
     "IQ2_S": quantize_iq2_s,
     "IQ2_XXS": quantize_iq2_xxs,
     "IQ2_XS": quantize_iq2_xs,
+    "IQ1_S": quantize_iq1_s,
 }
