@@ -10,6 +10,7 @@ five; a bare pickle has one).
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 from dataclasses import dataclass, field
@@ -117,24 +118,38 @@ def scan(path: str | os.PathLike[str]) -> ScanReport:
             return _scan_zip(path, fh)
     if data is None:
         # pickles come first in the legacy layout; storages follow
-        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        with open(path, "rb") as fh:
+            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
             return _scan_sequential(path, mm, head)
+        finally:
+            _close(mm)
     return _scan_sequential(path, data, head)
 
 
 def _scan_zip(path: str, fh) -> ScanReport:
     report = ScanReport(path, "zip")
     try:
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
             layout = ZipLayout(path, mm, fh)
             members = layout.pickle_members()
             if layout.member not in dict(members):
                 report.problems.append(f"no {layout.member} in the archive")
             for name, blob in members:
                 report.pickles.append(_inventory(name, _pickle.scan(blob, path=path, member=name)))
+        finally:
+            _close(mm)
     except errors.TorchFileError as e:
         report.problems.append(str(e))
     return report
+
+
+def _close(mm: mmap.mmap) -> None:
+    # The findings keep views of the pickle bytes (an error's context, a
+    # result's memo); the mapping is then freed with the last of them.
+    with contextlib.suppress(BufferError):
+        mm.close()
 
 
 def _scan_sequential(path: str, data, head: bytes) -> ScanReport:
