@@ -207,12 +207,14 @@ def _signed_absmax(x8: np.ndarray, tile: np.ndarray) -> np.ndarray:
     """quantize_row_q4_0_ref's ``max``: the first value of largest |v| (+0.0 if none)."""
     hi = _quad(np.max(x8, axis=0), np.maximum)
     lo = _quad(np.min(x8, axis=0), np.minimum)
-    mx = np.where(-lo > hi, lo, hi)
-    tie = (-lo == hi) & (hi > 0)  # both +a and -a: the first one wins
-    if tie.any():
+    neg = -lo
+    mx = np.where(neg > hi, lo, hi)
+    eq = neg == hi
+    if eq.any():  # rare: both +a and -a occur (the first wins), or the block is all zero
+        tie = eq & (hi > 0)
         rows = tile[tie]
         mx[tie] = rows[np.arange(len(rows)), np.argmax(np.abs(rows), axis=1)]
-    mx[(hi == 0) & (lo == 0)] = 0  # all zero (either sign): C keeps max = +0.0
+        mx[eq & (hi == 0)] = 0  # all zero (either sign): C keeps max = +0.0
     return mx
 
 
@@ -233,9 +235,10 @@ def _first_min_max(x8: np.ndarray, tile: np.ndarray) -> tuple[np.ndarray, np.nda
 
 
 def _inv(d: np.ndarray) -> np.ndarray:
-    """``d ? 1.0f/d : 0.0f``."""
-    with np.errstate(divide="ignore"):
-        return np.where(d != 0, F32(1) / d, F32(0)).astype(np.float32)
+    """``d ? 1.0f/d : 0.0f`` (1/0 warnings are silenced by the API's errstate)."""
+    inv = F32(1) / d
+    inv[d == 0] = 0
+    return inv
 
 
 def _codes(t: np.ndarray, bits: int | None) -> np.ndarray:
@@ -250,18 +253,23 @@ def _codes(t: np.ndarray, bits: int | None) -> np.ndarray:
     return q
 
 
-def _file_order(q8: np.ndarray, width: int) -> np.ndarray:
-    """Byte codes [k, 4c] in the quad layout -> [c] records of ``4k`` bytes in file order."""
+def _put_units(out: np.ndarray, field: str, q8: np.ndarray) -> None:
+    """Byte codes [k, 4c] in the quad layout -> record field ``field`` (4k bytes) in file order.
+
+    The field is addressed as [c, k] uint32 straight inside the records, so the
+    transpose back to file order is the store itself.
+    """
     k = q8.shape[0]
-    units = np.ascontiguousarray(q8.view(np.uint32).reshape(k, -1).T)  # [c, k] of 4 bytes
-    return units.view(f"V{width}").reshape(-1)
+    off = out.dtype.fields[field][1]
+    dst = np.ndarray((len(out), k), np.uint32, out, off, (out.dtype.itemsize, 4))
+    np.copyto(dst, q8.view(np.uint32).reshape(k, -1).T)
 
 
-def _nibble_bytes(q8: np.ndarray) -> np.ndarray:
-    """Codes of elements j and j + 16 -> the 16 qs bytes of each block, as V16 records."""
+def _put_nibbles(out: np.ndarray, q8: np.ndarray, mask: bool) -> None:
+    """Codes of elements j and j + 16 -> the 16 qs bytes of each block."""
     qs = q8[4:] << 4  # uint8: bit 4 of a 5-bit code falls off, as (xi & 0x0F) << 4
-    qs |= q8[:4] & 0x0F
-    return _file_order(qs, 16)
+    qs |= (q8[:4] & 0x0F) if mask else q8[:4]  # 4-bit codes are already < 16
+    _put_units(out, "qs", qs)
 
 
 _SPREAD = np.uint32(0x01020408)  # moves bit 0 of byte i to bit 24 + i (no carries)
@@ -291,7 +299,7 @@ def _enc_q4_0(x8: np.ndarray, tile: np.ndarray, out: np.ndarray) -> None:
     x8 *= _x4(_inv(d))
     x8 += F32(8.5)
     out["d"] = f32_to_f16_bits(d)
-    out["qs"] = _nibble_bytes(_codes(x8, 4))
+    _put_nibbles(out, _codes(x8, 4), False)
 
 
 def _enc_q4_1(x8: np.ndarray, tile: np.ndarray, out: np.ndarray) -> None:
@@ -302,7 +310,7 @@ def _enc_q4_1(x8: np.ndarray, tile: np.ndarray, out: np.ndarray) -> None:
     x8 += F32(0.5)
     out["d"] = f32_to_f16_bits(d)
     out["m"] = f32_to_f16_bits(mn)
-    out["qs"] = _nibble_bytes(_codes(x8, 4))
+    _put_nibbles(out, _codes(x8, 4), False)
 
 
 def _enc_q5_0(x8: np.ndarray, tile: np.ndarray, out: np.ndarray) -> None:
@@ -312,7 +320,7 @@ def _enc_q5_0(x8: np.ndarray, tile: np.ndarray, out: np.ndarray) -> None:
     q = _codes(x8, 5)
     out["d"] = f32_to_f16_bits(d)
     out["qh"] = _high_bits(q)
-    out["qs"] = _nibble_bytes(q)
+    _put_nibbles(out, q, True)
 
 
 def _enc_q5_1(x8: np.ndarray, tile: np.ndarray, out: np.ndarray) -> None:
@@ -325,7 +333,7 @@ def _enc_q5_1(x8: np.ndarray, tile: np.ndarray, out: np.ndarray) -> None:
     out["d"] = f32_to_f16_bits(d)
     out["m"] = f32_to_f16_bits(mn)
     out["qh"] = _high_bits(q)
-    out["qs"] = _nibble_bytes(q)
+    _put_nibbles(out, q, True)
 
 
 def _enc_q8_0(x8: np.ndarray, tile: np.ndarray, out: np.ndarray) -> None:
@@ -334,7 +342,7 @@ def _enc_q8_0(x8: np.ndarray, tile: np.ndarray, out: np.ndarray) -> None:
     d = (np.abs(np.maximum(hi, -lo)) / F32(127)).astype(np.float32)  # +0.0 for zeros
     x8 *= _x4(_inv(d))
     out["d"] = f32_to_f16_bits(d)
-    out["qs"] = _file_order(round_away_int(x8, np.int8).view(np.uint8), 32)
+    _put_units(out, "qs", round_away_int(x8, np.int8).view(np.uint8))
 
 
 def _quantize_q4_0(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
