@@ -3,7 +3,10 @@
 :func:`edit` changes, adds or removes KVs without decoding tensor data:
 
 * when the new header still ends inside the old padding (same padded size,
-  e.g. a same-size KV section), the header bytes are rewritten in place;
+  e.g. a same-size KV section) and the bytes that change lie within one
+  4 KiB page, only those bytes are rewritten in place, with a single
+  ``pwrite`` -- a process killed mid-edit leaves the old or the new page,
+  never a mix (readers that map the file see the new value);
 * otherwise the file is rewritten by streaming: new header, then the tensor
   data copied in chunks and re-padded to the (possibly new) alignment, to a
   temp file renamed over the target.
@@ -19,6 +22,8 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
+
+import numpy as np
 
 from .. import errors as E
 from ._file import _Mapped
@@ -122,13 +127,16 @@ def edit(
             count = enc.u64.pack(len(kvs))
             body = count + kv_bytes + infos
             body += bytes(pad(new_end, alignment) - new_end) if h.tensors else b""
-            src.close()
-            with open(path, "r+b") as f:
-                f.seek(h.kv_start - 8)
-                f.write(body)
-                f.flush()
-                os.fsync(f.fileno())
-            return path
+            at = h.kv_start - 8
+            span = _changed_span(bytes(src.mm[at : at + len(body)]), body)
+            # Only a patch inside one page is written in place: a multi-page
+            # write can be torn by a kill between pages (found by the
+            # crash-safe-write harness); those edits take the atomic rewrite.
+            if span is None or (at + span[0]) // _PAGE == (at + span[1] - 1) // _PAGE:
+                src.close()
+                if span is not None:
+                    _patch(path, at + span[0], body[span[0] : span[1]])
+                return path
         target = Path(out) if out is not None else path
         w = Writer(target, byte_order=h.byte_order)
         try:
@@ -144,3 +152,24 @@ def edit(
         return target
     finally:
         src.close()
+
+
+_PAGE = 4096
+
+
+def _changed_span(old: bytes, new: bytes) -> tuple[int, int] | None:
+    """[first, last + 1) of the bytes where ``new`` differs from ``old``; None if equal."""
+    if old == new:
+        return None
+    diff = np.flatnonzero(np.frombuffer(old, np.uint8) != np.frombuffer(new, np.uint8))
+    return int(diff[0]), int(diff[-1]) + 1
+
+
+def _patch(path: Path, offset: int, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if os.pwrite(fd, data, offset) != len(data):  # a regular file never writes short here
+            raise E.WriteError(f"{path}: short write while patching metadata in place")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
