@@ -181,7 +181,9 @@ def test_dequantize_unsupported_is_a_named_error() -> None:
 
 
 @pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
-@pytest.mark.parametrize("qtype", ["Q4_0", "Q8_0", "Q4_K", "Q6_K", "IQ4_XS", "TQ1_0", "MXFP4"])
+@pytest.mark.parametrize(
+    "qtype", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q6_K", "IQ4_XS", "TQ1_0", "MXFP4"]
+)
 def test_non_finite_input(qtype: str, value: float) -> None:
     x = _x(3, 256)
     x[2, 77] = value

@@ -61,7 +61,7 @@ from ..errors import (
     QuantizeUnsupported,
     RowLengthNotMultiple,
 )
-from .registry import Codec, QuantTypeInfo, codec, info, types
+from .registry import SELF_CHECKS_FINITE, Codec, QuantTypeInfo, codec, info, types
 
 __all__ = [
     "MEMORY_BUDGET",
@@ -301,10 +301,16 @@ def _quantize_task(
 ) -> np.ndarray:
     """Quantize one chunk of rows (in the caller, a thread or a worker process)."""
     c = codec(type_name)
-    if not c.holds_nonfinite:
+    self_check = im is None and c.type.name in SELF_CHECKS_FINITE
+    if not c.holds_nonfinite and not self_check:
         _check_finite(rows, r0, name, c.type)
-    with np.errstate(all="ignore"):
-        return c.quantize(rows, im)
+    try:
+        with np.errstate(all="ignore"):
+            return c.quantize(rows, im)
+    except NonFiniteInput:
+        # a self-checking codec saw NaN/inf: locate it for the message
+        _check_finite(rows, r0, name, c.type)
+        raise
 
 
 def _dequantize_task(type_name: str, blocks: np.ndarray) -> np.ndarray:

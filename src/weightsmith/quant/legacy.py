@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import NonFiniteInput
 from ._common import (
     F32,
     f16_to_f32,
@@ -192,6 +193,13 @@ def _rec(*fields: tuple[str, str]) -> np.dtype:
     return np.dtype(list(fields))
 
 
+def _finite(*extremes: np.ndarray) -> None:
+    """Per-block min/max propagate NaN and inf: a cheap exact check of the whole tile."""
+    for v in extremes:
+        if not np.isfinite(v).all():
+            raise NonFiniteInput("legacy types cannot hold NaN or inf")
+
+
 def _quad(v: np.ndarray, op) -> np.ndarray:
     """op-reduce [4c] (four per block) to [c]."""
     h = v.reshape(-1, 4)
@@ -207,6 +215,7 @@ def _signed_absmax(x8: np.ndarray, tile: np.ndarray) -> np.ndarray:
     """quantize_row_q4_0_ref's ``max``: the first value of largest |v| (+0.0 if none)."""
     hi = _quad(np.max(x8, axis=0), np.maximum)
     lo = _quad(np.min(x8, axis=0), np.minimum)
+    _finite(hi, lo)
     neg = -lo
     mx = np.where(neg > hi, lo, hi)
     eq = neg == hi
@@ -231,6 +240,7 @@ def _first_min_max(x8: np.ndarray, tile: np.ndarray) -> tuple[np.ndarray, np.nda
             rows = tile[zero]
             m[zero] = rows[np.arange(len(rows)), np.argmax(rows == 0, axis=1)]
         out.append(m)
+    _finite(*out)
     return out[0], out[1]
 
 
@@ -339,6 +349,7 @@ def _enc_q5_1(x8: np.ndarray, tile: np.ndarray, out: np.ndarray) -> None:
 def _enc_q8_0(x8: np.ndarray, tile: np.ndarray, out: np.ndarray) -> None:
     hi = _quad(np.max(x8, axis=0), np.maximum)
     lo = _quad(np.min(x8, axis=0), np.minimum)
+    _finite(hi, lo)
     d = (np.abs(np.maximum(hi, -lo)) / F32(127)).astype(np.float32)  # +0.0 for zeros
     x8 *= _x4(_inv(d))
     out["d"] = f32_to_f16_bits(d)

@@ -34,6 +34,11 @@ REQUIRES_IMATRIX = frozenset({"IQ2_XXS", "IQ2_XS", "IQ1_S"})
 # Types whose encoding stores IEEE specials; every block type rejects them.
 HOLDS_NONFINITE = frozenset({"F32", "F16", "BF16", "F64"})
 
+# Quantizers whose reference path (no imatrix) raises NonFiniteInput itself
+# from its per-block min/max (which propagate NaN/inf), so the API skips its
+# own pass over the input for them.
+SELF_CHECKS_FINITE = frozenset({"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"})
+
 # Bytes of temporaries per element a codec needs while working on a chunk
 # (upper bounds measured with tracemalloc by benchmarks/bench_quant.py); the
 # API sizes its chunks from these so that all chunks in flight fit 64 MiB.
