@@ -285,16 +285,20 @@ def _put_nibbles(out: np.ndarray, q8: np.ndarray, mask: bool) -> None:
 _SPREAD = np.uint32(0x01020408)  # moves bit 0 of byte i to bit 24 + i (no carries)
 
 
+_NIB_SHIFTS = (np.arange(8, dtype=np.uint32) * 4)[:, None]
+
+
 def _high_bits(q8: np.ndarray) -> np.ndarray:
-    """Bit 4 of every code -> the u32 qh with bit j = element j."""
-    h = q8 >> 4
-    h &= 1
-    v = h.view(np.uint32)  # [8, c]: lane i of quad k in byte i
+    """Bit 4 of every code -> the u32 qh with bit j = element j.
+
+    ``q8 >> 4`` is 0/1 (codes are < 32); each quad's four lanes are gathered
+    into a nibble by one multiply, and the eight nibbles OR-ed into place.
+    """
+    v = (q8 >> 4).view(np.uint32)  # [8, c]: lane i of quad k in byte i
     nib = (v * _SPREAD) >> np.uint32(24)  # bits 0-3 = the four lanes
-    qh = np.zeros(v.shape[1], np.uint32)
-    for k in range(8):
-        qh |= (nib[k] & np.uint32(0xF)) << np.uint32(4 * k)
-    return qh
+    nib &= np.uint32(0xF)
+    nib <<= _NIB_SHIFTS
+    return np.bitwise_or.reduce(nib, axis=0)
 
 
 _REC_Q4_0 = _rec(("d", "<u2"), ("qs", "V16"))
