@@ -22,7 +22,7 @@ from weightsmith.quant import iquants
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 DEQ_TYPES = ["IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS"]
-Q_TYPES = ["IQ4_NL", "IQ4_XS", "IQ3_XXS", "IQ3_S", "IQ2_S", "IQ2_XXS", "IQ2_XS", "IQ1_S"]
+Q_TYPES = ["IQ4_NL", "IQ4_XS", "IQ3_XXS", "IQ3_S", "IQ2_S", "IQ2_XXS", "IQ2_XS", "IQ1_S", "IQ1_M"]
 NEEDS_IMATRIX = {"IQ2_XXS", "IQ2_XS", "IQ1_S"}  # ggml asserts an imatrix for these
 # the grid-search types are slow (in ggml too): smaller random matrices
 SHAPES = {"IQ4_NL": [(5, 256), (48, 768), (2, 4096)], "IQ4_XS": [(5, 256), (48, 768), (2, 4096)]}

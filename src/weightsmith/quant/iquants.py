@@ -38,9 +38,17 @@ Layouts (offset: field), per block, ``ib`` = 32-value sub-block 0..7:
   4 scales_l[4] (low nibbles, two per byte); 8 qs[128] as IQ4_NL per
   sub-block.  value = d*(ls-32) * kvalues_iq4nl[q].
 
-Quantizers (IQ4_NL, IQ4_XS) follow ggml's ``quantize_row_iq4_nl_impl``
-bit for bit: float32 intermediates, sequential sums over the in-block index
-(vectorised across blocks), ggml's tie-breaking.
+Quantizers, every one bit for bit with ggml (float32 intermediates, sums in
+C's order over the in-block index with blocks vectorised, ggml's
+tie-breaking, its ``nearest_int`` bit trick):
+
+* IQ4_NL, IQ4_XS -- ``quantize_row_iq4_nl_impl`` (ntry=7 scale search);
+* IQ3_XXS, IQ3_S, IQ2_S, IQ2_XXS, IQ2_XS -- scale trials over a grid with
+  off-grid groups moved to their best precomputed neighbour
+  (``iq3xs_init_impl`` / ``iq2xs_init_impl`` tables, rebuilt here lazily);
+* IQ1_S, IQ1_M -- exhaustive split search over the sorted values.
+
+IQ2_XXS, IQ2_XS and IQ1_S need an importance matrix, as in ggml.
 """
 
 from __future__ import annotations
@@ -1168,6 +1176,172 @@ def quantize_iq1_s(rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.nd
     return _quantize_rows(rows, _need_imatrix("IQ1_S", imatrix), QK_K, 50, _iq1_s_chunk)
 
 
+# ------------------------------------------------------------ IQ1_M quantize
+#
+# ggml's quantize_row_iq1_m_impl: as IQ1_S on 16-value sub-blocks, but each
+# 8-half picks its own delta sign (4 combinations), and the super-block scale
+# is re-fitted over all 256 values at the end.
+
+_IQ1M_MASKS = np.array([0x00, 0x80, 0x08, 0x88], dtype=np.int64)
+_IQ1M_FLIP = np.array([3, 2, 1, 0], dtype=np.int64)
+
+
+def _iq1_m_split_search(
+    px: np.ndarray, pw: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The exhaustive (i1, i2, sign combination) search of IQ1_M over the
+    per-half prefix sums px, pw [2, 17, m]: (scale, i1, i2, k) per column."""
+    n, m = px.shape[1] - 1, px.shape[2]
+    p2, m2 = _IQ1_XP[2], _IQ1_XM[2]
+    cp1 = _IQ1_XP[0] * _IQ1_XP[0] - _IQ1_XP[1] * _IQ1_XP[1]
+    cp2 = _IQ1_XP[1] * _IQ1_XP[1] - _IQ1_XP[2] * _IQ1_XP[2]
+    cm1 = _IQ1_XM[0] * _IQ1_XM[0] - _IQ1_XM[1] * _IQ1_XM[1]
+    cm2 = _IQ1_XM[1] * _IQ1_XM[1] - _IQ1_XM[2] * _IQ1_XM[2]
+    txs, tws = px[:, n], pw[:, n]  # [2, m] totals per half
+    tqp, tqm = txs * p2, txs * m2
+    t2p, t2m = (tws * p2) * p2, (tws * m2) * m2
+    best = np.full(m, -np.finfo(np.float32).max, dtype=np.float32)  # -FLT_MAX
+    scale = np.zeros(m, dtype=np.float32)
+    bi1 = np.full(m, -1, dtype=np.int64)
+    bi2 = np.full(m, -1, dtype=np.int64)
+    bk = np.full(m, -1, dtype=np.int64)
+    for i1 in range(n + 1):
+        for i2 in range(i1, n + 1):
+            sx = px[:, i1] + px[:, i2]  # [2, m]
+            qx_p, qx_m = tqp - sx, tqm - sx
+            q2_p = (t2p + pw[:, i1] * cp1) + pw[:, i2] * cp2
+            q2_m = (t2m + pw[:, i1] * cm1) + pw[:, i2] * cm2
+            combos = (
+                (qx_p[0] + qx_p[1], q2_p[0] + q2_p[1]),
+                (qx_p[0] + qx_m[1], q2_p[0] + q2_m[1]),
+                (qx_m[0] + qx_p[1], q2_m[0] + q2_p[1]),
+                (qx_m[0] + qx_m[1], q2_m[0] + q2_m[1]),
+            )
+            for k, (sumqx, sumq2) in enumerate(combos):
+                upd = (sumq2 > 0) & (sumqx * sumqx > best * sumq2)
+                if upd.any():
+                    sc = sumqx / sumq2
+                    scale = np.where(upd, sc, scale)
+                    best = np.where(upd, sc * sumqx, best)
+                    bi1 = np.where(upd, i1, bi1)
+                    bi2 = np.where(upd, i2, bi2)
+                    bk = np.where(upd, k, bk)
+    return scale, bi1, bi2, bk
+
+
+def _iq1_m_values(shift: np.ndarray) -> np.ndarray:
+    """Level values [m, 2 halves, 3] for IQ1_M sign combinations ``shift``."""
+    first = np.where((shift < 2)[:, None], _IQ1_XP, _IQ1_XM)
+    second = np.where((shift % 2 == 0)[:, None], _IQ1_XP, _IQ1_XM)
+    return np.stack([first, second], axis=1)
+
+
+def _iq1_m_chunk(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
+    """Super-blocks x [c, 256] -> IQ1_M blocks [c, 56]."""
+    c = x.shape[0]
+    m = c * 16
+    g = _grid("IQ1")
+    xb, W = _grid_prepare(x, qw, 16, plain_sigma=False)
+    mx = np.abs(xb).max(axis=1)
+    valid = mx >= F32(1e-7)  # GROUP_MAX_EPS_IQ1_M
+    scales = np.zeros(m, dtype=np.float32)
+    shifts = np.zeros(m, dtype=np.int64)
+    index = np.zeros((m, 2), dtype=np.int64)
+    v = np.flatnonzero(valid)
+    if v.size:
+        xs, ws = xb[v], W[v]
+        order = np.argsort(xs, axis=1, kind="stable")  # glibc's stable merge sort
+        xo = np.take_along_axis(xs, order, axis=1).T  # [16, mv]
+        wo = np.take_along_axis(ws, order, axis=1).T
+        half = (order >= 8).T  # [16, mv]: which half each sorted value is in
+        wx = wo * xo
+        mv = len(v)
+        px = np.zeros((2, 17, mv), dtype=np.float32)
+        pw = np.zeros((2, 17, mv), dtype=np.float32)
+        for j in range(16):  # per-half prefix sums in sorted order
+            for h in (0, 1):
+                mine = half[j] == bool(h)
+                px[h, j + 1] = np.where(mine, px[h, j] + wx[j], px[h, j])
+                pw[h, j + 1] = np.where(mine, pw[h, j] + wo[j], pw[h, j])
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            sc, i1, i2, bk = _iq1_m_split_search(px, pw)
+        ok = (i1 >= 0) & (i2 >= 0) & (bk >= 0)
+        pos = np.arange(16)[:, None]
+        lsorted = np.where(pos < i1, 0, np.where(pos < i2, 1, 2))
+        L = np.empty_like(lsorted)
+        np.put_along_axis(L, order.T, lsorted, axis=0)
+        neg = sc < 0
+        L = np.where(neg, 2 - L, L)
+        sc = np.where(neg, -sc, sc)
+        bk = np.where(neg & (bk >= 0), _IQ1M_FLIP[np.clip(bk, 0, 3)], bk)
+        vals = _iq1_m_values(bk)  # [mv, 2, 3]
+        u = g.pack(L)  # [2, mv]
+        gi = g.map[u]
+        kk, mm = np.nonzero(gi < 0)
+        if kk.size:
+            Xt, Wt = np.ascontiguousarray(xs.T), np.ascontiguousarray(ws.T)
+            xv = [Xt[8 * kk + i, mm] for i in range(8)]
+            wv = [Wt[8 * kk + i, mm] for i in range(8)]
+            gi[kk, mm] = g.best_neighbours(u[kk, mm], xv, wv, sc[mm], vals[mm, kk])
+            moved = np.zeros(mv, dtype=bool)
+            moved[mm] = True
+            lev = g.levels[gi.T]  # [mv, 2, 8]
+            q = np.take_along_axis(vals, lev, axis=2).reshape(mv, 16).T  # [16, mv]
+            wq = Wt * q
+            sumqx = _seqsum(wq * Xt)
+            wq *= q
+            sumq2 = _seqsum(wq)
+            refit = moved & (sumqx > 0) & (sumq2 > 0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                sc = np.where(refit, sumqx / sumq2, sc)
+        ok_v = v[ok]
+        index[ok_v] = gi.T[ok]
+        scales[ok_v] = sc[ok]
+        shifts[ok_v] = bk[ok]
+
+    out = np.zeros((c, 56), dtype=np.uint8)
+    idx = index.reshape(c, 16, 2)
+    out[:, 0:32] = (idx & 255).astype(np.uint8).reshape(c, 32)
+    qh = (idx[:, :, 0] >> 8) | ((idx[:, :, 1] >> 8) << 4)  # [c, 16]
+    S = scales.reshape(c, 16)
+    max_scale = _c_max(S)
+    nz = max_scale != 0  # otherwise ggml leaves the scales and sign masks at zero
+    d = max_scale / F32(15)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ls = np.clip(_cint((((F32(1) / d)[:, None] * S) - F32(1)) * F32(0.5)), 0, 7)  # [c, 16]
+    sh = shifts.reshape(c, 16)
+    qh = np.where(nz[:, None], qh | _IQ1M_MASKS[sh], qh)
+    out[:, 32:48] = qh.astype(np.uint8)
+    # re-fit the super-block scale over all 256 values, in element order
+    lev = g.levels[index].reshape(c, 16, 2, 8)
+    vals = _iq1_m_values(shifts).reshape(c, 16, 2, 3)
+    q = np.take_along_axis(vals, lev, axis=3)  # [c, 16, 2, 8]
+    q = q * (2 * ls + 1).astype(np.float32)[:, :, None, None]
+    Q = np.ascontiguousarray(q.reshape(c, QK_K).T)
+    Wt = np.ascontiguousarray(W.reshape(c, QK_K).T)
+    Xt = np.ascontiguousarray(x.T)
+    wq = Wt * Q
+    sumqx = _seqsum(wq * Xt)
+    wq *= Q
+    sumq2 = _seqsum(wq)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        d = np.where(sumq2 > 0, sumqx / sumq2, d)
+    dbits = f32_to_f16_bits(d * F32(1.1125)).astype(np.int64)  # [c]
+    sc16 = (ls.reshape(c, 4, 4) << (3 * np.arange(4))).sum(axis=2)  # [c, 4]
+    top = np.stack(
+        [(dbits & 0x000F) << 12, (dbits & 0x00F0) << 8, (dbits & 0x0F00) << 4, dbits & 0xF000],
+        axis=1,
+    )
+    sc16 = np.where(nz[:, None], sc16 | top, 0)
+    out[:, 48:56] = sc16.astype("<u2").view(np.uint8).reshape(c, 8)
+    return out
+
+
+def quantize_iq1_m(rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.ndarray:
+    """float32 rows [nrows, 256k] -> IQ1_M bytes [nrows, 56k], as ggml's quantize_iq1_m."""
+    return _quantize_rows(rows, imatrix, QK_K, 56, _iq1_m_chunk)
+
+
 QUANTIZE: dict[str, Callable[[np.ndarray, np.ndarray | None], np.ndarray]] = {
     "IQ4_NL": quantize_iq4_nl,
     "IQ4_XS": quantize_iq4_xs,
@@ -1177,4 +1351,5 @@ QUANTIZE: dict[str, Callable[[np.ndarray, np.ndarray | None], np.ndarray]] = {
     "IQ2_XXS": quantize_iq2_xxs,
     "IQ2_XS": quantize_iq2_xs,
     "IQ1_S": quantize_iq1_s,
+    "IQ1_M": quantize_iq1_m,
 }
