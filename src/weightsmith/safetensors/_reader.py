@@ -359,8 +359,9 @@ class _Sel:
 
 
 def _normalize(key: Any, shape: tuple[int, ...]) -> tuple[list[_Sel], list[int | None]]:
-    """numpy basic indexing -> one _Sel per dim, and the output layout (the
-    tensor dim of each output axis in order, None for a new axis)."""
+    """numpy basic indexing -> one _Sel per tensor dim, and the index layout:
+    for each position of the expanded key, the tensor dim it indexes (an
+    integer index drops that dim from the output), or None for a new axis."""
     if not isinstance(key, tuple):
         key = (key,)
     n_ell = sum(1 for k in key if k is Ellipsis)
