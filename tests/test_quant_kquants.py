@@ -157,3 +157,13 @@ def test_q8_k_dequantize_matches_ggml():
     lib.dequantize_row_q8_K(raw.ctypes.data, want.ctypes.data, x.size)
     got = kquants.DEQUANTIZE["Q8_K"](raw).reshape(-1)
     _assert_same_floats(got, want)
+
+
+@pytest.mark.parametrize("name", QTYPES)
+def test_golden_without_sequential_axis0_reduce(inputs, monkeypatch, name):
+    # The fallback for a numpy whose axis-0 reduction is not row by row.
+    monkeypatch.setattr(kquants, "_SEQUENTIAL_AXIS0", False)
+    gold = _golden(name)
+    for suffix, im in (("", None), ("_imat", inputs["w256.imatrix"])):
+        got = kquants.QUANTIZE[name](inputs["w256"], im)
+        _assert_same_bytes(got, gold[f"w256.q{suffix}"], name)

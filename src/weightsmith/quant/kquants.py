@@ -111,6 +111,31 @@ def _aligned(a: np.ndarray) -> np.ndarray:
     return out
 
 
+def _axis0_is_sequential() -> bool:
+    """Does np.add.reduce over axis 0 add the rows one after another?
+
+    It does (numpy only sums pairwise along the contiguous axis), and C's
+    loops need exactly that order; this checks it on data where pairwise
+    summation would give a different float.
+    """
+    a = np.full((64, 16), F32(2.0**-24), dtype=np.float32)
+    a[0] = 1  # 1 + 2**-24 rounds back to 1 each time; pairwise it would not
+    return bool((np.add.reduce(a, axis=0) == 1).all())
+
+
+_SEQUENTIAL_AXIS0 = _axis0_is_sequential()
+
+
+def _reduce0(a: np.ndarray) -> np.ndarray:
+    """Sum over axis 0 in index order (C's order), starting from the first row."""
+    if _SEQUENTIAL_AXIS0:
+        return np.add.reduce(a, axis=0)
+    s = a[0].copy()  # a numpy that reorders axis-0 reductions: add row by row
+    for row in a[1:]:
+        s += row
+    return s
+
+
 def _seqsum(a: np.ndarray) -> np.ndarray:
     """Sum over axis 0 in sequential order, starting from +0 as ``float s = 0``.
 
@@ -118,7 +143,7 @@ def _seqsum(a: np.ndarray) -> np.ndarray:
     pairwise summation), which is the C loop's order.  Adding +0 at the end
     turns an all-(-0) sum into +0, as C's ``0 + -0`` would.
     """
-    s = np.add.reduce(a, axis=0)
+    s = _reduce0(a)
     s += _ZERO
     return s
 
@@ -178,8 +203,8 @@ def _qkx_search(x, w, nmax, rmin, rdelta, nstep, use_mad):
     fnmax = F32(nmax)
     xmin = np.min(x, axis=0)
     mx = np.max(x, axis=0)
-    sum_w = np.add.reduce(w, axis=0)  # C starts from weights[0]: no +0 fix
-    sum_x = np.add.reduce(w * x, axis=0)
+    sum_w = _reduce0(w)  # C starts from weights[0]: no +0 fix
+    sum_x = _reduce0(w * x)
     mn = np.where(xmin > 0, _ZERO, xmin)
     flat = mx == mn  # C returns early: all quants 0, scale 0
     # Flat columns are searched too (vectorised) but never win; a range of 1
@@ -214,11 +239,11 @@ def _qkx_search(x, w, nmax, rmin, rdelta, nstep, use_mad):
             # the output (det > 0 needs non-zero sum_l and sum_l2, and a
             # zero scale or min rounds to level 0 whatever its sign).
             np.multiply(w, t, out=u)
-            sum_l = np.add.reduce(u, axis=0)
+            sum_l = _reduce0(u)
             np.multiply(u, x, out=v)
-            sum_xl = np.add.reduce(v, axis=0)
+            sum_xl = _reduce0(v)
             u *= t
-            sum_l2 = np.add.reduce(u, axis=0)
+            sum_l2 = _reduce0(u)
             det = sum_w * sum_l2 - sum_l * sum_l
             this_scale = (sum_w * sum_xl - sum_x * sum_l) / det
             this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det
@@ -306,7 +331,7 @@ def _weighted_error(
     else:
         u *= u
     u *= w
-    return np.add.reduce(u, axis=0)  # only compared: the sign of a zero is moot
+    return _reduce0(u)  # only compared: the sign of a zero is moot
 
 
 def make_qp_quants(x: np.ndarray, qw: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
