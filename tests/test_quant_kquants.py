@@ -167,3 +167,13 @@ def test_golden_without_sequential_axis0_reduce(inputs, monkeypatch, name):
     for suffix, im in (("", None), ("_imat", inputs["w256.imatrix"])):
         got = kquants.QUANTIZE[name](inputs["w256"], im)
         _assert_same_bytes(got, gold[f"w256.q{suffix}"], name)
+
+
+@pytest.mark.parametrize("name", [*QTYPES, "Q8_K"])
+def test_empty_inputs(name):
+    ts = ggml_type(name).type_size
+    assert kquants.DEQUANTIZE[name](np.zeros((0, ts), np.uint8)).shape == (0, 256)
+    if name in kquants.QUANTIZE:
+        for im in (None, np.ones(512, np.float32)):
+            out = kquants.QUANTIZE[name](np.zeros((0, 512), np.float32), im)
+            assert out.shape == (0, 2 * ts) and out.dtype == np.uint8

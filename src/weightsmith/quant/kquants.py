@@ -592,7 +592,7 @@ def _quantize_q5_k(blocks: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
 
 def _dequantize_q4_k(blocks: np.ndarray) -> np.ndarray:
     dl, ml = _dl_ml_k4(blocks)
-    return _affine(_nibble_rows(blocks[:, 16:144]), dl, ml)
+    return _affine(_nibble_rows(blocks[:, 16:144]), dl, ml, 32)
 
 
 def _dequantize_q5_k(blocks: np.ndarray) -> np.ndarray:
@@ -605,7 +605,7 @@ def _dequantize_q5_k(blocks: np.ndarray) -> np.ndarray:
         np.bitwise_and(qh >> np.uint64(s), _ONES, out=hi[s])
     hi <<= np.uint64(4)
     q.view("<u8").reshape(-1, 8, 4)[...] |= _rows_v32(hi)
-    return _affine(q, dl, ml)
+    return _affine(q, dl, ml, 32)
 
 
 _LOW4 = np.uint64(0x0F0F0F0F0F0F0F0F)
@@ -654,16 +654,16 @@ def _nibble_rows(qs: np.ndarray) -> np.ndarray:
     return q.view(np.uint8).reshape(n, QK_K)
 
 
-def _affine(q: np.ndarray, dl: np.ndarray, ml: np.ndarray) -> np.ndarray:
+def _affine(q: np.ndarray, dl: np.ndarray, ml: np.ndarray, per: int) -> np.ndarray:
     """``dl * q - ml`` with dl, ml constant over each sub-block -> float32 [B, 256].
 
-    ``q`` [B, 256] uint8 levels; ``dl``, ``ml`` [B * S].  The per-row factors
+    ``q`` [B, 256] uint8 levels; ``dl``, ``ml`` [B * 256 / per], ``per`` the
+    sub-block length.  The per-row factors
     are expanded with np.repeat: broadcasting them over rows of 16 or 32
     floats costs numpy one short inner loop per row, about twice the time of
     repeat + one long loop.  Chunks keep the float32 work inside L2.
     """
     out = np.empty(q.shape, dtype=np.float32)
-    per = q.shape[1] * q.shape[0] // max(1, dl.size)
     rows = _DEQ_BLOCKS * QK_K // per
     for r0 in range(0, dl.size, rows):
         r1 = min(dl.size, r0 + rows)
@@ -733,7 +733,7 @@ def _dequantize_q2_k(blocks: np.ndarray) -> np.ndarray:
     for s in range(4):
         np.bitwise_and(w >> np.uint64(2 * s), _LOW2, out=parts[s])
     q = _rows_v32(parts).view(np.uint8).reshape(-1, QK_K)
-    return _affine(q, dl, ml)
+    return _affine(q, dl, ml, 16)
 
 
 # --------------------------------------------------------------------------- Q8_K
