@@ -658,10 +658,10 @@ def _affine(q: np.ndarray, dl: np.ndarray, ml: np.ndarray, per: int) -> np.ndarr
     """``dl * q - ml`` with dl, ml constant over each sub-block -> float32 [B, 256].
 
     ``q`` [B, 256] uint8 levels; ``dl``, ``ml`` [B * 256 / per], ``per`` the
-    sub-block length.  The per-row factors
-    are expanded with np.repeat: broadcasting them over rows of 16 or 32
-    floats costs numpy one short inner loop per row, about twice the time of
-    repeat + one long loop.  Chunks keep the float32 work inside L2.
+    sub-block length.  The per-row factors are expanded with np.repeat:
+    broadcasting them over rows of 16 or 32 floats costs numpy one short
+    inner loop per row, about twice the time of repeat + one long loop.
+    Chunks keep the float32 work inside L2.
     """
     out = np.empty(q.shape, dtype=np.float32)
     rows = _DEQ_BLOCKS * QK_K // per
