@@ -21,6 +21,29 @@ starting a new shard when the next tensor would push the current one past
 ``max_shard_size``; a tensor larger than the limit gets a shard of its own
 (huggingface_hub's ``split_state_dict_into_shards_factory``).  One shard
 means a plain ``model.safetensors`` and no index, as in transformers.
+
+Atomicity of a save over an existing checkpoint: the checkpoint is what its
+entry point names -- the index (every shard it maps) or, with no index,
+``model.safetensors``.  A reader opening the checkpoint through the entry
+point sees the complete old or the complete new checkpoint whenever the
+writer is killed, because the entry point is only ever replaced atomically
+and never names a shard that is being written:
+
+1. old shards whose names the new save reuses are first hard-linked to
+   backup names (``.<name>.<random>.wsold``) and the old index is atomically
+   rewritten to name the backups -- still the complete old checkpoint;
+2. the new shards are written (each through ``atomic_output``);
+3. the new index replaces the old one (the commit);
+4. what the new checkpoint does not use is deleted: backups, shards of
+   other counts, an old ``model.safetensors``.
+
+For one shard, ``model.safetensors`` is written atomically and then the old
+index and shards are deleted; while that deletion is pending, a reader that
+prefers the index (ours) sees the complete old checkpoint and one that
+prefers ``model.safetensors`` (transformers) the complete new one.
+Cleanup rule: every successful ``save_sharded`` deletes backups, temp files
+of dead writers (see :mod:`weightsmith._atomic`) and shards of earlier saves
+that the new index does not name.
 """
 
 from __future__ import annotations
@@ -29,10 +52,13 @@ import contextlib
 import json
 import os
 import re
+import secrets
+import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from .. import _atomic
 from .. import errors as E
 from .._atomic import atomic_output
 from ._header import TensorInfo
@@ -148,6 +174,8 @@ def save_sharded(
         if n == 1
         else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
     )
+    if n > 1:
+        _protect_live(folder, set(names))
     for fname, members in zip(names, shards):
         save_file({k: tensors[k] for k in members}, folder / fname, metadata)
     written = list(names)
@@ -167,19 +195,63 @@ def save_sharded(
     return written
 
 
+_BACKUP = ".wsold"
+
+
+def _protect_live(folder: Path, reused: set[str]) -> None:
+    """Step 1 of an atomic sharded save (module docstring): make the live
+    index name backups (hard links) instead of the shard names about to be reused."""
+    index_path = folder / INDEX_NAME
+    try:
+        index = read_index(index_path)
+    except E.WeightsmithError:
+        return  # no (valid) index: nothing reads the old shards through one
+    wm = index["weight_map"]
+    clash = sorted(set(wm.values()) & reused)
+    if not clash:
+        return
+    backups = {}
+    for name in clash:
+        backup = f".{name}.{secrets.token_hex(4)}{_BACKUP}"
+        try:
+            os.link(folder / name, folder / backup)
+        except FileNotFoundError:
+            continue  # the index already names a missing shard: nothing to keep
+        except OSError:  # no hard links here: copy
+            shutil.copyfile(folder / name, folder / backup)
+        backups[name] = backup
+    raw = json.loads(index_path.read_text(encoding="utf-8"))
+    raw["weight_map"] = {k: backups.get(v, v) for k, v in raw["weight_map"].items()}
+    with atomic_output(index_path, "w") as f:
+        f.write(json.dumps(raw, indent=2, sort_keys=True) + "\n")
+
+
 def _remove_stale(folder: Path, keep: set[str], single: bool) -> None:
-    """Delete shards (and a now-wrong index) left by an earlier save."""
+    """Delete shards (and a now-wrong index or single file) left by an earlier
+    save, backups of a committed save and temp files of dead writers."""
+    if single:
+        with contextlib.suppress(OSError):
+            os.unlink(folder / INDEX_NAME)
     for entry in os.scandir(folder):
         name = entry.name
         if name in keep or not entry.is_file():
             continue
         stem = name[: -len(".safetensors")] if name.endswith(".safetensors") else None
-        if stem and name.startswith("model-") and _SHARD_RE.fullmatch(stem):
+        stale = (stem and name.startswith("model-") and _SHARD_RE.fullmatch(stem)) or (
+            name.startswith(".") and name.endswith(_BACKUP)
+        )
+        if not single and name == WEIGHTS_NAME:
+            stale = True
+        if stale:
             with contextlib.suppress(OSError):
                 os.unlink(entry.path)
-    if single:
-        with contextlib.suppress(OSError):
-            os.unlink(folder / INDEX_NAME)
+    # temp files of shard names this save did not write are not covered by
+    # atomic_output's own cleanup (it sweeps only the target it wrote)
+    for entry in os.scandir(folder):
+        name = entry.name
+        if name.startswith(".") and name.endswith(_atomic.SUFFIX):
+            target = name[1:].rsplit(".", 3)[0]
+            _atomic.cleanup_stale(folder / target)
 
 
 # --------------------------------------------------------------------------- reading
