@@ -30,12 +30,14 @@ goes last, so a folder without it is an interrupted conversion.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -46,6 +48,8 @@ from ..safetensors import INDEX_NAME, WEIGHTS_NAME, StreamWriter, parse_size
 from ..safetensors._sharded import _split
 
 __all__ = ["gguf_to_hf"]
+
+_NATIVE = "<" if sys.byteorder == "little" else ">"
 
 # requested dtype -> (safetensors code, numpy dtype name, config.json name)
 _DTYPES = {
@@ -279,11 +283,53 @@ def _plan_tensors(f: GGUFFile, entry: Any, path: Path) -> list[tuple[str, str, t
     return plan
 
 
+def _read_f32(f: GGUFFile, files: list[BinaryIO], name: str) -> np.ndarray:
+    """float32 values of one tensor, read into private memory.
+
+    Reading (rather than taking views of the mmap) keeps the file's pages out of
+    the process's resident set: the pages of tensors already converted would
+    otherwise stay counted until the kernel reclaims them.
+    """
+    t = f.tensor(name)
+    dt = t.ggml_type.numpy
+    if dt is not None and dt.itemsize > 1 and f.byte_order != _NATIVE:
+        return f.dequantize(name)  # byte-swapped file: the reader handles the swap
+    buf = np.empty(t.nbytes, np.uint8)
+    fh = files[t.shard]
+    fh.seek(t.offset)
+    view = memoryview(buf)
+    got = 0
+    while got < t.nbytes:
+        n = fh.readinto(view[got:])
+        if not n:
+            raise E.GGUFDataPastEOF(
+                "tensor data ends early",
+                path=f.paths[t.shard],
+                field=f"tensor {name!r}",
+                offset=t.offset,
+                expected=f"{t.nbytes} bytes",
+                found=f"{got} bytes",
+            )
+        got += n
+    if dt is None:
+        from .. import quant
+
+        return quant.dequantize(buf, t.ggml_type, t.shape)
+    x = buf.view(dt).reshape(t.shape)
+    return x if dt == np.float32 else x.astype(np.float32)
+
+
 def _hf_values(
-    f: GGUFFile, entry: Any, gguf_name: str, hf_name: str, cfg: dict, path: Path
+    f: GGUFFile,
+    files: list[BinaryIO],
+    entry: Any,
+    gguf_name: str,
+    hf_name: str,
+    cfg: dict,
+    path: Path,
 ) -> np.ndarray:
     """float32 values of one tensor with the registry's inverse transforms applied."""
-    x = f.dequantize(gguf_name)
+    x = _read_f32(f, files, gguf_name)
     for tr in reversed(entry.transforms_for(hf_name)):
         try:
             x = tr.inverse(x, cfg, {})
@@ -332,29 +378,19 @@ def _write_weights(
     names = _shard_names(len(shards))
     by_hf = {hf: (g, shape) for g, hf, shape in plan}
     total = sum(sizes.values())
-    done_bytes = done = 0
-    for fname, members in zip(names, shards):
-        specs = [(hf, code, by_hf[hf][1]) for hf in members]
-        with StreamWriter(folder / fname, specs, {"format": "pt"}) as w:
-            for hf in members:
-                g, shape = by_hf[hf]
-                x = _hf_values(f, entry, g, hf, cfg, path)
-                if tuple(x.shape) != shape:
-                    raise E.GGUFShapeMismatch(
-                        "inverse transform changed the shape",
-                        path=path,
-                        field=f"tensor {g!r}",
-                        expected=list(shape),
-                        found=list(x.shape),
-                    )
-                y = _cast(x, np_name)
-                del x
-                w.write(hf, np.ascontiguousarray(y))
-                del y
-                done += 1
-                done_bytes += sizes[hf]
-                if progress is not None:
-                    progress(done_bytes, total, done, len(plan))
+    done = [0, 0]  # bytes, tensors
+
+    def tick(hf: str) -> None:
+        done[0] += sizes[hf]
+        done[1] += 1
+        if progress is not None:
+            progress(done[0], total, done[1], len(plan))
+
+    with contextlib.ExitStack() as stack:
+        files = [stack.enter_context(open(p, "rb")) for p in f.paths]
+        for fname, members in zip(names, shards):
+            dest = folder / fname
+            _write_shard(f, files, entry, cfg, dest, members, by_hf, code, np_name, path, tick)
     if len(names) > 1:
         index = {
             "metadata": {
@@ -369,6 +405,40 @@ def _write_weights(
     if with_index.exists():  # left by an earlier, sharded conversion
         with_index.unlink()
     return names
+
+
+def _write_shard(
+    f: GGUFFile,
+    files: list[BinaryIO],
+    entry: Any,
+    cfg: dict,
+    dest: Path,
+    members: list[str],
+    by_hf: dict[str, tuple[str, tuple[int, ...]]],
+    code: str,
+    np_name: str,
+    path: Path,
+    tick: Callable[[str], None],
+) -> None:
+    """One safetensors file: header first, then each tensor read, inverted, cast, written."""
+    specs = [(hf, code, by_hf[hf][1]) for hf in members]
+    with StreamWriter(dest, specs, {"format": "pt"}) as w:
+        for hf in members:
+            g, shape = by_hf[hf]
+            x = _hf_values(f, files, entry, g, hf, cfg, path)
+            if tuple(x.shape) != shape:
+                raise E.GGUFShapeMismatch(
+                    "inverse transform changed the shape",
+                    path=path,
+                    field=f"tensor {g!r}",
+                    expected=list(shape),
+                    found=list(x.shape),
+                )
+            y = _cast(x, np_name)
+            del x  # the float32 copy goes before the write, so two copies at most
+            w.write(hf, np.ascontiguousarray(y))
+            del y
+            tick(hf)
 
 
 def _write_json(path: Path, obj: Any, *, sort_keys: bool = False) -> None:
