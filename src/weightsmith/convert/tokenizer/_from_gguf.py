@@ -54,6 +54,14 @@ SPECIAL_KEYS = {
     "mask": "mask_token",
 }
 
+# llama.cpp's defaults when the GGUF does not say: SentencePiece special ids, and the
+# BPE pre-tokenizers whose models add a BOS token (llama-vocab.cpp)
+SPM_DEFAULT_IDS = {"bos": 1, "eos": 2, "unknown": 0}
+ADD_BOS_PRE = frozenset(
+    {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2"}
+    | {"jina-v5-nano", "tekken", "chameleon"}
+)
+
 # the regexes of the original HF tokenizers (tokenizer.json) llama.cpp fingerprints
 _GPT2_RE = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 _LLAMA3_RE = (
@@ -191,8 +199,10 @@ def _gpt2_tokenizer(tk: Any, md: Mapping[str, Any], where: str | None) -> tuple[
     merges_raw = list(_required(md, K_MERGES, where))
     merges = []
     for j, m in enumerate(merges_raw):
-        parts = m.split(" ")
-        if len(parts) != 2:
+        # llama.cpp splits at the first space after the first character
+        pos = m.find(" ", 1)
+        parts = [m[:pos], m[pos + 1 :]] if pos > 0 else [m]
+        if len(parts) != 2 or " " in parts[1]:
             raise E.TokenizerInconsistent(
                 "a merge is not two tokens separated by one space",
                 path=where,
@@ -258,12 +268,40 @@ def _spm_tokenizer(tk: Any, md: Mapping[str, Any], where: str | None) -> tuple[A
     return tok, added
 
 
-def _special_tokens(md: Mapping[str, Any], tokens: list[str]) -> dict[str, str]:
+def _add_tokens(tk: Any, tok: Any, added: list[dict[str, Any]], where: str | None) -> None:
+    """Add the special / user-defined tokens in id order, then prove each kept its GGUF id.
+
+    The library gives an added token its vocabulary id when the string is in the
+    model vocabulary, else the next free id; the added tokens after the model
+    vocabulary are contiguous (see :func:`_split_vocab`), so in id order every
+    token lands on its own id -- unless a string is repeated, which is refused.
+    """
+    flags = {k: False for k in ("single_word", "lstrip", "rstrip", "normalized")}
+    tok.add_tokens([tk.AddedToken(a["content"], special=a["special"], **flags) for a in added])
+    for a in added:
+        got = tok.token_to_id(a["content"])
+        if got != a["id"]:
+            raise E.TokenizerInconsistent(
+                "token string appears under two ids",
+                path=where,
+                field=f"{K_TOKENS}[{a['id']}]",
+                expected=f"{a['content']!r} only at id {a['id']}",
+                found=f"also at id {got}",
+            )
+
+
+def _special_tokens(
+    md: Mapping[str, Any], tokens: list[str], kind: str, ids: dict[str, int]
+) -> dict[str, str]:
+    """HF attribute -> token string of each special id; ``ids`` gets string -> id."""
     out = {}
     for suffix, attr in SPECIAL_KEYS.items():
         tid = md.get(f"tokenizer.ggml.{suffix}_token_id")
+        if tid is None and kind == "llama":
+            tid = SPM_DEFAULT_IDS.get(suffix)  # llama.cpp's defaults for SentencePiece
         if isinstance(tid, int) and 0 <= tid < len(tokens):
             out[attr] = tokens[tid]
+            ids.setdefault(tokens[tid], tid)
     return out
 
 
@@ -324,20 +362,20 @@ def hf_tokenizer_files(
             found=repr(kind),
         )
     tokens = list(md[K_TOKENS])
-    specials = _special_tokens(md, tokens)
+    ids: dict[str, int] = {}
+    specials = _special_tokens(md, tokens, kind, ids)
+    if kind == "gpt2":
+        default_bos = str(md.get(K_PRE, "")) in ADD_BOS_PRE
     add_bos = bool(md.get("tokenizer.ggml.add_bos_token", default_bos))
     add_eos = bool(md.get("tokenizer.ggml.add_eos_token", False))
-    ids = {v: int(md[f"tokenizer.ggml.{_suffix(a)}_token_id"]) for a, v in specials.items()}
     post = _post_processor(tk, specials, add_bos, add_eos, ids)
     if kind == "gpt2":
         byte_post = tk.processors.ByteLevel(trim_offsets=False)
         post = byte_post if post is None else tk.processors.Sequence([byte_post, post])
     if post is not None:
         tok.post_processor = post
+    _add_tokens(tk, tok, added, where)
     tok_json = json.loads(tok.to_str())
-    tok_json["added_tokens"] = added
-    # round through the library once more: proves the file loads and keeps every id
-    tok_json = json.loads(tk.Tokenizer.from_str(json.dumps(tok_json)).to_str())
 
     config: dict[str, Any] = {
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -363,10 +401,6 @@ def hf_tokenizer_files(
         "tokenizer_config.json": config,
         "special_tokens_map.json": dict(specials),
     }
-
-
-def _suffix(attr: str) -> str:
-    return next(s for s, a in SPECIAL_KEYS.items() if a == attr)
 
 
 def _context_length(md: Mapping[str, Any]) -> int:
