@@ -262,7 +262,21 @@ def bench_save(d: Path, size_mib: int, runs: int) -> list[str]:
     targets = {
         "weightsmith.numpy.save_file": d / "save_ws.safetensors",
         "safetensors.numpy.save_file": d / "save_hf.safetensors",
+        "weightsmith, no fsync/writeback (ref)": d / "save_ws_nosync.safetensors",
     }
+
+    def no_fsync():
+        # What durability costs: atomic_output fsyncs before its rename (and
+        # we start writeback early to shorten that fsync); HF does neither, so
+        # its data may still sit only in the page cache when it returns.
+        from weightsmith.safetensors._writer import _Writeback
+
+        real, kick = os.fsync, _Writeback._fn
+        os.fsync, _Writeback._fn = (lambda fd: None), False
+        try:
+            ws_np.save_file(tensors, targets["weightsmith, no fsync/writeback (ref)"])
+        finally:
+            os.fsync, _Writeback._fn = real, kick
 
     def cleanup(_name):
         for p in targets.values():
@@ -276,6 +290,7 @@ def bench_save(d: Path, size_mib: int, runs: int) -> list[str]:
             "safetensors.numpy.save_file": lambda: hf_np.save_file(
                 tensors, targets["safetensors.numpy.save_file"]
             ),
+            "weightsmith, no fsync/writeback (ref)": no_fsync,
         },
         runs,
         setup=cleanup,
@@ -290,6 +305,7 @@ def bench_save(d: Path, size_mib: int, runs: int) -> list[str]:
     lines = [
         _fmt(res, nbytes),
         ratio(res, "weightsmith.numpy.save_file", "safetensors.numpy.save_file", 1.0),
+        ratio(res, "weightsmith, no fsync/writeback (ref)", "safetensors.numpy.save_file", 1.0),
     ]
     for which in ("ws", "ws-strided", "hf"):
         extra = _peak_extra(which, d / f"peak_{which}.safetensors", size_mib)
@@ -319,8 +335,9 @@ def main() -> None:
     args = ap.parse_args()
     d = Path(args.dir)
     d.mkdir(parents=True, exist_ok=True)
+    sys.stdout.reconfigure(line_buffering=True)
     print(
-        f"python {sys.version.split()[0]}, numpy {np.__version__}, torch {torch.__version__}, safetensors {safetensors.__version__}, {os.cpu_count()} cpus"
+        f"load average {os.getloadavg()[0]:.1f}; python {sys.version.split()[0]}, numpy {np.__version__}, torch {torch.__version__}, safetensors {safetensors.__version__}, {os.cpu_count()} cpus"
     )
     if "1" in args.only:
         bench_load_big(d, args.size_mib, args.runs)
