@@ -205,6 +205,7 @@ def bench_many_small(d: Path, runs: int) -> list[str]:
             "safetensors.torch.load_file": lambda: hf_pt.load_file(path),
             "torch.load(weights_only=True)": lambda: torch.load(pt, weights_only=True),
             "weightsmith.numpy.load_file (cold)": lambda: (_cold(), ws_np.load_file(path)),
+            "weightsmith.numpy.load_file (memo)": lambda: ws_np.load_file(path),
             "safetensors.numpy.load_file": lambda: hf_np.load_file(path),
         },
         runs,
