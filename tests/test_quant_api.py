@@ -327,3 +327,29 @@ def test_default_chunks_follow_the_memory_budget() -> None:
         assert _chunk_rows(4096, 2, None, per_elem) * 2 <= rows
         assert _chunk_rows(10**7, 1, None, per_elem) == 1  # at least one whole row
     assert ggml_type("Q4_K").nbytes(256) == 144
+
+
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q8_0", "MXFP4", "TQ2_0", "F16"])
+def test_one_huge_row_is_cut_into_bounded_pieces(qtype: str, monkeypatch) -> None:
+    """A single row longer than a chunk is split at block boundaries: same bytes, bounded chunks."""
+    import weightsmith.quant as quant
+
+    x = _x(2, 3 * 7 * 1024, seed=3)  # rows of 21504 values (672 blocks of 32)
+    want = ggml_ref.quantize(x, qtype)
+    seen = []
+    real = quant._quantize_task
+
+    def spy(type_name, rows, *args):
+        seen.append(rows.shape)
+        return real(type_name, rows, *args)
+
+    monkeypatch.setattr(
+        quant, "MEMORY_BUDGET", 4096 * quant.registry.codec(qtype).quantize_temp_bytes
+    )
+    monkeypatch.setattr(quant, "_quantize_task", spy)
+    assert np.array_equal(Q.quantize(x, qtype), want)
+    assert max(r * n for r, n in seen) <= 4096
+    x[1, 20000] = np.nan
+    if qtype != "F16":
+        with pytest.raises(NonFiniteInput, match="row 1, column 20000"):
+            Q.quantize(x, qtype)

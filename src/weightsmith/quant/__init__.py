@@ -297,19 +297,28 @@ def _run(
 
 
 def _quantize_task(
-    type_name: str, rows: np.ndarray, im: np.ndarray | None, r0: int, name: str | None
+    type_name: str,
+    rows: np.ndarray,
+    im: np.ndarray | None,
+    r0: int,
+    name: str | None,
+    split: int = 1,
 ) -> np.ndarray:
-    """Quantize one chunk of rows (in the caller, a thread or a worker process)."""
+    """Quantize one chunk of rows (in the caller, a thread or a worker process).
+
+    ``split`` > 1: the rows are pieces of tensor rows cut ``split`` ways
+    (only used to report where a NaN/inf sits).
+    """
     c = codec(type_name)
     self_check = im is None and c.type.name in SELF_CHECKS_FINITE
     if not c.holds_nonfinite and not self_check:
-        _check_finite(rows, r0, name, c.type)
+        _check_finite(rows, r0, name, c.type, split)
     try:
         with np.errstate(all="ignore"):
             return c.quantize(rows, im)
     except NonFiniteInput:
         # a self-checking codec saw NaN/inf: locate it for the message
-        _check_finite(rows, r0, name, c.type)
+        _check_finite(rows, r0, name, c.type, split)
         raise
 
 
@@ -343,16 +352,18 @@ def _rows_getter(x: np.ndarray, n: int) -> Callable[[int, int], np.ndarray]:
     return gather
 
 
-def _check_finite(rows: np.ndarray, r0: int, name: str | None, t: GGMLType) -> None:
+def _check_finite(rows: np.ndarray, r0: int, name: str | None, t: GGMLType, split: int = 1) -> None:
     ok = np.isfinite(rows)
     if ok.all():
         return
     r, c = np.argwhere(~ok)[0]
+    piece = r0 + int(r)  # rows may be pieces of tensor rows cut `split` ways
+    row, col = piece // split, (piece % split) * rows.shape[1] + int(c)
     raise NonFiniteInput(
         f"{t.name} cannot hold NaN or inf",
         field=name or "x",
         expected="finite values",
-        found=f"{rows[r, c]} at row {r0 + int(r)}, column {int(c)}",
+        found=f"{rows[r, c]} at row {row}, column {col}",
     )
 
 
@@ -449,19 +460,39 @@ def quantize(
     be = _backend(backend)
     if be == "auto":  # whole-array codecs release the GIL; scale searches do not
         be = "thread" if im is None and c.family in THREAD_FAMILIES else "process"
-    get_rows = _rows_getter(x, n)
-    step = _chunk_rows(n, nw, chunk_rows, c.quantize_temp_bytes)
-    spans = list(_spans(nrows, step))
-    out = _empty((nrows, row_bytes), np.uint8, _plan(be, nw, len(spans)))
+    # Codecs whose blocks do not depend on the rest of the row may have a long
+    # row cut into block-aligned pieces, so that even one huge row is
+    # processed in bounded chunks (the bytes are the same: blocks are contiguous).
+    seg = n
+    if im is None and c.family in THREAD_FAMILIES and x.flags.c_contiguous and chunk_rows is None:
+        seg = _segment(n, t.block_size, MEMORY_BUDGET // (nw * c.quantize_temp_bytes))
+    split = n // seg
+    xs = x.reshape(-1, seg) if split > 1 else x
+    get_rows = _rows_getter(xs, seg)
+    step = _chunk_rows(seg, nw, chunk_rows, c.quantize_temp_bytes)
+    spans = list(_spans(nrows * split, step))
+    seg_bytes = t.nbytes(seg)
+    out = _empty((nrows * split, seg_bytes), np.uint8, _plan(be, nw, len(spans)))
 
     def load(r0: int, r1: int) -> tuple:
-        return (t.name, get_rows(r0, r1), im, r0, name)
+        return (t.name, get_rows(r0, r1), im, r0, name, split)
 
     def store(r0: int, r1: int, q: np.ndarray) -> None:
         out[r0:r1] = q
 
     _run(spans, load, _quantize_task, store, nw, be)
     return out.reshape(*lead, row_bytes)
+
+
+def _segment(n: int, block: int, max_elems: int) -> int:
+    """The longest block-aligned piece length dividing ``n`` that fits ``max_elems``."""
+    if n <= max_elems:
+        return n
+    nb = n // block
+    k = max(1, max_elems // block)
+    while nb % k:
+        k -= 1
+    return k * block
 
 
 # --------------------------------------------------------------------------- dequantize
