@@ -2,7 +2,7 @@
 
 * quantize IQ4_NL / IQ4_XS (with and without an imatrix) against ggml's
   ``ggml_quantize_chunk`` (single thread, through tests/ggml_ref.py), and the
-  grid-search quantizers IQ3_XXS / IQ3_S / IQ2_S on a smaller matrix
+  grid-search quantizers (IQ3_*, IQ2_*, IQ1_*) on a smaller matrix
   (``--grid-rows``; ggml's one-time table set-up is done before timing);
 * dequantize every IQ type against gguf-py's numpy ``gguf.quants.dequantize``
   (the acceptance anchor) and, for reference, ggml's ``to_float``.
@@ -32,6 +32,8 @@ import ggml_ref
 from weightsmith.dtypes import ggml_type
 from weightsmith.quant import iquants
 
+NEEDS_IMATRIX = {"IQ2_XXS", "IQ2_XS", "IQ1_S"}
+GRID_TYPES = ("IQ3_XXS", "IQ3_S", "IQ2_S", "IQ2_XXS", "IQ2_XS", "IQ1_S", "IQ1_M")
 DEQ_TYPES = ["IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS"]
 
 
@@ -63,7 +65,10 @@ def bench_quantize(x: np.ndarray, im: np.ndarray, repeat: int, names: tuple[str,
     n = x.size
     print(f"{'type':8} {'op':14} {'weightsmith':>12} {'ggml C':>10} {'ratio':>7}")
     for name in names:
-        for label, imat in (("quantize", None), ("quantize+imat", im)):
+        paths = (("quantize", None), ("quantize+imat", im))
+        if name in NEEDS_IMATRIX:
+            paths = paths[1:]
+        for label, imat in paths:
             fn = iquants.QUANTIZE[name]
             assert np.array_equal(fn(x, imat), ggml_ref.quantize(x, name, imat))
             ours = _median_time(lambda: fn(x, imat), repeat)  # noqa: B023
@@ -114,7 +119,7 @@ def main() -> None:
         bench_quantize(x, im, args.repeat, ("IQ4_NL", "IQ4_XS"))
         xg = x[: args.grid_rows]
         print(f"grid-search types on {xg.shape[0]}x{xg.shape[1]}:")
-        bench_quantize(xg, im, max(1, args.repeat // 2), ("IQ3_XXS", "IQ3_S", "IQ2_S"))
+        bench_quantize(xg, im, max(1, args.repeat // 2), GRID_TYPES)
     bench_dequantize(x.size, args.repeat)
 
 

@@ -546,6 +546,9 @@ def quantize_iq4_xs(rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.n
 # level grids are the dequantization grids renumbered by level.
 
 
+_NB_STEP = 8  # neighbour-list positions searched per vectorised step
+
+
 class _NeighbourGrid:
     """Grid, map and neighbour lists of ggml's iq3xs/iq2xs_init_impl."""
 
@@ -615,11 +618,14 @@ class _NeighbourGrid:
             rows = np.arange(g) * nl
         best = np.full(g, np.finfo(np.float32).max, dtype=np.float32)  # FLT_MAX
         choice = np.zeros(g, dtype=np.intp)
-        for j in range(int(cnt.max())):
-            n = int(np.searchsorted(-cnt, -j, side="left"))  # points with cnt > j
-            cand = self.nb_cols[j][u[:n]]
+        inf = np.float32(np.inf)
+        for j0 in range(0, int(cnt.max()), _NB_STEP):
+            # positions j0..j0+step-1 at once for the points still searching
+            n = int(np.searchsorted(-cnt, -j0, side="left"))  # points with cnt > j0
+            cand = self.nb_cols[j0 : j0 + _NB_STEP][:, u[:n]]  # [k, n]
+            live = np.arange(j0, j0 + cand.shape[0])[:, None] < cnt[None, :n]
             s = scale[:n]
-            d2 = np.zeros(n, dtype=np.float32)
+            d2 = np.zeros(cand.shape, dtype=np.float32)
             for i in range(self.dim):  # d2 += w*diff*diff, in element order
                 if values is None:
                     q = self.q_t[i][cand]
@@ -629,9 +635,13 @@ class _NeighbourGrid:
                 term = wv[i][:n] * diff
                 term *= diff
                 d2 += term
-            upd = d2 < best[:n]
-            best[:n] = np.where(upd, d2, best[:n])
-            choice[:n] = np.where(upd, cand, choice[:n])
+            d2 = np.where(live, d2, inf)
+            k = np.argmin(d2, axis=0)  # first minimum = ggml's strict ``<`` in list order
+            cols = np.arange(n)
+            dmin = d2[k, cols]
+            upd = dmin < best[:n]
+            best[:n] = np.where(upd, dmin, best[:n])
+            choice[:n] = np.where(upd, cand[k, cols], choice[:n])
         out = np.empty(g, dtype=np.intp)
         out[order] = choice
         return out
