@@ -3,13 +3,15 @@
 Oracles:
 * llama.cpp's ``models/ggml-vocab-<name>.gguf`` with ``.inp`` / ``.out`` (texts and the ids
   the original HF tokenizer gave them) -- our rebuilt tokenizer.json, run by ``tokenizers``;
-* llama.cpp's ``convert_hf_to_gguf.py --vocab-only`` on the same folder, read back with
-  gguf-py -- our ``vocab_metadata``, written through ``weightsmith.gguf.Writer``;
+* llama.cpp's ``convert_hf_to_gguf.py --vocab-only`` on the same folder, both files read
+  back by ggml's own C gguf reader (libggml-base from llama-cpp-python) -- our
+  ``vocab_metadata``, written through ``weightsmith.gguf.Writer``;
 * transformers' ``AutoTokenizer`` on the original folder -- the round trip HF -> GGUF -> HF.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import io
 import json
@@ -18,12 +20,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import gguf as ggufpy
+import numpy as np
 import pytest
 import sentencepiece as spm
 import tokenizers
 from transformers import AutoTokenizer
 
+import ggml_ref
 from llama_sdist import llama_cpp_root
 from weightsmith import errors as E
 from weightsmith import gguf
@@ -233,13 +236,68 @@ def _reference_vocab(folder: Path, out: Path) -> Path:
     return out
 
 
+class _InitParams(ctypes.Structure):
+    _fields_ = [("no_alloc", ctypes.c_bool), ("ctx", ctypes.c_void_p)]
+
+
+@functools.cache
+def _ggml() -> ctypes.CDLL:
+    so = ctypes.CDLL(str(ggml_ref._find_library()))
+    so.gguf_init_from_file.restype = ctypes.c_void_p
+    so.gguf_init_from_file.argtypes = [ctypes.c_char_p, _InitParams]
+    so.gguf_free.argtypes = [ctypes.c_void_p]
+    so.gguf_get_n_kv.restype = ctypes.c_int64
+    for name, res in [
+        ("gguf_get_key", ctypes.c_char_p),
+        ("gguf_get_kv_type", ctypes.c_int),
+        ("gguf_get_arr_type", ctypes.c_int),
+        ("gguf_get_arr_n", ctypes.c_size_t),
+        ("gguf_get_arr_data", ctypes.c_void_p),
+        ("gguf_get_val_u32", ctypes.c_uint32),
+        ("gguf_get_val_i32", ctypes.c_int32),
+        ("gguf_get_val_f32", ctypes.c_float),
+        ("gguf_get_val_bool", ctypes.c_bool),
+        ("gguf_get_val_str", ctypes.c_char_p),
+    ]:
+        getattr(so, name).restype = res
+        getattr(so, name).argtypes = [ctypes.c_void_p, ctypes.c_int64]
+    so.gguf_get_n_kv.argtypes = [ctypes.c_void_p]
+    so.gguf_get_arr_str.restype = ctypes.c_char_p
+    so.gguf_get_arr_str.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_size_t]
+    return so
+
+
+_SCALAR = {4: "u32", 5: "i32", 6: "f32", 7: "bool", 8: "str"}
+_NUMPY = {4: np.uint32, 5: np.int32, 6: np.float32}
+
+
 def _tokenizer_fields(path: Path) -> list[tuple[str, int, int | None, object]]:
-    r = ggufpy.GGUFReader(path)
+    """(key, type, element type, value) of every tokenizer.* key, read by ggml's own gguf reader."""
+    so = _ggml()
+    ctx = so.gguf_init_from_file(str(path).encode(), _InitParams(True, None))
+    assert ctx, f"ggml cannot read {path}"
     out = []
-    for f in r.fields.values():
-        if f.name.startswith("tokenizer."):
-            sub = int(f.types[1]) if len(f.types) > 1 else None
-            out.append((f.name, int(f.types[0]), sub, f.contents()))
+    try:
+        for k in range(so.gguf_get_n_kv(ctx)):
+            key = so.gguf_get_key(ctx, k).decode()
+            if not key.startswith("tokenizer."):
+                continue
+            t = so.gguf_get_kv_type(ctx, k)
+            if t == 9:  # array
+                et, n = so.gguf_get_arr_type(ctx, k), so.gguf_get_arr_n(ctx, k)
+                if et == 8:
+                    value = [so.gguf_get_arr_str(ctx, k, i).decode() for i in range(n)]
+                else:
+                    ptr = so.gguf_get_arr_data(ctx, k)
+                    buf = (ctypes.c_char * (n * np.dtype(_NUMPY[et]).itemsize)).from_address(ptr)
+                    value = np.frombuffer(bytes(buf), _NUMPY[et]).tolist()
+                out.append((key, t, et, value))
+            else:
+                getter = getattr(so, f"gguf_get_val_{_SCALAR[t]}")
+                value = getter(ctx, k)
+                out.append((key, t, None, value.decode() if t == 8 else value))
+    finally:
+        so.gguf_free(ctx)
     return out
 
 
