@@ -29,6 +29,7 @@ import mmap as _mmap
 import operator
 import os
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -125,6 +126,11 @@ class safe_open:
         self._mm: _mmap.mmap | None = None
         self._base: np.ndarray | None = None
         self._closed = False
+        # reads in flight; close() frees the map and fd only when none is
+        # (a read racing close() gets its data or ClosedFileError, never a
+        # closed or reused fd -- found by the reliability concurrency tests)
+        self._users = 0
+        self._lock = threading.Lock()
         fd = os.open(self._path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
             st = os.fstat(fd)
@@ -169,10 +175,32 @@ class safe_open:
         self.close()
 
     def close(self) -> None:
-        """Release the file.  Arrays already returned stay valid."""
-        if self._closed:
-            return
-        self._closed = True
+        """Release the file.  Arrays already returned stay valid; reads in
+        progress in other threads finish first."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._users:
+                return  # the last read in flight releases
+        self._release()
+
+    @contextlib.contextmanager
+    def _use(self) -> Iterator[None]:
+        with self._lock:
+            if self._closed:
+                raise E.ClosedFileError(f"{self._path}: safetensors file is closed")
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._users -= 1
+                last = self._closed and not self._users
+            if last:
+                self._release()
+
+    def _release(self) -> None:
         mm, self._mm = self._mm, None
         self._base = None
         if mm is not None:
@@ -237,11 +265,15 @@ class safe_open:
     # ------------------------------------------------------------------ tensors
     def get_tensor(self, name: str) -> Any:
         """The whole tensor as a numpy array or torch tensor."""
-        return self._tensor(self.info(name))
+        with self._use():
+            return self._tensor(self.info(name))
 
     def get_tensors(self) -> dict[str, Any]:
         """Every tensor, in file order."""
-        self._check()
+        with self._use():
+            return self._get_tensors()
+
+    def _get_tensors(self) -> dict[str, Any]:
         infos = sorted(self._header.tensors.values(), key=lambda t: t.data_offsets)
         if self._mm is not None and _LITTLE:
             if self._fw == "np":
@@ -443,8 +475,11 @@ class SafeSlice:
         return self._info.shape[0]
 
     def __getitem__(self, key: Any) -> Any:
+        with self._h._use():
+            return self._getitem(key)
+
+    def _getitem(self, key: Any) -> Any:
         h, t = self._h, self._info
-        h._check()
         sels, layout = _normalize(key, t.shape)
         if h._fw == "np" and h._mm is not None and not t.dtype.packed and _LITTLE:
             return h._tensor(t)[key]  # a view of the mapping: numpy does the rest
