@@ -12,6 +12,7 @@ import mmap
 import os
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -174,16 +175,33 @@ class GGUFFile:
         return name in self._by_name
 
     def _mm(self, t: TensorInfo) -> Any:
-        if self._closed:
+        mm = None if self._closed else self._files[t.shard].mm
+        if mm is None:
             raise E.ClosedFileError(f"{self.path} is closed")
-        return self._files[t.shard].mm
+        return mm
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        # close() in another thread can unmap between the closed check and
+        # the view: numpy then raises ValueError ("mmap closed"); name it.
+        try:
+            yield
+        except (ValueError, TypeError):
+            if self._closed:
+                raise E.ClosedFileError(f"{self.path} is closed") from None
+            raise
 
     def tensor_bytes(self, name: str) -> np.ndarray:
         """The tensor's bytes: a read-only uint8 view on the mmap (no copy)."""
         t = self.tensor(name)
-        return np.frombuffer(self._mm(t), np.uint8, t.nbytes, t.offset)
+        with self._reading():
+            return np.frombuffer(self._mm(t), np.uint8, t.nbytes, t.offset)
 
     def numpy(self, name: str) -> np.ndarray:
+        with self._reading():
+            return self._numpy(name)
+
+    def _numpy(self, name: str) -> np.ndarray:
         """Typed values (numpy shape) of an F32/F16/BF16/F64/I8..I64 tensor.
 
         A zero-copy view in the file's byte order, except BF16 in a file of the
