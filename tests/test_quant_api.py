@@ -353,3 +353,25 @@ def test_one_huge_row_is_cut_into_bounded_pieces(qtype: str, monkeypatch) -> Non
     if qtype != "F16":
         with pytest.raises(NonFiniteInput, match="row 1, column 20000"):
             Q.quantize(x, qtype)
+
+
+def test_dequantize_chunks_by_blocks_inside_one_row(monkeypatch) -> None:
+    import weightsmith.quant as quant
+
+    x = _x(1, 64 * 1024, seed=4)
+    raw = ggml_ref.quantize(x, "Q4_K")
+    want = ggml_ref.dequantize(raw, "Q4_K", x.size).reshape(x.shape)
+    seen = []
+    real = quant._dequantize_task
+
+    def spy(type_name, blocks):
+        seen.append(blocks.shape[0])
+        return real(type_name, blocks)
+
+    monkeypatch.setattr(
+        quant, "MEMORY_BUDGET", 8192 * quant.registry.codec("Q4_K").dequantize_temp_bytes
+    )
+    monkeypatch.setattr(quant, "_dequantize_task", spy)
+    got = Q.dequantize(raw, "Q4_K", x.shape)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert len(seen) > 1 and max(seen) * 256 <= 8192

@@ -586,7 +586,11 @@ def dequantize(
     be = _backend(backend)
     if be == "auto":  # every decoder is a handful of whole-array operations
         be = "thread"
-    step = _chunk_rows(n, nw, chunk_rows, c.dequantize_temp_bytes) * bpr  # in blocks
+    if chunk_rows is not None:
+        step = _chunk_rows(n, nw, chunk_rows) * bpr  # in blocks
+    else:  # blocks decode independently: chunk by blocks, even inside one huge row
+        per_chunk = MEMORY_BUDGET // (nw * c.dequantize_temp_bytes)
+        step = max(1, per_chunk // t.block_size)
     spans = list(_spans(nrows * bpr, step))
     if len(spans) == 1:  # one chunk: the codec's own result is the output, no copy
         y = _dequantize_task(t.name, np.ascontiguousarray(blocks))
