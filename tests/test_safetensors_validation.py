@@ -8,6 +8,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import weightsmith
 from weightsmith import errors as E
@@ -372,3 +374,45 @@ def test_reopen_after_in_place_edit_revalidates(tmp_path):
         fh.write(b'"X32"')
     with pytest.raises(E.UnknownDtype):
         safe_open(p)
+
+
+# --------------------------------------------------------------------------- fuzz
+
+
+def _valid_blob() -> bytes:
+    return weightsmith.safetensors.save(
+        {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(3, np.int8)},
+        {"k": "v"},
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    edits=st.lists(
+        st.tuples(st.integers(0, 200), st.integers(0, 255), st.sampled_from(["set", "ins", "del"])),
+        min_size=1,
+        max_size=4,
+    ),
+    cut=st.integers(0, 200),
+)
+def test_mutated_files_fail_only_with_named_errors(edits, cut):
+    blob = bytearray(_valid_blob())
+    for pos, byte, op in edits:
+        pos %= len(blob) + 1
+        if op == "set" and pos < len(blob):
+            blob[pos] = byte
+        elif op == "ins":
+            blob[pos:pos] = bytes([byte])
+        elif op == "del" and pos < len(blob):
+            del blob[pos]
+    if cut < 20:
+        blob = blob[: len(blob) - cut]
+    data = bytes(blob)
+    try:
+        n = read_header_size(data[:8], len(data))
+        header = parse_header(data[8 : 8 + n], len(data))
+    except E.WeightsmithError:
+        return
+    # accepted: then every tensor must be readable and inside the file
+    got = weightsmith.safetensors.load(data)
+    assert set(got) == set(header.tensors)
