@@ -97,7 +97,9 @@ def _parse_cached(key: tuple[int, int], raw: bytearray, size: int, path) -> Head
     header = parse_header(raw, size, path)
     if len(raw) <= _CACHE_MAX_HEADER:
         if len(_CACHE) >= _CACHE_MAX_FILES:
-            _CACHE.pop(next(iter(_CACHE)), None)
+            # another thread may be evicting too: losing that race is harmless
+            with contextlib.suppress(RuntimeError, StopIteration):
+                _CACHE.pop(next(iter(_CACHE)), None)
         _CACHE[key] = (size, bytes(raw), header)
     return header
 
