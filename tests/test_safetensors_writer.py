@@ -287,3 +287,21 @@ def test_load_file_outlives_close_and_gc(tmp_path):
     assert a.tolist() == list(range(10)) and t.tolist() == list(range(10))
     os.unlink(p)
     assert int(a.sum()) == 45 and int(t.sum()) == 45
+
+
+def test_stream_writer_takes_torch_chunks_and_top_level_exports(tmp_path):
+    t = torch.arange(64, dtype=torch.float32).reshape(8, 8).to(torch.bfloat16)
+    out = tmp_path / "t.safetensors"
+    with weightsmith.StreamWriter(
+        out, [("w", "BF16", (8, 8)), ("f", weightsmith.dtypes.SAFETENSORS["F4"], (4,))]
+    ) as w:
+        w.write_chunk("w", t[:3])
+        w.write_chunk("w", t[3:].t().contiguous().t())  # a non-contiguous piece
+        w.write("f", torch.tensor([0x21, 0x43], dtype=torch.uint8).view(torch.float4_e2m1fn_x2))
+    with safetensors.safe_open(out, "pt") as f:
+        assert torch.equal(f.get_tensor("w"), t)
+        assert f.get_tensor("f").view(torch.uint8).tolist() == [0x21, 0x43]
+    got = weightsmith.load_file(out, "pt")
+    assert torch.equal(got["w"], t)
+    assert weightsmith.read_index is weightsmith.safetensors.read_index
+    assert weightsmith.save_file is weightsmith.safetensors.save_file
