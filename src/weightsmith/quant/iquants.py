@@ -169,7 +169,7 @@ def dequantize_iq2_xxs(blocks: np.ndarray) -> np.ndarray:
     db = _scale_xxs(_d16(blocks), a, F32(0.25))
     sidx = (a[:, :, None] >> np.array([0, 7, 14, 21], dtype=np.uint32)) & 127
     idx = q[:, :, 0:4].astype(np.intp) * 128 + sidx  # [nb, 8, 4]
-    vals = _IQ2XXS_SG[idx]  # [nb, 8, 4, 8]
+    vals = np.take(_IQ2XXS_SG, idx, axis=0)  # [nb, 8, 4, 8]
     vals *= db[:, :, None, None]
     return vals.reshape(nb, QK_K)
 
@@ -187,7 +187,7 @@ def dequantize_iq2_xs(blocks: np.ndarray) -> np.ndarray:
     qs = _u16(blocks[:, 2:66]).reshape(nb, 8, 2, 2)  # [ib, half, l%2]
     db = _scale_pairs(blocks, 66, _d16(blocks))  # [nb, 8, 2]
     idx = (qs & 511).astype(np.intp) * 128 + (qs >> 9)
-    vals = _IQ2XS_SG[idx]  # [nb, 8, 2, 2, 8]
+    vals = np.take(_IQ2XS_SG, idx, axis=0)  # [nb, 8, 2, 2, 8]
     vals *= db[:, :, :, None, None]
     return vals.reshape(nb, QK_K)
 
@@ -200,8 +200,8 @@ def dequantize_iq2_s(blocks: np.ndarray) -> np.ndarray:
     qh = blocks[:, 66:74].astype(np.intp)
     db = _scale_pairs(blocks, 74, _d16(blocks))  # [nb, 8, 2]
     hi = (qh[:, :, None] << np.array([8, 6, 4, 2], dtype=np.intp)) & 0x300
-    vals = IQ2S_GRID[qs | hi]  # [nb, 8, 4, 8]
-    vals *= _BYTE_SIGNS[signs]
+    vals = np.take(IQ2S_GRID, qs | hi, axis=0)  # [nb, 8, 4, 8]
+    vals *= np.take(_BYTE_SIGNS, signs, axis=0)
     vals = vals.reshape(nb, 8, 2, 16)
     vals *= db[:, :, :, None]
     return vals.reshape(nb, QK_K)
@@ -215,7 +215,7 @@ def dequantize_iq3_xxs(blocks: np.ndarray) -> np.ndarray:
     db = _scale_xxs(_d16(blocks), a, F32(0.5))
     sbyte = KSIGNS_IQ2XS[(a[:, :, None] >> np.array([0, 7, 14, 21], dtype=np.uint32)) & 127]
     nib = np.stack([sbyte & 15, sbyte >> 4], axis=-1)  # [nb, 8, 4, 2]
-    vals = _IQ3XXS_SG[qs * 16 + nib]  # [nb, 8, 4, 2, 4]
+    vals = np.take(_IQ3XXS_SG, qs * 16 + nib, axis=0)  # [nb, 8, 4, 2, 4]
     vals = vals.reshape(nb, 8, 32)
     vals *= db[:, :, None]
     return vals.reshape(nb, QK_K)
@@ -233,7 +233,7 @@ def dequantize_iq3_s(blocks: np.ndarray) -> np.ndarray:
     db = d[:, None] * (1 + 2 * s).astype(np.float32)  # [nb, 8]
     hi = ((qh[:, :, None] >> np.arange(8, dtype=np.intp)) & 1) << 8
     nib = np.stack([signs & 15, signs >> 4], axis=-1).reshape(nb, 8, 8)
-    vals = _IQ3S_SG[(qs | hi) * 16 + nib]  # [nb, 8, 8, 4]
+    vals = np.take(_IQ3S_SG, (qs | hi) * 16 + nib, axis=0)  # [nb, 8, 8, 4]
     vals = vals.reshape(nb, 8, 32)
     vals *= db[:, :, None]
     return vals.reshape(nb, QK_K)
@@ -247,7 +247,7 @@ def dequantize_iq1_s(blocks: np.ndarray) -> np.ndarray:
     d = _d16(blocks)
     dl = d[:, None] * (2 * ((qh >> 12) & 7) + 1).astype(np.float32)
     idx = qs | (((qh[:, :, None] >> np.array([0, 3, 6, 9], dtype=np.intp)) & 7) << 8)
-    vals = _IQ1S_GD[idx * 2 + (qh[:, :, None] >> 15)].reshape(nb, 8, 32)
+    vals = np.take(_IQ1S_GD, idx * 2 + (qh[:, :, None] >> 15), axis=0).reshape(nb, 8, 32)
     vals *= dl[:, :, None]
     return vals.reshape(nb, QK_K)
 
@@ -272,7 +272,7 @@ def dequantize_iq1_m(blocks: np.ndarray) -> np.ndarray:
     q4 = qh[:, :, :, None]
     idx = qs | ((q4 << hsh) & 0x700)
     neg = (q4 >> np.array([3, 7], dtype=np.intp)) & 1  # delta sign bits 3 / 7
-    vals = _IQ1S_GD[idx * 2 + neg]  # [nb, 8, 2, 2, 8]
+    vals = np.take(_IQ1S_GD, idx * 2 + neg, axis=0)  # [nb, 8, 2, 2, 8]
     vals *= dl[:, :, :, None, None]
     return vals.reshape(nb, QK_K)
 
@@ -281,7 +281,7 @@ def dequantize_iq4_nl(blocks: np.ndarray) -> np.ndarray:
     """IQ4_NL blocks [nb, 18] -> float32 [nb, 32]."""
     nb = blocks.shape[0]
     d = _d16(blocks)[:, None]
-    qs = blocks[:, 2:18]
+    qs = blocks[:, 2:18].astype(np.intp)  # intp indices gather fastest
     out = np.empty((nb, 2, 16), dtype=np.float32)
     np.multiply(_KV_LO[qs], d, out=out[:, 0])
     np.multiply(_KV_HI[qs], d, out=out[:, 1])
@@ -297,7 +297,7 @@ def dequantize_iq4_xs(blocks: np.ndarray) -> np.ndarray:
     lo = np.stack([sl & 15, sl >> 4], axis=-1).reshape(nb, 8).astype(np.int32)
     hi = ((sh >> np.arange(0, 16, 2, dtype=np.uint16)) & 3).astype(np.int32)
     dl = (d[:, None] * ((lo | (hi << 4)) - 32).astype(np.float32))[:, :, None]
-    qs = blocks[:, 8:136].reshape(nb, 8, 16)
+    qs = blocks[:, 8:136].reshape(nb, 8, 16).astype(np.intp)  # intp indices gather fastest
     out = np.empty((nb, 8, 2, 16), dtype=np.float32)
     np.multiply(_KV_LO[qs], dl, out=out[:, :, 0])
     np.multiply(_KV_HI[qs], dl, out=out[:, :, 1])
