@@ -585,10 +585,13 @@ class _NeighbourGrid:
             cols.append(order)
         width = int(counts.max())
         self.nb_count = counts
-        self.nb_cols = np.zeros((width, size), dtype=np.int32)  # row j: j-th neighbour
+        # compact rows: only the reachable off-grid points get a column
+        self.off_id = np.full(size, -1, dtype=np.int64)
+        self.off_id[off] = np.arange(len(off))
+        self.nb_cols = np.zeros((width, len(off)), dtype=np.int32)  # row j: j-th neighbour
         for s0, order in zip(range(0, len(off), 512), cols):
             pts = off[s0 : s0 + 512]
-            self.nb_cols[:, pts] = order[:, :width].T
+            self.nb_cols[:, self.off_id[pts]] = order[:, :width].T
 
     def best_neighbours(
         self,
@@ -607,8 +610,9 @@ class _NeighbourGrid:
         candidate position at a time; points are sorted by list length so
         that the points still searching at position j are a prefix."""
         cnt = self.nb_count[u]
+        ui = self.off_id[u]
         order = np.argsort(-cnt, kind="stable")
-        u, cnt, scale = u[order], cnt[order], scale[order]
+        u, ui, cnt, scale = u[order], ui[order], cnt[order], scale[order]
         xv = [a[order] for a in xv]
         wv = [a[order] for a in wv]
         g = len(u)
@@ -622,7 +626,7 @@ class _NeighbourGrid:
         for j0 in range(0, int(cnt.max()), _NB_STEP):
             # positions j0..j0+step-1 at once for the points still searching
             n = int(np.searchsorted(-cnt, -j0, side="left"))  # points with cnt > j0
-            cand = self.nb_cols[j0 : j0 + _NB_STEP][:, u[:n]]  # [k, n]
+            cand = np.take(self.nb_cols[j0 : j0 + _NB_STEP], ui[:n], axis=1).astype(np.intp)
             live = np.arange(j0, j0 + cand.shape[0])[:, None] < cnt[None, :n]
             s = scale[:n]
             d2 = np.zeros(cand.shape, dtype=np.float32)
