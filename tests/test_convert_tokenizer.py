@@ -179,7 +179,16 @@ _TEMPLATE = (
 
 
 def _spm_folder(d: Path, arch: str = "LlamaForCausalLM") -> tuple[Path, dict]:
-    """A SentencePiece BPE trained on the fly, with added tokens and a chat template."""
+    """A SentencePiece BPE trained on the fly, with added tokens and a chat template.
+
+    For Gemma3 as Gemma's own: no dummy space prefix, pad/eos/bos/unk = 0/1/2/3.
+    """
+    gemma = arch == "Gemma3ForCausalLM"
+    ids = (
+        dict(pad_id=0, eos_id=1, bos_id=2, unk_id=3)
+        if gemma
+        else dict(bos_id=1, eos_id=2, unk_id=0, pad_id=-1)
+    )
     d.mkdir(parents=True)
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
@@ -193,16 +202,14 @@ def _spm_folder(d: Path, arch: str = "LlamaForCausalLM") -> tuple[Path, dict]:
         split_digits=True,
         remove_extra_whitespaces=False,
         normalization_rule_name="identity",
-        bos_id=1,
-        eos_id=2,
-        unk_id=0,
-        pad_id=-1,
+        add_dummy_prefix=not gemma,
         minloglevel=2,
+        **ids,
     )
     (d / "tokenizer.model").write_bytes(model.getvalue())
     added = {"content": "", "normalized": False, "lstrip": False, "rstrip": False}
     cfg = {
-        "tokenizer_class": "LlamaTokenizer",
+        "tokenizer_class": "GemmaTokenizer" if gemma else "LlamaTokenizer",
         "bos_token": "<s>",
         "eos_token": "</s>",
         "unk_token": "<unk>",
@@ -216,7 +223,11 @@ def _spm_folder(d: Path, arch: str = "LlamaForCausalLM") -> tuple[Path, dict]:
         "chat_template": _TEMPLATE,
     }
     (d / "tokenizer_config.json").write_text(json.dumps(cfg))
-    return d, _write_config(d, arch, 702, bos_token_id=1, eos_token_id=2)
+    special_ids = {f"{k[:-3]}_token_id": v for k, v in ids.items() if v >= 0}
+    if gemma:
+        cfg["pad_token"] = "<pad>"
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    return d, _write_config(d, arch, 702, **special_ids)
 
 
 def _reference_vocab(folder: Path, out: Path) -> Path:
@@ -357,8 +368,9 @@ def _assert_same(orig, back, texts: list[str], messages: list[dict]) -> None:
         assert len(_ids(a)) > 20
 
 
-def test_round_trip_sentencepiece(tmp_path):
-    src, config = _spm_folder(tmp_path / "src")
+@pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Gemma3ForCausalLM"])
+def test_round_trip_sentencepiece(tmp_path, arch):
+    src, config = _spm_folder(tmp_path / "src", arch)
     orig, back = _round_trip(tmp_path, src, config)
     texts = [
         MULTILINGUAL,

@@ -291,13 +291,15 @@ def _add_tokens(tk: Any, tok: Any, added: list[dict[str, Any]], where: str | Non
 
 
 def _special_tokens(
-    md: Mapping[str, Any], tokens: list[str], kind: str, ids: dict[str, int]
+    md: Mapping[str, Any], tokens: list[str], types: list[int], kind: str, ids: dict[str, int]
 ) -> dict[str, str]:
     """HF attribute -> token string of each special id; ``ids`` gets string -> id."""
     out = {}
     for suffix, attr in SPECIAL_KEYS.items():
         tid = md.get(f"tokenizer.ggml.{suffix}_token_id")
-        if tid is None and kind == "llama":
+        if tid is None and kind == "llama" and suffix == "unknown":
+            tid = next((i for i, t in enumerate(types) if t == UNKNOWN), 0)
+        elif tid is None and kind == "llama":
             tid = SPM_DEFAULT_IDS.get(suffix)  # llama.cpp's defaults for SentencePiece
         if isinstance(tid, int) and 0 <= tid < len(tokens):
             out[attr] = tokens[tid]
@@ -363,7 +365,8 @@ def hf_tokenizer_files(
         )
     tokens = list(md[K_TOKENS])
     ids: dict[str, int] = {}
-    specials = _special_tokens(md, tokens, kind, ids)
+    types = [int(t) for t in md.get(K_TYPES, [])]
+    specials = _special_tokens(md, tokens, types, kind, ids)
     if kind == "gpt2":
         default_bos = str(md.get(K_PRE, "")) in ADD_BOS_PRE
     add_bos = bool(md.get("tokenizer.ggml.add_bos_token", default_bos))
