@@ -446,6 +446,8 @@ def test_gguf_side_errors():
         hf_tokenizer_files({**md, "tokenizer.ggml.pre": "no-such-pre"})
     with pytest.raises(E.TokenizerInconsistent, match="token_type"):
         hf_tokenizer_files({**md, "tokenizer.ggml.token_type": [1, 1]})
+    with pytest.raises(E.TokenizerInconsistent, match="arr"):
+        hf_tokenizer_files({**md, "tokenizer.ggml.tokens": "abc"})
     with pytest.raises(E.TokenizerFilesMissing, match=r"tokenizer.ggml.model"):
         hf_tokenizer_files({k: v for k, v in md.items() if k != "tokenizer.ggml.model"})
     with pytest.raises(E.TokenizerInconsistent, match=r"tokenizer.ggml.model"):

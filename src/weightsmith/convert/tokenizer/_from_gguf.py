@@ -109,7 +109,15 @@ def _required(md: Mapping[str, Any], key: str, where: str | None) -> Any:
 def _vocab_arrays(
     md: Mapping[str, Any], where: str | None
 ) -> tuple[list[str], list[int], list[float] | None]:
-    tokens = list(_required(md, K_TOKENS, where))
+    tokens = _required(md, K_TOKENS, where)
+    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+        raise E.TokenizerInconsistent(
+            "token list is not an array of strings",
+            path=where,
+            field=K_TOKENS,
+            expected="arr[str]",
+            found=type(tokens).__name__,
+        )
     n = len(tokens)
     types = list(md[K_TYPES]) if K_TYPES in md else [NORMAL] * n
     scores = list(md[K_SCORES]) if K_SCORES in md else None
