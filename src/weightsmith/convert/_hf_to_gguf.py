@@ -382,9 +382,16 @@ def _plan(d: Path, type: str, stack: list, *, has_imatrix: bool = False) -> _Pla
         )
         for tp in tensors:
             tp.type = types[tp.name]
+        # llama-quantize writes the tensors sorted by layer number (-1 outside blocks), then name
+        tensors.sort(key=lambda tp: (_layer(tp.name), tp.name))
         file_type = ft.id
         type_name = ft.name.lower()
     return _Plan(arch, cfg, ctx, tensors, type_name, file_type, vocab)
+
+
+def _layer(name: str) -> int:
+    m = re.match(r"blk\.(\d+)\.", name)
+    return int(m.group(1)) if m else -1
 
 
 def _check_shapes(tensors: list[TensorPlan], cfg: dict, arch: Arch, d: Path) -> None:
