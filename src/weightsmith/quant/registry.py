@@ -42,7 +42,9 @@ SELF_CHECKS_FINITE = frozenset({"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"})
 # Bytes of temporaries per element a codec needs while working on a chunk
 # (upper bounds measured with tracemalloc by benchmarks/bench_quant.py); the
 # API sizes its chunks from these so that all chunks in flight fit 64 MiB.
-# Measured (1024x4096, 349K-element chunks): every codec stays under 30 B/elem.
+# Measured (benchmarks/bench_quant.py --section memory, 1M-element chunks,
+# after a warm-up call: the IQ grid codecs build lookup tables once, up to
+# ~120 MiB for IQ1_S, which they keep): every codec stays under 64 B/elem.
 # A codec that needs more than the default must be listed here, or the
 # 64 MiB bound breaks.
 QUANTIZE_TEMP_BYTES_DEFAULT = 64
