@@ -79,9 +79,6 @@ MEMORY_BUDGET = 64 * 1024 * 1024
 #: loops) without the cost of forking.  The others issue many small numpy
 #: calls per chunk and need processes.
 THREAD_FAMILIES = frozenset({"plain", "legacy", "ternary", "fp4"})
-#: Default bytes of codec temporaries per element of a chunk; per-type figures
-#: measured with tracemalloc (benchmarks/bench_quant.py) live in the registry.
-TEMP_BYTES_PER_ELEMENT = 192
 
 
 # --------------------------------------------------------------------------- helpers
@@ -97,10 +94,11 @@ def _workers(workers: int | None) -> int:
     return int(workers) or (os.cpu_count() or 1)
 
 
-def _chunk_rows(
-    n_per_row: int, workers: int, chunk_rows: int | None, temp_bytes: int = TEMP_BYTES_PER_ELEMENT
-) -> int:
-    """Rows per chunk: ``chunk_rows`` if given, else what fits the memory budget."""
+def _chunk_rows(n_per_row: int, workers: int, chunk_rows: int | None, temp_bytes: int = 64) -> int:
+    """Rows per chunk: ``chunk_rows`` if given, else what fits the memory budget.
+
+    ``temp_bytes`` is the codec's temporaries per element (see the registry).
+    """
     if chunk_rows is not None:
         if (
             isinstance(chunk_rows, bool)
