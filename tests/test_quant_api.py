@@ -375,3 +375,19 @@ def test_dequantize_chunks_by_blocks_inside_one_row(monkeypatch) -> None:
     got = Q.dequantize(raw, "Q4_K", x.shape)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
     assert len(seen) > 1 and max(seen) * 256 <= 8192
+
+
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q5_1", "Q8_0", "MXFP4", "TQ1_0", "F16", "Q4_K"])
+def test_unaligned_buffers(qtype: str) -> None:
+    """Inputs at odd addresses (e.g. inside a file mapping) give the same bytes and floats."""
+    x = _x(8, 256, seed=7)
+    xu = np.frombuffer(b"\0" * 4 + x.tobytes(), dtype=np.float32, offset=4).reshape(8, 256)
+    want = ggml_ref.quantize(x, qtype)
+    assert np.array_equal(Q.quantize(xu, qtype), want)
+    raw = np.frombuffer(b"\0" + want.tobytes(), np.uint8, offset=1)
+    got = Q.dequantize(raw, qtype, x.shape)
+    if ggml_ref.has_to_float(qtype):
+        ref = ggml_ref.dequantize(want, qtype, x.size).reshape(x.shape)
+        assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
+    else:
+        assert np.array_equal(got, x)
