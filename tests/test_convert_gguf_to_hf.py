@@ -32,7 +32,7 @@ ARCHS = ["llama", "llama3", "mistral", "qwen2", "qwen3", "gemma3"]
 PROMPT = [1, 5, 9, 200, 17, 33, 100, 7, 2, 300, 41, 12, 8, 90, 11, 3, 4, 60, 70, 80, 250, 511]
 TEXT = (
     "Hello world! The quick brown fox. Привет, мир. 你好，世界。 Ça va? "
-    "Grüße aus Köln 🙂 12345 <s> special </s> tokens\n\ttabs  and  spaces"
+    "Grüße aus Köln 🙂 12345 tokens\n\ttabs  and  spaces"
 )
 MESSAGES = [
     {"role": "system", "content": "You are terse."},
@@ -49,10 +49,41 @@ def models(tmp_path_factory):
 
     def get(arch: str) -> Path:
         if arch not in cache:
-            cache[arch] = hf_models.build(arch, root / arch)
+            folder = hf_models.build(arch, root / arch)
+            if arch not in ("qwen2", "qwen3"):
+                _spm_tokenizer_config(folder, arch)
+            cache[arch] = folder
         return cache[arch]
 
     return get
+
+
+# a chat template over the SentencePiece test vocabularies' special tokens
+SPM_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{{ '<|' + m['role'] + '|>' + m['content'] + '</s>' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
+)
+
+
+def _spm_tokenizer_config(folder: Path, arch: str) -> None:
+    """The tokenizer_config.json a Hub repo ships beside tokenizer.model.
+
+    hf_models writes only tokenizer.model; from that alone transformers 5 guesses the
+    tokenizer's settings (no BOS, another prefix-space rule), which is neither how such
+    models are published nor what llama.cpp's converter assumes.
+    """
+
+    cfg = {
+        "tokenizer_class": "GemmaTokenizer" if arch == "gemma3" else "LlamaTokenizer",
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+        "add_bos_token": True,
+        "add_eos_token": False,
+        "legacy": True,
+        "chat_template": SPM_TEMPLATE,
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(cfg))
 
 
 def _logits(folder: Path) -> torch.Tensor:
@@ -60,6 +91,21 @@ def _logits(folder: Path) -> torch.Tensor:
     model.eval()
     with torch.no_grad():
         return model(torch.tensor([PROMPT])).logits[0]
+
+
+def _original_tokenizer(src: Path):
+    """The class the folder's tokenizer_config.json names (AutoTokenizer overrides that with
+    a generic SentencePiece conversion for model_type mistral)."""
+    import transformers
+
+    cfg_path = src / "tokenizer_config.json"
+    name = json.loads(cfg_path.read_text()).get("tokenizer_class") if cfg_path.exists() else None
+    cls = getattr(transformers, name) if name else AutoTokenizer
+    return cls.from_pretrained(src)
+
+
+def _ids(x) -> list[int]:
+    return list(x["input_ids"] if hasattr(x, "keys") else x)
 
 
 def _kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> float:
@@ -117,15 +163,16 @@ def test_lossless_round_trip(arch, models, tmp_path):
         assert cfg[key] == want[key], key
 
     # the tokenizer loads and encodes as the original does
-    ta = AutoTokenizer.from_pretrained(src)
+    ta = _original_tokenizer(src)
     tb = AutoTokenizer.from_pretrained(out)
     assert tb(TEXT)["input_ids"] == ta(TEXT)["input_ids"]
     specials = f"{ta.bos_token or ''}{TEXT}{ta.eos_token or ''}"
     assert tb(specials)["input_ids"] == ta(specials)["input_ids"]
-    if ta.chat_template:
-        want_ids = ta.apply_chat_template(MESSAGES, tokenize=True)
-        assert tb.apply_chat_template(MESSAGES, tokenize=True) == want_ids
-        assert tb.chat_template == ta.chat_template
+    assert ta.chat_template and tb.chat_template == ta.chat_template
+    for gen in (False, True):
+        want_ids = _ids(ta.apply_chat_template(MESSAGES, tokenize=True, add_generation_prompt=gen))
+        got_ids = _ids(tb.apply_chat_template(MESSAGES, tokenize=True, add_generation_prompt=gen))
+        assert got_ids == want_ids and len(want_ids) > 20
 
 
 def test_llama3_rope_scaling_is_rebuilt(models, tmp_path):
