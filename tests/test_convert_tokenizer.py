@@ -227,6 +227,8 @@ def _spm_folder(d: Path, arch: str = "LlamaForCausalLM") -> tuple[Path, dict]:
     if gemma:
         cfg["pad_token"] = "<pad>"
     (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    # the older place for added tokens, which llama.cpp's converter reads first
+    (d / "added_tokens.json").write_text(json.dumps({"<|user|>": 700}))
     return d, _write_config(d, arch, 702, **special_ids)
 
 
