@@ -223,6 +223,34 @@ def test_quantized_round_trip(arch, qtype, models, tmp_path):
     assert 0 < kl < KL_BOUND[qtype]
 
 
+def _llama_cpp_logits(gguf: Path) -> torch.Tensor:
+    import llama_cpp
+
+    m = llama_cpp.Llama(model_path=str(gguf), logits_all=True, verbose=False, n_ctx=64)
+    try:
+        m.eval(PROMPT)
+        return torch.tensor(np.array(m.scores[: len(PROMPT)], np.float32))
+    finally:
+        m.close()
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_quantized_loss_matches_llama_cpp(arch, models, tmp_path):
+    """The HF folder of a q4_k_m GGUF loses what llama.cpp itself loses on that GGUF.
+
+    KL(original || our folder) in transformers against KL(f32 GGUF || q4_k_m GGUF) in
+    llama.cpp: a wrong dequantization or inverse transform would move ours far away.
+    """
+    src = models(arch)
+    f32 = _ours_gguf(src, tmp_path / "f32.gguf", "f32")
+    q = _ours_gguf(src, tmp_path / "q.gguf", "q4_k_m")
+    gguf_to_hf(q, tmp_path / "back", dtype="f32", tokenizer=False)
+    ours = _kl(_logits(src), _logits(tmp_path / "back"))
+    ref = _kl(_llama_cpp_logits(f32), _llama_cpp_logits(q))
+    print(f"\nKL {arch} q4_k_m: transformers round trip {ours:.3e}, llama.cpp {ref:.3e}")
+    assert 0.5 < ours / ref < 2
+
+
 # --------------------------------------------------------------------------- llama.cpp's GGUFs
 
 
