@@ -32,7 +32,7 @@ import pytest
 from weightsmith import gguf
 from weightsmith import safetensors as st
 
-KILLS = {"save_file": 24, "stream": 24, "gguf_writer": 24, "gguf_edit": 24, "sharded": 24}
+KILLS = {"save_file": 24, "stream": 24, "gguf_writer": 24, "gguf_edit": 24, "sharded": 40}
 assert sum(KILLS.values()) >= 100
 MB = 1 << 20
 
@@ -105,15 +105,23 @@ def _digest(arrays: dict[str, np.ndarray]) -> str:
 
 
 def fp_checkpoint(folder: Path) -> str:
-    """What a reader sees through the entry point; both reader conventions must agree
-    on being *some* complete version, so the fingerprint joins them."""
+    """What a reader sees through the entry point: ours (open_checkpoint) and
+    transformers' rule (model.safetensors if present, else the index) must
+    both see the same complete version, so the fingerprint joins them."""
     ck = folder / "ckpt"
     if not ck.exists():
         return "missing"
-    with st.open_checkpoint(ck) as c:  # ours: index first
+    with st.open_checkpoint(ck) as c:
         ours = _digest({k: np.array(c.get_tensor(k)) for k in c})
     single = ck / st.WEIGHTS_NAME  # transformers: model.safetensors first
-    theirs = _digest(st.load_file(single)) if single.exists() else ours
+    if single.exists():
+        theirs = _digest(st.load_file(single))
+    else:
+        idx = st.read_index(ck / st.INDEX_NAME)
+        arrays = {}
+        for shard in set(idx["weight_map"].values()):
+            arrays.update(st.load_file(ck / shard))
+        theirs = _digest({k: arrays[k] for k in idx["weight_map"]})
     return ours + "|" + theirs
 
 

@@ -23,8 +23,9 @@ starting a new shard when the next tensor would push the current one past
 means a plain ``model.safetensors`` and no index, as in transformers.
 
 Atomicity of a save over an existing checkpoint: the checkpoint is what its
-entry point names -- the index (every shard it maps) or, with no index,
-``model.safetensors``.  A reader opening the checkpoint through the entry
+entry point names -- ``model.safetensors`` if present (transformers looks
+there first, and so does :func:`open_checkpoint`), else the index (every
+shard it maps).  A reader opening the checkpoint through the entry
 point sees the complete old or the complete new checkpoint whenever the
 writer is killed, because the entry point is only ever replaced atomically
 and never names a shard that is being written:
@@ -33,14 +34,13 @@ and never names a shard that is being written:
    backup names (``.<name>.<random>.wsold``) and the old index is atomically
    rewritten to name the backups -- still the complete old checkpoint;
 2. the new shards are written (each through ``atomic_output``);
-3. the new index replaces the old one (the commit);
-4. what the new checkpoint does not use is deleted: backups, shards of
-   other counts, an old ``model.safetensors``.
+3. the new index replaces the old one (the commit; over a single-file
+   checkpoint, the commit is step 4's unlink of ``model.safetensors``);
+4. what the new checkpoint does not use is deleted: an old
+   ``model.safetensors`` first, then backups and shards of other counts.
 
-For one shard, ``model.safetensors`` is written atomically and then the old
-index and shards are deleted; while that deletion is pending, a reader that
-prefers the index (ours) sees the complete old checkpoint and one that
-prefers ``model.safetensors`` (transformers) the complete new one.
+For one shard, ``model.safetensors`` is written atomically (the commit) and
+then the old index and shards are deleted.
 Cleanup rule: every successful ``save_sharded`` deletes backups, temp files
 of dead writers (see :mod:`weightsmith._atomic`) and shards of earlier saves
 that the new index does not name.
@@ -232,6 +232,9 @@ def _remove_stale(folder: Path, keep: set[str], single: bool) -> None:
     if single:
         with contextlib.suppress(OSError):
             os.unlink(folder / INDEX_NAME)
+    else:  # the commit over a single-file checkpoint: before anything else goes
+        with contextlib.suppress(OSError):
+            os.unlink(folder / WEIGHTS_NAME)
     for entry in os.scandir(folder):
         name = entry.name
         if name in keep or not entry.is_file():
@@ -240,8 +243,6 @@ def _remove_stale(folder: Path, keep: set[str], single: bool) -> None:
         stale = (stem and name.startswith("model-") and _SHARD_RE.fullmatch(stem)) or (
             name.startswith(".") and name.endswith(_BACKUP)
         )
-        if not single and name == WEIGHTS_NAME:
-            stale = True
         if stale:
             with contextlib.suppress(OSError):
                 os.unlink(entry.path)
@@ -491,16 +492,18 @@ def open_checkpoint(
 ) -> Checkpoint:
     """Open a checkpoint folder, an index file, or a single .safetensors file.
 
-    A folder is looked up in this order: ``model.safetensors.index.json``;
-    ``model.safetensors``; otherwise every ``*.safetensors`` file in it.
+    A folder is looked up in transformers' order: ``model.safetensors``;
+    ``model.safetensors.index.json``; otherwise every ``*.safetensors`` file
+    in it.  (The same order as transformers is what makes a save over an
+    existing checkpoint atomic for both: see the module docstring.)
     """
     p = Path(folder_or_index)
     kw = {"framework": framework, "device": device, "mmap": mmap}
     if p.is_dir():
+        if (p / WEIGHTS_NAME).is_file():
+            return Checkpoint([p / WEIGHTS_NAME], **kw)
         if (p / INDEX_NAME).is_file():
             p = p / INDEX_NAME
-        elif (p / WEIGHTS_NAME).is_file():
-            return Checkpoint([p / WEIGHTS_NAME], **kw)
         else:
             indexes = sorted(p.glob("*.safetensors.index.json"))
             if len(indexes) == 1:
