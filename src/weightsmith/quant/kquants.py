@@ -52,6 +52,8 @@ from collections.abc import Callable
 import numpy as np
 
 from ._common import F32, f16_to_f32, f32_to_f16_bits
+from ._search import make_qkx_quants, make_qp_quants, seqsum
+from ._search import nearest_int as _nearest_int
 
 __all__ = [
     "DEQUANTIZE",
@@ -63,89 +65,14 @@ __all__ = [
 ]
 
 QK_K = 256
-_MAGIC = F32(12582912.0)  # 1.5 * 2**23: adding it rounds a float to an integer
-_GROUP_MAX_EPS = F32(1e-15)
 _ZERO = F32(0.0)
 
 # Blocks quantized per numpy pass: large enough to amortise per-call overhead,
 # small enough that the ~8 working arrays of the scale search stay in L2.
 _CHUNK_BLOCKS = 2048
-# Elements per slice of the scale search: its five [n, M] float32 arrays
-# (x, w and three scratch) stay inside a 2 MiB L2 cache.
-_SEARCH_ELEMS = 65536
-# |v| below this: np.rint(v) equals ggml's nearest_int(v) (exact up to 2**22).
-_RINT_SAFE = F32(4.0e6)
-# Ranges above this keep iscale = c / range finite for every c used (|c| < 64).
-_TINY_RANGE = F32(1e-36)
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _nearest_int(v: np.ndarray) -> np.ndarray:
-    """ggml's nearest_int bit for bit, out-of-range garbage included (int32)."""
-    t = np.add(v, _MAGIC, dtype=np.float32).view(np.int32)
-    t &= 0x7FFFFF
-    t -= 0x400000
-    return t
-
-
-def _empty(shape: tuple[int, ...], dtype=np.float32) -> np.ndarray:
-    """An uninitialised array whose data starts on a 64-byte boundary.
-
-    numpy only guarantees 16-byte alignment; with AVX-512 a misaligned
-    operand splits every vector across two cache lines, and elementwise
-    passes of the scale search run up to twice as slow.
-    """
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape)) * dtype.itemsize
-    buf = np.empty(nbytes + 64, dtype=np.uint8)
-    off = -buf.ctypes.data % 64
-    return buf[off : off + nbytes].view(dtype).reshape(shape)
-
-
-def _aligned(a: np.ndarray) -> np.ndarray:
-    """A 64-byte-aligned C-contiguous float32 copy of ``a``."""
-    out = _empty(a.shape)
-    out[...] = a
-    return out
-
-
-def _axis0_is_sequential() -> bool:
-    """Does np.add.reduce over axis 0 add the rows one after another?
-
-    It does (numpy only sums pairwise along the contiguous axis), and C's
-    loops need exactly that order; this checks it on data where pairwise
-    summation would give a different float.
-    """
-    a = np.full((64, 16), F32(2.0**-24), dtype=np.float32)
-    a[0] = 1  # 1 + 2**-24 rounds back to 1 each time; pairwise it would not
-    return bool((np.add.reduce(a, axis=0) == 1).all())
-
-
-_SEQUENTIAL_AXIS0 = _axis0_is_sequential()
-
-
-def _reduce0(a: np.ndarray) -> np.ndarray:
-    """Sum over axis 0 in index order (C's order), starting from the first row."""
-    if _SEQUENTIAL_AXIS0:
-        return np.add.reduce(a, axis=0)
-    s = a[0].copy()  # a numpy that reorders axis-0 reductions: add row by row
-    for row in a[1:]:
-        s += row
-    return s
-
-
-def _seqsum(a: np.ndarray) -> np.ndarray:
-    """Sum over axis 0 in sequential order, starting from +0 as ``float s = 0``.
-
-    numpy reduces a C-contiguous array over its first axis row by row (no
-    pairwise summation), which is the C loop's order.  Adding +0 at the end
-    turns an all-(-0) sum into +0, as C's ``0 + -0`` would.
-    """
-    s = _reduce0(a)
-    s += _ZERO
-    return s
 
 
 def _to_sub(blocks: np.ndarray, sub: int) -> np.ndarray:
@@ -156,247 +83,6 @@ def _to_sub(blocks: np.ndarray, sub: int) -> np.ndarray:
 def _from_sub(a: np.ndarray, nblocks: int) -> np.ndarray:
     """Inverse of :func:`_to_sub`."""
     return np.ascontiguousarray(a.T).reshape(nblocks, QK_K)
-
-
-# --------------------------------------------------------------------------- scale searches
-
-
-def make_qkx_quants(
-    x: np.ndarray,
-    w: np.ndarray,
-    nmax: int,
-    rmin: float,
-    rdelta: float,
-    nstep: int,
-    use_mad: bool,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """ggml's make_qkx2_quants / make_qkx3_quants (identical when weights are given).
-
-    ``x``, ``w``: float32 ``[n, M]``, one sub-block per column.  Fits
-    ``x ~ scale * L - the_min`` with ``L`` in ``0..nmax`` by trying
-    ``nstep + 1`` inverse scales and solving weighted least squares for each.
-    Returns ``(L float32 [n, M], scale [M], the_min [M])``.
-    """
-    n, m = x.shape
-    cols = max(256, _SEARCH_ELEMS // n)
-    L = np.empty_like(x)
-    scale = np.empty(m, dtype=np.float32)
-    the_min = np.empty(m, dtype=np.float32)
-    # Columns are independent: search cache-sized slices one after another.
-    for c0 in range(0, m, cols):
-        c1 = min(m, c0 + cols)
-        # numpy copies a broadcast [M] operand through its iterator buffer
-        # when the buffer is longer than a row; a buffer no longer than M
-        # makes the per-column ops as fast as plain elementwise ones.
-        old = np.setbufsize(max(16, min(8192, (c1 - c0) // 16 * 16)))
-        try:
-            L[:, c0:c1], scale[c0:c1], the_min[c0:c1] = _qkx_search(
-                _aligned(x[:, c0:c1]), _aligned(w[:, c0:c1]), nmax, rmin, rdelta, nstep, use_mad
-            )
-        finally:
-            np.setbufsize(old)
-    return L, scale, the_min
-
-
-def _qkx_search(x, w, nmax, rmin, rdelta, nstep, use_mad):
-    """:func:`make_qkx_quants` on one cache-sized slice of columns."""
-    fnmax = F32(nmax)
-    xmin = np.min(x, axis=0)
-    mx = np.max(x, axis=0)
-    sum_w = _reduce0(w)  # C starts from weights[0]: no +0 fix
-    sum_x = _reduce0(w * x)
-    mn = np.where(xmin > 0, _ZERO, xmin)
-    flat = mx == mn  # C returns early: all quants 0, scale 0
-    # Flat columns are searched too (vectorised) but never win; a range of 1
-    # keeps their arithmetic finite.
-    top = np.where(flat, mn + F32(1.0), mx)
-    cmax = max(abs(F32(rmin)), abs(F32(rmin) + F32(rdelta) * F32(nstep))) + fnmax
-    t = _empty(x.shape)  # candidate quants of the current step
-    u = _empty(x.shape)
-    v = _empty(x.shape)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        rng = top - mn
-        iscale = fnmax / rng
-        scale = F32(1.0) / iscale
-        fast = _rint_is_exact(rng, xmin, mn, cmax)
-        lo = np.zeros(x.shape[1], dtype=np.float32)
-        hi = np.full(x.shape[1], fnmax)
-        _levels(x, mn, iscale, fnmax, t, fast, (lo, None))
-        best = _weighted_error(t, scale, mn, x, w, use_mad, v)
-        best[flat] = -np.inf  # C returned early for these: nothing may win
-        # The winning quants are not copied at each step: the (iscale, min)
-        # that produced them is kept and they are recomputed once at the end.
-        win_iscale = iscale.copy()
-        win_mn = mn.copy()
-
-        for step in range(nstep + 1):
-            c = F32(rmin) + F32(rdelta) * F32(step) + fnmax
-            iscale = c / rng
-            # iscale * (x - min) <= c * (1 + 2**-24)**2 when 0 < iscale
-            _levels(x, mn, iscale, fnmax, t, fast, (lo, hi if c > fnmax + F32(0.49) else None))
-            # C's sums start from +0; numpy's from the first term.  They can
-            # differ only in the sign of an all-zero sum, which never reaches
-            # the output (det > 0 needs non-zero sum_l and sum_l2, and a
-            # zero scale or min rounds to level 0 whatever its sign).
-            np.multiply(w, t, out=u)
-            sum_l = _reduce0(u)
-            np.multiply(u, x, out=v)
-            sum_xl = _reduce0(v)
-            u *= t
-            sum_l2 = _reduce0(u)
-            det = sum_w * sum_l2 - sum_l * sum_l
-            this_scale = (sum_w * sum_xl - sum_x * sum_l) / det
-            this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det
-            pos = this_min > 0
-            if pos.any():
-                this_min[pos] = _ZERO
-                this_scale[pos] = sum_xl[pos] / sum_l2[pos]
-            cur = _weighted_error(t, this_scale, this_min, x, w, use_mad, v)
-            better = (det > 0) & (cur < best)
-            if better.any():
-                # in place: putmask costs half of np.where on these sizes
-                np.putmask(best, better, cur)
-                np.putmask(scale, better, this_scale)
-                np.putmask(win_iscale, better, iscale)
-                np.putmask(win_mn, better, mn)
-                np.putmask(mn, better, this_min)
-                rng = top - mn
-                fast = _rint_is_exact(rng, xmin, mn, cmax)
-
-        L = _levels(
-            x, win_mn, win_iscale, fnmax, t, _rint_is_exact(top - win_mn, xmin, win_mn, cmax)
-        )
-    if flat.any():
-        L[:, flat] = _ZERO
-        scale[flat] = _ZERO
-    return L, scale, -mn
-
-
-def _rint_is_exact(rng, xmin, mn, cmax) -> bool:
-    """True if every ``iscale * (x - min)`` of the coming steps is finite and < 2**22.
-
-    There np.rint equals ggml's nearest_int.  ``iscale = c / range`` with
-    ``|c| <= cmax``, and ``x - min`` lies in ``[xmin - min, range]``, so it is
-    enough that ``min - xmin < range * (bound / cmax)`` -- which also fails
-    for a range <= 0 (then min >= max >= xmin) or NaN -- and that the range
-    is neither so small that ``cmax / range`` overflows nor infinite.  A positive range also
-    lets _levels skip the upper clamp while c < nmax + 1/2.
-    """
-    r = rng * (_RINT_SAFE / cmax)
-    return bool((mn - xmin < r).all() and rng.min() > _TINY_RANGE and r.max() < np.inf)
-
-
-def _levels(x, mn, iscale, fnmax, out, fast: bool, bounds=None):
-    """``clamp(nearest_int(iscale * (x - min)), 0, nmax)`` as float32, into ``out``.
-
-    ``fast``: np.rint is exact here (see :func:`_rint_is_exact`).  ``bounds``:
-    rows of 0 and of nmax (numpy's maximum/minimum are twice as fast against
-    an array as against a scalar), the second None when ``iscale * (max -
-    min)`` stays below nmax + 1/2 so that no upper clamp is needed.
-    """
-    if fast:
-        np.subtract(x, mn, out=out)
-        out *= iscale
-        np.rint(out, out=out)
-        if bounds is None:
-            np.clip(out, _ZERO, fnmax, out=out)
-        else:
-            np.maximum(out, bounds[0], out=out)
-            if bounds[1] is not None:
-                np.minimum(out, bounds[1], out=out)
-        return out
-    # ggml's own rounding trick: NaN and out-of-range products give the same
-    # (garbage) levels as in C.
-    q = _nearest_int((x - mn) * iscale)
-    np.clip(q, 0, int(fnmax), out=q)
-    out[...] = q
-    return out
-
-
-def _weighted_error(
-    q: np.ndarray,
-    scale: np.ndarray,
-    mn: np.ndarray,
-    x: np.ndarray,
-    w: np.ndarray,
-    use_mad: bool,
-    u: np.ndarray,
-) -> np.ndarray:
-    """Sequential sum of ``w * |scale*q + mn - x|`` (or its square) per column."""
-    np.multiply(q, scale, out=u)
-    u += mn
-    u -= x
-    if use_mad:
-        np.abs(u, out=u)
-    else:
-        u *= u
-    u *= w
-    return _reduce0(u)  # only compared: the sign of a zero is moot
-
-
-def make_qp_quants(x: np.ndarray, qw: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
-    """ggml's make_qp_quants: quantize positive values ``x ~ d * L``, ``L <= nmax``.
-
-    ``x``, ``qw``: float32 ``[n, B]`` (one group per column).  Returns
-    ``(d float32 [B], L int64 [n, B])`` where ``L`` holds the *stored* uint8
-    values (C keeps them in ``uint8_t``, so a negative level wraps).
-    """
-    n = x.shape[0]
-    fnmax = F32(nmax)
-    xmax = np.max(x, axis=0)
-    zero = ~(xmax >= _GROUP_MAX_EPS)  # "all zero" early-out (also NaN-safe)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        iscale = fnmax / xmax
-        L = _nearest_int(x * iscale).astype(np.int64) & 0xFF
-        scale = F32(1.0) / iscale
-        diff = x - scale * L.astype(np.float32)
-        best = _seqsum(qw * diff * diff)
-        for k in (-4, -3, -2, -1, 1, 2, 3, 4):
-            iscale_k = (F32(0.1) * F32(k) + fnmax) / xmax
-            scale_k = F32(1.0) / iscale_k
-            lk = np.minimum(_nearest_int(iscale_k * x), nmax).astype(np.float32)
-            diff = x - scale_k * lk
-            mse = _seqsum(qw * diff * diff)
-            better = mse < best
-            best = np.where(better, mse, best)
-            iscale = np.where(better, iscale_k, iscale)
-
-        l0 = np.minimum(_nearest_int(iscale * x), nmax)
-        L = l0.astype(np.int64) & 0xFF
-        lf = l0.astype(np.float32)
-        wx = qw * x
-        sumlx = _seqsum(wx * lf)
-        suml2 = _seqsum(qw * lf * lf)
-        # Coordinate descent; sequential over i, vectorised over groups.  C
-        # stops a group after a pass without changes; such a pass leaves the
-        # state as it was, so the next one would change nothing either: all
-        # groups can run until a pass changes no group at all.
-        live = ~zero
-        for _ in range(5):
-            changed = False
-            for i in range(n):
-                w = qw[i]
-                li = L[i].astype(np.float32)
-                slx = sumlx - wx[i] * li
-                sl2 = suml2 - w * li * li
-                ok = (slx > 0) & (sl2 > 0) & live
-                new_l = np.minimum(_nearest_int(x[i] * sl2 / slx), nmax)
-                ok &= new_l != L[i]
-                nf = new_l.astype(np.float32)
-                slx = slx + wx[i] * nf
-                sl2 = sl2 + w * nf * nf
-                ok &= slx * slx * suml2 > sumlx * sumlx * sl2
-                if ok.any():
-                    changed = True
-                    L[i] = np.where(ok, new_l.astype(np.int64) & 0xFF, L[i])
-                    sumlx = np.where(ok, slx, sumlx)
-                    suml2 = np.where(ok, sl2, suml2)
-            if not changed:
-                break
-        d = np.where(suml2 > 0, sumlx / suml2, _ZERO)
-    d = np.where(zero, _ZERO, d).astype(np.float32)
-    L[:, zero] = 0
-    return d, L
 
 
 # --------------------------------------------------------------------------- 6-bit scale packing
@@ -464,7 +150,7 @@ def _requantize(
 def _sigma2(blocks: np.ndarray, factor: float) -> np.ndarray:
     """``factor * sum(x*x) / 256`` per block, summed in C's order."""
     xb = np.ascontiguousarray(blocks.T)
-    return F32(factor) * _seqsum(xb * xb) / F32(QK_K)
+    return F32(factor) * seqsum(xb * xb) / F32(QK_K)
 
 
 def _imatrix_weights(
@@ -518,7 +204,7 @@ def _scales_k4(blocks: np.ndarray, qw: np.ndarray | None, nmax: int):
     nb = blocks.shape[0]
     x = _to_sub(blocks, 32)
     if qw is None:
-        av_x = np.sqrt(_seqsum(x * x) / F32(32))
+        av_x = np.sqrt(seqsum(x * x) / F32(32))
         w = av_x + np.abs(x)
         rmin = -1.0 if nmax == 15 else -0.5
         nstep = 20 if nmax == 15 else 15
@@ -537,7 +223,7 @@ def _scales_k4(blocks: np.ndarray, qw: np.ndarray | None, nmax: int):
     else:
         sigma2 = _sigma2(blocks, 2.0)
         w = _imatrix_weights(x, _to_sub(qw, 32), sigma2, 8)
-        sw = _seqsum(w)
+        sw = seqsum(w)
         L, scales, mins = make_qkx_quants(x, w, nmax, -0.9, 0.05, 36, False)
         sw8 = np.ascontiguousarray(sw.reshape(nb, 8).T)
         d_block, ls = make_qp_quants(np.ascontiguousarray(scales.reshape(nb, 8).T), sw8, 63)
@@ -699,7 +385,7 @@ def _quantize_q2_k(blocks: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     else:
         sigma2 = _sigma2(blocks, 1.0)
         w = _imatrix_weights(x, _to_sub(qw, 16), sigma2, 16)
-        sw = _seqsum(w)
+        sw = seqsum(w)
         L, scales, mins = make_qkx_quants(x, w, 3, -0.9, 0.05, 36, False)
         sw16 = np.ascontiguousarray(sw.reshape(nb, 16).T)
         dm, ls = make_qp_quants(np.ascontiguousarray(scales.reshape(nb, 16).T), sw16, 15)

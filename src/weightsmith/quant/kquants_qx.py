@@ -41,12 +41,24 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ._common import f16_to_f32, f32_to_f16_bits
+from ._common import GROUP_MAX_EPS, f16_to_f32, f32_to_f16_bits
+from ._search import (
+    MAGIC as _MAGIC,
+)
+from ._search import (
+    make_q3_quants,
+    make_qx_quants,
+    nearest_int,
+    q3_levels,
+    q3_search,
+    qx_levels,
+    qx_search,
+    reduce0,
+    signed_absmax,
+)
 
 F32 = np.float32
 QK_K = 256
-GROUP_MAX_EPS = F32(1e-15)
-_MAGIC = F32(12582912.0)  # 1.5 * 2**23: adding it rounds to an integer in the mantissa
 _CHUNK_BLOCKS = 1024  # super-blocks per vectorised step (amortises numpy call overhead)
 _DEQ_CHUNK = 1024  # super-blocks per dequantize step (temporaries stay in L2)
 _LE16 = np.dtype("<u2")  # the block's float16 d is little-endian on every host
@@ -58,344 +70,8 @@ _PAIR_SHIFTS = np.array([0, 2, 4, 6], dtype=np.uint64).reshape(1, 4, 1, 1)
 _HMASK_SHIFTS = (4 * np.arange(2, dtype=np.uint64)[:, None] + np.arange(4, dtype=np.uint64))[
     :, :, None, None
 ]
-_QX_SLICE_ELEMS = 1 << 16  # make_qx_quants trial slice: its ~6 arrays of 256 KiB stay in L2
 
 __all__ = ["DEQUANTIZE", "QUANTIZE", "make_q3_quants", "make_qx_quants"]
-
-
-# --------------------------------------------------------------------------- numerics
-
-
-def _nint(v: np.ndarray) -> np.ndarray:
-    """ggml's ``nearest_int`` bit trick, reproduced bit for bit (int32).
-
-    Identical to round-half-even inside +-2**22; outside that range (and for
-    NaN/inf, which can reach it through ``x / d`` or ``x * sl2 / slx``) it
-    yields the same wrapped value as the C code.
-    """
-    bits = (np.asarray(v, dtype=F32) + _MAGIC).view(np.int32)
-    return (bits & 0x007FFFFF) - 0x00400000
-
-
-def _seqsum(a: np.ndarray) -> np.ndarray:
-    """Sum over axis 0, adding a[0], a[1], ... in order as ggml's loops do.
-
-    numpy's reduction over the *outer* axis of a C-contiguous array is a
-    chain of element-wise adds (pairwise summation only applies along the
-    contiguous inner axis), so this is the sequential float32 sum.
-    """
-    return np.add.reduce(np.ascontiguousarray(a), axis=0, dtype=F32)
-
-
-def _signed_absmax(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per column of ``x [n, N]``: (largest |x|, the x that has it).
-
-    Same result as C's ``if (ax > amax) { amax = ax; max = x; }`` walk: the
-    first of equal magnitudes wins, NaN never wins, and an all-zero column
-    keeps the starting ``max = 0``.
-    """
-    hi = x.max(axis=0)
-    lo = x.min(axis=0)
-    if np.isnan(hi).any() or np.isnan(lo).any():
-        return _signed_absmax_walk(x)
-    amax = np.maximum(hi, -lo)
-    xmax = np.where(hi >= -lo, hi, lo)
-    xmax[amax == 0] = 0  # +0 even if the column holds -0
-    tie = np.flatnonzero((hi == -lo) & (amax > 0))
-    if tie.size:  # both +m and -m present: the first one wins
-        first = np.abs(x[:, tie]).argmax(axis=0)
-        xmax[tie] = x[first, tie]
-    return amax, xmax
-
-
-def _signed_absmax_walk(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_signed_absmax` as C's literal loop (used when NaN is present)."""
-    amax = np.zeros(x.shape[1], dtype=F32)
-    xmax = np.zeros(x.shape[1], dtype=F32)
-    for row in x:
-        ax = np.abs(row)
-        better = ax > amax
-        amax = np.where(better, ax, amax)
-        xmax = np.where(better, row, xmax)
-    return amax, xmax
-
-
-def _quant_clip(v: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """MAX(lo, MIN(hi, nearest_int(v))) as float32 (exact small integers)."""
-    return np.clip(_nint(v), lo, hi).astype(F32)
-
-
-def _qx_numerator(nmax: int, k: int) -> np.float32:
-    """C's ``-(nmax + 0.1f*is)``: the trial ``iscale`` times ``max``."""
-    return -(F32(nmax) + F32(0.1) * F32(k))
-
-
-_QX_TRIALS = (0, *range(-9, 0), *range(1, 10))  # C: the first guess, then is = -9..9
-
-
-def make_qx_quants(
-    x: np.ndarray, nmax: int, w: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """ggml's ``make_qx_quants(n, nmax, x, L, rmse_type=1, qw)`` over many groups.
-
-    ``x`` is ``[n, groups]`` float32 (in-group index first), ``w`` the weights
-    in the same layout (``None``: ggml's ``x*x`` for rmse_type 1).  Returns the
-    scale per group ``[groups]`` and the stored levels ``L = l + nmax``
-    (``[n, groups]`` uint8; all 0 for an all-zero group, as in C).
-    """
-    x = np.ascontiguousarray(x, dtype=F32)
-    with np.errstate(all="ignore"):
-        scale, iscale = _qx_search(x, nmax, w)
-        return scale, _qx_levels(x, iscale, nmax)
-
-
-def _qx_levels(x: np.ndarray, iscale: np.ndarray, nmax: int) -> np.ndarray:
-    """The search's stored levels ``L`` for the winning ``iscale`` (0 marks dead)."""
-    bits = _nint(np.multiply(iscale, x))
-    np.clip(bits, -nmax, nmax - 1, out=bits)
-    bits += nmax
-    bits[:, iscale == 0] = 0  # all-zero groups: C sets L = 0
-    return bits.astype(np.uint8)
-
-
-def _qx_search(x: np.ndarray, nmax: int, w: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """make_qx_quants' search: (scale, winning iscale) per group of ``x [n, groups]``.
-
-    Dead groups (``amax < GROUP_MAX_EPS``) get scale 0 and iscale 0.  The
-    sums of every trial are computed slice by slice (so the ``[n, slice]``
-    working set stays in L2) and the sequential accept/reject walk over the
-    trials then runs once on whole ``[groups]`` vectors.
-    """
-    n, groups = x.shape
-    amax, xmax = _signed_absmax(x)
-    live = amax >= GROUP_MAX_EPS
-    xmax[~live] = 1  # dead groups are reset at the end
-    nums = [_qx_numerator(nmax, k) for k in _QX_TRIALS]
-    sums = np.empty((2, len(nums), groups), dtype=F32)  # [sumlx|suml2, trial, group]
-    step = min(groups, max(1, _QX_SLICE_ELEMS // max(1, n)))
-    # One workspace for all slices: fresh large temporaries would page-fault.
-    work = _QxWork(n, step)
-    for s in range(0, groups, step):
-        e = min(s + step, groups)
-        _qx_trials(
-            x[:, s:e], w if w is None else w[:, s:e], xmax[s:e], nums, nmax, sums[:, :, s:e], work
-        )
-    sumlx, suml2 = sums
-    ratio = sumlx / suml2  # C: scale = sumlx/suml2
-    cand = ratio * sumlx  # C: best = scale*sumlx, for the trial's own scale
-    square = sumlx * sumlx
-    accept = suml2 > 0
-    scale0 = np.where(suml2[0] != 0, ratio[0], F32(0))
-    best = scale0 * sumlx[0]
-    best_t = np.zeros(groups, dtype=np.uint8)
-    tmp = np.empty(groups, dtype=F32)
-    better = np.empty(groups, dtype=bool)
-    tag = np.empty(groups, dtype=np.uint8)
-    for t in range(1, len(nums)):
-        # C: if (suml2 > 0 && sumlx*sumlx > best*suml2) { scale = sumlx/suml2; best = scale*sumlx; }
-        np.multiply(best, suml2[t], out=tmp)
-        np.greater(square[t], tmp, out=better)
-        better &= accept[t]
-        np.copyto(best, cand[t], where=better)
-        np.multiply(better, np.uint8(t), out=tag)
-        np.maximum(best_t, tag, out=best_t)  # trials run in order: the last accepted wins
-    scale = np.where(best_t == 0, scale0, ratio[best_t, np.arange(groups)])
-    iscale = np.asarray(nums, dtype=F32)[best_t] / xmax
-    scale[~live] = 0
-    iscale[~live] = 0
-    return scale, iscale
-
-
-class _QxWork:
-    """Reusable buffers for :func:`_qx_trials` on slices of up to ``m`` groups."""
-
-    def __init__(self, n: int, m: int) -> None:
-        self.wx2 = np.empty((2, n, m), dtype=F32)  # [w*x | w, i, group]
-        self.x = np.empty((n, m), dtype=F32)
-        self.t = np.empty((n, m), dtype=F32)
-        self.prod = np.empty((2, n, m), dtype=F32)
-        self.iscale = np.empty(m, dtype=F32)
-
-    def view(self, m: int) -> tuple[np.ndarray, ...]:
-        return (
-            self.wx2[:, :, :m],
-            self.x[:, :m],
-            self.t[:, :m],
-            self.prod[:, :, :m],
-            self.iscale[:m],
-        )
-
-
-def _qx_trials(
-    xs: np.ndarray,
-    ws: np.ndarray | None,
-    xmax: np.ndarray,
-    nums: list[np.float32],
-    nmax: int,
-    out: np.ndarray,
-    work: _QxWork,
-) -> None:
-    """Fill ``out[0, t]`` / ``out[1, t]`` with sumlx / suml2 of every trial.
-
-    For finite ``x``, ``|iscale*x| <= |nmax + 0.1k|`` (plus rounding), so
-    ``rint`` equals nearest_int and the clip is only needed on the side the
-    trial can reach: none for ``k <= -6``, the top for ``k <= 4``.
-    """
-    wx2, x, t, prod, iscale = work.view(xs.shape[1])
-    np.copyto(x, xs)
-    exact = not np.isfinite(x).all()  # inf/NaN: take nearest_int's literal path
-    # C evaluates w*x[i]*l as (w*x[i])*l and w*l*l as (w*l)*l.
-    if ws is None:
-        np.multiply(x, x, out=wx2[1])
-    else:
-        np.copyto(wx2[1], ws)
-    np.multiply(wx2[1], x, out=wx2[0])
-    for i, (k, num) in enumerate(zip(_QX_TRIALS, nums, strict=True)):
-        np.divide(num, xmax, out=iscale)
-        np.multiply(iscale, x, out=t)
-        if exact:
-            t[...] = _quant_clip(t, -nmax, nmax - 1)
-        else:
-            np.rint(t, out=t)
-            if k >= 5:
-                np.clip(t, -nmax, nmax - 1, out=t)
-            elif k >= -5:
-                np.minimum(t, nmax - 1, out=t)
-        np.multiply(wx2, t, out=prod)
-        np.multiply(prod[1], t, out=prod[1])
-        np.add.reduce(prod, axis=1, out=out[:, i])
-
-
-def make_q3_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
-    """ggml's ``make_q3_quants(n, nmax, x, L, do_rmse=true)`` over many groups.
-
-    Same layout and return values as :func:`make_qx_quants`.
-    """
-    x = np.ascontiguousarray(x, dtype=F32)
-    scale, lv = _q3_search(x, nmax)
-    return scale, _q3_levels(lv, nmax)
-
-
-def _q3_levels(lv: np.ndarray, nmax: int) -> np.ndarray:
-    """Stored levels ``L = l + nmax`` from :func:`_q3_search`'s signed ones."""
-    dead = np.isnan(lv[0])  # all |x| < GROUP_MAX_EPS: C sets L = 0
-    L = (np.where(dead, F32(-nmax), lv) + nmax).astype(np.uint8)
-    return L
-
-
-def _q3_search(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
-    """make_q3_quants on ``x [n, groups]`` -> (scale, signed levels as float32).
-
-    Dead groups get scale 0 and NaN levels.  The coordinate descent changes
-    one level at a time, so it loops over the in-group index with every group
-    in step.  A group whose pass changes nothing is final (its state would not
-    change again: ggml ``break``s), so each later pass only revisits the
-    groups that changed in the previous one.
-    """
-    with np.errstate(all="ignore"):
-        x, w, wx, lv, sumlx, suml2, live, changed = _q3_first_pass(x, nmax)
-        idx = np.flatnonzero(changed)
-        for _ in range(4):
-            if idx.size == 0:
-                break
-            sub = [np.ascontiguousarray(a[:, idx]) for a in (x, w, wx, lv)]
-            slx, sl2 = sumlx[idx], suml2[idx]
-            changed = _q3_pass(*sub, slx, sl2, nmax)
-            lv[:, idx], sumlx[idx], suml2[idx] = sub[3], slx, sl2
-            idx = idx[changed]
-        scale = np.where(suml2 > 0, sumlx / suml2, F32(0))
-    scale[~live] = 0
-    lv[:, ~live] = np.nan
-    return scale, lv
-
-
-def _q3_first_pass(x: np.ndarray, nmax: int) -> tuple[np.ndarray, ...]:
-    """Start make_q3_quants and run its first pass.
-
-    Returns ``x, w, wx, lv, sumlx, suml2, live, changed`` for the later passes.
-    """
-    x = np.ascontiguousarray(x, dtype=F32)
-    w = x * x
-    wx = w * x
-    amax, xmax = _signed_absmax(x)
-    live = amax >= GROUP_MAX_EPS
-    xmax[~live] = 1
-    lv = np.multiply(F32(-nmax) / xmax, x)
-    if np.isfinite(x).all():  # |iscale*x| <= nmax: rint is nearest_int
-        np.rint(lv, out=lv)
-        np.clip(lv, -nmax, nmax - 1, out=lv)
-    else:
-        lv[...] = _quant_clip(lv, -nmax, nmax - 1)
-    own_lx = wx * lv
-    own_l2 = w * lv
-    own_l2 *= lv
-    sumlx, suml2 = _seqsum(own_lx), _seqsum(own_l2)
-    changed = _q3_pass(x, w, wx, lv, sumlx, suml2, nmax, own_lx, own_l2)
-    return x, w, wx, lv, sumlx, suml2, live, changed
-
-
-def _q3_pass(
-    x: np.ndarray,
-    w: np.ndarray,
-    wx: np.ndarray,
-    lv: np.ndarray,
-    sumlx: np.ndarray,
-    suml2: np.ndarray,
-    nmax: int,
-    own_lx: np.ndarray | None = None,
-    own_l2: np.ndarray | None = None,
-) -> np.ndarray:
-    """One pass of make_q3_quants' descent; updates lv/sumlx/suml2 in place.
-
-    Returns which groups changed.  ``lv`` holds the signed levels as float32.
-    The 16 dependent steps work in preallocated ``[groups]`` buffers, so the
-    loop allocates nothing; ``own_lx``/``own_l2`` (each level's own terms) may
-    be passed in when the caller already has them.
-    """
-    n, groups = x.shape
-    changed = np.zeros(groups, dtype=bool)
-    slx0, sl20, t1, new_l = np.empty((4, groups), dtype=F32)
-    bits = np.empty(groups, dtype=np.int32)
-    cand = np.empty(groups, dtype=bool)
-    cond = np.empty(groups, dtype=bool)
-    lo, hi = 0x00400000 - nmax, 0x00400000 + nmax - 1
-    # Each level's own terms: lv[i] only changes at step i, so these stay valid.
-    if own_lx is None or own_l2 is None:
-        own_lx = wx * lv
-        own_l2 = w * lv
-        own_l2 *= lv
-    for i in range(n):
-        li, xi = lv[i], x[i]
-        # C: slx = sumlx - w*x[i]*L[i]; sl2 = suml2 - w*L[i]*L[i]
-        np.subtract(sumlx, own_lx[i], out=slx0)
-        np.subtract(suml2, own_l2[i], out=sl20)
-        # new_l = MAX(-nmax, MIN(nmax-1, nearest_int(x[i] * sl2 / slx))), bit trick inline
-        np.multiply(xi, sl20, out=t1)
-        np.divide(t1, slx0, out=t1)
-        np.add(t1, _MAGIC, out=t1)
-        np.bitwise_and(t1.view(np.int32), 0x007FFFFF, out=bits)
-        np.clip(bits, lo, hi, out=bits)
-        np.subtract(bits, 0x00400000, out=new_l, casting="unsafe")
-        # C: if (slx > 0) { ...; if (new_l != L[i]) { ... } } -- true for a few % of
-        # the groups, so the rest of the step runs on those only.
-        np.greater(slx0, 0, out=cand)
-        cand &= np.not_equal(new_l, li, out=cond)
-        c = np.flatnonzero(cand)
-        if c.size == 0:
-            continue
-        nl, sx, s2 = new_l[c], sumlx[c], suml2[c]
-        slx = slx0[c] + wx[i, c] * nl
-        sl2 = w[i, c] * nl
-        sl2 *= nl
-        sl2 += sl20[c]
-        # C: if (sl2 > 0 && slx*slx*suml2 > sumlx*sumlx*sl2) { L[i] = new_l; sumlx = slx; suml2 = sl2; }
-        take = (sl2 > 0) & (slx * slx * s2 > sx * sx * sl2)
-        u = c[take]
-        li[u] = nl[take]
-        sumlx[u] = slx[take]
-        suml2[u] = sl2[take]
-        changed[u] = True
-    return changed
 
 
 # --------------------------------------------------------------------------- shared steps
@@ -442,17 +118,17 @@ def _q6k_blocks(xb: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     """quantize_row_q6_K_ref (qw None) / _impl (qw = imatrix slice) on ``[b, 256]``."""
     b = xb.shape[0]
     xg = _groups(xb)
-    scale, iscale_search = _qx_search(xg, 32, None if qw is None else _groups(qw))
+    scale, iscale_search = qx_search(xg, 32, None if qw is None else _groups(qw))
     scales = scale.reshape(b, 16)
-    max_abs, max_scale = _signed_absmax(scales.T)
+    max_abs, max_scale = signed_absmax(scales.T)
     dead = max_abs < GROUP_MAX_EPS
     iscale = F32(-128) / np.where(dead, F32(1), max_scale)
     d16 = f32_to_f16_bits(F32(1) / iscale)
-    sc = np.minimum(127, _nint(iscale[:, None] * scales)).astype(np.int8)
+    sc = np.minimum(127, nearest_int(iscale[:, None] * scales)).astype(np.int8)
     d = f16_to_f32(d16)[:, None] * sc.astype(F32)
 
     def search_levels(idx: np.ndarray) -> np.ndarray:
-        return _qx_levels(xg[:, idx], iscale_search[idx], 32).T
+        return qx_levels(xg[:, idx], iscale_search[idx], 32).T
 
     L = _byte_lanes(_requantize(xb, d, search_levels, -32, 31)).reshape(2, 4, 4, b)
     low = L & _NIBBLES  # [half, column c, lane, block]
@@ -568,32 +244,32 @@ def _q3k_scales_ref(xb: np.ndarray) -> tuple[np.ndarray, np.ndarray, _Levels]:
     """quantize_row_q3_K_ref's scale step -> (6-bit scales, f16 d bits, search levels)."""
     b = xb.shape[0]
     with np.errstate(all="ignore"):
-        scale, lv = _q3_search(_groups(xb), 4)
+        scale, lv = q3_search(_groups(xb), 4)
     scales = scale.reshape(b, 16)
-    _, max_scale = _signed_absmax(scales.T)
+    _, max_scale = signed_absmax(scales.T)
     has = max_scale != 0  # C: if (max_scale)
     iscale = F32(-32) / np.where(has, max_scale, F32(1))
-    ls = np.clip(_nint(iscale[:, None] * scales).astype(np.int8), -32, 31) + np.int8(32)
+    ls = np.clip(nearest_int(iscale[:, None] * scales).astype(np.int8), -32, 31) + np.int8(32)
     d16 = np.where(has, f32_to_f16_bits(F32(1) / iscale), np.uint16(0))
     ls = np.where(has[:, None], ls, np.int8(0)).astype(np.uint8)
-    return ls, d16, lambda idx: _q3_levels(lv[:, idx], 4).T
+    return ls, d16, lambda idx: q3_levels(lv[:, idx], 4).T
 
 
 def _q3k_scales_impl(xb: np.ndarray, qw: np.ndarray) -> tuple[np.ndarray, np.ndarray, _Levels]:
     """quantize_row_q3_K_impl's scale step -> (6-bit scales, f16 d bits, search levels)."""
     b = xb.shape[0]
     x2 = xb * xb
-    sigma2 = F32(2) * _seqsum(x2.T) / F32(QK_K)
+    sigma2 = F32(2) * reduce0(x2.T) / F32(QK_K)
     weight = qw * np.sqrt(sigma2[:, None] + x2)
     wg = _groups(weight)
-    sw = _seqsum(wg)
+    sw = reduce0(wg)
     xg = _groups(xb)
-    scale, iscale = _qx_search(xg, 4, wg)
+    scale, iscale = qx_search(xg, 4, wg)
     d_block, Ls = make_qx_quants(scale.reshape(b, 16).T, 32, sw.reshape(b, 16).T)
     return (
         np.ascontiguousarray(Ls.T),
         f32_to_f16_bits(d_block),
-        lambda idx: _qx_levels(xg[:, idx], iscale[idx], 4).T,
+        lambda idx: qx_levels(xg[:, idx], iscale[idx], 4).T,
     )
 
 

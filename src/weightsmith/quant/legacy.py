@@ -17,7 +17,8 @@ Quantization follows ggml-quants.c: without an importance matrix the
 ``quantize_row_*_ref`` round-trip of the block's extreme value; with one,
 ``quantize_row_*_impl`` weights each value by ``qw * sqrt(sigma2 + x^2)``
 (sigma2 = mean square of the row) and searches the scale with
-``make_qx_quants`` (Q4_0, Q5_0) or ``make_qkx3_quants`` (Q4_1, Q5_1).
+``make_qx_quants`` (Q4_0, Q5_0) or ``make_qkx3_quants`` (Q4_1, Q5_1), both
+from :mod:`._search`.
 Q8_0 ignores the importance matrix, as ggml does.
 """
 
@@ -31,11 +32,10 @@ from ._common import (
     f16_to_f32,
     f32_to_f16_bits,
     imatrix_weights,
-    make_qkx3_quants,
-    make_qx_quants,
     round_away_int,
     row_sigma2,
 )
+from ._search import make_qkx_quants, make_qx_quants
 
 QK = 32
 
@@ -159,12 +159,27 @@ def _f16_field(v: np.ndarray) -> np.ndarray:
 
 
 def _weights(rows: np.ndarray, imatrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(blocks [B, 32], weights [B, 32]) for the imatrix paths."""
+    """(blocks, weights) for the imatrix paths, both [32, B]: the searches'
+    in-block-index-first layout."""
     nrows, n = rows.shape
     sigma2 = row_sigma2(rows)
     x = rows.reshape(nrows, n // QK, QK)
     w = imatrix_weights(x, imatrix.reshape(n // QK, QK), sigma2[:, None, None])
-    return x.reshape(-1, QK), w.reshape(-1, QK)
+    return np.ascontiguousarray(x.reshape(-1, QK).T), np.ascontiguousarray(w.reshape(-1, QK).T)
+
+
+def _qx(rows: np.ndarray, imatrix: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
+    """make_qx_quants (rmse_type 1) per block -> (d [B], levels uint8 [B, 32])."""
+    x, w = _weights(rows, imatrix)
+    d, L = make_qx_quants(x, nmax, w)
+    return d, np.ascontiguousarray(L.T)
+
+
+def _qkx(rows: np.ndarray, imatrix: np.ndarray, nmax: int) -> tuple[np.ndarray, ...]:
+    """make_qkx3_quants(-0.9, 0.05, 36) per block -> (d [B], min [B], levels uint8 [B, 32])."""
+    x, w = _weights(rows, imatrix)
+    L, d, the_min = make_qkx_quants(x, w, nmax, -0.9, 0.05, 36, False)
+    return d, -the_min, np.ascontiguousarray(L.T).astype(np.uint8)
 
 
 # Reference (no imatrix) paths run on tiles in a "quad-transposed" layout:
@@ -363,33 +378,29 @@ def _enc_q8_0(x8: np.ndarray, tile: np.ndarray, out: np.ndarray) -> None:
 def _quantize_q4_0(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
     if imatrix is None:
         return _tiles(rows, _REC_Q4_0, _enc_q4_0)
-    x, w = _weights(rows, imatrix)
-    d, L = make_qx_quants(x, 8, 1, w)
+    d, L = _qx(rows, imatrix, 8)
     return _assemble(rows, _f16_field(d), _pack_nibbles(L))
 
 
 def _quantize_q4_1(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
     if imatrix is None:
         return _tiles(rows, _REC_Q4_1, _enc_q4_1)
-    x, w = _weights(rows, imatrix)
-    d, mneg, L = make_qkx3_quants(x, w, 15, -0.9, 0.05, 36, False)
-    return _assemble(rows, _f16_field(d), _f16_field(-mneg), _pack_nibbles(L))
+    d, m, L = _qkx(rows, imatrix, 15)
+    return _assemble(rows, _f16_field(d), _f16_field(m), _pack_nibbles(L))
 
 
 def _quantize_q5_0(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
     if imatrix is None:
         return _tiles(rows, _REC_Q5_0, _enc_q5_0)
-    x, w = _weights(rows, imatrix)
-    d, q = make_qx_quants(x, 16, 1, w)
+    d, q = _qx(rows, imatrix, 16)
     return _assemble(rows, _f16_field(d), _pack_high_bits(q), _pack_nibbles(q))
 
 
 def _quantize_q5_1(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
     if imatrix is None:
         return _tiles(rows, _REC_Q5_1, _enc_q5_1)
-    x, w = _weights(rows, imatrix)
-    d, mneg, q = make_qkx3_quants(x, w, 31, -0.9, 0.05, 36, False)
-    return _assemble(rows, _f16_field(d), _f16_field(-mneg), _pack_high_bits(q), _pack_nibbles(q))
+    d, m, q = _qkx(rows, imatrix, 31)
+    return _assemble(rows, _f16_field(d), _f16_field(m), _pack_high_bits(q), _pack_nibbles(q))
 
 
 def _quantize_q8_0(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
