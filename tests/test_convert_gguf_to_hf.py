@@ -161,6 +161,10 @@ def test_lossless_round_trip(arch, models, tmp_path):
                 "num_key_value_heads", "intermediate_size", "vocab_size", "rms_norm_eps",
                 "tie_word_embeddings", "max_position_embeddings"):  # fmt: skip
         assert cfg[key] == want[key], key
+    if arch == "mistral":  # the GGUF has no window: full attention, as llama.cpp runs it
+        assert cfg["sliding_window"] is None
+    if arch == "gemma3":
+        assert cfg["sliding_window"] == want["sliding_window"]
 
     # the tokenizer loads and encodes as the original does
     ta = _original_tokenizer(src)
@@ -263,6 +267,21 @@ def test_reference_converter_gguf(arch, models, tmp_path):
     a, b = _logits(src), _logits(out)
     assert torch.equal(a, b), (a - b).abs().max()
     AutoTokenizer.from_pretrained(out)
+
+
+@pytest.mark.parametrize("arch", ["mistral", "qwen3", "gemma3"])
+def test_reference_converter_bf16_gguf(arch, models, tmp_path):
+    """llama.cpp's bf16 GGUF of a bf16 model comes back bit for bit in bf16 (the default)."""
+    src = models(arch)
+    gguf = _reference_gguf(src, tmp_path / "ref.gguf", "bf16")
+    gguf_to_hf(gguf, tmp_path / "back", tokenizer=False)
+    orig = st_load_file(src / "model.safetensors")
+    back = st_load_file(tmp_path / "back" / "model.safetensors")
+    if "lm_head.weight" not in back:
+        orig.pop("lm_head.weight", None)
+    assert sorted(back) == sorted(orig)
+    for k, v in back.items():
+        np.testing.assert_array_equal(v.view(np.uint16), orig[k].view(np.uint16), err_msg=k)
 
 
 # --------------------------------------------------------------------------- layout

@@ -233,6 +233,10 @@ def build_config(
     out: dict[str, Any] = {"architectures": [hf_arch], "model_type": entry.model_types[hf_arch]}
     out.update(entry.hf_config(cfg, {t.name for t in f.tensors}))
     out.update(cfg)
+    if out["model_type"] == "mistral":
+        # llama.cpp runs a `llama` GGUF with full attention; MistralConfig would default to
+        # a 4096-token window
+        out.setdefault("sliding_window", None)
     out["vocab_size"] = int(f.tensor("token_embd.weight").shape[0])
     out["tie_word_embeddings"] = "output.weight" not in f
     rs = out.get("rope_scaling")
