@@ -192,6 +192,24 @@ def test_llama3_rope_scaling_is_rebuilt(models, tmp_path):
         assert rs[k] == want[k], k
 
 
+def test_linear_rope_scaling_is_rebuilt(models, tmp_path):
+    """rope.scaling.type/factor back to rope_scaling: logits equal at positions it changes."""
+    import shutil
+
+    src = tmp_path / "linear"
+    shutil.copytree(models("llama"), src)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["rope_parameters"] = {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0}
+    (src / "config.json").write_text(json.dumps(cfg))
+    gguf = _ours_gguf(src, tmp_path / "m.gguf", "f32")
+    with read(gguf) as f:
+        assert f.metadata["llama.rope.scaling.type"] == "linear"
+    gguf_to_hf(gguf, tmp_path / "back", dtype="f32", tokenizer=False)
+    got = json.loads((tmp_path / "back" / "config.json").read_text())["rope_scaling"]
+    assert got["rope_type"] == "linear" and got["factor"] == 4.0
+    assert torch.equal(_logits(src), _logits(tmp_path / "back"))
+
+
 @pytest.mark.parametrize("arch", ["mistral", "gemma3"])
 def test_bf16_output_equals_bf16_original(arch, models, tmp_path):
     """The default dtype: a bf16 model comes back with the very same bf16 bits."""

@@ -11,6 +11,10 @@ second table of names or transforms:
   ``tie_word_embeddings`` (no ``output.weight``), the special token ids, and
   ``rope_scaling`` of type ``llama3`` recovered from the ``rope_freqs`` tensor
   (checked by recomputing that tensor with the registry's own function);
+  What GGUF does not keep cannot come back: llama.cpp writes Mistral as ``llama``
+  (``general.name`` then picks MistralForCausalLM, with full attention as llama.cpp
+  runs it), and Gemma 3's embedding rows past the tokenizer are dropped by its
+  converter (``vocab_size`` is then the tokenizer's size);
 * ``generation_config.json`` -- the special token ids;
 * ``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json`` --
   :func:`weightsmith.convert.tokenizer.write_hf_tokenizer`;
