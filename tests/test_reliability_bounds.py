@@ -39,6 +39,10 @@ def run_child(kind: str, paths: list[Path], extra: int, seconds: int) -> list[di
     assert p.returncode == 0, p.stderr[-3000:]
     rows = [json.loads(line) for line in p.stdout.splitlines()]
     assert len(rows) == len(paths), p.stderr[-3000:]
+    for r in rows:  # figures for docs/reliability.md (pytest -s)
+        print(
+            f"{r['path']}: {r['error']} in {r['seconds']:.2f} s, peak +{r['peak_extra'] >> 20} MiB"
+        )
     return rows
 
 

@@ -194,7 +194,7 @@ def test_sigkill_leaves_old_or_new(tmp_path, name):
         times.append(time.perf_counter() - t0)
     duration = min(times)
     rng = random.Random(f"{name}-{os.getpid()}")
-    v, mid_write, finished = 1, 0, 0
+    v, mid_write, finished, became_new = 1, 0, 0, 0
     for _ in range(KILLS[name]):
         old = fingerprint(folder)
         new = _expected_after(write, fingerprint, folder, v + 1, scratch)
@@ -206,10 +206,14 @@ def test_sigkill_leaves_old_or_new(tmp_path, name):
         assert now in (old, new), f"{name}: a kill left neither the old nor the new version"
         if now == new:
             v += 1
+            became_new += 1
         finished += done
     # kills landed mid-write (a new temp file left behind)
     assert mid_write >= 3, (mid_write, finished)
     # the next successful write leaves nothing behind
     write(folder, v + 1)
     assert _strays(folder) == []
-    print(f"{name}: {KILLS[name]} kills, {mid_write} left a temp file, {finished} finished first")
+    print(
+        f"{name}: {KILLS[name]} kills, {mid_write} left a temp file, {became_new} left the new "
+        f"version, {finished} finished before the kill"
+    )
