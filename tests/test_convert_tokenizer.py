@@ -321,13 +321,16 @@ CASES = [
     ("phi-3", "MistralForCausalLM"),  # byte-fallback BPE tokenizer.json: "llama-hf" path
     ("spm", "LlamaForCausalLM"),  # tokenizer.model
     ("spm", "Gemma3ForCausalLM"),
+    ("spm-codellama", "LlamaForCausalLM"),  # vocab_size 32016: padded, plus the infill pass
 ]
 
 
 @pytest.mark.parametrize(("name", "arch"), CASES)
 def test_vocab_metadata_equals_convert_hf_to_gguf(tmp_path, name, arch):
-    if name == "spm":
+    if name.startswith("spm"):
         folder, config = _spm_folder(tmp_path / "spm", arch)
+        if name == "spm-codellama":
+            config = _write_config(folder, arch, 32016, bos_token_id=1, eos_token_id=2)
     else:
         folder, config = _folder_from_vocab(tmp_path, name, arch)
     ref = _reference_vocab(folder, tmp_path / "ref.gguf")

@@ -743,6 +743,18 @@ def vocab_metadata(model_dir: str | os.PathLike[str], config: dict) -> list[KV]:
             _set_gpt2(out, d, config)
         else:
             raise _missing(d, "tokenizer.model or tokenizer.json")
+        if config.get("vocab_size") == 32016:
+            # CodeLlama, as the reference does: a second pass for the infill tokens, of
+            # which only EOT has a GGUF key (prefix/suffix/middle are skipped there too)
+            infill = _SpecialVocab(d, config, types=("prefix", "suffix", "middle", "eot"))
+            for typ, tid in (
+                ("prefix", 32007),
+                ("suffix", 32008),
+                ("middle", 32009),
+                ("eot", 32010),
+            ):
+                infill.set_id(typ, tid)
+            infill.add_to(out)
         if config.get("vocab_size") == 49152:  # granite small models, as the reference does
             out.add("ggml.add_bos_token", False, VT.BOOL)
     elif arch in _GEMMA3:
