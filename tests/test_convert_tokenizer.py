@@ -444,6 +444,20 @@ def test_bad_tokenizer_json(tmp_path):
         vocab_metadata(src, config)
 
 
+def test_config_files_that_are_not_objects(tmp_path):
+    src, config = _spm_folder(tmp_path / "src")
+    (src / "tokenizer_config.json").write_text("[1, 2]")
+    with pytest.raises(E.TokenizerInconsistent, match="not a JSON object"):
+        vocab_metadata(src, config)
+    (src / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": [1]}))
+    with pytest.raises(E.TokenizerInconsistent, match="added_tokens_decoder"):
+        vocab_metadata(src, config)
+    (src / "tokenizer_config.json").write_text("{}")
+    (src / "tokenizer.model").write_bytes(b"not a sentencepiece model")
+    with pytest.raises(E.TokenizerInconsistent, match="SentencePiece"):
+        vocab_metadata(src, config)
+
+
 def test_gguf_side_errors():
     with gguf.read(_vocab_gguf("gpt-2")) as f:
         md = dict(f.metadata)

@@ -108,8 +108,16 @@ def _read_json(path: Path, what: str) -> Any:
         ) from None
 
 
-def _json_if(path: Path) -> Any:
-    return _read_json(path, path.name) if path.is_file() else None
+def _json_if(path: Path) -> dict | None:
+    """The JSON object in ``path``, or None when there is no such file."""
+    if not path.is_file():
+        return None
+    value = _read_json(path, path.name)
+    if not isinstance(value, dict):
+        raise E.TokenizerInconsistent(
+            "not a JSON object", path=path, expected="an object", found=type(value).__name__
+        )
+    return value
 
 
 def does_token_look_special(token: str) -> bool:
@@ -193,7 +201,16 @@ def _spm_vocab(d: Path, config: dict) -> tuple[list[str], list[float], list[int]
 
     cfg_path = d / "tokenizer_config.json"
     cfg = _json_if(cfg_path) or {}
-    for key, data in (cfg.get("added_tokens_decoder") or {}).items():
+    decoder = cfg.get("added_tokens_decoder") or {}
+    if not isinstance(decoder, dict):
+        raise E.TokenizerInconsistent(
+            "added_tokens_decoder is not an object",
+            path=cfg_path,
+            field="added_tokens_decoder",
+            expected="{id: token}",
+            found=type(decoder).__name__,
+        )
+    for key, data in decoder.items():
         tid = _token_id(key, cfg_path, "added_tokens_decoder")
         text = data.get("content") if isinstance(data, dict) else None
         if not isinstance(text, str):
@@ -510,6 +527,14 @@ class _SpecialVocab:
             if norm := tj.get("normalizer"):
                 self._normalizer(norm)
             added = tj.get("added_tokens", [])
+            if not isinstance(added, list) or not all(isinstance(a, dict) for a in added):
+                raise E.TokenizerInconsistent(
+                    "added_tokens is not a list of objects",
+                    path=tj_path,
+                    field="added_tokens",
+                    expected="a list of objects",
+                    found=type(added).__name__,
+                )
         cfg = _json_if(self.d / "tokenizer_config.json")
         if tj:
             self._post_processor(tj, cfg)
