@@ -1,16 +1,18 @@
-"""Inputs that once raised something other than a WeightsmithError (found by
-the fuzzers or the reliability harnesses); each stays fixed."""
+"""Inputs that once raised something other than a WeightsmithError, or broke
+a crash-safety rule (found by the fuzzers or the reliability harnesses);
+each stays fixed.  Deterministic versions of what the harnesses found."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import os
 
+import numpy as np
+import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from weightsmith import torchfile  # noqa: E402
+from weightsmith import gguf, torchfile
+from weightsmith import safetensors as st
+from weightsmith.safetensors import _sharded
 
 
 def test_scan_of_a_legacy_checkpoint_over_1_mib(tmp_path):
@@ -29,3 +31,66 @@ def test_scan_of_a_huge_long_over_1_mib(tmp_path):
     p.write_bytes(b"\x80\x02}(X\x01\x00\x00\x00a" + big + b"u.")
     report = torchfile.scan(p)
     assert type(report.pickles[0].findings[-1]).__name__ == "PickleLengthOutOfBounds"
+
+
+def _tensors(v: int) -> dict[str, np.ndarray]:
+    return {f"t{i}": np.full((64, 64), v * 10 + i, np.float32) for i in range(4)}
+
+
+def _read(folder) -> dict[str, np.ndarray]:
+    with st.open_checkpoint(folder) as c:
+        return {k: np.array(c.get_tensor(k)) for k in c}
+
+
+def test_sharded_resave_dying_between_shards_keeps_the_old_checkpoint(tmp_path, monkeypatch):
+    # same shard count: the new save reuses the shard names; dying after the
+    # first shard used to leave an index naming one new and one old shard
+    st.save_sharded(_tensors(1), tmp_path, max_shard_size=40_000)
+    calls = []
+    real = _sharded.save_file
+
+    def dying(tensors, path, metadata=None):
+        if calls:
+            raise KeyboardInterrupt  # stands for the kill
+        calls.append(path)
+        real(tensors, path, metadata)
+
+    monkeypatch.setattr(_sharded, "save_file", dying)
+    with pytest.raises(KeyboardInterrupt):
+        st.save_sharded(_tensors(2), tmp_path, max_shard_size=40_000)
+    got = _read(tmp_path)
+    for k, a in _tensors(1).items():
+        np.testing.assert_array_equal(got[k], a)
+    monkeypatch.setattr(_sharded, "save_file", real)
+    st.save_sharded(_tensors(3), tmp_path, max_shard_size=40_000)
+    got = _read(tmp_path)
+    for k, a in _tensors(3).items():
+        np.testing.assert_array_equal(got[k], a)
+    assert not [p for p in os.listdir(tmp_path) if p.endswith((".wsold", ".wstmp"))]
+
+
+def test_sharded_save_over_a_single_file_removes_it(tmp_path):
+    st.save_sharded(_tensors(1), tmp_path)
+    assert (tmp_path / st.WEIGHTS_NAME).exists()
+    st.save_sharded(_tensors(2), tmp_path, max_shard_size=40_000)
+    assert not (tmp_path / st.WEIGHTS_NAME).exists()  # transformers would load it first
+    np.testing.assert_array_equal(_read(tmp_path)["t0"], _tensors(2)["t0"])
+
+
+def test_edit_spanning_pages_is_not_patched_in_place(tmp_path):
+    p = tmp_path / "m.gguf"
+    w = gguf.Writer(p)
+    w.add("a", "x" * 6000)  # the KV section spans pages
+    w.add("b", 1)
+    w.add_tensor_info("t", "F32", (4,))
+    w.write_header()
+    w.write_tensor("t", np.arange(4, dtype=np.float32))
+    w.close()
+    ino = os.stat(p).st_ino
+    gguf.edit(p, set={"a": "y" * 6000})  # same size, changes over two pages
+    assert os.stat(p).st_ino != ino  # atomic rewrite, not a multi-page patch
+    ino = os.stat(p).st_ino
+    gguf.edit(p, set={"b": 2})  # a one-page change is still patched in place
+    assert os.stat(p).st_ino == ino
+    with gguf.read(p) as f:
+        assert f.metadata["a"] == "y" * 6000 and f.metadata["b"] == 2
