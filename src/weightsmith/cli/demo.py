@@ -136,6 +136,43 @@ def step_load(ctx: DemoContext) -> None:
     )
 
 
+def step_convert(ctx: DemoContext) -> None:
+    """HF folder -> GGUF q8_0 and q4_k_m in one streaming pass each (no tokenizer: weights only)."""
+    hf_to_gguf = _lib("convert", "hf_to_gguf", what="the HF -> GGUF converter")
+    for t in ("q8_0", "q4_k_m"):
+        path = ctx.folder / f"tiny-llama-{t}.gguf"
+        res = hf_to_gguf(ctx.folder, path, t, tokenizer=False)
+        ctx.files[t] = path
+        kinds: dict[str, int] = {}
+        for v in res.tensor_types.values():
+            kinds[v] = kinds.get(v, 0) + 1
+        mix = ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items()))
+        ctx.out.line(f"wrote {path} ({path.stat().st_size:,} bytes; {mix})")
+
+
+def step_inspect_gguf(ctx: DemoContext) -> None:
+    """The q4_k_m file's metadata and tensors, grouped by layer."""
+    from ..inspection import inspect_local
+    from ._render import render_report
+
+    render_report(inspect_local(ctx.files["q4_k_m"]), ctx.out, all_layers=False)
+
+
+def step_quality(ctx: DemoContext) -> None:
+    """RMSE, max abs error and cosine of each quantized tensor against the source."""
+    compare = _lib("convert", "compare", what="the conversion quality report")
+    for t in ("q8_0", "q4_k_m"):
+        rep = compare(ctx.folder, ctx.files[t])
+        worst = rep.worst(1)[0]
+        ctx.out.line(
+            f"{t}: {rep.bits_per_weight:.2f} bits per weight, "
+            f"{rep.src_bytes:,} -> {rep.dst_bytes:,} bytes; worst tensor {worst.name} "
+            f"({worst.type}) cosine {worst.cosine:.5f}, rmse {worst.rmse:.2e}"
+        )
+    if not ctx.quiet:
+        ctx.out.line(rep.format())
+
+
 Step = Callable[[DemoContext], None]
 
 #: (title, step, required) in order; later features append theirs.  A step
@@ -144,6 +181,9 @@ STEPS: list[tuple[str, Step, bool]] = [
     ("write a Llama-shaped checkpoint", step_write, True),
     ("its header, grouped by layer", step_header, True),
     ("load it back", step_load, True),
+    ("convert to GGUF q8_0 and q4_k_m", step_convert, False),
+    ("inspect the q4_k_m GGUF", step_inspect_gguf, False),
+    ("quality report", step_quality, False),
 ]
 
 

@@ -126,7 +126,9 @@ class _hf_source:
         from ._hf_to_gguf import _plan, _tensor_data
 
         self._stack: list = []
-        self._plan = _plan(d, "f32", self._stack)
+        # the tokenizer only matters for the embedding rows some architectures cut
+        has_tok = (d / "tokenizer.model").is_file() or (d / "tokenizer.json").is_file()
+        self._plan = _plan(d, "f32", self._stack, tokenizer=has_tok)
         self._by = {tp.name: tp for tp in self._plan.tensors}
         self._data = _tensor_data
 

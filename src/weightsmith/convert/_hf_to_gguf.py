@@ -31,6 +31,7 @@ and the quantized output (quantization temporaries are bounded by
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -176,7 +177,9 @@ def _safetensors_sources(d: Path, stack: list) -> list[_Source] | None:
         )
         if not parts:
             return None
-    ck = open_checkpoint(index if index.is_file() else d / parts[0]) if index.is_file() else None
+    # pread, not mmap: mapped pages that were read stay resident (and in the RSS) until
+    # unmapped, so a whole model would pile up; a read copy is freed with its tensor
+    ck = open_checkpoint(index, mmap=False) if index.is_file() else None
     out: list[_Source] = []
     if ck is not None:
         stack.append(ck)
@@ -192,9 +195,9 @@ def _safetensors_sources(d: Path, stack: list) -> list[_Source] | None:
     from ..safetensors import safe_open
 
     for fname in parts:
-        f = safe_open(d / fname, framework="np")
+        f = safe_open(d / fname, framework="np", mmap=False)
         stack.append(f)
-        for name in f.keys():
+        for name in f.keys():  # noqa: SIM118 (a file handle, not a dict)
             info = f.info(name)
             out.append(_Source(name, tuple(info.shape), info.dtype.name,
                                lambda n=name, h=f: np.asarray(h.get_tensor(n))))  # fmt: skip
@@ -324,7 +327,9 @@ def plan_conversion(src: str | os.PathLike[str], type: str = "auto", *, imatrix:
             h.close()
 
 
-def _plan(d: Path, type: str, stack: list, *, has_imatrix: bool = False) -> _Plan:
+def _plan(
+    d: Path, type: str, stack: list, *, has_imatrix: bool = False, tokenizer: bool = True
+) -> _Plan:
     from .tokenizer import vocab_metadata
 
     cfg = _read_config(d)
@@ -332,7 +337,7 @@ def _plan(d: Path, type: str, stack: list, *, has_imatrix: bool = False) -> _Pla
     arch = _arch(cfg, cfg_path)
     _check_config(cfg, arch, cfg_path)
     sources = _sources(d, stack)
-    vocab = vocab_metadata(d, cfg)
+    vocab = vocab_metadata(d, cfg) if tokenizer else []
     ctx: dict[str, Any] = {}
     if arch.vocab_rows:
         ctx["n_vocab"] = _n_vocab(d, vocab)
@@ -414,11 +419,11 @@ def _check_shapes(tensors: list[TensorPlan], cfg: dict, arch: Arch, d: Path) -> 
 
 def _size_label(n: int) -> str:
     """gguf-py's rounded parameter count (``1.3M``, ``7B``)."""
-    for limit, scale, suffix in ((1e12, 1e-12, "T"), (1e9, 1e-9, "B"), (1e6, 1e-6, "M")):
+    scale, suffix = 1e-3, "K"
+    for limit, sc, sx in ((1e12, 1e-12, "T"), (1e9, 1e-9, "B"), (1e6, 1e-6, "M")):
         if n > limit:
+            scale, suffix = sc, sx
             break
-    else:
-        scale, suffix = 1e-3, "K"
     v = n * scale
     fix = max(2 - len(str(round(v)).lstrip("0")), 0)
     return f"{v:.{fix}f}{suffix}"
@@ -515,6 +520,7 @@ def hf_to_gguf(
     workers: int | None = None,
     progress: ProgressFn | None = None,
     name: str | None = None,
+    tokenizer: bool = True,
 ) -> ConversionResult:
     """Convert the Hugging Face model folder ``src`` to the GGUF file ``dst``.
 
@@ -525,6 +531,8 @@ def hf_to_gguf(
     ``split_max_size`` (bytes or ``"2G"``): write llama.cpp split shards instead.
     ``progress(bytes_done, bytes_total, tensors_done, tensors_total)`` is called
     after each tensor.  ``workers`` is passed to the quantizer.
+    ``tokenizer=False`` writes no ``tokenizer.*`` keys (weights only: llama.cpp will
+    not run such a file, but it inspects, compares and quantizes).
     """
     d = Path(src)
     dst = Path(dst)
@@ -536,11 +544,12 @@ def hf_to_gguf(
 
             im = read_imatrix(imatrix)
             im_data, im_meta = im.data, im
-        p = _plan(d, type, stack, has_imatrix=im_data is not None)
+        p = _plan(d, type, stack, has_imatrix=im_data is not None, tokenizer=tokenizer)
         rows = _metadata(p, d, name)
         if im_meta is not None:
             rows.extend(im_meta.gguf_rows(imatrix, used=_used_entries(p, im_data)))
-        target = dst if split_max_size is None else dst.with_name(dst.name + ".unsplit.tmp")
+        target = dst if split_max_size is None else _unsplit_path(dst)
+        target.parent.mkdir(parents=True, exist_ok=True)
         total = sum(_out_nbytes(tp) for tp in p.tensors)
         w = Writer(target, arch=p.arch.gguf_arch)
         with w:
@@ -588,30 +597,21 @@ def _out_nbytes(tp: TensorPlan) -> int:
     return n // g.block_size * g.type_size
 
 
+def _unsplit_path(dst: Path) -> Path:
+    stem = dst.name[: -len(".gguf")] if dst.name.endswith(".gguf") else dst.name
+    return dst.parent / f".{stem}.unsplit" / f"{stem}.gguf"
+
+
 def _split(tmp: Path, dst: Path, max_size: int | str) -> list[str]:
-    """llama.cpp split shards named like ``gguf-split``: ``<stem>-00001-of-0000N.gguf``."""
+    """llama.cpp split shards beside ``dst``: ``<stem>-00001-of-0000N.gguf`` (as gguf-split)."""
     from ..gguf import split
 
     try:
-        stem = dst.name[: -len(".gguf")] if dst.name.endswith(".gguf") else dst.name
-        final = tmp.with_name(stem + ".gguf")
-        if final != dst:
-            pass
-        os.replace(tmp, dst.with_name(stem + ".gguf.part"))
-        src = dst.with_name(stem + ".gguf.part")
-        outs = split(src, max_size=max_size, out_dir=dst.parent)
-        os.unlink(src)
-        renamed = []
-        for o in outs:
-            o = Path(o)
-            new = o.with_name(o.name.replace(stem + ".gguf.part", stem))
-            if new != o:
-                os.replace(o, new)
-            renamed.append(str(new))
-        return renamed
+        return [str(o) for o in split(tmp, max_size=max_size, out_dir=dst.parent)]
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.parent.rmdir()
 
 
 def iter_plan(src: str | os.PathLike[str], type: str = "auto") -> Iterator[TensorPlan]:
