@@ -1,13 +1,15 @@
-"""Q2_K / Q4_K / Q5_K: weightsmith vs ggml's C reference (quantize) and gguf-py (dequantize).
+"""The K-quants (Q2_K..Q6_K): weightsmith vs ggml's C reference (quantize) and gguf-py / ggml (dequantize).
 
 Same matrix, one process, single thread.  The contenders run interleaved
 (ours, anchor, ours, anchor, ...) so that load from other processes hits both
 alike; the median (or, with ``--best``, the fastest) run is reported with the
 ratio anchor_time / our_time (>1 means weightsmith is faster).  Quantize is
 compared with ``ggml_quantize_chunk`` through tests/ggml_ref.py, with and
-without an importance matrix; dequantize with gguf-py's numpy ``dequantize``.
+without an importance matrix; dequantize with gguf-py's numpy ``dequantize``
+(the issue's anchor) and ggml's ``to_float``.
 
-    python benchmarks/bench_kquants.py [--rows 256] [--cols 4096] [--repeat 7] [--cpu] [--best]
+    python benchmarks/bench_kquants.py [--rows 256] [--cols 4096] [--repeat 7]
+        [--types Q2_K,Q3_K,Q4_K,Q5_K,Q6_K] [--cpu] [--best]
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=256)
     ap.add_argument("--cols", type=int, default=4096)
     ap.add_argument("--repeat", type=int, default=7)
-    ap.add_argument("--types", default="Q4_K,Q5_K,Q2_K")
+    ap.add_argument("--types", default="Q2_K,Q3_K,Q4_K,Q5_K,Q6_K")
     ap.add_argument("--best", action="store_true", help="report the fastest run, not the median")
     ap.add_argument("--cpu", action="store_true", help="time with thread CPU time (shared box)")
     args = ap.parse_args()
@@ -64,7 +66,7 @@ def main() -> None:
         f"matrix {args.rows}x{args.cols} f32, {'best' if args.best else 'median'} "
         f"{'CPU' if args.cpu else 'wall'} time of {args.repeat} interleaved runs, Melem/s"
     )
-    print(f"{'type':6} {'op':14} {'weightsmith':>12} {'anchor':>16} {'ratio':>7}")
+    print(f"{'type':6} {'op':14} {'weightsmith':>12} {'anchor':>18} {'ratio':>7}")
     for name in args.types.split(","):
         quantize = kquants.QUANTIZE[name]
         for label, imat in (("quantize", None), ("quantize+imat", im)):
@@ -74,7 +76,7 @@ def main() -> None:
                 args.repeat,
             )
             print(
-                f"{name:6} {label:14} {n / ours / 1e6:12.1f} {n / ref / 1e6:9.1f} (ggml) "
+                f"{name:6} {label:14} {n / ours / 1e6:12.1f} {n / ref / 1e6:10.1f} (ggml)   "
                 f"{ref / ours:7.2f}"
             )
         raw = ggml_ref.quantize(x, name)
@@ -84,14 +86,19 @@ def main() -> None:
         assert np.array_equal(
             dequantize(blocks).reshape(-1), gguf_dequantize(raw, qtype).reshape(-1)
         )
-        ours, ref = _interleaved(
-            [lambda: dequantize(blocks), lambda: gguf_dequantize(raw, qtype)],  # noqa: B023
+        ours, gg, ref = _interleaved(
+            [
+                lambda: dequantize(blocks),  # noqa: B023
+                lambda: gguf_dequantize(raw, qtype),  # noqa: B023
+                lambda: ggml_ref.dequantize(raw, name, n),  # noqa: B023
+            ],
             args.repeat,
         )
-        print(
-            f"{name:6} {'dequantize':14} {n / ours / 1e6:12.1f} {n / ref / 1e6:9.1f} (gguf) "
-            f"{ref / ours:7.2f}"
-        )
+        for anchor, t in (("gguf-py", gg), ("ggml", ref)):
+            print(
+                f"{name:6} {'dequantize':14} {n / ours / 1e6:12.1f} {n / t / 1e6:10.1f} "
+                f"({anchor}){' ' * (7 - len(anchor))}{t / ours:7.2f}"
+            )
 
 
 if __name__ == "__main__":

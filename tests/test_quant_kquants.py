@@ -1,8 +1,9 @@
-"""K-quant family (Q2_K, Q4_K, Q5_K, Q8_K) against ggml.
+"""The K-quant family (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K) against ggml.
 
 Two oracles: the golden vectors in tests/data/golden (made by ggml's C code),
 and ggml itself through tests/ggml_ref.py on fresh random and nasty inputs.
-Quantized bytes must be identical; dequantized floats identical bit for bit.
+Quantized bytes must be identical; dequantized floats identical bit for bit,
+with and without an importance matrix.
 """
 
 from __future__ import annotations
@@ -11,13 +12,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from safetensors.numpy import load_file
 
+import ggml_ref
 from weightsmith.dtypes import ggml_type
 from weightsmith.quant import _search, kquants
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
-QTYPES = ["Q2_K", "Q4_K", "Q5_K"]
+QTYPES = ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +78,39 @@ def test_golden_dequantize(name, dataset, imat):
 # --------------------------------------------------------------------------- against live ggml
 
 
+def _nasty_rows(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Rows that stress early-outs, ties, float32 overflow and underflow."""
+    rows = [
+        np.zeros(n),
+        np.full(n, 0.37),
+        np.full(n, -1e-3),
+        rng.standard_normal(n) * 1e-30,  # below GROUP_MAX_EPS
+        rng.standard_normal(n) * 1e-14,  # just above it in places
+        rng.standard_normal(n) * 3e4,
+        rng.standard_normal(n) * 1e9,
+        rng.standard_normal(n) * 1e15,  # x*x*x overflows: the sums turn inf/NaN
+        np.abs(rng.standard_normal(n)) * 1e20,
+        np.clip(rng.standard_normal(n) * 3e38, -3.4e38, 3.4e38),
+        rng.standard_normal(n) * 1e-40,  # float32 subnormals
+        np.where(np.arange(n) % 2 == 0, 0.5, -0.5),
+        np.round(rng.standard_normal(n) * 8) / 2,  # many ties
+        np.abs(rng.standard_normal(n)),
+        -np.abs(rng.standard_normal(n)) * 0.02,
+        rng.standard_cauchy(n) * 0.01,
+    ]
+    spike = rng.standard_normal(n) * 0.02
+    spike[rng.integers(0, n)] = 50.0  # one outlier dominates a whole super-block
+    rows.append(spike)
+    sparse = np.zeros(n)
+    sparse[::37] = rng.standard_normal(sparse[::37].size)  # mostly-empty sub-blocks
+    rows.append(sparse)
+    one = np.zeros(n)
+    one[n // 2 + 3] = -2.5
+    rows.append(one)
+    with np.errstate(over="ignore"):
+        return np.asarray(rows, dtype=np.float32)
+
+
 def _nasty(rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Inputs that hit the early-outs, ties and overflow paths of the C code."""
     normal = (rng.standard_normal((8, 512)) * 0.02).astype(np.float32)
@@ -109,14 +146,16 @@ def _nasty(rng: np.random.Generator) -> dict[str, np.ndarray]:
         "narrow": (np.float32(3e4) + rng.standard_normal((4, 512)) * 0.01).astype(np.float32),
         "onehot": np.eye(4, 512, k=3, dtype=np.float32),
         "f16edge": (rng.standard_normal((4, 512)) * 6e4).astype(np.float32),
+        "edge_rows": _nasty_rows(rng, 512),
     }
 
 
-@pytest.mark.parametrize("imat", ["none", "random", "squares", "tiny", "some_zero", "huge"])
+@pytest.mark.parametrize(
+    "imat",
+    ["none", "random", "squares", "tiny", "some_zero", "huge", "zero", "subnormal", "mixed"],
+)
 @pytest.mark.parametrize("name", QTYPES)
 def test_matches_ggml(name, imat):
-    import ggml_ref  # tests/ggml_ref.py: ctypes over libggml-base
-
     rng = np.random.default_rng(abs(hash((name, imat))) % 2**32)
     for label, x in _nasty(rng).items():
         n = x.shape[1]
@@ -127,20 +166,87 @@ def test_matches_ggml(name, imat):
             "tiny": np.full(n, 1e-20, np.float32),
             "some_zero": np.where(rng.random(n) < 0.3, 0, rng.random(n)).astype(np.float32),
             "huge": np.full(n, 1e30, np.float32),
+            "zero": np.zeros(n, np.float32),
+            "subnormal": np.full(n, 1e-40, np.float32),
+            "mixed": np.where(rng.random(n) < 0.5, 1e-40, 1e25).astype(np.float32),
         }[imat]
-        want = ggml_ref.quantize(x, name, im)
-        got = kquants.QUANTIZE[name](x, im)
-        _assert_same_bytes(got, want, f"{name}/{label}")
-        deq = kquants.DEQUANTIZE[name](_blocks(want, name)).reshape(-1)
-        _assert_same_floats(deq, ggml_ref.dequantize(want, name, x.size))
+        _check_live(x, name, im, f"{name}/{label}")
+
+
+def _imatrices(rng: np.random.Generator, n: int) -> list[np.ndarray]:
+    return [
+        (rng.random(n) ** 3 * 100).astype(np.float32),
+        np.ones(n, dtype=np.float32),
+        np.where(rng.random(n) < 0.3, 0.0, rng.random(n)).astype(np.float32),  # zero weights
+    ]
+
+
+def _check_live(x: np.ndarray, name: str, im: np.ndarray | None, what: str) -> None:
+    want = ggml_ref.quantize(x, name, im)
+    _assert_same_bytes(kquants.QUANTIZE[name](x, im), want, what)
+    deq = kquants.DEQUANTIZE[name](_blocks(want, name)).reshape(-1)
+    _assert_same_floats(deq, ggml_ref.dequantize(want, name, x.size))
+
+
+@pytest.mark.parametrize("name", QTYPES)
+@pytest.mark.parametrize("shape", [(1, 256), (7, 512), (33, 768), (4, 4096)])
+def test_live_random(name: str, shape: tuple[int, int]) -> None:
+    rng = np.random.default_rng(sum(shape) + len(name))
+    x = (rng.standard_normal(shape) * rng.choice([0.02, 1.0, 30.0], (shape[0], 1))).astype(
+        np.float32
+    )
+    _check_live(x, name, None, f"{name} {shape} plain")
+    for k, im in enumerate(_imatrices(rng, shape[1])):
+        _check_live(x, name, im, f"{name} {shape} imatrix #{k}")
+
+
+@pytest.mark.parametrize("name", QTYPES)
+def test_live_many_blocks(name: str) -> None:
+    """More super-blocks than one internal chunk, so chunk seams are covered."""
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((600, 1024)) * 0.05).astype(np.float32)
+    im = (rng.random(1024) + 0.01).astype(np.float32)
+    _check_live(x, name, None, f"{name} many plain")
+    _check_live(x, name, im, f"{name} many imatrix")
+
+
+def test_live_dequantize_random_bytes() -> None:
+    """Arbitrary block bytes (any scale, any f16 d but NaN) decode like ggml."""
+    rng = np.random.default_rng(3)
+    for name, d_offset in (("Q2_K", 80), ("Q3_K", 108), ("Q4_K", 0), ("Q5_K", 0), ("Q6_K", 208)):
+        size = ggml_type(name).type_size
+        raw = rng.integers(0, 256, (64, size), dtype=np.uint8)
+        nd = 2 if name in ("Q2_K", "Q4_K", "Q5_K") else 1  # d (and dmin)
+        d = rng.standard_normal((64, nd)).astype(np.float16).view(np.uint8).reshape(64, 2 * nd)
+        raw[:, d_offset : d_offset + 2 * nd] = d
+        y = kquants.DEQUANTIZE[name](raw)
+        _assert_same_floats(y.reshape(-1), ggml_ref.dequantize(raw, name, 64 * 256))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    name=st.sampled_from(QTYPES),
+    seed=st.integers(0, 2**32 - 1),
+    log_scale=st.integers(-40, 30),
+    sparsity=st.floats(0.0, 1.0),
+    use_imatrix=st.booleans(),
+)
+def test_live_hypothesis(
+    name: str, seed: int, log_scale: int, sparsity: float, use_imatrix: bool
+) -> None:
+    """Random magnitudes from 1e-40 to 1e30, random zero patterns, with or without imatrix."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((3, 512)) * 10.0**log_scale
+    x[rng.random(x.shape) < sparsity] = 0
+    x = x.astype(np.float32)
+    im = (rng.random(512) * 10.0 ** rng.integers(-3, 4)).astype(np.float32) if use_imatrix else None
+    _check_live(x, name, im, f"{name} 1e{log_scale} sparsity {sparsity:.2f}")
 
 
 def test_q8_k_dequantize_matches_ggml():
     # Q8_K has no to_float in ggml's type traits; its exported
     # quantize_row_q8_K_ref / dequantize_row_q8_K are called directly.
     import ctypes
-
-    import ggml_ref
 
     lib = ggml_ref.lib()
     rng = np.random.default_rng(8)
@@ -179,11 +285,10 @@ def test_empty_inputs(name):
             assert out.shape == (0, 2 * ts) and out.dtype == np.uint8
 
 
-@pytest.mark.parametrize("name", ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"])
+@pytest.mark.parametrize("name", QTYPES)
 def test_single_block_with_imatrix_matches_ggml(name):
     # One super-block per chunk puts a single column into the searches'
     # axis-0 sums, which numpy would add pairwise (not in C's order).
-    import ggml_ref
     from weightsmith.quant.registry import codec
 
     quantize = codec(name).quantize

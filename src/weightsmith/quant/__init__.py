@@ -10,8 +10,9 @@ Public API::
 :class:`weightsmith.dtypes.GGMLType`.  Results are bit-identical to ggml's C
 reference (``ggml_quantize_chunk`` and the type's ``to_float``).
 
-The codecs live in one module per family (plain, legacy, kquants,
-kquants_qx, iquants, ternary, fp4) and are merged by :mod:`.registry`.
+The codecs live in one module per family (plain, legacy, kquants, iquants,
+ternary, fp4) and are merged by :mod:`.registry`; the scale searches they
+share are in :mod:`._search`.
 
 Memory: rows are processed in chunks whose size is chosen so that the
 codec's temporaries stay within :data:`MEMORY_BUDGET` bytes (64 MiB) in

@@ -154,4 +154,4 @@ def imatrix_weights(x: np.ndarray, qw: np.ndarray, sigma2: np.ndarray) -> np.nda
     x [..., n] blocks, qw broadcastable to x, sigma2 broadcastable to x
     (one value per row, e.g. ``sigma2[:, None, None]``).
     """
-    return (qw * np.sqrt(sigma2 + x * x)).astype(np.float32)
+    return np.asarray(qw * np.sqrt(sigma2 + x * x), dtype=np.float32)  # no copy if f32

@@ -451,18 +451,24 @@ def make_qx_quants(
 
 
 def qx_levels(x: np.ndarray, iscale: np.ndarray, nmax: int) -> np.ndarray:
-    """The search's stored levels ``L`` for the winning ``iscale`` (0 marks dead)."""
+    """The search's stored levels ``L`` for the winning ``iscale`` (NaN marks dead).
+
+    A live group can have ``iscale == 0`` (an infinite max, as the Q3_K
+    imatrix path produces from overflowing scales): C then rounds
+    ``0 * inf = NaN`` to level 0 and stores ``L = nmax``, so 0 cannot be the
+    marker.
+    """
     bits = nearest_int(np.multiply(iscale, x))
     np.clip(bits, -nmax, nmax - 1, out=bits)
     bits += nmax
-    bits[:, iscale == 0] = 0  # all-zero groups: C sets L = 0
+    bits[:, np.isnan(iscale)] = 0  # all-zero groups: C sets L = 0
     return bits.astype(np.uint8)
 
 
 def qx_search(x: np.ndarray, nmax: int, w: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """make_qx_quants' search: (scale, winning iscale) per group of ``x [n, groups]``.
 
-    Dead groups (``amax < GROUP_MAX_EPS``) get scale 0 and iscale 0.  The
+    Dead groups (``amax < GROUP_MAX_EPS``) get scale 0 and iscale NaN.  The
     sums of every trial are computed slice by slice (so the ``[n, slice]``
     working set stays in L2) and the sequential accept/reject walk over the
     trials then runs once on whole ``[groups]`` vectors.
@@ -503,7 +509,7 @@ def qx_search(x: np.ndarray, nmax: int, w: np.ndarray | None) -> tuple[np.ndarra
     scale = np.where(best_t == 0, scale0, ratio[best_t, np.arange(groups)])
     iscale = np.asarray(nums, dtype=F32)[best_t] / xmax
     scale[~live] = 0
-    iscale[~live] = 0
+    iscale[~live] = np.nan
     return scale, iscale
 
 

@@ -1,9 +1,10 @@
-"""K-quants with a min: Q2_K, Q4_K, Q5_K (quantize + dequantize) and Q8_K (dequantize).
+"""The K-quant family: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K (quantize + dequantize), Q8_K (dequantize).
 
-Every type here packs 256 weights ("super-block") into one block.  Each block
-is split into sub-blocks that have their own scale and min, quantized
-relative to the two fp16 super-scales ``d`` and ``dmin``; a weight decodes as
-``d * sc * q - dmin * m``.  All multi-byte fields are little-endian.
+Every type packs 256 weights ("super-block") into one block, split into
+sub-blocks with their own integer scale (and, for Q2_K/Q4_K/Q5_K, min)
+relative to fp16 super-block scales.  Q2_K, Q4_K and Q5_K decode a weight as
+``d * sc * q - dmin * m``; Q3_K and Q6_K are symmetric, ``d * sc * q`` with
+a signed q.  All multi-byte fields are little-endian.
 
 Byte layout of one block (offsets in bytes)::
 
@@ -13,6 +14,16 @@ Byte layout of one block (offsets in bytes)::
                           128*h + l + 32*s in bits 2s..2s+1 (s = 0..3)
      80  d           f16
      82  dmin        f16
+
+    Q3_K (110 B, 16 sub-blocks of 16)
+      0  hmask[32]   u8   bit 2 of each quant: weight e -> byte e % 32, bit e // 32
+     32  qs[64]      u8   low 2 bits, four per byte: weight e = 128*h + 32*k + r
+                          -> byte 32*h + r, bits 2k..2k+1
+     96  scales[12]  u8   16 six-bit scales (stored +32): scale j has its low
+                          nibble in byte j (j < 8, low half) or byte j-8 (high
+                          half), and its top 2 bits in byte 8 + j%4 at bit 2*(j//4)
+    108  d           f16  weight e = d * (scale[e//16] - 32) * (q - 4),
+                          q = low2 | hmask_bit << 2
 
     Q4_K (144 B, 8 sub-blocks of 32)
       0  d           f16
@@ -27,6 +38,13 @@ Byte layout of one block (offsets in bytes)::
                           bit 2c+1 for element 64*c + 32 + l
      48  qs[128]     u8   low 4 bits, packed as Q4_K's qs
 
+    Q6_K (210 B, 16 sub-blocks of 16)
+      0  ql[128]     u8   low 4 bits: weight e = 128*h + 32*c + l -> byte
+                          64*h + 32*(c & 1) + l, low nibble for c < 2, high for c >= 2
+    128  qh[64]      u8   high 2 bits: same e -> byte 32*h + l, bits 2c..2c+1
+    192  scales[16]  i8   scale per sub-block of 16
+    208  d           f16  weight e = d * scales[e//16] * (q - 32)
+
     Q8_K (292 B; an intermediate type ggml uses for dot products)
       0  d           f32
       4  qs[256]     i8   weight = d * q
@@ -38,11 +56,11 @@ byte ``j + 4``; for ``j >= 4`` the low / high nibble of byte ``j + 4`` plus
 the top two bits of byte ``j - 4`` (scale) and byte ``j`` (min).
 
 Quantization is bit-exact with ggml's C reference (``quantize_row_*_ref``
-without an importance matrix, ``quantize_row_*_impl`` with one).  The numpy
-code vectorises *across* sub-blocks: arrays are laid out ``[n_in_sub, M]``
-so that reductions over axis 0 run in C's sequential order, every
-intermediate stays float32, and the C code's tie-breaking comparisons and
-early-outs are reproduced.
+without an importance matrix, ``quantize_row_*_impl`` with one); the scale
+searches come from :mod:`._search`.  The numpy code vectorises *across*
+sub-blocks: arrays are laid out ``[n_in_sub, M]`` so that reductions over
+axis 0 run in C's sequential order, every intermediate stays float32, and the
+C code's tie-breaking comparisons and early-outs are reproduced.
 """
 
 from __future__ import annotations
@@ -51,25 +69,53 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ._common import F32, f16_to_f32, f32_to_f16_bits
-from ._search import make_qkx_quants, make_qp_quants, seqsum
-from ._search import nearest_int as _nearest_int
+from ._common import GROUP_MAX_EPS, f16_to_f32, f32_to_f16_bits, imatrix_weights
+from ._search import MAGIC as _MAGIC
+from ._search import (
+    make_q3_quants,
+    make_qkx_quants,
+    make_qp_quants,
+    make_qx_quants,
+    nearest_int,
+    q3_levels,
+    q3_search,
+    qx_levels,
+    qx_search,
+    reduce0,
+    seqsum,
+    signed_absmax,
+)
 
 __all__ = [
     "DEQUANTIZE",
     "QUANTIZE",
     "get_scale_min_k4",
+    "make_q3_quants",
     "make_qkx_quants",
     "make_qp_quants",
+    "make_qx_quants",
     "pack_scale_min_k4",
 ]
 
+F32 = np.float32
 QK_K = 256
 _ZERO = F32(0.0)
 
-# Blocks quantized per numpy pass: large enough to amortise per-call overhead,
-# small enough that the ~8 working arrays of the scale search stay in L2.
+# Super-blocks per numpy pass of the quantizers: large enough to amortise
+# per-call overhead, small enough that the scale searches' working arrays
+# stay in L2.
 _CHUNK_BLOCKS = 2048
+_DEQ_CHUNK = 1024  # super-blocks per Q3_K/Q6_K dequantize step (temporaries stay in L2)
+_LE16 = np.dtype("<u2")  # the block's float16 d is little-endian on every host
+_NIBBLES = np.uint64(0x0F0F0F0F0F0F0F0F)
+_PAIRS = np.uint64(0x0303030303030303)
+_ONES = np.uint64(0x0101010101010101)
+_NIBBLE_SHIFTS = np.array([0, 4], dtype=np.uint64).reshape(1, 2, 1, 1)
+_PAIR_SHIFTS = np.array([0, 2, 4, 6], dtype=np.uint64).reshape(1, 4, 1, 1)
+_HMASK_SHIFTS = (4 * np.arange(2, dtype=np.uint64)[:, None] + np.arange(4, dtype=np.uint64))[
+    :, :, None, None
+]
+_DEQ_BLOCKS = 512  # blocks per float32 pass of the Q2_K/Q4_K/Q5_K dequantizers (L2-sized)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -129,7 +175,7 @@ def _max_positive(v: np.ndarray) -> np.ndarray:
     return np.where(m > 0, m, _ZERO)
 
 
-def _requantize(
+def _requantize_affine(
     x: np.ndarray, L: np.ndarray, d: np.ndarray, dm: np.ndarray, nmax: int
 ) -> np.ndarray:
     """Re-derive quants from the stored (rounded) scales: ``(x + dm) / d``.
@@ -139,7 +185,7 @@ def _requantize(
     """
     v = np.add(x, dm)
     v /= d
-    q = _nearest_int(v)
+    q = nearest_int(v)
     np.clip(q, 0, nmax, out=q)
     dead = d == 0
     if dead.any():
@@ -157,40 +203,7 @@ def _imatrix_weights(
     x: np.ndarray, qw: np.ndarray, sigma2: np.ndarray, per_block: int
 ) -> np.ndarray:
     """``qw * sqrt(sigma2 + x*x)`` for x [n, M] and sigma2 per block."""
-    s2 = np.repeat(sigma2, per_block)
-    return qw * np.sqrt(s2 + x * x)
-
-
-def _chunked(
-    fn: Callable[[np.ndarray, np.ndarray | None], np.ndarray], type_size: int
-) -> Callable[[np.ndarray, np.ndarray | None], np.ndarray]:
-    """Run a block quantizer over rows in chunks of whole blocks."""
-
-    def quantize(rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.ndarray:
-        with np.errstate(all="ignore"):  # C overflows to inf/NaN silently, and so do we
-            return _quantize_rows(rows, imatrix)
-
-    def _quantize_rows(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
-        rows = np.ascontiguousarray(rows, dtype=np.float32)
-        nrows, n_per_row = rows.shape
-        nbr = n_per_row // QK_K
-        blocks = rows.reshape(-1, QK_K)
-        total = blocks.shape[0]
-        out = np.empty((total, type_size), dtype=np.uint8)
-        qwb = None
-        if imatrix is not None:
-            qwb = np.ascontiguousarray(imatrix, dtype=np.float32).reshape(nbr, QK_K)
-        for b0 in range(0, total, _CHUNK_BLOCKS):
-            b1 = min(total, b0 + _CHUNK_BLOCKS)
-            qw = None
-            if qwb is not None:
-                qw = qwb[np.arange(b0, b1) % nbr]
-            out[b0:b1] = fn(blocks[b0:b1], qw)
-        return out.reshape(nrows, nbr * type_size)
-
-    quantize.__name__ = fn.__name__.lstrip("_")
-    quantize.__doc__ = fn.__doc__
-    return quantize
+    return imatrix_weights(x, qw, np.repeat(sigma2, per_block))
 
 
 # --------------------------------------------------------------------------- Q4_K / Q5_K
@@ -216,8 +229,8 @@ def _scales_k4(blocks: np.ndarray, qw: np.ndarray | None, nmax: int):
         with np.errstate(divide="ignore"):
             inv_scale = np.where(max_scale > 0, F32(63.0) / max_scale, _ZERO)
             inv_min = np.where(max_min > 0, F32(63.0) / max_min, _ZERO)
-        ls = np.minimum(_nearest_int(inv_scale[:, None] * scales) & 0xFF, 63)
-        lm = np.minimum(_nearest_int(inv_min[:, None] * mins) & 0xFF, 63)
+        ls = np.minimum(nearest_int(inv_scale[:, None] * scales) & 0xFF, 63)
+        lm = np.minimum(nearest_int(inv_min[:, None] * mins) & 0xFF, 63)
         d_bits = f32_to_f16_bits(max_scale / F32(63.0))
         m_bits = f32_to_f16_bits(max_min / F32(63.0))
     else:
@@ -239,7 +252,7 @@ def _scales_k4(blocks: np.ndarray, qw: np.ndarray | None, nmax: int):
     sc, mc = get_scale_min_k4(packed)
     d = (f16_to_f32(d_bits)[:, None] * sc.astype(np.float32)).reshape(-1)
     dm = (f16_to_f32(m_bits)[:, None] * mc.astype(np.float32)).reshape(-1)
-    q = _requantize(x, L, d, dm, nmax)
+    q = _requantize_affine(x, L, d, dm, nmax)
     return _from_sub(q, nb), packed, d_bits, m_bits
 
 
@@ -294,12 +307,6 @@ def _dequantize_q5_k(blocks: np.ndarray) -> np.ndarray:
     return _affine(q, dl, ml, 32)
 
 
-_LOW4 = np.uint64(0x0F0F0F0F0F0F0F0F)
-_LOW2 = np.uint64(0x0303030303030303)
-_ONES = np.uint64(0x0101010101010101)
-_DEQ_BLOCKS = 512  # blocks per float32 pass of the dequantizers (L2-sized)
-
-
 def _dl_ml_k4(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per sub-block ``d * sc`` and ``dmin * m`` of Q4_K/Q5_K blocks, flat [B*8]."""
     dd = f16_to_f32(np.ascontiguousarray(blocks[:, 0:4]).view("<u2"))  # [B, 2]
@@ -332,9 +339,9 @@ def _nibble_rows(qs: np.ndarray) -> np.ndarray:
     n = qs.shape[0]
     w = np.ascontiguousarray(qs).view("<u8").reshape(n, 4, 4)  # [n, c, 4 words]
     parts = np.empty((2, n, 4, 4), dtype=np.uint64)
-    np.bitwise_and(w, _LOW4, out=parts[0])
+    np.bitwise_and(w, _NIBBLES, out=parts[0])
     np.right_shift(w, np.uint64(4), out=parts[1])
-    parts[1] &= _LOW4
+    parts[1] &= _NIBBLES
     # [2, n*4] runs -> [n*4, 2]: low run then high run of each 32-byte group
     q = _rows_v32(parts.reshape(2, n * 4, 4))
     return q.view(np.uint8).reshape(n, QK_K)
@@ -376,8 +383,8 @@ def _quantize_q2_k(blocks: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
         max_scale = _max_positive(scales)
         max_min = _max_positive(mins)
         with np.errstate(divide="ignore", invalid="ignore"):
-            ls = _nearest_int((q4 / max_scale)[:, None] * scales) & 0xFF
-            lm = _nearest_int((q4 / max_min)[:, None] * mins) & 0xFF
+            ls = nearest_int((q4 / max_scale)[:, None] * scales) & 0xFF
+            lm = nearest_int((q4 / max_min)[:, None] * mins) & 0xFF
         ls = np.where(max_scale[:, None] > 0, ls, 0)
         lm = np.where(max_min[:, None] > 0, lm, 0)
         d_bits = f32_to_f16_bits(np.where(max_scale > 0, max_scale / q4, _ZERO))
@@ -397,7 +404,7 @@ def _quantize_q2_k(blocks: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     packed = ((ls | (lm << 4)) & 0xFF).astype(np.uint8)
     d = (f16_to_f32(d_bits)[:, None] * (packed & 0xF).astype(np.float32)).reshape(-1)
     dm_ = (f16_to_f32(m_bits)[:, None] * (packed >> 4).astype(np.float32)).reshape(-1)
-    q = _from_sub(_requantize(x, L, d, dm_, 3), nb).reshape(nb, 2, 4, 32)
+    q = _from_sub(_requantize_affine(x, L, d, dm_, 3), nb).reshape(nb, 2, 4, 32)
     qs = q[:, :, 0] | (q[:, :, 1] << 2) | (q[:, :, 2] << 4) | (q[:, :, 3] << 6)
     out = np.empty((nb, 84), dtype=np.uint8)
     out[:, 0:16] = packed
@@ -417,7 +424,7 @@ def _dequantize_q2_k(blocks: np.ndarray) -> np.ndarray:
     w = np.ascontiguousarray(blocks[:, 16:80]).view("<u8").reshape(-1, 4)
     parts = np.empty((4, *w.shape), dtype=np.uint64)
     for s in range(4):
-        np.bitwise_and(w >> np.uint64(2 * s), _LOW2, out=parts[s])
+        np.bitwise_and(w >> np.uint64(2 * s), _PAIRS, out=parts[s])
     q = _rows_v32(parts).view(np.uint8).reshape(-1, QK_K)
     return _affine(q, dl, ml, 16)
 
@@ -432,15 +439,301 @@ def _dequantize_q8_k(blocks: np.ndarray) -> np.ndarray:
     return q
 
 
+# --------------------------------------------------------------------------- Q3_K / Q6_K steps
+
+
+def _requantize_symmetric(
+    xb: np.ndarray,
+    d: np.ndarray,
+    search_levels: Callable[[np.ndarray], np.ndarray],
+    lo: int,
+    hi: int,
+) -> np.ndarray:
+    """Final levels ``nearest_int(x / d) - lo``, clipped, per sub-block with ``d != 0``.
+
+    ``xb`` is ``[b, 256]`` and ``d`` ``[b, 16]``.  Sub-blocks whose scale
+    rounded to zero keep the search's levels (ggml ``continue``s past them):
+    ``search_levels(idx)`` returns them as ``[len(idx), 16]`` for the flat
+    sub-block indices ``idx``.
+    """
+    b = xb.shape[0]
+    with np.errstate(all="ignore"):  # repeat + flat divide: long inner loops
+        v = np.divide(xb, np.repeat(d.reshape(-1), 16).reshape(b, QK_K))
+    # nearest_int's bit trick with the clip folded into the mantissa range.
+    bits = np.add(v, _MAGIC, out=v).view(np.int32)
+    bits &= 0x007FFFFF
+    np.clip(bits, 0x00400000 + lo, 0x00400000 + hi, out=bits)
+    bits -= 0x00400000 + lo
+    q = bits.astype(np.uint8).reshape(b * 16, 16)
+    skipped = np.flatnonzero(d.reshape(-1) == 0)
+    if skipped.size:
+        q[skipped] = search_levels(skipped)
+    return q.reshape(b, QK_K)
+
+
+# --------------------------------------------------------------------------- Q6_K
+
+
+def _q6k_blocks(xb: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
+    """quantize_row_q6_K_ref (qw None) / _impl (qw = imatrix slice) on ``[b, 256]``."""
+    b = xb.shape[0]
+    xg = _to_sub(xb, 16)
+    scale, iscale_search = qx_search(xg, 32, None if qw is None else _to_sub(qw, 16))
+    scales = scale.reshape(b, 16)
+    max_abs, max_scale = signed_absmax(scales.T)
+    dead = max_abs < GROUP_MAX_EPS
+    iscale = F32(-128) / np.where(dead, F32(1), max_scale)
+    d16 = f32_to_f16_bits(F32(1) / iscale)
+    sc = np.minimum(127, nearest_int(iscale[:, None] * scales)).astype(np.int8)
+    d = f16_to_f32(d16)[:, None] * sc.astype(F32)
+
+    def search_levels(idx: np.ndarray) -> np.ndarray:
+        return qx_levels(xg[:, idx], iscale_search[idx], 32).T
+
+    L = _byte_lanes(_requantize_symmetric(xb, d, search_levels, -32, 31)).reshape(2, 4, 4, b)
+    low = L & _NIBBLES  # [half, column c, lane, block]
+    ql = low[:, :2] | (low[:, 2:] << np.uint64(4))
+    high = (L >> np.uint64(4)) & _PAIRS
+    qh = high[:, 0] | (high[:, 1] << np.uint64(2))
+    qh |= high[:, 2] << np.uint64(4)
+    qh |= high[:, 3] << np.uint64(6)
+    out = np.empty((b, 210), dtype=np.uint8)
+    out[:, :192] = _lane_bytes(np.concatenate([ql.reshape(16, b), qh.reshape(8, b)]))
+    out[:, 192:208] = sc.view(np.uint8)
+    out[:, 208:210] = d16.astype(_LE16).view(np.uint8).reshape(b, 2)
+    out[dead] = 0
+    return out
+
+
+def _lanes(b: np.ndarray, nbytes: int) -> np.ndarray:
+    """The first ``nbytes`` of each block as uint64 lanes, lane-major ``[nbytes/8, B]``."""
+    return _byte_lanes(b[:, :nbytes])
+
+
+def _byte_lanes(a: np.ndarray) -> np.ndarray:
+    """Bytes ``[B, 8m]`` -> uint64 lanes, lane-major ``[m, B]``.
+
+    Lane-major order gives every bit operation a long inner loop (over the
+    blocks); the per-byte shifts and masks used on lanes never cross a byte,
+    so the results do not depend on endianness.
+    """
+    return np.ascontiguousarray(np.ascontiguousarray(a).view(np.uint64).T)
+
+
+def _lane_bytes(lanes: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`_byte_lanes`: lanes ``[m, B]`` -> bytes ``[B, 8m]``."""
+    return np.ascontiguousarray(lanes.T).view(np.uint8)
+
+
+def _lanes_to_levels(q: np.ndarray, offset: int) -> np.ndarray:
+    """Lane-major level bytes ``[32, B]`` uint64 -> int8 ``[B, 256]`` minus ``offset``."""
+    q8 = np.ascontiguousarray(q.reshape(32, -1).T).view(np.uint8)
+    q8 -= np.uint8(offset)  # wraps to the int8 value q - offset
+    return q8.view(np.int8)
+
+
+def _q6k_levels(b: np.ndarray) -> np.ndarray:
+    """Signed 6-bit levels ``q - 32`` of Q6_K blocks ``[B, 210]`` -> int8 ``[B, 256]``."""
+    lanes = _lanes(b, 192)
+    ql = lanes[:16].reshape(2, 1, 8, -1)  # [half, _, lane of 32 columns c & 1]
+    qh = lanes[16:].reshape(2, 1, 4, -1)  # [half, _, lane]
+    q = np.right_shift(ql, _NIBBLE_SHIFTS)  # [half, low|high nibble, lane]
+    q &= _NIBBLES
+    high = np.right_shift(qh, _PAIR_SHIFTS)  # [half, column c, lane]
+    high &= _PAIRS
+    high <<= np.uint64(4)
+    q.reshape(2, 4, 4, -1)[...] |= high
+    return _lanes_to_levels(q, 32)
+
+
+def _scale_levels(out: np.ndarray, dl: np.ndarray, q: np.ndarray) -> None:
+    """``out[b, 16j+i] = dl[b, j] * q[b, 16j+i]`` in float32.
+
+    Filling ``out`` with the scales by a broadcast copy, then multiplying it
+    in place by the int8 levels, measured faster than a broadcast multiply
+    over the 16-wide sub-blocks or a ``np.repeat`` of the scales.
+    """
+    out.reshape(-1, 16, 16)[...] = dl.reshape(-1, 16, 1)
+    out *= q
+
+
+@np.errstate(invalid="ignore", over="ignore")  # inf * 0 -> NaN, as in ggml
+def dequantize_q6_k(blocks: np.ndarray) -> np.ndarray:
+    """Q6_K blocks ``[nb, 210]`` -> float32 ``[nb, 256]`` (dequantize_row_q6_K)."""
+    d = _f16_field(blocks, 208)
+    out = np.empty((blocks.shape[0], QK_K), dtype=F32)
+    for s in range(0, blocks.shape[0], _DEQ_CHUNK):
+        b = blocks[s : s + _DEQ_CHUNK]
+        dl = d[s : s + _DEQ_CHUNK, None] * b[:, 192:208].view(np.int8).astype(F32)
+        _scale_levels(out[s : s + _DEQ_CHUNK], dl, _q6k_levels(b))  # C: (d * sc) * q
+    return out
+
+
+def _f16_field(blocks: np.ndarray, offset: int) -> np.ndarray:
+    """The little-endian float16 at byte ``offset`` of every block, as float32 ``[nb]``."""
+    bits = blocks[:, offset].astype(np.uint16) | (blocks[:, offset + 1].astype(np.uint16) << 8)
+    return f16_to_f32(bits)
+
+
+# --------------------------------------------------------------------------- Q3_K
+
+
+def _pack_q3k_scales(ls: np.ndarray) -> np.ndarray:
+    """16 six-bit scales per block ``[b, 16]`` -> the 12 packed bytes."""
+    b = ls.shape[0]
+    out = np.empty((b, 12), dtype=np.uint8)
+    low = ls & 0xF
+    out[:, :8] = low[:, :8] | (low[:, 8:] << 4)
+    high = (ls >> 4).reshape(b, 4, 4)  # [j // 4, j % 4]
+    out[:, 8:] = high[:, 0] | (high[:, 1] << 2) | (high[:, 2] << 4) | (high[:, 3] << 6)
+    return out
+
+
+def _unpack_q3k_scales(packed: np.ndarray) -> np.ndarray:
+    """The 12 packed bytes ``[b, 12]`` -> signed scales ``[b, 16]`` (int8, minus 32)."""
+    low = np.concatenate([packed[:, :8] & 0xF, packed[:, :8] >> 4], axis=1)
+    shifts = np.repeat(np.arange(0, 8, 2, dtype=np.uint8), 4)  # 2 * (j // 4)
+    high = (packed[:, 8 + np.arange(16) % 4] >> shifts) & 3
+    return (low | (high << 4)).astype(np.int8) - np.int8(32)
+
+
+_Levels = Callable[[np.ndarray], np.ndarray]
+
+
+def _q3k_scales_ref(xb: np.ndarray) -> tuple[np.ndarray, np.ndarray, _Levels]:
+    """quantize_row_q3_K_ref's scale step -> (6-bit scales, f16 d bits, search levels)."""
+    b = xb.shape[0]
+    with np.errstate(all="ignore"):
+        scale, lv = q3_search(_to_sub(xb, 16), 4)
+    scales = scale.reshape(b, 16)
+    _, max_scale = signed_absmax(scales.T)
+    has = max_scale != 0  # C: if (max_scale)
+    iscale = F32(-32) / np.where(has, max_scale, F32(1))
+    ls = np.clip(nearest_int(iscale[:, None] * scales).astype(np.int8), -32, 31) + np.int8(32)
+    d16 = np.where(has, f32_to_f16_bits(F32(1) / iscale), np.uint16(0))
+    ls = np.where(has[:, None], ls, np.int8(0)).astype(np.uint8)
+    return ls, d16, lambda idx: q3_levels(lv[:, idx], 4).T
+
+
+def _q3k_scales_impl(xb: np.ndarray, qw: np.ndarray) -> tuple[np.ndarray, np.ndarray, _Levels]:
+    """quantize_row_q3_K_impl's scale step -> (6-bit scales, f16 d bits, search levels)."""
+    b = xb.shape[0]
+    xg = _to_sub(xb, 16)
+    wg = _imatrix_weights(xg, _to_sub(qw, 16), _sigma2(xb, 2.0), 16)
+    sw = reduce0(wg)
+    scale, iscale = qx_search(xg, 4, wg)
+    d_block, Ls = make_qx_quants(scale.reshape(b, 16).T, 32, sw.reshape(b, 16).T)
+    return (
+        np.ascontiguousarray(Ls.T),
+        f32_to_f16_bits(d_block),
+        lambda idx: qx_levels(xg[:, idx], iscale[idx], 4).T,
+    )
+
+
+def _q3k_blocks(xb: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
+    """quantize_row_q3_K_ref (qw None) / _impl (qw = imatrix slice) on ``[b, 256]``."""
+    b = xb.shape[0]
+    ls, d16, search_levels = _q3k_scales_ref(xb) if qw is None else _q3k_scales_impl(xb, qw)
+    # ggml re-reads each scale from the packed bytes: 6-bit value minus 32.
+    d = f16_to_f32(d16)[:, None] * (ls.astype(F32) - F32(32))
+    L = _byte_lanes(_requantize_symmetric(xb, d, search_levels, -4, 3))  # [32 lanes, block]
+    bit2 = (L >> np.uint64(2)) & _ONES  # lane 4k' + j holds weights 32k' + 8j ..
+    hmask = bit2[0:4].copy()
+    for k in range(1, 8):
+        hmask |= bit2[4 * k : 4 * k + 4] << np.uint64(k)
+    low = (L & _PAIRS).reshape(2, 4, 4, b)  # [half, k, lane, block]
+    qs = low[:, 0] | (low[:, 1] << np.uint64(2))
+    qs |= low[:, 2] << np.uint64(4)
+    qs |= low[:, 3] << np.uint64(6)
+    out = np.empty((b, 110), dtype=np.uint8)
+    out[:, :96] = _lane_bytes(np.concatenate([hmask, qs.reshape(8, b)]))
+    out[:, 96:108] = _pack_q3k_scales(ls)
+    out[:, 108:110] = d16.astype(_LE16).view(np.uint8).reshape(b, 2)
+    return out
+
+
+def _q3k_levels(b: np.ndarray) -> np.ndarray:
+    """Signed 3-bit levels ``q - 4`` of Q3_K blocks ``[B, 110]`` -> int8 ``[B, 256]``."""
+    lanes = _lanes(b, 96)
+    hmask = lanes[:4].reshape(1, 1, 4, -1)  # [_, _, lane]
+    qs = lanes[4:].reshape(2, 1, 4, -1)  # [half, _, lane]
+    q = np.right_shift(qs, _PAIR_SHIFTS)  # [half, k, lane]: bits 2k..2k+1
+    q &= _PAIRS
+    high = np.right_shift(hmask, _HMASK_SHIFTS)  # bit 4*half + k
+    high &= _ONES
+    high <<= np.uint64(2)
+    q |= high
+    return _lanes_to_levels(q, 4)
+
+
+@np.errstate(invalid="ignore", over="ignore")  # inf * 0 -> NaN, as in ggml
+def dequantize_q3_k(blocks: np.ndarray) -> np.ndarray:
+    """Q3_K blocks ``[nb, 110]`` -> float32 ``[nb, 256]`` (dequantize_row_q3_K)."""
+    d = _f16_field(blocks, 108)
+    out = np.empty((blocks.shape[0], QK_K), dtype=F32)
+    for s in range(0, blocks.shape[0], _DEQ_CHUNK):
+        b = blocks[s : s + _DEQ_CHUNK]
+        dl = d[s : s + _DEQ_CHUNK, None] * _unpack_q3k_scales(b[:, 96:108]).astype(F32)
+        _scale_levels(out[s : s + _DEQ_CHUNK], dl, _q3k_levels(b))
+    return out
+
+
+# --------------------------------------------------------------------------- rows
+
+
+BlockFn = Callable[[np.ndarray, "np.ndarray | None"], np.ndarray]
+
+
+def _row_quantizer(
+    block_fn: BlockFn, type_size: int, chunk: int, chunk_imatrix: int
+) -> Callable[..., np.ndarray]:
+    """Wrap a super-block quantizer into the family's row contract.
+
+    Rows are cut into super-blocks and processed ``chunk`` (with an imatrix:
+    ``chunk_imatrix``) at a time;
+    the imatrix weight of a super-block is its column slice of the row.
+    """
+
+    def quantize(rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.ndarray:
+        rows = np.ascontiguousarray(rows, dtype=F32)
+        nrows, n = rows.shape
+        nb = n // QK_K
+        xb = rows.reshape(nrows * nb, QK_K)
+        im = None if imatrix is None else np.asarray(imatrix, dtype=F32).reshape(nb, QK_K)
+        out = np.empty((nrows * nb, type_size), dtype=np.uint8)
+        step = chunk if im is None else chunk_imatrix
+        # Huge inputs overflow float32 inside the search exactly as in ggml; quiet.
+        with np.errstate(all="ignore"):
+            for s in range(0, nrows * nb, step):
+                e = min(s + step, nrows * nb)
+                qw = None if im is None else im[np.arange(s, e) % nb]
+                out[s:e] = block_fn(xb[s:e], qw)
+        return out.reshape(nrows, nb * type_size)
+
+    quantize.__name__ = block_fn.__name__.lstrip("_")
+    quantize.__doc__ = block_fn.__doc__
+    return quantize
+
+
+quantize_q2_k = _row_quantizer(_quantize_q2_k, 84, _CHUNK_BLOCKS, _CHUNK_BLOCKS)
+quantize_q3_k = _row_quantizer(_q3k_blocks, 110, _CHUNK_BLOCKS, _CHUNK_BLOCKS // 2)
+quantize_q4_k = _row_quantizer(_quantize_q4_k, 144, _CHUNK_BLOCKS, _CHUNK_BLOCKS)
+quantize_q5_k = _row_quantizer(_quantize_q5_k, 176, _CHUNK_BLOCKS, _CHUNK_BLOCKS)
+quantize_q6_k = _row_quantizer(_q6k_blocks, 210, _CHUNK_BLOCKS // 2, _CHUNK_BLOCKS // 2)
+
 DEQUANTIZE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "Q2_K": _dequantize_q2_k,
+    "Q3_K": dequantize_q3_k,
     "Q4_K": _dequantize_q4_k,
     "Q5_K": _dequantize_q5_k,
+    "Q6_K": dequantize_q6_k,
     "Q8_K": _dequantize_q8_k,
 }
 
 QUANTIZE: dict[str, Callable[[np.ndarray, np.ndarray | None], np.ndarray]] = {
-    "Q2_K": _chunked(_quantize_q2_k, 84),
-    "Q4_K": _chunked(_quantize_q4_k, 144),
-    "Q5_K": _chunked(_quantize_q5_k, 176),
+    "Q2_K": quantize_q2_k,
+    "Q3_K": quantize_q3_k,
+    "Q4_K": quantize_q4_k,
+    "Q5_K": quantize_q5_k,
+    "Q6_K": quantize_q6_k,
 }

@@ -1,7 +1,7 @@
 """The one registry of ggml codecs: which family module encodes/decodes a type.
 
-Every family module (``plain``, ``legacy``, ``kquants``, ``kquants_qx``,
-``iquants``, ``ternary``, ``fp4``) exports two dicts keyed by ggml type name:
+Every family module (``plain``, ``legacy``, ``kquants``, ``iquants``,
+``ternary``, ``fp4``) exports two dicts keyed by ggml type name:
 
 * ``DEQUANTIZE[name](blocks: uint8 [nblocks, type_size]) -> float32 [nblocks, block_size]``
 * ``QUANTIZE[name](rows: float32 [nrows, n], imatrix: float32 [n] | None)
@@ -26,7 +26,7 @@ from ..errors import UnknownQuantType
 
 __all__ = ["FAMILIES", "Codec", "QuantTypeInfo", "codec", "info", "types"]
 
-FAMILIES = ("plain", "legacy", "kquants", "kquants_qx", "iquants", "ternary", "fp4")
+FAMILIES = ("plain", "legacy", "kquants", "iquants", "ternary", "fp4")
 
 # ggml_quantize_requires_imatrix(): ggml asserts an imatrix for these.
 REQUIRES_IMATRIX = frozenset({"IQ2_XXS", "IQ2_XS", "IQ1_S"})
