@@ -40,7 +40,7 @@ from __future__ import annotations
 import gc
 import json
 import operator
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -111,7 +111,7 @@ class Header:
     """A validated header.  ``tensors`` keeps the order of the JSON."""
 
     metadata: dict[str, str] | None
-    tensors: dict[str, TensorInfo]
+    tensors: Mapping[str, TensorInfo]  # a dict, or a lazy _Tensors
     header_size: int  # N, padding included
 
     @property
@@ -120,6 +120,9 @@ class Header:
 
     @property
     def data_size(self) -> int:
+        known = getattr(self.tensors, "data_size", None)  # _Tensors knows it
+        if known is not None:
+            return known
         return max((t.data_offsets[1] for t in self.tensors.values()), default=0)
 
     @property
@@ -565,7 +568,8 @@ def parse_header(header: bytes | memoryview, file_size: int, path=None) -> Heade
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _parse(bytes(header), file_size, path)
+        raw = bytes(header)
+        return _parse_fast(raw, file_size) or _parse(raw, file_size, path)
     finally:
         if enabled:
             gc.enable()
@@ -609,4 +613,232 @@ def _parse(raw: bytes, file_size: int, path) -> Header:
             )
         tensors[name] = _tensor(name, entry, path)
     _coverage(tensors, 8 + n, file_size, path)
+    return Header(metadata, tensors, n)
+
+
+# --------------------------------------------------------------------------- fast path
+#
+# Nearly every file is written by HF's library (or ours) in one compact
+# form: ``{"name":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},...}``,
+# optionally opening with ``"__metadata__":{"k":"v",...}``, no whitespace,
+# no backslash.  For such headers json.loads alone costs more than HF's
+# whole open (~1 ms per 1,000 tensors), and building one TensorInfo per
+# tensor about as much again.  So this path proves the header is exactly
+# that form with C-level string operations (split on '"', set comparisons,
+# translate) and checks every rule over numpy arrays of all tensors at
+# once; TensorInfo objects are then made only for the tensors asked for.
+#
+# It only ever *accepts*: any header that is not in this form, or breaks any
+# rule, returns None and goes through the general path above, which names
+# the rule.  So both paths accept exactly the same files.
+
+_MAX_DIGITS = 18  # < 2**63: int64 arithmetic is exact; longer numbers take the general path
+_BITS = {code: d.bits for code, d in SAFETENSORS.items()}
+_PIECES = ((1, ":{"), (2, "dtype"), (3, ":"), (5, ","), (6, "shape"), (8, "data_offsets"))
+
+
+class _Tensors(Mapping):
+    """name -> TensorInfo over arrays of every tensor; infos made on demand."""
+
+    def __init__(self, names, codes, shapes, begins, ends, n_elements, data_size) -> None:
+        self._names = names  # JSON order
+        self._index = dict(zip(names, range(len(names))))
+        self._codes = codes
+        self._shapes = shapes  # the shape lists' text, e.g. "2,3" ("" for a scalar)
+        self.begins, self.ends, self.n_elements = begins, ends, n_elements
+        self.data_size = data_size
+        self._made: dict[str, TensorInfo] = {}
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._index
+
+    def __getitem__(self, name: str) -> TensorInfo:
+        info = self._made.get(name)
+        if info is None:
+            i = self._index[name]
+            info = self._made[name] = TensorInfo(
+                name,
+                _DTYPES[self._codes[i]],
+                self.shape(i),
+                (int(self.begins[i]), int(self.ends[i])),
+                int(self.n_elements[i]),
+            )
+        return info
+
+    def shape(self, i: int) -> tuple[int, ...]:
+        text = self._shapes[i]
+        return tuple(map(int, text.split(","))) if text else ()
+
+    def plan(self):
+        """Every tensor in data order: names, dtype codes, shape texts and
+        begin / end offsets as lists (for readers that make all tensors)."""
+        order = np.lexsort((self.ends, self.begins))
+        names, codes, shapes = self._names, self._codes, self._shapes
+        o = order.tolist()
+        return (
+            [names[i] for i in o],
+            [codes[i] for i in o],
+            [shapes[i] for i in o],
+            self.begins[order].tolist(),
+            self.ends[order].tolist(),
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return Mapping.__eq__(self, other)
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} tensors>"
+
+
+def _numbers(items: list[str], pairs: bool):
+    """The integers of ``items`` (each digits and commas), or None if any
+    number is empty, has a leading zero or too many digits.  ``pairs``:
+    every item must be exactly two numbers (data_offsets); otherwise an item
+    may be empty (the shape of a scalar).  Returns (numbers, how many
+    numbers each item holds)."""
+    text = ";".join(items)
+    if not text:
+        return np.zeros(0, np.int64), np.zeros(len(items), np.int64)
+    try:
+        b = np.frombuffer(text.encode("ascii"), np.uint8)
+    except UnicodeEncodeError:
+        return None
+    digit = (b >= 48) & (b <= 57)
+    cut = np.flatnonzero(~digit)  # every separator
+    kinds = b[cut]
+    if not ((kinds == 44) | (kinds == 59)).all():
+        return None
+    if pairs and not (
+        cut.size == 2 * len(items) - 1 and (kinds[0::2] == 44).all() and (kinds[1::2] == 59).all()
+    ):
+        return None
+    # the numbers lie between separators; a ';' may only border an empty
+    # item, never an empty number between commas
+    edges = np.concatenate(([-1], cut, [b.size]))
+    lengths = np.diff(edges) - 1
+    comma_left = np.concatenate(([False], kinds == 44))
+    comma_right = np.concatenate((kinds == 44, [False]))
+    if ((lengths == 0) & (comma_left | comma_right)).any() or (lengths > _MAX_DIGITS).any():
+        return None
+    firsts = edges[:-1] + 1
+    if ((b[np.minimum(firsts, b.size - 1)] == 48) & (lengths > 1)).any():
+        return None  # a leading zero
+    full = lengths > 0
+    count = np.bincount(np.cumsum(np.concatenate(([0], kinds == 59)))[full], minlength=len(items))
+    if pairs or full.all():
+        fields = text.replace(";", ",")
+    else:  # drop the empty items (scalars' shapes)
+        fields = ",".join(f for f in text.replace(";", ",").split(",") if f)
+    out = np.fromstring(fields, dtype=np.int64, sep=",") if fields else np.zeros(0, np.int64)
+    return (out, count) if len(out) == int(full.sum()) else None
+
+
+def _metadata_fast(parts: list[str]) -> tuple[dict[str, str] | None, int] | None:
+    """(metadata, index of the first tensor name) from the '"'-split header."""
+    if len(parts) < 3 or parts[1] != "__metadata__":
+        return None, 1
+    if parts[2] == ":{},":
+        return {}, 3
+    if parts[2] != ":{":
+        return None
+    md: dict[str, str] = {}
+    j = 3
+    while j + 3 < len(parts) and parts[j + 1] == ":" and parts[j] not in md:
+        md[parts[j]] = parts[j + 2]
+        sep = parts[j + 3]
+        j += 4
+        if sep == "},":
+            return md, j
+        if sep != ",":
+            break
+    return None
+
+
+def _parse_fast(raw: bytes, file_size: int) -> Header | None:
+    """A Header for a compact, well-formed header; None for anything else."""
+    if raw[:1] != b"{" or b"\\" in raw or np.frombuffer(raw, np.uint8).min() < 32:
+        return None
+    try:
+        body = raw.decode("utf-8").rstrip(" ")
+    except UnicodeDecodeError:
+        return None
+    if len(body) < 2 or body[-1] != "}":
+        return None
+    data_size = file_size - 8 - len(raw)
+    if body == "{}":
+        return Header(None, {}, len(raw)) if data_size == 0 else None
+    # Every '"' delimits a string (no backslash), so splitting on it gives
+    # strings and the text between them alternately.  The closing '}' is
+    # turned into ',' so every tensor entry ends alike, with '},'.
+    parts = (body[:-1] + ",").split('"')
+    if parts[0] != "{":
+        return None
+    meta = _metadata_fast(parts)
+    if meta is None:
+        return None
+    metadata, first = meta
+    rest = parts[first:]
+    k, odd = divmod(len(rest), 10)
+    if odd:
+        return None
+    for at, want in _PIECES:
+        if rest[at::10] != [want] * k:
+            return None
+    names, codes = rest[0::10], rest[4::10]
+    if "__metadata__" in names:
+        return None
+    # ':[' dims '],' and ':[' begin ',' end ']},', joined with '"' (which no
+    # piece contains) so the splits below can only cut at piece boundaries.
+    shp = '"'.join(rest[7::10])
+    offs = '"'.join(rest[9::10])
+    if k and not (shp[:2] == ":[" and shp[-2:] == "]," and offs[:2] == ":[" and offs[-3:] == "]},"):
+        return None
+    shapes = shp[2:-2].split('],":[') if k else []
+    spans = offs[2:-3].split(']},":[') if k else []
+    if len(shapes) != k or len(spans) != k:
+        return None
+    offsets = _numbers(spans, True)
+    dims = _numbers(shapes, False)
+    bits = list(map(_BITS.get, codes))
+    if offsets is None or dims is None or None in bits:
+        return None
+    return _check_fast(names, codes, shapes, dims, offsets[0], bits, data_size, metadata, len(raw))
+
+
+def _check_fast(names, codes, shapes, dims_ndim, offsets, bits, data_size, metadata, n):
+    k = len(names)
+    dims, ndim = dims_ndim
+    n_el = np.ones(k, np.int64)
+    has = ndim > 0
+    if dims.size:
+        starts = np.cumsum(ndim) - ndim
+        # float64 products bound the exact ones: anything near 2**63 bits
+        # takes the general path, whose arithmetic is unbounded.
+        approx = np.multiply.reduceat(dims.astype(np.float64), starts[has])
+        if (approx * 8).max() >= 2.0**62:
+            return None
+        n_el[has] = np.multiply.reduceat(dims, starts[has])
+    nbits = n_el * np.array(bits, np.int64)
+    begins, ends = offsets[0::2], offsets[1::2]
+    if (nbits & 7).any() or not np.array_equal(ends - begins, nbits >> 3):
+        return None
+    if k:
+        if (begins[1:] >= begins[:-1]).all() and (ends[1:] >= ends[:-1]).all():
+            b, e = begins, ends
+        else:
+            order = np.lexsort((ends, begins))
+            b, e = begins[order], ends[order]
+        if b[0] != 0 or not np.array_equal(b[1:], e[:-1]) or e[-1] != data_size:
+            return None
+    elif data_size:
+        return None
+    tensors = _Tensors(names, codes, shapes, begins, ends, n_el, data_size)
+    if len(tensors._index) != k:  # a repeated name
+        return None
     return Header(metadata, tensors, n)

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from .. import errors as E
-from ..dtypes import DType
+from ..dtypes import SAFETENSORS, DType
 from . import _subbyte
 from ._header import Header, TensorInfo, parse_header, read_header_size
 
@@ -276,7 +276,10 @@ class safe_open:
             return self._get_tensors()
 
     def _get_tensors(self) -> dict[str, Any]:
-        infos = sorted(self._header.tensors.values(), key=lambda t: t.data_offsets)
+        tensors = self._header.tensors
+        if self._mm is not None and _LITTLE and self._fw == "np" and hasattr(tensors, "plan"):
+            return self._np_views_plan(tensors.plan())
+        infos = sorted(tensors.values(), key=lambda t: t.data_offsets)
         if self._mm is not None and _LITTLE:
             if self._fw == "np":
                 return self._np_views(infos)
@@ -300,6 +303,36 @@ class safe_open:
             a = base[start + b : start + e].view(d.numpy)
             out[t.name] = a.reshape(t.shape) if len(t.shape) != 1 else a
         return out
+
+    def _np_views_plan(self, plan) -> dict[str, np.ndarray]:
+        # Header from the fast parse: no TensorInfo objects at all.  Each run
+        # of tensors of one dtype is viewed as that dtype once; a tensor is
+        # then one slice of it (plus a reshape if it is not 1-D).
+        names, codes, shapes, begins, ends = plan
+        base, start, out = self._base, self._start, []
+        i, k = 0, len(names)
+        while i < k:
+            code = codes[i]
+            d = SAFETENSORS[code]
+            j = i + 1
+            while j < k and codes[j] == code:
+                j += 1
+            if d.packed:
+                hdr = self._header.tensors
+                out.extend(self._tensor(hdr[names[m]]) for m in range(i, j))
+                i = j
+                continue
+            size = d.itemsize
+            b0 = begins[i]
+            typed = base[start + b0 : start + ends[j - 1]].view(d.numpy)
+            for m in range(i, j):
+                a = typed[(begins[m] - b0) // size : (ends[m] - b0) // size]
+                shape = shapes[m]
+                if "," in shape or not shape:  # not 1-D
+                    a = a.reshape(tuple(map(int, shape.split(","))) if shape else ())
+                out.append(a)
+            i = j
+        return dict(zip(names, out))
 
     def _pt_views(self, infos: list[TensorInfo]) -> dict[str, Any]:
         # Same for torch: numpy slice -> torch.from_numpy, with dtype work
