@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 from fuzz import seeds, targets  # noqa: E402
 
-SMOKE_SECONDS = 12
+SMOKE_SECONDS = 10
 
 
 @pytest.mark.parametrize("target", list(seeds.SEEDS))

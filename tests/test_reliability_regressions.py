@@ -94,3 +94,23 @@ def test_edit_spanning_pages_is_not_patched_in_place(tmp_path):
     assert os.stat(p).st_ino == ino
     with gguf.read(p) as f:
         assert f.metadata["a"] == "y" * 6000 and f.metadata["b"] == 2
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b'{"a":{"dtype":"U8","shape":[1;2],"data_offsets":[0,2]}}',
+        b'{"a":{"dtype":"U8","shape":[;],"data_offsets":[0,2]}}',
+        b'{"a":{"dtype":"U8","shape":[2],"data_offsets":[0;2]}}',
+        b'{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"U8","shape":[;1],"data_offsets":[1,2]}}',
+    ],
+)
+def test_semicolon_inside_a_number_list_is_invalid_json(header):
+    # found by the safetensors fuzz smoke run: the fast header path joins the
+    # shape lists with ';' and counted an item's own ';' as a separator
+    # (IndexError in _check_fast)
+    from weightsmith import errors as E
+
+    data = len(header).to_bytes(8, "little") + header + b"xx"
+    with pytest.raises(E.InvalidHeaderJSON):
+        st.load(data)

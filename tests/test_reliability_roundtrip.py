@@ -164,7 +164,7 @@ def test_dequantize_random_bytes_matches_ggml(name, blocks, data):
     np.testing.assert_array_equal(ours, theirs.reshape(ours.shape))
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(
     name=st.sampled_from(ENCODE_TYPES),
     seed=st.integers(0, 2**32 - 1),
