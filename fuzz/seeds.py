@@ -83,6 +83,17 @@ def safetensors_seeds() -> dict[str, bytes]:
             ok.replace("F32", "F4").replace("[2]", "[3]").replace("[0,8]", "[0,2]"), bytes(2)
         ),
         "valid_min": _st_raw(ok, np.arange(2, dtype=np.float32).tobytes()),
+        # the compact fast path's number lists (found: "[1;2]" -> IndexError)
+        "semicolon_shape": _st_raw(ok.replace("[2]", "[1;2]"), bytes(8)),
+        "leading_zero": _st_raw(ok.replace("[2]", "[02]"), bytes(8)),
+        "huge_digits": _st_raw(ok.replace("[2]", "[" + "9" * 30 + "]"), bytes(8)),
+        "empty_dim": _st_raw(ok.replace("[2]", "[2,]"), bytes(8)),
+        "spaced": _st_raw(ok.replace("[2]", "[ 2 ]"), bytes(8)),
+        "scalar_and_empty": _st_raw(
+            '{"s":{"dtype":"F32","shape":[],"data_offsets":[0,4]},'
+            '"e":{"dtype":"F32","shape":[0,3],"data_offsets":[4,4]}}',
+            bytes(4),
+        ),
     }
     out.update(cases)
     return out
