@@ -139,36 +139,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- diff
 
 
-def _norm_shape(entry, fmt: str) -> tuple[int, ...]:
-    # every reader reports numpy order (outermost first), GGUF included
-    return tuple(entry.shape)
-
-
 def cmd_diff(args: argparse.Namespace) -> int:
     ra, rb = load_report(args.a, args), load_report(args.b, args)
-    ta = {t.name: t for t in ra.tensors}
-    tb = {t.name: t for t in rb.tensors}
-    cross = ra.format != rb.format
-    only_a = sorted(set(ta) - set(tb))
-    only_b = sorted(set(tb) - set(ta))
-    common = sorted(set(ta) & set(tb))
-    shape_diff = [
-        n for n in common if _norm_shape(ta[n], ra.format) != _norm_shape(tb[n], rb.format)
-    ]
-    dtype_diff = [n for n in common if ta[n].dtype != tb[n].dtype]
-    result: dict[str, Any] = {
-        "a": args.a,
-        "b": args.b,
-        "only_in_a": only_a,
-        "only_in_b": only_b,
-        "shape_differs": [
-            {"name": n, "a": list(ta[n].shape), "b": list(tb[n].shape)} for n in shape_diff
-        ],
-        "dtype_differs": [{"name": n, "a": ta[n].dtype, "b": tb[n].dtype} for n in dtype_diff],
-        "common": len(common),
-    }
-    if args.values:
-        result["values"] = _value_diff(args, ra, rb, [n for n in common if n not in shape_diff])
+    pair = _registry_pair(args, ra, rb)
+    if pair is not None:
+        result, cross = _registry_diff(args, pair), True
+    else:
+        result, cross = _plain_diff(args, ra, rb), ra.format != rb.format
+    only_a, only_b = result["only_in_a"], result["only_in_b"]
+    shape_diff, dtype_diff = result["shape_differs"], result["dtype_differs"]
     # dtype changes are the point of a cross-format diff, not a difference
     differs = bool(only_a or only_b or shape_diff or (dtype_diff and not cross))
     if args.values:
@@ -178,20 +157,29 @@ def cmd_diff(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 1 if differs else 0
     out = _out(args)
-    out.line(f"{len(common)} tensors in both, {len(only_a)} only in A, {len(only_b)} only in B")
+    if pair is not None:
+        out.line(
+            f"names and layouts matched through the {pair.arch.gguf_arch} entry of the "
+            "architecture registry (HF name -> GGUF name)"
+        )
+    common = result["common"]
+    out.line(f"{common} tensors in both, {len(only_a)} only in A, {len(only_b)} only in B")
     for n in only_a:
         out.line(f"- {n}")
     for n in only_b:
         out.line(f"+ {n}")
-    for d in result["shape_differs"]:
+    for n in result.get("derived", []):
+        out.line(f"  {n}: computed from config.json by the converter (not compared)")
+    for d in shape_diff:
         out.line(f"~ {d['name']}: shape {d['a']} -> {d['b']}")
-    for d in result["dtype_differs"]:
-        out.line(f"~ {d['name']}: dtype {d['a']} -> {d['b']}")
+    if not cross:
+        for d in dtype_diff:
+            out.line(f"~ {d['name']}: dtype {d['a']} -> {d['b']}")
     if args.values:
         out.table(
             ["tensor", "rmse", "max abs", "cosine"],
             [
-                [v["name"], f"{v['rmse']:.6g}", f"{v['max_abs']:.6g}", f"{v['cosine']:.8f}"]
+                [_pair_name(v), f"{v['rmse']:.6g}", f"{v['max_abs']:.6g}", f"{v['cosine']:.8f}"]
                 for v in result["values"]
             ],
             right=(1, 2, 3),
@@ -199,6 +187,173 @@ def cmd_diff(args: argparse.Namespace) -> int:
         )
     out.line("identical" if not differs else "different")
     return 1 if differs else 0
+
+
+def _pair_name(v: dict[str, Any]) -> str:
+    b = v.get("name_b")
+    return v["name"] if not b or b == v["name"] else f"{v['name']} -> {b}"
+
+
+def _plain_diff(args: argparse.Namespace, ra, rb) -> dict[str, Any]:
+    """Same-format diff (or cross-format with equal names): tensors matched by name."""
+    ta = {t.name: t for t in ra.tensors}
+    tb = {t.name: t for t in rb.tensors}
+    common = sorted(set(ta) & set(tb))
+    # every reader reports numpy order (outermost first), GGUF included
+    shape_diff = [n for n in common if tuple(ta[n].shape) != tuple(tb[n].shape)]
+    dtype_diff = [n for n in common if ta[n].dtype != tb[n].dtype]
+    result: dict[str, Any] = {
+        "a": args.a,
+        "b": args.b,
+        "only_in_a": sorted(set(ta) - set(tb)),
+        "only_in_b": sorted(set(tb) - set(ta)),
+        "shape_differs": [
+            {"name": n, "a": list(ta[n].shape), "b": list(tb[n].shape)} for n in shape_diff
+        ],
+        "dtype_differs": [{"name": n, "a": ta[n].dtype, "b": tb[n].dtype} for n in dtype_diff],
+        "common": len(common),
+    }
+    if args.values:
+        result["values"] = _value_diff(args, ra, rb, [n for n in common if n not in shape_diff])
+    return result
+
+
+# ---- HF model against GGUF: names and layouts through the architecture registry
+
+
+class _Pair:
+    """An HF model (folder, or one safetensors file of it) and a GGUF of a registry arch."""
+
+    def __init__(self, hf_dir: Path, hf_report, gguf_report, arch, hf_is_a: bool) -> None:
+        self.hf_dir, self.hf, self.gguf = hf_dir, hf_report, gguf_report
+        self.arch, self.hf_is_a = arch, hf_is_a
+
+
+def _hf_dir_of(target: str) -> Path | None:
+    p = Path(target[7:] if target.startswith("file://") else target)
+    d = p if p.is_dir() else p.parent
+    return d if (d / "config.json").is_file() else None
+
+
+def _registry_pair(args: argparse.Namespace, ra, rb) -> _Pair | None:
+    """The pair when A/B are an HF model and a GGUF the registry knows; else None
+    (then tensors are matched by name, e.g. a safetensors file of GGUF-named tensors)."""
+    if ra.remote or rb.remote or {ra.format, rb.format} != {"safetensors", "gguf"}:
+        return None
+    hf_is_a = ra.format == "safetensors"
+    hf, gg = (ra, rb) if hf_is_a else (rb, ra)
+    hf_dir = _hf_dir_of(args.a if hf_is_a else args.b)
+    if hf_dir is None:
+        return None
+    from ..convert.arch import by_gguf_arch
+
+    arch = by_gguf_arch(str(gg.files[0].metadata.get("general.architecture", "")))
+    if arch is None:
+        return None
+    return _Pair(hf_dir, hf, gg, arch, hf_is_a)
+
+
+def _n_vocab(gguf_report) -> int | None:
+    tokens = gguf_report.files[0].metadata.get("tokenizer.ggml.tokens")
+    if isinstance(tokens, dict):
+        return tokens.get("array_length")
+    return len(tokens) if isinstance(tokens, list) else None
+
+
+def _registry_diff(args: argparse.Namespace, pair: _Pair) -> dict[str, Any]:
+    """Tensor sets and shapes in GGUF terms: each HF tensor gets the registry's GGUF
+    name and the shape its transforms give; values come from convert.compare, which
+    puts the HF tensors through the converter's own transforms (Q/K permutation,
+    Gemma's norm + 1, ...) and dequantizes the GGUF side."""
+    arch = pair.arch
+    import json as _json
+
+    cfg = _json.loads((pair.hf_dir / "config.json").read_text(encoding="utf-8"))
+    ctx = {"n_vocab": _n_vocab(pair.gguf)}
+    hf_of: dict[str, Any] = {}  # GGUF name -> HF tensor entry
+    unmapped: list[str] = []
+    for t in pair.hf.tensors:
+        if arch.skipped(t.name):
+            continue
+        g = arch.gguf_name(t.name)
+        if g is None:
+            unmapped.append(t.name)
+        else:
+            hf_of[g] = t
+    gg = {t.name: t for t in pair.gguf.tensors}
+    derived = sorted(n for n in gg if n in arch.extra and n not in hf_of)
+    common = sorted(set(hf_of) & set(gg))
+    only_hf = sorted(unmapped + [hf_of[g].name for g in set(hf_of) - set(gg)])
+    only_gguf = sorted(n for n in set(gg) - set(hf_of) if n not in derived)
+
+    def shape_in_gguf(t) -> tuple[int, ...]:
+        shape = tuple(t.shape)
+        for tr in arch.transforms_for(t.name):
+            if tr.shape is not None:
+                shape = tuple(tr.shape(shape, cfg, ctx))
+        return shape
+
+    def named(g: str) -> tuple[str, str]:
+        """(name in A, name in B) of a matched pair."""
+        h = hf_of[g].name
+        return (h, g) if pair.hf_is_a else (g, h)
+
+    def side(hf_val: Any, gguf_val: Any) -> tuple[Any, Any]:
+        return (hf_val, gguf_val) if pair.hf_is_a else (gguf_val, hf_val)
+
+    shape_diff, dtype_diff = [], []
+    for g in common:
+        hs, gs = shape_in_gguf(hf_of[g]), tuple(gg[g].shape)
+        na, nb = named(g)
+        if hs != gs:
+            a, b = side(list(hf_of[g].shape), list(gs))
+            shape_diff.append({"name": na, "name_b": nb, "a": a, "b": b})
+        if hf_of[g].dtype != gg[g].dtype:
+            a, b = side(hf_of[g].dtype, gg[g].dtype)
+            dtype_diff.append({"name": na, "name_b": nb, "a": a, "b": b})
+    only_a, only_b = side(only_hf, only_gguf)
+    result: dict[str, Any] = {
+        "a": args.a,
+        "b": args.b,
+        "matched_by": f"architecture registry ({arch.gguf_arch})",
+        "only_in_a": only_a,
+        "only_in_b": only_b,
+        "shape_differs": shape_diff,
+        "dtype_differs": dtype_diff,
+        "derived": derived,
+        "common": len(common),
+    }
+    if args.values:
+        bad = {d["name_b" if pair.hf_is_a else "name"] for d in shape_diff}
+        wanted = [g for g in common if g not in bad]
+        result["values"] = _registry_values(args, pair, wanted, named)
+    return result
+
+
+def _registry_values(args, pair: _Pair, wanted: list[str], named) -> list[dict[str, Any]]:
+    compare = _lib("convert", "compare", what="HF <-> GGUF value comparison")
+    keep = set(wanted)
+    rows: dict[str, dict[str, Any]] = {}
+    for f in pair.gguf.files:  # each shard of a split GGUF on its own
+        rep = call_with_progress(compare, pair.hf_dir, f.path, description="diff", quiet=args.quiet)
+        for q in rep.tensors:
+            if q.name in keep:
+                na, nb = named(q.name)
+                rows[q.name] = {
+                    "name": na,
+                    "name_b": nb,
+                    "type": q.type,
+                    "rmse": q.rmse,
+                    "max_abs": q.max_abs,
+                    "cosine": q.cosine,
+                }
+    missing = keep - set(rows)
+    if missing:
+        raise NotAvailableError(
+            f"diff --values: convert.compare gave no values for {len(missing)} tensor(s), "
+            f"e.g. {sorted(missing)[0]}"
+        )
+    return [rows[g] for g in wanted]
 
 
 class _Loader:
@@ -286,30 +441,62 @@ def _kind(p: str) -> str:
     return "folder" if not path.suffix else "unknown"
 
 
+def _hf_folder(p: str) -> bool:
+    return Path(p).is_dir() and (Path(p) / "config.json").is_file()
+
+
+def _reject(args: argparse.Namespace, what: str, *flags: str) -> None:
+    for flag in flags:
+        if getattr(args, flag.lstrip("-").replace("-", "_"), None):
+            raise UsageError(f"convert: {flag} does not apply to {what}")
+
+
 def cmd_convert(args: argparse.Namespace) -> int:
     src, dst = _kind(args.src), _kind(args.dst)
     kw: dict[str, Any] = {}
     target = args.dst
+    if _hf_folder(args.src) and dst == "gguf":
+        # an HF folder with .bin weights is still a model folder: hf_to_gguf reads both
+        src = "folder"
     if src == "pytorch" and dst in ("safetensors", "folder"):
+        what = ".pth -> safetensors (dtypes are kept)"
+        _reject(args, what, "--type", "--imatrix", "--split-max-size", "--no-tokenizer")
         fn = _lib("convert", "torch_to_safetensors", what="PyTorch -> safetensors conversion")
-        if args.type:
-            raise UsageError(
-                "convert: --type is not supported for .pth -> safetensors (dtypes are kept)"
-            )
         if args.max_shard_size:
             kw["max_shard_size"] = args.max_shard_size
         if dst == "folder":
             Path(args.dst).mkdir(parents=True, exist_ok=True)
             target = str(Path(args.dst) / "model.safetensors")
     elif src in ("folder", "safetensors") and dst == "gguf":
-        fn = _lib("convert", "hf_to_gguf", "safetensors_to_gguf", what="HF -> GGUF conversion")
-        if args.type:
-            kw["type"] = args.type
+        _reject(args, "HF -> GGUF (use --split-max-size)", "--max-shard-size")
+        fn = _lib("convert", "hf_to_gguf", what="HF -> GGUF conversion")
+        # hf_to_gguf reads a model folder: a file inside one stands for its folder
+        source = Path(args.src)
+        args.src = str(source if source.is_dir() else source.parent)
+        kw["type"] = args.type or "auto"
+        if args.imatrix:
+            kw["imatrix"] = args.imatrix
+        if args.split_max_size:
+            kw["split_max_size"] = args.split_max_size
+        if args.no_tokenizer:
+            kw["tokenizer"] = False
     elif src == "gguf" and dst in ("folder", "safetensors"):
-        fn = _lib("convert", "gguf_to_hf", "gguf_to_safetensors", what="GGUF -> HF conversion")
+        _reject(args, "GGUF -> HF", "--imatrix", "--split-max-size")
+        fn = _lib("convert", "gguf_to_hf", what="GGUF -> HF conversion")
+        if dst == "safetensors":
+            raise UsageError(
+                f"convert: GGUF -> HF writes a model folder; give a folder, not {args.dst}"
+            )
         if args.type:
-            kw["type"] = args.type
+            kw["dtype"] = args.type
+        if args.max_shard_size:
+            kw["max_shard_size"] = args.max_shard_size
+        if args.no_tokenizer:
+            kw["tokenizer"] = False
     elif src in ("folder", "safetensors") and dst in ("folder", "safetensors"):
+        _reject(
+            args, "safetensors -> safetensors", "--imatrix", "--split-max-size", "--no-tokenizer"
+        )
         fn = _lib("convert", "safetensors_to_safetensors", what="safetensors conversion")
         if args.type:
             kw["dtype"] = args.type

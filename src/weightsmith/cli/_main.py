@@ -93,6 +93,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dst")
     p.add_argument("--type", dest="type", help="output dtype or ggml type (bf16, f16, q8_0, ...)")
     p.add_argument("--max-shard-size", help='e.g. "5GB": write a sharded checkpoint')
+    p.add_argument("--imatrix", help="importance matrix for HF -> GGUF quantized types")
+    p.add_argument(
+        "--split-max-size", help='HF -> GGUF: write llama.cpp split shards of at most e.g. "2G"'
+    )
+    p.add_argument(
+        "--no-tokenizer",
+        action="store_true",
+        help="HF <-> GGUF: weights and config only (no tokenizer keys or files)",
+    )
 
     p = add("quantize", "requantize a GGUF file from f32/f16/bf16 tensors")
     p.add_argument("src")
