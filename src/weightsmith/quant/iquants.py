@@ -61,11 +61,12 @@ import numpy as np
 from ..errors import ImatrixRequired
 from . import _iq_tables as _t
 from ._common import F32, f16_to_f32, f32_to_f16_bits
-from .kquants import make_qp_quants  # shared with the K-quants
+from ._common import GROUP_MAX_EPS as _GROUP_MAX_EPS
+from ._search import make_qp_quants, nearest_int
+from ._search import seqsum as _seqsum  # C's ``float s = 0; s += a[j]`` over axis 0
 
 QK_K = 256
 QK4_NL = 32
-_GROUP_MAX_EPS = F32(1e-15)
 _IQ1_DELTA = F32(0.125)  # IQ1S_DELTA == IQ1M_DELTA
 
 
@@ -355,26 +356,6 @@ def best_index_iq4nl(x: np.ndarray) -> np.ndarray:
     return _F2_INDEX[_floor2(np.asarray(x, dtype=np.float32), clip=True)]
 
 
-def _seqsum(a: np.ndarray) -> np.ndarray:
-    """Sum a C-contiguous [k, m] array over axis 0 in index order, like ggml's
-    ``float s = 0; for (j...) s += a[j]``.
-
-    numpy reduces a non-contiguous outer axis one row at a time (no pairwise
-    summation), but with a single column the axis is contiguous and numpy
-    would sum pairwise, so narrow arrays take an explicit loop.  The trailing
-    ``+ 0`` turns an all-``-0`` sum into ``+0``, as starting from ``0.0f`` does.
-    """
-    a = np.ascontiguousarray(a)  # fancy-indexed slices come out column-major
-    if a.shape[1] < 4:
-        s = np.zeros(a.shape[1], dtype=np.float32)
-        for row in a:
-            s += row
-        return s
-    s = np.add.reduce(a, axis=0)
-    s += F32(0)
-    return s
-
-
 def _trial(
     X: np.ndarray, W: np.ndarray, id2: np.ndarray, safe: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -431,8 +412,7 @@ def _cint(x: np.ndarray) -> np.ndarray:
     """ggml's ``nearest_int`` bit for bit, as int64: add 1.5*2^23 in float32
     and keep the low mantissa bits.  Round-half-even for |x| < 2^22, and the
     same deterministic garbage as ggml otherwise (NaN -> 0, inf -> -2^22)."""
-    v = np.asarray(x, dtype=np.float32) + F32(12582912.0)
-    return ((v.view(np.int32) & 0x007FFFFF) - 0x00400000).astype(np.int64)
+    return nearest_int(x).astype(np.int64)
 
 
 def _c_max(S: np.ndarray) -> np.ndarray:
