@@ -277,8 +277,11 @@ class safe_open:
 
     def _get_tensors(self) -> dict[str, Any]:
         tensors = self._header.tensors
-        if self._mm is not None and _LITTLE and self._fw == "np" and hasattr(tensors, "plan"):
-            return self._np_views_plan(tensors.plan())
+        if self._mm is not None and _LITTLE and hasattr(tensors, "plan"):
+            if self._fw == "np":
+                return self._np_views_plan(tensors.plan())
+            if self._device == "cpu":
+                return self._pt_views_plan(tensors.plan())
         infos = sorted(tensors.values(), key=lambda t: t.data_offsets)
         if self._mm is not None and _LITTLE:
             if self._fw == "np":
@@ -332,6 +335,31 @@ class safe_open:
                     a = a.reshape(tuple(map(int, shape.split(","))) if shape else ())
                 out.append(a)
             i = j
+        return dict(zip(names, out))
+
+    def _pt_views_plan(self, plan) -> dict[str, Any]:
+        # As _pt_views, from the fast-parse arrays.  Each tensor gets its own
+        # from_numpy (so its own storage, exactly its bytes: torch.save of
+        # one tensor writes that tensor, not its neighbours).
+        from ..frameworks import _torch as tg
+
+        from_numpy = tg.torch().from_numpy
+        plans = tg.view_plans()
+        names, codes, shapes, begins, ends = plan
+        base, start, out = self._base, self._start, []
+        hdr = self._header.tensors
+        for name, code, shape, b, e in zip(names, codes, shapes, begins, ends):
+            p = plans.get(code)
+            off = start + b
+            if p is None or b == e or off % p[2]:
+                out.append(self._tensor(hdr[name]))
+                continue
+            x = from_numpy(base[off : start + e].view(p[0]))
+            if p[1] is not None:
+                x = x.view(p[1])
+            if "," in shape or not shape:  # not 1-D
+                x = x.reshape(tuple(map(int, shape.split(","))) if shape else ())
+            out.append(x)
         return dict(zip(names, out))
 
     def _pt_views(self, infos: list[TensorInfo]) -> dict[str, Any]:
