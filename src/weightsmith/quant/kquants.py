@@ -262,24 +262,26 @@ def _nibbles(q: np.ndarray) -> np.ndarray:
     return ((q[:, :, 0] & 0xF) | ((q[:, :, 1] & 0xF) << 4)).astype(np.uint8).reshape(-1, 128)
 
 
-def _quantize_q4_k(blocks: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
-    """Q4_K blocks: 8 x 32 weights, 6-bit scales and mins, 4-bit quants."""
-    q, packed, d_bits, m_bits = _scales_k4(blocks, qw, 15)
-    out = np.empty((blocks.shape[0], 144), dtype=np.uint8)
+def _head_k4(blocks: np.ndarray, qw: np.ndarray | None, nmax: int, type_size: int):
+    """Q4_K/Q5_K: the levels [B, 256] and the output blocks with d, dmin and scales filled in."""
+    q, packed, d_bits, m_bits = _scales_k4(blocks, qw, nmax)
+    out = np.empty((blocks.shape[0], type_size), dtype=np.uint8)
     out[:, 0:2] = d_bits.view(np.uint8).reshape(-1, 2)
     out[:, 2:4] = m_bits.view(np.uint8).reshape(-1, 2)
     out[:, 4:16] = packed
+    return q, out
+
+
+def _quantize_q4_k(blocks: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
+    """Q4_K blocks: 8 x 32 weights, 6-bit scales and mins, 4-bit quants."""
+    q, out = _head_k4(blocks, qw, 15, 144)
     out[:, 16:144] = _nibbles(q)
     return out
 
 
 def _quantize_q5_k(blocks: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     """Q5_K blocks: 8 x 32 weights, 6-bit scales and mins, 5-bit quants."""
-    q, packed, d_bits, m_bits = _scales_k4(blocks, qw, 31)
-    out = np.empty((blocks.shape[0], 176), dtype=np.uint8)
-    out[:, 0:2] = d_bits.view(np.uint8).reshape(-1, 2)
-    out[:, 2:4] = m_bits.view(np.uint8).reshape(-1, 2)
-    out[:, 4:16] = packed
+    q, out = _head_k4(blocks, qw, 31, 176)
     hi = (q >> 4).reshape(-1, 8, 32)  # fifth bit of sub-block s sits in bit s
     qh = np.zeros((blocks.shape[0], 32), dtype=np.int32)
     for s in range(8):
@@ -558,15 +560,29 @@ def _scale_levels(out: np.ndarray, dl: np.ndarray, q: np.ndarray) -> None:
 
 
 @np.errstate(invalid="ignore", over="ignore")  # inf * 0 -> NaN, as in ggml
-def dequantize_q6_k(blocks: np.ndarray) -> np.ndarray:
-    """Q6_K blocks ``[nb, 210]`` -> float32 ``[nb, 256]`` (dequantize_row_q6_K)."""
-    d = _f16_field(blocks, 208)
+def _dequantize_symmetric(
+    blocks: np.ndarray,
+    d_offset: int,
+    scales: Callable[[np.ndarray], np.ndarray],
+    levels: Callable[[np.ndarray], np.ndarray],
+) -> np.ndarray:
+    """Q3_K / Q6_K blocks -> float32 ``[nb, 256]``: ``(d * sc) * q`` as in C.
+
+    ``d_offset``: byte offset of the f16 ``d``; ``scales(b)``: signed
+    sub-block scales ``[n, 16]``; ``levels(b)``: signed levels ``[n, 256]``.
+    """
+    d = _f16_field(blocks, d_offset)
     out = np.empty((blocks.shape[0], QK_K), dtype=F32)
     for s in range(0, blocks.shape[0], _DEQ_CHUNK):
         b = blocks[s : s + _DEQ_CHUNK]
-        dl = d[s : s + _DEQ_CHUNK, None] * b[:, 192:208].view(np.int8).astype(F32)
-        _scale_levels(out[s : s + _DEQ_CHUNK], dl, _q6k_levels(b))  # C: (d * sc) * q
+        dl = d[s : s + _DEQ_CHUNK, None] * scales(b).astype(F32)
+        _scale_levels(out[s : s + _DEQ_CHUNK], dl, levels(b))
     return out
+
+
+def dequantize_q6_k(blocks: np.ndarray) -> np.ndarray:
+    """Q6_K blocks ``[nb, 210]`` -> float32 ``[nb, 256]`` (dequantize_row_q6_K)."""
+    return _dequantize_symmetric(blocks, 208, lambda b: b[:, 192:208].view(np.int8), _q6k_levels)
 
 
 def _f16_field(blocks: np.ndarray, offset: int) -> np.ndarray:
@@ -666,16 +682,11 @@ def _q3k_levels(b: np.ndarray) -> np.ndarray:
     return _lanes_to_levels(q, 4)
 
 
-@np.errstate(invalid="ignore", over="ignore")  # inf * 0 -> NaN, as in ggml
 def dequantize_q3_k(blocks: np.ndarray) -> np.ndarray:
     """Q3_K blocks ``[nb, 110]`` -> float32 ``[nb, 256]`` (dequantize_row_q3_K)."""
-    d = _f16_field(blocks, 108)
-    out = np.empty((blocks.shape[0], QK_K), dtype=F32)
-    for s in range(0, blocks.shape[0], _DEQ_CHUNK):
-        b = blocks[s : s + _DEQ_CHUNK]
-        dl = d[s : s + _DEQ_CHUNK, None] * _unpack_q3k_scales(b[:, 96:108]).astype(F32)
-        _scale_levels(out[s : s + _DEQ_CHUNK], dl, _q3k_levels(b))
-    return out
+    return _dequantize_symmetric(
+        blocks, 108, lambda b: _unpack_q3k_scales(b[:, 96:108]), _q3k_levels
+    )
 
 
 # --------------------------------------------------------------------------- rows
