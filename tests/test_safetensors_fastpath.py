@@ -115,6 +115,9 @@ def test_mutated_headers_agree(edits):
     "header",
     [
         '{"a":{"dtype":"F32","shape":[01],"data_offsets":[0,4]}}',
+        '{"a":{"dtype":"F32","shape":[1;1],"data_offsets":[0,4]}}',
+        '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0;4]}}',
+        '{"a":{"dtype":"F32","shape":[;],"data_offsets":[0,4]}}',
         '{"a":{"dtype":"F32","shape":[1],"data_offsets":[00,4]}}',
         '{"a":{"dtype":"F32","shape":[1,],"data_offsets":[0,4]}}',
         '{"a":{"dtype":"F32","shape":[,1],"data_offsets":[0,4]}}',

@@ -712,8 +712,9 @@ def _numbers(items: list[str], pairs: bool):
     digit = (b >= 48) & (b <= 57)
     cut = np.flatnonzero(~digit)  # every separator
     kinds = b[cut]
-    if not ((kinds == 44) | (kinds == 59)).all():
-        return None
+    semis = kinds == 59
+    if not (semis | (kinds == 44)).all() or np.count_nonzero(semis) != len(items) - 1:
+        return None  # not only digits and commas, or a ';' inside an item
     if pairs and not (
         cut.size == 2 * len(items) - 1 and (kinds[0::2] == 44).all() and (kinds[1::2] == 59).all()
     ):
@@ -730,7 +731,7 @@ def _numbers(items: list[str], pairs: bool):
     if ((b[np.minimum(firsts, b.size - 1)] == 48) & (lengths > 1)).any():
         return None  # a leading zero
     full = lengths > 0
-    count = np.bincount(np.cumsum(np.concatenate(([0], kinds == 59)))[full], minlength=len(items))
+    count = np.bincount(np.cumsum(np.concatenate(([0], semis)))[full], minlength=len(items))
     if pairs or full.all():
         fields = text.replace(";", ",")
     else:  # drop the empty items (scalars' shapes)
