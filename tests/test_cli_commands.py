@@ -1,4 +1,4 @@
-"""validate, diff, edit, split, merge, scan (and the not-yet-wired ones) through the console script."""
+"""validate, diff, edit, split, merge, scan and convert (HF <-> GGUF included) through the console script."""
 
 from __future__ import annotations
 
@@ -262,22 +262,259 @@ def test_convert_reshard_and_back(tmp_path, remote_tree):
     )
 
 
-def test_hf_gguf_conversions_work_or_say_not_available(tmp_path):
-    # HF <-> GGUF conversion lands with its own issue; until then one clear line, never a crash
-    p = run("demo", "--out", tmp_path / "hf")
+# --------------------------------------------------------------------------- HF <-> GGUF
+
+
+PROMPT = [1, 5, 17, 42, 7, 99, 3, 250]
+
+
+@pytest.fixture(scope="module")
+def hf_llama(tmp_path_factory):
+    """A tiny Llama folder (SentencePiece tokenizer) and its f32 and q8_0 GGUFs, made by the CLI."""
+    import hf_models
+
+    root = tmp_path_factory.mktemp("cli_hf")
+    src = hf_models.build("llama", root / "hf")
+    for t in ("f32", "q8_0"):
+        p = run("convert", src, root / f"m-{t}.gguf", "--type", t)
+        assert p.returncode == 0, p.stderr
+        assert f"wrote {root / f'm-{t}.gguf'}" in p.stdout
+    return root
+
+
+def _logits(folder) -> torch.Tensor:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    with torch.no_grad():
+        return model(torch.tensor([PROMPT])).logits[0]
+
+
+def test_convert_hf_to_gguf_q8_0_read_by_gguf_py(hf_llama):
+    r = gguf.GGUFReader(str(hf_llama / "m-q8_0.gguf"))
+    assert r.fields["general.architecture"].contents() == "llama"
+    assert r.fields["general.file_type"].contents() == 7  # LLAMA_FTYPE_MOSTLY_Q8_0
+    types = {t.name: t.tensor_type for t in r.tensors}
+    src = hf_load(str(hf_llama / "hf" / "model.safetensors"))
+    assert len(types) == len(src)
+    assert types["blk.0.attn_q.weight"] == gguf.GGMLQuantizationType.Q8_0
+    assert types["blk.0.attn_norm.weight"] == gguf.GGMLQuantizationType.F32
+    # the value oracle: gguf-py's dequantization against the source (no Q/K permutation here)
+    got = gguf.quants.dequantize(
+        next(t for t in r.tensors if t.name == "blk.0.ffn_up.weight").data,
+        gguf.GGMLQuantizationType.Q8_0,
+    )
+    ref = src["model.layers.0.mlp.up_proj.weight"]
+    assert got.shape == ref.shape
+    assert np.max(np.abs(got - ref)) < 0.01 * np.max(np.abs(ref))
+
+
+def test_convert_gguf_back_to_hf_folder_loads_in_transformers(hf_llama, tmp_path):
+    back = tmp_path / "back"
+    p = run("convert", hf_llama / "m-q8_0.gguf", back, "--type", "f32")
     assert p.returncode == 0, p.stderr
-    p = run("convert", tmp_path / "hf", tmp_path / "m.gguf", "--type", "f16")
-    if p.returncode == 0:
-        assert len(gguf.GGUFReader(str(tmp_path / "m.gguf")).tensors) > 0
-    else:
-        assert_one_line_error(p, "NotAvailableError")
-        assert "HF -> GGUF conversion is not available yet" in p.stderr
+    assert f"wrote {back / 'config.json'}" in p.stdout
+    a = hf_load(str(hf_llama / "hf" / "model.safetensors"))
+    b = hf_load(str(back / "model.safetensors"))
+    assert {k: v.shape for k, v in a.items()} == {k: v.shape for k, v in b.items()}
+    assert all(v.dtype == np.float32 for v in b.values())
+    la, lb = _logits(hf_llama / "hf"), _logits(back)
+    assert torch.equal(la.argmax(-1), lb.argmax(-1))
+    assert torch.allclose(la, lb, atol=0.05 * float(la.abs().max()))
+
+
+def test_convert_f32_round_trip_is_exact(hf_llama, tmp_path):
+    # f32 GGUF -> f32 folder: the inverse transforms (Q/K un-permute) give the source bits back
+    p = run("convert", hf_llama / "m-f32.gguf", tmp_path / "back", "--type", "f32", "-q")
+    assert p.returncode == 0 and p.stdout == "", p.stderr
+    a = hf_load(str(hf_llama / "hf" / "model.safetensors"))
+    b = hf_load(str(tmp_path / "back" / "model.safetensors"))
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def test_convert_gguf_to_hf_sharded(hf_llama, tmp_path):
+    p = run("convert", hf_llama / "m-q8_0.gguf", tmp_path / "o", "--max-shard-size", "1MB")
+    assert p.returncode == 0, p.stderr
+    index = json.loads((tmp_path / "o" / "model.safetensors.index.json").read_text())
+    shards = sorted(set(index["weight_map"].values()))
+    assert len(shards) > 1 and all((tmp_path / "o" / s).is_file() for s in shards)
+    assert len(index["weight_map"]) == len(hf_load(str(hf_llama / "hf" / "model.safetensors")))
+
+
+def test_convert_hf_to_gguf_split(hf_llama, tmp_path):
+    p = run(
+        "convert", hf_llama / "hf", tmp_path / "s.gguf", "--type", "f32", "--split-max-size", "2M"
+    )
+    assert p.returncode == 0, p.stderr
+    shards = sorted(tmp_path.glob("s-*-of-*.gguf"))
+    assert len(shards) > 1
+    n = sum(len(gguf.GGUFReader(str(s)).tensors) for s in shards)
+    assert n == len(gguf.GGUFReader(str(hf_llama / "m-f32.gguf")).tensors)
+
+
+def test_convert_hf_to_gguf_k_quant_with_imatrix(hf_llama, tmp_path):
+    # an importance matrix in llama.cpp's legacy .dat layout, one entry per 2-D weight
+    r = gguf.GGUFReader(str(hf_llama / "m-f32.gguf"))
+    rng = np.random.default_rng(0)
+    entries = [(t.name, int(t.shape[0])) for t in r.tensors if len(t.shape) == 2]
+    im = tmp_path / "imatrix.dat"
+    with open(im, "wb") as f:
+        f.write(np.int32(len(entries)).tobytes())
+        for name, n in entries:
+            f.write(np.int32(len(name)).tobytes() + name.encode())
+            f.write(np.int32(1).tobytes() + np.int32(n).tobytes())
+            f.write(rng.uniform(0.5, 2.0, n).astype(np.float32).tobytes())
+        f.write(np.int32(10).tobytes())
+    p = run("convert", hf_llama / "hf", tmp_path / "k.gguf", "--type", "q4_k_m", "--imatrix", im)
+    assert p.returncode == 0, p.stderr
+    k = gguf.GGUFReader(str(tmp_path / "k.gguf"))
+    assert k.fields["general.file_type"].contents() == 15  # LLAMA_FTYPE_MOSTLY_Q4_K_M
+    assert "quantize.imatrix.file" in k.fields
+    types = {t.tensor_type.name for t in k.tensors}
+    assert {"Q4_K", "Q6_K"} <= types
+
+
+def test_convert_flags_that_do_not_apply_are_named(hf_llama, tmp_path):
+    p = run("convert", hf_llama / "m-q8_0.gguf", tmp_path / "o", "--imatrix", "x.dat")
+    assert_one_line_error(p, "UsageError")
+    p = run("convert", hf_llama / "hf", tmp_path / "o.gguf", "--max-shard-size", "1GB")
+    assert_one_line_error(p, "UsageError")
+    assert not (tmp_path / "o").exists() and not (tmp_path / "o.gguf").exists()
+
+
+def test_convert_errors_from_the_converters_are_one_line(hf_llama, tmp_path):
+    # a folder without config.json, a bad --type, a GGUF without tokenizer keys
+    (tmp_path / "empty").mkdir()
+    shutil.copy(hf_llama / "hf" / "model.safetensors", tmp_path / "empty")
+    p = run("convert", tmp_path / "empty", tmp_path / "x.gguf")
+    assert_one_line_error(p, "MissingModelFile")
+    assert not (tmp_path / "x.gguf").exists()
+    p = run("convert", hf_llama / "hf", tmp_path / "x.gguf", "--type", "q9_z")
+    assert p.returncode == 1 and p.stderr.startswith("error: ") and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+    p = run("convert", hf_llama / "hf", tmp_path / "w.gguf", "--type", "f32", "--no-tokenizer")
+    assert p.returncode == 0, p.stderr
+    p = run("convert", tmp_path / "w.gguf", tmp_path / "o")
+    assert_one_line_error(p, "MissingGGUFMetadata")
+    p = run("convert", tmp_path / "w.gguf", tmp_path / "o", "--no-tokenizer", "--debug")
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "o" / "config.json").is_file() and not (
+        tmp_path / "o" / "tokenizer.json"
+    ).exists()
+
+
+# diff across formats: names and layouts through the architecture registry
+
+
+def test_diff_hf_folder_against_f32_gguf_is_exact(hf_llama):
+    p = run("diff", hf_llama / "hf", hf_llama / "m-f32.gguf", "--values", "--json")
+    assert p.returncode == 0, p.stdout + p.stderr
+    d = json.loads(p.stdout)
+    assert d["only_in_a"] == [] and d["only_in_b"] == [] and d["shape_differs"] == []
+    src = hf_load(str(hf_llama / "hf" / "model.safetensors"))
+    assert d["common"] == len(src) == len(d["values"])
+    names = {v["name"]: v["name_b"] for v in d["values"]}
+    assert names["model.layers.0.self_attn.q_proj.weight"] == "blk.0.attn_q.weight"
+    assert names["lm_head.weight"] == "output.weight"
+    for v in d["values"]:
+        assert (
+            v["rmse"] == 0 and v["max_abs"] == 0 and v["cosine"] == pytest.approx(1, abs=1e-12)
+        ), v
+    p = run("diff", hf_llama / "hf", hf_llama / "m-f32.gguf", "--values")
+    assert p.returncode == 0 and p.stdout.rstrip().endswith("identical")
+    assert "model.layers.1.mlp.up_proj.weight -> blk.1.ffn_up.weight" in p.stdout
+
+
+def test_diff_safetensors_file_against_q8_0_gguf(hf_llama):
+    # GGUF first, the HF side as one safetensors file: names come back through the registry
+    st = hf_llama / "hf" / "model.safetensors"
+    p = run("diff", hf_llama / "m-q8_0.gguf", st, "--values", "--json")
+    assert p.returncode == 1, p.stderr  # quantization changed the values
+    d = json.loads(p.stdout)
+    assert d["only_in_a"] == [] and d["only_in_b"] == [] and d["shape_differs"] == []
+    src = hf_load(str(st))
+    vals = {v["name"]: v for v in d["values"]}
+    assert len(vals) == len(src)
+    for v in vals.values():
+        assert v["cosine"] > 0.99 and v["max_abs"] < 0.01, v
+        if v["type"] == "Q8_0":
+            assert 0 < v["rmse"] < 1e-3
+    # the Q8_0 error of one weight against gguf-py's own dequantization
+    r = gguf.GGUFReader(str(hf_llama / "m-q8_0.gguf"))
+    t = next(t for t in r.tensors if t.name == "blk.1.ffn_down.weight")
+    got = gguf.quants.dequantize(t.data, gguf.GGMLQuantizationType.Q8_0).astype(np.float64)
+    ref = src["model.layers.1.mlp.down_proj.weight"].astype(np.float64)
+    v = vals["blk.1.ffn_down.weight"]
+    assert v["name_b"] == "model.layers.1.mlp.down_proj.weight"
+    assert v["max_abs"] == pytest.approx(float(np.max(np.abs(got - ref))))
+    assert v["rmse"] == pytest.approx(float(np.sqrt(np.mean((got - ref) ** 2))))
+
+
+def test_diff_registry_reports_missing_and_changed_tensors(hf_llama, tmp_path):
+    # an HF folder with one weight removed and one reshaped, against the f32 GGUF
+    d = tmp_path / "hf"
+    shutil.copytree(hf_llama / "hf", d)
+    t = hf_load(str(d / "model.safetensors"))
+    del t["model.layers.1.mlp.up_proj.weight"]
+    t["model.norm.weight"] = t["model.norm.weight"][:128].copy()
+    from safetensors.numpy import save_file
+
+    save_file(t, str(d / "model.safetensors"))
+    p = run("diff", d, hf_llama / "m-f32.gguf", "--json", "--values")
+    assert p.returncode == 1, p.stderr
+    r = json.loads(p.stdout)
+    assert r["only_in_a"] == [] and r["only_in_b"] == ["blk.1.ffn_up.weight"]
+    assert r["shape_differs"] == [
+        {"name": "model.norm.weight", "name_b": "output_norm.weight", "a": [128], "b": [256]}
+    ]
+    assert r["values"] == [] and "shapes differ" in r["values_skipped"]
+    # with only the missing weight, the others are compared (and equal)
+    t["model.norm.weight"] = hf_load(str(hf_llama / "hf" / "model.safetensors"))[
+        "model.norm.weight"
+    ]
+    save_file(t, str(d / "model.safetensors"))
+    p = run("diff", d, hf_llama / "m-f32.gguf", "--json", "--values")
+    r = json.loads(p.stdout)
+    assert (
+        p.returncode == 1 and r["only_in_b"] == ["blk.1.ffn_up.weight"] and r["shape_differs"] == []
+    )
+    assert len(r["values"]) == r["common"] == len(t) and all(v["max_abs"] == 0 for v in r["values"])
+
+
+def test_diff_gemma3_norms_and_qk_through_the_registry(tmp_path):
+    # Gemma stores norm weights as w - 1 in HF and w in GGUF; the registry's transform is
+    # applied by convert.compare, so an f32 GGUF still diffs to exactly zero
+    import hf_models
+
+    src = hf_models.build("gemma3", tmp_path / "hf")
+    p = run("convert", src, tmp_path / "g.gguf", "--type", "f32", "-q")
+    assert p.returncode == 0, p.stderr
+    p = run("diff", src, tmp_path / "g.gguf", "--values", "--json")
+    assert p.returncode == 0, p.stdout + p.stderr
+    d = json.loads(p.stdout)
+    names = {v["name"] for v in d["values"]}
+    assert "model.layers.0.post_feedforward_layernorm.weight" in names
+    assert all(v["max_abs"] == 0 for v in d["values"])
+    # and the plain GGUF norm values really differ from the HF ones by one
+    r = gguf.GGUFReader(str(tmp_path / "g.gguf"))
+    g = next(t for t in r.tensors if t.name == "blk.0.attn_norm.weight").data
+    from safetensors.torch import load_file
+
+    h = load_file(str(src / "model.safetensors"))["model.layers.0.input_layernorm.weight"]
+    np.testing.assert_array_equal(g, h.float().numpy() + np.float32(1))
 
 
 def test_diff_remote_against_local_headers(nginx, remote_tree):
     p = run("diff", f"{nginx.url}/files/small.safetensors", remote_tree.files / "small.safetensors")
     assert p.returncode == 0, p.stderr
     assert "identical" in p.stdout
-    p = run("diff", f"{nginx.url}/files/small.safetensors", remote_tree.files / "big.safetensors", "--json")
+    p = run(
+        "diff",
+        f"{nginx.url}/files/small.safetensors",
+        remote_tree.files / "big.safetensors",
+        "--json",
+    )
     d = json.loads(p.stdout)
     assert p.returncode == 1 and d["common"] == 0 and len(d["only_in_b"]) == 2500
