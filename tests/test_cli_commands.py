@@ -518,3 +518,47 @@ def test_diff_remote_against_local_headers(nginx, remote_tree):
     )
     d = json.loads(p.stdout)
     assert p.returncode == 1 and d["common"] == 0 and len(d["only_in_b"]) == 2500
+
+
+# --------------------------------------------------------------------------- error paths
+
+
+ERROR_CASES = [
+    (("inspect", "{bad}.gguf"), "GGUFBadMagic"),
+    (("inspect", "{missing}"), "UnknownTargetError"),
+    (("validate", "{bad}.safetensors"), "HeaderTooLarge"),
+    (("diff", "{bad}.gguf", "{bad}.gguf"), "GGUFBadMagic"),
+    (("diff", "{bad}.safetensors", "{bad}.gguf", "--values"), "HeaderTooLarge"),
+    (("convert", "{bad}.gguf", "{tmp}/out"), "GGUFBadMagic"),
+    (("convert", "{tmp}", "{tmp}/x.gguf"), "MissingModelFile"),
+    (("convert", "{tmp}/a.txt", "{tmp}/b.txt"), "UnknownTargetError"),
+    (("quantize", "{bad}.gguf", "{tmp}/o.gguf", "--type", "q4_k_m"), "GGUFBadMagic"),
+    (("edit", "{bad}.gguf", "--set", "a=1"), "GGUFBadMagic"),
+    (("edit", "{empty}.gguf", "--set", "a=1"), "GGUFBadMagic"),
+    (("split", "{bad}.gguf", "{tmp}/sp", "--max-size", "1M"), "GGUFBadMagic"),
+    (("merge", "{bad}.gguf", "{tmp}/m.gguf"), "GGUFBadMagic"),
+    (("scan", "{missing}.pth"), "FileNotFoundError"),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "name"), ERROR_CASES, ids=[c[0][0] + str(i) for i, c in enumerate(ERROR_CASES)]
+)
+def test_every_command_fails_with_one_named_line(tmp_path, argv, name):
+    (tmp_path / "bad.gguf").write_bytes(b"garbage, not a GGUF file\n")
+    (tmp_path / "bad.safetensors").write_bytes(b"garbage, not a safetensors file\n")
+    (tmp_path / "empty.gguf").write_bytes(b"")
+    (tmp_path / "a.txt").write_text("x")
+    names = {
+        "bad": tmp_path / "bad",
+        "empty": tmp_path / "empty",
+        "missing": tmp_path / "nope",
+        "tmp": tmp_path,
+    }
+    args = [a.format(**names) for a in argv]
+    p = run(*args)
+    assert_one_line_error(p, name)
+    # --debug: the same line, after the traceback
+    p = run(*args, "--debug")
+    assert p.returncode == 1 and "Traceback (most recent call last)" in p.stderr
+    assert p.stderr.strip().splitlines()[-1].startswith(f"error: {name}: ")

@@ -605,19 +605,37 @@ def _guess(text: str) -> object:
     return text
 
 
+def _kv_types(path: str) -> dict[str, Any]:
+    """The value type of every KV of one GGUF file (this file only, not its split set)."""
+    import mmap
+
+    from .. import gguf
+
+    if os.path.getsize(path) == 0:  # mmap refuses empty files: let the parser name the error
+        gguf.parse(b"", 0, path)
+    err: BaseException | None = None
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        try:
+            header = gguf.parse(mm, len(mm), path)
+            existing = {k: kv.type for k, kv in header.kvs.items()}
+            del header
+        except Exception as exc:
+            # the parser's frames in the traceback hold views of the mapping, and closing
+            # a mapping with views alive raises BufferError, which would hide this error
+            exc.__traceback__ = None
+            err = exc
+    if err is not None:
+        raise err
+    return existing
+
+
 def cmd_edit(args: argparse.Namespace) -> int:
     edit = _lib("gguf", "edit", what="GGUF metadata editing")
     from .. import gguf
 
     if not args.set_ and not args.remove:
         raise UsageError("edit: nothing to do (give --set KEY=VALUE[:TYPE] or --remove KEY)")
-    with open(args.file, "rb") as fh:
-        import mmap
-
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            header = gguf.parse(mm, len(mm), args.file)
-            existing = {k: kv.type for k, kv in header.kvs.items()}
-            del header
+    existing = _kv_types(args.file)
     values: dict[str, object] = {}
     for key, text, tname in (parse_set(x) for x in args.set_):
         if tname is not None:
