@@ -155,3 +155,36 @@ def imatrix_weights(x: np.ndarray, qw: np.ndarray, sigma2: np.ndarray) -> np.nda
     (one value per row, e.g. ``sigma2[:, None, None]``).
     """
     return np.asarray(qw * np.sqrt(sigma2 + x * x), dtype=np.float32)  # no copy if f32
+
+
+# --------------------------------------------------------------------------- block fields
+
+
+def block_field(blocks: np.ndarray, off: int, fmt: str) -> np.ndarray:
+    """Field ``fmt`` (e.g. ``"<u2"``, ``"V16"``) at byte ``off`` of every block, contiguous [B].
+
+    ``blocks`` is uint8 [B, type_size].  The field is read through a record
+    dtype, i.e. one memcpy per block, about twice as fast as slicing the
+    byte columns and combining them.
+    """
+    blocks = np.ascontiguousarray(blocks)
+    rec = np.dtype(
+        {"names": ["f"], "formats": [fmt], "offsets": [off], "itemsize": blocks.shape[1]}
+    )
+    return np.ascontiguousarray(blocks.view(rec).reshape(-1)["f"])
+
+
+def block_f16(blocks: np.ndarray, off: int = 0) -> np.ndarray:
+    """The little-endian fp16 at byte ``off`` of every block, as float32 [B]."""
+    return f16_to_f32(block_field(blocks, off, "<u2"))
+
+
+def inv_or_zero(v: np.ndarray) -> np.ndarray:
+    """ggml's ``v ? 1.0f/v : 0.0f`` in float32 (NaN stays NaN, -0 gives +0)."""
+    v = np.asarray(v, dtype=np.float32)
+    with np.errstate(divide="ignore"):
+        inv = np.divide(F32(1), v, dtype=np.float32)
+    if inv.ndim == 0:
+        return np.where(v == 0, F32(0), inv)
+    inv[v == 0] = 0  # in place: cheaper than np.where on the legacy tiles
+    return inv

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import F32
+from ._common import F32, block_field
 
 KVALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], dtype=np.int8)
 _KF = KVALUES.astype(np.float32)
@@ -142,10 +142,7 @@ _LO = np.uint64(0x0F0F0F0F0F0F0F0F)
 
 def _field(blocks: np.ndarray, off: int, size: int) -> np.ndarray:
     """``size`` bytes at ``off`` of every block, contiguous [B, size] (a memcpy per block)."""
-    rec = np.dtype(
-        {"names": ["f"], "formats": [f"V{size}"], "offsets": [off], "itemsize": blocks.shape[1]}
-    )
-    return np.ascontiguousarray(blocks.view(rec).reshape(-1)["f"]).view(np.uint8).reshape(-1, size)
+    return block_field(blocks, off, f"V{size}").view(np.uint8).reshape(-1, size)
 
 
 def _codes(qs: np.ndarray) -> np.ndarray:

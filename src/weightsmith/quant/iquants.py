@@ -60,7 +60,7 @@ import numpy as np
 
 from ..errors import ImatrixRequired
 from . import _iq_tables as _t
-from ._common import F32, f16_to_f32, f32_to_f16_bits
+from ._common import F32, block_f16, f16_to_f32, f32_to_f16_bits, inv_or_zero
 from ._common import GROUP_MAX_EPS as _GROUP_MAX_EPS
 from ._search import make_qp_quants, nearest_int
 from ._search import seqsum as _seqsum  # C's ``float s = 0; s += a[j]`` over axis 0
@@ -139,9 +139,7 @@ def _chunked(fn: Callable[[np.ndarray], np.ndarray], block_size: int):
     return run
 
 
-def _d16(blocks: np.ndarray, off: int = 0) -> np.ndarray:
-    """The fp16 field at byte ``off`` of every block, as float32 [nb]."""
-    return f16_to_f32(blocks[:, off : off + 2].copy().view("<u2")[:, 0])
+_d16 = block_f16  # the fp16 field at byte ``off`` of every block, as float32 [nb]
 
 
 def _u32(raw: np.ndarray) -> np.ndarray:
@@ -424,10 +422,7 @@ def _c_max(S: np.ndarray) -> np.ndarray:
     return m
 
 
-def _inverse(v: np.ndarray) -> np.ndarray:
-    """ggml's ``v ? 1/v : 0``."""
-    with np.errstate(divide="ignore"):
-        return np.where(v != 0, F32(1) / v, F32(0)).astype(np.float32)
+_inverse = inv_or_zero  # ggml's ``v ? 1/v : 0``
 
 
 def _pack_nibbles(L: np.ndarray) -> np.ndarray:

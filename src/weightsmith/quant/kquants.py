@@ -69,7 +69,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ._common import GROUP_MAX_EPS, f16_to_f32, f32_to_f16_bits, imatrix_weights
+from ._common import GROUP_MAX_EPS, block_f16, f16_to_f32, f32_to_f16_bits, imatrix_weights
 from ._search import MAGIC as _MAGIC
 from ._search import (
     make_q3_quants,
@@ -571,7 +571,7 @@ def _dequantize_symmetric(
     ``d_offset``: byte offset of the f16 ``d``; ``scales(b)``: signed
     sub-block scales ``[n, 16]``; ``levels(b)``: signed levels ``[n, 256]``.
     """
-    d = _f16_field(blocks, d_offset)
+    d = block_f16(blocks, d_offset)
     out = np.empty((blocks.shape[0], QK_K), dtype=F32)
     for s in range(0, blocks.shape[0], _DEQ_CHUNK):
         b = blocks[s : s + _DEQ_CHUNK]
@@ -583,12 +583,6 @@ def _dequantize_symmetric(
 def dequantize_q6_k(blocks: np.ndarray) -> np.ndarray:
     """Q6_K blocks ``[nb, 210]`` -> float32 ``[nb, 256]`` (dequantize_row_q6_K)."""
     return _dequantize_symmetric(blocks, 208, lambda b: b[:, 192:208].view(np.int8), _q6k_levels)
-
-
-def _f16_field(blocks: np.ndarray, offset: int) -> np.ndarray:
-    """The little-endian float16 at byte ``offset`` of every block, as float32 ``[nb]``."""
-    bits = blocks[:, offset].astype(np.uint16) | (blocks[:, offset + 1].astype(np.uint16) << 8)
-    return f16_to_f32(bits)
 
 
 # --------------------------------------------------------------------------- Q3_K

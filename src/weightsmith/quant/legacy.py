@@ -29,9 +29,11 @@ import numpy as np
 from ..errors import NonFiniteInput
 from ._common import (
     F32,
-    f16_to_f32,
+    block_f16,
+    block_field,
     f32_to_f16_bits,
     imatrix_weights,
+    inv_or_zero,
     round_away_int,
     row_sigma2,
 )
@@ -52,22 +54,14 @@ _LO = np.uint64(0x0F0F0F0F0F0F0F0F)
 _HALVES = np.dtype([("lo", "V16"), ("hi", "V16")])
 
 
-def _field(blocks: np.ndarray, off: int, fmt: str) -> np.ndarray:
-    """Field ``fmt`` at byte ``off`` of every block, as a contiguous [B] array."""
-    rec = np.dtype(
-        {"names": ["f"], "formats": [fmt], "offsets": [off], "itemsize": blocks.shape[1]}
-    )
-    return np.ascontiguousarray(blocks.view(rec).reshape(-1)["f"])
-
-
 def _f16(blocks: np.ndarray, off: int) -> np.ndarray:
     """The fp16 field at byte ``off`` of every block, as float32 [B, 1]."""
-    return f16_to_f32(_field(blocks, off, "<u2")).reshape(-1, 1)
+    return block_f16(blocks, off).reshape(-1, 1)
 
 
 def _nibbles(blocks: np.ndarray, off: int) -> np.ndarray:
     """qs (16 bytes at ``off``) -> uint8 codes [B, 32]: low nibbles 0-15, high 16-31."""
-    w = _field(blocks, off, "V16").view("<u8")
+    w = block_field(blocks, off, "V16").view("<u8")
     hi = w >> np.uint64(4)
     hi &= _LO
     w = w & _LO
@@ -79,7 +73,7 @@ def _nibbles(blocks: np.ndarray, off: int) -> np.ndarray:
 
 def _add_high_bits(blocks: np.ndarray, off: int, q: np.ndarray) -> np.ndarray:
     """q[B, 32] |= (bit j of the u32 qh at ``off``) << 4."""
-    qh = _field(blocks, off, "V4").view(np.uint8).reshape(-1, 4)
+    qh = block_field(blocks, off, "V4").view(np.uint8).reshape(-1, 4)
     bits = np.unpackbits(qh, axis=1, bitorder="little")
     bits <<= 4
     q |= bits
@@ -117,12 +111,12 @@ def _dequantize_q5_1(blocks: np.ndarray) -> np.ndarray:
 
 
 def _dequantize_q8_0(blocks: np.ndarray) -> np.ndarray:
-    q = _field(blocks, 2, "V32").view(np.int8).reshape(-1, QK)
+    q = block_field(blocks, 2, "V32").view(np.int8).reshape(-1, QK)
     return _scaled(q, _f16(blocks, 0))
 
 
 def _dequantize_q8_1(blocks: np.ndarray) -> np.ndarray:
-    q = _field(blocks, 4, "V32").view(np.int8).reshape(-1, QK)
+    q = block_field(blocks, 4, "V32").view(np.int8).reshape(-1, QK)
     return _scaled(q, _f16(blocks, 0))
 
 
@@ -259,13 +253,6 @@ def _first_min_max(x8: np.ndarray, tile: np.ndarray) -> tuple[np.ndarray, np.nda
     return out[0], out[1]
 
 
-def _inv(d: np.ndarray) -> np.ndarray:
-    """``d ? 1.0f/d : 0.0f`` (1/0 warnings are silenced by the API's errstate)."""
-    inv = F32(1) / d
-    inv[d == 0] = 0
-    return inv
-
-
 def _codes(t: np.ndarray, bits: int | None) -> np.ndarray:
     """``MIN(2**bits - 1, (int8_t)t)`` for t in [0, 2**(bits+1)): the cast truncates as in C.
 
@@ -325,7 +312,7 @@ _REC_Q8_0 = _rec(("d", "<u2"), ("qs", "V32"))
 
 def _enc_q4_0(x8: np.ndarray, tile: np.ndarray, out: np.ndarray) -> None:
     d = (_signed_absmax(x8, tile) / F32(-8)).astype(np.float32)
-    x8 *= _x4(_inv(d))
+    x8 *= _x4(inv_or_zero(d))
     x8 += F32(8.5)
     out["d"] = f32_to_f16_bits(d)
     _put_nibbles(out, _codes(x8, 4), False)
@@ -335,7 +322,7 @@ def _enc_q4_1(x8: np.ndarray, tile: np.ndarray, out: np.ndarray) -> None:
     mn, mx = _first_min_max(x8, tile)
     d = ((mx - mn) / F32(15)).astype(np.float32)
     x8 -= _x4(mn)
-    x8 *= _x4(_inv(d))
+    x8 *= _x4(inv_or_zero(d))
     x8 += F32(0.5)
     out["d"] = f32_to_f16_bits(d)
     out["m"] = f32_to_f16_bits(mn)
@@ -344,7 +331,7 @@ def _enc_q4_1(x8: np.ndarray, tile: np.ndarray, out: np.ndarray) -> None:
 
 def _enc_q5_0(x8: np.ndarray, tile: np.ndarray, out: np.ndarray) -> None:
     d = (_signed_absmax(x8, tile) / F32(-16)).astype(np.float32)
-    x8 *= _x4(_inv(d))
+    x8 *= _x4(inv_or_zero(d))
     x8 += F32(16.5)
     q = _codes(x8, 5)
     out["d"] = f32_to_f16_bits(d)
@@ -356,7 +343,7 @@ def _enc_q5_1(x8: np.ndarray, tile: np.ndarray, out: np.ndarray) -> None:
     mn, mx = _first_min_max(x8, tile)
     d = ((mx - mn) / F32(31)).astype(np.float32)
     x8 -= _x4(mn)
-    x8 *= _x4(_inv(d))
+    x8 *= _x4(inv_or_zero(d))
     x8 += F32(0.5)
     q = _codes(x8, None)  # ggml has no clamp here; only bits 0-4 are stored
     out["d"] = f32_to_f16_bits(d)
@@ -370,7 +357,7 @@ def _enc_q8_0(x8: np.ndarray, tile: np.ndarray, out: np.ndarray) -> None:
     lo = _quad(np.min(x8, axis=0), np.minimum)
     _finite(hi, lo)
     d = (np.abs(np.maximum(hi, -lo)) / F32(127)).astype(np.float32)  # +0.0 for zeros
-    x8 *= _x4(_inv(d))
+    x8 *= _x4(inv_or_zero(d))
     out["d"] = f32_to_f16_bits(d)
     _put_units(out, "qs", round_away_int(x8, np.int8).view(np.uint8))
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import F32, f16_to_f32, f32_to_f16_bits, round_away, seq_sum
+from ._common import F32, f16_to_f32, f32_to_f16_bits, inv_or_zero, round_away, seq_sum
 
 QK_K = 256
 _POW3 = np.array([1, 3, 9, 27, 81, 243], dtype=np.uint8)
@@ -41,15 +41,10 @@ def _d16(v: np.ndarray) -> np.ndarray:
     return f32_to_f16_bits(v).reshape(-1, 1).view(np.uint8)
 
 
-def _inv(d: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore"):
-        return np.where(d != 0, F32(1) / d, F32(0)).astype(np.float32)
-
-
 def _trits(x: np.ndarray) -> np.ndarray:
     """Per-block ``lroundf(x * (1/amax)) + 1`` in {0, 1, 2} and d = amax."""
     d = np.max(np.abs(x), axis=1)
-    return (round_away(x * _inv(d)[:, None]) + F32(1)).astype(np.int32), d
+    return (round_away(x * inv_or_zero(d)[:, None]) + F32(1)).astype(np.int32), d
 
 
 # --------------------------------------------------------------------------- TQ1_0
