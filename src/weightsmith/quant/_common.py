@@ -188,3 +188,34 @@ def inv_or_zero(v: np.ndarray) -> np.ndarray:
         return np.where(v == 0, F32(0), inv)
     inv[v == 0] = 0  # in place: cheaper than np.where on the legacy tiles
     return inv
+
+
+# --------------------------------------------------------------------------- row driver
+
+
+def quantize_blocks(
+    rows: np.ndarray,
+    imatrix: np.ndarray | None,
+    block_size: int,
+    type_size: int,
+    chunk_fn,
+    chunk_blocks: int,
+) -> np.ndarray:
+    """Cut rows [nrows, n] into blocks and quantize ``chunk_blocks`` of them per call.
+
+    ``chunk_fn(x [c, block_size], qw [c, block_size] | None) -> uint8 [c, type_size]``;
+    the importance weights of a block are its column slice of the imatrix
+    (ggml weights column j of every row by ``imatrix[j]``).  Returns
+    bytes [nrows, n / block_size * type_size].
+    """
+    nrows, n = rows.shape
+    per_row = n // block_size
+    x = np.ascontiguousarray(rows, dtype=np.float32).reshape(-1, block_size)
+    qw = None
+    if imatrix is not None:
+        qw = np.asarray(imatrix, dtype=np.float32).reshape(per_row, block_size)
+    out = np.empty((x.shape[0], type_size), dtype=np.uint8)
+    for s in range(0, x.shape[0], chunk_blocks):
+        e = min(s + chunk_blocks, x.shape[0])
+        out[s:e] = chunk_fn(x[s:e], None if qw is None else qw[np.arange(s, e) % per_row])
+    return out.reshape(nrows, per_row * type_size)

@@ -60,7 +60,7 @@ import numpy as np
 
 from ..errors import ImatrixRequired
 from . import _iq_tables as _t
-from ._common import F32, block_f16, f16_to_f32, f32_to_f16_bits, inv_or_zero
+from ._common import F32, block_f16, f16_to_f32, f32_to_f16_bits, inv_or_zero, quantize_blocks
 from ._common import GROUP_MAX_EPS as _GROUP_MAX_EPS
 from ._search import make_qp_quants, nearest_int
 from ._search import seqsum as _seqsum  # C's ``float s = 0; s += a[j]`` over axis 0
@@ -487,17 +487,7 @@ def _quantize_rows(
 ) -> np.ndarray:
     """Run ``chunk_fn`` (super-blocks [c, sb], their imatrix slices) over
     cache-sized chunks of rows [nrows, n]; returns bytes [nrows, n/sb*tsize]."""
-    nrows, n = rows.shape
-    per_row = n // sb
-    x = np.ascontiguousarray(rows, dtype=np.float32).reshape(-1, sb)
-    qw = None if imatrix is None else np.asarray(imatrix, dtype=np.float32).reshape(per_row, sb)
-    out = np.empty((x.shape[0], tsize), dtype=np.uint8)
-    step = max(1, _CHUNK_ELEMS // sb)
-    for s in range(0, x.shape[0], step):
-        e = min(s + step, x.shape[0])
-        w = None if qw is None else qw[np.arange(s, e) % per_row]
-        out[s:e] = chunk_fn(x[s:e], w)
-    return out.reshape(nrows, per_row * tsize)
+    return quantize_blocks(rows, imatrix, sb, tsize, chunk_fn, max(1, _CHUNK_ELEMS // sb))
 
 
 def quantize_iq4_nl(rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.ndarray:

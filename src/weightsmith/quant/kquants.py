@@ -69,7 +69,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ._common import GROUP_MAX_EPS, block_f16, f16_to_f32, f32_to_f16_bits, imatrix_weights
+from ._common import (
+    GROUP_MAX_EPS,
+    block_f16,
+    f16_to_f32,
+    f32_to_f16_bits,
+    imatrix_weights,
+    quantize_blocks,
+)
 from ._search import MAGIC as _MAGIC
 from ._search import (
     make_q3_quants,
@@ -700,20 +707,10 @@ def _row_quantizer(
     """
 
     def quantize(rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.ndarray:
-        rows = np.ascontiguousarray(rows, dtype=F32)
-        nrows, n = rows.shape
-        nb = n // QK_K
-        xb = rows.reshape(nrows * nb, QK_K)
-        im = None if imatrix is None else np.asarray(imatrix, dtype=F32).reshape(nb, QK_K)
-        out = np.empty((nrows * nb, type_size), dtype=np.uint8)
-        step = chunk if im is None else chunk_imatrix
+        step = chunk if imatrix is None else chunk_imatrix
         # Huge inputs overflow float32 inside the search exactly as in ggml; quiet.
         with np.errstate(all="ignore"):
-            for s in range(0, nrows * nb, step):
-                e = min(s + step, nrows * nb)
-                qw = None if im is None else im[np.arange(s, e) % nb]
-                out[s:e] = block_fn(xb[s:e], qw)
-        return out.reshape(nrows, nb * type_size)
+            return quantize_blocks(rows, imatrix, QK_K, type_size, block_fn, step)
 
     quantize.__name__ = block_fn.__name__.lstrip("_")
     quantize.__doc__ = block_fn.__doc__
