@@ -452,6 +452,14 @@ def test_diff_safetensors_file_against_q8_0_gguf(hf_llama):
     assert v["rmse"] == pytest.approx(float(np.sqrt(np.mean((got - ref) ** 2))))
 
 
+def test_diff_without_config_json_matches_by_name_and_says_so(hf_llama, tmp_path):
+    shutil.copy(hf_llama / "hf" / "model.safetensors", tmp_path / "model.safetensors")
+    p = run("diff", tmp_path / "model.safetensors", hf_llama / "m-f32.gguf")
+    assert p.returncode == 1, p.stderr
+    assert "only when its folder has a config.json" in p.stdout
+    assert "0 tensors in both" in p.stdout and "- lm_head.weight" in p.stdout
+
+
 def test_diff_registry_reports_missing_and_changed_tensors(hf_llama, tmp_path):
     # an HF folder with one weight removed and one reshaped, against the f32 GGUF
     d = tmp_path / "hf"

@@ -140,6 +140,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
+    """Exit 0 when A and B hold the same tensors (and values, with ``--values``), else 1.
+
+    ``--json`` keys: ``a``, ``b``, ``common`` (count), ``only_in_a``, ``only_in_b``,
+    ``shape_differs`` / ``dtype_differs`` (``name``, ``a``, ``b``), and with ``--values``
+    ``values`` (``name``, ``rmse``, ``max_abs``, ``cosine``).  An HF model against a
+    GGUF adds ``matched_by``, ``derived`` (GGUF tensors computed from config.json),
+    ``name_b`` (the tensor's name in B) and the GGUF ``type`` of each value row.
+    """
     ra, rb = load_report(args.a, args), load_report(args.b, args)
     pair = _registry_pair(args, ra, rb)
     if pair is not None:
@@ -163,6 +171,11 @@ def cmd_diff(args: argparse.Namespace) -> int:
             "architecture registry (HF name -> GGUF name)"
         )
     common = result["common"]
+    if cross and pair is None and not common:
+        out.line(
+            "note: no tensor names in common; an HF model is matched to a GGUF through "
+            "the architecture registry only when its folder has a config.json"
+        )
     out.line(f"{common} tensors in both, {len(only_a)} only in A, {len(only_b)} only in B")
     for n in only_a:
         out.line(f"- {n}")
