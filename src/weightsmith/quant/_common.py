@@ -219,3 +219,16 @@ def quantize_blocks(
         e = min(s + chunk_blocks, x.shape[0])
         out[s:e] = chunk_fn(x[s:e], None if qw is None else qw[np.arange(s, e) % per_row])
     return out.reshape(nrows, per_row * type_size)
+
+
+def pack_nibbles(q: np.ndarray) -> np.ndarray:
+    """Codes [..., 32k] uint8 -> bytes [..., 16k]: in each group of 32, value j
+    in the low and value j + 16 in the high nibble (Q4_0/Q4_1/Q5_x's qs, IQ4's).
+
+    Only the low 4 bits of each code are kept (5-bit codes lose their fifth
+    bit here, as ggml's ``(q & 0x0F) | (q << 4)`` into a uint8 does).
+    """
+    g = np.asarray(q, dtype=np.uint8).reshape(*q.shape[:-1], -1, 2, 16)
+    hi = g[..., 1, :] << 4
+    hi |= g[..., 0, :] & 0x0F
+    return hi.reshape(*q.shape[:-1], -1)

@@ -60,7 +60,15 @@ import numpy as np
 
 from ..errors import ImatrixRequired
 from . import _iq_tables as _t
-from ._common import F32, block_f16, f16_to_f32, f32_to_f16_bits, inv_or_zero, quantize_blocks
+from ._common import (
+    F32,
+    block_f16,
+    f16_to_f32,
+    f32_to_f16_bits,
+    inv_or_zero,
+    pack_nibbles,
+    quantize_blocks,
+)
 from ._common import GROUP_MAX_EPS as _GROUP_MAX_EPS
 from ._search import make_qp_quants, nearest_int
 from ._search import seqsum as _seqsum  # C's ``float s = 0; s += a[j]`` over axis 0
@@ -425,12 +433,6 @@ def _c_max(S: np.ndarray) -> np.ndarray:
 _inverse = inv_or_zero  # ggml's ``v ? 1/v : 0``
 
 
-def _pack_nibbles(L: np.ndarray) -> np.ndarray:
-    """[..., 32k] code indices -> [..., 16k] bytes: value j low, j+16 high nibble."""
-    g = L.reshape(*L.shape[:-1], -1, 2, 16)
-    return (g[..., 0, :] | (g[..., 1, :] << 4)).reshape(*L.shape[:-1], -1)
-
-
 def _iq4_chunk(x: np.ndarray, qw: np.ndarray | None, sb: int) -> np.ndarray:
     """Quantize super-blocks ``x`` [c, sb] (sb = 32: IQ4_NL, 256: IQ4_XS) -> bytes."""
     c = x.shape[0]
@@ -451,7 +453,7 @@ def _iq4_chunk(x: np.ndarray, qw: np.ndarray | None, sb: int) -> np.ndarray:
         out = np.empty((c, 18), dtype=np.uint8)
         out[:, 0:2] = f32_to_f16_bits(scales).reshape(c, 1).view(np.uint8)
         L = best_index_iq4nl(X * _inverse(scales)[None, :]).T
-        out[:, 2:] = _pack_nibbles(L)
+        out[:, 2:] = pack_nibbles(L)
         return out
 
     # IQ4_XS: 6-bit sub-block scales relative to a super-block scale
@@ -471,7 +473,7 @@ def _iq4_chunk(x: np.ndarray, qw: np.ndarray | None, sb: int) -> np.ndarray:
     out[:, 2:4] = sh.astype("<u2").reshape(c, 1).view(np.uint8)
     lo = (u & 15).astype(np.uint8)
     out[:, 4:8] = lo[:, 0::2] | (lo[:, 1::2] << 4)
-    out[:, 8:] = _pack_nibbles(L)
+    out[:, 8:] = pack_nibbles(L)
     return out
 
 

@@ -34,6 +34,7 @@ from ._common import (
     f32_to_f16_bits,
     imatrix_weights,
     inv_or_zero,
+    pack_nibbles,
     round_away_int,
     row_sigma2,
 )
@@ -121,13 +122,6 @@ def _dequantize_q8_1(blocks: np.ndarray) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- encode
-
-
-def _pack_nibbles(q: np.ndarray) -> np.ndarray:
-    """q[B, 32] uint8 (< 16 after masking) -> qs[B, 16]."""
-    hi = q[:, 16:] << 4
-    hi |= q[:, :16] & 0x0F
-    return hi
 
 
 def _pack_high_bits(q: np.ndarray) -> np.ndarray:
@@ -366,28 +360,28 @@ def _quantize_q4_0(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
     if imatrix is None:
         return _tiles(rows, _REC_Q4_0, _enc_q4_0)
     d, L = _qx(rows, imatrix, 8)
-    return _assemble(rows, _f16_field(d), _pack_nibbles(L))
+    return _assemble(rows, _f16_field(d), pack_nibbles(L))
 
 
 def _quantize_q4_1(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
     if imatrix is None:
         return _tiles(rows, _REC_Q4_1, _enc_q4_1)
     d, m, L = _qkx(rows, imatrix, 15)
-    return _assemble(rows, _f16_field(d), _f16_field(m), _pack_nibbles(L))
+    return _assemble(rows, _f16_field(d), _f16_field(m), pack_nibbles(L))
 
 
 def _quantize_q5_0(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
     if imatrix is None:
         return _tiles(rows, _REC_Q5_0, _enc_q5_0)
     d, q = _qx(rows, imatrix, 16)
-    return _assemble(rows, _f16_field(d), _pack_high_bits(q), _pack_nibbles(q))
+    return _assemble(rows, _f16_field(d), _pack_high_bits(q), pack_nibbles(q))
 
 
 def _quantize_q5_1(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
     if imatrix is None:
         return _tiles(rows, _REC_Q5_1, _enc_q5_1)
     d, m, q = _qkx(rows, imatrix, 31)
-    return _assemble(rows, _f16_field(d), _f16_field(m), _pack_high_bits(q), _pack_nibbles(q))
+    return _assemble(rows, _f16_field(d), _f16_field(m), _pack_high_bits(q), pack_nibbles(q))
 
 
 def _quantize_q8_0(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
