@@ -234,3 +234,93 @@ def build(name: str, folder: Path, **kw) -> Path:
 
 def config(folder: Path) -> dict:
     return json.loads((Path(folder) / "config.json").read_text())
+
+
+def big_llama(
+    folder: Path, *, hidden: int = 512, intermediate: int = 8192, layers: int = 6
+) -> tuple[Path, int]:
+    """A Llama folder written with numpy alone (bf16 weights), whose FFN matrices dwarf the rest.
+
+    Returns the folder and the element count of its largest tensor.  Used to measure
+    the converter's peak memory against the size of one tensor.
+    """
+    import ml_dtypes
+    import numpy as np
+
+    from weightsmith.safetensors import save_file
+
+    folder = Path(folder)
+    vocab = train_spm(folder)
+    rng = np.random.default_rng(0)
+
+    def w(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(ml_dtypes.bfloat16)
+
+    tensors = {"model.embed_tokens.weight": w(vocab, hidden), "model.norm.weight": w(hidden),
+               "lm_head.weight": w(vocab, hidden)}  # fmt: skip
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        tensors |= {
+            p + "input_layernorm.weight": w(hidden),
+            p + "post_attention_layernorm.weight": w(hidden),
+            p + "self_attn.q_proj.weight": w(hidden, hidden),
+            p + "self_attn.k_proj.weight": w(hidden, hidden),
+            p + "self_attn.v_proj.weight": w(hidden, hidden),
+            p + "self_attn.o_proj.weight": w(hidden, hidden),
+            p + "mlp.gate_proj.weight": w(intermediate, hidden),
+            p + "mlp.up_proj.weight": w(intermediate, hidden),
+            p + "mlp.down_proj.weight": w(hidden, intermediate),
+        }
+    save_file(tensors, folder / "model.safetensors")
+    cfg = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": hidden,
+        "intermediate_size": intermediate,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "max_position_embeddings": 512,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "vocab_size": vocab,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "torch_dtype": "bfloat16",
+    }
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    return folder, intermediate * hidden
+
+
+# run in a child process: peak RSS of one conversion, above the RSS after imports
+PEAK_RSS_CHILD = r"""
+import json, sys
+from weightsmith.convert import hf_to_gguf
+import weightsmith.convert._hf_to_gguf, weightsmith.convert.tokenizer, weightsmith.quant
+import weightsmith.quant.recipes, weightsmith.gguf, weightsmith.safetensors
+
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # reset the peak (VmHWM) to the current RSS
+base = status("VmRSS")
+src, dst, typ, workers = sys.argv[1:5]
+hf_to_gguf(src, dst, typ, workers=int(workers))
+print(json.dumps({"base": base, "peak": status("VmHWM")}))
+"""
+
+
+def peak_rss(src: Path, dst: Path, type: str, workers: int = 1) -> dict:
+    """``{"base": RSS after imports, "peak": peak RSS}`` of converting in a fresh process."""
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-c", PEAK_RSS_CHILD, str(src), str(dst), type, str(workers)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(r.stdout.strip().splitlines()[-1])

@@ -220,7 +220,7 @@ def _torch_sources(d: Path, stack: list) -> list[_Source] | None:
     by_np = {v.numpy: k for k, v in SAFETENSORS.items() if v.numpy is not None}
     for ck in cks:
         stack.append(ck)
-        for name in sorted(ck.tensors):
+        for name in ck.tensors:  # the reference keeps torch.load's (insertion) order
             info = ck.tensors[name]
             code = info.safetensors_dtype or by_np.get(np.dtype(info.dtype), str(info.dtype))
             out.append(_Source(name, tuple(info.shape), code,
