@@ -79,7 +79,6 @@ from ._common import (
 )
 from ._search import MAGIC as _MAGIC
 from ._search import (
-    make_q3_quants,
     make_qkx_quants,
     make_qp_quants,
     make_qx_quants,
@@ -93,16 +92,9 @@ from ._search import (
     signed_absmax,
 )
 
-__all__ = [
-    "DEQUANTIZE",
-    "QUANTIZE",
-    "get_scale_min_k4",
-    "make_q3_quants",
-    "make_qkx_quants",
-    "make_qp_quants",
-    "make_qx_quants",
-    "pack_scale_min_k4",
-]
+# The scale searches are _search's; kquants only uses them (make_qp_quants and
+# friends stay importable from here for older callers).
+__all__ = ["DEQUANTIZE", "QUANTIZE", "get_scale_min_k4", "pack_scale_min_k4"]
 
 F32 = np.float32
 QK_K = 256
