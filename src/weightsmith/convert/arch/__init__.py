@@ -520,7 +520,7 @@ LLAMA = Arch(
         "LlamaForCausalLM": "llama",
         "LLaMAForCausalLM": "llama",
         "MistralForCausalLM": "mistral",
-    },  # fmt: skip
+    },
     hf_config=lambda cfg, names: {
         "hidden_act": "silu",
         "attention_bias": "blk.0.attn_q.bias" in names,
