@@ -114,3 +114,25 @@ def test_semicolon_inside_a_number_list_is_invalid_json(header):
     data = len(header).to_bytes(8, "little") + header + b"xx"
     with pytest.raises(E.InvalidHeaderJSON):
         st.load(data)
+
+
+def test_quantize_of_huge_rows_never_crashes():
+    # ggml's C quantizers abort the process on these (GGML_ASSERT) for several
+    # IQ types; ours must return bytes of the right size or a named error
+    from weightsmith import errors as E
+    from weightsmith import quant
+    from weightsmith.dtypes import GGML
+    from weightsmith.quant.registry import codec
+
+    rng = np.random.default_rng(1)
+    for name in sorted(n for n in GGML if codec(n).quantize is not None and GGML[n].block_size > 1):
+        t = GGML[name]
+        n = max(t.block_size, 256)
+        x = (rng.standard_normal((2, n)) * 1e20).astype(np.float32)
+        im = (rng.random(n) + 0.1).astype(np.float32)
+        try:
+            raw = np.asarray(quant.quantize(x, name, im))
+        except E.WeightsmithError:
+            continue
+        assert raw.nbytes == 2 * t.nbytes(n), name
+        assert quant.dequantize(raw, name, x.shape).shape == x.shape
