@@ -56,7 +56,7 @@ def _hammer(read_one, n_threads: int = THREADS) -> list[BaseException]:
         try:
             for _ in range(ROUNDS):
                 read_one(rng)
-        except BaseException as e:  # noqa: BLE001 - reported to the main thread
+        except BaseException as e:
             errors.append(e)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(n_threads)]
@@ -162,7 +162,7 @@ def _close_race(open_handle, read_all, rounds: int = 40) -> tuple[int, int]:
                     with lock:
                         named += 1
                     return
-                except BaseException as e:  # noqa: BLE001
+                except BaseException as e:
                     bad.append(e)
                     return
                 with lock:
@@ -191,7 +191,7 @@ def test_safetensors_closed_while_reading(tmp_path, use_mmap):
             np.testing.assert_array_equal(h.get_tensor(name), a)
             np.testing.assert_array_equal(h.get_slice(name)[1:], a[1:])
 
-    ok, named = _close_race(lambda: st.safe_open(p, mmap=use_mmap), read_all)
+    _ok, named = _close_race(lambda: st.safe_open(p, mmap=use_mmap), read_all)
     assert named == 40 * 4  # every reader ends on the named error
 
 
@@ -203,7 +203,7 @@ def test_gguf_closed_while_reading(tmp_path):
         for name, a in want.items():
             np.testing.assert_array_equal(h.dequantize(name), a)
 
-    ok, named = _close_race(lambda: gguf.read(p), read_all)
+    _ok, named = _close_race(lambda: gguf.read(p), read_all)
     assert named == 40 * 4
 
 
