@@ -153,10 +153,15 @@ def _fork_and_kill(write, folder: Path, v: int, delay: float, wait: bool = False
         finally:
             os._exit(code)
     time.sleep(delay)
-    done, status = os.waitpid(pid, 0 if wait else os.WNOHANG)
+    done, status = os.waitpid(pid, os.WNOHANG)
+    deadline = time.monotonic() + 120
+    while wait and done == 0 and time.monotonic() < deadline:
+        time.sleep(0.005)  # bounded: a child that hangs must fail the test, not CI
+        done, status = os.waitpid(pid, os.WNOHANG)
     if done == 0:
         os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
+        assert not wait, "the writer child hung"
         return False
     assert os.waitstatus_to_exitcode(status) == 0
     return True
