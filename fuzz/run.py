@@ -27,6 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from fuzz import seeds as seedmod  # noqa: E402
+from fuzz import targets  # noqa: E402
 
 TARGETS = list(seedmod.SEEDS)
 
@@ -54,8 +55,17 @@ def run(
             "-rss_limit_mb=3072", f"-artifact_prefix={artifacts}/", "-print_final_stats=1",
             str(corpus), str(seeds_dir), *extra,
         ]  # fmt: skip
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=left + 300)
-        log = p.stderr
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            _out, log = p.communicate(timeout=left + 300)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            # libFuzzer exits without unwinding Python: remove the driver's
+            # scratch files (fuzz.targets names them by pid) here
+            for f in Path(targets.SCRATCH_DIR).glob(f"ws-fuzz-{p.pid}.*"):
+                f.unlink(missing_ok=True)
         if verbose:
             print(log[-4000:], file=sys.stderr)
         m = re.search(r"stat::number_of_executed_units:\s*(\d+)", log)

@@ -31,8 +31,8 @@ from weightsmith.dtypes import GGML
 from weightsmith.torchfile import _pickle
 
 # Files are needed for the mmap readers; /dev/shm keeps them off the disk.
-_TMPDIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-_SCRATCH = os.path.join(_TMPDIR, f"ws-fuzz-{os.getpid()}")
+SCRATCH_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+_SCRATCH = os.path.join(SCRATCH_DIR, f"ws-fuzz-{os.getpid()}")
 # Cap on the elements a target materialises per tensor: the parsers already
 # bound sizes by the file size; this only keeps iterations fast.
 _MAX_READ = 1 << 20
