@@ -270,7 +270,7 @@ def test_imatrix_matches_llama_quantize(work, fmt):
     im = read_imatrix(path)
     assert im.chunk_count == 3 and im.datasets == ["tiny.txt"]
     for n, v in values.items():
-        np.testing.assert_array_equal(im.data[n], v)
+        np.testing.assert_array_equal(im.entries[n], v)
     for t in ("q4_k_m", "iq4_xs"):
         ref = root / f"im-ref-{fmt}-{t}.gguf"
         _llama_quantize(work["ref"] / "llama-f32.gguf", ref, t, imatrix=values)

@@ -18,7 +18,7 @@ _LAZY = {
     "hf_to_gguf": "weightsmith.convert._hf_to_gguf",
     "plan_conversion": "weightsmith.convert._hf_to_gguf",
     "compare": "weightsmith.convert._compare",
-    "read_imatrix": "weightsmith.convert._imatrix",
+    "read_imatrix": "weightsmith.quant.imatrix",
 }
 
 __all__ = list(_LAZY)

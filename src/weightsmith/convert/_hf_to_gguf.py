@@ -44,6 +44,8 @@ import numpy as np
 
 from .. import errors as E
 from ..gguf import GGUFValueType, Writer
+from ..quant._file import quantize_tensor
+from ..quant.imatrix import Imatrix, read_imatrix
 from .arch import FILE_TYPE, Arch, head_counts, lookup, supported
 
 VT = GGUFValueType
@@ -461,15 +463,12 @@ def _widen(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32)
 
 
-def _encode(x: np.ndarray, t: str, im: np.ndarray | None, workers: int | None, name: str):
-    from .. import quant
-
+def _encode(x: np.ndarray, t: str, im: Imatrix | None, workers: int | None, name: str):
     if t == "F32":
         return np.ascontiguousarray(x, dtype=np.float32)
     if t == "F16":
         return np.ascontiguousarray(x.astype(np.float16))
-    x32 = np.ascontiguousarray(x, dtype=np.float32)
-    return quant.quantize(x32, t, im, workers=workers, name=name)
+    return quantize_tensor(np.ascontiguousarray(x, dtype=np.float32), t, name, im, workers)
 
 
 def _tensor_data(tp: TensorPlan, p: _Plan) -> np.ndarray:
@@ -504,12 +503,6 @@ class ConversionResult:
     n_params: int = 0
 
 
-def _imatrix_for(im: dict[str, np.ndarray] | None, tp: TensorPlan) -> np.ndarray | None:
-    if im is None or tp.type in ("F32", "F16", "BF16"):
-        return None
-    return im.get(tp.name)
-
-
 def hf_to_gguf(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
@@ -538,16 +531,11 @@ def hf_to_gguf(
     dst = Path(dst)
     stack: list = []
     try:
-        im_data = im_meta = None
-        if imatrix is not None:
-            from ._imatrix import read_imatrix
-
-            im = read_imatrix(imatrix)
-            im_data, im_meta = im.data, im
-        p = _plan(d, type, stack, has_imatrix=im_data is not None, tokenizer=tokenizer)
+        im = read_imatrix(imatrix) if imatrix is not None else None
+        p = _plan(d, type, stack, has_imatrix=im is not None, tokenizer=tokenizer)
         rows = _metadata(p, d, name)
-        if im_meta is not None:
-            rows.extend(im_meta.gguf_rows(imatrix, used=_used_entries(p, im_data)))
+        if im is not None:
+            rows.extend(im.gguf_rows())
         target = dst if split_max_size is None else _unsplit_path(dst)
         target.parent.mkdir(parents=True, exist_ok=True)
         total = sum(_out_nbytes(tp) for tp in p.tensors)
@@ -560,7 +548,7 @@ def hf_to_gguf(
             done = 0
             for i, tp in enumerate(p.tensors):
                 x = _tensor_data(tp, p)
-                data = _encode(x, tp.type, _imatrix_for(im_data, tp), workers, tp.name)
+                data = _encode(x, tp.type, im, workers, tp.name)
                 del x
                 w.write_tensor(tp.name, data)
                 done += _out_nbytes(tp)
@@ -581,12 +569,6 @@ def hf_to_gguf(
     finally:
         for h in stack:
             h.close()
-
-
-def _used_entries(p: _Plan, im: dict[str, np.ndarray] | None) -> int:
-    if not im:
-        return 0
-    return sum(1 for tp in p.tensors if tp.name in im)
 
 
 def _out_nbytes(tp: TensorPlan) -> int:

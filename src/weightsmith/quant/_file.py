@@ -25,7 +25,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import ImatrixRequired, RequantizeRefused
-from .imatrix import Imatrix, for_tensor, load_imatrix
+from .imatrix import Imatrix, for_tensor, read_imatrix
 
 QNT_VERSION = 2  # GGML_QNT_VERSION
 _FLOAT_SOURCES = {"F32", "F16", "BF16"}
@@ -64,7 +64,7 @@ def quantize_file(
     from . import recipes
 
     ftype = recipes.file_type(type)
-    im = load_imatrix(imatrix) if imatrix is not None else None
+    im = read_imatrix(imatrix) if imatrix is not None else None
     f = gguf.read(src)
     try:
         meta = f.metadata
@@ -89,7 +89,7 @@ def quantize_file(
                 if key.startswith("split."):
                     continue
                 w.add(key, meta[key], type=f.metadata_type(key))
-            for key, value, vtype in _tail_kvs(ftype.id, im, imatrix):
+            for key, value, vtype in _tail_kvs(ftype.id, im):
                 if key in meta:  # gguf_set_val_*: remove, then append at the end
                     w.remove(key)
                 w.add(key, value, type=vtype)
@@ -103,7 +103,7 @@ def quantize_file(
                     w.write_tensor(t.name, f.tensor_bytes(t.name))
                 else:
                     x = np.asarray(f.dequantize(t.name), dtype=np.float32)
-                    w.write_tensor(t.name, _quantize_tensor(x, new, t.name, im, workers))
+                    w.write_tensor(t.name, quantize_tensor(x, new, t.name, im, workers))
                 done += t.nbytes
                 if progress is not None:
                     progress(done, total, i, len(tensors))
@@ -116,19 +116,12 @@ def quantize_file(
         f.close()
 
 
-def _tail_kvs(ftype_id: int, im: Imatrix | None, imatrix_path) -> list[tuple[str, object, str]]:
+def _tail_kvs(ftype_id: int, im: Imatrix | None) -> list[tuple[str, object, str]]:
     out: list[tuple[str, object, str]] = [
         ("general.quantization_version", QNT_VERSION, "u32"),
         ("general.file_type", ftype_id, "u32"),
     ]
-    if im is not None:
-        out.append(("quantize.imatrix.file", os.fspath(imatrix_path)[:127], "str"))
-        if im.datasets:
-            out.append(("quantize.imatrix.dataset", im.datasets[0][:127], "str"))
-        out.append(("quantize.imatrix.entries_count", len(im.entries), "u32"))
-        if im.chunk_count > 0:
-            out.append(("quantize.imatrix.chunks_count", im.chunk_count, "u32"))
-    return out
+    return out + (im.gguf_rows() if im is not None else [])
 
 
 def _check_plan(tensors, plan, source_types, im: Imatrix | None, ftype_name: str) -> None:
@@ -153,7 +146,10 @@ def _check_plan(tensors, plan, source_types, im: Imatrix | None, ftype_name: str
             )
 
 
-def _quantize_tensor(x: np.ndarray, new: str, name: str, im: Imatrix | None, workers) -> np.ndarray:
+def quantize_tensor(
+    x: np.ndarray, new: str, name: str, im: Imatrix | None, workers: int | None = None
+) -> np.ndarray:
+    """Quantize one GGUF tensor (2-D, or 3-D experts) with its slice of an importance matrix."""
     from . import quantize
 
     e = None if im is None else for_tensor(name, x.shape, im)
