@@ -47,7 +47,11 @@ class ZipLayout:
         self.mm = mm
         try:
             self.zf = zipfile.ZipFile(fh)
-        except (zipfile.BadZipFile, OSError, ValueError) as e:
+        # zipfile reports some malformed directories as NotImplementedError
+        # ("zip file version 6.4"), EOFError or struct.error
+        except (
+            zipfile.BadZipFile, OSError, ValueError, NotImplementedError, EOFError, struct.error
+        ) as e:  # fmt: skip
             raise errors.NotATorchFile(
                 "not a readable zip archive",
                 path=self.path,
