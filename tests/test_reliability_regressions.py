@@ -136,3 +136,23 @@ def test_quantize_of_huge_rows_never_crashes():
             continue
         assert raw.nbytes == 2 * t.nbytes(n), name
         assert quant.dequantize(raw, name, x.shape).shape == x.shape
+
+
+def test_zip_needing_a_newer_zip_version_is_not_a_torch_file(tmp_path):
+    # found by the pickle fuzz smoke run: zipfile raises NotImplementedError
+    # ("zip file version 6.4") for a central directory entry whose "version
+    # needed to extract" it does not support
+    import io
+
+    from weightsmith import errors as E
+
+    buf = io.BytesIO()
+    torch.save({"w": torch.arange(4.0)}, buf)
+    data = bytearray(buf.getvalue())
+    at = data.index(b"PK\x01\x02")  # first central directory entry
+    data[at + 6 : at + 8] = (64).to_bytes(2, "little")  # version needed: 6.4
+    p = tmp_path / "v64.pt"
+    p.write_bytes(bytes(data))
+    with pytest.raises(E.NotATorchFile):
+        torchfile.open(p)
+    assert torchfile.scan(p).problems
