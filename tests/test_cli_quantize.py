@@ -154,7 +154,8 @@ def test_refusals_are_named(f32_model, tmp_path):
     llama_quantize(f32_model, tmp_path / "q8.gguf", "Q8_0")
     # quantized sources are not requantized
     assert_one_line_error(
-        run("quantize", tmp_path / "q8.gguf", tmp_path / "x.gguf", "--type", "q4_0"), "RequantizeRefused"
+        run("quantize", tmp_path / "q8.gguf", tmp_path / "x.gguf", "--type", "q4_0"),
+        "RequantizeRefused",
     )
     assert_one_line_error(
         run("quantize", f32_model, tmp_path / "x.gguf", "--type", "nope"), "UnknownFileType"

@@ -24,13 +24,13 @@ import ml_dtypes
 import numpy as np
 
 __all__ = [
+    "GGML",
+    "SAFETENSORS",
     "DType",
     "GGMLType",
-    "SAFETENSORS",
-    "GGML",
-    "safetensors_dtype",
-    "ggml_type",
     "from_numpy",
+    "ggml_type",
+    "safetensors_dtype",
 ]
 
 

@@ -555,7 +555,7 @@ class InvalidImatrix(QuantError):
 
 
 class ImatrixRequired(QuantError):
-    """The type cannot be quantized without an importance matrix (IQ2_XXS, IQ2_XS, IQ1_S)."""
+    """The type (IQ2_XXS, IQ2_XS, IQ1_S, ...) cannot be quantized without an importance matrix."""
 
 
 class NonFiniteInput(QuantError):
@@ -604,10 +604,6 @@ class RemoteConnectionError(RemoteError):
 # --------------------------------------------------------------------------- file-level quantization
 class RequantizeRefused(FormatError):
     """A tensor is already quantized; quantizing it again would compound the error."""
-
-
-class ImatrixRequired(FormatError):
-    """The file type picks a type for a tensor that ggml only quantizes with an imatrix."""
 
 
 class UnknownCastType(FormatError):
