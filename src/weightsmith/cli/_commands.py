@@ -25,7 +25,7 @@ def _out(args: argparse.Namespace) -> Out:
 def cmd_demo(args: argparse.Namespace) -> int:
     from . import demo
 
-    demo.run(args.out, seed=args.seed, out=_out(args), quiet=args.quiet)
+    demo.run(args.out, out=_out(args), quiet=args.quiet)
     return 0
 
 

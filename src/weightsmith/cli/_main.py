@@ -57,7 +57,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--out", metavar="DIR", help="folder to write to (default: a temp folder, removed)"
     )
-    p.add_argument("--seed", type=int, default=0)
 
     p = add("inspect", "show the header, tensors, layer tree and parameter counts of a model")
     p.add_argument(
