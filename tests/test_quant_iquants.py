@@ -9,18 +9,15 @@ types IQ3_XXS, IQ3_S, IQ2_S, and IQ2_XXS/IQ2_XS, which require one).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
-from safetensors.numpy import load_file
 
 import ggml_ref
+from golden import as_blocks, assert_same_bytes, assert_same_floats, load_golden, load_inputs
 from weightsmith.dtypes import ggml_type
 from weightsmith.errors import ImatrixRequired
 from weightsmith.quant import iquants
 
-GOLDEN = Path(__file__).parent / "data" / "golden"
 DEQ_TYPES = ["IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS"]
 Q_TYPES = ["IQ4_NL", "IQ4_XS", "IQ3_XXS", "IQ3_S", "IQ2_S", "IQ2_XXS", "IQ2_XS", "IQ1_S", "IQ1_M"]
 NEEDS_IMATRIX = {"IQ2_XXS", "IQ2_XS", "IQ1_S"}  # ggml asserts an imatrix for these
@@ -41,42 +38,20 @@ def _cases() -> list[tuple[str, tuple[int, int], str | None]]:
 
 @pytest.fixture(scope="module")
 def inputs() -> dict[str, np.ndarray]:
-    return load_file(GOLDEN / "inputs.safetensors")
-
-
-def _golden(name: str) -> dict[str, np.ndarray]:
-    return load_file(GOLDEN / f"{name}.safetensors")
-
-
-def _blocks(raw: np.ndarray, name: str) -> np.ndarray:
-    return np.ascontiguousarray(raw).reshape(-1, ggml_type(name).type_size)
-
-
-def _assert_same_floats(got: np.ndarray, want: np.ndarray) -> None:
-    assert got.dtype == np.float32 and got.shape == want.shape
-    bad = np.flatnonzero(got.view(np.uint32) != want.view(np.uint32))
-    assert bad.size == 0, (
-        f"{bad.size} floats differ, first at {bad[0]}: {got.flat[bad[0]]!r} vs {want.flat[bad[0]]!r}"
-    )
-
-
-def _assert_same_bytes(got: np.ndarray, want: np.ndarray, name: str) -> None:
-    assert got.dtype == np.uint8 and got.shape == want.shape
-    rows = np.flatnonzero((got != want).any(axis=1))
-    assert rows.size == 0, f"{name}: rows {rows.tolist()[:10]} differ"
+    return load_inputs()
 
 
 def _golden_pairs(name: str) -> list[str]:
     """The quantized tensors of a golden file (``<set>.q`` / ``<set>.q_imat``)."""
-    return sorted(k for k in _golden(name) if ".q" in k)
+    return sorted(k for k in load_golden(name) if ".q" in k)
 
 
 @pytest.mark.parametrize(("name", "key"), [(n, k) for n in DEQ_TYPES for k in _golden_pairs(n)])
 def test_golden_dequantize(name, key):
-    gold = _golden(name)
+    gold = load_golden(name)
     want = gold[key.replace(".q", ".deq")]
-    got = iquants.DEQUANTIZE[name](_blocks(gold[key], name))
-    _assert_same_floats(got.reshape(want.shape), want)
+    got = iquants.DEQUANTIZE[name](as_blocks(gold[key], name))
+    assert_same_floats(got.reshape(want.shape), want)
 
 
 def test_golden_covers_every_type_and_path():
@@ -94,7 +69,7 @@ def test_golden_quantize(inputs, name, key):
     dataset = key.split(".")[0]
     im = inputs[f"{dataset}.imatrix"] if key.endswith("_imat") else None
     got = iquants.QUANTIZE[name](inputs[dataset], im)
-    _assert_same_bytes(got, _golden(name)[key], name)
+    assert_same_bytes(got, load_golden(name)[key], name)
 
 
 def test_golden_quantize_covers_both_paths():
@@ -130,7 +105,7 @@ def test_dequantize_random_blocks_vs_ggml(name):
     nb = 5000  # more than one internal chunk
     raw = _random_blocks(name, nb, rng)
     want = ggml_ref.dequantize(raw, name, nb * t.block_size).reshape(nb, t.block_size)
-    _assert_same_floats(iquants.DEQUANTIZE[name](raw), want)
+    assert_same_floats(iquants.DEQUANTIZE[name](raw), want)
 
 
 def _matrix(kind: str, shape: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
@@ -173,11 +148,11 @@ def test_quantize_random_vs_ggml(name, shape, imat):
         x = _matrix(kind, shape, rng)
         want = ggml_ref.quantize(x, name, im)
         got = iquants.QUANTIZE[name](x, im)
-        _assert_same_bytes(got, want, f"{name} {kind}")
+        assert_same_bytes(got, want, f"{name} {kind}")
         # and the round trip through both dequantizers agrees
         n = x.size
-        _assert_same_floats(
-            iquants.DEQUANTIZE[name](_blocks(got, name)).reshape(n),
+        assert_same_floats(
+            iquants.DEQUANTIZE[name](as_blocks(got, name)).reshape(n),
             ggml_ref.dequantize(want, name, n),
         )
 
@@ -191,7 +166,7 @@ def test_quantize_single_block_rows_vs_ggml(name):
         x = _matrix(kind, (1, bs), rng)
         im = (rng.random(bs) + 0.5).astype(np.float32)
         for imat in (im,) if name in NEEDS_IMATRIX else (None, im):
-            _assert_same_bytes(
+            assert_same_bytes(
                 iquants.QUANTIZE[name](x, imat), ggml_ref.quantize(x, name, imat), kind
             )
 
@@ -202,7 +177,7 @@ def test_quantize_large_matrix_spans_chunks_vs_ggml():
     x = (rng.standard_normal((300, 1024)) * 0.05).astype(np.float32)
     im = (rng.random(1024) + 0.01).astype(np.float32)
     for name in ("IQ4_NL", "IQ4_XS", "IQ3_S"):
-        _assert_same_bytes(iquants.QUANTIZE[name](x, im), ggml_ref.quantize(x, name, im), name)
+        assert_same_bytes(iquants.QUANTIZE[name](x, im), ggml_ref.quantize(x, name, im), name)
 
 
 @pytest.mark.parametrize("name", ["IQ4_NL", "IQ4_XS"])
@@ -221,7 +196,7 @@ def test_quantize_huge_and_nonfinite_values_vs_ggml(name):
     with np.errstate(all="ignore"):
         for x in cases:
             for imat in (None, im):
-                _assert_same_bytes(
+                assert_same_bytes(
                     iquants.QUANTIZE[name](x, imat), ggml_ref.quantize(x, name, imat), name
                 )
 
@@ -317,5 +292,5 @@ def test_quantize_contract_shapes_and_inputs_untouched(name):
     assert q.dtype == np.uint8
     assert q.shape == (3, 512 // t.block_size * t.type_size)
     assert np.array_equal(x, x0) and np.array_equal(im, im0)
-    y = iquants.DEQUANTIZE[name](_blocks(q, name))
+    y = iquants.DEQUANTIZE[name](as_blocks(q, name))
     assert y.dtype == np.float32 and y.shape == (3 * 512 // t.block_size, t.block_size)

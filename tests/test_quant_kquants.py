@@ -8,71 +8,46 @@ with and without an importance matrix.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from safetensors.numpy import load_file
 
 import ggml_ref
+from golden import as_blocks, assert_same_bytes, assert_same_floats, load_golden, load_inputs
 from weightsmith.dtypes import ggml_type
 from weightsmith.quant import _search, kquants
 
-GOLDEN = Path(__file__).parent / "data" / "golden"
 QTYPES = ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
 
 
 @pytest.fixture(scope="module")
 def inputs() -> dict[str, np.ndarray]:
-    return load_file(GOLDEN / "inputs.safetensors")
-
-
-def _golden(name: str) -> dict[str, np.ndarray]:
-    return load_file(GOLDEN / f"{name}.safetensors")
-
-
-def _blocks(raw: np.ndarray, name: str) -> np.ndarray:
-    return np.ascontiguousarray(raw).reshape(-1, ggml_type(name).type_size)
-
-
-def _assert_same_floats(got: np.ndarray, want: np.ndarray) -> None:
-    assert got.dtype == np.float32 and got.shape == want.shape
-    bad = np.flatnonzero(got.view(np.uint32) != want.view(np.uint32))
-    assert bad.size == 0, (
-        f"{bad.size} floats differ, first at {bad[0]}: {got.flat[bad[0]]!r} vs {want.flat[bad[0]]!r}"
-    )
-
-
-def _assert_same_bytes(got: np.ndarray, want: np.ndarray, name: str) -> None:
-    assert got.dtype == np.uint8 and got.shape == want.shape
-    rows = np.flatnonzero((got != want).any(axis=1))
-    assert rows.size == 0, f"{name}: rows {rows.tolist()[:10]} differ"
+    return load_inputs()
 
 
 @pytest.mark.parametrize("imat", [False, True], ids=["plain", "imat"])
 @pytest.mark.parametrize("dataset", ["w256", "w512"])
 @pytest.mark.parametrize("name", QTYPES)
 def test_golden_quantize(inputs, name, dataset, imat):
-    gold = _golden(name)
+    gold = load_golden(name)
     suffix = "_imat" if imat else ""
     x = inputs[dataset]
     im = inputs[f"{dataset}.imatrix"] if imat else None
     got = kquants.QUANTIZE[name](x, im)
-    _assert_same_bytes(got, gold[f"{dataset}.q{suffix}"], name)
+    assert_same_bytes(got, gold[f"{dataset}.q{suffix}"], name)
 
 
 @pytest.mark.parametrize("imat", [False, True], ids=["plain", "imat"])
 @pytest.mark.parametrize("dataset", ["w256", "w512"])
 @pytest.mark.parametrize("name", QTYPES)
 def test_golden_dequantize(name, dataset, imat):
-    gold = _golden(name)
+    gold = load_golden(name)
     suffix = "_imat" if imat else ""
     raw = gold[f"{dataset}.q{suffix}"]
     want = gold[f"{dataset}.deq{suffix}"]
-    got = kquants.DEQUANTIZE[name](_blocks(raw, name)).reshape(want.shape)
-    _assert_same_floats(got, want)
+    got = kquants.DEQUANTIZE[name](as_blocks(raw, name)).reshape(want.shape)
+    assert_same_floats(got, want)
 
 
 # --------------------------------------------------------------------------- against live ggml
@@ -183,9 +158,9 @@ def _imatrices(rng: np.random.Generator, n: int) -> list[np.ndarray]:
 
 def _check_live(x: np.ndarray, name: str, im: np.ndarray | None, what: str) -> None:
     want = ggml_ref.quantize(x, name, im)
-    _assert_same_bytes(kquants.QUANTIZE[name](x, im), want, what)
-    deq = kquants.DEQUANTIZE[name](_blocks(want, name)).reshape(-1)
-    _assert_same_floats(deq, ggml_ref.dequantize(want, name, x.size))
+    assert_same_bytes(kquants.QUANTIZE[name](x, im), want, what)
+    deq = kquants.DEQUANTIZE[name](as_blocks(want, name)).reshape(-1)
+    assert_same_floats(deq, ggml_ref.dequantize(want, name, x.size))
 
 
 @pytest.mark.parametrize("name", QTYPES)
@@ -220,7 +195,7 @@ def test_live_dequantize_random_bytes() -> None:
         d = rng.standard_normal((64, nd)).astype(np.float16).view(np.uint8).reshape(64, 2 * nd)
         raw[:, d_offset : d_offset + 2 * nd] = d
         y = kquants.DEQUANTIZE[name](raw)
-        _assert_same_floats(y.reshape(-1), ggml_ref.dequantize(raw, name, 64 * 256))
+        assert_same_floats(y.reshape(-1), ggml_ref.dequantize(raw, name, 64 * 256))
 
 
 @settings(max_examples=40, deadline=None)
@@ -262,17 +237,17 @@ def test_q8_k_dequantize_matches_ggml():
     lib.dequantize_row_q8_K.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
     lib.dequantize_row_q8_K(raw.ctypes.data, want.ctypes.data, x.size)
     got = kquants.DEQUANTIZE["Q8_K"](raw).reshape(-1)
-    _assert_same_floats(got, want)
+    assert_same_floats(got, want)
 
 
 @pytest.mark.parametrize("name", QTYPES)
 def test_golden_without_sequential_axis0_reduce(inputs, monkeypatch, name):
     # The fallback for a numpy whose axis-0 reduction is not row by row.
     monkeypatch.setattr(_search, "_SEQUENTIAL_AXIS0", False)
-    gold = _golden(name)
+    gold = load_golden(name)
     for suffix, im in (("", None), ("_imat", inputs["w256.imatrix"])):
         got = kquants.QUANTIZE[name](inputs["w256"], im)
-        _assert_same_bytes(got, gold[f"w256.q{suffix}"], name)
+        assert_same_bytes(got, gold[f"w256.q{suffix}"], name)
 
 
 @pytest.mark.parametrize("name", [*QTYPES, "Q8_K"])
@@ -297,4 +272,4 @@ def test_single_block_with_imatrix_matches_ggml(name):
         x = (rng.standard_normal((1, 256)) * rng.uniform(0.001, 10)).astype(np.float32)
         x[0, rng.integers(0, 256, 20)] *= 30
         im = (rng.random(256) ** 4).astype(np.float32)
-        _assert_same_bytes(quantize(x, im), ggml_ref.quantize(x, name, im), f"{name} seed {seed}")
+        assert_same_bytes(quantize(x, im), ggml_ref.quantize(x, name, im), f"{name} seed {seed}")
