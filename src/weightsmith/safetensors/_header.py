@@ -244,6 +244,21 @@ _FAST = json.JSONDecoder()
 _SLOW = json.JSONDecoder(object_pairs_hook=_Obj)
 
 
+def _not_object(value, path) -> E.HeaderNotObject:
+    """The error for a header that is valid JSON but not an object.
+
+    Raised from two places (before and after decoding) that must word it alike.
+    """
+    return E.HeaderNotObject(
+        "header is not a JSON object",
+        path=path,
+        field="header",
+        offset=8,
+        expected="a JSON object",
+        found=_kind(value),
+    )
+
+
 def _not_brace(raw: bytes, text: str, path) -> None:
     """The header does not open with '{': say whether it is some other JSON
     value (HeaderNotObject) or not even that (HeaderNotBrace)."""
@@ -254,14 +269,7 @@ def _not_brace(raw: bytes, text: str, path) -> None:
         except ValueError:
             pass
         else:
-            raise E.HeaderNotObject(
-                "header is not a JSON object",
-                path=path,
-                field="header",
-                offset=8,
-                expected="a JSON object",
-                found=_kind(value),
-            )
+            raise _not_object(value, path)
     raise E.HeaderNotBrace(
         "header does not begin with '{'",
         path=path,
@@ -579,14 +587,7 @@ def _parse(raw: bytes, file_size: int, path) -> Header:
     n = len(raw)
     top = _decode(raw, path)
     if not isinstance(top, _OBJECTS):
-        raise E.HeaderNotObject(
-            "header is not a JSON object",
-            path=path,
-            field="header",
-            offset=8,
-            expected="a JSON object",
-            found=_kind(top),
-        )
+        raise _not_object(top, path)
     metadata = None
     seen_meta = False
     tensors: dict[str, TensorInfo] = {}
