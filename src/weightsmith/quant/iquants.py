@@ -787,6 +787,22 @@ def _parity_signs(xb: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return xval.reshape(m, sub), bits & 127
 
 
+def _columns(xval: np.ndarray, W: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sub-blocks ``v`` of magnitudes and weights, transposed to the [sub, n]
+    layout _grid_subblocks searches in (contiguous, so its sums vectorise)."""
+    return np.ascontiguousarray(xval[v].T), np.ascontiguousarray(W[v].T)
+
+
+def _positive_scales(sc: np.ndarray, sg: np.ndarray, mask: int) -> tuple[np.ndarray, np.ndarray]:
+    """ggml stores only positive sub-block scales: where the search found a
+    negative one ("should never happen" there), flip every sign bit of that
+    sub-block instead.  ``mask`` keeps the stored sign bits (255, or 127 when
+    the 8th bit is implied by parity).  ``sg`` is a copy; returns (|sc|, sg)."""
+    flip = sc < 0
+    sg[flip] = ~sg[flip] & mask
+    return np.where(flip, -sc, sc), sg
+
+
 def _iq3_xxs_chunk(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     """Super-blocks x [c, 256] -> IQ3_XXS blocks [c, 98]."""
     c = x.shape[0]
@@ -802,13 +818,9 @@ def _iq3_xxs_chunk(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     sas = np.zeros(m, dtype=np.uint32)
     v = np.flatnonzero(valid)
     if v.size:
-        X = np.ascontiguousarray(xval[v].T)
-        Wt = np.ascontiguousarray(W[v].T)
+        X, Wt = _columns(xval, W, v)
         sc, L = _grid_subblocks(g, X, Wt, mx[v], 15, F32(0.2), True, "offgrid")
-        sg = signs[v]
-        flip = sc < 0  # "should never happen" in ggml; flip the signs then
-        sc = np.where(flip, -sc, sc)
-        sg[flip] = ~sg[flip] & 127
+        sc, sg = _positive_scales(sc, signs[v], 127)
         gidx[v] = g.map[g.pack(L)].T
         sas[v] = (sg << np.array([0, 7, 14, 21])).sum(axis=1).astype(np.uint32)
         scales[v] = sc
@@ -839,14 +851,9 @@ def _iq3_s_chunk(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     gidx = np.zeros((m, 8), dtype=np.int64)
     v = np.flatnonzero(valid)
     if v.size:
-        X = np.ascontiguousarray(xval[v].T)
-        Wt = np.ascontiguousarray(W[v].T)
+        X, Wt = _columns(xval, W, v)
         sc, L = _grid_subblocks(g, X, Wt, mx[v], 9, F32(0.2), False, "all")
-        flip = sc < 0
-        sc = np.where(flip, -sc, sc)
-        sg = signs[v]
-        sg[flip] = ~sg[flip]
-        signs[v] = sg
+        sc, signs[v] = _positive_scales(sc, signs[v], 255)
         gidx[v] = g.map[g.pack(L)].T
         scales[v] = sc
 
@@ -890,14 +897,9 @@ def _iq2_s_chunk(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     gidx = np.zeros((m, 2), dtype=np.int64)
     v = np.flatnonzero(valid)
     if v.size:
-        X = np.ascontiguousarray(xval[v].T)
-        Wt = np.ascontiguousarray(W[v].T)
+        X, Wt = _columns(xval, W, v)
         sc, L = _grid_subblocks(g, X, Wt, mx[v], 9, F32(0.1), True, "offgrid")
-        flip = sc < 0
-        sc = np.where(flip, -sc, sc)
-        sg = signs[v]
-        sg[flip] = ~sg[flip]
-        signs[v] = sg
+        sc, signs[v] = _positive_scales(sc, signs[v], 255)
         gidx[v] = g.map[g.pack(L)].T
         scales[v] = sc
     signs[~valid] = 0
@@ -931,8 +933,7 @@ def _iq2_xxs_chunk(x: np.ndarray, qw: np.ndarray) -> np.ndarray:
     words = np.zeros(m, dtype=np.uint32)
     v = np.flatnonzero(valid)
     if v.size:
-        X = np.ascontiguousarray(xval[v].T)
-        Wt = np.ascontiguousarray(W[v].T)
+        X, Wt = _columns(xval, W, v)
         # the trials start from make_qp_quants' scale (levels 0..3)
         sc0, _ = make_qp_quants(X, Wt, 4)
         eff = sc0 * F32(3)
@@ -940,10 +941,7 @@ def _iq2_xxs_chunk(x: np.ndarray, qw: np.ndarray) -> np.ndarray:
         v, X, Wt, sc0, eff = v[ok], X[:, ok], Wt[:, ok], sc0[ok], eff[ok]
     if v.size:
         sc, L = _grid_subblocks(g, X, Wt, eff, 6, F32(0.1), True, "always", scale0=sc0)
-        sg = signs[v]
-        flip = sc < 0
-        sc = np.where(flip, -sc, sc)
-        sg[flip] = ~sg[flip] & 127
+        sc, sg = _positive_scales(sc, signs[v], 127)
         gidx[v] = g.map[g.pack(L)].T
         words[v] = (sg << np.array([0, 7, 14, 21])).sum(axis=1).astype(np.uint32)
         scales[v] = sc
@@ -973,13 +971,9 @@ def _iq2_xs_chunk(x: np.ndarray, qw: np.ndarray) -> np.ndarray:
     q2 = np.zeros((m, 2), dtype=np.uint16)
     v = np.flatnonzero(valid)
     if v.size:
-        X = np.ascontiguousarray(xval[v].T)
-        Wt = np.ascontiguousarray(W[v].T)
+        X, Wt = _columns(xval, W, v)
         sc, L = _grid_subblocks(g, X, Wt, mx[v], 9, F32(0.1), True, "offgrid")
-        sg = signs[v]
-        flip = sc < 0
-        sc = np.where(flip, -sc, sc)
-        sg[flip] = ~sg[flip] & 127
+        sc, sg = _positive_scales(sc, signs[v], 127)
         q2[v] = (g.map[g.pack(L)].T | (sg << 9)).astype(np.uint16)
         scales[v] = sc
 
