@@ -29,6 +29,7 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
 import ggml_ref
+from iq_blocks import random_iq_blocks
 from weightsmith.dtypes import ggml_type
 from weightsmith.quant import iquants
 
@@ -44,21 +45,6 @@ def _median_time(fn, repeat: int) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
-
-
-def _random_blocks(name: str, nb: int, rng: np.random.Generator) -> np.ndarray:
-    ts = ggml_type(name).type_size
-    raw = rng.integers(0, 256, size=(nb, ts), dtype=np.uint8)
-    d = (rng.standard_normal(nb) * 0.01).astype(np.float16).view(np.uint16)
-    if name == "IQ1_M":
-        sc = raw[:, 48:56].copy().view("<u2")
-        sc &= 0x0FFF
-        for i in range(4):
-            sc[:, i] |= ((d >> (4 * i)) & 15) << 12
-        raw[:, 48:56] = sc.view(np.uint8)
-    else:
-        raw[:, 0:2] = d.view(np.uint8).reshape(nb, 2)
-    return raw
 
 
 def bench_quantize(x: np.ndarray, im: np.ndarray, repeat: int, names: tuple[str, ...]) -> None:
@@ -85,7 +71,7 @@ def bench_dequantize(n: int, repeat: int) -> None:
     )
     for name in DEQ_TYPES:
         bs = ggml_type(name).block_size
-        raw = _random_blocks(name, n // bs, rng)
+        raw = random_iq_blocks(name, n // bs, rng, 0.01)
         fn = iquants.DEQUANTIZE[name]
         qt = GGMLQuantizationType[name]
         ours_y = fn(raw).reshape(-1)

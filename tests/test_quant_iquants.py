@@ -14,6 +14,7 @@ import pytest
 
 import ggml_ref
 from golden import as_blocks, assert_same_bytes, assert_same_floats, load_golden, load_inputs
+from iq_blocks import random_iq_blocks
 from weightsmith.dtypes import ggml_type
 from weightsmith.errors import ImatrixRequired
 from weightsmith.quant import iquants
@@ -82,28 +83,12 @@ def test_golden_quantize_covers_both_paths():
 # ---------------------------------------------------------------- real ggml
 
 
-def _random_blocks(name: str, nb: int, rng: np.random.Generator) -> np.ndarray:
-    """Random IQ blocks whose fp16 scale is finite (NaN payloads are not compared)."""
-    ts = ggml_type(name).type_size
-    raw = rng.integers(0, 256, size=(nb, ts), dtype=np.uint8)
-    d = (rng.standard_normal(nb) * 10).astype(np.float16).view(np.uint16)
-    if name == "IQ1_M":  # the super-scale is spread over the top nibbles of 4 u16
-        sc = raw[:, 48:56].copy().view("<u2")
-        sc &= 0x0FFF
-        for i in range(4):
-            sc[:, i] |= ((d >> (4 * i)) & 15) << 12
-        raw[:, 48:56] = sc.view(np.uint8)
-    else:
-        raw[:, 0:2] = d.view(np.uint8).reshape(nb, 2)
-    return raw
-
-
 @pytest.mark.parametrize("name", DEQ_TYPES)
 def test_dequantize_random_blocks_vs_ggml(name):
     rng = np.random.default_rng(sum(map(ord, name)))
     t = ggml_type(name)
     nb = 5000  # more than one internal chunk
-    raw = _random_blocks(name, nb, rng)
+    raw = random_iq_blocks(name, nb, rng, 10)
     want = ggml_ref.dequantize(raw, name, nb * t.block_size).reshape(nb, t.block_size)
     assert_same_floats(iquants.DEQUANTIZE[name](raw), want)
 
