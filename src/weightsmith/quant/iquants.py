@@ -787,6 +787,18 @@ def _parity_signs(xb: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return xval.reshape(m, sub), bits & 127
 
 
+def _parity_subblocks(
+    x: np.ndarray, qw: np.ndarray | None, sub: int, eps: np.float32, two: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Set-up shared by the ksigns-parity types (IQ3_XXS, IQ2_XXS, IQ2_XS):
+    magnitudes, weights, 7-bit sign codes and maxima of the ``sub``-value
+    sub-blocks, and the indices of those worth searching (max >= ``eps``)."""
+    xb, W = _grid_prepare(x, qw, sub, plain_sigma=False, two=two)
+    xval, signs = _parity_signs(xb, W)
+    mx = xval.max(axis=1)
+    return xval, W, signs, mx, np.flatnonzero(mx >= eps)
+
+
 def _columns(xval: np.ndarray, W: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sub-blocks ``v`` of magnitudes and weights, transposed to the [sub, n]
     layout _grid_subblocks searches in (contiguous, so its sums vectorise)."""
@@ -808,15 +820,12 @@ def _iq3_xxs_chunk(x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     c = x.shape[0]
     m = c * 8
     g = _grid("IQ3_XXS")
-    xb, W = _grid_prepare(x, qw, 32, plain_sigma=False)
-    xval, signs = _parity_signs(xb, W)
-    mx = xval.max(axis=1)
-    valid = mx >= F32(1e-8)  # GROUP_MAX_EPS_IQ3_XXS; others stay all-zero
+    # GROUP_MAX_EPS_IQ3_XXS; other sub-blocks stay all-zero
+    xval, W, signs, mx, v = _parity_subblocks(x, qw, 32, F32(1e-8), two=True)
 
     scales = np.zeros(m, dtype=np.float32)
     gidx = np.zeros((m, 8), dtype=np.int64)
     sas = np.zeros(m, dtype=np.uint32)
-    v = np.flatnonzero(valid)
     if v.size:
         X, Wt = _columns(xval, W, v)
         sc, L = _grid_subblocks(g, X, Wt, mx[v], 15, F32(0.2), True, "offgrid")
@@ -924,14 +933,10 @@ def _iq2_xxs_chunk(x: np.ndarray, qw: np.ndarray) -> np.ndarray:
     c = x.shape[0]
     m = c * 8
     g = _grid("IQ2_XXS")
-    xb, W = _grid_prepare(x, qw, 32, plain_sigma=False, two=False)
-    xval, signs = _parity_signs(xb, W)
-    mx = xval.max(axis=1)
-    valid = mx >= _GROUP_MAX_EPS
+    xval, W, signs, _, v = _parity_subblocks(x, qw, 32, _GROUP_MAX_EPS, two=False)
     scales = np.zeros(m, dtype=np.float32)
     gidx = np.zeros((m, 4), dtype=np.int64)
     words = np.zeros(m, dtype=np.uint32)
-    v = np.flatnonzero(valid)
     if v.size:
         X, Wt = _columns(xval, W, v)
         # the trials start from make_qp_quants' scale (levels 0..3)
@@ -963,13 +968,9 @@ def _iq2_xs_chunk(x: np.ndarray, qw: np.ndarray) -> np.ndarray:
     c = x.shape[0]
     m = c * 16
     g = _grid("IQ2_XS")
-    xb, W = _grid_prepare(x, qw, 16, plain_sigma=False, two=False)
-    xval, signs = _parity_signs(xb, W)
-    mx = xval.max(axis=1)
-    valid = mx >= _GROUP_MAX_EPS
+    xval, W, signs, mx, v = _parity_subblocks(x, qw, 16, _GROUP_MAX_EPS, two=False)
     scales = np.zeros(m, dtype=np.float32)
     q2 = np.zeros((m, 2), dtype=np.uint16)
-    v = np.flatnonzero(valid)
     if v.size:
         X, Wt = _columns(xval, W, v)
         sc, L = _grid_subblocks(g, X, Wt, mx[v], 9, F32(0.1), True, "offgrid")
