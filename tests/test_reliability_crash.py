@@ -199,26 +199,36 @@ def test_sigkill_leaves_old_or_new(tmp_path, name):
         times.append(time.perf_counter() - t0)
     duration = min(times)
     rng = random.Random(f"{name}-{os.getpid()}")
-    v, mid_write, finished, became_new = 1, 0, 0, 0
-    for _ in range(KILLS[name]):
+    v, mid_write, finished, became_new, kills = 1, 0, 0, 0, 0
+    # At least KILLS[name] kills, and more (bounded) until three of them landed mid-write.
+    while kills < KILLS[name] or (mid_write < 3 and kills < 4 * KILLS[name]):
         old = fingerprint(folder)
         new = _expected_after(write, fingerprint, folder, v + 1, scratch)
         assert new != old
         before = set(_strays(folder))
         done = _fork_and_kill(write, folder, v + 1, rng.uniform(0, duration))
-        mid_write += bool(set(_strays(folder)) - before)
+        landed = bool(set(_strays(folder)) - before)
+        mid_write += landed
         now = fingerprint(folder)
         assert now in (old, new), f"{name}: a kill left neither the old nor the new version"
         if now == new:
             v += 1
             became_new += 1
         finished += done
+        kills += 1
+        # The child's speed moves with the machine's load: keep the kill window on the
+        # write, shrinking it when the writer finished first, widening it when the
+        # kill came before the writer had started.
+        if done:
+            duration *= 0.8
+        elif not landed and now == old:
+            duration *= 1.1
     # kills landed mid-write (a new temp file left behind)
     assert mid_write >= 3, (mid_write, finished)
     # the next successful write leaves nothing behind
     write(folder, v + 1)
     assert _strays(folder) == []
     print(
-        f"{name}: {KILLS[name]} kills, {mid_write} left a temp file, {became_new} left the new "
+        f"{name}: {kills} kills, {mid_write} left a temp file, {became_new} left the new "
         f"version, {finished} finished before the kill"
     )
