@@ -99,7 +99,9 @@ def step_write(ctx: DemoContext) -> None:
     scan = _lib("torchfile", "scan", what="the pickle scanner")
     open_pth = _lib("torchfile", "open", what="the PyTorch checkpoint reader")
     to_st = _lib("convert", "torch_to_safetensors", what="the .pth -> safetensors converter")
-    pth = ctx.folder / "consolidated.00.pth"
+    # where Meta's Llama repos keep it, out of the way of the HF-layout files
+    pth = ctx.folder / "original" / "consolidated.00.pth"
+    pth.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(DATA / "tiny-llama.pth", pth)
     report = scan(pth)
     ctx.out.line(f"{pth.name}: pickle scan says {'safe' if report.safe else 'UNSAFE'} "
