@@ -28,6 +28,7 @@ __all__ = [
     "SAFETENSORS",
     "DType",
     "GGMLType",
+    "dtype_by_name",
     "from_numpy",
     "ggml_type",
     "safetensors_dtype",
@@ -115,6 +116,26 @@ def from_numpy(dtype: np.dtype | type) -> DType:
         return _BY_NUMPY[dt]
     except KeyError:
         raise TypeError(f"numpy dtype {dt} has no safetensors dtype code") from None
+
+
+# How people spell float dtypes on command lines and in configs -> safetensors code.
+_FLOAT_SPELLINGS = {
+    "f16": "F16", "fp16": "F16", "float16": "F16", "half": "F16",
+    "bf16": "BF16", "bfloat16": "BF16",
+    "f32": "F32", "fp32": "F32", "float32": "F32", "float": "F32",
+    "f64": "F64", "fp64": "F64", "float64": "F64", "double": "F64",
+    "fp8": "F8_E4M3",
+}  # fmt: skip
+
+
+def dtype_by_name(name: str) -> DType:
+    """A safetensors code (``"BF16"``) or a common spelling (``"bf16"``, ``"float16"``, ``"half"``).
+
+    Raises KeyError for anything else; callers turn it into their own named error.
+    """
+    key = str(name).strip()
+    code = _FLOAT_SPELLINGS.get(key.lower(), key.upper())
+    return SAFETENSORS[code]
 
 
 # --------------------------------------------------------------------------- ggml

@@ -47,6 +47,7 @@ import numpy as np
 
 from .. import errors as E
 from .._atomic import atomic_output
+from ..dtypes import DType, dtype_by_name
 from ..gguf import GGUFFile, read
 from ..safetensors import INDEX_NAME, WEIGHTS_NAME, StreamWriter, parse_size
 from ..safetensors._sharded import _split
@@ -55,20 +56,9 @@ __all__ = ["gguf_to_hf"]
 
 _NATIVE = "<" if sys.byteorder == "little" else ">"
 
-# requested dtype -> (safetensors code, numpy dtype name, config.json name)
-_DTYPES = {
-    "f32": ("F32", "float32", "float32"),
-    "f16": ("F16", "float16", "float16"),
-    "bf16": ("BF16", "bfloat16", "bfloat16"),
-}
-_DTYPE_ALIASES = {
-    "float32": "f32",
-    "fp32": "f32",
-    "float16": "f16",
-    "fp16": "f16",
-    "half": "f16",
-    "bfloat16": "bf16",
-}
+# the dtypes a GGUF -> HF folder may be written in (safetensors codes)
+_OUT_DTYPES = ("F32", "F16", "BF16")
+
 
 # GGUF special-token key suffix -> config.json field
 _SPECIAL_IDS = {"bos": "bos_token_id", "eos": "eos_token_id", "padding": "pad_token_id"}
@@ -81,17 +71,20 @@ def _float(v: Any) -> Any:
     return v
 
 
-def _norm_dtype(dtype: str) -> str:
-    d = str(dtype).lower()
-    d = _DTYPE_ALIASES.get(d, d)
-    if d not in _DTYPES:
+def _norm_dtype(dtype: str | DType) -> DType:
+    """``"bf16"``, ``"float16"``, ``"F32"``, ... -> the dtype table's entry."""
+    try:
+        dt = dtype if isinstance(dtype, DType) else dtype_by_name(dtype)
+    except KeyError:
+        dt = None
+    if dt is None or dt.name not in _OUT_DTYPES:
         raise E.UnsupportedOutputDtype(
             "unsupported output dtype",
             field="dtype",
-            expected="one of " + ", ".join(_DTYPES),
+            expected="one of bf16, f16, f32",
             found=repr(dtype),
         )
-    return d
+    return dt
 
 
 # --------------------------------------------------------------------------- config.json
@@ -209,9 +202,10 @@ def _llama3_rope(entry: Any, cfg: dict, freqs: np.ndarray) -> dict | None:
 
 
 def build_config(
-    f: GGUFFile, dtype: str = "bf16", *, path: Path | None = None
+    f: GGUFFile, dtype: str | DType = "bf16", *, path: Path | None = None
 ) -> tuple[Any, dict, dict]:
     """``(registry entry, config.json, generation_config.json)`` for the GGUF ``f``."""
+    dtype = _norm_dtype(dtype)
     md = f.metadata
     path = path or f.path
     entry = _entry(md, path)
@@ -259,7 +253,7 @@ def build_config(
     eot = md.get("tokenizer.ggml.eot_token_id")
     if isinstance(eot, int) and "eos_token_id" in gen and eot != gen["eos_token_id"]:
         gen["eos_token_id"] = [gen["eos_token_id"], eot]
-    name = _DTYPES[dtype][2]
+    name = dtype.torch  # config.json names dtypes as torch does
     out["torch_dtype"] = name  # transformers 4.x
     out["dtype"] = name  # transformers 5.x
     return entry, dict(sorted(out.items())), gen
@@ -373,13 +367,12 @@ def _write_weights(
     entry: Any,
     cfg: dict,
     folder: Path,
-    dtype: str,
+    dtype: DType,
     max_shard_size: int | str,
     progress: Callable | None,
     path: Path,
 ) -> list[str]:
-    code, np_name, _ = _DTYPES[dtype]
-    itemsize = 2 if dtype in ("f16", "bf16") else 4
+    code, np_name, itemsize = dtype.name, dtype.numpy.name, dtype.itemsize
     plan = _plan_tensors(f, entry, path)
     sizes = {hf: math.prod(shape) * itemsize for _, hf, shape in plan}
     shards = _split([(hf, sizes[hf]) for _, hf, _ in plan], parse_size(max_shard_size)) or [[]]

@@ -25,11 +25,13 @@ _FLOATS = {"F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2"}
 
 
 def target_dtype(name: str | None) -> str | None:
+    """The safetensors code a cast goes to (``"bf16"`` -> ``"BF16"``); None for no cast."""
     if name is None:
         return None
-    aliases = {"float16": "F16", "fp16": "F16", "half": "F16", "bfloat16": "BF16", "float32": "F32",
-               "fp32": "F32", "float": "F32", "float64": "F64", "fp8": "F8_E4M3"}  # fmt: skip
-    code = aliases.get(name.lower(), name.upper())
+    try:
+        code = dtypes.dtype_by_name(name).name
+    except KeyError:
+        code = None
     if code not in _FLOATS:
         raise UnknownCastType(
             "cannot cast to this type", field="dtype", expected=sorted(_FLOATS), found=name
