@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -574,9 +575,7 @@ def hf_to_gguf(
 def _out_nbytes(tp: TensorPlan) -> int:
     from ..dtypes import GGML
 
-    g = GGML[tp.type]
-    n = int(np.prod(tp.shape))
-    return n // g.block_size * g.type_size
+    return GGML[tp.type].nbytes(math.prod(tp.shape))
 
 
 def _unsplit_path(dst: Path) -> Path:

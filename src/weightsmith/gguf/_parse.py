@@ -704,7 +704,7 @@ class _Parser:
                     expected=f"a multiple of {gt.block_size} ({gt.name})",
                     found=dims[0] if dims else 1,
                 )
-            nbytes = n_el // gt.block_size * gt.type_size
+            nbytes = gt.nbytes(n_el)
             if nbytes > INT64_MAX:
                 raise self.err(
                     E.GGUFSizeOverflow,

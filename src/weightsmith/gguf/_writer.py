@@ -38,6 +38,7 @@ element type alone (``add("x", [1, 2], "u64")``).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import struct
 import sys
@@ -389,10 +390,7 @@ class Writer:
             ) from None
         d = tuple(int(x) for x in (dims if dims is not None else reversed(tuple(shape))))
         self._validate_tensor(name, gt, d)
-        n = 1
-        for x in d:
-            n *= x
-        nbytes = n // gt.block_size * gt.type_size
+        nbytes = gt.nbytes(math.prod(d))
         info = _TInfo(name, gt, d, nbytes)
         if self._order:
             last = self._order[-1]
