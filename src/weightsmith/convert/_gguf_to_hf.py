@@ -49,8 +49,8 @@ from .. import errors as E
 from .._atomic import atomic_output
 from ..dtypes import DType, dtype_by_name
 from ..gguf import GGUFFile, read
-from ..safetensors import INDEX_NAME, WEIGHTS_NAME, StreamWriter, parse_size
-from ..safetensors._sharded import _split
+from ..safetensors import INDEX_NAME, StreamWriter, parse_size
+from ..safetensors._sharded import shard_names, split_shards, write_index
 
 __all__ = ["gguf_to_hf"]
 
@@ -354,14 +354,6 @@ def _cast(x: np.ndarray, np_name: str) -> np.ndarray:
     return x.astype(np_name, copy=False)
 
 
-def _shard_names(n: int) -> list[str]:
-    return (
-        [WEIGHTS_NAME]
-        if n == 1
-        else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
-    )
-
-
 def _write_weights(
     f: GGUFFile,
     entry: Any,
@@ -375,8 +367,8 @@ def _write_weights(
     code, np_name, itemsize = dtype.name, dtype.numpy.name, dtype.itemsize
     plan = _plan_tensors(f, entry, path)
     sizes = {hf: math.prod(shape) * itemsize for _, hf, shape in plan}
-    shards = _split([(hf, sizes[hf]) for _, hf, _ in plan], parse_size(max_shard_size)) or [[]]
-    names = _shard_names(len(shards))
+    shards = split_shards([(hf, sizes[hf]) for _, hf, _ in plan], parse_size(max_shard_size))
+    names = shard_names(len(shards))
     by_hf = {hf: (g, shape) for g, hf, shape in plan}
     total = sum(sizes.values())
     done = [0, 0]  # bytes, tensors
@@ -393,14 +385,12 @@ def _write_weights(
             dest = folder / fname
             _write_shard(f, files, entry, cfg, dest, members, by_hf, code, np_name, path, tick)
     if len(names) > 1:
-        index = {
-            "metadata": {
-                "total_parameters": sum(math.prod(s) for _, _, s in plan),
-                "total_size": total,
-            },
-            "weight_map": {hf: fname for fname, members in zip(names, shards) for hf in members},
-        }
-        _write_json(folder / INDEX_NAME, index, sort_keys=True)
+        write_index(
+            folder / INDEX_NAME,
+            {hf: fname for fname, members in zip(names, shards) for hf in members},
+            total_size=total,
+            total_parameters=sum(math.prod(s) for _, _, s in plan),
+        )
         return [*names, INDEX_NAME]
     with_index = folder / INDEX_NAME
     if with_index.exists():  # left by an earlier, sharded conversion

@@ -24,13 +24,13 @@ folder as ``dst`` means ``dst/model.safetensors``.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .. import errors, torchfile
-from .._atomic import atomic_output
 
 __all__ = ["ConversionReport", "torch_to_safetensors"]
 
@@ -50,28 +50,15 @@ class ConversionReport:
     dict_state: list[str] = field(default_factory=list)  # OrderedDicts with BUILD attributes
 
 
-def _shard_names(dst: Path, n: int) -> tuple[list[Path], Path | None]:
+def _shard_paths(dst: Path, n: int) -> tuple[list[Path], Path | None]:
+    """``dst`` for one shard; ``<stem>-0000i-of-0000n.safetensors`` and an index for more."""
     if n == 1:
         return [dst], None
+    from ..safetensors._sharded import shard_names
+
     stem = dst.name.removesuffix(".safetensors")
-    files = [dst.with_name(f"{stem}-{k + 1:05d}-of-{n:05d}.safetensors") for k in range(n)]
+    files = [dst.with_name(name) for name in shard_names(n, stem)]
     return files, dst.with_name(dst.name + ".index.json")
-
-
-def _split(sizes: list[tuple[str, int]], limit: int) -> list[list[str]]:
-    """Greedy, in checkpoint order; a tensor above the limit gets a shard of its own."""
-    shards: list[list[str]] = []
-    current: list[str] = []
-    used = 0
-    for name, size in sizes:
-        if current and used + size > limit:
-            shards.append(current)
-            current, used = [], 0
-        current.append(name)
-        used += size
-    if current or not shards:
-        shards.append(current)
-    return shards
 
 
 def torch_to_safetensors(
@@ -92,6 +79,7 @@ def torch_to_safetensors(
     (after ``{"format": "pt"}``, which transformers checks).
     """
     from ..safetensors import StreamWriter, parse_size
+    from ..safetensors._sharded import split_shards, write_index
 
     if share not in ("alias", "copy"):
         raise ValueError(f"share must be 'alias' or 'copy', not {share!r}")
@@ -140,9 +128,11 @@ def torch_to_safetensors(
         meta.update(metadata or {})
         limit = parse_size(max_shard_size) if max_shard_size is not None else None
         groups = (
-            _split([(e[0], e[3]) for e in entries], limit) if limit else [[e[0] for e in entries]]
+            split_shards([(e[0], e[3]) for e in entries], limit)
+            if limit
+            else [[e[0] for e in entries]]
         )
-        files, index_path = _shard_names(out, len(groups))
+        files, index_path = _shard_paths(out, len(groups))
         by_name = {e[0]: e for e in entries}
         for path, group in zip(files, groups):
             with StreamWriter(path, [by_name[n][:3] for n in group], metadata=meta) as w:
@@ -152,7 +142,12 @@ def torch_to_safetensors(
             report.files.append(os.fspath(path))
         report.tensors = len(entries)
         if index_path is not None:
-            _write_index(index_path, files, groups, entries)
+            write_index(
+                index_path,
+                {n: f.name for f, g in zip(files, groups) for n in g},
+                total_size=sum(e[3] for e in entries),
+                total_parameters=sum(math.prod(e[2]) for e in entries),
+            )
             report.files.append(os.fspath(index_path))
     return report
 
@@ -161,21 +156,3 @@ def _source_bytes(ck: Any) -> int:
     shards = getattr(ck, "shards", None)
     paths = [c.path for c in shards.values()] if shards else [ck.path]
     return sum(os.path.getsize(p) for p in paths)
-
-
-def _write_index(
-    index_path: Path, files: list[Path], groups: list[list[str]], entries: list[Any]
-) -> None:
-    sizes = {e[0]: e[3] for e in entries}
-    params = 0
-    for e in entries:
-        n = 1
-        for d in e[2]:
-            n *= d
-        params += n
-    index = {
-        "metadata": {"total_parameters": params, "total_size": sum(sizes.values())},
-        "weight_map": {n: f.name for f, g in zip(files, groups) for n in g},
-    }
-    with atomic_output(index_path, "w") as f:
-        f.write(json.dumps(index, indent=2, sort_keys=True) + "\n")

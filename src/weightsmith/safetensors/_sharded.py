@@ -122,7 +122,13 @@ def parse_size(size: int | str) -> int:
     return out
 
 
-def _split(sizes: list[tuple[str, int]], limit: int) -> list[list[str]]:
+def split_shards(sizes: list[tuple[str, int]], limit: int) -> list[list[str]]:
+    """Group ``(name, nbytes)`` in order into shards of at most ``limit`` bytes.
+
+    As huggingface_hub does it: a tensor larger than the limit gets a shard of
+    its own, and never an empty list (a checkpoint with no tensors has one
+    empty shard).
+    """
     shards: list[list[str]] = []
     current: list[str] = []
     current_size = 0
@@ -135,9 +141,31 @@ def _split(sizes: list[tuple[str, int]], limit: int) -> list[list[str]]:
             current, current_size = [], 0
         current.append(name)
         current_size += size
-    if current:
+    if current or not shards:
         shards.append(current)
     return shards
+
+
+def shard_names(n: int, stem: str = "model") -> list[str]:
+    """``model.safetensors`` for one shard, ``model-0000i-of-0000n.safetensors`` for more."""
+    if n == 1:
+        return [f"{stem}.safetensors"]
+    return [f"{stem}-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+
+
+def write_index(
+    path: str | os.PathLike[str],
+    weight_map: Mapping[str, str],
+    total_size: int,
+    total_parameters: int,
+) -> None:
+    """Write a transformers-style ``*.safetensors.index.json`` atomically."""
+    index = {
+        "metadata": {"total_parameters": total_parameters, "total_size": total_size},
+        "weight_map": dict(weight_map),
+    }
+    with atomic_output(path, "w") as f:
+        f.write(json.dumps(index, indent=2, sort_keys=True) + "\n")
 
 
 def save_sharded(
@@ -165,31 +193,21 @@ def save_sharded(
         for d in t.shape:
             n *= d
         sizes[t.name] = (n, n * t.dtype.bits // 8)
-    shards = _split([(t.name, sizes[t.name][1]) for t in items], limit)
-    if not shards:
-        shards = [[]]
+    shards = split_shards([(t.name, sizes[t.name][1]) for t in items], limit)
     n = len(shards)
-    names = (
-        [WEIGHTS_NAME]
-        if n == 1
-        else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
-    )
+    names = shard_names(n)
     if n > 1:
         _protect_live(folder, set(names))
     for fname, members in zip(names, shards):
         save_file({k: tensors[k] for k in members}, folder / fname, metadata)
     written = list(names)
     if n > 1:
-        weight_map = {k: fname for fname, members in zip(names, shards) for k in members}
-        index = {
-            "metadata": {
-                "total_parameters": sum(v[0] for v in sizes.values()),
-                "total_size": sum(v[1] for v in sizes.values()),
-            },
-            "weight_map": weight_map,
-        }
-        with atomic_output(folder / INDEX_NAME, "w") as f:
-            f.write(json.dumps(index, indent=2, sort_keys=True) + "\n")
+        write_index(
+            folder / INDEX_NAME,
+            {k: fname for fname, members in zip(names, shards) for k in members},
+            total_size=sum(v[1] for v in sizes.values()),
+            total_parameters=sum(v[0] for v in sizes.values()),
+        )
         written.append(INDEX_NAME)
     _remove_stale(folder, set(names), single=n == 1)
     return written
