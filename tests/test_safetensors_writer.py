@@ -305,3 +305,41 @@ def test_stream_writer_takes_torch_chunks_and_top_level_exports(tmp_path):
     assert torch.equal(got["w"], t)
     assert weightsmith.read_index is weightsmith.safetensors.read_index
     assert weightsmith.save_file is weightsmith.safetensors.save_file
+
+
+def _count_fsyncs(monkeypatch) -> list[int]:
+    calls: list[int] = []
+    real = os.fsync
+
+    def counting(fd):
+        calls.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", counting)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("env", "arg", "durable"),
+    [
+        (None, None, False),  # default: like torch.save and HF, no fsync
+        ("1", None, True),  # WEIGHTSMITH_FSYNC=1 turns it on process-wide
+        ("0", None, False),
+        (None, True, True),  # the argument wins over the environment
+        ("1", False, False),
+    ],
+)
+def test_fsync_is_opt_in(tmp_path, monkeypatch, env, arg, durable):
+    if env is None:
+        monkeypatch.delenv("WEIGHTSMITH_FSYNC", raising=False)
+    else:
+        monkeypatch.setenv("WEIGHTSMITH_FSYNC", env)
+    calls = _count_fsyncs(monkeypatch)
+    t = {"a": np.arange(1000, dtype=np.float32)}
+    kw = {} if arg is None else {"fsync": arg}
+    weightsmith.safetensors.save_file(t, tmp_path / "a.safetensors", **kw)
+    with StreamWriter(tmp_path / "b.safetensors", [("a", "F32", (1000,))], **kw) as w:
+        w.write("a", t["a"])
+    assert len(calls) == (2 if durable else 0)
+    for name in ("a", "b"):  # either way the file is complete and HF reads it
+        np.testing.assert_array_equal(_hf_values(tmp_path / f"{name}.safetensors")["a"], t["a"])

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from .. import errors as E
-from .._atomic import atomic_output
+from .._atomic import atomic_output, want_fsync
 from ..dtypes import SAFETENSORS, DType, from_numpy
 from . import _subbyte
 
@@ -49,8 +49,9 @@ _LITTLE = sys.byteorder == "little"
 class _Writeback:
     """Start the kernel's writeback of each range as soon as it is written.
 
-    atomic_output fsyncs before the rename; without this, that fsync would
-    wait for the whole file to reach the disk after the last write.  Kicking
+    Used only for durable writes (``fsync=True``): atomic_output then fsyncs
+    before the rename, and without this that fsync would wait for the whole
+    file to reach the disk after the last write.  Kicking
     ``sync_file_range(SYNC_FILE_RANGE_WRITE)`` (asynchronous) every few MiB
     overlaps the disk writes with our copying, so the final fsync finds
     little left to do.  A no-op where the call does not exist.
@@ -343,19 +344,23 @@ def save_file(
     tensors: Mapping[str, Any],
     filename: str | os.PathLike[str],
     metadata: Mapping[str, str] | None = None,
+    *,
+    fsync: bool | None = None,
 ) -> None:
     """Write ``tensors`` (numpy arrays and/or torch tensors) to ``filename``,
-    atomically."""
+    atomically.  ``fsync=True`` also makes the file survive a power loss
+    (default: ``$WEIGHTSMITH_FSYNC``, off; see :mod:`weightsmith._atomic`)."""
     header, ordered = _plan(tensors, metadata, filename)
-    with atomic_output(filename) as f:
-        wb = _Writeback(f.fileno())
+    durable = want_fsync(fsync)
+    with atomic_output(filename, fsync=durable) as f:
+        wb = _Writeback(f.fileno()) if durable else None
         f.write(header)
         pos = len(header)
         for t in ordered:
             for chunk in t.chunks():
                 f.write(chunk)
                 pos += len(chunk)
-                if pos - wb.done >= wb.STEP:
+                if wb is not None and pos - wb.done >= wb.STEP:
                     f.flush()
                     wb.kick(pos)
 
@@ -381,8 +386,11 @@ class StreamWriter:
         path: str | os.PathLike[str],
         tensors: Iterable[tuple[str, str | DType, Iterable[int]]],
         metadata: Mapping[str, str] | None = None,
+        *,
+        fsync: bool | None = None,
     ) -> None:
         self._path = os.fspath(path)
+        self._durable = want_fsync(fsync)
         _check_metadata(metadata, self._path)
         entries = []
         seen: set[str] = set()
@@ -410,7 +418,7 @@ class StreamWriter:
         header, layout = build_header(entries, metadata)
         self._start = len(header)
         self._slots = {name: [d, shape, b, e, 0] for name, d, shape, b, e in layout}
-        self._ctx = atomic_output(self._path)
+        self._ctx = atomic_output(self._path, fsync=self._durable)
         self._f = self._ctx.__enter__()
         self._closed = False
         try:
@@ -454,7 +462,7 @@ class StreamWriter:
             n = os.pwrite(fd, mv, offset)
             mv = mv[n:]
             offset += n
-        if offset - start >= _Writeback.STEP:
+        if self._durable and offset - start >= _Writeback.STEP:
             _Writeback(fd).kick_range(start, offset)
 
     def write(self, name: str, data: Any) -> None:
