@@ -11,7 +11,9 @@ from pathlib import Path
 import jsonschema
 
 WEIGHTSMITH = shutil.which("weightsmith")
-SCHEMA = json.loads((Path(__file__).parent.parent / "docs" / "cli-json-schema.json").read_text())
+_DOCS = Path(__file__).parent.parent / "docs"
+SCHEMA = json.loads((_DOCS / "cli-json-schema.json").read_text())
+DIFF_SCHEMA = json.loads((_DOCS / "cli-diff-json-schema.json").read_text())
 
 
 def run(
@@ -35,6 +37,13 @@ def run_json(*args: str, env: dict | None = None) -> dict:
     assert p.returncode == 0, p.stderr
     data = json.loads(p.stdout)
     jsonschema.validate(data, SCHEMA, cls=jsonschema.Draft202012Validator)
+    return data
+
+
+def diff_json(p: subprocess.CompletedProcess) -> dict:
+    """The output of ``weightsmith diff ... --json``, valid against its schema."""
+    data = json.loads(p.stdout)
+    jsonschema.validate(data, DIFF_SCHEMA, cls=jsonschema.Draft202012Validator)
     return data
 
 

@@ -13,7 +13,7 @@ import torch
 from safetensors.numpy import load_file as hf_load
 from safetensors.torch import save_file as hf_save
 
-from cli_helpers import assert_one_line_error, run
+from cli_helpers import assert_one_line_error, diff_json, run
 
 # --------------------------------------------------------------------------- validate
 
@@ -84,7 +84,7 @@ def test_diff_sets_dtypes_values(pair):
     a, b, ta, tb = pair
     p = run("diff", a, b, "--values", "--json")
     assert p.returncode == 1, p.stderr
-    d = json.loads(p.stdout)
+    d = diff_json(p)
     assert d["only_in_a"] == ["only_a"] and d["only_in_b"] == ["only_b"]
     assert d["dtype_differs"] == [{"name": "model.layers.0.n.weight", "a": "F32", "b": "F16"}]
     vals = {v["name"]: v for v in d["values"]}
@@ -111,7 +111,7 @@ def test_diff_across_formats_dequantizes(tmp_path):
     w.write_tensors_to_file()
     w.close()
     p = run("diff", tmp_path / "a.safetensors", tmp_path / "b.gguf", "--values", "--json")
-    d = json.loads(p.stdout)
+    d = diff_json(p)
     assert d["shape_differs"] == [] and d["only_in_a"] == [] and d["only_in_b"] == []
     # the dequantization oracle is gguf-py
     y = gguf.quants.dequantize(q, gguf.GGMLQuantizationType.Q8_0).astype(np.float64).ravel()
@@ -411,7 +411,7 @@ def test_convert_errors_from_the_converters_are_one_line(hf_llama, tmp_path):
 def test_diff_hf_folder_against_f32_gguf_is_exact(hf_llama):
     p = run("diff", hf_llama / "hf", hf_llama / "m-f32.gguf", "--values", "--json")
     assert p.returncode == 0, p.stdout + p.stderr
-    d = json.loads(p.stdout)
+    d = diff_json(p)
     assert d["only_in_a"] == [] and d["only_in_b"] == [] and d["shape_differs"] == []
     src = hf_load(str(hf_llama / "hf" / "model.safetensors"))
     assert d["common"] == len(src) == len(d["values"])
@@ -432,7 +432,7 @@ def test_diff_safetensors_file_against_q8_0_gguf(hf_llama):
     st = hf_llama / "hf" / "model.safetensors"
     p = run("diff", hf_llama / "m-q8_0.gguf", st, "--values", "--json")
     assert p.returncode == 1, p.stderr  # quantization changed the values
-    d = json.loads(p.stdout)
+    d = diff_json(p)
     assert d["only_in_a"] == [] and d["only_in_b"] == [] and d["shape_differs"] == []
     src = hf_load(str(st))
     vals = {v["name"]: v for v in d["values"]}
@@ -472,7 +472,7 @@ def test_diff_registry_reports_missing_and_changed_tensors(hf_llama, tmp_path):
     save_file(t, str(d / "model.safetensors"))
     p = run("diff", d, hf_llama / "m-f32.gguf", "--json", "--values")
     assert p.returncode == 1, p.stderr
-    r = json.loads(p.stdout)
+    r = diff_json(p)
     assert r["only_in_a"] == [] and r["only_in_b"] == ["blk.1.ffn_up.weight"]
     assert r["shape_differs"] == [
         {"name": "model.norm.weight", "name_b": "output_norm.weight", "a": [128], "b": [256]}
@@ -484,7 +484,7 @@ def test_diff_registry_reports_missing_and_changed_tensors(hf_llama, tmp_path):
     ]
     save_file(t, str(d / "model.safetensors"))
     p = run("diff", d, hf_llama / "m-f32.gguf", "--json", "--values")
-    r = json.loads(p.stdout)
+    r = diff_json(p)
     assert (
         p.returncode == 1 and r["only_in_b"] == ["blk.1.ffn_up.weight"] and r["shape_differs"] == []
     )
@@ -501,7 +501,7 @@ def test_diff_gemma3_norms_and_qk_through_the_registry(tmp_path):
     assert p.returncode == 0, p.stderr
     p = run("diff", src, tmp_path / "g.gguf", "--values", "--json")
     assert p.returncode == 0, p.stdout + p.stderr
-    d = json.loads(p.stdout)
+    d = diff_json(p)
     names = {v["name"] for v in d["values"]}
     assert "model.layers.0.post_feedforward_layernorm.weight" in names
     assert all(v["max_abs"] == 0 for v in d["values"])
@@ -524,7 +524,7 @@ def test_diff_remote_against_local_headers(nginx, remote_tree):
         remote_tree.files / "big.safetensors",
         "--json",
     )
-    d = json.loads(p.stdout)
+    d = diff_json(p)
     assert p.returncode == 1 and d["common"] == 0 and len(d["only_in_b"]) == 2500
 
 

@@ -142,7 +142,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_diff(args: argparse.Namespace) -> int:
     """Exit 0 when A and B hold the same tensors (and values, with ``--values``), else 1.
 
-    ``--json`` keys: ``a``, ``b``, ``common`` (count), ``only_in_a``, ``only_in_b``,
+    ``--json`` (schema: docs/cli-diff-json-schema.json) keys: ``a``, ``b``, ``common`` (count), ``only_in_a``, ``only_in_b``,
     ``shape_differs`` / ``dtype_differs`` (``name``, ``a``, ``b``), and with ``--values``
     ``values`` (``name``, ``rmse``, ``max_abs``, ``cosine``).  An HF model against a
     GGUF adds ``matched_by``, ``derived`` (GGUF tensors computed from config.json),
