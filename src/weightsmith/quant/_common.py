@@ -15,6 +15,9 @@ Conventions used by the block helpers below:
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import numpy as np
 
 F32 = np.float32
@@ -168,10 +171,14 @@ def block_field(blocks: np.ndarray, off: int, fmt: str) -> np.ndarray:
     byte columns and combining them.
     """
     blocks = np.ascontiguousarray(blocks)
-    rec = np.dtype(
-        {"names": ["f"], "formats": [fmt], "offsets": [off], "itemsize": blocks.shape[1]}
-    )
+    rec = _field_record(off, fmt, blocks.shape[1])
     return np.ascontiguousarray(blocks.view(rec).reshape(-1)["f"])
+
+
+@functools.lru_cache(maxsize=256)
+def _field_record(off: int, fmt: str, itemsize: int) -> np.dtype:
+    # building the dtype costs more than copying the field of a cache-sized chunk
+    return np.dtype({"names": ["f"], "formats": [fmt], "offsets": [off], "itemsize": itemsize})
 
 
 def block_f16(blocks: np.ndarray, off: int = 0) -> np.ndarray:
@@ -232,3 +239,67 @@ def pack_nibbles(q: np.ndarray) -> np.ndarray:
     hi = g[..., 1, :] << 4
     hi |= g[..., 0, :] & 0x0F
     return hi.reshape(*q.shape[:-1], -1)
+
+
+# --------------------------------------------------------------------------- decode driver
+
+#: Elements per decode step: the step's temporaries (a few bytes per element)
+#: stay in L2, and numpy's per-call overhead is still small against the work.
+DECODE_CHUNK = 1 << 17
+
+
+def decode_chunks(
+    blocks: np.ndarray, block_size: int, fill: Callable[[np.ndarray, np.ndarray], None]
+) -> np.ndarray:
+    """Decode blocks [B, type_size] into a new float32 [B, block_size], a chunk at a time.
+
+    ``fill(blocks[s:e], out[s:e])`` writes the values of one chunk of blocks
+    into its (contiguous) slice of the output, so no chunk result is copied.
+    """
+    blocks = np.ascontiguousarray(blocks)
+    out = np.empty((blocks.shape[0], block_size), dtype=np.float32)
+    step = max(1, DECODE_CHUNK // block_size)
+    with np.errstate(all="ignore"):  # inf * 0 is NaN in C too
+        for s in range(0, blocks.shape[0], step):
+            fill(blocks[s : s + step], out[s : s + step])
+    return out
+
+
+def scale_rows(out: np.ndarray, q: np.ndarray, d: np.ndarray) -> None:
+    """``out[b, j] = (float)q[b, j] * d[b]`` in float32 (integer q converted, then scaled)."""
+    np.copyto(out, q, casting="unsafe")
+    out *= d.reshape(-1, 1)
+
+
+_HALVES: dict[int, np.dtype] = {}
+
+
+def _halves(n: int) -> np.dtype:
+    dt = _HALVES.get(n)
+    if dt is None:
+        dt = _HALVES[n] = np.dtype([("lo", f"V{n}"), ("hi", f"V{n}")])
+    return dt
+
+
+def nibble_table(values: np.ndarray) -> np.ndarray:
+    """A 16-entry int8 code table -> the uint16 table byte -> (values[lo], values[hi])."""
+    v = np.asarray(values, dtype=np.int8).view(np.uint8).astype(np.uint16)
+    b = np.arange(256)
+    return v[b & 15] | (v[b >> 4] << 8)
+
+
+def nibble_lookup(qs: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+    """Packed codes qs [G, n] uint8 -> int8 [G, 2n]: the table values of the low
+    nibbles, then of the high nibbles (ggml's qs layout of Q4_0, IQ4_NL, ...).
+
+    ``pairs`` is a :func:`nibble_table`.  One gather per byte looks both
+    nibbles up at once (intp indices gather fastest); the two halves are then
+    split on flat arrays and placed with one record copy each.
+    """
+    g, n = qs.shape
+    p = np.take(pairs, qs.astype(np.intp), mode="wrap")  # indices are < 256
+    out = np.empty(g, _halves(n))
+    out["lo"] = p.astype(np.uint8).view(f"V{n}").reshape(g)
+    p >>= 8
+    out["hi"] = p.astype(np.uint8).view(f"V{n}").reshape(g)
+    return out.view(np.int8).reshape(g, 2 * n)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import F32, block_field
+from ._common import F32, block_field, decode_chunks, nibble_lookup, nibble_table, scale_rows
 
 KVALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], dtype=np.int8)
 _KF = KVALUES.astype(np.float32)
@@ -137,7 +137,6 @@ def _quantize_mxfp4(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
     return np.concatenate([e[:, None], _pack(q)], axis=1).reshape(rows.shape[0], -1)
 
 
-_LO = np.uint64(0x0F0F0F0F0F0F0F0F)
 
 
 def _field(blocks: np.ndarray, off: int, size: int) -> np.ndarray:
@@ -145,30 +144,17 @@ def _field(blocks: np.ndarray, off: int, size: int) -> np.ndarray:
     return block_field(blocks, off, f"V{size}").view(np.uint8).reshape(-1, size)
 
 
-def _codes(qs: np.ndarray) -> np.ndarray:
-    """qs[G, 2k] -> kvalues int8 [G, 4k]: low nibbles first, then high nibbles.
-
-    Nibbles are split on 64-bit words and the halves interleaved as records,
-    so no numpy loop runs over a short block axis; the E2M1 code -> kvalue map
-    is a 256-entry int8 table applied once.
-    """
-    g, n = qs.shape
-    w = np.ascontiguousarray(qs).view("<u8")
-    hi = (w >> np.uint64(4)) & _LO
-    out = np.empty(g, np.dtype([("lo", f"V{n}"), ("hi", f"V{n}")]))
-    out["lo"] = (w & _LO).view(f"V{n}").reshape(g)
-    out["hi"] = hi.view(f"V{n}").reshape(g)
-    return _KV_BYTE[out.view(np.uint8)].reshape(g, 2 * n)
+_KV_PAIRS = nibble_table(KVALUES)  # byte -> (kvalues[lo nibble], kvalues[hi nibble])
+_E8M0_HALF = _e8m0_half(np.arange(256))  # scale byte -> 2**(e-128)
 
 
-_KV_BYTE = np.concatenate([KVALUES, np.zeros(240, np.int8)])  # codes are < 16
+def _fill_mxfp4(blocks: np.ndarray, out: np.ndarray) -> None:
+    d = _E8M0_HALF[blocks[:, 0]]
+    scale_rows(out, nibble_lookup(_field(blocks, 1, 16), _KV_PAIRS), d)
 
 
 def _dequantize_mxfp4(blocks: np.ndarray) -> np.ndarray:
-    d = _e8m0_half(blocks[:, 0])
-    r = _codes(_field(blocks, 1, 16)).astype(np.float32)
-    r *= d[:, None]
-    return r
+    return decode_chunks(blocks, 32, _fill_mxfp4)
 
 
 def _quantize_nvfp4(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
@@ -180,11 +166,14 @@ def _quantize_nvfp4(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
     return out.reshape(rows.shape[0], -1)
 
 
-def _dequantize_nvfp4(blocks: np.ndarray) -> np.ndarray:
+def _fill_nvfp4(blocks: np.ndarray, out: np.ndarray) -> None:
     d = _UE4M3[_field(blocks, 0, 4)]  # [B, 4], one scale per 16 values
-    r = _codes(_field(blocks, 4, 32).reshape(-1, 8)).astype(np.float32).reshape(-1, 4, 16)
-    r *= d[:, :, None]
-    return r.reshape(-1, 64)
+    q = nibble_lookup(_field(blocks, 4, 32).reshape(-1, 8), _KV_PAIRS)  # [B * 4, 16]
+    scale_rows(out.reshape(-1, 16), q, d)
+
+
+def _dequantize_nvfp4(blocks: np.ndarray) -> np.ndarray:
+    return decode_chunks(blocks, 64, _fill_nvfp4)
 
 
 DEQUANTIZE = {"MXFP4": _dequantize_mxfp4, "NVFP4": _dequantize_nvfp4}

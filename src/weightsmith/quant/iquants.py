@@ -63,11 +63,16 @@ from . import _iq_tables as _t
 from ._common import (
     F32,
     block_f16,
+    block_field,
+    decode_chunks,
     f16_to_f32,
     f32_to_f16_bits,
     inv_or_zero,
+    nibble_lookup,
+    nibble_table,
     pack_nibbles,
     quantize_blocks,
+    scale_rows,
 )
 from ._common import GROUP_MAX_EPS as _GROUP_MAX_EPS
 from ._search import make_qp_quants, nearest_int
@@ -122,10 +127,8 @@ _NIBBLE_SIGNS = np.ascontiguousarray(_BYTE_SIGNS[:16, :4])
 _IQ3XXS_SG = (IQ3XXS_GRID[:, None, :] * _NIBBLE_SIGNS[None, :, :]).reshape(-1, 4)
 _IQ3S_SG = (IQ3S_GRID[:, None, :] * _NIBBLE_SIGNS[None, :, :]).reshape(-1, 4)
 
-# byte -> (kvalues[lo nibble], kvalues[hi nibble]) as float32
 _KV_F32 = KVALUES_IQ4NL.astype(np.float32)
-_KV_LO = _KV_F32[np.arange(256) & 15]
-_KV_HI = _KV_F32[np.arange(256) >> 4]
+_KV_PAIRS = nibble_table(KVALUES_IQ4NL)  # byte -> (kvalues[lo nibble], kvalues[hi nibble])
 
 _CHUNK_BLOCKS = 4096  # blocks per dequantization step: keeps temporaries in cache
 
@@ -284,31 +287,31 @@ def dequantize_iq1_m(blocks: np.ndarray) -> np.ndarray:
     return vals.reshape(nb, QK_K)
 
 
+def _fill_iq4_nl(blocks: np.ndarray, out: np.ndarray) -> None:
+    q = nibble_lookup(block_field(blocks, 2, "V16").view(np.uint8).reshape(-1, 16), _KV_PAIRS)
+    scale_rows(out, q, _d16(blocks))
+
+
 def dequantize_iq4_nl(blocks: np.ndarray) -> np.ndarray:
     """IQ4_NL blocks [nb, 18] -> float32 [nb, 32]."""
-    nb = blocks.shape[0]
-    d = _d16(blocks)[:, None]
-    qs = blocks[:, 2:18].astype(np.intp)  # intp indices gather fastest
-    out = np.empty((nb, 2, 16), dtype=np.float32)
-    np.multiply(_KV_LO[qs], d, out=out[:, 0])
-    np.multiply(_KV_HI[qs], d, out=out[:, 1])
-    return out.reshape(nb, QK4_NL)
+    return decode_chunks(blocks, QK4_NL, _fill_iq4_nl)
 
 
-def dequantize_iq4_xs(blocks: np.ndarray) -> np.ndarray:
-    """IQ4_XS blocks [nb, 136] -> float32 [nb, 256]."""
+def _fill_iq4_xs(blocks: np.ndarray, out: np.ndarray) -> None:
     nb = blocks.shape[0]
     d = _d16(blocks)
     sh = _u16(blocks[:, 2:4])  # [nb, 1]
     sl = blocks[:, 4:8]
     lo = np.stack([sl & 15, sl >> 4], axis=-1).reshape(nb, 8).astype(np.int32)
     hi = ((sh >> np.arange(0, 16, 2, dtype=np.uint16)) & 3).astype(np.int32)
-    dl = (d[:, None] * ((lo | (hi << 4)) - 32).astype(np.float32))[:, :, None]
-    qs = blocks[:, 8:136].reshape(nb, 8, 16).astype(np.intp)  # intp indices gather fastest
-    out = np.empty((nb, 8, 2, 16), dtype=np.float32)
-    np.multiply(_KV_LO[qs], dl, out=out[:, :, 0])
-    np.multiply(_KV_HI[qs], dl, out=out[:, :, 1])
-    return out.reshape(nb, QK_K)
+    dl = d[:, None] * ((lo | (hi << 4)) - 32).astype(np.float32)  # [nb, 8]
+    qs = block_field(blocks, 8, "V128").view(np.uint8).reshape(nb * 8, 16)
+    scale_rows(out.reshape(nb * 8, 32), nibble_lookup(qs, _KV_PAIRS), dl)
+
+
+def dequantize_iq4_xs(blocks: np.ndarray) -> np.ndarray:
+    """IQ4_XS blocks [nb, 136] -> float32 [nb, 256]."""
+    return decode_chunks(blocks, QK_K, _fill_iq4_xs)
 
 
 DEQUANTIZE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
@@ -319,8 +322,8 @@ DEQUANTIZE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "IQ3_S": _chunked(dequantize_iq3_s, QK_K),
     "IQ1_S": _chunked(dequantize_iq1_s, QK_K),
     "IQ1_M": _chunked(dequantize_iq1_m, QK_K),
-    "IQ4_NL": _chunked(dequantize_iq4_nl, QK4_NL),
-    "IQ4_XS": _chunked(dequantize_iq4_xs, QK_K),
+    "IQ4_NL": dequantize_iq4_nl,  # chunks itself
+    "IQ4_XS": dequantize_iq4_xs,
 }
 
 
