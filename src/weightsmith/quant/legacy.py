@@ -31,12 +31,14 @@ from ._common import (
     F32,
     block_f16,
     block_field,
+    decode_chunks,
     f32_to_f16_bits,
     imatrix_weights,
     inv_or_zero,
     pack_nibbles,
     round_away_int,
     row_sigma2,
+    scale_rows,
 )
 from ._search import make_qkx_quants, make_qx_quants
 
@@ -49,7 +51,8 @@ QK = 32
 # byte slices of the blocks (inner loop 16) are slow.  The decoders instead
 # copy each field out as one fixed-size record per block (a memcpy per
 # block), expand nibbles on 64-bit words, interleave the halves as 16-byte
-# records, and only then convert to float32 once and scale in place.
+# records, and only then convert to float32 once and scale in place -- a
+# cache-sized chunk of blocks at a time, straight into the output.
 
 _LO = np.uint64(0x0F0F0F0F0F0F0F0F)
 _HALVES = np.dtype([("lo", "V16"), ("hi", "V16")])
@@ -81,44 +84,50 @@ def _add_high_bits(blocks: np.ndarray, off: int, q: np.ndarray) -> np.ndarray:
     return q
 
 
-def _scaled(q: np.ndarray, d: np.ndarray, m: np.ndarray | None = None) -> np.ndarray:
-    """``(float)q * d (+ m)`` in float32, no FMA."""
-    out = q.astype(np.float32)
-    out *= d
-    if m is not None:
-        out += m
-    return out
-
-
-def _dequantize_q4_0(blocks: np.ndarray) -> np.ndarray:
+def _fill_q4_0(blocks: np.ndarray, out: np.ndarray) -> None:
     q = _nibbles(blocks, 2).view(np.int8)
     q -= 8
-    return _scaled(q, _f16(blocks, 0))
+    scale_rows(out, q, _f16(blocks, 0))
 
 
-def _dequantize_q4_1(blocks: np.ndarray) -> np.ndarray:
-    return _scaled(_nibbles(blocks, 4), _f16(blocks, 0), _f16(blocks, 2))
+def _fill_q4_1(blocks: np.ndarray, out: np.ndarray) -> None:
+    scale_rows(out, _nibbles(blocks, 4), _f16(blocks, 0))
+    out += _f16(blocks, 2)
 
 
-def _dequantize_q5_0(blocks: np.ndarray) -> np.ndarray:
+def _fill_q5_0(blocks: np.ndarray, out: np.ndarray) -> None:
     q = _add_high_bits(blocks, 2, _nibbles(blocks, 6)).view(np.int8)
     q -= 16
-    return _scaled(q, _f16(blocks, 0))
+    scale_rows(out, q, _f16(blocks, 0))
 
 
-def _dequantize_q5_1(blocks: np.ndarray) -> np.ndarray:
-    q = _add_high_bits(blocks, 4, _nibbles(blocks, 8))
-    return _scaled(q, _f16(blocks, 0), _f16(blocks, 2))
+def _fill_q5_1(blocks: np.ndarray, out: np.ndarray) -> None:
+    scale_rows(out, _add_high_bits(blocks, 4, _nibbles(blocks, 8)), _f16(blocks, 0))
+    out += _f16(blocks, 2)
 
 
-def _dequantize_q8_0(blocks: np.ndarray) -> np.ndarray:
-    q = block_field(blocks, 2, "V32").view(np.int8).reshape(-1, QK)
-    return _scaled(q, _f16(blocks, 0))
+def _fill_q8_0(blocks: np.ndarray, out: np.ndarray) -> None:
+    scale_rows(out, block_field(blocks, 2, "V32").view(np.int8).reshape(-1, QK), _f16(blocks, 0))
 
 
-def _dequantize_q8_1(blocks: np.ndarray) -> np.ndarray:
-    q = block_field(blocks, 4, "V32").view(np.int8).reshape(-1, QK)
-    return _scaled(q, _f16(blocks, 0))
+def _fill_q8_1(blocks: np.ndarray, out: np.ndarray) -> None:
+    scale_rows(out, block_field(blocks, 4, "V32").view(np.int8).reshape(-1, QK), _f16(blocks, 0))
+
+
+def _decoder(fill):
+    def dequantize(blocks: np.ndarray) -> np.ndarray:
+        return decode_chunks(blocks, QK, fill)
+
+    dequantize.__name__ = fill.__name__.replace("_fill", "_dequantize")
+    return dequantize
+
+
+_dequantize_q4_0 = _decoder(_fill_q4_0)
+_dequantize_q4_1 = _decoder(_fill_q4_1)
+_dequantize_q5_0 = _decoder(_fill_q5_0)
+_dequantize_q5_1 = _decoder(_fill_q5_1)
+_dequantize_q8_0 = _decoder(_fill_q8_0)
+_dequantize_q8_1 = _decoder(_fill_q8_1)
 
 
 # --------------------------------------------------------------------------- encode
