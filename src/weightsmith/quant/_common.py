@@ -245,20 +245,25 @@ def pack_nibbles(q: np.ndarray) -> np.ndarray:
 
 #: Elements per decode step: the step's temporaries (a few bytes per element)
 #: stay in L2, and numpy's per-call overhead is still small against the work.
-DECODE_CHUNK = 1 << 17
+DECODE_CHUNK = 1 << 18
 
 
 def decode_chunks(
-    blocks: np.ndarray, block_size: int, fill: Callable[[np.ndarray, np.ndarray], None]
+    blocks: np.ndarray,
+    block_size: int,
+    fill: Callable[[np.ndarray, np.ndarray], None],
+    chunk: int = DECODE_CHUNK,
 ) -> np.ndarray:
     """Decode blocks [B, type_size] into a new float32 [B, block_size], a chunk at a time.
 
     ``fill(blocks[s:e], out[s:e])`` writes the values of one chunk of blocks
     into its (contiguous) slice of the output, so no chunk result is copied.
+    ``chunk`` is in elements; decoders issuing many numpy calls per chunk
+    want larger ones.
     """
     blocks = np.ascontiguousarray(blocks)
     out = np.empty((blocks.shape[0], block_size), dtype=np.float32)
-    step = max(1, DECODE_CHUNK // block_size)
+    step = max(1, chunk // block_size)
     with np.errstate(all="ignore"):  # inf * 0 is NaN in C too
         for s in range(0, blocks.shape[0], step):
             fill(blocks[s : s + step], out[s : s + step])

@@ -137,8 +137,6 @@ def _quantize_mxfp4(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
     return np.concatenate([e[:, None], _pack(q)], axis=1).reshape(rows.shape[0], -1)
 
 
-
-
 def _field(blocks: np.ndarray, off: int, size: int) -> np.ndarray:
     """``size`` bytes at ``off`` of every block, contiguous [B, size] (a memcpy per block)."""
     return block_field(blocks, off, f"V{size}").view(np.uint8).reshape(-1, size)

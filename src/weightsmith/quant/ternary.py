@@ -31,7 +31,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import F32, f16_to_f32, f32_to_f16_bits, inv_or_zero, round_away, seq_sum
+from ._common import (
+    F32,
+    block_f16,
+    block_field,
+    decode_chunks,
+    f16_to_f32,
+    f32_to_f16_bits,
+    inv_or_zero,
+    round_away,
+    scale_rows,
+    seq_sum,
+)
 
 QK_K = 256
 _POW3 = np.array([1, 3, 9, 27, 81, 243], dtype=np.uint8)
@@ -71,42 +82,42 @@ def _quantize_tq1_0(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
     return out.reshape(rows.shape[0], -1)
 
 
-def _records(arr: np.ndarray, *sizes: int) -> np.ndarray:
-    """View rows of bytes as records of consecutive fields f0, f1, ... of ``sizes`` bytes."""
-    dt = np.dtype([(f"f{i}", f"V{n}") for i, n in enumerate(sizes)])
-    return np.ascontiguousarray(arr).view(dt).reshape(-1)
-
-
 def _trit_k(b: np.ndarray, k: int) -> np.ndarray:
-    """Trit k of base-3 bytes: ((uint8)(b * 3**k) * 3) >> 8, as ggml's dequantize."""
-    q = (b * _POW3[k]).astype(np.uint16)  # uint8 product wraps mod 256 as in C
-    q *= 3
-    q >>= 8
-    return q.astype(np.uint8)
+    """Trit k of base-3 bytes, ((uint8)(b * 3**k) * 3) >> 8 as ggml's dequantize, as uint8.
+
+    The product wraps in uint8 as in C; ``(t * 3) >> 8`` is 0, 1, 2 for t
+    up to 85, up to 170 and above: two comparisons, no widening.
+    """
+    t = b * _POW3[k]
+    q = (t >= 86).view(np.uint8)
+    q += t >= 171
+    return q
 
 
-def _dequantize_tq1_0(blocks: np.ndarray) -> np.ndarray:
+_TQ1_GROUPS = np.dtype([(f"f{i}", f"V{n}") for i, n in enumerate([32] * 5 + [16] * 5 + [4] * 4)])
+
+
+def _fill_tq1_0(blocks: np.ndarray, out: np.ndarray) -> None:
     # Each element group is decoded on the whole [B, width] byte array at once and
     # then placed with record copies (a memcpy per block), not [B, 32] slices.
     nb = len(blocks)
-    src = _records(blocks, 32, 16, 4, 2)
-    a = np.ascontiguousarray(src["f0"]).view(np.uint8)
-    b = np.ascontiguousarray(src["f1"]).view(np.uint8)
-    h = np.ascontiguousarray(src["f2"]).view(np.uint8)
-    d = f16_to_f32(np.ascontiguousarray(src["f3"]).view("<u2")).reshape(-1, 1)
-    out = np.empty(
-        nb, np.dtype([(f"f{i}", f"V{n}") for i, n in enumerate([32] * 5 + [16] * 5 + [4] * 4)])
-    )
+    a = block_field(blocks, 0, "V32").view(np.uint8)
+    b = block_field(blocks, 32, "V16").view(np.uint8)
+    h = block_field(blocks, 48, "V4").view(np.uint8)
+    q = np.empty(nb, _TQ1_GROUPS)
     for k in range(5):
-        out[f"f{k}"] = _trit_k(a, k).view("V32")
-        out[f"f{5 + k}"] = _trit_k(b, k).view("V16")
+        q[f"f{k}"] = _trit_k(a, k).view("V32")
+        q[f"f{5 + k}"] = _trit_k(b, k).view("V16")
     for k in range(4):
-        out[f"f{10 + k}"] = _trit_k(h, k).view("V4")
-    q = out.view(np.int8).reshape(nb, QK_K)
-    q -= 1
-    r = q.astype(np.float32)
-    r *= d
-    return r
+        q[f"f{10 + k}"] = _trit_k(h, k).view("V4")
+    q8 = q.view(np.int8).reshape(nb, QK_K)
+    q8 -= 1
+    scale_rows(out, q8, block_f16(blocks, 52))
+
+
+def _dequantize_tq1_0(blocks: np.ndarray) -> np.ndarray:
+    # ~40 numpy calls per chunk: larger chunks amortise them (measured)
+    return decode_chunks(blocks, QK_K, _fill_tq1_0, 1 << 19)
 
 
 # --------------------------------------------------------------------------- TQ2_0
@@ -125,23 +136,28 @@ def _quantize_tq2_0(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
 _M2 = np.uint64(0x0303030303030303)
 
 
-def _dequantize_tq2_0(blocks: np.ndarray) -> np.ndarray:
+_TQ2_RUNS = np.dtype([(f"f{i}", "V32") for i in range(8)])
+_TQ2_HALVES = np.dtype([("c0", "V32"), ("c1", "V32")])
+
+
+def _fill_tq2_0(blocks: np.ndarray, out: np.ndarray) -> None:
     nb = len(blocks)
-    src = _records(blocks, 64, 2)
-    w = np.ascontiguousarray(src["f0"]).view("<u8").reshape(nb, 8)
-    d = f16_to_f32(np.ascontiguousarray(src["f1"]).view("<u2")).reshape(-1, 1)
+    w = block_field(blocks, 0, "V64").view("<u8").reshape(nb, 8)
     # element 128c + 32l + m is bits 2l of byte 32c + m
-    out = np.empty(nb, np.dtype([(f"f{i}", "V32") for i in range(8)]))
+    q = np.empty(nb, _TQ2_RUNS)
     for shift in range(4):
-        t = (w >> np.uint64(2 * shift)) & _M2
-        halves = t.view(np.dtype([("c0", "V32"), ("c1", "V32")])).reshape(-1)
-        out[f"f{shift}"] = halves["c0"]
-        out[f"f{4 + shift}"] = halves["c1"]
-    q = out.view(np.int8).reshape(nb, QK_K)
-    q -= 1
-    r = q.astype(np.float32)
-    r *= d
-    return r
+        t = w >> np.uint64(2 * shift)
+        t &= _M2
+        halves = t.view(_TQ2_HALVES).reshape(-1)
+        q[f"f{shift}"] = halves["c0"]
+        q[f"f{4 + shift}"] = halves["c1"]
+    q8 = q.view(np.int8).reshape(nb, QK_K)
+    q8 -= 1
+    scale_rows(out, q8, block_f16(blocks, 64))
+
+
+def _dequantize_tq2_0(blocks: np.ndarray) -> np.ndarray:
+    return decode_chunks(blocks, QK_K, _fill_tq2_0, 1 << 19)
 
 
 # --------------------------------------------------------------------------- Q1_0
