@@ -481,7 +481,8 @@ def _q6k_blocks(xb: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     xg = _to_sub(xb, 16)
     scale, iscale_search = qx_search(xg, 32, None if qw is None else _to_sub(qw, 16))
     scales = scale.reshape(b, 16)
-    max_abs, max_scale = signed_absmax(scales.T)
+    # contiguous: a reduction over a transposed view runs ~8x slower
+    max_abs, max_scale = signed_absmax(np.ascontiguousarray(scales.T))
     dead = max_abs < GROUP_MAX_EPS
     iscale = F32(-128) / np.where(dead, F32(1), max_scale)
     d16 = f32_to_f16_bits(F32(1) / iscale)
@@ -615,7 +616,7 @@ def _q3k_scales_ref(xb: np.ndarray) -> tuple[np.ndarray, np.ndarray, _Levels]:
     with np.errstate(all="ignore"):
         scale, lv = q3_search(_to_sub(xb, 16), 4)
     scales = scale.reshape(b, 16)
-    _, max_scale = signed_absmax(scales.T)
+    _, max_scale = signed_absmax(np.ascontiguousarray(scales.T))
     has = max_scale != 0  # C: if (max_scale)
     iscale = F32(-32) / np.where(has, max_scale, F32(1))
     ls = np.clip(nearest_int(iscale[:, None] * scales).astype(np.int8), -32, 31) + np.int8(32)
