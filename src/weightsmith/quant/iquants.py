@@ -262,29 +262,47 @@ def dequantize_iq1_s(blocks: np.ndarray) -> np.ndarray:
     return vals.reshape(nb, QK_K)
 
 
+_IQ1M_SHIFTS = (0, 3, 6, 9)  # the four 3-bit sub-scales of each scales word
+
+
+def _fill_iq1_m(blocks: np.ndarray, out: np.ndarray) -> None:
+    """IQ1_M: 32 groups of 8 per block, ``dl * (grid[idx] +- delta)``.
+
+    Group g takes qs[g] and the nibble g % 2 of qh[g // 2] (3 index bits and
+    the delta sign); sub-block scale s covers groups 2s, 2s+1.  Everything
+    runs on flat arrays; the 8-value rows are gathered straight into ``out``.
+    """
+    nb = blocks.shape[0]
+    qs = block_field(blocks, 0, "V32").view(np.uint8).reshape(-1)  # [nb * 32]
+    qh = block_field(blocks, 32, "V16").view(np.uint8).reshape(-1)  # [nb * 16]
+    sc = block_field(blocks, 48, "V8").view("<u2").reshape(-1)  # [nb * 4]
+    nib = np.empty(nb * 32, dtype=np.uint8)
+    np.bitwise_and(qh, 15, out=nib[0::2])
+    np.right_shift(qh, 4, out=nib[1::2])
+    # row of _IQ1S_GD: 2 * (qs | (nibble & 7) << 8) + (nibble >> 3)
+    row = qs.astype(np.intp)
+    row <<= 1
+    row |= _IQ1M_NIBBLE_ROW[nib]
+    np.take(_IQ1S_GD, row, axis=0, out=out.reshape(-1, 8), mode="wrap")
+    w = sc.reshape(nb, 4)
+    u = (w[:, 0] >> 12) | ((w[:, 1] >> 8) & 0x00F0) | ((w[:, 2] >> 4) & 0x0F00) | (w[:, 3] & 0xF000)
+    sub = np.empty(nb * 16, dtype=np.uint16)
+    for k, sh in enumerate(_IQ1M_SHIFTS):
+        np.right_shift(sc, sh, out=sub[k::4])
+    sub &= 7
+    sub <<= 1
+    sub += 1
+    dl = np.repeat(f16_to_f32(u.astype(np.uint16)), 16) * sub.astype(np.float32)
+    out.reshape(-1)[...] *= np.repeat(dl, 16)
+
+
+# nibble (3 index bits, delta sign) -> its part of the _IQ1S_GD row number
+_IQ1M_NIBBLE_ROW = ((np.arange(16) & 7) << 9 | (np.arange(16) >> 3)).astype(np.intp)
+
+
 def dequantize_iq1_m(blocks: np.ndarray) -> np.ndarray:
     """IQ1_M blocks [nb, 56] -> float32 [nb, 256]."""
-    nb = blocks.shape[0]
-    qs = blocks[:, 0:32].reshape(nb, 8, 2, 2).astype(np.intp)  # [ib, pair, l%2]
-    qh = blocks[:, 32:48].reshape(nb, 8, 2).astype(np.intp)  # [ib, pair]
-    sc = _u16(blocks[:, 48:56]).astype(np.intp)  # [nb, 4]
-    u = (
-        (sc[:, 0] >> 12)
-        | ((sc[:, 1] >> 8) & 0x00F0)
-        | ((sc[:, 2] >> 4) & 0x0F00)
-        | (sc[:, 3] & 0xF000)
-    )
-    d = f16_to_f32(u.astype(np.uint16))
-    sub = sc[:, np.arange(8) // 2] >> (6 * (np.arange(8) % 2))  # [nb, 8]
-    s = np.stack([sub & 7, (sub >> 3) & 7], axis=-1)  # [nb, 8, 2] -> dl1, dl2
-    dl = d[:, None, None] * (2 * s + 1).astype(np.float32)
-    hsh = np.array([8, 4], dtype=np.intp)
-    q4 = qh[:, :, :, None]
-    idx = qs | ((q4 << hsh) & 0x700)
-    neg = (q4 >> np.array([3, 7], dtype=np.intp)) & 1  # delta sign bits 3 / 7
-    vals = np.take(_IQ1S_GD, idx * 2 + neg, axis=0)  # [nb, 8, 2, 2, 8]
-    vals *= dl[:, :, :, None, None]
-    return vals.reshape(nb, QK_K)
+    return decode_chunks(blocks, QK_K, _fill_iq1_m)
 
 
 def _fill_iq4_nl(blocks: np.ndarray, out: np.ndarray) -> None:
@@ -321,7 +339,7 @@ DEQUANTIZE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "IQ3_XXS": _chunked(dequantize_iq3_xxs, QK_K),
     "IQ3_S": _chunked(dequantize_iq3_s, QK_K),
     "IQ1_S": _chunked(dequantize_iq1_s, QK_K),
-    "IQ1_M": _chunked(dequantize_iq1_m, QK_K),
+    "IQ1_M": dequantize_iq1_m,
     "IQ4_NL": dequantize_iq4_nl,  # chunks itself
     "IQ4_XS": dequantize_iq4_xs,
 }
