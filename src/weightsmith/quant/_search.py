@@ -103,20 +103,23 @@ def _axis0_is_sequential() -> bool:
 _SEQUENTIAL_AXIS0 = _axis0_is_sequential()
 
 
-def reduce0(a: np.ndarray) -> np.ndarray:
+def reduce0(a: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Sum over axis 0 of ``a [n, M]`` in index order (C's order), starting from the first row.
 
     With a single column (one block in a chunk) axis 0 is the contiguous
     axis, which numpy sums pairwise; such narrow arrays, and a numpy that
-    reorders axis-0 reductions, are added row by row.
+    reorders axis-0 reductions, are added row by row.  ``out``: an ``[M]``
+    float32 array to sum into.
     """
     a = np.ascontiguousarray(a)
     if _SEQUENTIAL_AXIS0 and a.shape[1] >= _MIN_REDUCE_COLS:
-        return np.add.reduce(a, axis=0)
-    s = a[0].copy()
+        return np.add.reduce(a, axis=0, out=out)
+    if out is None:
+        out = np.empty(a.shape[1:], dtype=a.dtype)
+    out[...] = a[0]
     for row in a[1:]:
-        s += row
-    return s
+        out += row
+    return out
 
 
 def seqsum(a: np.ndarray) -> np.ndarray:
@@ -174,6 +177,7 @@ def make_qkx_quants(
 def _qkx_search(x, w, nmax, rmin, rdelta, nstep, use_mad):
     """:func:`make_qkx_quants` on one cache-sized slice of columns."""
     fnmax = F32(nmax)
+    m = x.shape[1]
     xmin = _first_min(x)
     mx = np.max(x, axis=0)
     sum_w = reduce0(w)  # C starts from weights[0]: no +0 fix
@@ -187,24 +191,32 @@ def _qkx_search(x, w, nmax, rmin, rdelta, nstep, use_mad):
     t = _empty(x.shape)  # candidate quants of the current step
     u = _empty(x.shape)
     v = _empty(x.shape)
+    steps = nstep + 1 if nstep >= 1 else 0  # C: nstep < 1 returns early
+    # Row 0: the first guess, row 1 + s: step s.  The winner of each column
+    # is picked from these at the end instead of being copied at every step
+    # (np.putmask on [M] vectors cost as much as a plane operation).
+    hist_iscale, hist_mn, hist_scale = _empty((3, steps + 1, m))
+    det, this_min, tmp, sum_l, sum_xl, sum_l2 = _empty((6, m))
+    better = np.empty(m, dtype=bool)
+    tag = np.empty(m, dtype=np.uint8)
+    win = np.zeros(m, dtype=np.uint8)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         rng = top - mn
-        iscale = fnmax / rng
-        scale = F32(1.0) / iscale
+        iscale = hist_iscale[0]
+        np.divide(fnmax, rng, out=iscale)
+        np.divide(F32(1.0), iscale, out=hist_scale[0])
+        hist_mn[0] = mn
         fast = _rint_is_exact(rng, xmin, mn, cmax)
-        lo = np.zeros(x.shape[1], dtype=np.float32)
-        hi = np.full(x.shape[1], fnmax)
+        lo = np.zeros(m, dtype=np.float32)
+        hi = np.full(m, fnmax)
         _levels(x, mn, iscale, fnmax, t, fast, (lo, None))
-        best = _weighted_error(t, scale, mn, x, w, use_mad, v)
+        best = _weighted_error(t, hist_scale[0], mn, x, w, use_mad, v)
         best[flat] = -np.inf  # C returned early for these: nothing may win
-        # The winning quants are not copied at each step: the (iscale, min)
-        # that produced them is kept and they are recomputed once at the end.
-        win_iscale = iscale.copy()
-        win_mn = mn.copy()
+        cs = [F32(rmin) + F32(rdelta) * F32(step) + fnmax for step in range(steps)]
 
-        for step in range(nstep + 1 if nstep >= 1 else 0):  # C: nstep < 1 returns early
-            c = F32(rmin) + F32(rdelta) * F32(step) + fnmax
-            iscale = c / rng
+        for step, c in enumerate(cs, 1):
+            iscale = hist_iscale[step]
+            np.divide(c, rng, out=iscale)
             # iscale * (x - min) <= c * (1 + 2**-24)**2 when 0 < iscale
             _levels(x, mn, iscale, fnmax, t, fast, (lo, hi if c > fnmax + F32(0.49) else None))
             # C's sums start from +0; numpy's from the first term.  They can
@@ -212,30 +224,48 @@ def _qkx_search(x, w, nmax, rmin, rdelta, nstep, use_mad):
             # the output (det > 0 needs non-zero sum_l and sum_l2, and a
             # zero scale or min rounds to level 0 whatever its sign).
             np.multiply(w, t, out=u)
-            sum_l = reduce0(u)
+            reduce0(u, out=sum_l)
             np.multiply(u, x, out=v)
-            sum_xl = reduce0(v)
+            reduce0(v, out=sum_xl)
             u *= t
-            sum_l2 = reduce0(u)
-            det = sum_w * sum_l2 - sum_l * sum_l
-            this_scale = (sum_w * sum_xl - sum_x * sum_l) / det
-            this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det
+            reduce0(u, out=sum_l2)
+            # C: D = sum_w * sum_l2 - sum_l * sum_l
+            np.multiply(sum_w, sum_l2, out=det)
+            det -= np.multiply(sum_l, sum_l, out=tmp)
+            # C: this_scale = (sum_w * sum_xl - sum_x * sum_l) / D
+            this_scale = hist_scale[step]
+            np.multiply(sum_w, sum_xl, out=this_scale)
+            this_scale -= np.multiply(sum_x, sum_l, out=tmp)
+            this_scale /= det
+            # C: this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D
+            np.multiply(sum_l2, sum_x, out=this_min)
+            this_min -= np.multiply(sum_l, sum_xl, out=tmp)
+            this_min /= det
             pos = this_min > 0
             if pos.any():
                 this_min[pos] = _ZERO
                 this_scale[pos] = sum_xl[pos] / sum_l2[pos]
             cur = _weighted_error(t, this_scale, this_min, x, w, use_mad, v)
-            better = (det > 0) & (cur < best)
+            np.greater(det, 0, out=better)
+            better &= cur < best
             if better.any():
                 # in place: putmask costs half of np.where on these sizes
                 np.putmask(best, better, cur)
-                np.putmask(scale, better, this_scale)
-                np.putmask(win_iscale, better, iscale)
-                np.putmask(win_mn, better, mn)
+                hist_mn[step] = mn
+                np.multiply(better, np.uint8(step), out=tag)
+                np.maximum(win, tag, out=win)  # steps run in order: the last better one wins
                 np.putmask(mn, better, this_min)
-                rng = top - mn
-                fast = _rint_is_exact(rng, xmin, mn, cmax)
+                np.subtract(top, mn, out=rng)
+                # Only the changed columns can turn the fast path off.
+                cols = np.flatnonzero(better) if fast else slice(None)
+                fast = _rint_is_exact(rng[cols], xmin[cols], mn[cols], cmax)
 
+        pick = win.astype(np.intp)
+        pick *= m
+        pick += np.arange(m)
+        scale = hist_scale.reshape(-1)[pick]
+        win_iscale = hist_iscale.reshape(-1)[pick]
+        win_mn = hist_mn.reshape(-1)[pick]
         L = _levels(
             x, win_mn, win_iscale, fnmax, t, _rint_is_exact(top - win_mn, xmin, win_mn, cmax)
         )
