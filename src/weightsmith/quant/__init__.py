@@ -250,6 +250,44 @@ def _run_forked(
         raise RuntimeError(f"a quantization worker process died (exit code {bad[0]})")
 
 
+def _run_threads(
+    spans: list[tuple[int, int]],
+    load: Callable[[int, int], tuple],
+    task: Callable[..., np.ndarray],
+    store: Callable[[int, int, np.ndarray], None],
+    workers: int,
+) -> None:
+    """This thread and ``workers - 1`` helpers take spans in turn; each stores its own result.
+
+    Exactly ``workers`` threads run (no dispatcher thread competing for a
+    core), and a result is copied into the output by the thread that made it,
+    while it is still in that core's cache.
+    """
+    it = iter(spans)
+    lock = threading.Lock()
+    failed: list[BaseException] = []
+
+    def work() -> None:
+        while True:
+            with lock:
+                span = None if failed else next(it, None)
+            if span is None:
+                return
+            try:
+                store(*span, task(*load(*span)))
+            except BaseException as exc:  # report, and stop the others early
+                with lock:
+                    failed.append(exc)
+                return
+
+    with ThreadPoolExecutor(max_workers=workers - 1) as helpers:
+        for _ in range(workers - 1):
+            helpers.submit(work)
+        work()
+    if failed:
+        raise failed[0]
+
+
 def _run(
     spans: list[tuple[int, int]],
     load: Callable[[int, int], tuple],
@@ -260,8 +298,9 @@ def _run(
 ) -> None:
     """For every span: ``store(r0, r1, task(*load(r0, r1)))``, on ``workers`` workers.
 
-    At most ``2 * workers`` chunks are in flight, so memory stays bounded by
-    the chunk size whatever the tensor size.  The first error is re-raised.
+    At most ``workers`` (threads, fork) or ``2 * workers`` (pool) chunks are
+    in flight, so memory stays bounded by the chunk size whatever the tensor
+    size.  The first error is re-raised.
     """
     plan = _plan(backend, workers, len(spans))
     if plan == "serial":
@@ -271,13 +310,13 @@ def _run(
     if plan == "fork":
         _run_forked(spans, load, task, store, workers)
         return
+    if plan == "thread":
+        _run_threads(spans, load, task, store, workers)
+        return
     pending: deque[tuple[int, int, Future]] = deque()
     with contextlib.ExitStack() as stack:
-        if plan == "pool":
-            stack.enter_context(_workers_skip_main())
-            executor: ProcessPoolExecutor | ThreadPoolExecutor = _process_pool(workers)
-        else:
-            executor = stack.enter_context(ThreadPoolExecutor(max_workers=workers))
+        stack.enter_context(_workers_skip_main())
+        executor = _process_pool(workers)
         try:
             for r0, r1 in spans:
                 if len(pending) >= 2 * workers:
