@@ -197,7 +197,7 @@ def _qkx_search(x, w, nmax, rmin, rdelta, nstep, use_mad):
     # (np.putmask on [M] vectors cost as much as a plane operation).
     hist_iscale, hist_mn, hist_scale = _empty((3, steps + 1, m))
     det, this_min, tmp, sum_l, sum_xl, sum_l2 = _empty((6, m))
-    better = np.empty(m, dtype=bool)
+    better, pos = np.empty((2, m), dtype=bool)
     tag = np.empty(m, dtype=np.uint8)
     win = np.zeros(m, dtype=np.uint8)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -241,10 +241,11 @@ def _qkx_search(x, w, nmax, rmin, rdelta, nstep, use_mad):
             np.multiply(sum_l2, sum_x, out=this_min)
             this_min -= np.multiply(sum_l, sum_xl, out=tmp)
             this_min /= det
-            pos = this_min > 0
-            if pos.any():
-                this_min[pos] = _ZERO
-                this_scale[pos] = sum_xl[pos] / sum_l2[pos]
+            # C: if (this_min > 0) { this_min = 0; this_scale = sum_xl / sum_l2; }
+            np.greater(this_min, 0, out=pos)
+            if pos.any():  # copyto(where=) on a sparse mask beats boolean indexing
+                np.copyto(this_scale, np.divide(sum_xl, sum_l2, out=tmp), where=pos)
+                np.copyto(this_min, _ZERO, where=pos)
             cur = _weighted_error(t, this_scale, this_min, x, w, use_mad, v)
             np.greater(det, 0, out=better)
             better &= cur < best
