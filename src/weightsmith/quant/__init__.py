@@ -38,6 +38,7 @@ import importlib.machinery
 import math
 import mmap
 import multiprocessing as mp
+import multiprocessing.connection
 import os
 import sys
 import threading
@@ -75,6 +76,10 @@ __all__ = [
 
 #: Bytes of temporaries all chunks in flight may use together.
 MEMORY_BUDGET = 64 * 1024 * 1024
+#: Elements a chunk is not cut below when spreading a tensor over workers:
+#: smaller chunks would mean more numpy calls per element (for threads, more
+#: handing over of the GIL).
+MIN_CHUNK = 1 << 18
 #: Families whose reference (no imatrix) encoders are a few whole-array numpy
 #: operations per chunk: threads scale on them (numpy drops the GIL in its
 #: loops) without the cost of forking.  The others issue many small numpy
@@ -117,9 +122,23 @@ def _chunk_rows(n_per_row: int, workers: int, chunk_rows: int | None, temp_bytes
     return max(1, per_chunk // max(1, n_per_row))
 
 
-def _spans(nrows: int, step: int) -> Iterator[tuple[int, int]]:
-    for r0 in range(0, nrows, step):
-        yield r0, min(nrows, r0 + step)
+def _spans(nrows: int, step: int, workers: int = 1, least: int = 1) -> list[tuple[int, int]]:
+    """Spans of at most ``step`` rows covering ``nrows``.
+
+    With several workers the spans shrink towards the end (each a quarter
+    of what is left per worker, down to ``least`` rows), so that the workers
+    finish together: equal spans leave one worker idle for up to a whole span
+    at the end, and a tensor of a few spans is still split ``workers`` ways.
+    """
+    out = []
+    r0 = 0
+    while r0 < nrows:
+        k = step
+        if workers > 1:
+            k = min(step, max(least, -(-(nrows - r0) // (2 * workers))))
+        out.append((r0, min(nrows, r0 + k)))
+        r0 += k
+    return out
 
 
 _pool_lock = threading.Lock()
@@ -210,44 +229,70 @@ def _run_forked(
 
     The children inherit the input (copy-on-write, nothing is copied or
     pickled) and store straight into the shared output, so no data crosses a
-    pipe.  Only an exception travels back, pickled.  Used on Linux.
+    pipe.  Each child reports on its own pipe when its last store is done (or
+    sends its exception); this process goes on then, without waiting for the
+    child's exit (tearing down a forked address space takes milliseconds):
+    multiprocessing reaps it later.  Used on Linux.
     """
     ctx = mp.get_context("fork")
     counter = ctx.Value("q", 0)
-    errors = ctx.SimpleQueue()
 
     def work() -> None:
-        try:
-            while True:
-                with counter.get_lock():
-                    i = counter.value
-                    counter.value = i + 1
-                if i >= len(spans):
-                    return
-                r0, r1 = spans[i]
-                store(r0, r1, task(*load(r0, r1)))
-        except BaseException as exc:  # report, and stop the others early
+        while True:
             with counter.get_lock():
-                counter.value = len(spans)
-            errors.put(exc)
+                i = counter.value
+                counter.value = i + 1
+            if i >= len(spans):
+                return
+            try:
+                store(*spans[i], task(*load(*spans[i])))
+            except BaseException:  # stop the others early
+                with counter.get_lock():
+                    counter.value = len(spans)
+                raise
 
+    def child(conn) -> None:
+        try:
+            work()
+            conn.send(None)
+        except BaseException as exc:
+            try:
+                conn.send(exc)
+            except Exception:  # an exception that does not pickle
+                conn.send(RuntimeError(f"{type(exc).__name__}: {exc}"))
+
+    links = []
     with warnings.catch_warnings():
         # Python >= 3.12 warns about fork() in a threaded process; the children
         # only run numpy on inherited arrays and exit.
         warnings.simplefilter("ignore", DeprecationWarning)
-        children = [ctx.Process(target=work, daemon=True) for _ in range(workers - 1)]
-        for ch in children:
+        for _ in range(workers - 1):
+            reader, writer = ctx.Pipe(duplex=False)
+            ch = ctx.Process(target=child, args=(writer,), daemon=True)
             ch.start()
+            writer.close()
+            links.append((reader, ch))
     try:
         work()
     finally:
-        for ch in children:
-            ch.join()
-    if not errors.empty():
-        raise errors.get()
-    bad = [ch.exitcode for ch in children if ch.exitcode]
-    if bad:
-        raise RuntimeError(f"a quantization worker process died (exit code {bad[0]})")
+        reports = [_child_report(reader, ch) for reader, ch in links]
+        mp.active_children()  # reap the children that have exited already
+    for exc in reports:
+        if exc is not None:
+            raise exc
+
+
+def _child_report(reader, ch) -> BaseException | None:
+    """What a forked child sent when done: None or its exception (also if it died)."""
+    with reader:
+        mp.connection.wait([reader, ch.sentinel])
+        if reader.poll():
+            try:
+                return reader.recv()
+            except EOFError:
+                pass
+        ch.join()
+        return RuntimeError(f"a quantization worker process died (exit code {ch.exitcode})")
 
 
 def _run_threads(
@@ -508,7 +553,9 @@ def quantize(
     xs = x.reshape(-1, seg) if split > 1 else x
     get_rows = _rows_getter(xs, seg)
     step = _chunk_rows(seg, nw, chunk_rows, c.quantize_temp_bytes)
-    spans = list(_spans(nrows * split, step))
+    spans = _spans(
+        nrows * split, step, nw, max(1, MIN_CHUNK // seg) if chunk_rows is None else step
+    )
     seg_bytes = t.nbytes(seg)
     out = _empty((nrows * split, seg_bytes), np.uint8, _plan(be, nw, len(spans)))
 
@@ -629,7 +676,9 @@ def dequantize(
     else:  # blocks decode independently: chunk by blocks, even inside one huge row
         per_chunk = MEMORY_BUDGET // (nw * c.dequantize_temp_bytes)
         step = max(1, per_chunk // t.block_size)
-    spans = list(_spans(nrows * bpr, step))
+    spans = _spans(
+        nrows * bpr, step, nw, max(1, MIN_CHUNK // t.block_size) if chunk_rows is None else step
+    )
     if len(spans) == 1:  # one chunk: the codec's own result is the output, no copy
         y = _dequantize_task(t.name, np.ascontiguousarray(blocks))
         return np.ascontiguousarray(y, dtype=np.float32).reshape(dims)
