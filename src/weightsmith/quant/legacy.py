@@ -77,8 +77,9 @@ def _nibbles(blocks: np.ndarray, off: int) -> np.ndarray:
 
 def _add_high_bits(blocks: np.ndarray, off: int, q: np.ndarray) -> np.ndarray:
     """q[B, 32] |= (bit j of the u32 qh at ``off``) << 4."""
-    qh = block_field(blocks, off, "V4").view(np.uint8).reshape(-1, 4)
-    bits = np.unpackbits(qh, axis=1, bitorder="little")
+    qh = block_field(blocks, off, "V4").view(np.uint8)
+    # flat: unpackbits along axis 1 runs one 4-byte loop per block, 3x slower
+    bits = np.unpackbits(qh, bitorder="little").reshape(q.shape)
     bits <<= 4
     q |= bits
     return q

@@ -97,17 +97,20 @@ def _trit_k(b: np.ndarray, k: int) -> np.ndarray:
 _TQ1_GROUPS = np.dtype([(f"f{i}", f"V{n}") for i, n in enumerate([32] * 5 + [16] * 5 + [4] * 4)])
 
 
+_TQ1_AB = np.dtype([("a", "V32"), ("b", "V16")])
+
+
 def _fill_tq1_0(blocks: np.ndarray, out: np.ndarray) -> None:
-    # Each element group is decoded on the whole [B, width] byte array at once and
-    # then placed with record copies (a memcpy per block), not [B, 32] slices.
+    # Trit k of qs[0:32] and of qs[32:48] come from one pass over the 48 bytes;
+    # each group is then placed with a record copy (a memcpy per block).
     nb = len(blocks)
-    a = block_field(blocks, 0, "V32").view(np.uint8)
-    b = block_field(blocks, 32, "V16").view(np.uint8)
+    ab = block_field(blocks, 0, "V48").view(np.uint8)
     h = block_field(blocks, 48, "V4").view(np.uint8)
     q = np.empty(nb, _TQ1_GROUPS)
     for k in range(5):
-        q[f"f{k}"] = _trit_k(a, k).view("V32")
-        q[f"f{5 + k}"] = _trit_k(b, k).view("V16")
+        t = _trit_k(ab, k).view(_TQ1_AB)
+        q[f"f{k}"] = t["a"]
+        q[f"f{5 + k}"] = t["b"]
     for k in range(4):
         q[f"f{10 + k}"] = _trit_k(h, k).view("V4")
     q8 = q.view(np.int8).reshape(nb, QK_K)
