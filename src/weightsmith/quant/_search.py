@@ -510,10 +510,7 @@ def qx_search(x: np.ndarray, nmax: int, w: np.ndarray | None) -> tuple[np.ndarra
     live = amax >= GROUP_MAX_EPS
     xmax[~live] = 1  # dead groups are reset at the end
     nums = [_qx_numerator(nmax, k) for k in _QX_TRIALS]
-    # Per trial and group: sumlx/suml2, C's candidate best, and sumlx**2
-    # (-inf where suml2 <= 0, so the accept test needs no second mask).
-    ratio, cand, square, suml2 = _empty((4, len(nums), groups))
-    sumlx0 = np.empty(groups, dtype=F32)
+    sums = _empty((2, len(nums), groups))  # [sumlx | suml2, trial, group]
     step = min(groups, max(1, _QX_SLICE_ELEMS // max(1, n)))
     # One workspace for all slices: fresh large temporaries would page-fault.
     work = _QxWork(n, step, nmax)
@@ -523,35 +520,40 @@ def qx_search(x: np.ndarray, nmax: int, w: np.ndarray | None) -> tuple[np.ndarra
     try:
         for s in range(0, groups, step):
             e = min(s + step, groups)
-            sums = work.sums[:, :, : e - s]
-            _qx_trials(x[:, s:e], w if w is None else w[:, s:e], xmax[s:e], nums, nmax, sums, work)
-            sumlx, sl2 = sums
-            np.copyto(suml2[:, s:e], sl2)
-            sumlx0[s:e] = sumlx[0]
-            np.divide(sumlx, sl2, out=ratio[:, s:e])  # C: scale = sumlx/suml2
-            np.multiply(ratio[:, s:e], sumlx, out=cand[:, s:e])  # C: best = scale*sumlx
-            sq = square[:, s:e]
-            np.multiply(sumlx, sumlx, out=sq)
-            np.copyto(sq, -np.inf, where=~(sl2 > 0))
+            _qx_trials(
+                x[:, s:e],
+                w if w is None else w[:, s:e],
+                xmax[s:e],
+                nums,
+                nmax,
+                sums[:, :, s:e],
+                work,
+            )
     finally:
         np.setbufsize(old)
-    scale0 = np.where(suml2[0] != 0, ratio[0], F32(0))
-    best = scale0 * sumlx0
+    sumlx, suml2 = sums
+    scale0 = np.where(suml2[0] != 0, sumlx[0] / suml2[0], F32(0))
+    best = scale0 * sumlx[0]
     best_bits = best.view(np.int32)
     best_t = np.zeros(groups, dtype=np.uint8)
-    tmp = np.empty(groups, dtype=F32)
-    better = np.empty(groups, dtype=bool)
-    mask, flip = np.empty((2, groups), dtype=np.int32)
+    square, tmp, cand = _empty((3, groups))
+    better, cond = np.empty((2, groups), dtype=bool)
+    mask, flip = _empty((2, groups), np.int32)
     tag = np.empty(groups, dtype=np.uint8)
     for t in range(1, len(nums)):
         # C: if (suml2 > 0 && sumlx*sumlx > best*suml2) { scale = sumlx/suml2; best = scale*sumlx; }
-        np.multiply(best, suml2[t], out=tmp)
-        np.greater(square[t], tmp, out=better)
+        lx, l2 = sumlx[t], suml2[t]
+        np.multiply(lx, lx, out=square)
+        np.multiply(best, l2, out=tmp)
+        np.greater(square, tmp, out=better)
+        better &= np.greater(l2, 0, out=cond)
+        np.divide(lx, l2, out=cand)
+        cand *= lx
         # best = better ? cand : best, as a bit select: copyto(where=) and
         # putmask branch on every element and run ~7x slower here.
         np.copyto(mask, better)
         np.negative(mask, out=mask)
-        np.bitwise_xor(cand[t].view(np.int32), best_bits, out=flip)
+        np.bitwise_xor(cand.view(np.int32), best_bits, out=flip)
         np.bitwise_and(flip, mask, out=flip)
         np.bitwise_xor(best_bits, flip, out=best_bits)
         np.multiply(better, np.uint8(t), out=tag)
@@ -559,7 +561,7 @@ def qx_search(x: np.ndarray, nmax: int, w: np.ndarray | None) -> tuple[np.ndarra
     pick = best_t.astype(np.intp)
     pick *= groups
     pick += np.arange(groups)
-    scale = np.where(best_t == 0, scale0, ratio.reshape(-1)[pick])
+    scale = np.where(best_t == 0, scale0, sumlx.reshape(-1)[pick] / suml2.reshape(-1)[pick])
     iscale = np.asarray(nums, dtype=F32)[best_t] / xmax
     scale[~live] = 0
     iscale[~live] = np.nan
@@ -581,7 +583,6 @@ class _QxWork:
         self.t = _empty((n * m,))
         self.prod = _empty((2 * n * m,))
         self.iscale = _empty((m,))
-        self.sums = _empty((2, len(_QX_TRIALS), m))  # [sumlx | suml2, trial, group]
         # numpy's minimum/maximum are twice as fast against a row (broadcast
         # with qx_search's buffer size) as against a scalar
         self.lo = np.full(m, F32(-nmax))
