@@ -571,12 +571,11 @@ def _dequantize_symmetric(
     ``d_offset``: byte offset of the f16 ``d``; ``scales(b)``: signed
     sub-block scales ``[n, 16]``; ``levels(b)``: signed levels ``[n, 256]``.
     """
-    d = block_f16(blocks, d_offset)
+    dl = block_f16(blocks, d_offset)[:, None] * scales(blocks).astype(F32)  # all at once: small
     out = np.empty((blocks.shape[0], QK_K), dtype=F32)
     for s in range(0, blocks.shape[0], _DEQ_CHUNK):
         b = blocks[s : s + _DEQ_CHUNK]
-        dl = d[s : s + _DEQ_CHUNK, None] * scales(b).astype(F32)
-        _scale_levels(out[s : s + _DEQ_CHUNK], dl, levels(b))
+        _scale_levels(out[s : s + _DEQ_CHUNK], dl[s : s + _DEQ_CHUNK], levels(b))
     return out
 
 
@@ -601,10 +600,16 @@ def _pack_q3k_scales(ls: np.ndarray) -> np.ndarray:
 
 def _unpack_q3k_scales(packed: np.ndarray) -> np.ndarray:
     """The 12 packed bytes ``[b, 12]`` -> signed scales ``[b, 16]`` (int8, minus 32)."""
-    low = np.concatenate([packed[:, :8] & 0xF, packed[:, :8] >> 4], axis=1)
-    shifts = np.repeat(np.arange(0, 8, 2, dtype=np.uint8), 4)  # 2 * (j // 4)
-    high = (packed[:, 8 + np.arange(16) % 4] >> shifts) & 3
-    return (low | (high << 4)).astype(np.int8) - np.int8(32)
+    # on the three little-endian 32-bit words: scales 4k..4k+3 are the bytes of word k
+    w = np.ascontiguousarray(packed, dtype=np.uint8).view("<u4")  # [b, 3]
+    w0, w1, w2 = w[:, 0], w[:, 1], w[:, 2]
+    out = np.empty((packed.shape[0], 4), dtype="<u4")
+    for k, low in enumerate((w0 & 0x0F0F0F0F, w1 & 0x0F0F0F0F, w0 >> 4, w1 >> 4)):
+        low &= 0x0F0F0F0F
+        np.bitwise_or(low, ((w2 >> (2 * k)) & 0x03030303) << 4, out=out[:, k])
+    s = out.view(np.uint8).reshape(-1, 16)
+    s -= np.uint8(32)  # wraps to the int8 value
+    return s.view(np.int8)
 
 
 _Levels = Callable[[np.ndarray], np.ndarray]
