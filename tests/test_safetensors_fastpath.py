@@ -23,14 +23,22 @@ def _split(blob: bytes) -> tuple[bytes, int]:
 
 
 def _same(raw: bytes, size: int) -> _header.Header | None:
-    """Both paths on ``raw``: fast accepts only what general accepts, equal.
+    """Both paths on ``raw``: fast accepts only what general accepts, equal;
+    an error the fast path names is the general path's, word for word.
     Returns the fast result, or False when the general path rejects."""
-    fast = _header._parse_fast(raw, size)
+    fast = fast_error = None
+    try:
+        fast = _header._parse_fast(raw, size)
+    except E.WeightsmithError as exc:
+        fast_error = exc
     try:
         slow = _header._parse(raw, size, None)
-    except E.WeightsmithError:
+    except E.WeightsmithError as exc:
         assert fast is None, "fast path accepted a header the general path rejects"
+        if fast_error is not None:
+            assert (type(fast_error), str(fast_error)) == (type(exc), str(exc))
         return False
+    assert fast_error is None, f"fast path rejected a valid header: {fast_error!r}"
     if fast is not None:
         assert fast.metadata == slow.metadata
         assert list(fast.tensors) == list(slow.tensors)  # JSON order
@@ -142,6 +150,36 @@ def test_mutated_headers_agree(edits):
         '{"__metadata__":{"k":"v"}}',
         '{"__metadata__":{}}',
         "{}",
+        # n x bits wraps to 64 in int64 (found in the first fast path)
+        '{"a":{"dtype":"F64","shape":[288230376151711745],"data_offsets":[0,8]}}',
+        # a zero dim after a partial product past 2**64: HF's checked_mul fails
+        '{"a":{"dtype":"F32","shape":[4294967296,4294967296,0],"data_offsets":[0,0]}}',
+        '{"a":{"dtype":"F8_E4M3FNUZ","shape":[2],"data_offsets":[0,2]}}',
+        '{"a":{"dtype":"F8_E4M3FNUX","shape":[2],"data_offsets":[0,2]}}',
+        '{"a":{"dtype":"F8_E4M3F","shape":[2],"data_offsets":[0,2]}}',
+        '{"__metadata__":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}',
+        '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"__metadata__":{"k":"v"}}',
+        '{"b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}',
+        '{"ab":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}',
+        '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"ab":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}',
+        '{"b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},"b":{"dtype":"F32","shape":[0],"data_offsets":[8,8]}}',
+        '{"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}',
+        '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}}',
+        '{"a":{"dtype":"F32","shape":[],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[],"data_offsets":[4,8]}}',
+        '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1,1],"data_offsets":[4,8]}}',
+        '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}',
+        '{"a]":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}',
+        '{"a":{"dtype":"F32","shape":[1]],"data_offsets":[0,4]}}',
+        '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]]}}',
+        '{"a":{"dtype":"F32","shape":[1000000000000000000],"data_offsets":[0,4]}}',
+        '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,0000000000000000004]}}',
+        '{"__metadata__":{"k":"v"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}',
+        '{"__metadata__":{"k":"}","}":"v"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}',
+        '{"__metadata__":{"k":"v",},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}',
+        '{"__metadata__":{"k":1},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}',
+        '{"__metadata__":null,"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}',
+        '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"\u00e9":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}}',
+        '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"é":{"dtype":"F32","shape":[0],"data_offsets":[4,4]},"é":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}}',
     ],
 )
 def test_tricky_headers_agree(header):
@@ -163,3 +201,44 @@ def test_accepted_forms_are_fast():
     ]:
         raw = header.encode()
         assert _same(raw, 8 + len(raw) + data), header
+
+
+def _entry(name: str, begin: int, n: int) -> str:
+    return f'"{name}":{{"dtype":"U8","shape":[{n}],"data_offsets":[{begin},{begin + n}]}}'
+
+
+@pytest.mark.parametrize("order", ["sorted", "shuffled", "duplicate"])
+@pytest.mark.parametrize("short", [0, 3])
+def test_windows_agree(monkeypatch, order, short):
+    """A header tokenized in several windows, with an entry longer than one
+    window: the same verdict and error as the general path."""
+    monkeypatch.setattr(_header, "_WINDOW", 256)
+    rng = np.random.default_rng(0)
+    names = [f"model.layers.{i}.mlp.weight" for i in range(60)]
+    names[17] = "x" * 400  # longer than a window
+    if order == "shuffled":
+        rng.shuffle(names)
+    if order == "duplicate":
+        names[40] = names[3]
+    sizes = rng.integers(0, 5, len(names)).tolist()
+    offsets = np.concatenate(([0], np.cumsum(sizes))).tolist()
+    body = ",".join(_entry(n, b, s) for n, b, s in zip(names, offsets, sizes))
+    raw = ("{" + body + "}").encode()
+    fast = _same(raw, 8 + len(raw) + offsets[-1] - short)
+    if order != "duplicate" and not short:
+        assert fast and list(fast.tensors) == names
+
+
+def test_lookups_and_plan():
+    names = [f"t{i}" for i in range(30)] + ["a,b", "é"]
+    body = ",".join(_entry(n, i * 2, 2) for i, n in enumerate(names))
+    raw = ("{" + body + "}").encode()
+    h = _header._parse_fast(raw, 8 + len(raw) + 2 * len(names))
+    t = h.tensors
+    assert isinstance(t, _header._Tensors)
+    for n in [*names, *names]:  # past the byte searches, then the dict
+        assert n in t and t[n].name == n and t[n].shape == (2,)
+    for missing in ["t", "t1 ", '"t1', 't1":{', 3, None, "\ud800"]:
+        assert missing not in t
+    got = t.plan()
+    assert got[0] == names and got[2] == ["2"] * len(names)

@@ -37,9 +37,11 @@ them on ranges fetched over HTTP.
 
 from __future__ import annotations
 
+import codecs
 import gc
 import json
 import operator
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -517,29 +519,26 @@ _BY_OFFSETS = operator.attrgetter("data_offsets")
 _DTYPES = dict(SAFETENSORS)
 
 
-def _coverage(tensors: dict[str, TensorInfo], data_start: int, file_size: int, path) -> None:
-    """Sorted by offset, the tensors must tile [0, file_size - data_start)."""
-    infos = list(tensors.values())
-    # Usually already in offset order, which makes this sort linear.
-    infos.sort(key=_BY_OFFSETS)
-    pos = 0
-    for t in infos:
-        begin, end = t.data_offsets
-        if begin != pos:
-            cls, what = (
-                (E.DataHole, "gap before tensor")
-                if begin > pos
-                else (E.DataOverlap, "tensor overlaps the previous one")
-            )
-            raise cls(
-                what,
-                path=path,
-                field=f"tensor {t.name!r}",
-                offset=data_start + begin,
-                expected=f"data_offsets begin {pos}",
-                found=begin,
-            )
-        pos = end
+def _gap(name: str, begin: int, pos: int, data_start: int, path) -> E.WeightsmithError:
+    """DataHole / DataOverlap for the tensor at ``begin`` when ``pos`` was due."""
+    cls, what = (
+        (E.DataHole, "gap before tensor")
+        if begin > pos
+        else (E.DataOverlap, "tensor overlaps the previous one")
+    )
+    return cls(
+        what,
+        path=path,
+        field=f"tensor {name!r}",
+        offset=data_start + begin,
+        expected=f"data_offsets begin {pos}",
+        found=begin,
+    )
+
+
+def _end(last: str, pos: int, data_start: int, file_size: int, path) -> None:
+    """The tiled data ends at ``pos``: TrailingBytes / TruncatedData unless
+    that is the end of the file (``last``: the last tensor by offset)."""
     data_size = file_size - data_start
     if pos < data_size:
         raise E.TrailingBytes(
@@ -551,7 +550,6 @@ def _coverage(tensors: dict[str, TensorInfo], data_start: int, file_size: int, p
             found=f"file size {file_size}",
         )
     if pos > data_size:
-        last = infos[-1].name
         raise E.TruncatedData(
             "file ends before the last tensor",
             path=path,
@@ -560,6 +558,20 @@ def _coverage(tensors: dict[str, TensorInfo], data_start: int, file_size: int, p
             expected=f"file size {data_start + pos}",
             found=f"file size {file_size}",
         )
+
+
+def _coverage(tensors: dict[str, TensorInfo], data_start: int, file_size: int, path) -> None:
+    """Sorted by offset, the tensors must tile [0, file_size - data_start)."""
+    infos = list(tensors.values())
+    # Usually already in offset order, which makes this sort linear.
+    infos.sort(key=_BY_OFFSETS)
+    pos = 0
+    for t in infos:
+        begin, end = t.data_offsets
+        if begin != pos:
+            raise _gap(t.name, begin, pos, data_start, path)
+        pos = end
+    _end(infos[-1].name if infos else "", pos, data_start, file_size, path)
 
 
 def parse_header(header: bytes | memoryview, file_size: int, path=None) -> Header:
@@ -576,8 +588,8 @@ def parse_header(header: bytes | memoryview, file_size: int, path=None) -> Heade
     enabled = gc.isenabled()
     gc.disable()
     try:
-        raw = bytes(header)
-        return _parse_fast(raw, file_size) or _parse(raw, file_size, path)
+        raw = header if type(header) is bytes else bytes(header)  # no copy of a big header
+        return _parse_fast(raw, file_size, path) or _parse(raw, file_size, path)
     finally:
         if enabled:
             gc.enable()
@@ -623,69 +635,158 @@ def _parse(raw: bytes, file_size: int, path) -> Header:
 # form: ``{"name":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},...}``,
 # optionally opening with ``"__metadata__":{"k":"v",...}``, no whitespace,
 # no backslash.  For such headers json.loads alone costs more than HF's
-# whole open (~1 ms per 1,000 tensors), and building one TensorInfo per
-# tensor about as much again.  So this path proves the header is exactly
-# that form with C-level string operations (split on '"', set comparisons,
-# translate) and checks every rule over numpy arrays of all tensors at
-# once; TensorInfo objects are then made only for the tensors asked for.
+# whole open (~1 ms per 1,000 tensors), and one Python object per tensor
+# costs ~1 KB (16x a 60-byte entry).  So this path never makes a Python
+# object per tensor: it tokenizes the raw bytes with numpy (every '"' is a
+# string delimiter when there is no backslash, so each tensor is exactly 10
+# quotes), checks the fixed text between them as 8-byte words, parses the
+# numbers vectorised and checks every rule over arrays of all tensors.
+# Names, shapes and TensorInfo objects are made only for tensors asked for.
 #
-# It only ever *accepts*: any header that is not in this form, or breaks any
-# rule, returns None and goes through the general path above, which names
-# the rule.  So both paths accept exactly the same files.
+# It accepts, or raises the named error of a rule that can only be judged
+# once every entry is known valid (duplicate names, coverage), exactly as
+# the general path would at that point.  Any other departure from the
+# form, or any other broken rule, returns None and the general path names
+# it.  tests/test_safetensors_fastpath.py holds the two paths to that.
 
 _MAX_DIGITS = 18  # < 2**63: int64 arithmetic is exact; longer numbers take the general path
-_BITS = {code: d.bits for code, d in SAFETENSORS.items()}
-_PIECES = ((1, ":{"), (2, "dtype"), (3, ":"), (5, ","), (6, "shape"), (8, "data_offsets"))
+_WINDOW = 1 << 20  # header bytes tokenized at once: bounds the temporaries
+_CODES = list(SAFETENSORS)
+_W64 = np.uint64  # a word of 8 header bytes
+_WORD_MASK = np.array([(1 << 8 * i) - 1 for i in range(9)], _W64)
+_POW10 = 10 ** np.arange(_MAX_DIGITS + 1, dtype=np.int64)
+
+
+def _word(text: bytes) -> np.uint64:
+    """Up to 8 bytes as the little-endian word a stride-1 uint64 view reads."""
+    return _W64(int.from_bytes(text.ljust(8, b"\0"), "little"))
+
+
+def _code_table():
+    rows = sorted(
+        (int(_word(c.encode()[:8])), int(_word(c.encode()[8:16])), len(c), i)
+        for i, c in enumerate(_CODES)
+    )
+    k0, k1, n, idx = zip(*rows)
+    bits = np.array([SAFETENSORS[c].bits for c in _CODES], np.int64)  # by code index
+    return np.array(k0, _W64), np.array(k1, _W64), np.array(n), np.array(idx, np.uint8), bits
+
+
+_CODE_K0, _CODE_K1, _CODE_LEN, _CODE_IDX, _CODE_BITS = _code_table()
+_MAX_CODE = max(map(len, _CODES))
+# the fixed text of an entry, around its quotes 1, 5 and 8 (0-based)
+_A = b'":{"dtype":"'  # at quote 1; the dtype code follows
+_B = b'","shape":['  # at quote 5; the dims follow
+_C = b'],"data_offsets":['  # 2 bytes before quote 8; the offsets follow
+_A0, _A1 = _word(_A[:8]), _word(_A[4:])
+_B0, _B1 = _word(_B[:8]), _word(_B[3:])
+_C0, _C1, _C2 = _word(_C[:8]), _word(_C[8:16]), _word(_C[10:])
+# the seven words that hold them: which of quotes 1, 5, 8 and how far from it
+_SPOTS = np.array([1, 5, 8])
+_TEXT_Q = np.array([0, 0, 1, 1, 2, 2, 2])
+_TEXT_AT = np.array([0, 4, 0, 3, -2, 6, 8])
+_TEXT = np.array([_A0, _A1, _B0, _B1, _C0, _C1, _C2], _W64)
+_GAPS = np.array([13, 13, 19])  # least room from quote 1 to 5, 5 to 8, 8 to the end
+_TAIL_AT = np.array([3, 2, 1])
+_TAIL = np.array([0x5D, 0x7D, 0x2C], np.uint8)  # ']},'
+_META = b"__metadata__"
+_META0, _META1 = _word(_META[:8]), _word(_META[4:])
+# name hashing: random per process, so no file can aim at collisions
+# (which are resolved exactly anyway, only slower)
+_SALT = np.frombuffer(os.urandom(32), _W64) | _W64(1)
 
 
 class _Tensors(Mapping):
-    """name -> TensorInfo over arrays of every tensor; infos made on demand."""
+    """name -> TensorInfo over arrays of every tensor (JSON order); names,
+    shapes and infos are made from the header bytes on demand."""
 
-    def __init__(self, names, codes, shapes, begins, ends, n_elements, data_size) -> None:
-        self._names = names  # JSON order
-        self._index = dict(zip(names, range(len(names))))
-        self._codes = codes
-        self._shapes = shapes  # the shape lists' text, e.g. "2,3" ("" for a scalar)
-        self.begins, self.ends, self.n_elements = begins, ends, n_elements
+    def __init__(self, raw: bytes, cols: dict[str, np.ndarray], data_size: int) -> None:
+        self._raw = raw
+        self._name_a, self._name_e = cols["name_a"], cols["name_e"]
+        self._dims_a, self._dims_e = cols["dims_a"], cols["dims_e"]
+        self._codes = cols["code"]
+        self.begins, self.ends, self.n_elements = cols["begin"], cols["end"], cols["n_el"]
         self.data_size = data_size
+        self._names: list[str] | None = None
+        self._index: dict[str, int] | None = None
+        self._finds = 0
         self._made: dict[str, TensorInfo] = {}
 
     def __len__(self) -> int:
-        return len(self._names)
+        return len(self._name_a)
+
+    def names(self) -> list[str]:
+        """Every name, in JSON order."""
+        if self._names is None:
+            raw = self._raw
+            a, e = self._name_a.tolist(), self._name_e.tolist()
+            self._names = [raw[i:j].decode() for i, j in zip(a, e)]
+        return self._names
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._names)
+        return iter(self.names())
+
+    def _find(self, name: object) -> int:
+        """Index of ``name``, or -1.  The first few lookups search the bytes
+        for '"name":{' (in a compact header only a key can match, and the
+        hit is checked against the name spans); later ones build a dict."""
+        if self._index is None and self._finds >= 8:
+            self._index = dict(zip(self.names(), range(len(self))))
+        if self._index is not None:
+            return self._index.get(name, -1)  # type: ignore[arg-type]
+        if type(name) is not str:
+            return -1
+        self._finds += 1
+        try:
+            key = name.encode()
+        except UnicodeEncodeError:
+            return -1
+        raw, starts = self._raw, self._name_a
+        at = raw.find(b'"' + key + b'":{')
+        while at >= 0:
+            i = int(np.searchsorted(starts, at + 1))
+            if i < len(starts) and starts[i] == at + 1 and self._name_e[i] == at + 1 + len(key):
+                return i
+            at = raw.find(b'"' + key + b'":{', at + 1)
+        return -1
 
     def __contains__(self, name: object) -> bool:
-        return name in self._index
+        return name in self._made or self._find(name) >= 0
 
     def __getitem__(self, name: str) -> TensorInfo:
         info = self._made.get(name)
         if info is None:
-            i = self._index[name]
+            i = self._find(name)
+            if i < 0:
+                raise KeyError(name)
             info = self._made[name] = TensorInfo(
                 name,
-                _DTYPES[self._codes[i]],
+                _DTYPES[_CODES[self._codes[i]]],
                 self.shape(i),
                 (int(self.begins[i]), int(self.ends[i])),
                 int(self.n_elements[i]),
             )
         return info
 
+    def shape_text(self, i: int) -> str:
+        """The dims of tensor ``i`` as written, e.g. "2,3" ("" for a scalar)."""
+        return self._raw[int(self._dims_a[i]) : int(self._dims_e[i])].decode("ascii")
+
     def shape(self, i: int) -> tuple[int, ...]:
-        text = self._shapes[i]
+        text = self.shape_text(i)
         return tuple(map(int, text.split(","))) if text else ()
 
     def plan(self):
         """Every tensor in data order: names, dtype codes, shape texts and
         begin / end offsets as lists (for readers that make all tensors)."""
         order = np.lexsort((self.ends, self.begins))
-        names, codes, shapes = self._names, self._codes, self._shapes
+        names, raw = self.names(), self._raw
         o = order.tolist()
+        dims_a, dims_e = self._dims_a[order].tolist(), self._dims_e[order].tolist()
         return (
             [names[i] for i in o],
-            [codes[i] for i in o],
-            [shapes[i] for i in o],
+            [_CODES[c] for c in self._codes[order].tolist()],
+            [raw[a:e].decode("ascii") for a, e in zip(dims_a, dims_e)],
             self.begins[order].tolist(),
             self.ends[order].tolist(),
         )
@@ -697,150 +798,352 @@ class _Tensors(Mapping):
         return f"<{len(self)} tensors>"
 
 
-def _numbers(items: list[str], pairs: bool):
-    """The integers of ``items`` (each digits and commas), or None if any
-    number is empty, has a leading zero or too many digits.  ``pairs``:
-    every item must be exactly two numbers (data_offsets); otherwise an item
-    may be empty (the shape of a scalar).  Returns (numbers, how many
-    numbers each item holds)."""
-    text = ";".join(items)
-    if not text:
-        return np.zeros(0, np.int64), np.zeros(len(items), np.int64)
+def _body_end(raw: bytes, b: np.ndarray) -> int:
+    """Length of the header without its trailing spaces (no copy of it)."""
+    end = len(raw)
+    chunk = 64
+    while end and raw[end - 1] == 0x20:
+        chunk = min(end, chunk * 4)
+        tail = np.flatnonzero(b[end - chunk : end] != 0x20)
+        end = end - chunk + (int(tail[-1]) + 1 if tail.size else 0)
+    return end
+
+
+def _utf8(raw: bytes, b: np.ndarray) -> bool:
+    """Is the header valid UTF-8?  Checked a window at a time (no str of it)."""
+    if int(b.max()) < 0x80:
+        return True
+    dec = codecs.getincrementaldecoder("utf-8")()
+    view = memoryview(raw)
     try:
-        b = np.frombuffer(text.encode("ascii"), np.uint8)
-    except UnicodeEncodeError:
+        for i in range(0, len(raw), _WINDOW):
+            dec.decode(view[i : i + _WINDOW])
+        dec.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _metadata_compact(raw: bytes, b: np.ndarray, end: int):
+    """(metadata, where the first tensor's '"' is) for a header opening with
+    '{"__metadata__":{'; None if that part is not in the compact form."""
+    close = raw.find(b"}", 17)  # the first '}' outside a string ends it
+    quotes = raw.count(b'"', 17, close) if close >= 0 else 0
+    while close >= 0 and quotes % 2:
+        nxt = raw.find(b"}", close + 1)
+        if nxt >= 0:
+            quotes += raw.count(b'"', close, nxt)
+        close = nxt
+    if close < 0:
         return None
-    digit = (b >= 48) & (b <= 57)
-    cut = np.flatnonzero(~digit)  # every separator
-    kinds = b[cut]
-    semis = kinds == 59
-    if not (semis | (kinds == 44)).all() or np.count_nonzero(semis) != len(items) - 1:
-        return None  # not only digits and commas, or a ';' inside an item
-    if pairs and not (
-        cut.size == 2 * len(items) - 1 and (kinds[0::2] == 44).all() and (kinds[1::2] == 59).all()
+    q = np.flatnonzero(b[17:close] == 0x22) + 17
+    m = len(q)
+    if m:
+        keys_end, vals_a = q[1::4], q[2::4]
+        if not (
+            m % 4 == 0
+            and q[0] == 17
+            and q[-1] == close - 1
+            and np.array_equal(vals_a, keys_end + 2)
+            and (b[keys_end + 1] == 0x3A).all()
+            and np.array_equal(q[4::4], q[3:-1:4] + 2)
+            and (b[q[3:-1:4] + 1] == 0x2C).all()
+        ):
+            return None
+    ka, ke, va, ve = (x.tolist() for x in (q[0::4] + 1, q[1::4], q[2::4] + 1, q[3::4]))
+    md = {raw[i:j].decode(): raw[v:w].decode() for i, j, v, w in zip(ka, ke, va, ve)}
+    if len(md) != m // 4:
+        return None  # a repeated key: the general path names it
+    if close + 1 == end - 1:
+        return md, end  # no tensors
+    if raw[close + 1 : close + 3] != b',"':
+        return None
+    return md, close + 2
+
+
+def _numbers(b: np.ndarray, starts: np.ndarray, ends: np.ndarray):
+    """Parse the regions ``b[starts[i]:ends[i]]``, each digits and commas and
+    each followed by a ']'.  Returns (every number in order, how many each
+    region holds), or None if a region holds anything else, an empty
+    number, a leading zero or a number of more than 18 digits."""
+    # gather the non-empty regions with their ']' (~16 bytes a tensor, not
+    # the whole window), then check bytes with boolean ops only
+    spans = ends - starts
+    spans += spans > 0
+    at = np.cumsum(spans) - spans
+    total = int(at[-1] + spans[-1]) if len(spans) else 0
+    if not total:
+        return np.zeros(0, np.int64), np.zeros(len(spans), np.int64)
+    t = b[np.arange(total) + np.repeat(starts - at, spans)]
+    digit = (t - np.uint8(0x30)) < 10
+    comma = t == 0x2C
+    close = t == 0x5D
+    regions = np.count_nonzero(spans)
+    if (
+        np.count_nonzero(close) != regions  # a ']' inside a region
+        or np.count_nonzero(digit) + np.count_nonzero(comma) + regions != total
+        or comma[0]  # an empty number: a ',' not between two digits
+        or (comma[1:-1] & ~(digit[:-2] & digit[2:])).any()
+        or (t[0] == 0x30 and digit[1])  # a leading zero
+        or ((t[1:-1] == 0x30) & digit[2:] & ~digit[:-2]).any()
     ):
         return None
-    # the numbers lie between separators; a ';' may only border an empty
-    # item, never an empty number between commas
-    edges = np.concatenate(([-1], cut, [b.size]))
-    lengths = np.diff(edges) - 1
-    comma_left = np.concatenate(([False], kinds == 44))
-    comma_right = np.concatenate((kinds == 44, [False]))
-    if ((lengths == 0) & (comma_left | comma_right)).any() or (lengths > _MAX_DIGITS).any():
+    run = digit
+    for w in (1, 2, 4, 8, 3):  # True where 2, 4, 8, 16, 19 digits follow
+        run = run[:-w] & run[w:]
+    if run.any():
         return None
-    firsts = edges[:-1] + 1
-    if ((b[np.minimum(firsts, b.size - 1)] == 48) & (lengths > 1)).any():
-        return None  # a leading zero
-    full = lengths > 0
-    count = np.bincount(np.cumsum(np.concatenate(([0], semis)))[full], minlength=len(items))
-    if pairs or full.all():
-        fields = text.replace(";", ",")
-    else:  # drop the empty items (scalars' shapes)
-        fields = ",".join(f for f in text.replace(";", ",").split(",") if f)
-    out = np.fromstring(fields, dtype=np.int64, sep=",") if fields else np.zeros(0, np.int64)
-    return (out, count) if len(out) == int(full.sum()) else None
+    full = spans > 0
+    counts = full.astype(np.int64)  # a non-empty region holds its commas + 1 numbers
+    counts[full] += np.add.reduceat(comma.view(np.uint8), at[full], dtype=np.int64)
+    t[close] = 0x2C  # "2,3,0,24,": one C-level parse of every number
+    values = np.fromstring(t.tobytes(), np.int64, sep=",")
+    return values, counts
 
 
-def _metadata_fast(parts: list[str]) -> tuple[dict[str, str] | None, int] | None:
-    """(metadata, index of the first tensor name) from the '"'-split header."""
-    if len(parts) < 3 or parts[1] != "__metadata__":
-        return None, 1
-    if parts[2] == ":{},":
-        return {}, 3
-    if parts[2] != ":{":
+def _entries(
+    b: np.ndarray, words: np.ndarray, q: np.ndarray, nxt: np.ndarray, lo: int, hi: int, final: bool
+):
+    """Columns of the tensors whose quotes are ``q`` (10 per tensor) and whose
+    text ends where ``nxt`` says (the next tensor's '"', or the body end for
+    the ``final`` one), all inside ``b[lo:hi]``; None if any entry is not in
+    the compact form or breaks a rule.  ``words[i]`` is the little-endian
+    uint64 of ``b[i:i+8]``."""
+    q = q.reshape(-1, 10)
+    k = len(q)
+    q0, q1, q5, q8 = q[:, 0], q[:, 1], q[:, 5], q[:, 8]
+    spots = np.empty((k, 4), np.int64)
+    spots[:, :3], spots[:, 3] = q[:, _SPOTS], nxt  # quotes 1, 5, 8; the end
+    # room for the fixed text, so every 8-byte word read stays in the entry
+    gaps = np.diff(spots, axis=1)
+    if not ((gaps >= _GAPS).all() and (gaps[:, 0] <= 12 + _MAX_CODE).all()):
         return None
-    md: dict[str, str] = {}
-    j = 3
-    while j + 3 < len(parts) and parts[j + 1] == ":" and parts[j] not in md:
-        md[parts[j]] = parts[j + 2]
-        sep = parts[j + 3]
-        j += 4
-        if sep == "},":
-            return md, j
-        if sep != ",":
-            break
-    return None
-
-
-def _parse_fast(raw: bytes, file_size: int) -> Header | None:
-    """A Header for a compact, well-formed header; None for anything else."""
-    if raw[:1] != b"{" or b"\\" in raw or np.frombuffer(raw, np.uint8).min() < 32:
+    tail = b[nxt[:, None] - _TAIL_AT]  # ']}' and ',' ('}' closes the top object)
+    if final and tail[-1, 2] == 0x7D:
+        tail[-1, 2] = 0x2C
+    if not ((words[spots[:, _TEXT_Q] + _TEXT_AT] == _TEXT).all() and (tail == _TAIL).all()):
         return None
-    try:
-        body = raw.decode("utf-8").rstrip(" ")
-    except UnicodeDecodeError:
+    # dtype codes: the bytes between quotes 4 and 5, looked up as two words
+    c0 = q1 + 12
+    n = q5 - c0
+    key0 = words[c0] & _WORD_MASK[np.minimum(n, 8)]
+    key1 = 0
+    if (n > 8).any():  # F8_E4M3FNUZ, F8_E5M2FNUZ
+        key1 = words[c0 + 8] & _WORD_MASK[np.clip(n - 8, 0, 8)]
+    at = np.minimum(np.searchsorted(_CODE_K0, key0), len(_CODE_K0) - 1)
+    if not (
+        (_CODE_K0[at] == key0).all() and (_CODE_K1[at] == key1).all() and (_CODE_LEN[at] == n).all()
+    ):
         return None
-    if len(body) < 2 or body[-1] != "}":
+    code = _CODE_IDX[at]
+    # a tensor named __metadata__ is metadata to the general path
+    twelve = q0[q1 - q0 == 13]
+    if twelve.size and ((words[twelve + 1] == _META0) & (words[twelve + 5] == _META1)).any():
         return None
-    data_size = file_size - 8 - len(raw)
-    if body == "{}":
-        return Header(None, {}, len(raw)) if data_size == 0 else None
-    # Every '"' delimits a string (no backslash), so splitting on it gives
-    # strings and the text between them alternately.  The closing '}' is
-    # turned into ',' so every tensor entry ends alike, with '},'.
-    parts = (body[:-1] + ",").split('"')
-    if parts[0] != "{":
+    dims_a, dims_e = q5 + 11, q8 - 2
+    offs_a, offs_e = q8 + 16, nxt - 3
+    regions = np.empty((k, 4), np.int64)
+    regions[:, 0], regions[:, 1], regions[:, 2], regions[:, 3] = dims_a, dims_e, offs_a, offs_e
+    flat = regions.reshape(-1)
+    parsed = _numbers(b, flat[0::2], flat[1::2])
+    if parsed is None:
         return None
-    meta = _metadata_fast(parts)
-    if meta is None:
+    values, counts = parsed
+    ndim = counts[0::2]
+    if not (counts[1::2] == 2).all():
         return None
-    metadata, first = meta
-    rest = parts[first:]
-    k, odd = divmod(len(rest), 10)
-    if odd:
-        return None
-    for at, want in _PIECES:
-        if rest[at::10] != [want] * k:
-            return None
-    names, codes = rest[0::10], rest[4::10]
-    if "__metadata__" in names:
-        return None
-    # ':[' dims '],' and ':[' begin ',' end ']},', joined with '"' (which no
-    # piece contains) so the splits below can only cut at piece boundaries.
-    shp = '"'.join(rest[7::10])
-    offs = '"'.join(rest[9::10])
-    if k and not (shp[:2] == ":[" and shp[-2:] == "]," and offs[:2] == ":[" and offs[-3:] == "]},"):
-        return None
-    shapes = shp[2:-2].split('],":[') if k else []
-    spans = offs[2:-3].split(']},":[') if k else []
-    if len(shapes) != k or len(spans) != k:
-        return None
-    offsets = _numbers(spans, True)
-    dims = _numbers(shapes, False)
-    bits = list(map(_BITS.get, codes))
-    if offsets is None or dims is None or None in bits:
-        return None
-    return _check_fast(names, codes, shapes, dims, offsets[0], bits, data_size, metadata, len(raw))
-
-
-def _check_fast(names, codes, shapes, dims_ndim, offsets, bits, data_size, metadata, n):
-    k = len(names)
-    dims, ndim = dims_ndim
+    # per tensor: its dims, then its two offsets
+    stop = np.cumsum(ndim + 2)
+    begin, end = values[stop - 2], values[stop - 1]
+    bits = _CODE_BITS[code]
     n_el = np.ones(k, np.int64)
     has = ndim > 0
-    if dims.size:
-        starts = np.cumsum(ndim) - ndim
-        # float64 products bound the exact ones: anything near 2**63 bits
-        # takes the general path, whose arithmetic is unbounded.
-        approx = np.multiply.reduceat(dims.astype(np.float64), starts[has])
-        if (approx * 8).max() >= 2.0**62:
+    if has.any():
+        # product over [start, start + ndim): reduceat on (start, stop) pairs
+        cuts = np.empty(2 * k, np.int64)
+        cuts[0::2], cuts[1::2] = stop - ndim - 2, stop - 2
+        # float64 products of max(d, 1) bound every partial product: anything
+        # near 2**63 bits takes the general path, whose checks are exact
+        bound = np.multiply.reduceat(np.maximum(values, 1).astype(np.float64), cuts)[0::2]
+        if (bound[has] * bits[has]).max() >= 2.0**62:
             return None
-        n_el[has] = np.multiply.reduceat(dims, starts[has])
-    nbits = n_el * np.array(bits, np.int64)
-    begins, ends = offsets[0::2], offsets[1::2]
-    if (nbits & 7).any() or not np.array_equal(ends - begins, nbits >> 3):
+        n_el = np.where(has, np.multiply.reduceat(values, cuts)[0::2], 1)
+    nbits = n_el * bits
+    if (nbits & 7).any() or not np.array_equal(end - begin, nbits >> 3):
         return None
+    return {
+        "name_a": q0 + 1,
+        "name_e": q1,
+        "code": code,
+        "dims_a": dims_a,
+        "dims_e": dims_e,
+        "begin": begin,
+        "end": end,
+        "n_el": n_el,
+    }
+
+
+def _increasing(words: np.ndarray, a: np.ndarray, e: np.ndarray) -> bool:
+    """Are the names ``raw[a:e]`` strictly increasing bytewise (so unique)?
+    Writers sort names (within a dtype), so this usually settles it with a
+    few word comparisons per name and no table of every name."""
+    n = e - a
+    width = int(n.max()) + 8 >> 3  # words per name, a 0 word at least after the end
+    if width > 8:
+        return False  # long names: the hash does it
+    # big-endian words compare like the bytes; past a name's end they read
+    # as 0, which no name holds (control characters are refused)
+    j = np.arange(0, 8 * width, 8)
+    at = np.minimum(a[:, None] + j, len(words) - 1)  # (masked to 0 past the end)
+    w = (words[at] & _WORD_MASK[np.clip(n[:, None] - j, 0, 8)]).byteswap()
+    x, y = w[:-1], w[1:]
+    differ = x != y
+    first = differ.argmax(axis=1)  # the first word that differs
+    rows = np.arange(len(first))
+    return bool(differ[rows, first].all() and (x[rows, first] < y[rows, first]).all())
+
+
+def _duplicate(raw: bytes, words: np.ndarray, a: np.ndarray, e: np.ndarray) -> int:
+    """Index (JSON order) of the first tensor whose name appeared before, or -1.
+
+    Names are hashed a word at a time (no string per name); equal hashes
+    are then compared as bytes, so a collision costs time, never a verdict."""
+    k = len(a)
+    if k < 2 or _increasing(words, a, e):
+        return -1
+    n = e - a
+    words_per = (n + 7) >> 3
+    first = np.cumsum(words_per) - words_per
+    total = int(first[-1] + words_per[-1])
+    h = n.astype(_W64) * _SALT[3]
+    if total:
+        j = np.arange(total) - np.repeat(first, words_per)
+        at = np.repeat(a, words_per) + 8 * j
+        left = np.minimum(np.repeat(e, words_per) - at, 8)
+        x = (words[at] & _WORD_MASK[left]) ^ (j.astype(_W64) * _SALT[0])
+        x *= _SALT[1]
+        x ^= x >> _W64(29)
+        x *= _SALT[2]
+        x ^= x >> _W64(32)
+        some = words_per > 0
+        h[some] += np.add.reduceat(x, first[some])
+    order = np.argsort(h, kind="stable")
+    hs = h[order]
+    same = np.flatnonzero(hs[1:] == hs[:-1])
+    if not same.size:
+        return -1
+    suspects = np.unique(np.concatenate((order[same], order[same + 1]))).tolist()
+    seen: set[bytes] = set()
+    for i in suspects:  # ascending: the first repeat in JSON order
+        name = raw[int(a[i]) : int(e[i])]
+        if name in seen:
+            return i
+        seen.add(name)
+    return -1
+
+
+def _tile(cols: dict[str, np.ndarray], names, data_start: int, file_size: int, path) -> None:
+    """_coverage over the arrays: the same order, the same errors."""
+    begins, ends = cols["begin"], cols["end"]
+    k = len(begins)
+    order = None
+    if k and not (
+        (begins[1:] >= begins[:-1]).all() and (ends[1:] >= ends[:-1]).all()
+    ):  # not already in offset order (then a stable sort keeps this order)
+        order = np.lexsort((ends, begins))
+        begins, ends = begins[order], ends[order]
+    pos = 0
     if k:
-        if (begins[1:] >= begins[:-1]).all() and (ends[1:] >= ends[:-1]).all():
-            b, e = begins, ends
-        else:
-            order = np.lexsort((ends, begins))
-            b, e = begins[order], ends[order]
-        if b[0] != 0 or not np.array_equal(b[1:], e[:-1]) or e[-1] != data_size:
+        due = np.concatenate(([0], ends[:-1]))
+        bad = np.flatnonzero(begins != due)
+        if bad.size:
+            j = int(bad[0])
+            i = j if order is None else int(order[j])
+            raise _gap(names(i), int(begins[j]), int(due[j]), data_start, path)
+        pos = int(ends[-1])
+    last = (k - 1 if order is None else int(order[-1])) if k else -1
+    _end(names(last) if k else "", pos, data_start, file_size, path)
+
+
+def _parse_fast(raw: bytes, file_size: int, path=None) -> Header | None:
+    """A Header for a compact, well-formed header; None for anything else
+    (or the named error of a duplicate name or a coverage rule)."""
+    n_raw = len(raw)
+    if raw[:1] != b"{" or b"\\" in raw:
+        return None
+    b = np.frombuffer(raw, np.uint8)
+    if int(b.min()) < 0x20 or not _utf8(raw, b):
+        return None
+    end = _body_end(raw, b)
+    if end < 2 or raw[end - 1] != 0x7D:
+        return None
+    data_start = 8 + n_raw
+    metadata = None
+    if end == 2:  # {}
+        start = end
+    elif raw.startswith(b'{"__metadata__":{'):
+        meta = _metadata_compact(raw, b, end)
+        if meta is None:
             return None
-    elif data_size:
+        metadata, start = meta
+    elif raw[1] == 0x22:
+        start = 1
+    else:
         return None
-    tensors = _Tensors(names, codes, shapes, begins, ends, n_el, data_size)
-    if len(tensors._index) != k:  # a repeated name
+    if start == end:  # no tensors
+        if file_size != data_start:
+            _end("", 0, data_start, file_size, path)
+        return Header(metadata, {}, n_raw)
+    # stride-1 uint64 view: words[i] is raw[i:i+8] (every read stays inside
+    # an entry, which _entries checks from the quote positions first)
+    words = np.ndarray((n_raw - 7,), _W64, raw, 0, (1,)) if n_raw >= 8 else None
+    if words is None:
         return None
-    return Header(metadata, tensors, n)
+    parts = []
+    lo, window = start, _WINDOW
+    while lo < end:
+        hi = min(lo + window, end)
+        q = np.flatnonzero(b[lo:hi] == 0x22) + lo
+        if hi == end:
+            if len(q) % 10:
+                return None
+            k = len(q) // 10
+            nxt = np.append(q[10::10], end)
+        else:
+            k = (len(q) - 1) // 10  # entries whose end (the next '"') is in view
+            nxt = q[10 : 10 * k + 1 : 10]
+        if k == 0:
+            if hi == end:
+                return None
+            window *= 2  # one entry longer than the window
+            continue
+        if q[0] != lo:
+            return None
+        cols = _entries(b, words, q[: 10 * k], nxt, lo, hi, hi == end)
+        if cols is None:
+            return None
+        parts.append(cols)
+        lo = int(nxt[-1])
+        if lo == end:
+            break
+    cols = (
+        parts[0]
+        if len(parts) == 1
+        else {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
+    )
+    del parts
+
+    def name(i: int) -> str:
+        return raw[int(cols["name_a"][i]) : int(cols["name_e"][i])].decode()
+
+    dup = _duplicate(raw, words, cols["name_a"], cols["name_e"])
+    if dup >= 0:
+        raise E.DuplicateTensorName(
+            "tensor name appears more than once",
+            path=path,
+            field=f"tensor {name(dup)!r}",
+            expected="unique tensor names",
+            found=f"{name(dup)!r} twice",
+        )
+    _tile(cols, name, data_start, file_size, path)
+    return Header(metadata, _Tensors(raw, cols, file_size - data_start), n_raw)

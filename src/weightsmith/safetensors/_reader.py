@@ -80,6 +80,17 @@ def _pread_into(fd: int, buf, offset: int, path) -> None:
         offset += n
 
 
+def _pread_bytes(fd: int, n: int, offset: int, path) -> bytes:
+    """``n`` bytes at ``offset`` as one bytes object (the header: parsed
+    and kept without a copy); TruncatedData if the file is shorter."""
+    raw = os.pread(fd, n, offset)
+    if len(raw) < n:  # a short read: rare, finish it in a buffer
+        buf = bytearray(raw) + bytearray(n - len(raw))
+        _pread_into(fd, memoryview(buf)[len(raw) :], offset + len(raw), path)
+        raw = bytes(buf)
+    return raw
+
+
 # Validated headers of recently opened files.  parse_header is a pure
 # function of (header bytes, file size), so a hit needs those exact bytes
 # again -- they are re-read and compared on every open -- and the file is
@@ -90,7 +101,7 @@ _CACHE_MAX_FILES = 64
 _CACHE_MAX_HEADER = 4 * 1024 * 1024
 
 
-def _parse_cached(key: tuple[int, int], raw: bytearray, size: int, path) -> Header:
+def _parse_cached(key: tuple[int, int], raw: bytes, size: int, path) -> Header:
     hit = _CACHE.get(key)
     if hit is not None and hit[0] == size and hit[1] == raw:
         return hit[2]
@@ -100,7 +111,7 @@ def _parse_cached(key: tuple[int, int], raw: bytearray, size: int, path) -> Head
             # another thread may be evicting too: losing that race is harmless
             with contextlib.suppress(RuntimeError, StopIteration):
                 _CACHE.pop(next(iter(_CACHE)), None)
-        _CACHE[key] = (size, bytes(raw), header)
+        _CACHE[key] = (size, raw, header)
     return header
 
 
@@ -138,8 +149,7 @@ class safe_open:
             st = os.fstat(fd)
             size = st.st_size
             n = read_header_size(os.pread(fd, 8, 0), size, self._path)
-            raw = bytearray(n)
-            _pread_into(fd, raw, 8, self._path)
+            raw = _pread_bytes(fd, n, 8, self._path)
             self._header = _parse_cached((st.st_dev, st.st_ino), raw, size, self._path)
             if mmap and self._header.data_size:
                 self._mm = self._map(fd, size, populate)
