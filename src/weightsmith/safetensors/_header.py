@@ -888,16 +888,15 @@ def _numbers(b: np.ndarray, starts: np.ndarray, ends: np.ndarray):
         or ((t[1:-1] == 0x30) & digit[2:] & ~digit[:-2]).any()
     ):
         return None
-    run = digit
-    for w in (1, 2, 4, 8, 3):  # True where 2, 4, 8, 16, 19 digits follow
-        run = run[:-w] & run[w:]
-    if run.any():
-        return None
     full = spans > 0
     counts = full.astype(np.int64)  # a non-empty region holds its commas + 1 numbers
     counts[full] += np.add.reduceat(comma.view(np.uint8), at[full], dtype=np.int64)
     t[close] = 0x2C  # "2,3,0,24,": one C-level parse of every number
     values = np.fromstring(t.tobytes(), np.int64, sep=",")
+    # with no leading zero, more than 18 digits is >= 10**18 (and a number
+    # past int64 reads as its largest value)
+    if len(values) != counts.sum() or (values >= 10**_MAX_DIGITS).any():
+        return None
     return values, counts
 
 
@@ -962,11 +961,14 @@ def _entries(
         # product over [start, start + ndim): reduceat on (start, stop) pairs
         cuts = np.empty(2 * k, np.int64)
         cuts[0::2], cuts[1::2] = stop - ndim - 2, stop - 2
-        # float64 products of max(d, 1) bound every partial product: anything
-        # near 2**63 bits takes the general path, whose checks are exact
-        bound = np.multiply.reduceat(np.maximum(values, 1).astype(np.float64), cuts)[0::2]
-        if (bound[has] * bits[has]).max() >= 2.0**62:
-            return None
+        # every partial product is at most the product of max(d, 1), which
+        # is at most max(values) ** ndim: near 2**63 bits, the general path
+        # (whose arithmetic is exact) decides
+        most = int(ndim.max())
+        if most > 8 or int(values.max()) ** most * 64 >= 2**62:
+            bound = np.multiply.reduceat(np.maximum(values, 1).astype(np.float64), cuts)[0::2]
+            if (bound[has] * bits[has]).max() >= 2.0**62:
+                return None
         n_el = np.where(has, np.multiply.reduceat(values, cuts)[0::2], 1)
     nbits = n_el * bits
     if (nbits & 7).any() or not np.array_equal(end - begin, nbits >> 3):
