@@ -90,7 +90,9 @@ def test_100mb_header_of_tiny_tensors(tmp_path):
     assert len(h2) > 100_000_000
     q.write_bytes(u64(len(h2)) + h2 + bytes(1_450_000))
     del h, h2
-    (r,) = run_child("safetensors", [p], extra=3000 * MB, seconds=240)
+    # the whole process may grow by less than the file: the header is judged
+    # a window at a time from the file, never held whole with its tables
+    (r,) = run_child("safetensors", [p], extra=p.stat().st_size, seconds=60)
     expect_named([r], E.TruncatedData)
     (r,) = run_child("safetensors", [q], extra=64 * MB, seconds=20)
     expect_named([r], E.HeaderTooLarge)

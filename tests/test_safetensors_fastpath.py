@@ -231,6 +231,61 @@ def test_windows_agree(monkeypatch, order, short):
     fast = _same(raw, 8 + len(raw) + offsets[-1] - short)
     if order != "duplicate" and not short:
         assert fast and list(fast.tensors) == names
+    _same_precheck(raw, 8 + len(raw) + offsets[-1] - short)
+
+
+def _same_precheck(raw: bytes, size: int) -> E.WeightsmithError | None:
+    """The window-at-a-time check names only the general path's error."""
+    try:
+        _header.precheck(lambda at, k: raw[at : at + k], len(raw), size)
+    except E.WeightsmithError as exc:
+        with pytest.raises(type(exc)) as slow:
+            _header._parse(raw, size, None)
+        assert str(slow.value) == str(exc)
+        return exc
+    return None
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    n=st.integers(20, 80),
+    short=st.sampled_from([0, 0, 1, -1, 5]),
+    edits=st.lists(
+        st.tuples(
+            st.integers(0, 10_000),
+            st.sampled_from([*b'0123456789,:[]{}"\\ \x01aF_', 0x80]),
+            st.sampled_from(["set", "ins", "del"]),
+        ),
+        max_size=2,
+    ),
+    swap=st.booleans(),
+)
+def test_precheck_agrees(n, short, edits, swap):
+    """Windowed judgement of a big header (the window shrunk to 128 bytes)
+    on headers of tiny tensors, mutated: it raises only what the general
+    path raises, word for word; and the truncated case is caught."""
+    names = [f"t{i:04d}" for i in range(n)]
+    if swap:
+        names[3], names[4] = names[4], names[3]
+    raw = bytearray(("{" + ",".join(_entry(m, i, 1) for i, m in enumerate(names)) + "}").encode())
+    for pos, byte, op in edits:
+        pos %= len(raw) + 1
+        if op == "set" and pos < len(raw):
+            raw[pos] = byte
+        elif op == "ins":
+            raw[pos:pos] = bytes([byte])
+        elif op == "del" and pos < len(raw):
+            del raw[pos]
+    raw = bytes(raw)
+    size = 8 + len(raw) + n - short
+    old = _header._WINDOW
+    _header._WINDOW = 128
+    try:
+        got = _same_precheck(raw, size)
+    finally:
+        _header._WINDOW = old
+    if not edits and not swap and short > 0:
+        assert isinstance(got, E.TruncatedData)
 
 
 def test_lookups_and_plan():
@@ -246,3 +301,21 @@ def test_lookups_and_plan():
         assert missing not in t
     got = t.plan()
     assert got[0] == names and got[2] == ["2"] * len(names)
+
+
+@pytest.mark.parametrize(
+    "shift, cls",
+    [(1, E.DataHole), (-1, E.DataOverlap), (0, None)],
+)
+def test_precheck_names_holes_and_overlaps(monkeypatch, shift, cls):
+    monkeypatch.setattr(_header, "_WINDOW", 128)
+    entries = []
+    begin = 0
+    for i in range(50):
+        if i == 30:
+            begin += shift
+        entries.append(_entry(f"t{i:04d}", begin, 2))
+        begin += 2
+    raw = ("{" + ",".join(entries) + "}").encode()
+    got = _same_precheck(raw, 8 + len(raw) + begin)
+    assert type(got) is cls if cls else got is None

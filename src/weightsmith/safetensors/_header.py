@@ -900,12 +900,10 @@ def _numbers(b: np.ndarray, starts: np.ndarray, ends: np.ndarray):
     return values, counts
 
 
-def _entries(
-    b: np.ndarray, words: np.ndarray, q: np.ndarray, nxt: np.ndarray, lo: int, hi: int, final: bool
-):
+def _entries(b: np.ndarray, words: np.ndarray, q: np.ndarray, nxt: np.ndarray, final: bool):
     """Columns of the tensors whose quotes are ``q`` (10 per tensor) and whose
     text ends where ``nxt`` says (the next tensor's '"', or the body end for
-    the ``final`` one), all inside ``b[lo:hi]``; None if any entry is not in
+    the ``final`` one); None if any entry is not in
     the compact form or breaks a rule.  ``words[i]`` is the little-endian
     uint64 of ``b[i:i+8]``."""
     q = q.reshape(-1, 10)
@@ -1121,7 +1119,7 @@ def _parse_fast(raw: bytes, file_size: int, path=None) -> Header | None:
             continue
         if q[0] != lo:
             return None
-        cols = _entries(b, words, q[: 10 * k], nxt, lo, hi, hi == end)
+        cols = _entries(b, words, q[: 10 * k], nxt, hi == end)
         if cols is None:
             return None
         parts.append(cols)
@@ -1149,3 +1147,100 @@ def _parse_fast(raw: bytes, file_size: int, path=None) -> Header | None:
         )
     _tile(cols, name, data_start, file_size, path)
     return Header(metadata, _Tensors(raw, cols, file_size - data_start), n_raw)
+
+
+def precheck(read, n_raw: int, file_size: int, path=None) -> None:
+    """Judge a header of ``n_raw`` bytes, too big for one window, a window at
+    a time, before it is read whole: ``read(offset, size)`` returns header
+    bytes.  For the compact form with names and offsets in order (what
+    writers produce), this raises the named error of a coverage rule with
+    every other rule checked, holding one window and no table of tensors --
+    so a header just under the cap whose data is missing costs a window of
+    memory, not the header and its tables.  Anything else returns, and
+    parse_header judges it as usual; so does a header that passes.
+    """
+    if n_raw <= _WINDOW:
+        return
+    tail_at = max(0, n_raw - _WINDOW)
+    tail = read(tail_at, n_raw - tail_at)
+    solid = np.flatnonzero(np.frombuffer(tail, np.uint8) != 0x20)
+    if not solid.size:
+        return
+    end = tail_at + int(solid[-1]) + 1  # the body, without its padding
+    head = read(0, min(_WINDOW, end))
+    hb = np.frombuffer(head, np.uint8)
+    if tail[end - tail_at - 1] != 0x7D or head[:2] not in (b'{"', b"{}"):
+        return
+    if head.startswith(b'{"__metadata__":{'):
+        meta = _metadata_compact(head, hb, end)
+        if meta is None:
+            return
+        start = meta[1]
+    else:
+        start = 1
+    if start == end or b"\\" in head[:start] or int(hb[:start].min()) < 0x20:
+        return
+    try:
+        head[:start].decode()
+    except UnicodeDecodeError:
+        return
+    data_start = 8 + n_raw
+    utf8 = codecs.getincrementaldecoder("utf-8")()
+    pos, gap, last_name, last_begin, last_end = 0, None, None, -1, -1
+    lo, window = start, _WINDOW
+    while lo < end:
+        hi = min(lo + window, end)
+        chunk = read(lo, hi - lo)
+        b = np.frombuffer(chunk, np.uint8)
+        if len(chunk) < 8 or b"\\" in chunk or int(b.min()) < 0x20:
+            return
+        q = np.flatnonzero(b == 0x22)
+        if hi == end:
+            k = len(q) // 10 if len(q) % 10 == 0 else 0
+            nxt = np.append(q[10::10], hi - lo)
+        else:
+            k = (len(q) - 1) // 10
+            nxt = q[10 : 10 * k + 1 : 10]
+        if k == 0:
+            if hi == end:
+                return
+            window *= 2
+            continue
+        words = np.ndarray((len(chunk) - 7,), _W64, chunk, 0, (1,))
+        cols = _entries(b, words, q[: 10 * k], nxt, hi == end) if q[0] == 0 else None
+        if cols is None:
+            return
+        used = int(nxt[-1])
+        try:
+            if int(b[:used].max()) >= 0x80:
+                utf8.decode(chunk[:used])
+        except UnicodeDecodeError:
+            return
+        a, e, begins, ends = cols["name_a"], cols["name_e"], cols["begin"], cols["end"]
+        first = chunk[int(a[0]) : int(e[0])]
+        if (last_name is not None and not last_name < first) or not _increasing(words, a, e):
+            return  # names not in order: uniqueness needs the whole table
+        if not (
+            begins[0] >= last_begin
+            and ends[0] >= last_end
+            and (begins[1:] >= begins[:-1]).all()
+            and (ends[1:] >= ends[:-1]).all()
+        ):
+            return  # not in offset order: coverage needs a sort
+        if gap is None:
+            due = np.concatenate(([pos], ends[:-1]))
+            bad = np.flatnonzero(begins != due)
+            if bad.size:
+                j = int(bad[0])
+                gap = (chunk[int(a[j]) : int(e[j])].decode(), int(begins[j]), int(due[j]))
+        last_name = chunk[int(a[-1]) : int(e[-1])]
+        last_begin, last_end = int(begins[-1]), int(ends[-1])
+        pos = last_end
+        lo, window = lo + used, _WINDOW
+    try:
+        utf8.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return
+    if gap is not None:
+        raise _gap(*gap, data_start, path)
+    _end((last_name or b"").decode(), pos, data_start, file_size, path)

@@ -38,7 +38,7 @@ import numpy as np
 from .. import errors as E
 from ..dtypes import SAFETENSORS, DType
 from . import _subbyte
-from ._header import Header, TensorInfo, parse_header, read_header_size
+from ._header import Header, TensorInfo, parse_header, precheck, read_header_size
 
 __all__ = ["SafeSlice", "load", "load_file", "safe_open"]
 
@@ -149,8 +149,13 @@ class safe_open:
             st = os.fstat(fd)
             size = st.st_size
             n = read_header_size(os.pread(fd, 8, 0), size, self._path)
+            key = (st.st_dev, st.st_ino)
+            if key not in _CACHE:
+                # a big header is judged a window at a time first: a broken
+                # file fails before its header is held whole
+                precheck(lambda at, k: _pread_bytes(fd, k, 8 + at, self._path), n, size, self._path)
             raw = _pread_bytes(fd, n, 8, self._path)
-            self._header = _parse_cached((st.st_dev, st.st_ino), raw, size, self._path)
+            self._header = _parse_cached(key, raw, size, self._path)
             if mmap and self._header.data_size:
                 self._mm = self._map(fd, size, populate)
                 # torch tensors are made from slices of this array, so each
