@@ -349,8 +349,8 @@ def _run(
     """
     plan = _plan(backend, workers, len(spans))
     if plan == "serial":
-        for r0, r1 in spans:
-            store(r0, r1, task(*load(r0, r1)))
+        for span in spans:
+            store(*span, task(*load(*span)))
         return
     if plan == "fork":
         _run_forked(spans, load, task, store, workers)

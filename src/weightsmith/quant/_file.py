@@ -18,12 +18,14 @@ Importance matrices are read by :mod:`weightsmith.quant.imatrix`.
 
 from __future__ import annotations
 
+import math
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from ..dtypes import ggml_type
 from ..errors import ImatrixRequired, RequantizeRefused
 from .imatrix import Imatrix, for_tensor, read_imatrix
 
@@ -31,6 +33,9 @@ QNT_VERSION = 2  # GGML_QNT_VERSION
 _FLOAT_SOURCES = {"F32", "F16", "BF16"}
 _NEEDS_IMATRIX = {"IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_M", "IQ1_S"}
 _NO_IMATRIX_NEEDED = {"token_embd.weight", "per_layer_token_embd.weight", "output.weight"}
+#: Output bytes that quantize_file's workers produce before they are written:
+#: bounds its extra memory whatever the model size.
+WINDOW_BYTES = 256 * 1024 * 1024
 
 
 _BLK = re.compile(r"blk\.\s*([+-]?\d+)")
@@ -97,13 +102,8 @@ def quantize_file(
                 w.add_tensor_info(t.name, plan[t.name], t.shape)
             total = sum(t.nbytes for t in tensors)
             done = 0
-            for i, t in enumerate(tensors, 1):
-                new = plan[t.name]
-                if new == t.ggml_type.name:
-                    w.write_tensor(t.name, f.tensor_bytes(t.name))
-                else:
-                    x = np.asarray(f.dequantize(t.name), dtype=np.float32)
-                    w.write_tensor(t.name, quantize_tensor(x, new, t.name, im, workers))
+            for i, (t, data) in enumerate(_tensor_data(f, tensors, plan, im, workers), 1):
+                w.write_tensor(t.name, data)
                 done += t.nbytes
                 if progress is not None:
                     progress(done, total, i, len(tensors))
@@ -114,6 +114,91 @@ def quantize_file(
         return plan
     finally:
         f.close()
+
+
+def _tensor_data(f, tensors, plan, im: Imatrix | None, workers: int | None) -> Iterator[tuple]:
+    """(tensor, bytes to write) in file order: copied, or quantized to the plan's type.
+
+    With several workers (on Linux), consecutive tensors are quantized
+    together, a window of at most :data:`WINDOW_BYTES` of output at a time:
+    the row chunks of all of them are spread over forked workers, so a model
+    of many small tensors keeps every core busy (one tensor of a few chunks
+    could not), and the processes are forked once per window, not per tensor.
+    """
+    from . import _fork_available, _workers
+
+    nw = _workers(workers)
+    if nw <= 1 or not _fork_available():
+        for t in tensors:
+            new = plan[t.name]
+            if new == t.ggml_type.name:
+                yield t, f.tensor_bytes(t.name)
+            else:
+                x = np.asarray(f.dequantize(t.name), dtype=np.float32)
+                yield t, quantize_tensor(x, new, t.name, im, workers)
+        return
+    window: list = []
+    size = 0
+    for t in tensors:
+        new = plan[t.name]
+        nbytes = 0 if new == t.ggml_type.name else ggml_type(new).nbytes(math.prod(t.shape))
+        if window and size + nbytes > WINDOW_BYTES:
+            yield from _quantize_window(f, window, plan, im, nw)
+            window, size = [], 0
+        window.append(t)
+        size += nbytes
+    if window:
+        yield from _quantize_window(f, window, plan, im, nw)
+
+
+def _quantize_window(f, window, plan, im: Imatrix | None, nw: int) -> Iterator[tuple]:
+    """Quantize the tensors of ``window`` on ``nw`` forked workers; yield all of them in order."""
+    from . import MIN_CHUNK, _check_imatrix, _chunk_rows, _empty, _quantize_task, _spans, quantize
+    from . import _run as run
+    from .registry import codec
+
+    items: list[tuple[int, int, int, int]] = []  # (tensor, expert, first row, end row)
+    layout: dict[int, tuple] = {}  # tensor -> (offset, rows per expert, row bytes, weights)
+    total = 0
+    for j, t in enumerate(window):
+        new = plan[t.name]
+        if new == t.ggml_type.name:
+            continue
+        n = t.shape[-1]
+        experts = t.shape[0] if len(t.shape) == 3 else 1
+        rows = math.prod(t.shape[:-1]) // experts
+        e = None if im is None else for_tensor(t.name, t.shape, im)
+        weights = []
+        for k in range(experts):  # quantize()'s checks, before anything is forked
+            ek = None if e is None else e[k]
+            quantize(np.zeros((0, n), np.float32), new, ek, name=t.name)
+            weights.append(_check_imatrix(ek, n, ggml_type(new), t.name))
+        step = _chunk_rows(n, nw, None, codec(new).quantize_temp_bytes)
+        for k in range(experts):
+            items += [(j, k, r0, r1) for r0, r1 in _spans(rows, step, nw, max(1, MIN_CHUNK // n))]
+        row_bytes = ggml_type(new).nbytes(n)
+        layout[j] = (total, rows, row_bytes, weights)
+        total += experts * rows * row_bytes
+    out = _empty((total,), np.uint8, "fork" if len(items) > 1 else "serial")
+
+    def load(j: int, k: int, r0: int, r1: int) -> tuple:
+        t = window[j]
+        _, rows, _, weights = layout[j]
+        src = f.numpy(t.name).reshape(-1, t.shape[-1])  # a view: only these rows are read
+        x = np.ascontiguousarray(src[k * rows + r0 : k * rows + r1], dtype=np.float32)
+        return (plan[t.name], x, weights[k], r0, t.name)
+
+    def store(j: int, k: int, r0: int, r1: int, q: np.ndarray) -> None:
+        off, rows, row_bytes, _ = layout[j]
+        out[off + (k * rows + r0) * row_bytes : off + (k * rows + r1) * row_bytes] = q.reshape(-1)
+
+    run(items, load, _quantize_task, store, nw, "process")
+    for j, t in enumerate(window):
+        if j not in layout:
+            yield t, f.tensor_bytes(t.name)
+            continue
+        off, rows, row_bytes, _ = layout[j]
+        yield t, out[off : off + math.prod(t.shape[:-1]) * row_bytes]
 
 
 def _tail_kvs(ftype_id: int, im: Imatrix | None) -> list[tuple[str, object, str]]:
