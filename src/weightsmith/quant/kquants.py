@@ -120,14 +120,35 @@ _DEQ_BLOCKS = 512  # blocks per float32 pass of the Q2_K/Q4_K/Q5_K dequantizers 
 # --------------------------------------------------------------------------- helpers
 
 
+_TRANSPOSE_SLICE = 4096  # rows per slice of the quantizers' layout transposes
+
+
+def _transpose(a: np.ndarray) -> np.ndarray:
+    """``a.T`` as a C-contiguous copy, made in slices along the long axis.
+
+    One numpy transpose of a multi-MiB array misses the cache on nearly every
+    strided access; slices of _TRANSPOSE_SLICE rows or columns ran ~2x faster.
+    """
+    r, c = a.shape
+    out = np.empty((c, r), dtype=a.dtype)
+    k = _TRANSPOSE_SLICE
+    if r >= c:
+        for s in range(0, r, k):
+            out[:, s : s + k] = a[s : s + k].T
+    else:
+        for s in range(0, c, k):
+            out[s : s + k] = a[:, s : s + k].T
+    return out
+
+
 def _to_sub(blocks: np.ndarray, sub: int) -> np.ndarray:
     """[B, 256] blocks -> [sub, B*256/sub]: in-sub-block index first."""
-    return np.ascontiguousarray(blocks.reshape(-1, sub).T)
+    return _transpose(blocks.reshape(-1, sub))
 
 
 def _from_sub(a: np.ndarray, nblocks: int) -> np.ndarray:
     """Inverse of :func:`_to_sub`."""
-    return np.ascontiguousarray(a.T).reshape(nblocks, QK_K)
+    return _transpose(a).reshape(nblocks, QK_K)
 
 
 # --------------------------------------------------------------------------- 6-bit scale packing
