@@ -126,8 +126,8 @@ def _spans(nrows: int, step: int, workers: int = 1, least: int = 1) -> list[tupl
     """Spans of at most ``step`` rows covering ``nrows``.
 
     With several workers the spans shrink towards the end (each a quarter
-    of what is left per worker, down to ``least`` rows), so that the workers
-    finish together: equal spans leave one worker idle for up to a whole span
+    of what is left per worker, down to ``least`` rows, with no smaller piece
+    left over), so that the workers finish together: equal spans leave one worker idle for up to a whole span
     at the end, and a tensor of a few spans is still split ``workers`` ways.
     """
     out = []
@@ -135,7 +135,10 @@ def _spans(nrows: int, step: int, workers: int = 1, least: int = 1) -> list[tupl
     while r0 < nrows:
         k = step
         if workers > 1:
-            k = min(step, max(least, -(-(nrows - r0) // (2 * workers))))
+            left = nrows - r0
+            k = min(step, max(least, -(-left // (2 * workers))))
+            if left - k < least:  # no piece below `least` at the end
+                k = min(step, left)
         out.append((r0, min(nrows, r0 + k)))
         r0 += k
     return out
