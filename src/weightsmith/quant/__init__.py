@@ -80,6 +80,12 @@ MEMORY_BUDGET = 64 * 1024 * 1024
 #: smaller chunks would mean more numpy calls per element (for threads, more
 #: handing over of the GIL).
 MIN_CHUNK = 1 << 18
+#: Elements a decoder chunk is not made larger than, whatever the budget
+#: allows: a decoder's temporaries then stay in the caches (measured on a
+#: 4M-element tensor, 1-worker dequantize took 5-25 % less time than with
+#: 2.8M-element chunks), while a tensor up to this size is still one chunk,
+#: returned without a copy.
+DEQUANTIZE_CHUNK = 1 << 20
 #: Families whose reference (no imatrix) encoders are a few whole-array numpy
 #: operations per chunk: threads scale on them (numpy drops the GIL in its
 #: loops) without the cost of forking.  The others issue many small numpy
@@ -677,7 +683,7 @@ def dequantize(
     if chunk_rows is not None:
         step = _chunk_rows(n, nw, chunk_rows) * bpr  # in blocks
     else:  # blocks decode independently: chunk by blocks, even inside one huge row
-        per_chunk = MEMORY_BUDGET // (nw * c.dequantize_temp_bytes)
+        per_chunk = min(MEMORY_BUDGET // (nw * c.dequantize_temp_bytes), DEQUANTIZE_CHUNK)
         step = max(1, per_chunk // t.block_size)
     spans = _spans(
         nrows * bpr, step, nw, max(1, MIN_CHUNK // t.block_size) if chunk_rows is None else step
