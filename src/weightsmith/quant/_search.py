@@ -359,7 +359,6 @@ def make_qp_quants(x: np.ndarray, qw: np.ndarray, nmax: int) -> tuple[np.ndarray
     ``(d float32 [B], L int64 [n, B])`` where ``L`` holds the *stored* uint8
     values (C keeps them in ``uint8_t``, so a negative level wraps).
     """
-    n = x.shape[0]
     fnmax = F32(nmax)
     xmax = np.max(x, axis=0)
     zero = ~(xmax >= GROUP_MAX_EPS)  # "all zero" early-out (also NaN-safe)
@@ -386,35 +385,45 @@ def make_qp_quants(x: np.ndarray, qw: np.ndarray, nmax: int) -> tuple[np.ndarray
         sumlx = seqsum(wx * lf)
         suml2 = seqsum(qw * lf * lf)
         # Coordinate descent; sequential over i, vectorised over groups.  C
-        # stops a group after a pass without changes; such a pass leaves the
-        # state as it was, so the next one would change nothing either: all
-        # groups can run until a pass changes no group at all.
-        live = ~zero
+        # stops a group after a pass without changes (that state is final),
+        # so each pass only revisits the groups the previous one changed.
+        idx = np.flatnonzero(~zero)
         for _ in range(5):
-            changed = False
-            for i in range(n):
-                w = qw[i]
-                li = L[i].astype(np.float32)
-                slx = sumlx - wx[i] * li
-                sl2 = suml2 - w * li * li
-                ok = (slx > 0) & (sl2 > 0) & live
-                new_l = np.minimum(nearest_int(x[i] * sl2 / slx), nmax)
-                ok &= new_l != L[i]
-                nf = new_l.astype(np.float32)
-                slx = slx + wx[i] * nf
-                sl2 = sl2 + w * nf * nf
-                ok &= slx * slx * suml2 > sumlx * sumlx * sl2
-                if ok.any():
-                    changed = True
-                    L[i] = np.where(ok, new_l.astype(np.int64) & 0xFF, L[i])
-                    sumlx = np.where(ok, slx, sumlx)
-                    suml2 = np.where(ok, sl2, suml2)
-            if not changed:
+            if idx.size == 0:
                 break
+            la, sx, s2 = L[:, idx], sumlx[idx], suml2[idx]
+            changed = _qp_pass(x[:, idx], qw[:, idx], wx[:, idx], la, sx, s2, nmax)
+            L[:, idx], sumlx[idx], suml2[idx] = la, sx, s2
+            idx = idx[changed]
         d = np.where(suml2 > 0, sumlx / suml2, _ZERO)
     d = np.where(zero, _ZERO, d).astype(np.float32)
     L[:, zero] = 0
     return d, L
+
+
+def _qp_pass(x, qw, wx, L, sumlx, suml2, nmax) -> np.ndarray:
+    """One pass of make_qp_quants' descent over the groups given; updates
+    ``L`` (stored uint8 values as int64), ``sumlx``, ``suml2`` in place and
+    returns which groups changed."""
+    changed = np.zeros(x.shape[1], dtype=bool)
+    for i in range(x.shape[0]):
+        w = qw[i]
+        li = L[i].astype(np.float32)
+        slx = sumlx - wx[i] * li
+        sl2 = suml2 - w * li * li
+        ok = (slx > 0) & (sl2 > 0)
+        new_l = np.minimum(nearest_int(x[i] * sl2 / slx), nmax)
+        ok &= new_l != L[i]
+        nf = new_l.astype(np.float32)
+        slx = slx + wx[i] * nf
+        sl2 = sl2 + w * nf * nf
+        ok &= slx * slx * suml2 > sumlx * sumlx * sl2
+        if ok.any():
+            changed |= ok
+            L[i] = np.where(ok, new_l.astype(np.int64) & 0xFF, L[i])
+            np.copyto(sumlx, slx, where=ok)
+            np.copyto(suml2, sl2, where=ok)
+    return changed
 
 
 # --------------------------------------------------------------------------- qx, q3
