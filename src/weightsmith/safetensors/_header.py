@@ -688,6 +688,8 @@ _TEXT_AT = np.array([0, 4, 0, 3, -2, 6, 8])
 _TEXT = np.array([_A0, _A1, _B0, _B1, _C0, _C1, _C2], _W64)
 _GAPS = np.array([13, 13, 19])  # least room from quote 1 to 5, 5 to 8, 8 to the end
 _TAIL_AT = np.array([3, 2, 1])
+_REGION_Q = np.array([1, 2, 2, 3])  # dims: quote 5 + 11 to quote 8 - 2;
+_REGION_AT = np.array([11, -2, 16, -3])  # offsets: quote 8 + 16 to the end - 3
 _TAIL = np.array([0x5D, 0x7D, 0x2C], np.uint8)  # ']},'
 _META = b"__metadata__"
 _META0, _META1 = _word(_META[:8]), _word(_META[4:])
@@ -908,7 +910,7 @@ def _entries(b: np.ndarray, words: np.ndarray, q: np.ndarray, nxt: np.ndarray, f
     uint64 of ``b[i:i+8]``."""
     q = q.reshape(-1, 10)
     k = len(q)
-    q0, q1, q5, q8 = q[:, 0], q[:, 1], q[:, 5], q[:, 8]
+    q0, q1, q5 = q[:, 0], q[:, 1], q[:, 5]
     spots = np.empty((k, 4), np.int64)
     spots[:, :3], spots[:, 3] = q[:, _SPOTS], nxt  # quotes 1, 5, 8; the end
     # room for the fixed text, so every 8-byte word read stays in the entry
@@ -928,19 +930,15 @@ def _entries(b: np.ndarray, words: np.ndarray, q: np.ndarray, nxt: np.ndarray, f
     if (n > 8).any():  # F8_E4M3FNUZ, F8_E5M2FNUZ
         key1 = words[c0 + 8] & _WORD_MASK[np.clip(n - 8, 0, 8)]
     at = np.minimum(np.searchsorted(_CODE_K0, key0), len(_CODE_K0) - 1)
-    if not (
-        (_CODE_K0[at] == key0).all() and (_CODE_K1[at] == key1).all() and (_CODE_LEN[at] == n).all()
-    ):
+    if not ((_CODE_K0[at] == key0) & (_CODE_K1[at] == key1) & (_CODE_LEN[at] == n)).all():
         return None
     code = _CODE_IDX[at]
     # a tensor named __metadata__ is metadata to the general path
     twelve = q0[q1 - q0 == 13]
     if twelve.size and ((words[twelve + 1] == _META0) & (words[twelve + 5] == _META1)).any():
         return None
-    dims_a, dims_e = q5 + 11, q8 - 2
-    offs_a, offs_e = q8 + 16, nxt - 3
-    regions = np.empty((k, 4), np.int64)
-    regions[:, 0], regions[:, 1], regions[:, 2], regions[:, 3] = dims_a, dims_e, offs_a, offs_e
+    # [dims start, dims end, offsets start, offsets end] of each entry
+    regions = spots[:, _REGION_Q] + _REGION_AT
     flat = regions.reshape(-1)
     parsed = _numbers(b, flat[0::2], flat[1::2])
     if parsed is None:
@@ -967,7 +965,9 @@ def _entries(b: np.ndarray, words: np.ndarray, q: np.ndarray, nxt: np.ndarray, f
             bound = np.multiply.reduceat(np.maximum(values, 1).astype(np.float64), cuts)[0::2]
             if (bound[has] * bits[has]).max() >= 2.0**62:
                 return None
-        n_el = np.where(has, np.multiply.reduceat(values, cuts)[0::2], 1)
+        n_el = np.multiply.reduceat(values, cuts)[0::2]
+        if not has.all():
+            n_el[~has] = 1
     nbits = n_el * bits
     if (nbits & 7).any() or not np.array_equal(end - begin, nbits >> 3):
         return None
@@ -975,8 +975,8 @@ def _entries(b: np.ndarray, words: np.ndarray, q: np.ndarray, nxt: np.ndarray, f
         "name_a": q0 + 1,
         "name_e": q1,
         "code": code,
-        "dims_a": dims_a,
-        "dims_e": dims_e,
+        "dims_a": regions[:, 0],
+        "dims_e": regions[:, 1],
         "begin": begin,
         "end": end,
         "n_el": n_el,
