@@ -651,6 +651,7 @@ def _parse(raw: bytes, file_size: int, path) -> Header:
 
 _MAX_DIGITS = 18  # < 2**63: int64 arithmetic is exact; longer numbers take the general path
 _WINDOW = 1 << 20  # header bytes tokenized at once: bounds the temporaries
+_CHUNK = 1 << 16  # names compared or hashed at once: bounds theirs
 _CODES = list(SAFETENSORS)
 _W64 = np.uint64  # a word of 8 header bytes
 _WORD_MASK = np.array([(1 << 8 * i) - 1 for i in range(9)], _W64)
@@ -971,12 +972,13 @@ def _entries(b: np.ndarray, words: np.ndarray, q: np.ndarray, nxt: np.ndarray, f
     nbits = n_el * bits
     if (nbits & 7).any() or not np.array_equal(end - begin, nbits >> 3):
         return None
+    i32 = np.int32  # positions in a header of at most 100 MB
     return {
-        "name_a": q0 + 1,
-        "name_e": q1,
+        "name_a": (q0 + 1).astype(i32),
+        "name_e": q1.astype(i32),
         "code": code,
-        "dims_a": regions[:, 0],
-        "dims_e": regions[:, 1],
+        "dims_a": regions[:, 0].astype(i32),
+        "dims_e": regions[:, 1].astype(i32),
         "begin": begin,
         "end": end,
         "n_el": n_el,
@@ -984,12 +986,21 @@ def _entries(b: np.ndarray, words: np.ndarray, q: np.ndarray, nxt: np.ndarray, f
 
 
 def _increasing(words: np.ndarray, a: np.ndarray, e: np.ndarray) -> bool:
+    """Are the names ``raw[a:e]`` strictly increasing bytewise (so unique)?"""
+    # chunks overlap by one name, so every neighbouring pair is compared
+    return all(
+        _increasing_run(words, a[i : i + _CHUNK + 1], e[i : i + _CHUNK + 1])
+        for i in range(0, max(len(a) - 1, 1), _CHUNK)
+    )
+
+
+def _increasing_run(words: np.ndarray, a: np.ndarray, e: np.ndarray) -> bool:
     """Are the names ``raw[a:e]`` strictly increasing bytewise (so unique)?
     Writers sort names (within a dtype), so this usually settles it with a
     few word comparisons per name and no table of every name."""
     n = e - a
     width = int(n.max()) + 8 >> 3  # words per name, a 0 word at least after the end
-    if width > 8:
+    if width > 16:
         return False  # long names: the hash does it
     # big-endian words compare like the bytes; past a name's end they read
     # as 0, which no name holds (control characters are refused)
@@ -1003,14 +1014,8 @@ def _increasing(words: np.ndarray, a: np.ndarray, e: np.ndarray) -> bool:
     return bool(differ[rows, first].all() and (x[rows, first] < y[rows, first]).all())
 
 
-def _duplicate(raw: bytes, words: np.ndarray, a: np.ndarray, e: np.ndarray) -> int:
-    """Index (JSON order) of the first tensor whose name appeared before, or -1.
-
-    Names are hashed a word at a time (no string per name); equal hashes
-    are then compared as bytes, so a collision costs time, never a verdict."""
-    k = len(a)
-    if k < 2 or _increasing(words, a, e):
-        return -1
+def _hash(words: np.ndarray, a: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """A salted 64-bit hash of each name ``raw[a:e]``, a word at a time."""
     n = e - a
     words_per = (n + 7) >> 3
     first = np.cumsum(words_per) - words_per
@@ -1027,6 +1032,20 @@ def _duplicate(raw: bytes, words: np.ndarray, a: np.ndarray, e: np.ndarray) -> i
         x ^= x >> _W64(32)
         some = words_per > 0
         h[some] += np.add.reduceat(x, first[some])
+    return h
+
+
+def _duplicate(raw: bytes, words: np.ndarray, a: np.ndarray, e: np.ndarray) -> int:
+    """Index (JSON order) of the first tensor whose name appeared before, or -1.
+
+    Names are hashed a word at a time (no string per name); equal hashes
+    are then compared as bytes, so a collision costs time, never a verdict."""
+    k = len(a)
+    if k < 2 or _increasing(words, a, e):
+        return -1
+    h = np.empty(k, _W64)
+    for i in range(0, k, _CHUNK):
+        h[i : i + _CHUNK] = _hash(words, a[i : i + _CHUNK], e[i : i + _CHUNK])
     order = np.argsort(h, kind="stable")
     hs = h[order]
     same = np.flatnonzero(hs[1:] == hs[:-1])
@@ -1099,7 +1118,8 @@ def _parse_fast(raw: bytes, file_size: int, path=None) -> Header | None:
     words = np.ndarray((n_raw - 7,), _W64, raw, 0, (1,)) if n_raw >= 8 else None
     if words is None:
         return None
-    parts = []
+    parts: list[dict[str, np.ndarray]] = []
+    filled, total = 0, raw.count(b'"', start, end) // 10  # the tensors, if well formed
     lo, window = start, _WINDOW
     while lo < end:
         hi = min(lo + window, end)
@@ -1122,15 +1142,22 @@ def _parse_fast(raw: bytes, file_size: int, path=None) -> Header | None:
         cols = _entries(b, words, q[: 10 * k], nxt, hi == end)
         if cols is None:
             return None
-        parts.append(cols)
+        if filled + k > total:
+            return None
+        if end - start > _WINDOW:  # several windows: fill one table, no copies to join
+            if not parts:
+                parts.append({c: np.empty(total, v.dtype) for c, v in cols.items()})
+            for c, v in cols.items():
+                parts[0][c][filled : filled + k] = v
+        else:
+            parts.append(cols)
+        filled += k
         lo = int(nxt[-1])
         if lo == end:
             break
-    cols = (
-        parts[0]
-        if len(parts) == 1
-        else {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
-    )
+    if filled != total:
+        return None
+    cols = parts[0]
     del parts
 
     def name(i: int) -> str:
