@@ -132,9 +132,10 @@ def _spans(nrows: int, step: int, workers: int = 1, least: int = 1) -> list[tupl
     """Spans of at most ``step`` rows covering ``nrows``.
 
     With several workers the spans shrink towards the end (each a quarter
-    of what is left per worker, down to ``least`` rows, with no smaller piece
-    left over), so that the workers finish together: equal spans leave one worker idle for up to a whole span
-    at the end, and a tensor of a few spans is still split ``workers`` ways.
+    of what is left per worker, down to ``least`` rows, with no smaller
+    piece left over), so that the workers finish together: equal spans
+    leave one worker idle for up to a whole span at the end, and a tensor of
+    a few spans is still split ``workers`` ways.
     """
     out = []
     r0 = 0
