@@ -33,7 +33,11 @@ bit-identical with ggml before it is timed.
 from __future__ import annotations
 
 import argparse
+import atexit
+import ctypes
 import gc
+import mmap
+import os
 import statistics
 import sys
 import time
@@ -238,16 +242,68 @@ def _cpu_pressure() -> float | None:
         return None
 
 
+class _Isolation:
+    """``--isolate``: emulate an idle machine on a shared one (Linux, root).
+
+    This process runs SCHED_FIFO, so its threads and forked workers pre-empt
+    every normal job; while a 1-worker run is timed, spinner processes hold
+    the other cores (a tight loop on one flag, nothing in memory), so no job
+    shares the machine with it either.  The spinners exit with this process.
+    """
+
+    def __init__(self) -> None:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+        self._buf = mmap.mmap(-1, 8)
+        self._flag = ctypes.c_int64.from_buffer(self._buf)
+        self._pids = []
+        parent = os.getpid()
+        for _ in range((os.cpu_count() or 1) - 1):
+            pid = os.fork()
+            if pid == 0:  # spin while the flag is 1, sleep while 0, leave on -1
+                flag = self._flag
+                while flag.value >= 0 and os.getppid() == parent:
+                    if flag.value == 0:
+                        time.sleep(0.0002)
+                os._exit(0)
+            self._pids.append(pid)
+        atexit.register(self.close)
+
+    def hold(self, on: bool) -> None:
+        self._flag.value = 1 if on else 0
+        time.sleep(0.002)  # let the spinners (and the jobs they displace) settle
+
+    def close(self) -> None:
+        self._flag.value = -1
+        for pid in self._pids:
+            os.waitpid(pid, 0)
+        self._pids = []
+
+
+_ISOLATION: _Isolation | None = None
+
+
+def _waits(busy: float) -> str:
+    return "isolated" if _ISOLATION is not None else f"{busy:.0%}"
+
+
 def _paired(fns: dict[str, Callable[[], object]], repeat: int) -> tuple[dict[str, float], float]:
     """Median wall seconds of each fn, run interleaved; and the share of the time some
-    task waited for a CPU meanwhile (0 on an idle machine; NaN if unknown)."""
+    task waited for a CPU meanwhile (0 on an idle machine; NaN if unknown).
+
+    With ``--isolate`` the "one" entry (1 worker) runs with the other cores held.
+    """
     times: dict[str, list[float]] = {k: [] for k in fns}
     p0, w0 = _cpu_pressure(), time.perf_counter()
     for _ in range(repeat):  # interleaved, so load changes hit every column alike
         for k, fn in fns.items():
+            if _ISOLATION is not None:
+                _ISOLATION.hold(k == "one")
             t0 = time.perf_counter()
             fn()
             times[k].append(time.perf_counter() - t0)
+    if _ISOLATION is not None:
+        _ISOLATION.hold(False)
+        return {k: statistics.median(v) for k, v in times.items()}, float("nan")
     p1, w1 = _cpu_pressure(), time.perf_counter()
     busy = (p1 - p0) / (w1 - w0) if p0 is not None and p1 is not None else float("nan")
     return {k: statistics.median(v) for k, v in times.items()}, busy
@@ -284,9 +340,9 @@ def bench_workers(x, types, repeat, workers, rep: Report) -> None:
             for b in ("auto", "process", "thread"):
                 cells += [med[b] * 1e3, med["one"] / med[b]]
             ratio = med["one"] / med["auto"]
-            rep.row([*cells, f"{busy:.0%}", _verdict(ratio, 1.7)])
+            rep.row([*cells, _waits(busy), _verdict(ratio, 1.7)])
             print(f"RATIO workers {name} {op}: {ratio:.2f}x (workers={workers} auto vs 1, "
-                  f"n={n}, CPU waits {busy:.0%})", flush=True)  # fmt: skip
+                  f"n={n}, CPU waits {_waits(busy)})", flush=True)  # fmt: skip
 
 
 def bench_workers_file(repeat: int, workers: int, ftype: str, rep: Report) -> None:
@@ -314,9 +370,9 @@ def bench_workers_file(repeat: int, workers: int, ftype: str, rep: Report) -> No
     rep.header(f"quantize_file {ftype}, {ntensors} tensors: 1 vs {workers} workers (wall clock)",
                ["file type", "1 worker ms", f"{workers} workers ms", "speedup", "CPU waits", "target"])  # fmt: skip
     ratio = med["one"] / med["n"]
-    rep.row([ftype, med["one"] * 1e3, med["n"] * 1e3, ratio, f"{busy:.0%}", _verdict(ratio, 1.7)])
+    rep.row([ftype, med["one"] * 1e3, med["n"] * 1e3, ratio, _waits(busy), _verdict(ratio, 1.7)])
     print(f"RATIO workers quantize_file {ftype}: {ratio:.2f}x (workers={workers} vs 1, "
-          f"{ntensors} tensors, CPU waits {busy:.0%})", flush=True)  # fmt: skip
+          f"{ntensors} tensors, CPU waits {_waits(busy)})", flush=True)  # fmt: skip
 
 
 def _peak_extra(fn: Callable[[], np.ndarray]) -> tuple[int, int]:
@@ -384,6 +440,12 @@ def main() -> None:
     ap.add_argument("--types", help="comma-separated subset of the types to run")
     ap.add_argument("--memory-shapes", default="2048x4096,8192x4096")
     ap.add_argument("--markdown", action="store_true", help="print markdown tables")
+    ap.add_argument(
+        "--isolate",
+        action="store_true",
+        help="workers section on a shared Linux machine (root): SCHED_FIFO, other cores held "
+        "during 1-worker runs",
+    )
     args = ap.parse_args()
     sections = args.section or ["dequant", "quant", "ggml", "workers", "memory"]
     keep = set(args.types.upper().split(",")) if args.types else None
@@ -403,6 +465,9 @@ def main() -> None:
     if "ggml" in sections:
         bench_ggml(x, im, pick(QUANT_GGML_TYPES), args.repeat, rep)
     if "workers" in sections:
+        if args.isolate:
+            global _ISOLATION
+            _ISOLATION = _Isolation()
         xw = np.repeat(x, max(1, 1024 // args.rows), axis=0)
         bench_workers(xw, pick(WORKER_TYPES), args.repeat, args.workers, rep)
         if keep is None:
