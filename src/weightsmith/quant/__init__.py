@@ -335,12 +335,44 @@ def _run_threads(
                     failed.append(exc)
                 return
 
-    with ThreadPoolExecutor(max_workers=workers - 1) as helpers:
-        for _ in range(workers - 1):
-            helpers.submit(work)
-        work()
+    helpers = [_helper_pool(workers - 1).submit(work) for _ in range(workers - 1)]
+    work()
+    for fut in helpers:
+        fut.result()
     if failed:
         raise failed[0]
+
+
+_helpers_lock = threading.Lock()
+_helpers: ThreadPoolExecutor | None = None
+_helpers_size = 0
+
+
+def _helper_pool(n: int) -> ThreadPoolExecutor:
+    """A pool of at least ``n`` helper threads, kept for later calls.
+
+    Starting threads for every call costs ~0.2 ms, a few percent of a
+    fast codec's call.  Concurrent callers share the pool: a helper that
+    starts late finds its call's spans taken and returns.
+    """
+    global _helpers, _helpers_size
+    with _helpers_lock:
+        if _helpers is None or _helpers_size < n:
+            if _helpers is not None:
+                _helpers.shutdown(wait=False)
+            _helpers = ThreadPoolExecutor(max_workers=n, thread_name_prefix="weightsmith-quant")
+            _helpers_size = n
+        return _helpers
+
+
+def _forget_helpers() -> None:
+    """In a forked child the pool's threads do not exist: start afresh."""
+    global _helpers, _helpers_lock, _helpers_size
+    _helpers, _helpers_size, _helpers_lock = None, 0, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_helpers)
 
 
 def _run(
