@@ -98,6 +98,25 @@ def test_100mb_header_of_tiny_tensors(tmp_path):
     expect_named([r], E.HeaderTooLarge)
 
 
+def test_100mb_header_of_tiny_tensors_not_compact(tmp_path):
+    # the same header as json.dumps spaces it (", " and ": "): the whole
+    # header is read, its whitespace squeezed out and judged by the numpy
+    # path -- a few times the file, not one Python object per tensor (1.3 GB)
+    n = 1_250_000
+    body = ", ".join(
+        f'"t{i:07d}": {{"dtype": "U8", "shape": [1], "data_offsets": [{i}, {i + 1}]}}'
+        for i in range(n)
+    )
+    h = ("{" + body + "}").encode()
+    del body
+    assert 90 * MB < len(h) < 100_000_000
+    p = tmp_path / "tiny_tensors_spaced.safetensors"
+    p.write_bytes(u64(len(h)) + h + bytes(n - 5))
+    del h
+    (r,) = run_child("safetensors", [p], extra=4 * p.stat().st_size, seconds=60)
+    expect_named([r], E.TruncatedData)
+
+
 def test_gguf_declaring_2_60_tensors(tmp_path):
     p = tmp_path / "many.gguf"
     p.write_bytes(b"GGUF" + u32(3) + u64(2**60) + u64(0) + bytes(64))

@@ -589,7 +589,11 @@ def parse_header(header: bytes | memoryview, file_size: int, path=None) -> Heade
     gc.disable()
     try:
         raw = header if type(header) is bytes else bytes(header)  # no copy of a big header
-        return _parse_fast(raw, file_size, path) or _parse(raw, file_size, path)
+        return (
+            _parse_fast(raw, file_size, path)
+            or _parse_squeezed(raw, file_size, path)
+            or _parse(raw, file_size, path)
+        )
     finally:
         if enabled:
             gc.enable()
@@ -1054,7 +1058,7 @@ def _duplicate(raw: bytes, words: np.ndarray, a: np.ndarray, e: np.ndarray) -> i
     suspects = np.unique(np.concatenate((order[same], order[same + 1]))).tolist()
     seen: set[bytes] = set()
     for i in suspects:  # ascending: the first repeat in JSON order
-        name = raw[int(a[i]) : int(e[i])]
+        name = bytes(raw[int(a[i]) : int(e[i])])
         if name in seen:
             return i
         seen.add(name)
@@ -1084,10 +1088,12 @@ def _tile(cols: dict[str, np.ndarray], names, data_start: int, file_size: int, p
     _end(names(last) if k else "", pos, data_start, file_size, path)
 
 
-def _parse_fast(raw: bytes, file_size: int, path=None) -> Header | None:
+def _parse_fast(raw: bytes, file_size: int, path=None, size: int | None = None) -> Header | None:
     """A Header for a compact, well-formed header; None for anything else
-    (or the named error of a duplicate name or a coverage rule)."""
+    (or the named error of a duplicate name or a coverage rule).  ``size``:
+    the header's size in the file, if ``raw`` is its whitespace squeezed out."""
     n_raw = len(raw)
+    size = n_raw if size is None else size
     if raw[:1] != b"{" or b"\\" in raw:
         return None
     b = np.frombuffer(raw, np.uint8)
@@ -1096,7 +1102,7 @@ def _parse_fast(raw: bytes, file_size: int, path=None) -> Header | None:
     end = _body_end(raw, b)
     if end < 2 or raw[end - 1] != 0x7D:
         return None
-    data_start = 8 + n_raw
+    data_start = 8 + size
     metadata = None
     if end == 2:  # {}
         start = end
@@ -1112,7 +1118,7 @@ def _parse_fast(raw: bytes, file_size: int, path=None) -> Header | None:
     if start == end:  # no tensors
         if file_size != data_start:
             _end("", 0, data_start, file_size, path)
-        return Header(metadata, {}, n_raw)
+        return Header(metadata, {}, size)
     # stride-1 uint64 view: words[i] is raw[i:i+8] (every read stays inside
     # an entry, which _entries checks from the quote positions first)
     words = np.ndarray((n_raw - 7,), _W64, raw, 0, (1,)) if n_raw >= 8 else None
@@ -1173,7 +1179,7 @@ def _parse_fast(raw: bytes, file_size: int, path=None) -> Header | None:
             found=f"{name(dup)!r} twice",
         )
     _tile(cols, name, data_start, file_size, path)
-    return Header(metadata, _Tensors(raw, cols, file_size - data_start), n_raw)
+    return Header(metadata, _Tensors(raw, cols, file_size - data_start), size)
 
 
 def precheck(read, n_raw: int, file_size: int, path=None) -> None:
@@ -1271,3 +1277,44 @@ def precheck(read, n_raw: int, file_size: int, path=None) -> None:
     if gap is not None:
         raise _gap(*gap, data_start, path)
     _end((last_name or b"").decode(), pos, data_start, file_size, path)
+
+
+_BLANK = np.zeros(256, np.bool_)
+_BLANK[[0x20, 0x09, 0x0A, 0x0D]] = True  # JSON whitespace
+_DIGIT = np.zeros(256, np.bool_)
+_DIGIT[0x30:0x3A] = True
+
+
+def _parse_squeezed(raw: bytes, file_size: int, path) -> Header | None:
+    """The fast path for a header that is compact but for whitespace between
+    tokens (``json.dumps``' ", " and ": ", indentation): the same JSON with
+    that whitespace taken out, judged by the fast path.  None if there is
+    none to take out, or if taking it out would join two numbers ("1 2")."""
+    if raw[:1] != b"{" or b"\\" in raw:
+        return None
+    b = np.frombuffer(raw, np.uint8)
+    end = _body_end(raw, b)
+    if end < 2 or raw[end - 1] != 0x7D or not _BLANK[b[:end]].any():
+        return None
+    out = bytearray(end)
+    filled, odd, last_at, last_digit = 0, 0, -2, False
+    for lo in range(0, end, _WINDOW):
+        s = b[lo : min(lo + _WINDOW, end)]
+        quotes = np.cumsum(s == 0x22, dtype=np.uint8)  # its parity: inside a string
+        keep = ~_BLANK[s] | ((quotes + odd) & 1).view(np.bool_)
+        odd = (odd + int(quotes[-1])) & 1
+        at = np.flatnonzero(keep)
+        kept = s[at]
+        if not at.size:
+            continue
+        digit = _DIGIT[kept]
+        # a digit after whitespace taken out right after another digit
+        after_gap = np.diff(at, prepend=last_at - lo) > 1
+        before = np.concatenate(([last_digit], digit[:-1]))
+        if (after_gap & digit & before).any():
+            return None
+        out[filled : filled + len(at)] = kept.tobytes()
+        filled += len(at)
+        last_at, last_digit = lo + int(at[-1]), bool(digit[-1])
+    del out[filled:]
+    return _parse_fast(out, file_size, path, size=len(raw))
