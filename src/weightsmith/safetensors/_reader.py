@@ -1,7 +1,9 @@
 """Reading safetensors files: ``safe_open``, slices, ``load_file``.
 
 The header is read with two ``pread`` calls and validated in full by
-:func:`parse_header` before any tensor is handed out.  Tensor data then
+:func:`parse_header` before any tensor is handed out (a header bigger than
+1 MiB is first judged a window at a time by :func:`precheck`, so a broken
+file fails before its header is held whole).  Tensor data then
 comes from one of two sources:
 
 * ``mmap=True`` (default): one mapping of the whole file.  numpy arrays are
