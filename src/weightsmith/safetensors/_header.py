@@ -652,6 +652,9 @@ def _parse(raw: bytes, file_size: int, path) -> Header:
 # the general path would at that point.  Any other departure from the
 # form, or any other broken rule, returns None and the general path names
 # it.  tests/test_safetensors_fastpath.py holds the two paths to that.
+# Two helpers extend it: _parse_squeezed (whitespace between tokens taken
+# out first) and precheck (a header over one window judged from the file a
+# window at a time, before it is read whole).
 
 _MAX_DIGITS = 18  # < 2**63: int64 arithmetic is exact; longer numbers take the general path
 _WINDOW = 1 << 20  # header bytes tokenized at once: bounds the temporaries
