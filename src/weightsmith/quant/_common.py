@@ -81,13 +81,6 @@ def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
     return rounded
 
 
-def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
-    """bfloat16 bits -> float32 (a plain shift, NaN payloads kept)."""
-    out = np.ascontiguousarray(bits).view(np.uint16).astype(np.uint32)
-    out <<= 16  # in place: one widening pass and one shift, no second array
-    return out.view(np.float32)
-
-
 # --------------------------------------------------------------------------- rounding
 
 

@@ -72,6 +72,7 @@ import numpy as np
 from ._common import (
     GROUP_MAX_EPS,
     block_f16,
+    block_field,
     f16_to_f32,
     f32_to_f16_bits,
     imatrix_weights,
@@ -438,12 +439,12 @@ def _quantize_q2_k(blocks: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
 
 def _dequantize_q2_k(blocks: np.ndarray) -> np.ndarray:
     with np.errstate(all="ignore"):
-        dd = f16_to_f32(np.ascontiguousarray(blocks[:, 80:84]).view("<u2"))  # [B, 2]
-        sc = np.ascontiguousarray(blocks[:, 0:16]).reshape(-1)
+        dd = f16_to_f32(block_field(blocks, 80, "V4").view("<u2")).reshape(-1, 2)  # [B, 2]
+        sc = block_field(blocks, 0, "V16").view(np.uint8)
         dl = np.repeat(dd[:, 0], 16) * (sc & 0xF).astype(np.float32)
         ml = np.repeat(dd[:, 1], 16) * (sc >> 4).astype(np.float32)
     # qs byte 32*h + l holds element 128*h + 32*s + l in bits 2s..2s+1
-    w = np.ascontiguousarray(blocks[:, 16:80]).view("<u8").reshape(-1, 4)
+    w = block_field(blocks, 16, "V64").view("<u8").reshape(-1, 4)
     parts = np.empty((4, *w.shape), dtype=np.uint64)
     for s in range(4):
         np.bitwise_and(w >> np.uint64(2 * s), _PAIRS, out=parts[s])
