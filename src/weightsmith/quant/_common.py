@@ -246,21 +246,43 @@ def decode_chunks(
     block_size: int,
     fill: Callable[[np.ndarray, np.ndarray], None],
     chunk: int = DECODE_CHUNK,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Decode blocks [B, type_size] into a new float32 [B, block_size], a chunk at a time.
+    """Decode blocks [B, type_size] into float32 [B, block_size], a chunk at a time.
 
     ``fill(blocks[s:e], out[s:e])`` writes the values of one chunk of blocks
     into its (contiguous) slice of the output, so no chunk result is copied.
     ``chunk`` is in elements; decoders issuing many numpy calls per chunk
-    want larger ones.
+    want larger ones.  ``out``: a C-contiguous float32 [B, block_size] to
+    write into (a new array if None); it is returned.
     """
     blocks = np.ascontiguousarray(blocks)
-    out = np.empty((blocks.shape[0], block_size), dtype=np.float32)
+    if out is None:
+        out = np.empty((blocks.shape[0], block_size), dtype=np.float32)
     step = max(1, chunk // block_size)
     with np.errstate(all="ignore"):  # inf * 0 is NaN in C too
         for s in range(0, blocks.shape[0], step):
             fill(blocks[s : s + step], out[s : s + step])
     return out
+
+
+def decoder(
+    block_size: int, fill: Callable[[np.ndarray, np.ndarray], None], chunk: int = DECODE_CHUNK
+) -> Callable[..., np.ndarray]:
+    """A family's ``DEQUANTIZE`` entry ``(blocks, out=None) -> float32 [B, block_size]``
+    made of a chunk filler (see :func:`decode_chunks`).
+
+    Entries made here carry ``fills_out = True``: the API then hands them its
+    own output slice and the values are written once, never copied.
+    """
+
+    def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        return decode_chunks(blocks, block_size, fill, chunk, out)
+
+    dequantize.fills_out = True  # type: ignore[attr-defined]
+    dequantize.__name__ = fill.__name__.replace("_fill", "_dequantize")
+    dequantize.__doc__ = fill.__doc__
+    return dequantize
 
 
 def scale_rows(out: np.ndarray, q: np.ndarray, d: np.ndarray) -> None:

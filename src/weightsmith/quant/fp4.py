@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import F32, block_field, decode_chunks, nibble_lookup, nibble_table, scale_rows
+from ._common import F32, block_field, decoder, nibble_lookup, nibble_table, scale_rows
 
 KVALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], dtype=np.int8)
 _KF = KVALUES.astype(np.float32)
@@ -151,8 +151,7 @@ def _fill_mxfp4(blocks: np.ndarray, out: np.ndarray) -> None:
     scale_rows(out, nibble_lookup(_field(blocks, 1, 16), _KV_PAIRS), d)
 
 
-def _dequantize_mxfp4(blocks: np.ndarray) -> np.ndarray:
-    return decode_chunks(blocks, 32, _fill_mxfp4)
+_dequantize_mxfp4 = decoder(32, _fill_mxfp4)
 
 
 def _quantize_nvfp4(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:
@@ -170,8 +169,7 @@ def _fill_nvfp4(blocks: np.ndarray, out: np.ndarray) -> None:
     scale_rows(out.reshape(-1, 16), q, d)
 
 
-def _dequantize_nvfp4(blocks: np.ndarray) -> np.ndarray:
-    return decode_chunks(blocks, 64, _fill_nvfp4)
+_dequantize_nvfp4 = decoder(64, _fill_nvfp4)
 
 
 DEQUANTIZE = {"MXFP4": _dequantize_mxfp4, "NVFP4": _dequantize_nvfp4}

@@ -64,7 +64,7 @@ from ._common import (
     F32,
     block_f16,
     block_field,
-    decode_chunks,
+    decoder,
     f16_to_f32,
     f32_to_f16_bits,
     inv_or_zero,
@@ -300,22 +300,20 @@ def _fill_iq1_m(blocks: np.ndarray, out: np.ndarray) -> None:
 _IQ1M_NIBBLE_ROW = ((np.arange(16) & 7) << 9 | (np.arange(16) >> 3)).astype(np.intp)
 
 
-def dequantize_iq1_m(blocks: np.ndarray) -> np.ndarray:
-    """IQ1_M blocks [nb, 56] -> float32 [nb, 256]."""
-    return decode_chunks(blocks, QK_K, _fill_iq1_m)
+dequantize_iq1_m = decoder(QK_K, _fill_iq1_m)
 
 
 def _fill_iq4_nl(blocks: np.ndarray, out: np.ndarray) -> None:
+    """IQ4_NL blocks [nb, 18] -> float32 [nb, 32]: ``d * kvalues[q]``."""
     q = nibble_lookup(block_field(blocks, 2, "V16").view(np.uint8).reshape(-1, 16), _KV_PAIRS)
     scale_rows(out, q, _d16(blocks))
 
 
-def dequantize_iq4_nl(blocks: np.ndarray) -> np.ndarray:
-    """IQ4_NL blocks [nb, 18] -> float32 [nb, 32]."""
-    return decode_chunks(blocks, QK4_NL, _fill_iq4_nl)
+dequantize_iq4_nl = decoder(QK4_NL, _fill_iq4_nl)
 
 
 def _fill_iq4_xs(blocks: np.ndarray, out: np.ndarray) -> None:
+    """IQ4_XS blocks [nb, 136] -> float32 [nb, 256]: ``d * (sc - 32) * kvalues[q]`` per 32."""
     nb = blocks.shape[0]
     d = _d16(blocks)
     sh = _u16(blocks[:, 2:4])  # [nb, 1]
@@ -327,9 +325,7 @@ def _fill_iq4_xs(blocks: np.ndarray, out: np.ndarray) -> None:
     scale_rows(out.reshape(nb * 8, 32), nibble_lookup(qs, _KV_PAIRS), dl)
 
 
-def dequantize_iq4_xs(blocks: np.ndarray) -> np.ndarray:
-    """IQ4_XS blocks [nb, 136] -> float32 [nb, 256]."""
-    return decode_chunks(blocks, QK_K, _fill_iq4_xs)
+dequantize_iq4_xs = decoder(QK_K, _fill_iq4_xs)
 
 
 DEQUANTIZE: dict[str, Callable[[np.ndarray], np.ndarray]] = {

@@ -312,12 +312,12 @@ def _quantize_q5_k(blocks: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     return out
 
 
-def _dequantize_q4_k(blocks: np.ndarray) -> np.ndarray:
+def _dequantize_q4_k(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     dl, ml = _dl_ml_k4(blocks)
-    return _affine(_nibble_rows(blocks[:, 16:144]), dl, ml, 32)
+    return _affine(_nibble_rows(blocks[:, 16:144]), dl, ml, 32, out)
 
 
-def _dequantize_q5_k(blocks: np.ndarray) -> np.ndarray:
+def _dequantize_q5_k(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     dl, ml = _dl_ml_k4(blocks)
     q = _nibble_rows(blocks[:, 48:176])
     # fifth bits: bit s of qh byte e belongs to element e of sub-block s
@@ -327,7 +327,7 @@ def _dequantize_q5_k(blocks: np.ndarray) -> np.ndarray:
         np.bitwise_and(qh >> np.uint64(s), _ONES, out=hi[s])
     hi <<= np.uint64(4)
     q.view("<u8").reshape(-1, 8, 4)[...] |= _rows_v32(hi)
-    return _affine(q, dl, ml, 32)
+    return _affine(q, dl, ml, 32, out)
 
 
 def _dl_ml_k4(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -370,16 +370,20 @@ def _nibble_rows(qs: np.ndarray) -> np.ndarray:
     return q.view(np.uint8).reshape(n, QK_K)
 
 
-def _affine(q: np.ndarray, dl: np.ndarray, ml: np.ndarray, per: int) -> np.ndarray:
+def _affine(
+    q: np.ndarray, dl: np.ndarray, ml: np.ndarray, per: int, out: np.ndarray | None = None
+) -> np.ndarray:
     """``dl * q - ml`` with dl, ml constant over each sub-block -> float32 [B, 256].
 
     ``q`` [B, 256] uint8 levels; ``dl``, ``ml`` [B * 256 / per], ``per`` the
     sub-block length.  The per-row factors are expanded with np.repeat:
     broadcasting them over rows of 16 or 32 floats costs numpy one short
     inner loop per row, about twice the time of repeat + one long loop.
-    Chunks keep the float32 work inside L2.
+    Chunks keep the float32 work inside L2.  ``out``: float32 [B, 256] to
+    write into (new if None).
     """
-    out = np.empty(q.shape, dtype=np.float32)
+    if out is None:
+        out = np.empty(q.shape, dtype=np.float32)
     rows = _DEQ_BLOCKS * QK_K // per
     for r0 in range(0, dl.size, rows):
         r1 = min(dl.size, r0 + rows)
@@ -437,7 +441,7 @@ def _quantize_q2_k(blocks: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
     return out
 
 
-def _dequantize_q2_k(blocks: np.ndarray) -> np.ndarray:
+def _dequantize_q2_k(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     with np.errstate(all="ignore"):
         dd = f16_to_f32(block_field(blocks, 80, "V4").view("<u2")).reshape(-1, 2)  # [B, 2]
         sc = block_field(blocks, 0, "V16").view(np.uint8)
@@ -449,7 +453,7 @@ def _dequantize_q2_k(blocks: np.ndarray) -> np.ndarray:
     for s in range(4):
         np.bitwise_and(w >> np.uint64(2 * s), _PAIRS, out=parts[s])
     q = _rows_v32(parts).view(np.uint8).reshape(-1, QK_K)
-    return _affine(q, dl, ml, 16)
+    return _affine(q, dl, ml, 16, out)
 
 
 # --------------------------------------------------------------------------- Q8_K
@@ -587,23 +591,27 @@ def _dequantize_symmetric(
     d_offset: int,
     scales: Callable[[np.ndarray], np.ndarray],
     levels: Callable[[np.ndarray], np.ndarray],
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """Q3_K / Q6_K blocks -> float32 ``[nb, 256]``: ``(d * sc) * q`` as in C.
 
     ``d_offset``: byte offset of the f16 ``d``; ``scales(b)``: signed
-    sub-block scales ``[n, 16]``; ``levels(b)``: signed levels ``[n, 256]``.
+    sub-block scales ``[n, 16]``; ``levels(b)``: signed levels ``[n, 256]``;
+    ``out``: float32 ``[nb, 256]`` to write into (new if None).
     """
     dl = block_f16(blocks, d_offset)[:, None] * scales(blocks).astype(F32)  # all at once: small
-    out = np.empty((blocks.shape[0], QK_K), dtype=F32)
+    if out is None:
+        out = np.empty((blocks.shape[0], QK_K), dtype=F32)
     for s in range(0, blocks.shape[0], _DEQ_CHUNK):
         b = blocks[s : s + _DEQ_CHUNK]
         _scale_levels(out[s : s + _DEQ_CHUNK], dl[s : s + _DEQ_CHUNK], levels(b))
     return out
 
 
-def dequantize_q6_k(blocks: np.ndarray) -> np.ndarray:
+def dequantize_q6_k(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Q6_K blocks ``[nb, 210]`` -> float32 ``[nb, 256]`` (dequantize_row_q6_K)."""
-    return _dequantize_symmetric(blocks, 208, lambda b: b[:, 192:208].view(np.int8), _q6k_levels)
+    q6_scales = lambda b: b[:, 192:208].view(np.int8)  # noqa: E731
+    return _dequantize_symmetric(blocks, 208, q6_scales, _q6k_levels, out)
 
 
 # --------------------------------------------------------------------------- Q3_K
@@ -703,10 +711,10 @@ def _q3k_levels(b: np.ndarray) -> np.ndarray:
     return _lanes_to_levels(q, 4)
 
 
-def dequantize_q3_k(blocks: np.ndarray) -> np.ndarray:
+def dequantize_q3_k(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Q3_K blocks ``[nb, 110]`` -> float32 ``[nb, 256]`` (dequantize_row_q3_K)."""
     return _dequantize_symmetric(
-        blocks, 108, lambda b: _unpack_q3k_scales(b[:, 96:108]), _q3k_levels
+        blocks, 108, lambda b: _unpack_q3k_scales(b[:, 96:108]), _q3k_levels, out
     )
 
 
@@ -743,7 +751,11 @@ quantize_q4_k = _row_quantizer(_quantize_q4_k, 144, _CHUNK_BLOCKS, _CHUNK_BLOCKS
 quantize_q5_k = _row_quantizer(_quantize_q5_k, 176, _CHUNK_BLOCKS, _CHUNK_BLOCKS)
 quantize_q6_k = _row_quantizer(_q6k_blocks, 210, _CHUNK_BLOCKS // 2, _CHUNK_BLOCKS // 2)
 
-DEQUANTIZE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+# these decoders accept ``out=``: the API hands them its output slice (no copy)
+for _fn in (_dequantize_q2_k, dequantize_q3_k, _dequantize_q4_k, _dequantize_q5_k, dequantize_q6_k):
+    _fn.fills_out = True  # type: ignore[attr-defined]
+
+DEQUANTIZE: dict[str, Callable[..., np.ndarray]] = {
     "Q2_K": _dequantize_q2_k,
     "Q3_K": dequantize_q3_k,
     "Q4_K": _dequantize_q4_k,

@@ -31,7 +31,7 @@ from ._common import (
     F32,
     block_f16,
     block_field,
-    decode_chunks,
+    decoder,
     f32_to_f16_bits,
     imatrix_weights,
     inv_or_zero,
@@ -115,20 +115,12 @@ def _fill_q8_1(blocks: np.ndarray, out: np.ndarray) -> None:
     scale_rows(out, block_field(blocks, 4, "V32").view(np.int8).reshape(-1, QK), _f16(blocks, 0))
 
 
-def _decoder(fill):
-    def dequantize(blocks: np.ndarray) -> np.ndarray:
-        return decode_chunks(blocks, QK, fill)
-
-    dequantize.__name__ = fill.__name__.replace("_fill", "_dequantize")
-    return dequantize
-
-
-_dequantize_q4_0 = _decoder(_fill_q4_0)
-_dequantize_q4_1 = _decoder(_fill_q4_1)
-_dequantize_q5_0 = _decoder(_fill_q5_0)
-_dequantize_q5_1 = _decoder(_fill_q5_1)
-_dequantize_q8_0 = _decoder(_fill_q8_0)
-_dequantize_q8_1 = _decoder(_fill_q8_1)
+_dequantize_q4_0 = decoder(QK, _fill_q4_0)
+_dequantize_q4_1 = decoder(QK, _fill_q4_1)
+_dequantize_q5_0 = decoder(QK, _fill_q5_0)
+_dequantize_q5_1 = decoder(QK, _fill_q5_1)
+_dequantize_q8_0 = decoder(QK, _fill_q8_0)
+_dequantize_q8_1 = decoder(QK, _fill_q8_1)
 
 
 # --------------------------------------------------------------------------- encode

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import decode_chunks, f16_to_f32, f32_to_bf16_bits, f32_to_f16_bits
+from ._common import decoder, f16_to_f32, f32_to_bf16_bits, f32_to_f16_bits
 
 
 def _cast(dtype: str):
@@ -57,8 +57,7 @@ def _fill_f16(blocks: np.ndarray, out: np.ndarray) -> None:
         o[...] = f16_to_f32(h)
 
 
-def _dequantize_f16(blocks: np.ndarray) -> np.ndarray:
-    return decode_chunks(blocks, 1, _fill_f16, _PLAIN_CHUNK)
+_dequantize_f16 = decoder(1, _fill_f16, _PLAIN_CHUNK)
 
 
 def _fill_bf16(blocks: np.ndarray, out: np.ndarray) -> None:
@@ -66,8 +65,7 @@ def _fill_bf16(blocks: np.ndarray, out: np.ndarray) -> None:
     np.left_shift(h, 16, out=out.reshape(-1).view(np.uint32), dtype=np.uint32)
 
 
-def _dequantize_bf16(blocks: np.ndarray) -> np.ndarray:
-    return decode_chunks(blocks, 1, _fill_bf16, _PLAIN_CHUNK)
+_dequantize_bf16 = decoder(1, _fill_bf16, _PLAIN_CHUNK)
 
 
 def _quantize_f32(rows: np.ndarray, imatrix: np.ndarray | None) -> np.ndarray:

@@ -3,7 +3,9 @@
 Every family module (``plain``, ``legacy``, ``kquants``, ``iquants``,
 ``ternary``, ``fp4``) exports two dicts keyed by ggml type name:
 
-* ``DEQUANTIZE[name](blocks: uint8 [nblocks, type_size]) -> float32 [nblocks, block_size]``
+* ``DEQUANTIZE[name](blocks: uint8 [nblocks, type_size]) -> float32 [nblocks, block_size]``;
+  a decoder with the attribute ``fills_out = True`` also takes ``out=`` (a
+  C-contiguous float32 [nblocks, block_size]) and writes its values there
 * ``QUANTIZE[name](rows: float32 [nrows, n], imatrix: float32 [n] | None)
   -> uint8 [nrows, n // block_size * type_size]``
 
