@@ -871,38 +871,37 @@ def _metadata_compact(raw: bytes, b: np.ndarray, end: int):
     return md, close + 2
 
 
-def _numbers(b: np.ndarray, starts: np.ndarray, ends: np.ndarray):
-    """Parse the regions ``b[starts[i]:ends[i]]``, each digits and commas and
-    each followed by a ']'.  Returns (every number in order, how many each
-    region holds), or None if a region holds anything else, an empty
-    number, a leading zero or a number of more than 18 digits."""
-    # gather the non-empty regions with their ']' (~16 bytes a tensor, not
-    # the whole window), then check bytes with boolean ops only
+def _numbers(b: np.ndarray, starts: np.ndarray, ends: np.ndarray, comma_at: np.ndarray):
+    """Parse the regions ``b[starts[i]:ends[i]]``, each digits and commas;
+    ``b[comma_at[i]]`` is a ',' (put after region i).  Returns (every number
+    in order, how many each region holds), or None if a region holds
+    anything else, an empty number, a leading zero or a number of more than
+    18 digits."""
+    # gather the non-empty regions, each with a ',' after it (~16 bytes a
+    # tensor, not the whole window), then check with boolean ops only
     spans = ends - starts
     spans += spans > 0
     at = np.cumsum(spans) - spans
     total = int(at[-1] + spans[-1]) if len(spans) else 0
     if not total:
         return np.zeros(0, np.int64), np.zeros(len(spans), np.int64)
-    t = b[np.arange(total) + np.repeat(starts - at, spans)]
+    where = np.arange(total) + np.repeat(starts - at, spans)
+    full = spans > 0
+    where[(at + spans - 1)[full]] = comma_at[full]
+    t = b[where]
     digit = (t - np.uint8(0x30)) < 10
     comma = t == 0x2C
-    close = t == 0x5D
-    regions = np.count_nonzero(spans)
     if (
-        np.count_nonzero(close) != regions  # a ']' inside a region
-        or np.count_nonzero(digit) + np.count_nonzero(comma) + regions != total
+        np.count_nonzero(digit) + np.count_nonzero(comma) != total  # something else
         or comma[0]  # an empty number: a ',' not between two digits
         or (comma[1:-1] & ~(digit[:-2] & digit[2:])).any()
         or (t[0] == 0x30 and digit[1])  # a leading zero
         or ((t[1:-1] == 0x30) & digit[2:] & ~digit[:-2]).any()
     ):
         return None
-    full = spans > 0
-    counts = full.astype(np.int64)  # a non-empty region holds its commas + 1 numbers
-    counts[full] += np.add.reduceat(comma.view(np.uint8), at[full], dtype=np.int64)
-    t[close] = 0x2C  # "2,3,0,24,": one C-level parse of every number
-    values = np.fromstring(t.tobytes(), np.int64, sep=",")
+    # a region holds as many numbers as it has commas, its own one included
+    counts = np.diff(np.searchsorted(np.flatnonzero(comma), np.append(at, total)))
+    values = np.fromstring(t.tobytes(), np.int64, sep=",")  # "2,3,0,24,..."
     # with no leading zero, more than 18 digits is >= 10**18 (and a number
     # past int64 reads as its largest value)
     if len(values) != counts.sum() or (values >= 10**_MAX_DIGITS).any():
@@ -922,7 +921,7 @@ def _entries(b: np.ndarray, words: np.ndarray, q: np.ndarray, nxt: np.ndarray, f
     spots = np.empty((k, 4), np.int64)
     spots[:, :3], spots[:, 3] = q[:, _SPOTS], nxt  # quotes 1, 5, 8; the end
     # room for the fixed text, so every 8-byte word read stays in the entry
-    gaps = np.diff(spots, axis=1)
+    gaps = spots[:, 1:] - spots[:, :-1]
     if not ((gaps >= _GAPS).all() and (gaps[:, 0] <= 12 + _MAX_CODE).all()):
         return None
     tail = b[nxt[:, None] - _TAIL_AT]  # ']}' and ',' ('}' closes the top object)
@@ -948,7 +947,8 @@ def _entries(b: np.ndarray, words: np.ndarray, q: np.ndarray, nxt: np.ndarray, f
     # [dims start, dims end, offsets start, offsets end] of each entry
     regions = spots[:, _REGION_Q] + _REGION_AT
     flat = regions.reshape(-1)
-    parsed = _numbers(b, flat[0::2], flat[1::2])
+    # the ',' of _C (quote 8 - 1) ends each region in the parse
+    parsed = _numbers(b, flat[0::2], flat[1::2], np.repeat(regions[:, 1] + 1, 2))
     if parsed is None:
         return None
     values, counts = parsed
@@ -1013,7 +1013,9 @@ def _increasing_run(words: np.ndarray, a: np.ndarray, e: np.ndarray) -> bool:
     # as 0, which no name holds (control characters are refused)
     j = np.arange(0, 8 * width, 8)
     at = np.minimum(a[:, None] + j, len(words) - 1)  # (masked to 0 past the end)
-    w = (words[at] & _WORD_MASK[np.clip(n[:, None] - j, 0, 8)]).byteswap()
+    left = n[:, None] - j  # bytes of the name from each word on
+    np.maximum(left, 0, out=left)
+    w = (words[at] & _WORD_MASK[np.minimum(left, 8, out=left)]).byteswap()
     x, y = w[:-1], w[1:]
     differ = x != y
     first = differ.argmax(axis=1)  # the first word that differs
@@ -1128,7 +1130,9 @@ def _parse_fast(raw: bytes, file_size: int, path=None, size: int | None = None) 
     if words is None:
         return None
     parts: list[dict[str, np.ndarray]] = []
-    filled, total = 0, raw.count(b'"', start, end) // 10  # the tensors, if well formed
+    filled, total = 0, 0
+    if end - start > _WINDOW:  # several windows: one table, sized by the quotes
+        total = raw.count(b'"', start, end) // 10
     lo, window = start, _WINDOW
     while lo < end:
         hi = min(lo + window, end)
@@ -1151,9 +1155,9 @@ def _parse_fast(raw: bytes, file_size: int, path=None, size: int | None = None) 
         cols = _entries(b, words, q[: 10 * k], nxt, hi == end)
         if cols is None:
             return None
-        if filled + k > total:
+        if total and filled + k > total:
             return None
-        if end - start > _WINDOW:  # several windows: fill one table, no copies to join
+        if total:  # several windows: fill one table, no copies to join
             if not parts:
                 parts.append({c: np.empty(total, v.dtype) for c, v in cols.items()})
             for c, v in cols.items():
@@ -1164,7 +1168,7 @@ def _parse_fast(raw: bytes, file_size: int, path=None, size: int | None = None) 
         lo = int(nxt[-1])
         if lo == end:
             break
-    if filled != total:
+    if total and filled != total:
         return None
     cols = parts[0]
     del parts
