@@ -5,6 +5,8 @@ here every header is run through both."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import safetensors.numpy as hf_np
@@ -370,3 +372,29 @@ def test_whitespace_tricky_agree(header):
     raw = header.encode()
     for data in (0, 4, 8):
         _same(raw, 8 + len(raw) + data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.text(
+            st.characters(
+                min_codepoint=32, blacklist_characters='"\\', blacklist_categories=("Cs",)
+            ),
+            max_size=20,
+        ),
+        min_size=2,
+        max_size=12,
+    )
+)
+def test_name_order_check(names):
+    """The word-wise order check says "strictly increasing" exactly when the
+    UTF-8 bytes are (so the names are unique)."""
+    raw = ("{" + ",".join(_entry(n, 0, 0) for n in names) + "}").encode()
+    b = np.frombuffer(raw, np.uint8)
+    words = np.ndarray((len(raw) - 7,), np.uint64, raw, 0, (1,))
+    q = np.flatnonzero(b == 0x22)[: 10 * len(names)].reshape(-1, 10)
+    a, e = q[:, 0] + 1, q[:, 1]
+    enc = [n.encode() for n in names]
+    want = all(x < y for x, y in itertools.pairwise(enc))
+    assert _header._increasing(words, a, e) == want

@@ -1002,25 +1002,21 @@ def _increasing(words: np.ndarray, a: np.ndarray, e: np.ndarray) -> bool:
 
 
 def _increasing_run(words: np.ndarray, a: np.ndarray, e: np.ndarray) -> bool:
-    """Are the names ``raw[a:e]`` strictly increasing bytewise (so unique)?
-    Writers sort names (within a dtype), so this usually settles it with a
-    few word comparisons per name and no table of every name."""
     n = e - a
     width = int(n.max()) + 8 >> 3  # words per name, a 0 word at least after the end
     if width > 16:
         return False  # long names: the hash does it
-    # big-endian words compare like the bytes; past a name's end they read
-    # as 0, which no name holds (control characters are refused)
+    # each name as a fixed-width numpy bytes string, 0-padded: numpy
+    # compares those bytewise, and 0 sorts first and is in no name
+    # (control characters are refused), so "ab" < "abc" as for the bytes
     j = np.arange(0, 8 * width, 8)
-    at = np.minimum(a[:, None] + j, len(words) - 1)  # (masked to 0 past the end)
+    at = a[:, None] + j
+    if int(a.max()) + 8 * width > len(words):
+        np.minimum(at, len(words) - 1, out=at)  # (masked to 0 past the end)
     left = n[:, None] - j  # bytes of the name from each word on
     np.maximum(left, 0, out=left)
-    w = (words[at] & _WORD_MASK[np.minimum(left, 8, out=left)]).byteswap()
-    x, y = w[:-1], w[1:]
-    differ = x != y
-    first = differ.argmax(axis=1)  # the first word that differs
-    rows = np.arange(len(first))
-    return bool(differ[rows, first].all() and (x[rows, first] < y[rows, first]).all())
+    names = (words[at] & _WORD_MASK[np.minimum(left, 8, out=left)]).view(f"S{8 * width}")
+    return bool((names[1:] > names[:-1]).all())
 
 
 def _hash(words: np.ndarray, a: np.ndarray, e: np.ndarray) -> np.ndarray:
