@@ -290,16 +290,19 @@ def test_precheck_agrees(n, short, edits, swap):
         assert isinstance(got, E.TruncatedData)
 
 
-def test_lookups_and_plan():
-    names = [f"t{i}" for i in range(30)] + ["a,b", "é"]
+@pytest.mark.parametrize("ordered", [False, True])
+def test_lookups_and_plan(ordered):
+    names = [f"t{i}" for i in range(30)] + ["a,b", "é", "t", "t1 "]
+    if ordered:  # bisected rather than searched for
+        names.sort(key=str.encode)
     body = ",".join(_entry(n, i * 2, 2) for i, n in enumerate(names))
     raw = ("{" + body + "}").encode()
     h = _header._parse_fast(raw, 8 + len(raw) + 2 * len(names))
     t = h.tensors
-    assert isinstance(t, _header._Tensors)
+    assert isinstance(t, _header._Tensors) and t._ordered == ordered
     for n in [*names, *names]:  # past the byte searches, then the dict
         assert n in t and t[n].name == n and t[n].shape == (2,)
-    for missing in ["t", "t1 ", '"t1', 't1":{', 3, None, "\ud800"]:
+    for missing in ["", "s", "t11 ", "u", '"t1', 't1":{', 3, None, "\ud800", "\xff"]:
         assert missing not in t
     got = t.plan()
     assert got[0] == names and got[2] == ["2"] * len(names)

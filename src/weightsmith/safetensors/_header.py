@@ -710,8 +710,11 @@ class _Tensors(Mapping):
     """name -> TensorInfo over arrays of every tensor (JSON order); names,
     shapes and infos are made from the header bytes on demand."""
 
-    def __init__(self, raw: bytes, cols: dict[str, np.ndarray], data_size: int) -> None:
+    def __init__(
+        self, raw: bytes, cols: dict[str, np.ndarray], data_size: int, ordered: bool = False
+    ) -> None:
         self._raw = raw
+        self._ordered = ordered  # names strictly increasing: lookups bisect
         self._name_a, self._name_e = cols["name_a"], cols["name_e"]
         self._dims_a, self._dims_e = cols["dims_a"], cols["dims_e"]
         self._codes = cols["code"]
@@ -737,9 +740,10 @@ class _Tensors(Mapping):
         return iter(self.names())
 
     def _find(self, name: object) -> int:
-        """Index of ``name``, or -1.  The first few lookups search the bytes
-        for '"name":{' (in a compact header only a key can match, and the
-        hit is checked against the name spans); later ones build a dict."""
+        """Index of ``name``, or -1.  Names in order are bisected; otherwise
+        the first few lookups search the bytes for '"name":{' (in a compact
+        header only a key can match, and the hit is checked against the name
+        spans); later ones build a dict."""
         if self._index is None and self._finds >= 8:
             self._index = dict(zip(self.names(), range(len(self))))
         if self._index is not None:
@@ -752,6 +756,17 @@ class _Tensors(Mapping):
         except UnicodeEncodeError:
             return -1
         raw, starts = self._raw, self._name_a
+        if self._ordered:
+            lo, hi = 0, len(starts)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if raw[starts[mid] : self._name_e[mid]] < key:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            if lo < len(starts) and raw[starts[lo] : self._name_e[lo]] == key:
+                return lo
+            return -1
         at = raw.find(b'"' + key + b'":{')
         while at >= 0:
             i = int(np.searchsorted(starts, at + 1))
@@ -1046,7 +1061,7 @@ def _duplicate(raw: bytes, words: np.ndarray, a: np.ndarray, e: np.ndarray) -> i
     Names are hashed a word at a time (no string per name); equal hashes
     are then compared as bytes, so a collision costs time, never a verdict."""
     k = len(a)
-    if k < 2 or _increasing(words, a, e):
+    if k < 2:
         return -1
     h = np.empty(k, _W64)
     for i in range(0, k, _CHUNK):
@@ -1172,7 +1187,8 @@ def _parse_fast(raw: bytes, file_size: int, path=None, size: int | None = None) 
     def name(i: int) -> str:
         return raw[int(cols["name_a"][i]) : int(cols["name_e"][i])].decode()
 
-    dup = _duplicate(raw, words, cols["name_a"], cols["name_e"])
+    ordered = _increasing(words, cols["name_a"], cols["name_e"])
+    dup = -1 if ordered else _duplicate(raw, words, cols["name_a"], cols["name_e"])
     if dup >= 0:
         raise E.DuplicateTensorName(
             "tensor name appears more than once",
@@ -1182,7 +1198,7 @@ def _parse_fast(raw: bytes, file_size: int, path=None, size: int | None = None) 
             found=f"{name(dup)!r} twice",
         )
     _tile(cols, name, data_start, file_size, path)
-    return Header(metadata, _Tensors(raw, cols, file_size - data_start), size)
+    return Header(metadata, _Tensors(raw, cols, file_size - data_start, ordered), size)
 
 
 def precheck(read, n_raw: int, file_size: int, path=None) -> None:
