@@ -229,6 +229,18 @@ def test_leading_dims_and_dtypes() -> None:
     assert np.array_equal(Q.dequantize(memoryview(got.tobytes()), 2, (6, 64)), back.reshape(6, 64))
 
 
+@pytest.mark.parametrize(
+    "qtype", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "TQ1_0", "MXFP4"]
+)
+@pytest.mark.parametrize("blocks", [1, 8193])  # a 1-block tile's transpose is already contiguous
+def test_quantize_leaves_the_input_unchanged(qtype: str, blocks: int) -> None:
+    bs = Q.info(qtype).block_size
+    x = _x(1, bs * blocks)
+    before = x.copy()
+    Q.quantize(x, qtype)
+    assert np.array_equal(x, before)
+
+
 def test_non_contiguous_input() -> None:
     base = _x(64, 10)
     xt = base.T  # [10, 64], Fortran order

@@ -189,7 +189,9 @@ def _tiles(rows: np.ndarray, rec: np.dtype, encode) -> np.ndarray:
     out = np.empty(xb.shape[0], rec)
     for b0 in range(0, xb.shape[0], _TILE):
         tile = xb[b0 : b0 + _TILE]
-        x8 = np.ascontiguousarray(tile.view(np.complex128).T).view(np.float32)
+        # a copy even for a 1-block tile, whose transpose is already contiguous:
+        # the encoders scale x8 in place, and rows may be the caller's array
+        x8 = np.array(tile.view(np.complex128).T, order="C").view(np.float32)
         encode(x8, tile, out[b0 : b0 + _TILE])
     return out.view(np.uint8).reshape(rows.shape[0], -1)
 
