@@ -1085,6 +1085,10 @@ def _tile(cols: dict[str, np.ndarray], names, data_start: int, file_size: int, p
     """_coverage over the arrays: the same order, the same errors."""
     begins, ends = cols["begin"], cols["end"]
     k = len(begins)
+    if k and begins[0] == 0 and np.array_equal(begins[1:], ends[:-1]):
+        # tiled in JSON order (which, as end >= begin, is offset order)
+        _end(names(k - 1), int(ends[-1]), data_start, file_size, path)
+        return
     order = None
     if k and not (
         (begins[1:] >= begins[:-1]).all() and (ends[1:] >= ends[:-1]).all()
