@@ -689,16 +689,15 @@ _C = b'],"data_offsets":['  # 2 bytes before quote 8; the offsets follow
 _A0, _A1 = _word(_A[:8]), _word(_A[4:])
 _B0, _B1 = _word(_B[:8]), _word(_B[3:])
 _C0, _C1, _C2 = _word(_C[:8]), _word(_C[8:16]), _word(_C[10:])
-# the seven words that hold them: which of quotes 1, 5, 8 and how far from it
+# the words that hold them: which of quotes 1, 5, 8 and how far from it
 _SPOTS = np.array([1, 5, 8])
-_TEXT_Q = np.array([0, 0, 1, 1, 2, 2, 2])
-_TEXT_AT = np.array([0, 4, 0, 3, -2, 6, 8])
-_TEXT = np.array([_A0, _A1, _B0, _B1, _C0, _C1, _C2], _W64)
+# (and the end of each entry, ']},"' from 3 bytes before the next '"')
+_TEXT_Q = np.array([0, 0, 1, 1, 2, 2, 2, 3])
+_TEXT_AT = np.array([0, 4, 0, 3, -2, 6, 8, -3])
+_TEXT = np.array([_A0, _A1, _B0, _B1, _C0, _C1, _C2, _word(b']},"')], _W64)
 _GAPS = np.array([13, 13, 19])  # least room from quote 1 to 5, 5 to 8, 8 to the end
-_TAIL_AT = np.array([3, 2, 1])
 _REGION_Q = np.array([1, 2, 2, 3])  # dims: quote 5 + 11 to quote 8 - 2;
 _REGION_AT = np.array([11, -2, 16, -3])  # offsets: quote 8 + 16 to the end - 3
-_TAIL = np.array([0x5D, 0x7D, 0x2C], np.uint8)  # ']},'
 _META = b"__metadata__"
 _META0, _META1 = _word(_META[:8]), _word(_META[4:])
 # name hashing: random per process, so no file can aim at collisions
@@ -939,10 +938,17 @@ def _entries(b: np.ndarray, words: np.ndarray, q: np.ndarray, nxt: np.ndarray, f
     gaps = spots[:, 1:] - spots[:, :-1]
     if not ((gaps >= _GAPS).all() and (gaps[:, 0] <= 12 + _MAX_CODE).all()):
         return None
-    tail = b[nxt[:, None] - _TAIL_AT]  # ']}' and ',' ('}' closes the top object)
-    if final and tail[-1, 2] == 0x7D:
-        tail[-1, 2] = 0x2C
-    if not ((words[spots[:, _TEXT_Q] + _TEXT_AT] == _TEXT).all() and (tail == _TAIL).all()):
+    at = spots[:, _TEXT_Q] + _TEXT_AT
+    if final:  # the last entry ends the body with ']}}': its word would overrun
+        end = int(nxt[-1])
+        if bytes(b[end - 3 : end]) != b"]}}":
+            return None
+        at[-1, 7] = at[-1, 0]
+    text = words[at]
+    text[:, 7] &= _W64(0xFFFFFFFF)  # ']},' and the next entry's '"'
+    if final:
+        text[-1, 7] = _TEXT[7]
+    if not (text == _TEXT).all():
         return None
     # dtype codes: the bytes between quotes 4 and 5, looked up as two words
     c0 = q1 + 12
@@ -1158,7 +1164,9 @@ def _parse_fast(raw: bytes, file_size: int, path=None, size: int | None = None) 
             k = len(q) // 10
             nxt = np.append(q[10::10], end)
         else:
-            k = (len(q) - 1) // 10  # entries whose end (the next '"') is in view
+            # entries whose end (the next '"') is in view, with the 8-byte
+            # word read from 3 bytes before it
+            k = int(np.searchsorted(q[10::10], hi - 5, "right"))
             nxt = q[10 : 10 * k + 1 : 10]
         if k == 0:
             if hi == end:
@@ -1255,7 +1263,7 @@ def precheck(read, n_raw: int, file_size: int, path=None) -> None:
             k = len(q) // 10 if len(q) % 10 == 0 else 0
             nxt = np.append(q[10::10], hi - lo)
         else:
-            k = (len(q) - 1) // 10
+            k = int(np.searchsorted(q[10::10], hi - lo - 5, "right"))  # as in _parse_fast
             nxt = q[10 : 10 * k + 1 : 10]
         if k == 0:
             if hi == end:
