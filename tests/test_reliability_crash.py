@@ -9,7 +9,7 @@ old or the complete new version -- never a mix, never truncated.  After the
 kills, one successful write must leave no temp file behind (cleanup rule in
 weightsmith._atomic; for sharded saves, weightsmith.safetensors._sharded).
 
-Scenarios: save_file, StreamWriter, the GGUF Writer, gguf.edit (in-place
+Scenarios: save_file (default, and with fsync=True), StreamWriter, the GGUF Writer, gguf.edit (in-place
 patches and rewrites) and save_sharded (1, 2 and 3 shards alternating; the
 checkpoint is read through its entry point, as ours and transformers read it).
 """
@@ -32,7 +32,14 @@ import pytest
 from weightsmith import gguf
 from weightsmith import safetensors as st
 
-KILLS = {"save_file": 24, "stream": 24, "gguf_writer": 24, "gguf_edit": 24, "sharded": 40}
+KILLS = {
+    "save_file": 24,
+    "save_file_fsync": 12,
+    "stream": 24,
+    "gguf_writer": 24,
+    "gguf_edit": 24,
+    "sharded": 40,
+}
 assert sum(KILLS.values()) >= 100
 MB = 1 << 20
 
@@ -40,7 +47,7 @@ MB = 1 << 20
 @functools.lru_cache(maxsize=8)  # made in the parent, so a child spends its time writing
 def tensors(v: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(v)
-    return {f"t{i}": rng.standard_normal((256, 1024)).astype(np.float32) for i in range(4)}
+    return {f"t{i}": rng.standard_normal((1024, 1024)).astype(np.float32) for i in range(4)}
 
 
 # --------------------------------------------------------------------------- writers (run in the child)
@@ -48,6 +55,11 @@ def tensors(v: int) -> dict[str, np.ndarray]:
 
 def w_save_file(folder: Path, v: int) -> None:
     st.save_file(tensors(v), folder / "m.safetensors", {"v": str(v)})
+
+
+def w_save_file_fsync(folder: Path, v: int) -> None:
+    # the opt-in durable path: fsync (and early writeback) before the rename
+    st.save_file(tensors(v), folder / "m.safetensors", {"v": str(v)}, fsync=True)
 
 
 def w_stream(folder: Path, v: int) -> None:
@@ -82,7 +94,7 @@ def w_gguf_edit(folder: Path, v: int) -> None:
 
 
 def w_sharded(folder: Path, v: int) -> None:
-    limit = [64 * MB, 2 * MB, MB + 1][v % 3]  # 1, 2 or 4 shards
+    limit = [64 * MB, 8 * MB + 1, 4 * MB + 1][v % 3]  # 1, 2 or 4 shards of 4 MiB tensors
     st.save_sharded(tensors(v), folder / "ckpt", max_shard_size=limit)
 
 
@@ -127,6 +139,7 @@ def fp_checkpoint(folder: Path) -> str:
 
 SCENARIOS = {
     "save_file": (w_save_file, fp_file("m.safetensors"), None),
+    "save_file_fsync": (w_save_file_fsync, fp_file("m.safetensors"), None),
     "stream": (w_stream, fp_file("m.safetensors"), None),
     "gguf_writer": (w_gguf, fp_file("m.gguf"), None),
     "gguf_edit": (w_gguf_edit, fp_file("m.gguf"), w_gguf),

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .. import errors as E
+from .._atomic import want_fsync
 from ._file import _Mapped
 from ._parse import GGUFHeader
 from ._spec import KEY_ALIGNMENT, VT, MetaType, pad
@@ -170,6 +171,7 @@ def _patch(path: Path, offset: int, data: bytes) -> None:
     try:
         if os.pwrite(fd, data, offset) != len(data):  # a regular file never writes short here
             raise E.WriteError(f"{path}: short write while patching metadata in place")
-        os.fsync(fd)
+        if want_fsync():  # the same durability policy as atomic_output
+            os.fsync(fd)
     finally:
         os.close(fd)
