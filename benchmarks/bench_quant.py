@@ -469,7 +469,9 @@ def main() -> None:
             global _ISOLATION
             _ISOLATION = _Isolation()
         xw = np.repeat(x, max(1, 1024 // args.rows), axis=0)
-        bench_workers(xw, pick(WORKER_TYPES), args.repeat, args.workers, rep)
+        # --types picks any quantizable types here (e.g. all five legacy ones)
+        wtypes = args.types.upper().split(",") if args.types else WORKER_TYPES
+        bench_workers(xw, wtypes, args.repeat, args.workers, rep)
         if keep is None:
             bench_workers_file(max(3, args.repeat // 2), args.workers, "Q4_K_M", rep)
     if "memory" in sections:
