@@ -42,6 +42,8 @@ import gc
 import json
 import operator
 import os
+import re
+from array import array
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -1220,34 +1222,45 @@ def precheck(read, n_raw: int, file_size: int, path=None) -> None:
     writers produce), this raises the named error of a coverage rule with
     every other rule checked, holding one window and no table of tensors --
     so a header just under the cap whose data is missing costs a window of
-    memory, not the header and its tables.  Anything else returns, and
-    parse_header judges it as usual; so does a header that passes.
+    memory, not the header and its tables.  Any other header gets the
+    cheaper _guard (coverage only, ~20 bytes per tensor).  A header that
+    passes, or that neither can judge, returns, and parse_header judges it
+    as usual.
     """
     if n_raw <= _WINDOW:
         return
+    if not _precheck_compact(read, n_raw, file_size, path):
+        _guard(read, n_raw, file_size, path)
+
+
+def _precheck_compact(read, n_raw: int, file_size: int, path) -> bool:
+    """precheck for the compact form: True if it judged the header (and it
+    passed), False if the header is not in that form (nothing judged)."""
+    if n_raw <= _WINDOW:
+        return False
     tail_at = max(0, n_raw - _WINDOW)
     tail = read(tail_at, n_raw - tail_at)
     solid = np.flatnonzero(np.frombuffer(tail, np.uint8) != 0x20)
     if not solid.size:
-        return
+        return False
     end = tail_at + int(solid[-1]) + 1  # the body, without its padding
     head = read(0, min(_WINDOW, end))
     hb = np.frombuffer(head, np.uint8)
     if tail[end - tail_at - 1] != 0x7D or head[:2] not in (b'{"', b"{}"):
-        return
+        return False
     if head.startswith(b'{"__metadata__":{'):
         meta = _metadata_compact(head, hb, end)
         if meta is None:
-            return
+            return False
         start = meta[1]
     else:
         start = 1
     if start == end or b"\\" in head[:start] or int(hb[:start].min()) < 0x20:
-        return
+        return False
     try:
         head[:start].decode()
     except UnicodeDecodeError:
-        return
+        return False
     data_start = 8 + n_raw
     utf8 = codecs.getincrementaldecoder("utf-8")()
     pos, gap, last_name, last_begin, last_end = 0, None, None, -1, -1
@@ -1257,7 +1270,7 @@ def precheck(read, n_raw: int, file_size: int, path=None) -> None:
         chunk = read(lo, hi - lo)
         b = np.frombuffer(chunk, np.uint8)
         if len(chunk) < 8 or b"\\" in chunk or int(b.min()) < 0x20:
-            return
+            return False
         q = np.flatnonzero(b == 0x22)
         if hi == end:
             k = len(q) // 10 if len(q) % 10 == 0 else 0
@@ -1267,30 +1280,30 @@ def precheck(read, n_raw: int, file_size: int, path=None) -> None:
             nxt = q[10 : 10 * k + 1 : 10]
         if k == 0:
             if hi == end:
-                return
+                return False
             window *= 2
             continue
         words = np.ndarray((len(chunk) - 7,), _W64, chunk, 0, (1,))
         cols = _entries(b, words, q[: 10 * k], nxt, hi == end) if q[0] == 0 else None
         if cols is None:
-            return
+            return False
         used = int(nxt[-1])
         try:
             if int(b[:used].max()) >= 0x80:
                 utf8.decode(chunk[:used])
         except UnicodeDecodeError:
-            return
+            return False
         a, e, begins, ends = cols["name_a"], cols["name_e"], cols["begin"], cols["end"]
         first = chunk[int(a[0]) : int(e[0])]
         if (last_name is not None and not last_name < first) or not _increasing(words, a, e):
-            return  # names not in order: uniqueness needs the whole table
+            return False  # names not in order: uniqueness needs the whole table
         if not (
             begins[0] >= last_begin
             and ends[0] >= last_end
             and (begins[1:] >= begins[:-1]).all()
             and (ends[1:] >= ends[:-1]).all()
         ):
-            return  # not in offset order: coverage needs a sort
+            return False  # not in offset order: coverage needs a sort
         if gap is None:
             due = np.concatenate(([pos], ends[:-1]))
             bad = np.flatnonzero(begins != due)
@@ -1304,10 +1317,134 @@ def precheck(read, n_raw: int, file_size: int, path=None) -> None:
     try:
         utf8.decode(b"", final=True)
     except UnicodeDecodeError:
-        return
+        return False
     if gap is not None:
         raise _gap(*gap, data_start, path)
     _end((last_name or b"").decode(), pos, data_start, file_size, path)
+    return True
+
+
+# --------------------------------------------------------------------------- guard
+#
+# A big header the compact precheck cannot judge (spaced, names out of
+# order, escapes, fields in another order) would be parsed whole: a few
+# times the file by the numpy paths, ~1 KB per tensor by json.loads.  When
+# its data section is broken, _guard names the coverage error first from
+# the file, a window at a time, keeping only each tensor's offsets.
+#
+# Why it never raises for a valid file: in valid JSON a '"' inside a string
+# is escaped, so '"data_offsets"' followed by ':' and '[int,int]' can only
+# be a key with its value; in a valid header that is a tensor's offsets
+# (metadata values are strings, entries have exactly three fields).  A key
+# can be spelled with escapes ("data\u005foffsets"), which the pattern
+# misses: so the matches are trusted only if there are half as many as '['
+# outside strings -- exactly two per tensor (shape, data_offsets) in a
+# valid header.  Then the spans are every tensor's, and they tile.
+#
+# What it does not do: judge the other rules.  A file broken in more ways
+# than its coverage may get the coverage error where parse_header would
+# name another rule first (duplicate name, size mismatch, bad JSON...).
+
+_OFFSETS = re.compile(rb'"data_offsets"\s*:\s*\[\s*(\d+)\s*,\s*(\d+)\s*\]')
+_KEY_OPEN = re.compile(rb'"((?:[^"\\]|\\.)*)"\s*:\s*\{')
+_REACH = 4096  # a pair spread wider than this across a window edge is missed
+
+
+def _unescaped(b: np.ndarray, q: np.ndarray, carry: int) -> np.ndarray:
+    """The quotes ``q`` of window ``b`` not escaped by a backslash (``carry``:
+    backslashes ending the previous window)."""
+    maybe = q[b[np.maximum(q - 1, 0)] == _BACKSLASH]
+    if q.size and q[0] == 0 and carry % 2:
+        maybe = np.union1d(maybe, [0])
+    escaped = []
+    for i in maybe.tolist():
+        j = i - 1
+        while j >= 0 and b[j] == _BACKSLASH:
+            j -= 1
+        if (i - 1 - j + (carry if j < 0 else 0)) % 2:
+            escaped.append(i)
+    return np.setdiff1d(q, np.array(escaped, np.int64), assume_unique=True)
+
+
+def _trailing_backslashes(chunk: bytes, carry: int) -> int:
+    n = len(chunk) - len(chunk.rstrip(b"\\"))
+    return carry + n if n == len(chunk) else n
+
+
+def _name_at(read, at: int) -> str:
+    """The name of the tensor whose '"data_offsets"' is at ``at``: the last
+    '"key": {' before it (for an error message only)."""
+    lo = max(0, at - _REACH)
+    keys = list(_KEY_OPEN.finditer(read(lo, at - lo)))
+    if keys:
+        try:
+            name = json.loads(b'"' + keys[-1].group(1) + b'"')
+        except ValueError:
+            name = None
+        if type(name) is str:
+            return name
+    return f"<entry at byte {8 + at}>"
+
+
+def _guard(read, n_raw: int, file_size: int, path) -> None:
+    """Raise the coverage error of a header whose data section is broken,
+    holding one window and 20 bytes per tensor; return if it is whole, or if
+    the scan cannot be trusted (see above)."""
+    begins, ends, where = array("q"), array("q"), array("i")  # where: < 100 MB
+    arrays = 0  # '[' outside strings
+    odd = slashes = 0  # inside a string / backslashes at the window's start
+    tail, tail_at = b"", 0
+    for lo in range(0, n_raw, _WINDOW):
+        chunk = read(lo, min(_WINDOW, n_raw - lo))
+        b = np.frombuffer(chunk, np.uint8)
+        q = np.flatnonzero(b == _QUOTE)
+        if slashes or b"\\" in chunk:
+            q = _unescaped(b, q, slashes)
+            slashes = _trailing_backslashes(chunk, slashes)
+        opens = np.flatnonzero(b == 0x5B)
+        arrays += int(np.count_nonzero(((np.searchsorted(q, opens) + odd) & 1) == 0))
+        odd = (odd + len(q)) & 1
+        buf = tail + chunk
+        taken = tail_at
+        for m in _OFFSETS.finditer(buf):
+            b_s, e_s = m.group(1, 2)
+            if len(b_s) > _MAX_DIGITS or len(e_s) > _MAX_DIGITS:
+                return
+            if (len(b_s) > 1 and b_s[0] == 0x30) or (len(e_s) > 1 and e_s[0] == 0x30):
+                return  # leading zeros are not JSON
+            begins.append(int(b_s))
+            ends.append(int(e_s))
+            where.append(tail_at + m.start())
+            taken = tail_at + m.end()
+        keep = max(taken, lo + len(chunk) - _REACH)
+        tail, tail_at = buf[keep - tail_at :], keep
+    del tail, buf, chunk, b, q, opens
+    k = len(begins)
+    if not k or 2 * k != arrays:
+        return
+    bg, en = np.frombuffer(begins, np.int64), np.frombuffer(ends, np.int64)
+    if (bg > en).any():
+        return  # InvalidOffsets: parse_header names it
+    data_start = 8 + n_raw
+
+    def name(i: int) -> str:
+        return _name_at(read, where[i])
+
+    order = None
+    if not ((bg[1:] >= bg[:-1]).all() and (en[1:] >= en[:-1]).all()):
+        order = np.lexsort((en, bg))  # stable: as _coverage's sort
+        bg, en = bg[order], en[order]
+    if bg[0] != 0:
+        j = 0
+    else:
+        bad = np.flatnonzero(bg[1:] != en[:-1])
+        j = int(bad[0]) + 1 if bad.size else -1
+    if j >= 0:
+        i = j if order is None else int(order[j])
+        raise _gap(name(i), int(bg[j]), int(en[j - 1]) if j else 0, data_start, path)
+    pos = int(en[-1])
+    if pos != file_size - data_start:
+        _end(name(k - 1 if order is None else int(order[-1])), pos, data_start, file_size, path)
 
 
 _BLANK = np.zeros(256, np.bool_)
