@@ -1329,106 +1329,181 @@ def _precheck_compact(read, n_raw: int, file_size: int, path) -> bool:
 # A big header the compact precheck cannot judge (spaced, names out of
 # order, escapes, fields in another order) would be parsed whole: a few
 # times the file by the numpy paths, ~1 KB per tensor by json.loads.  When
-# its data section is broken, _guard names the coverage error first from
-# the file, a window at a time, keeping only each tensor's offsets.
+# only its data section is broken, _guard names the coverage error first,
+# from the file a window at a time, keeping per tensor its offsets, where
+# it is and a hash of its name (~28 bytes).
 #
-# Why it never raises for a valid file: in valid JSON a '"' inside a string
-# is escaped, so '"data_offsets"' followed by ':' and '[int,int]' can only
-# be a key with its value; in a valid header that is a tensor's offsets
-# (metadata values are strings, entries have exactly three fields).  A key
-# can be spelled with escapes ("data\u005foffsets"), which the pattern
-# misses: so the matches are trusted only if there are half as many as '['
-# outside strings -- exactly two per tensor (shape, data_offsets) in a
-# valid header.  Then the spans are every tensor's, and they tile.
-#
-# What it does not do: judge the other rules.  A file broken in more ways
-# than its coverage may get the coverage error where parse_header would
-# name another rule first (duplicate name, size mismatch, bad JSON...).
+# It raises only when every other rule is known to hold, so the error is
+# the one parse_header would raise: the header must be matched entry by
+# entry by the patterns below (JSON's own grammar for strings, numbers and
+# whitespace, the three fields in any order, keys spelled without escapes),
+# be UTF-8, and every entry must pass the checks of _tensor; names must
+# hash apart (a repeat -- or a collision -- is left to parse_header).
+# Anything else returns, and parse_header judges the header as usual.
 
-_OFFSETS = re.compile(rb'"data_offsets"\s*:\s*\[\s*(\d+)\s*,\s*(\d+)\s*\]')
-_KEY_OPEN = re.compile(rb'"((?:[^"\\]|\\.)*)"\s*:\s*\{')
-_REACH = 4096  # a pair spread wider than this across a window edge is missed
+_WS = rb"[ \t\n\r]*"
+_STR = rb'"((?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*)"'
+_INT = rb"(0|[1-9][0-9]*)"
+_FIELD = (
+    rb'(?:"dtype"' + _WS + rb":" + _WS + rb'"([A-Z0-9_]*)"'
+    rb'|"shape"' + _WS + rb":" + _WS + rb"\[([0-9 \t\n\r,]*)\]"
+    rb'|"data_offsets"'
+    + _WS
+    + rb":"
+    + _WS
+    + rb"\["
+    + _WS
+    + _INT
+    + _WS
+    + rb","
+    + _WS
+    + _INT
+    + _WS
+    + rb"\])"
+)
+_SEP = _WS + rb"," + _WS
+_ENTRY_TEXT = (
+    _STR + _WS + rb":" + _WS + rb"\{" + _WS + _FIELD + _SEP + _FIELD + _SEP + _FIELD + _WS + rb"\}"
+)
+_PAIR = _STR + _WS + rb":" + _WS + _STR
+_META_TEXT = (
+    rb'"__metadata__"'
+    + _WS
+    + rb":"
+    + _WS
+    + rb"(?:null|\{"
+    + _WS
+    + rb"(?:"
+    + _PAIR
+    + rb"(?:"
+    + _SEP
+    + _PAIR
+    + rb")*)?"
+    + _WS
+    + rb"\})"
+)
+# [after '{', after an entry]: an entry with what comes before it
+_ENTRY = [re.compile(_WS + _ENTRY_TEXT), re.compile(_SEP + _ENTRY_TEXT)]
+_META_ENTRY = [re.compile(_WS + _META_TEXT), re.compile(_SEP + _META_TEXT)]
+_NAME = re.compile(_STR)
+_CLOSE = re.compile(_WS + rb"\} *\Z")
 
 
-def _unescaped(b: np.ndarray, q: np.ndarray, carry: int) -> np.ndarray:
-    """The quotes ``q`` of window ``b`` not escaped by a backslash (``carry``:
-    backslashes ending the previous window)."""
-    maybe = q[b[np.maximum(q - 1, 0)] == _BACKSLASH]
-    if q.size and q[0] == 0 and carry % 2:
-        maybe = np.union1d(maybe, [0])
-    escaped = []
-    for i in maybe.tolist():
-        j = i - 1
-        while j >= 0 and b[j] == _BACKSLASH:
-            j -= 1
-        if (i - 1 - j + (carry if j < 0 else 0)) % 2:
-            escaped.append(i)
-    return np.setdiff1d(q, np.array(escaped, np.int64), assume_unique=True)
+def _entry_name(text: bytes) -> str | None:
+    """A JSON string's text (quotes stripped) as json.loads reads it."""
+    try:
+        return json.loads(b'"' + text + b'"') if b"\\" in text else text.decode()
+    except ValueError:
+        return None
 
 
-def _trailing_backslashes(chunk: bytes, carry: int) -> int:
-    n = len(chunk) - len(chunk.rstrip(b"\\"))
-    return carry + n if n == len(chunk) else n
+def _entry_check(m: re.Match) -> tuple[str, int, int] | None:
+    """(name, begin, end) of a matched entry if _tensor would accept it."""
+    g = m.groups()
+    dtype_s = shape_s = offs = None
+    for i in (1, 5, 9):  # each field's groups: dtype, shape, begin, end
+        if g[i] is not None:
+            if dtype_s is not None:
+                return None
+            dtype_s = g[i]
+        elif g[i + 1] is not None:
+            if shape_s is not None:
+                return None
+            shape_s = g[i + 1]
+        else:
+            if offs is not None:
+                return None
+            offs = (g[i + 2], g[i + 3])
+    name = _entry_name(g[0])
+    dtype = _DTYPES.get(dtype_s.decode()) if dtype_s is not None else None
+    if name is None or name == "__metadata__" or dtype is None or shape_s is None or not offs:
+        return None
+    n = 1
+    if shape_s.strip(b" \t\n\r"):
+        for d in shape_s.split(b","):
+            d = d.strip(b" \t\n\r")
+            if not d.isdigit() or (len(d) > 1 and d[0] == 0x30):
+                return None
+            n *= int(d)
+            if n >= _U64:
+                return None
+    begin, end = int(offs[0]), int(offs[1])
+    bits = n * dtype.bits
+    if not begin <= end < 1 << 63 or bits >= _U64 or bits & 7 or bits >> 3 != end - begin:
+        return None
+    return name, begin, end
 
 
-def _name_at(read, at: int) -> str:
-    """The name of the tensor whose '"data_offsets"' is at ``at``: the last
-    '"key": {' before it (for an error message only)."""
-    lo = max(0, at - _REACH)
-    keys = list(_KEY_OPEN.finditer(read(lo, at - lo)))
-    if keys:
-        try:
-            name = json.loads(b'"' + keys[-1].group(1) + b'"')
-        except ValueError:
-            name = None
-        if type(name) is str:
-            return name
-    return f"<entry at byte {8 + at}>"
+def _unique_pairs(pairs):
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise ValueError("repeated key")
+    return dict(pairs)
+
+
+def _name_at(read, at: int, n_raw: int) -> str:
+    """The name of the tensor whose key opens at ``at`` (for a message)."""
+    m = _NAME.match(read(at, min(n_raw - at, 8 * _WINDOW)))
+    name = _entry_name(m.group(1)) if m else None
+    return name if name is not None else f"<the entry at byte {8 + at}>"
 
 
 def _guard(read, n_raw: int, file_size: int, path) -> None:
-    """Raise the coverage error of a header whose data section is broken,
-    holding one window and 20 bytes per tensor; return if it is whole, or if
-    the scan cannot be trusted (see above)."""
-    begins, ends, where = array("q"), array("q"), array("i")  # where: < 100 MB
-    arrays = 0  # '[' outside strings
-    odd = slashes = 0  # inside a string / backslashes at the window's start
-    tail, tail_at = b"", 0
-    for lo in range(0, n_raw, _WINDOW):
-        chunk = read(lo, min(_WINDOW, n_raw - lo))
-        b = np.frombuffer(chunk, np.uint8)
-        q = np.flatnonzero(b == _QUOTE)
-        if slashes or b"\\" in chunk:
-            q = _unescaped(b, q, slashes)
-            slashes = _trailing_backslashes(chunk, slashes)
-        opens = np.flatnonzero(b == 0x5B)
-        arrays += int(np.count_nonzero(((np.searchsorted(q, opens) + odd) & 1) == 0))
-        odd = (odd + len(q)) & 1
-        buf = tail + chunk
-        taken = tail_at
-        for m in _OFFSETS.finditer(buf):
-            b_s, e_s = m.group(1, 2)
-            if len(b_s) > _MAX_DIGITS or len(e_s) > _MAX_DIGITS:
-                return
-            if (len(b_s) > 1 and b_s[0] == 0x30) or (len(e_s) > 1 and e_s[0] == 0x30):
-                return  # leading zeros are not JSON
-            begins.append(int(b_s))
-            ends.append(int(e_s))
-            where.append(tail_at + m.start())
-            taken = tail_at + m.end()
-        keep = max(taken, lo + len(chunk) - _REACH)
-        tail, tail_at = buf[keep - tail_at :], keep
-    del tail, buf, chunk, b, q, opens
-    k = len(begins)
-    if not k or 2 * k != arrays:
+    """Raise the coverage error of a header whose only broken rule is
+    coverage, holding a few windows and ~28 bytes per tensor; else return."""
+    begins, ends, where, hashes = array("q"), array("q"), array("i"), array("q")
+    buf = read(0, min(_WINDOW, n_raw))
+    if buf[:1] != b"{":
         return
+    at, pos, meta = 0, 1, False  # buf holds the header from byte ``at``
+    while True:
+        after = 1 if begins or meta else 0
+        m = _ENTRY[after].match(buf, pos)
+        if m is not None:
+            got = _entry_check(m)
+            if got is None:
+                return
+            name, begin, end = got
+            begins.append(begin)
+            ends.append(end)
+            where.append(at + m.start(1) - 1)
+            hashes.append(hash(name))
+            pos = m.end()
+            continue
+        mm = _META_ENTRY[after].match(buf, pos)
+        if mm is not None:
+            text = mm.group(0).lstrip(b", \t\n\r")
+            try:  # str -> str or null, as the pattern says; no repeated key
+                json.loads(b"{" + text + b"}", object_pairs_hook=_unique_pairs)
+            except ValueError:
+                return
+            if meta:
+                return  # twice: parse_header names it
+            meta, pos = True, mm.end()
+            continue
+        if at + len(buf) == n_raw:
+            if _CLOSE.match(buf, pos):
+                break
+            return
+        # an entry may run past the buffer: read on (one longer than a few
+        # windows is left to parse_header)
+        if len(buf) - pos > 4 * _WINDOW:
+            return
+        more = read(at + len(buf), min(_WINDOW, n_raw - at - len(buf)))
+        buf, at, pos = buf[pos:] + more, at + pos, 0
+    del buf
+    k = len(begins)
+    if not k:
+        return
+    h = np.sort(np.frombuffer(hashes, np.int64))
+    if (h[1:] == h[:-1]).any():
+        return  # a repeated name (or a collision): parse_header decides
+    del h, hashes
     bg, en = np.frombuffer(begins, np.int64), np.frombuffer(ends, np.int64)
-    if (bg > en).any():
-        return  # InvalidOffsets: parse_header names it
     data_start = 8 + n_raw
 
     def name(i: int) -> str:
-        return _name_at(read, where[i])
+        return _name_at(read, where[i], n_raw)
 
     order = None
     if not ((bg[1:] >= bg[:-1]).all() and (en[1:] >= en[:-1]).all()):
