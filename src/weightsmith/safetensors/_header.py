@@ -1223,7 +1223,7 @@ def precheck(read, n_raw: int, file_size: int, path=None) -> None:
     every other rule checked, holding one window and no table of tensors --
     so a header just under the cap whose data is missing costs a window of
     memory, not the header and its tables.  Any other header gets the
-    cheaper _guard (coverage only, ~20 bytes per tensor).  A header that
+    streaming _guard (~28 bytes per tensor, see below).  A header that
     passes, or that neither can judge, returns, and parse_header judges it
     as usual.
     """
