@@ -1,10 +1,14 @@
 """Peak memory of opening big (~95 MB) safetensors headers of tiny tensors.
 
 ``PYTHONPATH=src python benchmarks/bench_header_bounds.py [--n 1250000]``
+``PYTHONPATH=src python benchmarks/bench_header_bounds.py --cost [--n 300000]``
 
 Each file is opened by tests/reliability_child.py (safe_open, then every
 tensor) with a 4 GiB budget; one line per case: error, time, peak address
 space over the child's baseline, and the ratio to the file's size.
+``--cost``: what ``precheck`` (the checks before the header is read whole)
+costs on a *valid* big header, in CPU time against ``parse_header`` of the
+same bytes, in-process, median of 3: one ratio line per form.
 """
 
 from __future__ import annotations
@@ -33,10 +37,38 @@ def header(n: int, style: str, shuffle: bool) -> bytes:
     return ("{" + ("," if style != "spaced" else ", ").join(items) + "}").encode()
 
 
+def cost(n: int) -> None:
+    import time
+
+    from weightsmith.safetensors._header import parse_header, precheck
+
+    for style, shuffle in (("spaced", False), ("escaped", False), ("compact", True)):
+        h = header(n, style, shuffle)
+        size = 8 + len(h) + n
+        pre, full = [], []
+        for _ in range(3):
+            t = time.process_time()
+            precheck(lambda at, k, h=h: h[at : at + k], len(h), size)
+            pre.append(time.process_time() - t)
+            t = time.process_time()
+            parse_header(h, size)
+            full.append(time.process_time() - t)
+        a, b = sorted(pre)[1], sorted(full)[1]
+        label = style + (", names shuffled" if shuffle else "")
+        print(
+            f"{label}, valid, {n} tensors: precheck {a:.2f} s / parse_header {b:.2f} s CPU, ratio {a / b:.2f}"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=1_250_000)
-    n = ap.parse_args().n
+    ap.add_argument("--n", type=int, default=None)
+    ap.add_argument("--cost", action="store_true")
+    args = ap.parse_args()
+    if args.cost:
+        cost(args.n or 300_000)
+        return
+    n = args.n or 1_250_000
     cases = [
         ("compact, data 5 bytes short", "compact", False, 5),
         ("compact, names shuffled, data 5 bytes short", "compact", True, 5),
