@@ -59,7 +59,19 @@ def _dequant(path: str) -> None:
     quant.dequantize(raw[1:], t, (len(raw) - 1,))
 
 
-OPENERS = {"safetensors": _safetensors, "gguf": _gguf, "torch": _torch, "dequant": _dequant}
+def _inspect(path: str) -> None:
+    from weightsmith.inspection import inspect_local  # what `weightsmith inspect` runs
+
+    inspect_local(path)
+
+
+OPENERS = {
+    "safetensors": _safetensors,
+    "inspect": _inspect,
+    "gguf": _gguf,
+    "torch": _torch,
+    "dequant": _dequant,
+}
 
 
 def main() -> None:

@@ -96,6 +96,10 @@ def test_100mb_header_of_tiny_tensors(tmp_path):
     expect_named([r], E.TruncatedData)
     (r,) = run_child("safetensors", [q], extra=64 * MB, seconds=20)
     expect_named([r], E.HeaderTooLarge)
+    # `weightsmith inspect` reads a header whole (one request, also over HTTP),
+    # so it holds the file's bytes once, then judges them a window at a time
+    (r,) = run_child("inspect", [p], extra=2 * p.stat().st_size, seconds=60)
+    expect_named([r], E.TruncatedData)
 
 
 def test_100mb_header_of_tiny_tensors_not_compact(tmp_path):
@@ -114,6 +118,8 @@ def test_100mb_header_of_tiny_tensors_not_compact(tmp_path):
     p.write_bytes(u64(len(h)) + h + bytes(n - 5))
     del h
     (r,) = run_child("safetensors", [p], extra=p.stat().st_size, seconds=60)
+    expect_named([r], E.TruncatedData)
+    (r,) = run_child("inspect", [p], extra=2 * p.stat().st_size, seconds=60)
     expect_named([r], E.TruncatedData)
 
 

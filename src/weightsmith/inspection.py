@@ -289,12 +289,17 @@ class LocalSource:
 def read_safetensors(src: Source) -> FileReport:
     """Header of one safetensors file: one read, two if the header is large."""
     from . import safetensors as st
+    from .safetensors._header import precheck
 
     buf = src.prefix(SPECULATIVE)
     size = src.size if src.size is not None else len(buf)
     n = st.read_header_size(buf[:8], size, src.name)
     if 8 + n > len(buf):
         buf = src.prefix(8 + n)
+    # A big header is judged a window at a time first, as safe_open does, so a
+    # broken one fails before parse_header builds its per-tensor tables.
+    view = memoryview(buf)[8 : 8 + n]
+    precheck(lambda at, k: bytes(view[at : at + k]), n, size, src.name)
     header = st.parse_header(buf[8 : 8 + n], size, src.name)
     start = int(header.data_start)
     name = src.name
