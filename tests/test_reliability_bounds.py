@@ -68,77 +68,63 @@ def gs(b: bytes) -> bytes:
 # --------------------------------------------------------------------------- the named cases
 
 
-def _tiny_tensor_header(n: int) -> bytes:
+COMPACT = '"t{i:07d}":{{"dtype":"U8","shape":[1],"data_offsets":[{i},{j}]}}'
+
+
+def _tiny_tensor_header(n: int, entry: str = COMPACT, sep: str = ",") -> bytes:
     # '"t0000001":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}' : ~60 bytes per tensor
-    body = ",".join(
-        f'"t{i:07d}":{{"dtype":"U8","shape":[1],"data_offsets":[{i},{i + 1}]}}' for i in range(n)
-    )
+    body = sep.join(entry.format(i=i, j=i + 1) for i in range(n))
     return ("{" + body + "}").encode()
 
 
-def test_100mb_header_of_tiny_tensors(tmp_path):
-    # 1.4 million one-byte tensors: a 97 MB header, just under the 100 MB cap,
-    # so the whole JSON must be parsed; the data is 5 bytes short.
-    n = 1_400_000
-    h = _tiny_tensor_header(n)
+def _short_of_data(path: Path, n: int, entry: str = COMPACT, sep: str = ",") -> Path:
+    """n one-byte tensors: a header just under the 100 MB cap, so the whole JSON
+    must be judged, and a data section 5 bytes short."""
+    h = _tiny_tensor_header(n, entry, sep)
     assert 90 * MB < len(h) < 100_000_000
-    p = tmp_path / "tiny_tensors.safetensors"
-    p.write_bytes(u64(len(h)) + h + bytes(n - 5))
-    # a header past the cap is refused from its 8-byte size alone
-    q = tmp_path / "over_cap.safetensors"
-    h2 = _tiny_tensor_header(1_450_000)
-    assert len(h2) > 100_000_000
-    q.write_bytes(u64(len(h2)) + h2 + bytes(1_450_000))
-    del h, h2
-    # the whole process may grow by less than the file: the header is judged
-    # a window at a time from the file, never held whole with its tables
+    path.write_bytes(u64(len(h)) + h + bytes(n - 5))
+    return path
+
+
+def _fails_within_the_file(p: Path) -> None:
+    # safe_open may grow by less than the file: the header is judged a window
+    # at a time from the file, never held whole with its tables
     (r,) = run_child("safetensors", [p], extra=p.stat().st_size, seconds=60)
     expect_named([r], E.TruncatedData)
-    (r,) = run_child("safetensors", [q], extra=64 * MB, seconds=20)
-    expect_named([r], E.HeaderTooLarge)
     # `weightsmith inspect` reads a header whole (one request, also over HTTP),
     # so it holds the file's bytes once, then judges them a window at a time
     (r,) = run_child("inspect", [p], extra=2 * p.stat().st_size, seconds=60)
     expect_named([r], E.TruncatedData)
 
 
+def test_100mb_header_of_tiny_tensors(tmp_path):
+    # 1.4 million one-byte tensors in the compact form every writer uses
+    _fails_within_the_file(_short_of_data(tmp_path / "tiny_tensors.safetensors", 1_400_000))
+    # a header past the cap is refused from its 8-byte size alone
+    q = tmp_path / "over_cap.safetensors"
+    h2 = _tiny_tensor_header(1_450_000)
+    assert len(h2) > 100_000_000
+    q.write_bytes(u64(len(h2)) + h2 + bytes(1_450_000))
+    del h2
+    (r,) = run_child("safetensors", [q], extra=64 * MB, seconds=20)
+    expect_named([r], E.HeaderTooLarge)
+
+
 def test_100mb_header_of_tiny_tensors_not_compact(tmp_path):
     # the same header as json.dumps spaces it (", " and ": "): the compact
     # precheck cannot judge it, the guard (offsets only, a window at a time)
     # names the coverage error before the header is read whole
-    n = 1_250_000
-    body = ", ".join(
-        f'"t{i:07d}": {{"dtype": "U8", "shape": [1], "data_offsets": [{i}, {i + 1}]}}'
-        for i in range(n)
-    )
-    h = ("{" + body + "}").encode()
-    del body
-    assert 90 * MB < len(h) < 100_000_000
-    p = tmp_path / "tiny_tensors_spaced.safetensors"
-    p.write_bytes(u64(len(h)) + h + bytes(n - 5))
-    del h
-    (r,) = run_child("safetensors", [p], extra=p.stat().st_size, seconds=60)
-    expect_named([r], E.TruncatedData)
-    (r,) = run_child("inspect", [p], extra=2 * p.stat().st_size, seconds=60)
-    expect_named([r], E.TruncatedData)
+    spaced = '"t{i:07d}": {{"dtype": "U8", "shape": [1], "data_offsets": [{i}, {j}]}}'
+    p = _short_of_data(tmp_path / "tiny_tensors_spaced.safetensors", 1_250_000, spaced, ", ")
+    _fails_within_the_file(p)
 
 
 def test_100mb_header_of_tiny_tensors_escaped_names(tmp_path):
     # names spelled with an escape ("\u0041..." is "A..."): no numpy path
     # takes it, json.loads would cost ~1 KB per tensor (14x the file)
-    n = 1_300_000
-    body = ",".join(
-        f'"\\u0041{i:07d}":{{"dtype":"U8","shape":[1],"data_offsets":[{i},{i + 1}]}}'
-        for i in range(n)
-    )
-    h = ("{" + body + "}").encode()
-    del body
-    assert 90 * MB < len(h) < 100_000_000
-    p = tmp_path / "tiny_tensors_escaped.safetensors"
-    p.write_bytes(u64(len(h)) + h + bytes(n - 5))
-    del h
-    (r,) = run_child("safetensors", [p], extra=p.stat().st_size, seconds=60)
-    expect_named([r], E.TruncatedData)
+    escaped = '"\\u0041{i:07d}":{{"dtype":"U8","shape":[1],"data_offsets":[{i},{j}]}}'
+    p = _short_of_data(tmp_path / "tiny_tensors_escaped.safetensors", 1_300_000, escaped)
+    _fails_within_the_file(p)
 
 
 def test_gguf_declaring_2_60_tensors(tmp_path):
