@@ -416,3 +416,23 @@ def test_mutated_files_fail_only_with_named_errors(edits, cut):
     # accepted: then every tensor must be readable and inside the file
     got = weightsmith.safetensors.load(data)
     assert set(got) == set(header.tensors)
+
+
+# --------------------------------------------------------------------------- integers past int()'s digit limit
+
+_HUGE = "1" * 5000  # json.loads raises a bare ValueError on these
+
+
+@pytest.mark.parametrize(
+    ("header", "cls"),
+    [
+        ('{"a":{"dtype":"U8","shape":[%s],"data_offsets":[0,1]}}' % _HUGE, E.InvalidShape),
+        ('{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,%s]}}' % _HUGE, E.InvalidOffsets),
+        ('{"__metadata__":{"k":%s},"a":%s}' % (_HUGE, json.dumps(_entry("U8"))), E.InvalidMetadata),
+        ('{"a":-%s}' % _HUGE, E.InvalidTensorEntry),
+    ],
+    ids=["shape", "offsets", "metadata", "entry"],
+)
+def test_integer_past_the_digit_limit_is_named(tmp_path, header, cls):
+    err = _expect(tmp_path, cls, header, b"\0")
+    assert "5000-digit integer" in str(err)

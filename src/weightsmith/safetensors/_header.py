@@ -244,8 +244,33 @@ def _scan(raw: bytes, path) -> int:
     return int(np.count_nonzero((level == 1) | (level == 2)))
 
 
+class _Huge:
+    """An integer literal longer than Python's int() digit limit (4300): it
+    stands in for the number, so the rule that meets it names the error
+    instead of json raising a bare ValueError."""
+
+    __slots__ = ("digits",)
+
+    def __init__(self, text: str) -> None:
+        self.digits = len(text.lstrip("-"))
+
+    def __repr__(self) -> str:
+        return f"<a {self.digits}-digit integer>"
+
+
+def _int_or_huge(text: str):
+    try:
+        return int(text)
+    except ValueError:
+        return _Huge(text)
+
+
 _FAST = json.JSONDecoder()
 _SLOW = json.JSONDecoder(object_pairs_hook=_Obj)
+# the same, for a header holding an integer too long for int() (rare: these
+# call back into Python for every integer)
+_FAST_HUGE = json.JSONDecoder(parse_int=_int_or_huge)
+_SLOW_HUGE = json.JSONDecoder(object_pairs_hook=_Obj, parse_int=_int_or_huge)
 
 
 def _not_object(value, path) -> E.HeaderNotObject:
@@ -301,8 +326,15 @@ def _decode(raw: bytes, path):
     if not text.startswith("{"):
         _not_brace(raw, text, path)
     n_pairs = _scan(raw, path)
+    fast, slow = _FAST, _SLOW
     try:
-        value, end = _FAST.raw_decode(text)
+        try:
+            value, end = fast.raw_decode(text)
+        except json.JSONDecodeError:
+            raise
+        except ValueError:  # int()'s digit limit, not the JSON
+            fast, slow = _FAST_HUGE, _SLOW_HUGE
+            value, end = fast.raw_decode(text)
     except json.JSONDecodeError as exc:
         raise E.InvalidHeaderJSON(
             f"header is not valid JSON ({exc.msg})",
@@ -329,7 +361,7 @@ def _decode(raw: bytes, path):
     if type(value) is dict:
         seen = len(value) + sum(len(v) for v in value.values() if type(v) is dict)
         if seen != n_pairs:  # some key repeats: keep every pair to report it
-            value = _SLOW.raw_decode(text)[0]
+            value = slow.raw_decode(text)[0]
     return value
 
 
@@ -339,6 +371,8 @@ def _decode(raw: bytes, path):
 def _kind(v) -> str:
     if isinstance(v, _OBJECTS):
         return "an object"
+    if isinstance(v, _Huge):
+        return repr(v)
     if isinstance(v, list):
         return "a list"
     if v is None:
@@ -354,7 +388,7 @@ def _dump(v) -> str:
     if isinstance(v, _OBJECTS):
         return "an object"
     try:
-        return json.dumps(v)
+        return json.dumps(v, default=repr)  # repr: a _Huge stand-in
     except (TypeError, ValueError):
         return _kind(v)
 
@@ -1400,38 +1434,44 @@ def _entry_name(text: bytes) -> str | None:
 def _entry_check(m: re.Match) -> tuple[str, int, int] | None:
     """(name, begin, end) of a matched entry if _tensor would accept it."""
     g = m.groups()
-    dtype_s = shape_s = offs = None
+    fields: dict[str, object] = {}
     for i in (1, 5, 9):  # each field's groups: dtype, shape, begin, end
         if g[i] is not None:
-            if dtype_s is not None:
-                return None
-            dtype_s = g[i]
+            key, value = "dtype", g[i].decode()
         elif g[i + 1] is not None:
-            if shape_s is not None:
-                return None
-            shape_s = g[i + 1]
+            key, value = "shape", _dims(g[i + 1])
         else:
-            if offs is not None:
-                return None
-            offs = (g[i + 2], g[i + 3])
+            key, value = "data_offsets", _ints((g[i + 2], g[i + 3]))
+        if key in fields or value is None:
+            return None
+        fields[key] = value
     name = _entry_name(g[0])
-    dtype = _DTYPES.get(dtype_s.decode()) if dtype_s is not None else None
-    if name is None or name == "__metadata__" or dtype is None or shape_s is None or not offs:
+    if name is None or name == "__metadata__":
         return None
-    n = 1
-    if shape_s.strip(b" \t\n\r"):
-        for d in shape_s.split(b","):
-            d = d.strip(b" \t\n\r")
-            if not d.isdigit() or (len(d) > 1 and d[0] == 0x30):
-                return None
-            n *= int(d)
-            if n >= _U64:
-                return None
-    begin, end = int(offs[0]), int(offs[1])
-    bits = n * dtype.bits
-    if not begin <= end < 1 << 63 or bits >= _U64 or bits & 7 or bits >> 3 != end - begin:
+    try:  # the one set of per-entry rules
+        info = _tensor(name, fields, None)
+    except E.WeightsmithError:
         return None
-    return name, begin, end
+    begin, end = info.data_offsets
+    return (name, begin, end) if end < 1 << 63 else None  # the guard keeps int64s
+
+
+def _dims(text: bytes) -> list[int] | None:
+    """The integers of a shape's text between its brackets, as JSON reads them."""
+    if not text.strip(b" \t\n\r"):
+        return []
+    digits = [d.strip(b" \t\n\r") for d in text.split(b",")]
+    if not all(d.isdigit() and (len(d) == 1 or d[0] != 0x30) for d in digits):
+        return None
+    return _ints(digits)
+
+
+def _ints(digits) -> list[int] | None:
+    """Decimal digit strings as ints; None past 20 digits (>= 2**64, which
+    parse_header names), before int() meets Python's digit limit."""
+    if any(len(d) > 20 for d in digits):
+        return None
+    return [int(d) for d in digits]
 
 
 def _unique_pairs(pairs):
