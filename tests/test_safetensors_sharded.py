@@ -152,3 +152,9 @@ def test_parse_size_binary_bits_and_errors():
             parse_size(bad)
     with pytest.raises(E.InvalidSize):
         weightsmith.save_sharded({"a": np.zeros(1)}, "/tmp/never-created-ws", max_shard_size="huge")
+
+
+def test_index_with_an_integer_past_the_digit_limit(tmp_path):
+    (tmp_path / INDEX_NAME).write_text('{"metadata": {"total_size": %s}}' % ("9" * 5000))
+    with pytest.raises(E.InvalidIndex):
+        read_index(tmp_path / INDEX_NAME)

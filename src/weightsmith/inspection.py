@@ -431,7 +431,8 @@ def parse_index(data: bytes, path: str) -> tuple[dict[str, Any], dict[str, str]]
     """``(metadata, weight_map)`` of a ``*.index.json`` shard index."""
     try:
         obj = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    # ValueError: bad JSON or UTF-8, or an integer past int()'s digit limit
+    except ValueError as e:
         raise InvalidIndex("not valid JSON", path=path, found=str(e)) from None
     if not isinstance(obj, dict) or not isinstance(obj.get("weight_map"), dict):
         raise InvalidIndex(

@@ -281,9 +281,9 @@ def _registry_diff(args: argparse.Namespace, pair: _Pair) -> dict[str, Any]:
     puts the HF tensors through the converter's own transforms (Q/K permutation,
     Gemma's norm + 1, ...) and dequantizes the GGUF side."""
     arch = pair.arch
-    import json as _json
+    from ..convert._hf_to_gguf import _read_config  # a named error for a bad config.json
 
-    cfg = _json.loads((pair.hf_dir / "config.json").read_text(encoding="utf-8"))
+    cfg = _read_config(pair.hf_dir)
     ctx = {"n_vocab": _n_vocab(pair.gguf)}
     hf_of: dict[str, Any] = {}  # GGUF name -> HF tensor entry
     unmapped: list[str] = []

@@ -79,7 +79,8 @@ def _read_config(d: Path) -> dict:
         )
     try:
         cfg = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    # ValueError: bad JSON or UTF-8, or an integer past int()'s digit limit
+    except (OSError, ValueError) as exc:
         raise E.BadModelConfig(
             "cannot parse config.json", path=p, expected="a JSON object", found=str(exc)
         ) from None
@@ -291,10 +292,16 @@ def _n_vocab(d: Path, vocab: list) -> int | None:
     for k, v, _ in vocab:
         if k == "tokenizer.ggml.tokens" and (d / "tokenizer.model").is_file():
             return len(v)
+    from .tokenizer._to_gguf import _read_json  # lazily, as vocab_metadata below
+
     tj = d / "tokenizer.json"
     if tj.is_file():
-        j = json.loads(tj.read_text(encoding="utf-8"))
-        return len(j["model"]["vocab"]) + len(j.get("added_tokens", []))
+        j = _read_json(tj, "tokenizer.json")
+        model = j.get("model") if isinstance(j, dict) else None
+        vocab_j = model.get("vocab") if isinstance(model, dict) else None
+        added = j.get("added_tokens", []) if isinstance(j, dict) else []
+        if isinstance(vocab_j, (dict, list)) and isinstance(added, list):
+            return len(vocab_j) + len(added)
     return None
 
 

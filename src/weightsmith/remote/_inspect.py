@@ -135,7 +135,8 @@ def _hub_listing(ref: HubRef, session: Session, endpoint: str | None) -> list[st
         data = json.loads(src.read_all(16 * 1024 * 1024))
     except RemoteNotFound:
         raise NoWeightsFound(f"{ref.repo}: repository not found at {api}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    # ValueError: bad JSON or UTF-8, or an integer past int()'s digit limit
+    except ValueError as e:
         raise NoWeightsFound(f"{api}: the repo listing is not JSON ({e})") from None
     siblings = data.get("siblings") if isinstance(data, dict) else None
     return [

@@ -293,7 +293,8 @@ def read_index(path: str | os.PathLike[str]) -> dict[str, Any]:
 
     try:
         top = json.loads(raw.decode("utf-8"), object_pairs_hook=pairs)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+    # ValueError: bad JSON or UTF-8, or an integer past int()'s digit limit
+    except (ValueError, RecursionError) as exc:
         raise E.InvalidIndex(
             "index is not valid JSON", path=path, expected="a JSON object", found=str(exc)
         ) from None

@@ -402,7 +402,8 @@ class ShardedCheckpoint(_Base):
         self.path = os.fspath(index_path)
         try:
             index = json.loads(Path(self.path).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        # ValueError: bad JSON or UTF-8, or an integer past int()'s digit limit
+        except (OSError, ValueError) as e:
             raise errors.InvalidIndex(
                 "unreadable index", path=self.path, expected="JSON", found=str(e)[:80]
             ) from None

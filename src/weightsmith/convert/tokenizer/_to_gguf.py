@@ -102,7 +102,8 @@ class _Entries:
 def _read_json(path: Path, what: str) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    # ValueError: bad JSON or UTF-8, or an integer past int()'s digit limit
+    except (OSError, ValueError) as exc:
         raise E.TokenizerInconsistent(
             f"cannot read {what}", path=path, expected="a JSON file", found=str(exc)
         ) from None
