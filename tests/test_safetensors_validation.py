@@ -426,10 +426,13 @@ _HUGE = "1" * 5000  # json.loads raises a bare ValueError on these
 @pytest.mark.parametrize(
     ("header", "cls"),
     [
-        ('{"a":{"dtype":"U8","shape":[%s],"data_offsets":[0,1]}}' % _HUGE, E.InvalidShape),
-        ('{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,%s]}}' % _HUGE, E.InvalidOffsets),
-        ('{"__metadata__":{"k":%s},"a":%s}' % (_HUGE, json.dumps(_entry("U8"))), E.InvalidMetadata),
-        ('{"a":-%s}' % _HUGE, E.InvalidTensorEntry),
+        ('{"a":{"dtype":"U8","shape":[' + _HUGE + '],"data_offsets":[0,1]}}', E.InvalidShape),
+        ('{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,' + _HUGE + "]}}", E.InvalidOffsets),
+        (
+            '{"__metadata__":{"k":' + _HUGE + '},"a":' + json.dumps(_entry("U8")) + "}",
+            E.InvalidMetadata,
+        ),
+        ('{"a":-' + _HUGE + "}", E.InvalidTensorEntry),
     ],
     ids=["shape", "offsets", "metadata", "entry"],
 )
