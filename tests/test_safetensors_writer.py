@@ -22,6 +22,7 @@ import weightsmith
 import weightsmith.numpy as ws_np
 import weightsmith.torch as ws_pt
 from weightsmith import errors as E
+from weightsmith.gguf import Writer as GGUFWriter
 from weightsmith.safetensors import StreamWriter
 
 
@@ -343,3 +344,108 @@ def test_fsync_is_opt_in(tmp_path, monkeypatch, env, arg, durable):
     assert len(calls) == (2 if durable else 0)
     for name in ("a", "b"):  # either way the file is complete and HF reads it
         np.testing.assert_array_equal(_hf_values(tmp_path / f"{name}.safetensors")["a"], t["a"])
+
+
+# --------------------------------------------------------------------------- preallocation
+
+
+def _fake_fallocate(monkeypatch, err):
+    """Make the libc fallocate fail with ``err``, recording its calls."""
+    import ctypes
+
+    from weightsmith import _atomic
+
+    calls = []
+
+    def fake(fd, mode, offset, size):
+        calls.append(size)
+        ctypes.set_errno(err)
+        return -1
+
+    monkeypatch.setattr(_atomic, "_fallocate", fake)
+    return calls
+
+
+_BIG = {"w": np.arange(1 << 19, dtype=np.float32)}  # 2 MiB: over PREALLOCATE_MIN
+
+
+def test_writers_reserve_exactly_the_file_size(tmp_path):
+    from weightsmith import _atomic
+
+    assert _atomic._libc_fallocate(), "Linux has fallocate(2)"
+    sizes = []
+    real = _atomic.preallocate
+
+    def spy(fd, size, path=None):
+        sizes.append(size)
+        return real(fd, size, path)
+
+    import unittest.mock
+
+    with unittest.mock.patch.object(_atomic, "preallocate", spy):
+        weightsmith.safetensors.save_file(_BIG, tmp_path / "a.safetensors")
+        with StreamWriter(tmp_path / "b.safetensors", [("w", "F32", (1 << 19,))]) as w:
+            w.write("w", _BIG["w"])
+        with GGUFWriter(tmp_path / "c.gguf") as g:
+            g.add_tensor_info("w", "F32", (1 << 19,))
+            g.write_tensor("w", _BIG["w"])
+    assert sizes == [
+        os.path.getsize(tmp_path / n) for n in ("a.safetensors", "b.safetensors", "c.gguf")
+    ]
+    fd = os.open(tmp_path / "a.safetensors", os.O_RDWR)
+    try:  # this filesystem really reserves (so the benchmarks measure the fast path)
+        assert real(fd, os.path.getsize(tmp_path / "a.safetensors")) is True
+    finally:
+        os.close(fd)
+    np.testing.assert_array_equal(_hf_values(tmp_path / "a.safetensors")["w"], _BIG["w"])
+
+
+def test_disk_full_fails_before_writing_and_leaves_target(tmp_path, monkeypatch):
+    import errno
+
+    target = tmp_path / "m.safetensors"
+    weightsmith.safetensors.save_file({"old": np.ones(3, np.float32)}, target)
+    before = target.read_bytes()
+    calls = _fake_fallocate(monkeypatch, errno.ENOSPC)
+    with pytest.raises(OSError) as info:
+        weightsmith.safetensors.save_file(_BIG, target)
+    assert info.value.errno == errno.ENOSPC and ".wstmp" in str(info.value.filename)
+    assert calls == [8 + len(_header_of(_BIG)) + _BIG["w"].nbytes]
+    assert target.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.safetensors"]  # no temp left
+
+
+def _header_of(tensors):
+    blob = weightsmith.safetensors.save(tensors)
+    return blob[8 : 8 + int.from_bytes(blob[:8], "little")]
+
+
+def test_filesystem_without_fallocate_still_writes(tmp_path, monkeypatch):
+    import errno
+
+    calls = _fake_fallocate(monkeypatch, errno.EOPNOTSUPP)
+    weightsmith.safetensors.save_file(_BIG, tmp_path / "a.safetensors")
+    with StreamWriter(tmp_path / "b.safetensors", [("w", "F32", (1 << 19,))]) as w:
+        w.write_chunk("w", _BIG["w"][: 1 << 18])
+        w.write_chunk("w", _BIG["w"][1 << 18 :])
+    assert len(calls) == 2
+    for name in ("a", "b"):
+        np.testing.assert_array_equal(_hf_values(tmp_path / f"{name}.safetensors")["w"], _BIG["w"])
+
+
+def test_short_write_into_a_preallocated_file_is_an_error(tmp_path, monkeypatch):
+    # A preallocated file already has its final size, so a writer that came
+    # up short would leave zeros a reader accepts; save_file counts instead.
+    from weightsmith.safetensors import _writer
+
+    real = _writer._Tensor.chunks
+
+    def short(self, limit=_writer.CHUNK):
+        for c in real(self, limit):
+            yield c[:-4]
+
+    monkeypatch.setattr(_writer._Tensor, "chunks", short)
+    target = tmp_path / "s.safetensors"
+    with pytest.raises(E.WriteError, match="planned"):
+        weightsmith.safetensors.save_file(_BIG, target)
+    assert not target.exists() and not list(tmp_path.iterdir())

@@ -457,10 +457,13 @@ class Writer:
         """Open the temp file and write magic, KVs, tensor infos and padding (done automatically)."""
         if self._state != "meta":
             return
+        head = self._header()
+        last = self._order[-1] if self._order else None
+        size = len(head) + (last.rel + pad(last.nbytes, self.alignment) if last else 0)
         self._stack = contextlib.ExitStack()
-        self._f = self._stack.enter_context(atomic_output(self.path))
+        self._f = self._stack.enter_context(atomic_output(self.path, size=size))
         self._state = "data"
-        self._f.write(self._header())
+        self._f.write(head)
 
     def _current(self, name: str) -> _TInfo:
         self.write_header()

@@ -327,12 +327,13 @@ def _plan(tensors: Mapping[str, Any], metadata, path=None):
     items = _prepare(tensors)
     by_name = {t.name: t for t in items}
     header, layout = build_header(((t.name, t.dtype, t.shape) for t in items), metadata)
-    return header, [by_name[name] for name, *_ in layout]
+    size = len(header) + (layout[-1][4] if layout else 0)
+    return header, [by_name[name] for name, *_ in layout], size
 
 
 def save(tensors: Mapping[str, Any], metadata: Mapping[str, str] | None = None) -> bytes:
     """The bytes of a safetensors file holding ``tensors``."""
-    header, ordered = _plan(tensors, metadata)
+    header, ordered, _size = _plan(tensors, metadata)
     out = bytearray(header)
     for t in ordered:
         for chunk in t.chunks():
@@ -350,9 +351,9 @@ def save_file(
     """Write ``tensors`` (numpy arrays and/or torch tensors) to ``filename``,
     atomically.  ``fsync=True`` also makes the file survive a power loss
     (default: ``$WEIGHTSMITH_FSYNC``, off; see :mod:`weightsmith._atomic`)."""
-    header, ordered = _plan(tensors, metadata, filename)
+    header, ordered, size = _plan(tensors, metadata, filename)
     durable = want_fsync(fsync)
-    with atomic_output(filename, fsync=durable) as f:
+    with atomic_output(filename, fsync=durable, size=size) as f:
         wb = _Writeback(f.fileno()) if durable else None
         f.write(header)
         pos = len(header)
@@ -363,6 +364,8 @@ def save_file(
                 if wb is not None and pos - wb.done >= wb.STEP:
                     f.flush()
                     wb.kick(pos)
+        if pos != size:  # the file was preallocated: a short write would read as zeros
+            raise E.WriteError(f"{filename}: wrote {pos} bytes, planned {size}")
 
 
 # --------------------------------------------------------------------------- streaming
@@ -418,13 +421,13 @@ class StreamWriter:
         header, layout = build_header(entries, metadata)
         self._start = len(header)
         self._slots = {name: [d, shape, b, e, 0] for name, d, shape, b, e in layout}
-        self._ctx = atomic_output(self._path, fsync=self._durable)
+        total = self._start + (layout[-1][4] if layout else 0)
+        self._ctx = atomic_output(self._path, fsync=self._durable, size=total)
         self._f = self._ctx.__enter__()
         self._closed = False
         try:
             fd = self._f.fileno()
-            total = self._start + (layout[-1][4] if layout else 0)
-            os.ftruncate(fd, total)
+            os.ftruncate(fd, total)  # the size, where preallocation was not possible
             self._pwrite(header, 0)
         except BaseException as exc:
             self._fail(exc)
