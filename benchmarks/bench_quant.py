@@ -18,6 +18,10 @@ Sections (``--section``, repeatable; default: all)
            GGUF (Q4_K_M, many tensors); one "RATIO" line each  target >= 1.7x
   memory   peak extra memory (tracemalloc) while quantizing / dequantizing a
            large tensor, output excluded                 target <= 64 MiB
+  floor    for BF16, F16 and Q8_0: gguf-py's dequantize against the numpy
+           passes any decoder must make (allocate the float32 output, widen
+           the codes into it, and for Q8_0 scale each 32-block); gguf-py's
+           time over that bound is the largest ratio a numpy decoder can reach
 
 Method: both sides run on the same matrix in one process, interleaved
 (ours, theirs, ours, ...), and the median of ``--repeat`` runs is reported.
@@ -375,6 +379,46 @@ def bench_workers_file(repeat: int, workers: int, ftype: str, rep: Report) -> No
           f"{ntensors} tensors, CPU waits {_waits(busy)})", flush=True)  # fmt: skip
 
 
+def bench_floor(x, repeat, rep: Report) -> None:
+    """How far a numpy decoder can get ahead of gguf-py on the simplest types."""
+    n = x.size
+    rep.header(
+        f"dequantize {x.shape[0]}x{x.shape[1]}: gguf-py vs the unavoidable numpy passes (CPU time)",
+        ["type", "gguf-py ms", "ours ms", "bound ms", "ours/gguf", "bound/gguf", "3x needs ms"],
+    )
+    for name in ("BF16", "F16", "Q8_0"):
+        raw = Q.quantize(x, name)
+        flat = raw.reshape(-1)
+        if name == "Q8_0":
+            blocks = flat.reshape(-1, 34)
+            codes = np.ascontiguousarray(blocks[:, 2:]).view(np.int8)
+            scale = np.ascontiguousarray(blocks[:, :2]).view("<f2").astype(np.float32)
+
+            def bound(codes=codes, scale=scale):
+                out = np.empty((codes.shape[0], 32), np.float32)
+                np.copyto(out, codes, casting="unsafe")  # widen
+                out *= scale  # one scale per block
+                return out
+        else:
+            h = flat.view("<u2")
+
+            def bound(h=h):
+                out = np.empty(h.size, np.float32)
+                np.left_shift(h, 16, out=out.view(np.uint32), dtype=np.uint32)  # widen
+                return out
+
+        qt = GGMLQuantizationType[name]
+        ours, theirs = _interleaved(
+            lambda: Q.dequantize(raw, name, x.shape),  # noqa: B023
+            lambda: gguf_dequantize(raw, qt),  # noqa: B023
+            repeat,
+            time.process_time,
+        )
+        b = _median(bound, repeat, time.process_time)
+        rep.row([name, theirs * 1e3, ours * 1e3, b * 1e3, theirs / ours, theirs / b, theirs / 3e-3])
+    del n
+
+
 def _peak_extra(fn: Callable[[], np.ndarray]) -> tuple[int, int]:
     """(peak bytes traced during fn beyond what was live before it, output bytes)."""
     gc.collect()
@@ -435,7 +479,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument(
-        "--section", action="append", choices=["dequant", "quant", "ggml", "workers", "memory"]
+        "--section",
+        action="append",
+        choices=["dequant", "quant", "ggml", "workers", "memory", "floor"],
     )
     ap.add_argument("--types", help="comma-separated subset of the types to run")
     ap.add_argument("--memory-shapes", default="2048x4096,8192x4096")
@@ -474,6 +520,8 @@ def main() -> None:
         bench_workers(xw, wtypes, args.repeat, args.workers, rep)
         if keep is None:
             bench_workers_file(max(3, args.repeat // 2), args.workers, "Q4_K_M", rep)
+    if "floor" in sections:
+        bench_floor(x, args.repeat, rep)
     if "memory" in sections:
         shapes = [tuple(int(v) for v in s.split("x")) for s in args.memory_shapes.split(",")]
         bench_memory(shapes, pick(MEMORY_TYPES), rep)
