@@ -161,6 +161,17 @@ def _reference_bytes(x: np.ndarray, name: str, im: np.ndarray) -> np.ndarray:
     return ggml_ref.quantize(x, name, im if Q.info(name).requires_imatrix else None)
 
 
+def _race_dequant(raw: np.ndarray, name: str, shape, repeat: int) -> tuple[float, float]:
+    """CPU seconds (median, interleaved) of our dequantize and gguf-py's on ``raw``."""
+    qt = GGMLQuantizationType[name]
+    return _interleaved(
+        lambda: Q.dequantize(raw, name, shape),
+        lambda: gguf_dequantize(raw, qt),
+        repeat,
+        time.process_time,
+    )
+
+
 def bench_dequant(x, im, types, repeat, rep: Report) -> None:
     n = x.size
     rep.header(
@@ -176,13 +187,7 @@ def bench_dequant(x, im, types, repeat, rep: Report) -> None:
             t = _median(lambda: Q.dequantize(raw, name, x.shape), repeat, time.process_time)  # noqa: B023
             rep.row([name, n / t / 1e6, "n/a", "n/a", "-"])
             continue
-        qt = GGMLQuantizationType[name]
-        a, b = _interleaved(
-            lambda: Q.dequantize(raw, name, x.shape),  # noqa: B023
-            lambda: gguf_dequantize(raw, qt),  # noqa: B023
-            repeat,
-            time.process_time,
-        )
+        a, b = _race_dequant(raw, name, x.shape, repeat)
         rep.row(
             [name, n / a / 1e6, n / b / 1e6, b / a, _verdict(b / a, TARGETS["dequant"].get(name))]
         )
@@ -407,13 +412,7 @@ def bench_floor(x, repeat, rep: Report) -> None:
                 np.left_shift(h, 16, out=out.view(np.uint32), dtype=np.uint32)  # widen
                 return out
 
-        qt = GGMLQuantizationType[name]
-        ours, theirs = _interleaved(
-            lambda: Q.dequantize(raw, name, x.shape),  # noqa: B023
-            lambda: gguf_dequantize(raw, qt),  # noqa: B023
-            repeat,
-            time.process_time,
-        )
+        ours, theirs = _race_dequant(raw, name, x.shape, repeat)
         b = _median(bound, repeat, time.process_time)
         rep.row([name, theirs * 1e3, ours * 1e3, b * 1e3, theirs / ours, theirs / b, theirs / 3e-3])
     del n

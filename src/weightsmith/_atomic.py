@@ -38,7 +38,7 @@ import secrets
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 SUFFIX = ".wstmp"
 
@@ -86,23 +86,31 @@ def want_fsync(fsync: bool | None = None) -> bool:
 #: Below this many bytes the fallocate call costs more than it saves.
 PREALLOCATE_MIN = 1 << 20
 
-_fallocate = None  # resolved on first use: the libc function, or False
+
+def libc_function(name: str, argtypes: list) -> Any:
+    """The Linux libc function ``name`` (returning int, errno kept), or False elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        fn = getattr(ctypes.CDLL(None, use_errno=True), name)
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = argtypes
+    fn.restype = ctypes.c_int
+    return fn
 
 
-def _libc_fallocate():
+_fallocate: Any = None  # resolved on first use: the libc function, or False
+
+
+def _libc_fallocate() -> Any:
     global _fallocate
     if _fallocate is None:
-        _fallocate = False
-        if sys.platform.startswith("linux"):
-            try:
-                import ctypes
+        import ctypes
 
-                fn = ctypes.CDLL(None, use_errno=True).fallocate
-            except (OSError, AttributeError):
-                return False
-            fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-            fn.restype = ctypes.c_int
-            _fallocate = fn
+        _fallocate = libc_function("fallocate", [ctypes.c_int, ctypes.c_int] + [ctypes.c_int64] * 2)
     return _fallocate
 
 

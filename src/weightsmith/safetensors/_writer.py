@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from .. import errors as E
-from .._atomic import atomic_output, want_fsync
+from .._atomic import atomic_output, libc_function, want_fsync
 from ..dtypes import SAFETENSORS, DType, from_numpy
 from . import _subbyte
 
@@ -79,17 +79,11 @@ class _Writeback:
 
 
 def _sync_file_range():
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        import ctypes
+    import ctypes
 
-        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return False
-    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    return fn
+    return libc_function(
+        "sync_file_range", [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    )
 
 
 # --------------------------------------------------------------------------- header
