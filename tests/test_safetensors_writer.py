@@ -449,3 +449,14 @@ def test_short_write_into_a_preallocated_file_is_an_error(tmp_path, monkeypatch)
     with pytest.raises(E.WriteError, match="planned"):
         weightsmith.safetensors.save_file(_BIG, target)
     assert not target.exists() and not list(tmp_path.iterdir())
+
+
+def test_gguf_writer_short_file_is_an_error(tmp_path):
+    target = tmp_path / "s.gguf"
+    w = GGUFWriter(target)
+    w.add_tensor_info("w", "F32", (1 << 19,))
+    w.write_tensor("w", _BIG["w"])
+    w._f.seek(-4, os.SEEK_CUR)  # as if the last 4 bytes had never been written
+    with pytest.raises(E.WriteError, match="planned"):
+        w.close()
+    assert not target.exists() and not list(tmp_path.iterdir())

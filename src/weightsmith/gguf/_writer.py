@@ -460,6 +460,7 @@ class Writer:
         head = self._header()
         last = self._order[-1] if self._order else None
         size = len(head) + (last.rel + pad(last.nbytes, self.alignment) if last else 0)
+        self._size = size
         self._stack = contextlib.ExitStack()
         self._f = self._stack.enter_context(atomic_output(self.path, size=size))
         self._state = "data"
@@ -536,6 +537,10 @@ class Writer:
             missing = self._order[self._next].name
             self.abort()
             raise E.WriteError(f"{self.path}: closed before tensor {missing!r} was written")
+        if self._f.tell() != self._size:  # preallocated: a short file would read as zeros
+            found = self._f.tell()
+            self.abort()
+            raise E.WriteError(f"{self.path}: wrote {found} bytes, planned {self._size}")
         self._state = "closed"
         assert self._stack is not None
         self._stack.close()
