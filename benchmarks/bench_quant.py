@@ -386,7 +386,6 @@ def bench_workers_file(repeat: int, workers: int, ftype: str, rep: Report) -> No
 
 def bench_floor(x, repeat, rep: Report) -> None:
     """How far a numpy decoder can get ahead of gguf-py on the simplest types."""
-    n = x.size
     rep.header(
         f"dequantize {x.shape[0]}x{x.shape[1]}: gguf-py vs the unavoidable numpy passes (CPU time)",
         ["type", "gguf-py ms", "ours ms", "bound ms", "ours/gguf", "bound/gguf", "3x needs ms"],
@@ -415,7 +414,6 @@ def bench_floor(x, repeat, rep: Report) -> None:
         ours, theirs = _race_dequant(raw, name, x.shape, repeat)
         b = _median(bound, repeat, time.process_time)
         rep.row([name, theirs * 1e3, ours * 1e3, b * 1e3, theirs / ours, theirs / b, theirs / 3e-3])
-    del n
 
 
 def _peak_extra(fn: Callable[[], np.ndarray]) -> tuple[int, int]:

@@ -13,6 +13,7 @@ import safetensors.numpy as hf_np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from mutation_helpers import apply_edits, edit_lists
 from weightsmith import errors as E
 from weightsmith.safetensors import _header
 
@@ -22,6 +23,13 @@ DTYPES = [np.float32, np.float16, np.int8, np.int64, np.uint16, np.float64, np.b
 def _split(blob: bytes) -> tuple[bytes, int]:
     n = int.from_bytes(blob[:8], "little")
     return blob[8 : 8 + n], len(blob)
+
+
+def _agree_with_data(header: str) -> None:
+    """Both parse paths agree on ``header`` with 0, 4 and 8 bytes of data after it."""
+    raw = header.encode()
+    for data in (0, 4, 8):
+        _same(raw, 8 + len(raw) + data)
 
 
 def _same(raw: bytes, size: int) -> _header.Header | None:
@@ -95,30 +103,16 @@ def _blob() -> bytes:
 
 @settings(max_examples=1500, deadline=None)
 @given(
-    edits=st.lists(
-        st.tuples(
-            st.integers(0, 400),
-            st.sampled_from([*b'0123456789,:;[]{}"\\ \n\t\r\x01aF_', 0x80, 0xC3]),
-            st.sampled_from(["set", "ins", "del"]),
-        ),
-        min_size=1,
-        max_size=3,
+    edits=edit_lists(
+        400, st.sampled_from([*b'0123456789,:;[]{}"\\ \n\t\r\x01aF_', 0x80, 0xC3]), min_size=1
     )
 )
 def test_mutated_headers_agree(edits):
-    raw, size = _split(_blob())
-    raw = bytearray(raw)
-    for pos, byte, op in edits:
-        pos %= len(raw) + 1
-        if op == "set" and pos < len(raw):
-            raw[pos] = byte
-        elif op == "ins":
-            raw[pos:pos] = bytes([byte])
-        elif op == "del" and pos < len(raw):
-            del raw[pos]
+    orig, size = _split(_blob())
+    raw = apply_edits(orig, edits)
     # keep the file size consistent with the header length change, so the
     # coverage rules are not what rejects most mutations
-    _same(bytes(raw), size + len(raw) - len(_split(_blob())[0]))
+    _same(raw, size + len(raw) - len(orig))
 
 
 @pytest.mark.parametrize(
@@ -189,9 +183,7 @@ def test_mutated_headers_agree(edits):
     ],
 )
 def test_tricky_headers_agree(header):
-    raw = header.encode()
-    for data in (0, 4, 8):
-        _same(raw, 8 + len(raw) + data)
+    _agree_with_data(header)
 
 
 def test_accepted_forms_are_fast():
@@ -252,14 +244,7 @@ def _same_precheck(raw: bytes, size: int) -> E.WeightsmithError | None:
 @given(
     n=st.integers(20, 80),
     short=st.sampled_from([0, 0, 1, -1, 5]),
-    edits=st.lists(
-        st.tuples(
-            st.integers(0, 10_000),
-            st.sampled_from([*b'0123456789,:[]{}"\\ \x01aF_', 0x80]),
-            st.sampled_from(["set", "ins", "del"]),
-        ),
-        max_size=2,
-    ),
+    edits=edit_lists(10_000, st.sampled_from([*b'0123456789,:[]{}"\\ \x01aF_', 0x80]), max_size=2),
     swap=st.booleans(),
 )
 def test_precheck_agrees(n, short, edits, swap):
@@ -269,16 +254,8 @@ def test_precheck_agrees(n, short, edits, swap):
     names = [f"t{i:04d}" for i in range(n)]
     if swap:
         names[3], names[4] = names[4], names[3]
-    raw = bytearray(("{" + ",".join(_entry(m, i, 1) for i, m in enumerate(names)) + "}").encode())
-    for pos, byte, op in edits:
-        pos %= len(raw) + 1
-        if op == "set" and pos < len(raw):
-            raw[pos] = byte
-        elif op == "ins":
-            raw[pos:pos] = bytes([byte])
-        elif op == "del" and pos < len(raw):
-            del raw[pos]
-    raw = bytes(raw)
+    raw = ("{" + ",".join(_entry(m, i, 1) for i, m in enumerate(names)) + "}").encode()
+    raw = apply_edits(raw, edits)
     size = 8 + len(raw) + n - short
     old = _header._WINDOW
     _header._WINDOW = 128
@@ -372,9 +349,7 @@ def test_whitespace_between_tokens_agrees(tensors, metadata, indent, separators,
     ],
 )
 def test_whitespace_tricky_agree(header):
-    raw = header.encode()
-    for data in (0, 4, 8):
-        _same(raw, 8 + len(raw) + data)
+    _agree_with_data(header)
 
 
 @settings(max_examples=300, deadline=None)

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import weightsmith
+from mutation_helpers import apply_edits, edit_lists
 from weightsmith import errors as E
 from weightsmith.safetensors import parse_header, read_header_size, safe_open
 
@@ -388,26 +389,13 @@ def _valid_blob() -> bytes:
 
 @settings(max_examples=400, deadline=None)
 @given(
-    edits=st.lists(
-        st.tuples(st.integers(0, 200), st.integers(0, 255), st.sampled_from(["set", "ins", "del"])),
-        min_size=1,
-        max_size=4,
-    ),
+    edits=edit_lists(200, st.integers(0, 255), min_size=1, max_size=4),
     cut=st.integers(0, 200),
 )
 def test_mutated_files_fail_only_with_named_errors(edits, cut):
-    blob = bytearray(_valid_blob())
-    for pos, byte, op in edits:
-        pos %= len(blob) + 1
-        if op == "set" and pos < len(blob):
-            blob[pos] = byte
-        elif op == "ins":
-            blob[pos:pos] = bytes([byte])
-        elif op == "del" and pos < len(blob):
-            del blob[pos]
+    data = apply_edits(_valid_blob(), edits)
     if cut < 20:
-        blob = blob[: len(blob) - cut]
-    data = bytes(blob)
+        data = data[: len(data) - cut]
     try:
         n = read_header_size(data[:8], len(data))
         header = parse_header(data[8 : 8 + n], len(data))
