@@ -321,8 +321,12 @@ def _plan(tensors: Mapping[str, Any], metadata, path=None):
     items = _prepare(tensors)
     by_name = {t.name: t for t in items}
     header, layout = build_header(((t.name, t.dtype, t.shape) for t in items), metadata)
-    size = len(header) + (layout[-1][4] if layout else 0)
-    return header, [by_name[name] for name, *_ in layout], size
+    return header, [by_name[name] for name, *_ in layout], _file_size(header, layout)
+
+
+def _file_size(header: bytes, layout: list) -> int:
+    """Bytes of the whole file: the header, then the data up to the last tensor's end."""
+    return len(header) + (layout[-1][4] if layout else 0)
 
 
 def save(tensors: Mapping[str, Any], metadata: Mapping[str, str] | None = None) -> bytes:
@@ -415,7 +419,7 @@ class StreamWriter:
         header, layout = build_header(entries, metadata)
         self._start = len(header)
         self._slots = {name: [d, shape, b, e, 0] for name, d, shape, b, e in layout}
-        total = self._start + (layout[-1][4] if layout else 0)
+        total = _file_size(header, layout)
         self._ctx = atomic_output(self._path, fsync=self._durable, size=total)
         self._f = self._ctx.__enter__()
         self._closed = False
