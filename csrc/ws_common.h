@@ -1,0 +1,69 @@
+/* Shared scalar helpers of the compiled kernel core (weightsmith._native.*).
+ *
+ * Everything here reproduces ggml's plain C reference bit for bit:
+ *  - fp16 <-> fp32: IEEE round to nearest even, overflow to inf; every NaN becomes
+ *    sign|0x7E00 on the way to fp16 (ggml drops the payload), and a signalling NaN
+ *    comes back quiet on the way to fp32 (ggml multiplies by 2**-112).
+ *  - fp32 -> bf16: round to nearest even on the bit pattern; a NaN keeps its top
+ *    16 bits with the quiet bit (0x40) forced on.
+ *  - ws_nearest_int: round half to even, as ggml's nearest_int (the 12582912.f trick).
+ * Build flags (setup.py) forbid FMA contraction and value-changing math.
+ */
+#ifndef WS_COMMON_H
+#define WS_COMMON_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline uint32_t ws_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float ws_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+static inline float ws_f16_to_f32(uint16_t h) {
+    const uint32_t w = (uint32_t)h << 16;
+    const uint32_t sign = w & 0x80000000u;
+    const uint32_t two_w = w + w;
+    const uint32_t exp_offset = 0xE0u << 23;
+    const float exp_scale = ws_bits_f32(0x7800000u); /* 2**-112 */
+    const float normalized = ws_bits_f32((two_w >> 4) + exp_offset) * exp_scale;
+    const uint32_t magic_mask = 126u << 23;
+    const float magic_bias = 0.5f;
+    const float denormalized = ws_bits_f32((two_w >> 17) | magic_mask) - magic_bias;
+    const uint32_t denormalized_cutoff = 1u << 27;
+    const uint32_t result = sign | (two_w < denormalized_cutoff ? ws_f32_bits(denormalized)
+                                                                : ws_f32_bits(normalized));
+    return ws_bits_f32(result);
+}
+
+static inline uint16_t ws_f32_to_f16(float f) {
+    const float scale_to_inf = ws_bits_f32(0x77800000u);  /* 2**112 */
+    const float scale_to_zero = ws_bits_f32(0x08800000u); /* 2**-110 */
+    float base = (fabsf(f) * scale_to_inf) * scale_to_zero;
+    const uint32_t w = ws_f32_bits(f);
+    const uint32_t shl1_w = w + w;
+    const uint32_t sign = w & 0x80000000u;
+    uint32_t bias = shl1_w & 0xFF000000u;
+    if (bias < 0x71000000u) bias = 0x71000000u;
+    base = ws_bits_f32((bias >> 1) + 0x07800000u) + base;
+    const uint32_t bits = ws_f32_bits(base);
+    const uint32_t exp_bits = (bits >> 13) & 0x00007C00u;
+    const uint32_t mantissa_bits = bits & 0x00000FFFu;
+    const uint32_t nonsign = exp_bits + mantissa_bits;
+    return (uint16_t)((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
+}
+
+static inline uint16_t ws_f32_to_bf16(float f) {
+    uint32_t u = ws_f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64u);
+    return (uint16_t)((u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
+}
+
+static inline float ws_bf16_to_f32(uint16_t h) { return ws_bits_f32((uint32_t)h << 16); }
+
+static inline int ws_nearest_int(float fval) {
+    float val = fval + 12582912.f;
+    int i; memcpy(&i, &val, sizeof(int));
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+#endif
