@@ -91,7 +91,17 @@ def _rebuild(cls, what, path, field, offset, expected, found):
 
 
 # --------------------------------------------------------------------------- safetensors
-class SafetensorsError(FormatError):
+class SafetensorError(WeightsmithError):
+    """HF safetensors' ``SafetensorError``, under the same name.
+
+    Every error the drop-in API (``weightsmith.safe_open``, slices,
+    ``serialize``, ``TensorSpec``) raises where HF raises its
+    ``SafetensorError`` is an instance of this class, so ``except
+    SafetensorError`` written for HF keeps working.
+    """
+
+
+class SafetensorsError(FormatError, SafetensorError):
     """A safetensors file breaks a rule of the format."""
 
 
@@ -202,8 +212,50 @@ class TensorNotFound(WeightsmithError, KeyError):
         return str(self.args[0]) if self.args else "tensor not found"
 
 
-class SharedTensorsError(WeightsmithError, ValueError):
-    """Tensors to be saved share or overlap memory."""
+class SharedTensorsError(WeightsmithError, ValueError, RuntimeError):
+    """Tensors to be saved share or overlap memory.
+
+    Also a RuntimeError: HF's ``safetensors.torch`` raises RuntimeError here.
+    """
+
+
+class SafetensorsClosed(ClosedFileError, SafetensorError):
+    """A ``safe_open`` handle or one of its slices was used after close."""
+
+
+class SafetensorsTensorNotFound(TensorNotFound, SafetensorError):
+    """``safe_open`` was asked for a tensor name the file does not hold."""
+
+
+class SliceIndexError(SafetensorError, IndexError):
+    """A ``get_slice`` index is out of range or of a kind slices do not take."""
+
+
+class UnsupportedFramework(SafetensorError, ValueError):
+    """``safe_open`` got a ``framework`` name it does not know."""
+
+
+class UnsupportedBackend(SafetensorError, ValueError):
+    """``safe_open`` / ``load_file`` got a ``backend`` other than mmap or pread."""
+
+
+class InvalidTensorSpec(SafetensorError, ValueError):
+    """A ``TensorSpec`` or ``serialize`` argument is not a tensor it can write."""
+
+
+class SafetensorsFileNotFound(WeightsmithError, FileNotFoundError):
+    """``safe_open`` of a path that does not exist.
+
+    A FileNotFoundError (errno, filename kept) whose message is HF's,
+    ``No such file or directory: PATH``, which callers match on.
+    """
+
+    def __str__(self) -> str:
+        return f"No such file or directory: {self.filename}"
+
+
+class UnsupportedLayout(WeightsmithError, ValueError):
+    """A tensor to save is not dense (sparse torch tensors)."""
 
 
 class ShardError(FormatError):

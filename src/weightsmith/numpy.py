@@ -41,10 +41,4 @@ def load(data: bytes) -> dict[str, np.ndarray]:
 
 def load_file(filename: str | os.PathLike[str], *, backend: str = "mmap") -> dict[str, np.ndarray]:
     """Every tensor of a file; ``backend`` is ``"mmap"`` or ``"pread"``."""
-    return _reader.load_file(filename, "np", mmap=_mmap(backend))
-
-
-def _mmap(backend: str) -> bool:
-    if backend not in ("mmap", "pread"):
-        raise ValueError(f"backend must be 'mmap' or 'pread', not {backend!r}")
-    return backend == "mmap"
+    return _reader.load_file(filename, "np", backend=backend)

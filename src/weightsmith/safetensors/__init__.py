@@ -25,6 +25,7 @@ from ._sharded import (
     read_index,
     save_sharded,
 )
+from ._spec import TensorSpec, deserialize, serialize, serialize_file
 from ._writer import StreamWriter, build_header, save, save_file
 
 __all__ = [
@@ -36,7 +37,9 @@ __all__ = [
     "SafeSlice",
     "StreamWriter",
     "TensorInfo",
+    "TensorSpec",
     "build_header",
+    "deserialize",
     "load",
     "load_file",
     "open_checkpoint",
@@ -48,4 +51,6 @@ __all__ = [
     "save",
     "save_file",
     "save_sharded",
+    "serialize",
+    "serialize_file",
 ]
