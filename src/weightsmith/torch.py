@@ -117,11 +117,12 @@ def load_model(
     device: str | int = "cpu",
     *,
     backend: str = "mmap",
-) -> tuple[list[str], list[str]]:
+) -> tuple[set[str], list[str]]:
     """Load a file saved by :func:`save_model` into ``model``.
 
-    Returns ``(missing, unexpected)``; with ``strict`` raises RuntimeError if
-    either is non-empty, like ``safetensors.torch.load_model``.
+    Returns ``(missing, unexpected)``, a set and a list as HF's; with
+    ``strict`` raises RuntimeError if either is non-empty, like
+    ``safetensors.torch.load_model``.
     """
     state_dict = load_file(filename, device=device, backend=backend)
     model_state = model.state_dict()
@@ -146,7 +147,7 @@ def load_model(
                 f'"{k}"' for k in sorted(unexpected)
             )
         raise RuntimeError(error)
-    return sorted(missing), unexpected
+    return missing, unexpected
 
 
 # --------------------------------------------------------------------------- HF's helpers

@@ -587,10 +587,6 @@ def _normalize(key: Any, shape: tuple[int, ...]) -> tuple[list[_Sel], list[int |
                 sels.append(_Sel(r[-1], -r.step, cnt, True, False))
             layout.append(d)
             continue
-        if isinstance(k, list):  # an empty one became slice(0, 0) in _as_tuple
-            raise E.SliceIndexError(
-                f"non-empty lists (advanced indexing) are not supported by slices, found {k!r}"
-            )
         if isinstance(k, (bool, np.bool_)):
             raise E.SliceIndexError("boolean indices are advanced indexing, which slices do not support")
         try:
@@ -605,6 +601,54 @@ def _normalize(key: Any, shape: tuple[int, ...]) -> tuple[list[_Sel], list[int |
         sels.append(_Sel(i % n, 1, 1, False, True))
         layout.append(d)
     return sels, layout
+
+
+def _bounding_box(key: tuple, shape: tuple[int, ...]) -> tuple[tuple, tuple]:
+    """For a key with integer lists (numpy advanced indexing): a basic key
+    reading the box that holds every selected element, and the key that
+    picks them from that box with numpy's own rules (ints become 0, lists
+    are shifted, slices already applied become ``:``)."""
+    n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
+    if n_real > len(shape):
+        raise E.SliceIndexError(
+            f"too many indices for tensor: tensor is {len(shape)}-dimensional, "
+            f"but {n_real} were indexed"
+        )
+    bound: list[Any] = []
+    local: list[Any] = []
+    d = 0
+    for k in key:
+        if k is Ellipsis:
+            bound.append(Ellipsis)
+            local.append(Ellipsis)
+            d += len(shape) - n_real
+            continue
+        if k is None:
+            local.append(None)
+            continue
+        n = shape[d]
+        if isinstance(k, slice):
+            bound.append(k)
+            local.append(slice(None))
+        else:
+            idx = np.asarray(k)
+            if idx.dtype.kind not in "iu" or idx.ndim > 1:
+                raise E.SliceIndexError(
+                    f"only integers, slices, ellipsis, None and lists of integers are valid "
+                    f"indices, found {k!r}"
+                )
+            bad = idx[(idx < -n) | (idx >= n)]
+            if bad.size:
+                raise E.SliceIndexError(
+                    f"index {int(bad[0])} is out of bounds for axis {d} with size {n}"
+                )
+            idx = idx % n if n else idx
+            lo = int(idx.min()) if idx.size else 0
+            hi = int(idx.max()) + 1 if idx.size else 0
+            bound.append(slice(lo, hi))
+            local.append(int(idx - lo) if idx.ndim == 0 else (idx - lo).tolist())
+        d += 1
+    return tuple(bound), tuple(local)
 
 
 class SafeSlice:
@@ -641,15 +685,28 @@ class SafeSlice:
 
     def _getitem(self, key: Any) -> Any:
         h, t = self._h, self._info
-        sels, layout = _normalize(key, t.shape)
-        if h._fw == "np" and h._mm is not None and not t.dtype.packed and _LITTLE:
-            return h._array(t)[_as_tuple(key)]  # a view of the mapping: numpy does the rest
-        arr = self._read(sels, layout)
+        key = _as_tuple(key)
+        if any(isinstance(k, list) for k in key):
+            # advanced indexing: read the bounding box, numpy picks from it
+            bound, local = _bounding_box(key, t.shape)
+            arr = np.asarray(self._basic(bound)[local], order="C")
+        else:
+            arr = self._basic(key)
+        if h._fw == "np":
+            return arr
         if h._fw == "pt":
             return self._to_torch(arr)
         if h._fw != "np":
             return h._adapter().from_numpy(arr, t.dtype, h._device)
         return arr
+
+    def _basic(self, key: tuple) -> np.ndarray:
+        """numpy basic indexing of the tensor, as a numpy array."""
+        h, t = self._h, self._info
+        sels, layout = _normalize(key, t.shape)
+        if h._fw == "np" and h._mm is not None and not t.dtype.packed and _LITTLE:
+            return h._array(t)[key]  # a view of the mapping: numpy does the rest
+        return self._read(sels, layout)
 
     def _to_torch(self, arr: np.ndarray) -> Any:
         from ..frameworks import _torch as tg
@@ -772,7 +829,9 @@ def load_file(
         return f.get_tensors()
 
 
-def load(data: bytes | bytearray | memoryview, framework: str = "np") -> dict[str, Any]:
+def load(
+    data: bytes | bytearray | memoryview, framework: str = "np", device: str = "cpu"
+) -> dict[str, Any]:
     """Every tensor of a safetensors file held in memory (copied out)."""
     fw = _framework(framework)
     mv = memoryview(data).cast("B")
@@ -787,7 +846,7 @@ def load(data: bytes | bytearray | memoryview, framework: str = "np") -> dict[st
         from .. import frameworks
 
         adapter = frameworks.adapter(fw)
-        out = {k: adapter.from_numpy(v, header.tensors[k].dtype, "cpu") for k, v in out.items()}
+        out = {k: adapter.from_numpy(v, header.tensors[k].dtype, device) for k, v in out.items()}
     return out
 
 

@@ -1,0 +1,50 @@
+"""Drop-in mirror of ``safetensors.tensorflow``: save, save_file, load, load_file
+for TensorFlow tensors (``tf.Tensor``).
+
+bfloat16 and the float8 types TensorFlow has (e4m3fn, e5m2) come through
+ml_dtypes; the others raise UnsupportedDtype.
+Imported lazily: importing this module needs no tensorflow; the first call
+does, and raises :class:`weightsmith.errors.MissingDependencyError` naming
+``pip install 'weightsmith[tensorflow]'`` if it is missing.  Unlike HF's, the
+dict passed to ``save``/``save_file`` is left unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from . import frameworks as _fw
+
+__all__ = ["load", "load_file", "save", "save_file"]
+
+_NAME = "tf"
+
+
+def save(tensors: Mapping[str, Any], metadata: Mapping[str, str] | None = None) -> bytes:
+    """The bytes of a safetensors file holding ``tensors``."""
+    return _fw.save(_NAME, tensors, metadata)
+
+
+def save_file(
+    tensors: Mapping[str, Any],
+    filename: str | os.PathLike[str],
+    metadata: Mapping[str, str] | None = None,
+) -> None:
+    """Write ``tensors`` to ``filename`` (atomically)."""
+    _fw.save_file(_NAME, tensors, filename, metadata)
+
+
+def load(data: bytes) -> dict[str, Any]:
+    """Tensors of a safetensors file held in memory."""
+    return _fw.load(_NAME, data)
+
+
+def load_file(
+    filename: str | os.PathLike[str],
+    *,
+    backend: str = "mmap",
+) -> dict[str, Any]:
+    """Every tensor of a file; ``backend`` is ``"mmap"`` or ``"pread"``."""
+    return _fw.load_file(_NAME, filename, "cpu", backend)
