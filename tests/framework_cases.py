@@ -19,7 +19,6 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-
 # --------------------------------------------------------------------------- per framework
 # make(values: np.ndarray, dtype_name) -> tensor; raw(tensor) -> (dtype str, shape, bytes)
 # computed with the framework's own API, never weightsmith's adapters.
@@ -152,7 +151,10 @@ def run(fw: str) -> None:
     tmp = Path(tempfile.mkdtemp())
     hf.save_file(dict(both), tmp / "hf.safetensors", metadata=md)
     ours.save_file(both, tmp / "ws.safetensors", metadata=md)
-    check("save_file bytes identical", (tmp / "hf.safetensors").read_bytes() == (tmp / "ws.safetensors").read_bytes())
+    check(
+        "save_file bytes identical",
+        (tmp / "hf.safetensors").read_bytes() == (tmp / "ws.safetensors").read_bytes(),
+    )
     check("save leaves the caller's dict alone", all(both[k] is tensors[k] for k in both))
 
     # loads: same tensors from the same file
@@ -175,10 +177,14 @@ def run(fw: str) -> None:
         for backend in ("mmap", "pread"):
             with ws.safe_open(tmp / "hl.safetensors", framework=open_name, backend=backend) as f:
                 same_tensors(f"safe_open({open_name}) get_tensor backend={backend} vs HF load_file",
-                             raw, ref, {k: f.get_tensor(k) for k in f.keys()})  # fmt: skip
+                             raw, ref, {k: f.get_tensor(k) for k in f})  # fmt: skip
                 for key in (slice(1, 3), (slice(None), 2)):
                     got, want = raw(f.get_slice("t_float32")[key]), raw(ref["t_float32"][key])
-                    check(f"get_slice[{key}] backend={backend}", got == want, f"{got[:2]} vs {want[:2]}")
+                    check(
+                        f"get_slice[{key}] backend={backend}",
+                        got == want,
+                        f"{got[:2]} vs {want[:2]}",
+                    )
                 got = raw(f.get_slice("t_float32")[[]])
                 check(f"get_slice[[]] backend={backend}", got[:2] == ("paddle.float32", (0, 6)))
         backends: tuple[str, ...] = ()
@@ -186,16 +192,28 @@ def run(fw: str) -> None:
         backends = ("mmap", "pread")
     for backend in backends:
         hf_backend = "mmap" if fw in HF_PREAD_BROKEN else backend
-        with hf_top.safe_open(tmp / "hl.safetensors", framework=open_name, backend=hf_backend) as fh, ws.safe_open(tmp / "hl.safetensors", framework=open_name, backend=backend) as fw_:
-            check(f"safe_open({open_name}) keys/metadata", (fh.keys(), fh.metadata()) == (fw_.keys(), fw_.metadata()))
+        with (
+            hf_top.safe_open(tmp / "hl.safetensors", framework=open_name, backend=hf_backend) as fh,
+            ws.safe_open(tmp / "hl.safetensors", framework=open_name, backend=backend) as fw_,
+        ):
+            check(
+                f"safe_open({open_name}) keys/metadata",
+                (fh.keys(), fh.metadata()) == (fw_.keys(), fw_.metadata()),
+            )
             same_tensors(f"safe_open({open_name}) get_tensor backend={backend}", raw,
-                         {k: fh.get_tensor(k) for k in fh.keys()}, {k: fw_.get_tensor(k) for k in fw_.keys()})  # fmt: skip
+                         {k: fh.get_tensor(k) for k in fh}, {k: fw_.get_tensor(k) for k in fw_})  # fmt: skip
             for key in (slice(1, 3), (slice(None), 2), []):
                 hs, ws_ = fh.get_slice("t_float32")[key], fw_.get_slice("t_float32")[key]
-                check(f"get_slice[{key}] backend={backend}", raw(hs) == raw(ws_), f"{raw(hs)[:2]} vs {raw(ws_)[:2]}")
+                check(
+                    f"get_slice[{key}] backend={backend}",
+                    raw(hs) == raw(ws_),
+                    f"{raw(hs)[:2]} vs {raw(ws_)[:2]}",
+                )
     if open_name == "flax":
         with ws.safe_open(tmp / "hf.safetensors", framework="jax") as f:
-            check("framework='jax' is flax", raw(f.get_tensor("t_float32")) == raw(both["t_float32"]))
+            check(
+                "framework='jax' is flax", raw(f.get_tensor("t_float32")) == raw(both["t_float32"])
+            )
 
     # beyond HF: dtypes its module cannot take round-trip through ours
     for k in set(tensors) - set(both):
@@ -221,7 +239,11 @@ except errors.MissingDependencyError as e:
     print("missing ok")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    check("MissingDependencyError without the framework", "missing ok" in out.stdout, out.stderr[-500:])
+    check(
+        "MissingDependencyError without the framework",
+        "missing ok" in out.stdout,
+        out.stderr[-500:],
+    )
 
 
 if __name__ == "__main__":

@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._lazy import require
-from .frameworks import _torch as _tg
 from .errors import UnsupportedLayout
+from .frameworks import _torch as _tg
 from .safetensors import _reader, _writer
 
 __all__ = [

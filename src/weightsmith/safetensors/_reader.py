@@ -361,9 +361,7 @@ class safe_open:
         else:
             arrays = {t.name: self._array(t) for t in infos}
         adapter = self._adapter()
-        return {
-            t.name: adapter.from_numpy(arrays[t.name], t.dtype, self._device) for t in infos
-        }
+        return {t.name: adapter.from_numpy(arrays[t.name], t.dtype, self._device) for t in infos}
 
     def _adapter(self):
         from .. import frameworks
@@ -588,7 +586,9 @@ def _normalize(key: Any, shape: tuple[int, ...]) -> tuple[list[_Sel], list[int |
             layout.append(d)
             continue
         if isinstance(k, (bool, np.bool_)):
-            raise E.SliceIndexError("boolean indices are advanced indexing, which slices do not support")
+            raise E.SliceIndexError(
+                "boolean indices are advanced indexing, which slices do not support"
+            )
         try:
             i = operator.index(k)
         except TypeError:

@@ -49,9 +49,7 @@ class TensorSpec:
 
     __slots__ = ("_dtype", "data_len", "data_ptr", "shape")
 
-    def __init__(
-        self, *, dtype: str, shape: Sequence[int], data_ptr: int, data_len: int
-    ) -> None:
+    def __init__(self, *, dtype: str, shape: Sequence[int], data_ptr: int, data_len: int) -> None:
         try:
             d = _BY_NAME[dtype]
         except (KeyError, TypeError):
@@ -68,8 +66,7 @@ class TensorSpec:
             n *= s
         if d.nbytes(n) != data_len:
             raise E.InvalidTensorSpec(
-                f"{dtype} tensor of shape {shape} needs {d.nbytes(n)} bytes, "
-                f"data_len is {data_len}"
+                f"{dtype} tensor of shape {shape} needs {d.nbytes(n)} bytes, data_len is {data_len}"
             )
         if data_len and not data_ptr:
             raise E.InvalidTensorSpec(f"data_ptr is 0 for {data_len} bytes of data")
@@ -94,9 +91,7 @@ class TensorSpec:
         d = self._dtype
         if not self.data_len:
             return np.empty(self.shape, d.numpy)
-        raw = np.ctypeslib.as_array(
-            (ctypes.c_ubyte * self.data_len).from_address(self.data_ptr)
-        )
+        raw = np.ctypeslib.as_array((ctypes.c_ubyte * self.data_len).from_address(self.data_ptr))
         if d.packed:
             n = int(np.prod(self.shape, dtype=np.int64))
             return _subbyte.unpack(raw, d.bits, n).view(d.numpy).reshape(self.shape)
@@ -105,13 +100,13 @@ class TensorSpec:
 
 def _arrays(tensor_dict: Mapping[str, TensorSpec]) -> dict[str, np.ndarray]:
     if not isinstance(tensor_dict, Mapping):
-        raise TypeError(f"expected a dict of name -> TensorSpec, found {type(tensor_dict).__name__}")
+        raise TypeError(
+            f"expected a dict of name -> TensorSpec, found {type(tensor_dict).__name__}"
+        )
     out = {}
     for name, spec in tensor_dict.items():
         if not isinstance(spec, TensorSpec):
-            raise TypeError(
-                f"tensor {name!r}: expected a TensorSpec, found {type(spec).__name__}"
-            )
+            raise TypeError(f"tensor {name!r}: expected a TensorSpec, found {type(spec).__name__}")
         out[name] = spec.array()
     return out
 
@@ -141,6 +136,10 @@ def deserialize(data: bytes | bytearray | memoryview) -> list[tuple[str, dict[st
     out = []
     for t in sorted(header.tensors.values(), key=lambda t: t.data_offsets):
         b, e = t.data_offsets
-        item = {"shape": list(t.shape), "dtype": t.dtype.name, "data": bytearray(mv[start + b : start + e])}
+        item = {
+            "shape": list(t.shape),
+            "dtype": t.dtype.name,
+            "data": bytearray(mv[start + b : start + e]),
+        }
         out.append((t.name, item))
     return out
