@@ -16,6 +16,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from .safetensors import _reader, _writer
+from .safetensors import safe_open as safe_open  # HF's module has it (paddle imports it from there)
 
 __all__ = ["load", "load_file", "save", "save_file"]
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import frameworks as _fw
+from .safetensors import safe_open as safe_open  # HF's module has it; downstream imports it
 
 __all__ = ["load", "load_file", "save", "save_file"]
 

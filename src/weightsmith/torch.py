@@ -23,6 +23,7 @@ from ._lazy import require
 from .errors import UnsupportedLayout
 from .frameworks import _torch as _tg
 from .safetensors import _reader, _writer
+from .safetensors import safe_open as safe_open  # HF's module has it; downstream imports it
 
 __all__ = [
     "load",
