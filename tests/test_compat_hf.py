@@ -22,6 +22,7 @@ import safetensors.torch as hf_pt
 import torch
 
 import weightsmith as ws
+import weightsmith.numpy as ws_np
 import weightsmith.torch as ws_pt
 
 
@@ -341,6 +342,22 @@ def test_save_model_tied(tmp_path):
 
 
 # --------------------------------------------------------------------------- top level
+
+
+@pytest.mark.parametrize(
+    ("hf_mod", "ws_mod"), [(hf_np, ws_np), (hf_pt, ws_pt)], ids=["numpy", "torch"]
+)
+def test_module_public_names(hf_mod, ws_mod):
+    # every public function/class HF's module offers (its typing imports aside),
+    # e.g. paddle itself does `from safetensors.numpy import safe_open`
+    names = [
+        n
+        for n in dir(hf_mod)
+        if not n.startswith("_")
+        and callable(getattr(hf_mod, n))
+        and getattr(getattr(hf_mod, n), "__module__", "") not in ("typing", "collections")
+    ]
+    assert names and [n for n in names if not hasattr(ws_mod, n)] == []
 
 
 def test_top_level_names():

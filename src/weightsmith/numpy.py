@@ -15,10 +15,29 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .safetensors import _reader, _writer
-from .safetensors import safe_open as safe_open  # HF's module has it (paddle imports it from there)
+from .safetensors import (
+    TensorSpec,
+    _reader,
+    _writer,
+    deserialize,
+    safe_open,
+    serialize,
+    serialize_file,
+)
 
-__all__ = ["load", "load_file", "save", "save_file"]
+# With HF's top-level names, which HF's module re-exports too (paddle itself
+# does ``from safetensors.numpy import safe_open``).
+__all__ = [
+    "TensorSpec",
+    "deserialize",
+    "load",
+    "load_file",
+    "safe_open",
+    "save",
+    "save_file",
+    "serialize",
+    "serialize_file",
+]
 
 
 def save(tensor_dict: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None) -> bytes:

@@ -17,9 +17,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import frameworks as _fw
-from .safetensors import safe_open as safe_open  # HF's module has it; downstream imports it
+from .safetensors import TensorSpec, deserialize, safe_open, serialize, serialize_file
 
-__all__ = ["load", "load_file", "save", "save_file"]
+# With HF's top-level names, which HF's module re-exports too.
+__all__ = [
+    "TensorSpec",
+    "deserialize",
+    "load",
+    "load_file",
+    "safe_open",
+    "save",
+    "save_file",
+    "serialize",
+    "serialize_file",
+]
 
 _NAME = "paddle"
 

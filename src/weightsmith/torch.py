@@ -22,16 +22,29 @@ from typing import Any
 from ._lazy import require
 from .errors import UnsupportedLayout
 from .frameworks import _torch as _tg
-from .safetensors import _reader, _writer
-from .safetensors import safe_open as safe_open  # HF's module has it; downstream imports it
+from .safetensors import (
+    TensorSpec,
+    _reader,
+    _writer,
+    deserialize,
+    safe_open,
+    serialize,
+    serialize_file,
+)
 
+# With HF's top-level names, which HF's module re-exports too.
 __all__ = [
+    "TensorSpec",
+    "deserialize",
     "load",
     "load_file",
     "load_model",
+    "safe_open",
     "save",
     "save_file",
     "save_model",
+    "serialize",
+    "serialize_file",
     "storage_ptr",
     "storage_size",
 ]
