@@ -12,41 +12,20 @@ dict passed to ``save``/``save_file`` is left unchanged.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-from typing import Any
-
 from . import frameworks as _fw
-from .safetensors import safe_open as safe_open  # HF's module has it; downstream imports it
+from .safetensors import TensorSpec, deserialize, safe_open, serialize, serialize_file
 
-__all__ = ["load", "load_file", "save", "save_file"]
+# With HF's top-level names, which HF's modules re-export too.
+__all__ = [
+    "TensorSpec",
+    "deserialize",
+    "load",
+    "load_file",
+    "safe_open",
+    "save",
+    "save_file",
+    "serialize",
+    "serialize_file",
+]
 
-_NAME = "mlx"
-
-
-def save(tensors: Mapping[str, Any], metadata: Mapping[str, str] | None = None) -> bytes:
-    """The bytes of a safetensors file holding ``tensors``."""
-    return _fw.save(_NAME, tensors, metadata)
-
-
-def save_file(
-    tensors: Mapping[str, Any],
-    filename: str | os.PathLike[str],
-    metadata: Mapping[str, str] | None = None,
-) -> None:
-    """Write ``tensors`` to ``filename`` (atomically)."""
-    _fw.save_file(_NAME, tensors, filename, metadata)
-
-
-def load(data: bytes) -> dict[str, Any]:
-    """Tensors of a safetensors file held in memory."""
-    return _fw.load(_NAME, data)
-
-
-def load_file(
-    filename: str | os.PathLike[str],
-    *,
-    backend: str = "mmap",
-) -> dict[str, Any]:
-    """Every tensor of a file; ``backend`` is ``"mmap"`` or ``"pread"``."""
-    return _fw.load_file(_NAME, filename, "cpu", backend)
+save, save_file, load, load_file = _fw.mirror("mlx")

@@ -22,22 +22,25 @@ framework's canonical name in ``safe_open`` (``"flax"``, ``"tf"``,
   the registry, zero-copy where possible).
 * ``is_tensor(x)``.
 
-The save/load functions every framework module shares are
-:func:`save`, :func:`save_file`, :func:`load` and :func:`load_file` here.
+The public modules (:mod:`weightsmith.flax`, ``.tensorflow``, ``.paddle``,
+``.mlx``) are each made by :func:`mirror`: HF's four functions, ``save``,
+``save_file``, ``load`` and ``load_file``, for one framework.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["adapter", "load", "load_file", "save", "save_file"]
+__all__ = ["Mirror", "adapter", "mirror"]
 
 # safe_open's canonical framework name -> adapter module
 _ADAPTERS = {"flax": "_jax", "tf": "_tf", "mlx": "_mlx", "paddle": "_paddle"}
+# ... and its public module, weightsmith.<name>
+_MODULES = {"flax": "flax", "tf": "tensorflow", "mlx": "mlx", "paddle": "paddle"}
 
 
 def adapter(framework: str) -> ModuleType:
@@ -58,38 +61,54 @@ def _numpy_dict(framework: str, tensors: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def save(framework: str, tensors: Mapping[str, Any], metadata: Mapping[str, str] | None) -> bytes:
-    """The bytes of a safetensors file holding a framework's tensors."""
-    from .. import safetensors
+class Mirror(NamedTuple):
+    """HF's four functions of ``safetensors.<framework>``, for one framework."""
 
-    return safetensors.save(_numpy_dict(framework, tensors), metadata)
-
-
-def save_file(
-    framework: str,
-    tensors: Mapping[str, Any],
-    filename: str | os.PathLike[str],
-    metadata: Mapping[str, str] | None,
-) -> None:
-    """Write a framework's tensors to ``filename`` (atomically)."""
-    from .. import safetensors
-
-    safetensors.save_file(_numpy_dict(framework, tensors), filename, metadata)
+    save: Callable[..., bytes]
+    save_file: Callable[..., None]
+    load: Callable[..., dict[str, Any]]
+    load_file: Callable[..., dict[str, Any]]
 
 
-def load(framework: str, data: bytes, device: str = "cpu") -> dict[str, Any]:
-    """A framework's tensors from the bytes of a safetensors file."""
-    from .. import safetensors
+def mirror(framework: str) -> Mirror:
+    """``save``, ``save_file``, ``load``, ``load_file`` with HF's signatures
+    (plus ``device`` everywhere: HF's paddle module has it, the others give
+    an error for anything but ``"cpu"``)."""
 
-    adapter(framework).module()
-    return safetensors.load(data, framework, device)
+    def save(tensors: Mapping[str, Any], metadata: Mapping[str, str] | None = None) -> bytes:
+        """The bytes of a safetensors file holding ``tensors``."""
+        from .. import safetensors
 
+        return safetensors.save(_numpy_dict(framework, tensors), metadata)
 
-def load_file(
-    framework: str, filename: str | os.PathLike[str], device: str = "cpu", backend: str = "mmap"
-) -> dict[str, Any]:
-    """Every tensor of a file, as the framework's tensors."""
-    from .. import safetensors
+    def save_file(
+        tensors: Mapping[str, Any],
+        filename: str | os.PathLike[str],
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        """Write ``tensors`` to ``filename`` (atomically)."""
+        from .. import safetensors
 
-    adapter(framework).module()
-    return safetensors.load_file(filename, framework, device, backend=backend)
+        safetensors.save_file(_numpy_dict(framework, tensors), filename, metadata)
+
+    def load(data: bytes, device: str = "cpu") -> dict[str, Any]:
+        """Tensors of a safetensors file held in memory."""
+        from .. import safetensors
+
+        adapter(framework).module()
+        return safetensors.load(data, framework, device)
+
+    def load_file(
+        filename: str | os.PathLike[str], device: str = "cpu", *, backend: str = "mmap"
+    ) -> dict[str, Any]:
+        """Every tensor of a file; ``backend`` is ``"mmap"`` or ``"pread"``."""
+        from .. import safetensors
+
+        adapter(framework).module()
+        return safetensors.load_file(filename, framework, device, backend=backend)
+
+    functions = (save, save_file, load, load_file)
+    for fn in functions:  # help() and tracebacks name the public module
+        fn.__module__ = f"weightsmith.{_MODULES[framework]}"
+        fn.__qualname__ = fn.__name__
+    return Mirror(*functions)

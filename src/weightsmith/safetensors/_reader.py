@@ -546,13 +546,10 @@ def _as_tuple(key: Any) -> tuple:
     return tuple(slice(0, 0) if isinstance(k, list) and not k else k for k in key)
 
 
-def _normalize(key: Any, shape: tuple[int, ...]) -> tuple[list[_Sel], list[int | None]]:
-    """numpy basic indexing -> one _Sel per tensor dim, and the index layout:
-    for each position of the expanded key, the tensor dim it indexes (an
-    integer index drops that dim from the output), or None for a new axis."""
-    key = _as_tuple(key)
-    n_ell = sum(1 for k in key if k is Ellipsis)
-    if n_ell > 1:
+def _n_indexed(key: tuple, shape: tuple[int, ...]) -> int:
+    """How many tensor dims ``key`` indexes; SliceIndexError for two
+    ellipses or more indices than dims."""
+    if sum(1 for k in key if k is Ellipsis) > 1:
         raise E.SliceIndexError("an index can only have a single ellipsis ('...')")
     n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
     if n_real > len(shape):
@@ -560,6 +557,16 @@ def _normalize(key: Any, shape: tuple[int, ...]) -> tuple[list[_Sel], list[int |
             f"too many indices for tensor: tensor is {len(shape)}-dimensional, "
             f"but {n_real} were indexed"
         )
+    return n_real
+
+
+def _normalize(key: Any, shape: tuple[int, ...]) -> tuple[list[_Sel], list[int | None]]:
+    """numpy basic indexing -> one _Sel per tensor dim, and the index layout:
+    for each position of the expanded key, the tensor dim it indexes (an
+    integer index drops that dim from the output), or None for a new axis."""
+    key = _as_tuple(key)
+    n_ell = sum(1 for k in key if k is Ellipsis)
+    n_real = _n_indexed(key, shape)
     expanded: list[Any] = []
     for k in key:
         if k is Ellipsis:
@@ -608,12 +615,7 @@ def _bounding_box(key: tuple, shape: tuple[int, ...]) -> tuple[tuple, tuple]:
     reading the box that holds every selected element, and the key that
     picks them from that box with numpy's own rules (ints become 0, lists
     are shifted, slices already applied become ``:``)."""
-    n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
-    if n_real > len(shape):
-        raise E.SliceIndexError(
-            f"too many indices for tensor: tensor is {len(shape)}-dimensional, "
-            f"but {n_real} were indexed"
-        )
+    n_real = _n_indexed(key, shape)
     bound: list[Any] = []
     local: list[Any] = []
     d = 0
