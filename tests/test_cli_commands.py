@@ -13,7 +13,7 @@ import torch
 from safetensors.numpy import load_file as hf_load
 from safetensors.torch import save_file as hf_save
 
-from cli_helpers import assert_one_line_error, diff_json, run
+from support.cli_helpers import assert_one_line_error, diff_json, run
 
 # --------------------------------------------------------------------------- validate
 
@@ -271,7 +271,7 @@ PROMPT = [1, 5, 17, 42, 7, 99, 3, 250]
 @pytest.fixture(scope="module")
 def hf_llama(tmp_path_factory):
     """A tiny Llama folder (SentencePiece tokenizer) and its f32 and q8_0 GGUFs, made by the CLI."""
-    import hf_models
+    from support import hf_models
 
     root = tmp_path_factory.mktemp("cli_hf")
     src = hf_models.build("llama", root / "hf")
@@ -494,7 +494,7 @@ def test_diff_registry_reports_missing_and_changed_tensors(hf_llama, tmp_path):
 def test_diff_gemma3_norms_and_qk_through_the_registry(tmp_path):
     # Gemma stores norm weights as w - 1 in HF and w in GGUF; the registry's transform is
     # applied by convert.compare, so an f32 GGUF still diffs to exactly zero
-    import hf_models
+    from support import hf_models
 
     src = hf_models.build("gemma3", tmp_path / "hf")
     p = run("convert", src, tmp_path / "g.gguf", "--type", "f32", "-q")

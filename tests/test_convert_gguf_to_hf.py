@@ -3,7 +3,7 @@
 Oracles: transformers (the folder loads; logits against the original model's),
 the ``safetensors`` library (tensor values against the original checkpoint) and
 llama.cpp's own ``convert_hf_to_gguf.py`` (GGUFs we did not write).  Tiny random
-models come from tests/hf_models.py, one per architecture of the registry.
+models come from tests/support/hf_models.py, one per architecture of the registry.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import torch
 from safetensors.numpy import load_file as st_load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-import hf_models
-from llama_sdist import llama_cpp_root
+from support import hf_models
+from support.llama_sdist import llama_cpp_root
 from weightsmith import errors as E
 from weightsmith.convert import gguf_to_hf
 from weightsmith.convert._hf_to_gguf import hf_to_gguf

@@ -1,6 +1,6 @@
 """HF -> GGUF against llama.cpp: its convert_hf_to_gguf.py, llama_model_quantize and its runtime.
 
-Each tiny model (tests/hf_models.py) is converted once per type at module scope, by us
+Each tiny model (tests/support/hf_models.py) is converted once per type at module scope, by us
 and by the reference (all reference conversions run in one subprocess, to pay the
 torch import once).
 """
@@ -18,9 +18,9 @@ import gguf
 import numpy as np
 import pytest
 
-import gguf_c_reader
-from hf_models import build, train_spm
-from llama_sdist import llama_cpp_root
+from support import gguf_c_reader
+from support.hf_models import build, train_spm
+from support.llama_sdist import llama_cpp_root
 from weightsmith import errors as E
 from weightsmith.convert import compare, hf_to_gguf, read_imatrix
 

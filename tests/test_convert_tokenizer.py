@@ -26,8 +26,8 @@ import sentencepiece as spm
 import tokenizers
 from transformers import AutoTokenizer
 
-import ggml_ref
-from llama_sdist import llama_cpp_root
+from support import ggml_ref
+from support.llama_sdist import llama_cpp_root
 from weightsmith import errors as E
 from weightsmith import gguf
 from weightsmith.convert.tokenizer import (

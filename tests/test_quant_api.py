@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import ggml_ref
+from support import ggml_ref
 import weightsmith.quant as Q
 from weightsmith.dtypes import GGML, ggml_type
 from weightsmith.errors import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from recipe_models import ModelSpec, write_model
+from support.recipe_models import ModelSpec, write_model
 from weightsmith import gguf
 from weightsmith.errors import NonFiniteInput
 from weightsmith.quant import _file

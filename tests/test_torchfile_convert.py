@@ -9,7 +9,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from torchfile_helpers import ALL_DTYPES, _sample, glob, make_zip, s, tensor_bytes, tup
+from support.torchfile_helpers import ALL_DTYPES, _sample, glob, make_zip, s, tensor_bytes, tup
 from weightsmith import errors
 from weightsmith.convert import torch_to_safetensors
 
@@ -118,7 +118,7 @@ def test_nothing_written_on_refusal(tmp_path):
 
 
 def test_expanded_view_larger_than_file_is_refused(tmp_path):
-    from torchfile_helpers import dict_, storage, tensor_v2
+    from support.torchfile_helpers import dict_, storage, tensor_v2
 
     pkl = (
         b"\x80\x02"

@@ -59,7 +59,7 @@ def train_spm(folder: Path, vocab_size: int = 512) -> int:
 
 
 def _qwen_tokenizer(folder: Path) -> int:
-    from llama_sdist import llama_cpp_root
+    from .llama_sdist import llama_cpp_root
     from weightsmith.convert.tokenizer import tokenizer_json_from_vocab_gguf
 
     files = tokenizer_json_from_vocab_gguf(
