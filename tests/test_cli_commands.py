@@ -258,7 +258,7 @@ def test_convert_reshard_and_back(tmp_path, remote_tree):
     one = _torch_load(tmp_path / "one.safetensors")
     assert all(torch.equal(one[k], ref[k]) for k in ref)
     assert_one_line_error(
-        run("convert", src, tmp_path / "x.safetensors", "--type", "q4_k"), "UnknownCastType"
+        run("convert", src, tmp_path / "x.safetensors", "--type", "q4_k"), "UnsupportedTargetDtype"
     )
 
 
@@ -532,19 +532,19 @@ def test_diff_remote_against_local_headers(nginx, remote_tree):
 
 
 ERROR_CASES = [
-    (("inspect", "{bad}.gguf"), "GGUFBadMagic"),
+    (("inspect", "{bad}.gguf"), "GGUFInvalidMagic"),
     (("inspect", "{missing}"), "UnknownTargetError"),
     (("validate", "{bad}.safetensors"), "HeaderTooLarge"),
-    (("diff", "{bad}.gguf", "{bad}.gguf"), "GGUFBadMagic"),
+    (("diff", "{bad}.gguf", "{bad}.gguf"), "GGUFInvalidMagic"),
     (("diff", "{bad}.safetensors", "{bad}.gguf", "--values"), "HeaderTooLarge"),
-    (("convert", "{bad}.gguf", "{tmp}/out"), "GGUFBadMagic"),
+    (("convert", "{bad}.gguf", "{tmp}/out"), "GGUFInvalidMagic"),
     (("convert", "{tmp}", "{tmp}/x.gguf"), "MissingModelFile"),
     (("convert", "{tmp}/a.txt", "{tmp}/b.txt"), "UnknownTargetError"),
-    (("quantize", "{bad}.gguf", "{tmp}/o.gguf", "--type", "q4_k_m"), "GGUFBadMagic"),
-    (("edit", "{bad}.gguf", "--set", "a=1"), "GGUFBadMagic"),
-    (("edit", "{empty}.gguf", "--set", "a=1"), "GGUFBadMagic"),
-    (("split", "{bad}.gguf", "{tmp}/sp", "--max-size", "1M"), "GGUFBadMagic"),
-    (("merge", "{bad}.gguf", "{tmp}/m.gguf"), "GGUFBadMagic"),
+    (("quantize", "{bad}.gguf", "{tmp}/o.gguf", "--type", "q4_k_m"), "GGUFInvalidMagic"),
+    (("edit", "{bad}.gguf", "--set", "a=1"), "GGUFInvalidMagic"),
+    (("edit", "{empty}.gguf", "--set", "a=1"), "GGUFInvalidMagic"),
+    (("split", "{bad}.gguf", "{tmp}/sp", "--max-size", "1M"), "GGUFInvalidMagic"),
+    (("merge", "{bad}.gguf", "{tmp}/m.gguf"), "GGUFInvalidMagic"),
     (("scan", "{missing}.pth"), "FileNotFoundError"),
 ]
 

@@ -368,7 +368,7 @@ def test_unknown_architecture_lists_supported(work, tmp_path):
 def test_heads_not_dividing_hidden(work, tmp_path):
     d = _copy_model(work["models"]["llama"], tmp_path / "m")
     _edit_config(d, num_attention_heads=3, num_key_value_heads=None, head_dim=None)
-    with pytest.raises(E.BadModelConfig) as ei:
+    with pytest.raises(E.InvalidModelConfig) as ei:
         hf_to_gguf(d, tmp_path / "o.gguf", "f16")
     assert "num_attention_heads" in str(ei.value) and "config.json" in str(ei.value)
 
@@ -376,7 +376,7 @@ def test_heads_not_dividing_hidden(work, tmp_path):
 def test_missing_hyperparameter(work, tmp_path):
     d = _copy_model(work["models"]["qwen2"], tmp_path / "m")
     _edit_config(d, hidden_size=None)
-    with pytest.raises(E.BadModelConfig, match="hidden_size"):
+    with pytest.raises(E.InvalidModelConfig, match="hidden_size"):
         hf_to_gguf(d, tmp_path / "o.gguf", "f16")
 
 
@@ -420,7 +420,7 @@ def test_sharded_model_same_as_single(work, tmp_path):
 def test_tokenizer_larger_than_vocab_size(work, tmp_path):
     d = _copy_model(work["models"]["llama"], tmp_path / "m")
     _edit_config(d, vocab_size=300)
-    with pytest.raises((E.VocabLargerThanConfig, E.TensorShapeMismatch)) as ei:
+    with pytest.raises((E.VocabSizeMismatch, E.TensorShapeMismatch)) as ei:
         hf_to_gguf(d, tmp_path / "o.gguf", "f16")
     assert "vocab" in str(ei.value)
 

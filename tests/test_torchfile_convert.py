@@ -107,7 +107,7 @@ def test_sharded_output_and_sharded_input(tmp_path):
 def test_nothing_written_on_refusal(tmp_path):
     src = tmp_path / "c.pt"
     torch.save({"z": torch.zeros(2, dtype=torch.complex128)}, src)
-    with pytest.raises(errors.UnconvertibleDtype):
+    with pytest.raises(errors.UnsupportedTorchDtype):
         torch_to_safetensors(src, tmp_path / "c.safetensors")
     evil = make_zip(
         tmp_path / "e.pt", b"\x80\x02" + glob("os", "system") + tup(s("touch x")) + b"R.", {}

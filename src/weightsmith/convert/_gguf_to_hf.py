@@ -78,7 +78,7 @@ def _norm_dtype(dtype: str | DType) -> DType:
     except KeyError:
         dt = None
     if dt is None or dt.name not in _OUT_DTYPES:
-        raise E.UnsupportedOutputDtype(
+        raise E.UnsupportedTargetDtype(
             "unsupported output dtype",
             field="dtype",
             expected="one of bf16, f16, f32",
@@ -97,7 +97,7 @@ def _entry(md: Mapping[str, Any], path: Path):
     entry = by_gguf_arch(arch) if isinstance(arch, str) else None
     if entry is None:
         known = sorted({a.gguf_arch for a in REGISTRY.values()})
-        raise E.UnsupportedGGUFArchitecture(
+        raise E.UnknownArchitecture(
             "no GGUF -> HF conversion for this architecture",
             path=path,
             field="general.architecture",
@@ -275,7 +275,7 @@ def _plan_tensors(f: GGUFFile, entry: Any, path: Path) -> list[tuple[str, str, t
             continue
         plan.append((t.name, hf, tuple(int(d) for d in t.shape)))
     if unmapped:
-        raise E.UnmappedGGUFTensor(
+        raise E.UnmappedTensor(
             f"no Hugging Face name for {len(unmapped)} tensor(s)",
             path=path,
             field="tensors " + ", ".join(repr(n) for n in unmapped[:8]),
@@ -336,7 +336,7 @@ def _hf_values(
         try:
             x = tr.inverse(x, cfg, {})
         except ValueError as exc:  # a reshape that the head counts do not fit
-            raise E.GGUFShapeMismatch(
+            raise E.TensorShapeMismatch(
                 f"cannot undo {tr.name}: {exc}",
                 path=path,
                 field=f"tensor {gguf_name!r}",
@@ -418,7 +418,7 @@ def _write_shard(
             g, shape = by_hf[hf]
             x = _hf_values(f, files, entry, g, hf, cfg, path)
             if tuple(x.shape) != shape:
-                raise E.GGUFShapeMismatch(
+                raise E.TensorShapeMismatch(
                     "inverse transform changed the shape",
                     path=path,
                     field=f"tensor {g!r}",

@@ -81,11 +81,11 @@ def _read_config(d: Path) -> dict:
         cfg = json.loads(p.read_text(encoding="utf-8"))
     # ValueError: bad JSON or UTF-8, or an integer past int()'s digit limit
     except (OSError, ValueError) as exc:
-        raise E.BadModelConfig(
+        raise E.InvalidModelConfig(
             "cannot parse config.json", path=p, expected="a JSON object", found=str(exc)
         ) from None
     if not isinstance(cfg, dict):
-        raise E.BadModelConfig(
+        raise E.InvalidModelConfig(
             "config.json is not an object", path=p, expected="a JSON object",
             found=type(cfg).__name__,
         )  # fmt: skip
@@ -97,7 +97,7 @@ def _read_config(d: Path) -> dict:
 def _arch(cfg: dict, path: Path) -> Arch:
     archs = cfg.get("architectures")
     if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
-        raise E.BadModelConfig(
+        raise E.InvalidModelConfig(
             "config.json names no architecture",
             path=path,
             field="architectures",
@@ -119,7 +119,7 @@ def _arch(cfg: dict, path: Path) -> Arch:
 def _positive_int(cfg: dict, key: str, path: Path) -> int:
     v = cfg.get(key)
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-        raise E.BadModelConfig(
+        raise E.InvalidModelConfig(
             "missing or invalid hyperparameter",
             path=path,
             field=key,
@@ -137,7 +137,7 @@ def _check_config(cfg: dict, arch: Arch, path: Path) -> None:
         _positive_int(cfg, "num_attention_heads", path)
         hidden = cfg["hidden_size"]
         if cfg.get("head_dim") is None and hidden % n_head:
-            raise E.BadModelConfig(
+            raise E.InvalidModelConfig(
                 "num_attention_heads does not divide hidden_size",
                 path=path,
                 field="num_attention_heads",
@@ -147,7 +147,7 @@ def _check_config(cfg: dict, arch: Arch, path: Path) -> None:
         if cfg.get("num_key_value_heads") is not None:
             n_kv = _positive_int(cfg, "num_key_value_heads", path)
             if n_head % n_kv:
-                raise E.BadModelConfig(
+                raise E.InvalidModelConfig(
                     "num_key_value_heads does not divide num_attention_heads",
                     path=path,
                     field="num_key_value_heads",

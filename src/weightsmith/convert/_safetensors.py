@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes
-from ..errors import UnknownCastType
+from ..errors import UnsupportedTargetDtype
 
 # float codes a cast may target or change
 _FLOATS = {"F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2"}
@@ -33,7 +33,7 @@ def target_dtype(name: str | None) -> str | None:
     except KeyError:
         code = None
     if code not in _FLOATS:
-        raise UnknownCastType(
+        raise UnsupportedTargetDtype(
             "cannot cast to this type", field="dtype", expected=sorted(_FLOATS), found=name
         )
     return code

@@ -111,7 +111,7 @@ def torch_to_safetensors(
                 )
             code = info.safetensors_dtype
             if code is None:
-                raise errors.UnconvertibleDtype(
+                raise errors.UnsupportedTorchDtype(
                     "no safetensors dtype for this tensor",
                     path=ck.path,
                     field=name,

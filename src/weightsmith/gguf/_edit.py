@@ -105,7 +105,7 @@ def edit(
             t, d = kvs[KEY_ALIGNMENT]
             a = int.from_bytes(d, "little" if h.byte_order == "<" else "big") if len(d) == 4 else 0
             if t != MetaType(VT.UINT32) or a <= 0 or a & (a - 1):
-                raise E.GGUFBadAlignment(
+                raise E.GGUFInvalidAlignment(
                     path=path,
                     field=KEY_ALIGNMENT,
                     expected="a u32 power of two",

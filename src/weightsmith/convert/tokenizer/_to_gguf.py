@@ -148,8 +148,8 @@ def _vocab_size(config: dict, keys: tuple[str, ...]) -> int | None:
     return None
 
 
-def _too_large(path: Path, token: str, tid: int, vocab_size: int) -> E.VocabLargerThanConfig:
-    return E.VocabLargerThanConfig(
+def _too_large(path: Path, token: str, tid: int, vocab_size: int) -> E.VocabSizeMismatch:
+    return E.VocabSizeMismatch(
         f"token {token!r} has id {tid}, outside the model's embedding rows",
         path=path,
         field="config.json vocab_size",
@@ -748,7 +748,7 @@ def vocab_metadata(model_dir: str | os.PathLike[str], config: dict) -> list[KV]:
     each entry is ``(key, value, type)`` where ``type`` is the scalar type, or the
     element type of an array, ready for ``gguf.Writer.add(key, value, type)``.
 
-    Raises TokenizerFilesMissing, TokenizerInconsistent, VocabLargerThanConfig,
+    Raises TokenizerFilesMissing, TokenizerInconsistent, VocabSizeMismatch,
     UnknownBPEPreTokenizer (all from :mod:`weightsmith.errors`).
     """
     d = Path(model_dir)
