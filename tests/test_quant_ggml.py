@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from support import ggml_ref
 import weightsmith.quant as Q
+from support import ggml_ref
 from weightsmith.dtypes import ggml_type
 from weightsmith.errors import ImatrixRequired
 

@@ -13,7 +13,13 @@ import numpy as np
 import pytest
 
 from support import ggml_ref
-from support.golden import as_blocks, assert_same_bytes, assert_same_floats, load_golden, load_inputs
+from support.golden import (
+    as_blocks,
+    assert_same_bytes,
+    assert_same_floats,
+    load_golden,
+    load_inputs,
+)
 from support.iq_blocks import random_iq_blocks
 from weightsmith.dtypes import ggml_type
 from weightsmith.errors import ImatrixRequired

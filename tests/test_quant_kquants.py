@@ -14,7 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from support import ggml_ref
-from support.golden import as_blocks, assert_same_bytes, assert_same_floats, load_golden, load_inputs
+from support.golden import (
+    as_blocks,
+    assert_same_bytes,
+    assert_same_floats,
+    load_golden,
+    load_inputs,
+)
 from weightsmith.dtypes import ggml_type
 from weightsmith.quant import _search, kquants
 
