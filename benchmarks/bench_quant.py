@@ -56,8 +56,8 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 from gguf.quants import quantize as gguf_quantize
 
-from support import ggml_ref
 import weightsmith.quant as Q
+from support import ggml_ref
 
 # --------------------------------------------------------------------------- type lists
 LEGACY = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]
@@ -359,7 +359,7 @@ def bench_workers_file(repeat: int, workers: int, ftype: str, rep: Report) -> No
     import tempfile
 
     from support.recipe_models import ModelSpec, write_model
-    from weightsmith.quant._file import quantize_file
+    from weightsmith.quant.file import quantize_file
 
     spec = ModelSpec("bench", "llama", 4, 512, 1536, 8, 8, n_vocab=1024)
     with tempfile.TemporaryDirectory() as d:

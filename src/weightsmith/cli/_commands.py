@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import NotAvailableError, UnknownTargetError, UsageError
+from ..quant.file import dequantize_tensor
 from ._lib import lib as _lib
 from ._output import Out, human_bytes
 from .progress import call_with_progress
@@ -397,7 +398,7 @@ class _Loader:
             if t.file not in self._open:
                 read = _lib("gguf", "read", what="reading GGUF")
                 self._open[t.file] = read(t.file)
-            arr = np.asarray(self._open[t.file].dequantize(name))
+            arr = np.asarray(dequantize_tensor(self._open[t.file], name))
             return arr.astype(np.float64).reshape(t.shape)
         raise NotAvailableError(f"diff --values of {fmt} files is not available yet")
 
@@ -553,7 +554,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
 
     fn = lib_or_none("quant", "quantize_file")
     if fn is None:
-        from ..quant._file import quantize_file as fn
+        from ..quant.file import quantize_file as fn
     kw: dict[str, Any] = {"type": args.type}
     if args.imatrix:
         kw["imatrix"] = args.imatrix

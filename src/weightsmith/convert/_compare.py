@@ -16,6 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ..gguf import read
+from ..quant.file import dequantize_tensor
+from ._hf_to_gguf import _plan, _tensor_data
+
 __all__ = ["CompareReport", "TensorQuality", "compare"]
 
 
@@ -98,8 +102,6 @@ def _quality(name: str, ref: np.ndarray, got: np.ndarray, type_: str, nbytes: in
 
 def compare(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> CompareReport:
     """Per-tensor error of ``dst`` (GGUF) against ``src`` (HF folder or GGUF)."""
-    from ..gguf import read
-
     s, d = Path(src), Path(dst)
     rep = CompareReport(str(s), str(d), _dir_bytes(s), sum(p.stat().st_size for p in [d]))
     with read(d) as g:
@@ -112,7 +114,7 @@ def compare(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> Compare
                 ref = source.get(t.name)
                 if ref is None:
                     continue
-                got = g.dequantize(t.name)
+                got = dequantize_tensor(g, t.name)
                 rep.tensors.append(_quality(t.name, ref, got, t.ggml_type.name, t.nbytes))
         finally:
             source.close()
@@ -123,8 +125,6 @@ class _hf_source:
     """Source tensors in GGUF layout: the converter's plan, read lazily."""
 
     def __init__(self, d: Path) -> None:
-        from ._hf_to_gguf import _plan, _tensor_data
-
         self._stack: list = []
         # the tokenizer only matters for the embedding rows some architectures cut
         has_tok = (d / "tokenizer.model").is_file() or (d / "tokenizer.json").is_file()
@@ -143,12 +143,10 @@ class _hf_source:
 
 class _gguf_source:
     def __init__(self, p: Path) -> None:
-        from ..gguf import read
-
         self._f = read(p)
 
     def get(self, name: str) -> np.ndarray | None:
-        return self._f.dequantize(name) if name in self._f else None
+        return dequantize_tensor(self._f, name) if name in self._f else None
 
     def close(self) -> None:
         self._f.close()

@@ -32,6 +32,7 @@ from typing import Any
 from ... import errors as E
 from ..._atomic import atomic_output
 from ..._lazy import require
+from ...gguf import read as read_gguf
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 
@@ -445,9 +446,7 @@ def tokenizer_json_from_vocab_gguf(
     path: str | os.PathLike[str], folder: str | os.PathLike[str] | None = None
 ) -> dict[str, Any]:
     """:func:`hf_tokenizer_files` of the GGUF at ``path``; also written to ``folder`` when given."""
-    from ...gguf import read
-
-    with read(path) as f:
+    with read_gguf(path) as f:
         files = hf_tokenizer_files(f.metadata, where=os.fspath(path))
     if folder is not None:
         folder = Path(folder)
