@@ -22,7 +22,9 @@ from support import gguf_c_reader
 from support.hf_models import build, train_spm
 from support.llama_sdist import llama_cpp_root
 from weightsmith import errors as E
-from weightsmith.convert import compare, hf_to_gguf, read_imatrix
+from weightsmith.convert import hf_to_gguf
+from weightsmith.convert.compare import compare
+from weightsmith.quant.imatrix import read_imatrix
 
 ARCHS = ["llama", "llama3", "mistral", "qwen2", "qwen3", "gemma3"]
 REF_TYPES = ["f32", "f16", "bf16", "q8_0"]

@@ -103,12 +103,15 @@ def test_every_class_is_listed_in_the_module_docstring():
 def test_a_rule_does_not_catch_another_rule():
     """A rule's bases are families (or WeightsmithError/builtins), never another rule."""
     classes = _classes()
-    families = {c for c in classes.values() if any(o is not c and c in o.__mro__ for o in classes.values())}
+    families = {
+        c for c in classes.values() if any(o is not c and c in o.__mro__ for o in classes.values())
+    }
     leaf_parents = {
         (n, b.__name__)
         for n, c in classes.items()
         for b in c.__bases__
-        if b in families and b.__name__ not in ("WeightsmithError", "FormatError")
+        if b in families
+        and b.__name__ not in ("WeightsmithError", "FormatError")
         and not b.__name__.endswith("Error")
     }
     assert not leaf_parents, f"rules subclassing another rule: {sorted(leaf_parents)}"

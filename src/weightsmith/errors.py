@@ -155,6 +155,7 @@ The catalogue, in pipeline order (bases in parentheses)::
       MissingGGUFMetadata (ConvertError): Metadata keys that config.json needs are absent (all of them are listed)
       MissingGGUFTensor (ConvertError): A tensor the architecture requires is absent (all of them are listed)
       UnsupportedTargetDtype (ConvertError): A dtype to convert or cast tensors to that is not one of the float codes allowed there
+      UnsupportedComparison (ConvertError): Values to compare from files we do not read values from (remote, PyTorch)
       TokenizerError (FormatError): A tokenizer folder or the tokenizer.ggml.* metadata of a GGUF cannot be converted
       TokenizerFilesMissing (TokenizerError): No tokenizer.json / tokenizer.model usable for the architecture, or a GGUF without tokenizer keys
       TokenizerInconsistent (TokenizerError): Tokenizer files contradict each other or themselves (bad JSON, wrong types, ids out of range)
@@ -175,7 +176,6 @@ The catalogue, in pipeline order (bases in parentheses)::
       HeaderReadLimit (WeightsmithError, ValueError): Reading a header would need more bytes than the inspect limit allows
 
     command line
-      NotAvailableError (WeightsmithError): A capability the CLI offers whose library part is not in this build yet
       UsageError (WeightsmithError, ValueError): A command-line argument that cannot be used (bad KEY=VALUE, nothing to do, ...)
 """
 
@@ -736,6 +736,10 @@ class UnsupportedTargetDtype(ConvertError):
     """A dtype to convert or cast tensors to that is not one of the float codes allowed there."""
 
 
+class UnsupportedComparison(ConvertError):
+    """Values to compare from files we do not read values from (remote, PyTorch)."""
+
+
 class TokenizerError(FormatError):
     """A tokenizer folder or the tokenizer.ggml.* metadata of a GGUF cannot be converted."""
 
@@ -801,9 +805,5 @@ class HeaderReadLimit(WeightsmithError, ValueError):
 
 
 # --------------------------------------------------------------------------- cli
-class NotAvailableError(WeightsmithError):
-    """A capability the CLI offers whose library part is not in this build yet."""
-
-
 class UsageError(WeightsmithError, ValueError):
     """A command-line argument that cannot be used (bad KEY=VALUE, nothing to do, ...)."""

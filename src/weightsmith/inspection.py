@@ -58,6 +58,7 @@ __all__ = [
     "natural_key",
     "read_gguf",
     "read_safetensors",
+    "validate_local",
 ]
 
 #: bytes read by the first (speculative) request of a safetensors file.
@@ -543,6 +544,32 @@ def inspect_local(target: str | os.PathLike[str]) -> Report:
         return Report(str(target), "gguf", [read_gguf(LocalSource(s)) for s in siblings])
     fr = read_local_file(path)
     return Report(str(target), fr.format, [fr])
+
+
+def validate_local(target: str | os.PathLike[str]) -> tuple[Report, int]:
+    """Strict check of a local file or folder; returns its report and tensor count.
+
+    Every header is parsed with full validation (:func:`inspect_local`), then
+    every file is opened as its reader opens it: safetensors through
+    ``safe_open`` / ``open_checkpoint`` (data coverage against the file size),
+    GGUF through :func:`weightsmith.gguf.read`, PyTorch through the pickle
+    scanner.  Raises the error of the first rule broken.
+    """
+    path = Path(target)
+    report = inspect_local(path)
+    n = len(report.tensors)
+    if report.format == "safetensors":
+        sharded = path.is_dir() or path.name.endswith(".index.json")
+        opener = st.open_checkpoint if sharded else st.safe_open
+        with opener(path, framework="np") as f:
+            n = len(list(f.keys()))
+    elif report.format == "gguf":
+        for fr in report.files:
+            gguf.read(fr.path).close()
+    elif report.format == "pytorch":
+        for fr in report.files:
+            torchfile.scan(fr.path)
+    return report, n
 
 
 def _inspect_local_index(index: Path, target: str) -> Report:

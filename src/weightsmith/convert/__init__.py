@@ -1,7 +1,9 @@
 """Converters between weight formats.
 
 Each converter lives in its own module and is imported on first use
-(PEP 562), so ``import weightsmith.convert`` pulls in nothing.
+(PEP 562), so ``import weightsmith.convert`` pulls in nothing.  Comparing two
+models (tensor matching, conversion quality) is :mod:`weightsmith.convert.compare`;
+the architecture registry is :mod:`weightsmith.convert.arch`.
 """
 
 from __future__ import annotations
@@ -17,8 +19,6 @@ _LAZY = {
     "gguf_to_hf": "weightsmith.convert._gguf_to_hf",
     "hf_to_gguf": "weightsmith.convert._hf_to_gguf",
     "plan_conversion": "weightsmith.convert._hf_to_gguf",
-    "compare": "weightsmith.convert._compare",
-    "read_imatrix": "weightsmith.quant.imatrix",
 }
 
 __all__ = list(_LAZY)

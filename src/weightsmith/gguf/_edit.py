@@ -155,6 +155,15 @@ def edit(
         src.close()
 
 
+def kv_types(path: str | os.PathLike[str]) -> dict[str, MetaType]:
+    """The value type of every KV of one GGUF file (this file only, not its split set)."""
+    src = _Mapped(Path(path))
+    try:
+        return {k: kv.type for k, kv in src.header.kvs.items()}
+    finally:
+        src.close()
+
+
 _PAGE = 4096
 
 
