@@ -7,7 +7,7 @@ from types import ModuleType
 
 from .errors import MissingDependencyError
 
-# import name -> (extra that provides it, pip name)
+# import name -> the extra (``pip install 'weightsmith[<extra>]'``) that provides it
 _EXTRAS = {
     "torch": "torch",
     "rich": "cli",

@@ -35,7 +35,7 @@ import contextlib
 import math
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -581,8 +581,3 @@ def _split(tmp: Path, dst: Path, max_size: int | str) -> list[str]:
         tmp.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             tmp.parent.rmdir()
-
-
-def iter_plan(src: str | os.PathLike[str], type: str = "auto") -> Iterator[TensorPlan]:
-    """The output tensors :func:`hf_to_gguf` would write (for dry runs and tests)."""
-    yield from plan_conversion(src, type).tensors
