@@ -32,6 +32,7 @@ process are removed.  A live writer's temp file is never touched.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import os
 import secrets
@@ -92,8 +93,6 @@ def libc_function(name: str, argtypes: list) -> Any:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        import ctypes
-
         fn = getattr(ctypes.CDLL(None, use_errno=True), name)
     except (OSError, AttributeError):
         return False
@@ -108,8 +107,6 @@ _fallocate: Any = None  # resolved on first use: the libc function, or False
 def _libc_fallocate() -> Any:
     global _fallocate
     if _fallocate is None:
-        import ctypes
-
         _fallocate = libc_function("fallocate", [ctypes.c_int, ctypes.c_int] + [ctypes.c_int64] * 2)
     return _fallocate
 
@@ -129,8 +126,6 @@ def preallocate(fd: int, size: int, path: str | os.PathLike[str] | None = None) 
         return False
     if fn(fd, 0, 0, size) == 0:
         return True
-    import ctypes
-
     err = ctypes.get_errno()
     # not supported by this filesystem / file, or interrupted: just write without
     if err in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, errno.ENODEV, errno.EINTR):

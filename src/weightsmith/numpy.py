@@ -15,14 +15,14 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .safetensors import _reader, _writer
+from . import safetensors as st
 
 __all__ = ["load", "load_file", "save", "save_file"]
 
 
 def save(tensor_dict: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None) -> bytes:
     """The bytes of a safetensors file holding ``tensor_dict``."""
-    return _writer.save(tensor_dict, metadata)
+    return st.save(tensor_dict, metadata)
 
 
 def save_file(
@@ -31,20 +31,21 @@ def save_file(
     metadata: Mapping[str, str] | None = None,
 ) -> None:
     """Write ``tensor_dict`` to ``filename`` (atomically)."""
-    _writer.save_file(tensor_dict, filename, metadata)
+    st.save_file(tensor_dict, filename, metadata)
 
 
 def load(data: bytes) -> dict[str, np.ndarray]:
     """Tensors of a safetensors file held in memory."""
-    return _reader.load(data, "np")
+    return st.load(data, "np")
 
 
 def load_file(filename: str | os.PathLike[str], *, backend: str = "mmap") -> dict[str, np.ndarray]:
     """Every tensor of a file; ``backend`` is ``"mmap"`` or ``"pread"``."""
-    return _reader.load_file(filename, "np", mmap=_mmap(backend))
+    return st.load_file(filename, "np", mmap=use_mmap(backend))
 
 
-def _mmap(backend: str) -> bool:
+def use_mmap(backend: str) -> bool:
+    """Whether ``backend`` (``"mmap"`` or ``"pread"``) maps the file."""
     if backend not in ("mmap", "pread"):
         raise ValueError(f"backend must be 'mmap' or 'pread', not {backend!r}")
     return backend == "mmap"

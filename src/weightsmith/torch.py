@@ -16,10 +16,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from . import safetensors as st
 from ._lazy import require
-from .frameworks import _torch as _tg
-from .numpy import _mmap
-from .safetensors import _reader, _writer
+from .frameworks import torch as _tg
+from .numpy import use_mmap
 
 __all__ = ["load", "load_file", "load_model", "save", "save_file", "save_model"]
 
@@ -40,7 +40,7 @@ def _check(tensors: Mapping[str, Any]) -> None:
 def save(tensors: Mapping[str, Any], metadata: Mapping[str, str] | None = None) -> bytes:
     """The bytes of a safetensors file holding ``tensors``."""
     _check(tensors)
-    return _writer.save(tensors, metadata)
+    return st.save(tensors, metadata)
 
 
 def save_file(
@@ -50,13 +50,13 @@ def save_file(
 ) -> None:
     """Write ``tensors`` to ``filename`` (atomically)."""
     _check(tensors)
-    _writer.save_file(tensors, filename, metadata)
+    st.save_file(tensors, filename, metadata)
 
 
 def load(data: bytes) -> dict[str, Any]:
     """Tensors of a safetensors file held in memory (copied out)."""
     _require()
-    return _reader.load(data, "pt")
+    return st.load(data, "pt")
 
 
 def load_file(
@@ -68,7 +68,7 @@ def load_file(
     """Every tensor of a file, on ``device``."""
     _require()
     dev = f"cuda:{device}" if isinstance(device, int) else device
-    return _reader.load_file(filename, "pt", dev, mmap=_mmap(backend))
+    return st.load_file(filename, "pt", dev, mmap=use_mmap(backend))
 
 
 def save_model(
