@@ -31,6 +31,23 @@ if [ ! -d "$WEIGHTSMITH_LLAMA_SDIST/llama_cpp_python-$llama_version" ]; then
     tar -xzf "$WEIGHTSMITH_LLAMA_SDIST/llama_cpp_python-$llama_version.tar.gz" -C "$WEIGHTSMITH_LLAMA_SDIST"
 fi
 
+# transformers' own Meta -> HF converter (convert_llama_weights_to_hf.py), the oracle of
+# the original-checkpoint tests: transformers 5 dropped it, 4.47.1 is the last wheel with it.
+export WEIGHTSMITH_TRANSFORMERS_ORACLE="${WEIGHTSMITH_TRANSFORMERS_ORACLE:-$HOME/.cache/weightsmith/transformers-oracle}"
+oracle_dir="$WEIGHTSMITH_TRANSFORMERS_ORACLE/4.47.1"
+if [ ! -f "$oracle_dir/convert_llama_weights_to_hf.py" ]; then
+    mkdir -p "$oracle_dir"
+    python -m pip download -q --no-deps -d "$oracle_dir" "transformers==4.47.1"
+    python - "$oracle_dir" <<'PY'
+import pathlib, sys, zipfile
+d = pathlib.Path(sys.argv[1])
+wheel = d / "transformers-4.47.1-py3-none-any.whl"
+member = "transformers/models/llama/convert_llama_weights_to_hf.py"
+(d / "convert_llama_weights_to_hf.py").write_bytes(zipfile.ZipFile(wheel).read(member))
+wheel.unlink()
+PY
+fi
+
 # pytest exits 5 when it collects nothing: that is a failure here, not a pass.
 set +e
 python -m pytest -q "$@"
