@@ -32,20 +32,14 @@ if [ ! -d "$WEIGHTSMITH_LLAMA_SDIST/llama_cpp_python-$llama_version" ]; then
 fi
 
 # transformers' own Meta -> HF converter (convert_llama_weights_to_hf.py), the oracle of
-# the original-checkpoint tests: transformers 5 dropped it, 4.47.1 is the last wheel with it.
+# the original-checkpoint tests: transformers 5 dropped it, and it calls tokenizer APIs
+# that 5 changed, so 4.47.1 (the last release with it) goes into a folder of its own.
 export WEIGHTSMITH_TRANSFORMERS_ORACLE="${WEIGHTSMITH_TRANSFORMERS_ORACLE:-$HOME/.cache/weightsmith/transformers-oracle}"
 oracle_dir="$WEIGHTSMITH_TRANSFORMERS_ORACLE/4.47.1"
 if [ ! -f "$oracle_dir/convert_llama_weights_to_hf.py" ]; then
-    mkdir -p "$oracle_dir"
-    python -m pip download -q --no-deps -d "$oracle_dir" "transformers==4.47.1"
-    python - "$oracle_dir" <<'PY'
-import pathlib, sys, zipfile
-d = pathlib.Path(sys.argv[1])
-wheel = d / "transformers-4.47.1-py3-none-any.whl"
-member = "transformers/models/llama/convert_llama_weights_to_hf.py"
-(d / "convert_llama_weights_to_hf.py").write_bytes(zipfile.ZipFile(wheel).read(member))
-wheel.unlink()
-PY
+    python -m pip install -q --no-deps --target "$oracle_dir/site" \
+        "transformers==4.47.1" "tokenizers>=0.21,<0.22" "huggingface_hub>=0.24,<1.0" "accelerate>=0.26,<1.2" psutil
+    cp "$oracle_dir/site/transformers/models/llama/convert_llama_weights_to_hf.py" "$oracle_dir/"
 fi
 
 # pytest exits 5 when it collects nothing: that is a failure here, not a pass.

@@ -116,7 +116,7 @@ def make_meta_checkpoint(
     def rnd(*shape: int) -> torch.Tensor:
         return (torch.randn(*shape, generator=g) * 0.05).to(torch.bfloat16)
 
-    kv = DIM // HEADS * KV_HEADS
+    kv = DIM // HEADS * (HEADS if generation == "1" else KV_HEADS)  # Llama 1 had no GQA
     full = {"tok_embeddings.weight": rnd(vocab, DIM), "norm.weight": 1 + rnd(DIM),
             "output.weight": rnd(vocab, DIM)}  # fmt: skip
     for i in range(LAYERS):

@@ -274,11 +274,7 @@ def is_meta_dir(folder: str | os.PathLike[str]) -> bool:
 
 
 def _shard_paths(d: Path) -> list[Path]:
-    found = sorted(
-        (int(m.group(1)), p)
-        for p in d.iterdir()
-        if (m := _SHARD_RE.fullmatch(p.name))
-    )
+    found = sorted((int(m.group(1)), p) for p in d.iterdir() if (m := _SHARD_RE.fullmatch(p.name)))
     if not found:
         raise E.MissingModelFile(
             "no consolidated.NN.pth in the original checkpoint folder", path=d,

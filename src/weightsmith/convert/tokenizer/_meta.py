@@ -129,7 +129,7 @@ def tiktoken_merges(tokens: list[str]) -> list[str]:
     """BPE merges (``"left right"``) that reproduce tiktoken's rank-ordered merging."""
     rank = {t: i for i, t in enumerate(tokens)}
     merges: list[str] = []
-    for r, token in enumerate(tokens):
+    for token in tokens:
         splits = []
         for k in range(1, len(token)):
             left, right = token[:k], token[k:]
