@@ -15,8 +15,8 @@ import pytest
 import torch
 
 import weightsmith.numpy as wsnp
-from meta_fixtures import make_meta_checkpoint, ranks_file_encoder, sample_texts
-from meta_oracle import run_oracle
+from support.meta_fixtures import make_meta_checkpoint, ranks_file_encoder, sample_texts
+from support.meta_oracle import run_oracle
 from weightsmith import errors as E
 from weightsmith.convert import meta_to_hf
 

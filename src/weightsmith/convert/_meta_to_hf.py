@@ -32,11 +32,16 @@ import numpy as np
 from .. import errors as E
 from .._atomic import atomic_folder
 from ..dtypes import DType, safetensors_dtype
-from ..safetensors import INDEX_NAME, StreamWriter, parse_size
-from ..safetensors._sharded import shard_names, split_shards, write_index
+from ..safetensors import (
+    INDEX_NAME,
+    StreamWriter,
+    parse_size,
+    shard_names,
+    split_shards,
+    write_index,
+)
 from ._meta import _CONTEXT, MetaCheckpoint, is_llama3
-from .tokenizer import hf_tokenizer_files
-from .tokenizer._meta import meta_tokenizer_metadata
+from .tokenizer import hf_tokenizer_files, meta_tokenizer_metadata
 
 __all__ = ["MetaConversion", "meta_config", "meta_to_hf"]
 
