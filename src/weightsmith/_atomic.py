@@ -36,6 +36,7 @@ import ctypes
 import errno
 import os
 import secrets
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -168,3 +169,36 @@ def atomic_output(
             os.unlink(tmp)
         raise
     cleanup_stale(target)
+
+
+@contextlib.contextmanager
+def atomic_folder(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Build a folder in a temp folder beside ``path``; on success rename it into place.
+
+    An existing folder at ``path`` is replaced as a whole: it is renamed aside, the
+    new one renamed in, and only then is the old one removed, so ``path`` holds the
+    complete old folder or the complete new one, never a mix.  On any exception the
+    temp folder is removed and ``path`` is left untouched.
+    """
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        raise FileExistsError(f"{target}: exists and is not a folder")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path_for(target)
+    tmp.mkdir()
+    try:
+        yield tmp
+        if target.exists():
+            old = temp_path_for(target)
+            os.replace(target, old)
+            try:
+                os.replace(tmp, target)
+            except BaseException:
+                os.replace(old, target)
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

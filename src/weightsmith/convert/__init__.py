@@ -18,6 +18,9 @@ _LAZY = {
     "gguf_to_hf": "weightsmith.convert._gguf_to_hf",
     "hf_to_gguf": "weightsmith.convert._hf_to_gguf",
     "plan_conversion": "weightsmith.convert._hf_to_gguf",
+    "meta_to_hf": "weightsmith.convert._meta_to_hf",
+    "MetaConversion": "weightsmith.convert._meta_to_hf",
+    "MetaCheckpoint": "weightsmith.convert._meta",
 }
 
 __all__ = list(_LAZY)

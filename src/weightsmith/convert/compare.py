@@ -389,7 +389,11 @@ class _Loader:
             else:
                 f = read_gguf(t.file)
             self._open[t.file] = f
-        arr = f.get_tensor(name) if self.report.format == "safetensors" else dequantize_tensor(f, name)
+        arr = (
+            f.get_tensor(name)
+            if self.report.format == "safetensors"
+            else dequantize_tensor(f, name)
+        )
         return np.asarray(arr).astype(np.float64).reshape(t.shape)
 
     def close(self) -> None:
