@@ -1,6 +1,6 @@
 """HF -> GGUF: weightsmith.convert.hf_to_gguf vs llama.cpp's convert_hf_to_gguf.py (+ llama-quantize).
 
-Model: tests/hf_models.big_llama (6 layers, hidden 512, FFN 8192, bf16; 144 MiB on
+Model: tests/support/hf_models.big_llama (6 layers, hidden 512, FFN 8192, bf16; 144 MiB on
 disk, largest tensor 16 MiB in f32).  For each type, both sides run in a fresh child
 process (so both pay their imports; the reference also imports torch), alternating,
 median of ``--runs``; the child also reports its peak RSS.  For the llama-quantize
@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from hf_models import big_llama, peak_rss
-from llama_sdist import llama_cpp_root
+from support.hf_models import big_llama, peak_rss
+from support.llama_sdist import llama_cpp_root
 
 REF_CHILD = r"""
 import ctypes, os, resource, runpy, sys, json

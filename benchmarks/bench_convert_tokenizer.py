@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import tokenizers
 from transformers import AutoTokenizer
 
-from llama_sdist import llama_cpp_root
+from support.llama_sdist import llama_cpp_root
 from weightsmith.convert.tokenizer import tokenizer_json_from_vocab_gguf
 
 SEP = "\n__ggml_vocab_test__\n"

@@ -3,7 +3,7 @@
 ``PYTHONPATH=src python benchmarks/bench_header_bounds.py [--n 1250000]``
 ``PYTHONPATH=src python benchmarks/bench_header_bounds.py --cost [--n 300000]``
 
-Each file is opened by tests/reliability_child.py (safe_open, then every
+Each file is opened by tests/support/reliability_child.py (safe_open, then every
 tensor) with a 4 GiB budget; one line per case: error, time, peak address
 space over the child's baseline, and the ratio to the file's size.
 ``--cost``: what ``precheck`` (the checks before the header is read whole)
@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-CHILD = Path(__file__).resolve().parents[1] / "tests" / "reliability_child.py"
+CHILD = Path(__file__).resolve().parents[1] / "tests" / "support" / "reliability_child.py"
 
 
 def header(n: int, style: str, shuffle: bool) -> bytes:

@@ -1,7 +1,7 @@
 """IQ family speed: weightsmith vs ggml's C reference and gguf-py.
 
 * quantize IQ4_NL / IQ4_XS (with and without an imatrix) against ggml's
-  ``ggml_quantize_chunk`` (single thread, through tests/ggml_ref.py), and the
+  ``ggml_quantize_chunk`` (single thread, through tests/support/ggml_ref.py), and the
   grid-search quantizers (IQ3_*, IQ2_*, IQ1_*) on a smaller matrix
   (``--grid-rows``; ggml's one-time table set-up is done before timing);
 * dequantize every IQ type against gguf-py's numpy ``gguf.quants.dequantize``
@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
-import ggml_ref
-from iq_blocks import random_iq_blocks
+from support import ggml_ref
+from support.iq_blocks import random_iq_blocks
 from weightsmith.dtypes import ggml_type
 from weightsmith.quant import iquants
 

@@ -4,7 +4,7 @@ Same matrix, one process, single thread.  The contenders run interleaved
 (ours, anchor, ours, anchor, ...) so that load from other processes hits both
 alike; the median (or, with ``--best``, the fastest) run is reported with the
 ratio anchor_time / our_time (>1 means weightsmith is faster).  Quantize is
-compared with ``ggml_quantize_chunk`` through tests/ggml_ref.py, with and
+compared with ``ggml_quantize_chunk`` through tests/support/ggml_ref.py, with and
 without an importance matrix; dequantize with gguf-py's numpy ``dequantize``
 (the issue's anchor) and ggml's ``to_float``.
 
@@ -26,7 +26,7 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-import ggml_ref
+from support import ggml_ref
 from weightsmith.quant import kquants
 
 _CLOCK: Callable[[], float] = time.perf_counter

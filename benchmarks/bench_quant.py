@@ -11,7 +11,7 @@ Sections (``--section``, repeatable; default: all)
   quant    quantize vs gguf-py's ``gguf.quants.quantize``,
            every type both implement                  target >= 2x (legacy)
   ggml     quantize vs ggml's ``ggml_quantize_chunk`` (single thread, through
-           tests/ggml_ref.py), without and with an imatrix
+           tests/support/ggml_ref.py), without and with an imatrix
                                                   target >= 1x (K, IQ4)
   workers  workers=1 vs workers=N, wall clock, quantize and dequantize
            1024x4096 per type, and quantize_file of a small llama-shaped
@@ -56,8 +56,8 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 from gguf.quants import quantize as gguf_quantize
 
-import ggml_ref
 import weightsmith.quant as Q
+from support import ggml_ref
 
 # --------------------------------------------------------------------------- type lists
 LEGACY = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]
@@ -358,8 +358,8 @@ def bench_workers_file(repeat: int, workers: int, ftype: str, rep: Report) -> No
     """``quantize_file`` of a small llama-shaped F32 GGUF (many tensors), workers=1 vs N."""
     import tempfile
 
-    from recipe_models import ModelSpec, write_model
-    from weightsmith.quant._file import quantize_file
+    from support.recipe_models import ModelSpec, write_model
+    from weightsmith.quant.file import quantize_file
 
     spec = ModelSpec("bench", "llama", 4, 512, 1536, 8, 8, n_vocab=1024)
     with tempfile.TemporaryDirectory() as d:

@@ -30,8 +30,8 @@ def main() -> None:
 
     import torch
 
-    from nginx_fixture import Nginx
-    from remote_data import build, write_sharded
+    from support.nginx_fixture import Nginx
+    from support.remote_data import build, write_sharded
 
     base = Path(tempfile.mkdtemp(prefix="bench_remote_"))
     tree = build(base / "data")

@@ -28,6 +28,7 @@ from weightsmith import errors as E
 from weightsmith import gguf, quant, torchfile
 from weightsmith import safetensors as st
 from weightsmith.dtypes import GGML
+from weightsmith.quant.file import dequantize_tensor
 from weightsmith.torchfile import _pickle
 
 # Files are needed for the mmap readers; /dev/shm keeps them off the disk.
@@ -122,7 +123,7 @@ def gguf_target(data: bytes) -> None:
             if t.ggml_type.numpy is not None:
                 f.numpy(t.name)
             with contextlib.suppress(E.DequantizeUnsupported, E.RowLengthNotMultiple):
-                f.dequantize(t.name)
+                dequantize_tensor(f, t.name)
 
 
 # --------------------------------------------------------------------------- pickle

@@ -34,6 +34,17 @@ if [ ! -d "$WEIGHTSMITH_LLAMA_SDIST/llama_cpp_python-$llama_version" ]; then
     tar -xzf "$WEIGHTSMITH_LLAMA_SDIST/llama_cpp_python-$llama_version.tar.gz" -C "$WEIGHTSMITH_LLAMA_SDIST"
 fi
 
+# transformers' own Meta -> HF converter (convert_llama_weights_to_hf.py), the oracle of
+# the original-checkpoint tests: transformers 5 dropped it, and it calls tokenizer APIs
+# that 5 changed, so 4.47.1 (the last release with it) goes into a folder of its own.
+export WEIGHTSMITH_TRANSFORMERS_ORACLE="${WEIGHTSMITH_TRANSFORMERS_ORACLE:-$HOME/.cache/weightsmith/transformers-oracle}"
+oracle_dir="$WEIGHTSMITH_TRANSFORMERS_ORACLE/4.47.1"
+if [ ! -f "$oracle_dir/convert_llama_weights_to_hf.py" ]; then
+    python -m pip install -q --no-deps --target "$oracle_dir/site" \
+        "transformers==4.47.1" "tokenizers>=0.21,<0.22" "huggingface_hub>=0.24,<1.0" "accelerate>=0.26,<1.2" psutil
+    cp "$oracle_dir/site/transformers/models/llama/convert_llama_weights_to_hf.py" "$oracle_dir/"
+fi
+
 # pytest exits 5 when it collects nothing: that is a failure here, not a pass.
 set +e
 python -m pytest -q "$@"

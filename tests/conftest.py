@@ -1,3 +1,3 @@
 """Shared pytest fixtures."""
 
-from nginx_fixture import nginx, nginx_server, remote_tree  # noqa: F401
+from support.nginx_fixture import nginx, nginx_server, remote_tree  # noqa: F401

@@ -13,7 +13,7 @@ import torch
 from safetensors.numpy import load_file as hf_load
 from safetensors.torch import save_file as hf_save
 
-from cli_helpers import assert_one_line_error, diff_json, run
+from support.cli_helpers import assert_one_line_error, diff_json, run
 
 # --------------------------------------------------------------------------- validate
 
@@ -258,7 +258,7 @@ def test_convert_reshard_and_back(tmp_path, remote_tree):
     one = _torch_load(tmp_path / "one.safetensors")
     assert all(torch.equal(one[k], ref[k]) for k in ref)
     assert_one_line_error(
-        run("convert", src, tmp_path / "x.safetensors", "--type", "q4_k"), "UnknownCastType"
+        run("convert", src, tmp_path / "x.safetensors", "--type", "q4_k"), "UnsupportedTargetDtype"
     )
 
 
@@ -271,7 +271,7 @@ PROMPT = [1, 5, 17, 42, 7, 99, 3, 250]
 @pytest.fixture(scope="module")
 def hf_llama(tmp_path_factory):
     """A tiny Llama folder (SentencePiece tokenizer) and its f32 and q8_0 GGUFs, made by the CLI."""
-    import hf_models
+    from support import hf_models
 
     root = tmp_path_factory.mktemp("cli_hf")
     src = hf_models.build("llama", root / "hf")
@@ -494,7 +494,7 @@ def test_diff_registry_reports_missing_and_changed_tensors(hf_llama, tmp_path):
 def test_diff_gemma3_norms_and_qk_through_the_registry(tmp_path):
     # Gemma stores norm weights as w - 1 in HF and w in GGUF; the registry's transform is
     # applied by convert.compare, so an f32 GGUF still diffs to exactly zero
-    import hf_models
+    from support import hf_models
 
     src = hf_models.build("gemma3", tmp_path / "hf")
     p = run("convert", src, tmp_path / "g.gguf", "--type", "f32", "-q")
@@ -532,19 +532,19 @@ def test_diff_remote_against_local_headers(nginx, remote_tree):
 
 
 ERROR_CASES = [
-    (("inspect", "{bad}.gguf"), "GGUFBadMagic"),
+    (("inspect", "{bad}.gguf"), "GGUFInvalidMagic"),
     (("inspect", "{missing}"), "UnknownTargetError"),
     (("validate", "{bad}.safetensors"), "HeaderTooLarge"),
-    (("diff", "{bad}.gguf", "{bad}.gguf"), "GGUFBadMagic"),
+    (("diff", "{bad}.gguf", "{bad}.gguf"), "GGUFInvalidMagic"),
     (("diff", "{bad}.safetensors", "{bad}.gguf", "--values"), "HeaderTooLarge"),
-    (("convert", "{bad}.gguf", "{tmp}/out"), "GGUFBadMagic"),
+    (("convert", "{bad}.gguf", "{tmp}/out"), "GGUFInvalidMagic"),
     (("convert", "{tmp}", "{tmp}/x.gguf"), "MissingModelFile"),
     (("convert", "{tmp}/a.txt", "{tmp}/b.txt"), "UnknownTargetError"),
-    (("quantize", "{bad}.gguf", "{tmp}/o.gguf", "--type", "q4_k_m"), "GGUFBadMagic"),
-    (("edit", "{bad}.gguf", "--set", "a=1"), "GGUFBadMagic"),
-    (("edit", "{empty}.gguf", "--set", "a=1"), "GGUFBadMagic"),
-    (("split", "{bad}.gguf", "{tmp}/sp", "--max-size", "1M"), "GGUFBadMagic"),
-    (("merge", "{bad}.gguf", "{tmp}/m.gguf"), "GGUFBadMagic"),
+    (("quantize", "{bad}.gguf", "{tmp}/o.gguf", "--type", "q4_k_m"), "GGUFInvalidMagic"),
+    (("edit", "{bad}.gguf", "--set", "a=1"), "GGUFInvalidMagic"),
+    (("edit", "{empty}.gguf", "--set", "a=1"), "GGUFInvalidMagic"),
+    (("split", "{bad}.gguf", "{tmp}/sp", "--max-size", "1M"), "GGUFInvalidMagic"),
+    (("merge", "{bad}.gguf", "{tmp}/m.gguf"), "GGUFInvalidMagic"),
     (("scan", "{missing}.pth"), "FileNotFoundError"),
 ]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import safetensors.numpy
 import torch
 
-from cli_helpers import run
+from support.cli_helpers import run
 from weightsmith.cli.demo import LLAMA_CONFIG, llama_tensors
 
 DATA = Path(__file__).resolve().parents[1] / "src" / "weightsmith" / "cli" / "data"

@@ -8,9 +8,9 @@ import shutil
 import pytest
 import torch
 
-from cli_helpers import SCHEMA, assert_one_line_error, run, run_json
-from nginx_fixture import TOKEN
-from remote_oracles import gguf_counts, gguf_tensors, hf_counts, hf_tensors, hub_counts
+from support.cli_helpers import SCHEMA, assert_one_line_error, run, run_json
+from support.nginx_fixture import TOKEN
+from support.remote_oracles import gguf_counts, gguf_tensors, hf_counts, hf_tensors, hub_counts
 
 
 def _counts(data: dict) -> dict[str, int]:

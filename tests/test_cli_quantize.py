@@ -14,8 +14,8 @@ import gguf
 import numpy as np
 import pytest
 
-from cli_helpers import assert_one_line_error, run
-from recipe_models import ModelSpec, llama_quantize, write_model
+from support.cli_helpers import assert_one_line_error, run
+from support.recipe_models import ModelSpec, llama_quantize, write_model
 
 SPEC = ModelSpec("tiny", "llama", 2, 256, 256, 4, 2)
 

@@ -1,6 +1,6 @@
 """HF -> GGUF against llama.cpp: its convert_hf_to_gguf.py, llama_model_quantize and its runtime.
 
-Each tiny model (tests/hf_models.py) is converted once per type at module scope, by us
+Each tiny model (tests/support/hf_models.py) is converted once per type at module scope, by us
 and by the reference (all reference conversions run in one subprocess, to pay the
 torch import once).
 """
@@ -18,11 +18,13 @@ import gguf
 import numpy as np
 import pytest
 
-import gguf_c_reader
-from hf_models import build, train_spm
-from llama_sdist import llama_cpp_root
+from support import gguf_c_reader
+from support.hf_models import build, train_spm
+from support.llama_sdist import llama_cpp_root
 from weightsmith import errors as E
-from weightsmith.convert import compare, hf_to_gguf, read_imatrix
+from weightsmith.convert import hf_to_gguf
+from weightsmith.convert.compare import compare
+from weightsmith.quant.imatrix import read_imatrix
 
 ARCHS = ["llama", "llama3", "mistral", "qwen2", "qwen3", "gemma3"]
 REF_TYPES = ["f32", "f16", "bf16", "q8_0"]
@@ -368,7 +370,7 @@ def test_unknown_architecture_lists_supported(work, tmp_path):
 def test_heads_not_dividing_hidden(work, tmp_path):
     d = _copy_model(work["models"]["llama"], tmp_path / "m")
     _edit_config(d, num_attention_heads=3, num_key_value_heads=None, head_dim=None)
-    with pytest.raises(E.BadModelConfig) as ei:
+    with pytest.raises(E.InvalidModelConfig) as ei:
         hf_to_gguf(d, tmp_path / "o.gguf", "f16")
     assert "num_attention_heads" in str(ei.value) and "config.json" in str(ei.value)
 
@@ -376,7 +378,7 @@ def test_heads_not_dividing_hidden(work, tmp_path):
 def test_missing_hyperparameter(work, tmp_path):
     d = _copy_model(work["models"]["qwen2"], tmp_path / "m")
     _edit_config(d, hidden_size=None)
-    with pytest.raises(E.BadModelConfig, match="hidden_size"):
+    with pytest.raises(E.InvalidModelConfig, match="hidden_size"):
         hf_to_gguf(d, tmp_path / "o.gguf", "f16")
 
 
@@ -420,7 +422,7 @@ def test_sharded_model_same_as_single(work, tmp_path):
 def test_tokenizer_larger_than_vocab_size(work, tmp_path):
     d = _copy_model(work["models"]["llama"], tmp_path / "m")
     _edit_config(d, vocab_size=300)
-    with pytest.raises((E.VocabLargerThanConfig, E.TensorShapeMismatch)) as ei:
+    with pytest.raises((E.VocabSizeMismatch, E.TensorShapeMismatch)) as ei:
         hf_to_gguf(d, tmp_path / "o.gguf", "f16")
     assert "vocab" in str(ei.value)
 

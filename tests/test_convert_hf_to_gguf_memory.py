@@ -1,6 +1,6 @@
 """HF -> GGUF streams: peak memory tracks the largest tensor, not the model.
 
-The model (tests/hf_models.big_llama) holds 18 FFN matrices of 16 MiB each in
+The model (tests/support/hf_models.big_llama) holds 18 FFN matrices of 16 MiB each in
 float32 (144 MiB of bf16 on disk); the child process's peak RSS (VmHWM, reset after
 imports) must stay within 3x one such matrix in float32 -- the issue's bound without
 its 256 MiB allowance, which here would hide a converter that loads everything.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import gguf
 import pytest
 
-from hf_models import big_llama, peak_rss
+from support.hf_models import big_llama, peak_rss
 
 MiB = 2**20
 

@@ -26,8 +26,8 @@ import sentencepiece as spm
 import tokenizers
 from transformers import AutoTokenizer
 
-import ggml_ref
-from llama_sdist import llama_cpp_root
+from support import ggml_ref
+from support.llama_sdist import llama_cpp_root
 from weightsmith import errors as E
 from weightsmith import gguf
 from weightsmith.convert.tokenizer import (
@@ -415,7 +415,7 @@ def test_missing_tokenizer_files(tmp_path):
 def test_vocab_larger_than_config_spm(tmp_path):
     src, config = _spm_folder(tmp_path / "src")
     config["vocab_size"] = 500
-    with pytest.raises(E.VocabLargerThanConfig, match=r"tokenizer.model") as exc:
+    with pytest.raises(E.VocabSizeMismatch, match=r"tokenizer.model") as exc:
         vocab_metadata(src, config)
     assert exc.value.found == 500
 
@@ -423,7 +423,7 @@ def test_vocab_larger_than_config_spm(tmp_path):
 def test_vocab_larger_than_config_bpe(tmp_path):
     src, config = _folder_from_vocab(tmp_path, "gpt-2", "Qwen2ForCausalLM")
     config["vocab_size"] = 50000
-    with pytest.raises(E.VocabLargerThanConfig, match=r"tokenizer.json"):
+    with pytest.raises(E.VocabSizeMismatch, match=r"tokenizer.json"):
         vocab_metadata(src, config)
 
 

@@ -152,9 +152,9 @@ def test_edit_alignment_relayouts_data(model):
 def test_edit_errors(model):
     with pytest.raises(KeyError):
         edit(model, remove=["no.such.key"])
-    with pytest.raises(E.GGUFBadValue):
+    with pytest.raises(E.GGUFInvalidValue):
         edit(model, set={"x.ctx": -1})  # existing type u32 is kept, -1 does not fit
-    with pytest.raises(E.GGUFBadAlignment):
+    with pytest.raises(E.GGUFInvalidAlignment):
         edit(model, set={"general.alignment": GGUFValue(48, "u32")})
 
 

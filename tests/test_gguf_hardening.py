@@ -113,9 +113,9 @@ def test_builder_baseline_is_valid(tmp_path):
 
 
 def test_bad_magic(tmp_path):
-    expect(tmp_path, b"GGUX" + build(GOOD_KVS)[4:], E.GGUFBadMagic, "magic")
-    expect(tmp_path, b"GG", E.GGUFBadMagic)
-    expect(tmp_path, b"", E.GGUFBadMagic)
+    expect(tmp_path, b"GGUX" + build(GOOD_KVS)[4:], E.GGUFInvalidMagic, "magic")
+    expect(tmp_path, b"GG", E.GGUFInvalidMagic)
+    expect(tmp_path, b"", E.GGUFInvalidMagic)
 
 
 @pytest.mark.parametrize("raw", [u32(0), u32(4), struct.pack(">I", 4), u32(0xFFFFFFFF)])
@@ -229,7 +229,7 @@ def test_too_many_dims(tmp_path):
 def test_bad_dim(tmp_path, dim):
     data = build([], [ti("a", [4, dim], 0, 0)], bytes(32))
     expect(
-        tmp_path, data, E.GGUFBadDim, "dims[1]", ggml_rejects=dim != 0
+        tmp_path, data, E.GGUFInvalidDim, "dims[1]", ggml_rejects=dim != 0
     )  # ggml allows empty tensors
 
 
@@ -272,7 +272,7 @@ def test_row_not_block_multiple(tmp_path):
 def test_bad_alignment(tmp_path, payload):
     vtype, raw = payload
     data = build([kv("general.alignment", vtype, raw)], [ti("a", [4], 0, 0)], bytes(64))
-    expect(tmp_path, data, E.GGUFBadAlignment, "general.alignment")
+    expect(tmp_path, data, E.GGUFInvalidAlignment, "general.alignment")
 
 
 def test_unaligned_offset(tmp_path):
@@ -315,19 +315,19 @@ def test_writer_refuses_bad_input(tmp_path):
         w.add_tensor_info("x" * 64, "F32", (4,))
     with pytest.raises(E.GGUFRowNotBlockMultiple):
         w.add_tensor_info("q", "Q4_0", (2, 33))
-    with pytest.raises(E.GGUFBadDim):
+    with pytest.raises(E.GGUFInvalidDim):
         w.add_tensor_info("z", "F32", (0, 4))
     with pytest.raises(E.GGUFTooManyDims):
         w.add_tensor_info("d", "F32", (1, 1, 1, 1, 1))
     with pytest.raises(E.GGUFUnknownGGMLType):
         w.add_tensor_info("u", "Q9_9", (4,))
-    with pytest.raises(E.GGUFBadAlignment):
+    with pytest.raises(E.GGUFInvalidAlignment):
         w.add("general.alignment", 48, "u32")
-    with pytest.raises(E.GGUFBadValue):
+    with pytest.raises(E.GGUFInvalidValue):
         w.add("big", 2**40)  # int infers INT32: say u64/i64 explicitly
-    with pytest.raises(E.GGUFBadValue):
+    with pytest.raises(E.GGUFInvalidValue):
         w.add("mixed", [1, "a"])
-    with pytest.raises(E.GGUFBadValue):
+    with pytest.raises(E.GGUFInvalidValue):
         w.add("neg", [-1], "u32")
     with pytest.raises(E.GGUFEmptyKey):
         w.add("", 1)

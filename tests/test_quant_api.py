@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import ggml_ref
 import weightsmith.quant as Q
+from support import ggml_ref
 from weightsmith.dtypes import GGML, ggml_type
 from weightsmith.errors import (
     ByteCountMismatch,

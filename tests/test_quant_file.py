@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from recipe_models import ModelSpec, write_model
+from support.recipe_models import ModelSpec, write_model
 from weightsmith import gguf
 from weightsmith.errors import NonFiniteInput
-from weightsmith.quant import _file
-from weightsmith.quant._file import quantize_file
+from weightsmith.quant import file as _file
+from weightsmith.quant.file import quantize_file
 
 SPEC = ModelSpec("tiny", "llama", 2, 256, 512, 4, 2)
 

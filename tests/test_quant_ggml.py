@@ -1,4 +1,4 @@
-"""weightsmith.quant against live ggml (libggml-base via tests/ggml_ref.py).
+"""weightsmith.quant against live ggml (libggml-base via tests/support/ggml_ref.py).
 
 Fresh random tensors of several shapes, for every type with a registered
 quantizer (with and without an importance matrix) and every registered
@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import ggml_ref
 import weightsmith.quant as Q
+from support import ggml_ref
 from weightsmith.dtypes import ggml_type
 from weightsmith.errors import ImatrixRequired
 

@@ -1,7 +1,7 @@
 """IQ family (IQ1_S ... IQ4_XS) against ggml.
 
 Oracles: the golden vectors in tests/data/golden (made by ggml's C code) and
-ggml itself through tests/ggml_ref.py on fresh random inputs.  Dequantized
+ggml itself through tests/support/ggml_ref.py on fresh random inputs.  Dequantized
 floats must be identical bit for bit; IQ4_NL/IQ4_XS quantized bytes must be
 identical, with and without an importance matrix (also for the grid-search
 types IQ3_XXS, IQ3_S, IQ2_S, and IQ2_XXS/IQ2_XS, which require one).
@@ -12,9 +12,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import ggml_ref
-from golden import as_blocks, assert_same_bytes, assert_same_floats, load_golden, load_inputs
-from iq_blocks import random_iq_blocks
+from support import ggml_ref
+from support.golden import (
+    as_blocks,
+    assert_same_bytes,
+    assert_same_floats,
+    load_golden,
+    load_inputs,
+)
+from support.iq_blocks import random_iq_blocks
 from weightsmith.dtypes import ggml_type
 from weightsmith.errors import ImatrixRequired
 from weightsmith.quant import iquants

@@ -1,7 +1,7 @@
 """The K-quant family (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K) against ggml.
 
 Two oracles: the golden vectors in tests/data/golden (made by ggml's C code),
-and ggml itself through tests/ggml_ref.py on fresh random and nasty inputs.
+and ggml itself through tests/support/ggml_ref.py on fresh random and nasty inputs.
 Quantized bytes must be identical; dequantized floats identical bit for bit,
 with and without an importance matrix.
 """
@@ -13,8 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import ggml_ref
-from golden import as_blocks, assert_same_bytes, assert_same_floats, load_golden, load_inputs
+from support import ggml_ref
+from support.golden import (
+    as_blocks,
+    assert_same_bytes,
+    assert_same_floats,
+    load_golden,
+    load_inputs,
+)
 from weightsmith.dtypes import ggml_type
 from weightsmith.quant import _search, kquants
 

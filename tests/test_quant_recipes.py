@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from recipe_models import MODELS, llama_quantize, write_model
+from support.recipe_models import MODELS, llama_quantize, write_model
 from weightsmith.errors import NoFallbackType, UnknownFileType
 from weightsmith.quant import recipes
 

@@ -24,7 +24,7 @@ from fuzz import seeds
 
 from weightsmith import errors as E
 
-CHILD = Path(__file__).with_name("reliability_child.py")
+CHILD = Path(__file__).parent / "support" / "reliability_child.py"
 MB = 1 << 20
 
 

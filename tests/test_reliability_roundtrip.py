@@ -20,7 +20,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import ggml_ref
+from support import ggml_ref
 from weightsmith import gguf, quant
 from weightsmith.dtypes import GGML
 from weightsmith.quant.registry import codec

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from nginx_fixture import TOKEN
-from remote_oracles import gguf_counts, gguf_tensors, hf_counts, hf_tensors, hub_counts
+from support.nginx_fixture import TOKEN
+from support.remote_oracles import gguf_counts, gguf_tensors, hf_counts, hf_tensors, hub_counts
 from weightsmith import errors, remote
 from weightsmith.inspection import SPECULATIVE, inspect_local
 

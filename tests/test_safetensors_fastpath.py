@@ -13,7 +13,7 @@ import safetensors.numpy as hf_np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from mutation_helpers import apply_edits, edit_lists
+from support.mutation_helpers import apply_edits, edit_lists
 from weightsmith import errors as E
 from weightsmith.safetensors import _header
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import weightsmith
-from mutation_helpers import apply_edits, edit_lists
+from support.mutation_helpers import apply_edits, edit_lists
 from weightsmith import errors as E
 from weightsmith.safetensors import parse_header, read_header_size, safe_open
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from torchfile_helpers import (
+from support.torchfile_helpers import (
     APPEND,
     BINPERSID,
     BUILD,

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from torchfile_helpers import (
+from support.torchfile_helpers import (
     ALL_DTYPES,
     _sample,
     dict_,
@@ -365,7 +365,7 @@ def test_legacy_storage_views(tmp_path):
     """Legacy persistent ids may name a view (key, offset, numel) of a root storage."""
     import pickle
 
-    from torchfile_helpers import MARK, TUPLE, glob, i, s, tup
+    from support.torchfile_helpers import MARK, TUPLE, glob, i, s, tup
 
     def view_storage(view):
         v = b"N" if view is None else tup(s(view[0]), i(view[1]), i(view[2]))

@@ -6,8 +6,7 @@ The top level exposes the everyday entry points lazily, so that
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ._lazy import lazy_attributes
 
 __version__ = "0.1.0"
 
@@ -30,11 +29,4 @@ _LAZY = {
 
 __all__ = ["__version__", *_LAZY]
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'weightsmith' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _LAZY)

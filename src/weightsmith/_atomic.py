@@ -32,9 +32,11 @@ process are removed.  A live writer's temp file is never touched.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import os
 import secrets
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -92,8 +94,6 @@ def libc_function(name: str, argtypes: list) -> Any:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        import ctypes
-
         fn = getattr(ctypes.CDLL(None, use_errno=True), name)
     except (OSError, AttributeError):
         return False
@@ -108,8 +108,6 @@ _fallocate: Any = None  # resolved on first use: the libc function, or False
 def _libc_fallocate() -> Any:
     global _fallocate
     if _fallocate is None:
-        import ctypes
-
         _fallocate = libc_function("fallocate", [ctypes.c_int, ctypes.c_int] + [ctypes.c_int64] * 2)
     return _fallocate
 
@@ -129,8 +127,6 @@ def preallocate(fd: int, size: int, path: str | os.PathLike[str] | None = None) 
         return False
     if fn(fd, 0, 0, size) == 0:
         return True
-    import ctypes
-
     err = ctypes.get_errno()
     # not supported by this filesystem / file, or interrupted: just write without
     if err in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, errno.ENODEV, errno.EINTR):
@@ -173,3 +169,36 @@ def atomic_output(
             os.unlink(tmp)
         raise
     cleanup_stale(target)
+
+
+@contextlib.contextmanager
+def atomic_folder(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Build a folder in a temp folder beside ``path``; on success rename it into place.
+
+    An existing folder at ``path`` is replaced as a whole: it is renamed aside, the
+    new one renamed in, and only then is the old one removed, so ``path`` holds the
+    complete old folder or the complete new one, never a mix.  On any exception the
+    temp folder is removed and ``path`` is left untouched.
+    """
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        raise FileExistsError(f"{target}: exists and is not a folder")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path_for(target)
+    tmp.mkdir()
+    try:
+        yield tmp
+        if target.exists():
+            old = temp_path_for(target)
+            os.replace(target, old)
+            try:
+                os.replace(tmp, target)
+            except BaseException:
+                os.replace(old, target)
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

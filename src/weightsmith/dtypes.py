@@ -44,6 +44,7 @@ class DType:
     order: int
     numpy: np.dtype | None
     torch: str | None  # attribute name in the torch module, if torch has it
+    is_float: bool = False  # an IEEE-style float that casts go to and from
 
     @property
     def packed(self) -> bool:
@@ -68,35 +69,38 @@ def _dt(name: str | None) -> np.dtype | None:
     return np.dtype(getattr(ml_dtypes, name))
 
 
-# name, bits, numpy / ml_dtypes name, torch name.  Order == HF's enum order.
+# name, bits, numpy / ml_dtypes name, torch name, float.  Order == HF's enum order.
+# float: an IEEE-style float that values are cast to and from (F8_E8M0, an
+# exponent-only scale, the FNUZ variants without inf and the packed F4/F6
+# types are not).
 _SAFETENSORS_ROWS = [
-    ("BOOL", 8, "bool_", "bool"),
-    ("F4", 4, "float4_e2m1fn", None),
-    ("F6_E2M3", 6, "float6_e2m3fn", None),
-    ("F6_E3M2", 6, "float6_e3m2fn", None),
-    ("U8", 8, "uint8", "uint8"),
-    ("I8", 8, "int8", "int8"),
-    ("F8_E5M2", 8, "float8_e5m2", "float8_e5m2"),
-    ("F8_E4M3", 8, "float8_e4m3fn", "float8_e4m3fn"),
-    ("F8_E8M0", 8, "float8_e8m0fnu", "float8_e8m0fnu"),
-    ("F8_E4M3FNUZ", 8, "float8_e4m3fnuz", "float8_e4m3fnuz"),
-    ("F8_E5M2FNUZ", 8, "float8_e5m2fnuz", "float8_e5m2fnuz"),
-    ("I16", 16, "int16", "int16"),
-    ("U16", 16, "uint16", "uint16"),
-    ("F16", 16, "float16", "float16"),
-    ("BF16", 16, "bfloat16", "bfloat16"),
-    ("I32", 32, "int32", "int32"),
-    ("U32", 32, "uint32", "uint32"),
-    ("F32", 32, "float32", "float32"),
-    ("C64", 64, "complex64", "complex64"),
-    ("F64", 64, "float64", "float64"),
-    ("I64", 64, "int64", "int64"),
-    ("U64", 64, "uint64", "uint64"),
+    ("BOOL", 8, "bool_", "bool", False),
+    ("F4", 4, "float4_e2m1fn", None, False),
+    ("F6_E2M3", 6, "float6_e2m3fn", None, False),
+    ("F6_E3M2", 6, "float6_e3m2fn", None, False),
+    ("U8", 8, "uint8", "uint8", False),
+    ("I8", 8, "int8", "int8", False),
+    ("F8_E5M2", 8, "float8_e5m2", "float8_e5m2", True),
+    ("F8_E4M3", 8, "float8_e4m3fn", "float8_e4m3fn", True),
+    ("F8_E8M0", 8, "float8_e8m0fnu", "float8_e8m0fnu", False),
+    ("F8_E4M3FNUZ", 8, "float8_e4m3fnuz", "float8_e4m3fnuz", False),
+    ("F8_E5M2FNUZ", 8, "float8_e5m2fnuz", "float8_e5m2fnuz", False),
+    ("I16", 16, "int16", "int16", False),
+    ("U16", 16, "uint16", "uint16", False),
+    ("F16", 16, "float16", "float16", True),
+    ("BF16", 16, "bfloat16", "bfloat16", True),
+    ("I32", 32, "int32", "int32", False),
+    ("U32", 32, "uint32", "uint32", False),
+    ("F32", 32, "float32", "float32", True),
+    ("C64", 64, "complex64", "complex64", False),
+    ("F64", 64, "float64", "float64", True),
+    ("I64", 64, "int64", "int64", False),
+    ("U64", 64, "uint64", "uint64", False),
 ]
 
 SAFETENSORS: dict[str, DType] = {
-    name: DType(name, bits, i, _dt(np_name), torch_name)
-    for i, (name, bits, np_name, torch_name) in enumerate(_SAFETENSORS_ROWS)
+    name: DType(name, bits, i, _dt(np_name), torch_name, is_float)
+    for i, (name, bits, np_name, torch_name, is_float) in enumerate(_SAFETENSORS_ROWS)
 }
 
 _BY_NUMPY: dict[np.dtype, DType] = {d.numpy: d for d in SAFETENSORS.values() if d.numpy is not None}
@@ -155,6 +159,11 @@ class GGMLType:
     @property
     def quantized(self) -> bool:
         return self.block_size > 1
+
+    @property
+    def is_float(self) -> bool:
+        """A plain float type (F32, F16, BF16, F64): the flag of its safetensors code."""
+        return self.safetensors is not None and SAFETENSORS[self.safetensors].is_float
 
     @property
     def bits_per_weight(self) -> float:

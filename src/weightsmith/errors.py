@@ -1,15 +1,194 @@
-"""The one exception hierarchy of weightsmith.
+"""The one exception hierarchy of weightsmith: every error it raises on purpose.
 
 Every error raised on bad input is a subclass of :class:`WeightsmithError`.
 Errors about malformed files or arguments also subclass :class:`ValueError`,
 so ``except ValueError`` keeps working for callers that know nothing of us.
 
 There is **one class per validation rule**: a test (or a caller) can tell
-exactly which rule a file broke.  Every message says where (file, field or
-tensor, byte offset) and what was expected and what was found::
+exactly which rule a file broke, and catching one rule never catches another
+(a rule subclasses only its family).  Every message says where (file, field
+or tensor, byte offset) and what was expected and what was found::
 
     HeaderNotObject: model.safetensors: header at offset 8: expected a JSON
     object, found a list
+
+Names: a family ends in ``Error`` (``SafetensorsError``, ``GGUFError``, ...);
+a rule is named for what broke it, GGUF's with a ``GGUF`` prefix:
+``Unknown*`` a name we do not know, ``Unsupported*`` a known thing we do not
+handle, ``*Mismatch`` two things that should agree, ``Missing*``,
+``Duplicate*``, ``Invalid*`` (a value that breaks the format), ``*TooLarge`` /
+``*TooLong`` / ``*TooDeep`` / ``*OutOfBounds`` (limits), ``Forbidden*``
+(refused pickle content).
+
+Every class is raised somewhere in ``src`` (tests/test_errors.py checks it).
+The catalogue, in pipeline order (bases in parentheses)::
+
+    the bases, and errors of any layer
+      WeightsmithError (Exception): Base of every error weightsmith raises on purpose
+      FormatError (WeightsmithError, ValueError): A file or argument breaks a rule of its format
+      MissingDependencyError (WeightsmithError, ImportError): An optional extra (torch, httpx, rich, ...) is needed but not installed
+      ClosedFileError (WeightsmithError, ValueError): An object was used after its file was closed
+      NeedMoreData (WeightsmithError): A parser ran past the end of a *prefix* of a file that is longer
+      InvalidSize (WeightsmithError, ValueError): A size string such as ``"5GB"`` could not be parsed
+      WriteError (WeightsmithError): A writer was used out of order (wrong tensor, too many bytes) or a write came up short
+
+    dtypes and frameworks (numpy, torch)
+      UnsupportedDtype (WeightsmithError, TypeError): A dtype that the chosen framework (numpy, torch) cannot represent
+
+    safetensors: header (8-byte length, JSON, metadata, tensor entries, data layout)
+      SafetensorsError (FormatError, SafetensorError): A safetensors file breaks a rule of the format
+      FileTooSmall (SafetensorsError): The file is shorter than the 8-byte header length
+      HeaderTooLarge (SafetensorsError): The header length N is above 100,000,000
+      HeaderOutOfBounds (SafetensorsError): 8 + N runs past the end of the file
+      HeaderNotUTF8 (SafetensorsError): The header bytes are not valid UTF-8
+      HeaderNotBrace (SafetensorsError): The header does not begin with ``{``
+      InvalidHeaderPadding (SafetensorsError): The bytes after the JSON are not all spaces
+      InvalidHeaderJSON (SafetensorsError): The header is not parseable JSON
+      HeaderTooDeep (SafetensorsError): The header JSON nests deeper than any valid header can
+      HeaderNotObject (SafetensorsError): The header JSON is not an object
+      DuplicateMetadata (SafetensorsError): ``__metadata__`` appears more than once
+      InvalidMetadata (SafetensorsError): ``__metadata__`` is not a mapping of strings to strings
+      DuplicateMetadataKey (SafetensorsError): ``__metadata__`` holds the same key twice (even with an identical value)
+      DuplicateTensorName (SafetensorsError): A key appears twice in the header (even with an identical value)
+      InvalidTensorEntry (SafetensorsError): A tensor entry is not an object
+      DuplicateTensorField (SafetensorsError): A tensor entry names one of its fields twice (even with an identical value)
+      MissingTensorField (SafetensorsError): A tensor entry lacks ``dtype``, ``shape`` or ``data_offsets``
+      UnknownTensorField (SafetensorsError): A tensor entry has a field other than ``dtype``, ``shape``, ``data_offsets``
+      UnknownDtype (SafetensorsError): The dtype is not a known code (codes are case-sensitive)
+      InvalidShape (SafetensorsError): A shape is not a list of non-negative integers that fit u64
+      InvalidOffsets (SafetensorsError): ``data_offsets`` is not two non-negative integers with begin <= end
+      SizeOverflow (SafetensorsError): shape x bits overflows u64
+      TensorSizeMismatch (SafetensorsError): shape x bits does not equal the tensor's byte span
+      MisalignedSubByte (SafetensorsError): A sub-byte tensor (F4, F6) does not end on a byte boundary
+      DataHole (SafetensorsError): Sorted by offset, a tensor starts after the previous one ended
+      DataOverlap (SafetensorsError): Sorted by offset, a tensor starts before the previous one ended
+      TruncatedData (SafetensorsError): The data section is shorter than the tensors need
+      TrailingBytes (SafetensorsError): The file has bytes after the last tensor
+      TensorNotFound (SafetensorError, KeyError): A tensor name that the file does not hold
+      SharedTensorsError (WeightsmithError, ValueError, RuntimeError): Tensors to be saved share or overlap memory
+
+    safetensors: the drop-in API (each also the class HF's safetensors raises there)
+      SafetensorError (WeightsmithError): HF safetensors' ``SafetensorError``, under the same name
+      SafetensorsClosed (ClosedFileError, SafetensorError): A ``safe_open`` handle or one of its slices was used after close
+      SliceIndexError (SafetensorError, IndexError): A ``get_slice`` index is out of range or of a kind slices do not take
+      UnsupportedFramework (SafetensorError, ValueError): ``safe_open`` got a ``framework`` name it does not know
+      UnsupportedBackend (SafetensorError, ValueError): ``safe_open`` / ``load_file`` got a ``backend`` other than mmap or pread
+      InvalidTensorSpec (SafetensorError, ValueError): A ``TensorSpec`` or ``serialize`` argument is not a tensor it can write
+      SafetensorsFileNotFound (WeightsmithError, FileNotFoundError): ``safe_open`` of a path that does not exist
+      UnsupportedLayout (WeightsmithError, ValueError): A tensor to save is not dense (sparse torch tensors)
+
+    sharded safetensors checkpoints (model.safetensors.index.json)
+      ShardError (FormatError): A sharded checkpoint is inconsistent
+      MissingShard (ShardError): The index names a shard file that does not exist
+      DuplicateShardTensor (ShardError): A tensor is listed in two shards
+      InvalidIndex (ShardError): The index JSON is malformed
+      ShardTensorMismatch (ShardError): A shard does not hold exactly the tensors the index assigns to it
+
+    PyTorch checkpoints: the restricted pickle interpreter, then the container
+      PickleError (FormatError): A pickle inside a PyTorch checkpoint breaks a rule of our restricted interpreter
+      UnsafePickleError (PickleError): The pickle was refused before anything in it could run
+      ForbiddenGlobal (UnsafePickleError): GLOBAL / STACK_GLOBAL names something outside the weights-only allowlist
+      ForbiddenOpcode (UnsafePickleError): An opcode that can call code or fetch objects (INST, OBJ, EXT*, buffers...)
+      ForbiddenCall (UnsafePickleError): REDUCE / NEWOBJ on something that is not an allowed callable, or with bad arguments
+      ForbiddenBuild (UnsafePickleError): BUILD (``__setstate__``) on an object of a type that may not be built
+      ForbiddenPersistentId (UnsafePickleError): A persistent id other than a ``('storage', ...)`` tuple
+      PickleLengthOutOfBounds (UnsafePickleError): A length field (LONG4, BINUNICODE, BINBYTES8, FRAME...) runs past the end of the pickle
+      PickleTooDeep (UnsafePickleError): Nesting (MARK depth or containers) deeper than any checkpoint needs
+      MalformedPickle (UnsafePickleError): Not a well-formed pickle: unknown opcode, stack underflow, memo miss, no STOP
+      UnsupportedPickleGlobal (PickleError): A global torch's weights-only loader knows but we do not rebuild (quantized, sparse...)
+      TorchFileError (FormatError): A PyTorch checkpoint breaks a rule of its container layout
+      NotATorchFile (TorchFileError): Neither a zip checkpoint nor a legacy one (bad magic number or protocol)
+      MissingRecord (TorchFileError): A zip checkpoint lacks ``data.pkl`` or a ``data/<key>`` storage record
+      UnknownByteOrder (TorchFileError): The ``byteorder`` record is neither ``little`` nor ``big``
+      UnsupportedStorage (TorchFileError): A storage type or dtype we cannot represent in numpy
+      StorageSizeMismatch (TorchFileError): A storage's bytes do not match the element count its persistent id states
+      StorageDtypeMismatch (TorchFileError): One storage key is used with two different dtypes or sizes
+      StorageOutOfBounds (TorchFileError): A tensor's offset, size and stride reach outside its storage
+      TensorLargerThanFile (TorchFileError): Materializing a tensor (an overlapping view) would need more memory than the file holds
+      FlatNameCollision (TorchFileError): Two entries of a nested state dict flatten to the same dotted name
+      UnsupportedTorchDtype (TorchFileError): A torch dtype (complex128, ...) that has no safetensors code
+
+    GGUF: header, KVs, tensor infos, data layout; writer, editor, split sets
+      GGUFError (FormatError): A GGUF file (or a value given to the GGUF writer) breaks a rule of the format
+      GGUFTruncated (GGUFError): A fixed-size field (a count, a type, a scalar value) runs past the end of the file
+      GGUFInvalidMagic (GGUFError): The file does not start with the four bytes ``GGUF``
+      GGUFUnsupportedVersion (GGUFError): The version is 0 or above 3 (in either byte order)
+      GGUFCountTooLarge (GGUFError): The tensor or KV count needs more bytes than the file has
+      GGUFStringTooLong (GGUFError): A string length runs past the end of the file
+      GGUFArrayTooLong (GGUFError): An array count x element size runs past the end of the file
+      GGUFUnknownValueType (GGUFError): A KV value type or array element type is not one of the 13 GGUF types
+      GGUFNestingTooDeep (GGUFError): Arrays of arrays nest deeper than the reader's limit
+      GGUFEmptyKey (GGUFError): A metadata key is the empty string
+      GGUFDuplicateKey (GGUFError): A metadata key appears twice
+      GGUFInvalidUTF8 (GGUFError): A key or tensor name is not valid UTF-8
+      GGUFDuplicateTensor (GGUFError): A tensor name appears twice
+      GGUFTensorNameTooLong (GGUFError): A tensor name is 64 bytes or longer (ggml's GGML_MAX_NAME)
+      GGUFTooManyDims (GGUFError): A tensor has n_dims above 4
+      GGUFInvalidDim (GGUFError): A tensor dimension is zero or negative (>= 2**63 as stored)
+      GGUFSizeOverflow (GGUFError): A tensor's element or byte count does not fit in int64
+      GGUFUnknownGGMLType (GGUFError): A tensor's ggml type number is not in weightsmith.dtypes.GGML
+      GGUFRowNotBlockMultiple (GGUFError): A tensor's row length (dims[0]) is not a multiple of its type's block size
+      GGUFInvalidAlignment (GGUFError): ``general.alignment`` is not a u32, is zero, or is not a power of two
+      GGUFUnalignedOffset (GGUFError): A tensor's data offset is not a multiple of the alignment
+      GGUFTensorOutOfOrder (GGUFError): A tensor's offset is below the offset of the tensor before it
+      GGUFTensorOverlap (GGUFError): A tensor starts before the tensor before it has ended
+      GGUFDataPastEOF (GGUFError): The data section, or a tensor's bytes, run past the end of the file
+      GGUFInvalidValue (GGUFError): A value given to the writer or editor cannot be stored as the requested GGUF type
+      GGUFSplitError (GGUFError): A split set is inconsistent (missing shard, bad split.* keys, impossible limits)
+
+    quantization: codecs, importance matrices, llama-quantize recipes, whole files
+      QuantError (FormatError): Quantization got input it cannot take (a tensor, shape, importance matrix or argument)
+      UnknownQuantType (QuantError): A ggml type name or number that weightsmith does not know
+      QuantizeUnsupported (QuantError): The ggml type has no quantizer (e.g. Q8_1, Q8_K, or an IQ type not done yet)
+      DequantizeUnsupported (QuantError): The ggml type has no dequantizer registered
+      RowLengthNotMultiple (QuantError): The last dimension is not a multiple of the type's block size
+      ByteCountMismatch (QuantError): The raw bytes do not hold exactly the elements of the requested shape
+      InvalidQuantShape (QuantError): A shape that is not a tuple of non-negative integers, or a 0-d tensor to quantize
+      ImatrixLengthMismatch (QuantError): The importance matrix does not have one weight per column (row length)
+      InvalidImatrix (QuantError): The importance matrix holds a NaN, an inf or a negative weight
+      ImatrixRequired (QuantError): The type (IQ2_XXS, IQ2_XS, IQ1_S, ...) cannot be quantized without an importance matrix
+      NonFiniteInput (QuantError): NaN or inf in a tensor to quantize to a type that cannot hold them
+      InvalidWorkers (QuantError): ``workers`` is not a positive integer
+      InvalidImatrixFile (QuantError): An importance-matrix file (llama.cpp .gguf or legacy .dat) that cannot be read
+      RecipeError (FormatError): A llama-quantize file type cannot be applied
+      UnknownFileType (RecipeError): A file type name or number that llama-quantize does not know
+      NoFallbackType (RecipeError): A row length fits neither the chosen type nor any fallback
+      RequantizeRefused (QuantError): A tensor is already quantized; quantizing it again would compound the error
+
+    conversion: HF <-> GGUF (both directions), dtype casts, tokenizers
+      ConvertError (FormatError): A model cannot be converted (HF -> GGUF or GGUF -> HF)
+      MissingModelFile (ConvertError): config.json or the weights are missing from the model folder
+      InvalidModelConfig (ConvertError): config.json lacks a field, has a wrong type, or its values are inconsistent
+      UnknownArchitecture (ConvertError): config.json's ``architectures[0]`` or GGUF's ``general.architecture`` is not in the registry
+      UnmappedTensor (ConvertError): A tensor has no name on the other side in the architecture's name map
+      TensorShapeMismatch (ConvertError): A tensor's shape disagrees with the hyperparameters (config.json or GGUF metadata)
+      MissingGGUFMetadata (ConvertError): Metadata keys that config.json needs are absent (all of them are listed)
+      MissingGGUFTensor (ConvertError): A tensor the architecture requires is absent (all of them are listed)
+      UnsupportedTargetDtype (ConvertError): A dtype to convert or cast tensors to that is not one of the float codes allowed there
+      UnsupportedComparison (ConvertError): Values to compare from files we do not read values from (remote, PyTorch)
+      UnknownLlamaGeneration (ConvertError): A Meta original checkpoint whose Llama generation is neither given nor recognisable
+      ParamsShapeMismatch (ConvertError): Meta's ``params.json`` (or its tokenizer) contradicts the shapes of the checkpoint's tensors
+      TokenizerError (FormatError): A tokenizer folder or the tokenizer.ggml.* metadata of a GGUF cannot be converted
+      TokenizerFilesMissing (TokenizerError): No tokenizer.json / tokenizer.model usable for the architecture, or a GGUF without tokenizer keys
+      TokenizerInconsistent (TokenizerError): Tokenizer files contradict each other or themselves (bad JSON, wrong types, ids out of range)
+      VocabSizeMismatch (TokenizerError): A token id of the tokenizer is not below config.json's ``vocab_size``
+      UnknownBPEPreTokenizer (TokenizerError): The BPE pre-tokenizer (llama.cpp's chktxt hash, or tokenizer.ggml.pre) is not one we know
+
+    remote reads (HTTP, the Hub)
+      RemoteError (WeightsmithError): A remote read failed (network, protocol or server error)
+      RemoteHTTPError (RemoteError): The server answered with an HTTP status that is not a success
+      RemoteNotFound (RemoteHTTPError): The server answered 404 for a file
+      RemoteAuthError (RemoteHTTPError): The server answered 401/403: a token is missing or not accepted
+      TooManyRedirects (RemoteError): A redirect chain was longer than the limit
+      RemoteConnectionError (RemoteError): The server could not be reached or the connection broke (after retries)
+      NoWeightsFound (RemoteError): A Hub repo holds no safetensors or GGUF file to inspect
+
+    inspection (what ``weightsmith inspect`` reads)
+      UnknownTargetError (WeightsmithError, ValueError): An inspect target that is neither a known file type, a folder nor a URL
+      HeaderReadLimit (WeightsmithError, ValueError): Reading a header would need more bytes than the inspect limit allows
+
+    command line
+      UsageError (WeightsmithError, ValueError): A command-line argument that cannot be used (bad KEY=VALUE, nothing to do, ...)
 """
 
 from __future__ import annotations
@@ -18,24 +197,9 @@ import os
 from typing import Any
 
 
+# --------------------------------------------------------------------------- bases
 class WeightsmithError(Exception):
     """Base of every error weightsmith raises on purpose."""
-
-
-class MissingDependencyError(WeightsmithError, ImportError):
-    """An optional extra (torch, httpx, rich, ...) is needed but not installed."""
-
-    def __init__(self, package: str, extra: str, purpose: str = "") -> None:
-        why = f" for {purpose}" if purpose else ""
-        super().__init__(
-            f"{package} is needed{why}; install it with `pip install 'weightsmith[{extra}]'`"
-        )
-        self.package = package
-        self.extra = extra
-
-
-class ClosedFileError(WeightsmithError, ValueError):
-    """An object was used after its file was closed."""
 
 
 class FormatError(WeightsmithError, ValueError):
@@ -88,6 +252,47 @@ class FormatError(WeightsmithError, ValueError):
 
 def _rebuild(cls, what, path, field, offset, expected, found):
     return cls(what, path=path, field=field, offset=offset, expected=expected, found=found)
+
+
+class MissingDependencyError(WeightsmithError, ImportError):
+    """An optional extra (torch, httpx, rich, ...) is needed but not installed."""
+
+    def __init__(self, package: str, extra: str, purpose: str = "") -> None:
+        why = f" for {purpose}" if purpose else ""
+        super().__init__(
+            f"{package} is needed{why}; install it with `pip install 'weightsmith[{extra}]'`"
+        )
+        self.package = package
+        self.extra = extra
+
+
+class ClosedFileError(WeightsmithError, ValueError):
+    """An object was used after its file was closed."""
+
+
+class NeedMoreData(WeightsmithError):
+    """A parser ran past the end of a *prefix* of a file that is longer.
+
+    Not an error of the file: remote readers catch it, fetch at least
+    ``needed`` bytes from the start of the file, and parse again.
+    """
+
+    def __init__(self, needed: int) -> None:
+        super().__init__(f"need at least {needed} bytes of the file")
+        self.needed = needed
+
+
+class InvalidSize(WeightsmithError, ValueError):
+    """A size string such as ``"5GB"`` could not be parsed."""
+
+
+class WriteError(WeightsmithError):
+    """A writer was used out of order (wrong tensor, too many bytes) or a write came up short."""
+
+
+# --------------------------------------------------------------------------- dtypes
+class UnsupportedDtype(WeightsmithError, TypeError):
+    """A dtype that the chosen framework (numpy, torch) cannot represent."""
 
 
 # --------------------------------------------------------------------------- safetensors
@@ -149,12 +354,20 @@ class InvalidMetadata(SafetensorsError):
     """``__metadata__`` is not a mapping of strings to strings."""
 
 
+class DuplicateMetadataKey(SafetensorsError):
+    """``__metadata__`` holds the same key twice (even with an identical value)."""
+
+
 class DuplicateTensorName(SafetensorsError):
     """A key appears twice in the header (even with an identical value)."""
 
 
 class InvalidTensorEntry(SafetensorsError):
     """A tensor entry is not an object."""
+
+
+class DuplicateTensorField(SafetensorsError):
+    """A tensor entry names one of its fields twice (even with an identical value)."""
 
 
 class MissingTensorField(SafetensorsError):
@@ -205,8 +418,11 @@ class TrailingBytes(SafetensorsError):
     """The file has bytes after the last tensor."""
 
 
-class TensorNotFound(WeightsmithError, KeyError):
-    """A tensor name that the file does not hold."""
+class TensorNotFound(SafetensorError, KeyError):
+    """A tensor name that the file does not hold.
+
+    Also a SafetensorError: HF's ``safe_open`` raises that for a missing name.
+    """
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0]) if self.args else "tensor not found"
@@ -221,10 +437,6 @@ class SharedTensorsError(WeightsmithError, ValueError, RuntimeError):
 
 class SafetensorsClosed(ClosedFileError, SafetensorError):
     """A ``safe_open`` handle or one of its slices was used after close."""
-
-
-class SafetensorsTensorNotFound(TensorNotFound, SafetensorError):
-    """``safe_open`` was asked for a tensor name the file does not hold."""
 
 
 class SliceIndexError(SafetensorError, IndexError):
@@ -258,6 +470,7 @@ class UnsupportedLayout(WeightsmithError, ValueError):
     """A tensor to save is not dense (sparse torch tensors)."""
 
 
+# --------------------------------------------------------------------------- shards
 class ShardError(FormatError):
     """A sharded checkpoint is inconsistent."""
 
@@ -274,79 +487,11 @@ class InvalidIndex(ShardError):
     """The index JSON is malformed."""
 
 
-class InvalidSize(WeightsmithError, ValueError):
-    """A size string such as ``"5GB"`` could not be parsed."""
+class ShardTensorMismatch(ShardError):
+    """A shard does not hold exactly the tensors the index assigns to it."""
 
 
-class WriteError(WeightsmithError):
-    """A writer was used out of order (wrong tensor, too many bytes, ...)."""
-
-
-class NeedMoreData(WeightsmithError):
-    """A parser ran past the end of a *prefix* of a file that is longer.
-
-    Not an error of the file: remote readers catch it, fetch at least
-    ``needed`` bytes from the start of the file, and parse again.
-    """
-
-    def __init__(self, needed: int) -> None:
-        super().__init__(f"need at least {needed} bytes of the file")
-        self.needed = needed
-
-
-# --------------------------------------------------------------------------- remote / cli
-class NotAvailableError(WeightsmithError):
-    """A capability the CLI offers whose library part is not in this build yet."""
-
-
-class UnknownTargetError(WeightsmithError, ValueError):
-    """An inspect target that is neither a known file type, a folder nor a URL."""
-
-
-class RemoteError(WeightsmithError):
-    """A remote read failed (network, protocol or server error)."""
-
-
-class RemoteHTTPError(RemoteError):
-    """The server answered with an HTTP status that is not a success."""
-
-    def __init__(self, url: str, status: int, what: str = "") -> None:
-        extra = f": {what}" if what else ""
-        super().__init__(f"{url}: HTTP {status}{extra}")
-        self.url = url
-        self.status = status
-
-
-class RemoteNotFound(RemoteHTTPError):
-    """The server answered 404 for a file."""
-
-
-class RemoteAuthError(RemoteHTTPError):
-    """The server answered 401/403: a token is missing or not accepted."""
-
-
-class TooManyRedirects(RemoteError):
-    """A redirect chain was longer than the limit."""
-
-
-class NoWeightsFound(RemoteError):
-    """A Hub repo holds no safetensors or GGUF file to inspect."""
-
-
-# --------------------------------------------------------------------------- quantization recipes
-class RecipeError(FormatError):
-    """A llama-quantize file type cannot be applied."""
-
-
-class UnknownFileType(RecipeError):
-    """A file type name or number that llama-quantize does not know."""
-
-
-class NoFallbackType(RecipeError):
-    """A row length fits neither the chosen type nor any fallback."""
-
-
-# --------------------------------------------------------------------------- torch checkpoints
+# --------------------------------------------------------------------------- torch
 class PickleError(FormatError):
     """A pickle inside a PyTorch checkpoint breaks a rule of our restricted interpreter."""
 
@@ -423,12 +568,8 @@ class StorageSizeMismatch(TorchFileError):
     """A storage's bytes do not match the element count its persistent id states."""
 
 
-class StorageDtypeConflict(TorchFileError):
+class StorageDtypeMismatch(TorchFileError):
     """One storage key is used with two different dtypes or sizes."""
-
-
-class MalformedTensor(TorchFileError):
-    """A tensor's rebuild arguments (offset, size, stride) are not integers of the right shape."""
 
 
 class StorageOutOfBounds(TorchFileError):
@@ -443,15 +584,11 @@ class FlatNameCollision(TorchFileError):
     """Two entries of a nested state dict flatten to the same dotted name."""
 
 
-class ShardTensorMismatch(ShardError):
-    """A shard does not hold exactly the tensors the index assigns to it."""
+class UnsupportedTorchDtype(TorchFileError):
+    """A torch dtype (complex128, ...) that has no safetensors code."""
 
 
-class UnconvertibleDtype(TorchFileError):
-    """A tensor dtype (complex128) has no safetensors code."""
-
-
-# --------------------------------------------------------------------------- GGUF
+# --------------------------------------------------------------------------- gguf
 class GGUFError(FormatError):
     """A GGUF file (or a value given to the GGUF writer) breaks a rule of the format."""
 
@@ -460,7 +597,7 @@ class GGUFTruncated(GGUFError):
     """A fixed-size field (a count, a type, a scalar value) runs past the end of the file."""
 
 
-class GGUFBadMagic(GGUFError):
+class GGUFInvalidMagic(GGUFError):
     """The file does not start with the four bytes ``GGUF``."""
 
 
@@ -512,7 +649,7 @@ class GGUFTooManyDims(GGUFError):
     """A tensor has n_dims above 4."""
 
 
-class GGUFBadDim(GGUFError):
+class GGUFInvalidDim(GGUFError):
     """A tensor dimension is zero or negative (>= 2**63 as stored)."""
 
 
@@ -528,7 +665,7 @@ class GGUFRowNotBlockMultiple(GGUFError):
     """A tensor's row length (dims[0]) is not a multiple of its type's block size."""
 
 
-class GGUFBadAlignment(GGUFError):
+class GGUFInvalidAlignment(GGUFError):
     """``general.alignment`` is not a u32, is zero, or is not a power of two."""
 
 
@@ -548,7 +685,7 @@ class GGUFDataPastEOF(GGUFError):
     """The data section, or a tensor's bytes, run past the end of the file."""
 
 
-class GGUFBadValue(GGUFError):
+class GGUFInvalidValue(GGUFError):
     """A value given to the writer or editor cannot be stored as the requested GGUF type."""
 
 
@@ -556,22 +693,9 @@ class GGUFSplitError(GGUFError):
     """A split set is inconsistent (missing shard, bad split.* keys, impossible limits)."""
 
 
-# --------------------------------------------------------------------------- safetensors (more)
-class DuplicateTensorField(DuplicateTensorName):
-    """A tensor entry names one of its fields twice (even with an identical value)."""
-
-
-class DuplicateMetadataKey(InvalidMetadata):
-    """``__metadata__`` holds the same key twice (even with an identical value)."""
-
-
-class UnsupportedDtype(WeightsmithError, TypeError):
-    """A dtype that the chosen framework (numpy, torch) cannot represent."""
-
-
-# --------------------------------------------------------------------------- quantization codecs
+# --------------------------------------------------------------------------- quant
 class QuantError(FormatError):
-    """A quantize/dequantize call got input its ggml type cannot take."""
+    """Quantization got input it cannot take (a tensor, shape, importance matrix or argument)."""
 
 
 class UnknownQuantType(QuantError):
@@ -618,15 +742,73 @@ class InvalidWorkers(QuantError):
     """``workers`` is not a positive integer."""
 
 
-class UsageError(WeightsmithError, ValueError):
-    """A command-line argument that cannot be used (bad KEY=VALUE, nothing to do, ...)."""
+class InvalidImatrixFile(QuantError):
+    """An importance-matrix file (llama.cpp .gguf or legacy .dat) that cannot be read."""
 
 
-class HeaderReadLimit(WeightsmithError, ValueError):
-    """Reading a header would need more bytes than the inspect limit allows."""
+class RecipeError(FormatError):
+    """A llama-quantize file type cannot be applied."""
 
 
-# --------------------------------------------------------------------------- tokenizer conversion
+class UnknownFileType(RecipeError):
+    """A file type name or number that llama-quantize does not know."""
+
+
+class NoFallbackType(RecipeError):
+    """A row length fits neither the chosen type nor any fallback."""
+
+
+class RequantizeRefused(QuantError):
+    """A tensor is already quantized; quantizing it again would compound the error."""
+
+
+# --------------------------------------------------------------------------- convert
+class ConvertError(FormatError):
+    """A model cannot be converted (HF -> GGUF or GGUF -> HF)."""
+
+
+class MissingModelFile(ConvertError):
+    """config.json or the weights are missing from the model folder."""
+
+
+class InvalidModelConfig(ConvertError):
+    """config.json lacks a field, has a wrong type, or its values are inconsistent."""
+
+
+class UnknownArchitecture(ConvertError):
+    """config.json's ``architectures[0]`` or GGUF's ``general.architecture`` is not in the registry."""
+
+
+class UnmappedTensor(ConvertError):
+    """A tensor has no name on the other side in the architecture's name map."""
+
+
+class TensorShapeMismatch(ConvertError):
+    """A tensor's shape disagrees with the hyperparameters (config.json or GGUF metadata)."""
+
+
+class MissingGGUFMetadata(ConvertError):
+    """Metadata keys that config.json needs are absent (all of them are listed)."""
+
+
+class MissingGGUFTensor(ConvertError):
+    """A tensor the architecture requires is absent (all of them are listed)."""
+
+
+class UnsupportedTargetDtype(ConvertError):
+    """A dtype to convert or cast tensors to that is not one of the float codes allowed there."""
+
+
+class UnsupportedComparison(ConvertError):
+    """Values to compare from files we do not read values from (remote, PyTorch)."""
+
+
+class UnknownLlamaGeneration(ConvertError):
+    """A Meta original checkpoint whose Llama generation is neither given nor recognisable."""
+
+
+class ParamsShapeMismatch(ConvertError):
+    """Meta's ``params.json`` (or its tokenizer) contradicts the shapes of the checkpoint's tensors."""
 
 
 class TokenizerError(FormatError):
@@ -641,7 +823,7 @@ class TokenizerInconsistent(TokenizerError):
     """Tokenizer files contradict each other or themselves (bad JSON, wrong types, ids out of range)."""
 
 
-class VocabLargerThanConfig(TokenizerError):
+class VocabSizeMismatch(TokenizerError):
     """A token id of the tokenizer is not below config.json's ``vocab_size``."""
 
 
@@ -649,72 +831,50 @@ class UnknownBPEPreTokenizer(TokenizerError):
     """The BPE pre-tokenizer (llama.cpp's chktxt hash, or tokenizer.ggml.pre) is not one we know."""
 
 
+# --------------------------------------------------------------------------- remote
+class RemoteError(WeightsmithError):
+    """A remote read failed (network, protocol or server error)."""
+
+
+class RemoteHTTPError(RemoteError):
+    """The server answered with an HTTP status that is not a success."""
+
+    def __init__(self, url: str, status: int, what: str = "") -> None:
+        extra = f": {what}" if what else ""
+        super().__init__(f"{url}: HTTP {status}{extra}")
+        self.url = url
+        self.status = status
+
+
+class RemoteNotFound(RemoteHTTPError):
+    """The server answered 404 for a file."""
+
+
+class RemoteAuthError(RemoteHTTPError):
+    """The server answered 401/403: a token is missing or not accepted."""
+
+
+class TooManyRedirects(RemoteError):
+    """A redirect chain was longer than the limit."""
+
+
 class RemoteConnectionError(RemoteError):
     """The server could not be reached or the connection broke (after retries)."""
 
 
-# --------------------------------------------------------------------------- file-level quantization
-class RequantizeRefused(FormatError):
-    """A tensor is already quantized; quantizing it again would compound the error."""
+class NoWeightsFound(RemoteError):
+    """A Hub repo holds no safetensors or GGUF file to inspect."""
 
 
-class UnknownCastType(FormatError):
-    """A dtype to cast safetensors tensors to that is not a float code."""
+# --------------------------------------------------------------------------- inspection
+class UnknownTargetError(WeightsmithError, ValueError):
+    """An inspect target that is neither a known file type, a folder nor a URL."""
 
 
-# --------------------------------------------------------------------------- GGUF -> HF conversion
-class GGUFToHFError(FormatError):
-    """A GGUF file cannot be turned into a Hugging Face model folder."""
+class HeaderReadLimit(WeightsmithError, ValueError):
+    """Reading a header would need more bytes than the inspect limit allows."""
 
 
-class UnsupportedGGUFArchitecture(GGUFToHFError):
-    """``general.architecture`` is not one the GGUF -> HF converter knows."""
-
-
-class MissingGGUFMetadata(GGUFToHFError):
-    """Metadata keys that config.json needs are absent (all of them are listed)."""
-
-
-class MissingGGUFTensor(GGUFToHFError):
-    """A tensor the architecture requires is absent (all of them are listed)."""
-
-
-class UnmappedGGUFTensor(GGUFToHFError):
-    """A tensor has no Hugging Face name in the architecture's name map."""
-
-
-class GGUFShapeMismatch(GGUFToHFError):
-    """A tensor's shape disagrees with the hyperparameters in the metadata."""
-
-
-class UnsupportedOutputDtype(GGUFToHFError):
-    """The requested safetensors dtype is not bf16, f16 or f32."""
-
-
-# --------------------------------------------------------------------------- HF -> GGUF conversion
-class HFToGGUFError(FormatError):
-    """A Hugging Face model folder that cannot be converted to GGUF."""
-
-
-class MissingModelFile(HFToGGUFError):
-    """config.json or the weights are missing from the model folder."""
-
-
-class BadModelConfig(HFToGGUFError):
-    """config.json lacks a field, has a wrong type, or its values are inconsistent."""
-
-
-class UnknownArchitecture(HFToGGUFError):
-    """config.json's architectures[0] is not in the HF -> GGUF registry."""
-
-
-class UnmappedTensor(HFToGGUFError):
-    """A weight with no GGUF name in the architecture's name map."""
-
-
-class TensorShapeMismatch(HFToGGUFError):
-    """A weight whose shape disagrees with config.json."""
-
-
-class InvalidImatrixFile(HFToGGUFError):
-    """An importance-matrix file (llama.cpp .gguf or legacy .dat) that cannot be read."""
+# --------------------------------------------------------------------------- cli
+class UsageError(WeightsmithError, ValueError):
+    """A command-line argument that cannot be used (bad KEY=VALUE, nothing to do, ...)."""

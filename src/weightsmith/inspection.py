@@ -24,6 +24,7 @@ and :mod:`weightsmith.gguf`; this module only adapts their results.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
@@ -32,11 +33,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import dtypes
-from .errors import FormatError, HeaderReadLimit, InvalidIndex, NeedMoreData, UnknownTargetError
+import numpy as np
+
+from . import dtypes, gguf, torchfile
+from . import safetensors as st
+from .errors import (
+    FormatError,
+    HeaderReadLimit,
+    InvalidIndex,
+    MissingShard,
+    NeedMoreData,
+    UnknownTargetError,
+)
 
 __all__ = [
     "SPECULATIVE",
+    "CachedSource",
     "FileReport",
     "LayerGroup",
     "Report",
@@ -46,6 +58,7 @@ __all__ = [
     "natural_key",
     "read_gguf",
     "read_safetensors",
+    "validate_local",
 ]
 
 #: bytes read by the first (speculative) request of a safetensors file.
@@ -220,8 +233,6 @@ def filter_tensors(tensors: Iterable[TensorEntry], pattern: str | None) -> list[
     tensors = list(tensors)
     if not pattern:
         return tensors
-    import fnmatch
-
     if any(c in pattern for c in "*?["):
         return [t for t in tensors if fnmatch.fnmatchcase(t.name, pattern)]
     return [t for t in tensors if pattern in t.name]
@@ -229,8 +240,6 @@ def filter_tensors(tensors: Iterable[TensorEntry], pattern: str | None) -> list[
 
 def summarize_value(value: Any) -> Any:
     """A JSON-friendly value, with long arrays cut to a head and a length."""
-    import numpy as np
-
     if isinstance(value, np.ndarray):
         value = value.tolist()
     if isinstance(value, np.generic):
@@ -259,28 +268,49 @@ def summarize_value(value: Any) -> Any:
 # --------------------------------------------------------------------------- sources
 
 
-class LocalSource:
-    """A local file as a byte source (reads are counted like requests)."""
+class CachedSource:
+    """A byte source of known size that keeps the prefix read so far.
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        self.name = os.fspath(path)
-        self.size: int | None = self.path.stat().st_size
-        self.requests = 0
+    ``prefix(n)`` reads only the bytes past what it holds, through
+    :meth:`read_range`, and counts each read as a request.
+    """
+
+    name: str
+    size: int | None
+
+    def __init__(self, name: str, size: int, requests: int = 0) -> None:
+        self.name = name
+        self.size = size
+        self.requests = requests
         self.bytes_fetched = 0
         self._buf = b""
+
+    def read_range(self, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the file."""
+        raise NotImplementedError
 
     def prefix(self, n: int) -> bytes:
         assert self.size is not None
         n = min(n, self.size)
         if n > len(self._buf):
-            with open(self.path, "rb") as f:
-                f.seek(len(self._buf))
-                more = f.read(n - len(self._buf))
+            more = self.read_range(len(self._buf), n)
             self.requests += 1
             self.bytes_fetched += len(more)
             self._buf += more
         return self._buf[:n]
+
+
+class LocalSource(CachedSource):
+    """A local file as a byte source (reads are counted like requests)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        super().__init__(os.fspath(path), self.path.stat().st_size)
+
+    def read_range(self, start: int, end: int) -> bytes:
+        with open(self.path, "rb") as f:
+            f.seek(start)
+            return f.read(end - start)
 
 
 # --------------------------------------------------------------------------- readers
@@ -288,9 +318,6 @@ class LocalSource:
 
 def read_safetensors(src: Source) -> FileReport:
     """Header of one safetensors file: one read, two if the header is large."""
-    from . import safetensors as st
-    from .safetensors._header import precheck
-
     buf = src.prefix(SPECULATIVE)
     size = src.size if src.size is not None else len(buf)
     n = st.read_header_size(buf[:8], size, src.name)
@@ -299,7 +326,7 @@ def read_safetensors(src: Source) -> FileReport:
     # A big header is judged a window at a time first, as safe_open does, so a
     # broken one fails before parse_header builds its per-tensor tables.
     view = memoryview(buf)[8 : 8 + n]
-    precheck(lambda at, k: bytes(view[at : at + k]), n, size, src.name)
+    st.precheck(lambda at, k: bytes(view[at : at + k]), n, size, src.name)
     header = st.parse_header(buf[8 : 8 + n], size, src.name)
     start = int(header.data_start)
     name = src.name
@@ -358,8 +385,6 @@ def gguf_metadata(header: Any) -> dict[str, Any]:
 
 def parse_gguf_prefix(src: Source, first: int = GGUF_FIRST_CHUNK) -> tuple[Any, int]:
     """Parse a GGUF header from growing prefixes; returns (header, bytes used)."""
-    from . import gguf
-
     buf = src.prefix(first)
     while True:
         size = src.size if src.size is not None else len(buf)
@@ -398,8 +423,6 @@ def read_gguf(src: Source) -> FileReport:
 
 def read_pytorch(path: Path) -> FileReport:
     """Tensor infos of a ``.pth``/``.bin`` file through the pickle reader (never executed)."""
-    from . import torchfile
-
     infos: list[TensorEntry] = []
     with torchfile.open(path) as ck:
         for name, info in ck.tensors.items():
@@ -523,14 +546,38 @@ def inspect_local(target: str | os.PathLike[str]) -> Report:
     return Report(str(target), fr.format, [fr])
 
 
+def validate_local(target: str | os.PathLike[str]) -> tuple[Report, int]:
+    """Strict check of a local file or folder; returns its report and tensor count.
+
+    Every header is parsed with full validation (:func:`inspect_local`), then
+    every file is opened as its reader opens it: safetensors through
+    ``safe_open`` / ``open_checkpoint`` (data coverage against the file size),
+    GGUF through :func:`weightsmith.gguf.read`, PyTorch through the pickle
+    scanner.  Raises the error of the first rule broken.
+    """
+    path = Path(target)
+    report = inspect_local(path)
+    n = len(report.tensors)
+    if report.format == "safetensors":
+        sharded = path.is_dir() or path.name.endswith(".index.json")
+        opener = st.open_checkpoint if sharded else st.safe_open
+        with opener(path, framework="np") as f:
+            n = len(list(f.keys()))
+    elif report.format == "gguf":
+        for fr in report.files:
+            gguf.read(fr.path).close()
+    elif report.format == "pytorch":
+        for fr in report.files:
+            torchfile.scan(fr.path)
+    return report, n
+
+
 def _inspect_local_index(index: Path, target: str) -> Report:
     meta, wm = parse_index(index.read_bytes(), str(index))
     files = []
     for shard in _shard_order(wm):
         p = index.parent / shard
         if not p.is_file():
-            from .errors import MissingShard
-
             raise MissingShard(
                 "", path=str(index), field=shard, expected="a shard file", found="none"
             )

@@ -15,15 +15,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .safetensors import (
-    TensorSpec,
-    _reader,
-    _writer,
-    deserialize,
-    safe_open,
-    serialize,
-    serialize_file,
-)
+from . import safetensors as st
+from .safetensors import TensorSpec, deserialize, safe_open, serialize, serialize_file
 
 # With HF's top-level names, which HF's module re-exports too (paddle itself
 # does ``from safetensors.numpy import safe_open``).
@@ -42,7 +35,7 @@ __all__ = [
 
 def save(tensor_dict: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None) -> bytes:
     """The bytes of a safetensors file holding ``tensor_dict``."""
-    return _writer.save(tensor_dict, metadata)
+    return st.save(tensor_dict, metadata)
 
 
 def save_file(
@@ -51,14 +44,14 @@ def save_file(
     metadata: Mapping[str, str] | None = None,
 ) -> None:
     """Write ``tensor_dict`` to ``filename`` (atomically)."""
-    _writer.save_file(tensor_dict, filename, metadata)
+    st.save_file(tensor_dict, filename, metadata)
 
 
 def load(data: bytes) -> dict[str, np.ndarray]:
     """Tensors of a safetensors file held in memory."""
-    return _reader.load(data, "np")
+    return st.load(data, "np")
 
 
 def load_file(filename: str | os.PathLike[str], *, backend: str = "mmap") -> dict[str, np.ndarray]:
     """Every tensor of a file; ``backend`` is ``"mmap"`` or ``"pread"``."""
-    return _reader.load_file(filename, "np", backend=backend)
+    return st.load_file(filename, "np", backend=backend)

@@ -19,18 +19,11 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from . import safetensors as st
 from ._lazy import require
 from .errors import UnsupportedLayout
-from .frameworks import _torch as _tg
-from .safetensors import (
-    TensorSpec,
-    _reader,
-    _writer,
-    deserialize,
-    safe_open,
-    serialize,
-    serialize_file,
-)
+from .frameworks import torch as _tg
+from .safetensors import TensorSpec, deserialize, safe_open, serialize, serialize_file
 
 # With HF's top-level names, which HF's module re-exports too.
 __all__ = [
@@ -74,7 +67,7 @@ def _check(tensors: Mapping[str, Any]) -> None:
 def save(tensors: Mapping[str, Any], metadata: Mapping[str, str] | None = None) -> bytes:
     """The bytes of a safetensors file holding ``tensors``."""
     _check(tensors)
-    return _writer.save(tensors, metadata)
+    return st.save(tensors, metadata)
 
 
 def save_file(
@@ -84,13 +77,13 @@ def save_file(
 ) -> None:
     """Write ``tensors`` to ``filename`` (atomically)."""
     _check(tensors)
-    _writer.save_file(tensors, filename, metadata)
+    st.save_file(tensors, filename, metadata)
 
 
 def load(data: bytes) -> dict[str, Any]:
     """Tensors of a safetensors file held in memory (copied out)."""
     _require()
-    return _reader.load(data, "pt")
+    return st.load(data, "pt")
 
 
 def load_file(
@@ -102,7 +95,7 @@ def load_file(
     """Every tensor of a file, on ``device``."""
     _require()
     dev = f"cuda:{device}" if isinstance(device, int) else device
-    return _reader.load_file(filename, "pt", dev, backend=backend)
+    return st.load_file(filename, "pt", dev, backend=backend)
 
 
 def save_model(

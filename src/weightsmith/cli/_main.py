@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from collections.abc import Sequence
 
 from .. import __version__
+from ..errors import WeightsmithError
+from . import _commands
+from ._output import error_line
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -139,11 +143,6 @@ def _remote_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, default=8, help="shard headers fetched at once (default 8)")
 
 
-def _error_line(exc: BaseException) -> str:
-    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"error: {type(exc).__name__}: {msg}" if msg else f"error: {type(exc).__name__}"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -156,8 +155,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a non-UTF-8 terminal must not turn "×" in a table into a crash
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="replace")
-    from . import _commands
-
     handler = getattr(_commands, "cmd_" + args.command)
     try:
         return int(handler(args) or 0)
@@ -168,10 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     except Exception as exc:  # one clear line; the traceback only on request
         if args.debug:
-            import traceback
-
             traceback.print_exc()
-        print(_error_line(exc), file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         if not args.debug and not _is_ours(exc):
             print(
                 "(an unexpected error: run again with --debug for the traceback)", file=sys.stderr
@@ -180,6 +175,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _is_ours(exc: BaseException) -> bool:
-    from ..errors import WeightsmithError
-
     return isinstance(exc, (WeightsmithError, OSError, ValueError, KeyError))

@@ -8,6 +8,12 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 
+def error_line(exc: BaseException) -> str:
+    """The one line an error prints as: ``error: <ErrorClass>: <first line of the message>``."""
+    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"error: {type(exc).__name__}: {msg}" if msg else f"error: {type(exc).__name__}"
+
+
 def human_bytes(n: int | None) -> str:
     if n is None:
         return "?"
@@ -37,7 +43,7 @@ def use_rich(stream: TextIO | None = None) -> bool:
     except (AttributeError, ValueError):
         return False
     try:
-        import rich  # noqa: F401
+        import rich  # noqa: F401 -- optional dependency (the cli extra)
     except ImportError:
         return False
     return True
@@ -53,7 +59,7 @@ class Out:
         self.rich = use_rich(self.stream) if rich is None else rich
         self._console: Any = None
         if self.rich:
-            from rich.console import Console
+            from rich.console import Console  # optional dependency (the cli extra)
 
             self._console = Console(file=self.stream, highlight=False, width=width)
 
@@ -81,7 +87,7 @@ class Out:
             self.line()
             title = title.lstrip("\n")
         if self._console is not None:
-            from rich.table import Table
+            from rich.table import Table  # optional dependency (the cli extra)
 
             t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
             for i, c in enumerate(columns):

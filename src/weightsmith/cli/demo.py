@@ -2,11 +2,7 @@
 
 The demo is a list of steps that share a :class:`DemoContext`.  Each step is
 a function ``step(ctx) -> None`` that prints what it does and raises on a
-mismatch.  Later features append their steps to :data:`STEPS` (GGUF
-conversion, quantization, ...); a step that needs a library part not in
-this build raises :class:`~weightsmith.errors.NotAvailableError` and is
-reported as skipped, so the demo keeps working with only numpy and
-ml_dtypes installed.
+mismatch; it needs nothing beyond the core install (numpy and ml_dtypes).
 """
 
 from __future__ import annotations
@@ -20,9 +16,13 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from ..errors import NotAvailableError
-from ._lib import lib as _lib
+from .. import torchfile
+from ..convert import hf_to_gguf, torch_to_safetensors
+from ..convert.compare import compare
+from ..inspection import inspect_local
+from ..safetensors import load_file, safe_open
 from ._output import Out
+from ._render import render_report
 
 #: A tiny Llama: Llama 3's tensor names and GQA, scaled down; rows of 256 so the
 #: K-quants apply.  The built-in checkpoint (data/tiny-llama.pth) holds these weights.
@@ -96,20 +96,17 @@ DATA = Path(__file__).resolve().parent / "data"
 
 def step_write(ctx: DemoContext) -> None:
     """The built-in tiny Llama ``.pth`` -> a safetensors model folder, no torch, no pickle run."""
-    scan = _lib("torchfile", "scan", what="the pickle scanner")
-    open_pth = _lib("torchfile", "open", what="the PyTorch checkpoint reader")
-    to_st = _lib("convert", "torch_to_safetensors", what="the .pth -> safetensors converter")
     # where Meta's Llama repos keep it, out of the way of the HF-layout files
     pth = ctx.folder / "original" / "consolidated.00.pth"
     pth.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(DATA / "tiny-llama.pth", pth)
-    report = scan(pth)
+    report = torchfile.scan(pth)
     ctx.out.line(f"{pth.name}: pickle scan says {'safe' if report.safe else 'UNSAFE'} "
                  f"({len(report.globals)} globals, nothing executed)")  # fmt: skip
-    with open_pth(pth) as ck:
+    with torchfile.open(pth) as ck:
         ctx.tensors = {k: np.array(ck[k]) for k in ck}
     path = ctx.folder / "model.safetensors"
-    to_st(pth, path)
+    torch_to_safetensors(pth, path)
     shutil.copyfile(DATA / "config.json", ctx.folder / "config.json")
     ctx.files["safetensors"] = path
     n = sum(a.size for a in ctx.tensors.values())
@@ -120,17 +117,11 @@ def step_write(ctx: DemoContext) -> None:
 
 def step_header(ctx: DemoContext) -> None:
     """Print the header like the Hugging Face file viewer: grouped by layer."""
-    _lib("safetensors", "parse_header", what="the safetensors header parser")
-    from ..inspection import inspect_local
-    from ._render import render_report
-
     render_report(inspect_local(ctx.files["safetensors"]), ctx.out, all_layers=True)
 
 
 def step_load(ctx: DemoContext) -> None:
     """Load everything back, and one slice lazily, and compare bit for bit."""
-    load_file = _lib("safetensors", "load_file", what="the safetensors reader")
-    safe_open = _lib("safetensors", "safe_open", what="the safetensors reader")
     path = ctx.files["safetensors"]
     loaded = load_file(path)
     if sorted(loaded) != sorted(ctx.tensors):
@@ -150,7 +141,6 @@ def step_load(ctx: DemoContext) -> None:
 
 def step_convert(ctx: DemoContext) -> None:
     """HF folder -> GGUF q8_0 and q4_k_m in one streaming pass each (no tokenizer: weights only)."""
-    hf_to_gguf = _lib("convert", "hf_to_gguf", what="the HF -> GGUF converter")
     for t in ("q8_0", "q4_k_m"):
         path = ctx.folder / f"tiny-llama-{t}.gguf"
         res = hf_to_gguf(ctx.folder, path, t, tokenizer=False)
@@ -164,15 +154,11 @@ def step_convert(ctx: DemoContext) -> None:
 
 def step_inspect_gguf(ctx: DemoContext) -> None:
     """The q4_k_m file's metadata and tensors, grouped by layer."""
-    from ..inspection import inspect_local
-    from ._render import render_report
-
     render_report(inspect_local(ctx.files["q4_k_m"]), ctx.out, all_layers=False)
 
 
 def step_quality(ctx: DemoContext) -> None:
     """RMSE, max abs error and cosine of each quantized tensor against the source."""
-    compare = _lib("convert", "compare", what="the conversion quality report")
     for t in ("q8_0", "q4_k_m"):
         rep = compare(ctx.folder, ctx.files[t])
         worst = rep.worst(1)[0]
@@ -187,20 +173,19 @@ def step_quality(ctx: DemoContext) -> None:
 
 Step = Callable[[DemoContext], None]
 
-#: (title, step, required) in order; later features append theirs.  A step
-#: that is not required is skipped when its library part is not available.
-STEPS: list[tuple[str, Step, bool]] = [
-    ("the built-in tiny Llama .pth -> safetensors", step_write, True),
-    ("its header, grouped by layer", step_header, True),
-    ("load it back", step_load, True),
-    ("convert to GGUF q8_0 and q4_k_m", step_convert, False),
-    ("inspect the q4_k_m GGUF", step_inspect_gguf, False),
-    ("quality report", step_quality, False),
+#: (title, step) in order.
+STEPS: list[tuple[str, Step]] = [
+    ("the built-in tiny Llama .pth -> safetensors", step_write),
+    ("its header, grouped by layer", step_header),
+    ("load it back", step_load),
+    ("convert to GGUF q8_0 and q4_k_m", step_convert),
+    ("inspect the q4_k_m GGUF", step_inspect_gguf),
+    ("quality report", step_quality),
 ]
 
 
-def run(out_dir: str | None = None, out: Out | None = None, quiet: bool = False) -> int:
-    """Run every step; returns the number of steps skipped as not available."""
+def run(out_dir: str | None = None, out: Out | None = None, quiet: bool = False) -> None:
+    """Run every step, in a temp folder (removed after) unless ``out_dir`` is given."""
     out = out or Out()
     tmp = None
     if out_dir is None:
@@ -210,19 +195,11 @@ def run(out_dir: str | None = None, out: Out | None = None, quiet: bool = False)
         folder = Path(out_dir)
         folder.mkdir(parents=True, exist_ok=True)
     ctx = DemoContext(folder, out, quiet=quiet)
-    skipped = 0
     try:
-        for i, (title, step, required) in enumerate(STEPS, 1):
+        for i, (title, step) in enumerate(STEPS, 1):
             out.heading(f"\n[{i}/{len(STEPS)}] {title}")
-            try:
-                step(ctx)
-            except NotAvailableError as e:
-                if required:
-                    raise
-                skipped += 1
-                out.line(f"skipped: {e}")
-        out.line("\ndemo finished" + (f" ({skipped} step(s) skipped)" if skipped else "") + ".")
+            step(ctx)
+        out.line("\ndemo finished.")
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-    return skipped

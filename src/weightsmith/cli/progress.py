@@ -1,15 +1,9 @@
 """Progress bars for long operations, without the library importing rich.
 
-Library functions that take a while accept an optional ``progress`` callable
-and call it as they go::
-
-    progress(bytes_done, bytes_total, tensors_done, tensors_total)
-
-(all ints, totals may be ``None`` when unknown; absolute values, not
-increments).  The CLI passes a :class:`ProgressBar`; a script may pass any
-function or nothing.  :func:`call_with_progress` passes it only to functions
-whose signature has a ``progress`` parameter, so the CLI can wire operations
-before the library grows the argument.
+The library's side is :data:`weightsmith.progress.ProgressFn`; the CLI passes
+a :class:`ProgressBar` as that callable.  :func:`call_with_progress` passes it
+only to functions whose signature has a ``progress`` parameter, and shows a
+spinner for the others.
 
 On a terminal, with rich installed and without ``--quiet``, the bar shows
 bytes and tensors, a rate and the time left; otherwise it draws nothing.
@@ -21,8 +15,6 @@ import inspect
 import sys
 from collections.abc import Callable
 from typing import Any, TextIO
-
-ProgressCallback = Callable[[int, "int | None", "int | None", "int | None"], None]
 
 
 class ProgressBar:
@@ -41,6 +33,7 @@ class ProgressBar:
 
     def __enter__(self) -> ProgressBar:
         if self.enabled:
+            # optional dependency (the cli extra)
             from rich.console import Console
             from rich.progress import (
                 BarColumn,
@@ -106,6 +99,7 @@ class Spinner:
 
     def __enter__(self) -> Spinner:
         if self.enabled:
+            # optional dependency (the cli extra)
             from rich.console import Console
             from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -132,7 +126,7 @@ def _terminal(stream: TextIO) -> bool:
 
 def _have_rich() -> bool:
     try:
-        import rich.progress  # noqa: F401
+        import rich.progress  # noqa: F401 -- optional dependency (the cli extra)
     except ImportError:
         return False
     return True

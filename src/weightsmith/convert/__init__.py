@@ -1,13 +1,14 @@
 """Converters between weight formats.
 
 Each converter lives in its own module and is imported on first use
-(PEP 562), so ``import weightsmith.convert`` pulls in nothing.
+(PEP 562), so ``import weightsmith.convert`` pulls in nothing.  Comparing two
+models (tensor matching, conversion quality) is :mod:`weightsmith.convert.compare`;
+the architecture registry is :mod:`weightsmith.convert.arch`.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from .._lazy import lazy_attributes
 
 # public name -> module that defines it
 _LAZY = {
@@ -17,17 +18,11 @@ _LAZY = {
     "gguf_to_hf": "weightsmith.convert._gguf_to_hf",
     "hf_to_gguf": "weightsmith.convert._hf_to_gguf",
     "plan_conversion": "weightsmith.convert._hf_to_gguf",
-    "compare": "weightsmith.convert._compare",
-    "read_imatrix": "weightsmith.quant.imatrix",
+    "meta_to_hf": "weightsmith.convert._meta_to_hf",
+    "MetaConversion": "weightsmith.convert._meta_to_hf",
+    "MetaCheckpoint": "weightsmith.convert._meta",
 }
 
 __all__ = list(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'weightsmith.convert' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _LAZY)

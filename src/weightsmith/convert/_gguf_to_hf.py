@@ -43,21 +43,33 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import ml_dtypes
 import numpy as np
 
 from .. import errors as E
 from .._atomic import atomic_output
-from ..dtypes import DType, dtype_by_name
+from ..dtypes import SAFETENSORS, DType, dtype_by_name
 from ..gguf import GGUFFile, read
-from ..safetensors import INDEX_NAME, StreamWriter, parse_size
-from ..safetensors._sharded import shard_names, split_shards, write_index
+from ..quant import dequantize
+from ..quant.file import dequantize_tensor
+from ..safetensors import (
+    INDEX_NAME,
+    StreamWriter,
+    parse_size,
+    shard_names,
+    split_shards,
+    write_index,
+)
+from .arch import FILE_TYPE, REGISTRY, by_gguf_arch, llama3_rope_freqs
+from .tokenizer import write_hf_tokenizer
 
 __all__ = ["gguf_to_hf"]
 
 _NATIVE = "<" if sys.byteorder == "little" else ">"
 
-# the dtypes a GGUF -> HF folder may be written in (safetensors codes)
-_OUT_DTYPES = ("F32", "F16", "BF16")
+# the dtypes a GGUF -> HF folder may be written in (safetensors codes): the
+# 16- and 32-bit floats, what a transformers ``torch_dtype`` names
+_OUT_DTYPES = tuple(d.name for d in SAFETENSORS.values() if d.is_float and d.bits in (16, 32))
 
 
 # GGUF special-token key suffix -> config.json field
@@ -78,7 +90,7 @@ def _norm_dtype(dtype: str | DType) -> DType:
     except KeyError:
         dt = None
     if dt is None or dt.name not in _OUT_DTYPES:
-        raise E.UnsupportedOutputDtype(
+        raise E.UnsupportedTargetDtype(
             "unsupported output dtype",
             field="dtype",
             expected="one of bf16, f16, f32",
@@ -91,13 +103,11 @@ def _norm_dtype(dtype: str | DType) -> DType:
 
 
 def _entry(md: Mapping[str, Any], path: Path):
-    from .arch import REGISTRY, by_gguf_arch
-
     arch = md.get("general.architecture")
     entry = by_gguf_arch(arch) if isinstance(arch, str) else None
     if entry is None:
         known = sorted({a.gguf_arch for a in REGISTRY.values()})
-        raise E.UnsupportedGGUFArchitecture(
+        raise E.UnknownArchitecture(
             "no GGUF -> HF conversion for this architecture",
             path=path,
             field="general.architecture",
@@ -129,8 +139,6 @@ def _set(cfg: dict, field: str, value: Any) -> None:
 
 def _metadata_config(entry: Any, md: Mapping[str, Any]) -> tuple[dict, dict[str, str]]:
     """Config fields from the ``<arch>.*`` rows; also GGUF key -> field for each row."""
-    from .arch import FILE_TYPE
-
     cfg: dict[str, Any] = {}
     key_of: dict[str, str] = {}
     for row in entry.meta:
@@ -159,8 +167,6 @@ def _llama3_rope(entry: Any, cfg: dict, freqs: np.ndarray) -> dict | None:
     Candidates (a least-squares fit over the smoothly scaled frequencies, then Llama
     3.1's values) are checked by recomputing the tensor with the registry's function.
     """
-    from .arch import llama3_rope_freqs
-
     freqs = np.asarray(freqs, np.float64)
     factor = float(np.float32(freqs.max()))
     theta = cfg.get("rope_theta", 10000.0)
@@ -241,7 +247,7 @@ def build_config(
     if isinstance(rs, dict) and "type" in rs:
         rs.setdefault("rope_type", rs["type"])
     if "rope_freqs.weight" in f and "rope_freqs.weight" in entry.extra:
-        rope = _llama3_rope(entry, out, f.dequantize("rope_freqs.weight"))
+        rope = _llama3_rope(entry, out, dequantize_tensor(f, "rope_freqs.weight"))
         if rope is not None:
             out["rope_scaling"] = rope
     gen: dict[str, Any] = {}
@@ -275,7 +281,7 @@ def _plan_tensors(f: GGUFFile, entry: Any, path: Path) -> list[tuple[str, str, t
             continue
         plan.append((t.name, hf, tuple(int(d) for d in t.shape)))
     if unmapped:
-        raise E.UnmappedGGUFTensor(
+        raise E.UnmappedTensor(
             f"no Hugging Face name for {len(unmapped)} tensor(s)",
             path=path,
             field="tensors " + ", ".join(repr(n) for n in unmapped[:8]),
@@ -295,7 +301,7 @@ def _read_f32(f: GGUFFile, files: list[BinaryIO], name: str) -> np.ndarray:
     t = f.tensor(name)
     dt = t.ggml_type.numpy
     if dt is not None and dt.itemsize > 1 and f.byte_order != _NATIVE:
-        return f.dequantize(name)  # byte-swapped file: the reader handles the swap
+        return dequantize_tensor(f, name)  # byte-swapped file: the reader handles the swap
     buf = np.empty(t.nbytes, np.uint8)
     fh = files[t.shard]
     fh.seek(t.offset)
@@ -314,9 +320,7 @@ def _read_f32(f: GGUFFile, files: list[BinaryIO], name: str) -> np.ndarray:
             )
         got += n
     if dt is None:
-        from .. import quant
-
-        return quant.dequantize(buf, t.ggml_type, t.shape)
+        return dequantize(buf, t.ggml_type, t.shape)
     x = buf.view(dt).reshape(t.shape)
     return x if dt == np.float32 else x.astype(np.float32)
 
@@ -336,7 +340,7 @@ def _hf_values(
         try:
             x = tr.inverse(x, cfg, {})
         except ValueError as exc:  # a reshape that the head counts do not fit
-            raise E.GGUFShapeMismatch(
+            raise E.TensorShapeMismatch(
                 f"cannot undo {tr.name}: {exc}",
                 path=path,
                 field=f"tensor {gguf_name!r}",
@@ -348,8 +352,6 @@ def _hf_values(
 
 def _cast(x: np.ndarray, np_name: str) -> np.ndarray:
     if np_name == "bfloat16":
-        import ml_dtypes
-
         return x.astype(ml_dtypes.bfloat16)  # round to nearest even, as torch does
     return x.astype(np_name, copy=False)
 
@@ -418,7 +420,7 @@ def _write_shard(
             g, shape = by_hf[hf]
             x = _hf_values(f, files, entry, g, hf, cfg, path)
             if tuple(x.shape) != shape:
-                raise E.GGUFShapeMismatch(
+                raise E.TensorShapeMismatch(
                     "inverse transform changed the shape",
                     path=path,
                     field=f"tensor {g!r}",
@@ -477,8 +479,6 @@ def gguf_to_hf(
             f, entry, cfg, folder, dtype, max_shard_size, progress, src
         )]  # fmt: skip
         if tokenizer:
-            from .tokenizer import write_hf_tokenizer
-
             written += write_hf_tokenizer(f.metadata, folder, where=os.fspath(src))
     if gen:
         _write_json(folder / "generation_config.json", gen)

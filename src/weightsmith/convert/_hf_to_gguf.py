@@ -32,11 +32,10 @@ and the quantized output (quantization temporaries are bounded by
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,10 +43,18 @@ from typing import Any
 import numpy as np
 
 from .. import errors as E
-from ..gguf import GGUFValueType, Writer
-from ..quant._file import quantize_tensor
+from .. import torchfile
+from .._json import read_json
+from ..dtypes import GGML, SAFETENSORS
+from ..gguf import GGUFValueType, Writer, split
+from ..progress import ProgressFn
+from ..quant.file import quantize_tensor
 from ..quant.imatrix import Imatrix, read_imatrix
+from ..quant.recipes import FILE_TYPES, file_type
+from ..quant.recipes import plan as recipe_plan
+from ..safetensors import open_checkpoint, read_index, safe_open
 from .arch import FILE_TYPE, Arch, head_counts, lookup, supported
+from .tokenizer import vocab_metadata
 
 VT = GGUFValueType
 
@@ -55,10 +62,9 @@ __all__ = ["ConversionResult", "TensorPlan", "hf_to_gguf", "plan_conversion"]
 
 QUANTIZATION_VERSION = 2
 
-# reference --outtype -> (ggml type for quantizable tensors, LLAMA_FTYPE number)
-_OUTTYPES = {"f32": ("F32", 0), "f16": ("F16", 1), "bf16": ("BF16", 32), "q8_0": ("Q8_0", 7)}
-
-ProgressFn = Callable[[int, "int | None", "int | None", "int | None"], None]
+# reference --outtype -> ggml type for quantizable tensors, also the name of its
+# llama-quantize file type (whose LLAMA_FTYPE number goes into general.file_type)
+_OUTTYPES = {"f32": "F32", "f16": "F16", "bf16": "BF16", "q8_0": "Q8_0"}
 
 
 # --------------------------------------------------------------------------- inputs
@@ -77,15 +83,9 @@ def _read_config(d: Path) -> dict:
             expected="config.json",
             found=", ".join(sorted(x.name for x in d.iterdir())) or "an empty folder",
         )
-    try:
-        cfg = json.loads(p.read_text(encoding="utf-8"))
-    # ValueError: bad JSON or UTF-8, or an integer past int()'s digit limit
-    except (OSError, ValueError) as exc:
-        raise E.BadModelConfig(
-            "cannot parse config.json", path=p, expected="a JSON object", found=str(exc)
-        ) from None
+    cfg = read_json(p, E.InvalidModelConfig, "config.json", expected="a JSON object")
     if not isinstance(cfg, dict):
-        raise E.BadModelConfig(
+        raise E.InvalidModelConfig(
             "config.json is not an object", path=p, expected="a JSON object",
             found=type(cfg).__name__,
         )  # fmt: skip
@@ -97,7 +97,7 @@ def _read_config(d: Path) -> dict:
 def _arch(cfg: dict, path: Path) -> Arch:
     archs = cfg.get("architectures")
     if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
-        raise E.BadModelConfig(
+        raise E.InvalidModelConfig(
             "config.json names no architecture",
             path=path,
             field="architectures",
@@ -119,7 +119,7 @@ def _arch(cfg: dict, path: Path) -> Arch:
 def _positive_int(cfg: dict, key: str, path: Path) -> int:
     v = cfg.get(key)
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-        raise E.BadModelConfig(
+        raise E.InvalidModelConfig(
             "missing or invalid hyperparameter",
             path=path,
             field=key,
@@ -137,7 +137,7 @@ def _check_config(cfg: dict, arch: Arch, path: Path) -> None:
         _positive_int(cfg, "num_attention_heads", path)
         hidden = cfg["hidden_size"]
         if cfg.get("head_dim") is None and hidden % n_head:
-            raise E.BadModelConfig(
+            raise E.InvalidModelConfig(
                 "num_attention_heads does not divide hidden_size",
                 path=path,
                 field="num_attention_heads",
@@ -147,7 +147,7 @@ def _check_config(cfg: dict, arch: Arch, path: Path) -> None:
         if cfg.get("num_key_value_heads") is not None:
             n_kv = _positive_int(cfg, "num_key_value_heads", path)
             if n_head % n_kv:
-                raise E.BadModelConfig(
+                raise E.InvalidModelConfig(
                     "num_key_value_heads does not divide num_attention_heads",
                     path=path,
                     field="num_key_value_heads",
@@ -169,8 +169,6 @@ class _Source:
 
 
 def _safetensors_sources(d: Path, stack: list) -> list[_Source] | None:
-    from ..safetensors import open_checkpoint, read_index
-
     index = d / "model.safetensors.index.json"
     if index.is_file():
         idx = read_index(index)
@@ -196,8 +194,6 @@ def _safetensors_sources(d: Path, stack: list) -> list[_Source] | None:
                 out.append(_Source(name, tuple(info.shape), info.dtype.name,
                                    lambda n=name, c=ck: np.asarray(c.get_tensor(n))))  # fmt: skip
         return out
-    from ..safetensors import safe_open
-
     for fname in parts:
         f = safe_open(d / fname, framework="np", mmap=False)
         stack.append(f)
@@ -209,9 +205,6 @@ def _safetensors_sources(d: Path, stack: list) -> list[_Source] | None:
 
 
 def _torch_sources(d: Path, stack: list) -> list[_Source] | None:
-    from .. import torchfile
-    from ..dtypes import SAFETENSORS
-
     index = d / "pytorch_model.bin.index.json"
     if index.is_file():
         cks = [torchfile.open(index)]
@@ -271,7 +264,7 @@ def _is_quantizable_weight(name: str, ndim: int) -> bool:
 def _outtype_type(ot: str, name: str, shape: tuple[int, ...]) -> str:
     if not _is_quantizable_weight(name, len(shape)):
         return "F32"
-    t = _OUTTYPES[ot][0]
+    t = _OUTTYPES[ot]
     if t == "Q8_0" and shape[-1] % 32:
         return "F16"  # gguf-py raises QuantError and the reference falls back to F16
     return t
@@ -292,11 +285,9 @@ def _n_vocab(d: Path, vocab: list) -> int | None:
     for k, v, _ in vocab:
         if k == "tokenizer.ggml.tokens" and (d / "tokenizer.model").is_file():
             return len(v)
-    from .tokenizer._to_gguf import _read_json  # lazily, as vocab_metadata below
-
     tj = d / "tokenizer.json"
     if tj.is_file():
-        j = _read_json(tj, "tokenizer.json")
+        j = read_json(tj, E.TokenizerInconsistent, "tokenizer.json")
         model = j.get("model") if isinstance(j, dict) else None
         vocab_j = model.get("vocab") if isinstance(model, dict) else None
         added = j.get("added_tokens", []) if isinstance(j, dict) else []
@@ -322,8 +313,6 @@ def _resolve_type(type: str, sources: list[_Source]) -> tuple[str, Any]:
         t = _auto_type(sources)
     if t in _OUTTYPES:
         return t, None
-    from ..quant.recipes import file_type
-
     return t, file_type(type)
 
 
@@ -340,8 +329,6 @@ def plan_conversion(src: str | os.PathLike[str], type: str = "auto", *, imatrix:
 def _plan(
     d: Path, type: str, stack: list, *, has_imatrix: bool = False, tokenizer: bool = True
 ) -> _Plan:
-    from .tokenizer import vocab_metadata
-
     cfg = _read_config(d)
     cfg_path = d / "config.json"
     arch = _arch(cfg, cfg_path)
@@ -380,11 +367,9 @@ def _plan(
     if ft is None:
         for tp in tensors:
             tp.type = "F32" if tp.source is None else _outtype_type(ot, tp.name, tp.shape)
-        file_type = _OUTTYPES[ot][1]
+        file_type_id = FILE_TYPES[_OUTTYPES[ot]].id
         type_name = ot
     else:
-        from ..quant.recipes import plan as recipe_plan
-
         n_head, n_kv = head_counts(cfg) if "num_attention_heads" in cfg else (1, 1)
         types = recipe_plan(
             [(tp.name, tp.shape) for tp in tensors],
@@ -399,9 +384,9 @@ def _plan(
             tp.type = types[tp.name]
         # llama-quantize writes the tensors sorted by layer number (-1 outside blocks), then name
         tensors.sort(key=lambda tp: (_layer(tp.name), tp.name))
-        file_type = ft.id
+        file_type_id = ft.id
         type_name = ft.name.lower()
-    return _Plan(arch, cfg, ctx, tensors, type_name, file_type, vocab)
+    return _Plan(arch, cfg, ctx, tensors, type_name, file_type_id, vocab)
 
 
 def _layer(name: str) -> int:
@@ -580,8 +565,6 @@ def hf_to_gguf(
 
 
 def _out_nbytes(tp: TensorPlan) -> int:
-    from ..dtypes import GGML
-
     return GGML[tp.type].nbytes(math.prod(tp.shape))
 
 
@@ -592,16 +575,9 @@ def _unsplit_path(dst: Path) -> Path:
 
 def _split(tmp: Path, dst: Path, max_size: int | str) -> list[str]:
     """llama.cpp split shards beside ``dst``: ``<stem>-00001-of-0000N.gguf`` (as gguf-split)."""
-    from ..gguf import split
-
     try:
         return [str(o) for o in split(tmp, max_size=max_size, out_dir=dst.parent)]
     finally:
         tmp.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             tmp.parent.rmdir()
-
-
-def iter_plan(src: str | os.PathLike[str], type: str = "auto") -> Iterator[TensorPlan]:
-    """The output tensors :func:`hf_to_gguf` would write (for dry runs and tests)."""
-    yield from plan_conversion(src, type).tensors

@@ -18,10 +18,11 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes
-from ..errors import UnknownCastType
+from .. import safetensors as st
+from ..errors import UnsupportedTargetDtype
 
-# float codes a cast may target or change
-_FLOATS = {"F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2"}
+# float codes a cast may target or change: the dtype table's float flag
+_FLOATS = {d.name for d in dtypes.SAFETENSORS.values() if d.is_float}
 
 
 def target_dtype(name: str | None) -> str | None:
@@ -33,15 +34,13 @@ def target_dtype(name: str | None) -> str | None:
     except KeyError:
         code = None
     if code not in _FLOATS:
-        raise UnknownCastType(
+        raise UnsupportedTargetDtype(
             "cannot cast to this type", field="dtype", expected=sorted(_FLOATS), found=name
         )
     return code
 
 
 def _open(src: str):
-    from .. import safetensors as st
-
     p = Path(src)
     if p.is_dir() or p.name.endswith(".index.json"):
         return st.open_checkpoint(p, framework="np")
@@ -85,8 +84,6 @@ def safetensors_to_safetensors(
     progress: Callable | None = None,
 ) -> list[str]:
     """Copy a safetensors file or checkpoint, casting floats to ``dtype`` and resharding."""
-    from .. import safetensors as st
-
     code = target_dtype(dtype)
     dst = Path(dst)
     with _open(os.fspath(src)) as f:

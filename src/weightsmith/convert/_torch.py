@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import errors, torchfile
+from ..safetensors import StreamWriter, parse_size, shard_names, split_shards, write_index
 
 __all__ = ["ConversionReport", "torch_to_safetensors"]
 
@@ -54,8 +55,6 @@ def _shard_paths(dst: Path, n: int) -> tuple[list[Path], Path | None]:
     """``dst`` for one shard; ``<stem>-0000i-of-0000n.safetensors`` and an index for more."""
     if n == 1:
         return [dst], None
-    from ..safetensors._sharded import shard_names
-
     stem = dst.name.removesuffix(".safetensors")
     files = [dst.with_name(name) for name in shard_names(n, stem)]
     return files, dst.with_name(dst.name + ".index.json")
@@ -78,9 +77,6 @@ def torch_to_safetensors(
     ``__metadata__``.  ``metadata`` is added to every file's ``__metadata__``
     (after ``{"format": "pt"}``, which transformers checks).
     """
-    from ..safetensors import StreamWriter, parse_size
-    from ..safetensors._sharded import split_shards, write_index
-
     if share not in ("alias", "copy"):
         raise ValueError(f"share must be 'alias' or 'copy', not {share!r}")
     if non_tensors not in ("report", "metadata"):
@@ -111,7 +107,7 @@ def torch_to_safetensors(
                 )
             code = info.safetensors_dtype
             if code is None:
-                raise errors.UnconvertibleDtype(
+                raise errors.UnsupportedTorchDtype(
                     "no safetensors dtype for this tensor",
                     path=ck.path,
                     field=name,

@@ -1,6 +1,6 @@
 """Glue to array frameworks other than numpy, each imported lazily.
 
-``weightsmith.frameworks._torch`` maps safetensors dtypes to torch dtypes
+``weightsmith.frameworks.torch`` maps safetensors dtypes to torch dtypes
 through :mod:`weightsmith.dtypes` and builds tensors without copies; it
 imports torch on first use only.
 

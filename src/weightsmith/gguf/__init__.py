@@ -10,10 +10,10 @@ The byte layout of GGUF v1-v3 is stated in :mod:`weightsmith.gguf._spec`.
 
 from __future__ import annotations
 
-from ._edit import GGUFValue, edit
+from ._edit import GGUFValue, edit, kv_types
 from ._file import GGUFFile, read, shard_paths
 from ._parse import GGUFHeader, Metadata, StringArray, TensorInfo, parse
-from ._spec import DEFAULT_ALIGNMENT, GGUFValueType, MetaType
+from ._spec import DEFAULT_ALIGNMENT, GGUFValueType, MetaType, value_type
 from ._split import merge, split
 from ._writer import Writer, encode_value, infer_type, resolve_type
 
@@ -31,10 +31,12 @@ __all__ = [
     "edit",
     "encode_value",
     "infer_type",
+    "kv_types",
     "merge",
     "parse",
     "read",
     "resolve_type",
     "shard_paths",
     "split",
+    "value_type",
 ]

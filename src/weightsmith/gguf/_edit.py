@@ -105,7 +105,7 @@ def edit(
             t, d = kvs[KEY_ALIGNMENT]
             a = int.from_bytes(d, "little" if h.byte_order == "<" else "big") if len(d) == 4 else 0
             if t != MetaType(VT.UINT32) or a <= 0 or a & (a - 1):
-                raise E.GGUFBadAlignment(
+                raise E.GGUFInvalidAlignment(
                     path=path,
                     field=KEY_ALIGNMENT,
                     expected="a u32 power of two",
@@ -151,6 +151,15 @@ def edit(
             w.abort()
             raise
         return target
+    finally:
+        src.close()
+
+
+def kv_types(path: str | os.PathLike[str]) -> dict[str, MetaType]:
+    """The value type of every KV of one GGUF file (this file only, not its split set)."""
+    src = _Mapped(Path(path))
+    try:
+        return {k: kv.type for k, kv in src.header.kvs.items()}
     finally:
         src.close()
 

@@ -224,15 +224,6 @@ class GGUFFile:
         raw = np.frombuffer(self._mm(t), u, t.n_elements, t.offset)
         return raw.astype(u.newbyteorder("=")).view(dt).reshape(t.shape)
 
-    def dequantize(self, name: str) -> np.ndarray:
-        """float32 values of any tensor, via weightsmith.quant for block types."""
-        t = self.tensor(name)
-        if t.ggml_type.numpy is not None:
-            return self.numpy(name).astype(np.float32)
-        from .. import quant
-
-        return quant.dequantize(self.tensor_bytes(name), t.ggml_type, t.shape)  # type: ignore[attr-defined]
-
     # -- lifetime -------------------------------------------------------------
 
     def close(self) -> None:

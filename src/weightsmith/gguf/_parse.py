@@ -322,7 +322,7 @@ class _Parser:
             raise E.NeedMoreData(min(self.file_size, 4096))
         magic = bytes(self.mv[:4])
         if magic != MAGIC:
-            raise self.err(E.GGUFBadMagic, field="magic", offset=0, expected=MAGIC, found=magic)
+            raise self.err(E.GGUFInvalidMagic, field="magic", offset=0, expected=MAGIC, found=magic)
         raw = self._fixed(struct.Struct("<I"), 4, "version")
         order = "<"
         if raw & 0xFFFF == 0 and raw != 0:
@@ -604,7 +604,7 @@ class _Parser:
             return DEFAULT_ALIGNMENT
         if kv.type != MetaType(VT.UINT32):
             raise self.err(
-                E.GGUFBadAlignment,
+                E.GGUFInvalidAlignment,
                 field=KEY_ALIGNMENT,
                 offset=kv.start,
                 expected="type u32",
@@ -613,7 +613,7 @@ class _Parser:
         a = kv.raw
         if a == 0 or a & (a - 1):
             raise self.err(
-                E.GGUFBadAlignment,
+                E.GGUFInvalidAlignment,
                 field=KEY_ALIGNMENT,
                 offset=kv.start,
                 expected="a power of two",
@@ -669,7 +669,7 @@ class _Parser:
             for d, v in enumerate(dims):
                 if v == 0 or v > INT64_MAX:
                     raise self.err(
-                        E.GGUFBadDim,
+                        E.GGUFInvalidDim,
                         field=f"{tf} dims[{d}]",
                         offset=pos + d * dw,
                         expected="1 .. 2**63-1",

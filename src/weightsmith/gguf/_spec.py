@@ -134,17 +134,6 @@ FROM_NUMPY: dict[tuple[str, int], GGUFValueType] = {
     ("f", 8): VT.FLOAT64,
 }
 
-INT_RANGE: dict[GGUFValueType, tuple[int, int]] = {
-    VT.UINT8: (0, 0xFF),
-    VT.INT8: (-0x80, 0x7F),
-    VT.UINT16: (0, 0xFFFF),
-    VT.INT16: (-0x8000, 0x7FFF),
-    VT.UINT32: (0, 0xFFFFFFFF),
-    VT.INT32: (-0x80000000, 0x7FFFFFFF),
-    VT.UINT64: (0, (1 << 64) - 1),
-    VT.INT64: (-(1 << 63), (1 << 63) - 1),
-}
-
 
 class MetaType(NamedTuple):
     """The GGUF type of a metadata value.

@@ -98,13 +98,13 @@ def infer_type(value: Any) -> MetaType:
         return MetaType(VT.ARRAY, MetaType(_from_dtype(value.dtype)))
     if isinstance(value, (list, tuple)):
         if not value:
-            raise E.GGUFBadValue(
+            raise E.GGUFInvalidValue(
                 "an empty array needs an explicit element type",
                 expected="type=...",
                 found="[]",
             )
         return MetaType(VT.ARRAY, infer_type(value[0]))
-    raise E.GGUFBadValue(
+    raise E.GGUFInvalidValue(
         "no GGUF type for this value",
         expected="bool, int, float, str, list",
         found=type(value).__name__,
@@ -115,7 +115,7 @@ def _from_dtype(dt: np.dtype) -> GGUFValueType:
     try:
         return FROM_NUMPY[(dt.kind, dt.itemsize)]
     except KeyError:
-        raise E.GGUFBadValue(
+        raise E.GGUFInvalidValue(
             "no GGUF type for numpy dtype", expected="u1..u8, i1..i8, f4, f8, bool", found=str(dt)
         ) from None
 
@@ -159,7 +159,7 @@ class _Enc:
         elif isinstance(v, (bytes, bytearray, memoryview)):
             b = bytes(v)
         else:
-            raise E.GGUFBadValue(field=key, expected="str", found=type(v).__name__)
+            raise E.GGUFInvalidValue(field=key, expected="str", found=type(v).__name__)
         return self.u64.pack(len(b)) + b
 
     def scalar(self, v: Any, t: GGUFValueType, key: str) -> bytes:
@@ -174,7 +174,7 @@ class _Enc:
                 raise struct.error("not an integer")
             return self.s[t].pack(int(v))
         except (struct.error, TypeError, ValueError, OverflowError) as exc:
-            raise E.GGUFBadValue(
+            raise E.GGUFInvalidValue(
                 f"cannot store as {t.name} ({exc})", field=key, expected=t.name, found=repr(v)[:80]
             ) from None
 
@@ -186,13 +186,13 @@ class _Enc:
 
     def array(self, v: Any, et: MetaType | None, key: str) -> bytes:
         if isinstance(v, (str, bytes, bytearray)) or not isinstance(v, (Sequence, np.ndarray)):
-            raise E.GGUFBadValue(
+            raise E.GGUFInvalidValue(
                 "array value must be a sequence", field=key, expected="list", found=type(v).__name__
             )
         if et is None:
             et = infer_type(v[0]) if len(v) else None
             if et is None:
-                raise E.GGUFBadValue(
+                raise E.GGUFInvalidValue(
                     "an empty array needs an explicit element type",
                     field=key,
                     expected="type",
@@ -215,7 +215,7 @@ class _Enc:
         try:
             arr = self._numeric(v, t)
         except (OverflowError, ValueError, TypeError) as exc:
-            raise E.GGUFBadValue(
+            raise E.GGUFInvalidValue(
                 f"cannot store array as {t.name} ({exc})",
                 field=key,
                 expected=t.name,
@@ -353,7 +353,7 @@ class Writer:
             or value <= 0
             or value & (value - 1)
         ):
-            raise E.GGUFBadAlignment(
+            raise E.GGUFInvalidAlignment(
                 path=self.path,
                 field=KEY_ALIGNMENT,
                 expected="a u32 power of two",
@@ -416,7 +416,7 @@ class Writer:
         n = 1
         for x in d:
             if x <= 0 or x > INT64_MAX:
-                raise E.GGUFBadDim(path=self.path, field=f, expected="dims >= 1", found=d)
+                raise E.GGUFInvalidDim(path=self.path, field=f, expected="dims >= 1", found=d)
             n *= x
         if n > INT64_MAX:
             raise E.GGUFSizeOverflow(

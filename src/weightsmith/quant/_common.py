@@ -62,11 +62,6 @@ def f32_to_f16_bits(x: np.ndarray) -> np.ndarray:
     return h
 
 
-def f32_to_f16_to_f32(x: np.ndarray) -> np.ndarray:
-    """Round float32 through fp16 and back (what a stored scale becomes)."""
-    return f16_to_f32(f32_to_f16_bits(x))
-
-
 def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
     """float32 -> bfloat16 bits as ``ggml_compute_fp32_to_bf16``.
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import errors as E
+from ..gguf import read
 
 __all__ = ["Imatrix", "for_tensor", "read_imatrix"]
 
@@ -75,8 +76,6 @@ def _lround(x: np.ndarray) -> np.ndarray:
 
 
 def _read_gguf(path: Path) -> Imatrix:
-    from ..gguf import read
-
     with read(path) as f:
         md = f.metadata
         ds = md.get("imatrix.datasets")

@@ -33,8 +33,9 @@ FAMILIES = ("plain", "legacy", "kquants", "iquants", "ternary", "fp4")
 # ggml_quantize_requires_imatrix(): ggml asserts an imatrix for these.
 REQUIRES_IMATRIX = frozenset({"IQ2_XXS", "IQ2_XS", "IQ1_S"})
 
-# Types whose encoding stores IEEE specials; every block type rejects them.
-HOLDS_NONFINITE = frozenset({"F32", "F16", "BF16", "F64"})
+# Types whose encoding stores IEEE specials (the plain floats of the dtype
+# table); every block type rejects them.
+HOLDS_NONFINITE = frozenset(t.name for t in GGML.values() if t.is_float)
 
 # Quantizers whose reference path (no imatrix) raises NonFiniteInput itself
 # from its per-block min/max (which propagate NaN/inf), so the API skips its

@@ -18,6 +18,7 @@ from ..errors import (
     RemoteNotFound,
     TooManyRedirects,
 )
+from ..inspection import CachedSource
 
 MAX_REDIRECTS = 10
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -295,28 +296,17 @@ class HTTPSource:
         return resp.body
 
 
-class FsspecSource:
+class FsspecSource(CachedSource):
     """An fsspec URL (s3://, gs://, memory:// ...) as a byte source."""
 
     def __init__(self, url: str, storage_options: dict | None = None) -> None:
         fsspec = require("fsspec", "fsspec URLs")
-        self.name = url
         self.fs, self.path = fsspec.core.url_to_fs(url, **(storage_options or {}))
         info = self.fs.info(self.path)
-        self.size: int | None = int(info.get("size") or 0)
-        self.requests = 1
-        self.bytes_fetched = 0
-        self._buf = b""
+        super().__init__(url, int(info.get("size") or 0), requests=1)  # info() was one
 
-    def prefix(self, n: int) -> bytes:
-        assert self.size is not None
-        n = min(n, self.size)
-        if n > len(self._buf):
-            more = self.fs.cat_file(self.path, start=len(self._buf), end=n)
-            self.requests += 1
-            self.bytes_fetched += len(more)
-            self._buf += more
-        return self._buf[:n]
+    def read_range(self, start: int, end: int) -> bytes:
+        return self.fs.cat_file(self.path, start=start, end=end)
 
     def read_all(self, limit: int = 64 * 1024 * 1024) -> bytes:
         if self.size is not None and self.size > limit:

@@ -13,6 +13,7 @@ from ._header import (
     Header,
     TensorInfo,
     parse_header,
+    precheck,
     read_header_size,
 )
 from ._reader import SafeSlice, load, load_file, safe_open
@@ -24,6 +25,9 @@ from ._sharded import (
     parse_size,
     read_index,
     save_sharded,
+    shard_names,
+    split_shards,
+    write_index,
 )
 from ._spec import TensorSpec, deserialize, serialize, serialize_file
 from ._writer import StreamWriter, build_header, save, save_file
@@ -45,6 +49,7 @@ __all__ = [
     "open_checkpoint",
     "parse_header",
     "parse_size",
+    "precheck",
     "read_header_size",
     "read_index",
     "safe_open",
@@ -53,4 +58,7 @@ __all__ = [
     "save_sharded",
     "serialize",
     "serialize_file",
+    "shard_names",
+    "split_shards",
+    "write_index",
 ]

@@ -47,6 +47,7 @@ import numpy as np
 
 from .. import errors as E
 from ..dtypes import SAFETENSORS, DType
+from ..frameworks import torch as tg
 from . import _subbyte
 from ._header import Header, TensorInfo, parse_header, precheck, read_header_size
 
@@ -321,7 +322,7 @@ class safe_open:
         try:
             return self._header.tensors[name]
         except KeyError:
-            raise E.SafetensorsTensorNotFound(f"{self._path}: no tensor named {name!r}") from None
+            raise E.TensorNotFound(f"{self._path}: no tensor named {name!r}") from None
 
     # ------------------------------------------------------------------ tensors
     def get_tensor(self, name: str) -> Any:
@@ -419,7 +420,6 @@ class safe_open:
         # As _pt_views, from the fast-parse arrays.  Each tensor gets its own
         # from_numpy (so its own storage, exactly its bytes: torch.save of
         # one tensor writes that tensor, not its neighbours).
-        from ..frameworks import _torch as tg
 
         from_numpy = tg.torch().from_numpy
         plans = tg.view_plans()
@@ -443,7 +443,6 @@ class safe_open:
     def _pt_views(self, infos: list[TensorInfo]) -> dict[str, Any]:
         # Same for torch: numpy slice -> torch.from_numpy, with dtype work
         # done once per dtype rather than once per tensor.
-        from ..frameworks import _torch as tg
 
         from_numpy = tg.torch().from_numpy
         plans = tg.view_plans()
@@ -488,7 +487,6 @@ class safe_open:
         return a
 
     def _torch_tensor(self, t: TensorInfo, off: int) -> Any:
-        from ..frameworks import _torch as tg
 
         d = t.dtype
         if self._mm is not None:
@@ -711,7 +709,6 @@ class SafeSlice:
         return self._read(sels, layout)
 
     def _to_torch(self, arr: np.ndarray) -> Any:
-        from ..frameworks import _torch as tg
 
         d = self._info.dtype
         if d.packed:
@@ -855,8 +852,6 @@ def load(
 def _from_bytes(raw, t: TensorInfo, fw: str) -> Any:
     d = t.dtype
     if fw == "pt":
-        from ..frameworks import _torch as tg
-
         if d.packed and d.name != "F4":
             raise E.UnsupportedDtype(f"torch has no dtype for safetensors {d.name}")
         return tg.from_buffer(np.frombuffer(raw, np.uint8).copy(), 0, d, t.shape)

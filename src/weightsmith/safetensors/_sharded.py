@@ -61,6 +61,7 @@ from typing import Any
 from .. import _atomic
 from .. import errors as E
 from .._atomic import atomic_output
+from .._json import Pairs, plain, read_json
 from ._header import TensorInfo
 from ._reader import SafeSlice, safe_open
 from ._writer import _check_metadata, _prepare, save_file
@@ -282,27 +283,12 @@ def read_index(path: str | os.PathLike[str]) -> dict[str, Any]:
     A tensor mapped twice (even to the same shard) raises DuplicateShardTensor.
     """
     path = os.fspath(path)
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        raise E.InvalidIndex("index file not found", path=path) from None
-
-    def pairs(items):
-        return _Pairs(items)
-
-    try:
-        top = json.loads(raw.decode("utf-8"), object_pairs_hook=pairs)
-    # ValueError: bad JSON or UTF-8, or an integer past int()'s digit limit
-    except (ValueError, RecursionError) as exc:
-        raise E.InvalidIndex(
-            "index is not valid JSON", path=path, expected="a JSON object", found=str(exc)
-        ) from None
-    if not isinstance(top, _Pairs):
+    top = read_json(path, E.InvalidIndex, "the index", pairs=True, expected="a JSON object")
+    if not isinstance(top, Pairs):
         raise E.InvalidIndex("index is not a JSON object", path=path, expected="an object")
     top_d = dict(top)
     wm = top_d.get("weight_map")
-    if not isinstance(wm, _Pairs):
+    if not isinstance(wm, Pairs):
         raise E.InvalidIndex(
             "index has no weight_map object",
             path=path,
@@ -330,20 +316,8 @@ def read_index(path: str | os.PathLike[str]) -> dict[str, Any]:
             )
         weight_map[name] = shard
     md = top_d.get("metadata")
-    metadata = _plain(md) if isinstance(md, _Pairs) else md
+    metadata = plain(md) if isinstance(md, Pairs) else md
     return {"metadata": metadata, "weight_map": weight_map}
-
-
-class _Pairs(list):
-    __slots__ = ()
-
-
-def _plain(v):
-    if isinstance(v, _Pairs):
-        return {k: _plain(x) for k, x in v}
-    if isinstance(v, list):
-        return [_plain(x) for x in v]
-    return v
 
 
 class Checkpoint:

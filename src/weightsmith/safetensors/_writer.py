@@ -24,6 +24,7 @@ written through :func:`weightsmith._atomic.atomic_output`.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import sys
@@ -35,6 +36,7 @@ import numpy as np
 from .. import errors as E
 from .._atomic import atomic_output, libc_function, want_fsync
 from ..dtypes import SAFETENSORS, DType, from_numpy
+from ..frameworks import torch as tg
 from . import _subbyte
 
 __all__ = ["CHUNK", "StreamWriter", "build_header", "save", "save_file"]
@@ -79,8 +81,6 @@ class _Writeback:
 
 
 def _sync_file_range():
-    import ctypes
-
     return libc_function(
         "sync_file_range", [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
     )
@@ -176,7 +176,6 @@ class _Tensor:
             )
         self.name = name
         self.value = value
-        from ..frameworks import _torch as tg
 
         if tg.is_tensor(value):
             if value.layout != tg.torch().strided:
@@ -201,7 +200,6 @@ class _Tensor:
         self.shape = tuple(value.shape)
 
     def chunks(self, limit: int = CHUNK) -> Iterator[memoryview]:
-        from ..frameworks import _torch as tg
 
         if tg.is_tensor(self.value):
             return _torch_chunks(self.value, limit)
@@ -274,7 +272,6 @@ def _packed_chunks(a: np.ndarray, bits: int, limit: int) -> Iterator[memoryview]
 
 
 def _torch_chunks(t, limit: int) -> Iterator[memoryview]:
-    from ..frameworks import _torch as tg
 
     if t.device.type != "cpu":
         t = t.cpu()
@@ -305,7 +302,6 @@ def _prepare(tensors: Mapping[str, Any]) -> list[_Tensor]:
     if not isinstance(tensors, Mapping):
         raise TypeError(f"expected a dict of name -> tensor, found {type(tensors).__name__}")
     items = [_Tensor(k, v) for k, v in tensors.items()]
-    from ..frameworks import _torch as tg
 
     torch_values = {t.name: t.value for t in items if tg.is_tensor(t.value)}
     if len(torch_values) > 1:

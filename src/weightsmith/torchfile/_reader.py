@@ -253,7 +253,7 @@ class TorchCheckpoint(_Base):
             nbytes = ref.numel * item
             old = seen.setdefault(ref.key, (ref.type_name, nbytes))
             if old != (ref.type_name, nbytes):
-                raise errors.StorageDtypeConflict(
+                raise errors.StorageDtypeMismatch(
                     "storage used with two types or sizes",
                     path=self.path,
                     field=f"storage {ref.key}",

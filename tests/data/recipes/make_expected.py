@@ -15,7 +15,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
-from recipe_models import FILE_TYPES, MODELS, llama_quantize, write_model  # noqa: E402
+from support.recipe_models import FILE_TYPES, MODELS, llama_quantize, write_model  # noqa: E402
 
 
 def main() -> None:

@@ -336,7 +336,7 @@ def llama3_rope_freqs(cfg: dict) -> np.ndarray | None:
     old = rp.get("original_max_position_embeddings", 8192)
     lo_wl, hi_wl = old / lo_f, old / hi_f
     try:
-        import torch
+        import torch  # optional dependency: the reference computes these in torch
     except ImportError:
         torch = None
     if torch is not None:

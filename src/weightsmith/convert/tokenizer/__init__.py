@@ -8,6 +8,8 @@ Two directions, both matched against llama.cpp:
 * :func:`hf_tokenizer_files` / :func:`write_hf_tokenizer` -- GGUF metadata ->
   ``tokenizer.json`` (built with the ``tokenizers`` library), ``tokenizer_config.json``
   and ``special_tokens_map.json`` that transformers loads;
+* :func:`meta_tokenizer_metadata` -- Meta's original ``tokenizer.model`` (SentencePiece or
+  tiktoken ranks) as that same metadata, for the Meta -> HF converter;
 * :func:`tokenizer_json_from_vocab_gguf` -- the latter applied to a vocab-only GGUF
   (such as llama.cpp's ``models/ggml-vocab-*.gguf``), to give test models a real tokenizer.
 
@@ -17,11 +19,13 @@ Two directions, both matched against llama.cpp:
 from __future__ import annotations
 
 from ._from_gguf import hf_tokenizer_files, tokenizer_json_from_vocab_gguf, write_hf_tokenizer
+from ._meta import meta_tokenizer_metadata
 from ._to_gguf import TokenType, vocab_metadata
 
 __all__ = [
     "TokenType",
     "hf_tokenizer_files",
+    "meta_tokenizer_metadata",
     "tokenizer_json_from_vocab_gguf",
     "vocab_metadata",
     "write_hf_tokenizer",

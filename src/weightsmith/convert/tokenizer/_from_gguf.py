@@ -32,6 +32,7 @@ from typing import Any
 from ... import errors as E
 from ..._atomic import atomic_output
 from ..._lazy import require
+from ...gguf import read as read_gguf
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 
@@ -63,7 +64,6 @@ ADD_BOS_PRE = frozenset(
 )
 
 # the regexes of the original HF tokenizers (tokenizer.json) llama.cpp fingerprints
-_GPT2_RE = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 _LLAMA3_RE = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
@@ -445,9 +445,7 @@ def tokenizer_json_from_vocab_gguf(
     path: str | os.PathLike[str], folder: str | os.PathLike[str] | None = None
 ) -> dict[str, Any]:
     """:func:`hf_tokenizer_files` of the GGUF at ``path``; also written to ``folder`` when given."""
-    from ...gguf import read
-
-    with read(path) as f:
+    with read_gguf(path) as f:
         files = hf_tokenizer_files(f.metadata, where=os.fspath(path))
     if folder is not None:
         folder = Path(folder)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import errors as E
+from ..._json import read_json
 from ..._lazy import require
 from ...gguf import GGUFValueType
 from ._pre_hashes import CHKTXT, PRE_BY_HASH
@@ -99,21 +100,11 @@ class _Entries:
 # --------------------------------------------------------------------------- files
 
 
-def _read_json(path: Path, what: str) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    # ValueError: bad JSON or UTF-8, or an integer past int()'s digit limit
-    except (OSError, ValueError) as exc:
-        raise E.TokenizerInconsistent(
-            f"cannot read {what}", path=path, expected="a JSON file", found=str(exc)
-        ) from None
-
-
 def _json_if(path: Path) -> dict | None:
     """The JSON object in ``path``, or None when there is no such file."""
     if not path.is_file():
         return None
-    value = _read_json(path, path.name)
+    value = read_json(path, E.TokenizerInconsistent, path.name)
     if not isinstance(value, dict):
         raise E.TokenizerInconsistent(
             "not a JSON object", path=path, expected="an object", found=type(value).__name__
@@ -148,8 +139,8 @@ def _vocab_size(config: dict, keys: tuple[str, ...]) -> int | None:
     return None
 
 
-def _too_large(path: Path, token: str, tid: int, vocab_size: int) -> E.VocabLargerThanConfig:
-    return E.VocabLargerThanConfig(
+def _too_large(path: Path, token: str, tid: int, vocab_size: int) -> E.VocabSizeMismatch:
+    return E.VocabSizeMismatch(
         f"token {token!r} has id {tid}, outside the model's embedding rows",
         path=path,
         field="config.json vocab_size",
@@ -259,7 +250,7 @@ class _HFTokenizer:
     def __init__(self, d: Path) -> None:
         tk = require("tokenizers", "reading tokenizer.json")
         self.path = d / "tokenizer.json"
-        self.json = _read_json(self.path, "tokenizer.json")
+        self.json = read_json(self.path, E.TokenizerInconsistent, "tokenizer.json")
         if not isinstance(self.json, dict) or not isinstance(self.json.get("model"), dict):
             raise E.TokenizerInconsistent(
                 "tokenizer.json has no model",
@@ -378,7 +369,7 @@ def _llama_hf_applies(d: Path) -> bool:
     path = d / "tokenizer.json"
     if not path.is_file():
         return False
-    tj = _read_json(path, "tokenizer.json")
+    tj = read_json(path, E.TokenizerInconsistent, "tokenizer.json")
     model = tj.get("model") if isinstance(tj, dict) else None
     if not isinstance(model, dict):
         return False
@@ -636,7 +627,9 @@ class _SpecialVocab:
                 alt = [{"name": "default", "template": alt}]
                 alt += [{"name": p.stem, "template": p.read_text(encoding="utf-8")} for p in extra]
         elif js.is_file():
-            alt = (_read_json(js, "chat_template.json") or {}).get("chat_template")
+            alt = (read_json(js, E.TokenizerInconsistent, "chat_template.json") or {}).get(
+                "chat_template"
+            )
         template = cfg.get("chat_template", alt)
         if template is None or isinstance(template, (str, list)):
             self.chat_template = template
@@ -748,7 +741,7 @@ def vocab_metadata(model_dir: str | os.PathLike[str], config: dict) -> list[KV]:
     each entry is ``(key, value, type)`` where ``type`` is the scalar type, or the
     element type of an array, ready for ``gguf.Writer.add(key, value, type)``.
 
-    Raises TokenizerFilesMissing, TokenizerInconsistent, VocabLargerThanConfig,
+    Raises TokenizerFilesMissing, TokenizerInconsistent, VocabSizeMismatch,
     UnknownBPEPreTokenizer (all from :mod:`weightsmith.errors`).
     """
     d = Path(model_dir)

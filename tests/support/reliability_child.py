@@ -21,6 +21,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from weightsmith import errors as E
 from weightsmith import gguf, quant, torchfile
 from weightsmith import safetensors as st
+from weightsmith.quant.file import dequantize_tensor
 
 
 def _vm(field: str) -> int:
@@ -42,7 +43,7 @@ def _gguf(path: str) -> None:
         for key in f.metadata:
             f.metadata[key]
         for t in f.tensors:
-            f.dequantize(t.name)
+            dequantize_tensor(f, t.name)
 
 
 def _torch(path: str) -> None:

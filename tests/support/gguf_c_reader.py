@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-import ggml_ref
+from . import ggml_ref
 
 
 class _InitParams(ctypes.Structure):

@@ -8,6 +8,7 @@ the safetensors (logical) shape.  F6 types have no torch dtype.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -81,8 +82,6 @@ def is_tensor(x) -> bool:
     if t is None:
         # Only look if torch was already imported by the caller: a value can
         # not be a torch tensor otherwise.
-        import sys
-
         if "torch" not in sys.modules:
             return False
         t = torch()

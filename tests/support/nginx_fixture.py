@@ -233,7 +233,7 @@ import pytest  # noqa: E402
 @pytest.fixture(scope="session")
 def remote_tree(tmp_path_factory):
     """Files written by the oracle libraries, laid out for nginx (see remote_data)."""
-    import remote_data
+    from . import remote_data
 
     return remote_data.build(tmp_path_factory.mktemp("remote"))
 

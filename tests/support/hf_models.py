@@ -59,8 +59,9 @@ def train_spm(folder: Path, vocab_size: int = 512) -> int:
 
 
 def _qwen_tokenizer(folder: Path) -> int:
-    from llama_sdist import llama_cpp_root
     from weightsmith.convert.tokenizer import tokenizer_json_from_vocab_gguf
+
+    from .llama_sdist import llama_cpp_root
 
     files = tokenizer_json_from_vocab_gguf(
         llama_cpp_root() / "models" / "ggml-vocab-qwen2.gguf", folder

@@ -8,7 +8,7 @@ matrix) and ``ggml_get_type_traits`` whose ``to_float`` member dequantizes.
 
 Used by tests/test_quant_ggml.py and benchmarks/bench_quant.py::
 
-    import ggml_ref
+    from support import ggml_ref
     q = ggml_ref.quantize(x, "Q4_K", imatrix)      # uint8 [nrows, row_bytes]
     y = ggml_ref.dequantize(q, "Q4_K", x.size)     # float32 [n_elements]
 """

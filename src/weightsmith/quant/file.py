@@ -1,4 +1,8 @@
-"""Quantize a GGUF file to a llama-quantize file type (what ``llama-quantize`` does).
+"""Whole GGUF files and their tensors: quantize a file to a llama-quantize file type
+(what ``llama-quantize`` does), and dequantize any tensor of an open file.
+
+Sits above :mod:`weightsmith.gguf` (which reads and writes the bytes and knows
+nothing of the codecs) and uses the codecs of :mod:`weightsmith.quant`.
 
 * the per-tensor types come from :func:`weightsmith.quant.recipes.plan`
   (llama.cpp's ``llama-quant.cpp`` rules for a file type such as Q4_K_M);
@@ -21,16 +25,36 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
-from ..dtypes import ggml_type
+from .. import gguf
+from ..dtypes import GGML, ggml_type
 from ..errors import ImatrixRequired, RequantizeRefused
+from ..progress import ProgressFn
+from . import (
+    MIN_CHUNK,
+    _check_imatrix,
+    _chunk_rows,
+    _empty,
+    _fork_available,
+    _quantize_task,
+    _spans,
+    _workers,
+    dequantize,
+    quantize,
+    recipes,
+)
+from . import _run as run
 from .imatrix import Imatrix, for_tensor, read_imatrix
+from .registry import codec
+
+__all__ = ["dequantize_tensor", "quantize_file", "quantize_tensor"]
 
 QNT_VERSION = 2  # GGML_QNT_VERSION
-_FLOAT_SOURCES = {"F32", "F16", "BF16"}
+# llama-quantize quantizes from the float types, F64 excepted
+_FLOAT_SOURCES = {t.name for t in GGML.values() if t.is_float and t.name != "F64"}
 _NEEDS_IMATRIX = {"IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_M", "IQ1_S"}
 _NO_IMATRIX_NEEDED = {"token_embd.weight", "per_layer_token_embd.weight", "output.weight"}
 #: Output bytes that quantize_file's workers produce before they are written:
@@ -61,13 +85,10 @@ def quantize_file(
     dst: str | os.PathLike[str],
     type: str,
     imatrix: str | os.PathLike[str] | None = None,
-    progress: Callable | None = None,
+    progress: ProgressFn | None = None,
     workers: int | None = None,
 ) -> dict[str, str]:
     """Quantize a GGUF model to the llama.cpp file type ``type``; returns name -> ggml type."""
-    from .. import gguf
-    from . import recipes
-
     ftype = recipes.file_type(type)
     im = read_imatrix(imatrix) if imatrix is not None else None
     f = gguf.read(src)
@@ -125,8 +146,6 @@ def _tensor_data(f, tensors, plan, im: Imatrix | None, workers: int | None) -> I
     of many small tensors keeps every core busy (one tensor of a few chunks
     could not), and the processes are forked once per window, not per tensor.
     """
-    from . import _fork_available, _workers
-
     nw = _workers(workers)
     if nw <= 1 or not _fork_available():
         for t in tensors:
@@ -134,7 +153,7 @@ def _tensor_data(f, tensors, plan, im: Imatrix | None, workers: int | None) -> I
             if new == t.ggml_type.name:
                 yield t, f.tensor_bytes(t.name)
             else:
-                x = np.asarray(f.dequantize(t.name), dtype=np.float32)
+                x = dequantize_tensor(f, t.name)
                 yield t, quantize_tensor(x, new, t.name, im, workers)
         return
     window: list = []
@@ -153,10 +172,6 @@ def _tensor_data(f, tensors, plan, im: Imatrix | None, workers: int | None) -> I
 
 def _quantize_window(f, window, plan, im: Imatrix | None, nw: int) -> Iterator[tuple]:
     """Quantize the tensors of ``window`` on ``nw`` forked workers; yield all of them in order."""
-    from . import MIN_CHUNK, _check_imatrix, _chunk_rows, _empty, _quantize_task, _spans, quantize
-    from . import _run as run
-    from .registry import codec
-
     items: list[tuple[int, int, int, int]] = []  # (tensor, expert, first row, end row)
     layout: dict[int, tuple] = {}  # tensor -> (offset, rows per expert, row bytes, weights)
     total = 0
@@ -235,8 +250,6 @@ def quantize_tensor(
     x: np.ndarray, new: str, name: str, im: Imatrix | None, workers: int | None = None
 ) -> np.ndarray:
     """Quantize one GGUF tensor (2-D, or 3-D experts) with its slice of an importance matrix."""
-    from . import quantize
-
     e = None if im is None else for_tensor(name, x.shape, im)
     if x.ndim == 3:  # experts: each has its own slice of the importance matrix
         parts = [
@@ -245,3 +258,11 @@ def quantize_tensor(
         ]
         return np.stack(parts)
     return quantize(x, new, None if e is None else e[0], name=name, workers=workers)
+
+
+def dequantize_tensor(f: gguf.GGUFFile, name: str) -> np.ndarray:
+    """float32 values of any tensor of an open GGUF file, dequantizing block types."""
+    t = f.tensor(name)
+    if t.ggml_type.numpy is not None:
+        return f.numpy(name).astype(np.float32)
+    return dequantize(f.tensor_bytes(name), t.ggml_type, t.shape)

@@ -11,7 +11,7 @@ from pathlib import Path
 import jsonschema
 
 WEIGHTSMITH = shutil.which("weightsmith")
-_DOCS = Path(__file__).parent.parent / "docs"
+_DOCS = Path(__file__).resolve().parents[2] / "docs"
 SCHEMA = json.loads((_DOCS / "cli-json-schema.json").read_text())
 DIFF_SCHEMA = json.loads((_DOCS / "cli-diff-json-schema.json").read_text())
 

@@ -13,7 +13,7 @@ from safetensors.numpy import load_file
 
 from weightsmith.dtypes import ggml_type
 
-GOLDEN = Path(__file__).parent / "data" / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden"
 
 
 def load_inputs() -> dict[str, np.ndarray]:

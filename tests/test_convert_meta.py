@@ -1,0 +1,238 @@
+"""Meta original checkpoints -> HF folder, against transformers' own converter.
+
+The oracle is ``convert_llama_weights_to_hf.py`` from the transformers 4.47 wheel (the
+last that shipped it; scripts/test.sh fetches it, see tests/meta_oracle.py), run on
+tiny checkpoints built here in Meta's layout, single-file and split 2 ways.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+import weightsmith.numpy as wsnp
+from support.meta_fixtures import make_meta_checkpoint, ranks_file_encoder, sample_texts
+from support.meta_oracle import run_oracle
+from weightsmith import errors as E
+from weightsmith.convert import meta_to_hf
+
+CASES = [("2", 1), ("2", 2), ("3.1", 1), ("3.1", 2), ("3", 1), ("3.2", 1), ("1", 2)]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """generation, shards -> (meta folder, our HF folder, oracle HF folder)."""
+    cache: dict = {}
+
+    def get(generation: str, shards: int):
+        key = (generation, shards)
+        if key not in cache:
+            base = tmp_path_factory.mktemp(f"meta{generation}x{shards}")
+            src = make_meta_checkpoint(base / "original", generation, shards)
+            ours = base / "ours"
+            meta_to_hf(src, ours)
+            oracle = run_oracle(src, base / "oracle", generation, shards)
+            cache[key] = (src, ours, oracle)
+        return cache[key]
+
+    return get
+
+
+def _tensors(folder):
+    out = {}
+    for f in sorted(folder.glob("*.safetensors")):
+        out.update(wsnp.load_file(f))
+    return out
+
+
+@pytest.mark.parametrize(("generation", "shards"), CASES)
+def test_tensors_bit_identical_to_oracle(built, generation, shards):
+    _, ours, oracle = built(generation, shards)
+    a, b = _tensors(ours), _tensors(oracle)
+    assert sorted(a) == sorted(b)
+    for name in a:
+        assert a[name].dtype == b[name].dtype, name
+        assert a[name].shape == b[name].shape, name
+        assert a[name].tobytes() == b[name].tobytes(), name
+
+
+def _config(folder):
+    from transformers import AutoConfig
+
+    d = AutoConfig.from_pretrained(folder).to_dict()
+    for k in ("_name_or_path", "transformers_version", "torch_dtype", "dtype"):
+        d.pop(k, None)
+    return d
+
+
+def _llama3_ids(folder, cfg):
+    """The script hard-codes 128000/128001, the ids every real Llama 3 tokenizer has
+    (128,000 BPE ranks); the tiny tokenizers here have fewer ranks, so ours must carry
+    the ids of <|begin_of_text|> and <|end_of_text|> in the tokenizer it wrote."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    assert cfg.pop("bos_token_id") == tok.token_to_id("<|begin_of_text|>")
+    assert cfg.pop("eos_token_id") == tok.token_to_id("<|end_of_text|>")
+
+
+@pytest.mark.parametrize(("generation", "shards"), CASES)
+def test_config_equals_oracle(built, generation, shards):
+    _, ours, oracle = built(generation, shards)
+    a, b = _config(ours), _config(oracle)
+    gen_ours = json.loads((ours / "generation_config.json").read_text())
+    gen_oracle = json.loads((oracle / "generation_config.json").read_text())
+    gen_oracle.pop("transformers_version", None)
+    if generation.startswith("3"):
+        assert (b["bos_token_id"], b["eos_token_id"]) == (128000, 128001)
+        _llama3_ids(ours, a)
+        _llama3_ids(ours, gen_ours)
+        for d in (b, gen_oracle):
+            del d["bos_token_id"], d["eos_token_id"]
+    assert a == b
+    assert gen_ours == gen_oracle
+
+
+@pytest.mark.parametrize(("generation", "shards"), [("2", 2), ("3.1", 2), ("3.2", 1)])
+def test_transformers_loads_ours_with_oracle_logits(built, generation, shards):
+    from transformers import AutoModelForCausalLM
+
+    _, ours, oracle = built(generation, shards)
+    ids = torch.tensor([[1, 5, 9, 42, 7, 3]])
+    with torch.no_grad():
+        a = AutoModelForCausalLM.from_pretrained(ours, dtype=torch.float32)(ids).logits
+        b = AutoModelForCausalLM.from_pretrained(oracle, dtype=torch.float32)(ids).logits
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize(("generation", "shards"), [("2", 1), ("3.1", 1)])
+def test_tokenizer_tokenizes_like_the_original(built, generation, shards):
+    from transformers import AutoTokenizer
+
+    src, ours, oracle = built(generation, shards)
+    tok = AutoTokenizer.from_pretrained(ours)
+    ref = AutoTokenizer.from_pretrained(oracle)
+    texts = sample_texts()
+    if generation.startswith("3"):
+        enc = ranks_file_encoder(src)
+        specials = "<|begin_of_text|>hi<|eot_id|><|start_header_id|>user<|end_header_id|>"
+        texts.append(specials)
+        for text in texts:
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+            assert ids == ref(text, add_special_tokens=False)["input_ids"], text
+            if text != specials:  # the raw ranks file knows no special tokens
+                assert ids == enc.encode(text), text
+        assert tok(specials, add_special_tokens=False)["input_ids"][0] == tok.bos_token_id
+    else:
+        # tokenizer.json itself follows sentencepiece (and llama.cpp) exactly; transformers'
+        # LlamaTokenizer rebuilds its own pipeline around the vocabulary, for our folder
+        # just as for the oracle's
+        import sentencepiece as spm
+        from tokenizers import Tokenizer
+
+        sp = spm.SentencePieceProcessor(model_file=str(src / "tokenizer.model"))
+        raw = Tokenizer.from_file(str(ours / "tokenizer.json"))
+        texts.append("<s>hi</s>")
+        for text in texts:
+            assert tok(text)["input_ids"] == ref(text)["input_ids"], text
+            if "<s>" not in text:
+                assert raw.encode(text).ids == [1, *sp.encode(text)], text
+        assert raw.encode("<s>hi</s>").ids[:2] == [1, 1]
+
+
+def test_sharded_output_has_an_index(tmp_path):
+    src = make_meta_checkpoint(tmp_path / "original", "2", 2)
+    res = meta_to_hf(src, tmp_path / "out", max_shard_size=40_000)
+    index = json.loads((tmp_path / "out" / "model.safetensors.index.json").read_text())
+    files = sorted(p.name for p in (tmp_path / "out").glob("model-*.safetensors"))
+    assert len(files) > 1 and sorted(set(index["weight_map"].values())) == files
+    assert res.parameters == index["metadata"]["total_parameters"]
+
+
+def test_other_dtypes(tmp_path):
+    src = make_meta_checkpoint(tmp_path / "original", "3", 1)
+    meta_to_hf(src, tmp_path / "bf16")
+    meta_to_hf(src, tmp_path / "f16", dtype="f16")
+    a, b = _tensors(tmp_path / "bf16"), _tensors(tmp_path / "f16")
+    for name in a:
+        assert b[name].dtype == np.float16
+        want = torch.from_numpy(a[name].view(np.uint16).astype(np.int16)).view(torch.bfloat16)
+        assert np.array_equal(b[name], want.to(torch.float16).numpy()), name
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def _nothing_written(dst):
+    assert not dst.exists()
+    assert not list(dst.parent.glob(f".{dst.name}*"))
+
+
+def test_missing_shard(tmp_path):
+    src = make_meta_checkpoint(tmp_path / "original", "2", 2)
+    (src / "consolidated.01.pth").rename(src / "consolidated.02.pth")
+    with pytest.raises(E.MissingShard, match=r"consolidated\.01\.pth"):
+        meta_to_hf(src, tmp_path / "out")
+    _nothing_written(tmp_path / "out")
+
+
+def test_shards_that_disagree(tmp_path):
+    src = make_meta_checkpoint(tmp_path / "original", "2", 2)
+    part = torch.load(src / "consolidated.01.pth")
+    part["layers.1.attention.wo.weight"] = part["layers.1.attention.wo.weight"][:-2]
+    torch.save(part, src / "consolidated.01.pth")
+    with pytest.raises(E.ShardTensorMismatch, match=r"layers\.1\.attention\.wo\.weight"):
+        meta_to_hf(src, tmp_path / "out")
+    _nothing_written(tmp_path / "out")
+
+
+def test_replicated_norm_that_differs(tmp_path):
+    src = make_meta_checkpoint(tmp_path / "original", "2", 2)
+    part = torch.load(src / "consolidated.01.pth")
+    part["layers.0.ffn_norm.weight"] = part["layers.0.ffn_norm.weight"] * 2
+    torch.save(part, src / "consolidated.01.pth")
+    with pytest.raises(E.ShardTensorMismatch, match="replicated"):
+        meta_to_hf(src, tmp_path / "out")
+    _nothing_written(tmp_path / "out")
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [({"dim": 128}, "tok_embeddings"), ({"n_layers": 3}, "n_layers"),
+     ({"n_kv_heads": 4}, "attention.wk"), ({"multiple_of": 128}, "feed_forward")],
+)  # fmt: skip
+def test_params_that_contradict_the_tensors(tmp_path, extra, field):
+    src = make_meta_checkpoint(tmp_path / "original", "2", 1, params_extra=extra)
+    with pytest.raises(E.ParamsShapeMismatch, match=field):
+        meta_to_hf(src, tmp_path / "out")
+    _nothing_written(tmp_path / "out")
+
+
+def test_unknown_generation(tmp_path):
+    src = make_meta_checkpoint(tmp_path / "original", "2", 1, params_extra={"norm_eps": 1e-4})
+    with pytest.raises(E.UnknownLlamaGeneration, match=r"norm_eps=0\.0001"):
+        meta_to_hf(src, tmp_path / "out")
+    with pytest.raises(E.UnknownLlamaGeneration, match=r"4\.5"):
+        meta_to_hf(src, tmp_path / "out", llama_version="4.5")
+    _nothing_written(tmp_path / "out")
+    meta_to_hf(src, tmp_path / "out", llama_version="2")  # told, it converts
+    assert (tmp_path / "out" / "config.json").is_file()
+
+
+def test_existing_folder_replaced_as_a_whole(tmp_path):
+    src = make_meta_checkpoint(tmp_path / "original", "2", 1)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "stale.safetensors").write_bytes(b"x")
+    meta_to_hf(src, out)
+    assert not (out / "stale.safetensors").exists()
+    bad = tmp_path / "bad"
+    shutil.copytree(src, bad)
+    (bad / "consolidated.00.pth").write_bytes(b"not a checkpoint")
+    with pytest.raises(E.WeightsmithError):
+        meta_to_hf(bad, out)
+    assert (out / "config.json").is_file()  # the old folder is still whole
