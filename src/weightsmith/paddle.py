@@ -12,7 +12,7 @@ dict passed to ``save``/``save_file`` is left unchanged.
 
 from __future__ import annotations
 
-from . import frameworks as _fw
+from ._mirror import mirror
 from .safetensors import TensorSpec, deserialize, safe_open, serialize, serialize_file
 
 # With HF's top-level names, which HF's modules re-export too.
@@ -28,4 +28,4 @@ __all__ = [
     "serialize_file",
 ]
 
-save, save_file, load, load_file = _fw.mirror("paddle")
+save, save_file, load, load_file = mirror("paddle")

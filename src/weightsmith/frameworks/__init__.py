@@ -23,92 +23,22 @@ framework's canonical name in ``safe_open`` (``"flax"``, ``"tf"``,
 * ``is_tensor(x)``.
 
 The public modules (:mod:`weightsmith.flax`, ``.tensorflow``, ``.paddle``,
-``.mlx``) are each made by :func:`mirror`: HF's four functions, ``save``,
-``save_file``, ``load`` and ``load_file``, for one framework.
+``.mlx``) get HF's four functions from :func:`weightsmith._mirror.mirror`.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
-from collections.abc import Callable, Mapping
 from types import ModuleType
-from typing import Any, NamedTuple
 
-__all__ = ["Mirror", "adapter", "mirror"]
+__all__ = ["MODULES", "adapter"]
 
 # safe_open's canonical framework name -> adapter module
 _ADAPTERS = {"flax": "_jax", "tf": "_tf", "mlx": "_mlx", "paddle": "_paddle"}
 # ... and its public module, weightsmith.<name>
-_MODULES = {"flax": "flax", "tf": "tensorflow", "mlx": "mlx", "paddle": "paddle"}
+MODULES = {"flax": "flax", "tf": "tensorflow", "mlx": "mlx", "paddle": "paddle"}
 
 
 def adapter(framework: str) -> ModuleType:
     """The adapter module of a framework (``"flax"``, ``"tf"``, ``"mlx"``, ``"paddle"``)."""
     return importlib.import_module(f"{__name__}.{_ADAPTERS[framework]}")
-
-
-def _numpy_dict(framework: str, tensors: Mapping[str, Any]) -> dict[str, Any]:
-    ad = adapter(framework)
-    ad.module()  # MissingDependencyError before anything else
-    if not isinstance(tensors, Mapping):
-        raise ValueError(f"Expected a dict of [str, {ad.TENSOR}] but received {type(tensors)}")
-    out = {}
-    for k, v in tensors.items():
-        if not ad.is_tensor(v):
-            raise ValueError(f"Key `{k}` is invalid, expected {ad.TENSOR} but received {type(v)}")
-        out[k] = ad.to_numpy(v)
-    return out
-
-
-class Mirror(NamedTuple):
-    """HF's four functions of ``safetensors.<framework>``, for one framework."""
-
-    save: Callable[..., bytes]
-    save_file: Callable[..., None]
-    load: Callable[..., dict[str, Any]]
-    load_file: Callable[..., dict[str, Any]]
-
-
-def mirror(framework: str) -> Mirror:
-    """``save``, ``save_file``, ``load``, ``load_file`` with HF's signatures
-    (plus ``device`` everywhere: HF's paddle module has it, the others give
-    an error for anything but ``"cpu"``)."""
-
-    def save(tensors: Mapping[str, Any], metadata: Mapping[str, str] | None = None) -> bytes:
-        """The bytes of a safetensors file holding ``tensors``."""
-        from .. import safetensors
-
-        return safetensors.save(_numpy_dict(framework, tensors), metadata)
-
-    def save_file(
-        tensors: Mapping[str, Any],
-        filename: str | os.PathLike[str],
-        metadata: Mapping[str, str] | None = None,
-    ) -> None:
-        """Write ``tensors`` to ``filename`` (atomically)."""
-        from .. import safetensors
-
-        safetensors.save_file(_numpy_dict(framework, tensors), filename, metadata)
-
-    def load(data: bytes, device: str = "cpu") -> dict[str, Any]:
-        """Tensors of a safetensors file held in memory."""
-        from .. import safetensors
-
-        adapter(framework).module()
-        return safetensors.load(data, framework, device)
-
-    def load_file(
-        filename: str | os.PathLike[str], device: str = "cpu", *, backend: str = "mmap"
-    ) -> dict[str, Any]:
-        """Every tensor of a file; ``backend`` is ``"mmap"`` or ``"pread"``."""
-        from .. import safetensors
-
-        adapter(framework).module()
-        return safetensors.load_file(filename, framework, device, backend=backend)
-
-    functions = (save, save_file, load, load_file)
-    for fn in functions:  # help() and tracebacks name the public module
-        fn.__module__ = f"weightsmith.{_MODULES[framework]}"
-        fn.__qualname__ = fn.__name__
-    return Mirror(*functions)
