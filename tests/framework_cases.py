@@ -221,6 +221,38 @@ def run(fw: str) -> None:
         check(f"ours round-trips {k}", raw(ours.load(data)[k]) == raw(tensors[k]))
 
 
+def _mapped_ranges(path: Path) -> list[tuple[int, int]]:
+    """Address ranges where this process maps ``path`` (Linux /proc/self/maps)."""
+    out = []
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        if line.endswith(str(path)):
+            lo, hi = line.split()[0].split("-")
+            out.append((int(lo, 16), int(hi, 16)))
+    return out
+
+
+def zero_copy_jax() -> None:
+    """A tensor whose data is 64-byte aligned in the file is a view of the map."""
+    import jax.numpy as jnp
+
+    import weightsmith as ws
+    from weightsmith import flax
+
+    tmp = Path(tempfile.mkdtemp()) / "aligned.safetensors"
+    x = jnp.arange(4096, dtype=jnp.float32)
+    for pad in range(64):  # metadata length that puts the data start on 64 bytes
+        data = flax.save({"x": x}, metadata={"pad": "p" * pad})
+        if (8 + int.from_bytes(data[:8], "little")) % 64 == 0:
+            break
+    tmp.write_bytes(data)
+    with ws.safe_open(tmp, framework="flax") as f:
+        y = f.get_tensor("x")
+        ranges = _mapped_ranges(tmp)
+        ptr = y.unsafe_buffer_pointer()
+        check("jax: aligned tensor is zero-copy", any(lo <= ptr < hi for lo, hi in ranges))
+        check("jax: same values", bool((y == x).all()))
+
+
 def missing_dependency(fw: str) -> None:
     """Import blocked: a MissingDependencyError naming the extra, nothing written."""
     _, hf_name, _ = FRAMEWORKS[fw]
@@ -249,5 +281,7 @@ except errors.MissingDependencyError as e:
 if __name__ == "__main__":
     name = sys.argv[1]
     run(name)
+    if name == "flax":
+        zero_copy_jax()
     missing_dependency(name)
     print("all ok")
