@@ -65,13 +65,14 @@ WS_INLINE float sel(int c, float a, float b) {
     return ws_bits_f32((ws_f32_bits(a) & m) | (ws_f32_bits(b) & ~m));
 }
 
-/* MAX(lo, MIN(hi, nearest_int(v))) as float (an exact small integer). */
-WS_INLINE float level(float v, int lo, int hi) {
+/* MAX(lo, MIN(hi, nearest_int(v))), as int and as float (an exact small integer). */
+WS_INLINE int level_i(float v, int lo, int hi) {
     int l = ws_nearest_int(v);
     l = l > hi ? hi : l;
-    l = l < lo ? lo : l;
-    return (float)l;
+    return l < lo ? lo : l;
 }
+
+WS_INLINE float level(float v, int lo, int hi) { return (float)level_i(v, lo, hi); }
 
 /* Scale and min j of the 12 packed scale bytes of Q4_K/Q5_K (get_scale_min_k4). */
 static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
@@ -213,7 +214,7 @@ WS_INLINE void qkx_lanes(const int n, const int NL, const int nmax, const float 
     for (int i = 0; i < n; ++i) {
         const float *x = xt + i * NL;
         for (int g = 0; g < NL; ++g) {
-            const int l = (int)level(win_isc[g] * (x[g] - win_mn[g]), 0, nmax);
+            const int l = level_i(win_isc[g] * (x[g] - win_mn[g]), 0, nmax);
             L[i * NL + g] = (uint8_t)(l & -!flat[g]);
         }
     }
@@ -289,7 +290,7 @@ WS_INLINE void qx_lanes(const int n, const int NL, const int nmax, const float *
     }
     for (int i = 0; i < n; ++i)
         for (int g = 0; g < NL; ++g) {
-            const int l = (int)level(win[g] * xt[i * NL + g], -nmax, nmax - 1);
+            const int l = level_i(win[g] * xt[i * NL + g], -nmax, nmax - 1);
             L[i * NL + g] = (int8_t)((nmax + l) & -(amax[g] >= GROUP_MAX_EPS));
         }
     for (int g = 0; g < NL; ++g) scale[g] = sel(amax[g] < GROUP_MAX_EPS, 0.0f, scl[g]);
@@ -413,6 +414,25 @@ static float make_qp_quants(int n, int nmax, const float *x, uint8_t *L, const f
     return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
 }
 
+/* The final levels of a block, re-derived from its stored scales as ggml does:
+ * q = MAX(lo, MIN(hi, nearest_int((x + m[j]) / d[j]))) - lo (x / d[j] when m is
+ * NULL) for sub-block j of `sub` values.  A sub-block with d[j] == 0 keeps its
+ * search levels (C `continue`s): value i of sub-block j is keep[i * NL + j]. */
+WS_INLINE void requantize(const float *restrict xs, const int sub, const float *restrict d,
+                          const float *restrict m, const int lo, const int hi,
+                          const uint8_t *restrict keep, const int NL, uint8_t *restrict q) {
+    int32_t lv[QK_K]; /* computed for every sub-block, so the loop has no branch */
+    for (int j = 0; j < QK_K / sub; ++j)
+        for (int i = 0; i < sub; ++i) {
+            const float v = xs[sub * j + i];
+            lv[sub * j + i] = level_i((m ? v + m[j] : v) / d[j], lo, hi) - lo;
+        }
+    for (int j = 0; j < QK_K / sub; ++j)
+        if (!d[j])
+            for (int i = 0; i < sub; ++i) lv[sub * j + i] = keep[i * NL + j];
+    for (int e = 0; e < QK_K; ++e) q[e] = (uint8_t)lv[e];
+}
+
 /* --------------------------------------------------------------------------- Q4_K / Q5_K */
 
 #define K4_BLOCKS 2 /* super-blocks per search: 2 x 8 sub-blocks of 32 = 16 lanes */
@@ -497,18 +517,15 @@ WS_INLINE void quantize_k4(const float *x, uint8_t *y, int64_t nb, const float *
             }
             /* levels [256] of this block: the search's, re-derived from the stored scales */
             uint8_t q[QK_K];
+            float dv[8], mv[8];
             const float d0 = f16_at(yb), m0 = f16_at(yb + 2);
             for (int j = 0; j < 8; ++j) {
                 uint8_t s, m;
                 scale_min_k4(j, sc, &s, &m);
-                const float d = d0 * s, dm = m0 * m;
-                const int g = 8 * b + j;
-                if (!d) {
-                    for (int i = 0; i < 32; ++i) q[32 * j + i] = L[i * K4_NL + g];
-                    continue;
-                }
-                for (int i = 0; i < 32; ++i) q[32 * j + i] = (uint8_t)level((xs[32 * j + i] + dm) / d, 0, nmax);
+                dv[j] = d0 * s;
+                mv[j] = m0 * m;
             }
+            requantize(xs, 32, dv, mv, 0, nmax, L + 8 * b, K4_NL, q);
             uint8_t *qs = yb + (nmax == 15 ? 16 : 48);
             if (nmax == 31) {
                 uint8_t *qh = yb + 16;
@@ -538,7 +555,7 @@ WS_DISPATCH static void quantize_q5_k(const float *x, uint8_t *y, int64_t nb, co
 
 /* --------------------------------------------------------------------------- Q2_K */
 
-#define Q2_BLOCKS 1
+#define Q2_BLOCKS 2
 #define Q2_NL (Q2_BLOCKS * 16)
 
 WS_DISPATCH static void quantize_q2_k(const float *x, uint8_t *y, int64_t nb, const float *qw, int64_t nbr) {
@@ -597,16 +614,13 @@ WS_DISPATCH static void quantize_q2_k(const float *x, uint8_t *y, int64_t nb, co
                 for (int j = 0; j < 16; ++j) sc[j] = (uint8_t)(ls[j] | (lm[j] << 4));
             }
             uint8_t q[QK_K];
+            float dv[16], mv[16];
             const float d0 = f16_at(yb + 80), m0 = f16_at(yb + 82);
             for (int j = 0; j < 16; ++j) {
-                const float d = d0 * (sc[j] & 0xF);
-                if (!d) {
-                    for (int i = 0; i < 16; ++i) q[16 * j + i] = L[i * Q2_NL + 16 * b + j];
-                    continue;
-                }
-                const float dm = m0 * (sc[j] >> 4);
-                for (int i = 0; i < 16; ++i) q[16 * j + i] = (uint8_t)level((xs[16 * j + i] + dm) / d, 0, 3);
+                dv[j] = d0 * (sc[j] & 0xF);
+                mv[j] = m0 * (sc[j] >> 4);
             }
+            requantize(xs, 16, dv, mv, 0, 3, L + 16 * b, Q2_NL, q);
             uint8_t *qs = yb + 16;
             for (int h = 0; h < 2; ++h)
                 for (int l = 0; l < 32; ++l) {
@@ -619,7 +633,7 @@ WS_DISPATCH static void quantize_q2_k(const float *x, uint8_t *y, int64_t nb, co
 
 /* --------------------------------------------------------------------------- Q6_K */
 
-#define Q6_BLOCKS 1
+#define Q6_BLOCKS 2
 #define Q6_NL (Q6_BLOCKS * 16)
 
 WS_DISPATCH static void quantize_q6_k(const float *x, uint8_t *y, int64_t nb, const float *qw, int64_t nbr) {
@@ -652,15 +666,10 @@ WS_DISPATCH static void quantize_q6_k(const float *x, uint8_t *y, int64_t nb, co
                 sc[j] = (int8_t)(l < 127 ? l : 127);
             }
             uint8_t q[QK_K];
+            float dv[16];
             const float d0 = f16_at(yb + 208);
-            for (int j = 0; j < 16; ++j) {
-                const float d = d0 * sc[j];
-                if (!d) {
-                    for (int i = 0; i < 16; ++i) q[16 * j + i] = (uint8_t)L[i * Q6_NL + 16 * b + j];
-                    continue;
-                }
-                for (int i = 0; i < 16; ++i) q[16 * j + i] = (uint8_t)(level(xs[16 * j + i] / d, -32, 31) + 32);
-            }
+            for (int j = 0; j < 16; ++j) dv[j] = d0 * sc[j];
+            requantize(xs, 16, dv, NULL, -32, 31, (const uint8_t *)L + 16 * b, Q6_NL, q);
             uint8_t *ql = yb, *qh = yb + 128;
             for (int h = 0; h < 2; ++h)
                 for (int l = 0; l < 32; ++l) {
@@ -675,7 +684,7 @@ WS_DISPATCH static void quantize_q6_k(const float *x, uint8_t *y, int64_t nb, co
 
 /* --------------------------------------------------------------------------- Q3_K */
 
-#define Q3_BLOCKS 1
+#define Q3_BLOCKS 2
 #define Q3_NL (Q3_BLOCKS * 16)
 
 WS_DISPATCH static void quantize_q3_k(const float *x, uint8_t *y, int64_t nb, const float *qw, int64_t nbr) {
@@ -743,17 +752,14 @@ WS_DISPATCH static void quantize_q3_k(const float *x, uint8_t *y, int64_t nb, co
                 sc[j % 4 + 8] |= (uint8_t)((l >> 4) << (2 * (j / 4)));
             }
             uint8_t q[QK_K];
+            float dv[16];
             const float d0 = f16_at(yb + 108);
             for (int j = 0; j < 16; ++j) {
                 int8_t s = (int8_t)(j < 8 ? sc[j] & 0xF : sc[j - 8] >> 4);
                 s = (int8_t)((s | (((sc[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32);
-                const float d = d0 * s;
-                if (!d) {
-                    for (int i = 0; i < 16; ++i) q[16 * j + i] = (uint8_t)L[i * Q3_NL + 16 * b + j];
-                    continue;
-                }
-                for (int i = 0; i < 16; ++i) q[16 * j + i] = (uint8_t)(level(xs[16 * j + i] / d, -4, 3) + 4);
+                dv[j] = d0 * s;
             }
+            requantize(xs, 16, dv, NULL, -4, 3, (const uint8_t *)L + 16 * b, Q3_NL, q);
             uint8_t *hm = yb, *qs = yb + 32;
             for (int l = 0; l < 32; ++l) {
                 uint8_t h = 0;
@@ -775,7 +781,7 @@ WS_DISPATCH static void quantize_q3_k(const float *x, uint8_t *y, int64_t nb, co
 /* Each loop computes ggml's dequantize_row_* expression per value, in its order;
  * the loops are written so that the compiler vectorises them. */
 
-WS_DISPATCH static void dequantize_q2_k(const uint8_t *x, float *y, int64_t nb) {
+WS_DISPATCH static void dequantize_q2_k(const uint8_t *restrict x, float *restrict y, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, x += 84, y += QK_K) {
         const float d = f16_at(x + 80), min = f16_at(x + 82);
         for (int s = 0; s < 16; ++s) {
@@ -790,7 +796,7 @@ WS_DISPATCH static void dequantize_q2_k(const uint8_t *x, float *y, int64_t nb) 
     }
 }
 
-WS_DISPATCH static void dequantize_q3_k(const uint8_t *x, float *y, int64_t nb) {
+WS_DISPATCH static void dequantize_q3_k(const uint8_t *restrict x, float *restrict y, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, x += 110, y += QK_K) {
         const float d_all = f16_at(x + 108);
         const uint8_t *hm = x, *qs = x + 32, *sc = x + 96;
@@ -807,32 +813,36 @@ WS_DISPATCH static void dequantize_q3_k(const uint8_t *x, float *y, int64_t nb) 
     }
 }
 
-WS_INLINE void dequantize_k4(const uint8_t *x, float *y, int64_t nb, const int q5) {
+WS_INLINE void dequantize_k4(const uint8_t *restrict x, float *restrict y, int64_t nb, const int q5) {
     const size_t ts = q5 ? 176 : 144;
     for (int64_t i = 0; i < nb; ++i, x += ts, y += QK_K) {
         const float d = f16_at(x), min = f16_at(x + 2);
-        const uint8_t *ql = x + (q5 ? 48 : 16), *qh = x + 16;
-        for (int j = 0; j < 8; ++j) {
+        const uint8_t *qh = x + 16;
+        for (int c = 0; c < 4; ++c) { /* chunk c: sub-blocks 2c (low nibbles) and 2c + 1 (high) */
+            const uint8_t *q = x + (q5 ? 48 : 16) + 32 * c;
             uint8_t sc, m;
-            scale_min_k4(j, x + 4, &sc, &m);
-            const float dl = d * sc, ml = min * m;
-            const uint8_t *q = ql + 32 * (j / 2);
-            const int shift = 4 * (j % 2);
-            float *o = y + 32 * j;
-            if (q5)
-                for (int l = 0; l < 32; ++l)
-                    o[l] = dl * (float)(((q[l] >> shift) & 0xF) + (((qh[l] >> j) & 1) << 4)) - ml;
-            else
-                for (int l = 0; l < 32; ++l) o[l] = dl * (float)((q[l] >> shift) & 0xF) - ml;
+            scale_min_k4(2 * c, x + 4, &sc, &m);
+            const float d1 = d * sc, m1 = min * m;
+            scale_min_k4(2 * c + 1, x + 4, &sc, &m);
+            const float d2 = d * sc, m2 = min * m;
+            float *o = y + 64 * c;
+            if (q5) {
+                const uint8_t u1 = (uint8_t)(1u << (2 * c)), u2 = (uint8_t)(2u << (2 * c));
+                for (int l = 0; l < 32; ++l) o[l] = d1 * (float)((q[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
+                for (int l = 0; l < 32; ++l) o[32 + l] = d2 * (float)((q[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+            } else {
+                for (int l = 0; l < 32; ++l) o[l] = d1 * (float)(q[l] & 0xF) - m1;
+                for (int l = 0; l < 32; ++l) o[32 + l] = d2 * (float)(q[l] >> 4) - m2;
+            }
         }
     }
 }
 
-WS_DISPATCH static void dequantize_q4_k(const uint8_t *x, float *y, int64_t nb) { dequantize_k4(x, y, nb, 0); }
+WS_DISPATCH static void dequantize_q4_k(const uint8_t *restrict x, float *restrict y, int64_t nb) { dequantize_k4(x, y, nb, 0); }
 
-WS_DISPATCH static void dequantize_q5_k(const uint8_t *x, float *y, int64_t nb) { dequantize_k4(x, y, nb, 1); }
+WS_DISPATCH static void dequantize_q5_k(const uint8_t *restrict x, float *restrict y, int64_t nb) { dequantize_k4(x, y, nb, 1); }
 
-WS_DISPATCH static void dequantize_q6_k(const uint8_t *x, float *y, int64_t nb) {
+WS_DISPATCH static void dequantize_q6_k(const uint8_t *restrict x, float *restrict y, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, x += 210, y += QK_K) {
         const float d = f16_at(x + 208);
         const int8_t *sc = (const int8_t *)(x + 192);
@@ -849,7 +859,7 @@ WS_DISPATCH static void dequantize_q6_k(const uint8_t *x, float *y, int64_t nb) 
     }
 }
 
-WS_DISPATCH static void dequantize_q8_k(const uint8_t *x, float *y, int64_t nb) {
+WS_DISPATCH static void dequantize_q8_k(const uint8_t *restrict x, float *restrict y, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, x += 292, y += QK_K) {
         float d;
         memcpy(&d, x, 4); /* little-endian hosts only: checked at import */
