@@ -22,7 +22,7 @@ from support.golden import (
     load_inputs,
 )
 from weightsmith.dtypes import ggml_type
-from weightsmith.quant import _search, kquants
+from weightsmith.quant import kquants
 
 QTYPES = ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
 
@@ -244,16 +244,6 @@ def test_q8_k_dequantize_matches_ggml():
     lib.dequantize_row_q8_K(raw.ctypes.data, want.ctypes.data, x.size)
     got = kquants.DEQUANTIZE["Q8_K"](raw).reshape(-1)
     assert_same_floats(got, want)
-
-
-@pytest.mark.parametrize("name", QTYPES)
-def test_golden_without_sequential_axis0_reduce(inputs, monkeypatch, name):
-    # The fallback for a numpy whose axis-0 reduction is not row by row.
-    monkeypatch.setattr(_search, "_SEQUENTIAL_AXIS0", False)
-    gold = load_golden(name)
-    for suffix, im in (("", None), ("_imat", inputs["w256.imatrix"])):
-        got = kquants.QUANTIZE[name](inputs["w256"], im)
-        assert_same_bytes(got, gold[f"w256.q{suffix}"], name)
 
 
 @pytest.mark.parametrize("name", [*QTYPES, "Q8_K"])
