@@ -41,7 +41,8 @@
 /* Runtime dispatch: an AVX2 copy of each quantizer next to the baseline one.
  * Only IEEE add/mul/div/sqrt and integer ops are vectorised (no FMA), so both
  * copies give identical bytes. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(WS_NO_DISPATCH) /* -DWS_NO_DISPATCH: baseline only (to test that copy) */
 #define WS_DISPATCH __attribute__((target_clones("avx2", "default")))
 #else
 #define WS_DISPATCH
