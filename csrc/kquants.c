@@ -86,27 +86,34 @@ static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
     }
 }
 
-/* Lay blocks out as lanes: lane g = (block g / per, sub-block g % per) of n
- * values; value i of lane g goes to t[i * NL + g].  Missing blocks (past
- * `have`) are zeros: their lanes are computed and thrown away. */
-WS_INLINE void to_lanes(const float *x, int have, int n, int NL, float *t) {
-    const int per = QK_K / n;
-    for (int g = 0; g < NL; ++g) {
-        const int b = g / per;
-        const float *src = x + (size_t)b * QK_K + (size_t)(g % per) * n;
-        for (int i = 0; i < n; ++i) t[i * NL + g] = b < have ? src[i] : 0.0f;
-    }
+/* t[i * NL + g] = x[g * n + i] for lanes g < lanes: a [lanes][n] block of values
+ * as lanes. */
+WS_INLINE void transpose_in(const float *restrict x, int lanes, int n, int NL, float *restrict t) {
+    for (int g = 0; g < lanes; ++g)
+        for (int i = 0; i < n; ++i) t[i * NL + g] = x[(size_t)g * n + i];
 }
 
-/* The imatrix slices of the blocks of a group (block b0 + k uses column block
- * (b0 + k) % nbr of the imatrix), as lanes like to_lanes. */
-WS_INLINE void qw_lanes(const float *qw, int64_t b0, int64_t nbr, int have, int n, int NL, float *t) {
+WS_INLINE void zero_lanes(int from, int n, int NL, float *t) {
+    for (int g = from; g < NL; ++g)
+        for (int i = 0; i < n; ++i) t[i * NL + g] = 0.0f;
+}
+
+/* Lay blocks out as lanes: lane g = (block g / per, sub-block g % per) of n
+ * values, per = 256 / n; value i of lane g goes to t[i * NL + g] (the blocks are
+ * contiguous, so lane g starts at x + g * n).  The lanes of missing blocks (past
+ * `have`) are zeros: computed and thrown away. */
+WS_INLINE void to_lanes(const float *restrict x, int have, int n, int NL, float *restrict t) {
+    transpose_in(x, have * (QK_K / n), n, NL, t);
+    zero_lanes(have * (QK_K / n), n, NL, t);
+}
+
+/* The imatrix slices of the blocks of a group as lanes (block b0 + b uses
+ * column block (b0 + b) % nbr of the imatrix). */
+WS_INLINE void qw_lanes(const float *restrict qw, int64_t b0, int64_t nbr, int have, int n, int NL,
+                        float *restrict t) {
     const int per = QK_K / n;
-    for (int g = 0; g < NL; ++g) {
-        const int b = g / per;
-        const float *src = qw + (size_t)((b0 + b) % nbr) * QK_K + (size_t)(g % per) * n;
-        for (int i = 0; i < n; ++i) t[i * NL + g] = b < have ? src[i] : 0.0f;
-    }
+    for (int b = 0; b < have; ++b) transpose_in(qw + (size_t)((b0 + b) % nbr) * QK_K, per, n, NL, t + b * per);
+    zero_lanes(have * per, n, NL, t);
 }
 
 /* float s = 0; for (j < 256) s += x[j]*x[j]; for the `have` blocks at x, in lockstep. */
@@ -649,12 +656,8 @@ WS_DISPATCH static void quantize_q6_k(const float *x, uint8_t *y, int64_t nb, co
         for (int b = 0; b < have; ++b) {
             const float *xs = xb + (size_t)b * QK_K, *bs = scales + 16 * b;
             uint8_t *yb = y + (size_t)(b0 + b) * 210;
-            float max_scale = 0, max_abs = 0;
-            for (int j = 0; j < 16; ++j)
-                if (fabsf(bs[j]) > max_abs) {
-                    max_abs = fabsf(bs[j]);
-                    max_scale = bs[j];
-                }
+            float max_abs, max_scale;
+            signed_absmax_lanes(16, 1, bs, &max_abs, &max_scale);
             if (max_abs < GROUP_MAX_EPS) {
                 memset(yb, 0, 210);
                 continue;
@@ -714,12 +717,8 @@ WS_DISPATCH static void quantize_q3_k(const float *x, uint8_t *y, int64_t nb, co
             int8_t ls[16];
             memset(sc, 0, 12);
             if (!qw) {
-                float max_scale = 0, amax = 0;
-                for (int j = 0; j < 16; ++j)
-                    if (fabsf(bs[j]) > amax) {
-                        amax = fabsf(bs[j]);
-                        max_scale = bs[j];
-                    }
+                float amax, max_scale;
+                signed_absmax_lanes(16, 1, bs, &amax, &max_scale);
                 if (max_scale) {
                     const float iscale = -32.f / max_scale;
                     for (int j = 0; j < 16; ++j) {
