@@ -127,6 +127,28 @@ WS_INLINE void sum_x2_blocks(const float *x, int have, int nblk, float *s) {
     for (int b = 0; b < nblk; ++b) s[b] = acc[b];
 }
 
+/* The importance weights of a group as lanes, as the K quantize_row_*_impl:
+ * w = qw * sqrtf(sigma2 + x*x) with sigma2 = factor * sum(x*x) / 256 over the
+ * value's block (factor 2; Q2_K: 1), and sw[g] = the lane's sum of w (from 0).
+ * xb: the group's blocks; xt: the same values as lanes. */
+WS_INLINE void imatrix_lanes(const float *restrict xb, const float *restrict xt,
+                             const float *restrict qw, int64_t b0, int64_t nbr, int have,
+                             const int nblk, const int n, const int NL, float factor,
+                             float *restrict wt, float *restrict sw) {
+    float sig[4];
+    sum_x2_blocks(xb, have, nblk, sig);
+    for (int b = 0; b < nblk; ++b) sig[b] = factor * sig[b] / QK_K;
+    qw_lanes(qw, b0, nbr, have, n, NL, wt);
+    for (int i = 0; i < n; ++i)
+        for (int g = 0; g < NL; ++g) {
+            const float v = xt[i * NL + g];
+            wt[i * NL + g] *= sqrtf(sig[g / (QK_K / n)] + v * v);
+        }
+    for (int g = 0; g < NL; ++g) sw[g] = 0;
+    for (int i = 0; i < n; ++i)
+        for (int g = 0; g < NL; ++g) sw[g] += wt[i * NL + g];
+}
+
 /* --------------------------------------------------------------------------- searches */
 
 /* make_qkx2_quants (qkx3 = 0) / make_qkx3_quants with weights (qkx3 = 1) on NL
@@ -450,7 +472,7 @@ WS_INLINE void requantize(const float *restrict xs, const int sub, const float *
 WS_INLINE void quantize_k4(const float *x, uint8_t *y, int64_t nb, const float *qw, int64_t nbr,
                            const int nmax) {
     const size_t ts = nmax == 15 ? 144 : 176;
-    float xt[32 * K4_NL], wt[32 * K4_NL], scales[K4_NL], mins[K4_NL], sw[K4_NL], sig[K4_BLOCKS];
+    float xt[32 * K4_NL], wt[32 * K4_NL], scales[K4_NL], mins[K4_NL], sw[K4_NL];
     uint8_t L[32 * K4_NL];
     for (int64_t b0 = 0; b0 < nb; b0 += K4_BLOCKS) {
         const int have = nb - b0 < K4_BLOCKS ? (int)(nb - b0) : K4_BLOCKS;
@@ -469,17 +491,7 @@ WS_INLINE void quantize_k4(const float *x, uint8_t *y, int64_t nb, const float *
             else
                 qkx_lanes(32, K4_NL, 31, xt, wt, -0.5f, 0.1f, 15, 0, 0, L, scales, mins);
         } else {
-            sum_x2_blocks(xb, have, K4_BLOCKS, sig);
-            for (int b = 0; b < K4_BLOCKS; ++b) sig[b] = 2 * sig[b] / QK_K;
-            qw_lanes(qw, b0, nbr, have, 32, K4_NL, wt);
-            for (int i = 0; i < 32; ++i)
-                for (int g = 0; g < K4_NL; ++g) {
-                    const float v = xt[i * K4_NL + g];
-                    wt[i * K4_NL + g] *= sqrtf(sig[g / 8] + v * v);
-                }
-            for (int g = 0; g < K4_NL; ++g) sw[g] = 0;
-            for (int i = 0; i < 32; ++i)
-                for (int g = 0; g < K4_NL; ++g) sw[g] += wt[i * K4_NL + g];
+            imatrix_lanes(xb, xt, qw, b0, nbr, have, K4_BLOCKS, 32, K4_NL, 2, wt, sw);
             qkx_lanes(32, K4_NL, nmax, xt, wt, -0.9f, 0.05f, 36, 0, 1, L, scales, mins);
         }
         for (int b = 0; b < have; ++b) {
@@ -567,7 +579,7 @@ WS_DISPATCH static void quantize_q5_k(const float *x, uint8_t *y, int64_t nb, co
 #define Q2_NL (Q2_BLOCKS * 16)
 
 WS_DISPATCH static void quantize_q2_k(const float *x, uint8_t *y, int64_t nb, const float *qw, int64_t nbr) {
-    float xt[16 * Q2_NL], wt[16 * Q2_NL], scales[Q2_NL], mins[Q2_NL], sw[Q2_NL], sig[Q2_BLOCKS];
+    float xt[16 * Q2_NL], wt[16 * Q2_NL], scales[Q2_NL], mins[Q2_NL], sw[Q2_NL];
     uint8_t L[16 * Q2_NL];
     for (int64_t b0 = 0; b0 < nb; b0 += Q2_BLOCKS) {
         const int have = nb - b0 < Q2_BLOCKS ? (int)(nb - b0) : Q2_BLOCKS;
@@ -577,17 +589,7 @@ WS_DISPATCH static void quantize_q2_k(const float *x, uint8_t *y, int64_t nb, co
             for (int i = 0; i < 16 * Q2_NL; ++i) wt[i] = fabsf(xt[i]);
             qkx_lanes(16, Q2_NL, 3, xt, wt, -0.5f, 0.1f, 15, 1, 0, L, scales, mins);
         } else {
-            sum_x2_blocks(xb, have, Q2_BLOCKS, sig);
-            for (int b = 0; b < Q2_BLOCKS; ++b) sig[b] = sig[b] / QK_K;
-            qw_lanes(qw, b0, nbr, have, 16, Q2_NL, wt);
-            for (int i = 0; i < 16; ++i)
-                for (int g = 0; g < Q2_NL; ++g) {
-                    const float v = xt[i * Q2_NL + g];
-                    wt[i * Q2_NL + g] *= sqrtf(sig[g / 16] + v * v);
-                }
-            for (int g = 0; g < Q2_NL; ++g) sw[g] = 0;
-            for (int i = 0; i < 16; ++i)
-                for (int g = 0; g < Q2_NL; ++g) sw[g] += wt[i * Q2_NL + g];
+            imatrix_lanes(xb, xt, qw, b0, nbr, have, Q2_BLOCKS, 16, Q2_NL, 1, wt, sw);
             qkx_lanes(16, Q2_NL, 3, xt, wt, -0.9f, 0.05f, 36, 0, 1, L, scales, mins);
         }
         for (int b = 0; b < have; ++b) {
@@ -692,7 +694,7 @@ WS_DISPATCH static void quantize_q6_k(const float *x, uint8_t *y, int64_t nb, co
 #define Q3_NL (Q3_BLOCKS * 16)
 
 WS_DISPATCH static void quantize_q3_k(const float *x, uint8_t *y, int64_t nb, const float *qw, int64_t nbr) {
-    float xt[16 * Q3_NL], wt[16 * Q3_NL], scales[Q3_NL], sig[Q3_BLOCKS];
+    float xt[16 * Q3_NL], wt[16 * Q3_NL], scales[Q3_NL], sw[Q3_NL];
     int8_t L[16 * Q3_NL];
     for (int64_t b0 = 0; b0 < nb; b0 += Q3_BLOCKS) {
         const int have = nb - b0 < Q3_BLOCKS ? (int)(nb - b0) : Q3_BLOCKS;
@@ -701,14 +703,7 @@ WS_DISPATCH static void quantize_q3_k(const float *x, uint8_t *y, int64_t nb, co
         if (!qw) {
             q3_lanes(16, Q3_NL, 4, xt, L, scales);
         } else {
-            sum_x2_blocks(xb, have, Q3_BLOCKS, sig);
-            for (int b = 0; b < Q3_BLOCKS; ++b) sig[b] = 2 * sig[b] / QK_K;
-            qw_lanes(qw, b0, nbr, have, 16, Q3_NL, wt);
-            for (int i = 0; i < 16; ++i)
-                for (int g = 0; g < Q3_NL; ++g) {
-                    const float v = xt[i * Q3_NL + g];
-                    wt[i * Q3_NL + g] *= sqrtf(sig[g / 16] + v * v);
-                }
+            imatrix_lanes(xb, xt, qw, b0, nbr, have, Q3_BLOCKS, 16, Q3_NL, 2, wt, sw);
             qx_lanes(16, Q3_NL, 4, xt, wt, L, scales);
         }
         for (int b = 0; b < have; ++b) {
@@ -733,14 +728,8 @@ WS_DISPATCH static void quantize_q3_k(const float *x, uint8_t *y, int64_t nb, co
                 }
             } else {
                 /* make_qx_quants over the block's 16 scales, weighted by the sub-block sums */
-                float sw[16];
-                for (int j = 0; j < 16; ++j) {
-                    float s = 0;
-                    for (int i = 0; i < 16; ++i) s += wt[i * Q3_NL + 16 * b + j];
-                    sw[j] = s;
-                }
                 float d_block;
-                qx_lanes(16, 1, 32, bs, sw, ls, &d_block);
+                qx_lanes(16, 1, 32, bs, sw + 16 * b, ls, &d_block);
                 put_f16(yb + 108, d_block);
             }
             for (int j = 0; j < 16; ++j) {
