@@ -87,7 +87,7 @@ def _decoder(name: str) -> Callable[..., np.ndarray]:
         return out
 
     dequantize.fills_out = True  # type: ignore[attr-defined]
-    dequantize.__name__ = dequantize.__qualname__ = f"dequantize_{name.lower()}"
+    dequantize.__name__ = f"dequantize_{name.lower()}"
     dequantize.__doc__ = f"{name} blocks [nb, {ggml_type(name).type_size}] -> float32 [nb, 256]."
     return dequantize
 
@@ -105,7 +105,7 @@ def _encoder(name: str) -> Callable[..., np.ndarray]:
             _kernels.quantize(name, rows, n, im, out)
         return out
 
-    quantize.__name__ = quantize.__qualname__ = f"quantize_{name.lower()}"
+    quantize.__name__ = f"quantize_{name.lower()}"
     quantize.__doc__ = (
         f"float32 rows -> {name} blocks (ggml_quantize_chunk; imatrix: one weight per column)."
     )
