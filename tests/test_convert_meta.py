@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -236,3 +237,26 @@ def test_existing_folder_replaced_as_a_whole(tmp_path):
     with pytest.raises(E.WeightsmithError):
         meta_to_hf(bad, out)
     assert (out / "config.json").is_file()  # the old folder is still whole
+
+
+# --------------------------------------------------------------------------- inspect
+
+
+def test_inspect_shows_the_merged_model(tmp_path):
+    from support.cli_helpers import run_json
+
+    src = make_meta_checkpoint(tmp_path / "original", "2", 2)
+    one = make_meta_checkpoint(tmp_path / "single", "2", 1)
+    data = run_json("inspect", str(src), "--json")  # validated against the documented schema
+    single = run_json("inspect", str(one), "--json")
+    assert data["format"] == "meta"
+    assert [Path(f["path"]).name for f in data["files"]] == [
+        "consolidated.00.pth",
+        "consolidated.01.pth",
+    ]
+    # the whole model's parameters, not the sum of the shards (norms are replicated)
+    whole = sum(t.numel() for t in torch.load(one / "consolidated.00.pth").values())
+    assert data["totals"]["parameters"] == single["totals"]["parameters"] == whole
+    assert any("2 model-parallel shard(s) merged" in n for n in data["notes"])
+    shapes = {t["name"]: t["shape"] for t in data["tensors"]}
+    assert shapes["layers.0.attention.wo.weight"] == [64, 64]

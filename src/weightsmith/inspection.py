@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import math
 import os
 import re
 from collections.abc import Iterable
@@ -37,6 +38,7 @@ import numpy as np
 
 from . import dtypes, gguf, torchfile
 from . import safetensors as st
+from .convert import MetaCheckpoint, is_meta_dir
 from .errors import (
     FormatError,
     HeaderReadLimit,
@@ -145,9 +147,14 @@ class Report:
     index_metadata: dict[str, Any] | None = None
     remote: bool = False
     notes: list[str] = field(default_factory=list)
+    # a model whose files each hold part of every tensor (Meta's model-parallel shards):
+    # the whole tensors, which the totals count instead of the files' pieces
+    merged: list[TensorEntry] | None = None
 
     @property
     def tensors(self) -> list[TensorEntry]:
+        if self.merged is not None:
+            return self.merged
         return [t for f in self.files for t in f.tensors]
 
     @property
@@ -523,6 +530,8 @@ def inspect_local(target: str | os.PathLike[str]) -> Report:
     path = Path(target)
     if not path.exists():
         raise UnknownTargetError(f"{path}: no such file or folder")
+    if path.is_dir() and is_meta_dir(path):
+        return _inspect_meta(path, str(target))
     if path.is_dir():
         kind, found = _folder_files(path)
         if kind == "index":
@@ -570,6 +579,29 @@ def validate_local(target: str | os.PathLike[str]) -> tuple[Report, int]:
         for fr in report.files:
             torchfile.scan(fr.path)
     return report, n
+
+
+def _inspect_meta(folder: Path, target: str) -> Report:
+    """Meta's original layout: every shard listed, the merged tensors counted once."""
+    with MetaCheckpoint(folder) as ck:
+        merged = [
+            TensorEntry(
+                t.meta_name,
+                dtypes.from_numpy(t.dtype).name,
+                t.shape,
+                math.prod(t.shape),
+                math.prod(t.shape) * t.dtype.itemsize,
+                None,
+                str(folder),
+            )
+            for t in ck.tensors
+        ]
+        files = [read_pytorch(p) for p in ck.shard_paths]
+        note = (
+            f"Meta original checkpoint, Llama {ck.generation}: {len(files)} model-parallel "
+            "shard(s) merged; tensors and totals are the whole model's"
+        )
+    return Report(target, "meta", files, notes=[note], merged=merged)
 
 
 def _inspect_local_index(index: Path, target: str) -> Report:

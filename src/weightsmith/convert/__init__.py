@@ -21,6 +21,7 @@ _LAZY = {
     "meta_to_hf": "weightsmith.convert._meta_to_hf",
     "MetaConversion": "weightsmith.convert._meta_to_hf",
     "MetaCheckpoint": "weightsmith.convert._meta",
+    "is_meta_dir": "weightsmith.convert._meta",
 }
 
 __all__ = list(_LAZY)

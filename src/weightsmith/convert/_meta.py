@@ -205,17 +205,15 @@ def read_params(folder: str | os.PathLike[str]) -> MetaParams:
 # --------------------------------------------------------------------------- generation
 
 
-def tokenizer_kind(folder: Path) -> str:
-    """``"spm"`` for a SentencePiece model, ``"tiktoken"`` for Llama 3's BPE ranks."""
+def tokenizer_kind(folder: Path) -> str | None:
+    """``"spm"`` for a SentencePiece model, ``"tiktoken"`` for Llama 3's BPE ranks, None
+    when the folder has no ``tokenizer.model`` (converting it then needs ``tokenizer=False``)."""
     path = folder / "tokenizer.model"
     try:
         with open(path, "rb") as fh:
             head = fh.read(256)
     except FileNotFoundError:
-        raise E.TokenizerFilesMissing(
-            "no tokenizer.model in the original checkpoint folder", path=path,
-            expected="tokenizer.model (SentencePiece or tiktoken)", found="nothing",
-        ) from None  # fmt: skip
+        return None
     first = head.split(b"\n", 1)[0]
     if re.fullmatch(rb"[A-Za-z0-9+/]+=* \d+", first):
         return "tiktoken"
@@ -227,13 +225,17 @@ def tokenizer_kind(folder: Path) -> str:
     )  # fmt: skip
 
 
-def detect_generation(params: MetaParams, kind: str, path: Path) -> str:
+def detect_generation(params: MetaParams, kind: str | None, path: Path) -> str:
     """The Llama generation, from the tokenizer kind and ``params.json``.
 
     SentencePiece: Llama 1 used ``norm_eps`` 1e-6, Llama 2 1e-5.  tiktoken: Llama 3
     has no scaled RoPE; 3.2 scales by 32 (stated, or its 1B/3B widths), 3.1 by 8.
-    Llama 3.3 cannot be told from 3.1 and needs no other setting.
+    Llama 3.3 cannot be told from 3.1 and needs no other setting.  Without a
+    tokenizer, Llama 3's ``vocab_size`` (its params.json states 128256; 1 and 2 say -1)
+    stands for the kind.
     """
+    if kind is None:
+        kind = "tiktoken" if params.vocab_size >= 100_000 else "spm"
     if kind == "spm":
         if math.isclose(params.norm_eps, 1e-6):
             return "1"
@@ -251,7 +253,7 @@ def detect_generation(params: MetaParams, kind: str, path: Path) -> str:
         "cannot tell which Llama generation this checkpoint is; pass llama_version=",
         path=path,
         expected="one of " + ", ".join(GENERATIONS),
-        found=f"{kind} tokenizer, norm_eps={params.norm_eps}, "
+        found=f"{kind or 'no'} tokenizer, norm_eps={params.norm_eps}, "
         f"use_scaled_rope={params.use_scaled_rope}, rope_scaling_factor={params.rope_scaling_factor}",
     )
 

@@ -176,6 +176,13 @@ def meta_to_hf(
             "generation_config.json": _json_bytes(_generation_config(cfg)),
         }
         if tokenizer:
+            if ck.tokenizer_kind is None:
+                raise E.TokenizerFilesMissing(
+                    "no tokenizer.model in the original checkpoint folder (or pass tokenizer=False)",
+                    path=ck.path / "tokenizer.model",
+                    expected="tokenizer.model (SentencePiece or tiktoken)",
+                    found="nothing",
+                )
             md = meta_tokenizer_metadata(
                 ck.path, ck.tokenizer_kind, ck.generation, ck.vocab_size,
                 cfg["max_position_embeddings"], instruct,

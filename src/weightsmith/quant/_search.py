@@ -10,12 +10,13 @@ the in-group index first.  Every C loop over the in-group index then becomes
 one vector operation across all groups, and a reduction over axis 0 adds the
 terms in C's order (:func:`reduce0`).
 
-* :func:`make_qkx_quants` -- make_qkx2_quants / make_qkx3_quants (Q2_K, Q4_K,
-  Q5_K; Q4_1 and Q5_1 with an importance matrix);
-* :func:`make_qp_quants` -- positive values (K and IQ super-block scales);
-* :func:`make_qx_quants` -- symmetric levels, rmse_type 1 (Q3_K, Q6_K;
-  Q4_0 and Q5_0 with an importance matrix);
-* :func:`make_q3_quants` -- Q3_K's search without an importance matrix.
+* :func:`make_qkx_quants` -- make_qkx3_quants (Q4_1 and Q5_1 with an
+  importance matrix);
+* :func:`make_qp_quants` -- positive values (IQ super-block scales);
+* :func:`make_qx_quants` -- symmetric levels, rmse_type 1 (Q4_0 and Q5_0 with
+  an importance matrix).
+
+The K-quants run their searches in C (csrc/kquants.c).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import numpy as np
 from ._common import F32, GROUP_MAX_EPS
 
 __all__ = [
-    "make_q3_quants",
     "make_qkx_quants",
     "make_qp_quants",
     "make_qx_quants",
@@ -654,138 +654,3 @@ def _qx_trials(
             acc[...] = prod[:, 0]
             for j in range(1, prod.shape[1]):
                 acc += prod[:, j]
-
-
-def make_q3_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
-    """ggml's ``make_q3_quants(n, nmax, x, L, do_rmse=true)`` over many groups.
-
-    Same layout and return values as :func:`make_qx_quants`.
-    """
-    x = np.ascontiguousarray(x, dtype=F32)
-    scale, lv = q3_search(x, nmax)
-    return scale, q3_levels(lv, nmax)
-
-
-def q3_levels(lv: np.ndarray, nmax: int) -> np.ndarray:
-    """Stored levels ``L = l + nmax`` from :func:`q3_search`'s signed ones."""
-    dead = np.isnan(lv[0])  # all |x| < GROUP_MAX_EPS: C sets L = 0
-    L = (np.where(dead, F32(-nmax), lv) + nmax).astype(np.uint8)
-    return L
-
-
-def q3_search(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
-    """make_q3_quants on ``x [n, groups]`` -> (scale, signed levels as float32).
-
-    Dead groups get scale 0 and NaN levels.  The coordinate descent changes
-    one level at a time, so it loops over the in-group index with every group
-    in step.  A group whose pass changes nothing is final (its state would not
-    change again: ggml ``break``s), so each later pass only revisits the
-    groups that changed in the previous one.
-    """
-    with np.errstate(all="ignore"):
-        x, w, wx, lv, sumlx, suml2, live, changed = _q3_first_pass(x, nmax)
-        idx = np.flatnonzero(changed)
-        for _ in range(4):
-            if idx.size == 0:
-                break
-            sub = [np.ascontiguousarray(a[:, idx]) for a in (x, w, wx, lv)]
-            slx, sl2 = sumlx[idx], suml2[idx]
-            changed = _q3_pass(*sub, slx, sl2, nmax)
-            lv[:, idx], sumlx[idx], suml2[idx] = sub[3], slx, sl2
-            idx = idx[changed]
-        scale = np.where(suml2 > 0, sumlx / suml2, F32(0))
-    scale[~live] = 0
-    lv[:, ~live] = np.nan
-    return scale, lv
-
-
-def _q3_first_pass(x: np.ndarray, nmax: int) -> tuple[np.ndarray, ...]:
-    """Start make_q3_quants and run its first pass.
-
-    Returns ``x, w, wx, lv, sumlx, suml2, live, changed`` for the later passes.
-    """
-    x = np.ascontiguousarray(x, dtype=F32)
-    w = x * x
-    wx = w * x
-    amax, xmax = signed_absmax(x)
-    live = amax >= GROUP_MAX_EPS
-    xmax[~live] = 1
-    lv = np.multiply(F32(-nmax) / xmax, x)
-    if np.isfinite(x).all():  # |iscale*x| <= nmax: rint is nearest_int
-        np.rint(lv, out=lv)
-        np.clip(lv, -nmax, nmax - 1, out=lv)
-    else:
-        lv[...] = _quant_clip(lv, -nmax, nmax - 1)
-    own_lx = wx * lv
-    own_l2 = w * lv
-    own_l2 *= lv
-    sumlx, suml2 = reduce0(own_lx), reduce0(own_l2)
-    changed = _q3_pass(x, w, wx, lv, sumlx, suml2, nmax, own_lx, own_l2)
-    return x, w, wx, lv, sumlx, suml2, live, changed
-
-
-def _q3_pass(
-    x: np.ndarray,
-    w: np.ndarray,
-    wx: np.ndarray,
-    lv: np.ndarray,
-    sumlx: np.ndarray,
-    suml2: np.ndarray,
-    nmax: int,
-    own_lx: np.ndarray | None = None,
-    own_l2: np.ndarray | None = None,
-) -> np.ndarray:
-    """One pass of make_q3_quants' descent; updates lv/sumlx/suml2 in place.
-
-    Returns which groups changed.  ``lv`` holds the signed levels as float32.
-    The 16 dependent steps work in preallocated ``[groups]`` buffers, so the
-    loop allocates nothing; ``own_lx``/``own_l2`` (each level's own terms) may
-    be passed in when the caller already has them.
-    """
-    n, groups = x.shape
-    changed = np.zeros(groups, dtype=bool)
-    slx0, sl20, t1, new_l = np.empty((4, groups), dtype=F32)
-    bits = np.empty(groups, dtype=np.int32)
-    cand = np.empty(groups, dtype=bool)
-    cond = np.empty(groups, dtype=bool)
-    # bounds as arrays: numpy's maximum/minimum are ~2x slower against a scalar
-    lo = np.full(groups, 0x00400000 - nmax, dtype=np.int32)
-    hi = np.full(groups, 0x00400000 + nmax - 1, dtype=np.int32)
-    # Each level's own terms: lv[i] only changes at step i, so these stay valid.
-    if own_lx is None or own_l2 is None:
-        own_lx = wx * lv
-        own_l2 = w * lv
-        own_l2 *= lv
-    for i in range(n):
-        li, xi = lv[i], x[i]
-        # C: slx = sumlx - w*x[i]*L[i]; sl2 = suml2 - w*L[i]*L[i]
-        np.subtract(sumlx, own_lx[i], out=slx0)
-        np.subtract(suml2, own_l2[i], out=sl20)
-        # new_l = MAX(-nmax, MIN(nmax-1, nearest_int(x[i] * sl2 / slx))), bit trick inline
-        np.multiply(xi, sl20, out=t1)
-        np.divide(t1, slx0, out=t1)
-        np.add(t1, MAGIC, out=t1)
-        np.bitwise_and(t1.view(np.int32), 0x007FFFFF, out=bits)
-        np.maximum(bits, lo, out=bits)
-        np.minimum(bits, hi, out=bits)
-        np.subtract(bits, 0x00400000, out=new_l, casting="unsafe")
-        # C: if (slx > 0) { ...; if (new_l != L[i]) { ... } } -- true for a few % of
-        # the groups, so the rest of the step runs on those only.
-        np.greater(slx0, 0, out=cand)
-        cand &= np.not_equal(new_l, li, out=cond)
-        c = np.flatnonzero(cand)
-        if c.size == 0:
-            continue
-        nl, sx, s2 = new_l[c], sumlx[c], suml2[c]
-        slx = slx0[c] + wx[i, c] * nl
-        sl2 = w[i, c] * nl
-        sl2 *= nl
-        sl2 += sl20[c]
-        # C: if (sl2 > 0 && slx*slx*suml2 > sumlx*sumlx*sl2) { L[i] = new_l; sumlx = slx; suml2 = sl2; }
-        take = (sl2 > 0) & (slx * slx * s2 > sx * sx * sl2)
-        u = c[take]
-        li[u] = nl[take]
-        sumlx[u] = slx[take]
-        suml2[u] = sl2[take]
-        changed[u] = True
-    return changed
