@@ -18,7 +18,10 @@ python -m pip install -q torch==2.13.0
 # llama-cpp-python compiles llama.cpp; a native build uses AMX, which these
 # kernels refuse (SIGILL), so build for the generic CPU.
 export CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}"
-python -m pip install -q -e ".[test]"
+# The frameworks extra (jax, tensorflow-cpu, paddlepaddle, mlx[cpu]) is for
+# tests/test_compat_frameworks.py: about 610 MB of wheels, 287 s to install
+# on a 2-core machine; it leaves numpy, torch and protobuf as they are.
+python -m pip install -q -e ".[test,frameworks]"
 
 # llama.cpp's own converter, vocab files and C sources ship in the
 # llama-cpp-python sdist; the conversion tests use them as the oracle.

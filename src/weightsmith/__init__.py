@@ -19,6 +19,12 @@ _LAZY = {
     "save_file": "weightsmith.safetensors",
     "StreamWriter": "weightsmith.safetensors",
     "read_index": "weightsmith.safetensors",
+    # HF safetensors' top level, under the same names (a drop-in)
+    "serialize": "weightsmith.safetensors",
+    "serialize_file": "weightsmith.safetensors",
+    "deserialize": "weightsmith.safetensors",
+    "TensorSpec": "weightsmith.safetensors",
+    "SafetensorError": "weightsmith.errors",
 }
 
 __all__ = ["__version__", *_LAZY]

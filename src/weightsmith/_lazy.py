@@ -19,6 +19,11 @@ _EXTRAS = {
     "fsspec": "fsspec",
     "tokenizers": "tokenizers",
     "sentencepiece": "tokenizers",
+    # the array frameworks of HF safetensors; all four in "frameworks"
+    "jax": "jax",
+    "tensorflow": "tensorflow",
+    "paddle": "paddle",
+    "mlx": "mlx",
 }
 
 

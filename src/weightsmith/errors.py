@@ -36,7 +36,7 @@ The catalogue, in pipeline order (bases in parentheses)::
       UnsupportedDtype (WeightsmithError, TypeError): A dtype that the chosen framework (numpy, torch) cannot represent
 
     safetensors: header (8-byte length, JSON, metadata, tensor entries, data layout)
-      SafetensorsError (FormatError): A safetensors file breaks a rule of the format
+      SafetensorsError (FormatError, SafetensorError): A safetensors file breaks a rule of the format
       FileTooSmall (SafetensorsError): The file is shorter than the 8-byte header length
       HeaderTooLarge (SafetensorsError): The header length N is above 100,000,000
       HeaderOutOfBounds (SafetensorsError): 8 + N runs past the end of the file
@@ -64,8 +64,18 @@ The catalogue, in pipeline order (bases in parentheses)::
       DataOverlap (SafetensorsError): Sorted by offset, a tensor starts before the previous one ended
       TruncatedData (SafetensorsError): The data section is shorter than the tensors need
       TrailingBytes (SafetensorsError): The file has bytes after the last tensor
-      TensorNotFound (WeightsmithError, KeyError): A tensor name that the file does not hold
-      SharedTensorsError (WeightsmithError, ValueError): Tensors to be saved share or overlap memory
+      TensorNotFound (SafetensorError, KeyError): A tensor name that the file does not hold
+      SharedTensorsError (WeightsmithError, ValueError, RuntimeError): Tensors to be saved share or overlap memory
+
+    safetensors: the drop-in API (each also the class HF's safetensors raises there)
+      SafetensorError (WeightsmithError): HF safetensors' ``SafetensorError``, under the same name
+      SafetensorsClosed (ClosedFileError, SafetensorError): A ``safe_open`` handle or one of its slices was used after close
+      SliceIndexError (SafetensorError, IndexError): A ``get_slice`` index is out of range or of a kind slices do not take
+      UnsupportedFramework (SafetensorError, ValueError): ``safe_open`` got a ``framework`` name it does not know
+      UnsupportedBackend (SafetensorError, ValueError): ``safe_open`` / ``load_file`` got a ``backend`` other than mmap or pread
+      InvalidTensorSpec (SafetensorError, ValueError): A ``TensorSpec`` or ``serialize`` argument is not a tensor it can write
+      SafetensorsFileNotFound (WeightsmithError, FileNotFoundError): ``safe_open`` of a path that does not exist
+      UnsupportedLayout (WeightsmithError, ValueError): A tensor to save is not dense (sparse torch tensors)
 
     sharded safetensors checkpoints (model.safetensors.index.json)
       ShardError (FormatError): A sharded checkpoint is inconsistent
@@ -286,7 +296,17 @@ class UnsupportedDtype(WeightsmithError, TypeError):
 
 
 # --------------------------------------------------------------------------- safetensors
-class SafetensorsError(FormatError):
+class SafetensorError(WeightsmithError):
+    """HF safetensors' ``SafetensorError``, under the same name.
+
+    Every error the drop-in API (``weightsmith.safe_open``, slices,
+    ``serialize``, ``TensorSpec``) raises where HF raises its
+    ``SafetensorError`` is an instance of this class, so ``except
+    SafetensorError`` written for HF keeps working.
+    """
+
+
+class SafetensorsError(FormatError, SafetensorError):
     """A safetensors file breaks a rule of the format."""
 
 
@@ -398,15 +418,56 @@ class TrailingBytes(SafetensorsError):
     """The file has bytes after the last tensor."""
 
 
-class TensorNotFound(WeightsmithError, KeyError):
-    """A tensor name that the file does not hold."""
+class TensorNotFound(SafetensorError, KeyError):
+    """A tensor name that the file does not hold.
+
+    Also a SafetensorError: HF's ``safe_open`` raises that for a missing name.
+    """
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0]) if self.args else "tensor not found"
 
 
-class SharedTensorsError(WeightsmithError, ValueError):
-    """Tensors to be saved share or overlap memory."""
+class SharedTensorsError(WeightsmithError, ValueError, RuntimeError):
+    """Tensors to be saved share or overlap memory.
+
+    Also a RuntimeError: HF's ``safetensors.torch`` raises RuntimeError here.
+    """
+
+
+class SafetensorsClosed(ClosedFileError, SafetensorError):
+    """A ``safe_open`` handle or one of its slices was used after close."""
+
+
+class SliceIndexError(SafetensorError, IndexError):
+    """A ``get_slice`` index is out of range or of a kind slices do not take."""
+
+
+class UnsupportedFramework(SafetensorError, ValueError):
+    """``safe_open`` got a ``framework`` name it does not know."""
+
+
+class UnsupportedBackend(SafetensorError, ValueError):
+    """``safe_open`` / ``load_file`` got a ``backend`` other than mmap or pread."""
+
+
+class InvalidTensorSpec(SafetensorError, ValueError):
+    """A ``TensorSpec`` or ``serialize`` argument is not a tensor it can write."""
+
+
+class SafetensorsFileNotFound(WeightsmithError, FileNotFoundError):
+    """``safe_open`` of a path that does not exist.
+
+    A FileNotFoundError (errno, filename kept) whose message is HF's,
+    ``No such file or directory: PATH``, which callers match on.
+    """
+
+    def __str__(self) -> str:
+        return f"No such file or directory: {self.filename}"
+
+
+class UnsupportedLayout(WeightsmithError, ValueError):
+    """A tensor to save is not dense (sparse torch tensors)."""
 
 
 # --------------------------------------------------------------------------- shards

@@ -16,8 +16,21 @@ from collections.abc import Mapping
 import numpy as np
 
 from . import safetensors as st
+from .safetensors import TensorSpec, deserialize, safe_open, serialize, serialize_file
 
-__all__ = ["load", "load_file", "save", "save_file"]
+# With HF's top-level names, which HF's module re-exports too (paddle itself
+# does ``from safetensors.numpy import safe_open``).
+__all__ = [
+    "TensorSpec",
+    "deserialize",
+    "load",
+    "load_file",
+    "safe_open",
+    "save",
+    "save_file",
+    "serialize",
+    "serialize_file",
+]
 
 
 def save(tensor_dict: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None) -> bytes:
@@ -41,11 +54,4 @@ def load(data: bytes) -> dict[str, np.ndarray]:
 
 def load_file(filename: str | os.PathLike[str], *, backend: str = "mmap") -> dict[str, np.ndarray]:
     """Every tensor of a file; ``backend`` is ``"mmap"`` or ``"pread"``."""
-    return st.load_file(filename, "np", mmap=use_mmap(backend))
-
-
-def use_mmap(backend: str) -> bool:
-    """Whether ``backend`` (``"mmap"`` or ``"pread"``) maps the file."""
-    if backend not in ("mmap", "pread"):
-        raise ValueError(f"backend must be 'mmap' or 'pread', not {backend!r}")
-    return backend == "mmap"
+    return st.load_file(filename, "np", backend=backend)

@@ -1,13 +1,16 @@
 """Drop-in mirror of ``safetensors.torch``: save, save_file, load, load_file,
-save_model and load_model.
+save_model and load_model, plus the helpers downstream code imports from it
+(``storage_ptr``, ``storage_size``, ``_find_shared_tensors``,
+``_remove_duplicate_names``, ``_is_complete``, ``_end_ptr``) with HF's
+return formats.
 
 torch is imported on first use.  Tensors sharing memory are refused by
 ``save``/``save_file`` with :class:`weightsmith.errors.SharedTensorsError`
-listing the names; ``save_model``/``load_model`` keep one name per shared
-group exactly as ``safetensors.torch`` does (recording dropped names in the
-metadata).  Non-contiguous tensors are saved correctly instead of refused.
-Loaded tensors are zero-copy views of a private (copy-on-write) memory map:
-writing to them never changes the file.
+(a RuntimeError, as HF's) listing the names; ``save_model``/``load_model``
+keep one name per shared group exactly as ``safetensors.torch`` does
+(recording dropped names in the metadata).  Non-contiguous tensors are
+saved correctly instead of refused.  Loaded tensors are zero-copy views of a
+private (copy-on-write) memory map: writing to them never changes the file.
 """
 
 from __future__ import annotations
@@ -18,10 +21,26 @@ from typing import Any
 
 from . import safetensors as st
 from ._lazy import require
+from .errors import UnsupportedLayout
 from .frameworks import torch as _tg
-from .numpy import use_mmap
+from .safetensors import TensorSpec, deserialize, safe_open, serialize, serialize_file
 
-__all__ = ["load", "load_file", "load_model", "save", "save_file", "save_model"]
+# With HF's top-level names, which HF's module re-exports too.
+__all__ = [
+    "TensorSpec",
+    "deserialize",
+    "load",
+    "load_file",
+    "load_model",
+    "safe_open",
+    "save",
+    "save_file",
+    "save_model",
+    "serialize",
+    "serialize_file",
+    "storage_ptr",
+    "storage_size",
+]
 
 
 def _require() -> Any:
@@ -35,6 +54,14 @@ def _check(tensors: Mapping[str, Any]) -> None:
     for k, v in tensors.items():
         if not isinstance(v, torch.Tensor):
             raise ValueError(f"Key `{k}` is invalid, expected torch.Tensor but received {type(v)}")
+    sparse = [k for k, v in tensors.items() if v.layout != torch.strided]
+    if sparse:
+        # HF's message word for word: code written for HF matches on it
+        raise UnsupportedLayout(
+            f"You are trying to save a sparse tensors: `{sparse}` which this library does not "
+            "support. You can make it a dense tensor before saving with `.to_dense()` but be "
+            "aware this might make a much larger file than needed."
+        )
 
 
 def save(tensors: Mapping[str, Any], metadata: Mapping[str, str] | None = None) -> bytes:
@@ -68,7 +95,7 @@ def load_file(
     """Every tensor of a file, on ``device``."""
     _require()
     dev = f"cuda:{device}" if isinstance(device, int) else device
-    return st.load_file(filename, "pt", dev, mmap=use_mmap(backend))
+    return st.load_file(filename, "pt", dev, backend=backend)
 
 
 def save_model(
@@ -97,11 +124,12 @@ def load_model(
     device: str | int = "cpu",
     *,
     backend: str = "mmap",
-) -> tuple[list[str], list[str]]:
+) -> tuple[set[str], list[str]]:
     """Load a file saved by :func:`save_model` into ``model``.
 
-    Returns ``(missing, unexpected)``; with ``strict`` raises RuntimeError if
-    either is non-empty, like ``safetensors.torch.load_model``.
+    Returns ``(missing, unexpected)``, a set and a list as HF's; with
+    ``strict`` raises RuntimeError if either is non-empty, like
+    ``safetensors.torch.load_model``.
     """
     state_dict = load_file(filename, device=device, backend=backend)
     model_state = model.state_dict()
@@ -126,4 +154,47 @@ def load_model(
                 f'"{k}"' for k in sorted(unexpected)
             )
         raise RuntimeError(error)
-    return sorted(missing), unexpected
+    return missing, unexpected
+
+
+# --------------------------------------------------------------------------- HF's helpers
+# Public in HF (transformers imports them) or private but imported downstream;
+# same names, arguments and return formats as safetensors.torch.
+
+
+def storage_ptr(tensor: Any) -> int:
+    """Address of the storage under ``tensor`` (0 if it has none)."""
+    return _tg.storage_ptr(tensor)
+
+
+def storage_size(tensor: Any) -> int:
+    """Bytes of the storage under ``tensor`` (0 if it has none)."""
+    return _tg.storage_size(tensor)
+
+
+def _end_ptr(tensor: Any) -> int:
+    """One past the last byte any element of ``tensor`` reaches."""
+    return _tg.area(tensor)[1]
+
+
+def _is_complete(tensor: Any) -> bool:
+    """True if ``tensor`` covers its whole storage."""
+    return _tg.is_complete(tensor)
+
+
+def _find_shared_tensors(state_dict: Mapping[str, Any]) -> list[set[str]]:
+    """Every name once, in sets of names sharing memory (HF's format)."""
+    return _tg.find_shared(dict(state_dict))
+
+
+def _remove_duplicate_names(
+    state_dict: Mapping[str, Any],
+    *,
+    preferred_names: Any = None,
+    discard_names: Any = None,
+) -> dict[str, list[str]]:
+    """Name kept -> names to drop, per shared group; RuntimeError if a
+    group (or a lone tensor) does not cover its storage."""
+    return _tg.duplicate_names(
+        dict(state_dict), preferred_names=preferred_names, discard_names=discard_names, lone=True
+    )

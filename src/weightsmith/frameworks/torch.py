@@ -182,56 +182,67 @@ _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 # --------------------------------------------------------------------------- shared storage
 
 
-def _storage_key(t):
+def storage_ptr(t) -> int:
+    """Address of the storage under ``t`` (0 where there is none: meta, ...)."""
     try:
-        st = t.untyped_storage()
-        return (t.device, st.data_ptr(), st.nbytes())
-    except (RuntimeError, NotImplementedError):  # meta / exotic tensors
-        return None
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return 0
 
 
-def _area(t) -> tuple[int, int]:
+def storage_size(t) -> int:
+    """Bytes of the storage under ``t`` (0 where there is none)."""
+    try:
+        return t.untyped_storage().nbytes()
+    except (RuntimeError, NotImplementedError):
+        return 0
+
+
+def area(t) -> tuple[int, int]:
+    """``(first byte, one past the last byte)`` any element of ``t`` can reach."""
     start = t.data_ptr()
     if t.numel() == 0:
         return start, start
-    # Furthest byte any element can reach (strides may be non-contiguous).
+    # strides may be non-contiguous: the furthest element bounds the span
     span = sum((s - 1) * st for s, st in zip(t.shape, t.stride()) if s > 0)
     return start, start + (span + 1) * t.element_size()
 
 
-def shared_groups(tensors: dict[str, Any]) -> list[list[str]]:
-    """Names that share memory, grouped: same storage and overlapping bytes.
+def find_shared(tensors: dict[str, Any]) -> list[set[str]]:
+    """Every name once, grouped with the names it shares memory with.
 
-    Same rule as ``safetensors.torch``: tensors on one storage but on
-    disjoint byte ranges are not shared.
+    Same rule and order as ``safetensors.torch._find_shared_tensors``: names
+    on one storage (same device, address and size) whose byte ranges
+    overlap form a group, unshared tensors are groups of one, groups come in
+    the order of their storage's first tensor; tensors without storage
+    (meta, empty) are left out.
     """
     t = torch()
+    meta = t.device("meta")
     by_storage: dict[Any, list[str]] = {}
     for name, v in tensors.items():
-        if v.device == t.device("meta"):
+        if v.device == meta:
             continue
-        key = _storage_key(v)
-        if key is None or key[1] == 0 or key[2] == 0:
-            continue
-        by_storage.setdefault(key, []).append(name)
-    groups: list[list[str]] = []
+        ptr, size = storage_ptr(v), storage_size(v)
+        if ptr and size:
+            by_storage.setdefault((v.device, ptr, size), []).append(name)
+    groups: list[set[str]] = []
     for names in by_storage.values():
-        if len(names) < 2:
-            continue
-        areas = sorted((*_area(tensors[n]), n) for n in names)
-        current = [areas[0][2]]
+        areas = sorted((*area(tensors[n]), n) for n in names)
         stop = areas[0][1]
+        groups.append({areas[0][2]})
         for a, b, n in areas[1:]:
             if a < stop:
-                current.append(n)
+                groups[-1].add(n)
             else:
-                if len(current) > 1:
-                    groups.append(sorted(current))
-                current = [n]
+                groups.append({n})
             stop = max(stop, b)
-        if len(current) > 1:
-            groups.append(sorted(current))
-    return sorted(groups)
+    return groups
+
+
+def shared_groups(tensors: dict[str, Any]) -> list[list[str]]:
+    """The groups of :func:`find_shared` of two or more names, each sorted."""
+    return sorted(sorted(g) for g in find_shared(tensors) if len(g) > 1)
 
 
 def check_shared(tensors: dict[str, Any]) -> None:
@@ -246,9 +257,9 @@ def check_shared(tensors: dict[str, Any]) -> None:
         )
 
 
-def _is_complete(t) -> bool:
-    st = t.untyped_storage()
-    return t.data_ptr() == st.data_ptr() and t.numel() * t.element_size() == st.nbytes()
+def is_complete(t) -> bool:
+    """True if ``t`` covers its whole storage, from its first byte."""
+    return t.data_ptr() == storage_ptr(t) and t.numel() * t.element_size() == storage_size(t)
 
 
 def duplicate_names(
@@ -256,21 +267,28 @@ def duplicate_names(
     *,
     preferred_names: Any = None,
     discard_names: Any = None,
+    lone: bool = False,
 ) -> dict[str, list[str]]:
-    """For each shared group: the name kept -> the names dropped.
+    """For each shared group: the name kept -> the names dropped (sorted).
 
     The kept name covers the whole storage; among several, the preferred
     one, else one not discarded, else the first in sorted order -- the rule
-    of ``safetensors.torch._remove_duplicate_names``.
+    of ``safetensors.torch._remove_duplicate_names``.  A group in which no
+    tensor covers the storage is refused (SharedTensorsError, a
+    RuntimeError).  ``lone=True`` applies that refusal to unshared tensors
+    too, as HF's function does; ``save_model`` does not need it, since only
+    a tensor's own bytes are written.
     """
     preferred = set(preferred_names or ())
     discard = set(discard_names or ())
     out: dict[str, list[str]] = {}
-    for group in shared_groups(state_dict):
-        complete = sorted(n for n in group if _is_complete(state_dict[n]))
+    for group in find_shared(state_dict):
+        if len(group) < 2 and not lone:
+            continue
+        complete = sorted(n for n in group if is_complete(state_dict[n]))
         if not complete:
             raise E.SharedTensorsError(
-                f"tensors {group} share memory but none covers the whole storage; "
+                f"tensors {sorted(group)} share a storage but none covers all of it; "
                 "refusing to save a larger storage than the tensors need"
             )
         keep = complete[0]
@@ -280,5 +298,7 @@ def duplicate_names(
         pref = [n for n in complete if n in preferred]
         if pref:
             keep = pref[0]
-        out[keep] = [n for n in group if n != keep]
+        dropped = sorted(n for n in group if n != keep)
+        if dropped:
+            out[keep] = dropped
     return out

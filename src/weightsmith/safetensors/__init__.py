@@ -29,6 +29,7 @@ from ._sharded import (
     split_shards,
     write_index,
 )
+from ._spec import TensorSpec, deserialize, serialize, serialize_file
 from ._writer import StreamWriter, build_header, save, save_file
 
 __all__ = [
@@ -40,7 +41,9 @@ __all__ = [
     "SafeSlice",
     "StreamWriter",
     "TensorInfo",
+    "TensorSpec",
     "build_header",
+    "deserialize",
     "load",
     "load_file",
     "open_checkpoint",
@@ -53,6 +56,8 @@ __all__ = [
     "save",
     "save_file",
     "save_sharded",
+    "serialize",
+    "serialize_file",
     "shard_names",
     "split_shards",
     "write_index",

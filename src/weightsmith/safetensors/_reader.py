@@ -6,12 +6,20 @@ The header is read with two ``pread`` calls and validated in full by
 file fails before its header is held whole).  Tensor data then
 comes from one of two sources:
 
-* ``mmap=True`` (default): one mapping of the whole file.  numpy arrays are
-  zero-copy, read-only views on it (``PROT_READ``).  torch has no read-only
-  tensors, so for ``framework="pt"`` the mapping is private copy-on-write:
-  tensors are zero-copy too, and writing to one never reaches the file.
-* ``mmap=False``: ``os.preadv`` straight into freshly allocated arrays, for
-  filesystems where mmap fails or is slow (some network mounts).
+* ``backend="mmap"`` (default): one mapping of the whole file.  numpy
+  arrays are zero-copy, read-only views on it (``PROT_READ``).  Other
+  frameworks have no read-only tensors, so for them the mapping is private
+  copy-on-write: tensors are zero-copy where the framework can wrap foreign
+  memory (see :mod:`weightsmith.frameworks`), and writing to one never
+  reaches the file.
+* ``backend="pread"``: ``os.preadv`` straight into freshly allocated arrays,
+  for filesystems where mmap fails or is slow (some network mounts).
+  ``mmap=False`` is the older spelling of the same thing.
+
+``framework`` takes HF's names: ``np``/``numpy``, ``pt``/``torch``/``pytorch``,
+``flax``/``jax``, ``tf``/``tensorflow``, ``mlx`` and ``paddle``.  numpy and
+torch are handled here; the others get the numpy array and hand it to the
+adapter of :func:`weightsmith.frameworks.adapter`.
 
 Slicing (``get_slice(name)[key]``) follows numpy basic indexing exactly.  On
 the mmap path the result is a numpy view of the mapping (only the pages the
@@ -43,7 +51,7 @@ from ..frameworks import torch as tg
 from . import _subbyte
 from ._header import Header, TensorInfo, parse_header, precheck, read_header_size
 
-__all__ = ["SafeSlice", "load", "load_file", "safe_open"]
+__all__ = ["BACKENDS", "SafeSlice", "load", "load_file", "safe_open", "use_mmap"]
 
 _FRAMEWORKS = {
     "np": "np",
@@ -51,7 +59,16 @@ _FRAMEWORKS = {
     "pt": "pt",
     "torch": "pt",
     "pytorch": "pt",
+    "flax": "flax",
+    "jax": "flax",
+    "tf": "tf",
+    "tensorflow": "tf",
+    "mlx": "mlx",
+    "paddle": "paddle",
 }
+# frameworks whose tensors may live on another device than the CPU
+_DEVICE_FRAMEWORKS = ("pt", "paddle")
+BACKENDS = ("mmap", "pread")
 _MADV_POPULATE_READ = 22  # Linux >= 5.14; absent from the mmap module's names
 # One pread per selected index costs about as much as reading this many
 # extra bytes in one go (syscall + Python loop vs memcpy from page cache).
@@ -62,8 +79,26 @@ _LITTLE = sys.byteorder == "little"
 def _framework(fw: str) -> str:
     try:
         return _FRAMEWORKS[fw]
-    except KeyError:
-        raise ValueError(f"framework must be 'np' or 'pt', not {fw!r}") from None
+    except (KeyError, TypeError):
+        raise E.UnsupportedFramework(
+            f"framework {fw!r} is invalid: expected one of {', '.join(_FRAMEWORKS)}"
+        ) from None
+
+
+def use_mmap(backend: str) -> bool:
+    """True for ``backend="mmap"``, False for ``"pread"``; UnsupportedBackend otherwise."""
+    if backend not in BACKENDS:
+        raise E.UnsupportedBackend(
+            f"backend {backend!r} is invalid: expected one of {', '.join(BACKENDS)}"
+        )
+    return backend == "mmap"
+
+
+def _open(path: str) -> int:
+    try:
+        return os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError as exc:
+        raise E.SafetensorsFileNotFound(exc.errno, exc.strerror, path) from None
 
 
 def _pread_into(fd: int, buf, offset: int, path) -> None:
@@ -121,22 +156,29 @@ def _parse_cached(key: tuple[int, int], raw: bytes, size: int, path) -> Header:
 class safe_open:
     """Open a safetensors file lazily: ``with safe_open(path) as f: f.get_tensor(name)``.
 
-    ``framework`` is ``"np"`` or ``"pt"``; ``device`` applies to torch.
-    ``mmap=False`` reads with pread instead of mapping the file.
-    ``populate=True`` pre-faults the whole mapping (used by ``load_file``,
-    which touches everything anyway).
+    ``framework`` is one of HF's names (module docstring); ``device``
+    applies to torch and paddle.  ``backend="pread"`` (or ``mmap=False``)
+    reads with pread instead of mapping the file.  ``populate=True``
+    pre-faults the whole mapping (used by ``load_file``, which touches
+    everything anyway).
     """
 
     def __init__(
         self,
         filename: str | os.PathLike[str],
         framework: str = "np",
-        device: str = "cpu",
+        device: str | int = "cpu",
         *,
+        backend: str = "mmap",
         mmap: bool = True,
         populate: bool = False,
     ) -> None:
         self._fw = _framework(framework)
+        mmap = use_mmap(backend) and mmap
+        if device != "cpu" and self._fw not in _DEVICE_FRAMEWORKS:
+            raise E.UnsupportedFramework(
+                f"device {device!r} is not supported for framework {framework!r} (only 'cpu')"
+            )
         self._device = device
         self._path = os.fspath(filename)
         self._mm: _mmap.mmap | None = None
@@ -147,7 +189,7 @@ class safe_open:
         # closed or reused fd -- found by the reliability concurrency tests)
         self._users = 0
         self._lock = threading.Lock()
-        fd = os.open(self._path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = _open(self._path)
         try:
             st = os.fstat(fd)
             size = st.st_size
@@ -209,7 +251,7 @@ class safe_open:
     def _use(self) -> Iterator[None]:
         with self._lock:
             if self._closed:
-                raise E.ClosedFileError(f"{self._path}: safetensors file is closed")
+                raise E.SafetensorsClosed(f"{self._path}: safetensors file is closed")
             self._users += 1
         try:
             yield
@@ -236,7 +278,7 @@ class safe_open:
 
     def _check(self) -> None:
         if self._closed:
-            raise E.ClosedFileError(f"{self._path}: safetensors file is closed")
+            raise E.SafetensorsClosed(f"{self._path}: safetensors file is closed")
 
     # ------------------------------------------------------------------ header
     @property
@@ -295,18 +337,37 @@ class safe_open:
 
     def _get_tensors(self) -> dict[str, Any]:
         tensors = self._header.tensors
+        fw = self._fw
+        if fw not in ("np", "pt"):
+            return self._adapt_all()
         if self._mm is not None and _LITTLE and hasattr(tensors, "plan"):
-            if self._fw == "np":
+            if fw == "np":
                 return self._np_views_plan(tensors.plan())
             if self._device == "cpu":
                 return self._pt_views_plan(tensors.plan())
         infos = sorted(tensors.values(), key=lambda t: t.data_offsets)
         if self._mm is not None and _LITTLE:
-            if self._fw == "np":
+            if fw == "np":
                 return self._np_views(infos)
             if self._device == "cpu":
                 return self._pt_views(infos)
         return {t.name: self._tensor(t) for t in infos}
+
+    def _adapt_all(self) -> dict[str, Any]:
+        # The numpy arrays (views of the copy-on-write mapping, or read),
+        # then each handed to the framework's adapter.
+        infos = sorted(self._header.tensors.values(), key=lambda t: t.data_offsets)
+        if self._mm is not None and _LITTLE:
+            arrays = self._np_views(infos)
+        else:
+            arrays = {t.name: self._array(t) for t in infos}
+        adapter = self._adapter()
+        return {t.name: adapter.from_numpy(arrays[t.name], t.dtype, self._device) for t in infos}
+
+    def _adapter(self):
+        from .. import frameworks
+
+        return frameworks.adapter(self._fw)
 
     def get_slice(self, name: str) -> SafeSlice:
         return SafeSlice(self, self.info(name))
@@ -318,7 +379,7 @@ class safe_open:
         for t in infos:
             d = t.dtype
             if d.packed or not _LITTLE:
-                out[t.name] = self._tensor(t)
+                out[t.name] = self._array(t)
                 continue
             b, e = t.data_offsets
             a = base[start + b : start + e].view(d.numpy)
@@ -402,10 +463,17 @@ class safe_open:
 
     def _tensor(self, t: TensorInfo) -> Any:
         self._check()
+        if self._fw == "pt":
+            return self._torch_tensor(t, self._start + t.data_offsets[0])
+        a = self._array(t)
+        if self._fw != "np":
+            return self._adapter().from_numpy(a, t.dtype, self._device)
+        return a
+
+    def _array(self, t: TensorInfo) -> np.ndarray:
+        """The tensor as a numpy array: a view of the mapping, or read."""
         d = t.dtype
         off = self._start + t.data_offsets[0]
-        if self._fw == "pt":
-            return self._torch_tensor(t, off)
         if d.packed:
             codes = _subbyte.unpack(self._raw(off, t.nbytes), d.bits, t.n_elements)
             return codes.view(d.numpy).reshape(t.shape)
@@ -468,21 +536,35 @@ class _Sel:
         return slice(last, first - 1 if first > 0 else None, -self.step)
 
 
+def _as_tuple(key: Any) -> tuple:
+    """The index as a tuple, an empty list standing for ``slice(0, 0)``
+    (HF takes it; numpy and torch give an empty first dimension)."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    return tuple(slice(0, 0) if isinstance(k, list) and not k else k for k in key)
+
+
+def _n_indexed(key: tuple, shape: tuple[int, ...]) -> int:
+    """How many tensor dims ``key`` indexes; SliceIndexError for two
+    ellipses or more indices than dims."""
+    if sum(1 for k in key if k is Ellipsis) > 1:
+        raise E.SliceIndexError("an index can only have a single ellipsis ('...')")
+    n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
+    if n_real > len(shape):
+        raise E.SliceIndexError(
+            f"too many indices for tensor: tensor is {len(shape)}-dimensional, "
+            f"but {n_real} were indexed"
+        )
+    return n_real
+
+
 def _normalize(key: Any, shape: tuple[int, ...]) -> tuple[list[_Sel], list[int | None]]:
     """numpy basic indexing -> one _Sel per tensor dim, and the index layout:
     for each position of the expanded key, the tensor dim it indexes (an
     integer index drops that dim from the output), or None for a new axis."""
-    if not isinstance(key, tuple):
-        key = (key,)
+    key = _as_tuple(key)
     n_ell = sum(1 for k in key if k is Ellipsis)
-    if n_ell > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
-    n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
-    if n_real > len(shape):
-        raise IndexError(
-            f"too many indices for tensor: tensor is {len(shape)}-dimensional, "
-            f"but {n_real} were indexed"
-        )
+    n_real = _n_indexed(key, shape)
     expanded: list[Any] = []
     for k in key:
         if k is Ellipsis:
@@ -509,19 +591,64 @@ def _normalize(key: Any, shape: tuple[int, ...]) -> tuple[list[_Sel], list[int |
             layout.append(d)
             continue
         if isinstance(k, (bool, np.bool_)):
-            raise IndexError("boolean indices are advanced indexing, which slices do not support")
+            raise E.SliceIndexError(
+                "boolean indices are advanced indexing, which slices do not support"
+            )
         try:
             i = operator.index(k)
         except TypeError:
-            raise IndexError(
+            raise E.SliceIndexError(
                 "only integers, slices (`:`), ellipsis (`...`) and None are valid "
                 f"indices, not {type(k).__name__}"
             ) from None
         if not -n <= i < n:
-            raise IndexError(f"index {i} is out of bounds for axis {d} with size {n}")
+            raise E.SliceIndexError(f"index {i} is out of bounds for axis {d} with size {n}")
         sels.append(_Sel(i % n, 1, 1, False, True))
         layout.append(d)
     return sels, layout
+
+
+def _bounding_box(key: tuple, shape: tuple[int, ...]) -> tuple[tuple, tuple]:
+    """For a key with integer lists (numpy advanced indexing): a basic key
+    reading the box that holds every selected element, and the key that
+    picks them from that box with numpy's own rules (ints become 0, lists
+    are shifted, slices already applied become ``:``)."""
+    n_real = _n_indexed(key, shape)
+    bound: list[Any] = []
+    local: list[Any] = []
+    d = 0
+    for k in key:
+        if k is Ellipsis:
+            bound.append(Ellipsis)
+            local.append(Ellipsis)
+            d += len(shape) - n_real
+            continue
+        if k is None:
+            local.append(None)
+            continue
+        n = shape[d]
+        if isinstance(k, slice):
+            bound.append(k)
+            local.append(slice(None))
+        else:
+            idx = np.asarray(k)
+            if idx.dtype.kind not in "iu" or idx.ndim > 1:
+                raise E.SliceIndexError(
+                    f"only integers, slices, ellipsis, None and lists of integers are valid "
+                    f"indices, found {k!r}"
+                )
+            bad = idx[(idx < -n) | (idx >= n)]
+            if bad.size:
+                raise E.SliceIndexError(
+                    f"index {int(bad[0])} is out of bounds for axis {d} with size {n}"
+                )
+            idx = idx % n if n else idx
+            lo = int(idx.min()) if idx.size else 0
+            hi = int(idx.max()) + 1 if idx.size else 0
+            bound.append(slice(lo, hi))
+            local.append(int(idx - lo) if idx.ndim == 0 else (idx - lo).tolist())
+        d += 1
+    return tuple(bound), tuple(local)
 
 
 class SafeSlice:
@@ -558,13 +685,28 @@ class SafeSlice:
 
     def _getitem(self, key: Any) -> Any:
         h, t = self._h, self._info
-        sels, layout = _normalize(key, t.shape)
-        if h._fw == "np" and h._mm is not None and not t.dtype.packed and _LITTLE:
-            return h._tensor(t)[key]  # a view of the mapping: numpy does the rest
-        arr = self._read(sels, layout)
+        key = _as_tuple(key)
+        if any(isinstance(k, list) for k in key):
+            # advanced indexing: read the bounding box, numpy picks from it
+            bound, local = _bounding_box(key, t.shape)
+            arr = np.asarray(self._basic(bound)[local], order="C")
+        else:
+            arr = self._basic(key)
+        if h._fw == "np":
+            return arr
         if h._fw == "pt":
             return self._to_torch(arr)
+        if h._fw != "np":
+            return h._adapter().from_numpy(arr, t.dtype, h._device)
         return arr
+
+    def _basic(self, key: tuple) -> np.ndarray:
+        """numpy basic indexing of the tensor, as a numpy array."""
+        h, t = self._h, self._info
+        sels, layout = _normalize(key, t.shape)
+        if h._fw == "np" and h._mm is not None and not t.dtype.packed and _LITTLE:
+            return h._array(t)[key]  # a view of the mapping: numpy does the rest
+        return self._read(sels, layout)
 
     def _to_torch(self, arr: np.ndarray) -> Any:
 
@@ -675,17 +817,20 @@ class SafeSlice:
 def load_file(
     filename: str | os.PathLike[str],
     framework: str = "np",
-    device: str = "cpu",
+    device: str | int = "cpu",
     *,
+    backend: str = "mmap",
     mmap: bool = True,
 ) -> dict[str, Any]:
     """Every tensor of a file.  With mmap, arrays are zero-copy views of a
     pre-faulted mapping that lives as long as they do."""
-    with safe_open(filename, framework, device, mmap=mmap, populate=True) as f:
+    with safe_open(filename, framework, device, backend=backend, mmap=mmap, populate=True) as f:
         return f.get_tensors()
 
 
-def load(data: bytes | bytearray | memoryview, framework: str = "np") -> dict[str, Any]:
+def load(
+    data: bytes | bytearray | memoryview, framework: str = "np", device: str = "cpu"
+) -> dict[str, Any]:
     """Every tensor of a safetensors file held in memory (copied out)."""
     fw = _framework(framework)
     mv = memoryview(data).cast("B")
@@ -696,6 +841,11 @@ def load(data: bytes | bytearray | memoryview, framework: str = "np") -> dict[st
     for t in sorted(header.tensors.values(), key=lambda t: t.data_offsets):
         raw = mv[start + t.data_offsets[0] : start + t.data_offsets[1]]
         out[t.name] = _from_bytes(raw, t, fw)
+    if fw not in ("np", "pt"):
+        from .. import frameworks
+
+        adapter = frameworks.adapter(fw)
+        out = {k: adapter.from_numpy(v, header.tensors[k].dtype, device) for k, v in out.items()}
     return out
 
 
