@@ -73,5 +73,4 @@ def mirror(framework: str) -> Mirror:
     functions = (save, save_file, load, load_file)
     for fn in functions:  # help() and tracebacks name the public module
         fn.__module__ = f"weightsmith.{MODULES[framework]}"
-        fn.__qualname__ = fn.__name__
     return Mirror(*functions)

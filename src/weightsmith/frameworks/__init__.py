@@ -9,7 +9,7 @@ each have an *adapter* module here, found by :func:`adapter` from the
 framework's canonical name in ``safe_open`` (``"flax"``, ``"tf"``,
 ``"mlx"``, ``"paddle"``).  The contract of an adapter:
 
-* ``NAME``: the framework's name in messages, ``TENSOR``: its tensor type's.
+* ``TENSOR``: the name of its tensor type, for messages.
 * ``module()``: the framework, imported on first use, or
   :class:`~weightsmith.errors.MissingDependencyError` naming the extra.
 * ``from_numpy(arr, dtype, device)``: a tensor with the values of ``arr``

@@ -21,7 +21,6 @@ from .. import errors as E
 from .._lazy import require
 from ..dtypes import DType
 
-NAME = "jax"
 TENSOR = "jax.Array"
 
 

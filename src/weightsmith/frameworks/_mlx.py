@@ -17,7 +17,6 @@ from .. import errors as E
 from .._lazy import require
 from ..dtypes import DType
 
-NAME = "mlx"
 TENSOR = "mlx.core.array"
 
 # safetensors codes MLX holds through a same-width integer

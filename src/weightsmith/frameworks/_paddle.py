@@ -22,7 +22,6 @@ from .. import errors as E
 from .._lazy import require
 from ..dtypes import SAFETENSORS, DType
 
-NAME = "paddle"
 TENSOR = "paddle.Tensor"
 
 # safetensors code -> paddle dtype name

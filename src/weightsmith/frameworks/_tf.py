@@ -16,7 +16,6 @@ from .. import errors as E
 from .._lazy import require
 from ..dtypes import DType
 
-NAME = "tensorflow"
 TENSOR = "tf.Tensor"
 
 
