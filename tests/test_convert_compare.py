@@ -1,7 +1,7 @@
 """weightsmith.convert.compare.diff as a library call (the CLI's ``diff`` prints it).
 
 Oracles: HF ``safetensors`` writes the inputs and torch computes the expected
-errors; the command-line behaviour is tested in tests/test_cli_commands.py.
+errors; the command-line behaviour is tested in tests/test_cli_diff.py.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import jsonschema
 
+from . import hf_models
+
 WEIGHTSMITH = shutil.which("weightsmith")
 _DOCS = Path(__file__).resolve().parents[2] / "docs"
 SCHEMA = json.loads((_DOCS / "cli-json-schema.json").read_text())
@@ -54,3 +56,14 @@ def assert_one_line_error(p: subprocess.CompletedProcess, name: str) -> None:
     assert len(lines) == 1, p.stderr
     assert lines[0].startswith(f"error: {name}: "), p.stderr
     assert "Traceback" not in p.stderr
+
+
+def build_hf_llama(root: Path) -> Path:
+    """A tiny Llama folder ``root/hf`` (SentencePiece tokenizer) and its f32 and q8_0
+    GGUFs ``root/m-<type>.gguf``, made by the CLI."""
+    src = hf_models.build("llama", root / "hf")
+    for t in ("f32", "q8_0"):
+        p = run("convert", src, root / f"m-{t}.gguf", "--type", t)
+        assert p.returncode == 0, p.stderr
+        assert f"wrote {root / f'm-{t}.gguf'}" in p.stdout
+    return root
