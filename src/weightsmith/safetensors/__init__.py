@@ -13,7 +13,6 @@ from ._header import (
     Header,
     TensorInfo,
     parse_header,
-    precheck,
     read_header_size,
 )
 from ._reader import SafeSlice, load, load_file, safe_open
@@ -46,7 +45,6 @@ __all__ = [
     "open_checkpoint",
     "parse_header",
     "parse_size",
-    "precheck",
     "read_header_size",
     "read_index",
     "safe_open",
