@@ -25,7 +25,6 @@
 #include <unistd.h>
 
 #define MAX_DEPTH 128
-#define WINDOW ((size_t)1 << 20)
 #define MAX_CODES 64
 
 enum {
@@ -91,6 +90,7 @@ typedef struct {
     uint64_t base, total;
     int fd, io, max_digits;
     uint8_t *win;
+    size_t window; /* bytes read from a file at a time */
     /* the error that stopped the pass; what the tail scan finds after it */
     int err, in_str, utf8, deep;
     long depth;
@@ -119,7 +119,7 @@ static size_t more(P *s, size_t need) {
     s->pos = 0;
     s->len = have;
     uint64_t left = s->total - s->base;
-    size_t want = need > WINDOW ? need : WINDOW;
+    size_t want = need > s->window ? need : s->window;
     if (want > left) want = (size_t)left;
     if (want > s->cap) {
         uint8_t *w = realloc(s->win, want);
@@ -749,13 +749,15 @@ static PyObject *py_parse(PyObject *self, PyObject *args) {
     long long file_size;
     Py_buffer view = {0};
     (void)self;
-    if (!PyArg_ParseTuple(args, "OiKLi", &src, &fd, &n, &file_size, &max_digits)) return NULL;
+    Py_ssize_t window;
+    if (!PyArg_ParseTuple(args, "OiKLin", &src, &fd, &n, &file_size, &max_digits, &window)) return NULL;
     if (n > 200000000ull) return PyErr_Format(PyExc_ValueError, "header size %llu", n);
     P s;
     memset(&s, 0, sizeof s);
     s.fd = src == Py_None ? fd : -1;
     s.total = n;
     s.max_digits = max_digits;
+    s.window = window > 16 ? (size_t)window : 16;
     if (src != Py_None) {
         if (PyObject_GetBuffer(src, &view, PyBUF_SIMPLE)) return NULL;
         s.p = view.buf;
@@ -900,7 +902,7 @@ static PyObject *py_configure(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"parse", py_parse, METH_VARARGS, "parse(buffer | None, fd, n, file_size, max_digits)"},
+    {"parse", py_parse, METH_VARARGS, "parse(buffer | None, fd, n, file_size, max_digits, window)"},
     {"find", py_find, METH_VARARGS, "find(table, name) -> index or -1"},
     {"info", py_info, METH_VARARGS, "info(table, i) -> (dtype, shape, begin, end, count)"},
     {"names", py_names, METH_O, "names(table) -> names in JSON order"},

@@ -198,15 +198,15 @@ def parse_header(header: bytes | memoryview, file_size: int, path=None) -> Heade
     Never touches the filesystem (the remote reader calls it on bytes).
     """
     n = memoryview(header).nbytes
-    got = _c.parse(header, -1, n, file_size, _max_digits())
+    got = _c.parse(header, -1, n, file_size, _max_digits(), 0)
     return _verdict(got, lambda a, e: bytes(header[a:e]), n, file_size, path)
 
 
-def read_header(fd: int, n: int, file_size: int, path=None) -> Header:
-    """parse_header for the N header bytes of the open file ``fd``, read a
-    window at a time: a big header is never held whole, so a broken one
-    costs a window of memory, not its size."""
-    got = _c.parse(None, fd, n, file_size, _max_digits())
+def read_header(fd: int, n: int, file_size: int, path=None, *, window: int = 1 << 20) -> Header:
+    """parse_header for the N header bytes of the open file ``fd``, read
+    ``window`` bytes at a time: a big header is never held whole, so a
+    broken one costs a window of memory, not its size."""
+    got = _c.parse(None, fd, n, file_size, _max_digits(), window)
     return _verdict(got, lambda a, e: os.pread(fd, e - a, 8 + a), n, file_size, path)
 
 
