@@ -47,6 +47,7 @@ reader runs them on ranges fetched over HTTP.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from collections.abc import Iterator, Mapping
@@ -238,7 +239,7 @@ class _Tensors(Mapping):
     def names(self) -> list[str]:
         """Every name, in JSON order."""
         if self._names is None:
-            self._names = _c.names(self._table)
+            self._names = _c.plan(self._table, None)
         return self._names
 
     def __iter__(self) -> Iterator[str]:
@@ -276,30 +277,144 @@ class _Tensors(Mapping):
 
 # --------------------------------------------------------------------------- errors
 #
-# The validator reports (code, name, key, a1, e1, a2, e2, x, y): the code is
-# an index in _CODES_C (the enum of csrc/st_header.c), name and key are
-# decoded bytes, [a, e) spans of JSON values in the header (re-read here for
-# the message), x and y offsets, counts or a dtype index.
+# The validator reports (code, name, key, a1, e1, a2, e2, x, y): code names a
+# row of _RULES (the enum of csrc/st_header.c, in order), name and key are
+# decoded, [a, e) spans of JSON values in the header (re-read here for the
+# message), x and y offsets, counts or a dtype index.  Each row gives the
+# class, what broke, and (field, offset, expected, found) from a report.
 
-_CODES_C = (
-    "ok io utf8 not_brace not_object deep value prop colon comma unterminated control"
-    " escape uescape padding dup_meta meta meta_key meta_value dup_name entry"
-    " unknown_field dup_field missing_field dtype shape count_overflow offsets"
-    " bits_overflow misaligned size hole overlap trailing truncated"
-).split()
-_JSON = {
-    "value": "Expecting value",
-    "prop": "Expecting property name enclosed in double quotes",
-    "colon": "Expecting ':' delimiter",
-    "comma": "Expecting ',' delimiter",
-    "unterminated": "Unterminated string starting at",
-    "control": "Invalid control character at",
-    "escape": "Invalid \\escape",
-    "uescape": "Invalid \\uXXXX escape",
-}
-# the kind of a top-level JSON value, by the validator's type code
+_JSON = dict(
+    value="Expecting value",
+    prop="Expecting property name enclosed in double quotes",
+    colon="Expecting ':' delimiter",
+    comma="Expecting ',' delimiter",
+    unterminated="Unterminated string starting at",
+    control="Invalid control character at",
+    escape="Invalid \\escape",
+    uescape="Invalid \\uXXXX escape",
+)
+# the kind of a top-level JSON value, by the validator's value type
 _TOP_KIND = ("an object", "a list", "a string", "a int", "a int", "", "a float", "a boolean")
 _TOP_KIND += ("a boolean", "null")
+_BITS = "product of shape x {d.bits} bits"
+_T, _SHAPE = "tensor {name!r}", "tensor {name!r}.shape"
+_RULES = {
+    "io": (E.TruncatedData, "file ended while reading (did it shrink?)",
+           None, "{at}", "{more} more header bytes", "end of file"),
+    "utf8": (E.HeaderNotUTF8, "header is not valid UTF-8", "header", "{at}", "UTF-8", "byte 0x{byte:02x}"),
+    "not_brace": (E.HeaderNotBrace, "header does not begin with '{{'", "header", "8", "'{{'", "{first}"),
+    "not_object": (E.HeaderNotObject, "header is not a JSON object",
+                   "header", "8", "a JSON object", "{top_kind}"),
+    "deep": (E.HeaderTooDeep, "header JSON nests too deeply", "header", "{at}",
+             f"nesting depth <= {MAX_DEPTH}", "depth {y}"),
+    **{k: (E.InvalidHeaderJSON, f"header is not valid JSON ({m})", "header", "{at}",
+           "a JSON object", "{chars20!r}") for k, m in _JSON.items()},
+    "padding": (E.InvalidHeaderPadding, "header padding is not spaces only", "header padding",
+                "{at}", "spaces (0x20)", "{chars10!r}"),
+    "dup_meta": (E.DuplicateMetadata, "__metadata__ appears more than once", "__metadata__",
+                 None, "at most once", "twice"),
+    "meta": (E.InvalidMetadata, "__metadata__ must map strings to strings", "__metadata__",
+             None, "an object", "{kind1}"),
+    "meta_key": (E.DuplicateMetadataKey, "duplicate key in __metadata__",
+                 "__metadata__[{key!r}]", None, "unique keys", "{key!r} twice"),
+    "meta_value": (E.InvalidMetadata, "__metadata__ values must be strings",
+                   "__metadata__[{key!r}]", None, "a string", "{kind1}"),
+    "dup_name": (E.DuplicateTensorName, "tensor name appears more than once", _T, None,
+                 "unique tensor names", "{name!r} twice"),
+    "entry": (E.InvalidTensorEntry, "tensor entry is not an object", _T, None,
+              "an object with dtype, shape, data_offsets", "{kind1}"),
+    "unknown_field": (E.UnknownTensorField, "unknown field in tensor entry", _T, None,
+                      "only dtype, shape, data_offsets", "{key!r}"),
+    "dup_field": (E.DuplicateTensorField, "duplicate field in tensor entry", _T, None,
+                  "{key!r} once", "{key!r} twice"),
+    "missing_field": (E.MissingTensorField, "tensor entry lacks a field", _T, None,
+                      "a {field!r} field", "none"),
+    "dtype": (E.UnknownDtype, "unknown dtype", _T + ".dtype", None,
+              "one of " + ", ".join(_CODES), "{value1!r}"),
+    "shape": (E.InvalidShape, "invalid shape", _SHAPE, None,
+              "a list of integers in [0, 2**64)", "{dump1}"),
+    "count_overflow": (E.SizeOverflow, "element count overflows u64", _SHAPE, None,
+                       "product of shape < 2**64", "{value1}"),
+    "offsets": (E.InvalidOffsets, "invalid data_offsets", _T + ".data_offsets", None,
+                "[begin, end], integers in [0, 2**64), begin <= end", "{dump1}"),
+    "bits_overflow": (E.SizeOverflow, "bit size overflows u64", _SHAPE, None,
+                      _BITS + " < 2**64", "{value1}"),
+    "misaligned": (E.MisalignedSubByte, "sub-byte tensor does not end on a byte boundary", _SHAPE,
+                   None, "{count} x {d.bits} bits to be a multiple of 8", "{bits} bits"),
+    "size": (E.TensorSizeMismatch, "byte span does not match dtype and shape", _T, None,
+             "{nbytes} bytes ({d.name} x {value1})",
+             "{span} bytes (data_offsets [{begin}, {end}])"),
+    "hole": (E.DataHole, "gap before tensor", _T, "{data_at}", "data_offsets begin {y}", "{x}"),
+    "overlap": (E.DataOverlap, "tensor overlaps the previous one", _T, "{data_at}",
+                "data_offsets begin {y}", "{x}"),
+    "trailing": (E.TrailingBytes, "bytes after the last tensor", "data section", "{data_at}",
+                 "file size {data_at}", "file size {file_size}"),
+    "truncated": (E.TruncatedData, "file ends before the last tensor", _T, "{file_size}",
+                  "file size {data_start_x}", "file size {file_size}"),
+}  # fmt: skip
+_ORDER = (
+    "ok io utf8 not_brace not_object deep value prop colon comma unterminated control escape"
+    " uescape padding dup_meta meta meta_key meta_value dup_name entry unknown_field dup_field"
+    " missing_field dtype shape count_overflow offsets bits_overflow misaligned size hole"
+    " overlap trailing truncated"
+).split()
+
+
+class _Report:
+    """What a message may name, computed on first use from a report."""
+
+    def __init__(self, got: tuple, text, n: int, file_size: int) -> None:
+        code, name, key, self.a1, self.e1, self.a2, self.e2, self.x, self.y = got
+        self.name = name.decode("utf-8", "surrogatepass")
+        self.key = key.decode("utf-8", "surrogatepass")
+        self.text, self.n, self.file_size = text, n, file_size
+
+    def __getitem__(self, k: str):  # str.format_map looks names up here
+        if k in vars(self):
+            return vars(self)[k]
+        return getattr(self, "_" + k)()
+
+    def _chars(self, k: int) -> str:  # k characters of the (valid UTF-8) header
+        return self.text(self.x, min(self.n, self.x + 4 * k)).decode("utf-8", "ignore")[:k]
+
+    def _value(self, a: int, e: int):
+        return json.loads(self.text(a, e), parse_int=_int_or_huge)
+
+    _at = lambda r: 8 + r.x  # noqa: E731
+    _more = lambda r: r.n - r.x  # noqa: E731
+    _byte = lambda r: r.text(r.x, r.x + 1)[0]  # noqa: E731
+    _first = lambda r: repr(r.text(0, 4).decode("utf-8", "ignore")[:1]) if r.n else "an empty header"  # noqa: E731
+    _top_kind = lambda r: _TOP_KIND[r.x]  # noqa: E731
+    _chars20 = lambda r: r._chars(20)  # noqa: E731
+    _chars10 = lambda r: r._chars(10)  # noqa: E731
+    _value1 = lambda r: r._value(r.a1, r.e1)  # noqa: E731
+    _kind1 = lambda r: _kind(r["value1"])  # noqa: E731
+    _dump1 = lambda r: _dump(r["value1"])  # noqa: E731
+    _field = lambda r: _FIELDS[r.x]  # noqa: E731
+    _d = lambda r: _DTYPES[r.x]  # noqa: E731
+    _count = lambda r: math.prod(r["value1"])  # noqa: E731
+    _bits = lambda r: r["count"] * r["d"].bits  # noqa: E731
+    _nbytes = lambda r: r["bits"] >> 3  # noqa: E731
+    _begin = lambda r: r._value(r.a2, r.e2)[0]  # noqa: E731
+    _end = lambda r: r._value(r.a2, r.e2)[1]  # noqa: E731
+    _span = lambda r: r["end"] - r["begin"]  # noqa: E731
+    _data_at = lambda r: 8 + r.n + r.x  # noqa: E731
+    _data_start_x = lambda r: 8 + r.n + r.x  # noqa: E731
+
+
+def _error(got: tuple, text, n: int, file_size: int, path) -> E.WeightsmithError:
+    """The named error of the validator's report ``got``; ``text(a, e)``
+    returns the header's bytes [a, e)."""
+    cls, what, field, offset, expected, found = _RULES[_ORDER[got[0]]]
+    r = _Report(got, text, n, file_size)
+    return cls(
+        what.format_map(r),
+        path=path,
+        field=field and field.format_map(r),
+        offset=offset and int(offset.format_map(r)),
+        expected=expected.format_map(r),
+        found=found.format_map(r),
+    )
 
 
 class _Huge:
@@ -325,16 +440,10 @@ def _int_or_huge(text: str):
 def _kind(v) -> str:
     if isinstance(v, dict):
         return "an object"
-    if isinstance(v, _Huge):
-        return repr(v)
-    if isinstance(v, list):
-        return "a list"
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "a boolean"
-    if isinstance(v, str):
-        return "a string"
+    if isinstance(v, (_Huge, list)):
+        return repr(v) if isinstance(v, _Huge) else "a list"
+    if v is None or isinstance(v, (bool, str)):
+        return "null" if v is None else "a boolean" if isinstance(v, bool) else "a string"
     return f"a {type(v).__name__}"
 
 
@@ -345,133 +454,3 @@ def _dump(v) -> str:
         return json.dumps(v, default=repr)  # repr: a _Huge stand-in
     except (TypeError, ValueError):
         return _kind(v)
-
-
-def _count(shape: list[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
-def _gap(name: str, begin: int, pos: int, data_start: int, path) -> E.WeightsmithError:
-    """DataHole / DataOverlap for the tensor at ``begin`` when ``pos`` was due."""
-    cls, what = (
-        (E.DataHole, "gap before tensor")
-        if begin > pos
-        else (E.DataOverlap, "tensor overlaps the previous one")
-    )
-    return cls(
-        what,
-        path=path,
-        field=f"tensor {name!r}",
-        offset=data_start + begin,
-        expected=f"data_offsets begin {pos}",
-        found=begin,
-    )
-
-
-def _error(got: tuple, text, n: int, file_size: int, path) -> E.WeightsmithError:
-    """The named error for the validator's report ``got``; ``text(a, e)``
-    returns header bytes [a, e)."""
-    code, name_b, key_b, a1, e1, a2, e2, x, y = got
-    kind = _CODES_C[code]
-    name = name_b.decode("utf-8", "surrogatepass")
-    key = key_b.decode("utf-8", "surrogatepass")
-    t, data_start = f"tensor {name!r}", 8 + n
-
-    def value(a: int, e: int):
-        return json.loads(text(a, e), parse_int=_int_or_huge)
-
-    def chars(at: int, k: int) -> str:  # k characters of the (valid UTF-8) header
-        return text(at, min(n, at + 4 * k)).decode("utf-8", "ignore")[:k]
-
-    def err(cls, what: str, field: str | None = t, **kw) -> E.WeightsmithError:
-        return cls(what, path=path, field=field, **kw)
-
-    if kind == "io":
-        return err(E.TruncatedData, "file ended while reading (did it shrink?)", None,
-                   offset=8 + x, expected=f"{n - x} more header bytes", found="end of file")  # fmt: skip
-    if kind == "utf8":
-        found = f"byte 0x{text(x, x + 1)[0]:02x}"
-        return err(E.HeaderNotUTF8, "header is not valid UTF-8", "header", offset=8 + x,
-                   expected="UTF-8", found=found)  # fmt: skip
-    if kind == "not_brace":
-        found = repr(chars(0, 1)) if n else "an empty header"
-        return err(E.HeaderNotBrace, "header does not begin with '{'", "header", offset=8,
-                   expected="'{'", found=found)  # fmt: skip
-    if kind == "not_object":
-        return err(E.HeaderNotObject, "header is not a JSON object", "header", offset=8,
-                   expected="a JSON object", found=_TOP_KIND[x])  # fmt: skip
-    if kind == "deep":
-        return err(E.HeaderTooDeep, "header JSON nests too deeply", "header", offset=8 + x,
-                   expected=f"nesting depth <= {MAX_DEPTH}", found=f"depth {y}")  # fmt: skip
-    if kind in _JSON:
-        return err(E.InvalidHeaderJSON, f"header is not valid JSON ({_JSON[kind]})", "header",
-                   offset=8 + x, expected="a JSON object", found=repr(chars(x, 20)))  # fmt: skip
-    if kind == "padding":
-        return err(E.InvalidHeaderPadding, "header padding is not spaces only", "header padding",
-                   offset=8 + x, expected="spaces (0x20)", found=repr(chars(x, 10)))  # fmt: skip
-    if kind == "dup_meta":
-        return err(E.DuplicateMetadata, "__metadata__ appears more than once", "__metadata__",
-                   expected="at most once", found="twice")  # fmt: skip
-    if kind == "meta":
-        return err(E.InvalidMetadata, "__metadata__ must map strings to strings", "__metadata__",
-                   expected="an object", found=_kind(value(a1, e1)))  # fmt: skip
-    if kind == "meta_key":
-        return err(E.DuplicateMetadataKey, "duplicate key in __metadata__",
-                   f"__metadata__[{key!r}]", expected="unique keys", found=f"{key!r} twice")  # fmt: skip
-    if kind == "meta_value":
-        return err(E.InvalidMetadata, "__metadata__ values must be strings",
-                   f"__metadata__[{key!r}]", expected="a string", found=_kind(value(a1, e1)))  # fmt: skip
-    if kind == "dup_name":
-        return err(E.DuplicateTensorName, "tensor name appears more than once",
-                   expected="unique tensor names", found=f"{name!r} twice")  # fmt: skip
-    if kind == "entry":
-        return err(E.InvalidTensorEntry, "tensor entry is not an object",
-                   expected="an object with dtype, shape, data_offsets", found=_kind(value(a1, e1)))  # fmt: skip
-    if kind == "unknown_field":
-        return err(E.UnknownTensorField, "unknown field in tensor entry",
-                   expected="only dtype, shape, data_offsets", found=repr(key))  # fmt: skip
-    if kind == "dup_field":
-        return err(E.DuplicateTensorField, "duplicate field in tensor entry",
-                   expected=f"{key!r} once", found=f"{key!r} twice")  # fmt: skip
-    if kind == "missing_field":
-        return err(E.MissingTensorField, "tensor entry lacks a field",
-                   expected=f"a {_FIELDS[x]!r} field", found="none")  # fmt: skip
-    if kind == "dtype":
-        return err(E.UnknownDtype, "unknown dtype", f"{t}.dtype",
-                   expected="one of " + ", ".join(_CODES), found=repr(value(a1, e1)))  # fmt: skip
-    if kind == "shape":
-        return err(E.InvalidShape, "invalid shape", f"{t}.shape",
-                   expected="a list of integers in [0, 2**64)", found=_dump(value(a1, e1)))  # fmt: skip
-    if kind == "offsets":
-        return err(E.InvalidOffsets, "invalid data_offsets", f"{t}.data_offsets",
-                   expected="[begin, end], integers in [0, 2**64), begin <= end",
-                   found=_dump(value(a1, e1)))  # fmt: skip
-    if kind == "count_overflow":
-        return err(E.SizeOverflow, "element count overflows u64", f"{t}.shape",
-                   expected="product of shape < 2**64", found=value(a1, e1))  # fmt: skip
-    if kind in ("hole", "overlap"):
-        return _gap(name, x, y, data_start, path)
-    if kind == "trailing":
-        return err(E.TrailingBytes, "bytes after the last tensor", "data section",
-                   offset=data_start + x, expected=f"file size {data_start + x}",
-                   found=f"file size {file_size}")  # fmt: skip
-    if kind == "truncated":
-        return err(E.TruncatedData, "file ends before the last tensor", offset=file_size,
-                   expected=f"file size {data_start + x}", found=f"file size {file_size}")  # fmt: skip
-    # the rules on the element count: shape and dtype are valid here
-    dtype, shape = _DTYPES[x], value(a1, e1)
-    bits = _count(shape) * dtype.bits
-    if kind == "bits_overflow":
-        return err(E.SizeOverflow, "bit size overflows u64", f"{t}.shape",
-                   expected=f"product of shape x {dtype.bits} bits < 2**64", found=shape)  # fmt: skip
-    if kind == "misaligned":
-        return err(E.MisalignedSubByte, "sub-byte tensor does not end on a byte boundary",
-                   f"{t}.shape", expected=f"{_count(shape)} x {dtype.bits} bits to be a multiple of 8",
-                   found=f"{bits} bits")  # fmt: skip
-    begin, end = value(a2, e2)
-    return err(E.TensorSizeMismatch, "byte span does not match dtype and shape",
-               expected=f"{bits >> 3} bytes ({dtype.name} x {shape})",
-               found=f"{end - begin} bytes (data_offsets [{begin}, {end}])")  # fmt: skip
