@@ -13,6 +13,7 @@ from ._header import (
     Header,
     TensorInfo,
     parse_header,
+    read_header,
     read_header_size,
 )
 from ._reader import SafeSlice, load, load_file, safe_open
@@ -44,6 +45,7 @@ __all__ = [
     "load_file",
     "open_checkpoint",
     "parse_header",
+    "read_header",
     "parse_size",
     "read_header_size",
     "read_index",
