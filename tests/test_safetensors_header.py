@@ -8,7 +8,6 @@ header in memory; lookups, data order and duplicate names."""
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 
 import numpy as np
@@ -18,7 +17,6 @@ import safetensors.numpy as hf_np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-import weightsmith
 from support.mutation_helpers import apply_edits, edit_lists
 from weightsmith import errors as E
 from weightsmith.safetensors import parse_header, read_header
@@ -121,77 +119,197 @@ def test_mutated_headers_named_errors_or_hf_agrees(edits):
 @pytest.mark.parametrize(
     ("header", "want"),
     [
-        ('{"a":{"dtype":"F32","shape":[01],"data_offsets":[0,4]}}', 'InvalidHeaderJSON'),
-        ('{"a":{"dtype":"F32","shape":[1;1],"data_offsets":[0,4]}}', 'InvalidHeaderJSON'),
-        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0;4]}}', 'InvalidHeaderJSON'),
-        ('{"a":{"dtype":"F32","shape":[;],"data_offsets":[0,4]}}', 'InvalidHeaderJSON'),
-        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[00,4]}}', 'InvalidHeaderJSON'),
-        ('{"a":{"dtype":"F32","shape":[1,],"data_offsets":[0,4]}}', 'InvalidHeaderJSON'),
-        ('{"a":{"dtype":"F32","shape":[,1],"data_offsets":[0,4]}}', 'InvalidHeaderJSON'),
-        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4,4]}}', 'InvalidOffsets'),
-        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[4]}}', 'InvalidOffsets'),
-        ('{"a":{"dtype":"f32","shape":[1],"data_offsets":[0,4]}}', 'UnknownDtype'),
-        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}}', 'DuplicateTensorName'),
-        ('{"__metadata__":{"k":"v","k":"v"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', 'DuplicateMetadataKey'),
-        ('{"__metadata__":{},"__metadata__":{},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', 'DuplicateMetadata'),
-        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}}', 'InvalidHeaderPadding'),
-        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},}', 'InvalidHeaderJSON'),
-        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}]', 'InvalidHeaderJSON'),
-        ('{"a":{"dtype":"F4","shape":[1],"data_offsets":[0,0]}}', 'MisalignedSubByte'),
-        ('{"a":{"dtype":"F32","shape":[99999999999999999999],"data_offsets":[0,4]}}', 'InvalidShape'),
-        ('{"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}}', 'SizeOverflow'),
-        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}', 'DataHole'),
-        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', 'DataOverlap'),
-        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]} }', ('TruncatedData', None, 'TrailingBytes')),
-        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}x', 'InvalidHeaderPadding'),
-        ('{"a\x01":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', 'InvalidHeaderJSON'),
-        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}  ', ('TruncatedData', None, 'TrailingBytes')),
-        ('{"__metadata__":{"k":"v"}}', (None, 'TrailingBytes', 'TrailingBytes')),
-        ('{"__metadata__":{}}', (None, 'TrailingBytes', 'TrailingBytes')),
-        ('{}', (None, 'TrailingBytes', 'TrailingBytes')),
-        ('{"a":{"dtype":"F64","shape":[288230376151711745],"data_offsets":[0,8]}}', 'SizeOverflow'),
-        ('{"a":{"dtype":"F32","shape":[4294967296,4294967296,0],"data_offsets":[0,0]}}', 'SizeOverflow'),
-        ('{"a":{"dtype":"F8_E4M3FNUZ","shape":[2],"data_offsets":[0,2]}}', ('TruncatedData', 'TrailingBytes', 'TrailingBytes')),
-        ('{"a":{"dtype":"F8_E4M3FNUX","shape":[2],"data_offsets":[0,2]}}', 'UnknownDtype'),
-        ('{"a":{"dtype":"F8_E4M3F","shape":[2],"data_offsets":[0,2]}}', 'UnknownDtype'),
-        ('{"__metadata__":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', 'InvalidMetadata'),
-        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"__metadata__":{"k":"v"}}', ('TruncatedData', None, 'TrailingBytes')),
-        ('{"b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}', ('TruncatedData', 'TruncatedData', None)),
-        ('{"ab":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}', ('TruncatedData', 'TruncatedData', None)),
-        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"ab":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}', ('TruncatedData', 'TruncatedData', None)),
-        ('{"b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},"b":{"dtype":"F32","shape":[0],"data_offsets":[8,8]}}', 'DuplicateTensorName'),
-        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', ('TruncatedData', 'TruncatedData', None)),
-        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}}', 'DataOverlap'),
-        ('{"a":{"dtype":"F32","shape":[],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[],"data_offsets":[4,8]}}', ('TruncatedData', 'TruncatedData', None)),
-        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1,1],"data_offsets":[4,8]}}', ('TruncatedData', 'TruncatedData', None)),
-        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}', 'InvalidHeaderJSON'),
-        ('{"a]":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', ('TruncatedData', None, 'TrailingBytes')),
-        ('{"a":{"dtype":"F32","shape":[1]],"data_offsets":[0,4]}}', 'InvalidHeaderJSON'),
-        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]]}}', 'InvalidHeaderJSON'),
-        ('{"a":{"dtype":"F32","shape":[1000000000000000000],"data_offsets":[0,4]}}', 'SizeOverflow'),
-        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,123456789012345678901234567890]}}', 'InvalidOffsets'),
-        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,999999999999999999]}}', 'TensorSizeMismatch'),
-        ('{"a":{"dtype":"U8","shape":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,4],"data_offsets":[0,4]}}', ('TruncatedData', None, 'TrailingBytes')),
-        ('{"a":{"dtype":"U8","shape":[3,0,99999999999,99999999999,99999999999],"data_offsets":[0,0]}}', (None, 'TrailingBytes', 'TrailingBytes')),
-        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,0000000000000000004]}}', 'InvalidHeaderJSON'),
-        ('{"__metadata__":{"k":"v"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', ('TruncatedData', None, 'TrailingBytes')),
-        ('{"__metadata__":{"k":"}","}":"v"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', ('TruncatedData', None, 'TrailingBytes')),
-        ('{"__metadata__":{"k":"v",},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', 'InvalidHeaderJSON'),
-        ('{"__metadata__":{"k":1},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', 'InvalidMetadata'),
-        ('{"__metadata__":null,"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', ('TruncatedData', None, 'TrailingBytes')),
-        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"é":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}}', ('TruncatedData', None, 'TrailingBytes')),
-        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"é":{"dtype":"F32","shape":[0],"data_offsets":[4,4]},"é":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}}', 'DuplicateTensorName'),
-        ('{"a": {"dtype": "F32", "shape": [1 1], "data_offsets": [0, 4]}}', 'InvalidHeaderJSON'),
-        ('{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0 4]}}', 'InvalidHeaderJSON'),
-        ('{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4\n]}}', ('TruncatedData', None, 'TrailingBytes')),
-        ('{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}\n', 'InvalidHeaderPadding'),
-        ('{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}\t}', ('TruncatedData', None, 'TrailingBytes')),
-        ('{"a b": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', ('TruncatedData', None, 'TrailingBytes')),
-        ('{"a\tb": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', 'InvalidHeaderJSON'),
-        (' {"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', 'HeaderNotBrace'),
-        ('{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "a": {"dtype": "F32", "shape": [0], "data_offsets": [4, 4]}}', 'DuplicateTensorName'),
-        ('{"__metadata__": {"k": "v w"}, "a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', ('TruncatedData', None, 'TrailingBytes')),
-        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]} }', ('TruncatedData', None, 'TrailingBytes')),
+        ('{"a":{"dtype":"F32","shape":[01],"data_offsets":[0,4]}}', "InvalidHeaderJSON"),
+        ('{"a":{"dtype":"F32","shape":[1;1],"data_offsets":[0,4]}}', "InvalidHeaderJSON"),
+        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0;4]}}', "InvalidHeaderJSON"),
+        ('{"a":{"dtype":"F32","shape":[;],"data_offsets":[0,4]}}', "InvalidHeaderJSON"),
+        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[00,4]}}', "InvalidHeaderJSON"),
+        ('{"a":{"dtype":"F32","shape":[1,],"data_offsets":[0,4]}}', "InvalidHeaderJSON"),
+        ('{"a":{"dtype":"F32","shape":[,1],"data_offsets":[0,4]}}', "InvalidHeaderJSON"),
+        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4,4]}}', "InvalidOffsets"),
+        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[4]}}', "InvalidOffsets"),
+        ('{"a":{"dtype":"f32","shape":[1],"data_offsets":[0,4]}}', "UnknownDtype"),
+        (
+            '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}}',
+            "DuplicateTensorName",
+        ),
+        (
+            '{"__metadata__":{"k":"v","k":"v"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}',
+            "DuplicateMetadataKey",
+        ),
+        (
+            '{"__metadata__":{},"__metadata__":{},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}',
+            "DuplicateMetadata",
+        ),
+        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}}', "InvalidHeaderPadding"),
+        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},}', "InvalidHeaderJSON"),
+        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}]', "InvalidHeaderJSON"),
+        ('{"a":{"dtype":"F4","shape":[1],"data_offsets":[0,0]}}', "MisalignedSubByte"),
+        (
+            '{"a":{"dtype":"F32","shape":[99999999999999999999],"data_offsets":[0,4]}}',
+            "InvalidShape",
+        ),
+        (
+            '{"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}}',
+            "SizeOverflow",
+        ),
+        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}', "DataHole"),
+        (
+            '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}',
+            "DataOverlap",
+        ),
+        (
+            '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]} }',
+            ("TruncatedData", None, "TrailingBytes"),
+        ),
+        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}x', "InvalidHeaderPadding"),
+        ('{"a\x01":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', "InvalidHeaderJSON"),
+        (
+            '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}  ',
+            ("TruncatedData", None, "TrailingBytes"),
+        ),
+        ('{"__metadata__":{"k":"v"}}', (None, "TrailingBytes", "TrailingBytes")),
+        ('{"__metadata__":{}}', (None, "TrailingBytes", "TrailingBytes")),
+        ("{}", (None, "TrailingBytes", "TrailingBytes")),
+        ('{"a":{"dtype":"F64","shape":[288230376151711745],"data_offsets":[0,8]}}', "SizeOverflow"),
+        (
+            '{"a":{"dtype":"F32","shape":[4294967296,4294967296,0],"data_offsets":[0,0]}}',
+            "SizeOverflow",
+        ),
+        (
+            '{"a":{"dtype":"F8_E4M3FNUZ","shape":[2],"data_offsets":[0,2]}}',
+            ("TruncatedData", "TrailingBytes", "TrailingBytes"),
+        ),
+        ('{"a":{"dtype":"F8_E4M3FNUX","shape":[2],"data_offsets":[0,2]}}', "UnknownDtype"),
+        ('{"a":{"dtype":"F8_E4M3F","shape":[2],"data_offsets":[0,2]}}', "UnknownDtype"),
+        ('{"__metadata__":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', "InvalidMetadata"),
+        (
+            '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"__metadata__":{"k":"v"}}',
+            ("TruncatedData", None, "TrailingBytes"),
+        ),
+        (
+            '{"b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}',
+            ("TruncatedData", "TruncatedData", None),
+        ),
+        (
+            '{"ab":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}',
+            ("TruncatedData", "TruncatedData", None),
+        ),
+        (
+            '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"ab":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}',
+            ("TruncatedData", "TruncatedData", None),
+        ),
+        (
+            '{"b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},"b":{"dtype":"F32","shape":[0],"data_offsets":[8,8]}}',
+            "DuplicateTensorName",
+        ),
+        (
+            '{"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}',
+            ("TruncatedData", "TruncatedData", None),
+        ),
+        (
+            '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}}',
+            "DataOverlap",
+        ),
+        (
+            '{"a":{"dtype":"F32","shape":[],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[],"data_offsets":[4,8]}}',
+            ("TruncatedData", "TruncatedData", None),
+        ),
+        (
+            '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1,1],"data_offsets":[4,8]}}',
+            ("TruncatedData", "TruncatedData", None),
+        ),
+        (
+            '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}',
+            "InvalidHeaderJSON",
+        ),
+        (
+            '{"a]":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}',
+            ("TruncatedData", None, "TrailingBytes"),
+        ),
+        ('{"a":{"dtype":"F32","shape":[1]],"data_offsets":[0,4]}}', "InvalidHeaderJSON"),
+        ('{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]]}}', "InvalidHeaderJSON"),
+        (
+            '{"a":{"dtype":"F32","shape":[1000000000000000000],"data_offsets":[0,4]}}',
+            "SizeOverflow",
+        ),
+        (
+            '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,123456789012345678901234567890]}}',
+            "InvalidOffsets",
+        ),
+        (
+            '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,999999999999999999]}}',
+            "TensorSizeMismatch",
+        ),
+        (
+            '{"a":{"dtype":"U8","shape":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,4],"data_offsets":[0,4]}}',
+            ("TruncatedData", None, "TrailingBytes"),
+        ),
+        (
+            '{"a":{"dtype":"U8","shape":[3,0,99999999999,99999999999,99999999999],"data_offsets":[0,0]}}',
+            (None, "TrailingBytes", "TrailingBytes"),
+        ),
+        (
+            '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,0000000000000000004]}}',
+            "InvalidHeaderJSON",
+        ),
+        (
+            '{"__metadata__":{"k":"v"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}',
+            ("TruncatedData", None, "TrailingBytes"),
+        ),
+        (
+            '{"__metadata__":{"k":"}","}":"v"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}',
+            ("TruncatedData", None, "TrailingBytes"),
+        ),
+        (
+            '{"__metadata__":{"k":"v",},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}',
+            "InvalidHeaderJSON",
+        ),
+        (
+            '{"__metadata__":{"k":1},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}',
+            "InvalidMetadata",
+        ),
+        (
+            '{"__metadata__":null,"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}',
+            ("TruncatedData", None, "TrailingBytes"),
+        ),
+        (
+            '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"é":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}}',
+            ("TruncatedData", None, "TrailingBytes"),
+        ),
+        (
+            '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"é":{"dtype":"F32","shape":[0],"data_offsets":[4,4]},"é":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}}',
+            "DuplicateTensorName",
+        ),
+        ('{"a": {"dtype": "F32", "shape": [1 1], "data_offsets": [0, 4]}}', "InvalidHeaderJSON"),
+        ('{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0 4]}}', "InvalidHeaderJSON"),
+        (
+            '{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4\n]}}',
+            ("TruncatedData", None, "TrailingBytes"),
+        ),
+        ('{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}\n', "InvalidHeaderPadding"),
+        (
+            '{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}\t}',
+            ("TruncatedData", None, "TrailingBytes"),
+        ),
+        (
+            '{"a b": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}',
+            ("TruncatedData", None, "TrailingBytes"),
+        ),
+        ('{"a\tb": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', "InvalidHeaderJSON"),
+        (' {"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', "HeaderNotBrace"),
+        (
+            '{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "a": {"dtype": "F32", "shape": [0], "data_offsets": [4, 4]}}',
+            "DuplicateTensorName",
+        ),
+        (
+            '{"__metadata__": {"k": "v w"}, "a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}',
+            ("TruncatedData", None, "TrailingBytes"),
+        ),
+        (
+            '{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]} }',
+            ("TruncatedData", None, "TrailingBytes"),
+        ),
     ],
 )
 def test_tricky_headers(header, want):
@@ -241,7 +359,9 @@ def test_streamed_equals_in_memory(order, short, window):
 @given(
     n=st.integers(20, 80),
     short=st.sampled_from([0, 0, 1, -1, 5]),
-    edits=edit_lists(10_000, st.sampled_from([*b'0123456789,:[]{}"\\ \x01aF_u', 0x80, 0xC3]), max_size=3),
+    edits=edit_lists(
+        10_000, st.sampled_from([*b'0123456789,:[]{}"\\ \x01aF_u', 0x80, 0xC3]), max_size=3
+    ),
     swap=st.booleans(),
     window=st.sampled_from([16, 17, 31, 128]),
 )

@@ -128,7 +128,7 @@ class Header:
     """A validated header.  ``tensors`` keeps the order of the JSON."""
 
     metadata: dict[str, str] | None
-    tensors: Mapping[str, TensorInfo]  # a dict, or a lazy _Tensors
+    tensors: Mapping[str, TensorInfo]  # a lazy _Tensors
     header_size: int  # N, padding included
 
     @property
@@ -137,10 +137,7 @@ class Header:
 
     @property
     def data_size(self) -> int:
-        known = getattr(self.tensors, "data_size", None)  # _Tensors knows it
-        if known is not None:
-            return known
-        return max((t.data_offsets[1] for t in self.tensors.values()), default=0)
+        return self.tensors.data_size  # type: ignore[attr-defined]
 
     @property
     def file_size(self) -> int:
@@ -155,39 +152,20 @@ def read_header_size(prefix: bytes, file_size: int, path=None) -> int:
 
     ``prefix`` may be the whole file or any prefix of at least 8 bytes.
     """
+    where = dict(path=path, field="header size", offset=0)
     if file_size < 8:
-        raise E.FileTooSmall(
-            "file too small for a safetensors header",
-            path=path,
-            field="header size",
-            offset=0,
-            expected="at least 8 bytes",
-            found=f"{file_size} bytes",
-        )
+        raise E.FileTooSmall("file too small for a safetensors header", **where,
+                             expected="at least 8 bytes", found=f"{file_size} bytes")  # fmt: skip
     if len(prefix) < 8:
         raise E.NeedMoreData(8)
     n = int.from_bytes(prefix[:8], "little")
     if n > MAX_HEADER_SIZE:
-        raise E.HeaderTooLarge(
-            "header size too large",
-            path=path,
-            field="header size",
-            offset=0,
-            expected=f"at most {MAX_HEADER_SIZE}",
-            found=n,
-        )
+        raise E.HeaderTooLarge("header size too large", **where,
+                               expected=f"at most {MAX_HEADER_SIZE}", found=n)  # fmt: skip
     if 8 + n > file_size:
-        raise E.HeaderOutOfBounds(
-            "header runs past the end of the file",
-            path=path,
-            field="header size",
-            offset=0,
-            expected=f"8 + N <= file size {file_size}",
-            found=f"8 + {n} = {8 + n}",
-        )
+        raise E.HeaderOutOfBounds("header runs past the end of the file", **where,
+                                  expected=f"8 + N <= file size {file_size}", found=f"8 + {n} = {8 + n}")  # fmt: skip
     return n
-
-
 
 
 def parse_header(header: bytes | memoryview, file_size: int, path=None) -> Header:
@@ -352,61 +330,100 @@ _RULES = {
     "truncated": (E.TruncatedData, "file ends before the last tensor", _T, "{file_size}",
                   "file size {data_start_x}", "file size {file_size}"),
 }  # fmt: skip
-_ORDER = (
-    "ok io utf8 not_brace not_object deep value prop colon comma unterminated control escape"
-    " uescape padding dup_meta meta meta_key meta_value dup_name entry unknown_field dup_field"
-    " missing_field dtype shape count_overflow offsets bits_overflow misaligned size hole"
-    " overlap trailing truncated"
-).split()
+_ORDER = [
+    *[
+        "ok",
+        "io",
+        "utf8",
+        "not_brace",
+        "not_object",
+        "deep",
+        "value",
+        "prop",
+        "colon",
+        "comma",
+        "unterminated",
+        "control",
+        "escape",
+    ],
+    *[
+        "uescape",
+        "padding",
+        "dup_meta",
+        "meta",
+        "meta_key",
+        "meta_value",
+        "dup_name",
+        "entry",
+        "unknown_field",
+    ],
+    *[
+        "dup_field",
+        "missing_field",
+        "dtype",
+        "shape",
+        "count_overflow",
+        "offsets",
+        "bits_overflow",
+        "misaligned",
+    ],
+    *["size", "hole", "overlap", "trailing", "truncated"],
+]
 
 
-class _Report:
-    """What a message may name, computed on first use from a report."""
+def _chars(r, k: int) -> str:
+    """k characters of the (valid UTF-8) header from offset x."""
+    return r["text"](r["x"], min(r["n"], r["x"] + 4 * k)).decode("utf-8", "ignore")[:k]
 
-    def __init__(self, got: tuple, text, n: int, file_size: int) -> None:
-        code, name, key, self.a1, self.e1, self.a2, self.e2, self.x, self.y = got
-        self.name = name.decode("utf-8", "surrogatepass")
-        self.key = key.decode("utf-8", "surrogatepass")
-        self.text, self.n, self.file_size = text, n, file_size
 
-    def __getitem__(self, k: str):  # str.format_map looks names up here
-        if k in vars(self):
-            return vars(self)[k]
-        return getattr(self, "_" + k)()
+def _value(r, a: str, e: str):
+    """The JSON value at span [a, e) of a report, as json reads it."""
+    return json.loads(r["text"](r[a], r[e]), parse_int=_int_or_huge)
 
-    def _chars(self, k: int) -> str:  # k characters of the (valid UTF-8) header
-        return self.text(self.x, min(self.n, self.x + 4 * k)).decode("utf-8", "ignore")[:k]
 
-    def _value(self, a: int, e: int):
-        return json.loads(self.text(a, e), parse_int=_int_or_huge)
+# what a message may name, derived from a report on first use
+_DERIVED = {
+    "name": lambda r: r["name_b"].decode("utf-8", "surrogatepass"),
+    "key": lambda r: r["key_b"].decode("utf-8", "surrogatepass"),
+    "at": lambda r: 8 + r["x"],
+    "more": lambda r: r["n"] - r["x"],
+    "byte": lambda r: r["text"](r["x"], r["x"] + 1)[0],
+    "first": lambda r: (
+        repr(r["text"](0, 4).decode("utf-8", "ignore")[:1]) if r["n"] else "an empty header"
+    ),
+    "top_kind": lambda r: _TOP_KIND[r["x"]],
+    "chars20": lambda r: _chars(r, 20),
+    "chars10": lambda r: _chars(r, 10),
+    "value1": lambda r: _value(r, "a1", "e1"),
+    "kind1": lambda r: _kind(r["value1"]),
+    "dump1": lambda r: _dump(r["value1"]),
+    "field": lambda r: _FIELDS[r["x"]],
+    "d": lambda r: _DTYPES[r["x"]],
+    "count": lambda r: math.prod(r["value1"]),
+    "bits": lambda r: r["count"] * r["d"].bits,
+    "nbytes": lambda r: r["bits"] >> 3,
+    "begin": lambda r: _value(r, "a2", "e2")[0],
+    "end": lambda r: _value(r, "a2", "e2")[1],
+    "span": lambda r: r["end"] - r["begin"],
+    "data_at": lambda r: 8 + r["n"] + r["x"],
+    "data_start_x": lambda r: 8 + r["n"] + r["x"],
+}
 
-    _at = lambda r: 8 + r.x  # noqa: E731
-    _more = lambda r: r.n - r.x  # noqa: E731
-    _byte = lambda r: r.text(r.x, r.x + 1)[0]  # noqa: E731
-    _first = lambda r: repr(r.text(0, 4).decode("utf-8", "ignore")[:1]) if r.n else "an empty header"  # noqa: E731
-    _top_kind = lambda r: _TOP_KIND[r.x]  # noqa: E731
-    _chars20 = lambda r: r._chars(20)  # noqa: E731
-    _chars10 = lambda r: r._chars(10)  # noqa: E731
-    _value1 = lambda r: r._value(r.a1, r.e1)  # noqa: E731
-    _kind1 = lambda r: _kind(r["value1"])  # noqa: E731
-    _dump1 = lambda r: _dump(r["value1"])  # noqa: E731
-    _field = lambda r: _FIELDS[r.x]  # noqa: E731
-    _d = lambda r: _DTYPES[r.x]  # noqa: E731
-    _count = lambda r: math.prod(r["value1"])  # noqa: E731
-    _bits = lambda r: r["count"] * r["d"].bits  # noqa: E731
-    _nbytes = lambda r: r["bits"] >> 3  # noqa: E731
-    _begin = lambda r: r._value(r.a2, r.e2)[0]  # noqa: E731
-    _end = lambda r: r._value(r.a2, r.e2)[1]  # noqa: E731
-    _span = lambda r: r["end"] - r["begin"]  # noqa: E731
-    _data_at = lambda r: 8 + r.n + r.x  # noqa: E731
-    _data_start_x = lambda r: 8 + r.n + r.x  # noqa: E731
+
+class _Report(dict):
+    """A report's fields by name; derived ones are computed when a message asks."""
+
+    def __missing__(self, k: str):
+        v = self[k] = _DERIVED[k](self)
+        return v
 
 
 def _error(got: tuple, text, n: int, file_size: int, path) -> E.WeightsmithError:
     """The named error of the validator's report ``got``; ``text(a, e)``
     returns the header's bytes [a, e)."""
     cls, what, field, offset, expected, found = _RULES[_ORDER[got[0]]]
-    r = _Report(got, text, n, file_size)
+    fields = ("code", "name_b", "key_b", "a1", "e1", "a2", "e2", "x", "y")
+    r = _Report(zip(fields, got), text=text, n=n, file_size=file_size)
     return cls(
         what.format_map(r),
         path=path,
