@@ -305,9 +305,9 @@ static int add_name(Table *t, size_t i) {
         for (size_t j = 0; j < i; j++)
             if (add_name(t, j) < 0) return -1;
     }
-    if (2 * (i + 1) > t->hcap) {
+    if (3 * (i + 1) > 2 * t->hcap) { /* load <= 2/3: 4 to 6 bytes per name */
         free(t->hash);
-        for (t->hcap = t->hcap ? t->hcap : 1024; t->hcap < 2 * (i + 1);) t->hcap *= 2;
+        for (t->hcap = t->hcap ? t->hcap : 1024; 2 * t->hcap < 3 * (i + 1);) t->hcap *= 2;
         if (!(t->hash = calloc(t->hcap, 4))) return -1;
         for (size_t j = 0; j < i; j++) t->hash[slot(t, NAME(t, j), NAME_LEN(t, j))] = (uint32_t)j + 1;
     }

@@ -209,6 +209,7 @@ class _Tensors(Mapping):
         self._count = count
         self.data_size = data_size
         self._names: list[str] | None = None
+        self._plan: tuple | None = None
         self._made: dict[str, TensorInfo] = {}
 
     def __len__(self) -> int:
@@ -244,7 +245,9 @@ class _Tensors(Mapping):
     def plan(self) -> tuple[list, list, list, list, list]:
         """Every tensor in data order: names, dtype codes, shape texts ("2,3",
         "" for a scalar), begins and ends (for readers that make all tensors)."""
-        return _c.plan(self._table, _CODES)
+        if self._plan is None:  # kept: a memoized header is loaded again and again
+            self._plan = _c.plan(self._table, _CODES)
+        return self._plan
 
     def __eq__(self, other: object) -> bool:
         return Mapping.__eq__(self, other)
