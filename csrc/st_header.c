@@ -289,11 +289,15 @@ static int cmp(const uint8_t *p, size_t n, const uint8_t *q, size_t m) { /* byte
     return c ? c : (n > m) - (n < m);
 }
 
+static inline int eq(const uint8_t *p, size_t n, const char *q, size_t m) {
+    return n == m && (!n || !memcmp(p, q, n));
+}
+
 /* The hash slot holding the name p[0:n], or the empty one where it would go. */
 static size_t slot(const Table *t, const uint8_t *p, size_t n) {
     size_t mask = t->hcap - 1, h = (size_t)hash(p, n) & mask;
     for (; t->hash[h]; h = (h + 1) & mask)
-        if (!cmp(p, n, NAME(t, t->hash[h] - 1), NAME_LEN(t, t->hash[h] - 1))) break;
+        if (eq(p, n, (const char *)NAME(t, t->hash[h] - 1), NAME_LEN(t, t->hash[h] - 1))) break;
     return h;
 }
 
@@ -325,7 +329,7 @@ static Py_ssize_t find(const Table *t, const uint8_t *p, size_t n) {
         if (cmp(NAME(t, mid), NAME_LEN(t, mid), p, n) < 0) lo = mid + 1;
         else hi = mid;
     }
-    return lo < t->n && !cmp(p, n, NAME(t, lo), NAME_LEN(t, lo)) ? (Py_ssize_t)lo : -1;
+    return lo < t->n && eq(p, n, (const char *)NAME(t, lo), NAME_LEN(t, lo)) ? (Py_ssize_t)lo : -1;
 }
 
 static int reserve(Table *t, size_t n) { /* room for n tensors in every column */
@@ -397,7 +401,7 @@ static int top_member(P *s) {
     Val v;
     Table *t = s->t;
     if (copy(&s->name, &s->key)) return -1;
-    if (!cmp(s->name.p, s->name.n, (const uint8_t *)"__metadata__", 12)) {
+    if (eq(s->name.p, s->name.n, "__metadata__", 12)) {
         if (s->seen_meta && rule(s, E_DUP_META, NULL, NULL, NULL, 0)) return -1;
         s->seen_meta = 1;
         if (peek(s) == '{' && !s->rule.code) {
@@ -429,8 +433,9 @@ static int entry_member(P *s) {
     Entry *e = &s->ent;
     Val v;
     static const char *names[3] = {"dtype", "shape", "data_offsets"};
+    static const size_t lens[3] = {5, 5, 12};
     int f = 2;
-    while (f >= 0 && cmp(s->key.p, s->key.n, (const uint8_t *)names[f], strlen(names[f]))) f--;
+    while (f >= 0 && !eq(s->key.p, s->key.n, names[f], lens[f])) f--;
     if (!e->bad && (f < 0 || e->seen[f])) {
         e->bad = f < 0 ? E_UNKNOWN_FIELD : E_DUP_FIELD;
         if (copy(&s->mkey, &s->key)) return -1;
@@ -442,8 +447,8 @@ static int entry_member(P *s) {
     if (f == 2) kind = list ? K_OFFS : K_ANY, e->offs_ok = list;
     if (parse_value(s, kind, &v)) return -1;
     if (f >= 0) e->va[f] = v.a, e->ve[f] = v.e;
-    for (int i = 0; f == 0 && v.type == V_STR && i < n_codes; i++)
-        if (!cmp(s->str.p, s->str.n, (const uint8_t *)codes[i], code_len[i])) e->dtype = i;
+    for (int i = 0; f == 0 && v.type == V_STR && e->dtype < 0 && i < n_codes; i++)
+        if (eq(s->str.p, s->str.n, codes[i], code_len[i])) e->dtype = i;
     return 0;
 }
 
