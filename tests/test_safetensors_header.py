@@ -463,3 +463,21 @@ def test_whitespace_between_tokens(tensors, metadata, indent, separators, short)
         assert got[0] is compact[0]
     else:
         assert got[:3] == compact[:3]
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [b"\xf0", b"\xf0\x9f", b"\xf0\x9f\x98", b"\xe2\x82", b"\xc3", b"\\", b"\\u12", b"\\ud83d\\u"],
+)
+@pytest.mark.parametrize("window", [None, 16])
+def test_header_cut_inside_a_sequence(tail, window):
+    """A header that ends inside a UTF-8 sequence or an escape is named, and
+    never read past its end (the sanitizer build of scripts/test.sh runs this
+    with every buffer visible to ASan)."""
+    raw = b'{"a":"' + tail
+    with pytest.raises((E.HeaderNotUTF8, E.InvalidHeaderJSON)) as info:
+        if window is None:
+            parse_header(raw, 8 + len(raw))
+        else:
+            _streamed(raw, 8 + len(raw), window)
+    assert info.value.offset >= 8 + 5
