@@ -433,7 +433,8 @@ def _error(got: tuple, text, n: int, file_size: int, path) -> E.WeightsmithError
         field=field and field.format_map(r),
         offset=offset and int(offset.format_map(r)),
         expected=expected.format_map(r),
-        found=found.format_map(r),
+        # a bare field keeps its type (an offset stays an int, a shape a list)
+        found=r[found[1:-1]] if found in ("{x}", "{value1}") else found.format_map(r),
     )
 
 
