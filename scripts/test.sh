@@ -45,6 +45,28 @@ if [ ! -f "$oracle_dir/convert_llama_weights_to_hf.py" ]; then
     cp "$oracle_dir/site/transformers/models/llama/convert_llama_weights_to_hf.py" "$oracle_dir/"
 fi
 
+# The safetensors header validator is C that reads hostile bytes: build a second
+# copy with AddressSanitizer + UBSan (any report aborts) and run the malformed-file
+# cases, the fuzz seed corpora and a short fuzz run on it (a deliberate over-read
+# of one byte past a header is reported: checked by hand).  RLIMIT_AS cannot be
+# combined with ASan's shadow memory, so the corpora are replayed in process.
+if [ "${WEIGHTSMITH_SANITIZE:-1}" = 1 ]; then
+    san=$(mktemp -d)
+    trap 'rm -rf "$san"' EXIT
+    cp -r src/weightsmith "$san/weightsmith"
+    rm -f "$san"/weightsmith/_native/*.so
+    CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g" \
+        LDFLAGS="-fsanitize=address,undefined" \
+        python setup.py -q build_ext --build-lib "$san" --build-temp "$san/build" >/dev/null
+    # PYTHONMALLOC=malloc: buffers from Python's own allocator are invisible to ASan
+    LD_PRELOAD="$(gcc -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0 PYTHONMALLOC=malloc \
+        UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 PYTHONPATH="$san" \
+        python -m pytest -q -p no:cacheprovider tests/test_safetensors_validation.py \
+        "tests/test_safetensors_header.py" -k "not hf_written and not whitespace" \
+        "tests/test_reliability_fuzz.py::test_seeds_raise_only_named_errors" \
+        "tests/test_reliability_fuzz.py::test_fuzz_smoke[safetensors]"
+fi
+
 # pytest exits 5 when it collects nothing: that is a failure here, not a pass.
 set +e
 python -m pytest -q "$@"

@@ -87,12 +87,12 @@ def _short_of_data(path: Path, n: int, entry: str = COMPACT, sep: str = ",") -> 
 
 
 def _fails_within_the_file(p: Path) -> None:
-    # safe_open may grow by less than the file: the header is judged a window
-    # at a time from the file, never held whole with its tables
+    # safe_open may grow by less than the file: the header is validated from
+    # the file a window at a time (read_header), never held whole
     (r,) = run_child("safetensors", [p], extra=p.stat().st_size, seconds=60)
     expect_named([r], E.TruncatedData)
     # `weightsmith inspect` reads a header whole (one request, also over HTTP),
-    # so it holds the file's bytes once, then judges them a window at a time
+    # so it holds the file's bytes once, beside the validator's tables
     (r,) = run_child("inspect", [p], extra=2 * p.stat().st_size, seconds=60)
     expect_named([r], E.TruncatedData)
 
@@ -111,9 +111,8 @@ def test_100mb_header_of_tiny_tensors(tmp_path):
 
 
 def test_100mb_header_of_tiny_tensors_not_compact(tmp_path):
-    # the same header as json.dumps spaces it (", " and ": "): the compact
-    # precheck cannot judge it, the guard (offsets only, a window at a time)
-    # names the coverage error before the header is read whole
+    # the same header as json.dumps spaces it (", " and ": "): the same one
+    # pass, whatever the spacing
     spaced = '"t{i:07d}": {{"dtype": "U8", "shape": [1], "data_offsets": [{i}, {j}]}}'
     p = _short_of_data(tmp_path / "tiny_tensors_spaced.safetensors", 1_250_000, spaced, ", ")
     _fails_within_the_file(p)

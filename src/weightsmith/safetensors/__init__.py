@@ -13,7 +13,7 @@ from ._header import (
     Header,
     TensorInfo,
     parse_header,
-    precheck,
+    read_header,
     read_header_size,
 )
 from ._reader import SafeSlice, load, load_file, safe_open
@@ -49,7 +49,7 @@ __all__ = [
     "open_checkpoint",
     "parse_header",
     "parse_size",
-    "precheck",
+    "read_header",
     "read_header_size",
     "read_index",
     "safe_open",

@@ -2,8 +2,8 @@
 
 The header is read with two ``pread`` calls and validated in full by
 :func:`parse_header` before any tensor is handed out (a header bigger than
-1 MiB is first judged a window at a time by :func:`precheck`, so a broken
-file fails before its header is held whole).  Tensor data then
+4 MiB is validated from the file a window at a time by :func:`read_header`,
+so a broken file fails before its header is held whole).  Tensor data then
 comes from one of two sources:
 
 * ``backend="mmap"`` (default): one mapping of the whole file.  numpy
@@ -49,7 +49,7 @@ from .. import errors as E
 from ..dtypes import SAFETENSORS, DType
 from ..frameworks import torch as tg
 from . import _subbyte
-from ._header import Header, TensorInfo, parse_header, precheck, read_header_size
+from ._header import Header, TensorInfo, parse_header, read_header, read_header_size
 
 __all__ = ["BACKENDS", "SafeSlice", "load", "load_file", "safe_open", "use_mmap"]
 
@@ -194,13 +194,13 @@ class safe_open:
             st = os.fstat(fd)
             size = st.st_size
             n = read_header_size(os.pread(fd, 8, 0), size, self._path)
-            key = (st.st_dev, st.st_ino)
-            if key not in _CACHE:
-                # a big header is judged a window at a time first: a broken
-                # file fails before its header is held whole
-                precheck(lambda at, k: _pread_bytes(fd, k, 8 + at, self._path), n, size, self._path)
-            raw = _pread_bytes(fd, n, 8, self._path)
-            self._header = _parse_cached(key, raw, size, self._path)
+            if n > _CACHE_MAX_HEADER:
+                # validated from the file a window at a time: a broken big
+                # header fails without being held whole
+                self._header = read_header(fd, n, size, self._path)
+            else:
+                raw = _pread_bytes(fd, n, 8, self._path)
+                self._header = _parse_cached((st.st_dev, st.st_ino), raw, size, self._path)
             if mmap and self._header.data_size:
                 self._mm = self._map(fd, size, populate)
                 # torch tensors are made from slices of this array, so each
