@@ -81,6 +81,7 @@ typedef struct {
     float *q;        /* [ngrid*dim] 2*level+1 */
     int32_t *map;    /* [1 << bits*dim]: grid index, or -(1 + offset into nb) */
     uint16_t *nb;    /* per off-grid point: count, then that many grid indices */
+    uint8_t *nbo;    /* [len(nb)*dim]: for entry p of nb, offsets 8*i + level_i into a terms table */
 } grid_t;
 
 static grid_t GRIDS[G_COUNT];
@@ -113,8 +114,8 @@ static inline int best_index_iq4nl(float x) {
 }
 
 static void free_quant_tables(grid_t *g) {
-    free(g->lev); free(g->q); free(g->map); free(g->nb);
-    g->lev = NULL; g->q = NULL; g->map = NULL; g->nb = NULL;
+    free(g->lev); free(g->q); free(g->map); free(g->nb); free(g->nbo);
+    g->lev = NULL; g->q = NULL; g->map = NULL; g->nb = NULL; g->nbo = NULL;
 }
 
 /* ggml's iq2xs/iq3xs_init_impl: map and neighbour lists from the grid. */
@@ -199,6 +200,14 @@ static int build_quant_tables(int gid) {
     }
     free(hist);
     free(d2);
+    d2 = NULL;
+    g->nbo = calloc(used, (size_t)dim);
+    if (!g->nbo) goto fail;
+    for (size_t p = 0; p < used;) { /* a list: its count, then its entries */
+        const int cnt = g->nb[p++];
+        for (int j = 0; j < cnt; ++j, ++p)
+            for (int i = 0; i < dim; ++i) g->nbo[p * dim + i] = (uint8_t)(8 * i + g->lev[g->nb[p] * dim + i]);
+    }
     g->ready = 1;
     return 0;
 fail:
@@ -441,24 +450,58 @@ static void quant_iq4(const float *x, const float *qw, int sb, uint8_t *out) {
 
 /* ------------------------------------------------------------------ grid quantizers */
 
-/* ggml's iq2/iq3_find_best_neighbour: the candidate of the off-grid point u
- * nearest to x at `scale` (weights w), first minimum in list order.  With
- * non-finite input (no candidate below FLT_MAX) ggml aborts; we take index 0. */
-static int best_neighbour(const grid_t *g, int dim, int u, const float *xv, const float *w, float scale) {
-    const uint16_t *nb = g->nb + (-g->map[u] - 1);
-    const int n = nb[0];
-    float best = FLT_MAX;
-    int gi = -1;
-    for (int j = 1; j <= n; ++j) {
-        const float *pg = g->q + dim * nb[j];
-        float d2 = 0;
-        for (int i = 0; i < dim; ++i) {
-            float diff = scale * pg[i] - xv[i];
-            d2 += w[i] * diff * diff;
-        }
-        if (d2 < best) { best = d2; gi = nb[j]; }
+static const float LEVEL_Q[8] = {1, 3, 5, 7, 9, 11, 13, 15}; /* 2*level+1 */
+
+/* Squared-distance terms e[i][l] = w[i]*diff*diff, diff = scale*v[l] - x[i],
+ * for every coordinate i < dim and level l < NLEV: the exact floats ggml's
+ * neighbour searches add up, computed once per group (across levels, which
+ * vectorises) instead of once per candidate. */
+#define DEFINE_TERMS(NLEV)                                                                          \
+    static inline void terms##NLEV(int dim, const float *v, const float *xv, const float *w, float scale, \
+                                   float e[8][8]) {                                                 \
+        for (int i = 0; i < dim; ++i)                                                               \
+            for (int l = 0; l < NLEV; ++l) {                                                        \
+                const float diff = scale * v[l] - xv[i];                                            \
+                e[i][l] = w[i] * diff * diff;                                                       \
+            }                                                                                       \
     }
-    return gi < 0 ? 0 : gi;
+DEFINE_TERMS(8)
+DEFINE_TERMS(4)
+
+/* The first candidate of the list at nb (count, indices; nbo the matching
+ * terms-table offsets) with the smallest d2 = sum over i of e[i][level_i],
+ * summed in ggml's order from 0; strict < from FLT_MAX as ggml.  With
+ * non-finite input (no candidate below FLT_MAX) ggml aborts; we take grid
+ * index 0. */
+#define DEFINE_NEAREST(DIM)                                                                          \
+    static inline int nearest##DIM(const uint16_t *nb, const uint8_t *nbo, const float *e) {         \
+        const int n = nb[0];                                                                         \
+        float best = FLT_MAX;                                                                        \
+        int gi = 0;                                                                                  \
+        for (int j = 1; j <= n; ++j) {                                                               \
+            const uint8_t *o = nbo + DIM * j;                                                        \
+            float d2 = 0;                                                                            \
+            for (int i = 0; i < DIM; ++i) d2 += e[o[i]];                                             \
+            if (d2 < best) { best = d2; gi = nb[j]; }                                                \
+        }                                                                                            \
+        return gi;                                                                                   \
+    }
+DEFINE_NEAREST(4)
+DEFINE_NEAREST(8)
+
+static inline int nearest_in_list(const grid_t *g, int dim, int u, float e[8][8]) {
+    const size_t off = (size_t)(-g->map[u] - 1);
+    return dim == 4 ? nearest4(g->nb + off, g->nbo + 4 * off, &e[0][0]) : nearest8(g->nb + off, g->nbo + 8 * off, &e[0][0]);
+}
+
+/* ggml's iq2/iq3_find_best_neighbour: the candidate of the off-grid point u
+ * nearest to x at `scale` (weights w, here ggml's sqrt weights), first
+ * minimum in list order. */
+static inline int best_neighbour(const grid_t *g, int dim, int u, const float *xv, const float *w, float scale) {
+    float e[8][8];
+    if (dim == 4) terms8(4, LEVEL_Q, xv, w, scale, e);
+    else terms4(8, LEVEL_Q, xv, w, scale, e); /* IQ2 grids: levels 0..2 */
+    return nearest_in_list(g, dim, u, e);
 }
 
 /* Levels of the groups of one sub-block at inverse scale id (scale = its
@@ -469,14 +512,17 @@ static void grid_levels(const grid_t *g, int n, const float *xv, const float *wa
                         const uint8_t *mask, int8_t *L, uint8_t *on, int *gidx) {
     const int dim = g->bits == 3 ? 4 : 8;
     const int kmax1 = (g->bits == 3 ? 8 : 3) - 1;
+    int lv[32];
+    for (int i = 0; i < n; ++i) { /* element-wise: vectorises */
+        const int l = ws_nearest_int(0.5f * (id * xv[i] - 1));
+        lv[i] = l < 0 ? 0 : l > kmax1 ? kmax1 : l;
+    }
     for (int k = 0; k < n / dim; ++k) {
         if (mask && !mask[k]) continue;
         int u = 0;
         for (int i = 0; i < dim; ++i) {
-            int l = ws_nearest_int(0.5f * (id * xv[dim * k + i] - 1));
-            l = imax_c(0, imin_c(kmax1, l));
-            L[dim * k + i] = (int8_t)l;
-            u |= l << (g->bits * i);
+            L[dim * k + i] = (int8_t)lv[dim * k + i];
+            u |= lv[dim * k + i] << (g->bits * i);
         }
         int gi = g->map[u];
         if (on) on[k] = gi >= 0;
@@ -887,22 +933,14 @@ static void sort_index(const float *x, int n, int *idx) {
     }
 }
 
-/* ggml's iq1_find_best_neighbour2: nearest candidate at `scale` when level l stands for xx[l] */
+/* ggml's iq1_find_best_neighbour2: nearest candidate at `scale` when level l
+ * stands for xx[l].  ggml's full-grid fallback only runs on non-finite input
+ * (where it reads past its arrays); we take index 0 there. */
 static int iq1_neighbour(const grid_t *g, int u, const float *xv, const float *w, float scale, const float *xx) {
-    const uint16_t *nb = g->nb + (-g->map[u] - 1);
-    const int n = nb[0];
-    float best = FLT_MAX;
-    int gi = -1;
-    for (int j = 1; j <= n; ++j) {
-        const int8_t *pl = g->lev + 8 * nb[j];
-        float d2 = 0;
-        for (int i = 0; i < 8; ++i) {
-            float diff = scale * xx[pl[i]] - xv[i];
-            d2 += w[i] * diff * diff;
-        }
-        if (d2 < best) { best = d2; gi = nb[j]; }
-    }
-    return gi < 0 ? 0 : gi; /* ggml's full-grid fallback only runs on non-finite input */
+    float e[8][8];
+    const float v[4] = {xx[0], xx[1], xx[2], 0};
+    terms4(8, v, xv, w, scale, e);
+    return nearest_in_list(g, 8, u, e);
 }
 
 /* grid indices of the 8-groups of levels L (n values), moving off-grid groups;
