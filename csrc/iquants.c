@@ -920,6 +920,23 @@ static void quant_iq2_xs(const float *x, const float *qw, uint8_t *out) {
 
 /* ------------------------------------------------------------------ IQ1 quantizers */
 
+/* Four float lanes (GCC/clang vector extension): every lane does exactly the
+ * scalar IEEE operation, so lane l equals the scalar code's value. */
+typedef float v4f __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+
+static inline v4f load4(const float *p) { v4f v; memcpy(&v, p, sizeof v); return v; }
+
+/* whether any of the first nl lanes of any of the m candidate sets passes
+ * ggml's update test sumq2 > 0 && sumqx*sumqx > best*sumq2 */
+static inline int any_improves(const v4f *qx, const v4f *q2, int m, float best, int nl) {
+    v4i hit = {0, 0, 0, 0};
+    for (int k = 0; k < m; ++k) hit |= (q2[k] > 0) & (qx[k] * qx[k] > best * q2[k]);
+    const v4i lanes = {0, 1, 2, 3};
+    hit &= lanes < nl;
+    return (hit[0] | hit[1] | hit[2] | hit[3]) != 0;
+}
+
 static const float IQ1_XP[3] = {-1 + IQ1_DELTA, IQ1_DELTA, 1 + IQ1_DELTA};
 static const float IQ1_XM[3] = {-1 - IQ1_DELTA, -IQ1_DELTA, 1 - IQ1_DELTA};
 
@@ -979,31 +996,40 @@ static void quant_iq1_s(const float *x, const float *qw, uint8_t *out) {
         if (max < GROUP_MAX_EPS_IQ1_S) continue;
         int idx[32];
         sort_index(xb, 32, idx);
-        float sumx[33], sumw[33];
+        float sumx[36], sumw[36];
         sumx[0] = sumw[0] = 0;
         for (int j = 0; j < 32; ++j) {
             int i = idx[j];
             sumx[j + 1] = sumx[j] + w[i] * xb[i];
             sumw[j + 1] = sumw[j] + w[i];
         }
+        for (int j = 33; j < 36; ++j) sumx[j] = sumx[32], sumw[j] = sumw[32]; /* lane padding */
         float best_score = -FLT_MAX, scale = max;
         int besti1 = -1, besti2 = -1, best_shift = 0;
         for (int i1 = 0; i1 <= 32; ++i1) {
-            for (int i2 = i1; i2 <= 32; ++i2) {
-                const float ax = sumx[i1] - sumx[0], bx = sumx[i2] - sumx[i1], cx = sumx[32] - sumx[i2];
-                const float aw = sumw[i1] - sumw[0], bw = sumw[i2] - sumw[i1], cw = sumw[32] - sumw[i2];
-                float sumqx = ax * IQ1_XP[0] + bx * IQ1_XP[1] + cx * IQ1_XP[2];
-                float sumq2 = aw * IQ1_XP[0] * IQ1_XP[0] + bw * IQ1_XP[1] * IQ1_XP[1] + cw * IQ1_XP[2] * IQ1_XP[2];
-                if (sumq2 > 0 && sumqx * sumqx > best_score * sumq2) {
-                    scale = sumqx / sumq2; best_score = scale * sumqx;
-                    besti1 = i1; besti2 = i2; best_shift = 1;
-                }
-                sumqx = ax * IQ1_XM[0] + bx * IQ1_XM[1] + cx * IQ1_XM[2];
-                sumq2 = aw * IQ1_XM[0] * IQ1_XM[0] + bw * IQ1_XM[1] * IQ1_XM[1] + cw * IQ1_XM[2] * IQ1_XM[2];
-                if (sumq2 > 0 && sumqx * sumqx > best_score * sumq2) {
-                    scale = sumqx / sumq2; best_score = scale * sumqx;
-                    besti1 = i1; besti2 = i2; best_shift = -1;
-                }
+            const float ax = sumx[i1] - sumx[0], aw = sumw[i1] - sumw[0];
+            for (int i2 = i1; i2 <= 32; i2 += 4) {
+                /* four consecutive i2 in lanes; the sums are ggml's expressions lane by lane */
+                const v4f sx2 = load4(sumx + i2), sw2 = load4(sumw + i2);
+                const v4f bx = sx2 - sumx[i1], cx = sumx[32] - sx2;
+                const v4f bw = sw2 - sumw[i1], cw = sumw[32] - sw2;
+                v4f qx[2], q2[2];
+                qx[0] = ax * IQ1_XP[0] + bx * IQ1_XP[1] + cx * IQ1_XP[2];
+                q2[0] = aw * IQ1_XP[0] * IQ1_XP[0] + bw * IQ1_XP[1] * IQ1_XP[1] + cw * IQ1_XP[2] * IQ1_XP[2];
+                qx[1] = ax * IQ1_XM[0] + bx * IQ1_XM[1] + cx * IQ1_XM[2];
+                q2[1] = aw * IQ1_XM[0] * IQ1_XM[0] + bw * IQ1_XM[1] * IQ1_XM[1] + cw * IQ1_XM[2] * IQ1_XM[2];
+                const int nl = 33 - i2 < 4 ? 33 - i2 : 4;
+                /* ggml updates only where sumq2 > 0 && sumqx^2 > best*sumq2; while no
+                 * lane passes against the current best, nothing changes */
+                if (!any_improves(qx, q2, 2, best_score, nl)) continue;
+                for (int l = 0; l < nl; ++l)
+                    for (int h = 0; h < 2; ++h) {
+                        const float sqx = qx[h][l], sq2 = q2[h][l];
+                        if (sq2 > 0 && sqx * sqx > best_score * sq2) {
+                            scale = sqx / sq2; best_score = scale * sqx;
+                            besti1 = i1; besti2 = i2 + l; best_shift = h == 0 ? 1 : -1;
+                        }
+                    }
             }
         }
         if (besti1 < 0 || besti2 < 0 || best_shift == 0) continue;
@@ -1077,7 +1103,7 @@ static void quant_iq1_m(const float *x, const float *qw, uint8_t *out) {
         if (max < GROUP_MAX_EPS_IQ1_M) continue;
         int idx[16];
         sort_index(xb, 16, idx);
-        float px[2][17], pw[2][17];
+        float px[2][20], pw[2][20];
         px[0][0] = px[1][0] = pw[0][0] = pw[1][0] = 0;
         for (int j = 0; j < 16; ++j) {
             const int i = idx[j], h = i < 8 ? 0 : 1;
@@ -1087,28 +1113,36 @@ static void quant_iq1_m(const float *x, const float *qw, uint8_t *out) {
             pw[1 - h][j + 1] = pw[1 - h][j];
         }
         const float txs[2] = {px[0][16], px[1][16]}, tws[2] = {pw[0][16], pw[1][16]};
+        for (int h = 0; h < 2; ++h)
+            for (int j = 17; j < 20; ++j) px[h][j] = px[h][16], pw[h][j] = pw[h][16]; /* lane padding */
         float best_score = -FLT_MAX, scale = max;
         int besti1 = -1, besti2 = -1, best_k = -1;
         for (int i1 = 0; i1 <= 16; ++i1) {
-            for (int i2 = i1; i2 <= 16; ++i2) {
-                float qx_p[2], qx_m[2], q2_p[2], q2_m[2], sumqx[4], sumq2[4];
+            for (int i2 = i1; i2 <= 16; i2 += 4) {
+                /* four consecutive i2 in lanes; the sums are ggml's expressions lane by lane */
+                v4f qx_p[2], qx_m[2], q2_p[2], q2_m[2], sumqx[4], sumq2[4];
                 for (int h = 0; h < 2; ++h) {
-                    const float sx = px[h][i1] + px[h][i2];
+                    const v4f sx = px[h][i1] + load4(px[h] + i2);
+                    const v4f pw2 = load4(pw[h] + i2);
                     qx_p[h] = txs[h] * p2 - sx;
                     qx_m[h] = txs[h] * m2 - sx;
-                    q2_p[h] = tws[h] * p2 * p2 + pw[h][i1] * cp1 + pw[h][i2] * cp2;
-                    q2_m[h] = tws[h] * m2 * m2 + pw[h][i1] * cm1 + pw[h][i2] * cm2;
+                    q2_p[h] = tws[h] * p2 * p2 + pw[h][i1] * cp1 + pw2 * cp2;
+                    q2_m[h] = tws[h] * m2 * m2 + pw[h][i1] * cm1 + pw2 * cm2;
                 }
                 sumqx[0] = qx_p[0] + qx_p[1]; sumqx[1] = qx_p[0] + qx_m[1];
                 sumqx[2] = qx_m[0] + qx_p[1]; sumqx[3] = qx_m[0] + qx_m[1];
                 sumq2[0] = q2_p[0] + q2_p[1]; sumq2[1] = q2_p[0] + q2_m[1];
                 sumq2[2] = q2_m[0] + q2_p[1]; sumq2[3] = q2_m[0] + q2_m[1];
-                for (int k = 0; k < 4; ++k) {
-                    if (sumq2[k] > 0 && sumqx[k] * sumqx[k] > best_score * sumq2[k]) {
-                        scale = sumqx[k] / sumq2[k]; best_score = scale * sumqx[k];
-                        besti1 = i1; besti2 = i2; best_k = k;
+                const int nl = 17 - i2 < 4 ? 17 - i2 : 4;
+                if (!any_improves(sumqx, sumq2, 4, best_score, nl)) continue;
+                for (int l = 0; l < nl; ++l)
+                    for (int k = 0; k < 4; ++k) {
+                        const float sqx = sumqx[k][l], sq2 = sumq2[k][l];
+                        if (sq2 > 0 && sqx * sqx > best_score * sq2) {
+                            scale = sqx / sq2; best_score = scale * sqx;
+                            besti1 = i1; besti2 = i2 + l; best_k = k;
+                        }
                     }
-                }
             }
         }
         if (besti1 < 0 || besti2 < 0 || best_k < 0) continue;
