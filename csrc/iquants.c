@@ -50,6 +50,23 @@ enum {
 #define GROUP_MAX_EPS_IQ1_S 1e-12f
 #define IQ1_DELTA 0.125f
 
+/* Four float lanes (GCC/clang vector extension): every lane does exactly the
+ * scalar IEEE operation, so lane l equals the scalar code's value. */
+typedef float v4f __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+
+static inline v4f load4(const float *p) { v4f v; memcpy(&v, p, sizeof v); return v; }
+
+/* whether any of the first nl lanes of any of the m candidate sets passes
+ * ggml's update test sumq2 > 0 && sumqx*sumqx > best*sumq2 */
+static inline int any_improves(const v4f *qx, const v4f *q2, int m, float best, int nl) {
+    v4i hit = {0, 0, 0, 0};
+    for (int k = 0; k < m; ++k) hit |= (q2[k] > 0) & (qx[k] * qx[k] > best * q2[k]);
+    const v4i lanes = {0, 1, 2, 3};
+    hit &= lanes < nl;
+    return (hit[0] | hit[1] | hit[2] | hit[3]) != 0;
+}
+
 static inline float fmax_c(float a, float b) { return a > b ? a : b; } /* ggml's MAX */
 static inline int imin_c(int a, int b) { return a < b ? a : b; }
 static inline int imax_c(int a, int b) { return a > b ? a : b; }
@@ -450,87 +467,95 @@ static void quant_iq4(const float *x, const float *qw, int sb, uint8_t *out) {
 
 /* ------------------------------------------------------------------ grid quantizers */
 
-static const float LEVEL_Q[8] = {1, 3, 5, 7, 9, 11, 13, 15}; /* 2*level+1 */
+/* Lane-wise select: where m, a, else b. */
+static inline v4f sel4f(v4i m, v4f a, v4f b) { return (v4f)(((v4i)a & m) | ((v4i)b & ~m)); }
+static inline v4i sel4i(v4i m, v4i a, v4i b) { return (a & m) | (b & ~m); }
 
-/* Squared-distance terms e[i][l] = w[i]*diff*diff, diff = scale*v[l] - x[i],
- * for every coordinate i < dim and level l < NLEV: the exact floats ggml's
- * neighbour searches add up, computed once per group (across levels, which
- * vectorises) instead of once per candidate. */
-#define DEFINE_TERMS(NLEV)                                                                          \
-    static inline void terms##NLEV(int dim, const float *v, const float *xv, const float *w, float scale, \
-                                   float e[8][8]) {                                                 \
-        for (int i = 0; i < dim; ++i)                                                               \
-            for (int l = 0; l < NLEV; ++l) {                                                        \
-                const float diff = scale * v[l] - xv[i];                                            \
-                e[i][l] = w[i] * diff * diff;                                                       \
-            }                                                                                       \
-    }
-DEFINE_TERMS(8)
-DEFINE_TERMS(4)
-
-/* The first candidate of the list at nb (count, indices; nbo the matching
- * terms-table offsets) with the smallest d2 = sum over i of e[i][level_i],
- * summed in ggml's order from 0; strict < from FLT_MAX as ggml.  With
- * non-finite input (no candidate below FLT_MAX) ggml aborts; we take grid
- * index 0. */
-#define DEFINE_NEAREST(DIM)                                                                          \
-    static inline int nearest##DIM(const uint16_t *nb, const uint8_t *nbo, const float *e) {         \
-        const int n = nb[0];                                                                         \
-        float best = FLT_MAX;                                                                        \
-        int gi = 0;                                                                                  \
-        for (int j = 1; j <= n; ++j) {                                                               \
-            const uint8_t *o = nbo + DIM * j;                                                        \
-            float d2 = 0;                                                                            \
-            for (int i = 0; i < DIM; ++i) d2 += e[o[i]];                                             \
-            if (d2 < best) { best = d2; gi = nb[j]; }                                                \
-        }                                                                                            \
-        return gi;                                                                                   \
-    }
-DEFINE_NEAREST(4)
-DEFINE_NEAREST(8)
-
-static inline int nearest_in_list(const grid_t *g, int dim, int u, float e[8][8]) {
+/* ggml's iq2/iq3_find_best_neighbour for up to four scales at once: the
+ * candidates of the off-grid point u are walked in list order and every lane
+ * keeps ggml's strict-< first minimum of d2 = sum w[i]*diff*diff, diff =
+ * s*q[i] - x[i], summed in ggml's order; one lane per scale (the trials of a
+ * sub-block that put this group on the same point).  Grid indices into gi.
+ * With non-finite input (no candidate below FLT_MAX) ggml aborts; we take
+ * grid index 0. */
+static void best_neighbours(const grid_t *g, int dim, int u, const float *xv, const float *w, v4f s, int *gi) {
     const size_t off = (size_t)(-g->map[u] - 1);
-    return dim == 4 ? nearest4(g->nb + off, g->nbo + 4 * off, &e[0][0]) : nearest8(g->nb + off, g->nbo + 8 * off, &e[0][0]);
+    const uint16_t *nb = g->nb + off;
+    const int n = nb[0];
+    v4f best = {FLT_MAX, FLT_MAX, FLT_MAX, FLT_MAX};
+    v4i bi = {0, 0, 0, 0};
+    if (dim == 4) { /* short lists: the distance straight from the grid values */
+        for (int j = 1; j <= n; ++j) {
+            const float *pg = g->q + 4 * nb[j];
+            v4f d2 = {0, 0, 0, 0};
+            for (int i = 0; i < 4; ++i) {
+                const v4f diff = s * pg[i] - xv[i];
+                d2 += w[i] * diff * diff;
+            }
+            const v4i lt = d2 < best;
+            best = sel4f(lt, d2, best);
+            bi = sel4i(lt, (v4i){nb[j], nb[j], nb[j], nb[j]}, bi);
+        }
+    } else { /* 8 values, 3 levels, long lists: the terms per (value, level) once */
+        v4f e[64];
+        for (int i = 0; i < 8; ++i)
+            for (int l = 0; l < 3; ++l) {
+                const v4f diff = s * (float)(2 * l + 1) - xv[i];
+                e[8 * i + l] = w[i] * diff * diff;
+            }
+        const uint8_t *o = g->nbo + 8 * off;
+        for (int j = 1; j <= n; ++j) {
+            v4f d2 = {0, 0, 0, 0};
+            for (int i = 0; i < 8; ++i) d2 += e[o[8 * j + i]];
+            const v4i lt = d2 < best;
+            best = sel4f(lt, d2, best);
+            bi = sel4i(lt, (v4i){nb[j], nb[j], nb[j], nb[j]}, bi);
+        }
+    }
+    for (int l = 0; l < 4; ++l) gi[l] = bi[l];
 }
 
-/* ggml's iq2/iq3_find_best_neighbour: the candidate of the off-grid point u
- * nearest to x at `scale` (weights w, here ggml's sqrt weights), first
- * minimum in list order. */
-static inline int best_neighbour(const grid_t *g, int dim, int u, const float *xv, const float *w, float scale) {
-    float e[8][8];
-    if (dim == 4) terms8(4, LEVEL_Q, xv, w, scale, e);
-    else terms4(8, LEVEL_Q, xv, w, scale, e); /* IQ2 grids: levels 0..2 */
-    return nearest_in_list(g, dim, u, e);
-}
-
-/* Levels of the groups of one sub-block at inverse scale id (scale = its
- * inverse, for the neighbour search); off-grid groups move to their best
- * neighbour.  Only groups with mask[k] (NULL: all).  Returns on-grid flags
- * in on[] (if given) and grid indices in gidx[] (if given). */
-static void grid_levels(const grid_t *g, int n, const float *xv, const float *waux, float id, float scale,
-                        const uint8_t *mask, int8_t *L, uint8_t *on, int *gidx) {
+/* Levels L[t] (n values) of every group for each of T inverse scales id[t]
+ * (scale 1/id[t] for the neighbour search): rounded and clamped as ggml,
+ * off-grid groups moved to their best neighbour.  Groups with mask[k] == 0
+ * are left alone (mask NULL: all); on[t][k] (if given) gets whether the
+ * rounded group was on the grid.  The trials that put a group on the same
+ * off-grid point are searched together, one lane each. */
+static void grid_levels(const grid_t *g, int n, const float *xv, const float *waux, int T, const float *id,
+                        const float *scale, const uint8_t *mask, int8_t (*L)[32], uint8_t (*on)[8]) {
     const int dim = g->bits == 3 ? 4 : 8;
     const int kmax1 = (g->bits == 3 ? 8 : 3) - 1;
-    int lv[32];
-    for (int i = 0; i < n; ++i) { /* element-wise: vectorises */
-        const int l = ws_nearest_int(0.5f * (id * xv[i] - 1));
-        lv[i] = l < 0 ? 0 : l > kmax1 ? kmax1 : l;
-    }
+    for (int t = 0; t < T; ++t)
+        for (int i = 0; i < n; ++i) { /* element-wise: vectorises */
+            const int l = ws_nearest_int(0.5f * (id[t] * xv[i] - 1));
+            L[t][i] = (int8_t)(l < 0 ? 0 : l > kmax1 ? kmax1 : l);
+        }
     for (int k = 0; k < n / dim; ++k) {
         if (mask && !mask[k]) continue;
-        int u = 0;
-        for (int i = 0; i < dim; ++i) {
-            L[dim * k + i] = (int8_t)lv[dim * k + i];
-            u |= lv[dim * k + i] << (g->bits * i);
+        int us[31], pend[31], np = 0;
+        for (int t = 0; t < T; ++t) {
+            int u = 0;
+            for (int i = 0; i < dim; ++i) u |= L[t][dim * k + i] << (g->bits * i);
+            const int gi = g->map[u];
+            if (on) on[t][k] = gi >= 0;
+            us[t] = u;
+            if (gi < 0) pend[np++] = t;
         }
-        int gi = g->map[u];
-        if (on) on[k] = gi >= 0;
-        if (gi < 0) {
-            gi = best_neighbour(g, dim, u, xv + dim * k, waux + dim * k, scale);
-            memcpy(L + dim * k, g->lev + dim * gi, (size_t)dim);
+        while (np > 0) {
+            /* up to four pending trials on the point of the first one */
+            const int u = us[pend[0]];
+            int lanes[4], nl = 0, rest = 0;
+            for (int p = 0; p < np; ++p) {
+                if (us[pend[p]] == u && nl < 4) lanes[nl++] = pend[p];
+                else pend[rest++] = pend[p];
+            }
+            np = rest;
+            float sv[4];
+            for (int l = 0; l < 4; ++l) sv[l] = scale[lanes[l < nl ? l : 0]];
+            int gi[4];
+            best_neighbours(g, dim, u, xv + dim * k, waux + dim * k, load4(sv), gi);
+            for (int l = 0; l < nl; ++l) memcpy(L[lanes[l]] + dim * k, g->lev + dim * gi[l], (size_t)dim);
         }
-        if (gidx) gidx[k] = gi;
     }
 }
 
@@ -547,13 +572,15 @@ static float grid_search(const grid_t *g, int n, const float *xv, const float *w
     const int kmax = g->bits == 3 ? 8 : 3;
     int8_t Lt[31][32];
     uint8_t ont[31][8];
-    float sqx[31], sq2[31];
+    float ids[31], scs[31], sqx[31], sq2[31];
     const int T = 2 * tries + 1;
     for (int t = 0; t < T; ++t) {
-        const float id = ((float)(2 * kmax - 1) + (float)(t - tries) * step) / denom;
-        grid_levels(g, n, xv, waux, id, 1 / id, NULL, Lt[t], ont[t], NULL);
+        ids[t] = ((float)(2 * kmax - 1) + (float)(t - tries) * step) / denom;
+        scs[t] = 1 / ids[t];
         sqx[t] = sq2[t] = 0;
     }
+    grid_levels(g, n, xv, waux, T, ids, scs, NULL, Lt, ont);
+    /* every trial's sums in its own lane, each in ggml's element order */
     for (int i = 0; i < n; ++i) {
         const float wi = w[i], wx = wi * xv[i];
         for (int t = 0; t < T; ++t) {
@@ -588,7 +615,12 @@ static float grid_search(const grid_t *g, int n, const float *xv, const float *w
     if (redo) {
         uint8_t mask[8];
         for (int k = 0; k < ng; ++k) mask[k] = final_mode == FINAL_OFFGRID ? !on[k] : 1;
-        grid_levels(g, n, xv, waux, 1 / scale, scale, mask, L, NULL, NULL);
+        const float id = 1 / scale;
+        int8_t Lf[1][32];
+        memcpy(Lf[0], L, (size_t)n);
+        grid_levels(g, n, xv, waux, 1, &id, &scale, mask, Lf, NULL);
+        for (int k = 0; k < ng; ++k)
+            if (mask[k]) memcpy(L + dim * k, Lf[0] + dim * k, (size_t)dim);
         float sumqx = 0, sumq2 = 0;
         for (int i = 0; i < n; ++i) {
             const float q = (float)(2 * L[i] + 1);
@@ -920,23 +952,6 @@ static void quant_iq2_xs(const float *x, const float *qw, uint8_t *out) {
 
 /* ------------------------------------------------------------------ IQ1 quantizers */
 
-/* Four float lanes (GCC/clang vector extension): every lane does exactly the
- * scalar IEEE operation, so lane l equals the scalar code's value. */
-typedef float v4f __attribute__((vector_size(16)));
-typedef int32_t v4i __attribute__((vector_size(16)));
-
-static inline v4f load4(const float *p) { v4f v; memcpy(&v, p, sizeof v); return v; }
-
-/* whether any of the first nl lanes of any of the m candidate sets passes
- * ggml's update test sumq2 > 0 && sumqx*sumqx > best*sumq2 */
-static inline int any_improves(const v4f *qx, const v4f *q2, int m, float best, int nl) {
-    v4i hit = {0, 0, 0, 0};
-    for (int k = 0; k < m; ++k) hit |= (q2[k] > 0) & (qx[k] * qx[k] > best * q2[k]);
-    const v4i lanes = {0, 1, 2, 3};
-    hit &= lanes < nl;
-    return (hit[0] | hit[1] | hit[2] | hit[3]) != 0;
-}
-
 static const float IQ1_XP[3] = {-1 + IQ1_DELTA, IQ1_DELTA, 1 + IQ1_DELTA};
 static const float IQ1_XM[3] = {-1 - IQ1_DELTA, -IQ1_DELTA, 1 - IQ1_DELTA};
 
@@ -950,14 +965,30 @@ static void sort_index(const float *x, int n, int *idx) {
     }
 }
 
-/* ggml's iq1_find_best_neighbour2: nearest candidate at `scale` when level l
- * stands for xx[l].  ggml's full-grid fallback only runs on non-finite input
- * (where it reads past its arrays); we take index 0 there. */
+/* ggml's iq1_find_best_neighbour2: the candidate of the off-grid point u
+ * nearest at `scale` when level l stands for xx[l], first minimum in list
+ * order.  The terms w[i]*diff*diff depend only on (value, level): computed
+ * once, then each candidate sums its eight in ggml's order from 0.  ggml's
+ * full-grid fallback only runs on non-finite input (where it reads past its
+ * arrays); we take grid index 0 there. */
 static int iq1_neighbour(const grid_t *g, int u, const float *xv, const float *w, float scale, const float *xx) {
-    float e[8][8];
-    const float v[4] = {xx[0], xx[1], xx[2], 0};
-    terms4(8, v, xv, w, scale, e);
-    return nearest_in_list(g, 8, u, e);
+    float e[64];
+    for (int i = 0; i < 8; ++i)
+        for (int l = 0; l < 3; ++l) {
+            const float diff = scale * xx[l] - xv[i];
+            e[8 * i + l] = w[i] * diff * diff;
+        }
+    const size_t off = (size_t)(-g->map[u] - 1);
+    const uint16_t *nb = g->nb + off;
+    const uint8_t *o = g->nbo + 8 * off;
+    float best = FLT_MAX;
+    int gi = 0;
+    for (int j = 1; j <= nb[0]; ++j) {
+        float d2 = 0;
+        for (int i = 0; i < 8; ++i) d2 += e[o[8 * j + i]];
+        if (d2 < best) { best = d2; gi = nb[j]; }
+    }
+    return gi;
 }
 
 /* grid indices of the 8-groups of levels L (n values), moving off-grid groups;
