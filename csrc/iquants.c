@@ -541,15 +541,11 @@ static void grid_levels(const grid_t *g, int n, const float *xv, const float *wa
             us[t] = u;
             if (gi < 0) pend[np++] = t;
         }
-        while (np > 0) {
-            /* up to four pending trials on the point of the first one */
-            const int u = us[pend[0]];
-            int lanes[4], nl = 0, rest = 0;
-            for (int p = 0; p < np; ++p) {
-                if (us[pend[p]] == u && nl < 4) lanes[nl++] = pend[p];
-                else pend[rest++] = pend[p];
-            }
-            np = rest;
+        for (int p = 0; p < np;) {
+            /* a run of consecutive pending trials on the same point, four at a time */
+            const int u = us[pend[p]];
+            int lanes[4] = {0, 0, 0, 0}, nl = 0;
+            while (p < np && nl < 4 && us[pend[p]] == u) lanes[nl++] = pend[p++];
             float sv[4];
             for (int l = 0; l < 4; ++l) sv[l] = scale[lanes[l < nl ? l : 0]];
             int gi[4];
@@ -577,17 +573,20 @@ static float grid_search(const grid_t *g, int n, const float *xv, const float *w
     for (int t = 0; t < T; ++t) {
         ids[t] = ((float)(2 * kmax - 1) + (float)(t - tries) * step) / denom;
         scs[t] = 1 / ids[t];
-        sqx[t] = sq2[t] = 0;
     }
     grid_levels(g, n, xv, waux, T, ids, scs, NULL, Lt, ont);
     /* every trial's sums in its own lane, each in ggml's element order */
-    for (int i = 0; i < n; ++i) {
-        const float wi = w[i], wx = wi * xv[i];
-        for (int t = 0; t < T; ++t) {
-            const float q = (float)(2 * Lt[t][i] + 1);
-            sqx[t] += wx * q;
-            sq2[t] += wi * q * q;
+    for (int t0 = 0; t0 < T; t0 += 4) {
+        const int t1 = t0 + 1 < T ? t0 + 1 : t0, t2 = t0 + 2 < T ? t0 + 2 : t0, t3 = t0 + 3 < T ? t0 + 3 : t0;
+        v4f ax = {0, 0, 0, 0}, a2 = {0, 0, 0, 0};
+        for (int i = 0; i < n; ++i) {
+            const float wi = w[i], wx = wi * xv[i];
+            const v4i l = {Lt[t0][i], Lt[t1][i], Lt[t2][i], Lt[t3][i]};
+            const v4f q = __builtin_convertvector(2 * l + 1, v4f);
+            ax += wx * q;
+            a2 += wi * q * q;
         }
+        for (int k = 0; k < 4 && t0 + k < T; ++k) sqx[t0 + k] = ax[k], sq2[t0 + k] = a2[k];
     }
     float best = 0;
     int bt = -1;
