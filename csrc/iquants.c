@@ -541,8 +541,16 @@ static void grid_levels(const grid_t *g, int n, const float *xv, const float *wa
             us[t] = u;
             if (gi < 0) pend[np++] = t;
         }
+        /* pending trials ordered by point (insertion sort: a few dozen at most), so
+         * that each point's trials form one run */
+        for (int p = 1; p < np; ++p) {
+            const int t = pend[p];
+            int q = p;
+            while (q > 0 && us[pend[q - 1]] > us[t]) { pend[q] = pend[q - 1]; --q; }
+            pend[q] = t;
+        }
         for (int p = 0; p < np;) {
-            /* a run of consecutive pending trials on the same point, four at a time */
+            /* the trials on one point, four at a time */
             const int u = us[pend[p]];
             int lanes[4] = {0, 0, 0, 0}, nl = 0;
             while (p < np && nl < 4 && us[pend[p]] == u) lanes[nl++] = pend[p++];
