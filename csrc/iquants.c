@@ -225,6 +225,15 @@ static int build_quant_tables(int gid) {
         for (int j = 0; j < cnt; ++j, ++p)
             for (int i = 0; i < dim; ++i) g->nbo[p * dim + i] = (uint8_t)(8 * i + g->lev[g->nb[p] * dim + i]);
     }
+    if (gid == G_IQ1S) { /* entry byte 0: the candidate's first four levels as one prefix index */
+        for (size_t p = 0; p < used;) {
+            const int cnt = g->nb[p++];
+            for (int j = 0; j < cnt; ++j, ++p) {
+                const int8_t *l = g->lev + g->nb[p] * dim;
+                g->nbo[p * dim] = (uint8_t)(l[0] + 3 * l[1] + 9 * l[2] + 27 * l[3]);
+            }
+        }
+    }
     g->ready = 1;
     return 0;
 fail:
@@ -974,25 +983,41 @@ static void sort_index(const float *x, int n, int *idx) {
 
 /* ggml's iq1_find_best_neighbour2: the candidate of the off-grid point u
  * nearest at `scale` when level l stands for xx[l], first minimum in list
- * order.  The terms w[i]*diff*diff depend only on (value, level): computed
- * once, then each candidate sums its eight in ggml's order from 0.  ggml's
- * full-grid fallback only runs on non-finite input (where it reads past its
- * arrays); we take grid index 0 there. */
+ * order.  A candidate's d2 is ((0 + t0) + t1) + ... + t7 with terms
+ * t_i = w[i]*diff*diff that depend only on (value, level): the terms are
+ * computed once, and so are the 81 partial sums over the first four values,
+ * which candidates share; each candidate then adds its last four terms, in
+ * ggml's order.  ggml's full-grid fallback only runs on non-finite input
+ * (where it reads past its arrays); we take grid index 0 there. */
 static int iq1_neighbour(const grid_t *g, int u, const float *xv, const float *w, float scale, const float *xx) {
-    float e[64];
+    float e[64], p1[3], p2[9], p3[27], p4[81];
     for (int i = 0; i < 8; ++i)
         for (int l = 0; l < 3; ++l) {
             const float diff = scale * xx[l] - xv[i];
             e[8 * i + l] = w[i] * diff * diff;
         }
+    for (int a = 0; a < 3; ++a) p1[a] = 0.f + e[a];
+    for (int b = 0; b < 3; ++b)
+        for (int a = 0; a < 3; ++a) p2[a + 3 * b] = p1[a] + e[8 + b];
+    for (int c = 0; c < 3; ++c)
+        for (int a = 0; a < 9; ++a) p3[a + 9 * c] = p2[a] + e[16 + c];
+    for (int d = 0; d < 3; ++d)
+        for (int a = 0; a < 27; ++a) p4[a + 27 * d] = p3[a] + e[24 + d];
     const size_t off = (size_t)(-g->map[u] - 1);
     const uint16_t *nb = g->nb + off;
     const uint8_t *o = g->nbo + 8 * off;
     float best = FLT_MAX;
     int gi = 0;
+    /* With every term >= 0 a sum never falls below its partial sums (rounding
+     * to nearest is monotone), so a candidate whose first four already reach
+     * the best cannot beat it: skipped without changing the outcome. */
+    int nonneg = 1;
+    for (int i = 0; i < 8; ++i) nonneg &= w[i] >= 0;
     for (int j = 1; j <= nb[0]; ++j) {
-        float d2 = 0;
-        for (int i = 0; i < 8; ++i) d2 += e[o[8 * j + i]];
+        const uint8_t *oj = o + 8 * j;
+        float d2 = p4[oj[0]];
+        if (nonneg && !(d2 < best)) continue;
+        for (int i = 4; i < 8; ++i) d2 += e[oj[i]];
         if (d2 < best) { best = d2; gi = nb[j]; }
     }
     return gi;
