@@ -157,8 +157,7 @@ static int build_quant_tables(int gid) {
     g->lev = malloc((size_t)n * dim);
     g->q = malloc(sizeof(float) * n * dim);
     g->map = malloc(sizeof(int32_t) * size);
-    int *d2 = malloc(sizeof(int) * n);
-    if (!g->lev || !g->q || !g->map || !d2) goto fail;
+    if (!g->lev || !g->q || !g->map) goto fail;
     for (int k = 0; k < n * dim; ++k) {
         int r = 0;
         for (int j = 0; j < nd; ++j) r += distinct[j] < g->val[k];
@@ -177,9 +176,14 @@ static int build_quant_tables(int gid) {
     g->nb = malloc(sizeof(uint16_t) * cap);
     if (!g->nb) goto fail;
     g->nb[0] = 0;
-    const int maxd = 4 * (nlev - 1) * (nlev - 1) * dim; /* largest squared distance */
-    int *hist = calloc((size_t)maxd + 1, sizeof(int));
-    if (!hist) goto fail;
+    /* grid values transposed, so that the distances of one point to every grid
+     * entry are computed across entries (int16: squared distances stay < 800) */
+    int16_t *qT = malloc(sizeof(int16_t) * (size_t)n * dim);
+    int16_t *dd = malloc(sizeof(int16_t) * (size_t)n);
+    uint16_t *bucket = malloc(sizeof(uint16_t) * (size_t)n * 3);
+    if (!qT || !dd || !bucket) { free(qT); free(dd); free(bucket); goto fail; }
+    for (int k = 0; k < n; ++k)
+        for (int i = 0; i < dim; ++i) qT[i * n + k] = (int16_t)(2 * g->lev[k * dim + i] + 1);
     for (int u = 0; u < size; ++u) {
         if (g->map[u] != INT32_MIN) continue;
         int pos[8], reach = 1;
@@ -189,35 +193,49 @@ static int build_quant_tables(int gid) {
             pos[i] = 2 * l + 1;
         }
         if (!reach) { g->map[u] = -1; continue; }
-        for (int k = 0; k < n; ++k) {
-            int d = 0;
-            for (int i = 0; i < dim; ++i) {
-                int e = (2 * g->lev[k * dim + i] + 1) - pos[i];
-                d += e * e;
+        for (int k = 0; k < n; ++k) dd[k] = 0;
+        for (int i = 0; i < dim; ++i) {
+            const int16_t p = (int16_t)pos[i], *qi = qT + (size_t)i * n;
+            for (int k = 0; k < n; ++k) {
+                const int16_t e = (int16_t)(qi[k] - p);
+                dd[k] = (int16_t)(dd[k] + e * e);
             }
-            d2[k] = d;
-            hist[d]++;
         }
-        /* the nwant smallest distinct distances; the list is ordered by distance, then index */
-        int keep[8], nk = 0, count = 0;
-        for (int d = 0; d <= maxd && nk < s->nwant; ++d)
-            if (hist[d]) { keep[nk++] = d; count += hist[d]; }
-        for (int k = 0; k < n; ++k) hist[d2[k]] = 0;
+        /* the nwant smallest distinct distances (nwant <= 3) */
+        int keep[3] = {-1, -1, -1}, nk = 0, lo = -1;
+        while (nk < s->nwant) {
+            int16_t m = INT16_MAX;
+            for (int k = 0; k < n; ++k) {
+                const int16_t v = dd[k] > lo ? dd[k] : INT16_MAX;
+                m = v < m ? v : m;
+            }
+            if (m == INT16_MAX) break;
+            keep[nk++] = lo = m;
+        }
+        /* the list: by distance, then by index (ggml's sort of (d2, index) pairs) */
+        int cnt[3] = {0, 0, 0};
+        for (int k = 0; k < n; ++k) {
+            if (dd[k] > lo) continue;
+            const int r = dd[k] == keep[0] ? 0 : dd[k] == keep[1] ? 1 : 2;
+            bucket[r * n + cnt[r]++] = (uint16_t)k;
+        }
+        const int count = cnt[0] + cnt[1] + cnt[2];
         if (used + 1 + (size_t)count > cap) {
             while (used + 1 + (size_t)count > cap) cap *= 2;
             uint16_t *nn = realloc(g->nb, sizeof(uint16_t) * cap);
-            if (!nn) { free(hist); goto fail; }
+            if (!nn) { free(qT); free(dd); free(bucket); goto fail; }
             g->nb = nn;
         }
         g->map[u] = -(int32_t)(1 + used);
         g->nb[used++] = (uint16_t)count;
-        for (int j = 0; j < nk; ++j)
-            for (int k = 0; k < n; ++k)
-                if (d2[k] == keep[j]) g->nb[used++] = (uint16_t)k;
+        for (int r = 0; r < nk; ++r) {
+            memcpy(g->nb + used, bucket + r * n, sizeof(uint16_t) * cnt[r]);
+            used += cnt[r];
+        }
     }
-    free(hist);
-    free(d2);
-    d2 = NULL;
+    free(qT);
+    free(dd);
+    free(bucket);
     g->nbo = calloc(used, (size_t)dim);
     if (!g->nbo) goto fail;
     for (size_t p = 0; p < used;) { /* a list: its count, then its entries */
@@ -237,7 +255,6 @@ static int build_quant_tables(int gid) {
     g->ready = 1;
     return 0;
 fail:
-    free(d2);
     free_quant_tables(g);
     return -1;
 }
