@@ -54,6 +54,7 @@ enum {
  * scalar IEEE operation, so lane l equals the scalar code's value. */
 typedef float v4f __attribute__((vector_size(16)));
 typedef int32_t v4i __attribute__((vector_size(16)));
+typedef int8_t v4c __attribute__((vector_size(4)));
 
 static inline v4f load4(const float *p) { v4f v; memcpy(&v, p, sizeof v); return v; }
 
@@ -541,6 +542,28 @@ static void best_neighbours(const grid_t *g, int dim, int u, const float *xv, co
     for (int l = 0; l < 4; ++l) gi[l] = bi[l];
 }
 
+/* best_neighbours for one scale on an 8-value grid: the terms of the
+ * (value, level) pairs are built across pairs instead of across scales. */
+static int best_neighbour8(const grid_t *g, int u, const float *xv, const float *w, float scale) {
+    float e[64];
+    for (int i = 0; i < 8; ++i)
+        for (int l = 0; l < 4; ++l) { /* level 3 is never used; computing it keeps the loop vectorisable */
+            const float diff = scale * (float)(2 * l + 1) - xv[i];
+            e[8 * i + l] = w[i] * diff * diff;
+        }
+    const size_t off = (size_t)(-g->map[u] - 1);
+    const uint16_t *nb = g->nb + off;
+    const uint8_t *o = g->nbo + 8 * off;
+    float best = FLT_MAX;
+    int gi = 0;
+    for (int j = 1; j <= nb[0]; ++j) {
+        float d2 = 0;
+        for (int i = 0; i < 8; ++i) d2 += e[o[8 * j + i]];
+        if (d2 < best) { best = d2; gi = nb[j]; }
+    }
+    return gi;
+}
+
 /* Levels L[t] (n values) of every group for each of T inverse scales id[t]
  * (scale 1/id[t] for the neighbour search): rounded and clamped as ggml,
  * off-grid groups moved to their best neighbour.  Groups with mask[k] == 0
@@ -551,17 +574,44 @@ static void grid_levels(const grid_t *g, int n, const float *xv, const float *wa
                         const float *scale, const uint8_t *mask, int8_t (*L)[32], uint8_t (*on)[8]) {
     const int dim = g->bits == 3 ? 4 : 8;
     const int kmax1 = (g->bits == 3 ? 8 : 3) - 1;
-    for (int t = 0; t < T; ++t)
-        for (int i = 0; i < n; ++i) { /* element-wise: vectorises */
-            const int l = ws_nearest_int(0.5f * (id[t] * xv[i] - 1));
-            L[t][i] = (int8_t)(l < 0 ? 0 : l > kmax1 ? kmax1 : l);
+    /* levels and packed points of every (trial, group), four values per step:
+     * ws_nearest_int(0.5f*(id*x - 1)) lane-wise, clamped to 0..kmax-1 */
+    int upt[31][8];
+    const v4i zero = {0, 0, 0, 0}, top = {kmax1, kmax1, kmax1, kmax1};
+    for (int t = 0; t < T; ++t) {
+        const float idt = id[t];
+        for (int k = 0; k < n / dim; ++k) {
+            uint32_t word[2] = {0, 0}; /* the group's levels, one byte each */
+            for (int c = 0; c < dim; c += 4) {
+                const v4f a = 0.5f * (idt * load4(xv + dim * k + c) - 1) + 12582912.f;
+                v4i l;
+                memcpy(&l, &a, sizeof l);
+                l = (l & 0x007fffff) - 0x00400000;
+                l = sel4i(l < zero, zero, l);
+                l = sel4i(l > top, top, l);
+                const v4c b = __builtin_convertvector(l, v4c);
+                memcpy(&L[t][dim * k + c], &b, 4);
+                memcpy(&word[c / 4], &b, 4);
+            }
+            /* levels (one per byte, little endian) -> bits-wide fields of the point */
+            if (dim == 4) {
+                const uint32_t w = word[0];
+                upt[t][k] = (int)((w & 7) | ((w >> 5) & 0x38) | ((w >> 10) & 0x1c0) | ((w >> 15) & 0xe00));
+            } else {
+                uint32_t u2[2];
+                for (int h = 0; h < 2; ++h) {
+                    const uint32_t w = word[h];
+                    u2[h] = (w & 3) | ((w >> 6) & 0xc) | ((w >> 12) & 0x30) | ((w >> 18) & 0xc0);
+                }
+                upt[t][k] = (int)(u2[0] | (u2[1] << 8));
+            }
         }
+    }
     for (int k = 0; k < n / dim; ++k) {
         if (mask && !mask[k]) continue;
         int us[31], pend[31], np = 0;
         for (int t = 0; t < T; ++t) {
-            int u = 0;
-            for (int i = 0; i < dim; ++i) u |= L[t][dim * k + i] << (g->bits * i);
+            const int u = upt[t][k];
             const int gi = g->map[u];
             if (on) on[t][k] = gi >= 0;
             us[t] = u;
@@ -583,7 +633,8 @@ static void grid_levels(const grid_t *g, int n, const float *xv, const float *wa
             float sv[4];
             for (int l = 0; l < 4; ++l) sv[l] = scale[lanes[l < nl ? l : 0]];
             int gi[4];
-            best_neighbours(g, dim, u, xv + dim * k, waux + dim * k, load4(sv), gi);
+            if (nl == 1 && dim == 8) gi[0] = best_neighbour8(g, u, xv + 8 * k, waux + 8 * k, sv[0]);
+            else best_neighbours(g, dim, u, xv + dim * k, waux + dim * k, load4(sv), gi);
             for (int l = 0; l < nl; ++l) memcpy(L[lanes[l]] + dim * k, g->lev + dim * gi[l], (size_t)dim);
         }
     }
