@@ -66,9 +66,16 @@ def bench_quantize(x: np.ndarray, im: np.ndarray, repeat: int, names: tuple[str,
         paths = ((im, "imatrix"),) if name in NEEDS_IMATRIX else ((None, "plain"), (im, "imatrix"))
         for imat, label in paths:
             assert np.array_equal(fn(x, imat), ggml_ref.quantize(x, name, imat)), name
-            ours, ratio = _paired(lambda: fn(x, imat), lambda: ggml_ref.quantize(x, name, imat), repeat)  # noqa: B023
+
+            def ours(fn=fn, imat=imat) -> None:
+                fn(x, imat)
+
+            def ref(name=name, imat=imat) -> None:
+                ggml_ref.quantize(x, name, imat)
+
+            ours_s, ratio = _paired(ours, ref, repeat)
             print(
-                f"quantize   {name:8} {label:8} {n / ours / 1e6:9.2f} Melem/s  x{ratio:5.2f} ggml"
+                f"quantize   {name:8} {label:8} {n / ours_s / 1e6:9.2f} Melem/s  x{ratio:5.2f} ggml"
                 f"   (first call incl. tables {setup * 1e3:.0f} ms)"
             )
 

@@ -767,6 +767,29 @@ static inline void subblock_weights(const float *xb, const float *qw, int n, flo
     }
 }
 
+/* A sub-block of the grid types: importance weights w, their square roots
+ * waux, magnitudes xv and sign bytes (see group_signs); returns ggml's
+ * running max of the magnitudes. */
+static inline float prepare_subblock(const float *xb, const float *qw, int n, float sigma2, int plain_sigma,
+                                     int parity, float *w, float *waux, float *xv, uint8_t *signs) {
+    subblock_weights(xb, qw, n, sigma2, plain_sigma, w);
+    for (int i = 0; i < n; ++i) waux[i] = sqrtf(w[i]);
+    group_signs(xb, w, n, parity, xv, signs);
+    float max = xv[0];
+    for (int i = 1; i < n; ++i) max = fmax_c(max, xv[i]);
+    return max;
+}
+
+/* ggml stores only positive sub-block scales: a negative one ("should never
+ * happen" there) is flipped together with the first `count` sign bytes. */
+static inline float positive_scale(float scale, uint8_t *signs, int count, uint8_t mask) {
+    if (scale < 0) {
+        scale = -scale;
+        for (int k = 0; k < count; ++k) signs[k] = (uint8_t)(~signs[k] & mask);
+    }
+    return scale;
+}
+
 /* 4-bit super-block code of a sub-block scale: nearest_int(0.5*(id*s-1)) in 0..15 */
 static inline int scale_code(float id, float s, int top) {
     int l = ws_nearest_int(0.5f * (id * s - 1));
@@ -840,17 +863,10 @@ static void quant_iq3_xxs(const float *x, const float *qw, uint8_t *out) {
         float w[32], waux[32], xv[32];
         uint8_t signs[4];
         int8_t L[32];
-        subblock_weights(xb, qw ? qw + 32 * ib : NULL, 32, sigma2, 0, w);
-        for (int i = 0; i < 32; ++i) waux[i] = sqrtf(w[i]);
-        group_signs(xb, w, 32, 1, xv, signs);
-        float max = xv[0];
-        for (int i = 1; i < 32; ++i) max = fmax_c(max, xv[i]);
+        const float max = prepare_subblock(xb, qw ? qw + 32 * ib : NULL, 32, sigma2, 0, 1, w, waux, xv, signs);
         if (max < GROUP_MAX_EPS_IQ3_XXS) { scales[ib] = 0; continue; }
         float scale = grid_search(g, 32, xv, w, waux, max, max / 15, 15, 0.2f, 1, FINAL_OFFGRID, L);
-        if (scale < 0) {
-            scale = -scale;
-            for (int k = 0; k < 4; ++k) signs[k] = (uint8_t)(~signs[k] & 127);
-        }
+        scale = positive_scale(scale, signs, 4, 127);
         for (int k = 0; k < 8; ++k) q3[8 * ib + k] = (uint8_t)grid_index_of(g, L + 4 * k);
         uint32_t ss = signs[0] | (signs[1] << 7) | (signs[2] << 14) | ((uint32_t)signs[3] << 21);
         memcpy(q3 + 64 + 4 * ib, &ss, 4);
@@ -883,17 +899,10 @@ static void quant_iq3_s(const float *x, const float *qw, uint8_t *out) {
         float w[32], waux[32], xv[32];
         uint8_t signs[4];
         int8_t L[32];
-        subblock_weights(xb, qw ? qw + 32 * ib : NULL, 32, sigma2, 0, w);
-        for (int i = 0; i < 32; ++i) waux[i] = sqrtf(w[i]);
-        group_signs(xb, w, 32, 0, xv, signs);
-        float max = xv[0];
-        for (int i = 1; i < 32; ++i) max = fmax_c(max, xv[i]);
+        const float max = prepare_subblock(xb, qw ? qw + 32 * ib : NULL, 32, sigma2, 0, 0, w, waux, xv, signs);
         if (!max) { scales[ib] = 0; continue; }
         float scale = grid_search(g, 32, xv, w, waux, max, max / 15, 9, 0.2f, 0, FINAL_ALL, L);
-        if (scale < 0) {
-            scale = -scale;
-            for (int k = 0; k < 4; ++k) signs[k] = (uint8_t)~signs[k];
-        }
+        scale = positive_scale(scale, signs, 4, 255);
         for (int k = 0; k < 8; ++k) {
             int gi = grid_index_of(g, L + 4 * k);
             qs[k] = (uint8_t)(gi & 255);
@@ -925,17 +934,10 @@ static void quant_iq2_s(const float *x, const float *qw, uint8_t *out) {
         float w[16], waux[16], xv[16];
         uint8_t signs[2];
         int8_t L[16];
-        subblock_weights(xb, qw ? qw + 16 * ib : NULL, 16, sigma2, 1, w);
-        for (int i = 0; i < 16; ++i) waux[i] = sqrtf(w[i]);
-        group_signs(xb, w, 16, 0, xv, signs);
-        float max = xv[0];
-        for (int i = 1; i < 16; ++i) max = fmax_c(max, xv[i]);
+        const float max = prepare_subblock(xb, qw ? qw + 16 * ib : NULL, 16, sigma2, 1, 0, w, waux, xv, signs);
         if (max < GROUP_MAX_EPS_IQ2_S) { scales[ib] = 0; continue; }
         float scale = grid_search(g, 16, xv, w, waux, max, max / 5, 9, 0.1f, 1, FINAL_OFFGRID, L);
-        if (scale < 0) {
-            scale = -scale;
-            for (int k = 0; k < 2; ++k) signs[k] = (uint8_t)~signs[k];
-        }
+        scale = positive_scale(scale, signs, 2, 255);
         for (int k = 0; k < 2; ++k) {
             int gi = grid_index_of(g, L + 8 * k);
             const int i8 = 2 * ib + k;
@@ -966,20 +968,13 @@ static void quant_iq2_xxs(const float *x, const float *qw, uint8_t *out) {
         float w[32], waux[32], xv[32];
         uint8_t signs[4];
         int8_t L[32];
-        subblock_weights(xb, qw + 32 * ib, 32, sigma2, 0, w);
-        for (int i = 0; i < 32; ++i) waux[i] = sqrtf(w[i]);
-        group_signs(xb, w, 32, 1, xv, signs);
-        float max = xv[0];
-        for (int i = 1; i < 32; ++i) max = fmax_c(max, xv[i]);
+        const float max = prepare_subblock(xb, qw + 32 * ib, 32, sigma2, 0, 1, w, waux, xv, signs);
         if (max < GROUP_MAX_EPS) { scales[ib] = 0; continue; }
         const float scale0 = make_qp_quants(32, 4, xv, w);
         const float eff_max = scale0 * 3;
         if (eff_max <= 0) { scales[ib] = 0; continue; }
         float scale = grid_search(g, 32, xv, w, waux, eff_max, scale0, 6, 0.1f, 1, FINAL_ALWAYS, L);
-        if (scale < 0) {
-            scale = -scale;
-            for (int k = 0; k < 4; ++k) signs[k] = (uint8_t)(~signs[k] & 127);
-        }
+        scale = positive_scale(scale, signs, 4, 127);
         for (int k = 0; k < 4; ++k) {
             q2[2 * ib] |= (uint32_t)grid_index_of(g, L + 8 * k) << 8 * k;
             q2[2 * ib + 1] |= (uint32_t)signs[k] << 7 * k;
@@ -1008,17 +1003,10 @@ static void quant_iq2_xs(const float *x, const float *qw, uint8_t *out) {
         float w[16], waux[16], xv[16];
         uint8_t signs[2];
         int8_t L[16];
-        subblock_weights(xb, qw + 16 * ib, 16, sigma2, 0, w);
-        for (int i = 0; i < 16; ++i) waux[i] = sqrtf(w[i]);
-        group_signs(xb, w, 16, 1, xv, signs);
-        float max = xv[0];
-        for (int i = 1; i < 16; ++i) max = fmax_c(max, xv[i]);
+        const float max = prepare_subblock(xb, qw + 16 * ib, 16, sigma2, 0, 1, w, waux, xv, signs);
         if (max < GROUP_MAX_EPS) { scales[ib] = 0; continue; }
         float scale = grid_search(g, 16, xv, w, waux, max, max / 5, 9, 0.1f, 1, FINAL_OFFGRID, L);
-        if (scale < 0) {
-            scale = -scale;
-            for (int k = 0; k < 2; ++k) signs[k] = (uint8_t)(~signs[k] & 127);
-        }
+        scale = positive_scale(scale, signs, 2, 127);
         for (int k = 0; k < 2; ++k) q2[2 * ib + k] = (uint16_t)(grid_index_of(g, L + 8 * k) | (signs[k] << 9));
         scales[ib] = scale;
         max_scale = fmax_c(max_scale, scale);
