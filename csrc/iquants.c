@@ -796,62 +796,6 @@ static inline int scale_code(float id, float s, int top) {
     return imax_c(0, imin_c(top, l));
 }
 
-/* ggml's make_qp_quants(n, nmax, x, L, w): the start scale of IQ2_XXS */
-static float make_qp_quants(int n, int nmax, const float *x, const float *qw) {
-    uint8_t L[32];
-    float max = 0;
-    for (int i = 0; i < n; ++i) max = fmax_c(max, x[i]);
-    if (max < GROUP_MAX_EPS) return 0.f;
-    float iscale = (float)nmax / max;
-    for (int i = 0; i < n; ++i) L[i] = (uint8_t)ws_nearest_int(iscale * x[i]);
-    float scale = 1 / iscale;
-    float best_mse = 0;
-    for (int i = 0; i < n; ++i) {
-        float diff = x[i] - scale * (float)L[i];
-        best_mse += qw[i] * diff * diff;
-    }
-    for (int is = -4; is <= 4; ++is) {
-        if (is == 0) continue;
-        float iscale_is = (0.1f * (float)is + (float)nmax) / max;
-        float scale_is = 1 / iscale_is;
-        float mse = 0;
-        for (int i = 0; i < n; ++i) {
-            int l = imin_c(nmax, ws_nearest_int(iscale_is * x[i]));
-            float diff = x[i] - scale_is * (float)l;
-            mse += qw[i] * diff * diff;
-        }
-        if (mse < best_mse) { best_mse = mse; iscale = iscale_is; }
-    }
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; ++i) {
-        int l = imin_c(nmax, ws_nearest_int(iscale * x[i]));
-        L[i] = (uint8_t)l;
-        sumlx += qw[i] * x[i] * (float)l;
-        suml2 += qw[i] * (float)l * (float)l;
-    }
-    for (int itry = 0; itry < 5; ++itry) {
-        int n_changed = 0;
-        for (int i = 0; i < n; ++i) {
-            float w = qw[i];
-            float slx = sumlx - w * x[i] * (float)L[i];
-            float sl2 = suml2 - w * (float)L[i] * (float)L[i];
-            if (slx > 0 && sl2 > 0) {
-                int new_l = imin_c(nmax, ws_nearest_int(x[i] * sl2 / slx));
-                if (new_l != L[i]) {
-                    slx += w * x[i] * (float)new_l;
-                    sl2 += w * (float)new_l * (float)new_l;
-                    if (slx * slx * suml2 > sumlx * sumlx * sl2) {
-                        L[i] = (uint8_t)new_l; sumlx = slx; suml2 = sl2;
-                        ++n_changed;
-                    }
-                }
-            }
-        }
-        if (!n_changed) break;
-    }
-    return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
-}
-
 static void quant_iq3_xxs(const float *x, const float *qw, uint8_t *out) {
     const grid_t *g = &GRIDS[G_IQ3XXS];
     const float sigma2 = superblock_sigma2(x, 1);
@@ -970,7 +914,8 @@ static void quant_iq2_xxs(const float *x, const float *qw, uint8_t *out) {
         int8_t L[32];
         const float max = prepare_subblock(xb, qw + 32 * ib, 32, sigma2, 0, 1, w, waux, xv, signs);
         if (max < GROUP_MAX_EPS) { scales[ib] = 0; continue; }
-        const float scale0 = make_qp_quants(32, 4, xv, w);
+        uint8_t Lqp[32];
+        const float scale0 = ws_make_qp_quants(32, 4, xv, Lqp, w); /* the start scale */
         const float eff_max = scale0 * 3;
         if (eff_max <= 0) { scales[ib] = 0; continue; }
         float scale = grid_search(g, 32, xv, w, waux, eff_max, scale0, 6, 0.1f, 1, FINAL_ALWAYS, L);
