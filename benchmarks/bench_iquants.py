@@ -1,17 +1,20 @@
-"""IQ family speed: weightsmith vs ggml's C reference and gguf-py.
+"""IQ family speed: the compiled codecs against ggml's C reference, one thread.
 
-* quantize IQ4_NL / IQ4_XS (with and without an imatrix) against ggml's
-  ``ggml_quantize_chunk`` (single thread, through tests/support/ggml_ref.py), and the
-  grid-search quantizers (IQ3_*, IQ2_*, IQ1_*) on a smaller matrix
-  (``--grid-rows``; ggml's one-time table set-up is done before timing);
-* dequantize every IQ type against gguf-py's numpy ``gguf.quants.dequantize``
-  (the acceptance anchor) and, for reference, ggml's ``to_float``.
+* quantize every IQ type, with and without an importance matrix (IQ2_XXS,
+  IQ2_XS and IQ1_S only with one, as ggml), against ``ggml_quantize_chunk``
+  (tests/support/ggml_ref.py).  IQ4_NL/IQ4_XS run on the full matrix, the grid-search
+  types on its first ``--grid-rows`` rows (they are ~100x slower, in ggml too);
+* dequantize every IQ type against ggml's ``to_float``, both writing into a
+  preallocated float32 buffer.
 
-Same data, one process; medians of several runs; ratio > 1 means weightsmith
-is faster.  Dequantization runs on random blocks with finite scales (speed
-does not depend on the content).
+Same data, one process, one thread.  Each run times ours and ggml's back to
+back (CPU time, ``time.process_time``, so that other processes on a shared
+machine count less); the ratio printed is the median over runs of ggml's
+time / ours (> 1: weightsmith is faster).  Both outputs are checked to be
+identical first.  The one-time set-up (our neighbour tables, ggml's
+``ggml_quantize_init``) is done before timing; ours is printed.
 
-    python benchmarks/bench_iquants.py [--rows 512] [--cols 4096] [--repeat 5]
+    python benchmarks/bench_iquants.py [--rows 256] [--cols 4096] [--grid-rows 32] [--repeat 7]
 """
 
 from __future__ import annotations
@@ -25,87 +28,99 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from gguf import GGMLQuantizationType
-from gguf.quants import dequantize as gguf_dequantize
-
 from support import ggml_ref
 from support.iq_blocks import random_iq_blocks
 from weightsmith.dtypes import ggml_type
 from weightsmith.quant import iquants
 
 NEEDS_IMATRIX = {"IQ2_XXS", "IQ2_XS", "IQ1_S"}
+FAST_TYPES = ("IQ4_NL", "IQ4_XS")
 GRID_TYPES = ("IQ3_XXS", "IQ3_S", "IQ2_S", "IQ2_XXS", "IQ2_XS", "IQ1_S", "IQ1_M")
-DEQ_TYPES = ["IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS"]
+DEQ_TYPES = ("IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ4_NL", "IQ4_XS")
 
 
-def _median_time(fn, repeat: int) -> float:
-    times = []
+def _cpu(fn) -> float:
+    t0 = time.process_time()
+    fn()
+    return time.process_time() - t0
+
+
+def _paired(ours, ref, repeat: int) -> tuple[float, float]:
+    """(median seconds of ours, median over runs of ref time / our time)."""
+    mine, ratios = [], []
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        a, b = _cpu(ours), _cpu(ref)
+        mine.append(a)
+        ratios.append(b / a)
+    return statistics.median(mine), statistics.median(ratios)
 
 
 def bench_quantize(x: np.ndarray, im: np.ndarray, repeat: int, names: tuple[str, ...]) -> None:
     n = x.size
-    print(f"{'type':8} {'op':14} {'weightsmith':>12} {'ggml C':>10} {'ratio':>7}")
     for name in names:
-        paths = (("quantize", None), ("quantize+imat", im))
-        if name in NEEDS_IMATRIX:
-            paths = paths[1:]
-        for label, imat in paths:
-            fn = iquants.QUANTIZE[name]
-            assert np.array_equal(fn(x, imat), ggml_ref.quantize(x, name, imat))
-            ours = _median_time(lambda: fn(x, imat), repeat)  # noqa: B023
-            ref = _median_time(lambda: ggml_ref.quantize(x, name, imat), repeat)  # noqa: B023
+        fn = iquants.QUANTIZE[name]
+        t0 = time.perf_counter()
+        first = fn(x[:1], im)  # builds our neighbour tables (once per process)
+        setup = time.perf_counter() - t0
+        del first
+        paths = ((im, "imatrix"),) if name in NEEDS_IMATRIX else ((None, "plain"), (im, "imatrix"))
+        for imat, label in paths:
+            assert np.array_equal(fn(x, imat), ggml_ref.quantize(x, name, imat)), name
+
+            def ours(fn=fn, imat=imat) -> None:
+                fn(x, imat)
+
+            def ref(name=name, imat=imat) -> None:
+                ggml_ref.quantize(x, name, imat)
+
+            ours_s, ratio = _paired(ours, ref, repeat)
             print(
-                f"{name:8} {label:14} {n / ours / 1e6:12.1f} {n / ref / 1e6:10.1f} {ref / ours:7.2f}"
+                f"quantize   {name:8} {label:8} {n / ours_s / 1e6:9.2f} Melem/s  x{ratio:5.2f} ggml"
+                f"   (first call incl. tables {setup * 1e3:.0f} ms)"
             )
 
 
 def bench_dequantize(n: int, repeat: int) -> None:
     rng = np.random.default_rng(1)
-    print(
-        f"{'type':8} {'weightsmith':>12} {'gguf-py':>10} {'ratio':>7} {'ggml C':>10} {'ratio':>7}"
-    )
     for name in DEQ_TYPES:
-        bs = ggml_type(name).block_size
-        raw = random_iq_blocks(name, n // bs, rng, 0.01)
+        t = ggml_type(name)
+        raw = random_iq_blocks(name, n // t.block_size, rng, 0.01)
+        ours_out = np.empty((n // t.block_size, t.block_size), dtype=np.float32)
+        ref_out = np.empty(n, dtype=np.float32)
+        to_float = ggml_ref._TO_FLOAT(ggml_ref.lib().ggml_get_type_traits(t.id).contents.to_float)
         fn = iquants.DEQUANTIZE[name]
-        qt = GGMLQuantizationType[name]
-        ours_y = fn(raw).reshape(-1)
-        assert np.array_equal(
-            ours_y.view(np.uint32), gguf_dequantize(raw, qt).reshape(-1).view(np.uint32)
-        )
-        ours = _median_time(lambda: fn(raw), repeat)  # noqa: B023
-        gg = _median_time(lambda: gguf_dequantize(raw, qt), repeat)  # noqa: B023
-        c = _median_time(lambda: ggml_ref.dequantize(raw, name, n), repeat)  # noqa: B023
-        print(
-            f"{name:8} {n / ours / 1e6:12.1f} {n / gg / 1e6:10.1f} {gg / ours:7.2f}"
-            f" {n / c / 1e6:10.1f} {c / ours:7.2f}"
-        )
+
+        def ours(fn=fn, raw=raw, out=ours_out) -> None:
+            fn(raw, out=out)
+
+        def ref(tf=to_float, raw=raw, out=ref_out) -> None:
+            tf(raw.ctypes.data, out.ctypes.data, n)
+
+        ours()
+        ref()
+        assert np.array_equal(ours_out.reshape(-1).view(np.uint32), ref_out.view(np.uint32))
+        sec, ratio = _paired(ours, ref, repeat)
+        print(f"dequantize {name:8}          {n / sec / 1e6:9.0f} Melem/s  x{ratio:5.2f} to_float")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", type=int, default=512)
+    ap.add_argument("--rows", type=int, default=256)
     ap.add_argument("--cols", type=int, default=4096)
-    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--grid-rows", type=int, default=32)
+    ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--skip-quantize", action="store_true")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     x = (rng.standard_normal((args.rows, args.cols)) * 0.02).astype(np.float32)
     im = rng.random(args.cols).astype(np.float32) + np.float32(0.1)
     print(
-        f"matrix {args.rows}x{args.cols} f32, median of {args.repeat} runs, Melem/s, single thread"
+        f"f32 matrix {args.rows}x{args.cols} (grid types: first {args.grid_rows} rows),"
+        f" median over {args.repeat} paired runs, one thread, CPU time"
     )
     if not args.skip_quantize:
-        bench_quantize(x, im, args.repeat, ("IQ4_NL", "IQ4_XS"))
-        xg = x[: args.grid_rows]
-        print(f"grid-search types on {xg.shape[0]}x{xg.shape[1]}:")
-        bench_quantize(xg, im, max(1, args.repeat // 2), GRID_TYPES)
+        bench_quantize(x, im, args.repeat, FAST_TYPES)
+        bench_quantize(np.ascontiguousarray(x[: args.grid_rows]), im, args.repeat, GRID_TYPES)
     bench_dequantize(x.size, args.repeat)
 
 

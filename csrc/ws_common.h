@@ -66,4 +66,74 @@ static inline int ws_nearest_int(float fval) {
     return (i & 0x007fffff) - 0x00400000;
 }
 
+/* ggml's make_qp_quants(n, nmax, x, L, qw): non-negative x ~ scale * L with
+ * integer L <= nmax (stored in uint8 L[n]), weights qw; returns the scale.
+ * ggml's float operations in ggml's order (a 9-point scale search, then up
+ * to 5 rounds of single-level moves).  Below 1e-15 (ggml's GROUP_MAX_EPS)
+ * everything is zero. */
+static inline float ws_make_qp_quants(int n, int nmax, const float *x, uint8_t *L, const float *qw) {
+    float max = 0;
+    for (int i = 0; i < n; ++i) max = max > x[i] ? max : x[i];
+    if (max < 1e-15f) {
+        memset(L, 0, (size_t)n);
+        return 0.0f;
+    }
+    float iscale = (float)nmax / max;
+    for (int i = 0; i < n; ++i) L[i] = (uint8_t)ws_nearest_int(iscale * x[i]);
+    const float scale = 1 / iscale;
+    float best_mse = 0;
+    for (int i = 0; i < n; ++i) {
+        const float diff = x[i] - scale * (float)L[i];
+        best_mse += qw[i] * diff * diff;
+    }
+    for (int is = -4; is <= 4; ++is) {
+        if (is == 0) continue;
+        const float iscale_is = (0.1f * (float)is + (float)nmax) / max;
+        const float scale_is = 1 / iscale_is;
+        float mse = 0;
+        for (int i = 0; i < n; ++i) {
+            int l = ws_nearest_int(iscale_is * x[i]);
+            l = l < nmax ? l : nmax;
+            const float diff = x[i] - scale_is * (float)l;
+            mse += qw[i] * diff * diff;
+        }
+        if (mse < best_mse) {
+            best_mse = mse;
+            iscale = iscale_is;
+        }
+    }
+    float sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; ++i) {
+        int l = ws_nearest_int(iscale * x[i]);
+        l = l < nmax ? l : nmax;
+        L[i] = (uint8_t)l;
+        sumlx += qw[i] * x[i] * (float)l;
+        suml2 += qw[i] * (float)l * (float)l;
+    }
+    for (int itry = 0; itry < 5; ++itry) {
+        int n_changed = 0;
+        for (int i = 0; i < n; ++i) {
+            const float w = qw[i];
+            float slx = sumlx - w * x[i] * (float)L[i];
+            float sl2 = suml2 - w * (float)L[i] * (float)L[i];
+            if (slx > 0 && sl2 > 0) {
+                int new_l = ws_nearest_int(x[i] * sl2 / slx);
+                new_l = new_l < nmax ? new_l : nmax;
+                if (new_l != L[i]) {
+                    slx += w * x[i] * (float)new_l;
+                    sl2 += w * (float)new_l * (float)new_l;
+                    if (slx * slx * suml2 > sumlx * sumlx * sl2) {
+                        L[i] = (uint8_t)new_l;
+                        sumlx = slx;
+                        suml2 = sl2;
+                        ++n_changed;
+                    }
+                }
+            }
+        }
+        if (!n_changed) break;
+    }
+    return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
 #endif
