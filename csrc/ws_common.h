@@ -66,4 +66,16 @@ static inline int ws_nearest_int(float fval) {
     return (i & 0x007fffff) - 0x00400000;
 }
 
+/* C's roundf / lroundf to an int: round half away from zero.
+ * x + copysign(0.49999997f, x) then truncation is exact for every float32 in
+ * round-to-nearest-even: a tie n + 0.5 lands on n + 0.99999997, which rounds
+ * up to n + 1, while 0.49999997 itself stays below 1 (floor(x + 0.5) gets that
+ * one wrong).  Branch-free, so loops over it vectorise; |x| < 2**31. */
+static inline int ws_round_away(float x) { return (int)(x + copysignf(0.49999997f, x)); }
+
+/* NaN or +-inf, tested on the bits (vectorises; no floating-point compare). */
+static inline int ws_nonfinite(float x) {
+    return (ws_f32_bits(x) & 0x7f800000u) == 0x7f800000u;
+}
+
 #endif
