@@ -78,4 +78,39 @@ static inline int ws_nonfinite(float x) {
     return (ws_f32_bits(x) & 0x7f800000u) == 0x7f800000u;
 }
 
+/* Any NaN/inf among n values (bit test: vectorises). */
+static inline int ws_any_nonfinite(const float *x, int64_t n) {
+    int bad = 0;
+    for (int64_t j = 0; j < n; ++j) bad |= ws_nonfinite(x[j]);
+    return bad;
+}
+
+/* max |x| of n finite values (n a multiple of 8; +0.0 if all zero).  Taken in
+ * 8 lanes, then across them: for finite values the max does not depend on the
+ * order, so this equals C's sequential `if (amax < fabsf(v)) amax = fabsf(v)`
+ * (or MAX(amax, fabsf(v))), and it vectorises. */
+static inline float ws_absmax(const float *x, int n) {
+    float m[8] = {0};
+    for (int j = 0; j < n; j += 8)
+        for (int k = 0; k < 8; ++k) {
+            const float a = fabsf(x[j + k]);
+            m[k] = a > m[k] ? a : m[k];
+        }
+    float amax = m[0];
+    for (int k = 1; k < 8; ++k) amax = m[k] > amax ? m[k] : amax;
+    return amax;
+}
+
+/* Little-endian fp16 fields at any address. */
+static inline void ws_put_f16(uint8_t *p, float v) {
+    const uint16_t h = ws_f32_to_f16(v);
+    memcpy(p, &h, 2);
+}
+
+static inline float ws_get_f16(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return ws_f16_to_f32(h);
+}
+
 #endif

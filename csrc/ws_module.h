@@ -45,6 +45,20 @@ typedef struct {
     ws_quantize_fn quantize;     /* NULL: no encoder */
 } ws_codec;
 
+/* Encode rows block by block with a per-block function, for the types whose
+ * blocks ignore the importance matrix; a row holding NaN/inf stops it (1). */
+typedef void (*ws_block_fn)(const float *x, uint8_t *y);
+
+static inline int ws_quantize_blocks(const float *src, uint8_t *dst, int64_t nrows, int64_t n,
+                                     int64_t block_size, int64_t type_size, ws_block_fn block) {
+    const int64_t nb = n / block_size;
+    for (int64_t r = 0; r < nrows; ++r, src += n, dst += nb * type_size) {
+        if (ws_any_nonfinite(src, n)) return 1;
+        for (int64_t b = 0; b < nb; ++b) block(src + b * block_size, dst + b * type_size);
+    }
+    return 0;
+}
+
 static const ws_codec *ws_find_codec(const ws_codec *table, const char *name) {
     for (; table->name != NULL; ++table) {
         if (strcmp(table->name, name) == 0) return table;

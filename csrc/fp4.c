@@ -1,0 +1,152 @@
+/* The FP4 (E2M1) ggml types: MXFP4 and NVFP4.
+ *
+ * Both store 4-bit E2M1 codes looked up in kvalues (twice the E2M1 value:
+ * 0, 1, 2, 3, 4, 6, 8, 12 and their negatives; code 8 is -0 -> 0) and a
+ * per-group scale:
+ *
+ *     MXFP4   32 values, 17 B:  e:u8 (E8M0) | qs[16]
+ *             value = kvalues[q] * 2**(e - 128)      (ggml's E8M0 "half")
+ *     NVFP4   64 values, 36 B:  d:u8[4] (UE4M3, one per 16 values) | qs[32]
+ *             value = kvalues[q] * ue4m3(d[s]) / 2
+ *
+ * qs[j] holds element j of the group in its low nibble and element j + group/2
+ * in its high nibble (per 16-value sub-block for NVFP4, whose sub-block s owns
+ * qs[8s:8s+8]).
+ *
+ * Encoding follows quantize_row_mxfp4_ref / quantize_row_nvfp4_ref: the scale
+ * from the group's max |x| (MXFP4: floorf(log2f(amax)) - 2 + 127, with the same
+ * libm log2f as ggml; NVFP4: amax / 6 rounded to UE4M3 by ggml's round-half-up),
+ * then each value takes the first code i minimising fabsf(kvalues[i] * d - x),
+ * the 16-way scan done for all values of a group at once.  ggml ignores the
+ * importance matrix for both types, and so do these kernels.
+ */
+static void fill_tables(void);
+#define WS_MODULE_INIT() fill_tables()
+#include "ws_module.h"
+
+static const int8_t KVALUES[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+static float UE4M3[256]; /* ggml_ue4m3_to_fp32 of every byte, filled at import */
+
+static float ue4m3_to_fp32(uint8_t x) {
+    if (x == 0 || x == 0x7F) return 0.0f;
+    const int exp = (x >> 3) & 0xF, man = x & 0x7;
+    const float raw = exp == 0 ? ldexpf((float)man, -9) : ldexpf(1.0f + (float)man / 8.0f, exp - 7);
+    return raw * 0.5f;
+}
+
+static void fill_tables(void) {
+    for (int i = 0; i < 256; ++i) UE4M3[i] = ue4m3_to_fp32((uint8_t)i);
+}
+
+static uint8_t fp32_to_ue4m3(float x) {
+    if (!(x > 0.0f)) return 0;
+    if (x > 448.0f) x = 448.0f;
+    const uint32_t bits = ws_f32_bits(x);
+    const int fp32_exp = (int)((bits >> 23) & 0xFF) - 127;
+    const int fp32_man = (int)((bits >> 20) & 0x7);
+    int exp = fp32_exp + 7;
+    if (exp <= 0) { /* subnormal: man * 2**-9, man = round(x * 2**9) */
+        int man = (int)(x * 512.0f + 0.5f);
+        if (man > 7) man = 7;
+        return man < 1 ? 0 : (uint8_t)man;
+    }
+    if (exp >= 15) return 0x7E;
+    int man = fp32_man + (int)((bits >> 19) & 1);
+    if (man > 7) {
+        man = 0;
+        if (++exp >= 15) return 0x7E;
+    }
+    return (uint8_t)((exp << 3) | man);
+}
+
+static inline float e8m0_half(uint8_t e) {
+    return ws_bits_f32(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
+}
+
+/* best_index_mxfp4 for the n (<= 32) values of a group: code by code over all
+ * values, keeping the first strict improvement -- ggml's scan order per value. */
+static inline void best_codes(const float *x, int n, float d, uint8_t *best) {
+    float best_err[32];
+    for (int j = 0; j < n; ++j) {
+        best_err[j] = fabsf((float)KVALUES[0] * d - x[j]);
+        best[j] = 0;
+    }
+    for (int i = 1; i < 16; ++i) {
+        const float kd = (float)KVALUES[i] * d;
+        for (int j = 0; j < n; ++j) {
+            const float err = fabsf(kd - x[j]);
+            const int better = err < best_err[j];
+            best_err[j] = better ? err : best_err[j];
+            best[j] = better ? (uint8_t)i : best[j];
+        }
+    }
+}
+
+static void pack_codes(const uint8_t *q, int n, uint8_t *qs) {
+    for (int j = 0; j < n / 2; ++j) qs[j] = (uint8_t)(q[j] | (q[j + n / 2] << 4));
+}
+
+static void ref_mxfp4(const float *x, uint8_t *y) {
+    const float amax = ws_absmax(x, 32);
+    /* the float converts through int; its low byte lands in the uint8 */
+    const uint8_t e = amax > 0.0f ? (uint8_t)(int)(floorf(log2f(amax)) - 2 + 127) : 0;
+    uint8_t q[32];
+    best_codes(x, 32, e8m0_half(e), q);
+    y[0] = e;
+    pack_codes(q, 32, y + 1);
+}
+
+static void ref_nvfp4(const float *x, uint8_t *y) {
+    for (int s = 0; s < 4; ++s) {
+        const float *xb = x + 16 * s;
+        const uint8_t ue = fp32_to_ue4m3(ws_absmax(xb, 16) / 6.0f);
+        uint8_t q[16];
+        best_codes(xb, 16, UE4M3[ue], q);
+        y[s] = ue;
+        pack_codes(q, 16, y + 4 + 8 * s);
+    }
+}
+
+static void dequantize_mxfp4(const uint8_t *src, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i, src += 17, y += 32) {
+        const float d = e8m0_half(src[0]);
+        for (int j = 0; j < 16; ++j) {
+            y[j] = (float)KVALUES[src[1 + j] & 0x0F] * d;
+            y[j + 16] = (float)KVALUES[src[1 + j] >> 4] * d;
+        }
+    }
+}
+
+static void dequantize_nvfp4(const uint8_t *src, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; ++i, src += 36) {
+        for (int s = 0; s < 4; ++s, y += 16) {
+            const float d = UE4M3[src[s]];
+            const uint8_t *qs = src + 4 + 8 * s;
+            for (int j = 0; j < 8; ++j) {
+                y[j] = (float)KVALUES[qs[j] & 0x0F] * d;
+                y[j + 8] = (float)KVALUES[qs[j] >> 4] * d;
+            }
+        }
+    }
+}
+
+static int quantize_mxfp4(const float *src, uint8_t *dst, int64_t nrows, int64_t n,
+                          const float *imatrix) {
+    (void)imatrix; /* ggml ignores it */
+    return ws_quantize_blocks(src, dst, nrows, n, 32, 17, ref_mxfp4);
+}
+
+static int quantize_nvfp4(const float *src, uint8_t *dst, int64_t nrows, int64_t n,
+                          const float *imatrix) {
+    (void)imatrix; /* ggml ignores it */
+    return ws_quantize_blocks(src, dst, nrows, n, 64, 36, ref_nvfp4);
+}
+
+static const ws_codec WS_CODECS[] = {
+    {"MXFP4", 32, 17, dequantize_mxfp4, quantize_mxfp4},
+    {"NVFP4", 64, 36, dequantize_nvfp4, quantize_nvfp4},
+    {NULL, 0, 0, NULL, NULL},
+};
+
+WS_CODEC_MODULE(fp4, "Kernels of the FP4 ggml types (MXFP4, NVFP4).")
