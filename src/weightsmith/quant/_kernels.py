@@ -47,6 +47,7 @@ def _encoder(kernels: ModuleType, name: str, type_size: int, block_size: int):
         return out
 
     quantize.fills_out = True  # type: ignore[attr-defined]
+    quantize.checks_finite = True  # type: ignore[attr-defined]  # the kernel refuses NaN/inf
     quantize.__name__ = f"quantize_{name.lower()}"
     return quantize
 
