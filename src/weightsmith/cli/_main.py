@@ -10,6 +10,7 @@ exit 1; ``--debug`` adds the traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -25,9 +26,19 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 
+def _formatter(prog: str) -> argparse.HelpFormatter:
+    """argparse's formatter with the width given: without it, argparse imports shutil
+    (and with it bz2 and lzma) on every start, a large part of ``--help``'s time."""
+    try:
+        width = int(os.environ.get("COLUMNS", "")) or os.get_terminal_size().columns
+    except (ValueError, OSError):
+        width = 80
+    return argparse.HelpFormatter(prog, width=width - 2)
+
+
 def _common() -> argparse.ArgumentParser:
     # default=SUPPRESS lets the flags go before or after the subcommand name
-    p = argparse.ArgumentParser(add_help=False)
+    p = argparse.ArgumentParser(add_help=False, formatter_class=_formatter)
     p.add_argument(
         "--debug",
         action="store_true",
@@ -50,12 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
         prog="weightsmith",
         description="Read, validate, write, quantize and convert safetensors and GGUF files.",
         parents=[common],
+        formatter_class=_formatter,
     )
     parser.add_argument("--version", action="version", version=f"weightsmith {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def add(name: str, help: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=help, description=help, parents=[common])
+        return sub.add_parser(
+            name, help=help, description=help, parents=[common], formatter_class=_formatter
+        )
 
     p = add("demo", "write a small Llama-shaped checkpoint, show its header, load it back")
     p.add_argument(
