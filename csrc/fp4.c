@@ -28,7 +28,7 @@ static const int8_t KVALUES[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -
 
 static float UE4M3[256]; /* ggml_ue4m3_to_fp32 of every byte, filled at import */
 
-static float ue4m3_to_fp32(uint8_t x) {
+WS_INLINE float ue4m3_to_fp32(uint8_t x) {
     if (x == 0 || x == 0x7F) return 0.0f;
     const int exp = (x >> 3) & 0xF, man = x & 0x7;
     const float raw = exp == 0 ? ldexpf((float)man, -9) : ldexpf(1.0f + (float)man / 8.0f, exp - 7);
@@ -39,7 +39,7 @@ static void fill_tables(void) {
     for (int i = 0; i < 256; ++i) UE4M3[i] = ue4m3_to_fp32((uint8_t)i);
 }
 
-static uint8_t fp32_to_ue4m3(float x) {
+WS_INLINE uint8_t fp32_to_ue4m3(float x) {
     if (!(x > 0.0f)) return 0;
     if (x > 448.0f) x = 448.0f;
     const uint32_t bits = ws_f32_bits(x);
@@ -65,29 +65,33 @@ static inline float e8m0_half(uint8_t e) {
 }
 
 /* best_index_mxfp4 for the n (<= 32) values of a group: code by code over all
- * values, keeping the first strict improvement -- ggml's scan order per value. */
-static inline void best_codes(const float *x, int n, float d, uint8_t *best) {
+ * values, keeping the first strict improvement -- ggml's scan order per value.
+ * The selects are integer masks (int32 lanes like the floats'), so gcc
+ * vectorises the loop across the group's values. */
+static inline void best_codes(const float *restrict x, int n, float d, uint8_t *restrict out) {
     float best_err[32];
+    int32_t best[32];
     for (int j = 0; j < n; ++j) {
         best_err[j] = fabsf((float)KVALUES[0] * d - x[j]);
         best[j] = 0;
     }
-    for (int i = 1; i < 16; ++i) {
+    for (int32_t i = 1; i < 16; ++i) {
         const float kd = (float)KVALUES[i] * d;
         for (int j = 0; j < n; ++j) {
             const float err = fabsf(kd - x[j]);
-            const int better = err < best_err[j];
-            best_err[j] = better ? err : best_err[j];
-            best[j] = better ? (uint8_t)i : best[j];
+            const int32_t better = -(int32_t)(err < best_err[j]);
+            best_err[j] = err < best_err[j] ? err : best_err[j];
+            best[j] = (best[j] & ~better) | (i & better);
         }
     }
+    for (int j = 0; j < n; ++j) out[j] = (uint8_t)best[j];
 }
 
-static void pack_codes(const uint8_t *q, int n, uint8_t *qs) {
+WS_INLINE void pack_codes(const uint8_t *restrict q, int n, uint8_t *restrict qs) {
     for (int j = 0; j < n / 2; ++j) qs[j] = (uint8_t)(q[j] | (q[j + n / 2] << 4));
 }
 
-static void ref_mxfp4(const float *x, uint8_t *y) {
+WS_INLINE void ref_mxfp4(const float *restrict x, uint8_t *restrict y) {
     const float amax = ws_absmax(x, 32);
     /* the float converts through int; its low byte lands in the uint8 */
     const uint8_t e = amax > 0.0f ? (uint8_t)(int)(floorf(log2f(amax)) - 2 + 127) : 0;
@@ -97,7 +101,7 @@ static void ref_mxfp4(const float *x, uint8_t *y) {
     pack_codes(q, 32, y + 1);
 }
 
-static void ref_nvfp4(const float *x, uint8_t *y) {
+WS_INLINE void ref_nvfp4(const float *restrict x, uint8_t *restrict y) {
     for (int s = 0; s < 4; ++s) {
         const float *xb = x + 16 * s;
         const uint8_t ue = fp32_to_ue4m3(ws_absmax(xb, 16) / 6.0f);
@@ -108,7 +112,7 @@ static void ref_nvfp4(const float *x, uint8_t *y) {
     }
 }
 
-static void dequantize_mxfp4(const uint8_t *src, float *y, int64_t nb) {
+WS_DISPATCH static void dequantize_mxfp4(const uint8_t *restrict src, float *restrict y, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, src += 17, y += 32) {
         const float d = e8m0_half(src[0]);
         for (int j = 0; j < 16; ++j) {
@@ -118,7 +122,7 @@ static void dequantize_mxfp4(const uint8_t *src, float *y, int64_t nb) {
     }
 }
 
-static void dequantize_nvfp4(const uint8_t *src, float *y, int64_t nb) {
+WS_DISPATCH static void dequantize_nvfp4(const uint8_t *restrict src, float *restrict y, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, src += 36) {
         for (int s = 0; s < 4; ++s, y += 16) {
             const float d = UE4M3[src[s]];
@@ -131,13 +135,13 @@ static void dequantize_nvfp4(const uint8_t *src, float *y, int64_t nb) {
     }
 }
 
-static int quantize_mxfp4(const float *src, uint8_t *dst, int64_t nrows, int64_t n,
+WS_DISPATCH static int quantize_mxfp4(const float *restrict src, uint8_t *restrict dst, int64_t nrows, int64_t n,
                           const float *imatrix) {
     (void)imatrix; /* ggml ignores it */
     return ws_quantize_blocks(src, dst, nrows, n, 32, 17, ref_mxfp4);
 }
 
-static int quantize_nvfp4(const float *src, uint8_t *dst, int64_t nrows, int64_t n,
+WS_DISPATCH static int quantize_nvfp4(const float *restrict src, uint8_t *restrict dst, int64_t nrows, int64_t n,
                           const float *imatrix) {
     (void)imatrix; /* ggml ignores it */
     return ws_quantize_blocks(src, dst, nrows, n, 64, 36, ref_nvfp4);

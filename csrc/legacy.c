@@ -33,11 +33,10 @@
 #include "ws_module.h"
 
 #define QK 32
-#define LANES 8
 
 /* ------------------------------------------------------------------ decode */
 
-static void dequantize_q4_0(const uint8_t *src, float *dst, int64_t nb) {
+WS_DISPATCH static void dequantize_q4_0(const uint8_t *restrict src, float *restrict dst, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, src += 18, dst += QK) {
         const float d = ws_get_f16(src);
         const uint8_t *qs = src + 2;
@@ -48,7 +47,7 @@ static void dequantize_q4_0(const uint8_t *src, float *dst, int64_t nb) {
     }
 }
 
-static void dequantize_q4_1(const uint8_t *src, float *dst, int64_t nb) {
+WS_DISPATCH static void dequantize_q4_1(const uint8_t *restrict src, float *restrict dst, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, src += 20, dst += QK) {
         const float d = ws_get_f16(src), m = ws_get_f16(src + 2);
         const uint8_t *qs = src + 4;
@@ -59,7 +58,7 @@ static void dequantize_q4_1(const uint8_t *src, float *dst, int64_t nb) {
     }
 }
 
-static void dequantize_q5_0(const uint8_t *src, float *dst, int64_t nb) {
+WS_DISPATCH static void dequantize_q5_0(const uint8_t *restrict src, float *restrict dst, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, src += 22, dst += QK) {
         const float d = ws_get_f16(src);
         uint32_t qh;
@@ -73,7 +72,7 @@ static void dequantize_q5_0(const uint8_t *src, float *dst, int64_t nb) {
     }
 }
 
-static void dequantize_q5_1(const uint8_t *src, float *dst, int64_t nb) {
+WS_DISPATCH static void dequantize_q5_1(const uint8_t *restrict src, float *restrict dst, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, src += 24, dst += QK) {
         const float d = ws_get_f16(src), m = ws_get_f16(src + 2);
         uint32_t qh;
@@ -87,7 +86,7 @@ static void dequantize_q5_1(const uint8_t *src, float *dst, int64_t nb) {
     }
 }
 
-static inline void dequantize_q8(const uint8_t *src, float *dst, int64_t nb, int size, int off) {
+static inline void dequantize_q8(const uint8_t *restrict src, float *restrict dst, int64_t nb, int size, int off) {
     for (int64_t i = 0; i < nb; ++i, src += size, dst += QK) {
         const float d = ws_get_f16(src);
         const int8_t *qs = (const int8_t *)(src + off);
@@ -95,44 +94,81 @@ static inline void dequantize_q8(const uint8_t *src, float *dst, int64_t nb, int
     }
 }
 
-static void dequantize_q8_0(const uint8_t *src, float *dst, int64_t nb) {
+WS_DISPATCH static void dequantize_q8_0(const uint8_t *restrict src, float *restrict dst, int64_t nb) {
     dequantize_q8(src, dst, nb, 34, 2);
 }
 
-static void dequantize_q8_1(const uint8_t *src, float *dst, int64_t nb) {
+WS_DISPATCH static void dequantize_q8_1(const uint8_t *restrict src, float *restrict dst, int64_t nb) {
     dequantize_q8(src, dst, nb, 36, 4);
 }
 
-/* ------------------------------------------------------------------ block extremes */
+/* ------------------------------------------------------------------ block helpers
+ *
+ * A block is four 8-lane vectors (GCC vector extensions: SSE2 pairs on the
+ * baseline, one AVX2 register in the AVX2 clone).  Only element-wise
+ * operations, maxima/minima and ORs cross lanes -- never a float sum -- so each
+ * value is computed exactly as ggml's scalar loop computes it. */
+
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef uint8_t v8u8 __attribute__((vector_size(8)));
+
+WS_INLINE v8f load8(const float *p) {
+    v8f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+WS_INLINE v8f vsel(v8i m, v8f a, v8f b) { return (v8f)((m & (v8i)a) | (~m & (v8i)b)); }
+WS_INLINE v8f vmax(v8f a, v8f b) { return vsel(a > b, a, b); }
+WS_INLINE v8f vmin(v8f a, v8f b) { return vsel(a < b, a, b); }
+WS_INLINE v8f vabs(v8f a) { return (v8f)((v8i)a & 0x7fffffff); }
+WS_INLINE int any8(v8i m) {
+    int r = 0;
+    for (int k = 0; k < 8; ++k) r |= m[k];
+    return r != 0;
+}
+
+typedef struct {
+    v8f v[4];
+} block32;
+
+WS_INLINE block32 load_block(const float *x) {
+    block32 b;
+    for (int k = 0; k < 4; ++k) b.v[k] = load8(x + 8 * k);
+    return b;
+}
+
+/* max |x| of a block (+0.0 if all zero): order-independent for finite values. */
+WS_INLINE float block_absmax(const block32 *b) {
+    const v8f m = vmax(vmax(vabs(b->v[0]), vabs(b->v[1])), vmax(vabs(b->v[2]), vabs(b->v[3])));
+    float amax = m[0];
+    for (int k = 1; k < 8; ++k) amax = m[k] > amax ? m[k] : amax;
+    return amax;
+}
 
 /* quantize_row_q4_0_ref's `max`: the first value whose |v| is the largest
  * (`if (amax < fabsf(v))` keeps the first), +0.0 for an all-zero block. */
-static inline float block_signed_absmax(const float *x) {
-    const float amax = ws_absmax(x, QK);
+WS_INLINE float block_signed_absmax(const block32 *b, const float *x) {
+    const float amax = block_absmax(b);
     if (amax == 0.0f) return 0.0f;
-    int pos = 0, neg = 0;
-    for (int j = 0; j < QK; ++j) {
-        pos |= x[j] == amax;
-        neg |= x[j] == -amax;
+    v8i pos = {0}, neg = {0};
+    for (int k = 0; k < 4; ++k) {
+        pos |= b->v[k] == amax;
+        neg |= b->v[k] == -amax;
     }
-    if (!(pos && neg)) return pos ? amax : -amax;
-    for (int j = 0;; ++j)  /* both signs: the first one wins */
+    const int p = any8(pos), n = any8(neg);
+    if (!(p && n)) return p ? amax : -amax;
+    for (int j = 0;; ++j) /* both signs: the first one wins */
         if (fabsf(x[j]) == amax) return x[j];
 }
 
 /* `if (v < min) min = v; if (v > max) max = v;` from FLT_MAX / -FLT_MAX.  Only
  * the sign of a zero extreme depends on the order: it is that of the first zero. */
-static inline void block_min_max(const float *x, float *mn_out, float *mx_out) {
-    float lo[LANES], hi[LANES];
-    for (int k = 0; k < LANES; ++k) lo[k] = FLT_MAX, hi[k] = -FLT_MAX;
-    for (int j = 0; j < QK; j += LANES)
-        for (int k = 0; k < LANES; ++k) {
-            const float v = x[j + k];
-            lo[k] = v < lo[k] ? v : lo[k];
-            hi[k] = v > hi[k] ? v : hi[k];
-        }
-    float mn = lo[0], mx = hi[0];
-    for (int k = 1; k < LANES; ++k) {
+WS_INLINE void block_min_max(const block32 *b, const float *x, float *mn_out, float *mx_out) {
+    const v8f lo = vmin(vmin(b->v[0], b->v[1]), vmin(b->v[2], b->v[3]));
+    const v8f hi = vmax(vmax(b->v[0], b->v[1]), vmax(b->v[2], b->v[3]));
+    float mn = FLT_MAX, mx = -FLT_MAX;
+    for (int k = 0; k < 8; ++k) {
         mn = lo[k] < mn ? lo[k] : mn;
         mx = hi[k] > mx ? hi[k] : mx;
     }
@@ -150,78 +186,106 @@ static inline void block_min_max(const float *x, float *mn_out, float *mx_out) {
     *mx_out = mx;
 }
 
-static inline void put_nibbles(uint8_t *qs, const uint8_t *q) {
-    for (int j = 0; j < 16; ++j) qs[j] = (uint8_t)((q[j] & 0x0F) | ((q[j + 16] & 0x0F) << 4));
+/* qs: code j in the low nibble, code j + 16 in the high one. */
+WS_INLINE void put_nibbles(uint8_t *qs, const v8i q[4]) {
+    for (int k = 0; k < 2; ++k) {
+        const v8u8 c = __builtin_convertvector((q[k] & 15) | ((q[k + 2] & 15) << 4), v8u8);
+        memcpy(qs + 8 * k, &c, 8);
+    }
 }
 
-static inline void put_high_bits(uint8_t *p, const uint8_t *q) {
+/* qh: bit j = the fifth bit of code j. */
+WS_INLINE void put_high_bits(uint8_t *p, const v8i q[4]) {
+    static const v8i lane = {0, 1, 2, 3, 4, 5, 6, 7};
+    v8i bits = {0};
+    for (int k = 0; k < 4; ++k) bits |= ((q[k] >> 4) & 1) << (lane + 8 * k);
     uint32_t qh = 0;
-    for (int j = 0; j < QK; ++j) qh |= (uint32_t)((q[j] >> 4) & 1) << j;
+    for (int k = 0; k < 8; ++k) qh |= (uint32_t)bits[k];
     memcpy(p, &qh, 4);
+}
+
+/* Levels of an imatrix search (uint8 [32]) as the vectors the packers take. */
+WS_INLINE void levels(const uint8_t *L, v8i q[4]) {
+    for (int k = 0; k < 4; ++k) {
+        v8u8 c;
+        memcpy(&c, L + 8 * k, 8);
+        q[k] = __builtin_convertvector(c, v8i);
+    }
 }
 
 /* ------------------------------------------------------------------ reference encoders */
 
 /* q = MIN(top, (int)(x * id + add)): the symmetric types' codes. */
-static inline void codes_sym(const float *x, float id, float add, int top, uint8_t *q) {
-    for (int j = 0; j < QK; ++j) {
-        const int t = (int)(x[j] * id + add);
-        q[j] = (uint8_t)(t < top ? t : top);
+WS_INLINE void codes_sym(const block32 *b, float id, float add, int top, v8i q[4]) {
+    for (int k = 0; k < 4; ++k) {
+        const v8i t = __builtin_convertvector(b->v[k] * id + add, v8i);
+        const v8i m = t < top;
+        q[k] = (t & m) | (top & ~m);
     }
 }
 
 /* q = MIN(top, (int)((x - min) * id + 0.5f)); top < 0: no clamp (Q5_1). */
-static inline void codes_asym(const float *x, float mn, float id, int top, uint8_t *q) {
-    for (int j = 0; j < QK; ++j) {
-        const int t = (int)((x[j] - mn) * id + 0.5f);
-        q[j] = (uint8_t)(top < 0 || t < top ? t : top);
+WS_INLINE void codes_asym(const block32 *b, float mn, float id, int top, v8i q[4]) {
+    for (int k = 0; k < 4; ++k) {
+        const v8i t = __builtin_convertvector((b->v[k] - mn) * id + 0.5f, v8i);
+        if (top < 0) {
+            q[k] = t;
+        } else {
+            const v8i m = t < top;
+            q[k] = (t & m) | (top & ~m);
+        }
     }
 }
 
 static inline float inv_or_zero(float d) { return d != 0.0f ? 1.0f / d : 0.0f; }
 
-static void ref_q4_0(const float *x, uint8_t *y) {
-    const float d = block_signed_absmax(x) / -8;
-    uint8_t q[QK];
-    codes_sym(x, inv_or_zero(d), 8.5f, 15, q);
+WS_INLINE void ref_q4_0(const float *restrict x, uint8_t *restrict y) {
+    const block32 b = load_block(x);
+    const float d = block_signed_absmax(&b, x) / -8;
+    v8i q[4];
+    codes_sym(&b, inv_or_zero(d), 8.5f, 15, q);
     ws_put_f16(y, d);
     put_nibbles(y + 2, q);
 }
 
-static void ref_q4_1(const float *x, uint8_t *y) {
+WS_INLINE void ref_q4_1(const float *restrict x, uint8_t *restrict y) {
+    const block32 b = load_block(x);
     float mn, mx;
-    block_min_max(x, &mn, &mx);
+    block_min_max(&b, x, &mn, &mx);
     const float d = (mx - mn) / 15;
-    uint8_t q[QK];
-    codes_asym(x, mn, inv_or_zero(d), 15, q);
+    v8i q[4];
+    codes_asym(&b, mn, inv_or_zero(d), 15, q);
     ws_put_f16(y, d);
     ws_put_f16(y + 2, mn);
     put_nibbles(y + 4, q);
 }
 
-static void ref_q5_0(const float *x, uint8_t *y) {
-    const float d = block_signed_absmax(x) / -16;
-    uint8_t q[QK];
-    codes_sym(x, inv_or_zero(d), 16.5f, 31, q);
+WS_INLINE void ref_q5_0(const float *restrict x, uint8_t *restrict y) {
+    const block32 b = load_block(x);
+    const float d = block_signed_absmax(&b, x) / -16;
+    v8i q[4];
+    codes_sym(&b, inv_or_zero(d), 16.5f, 31, q);
     ws_put_f16(y, d);
     put_high_bits(y + 2, q);
     put_nibbles(y + 6, q);
 }
 
-static void ref_q5_1(const float *x, uint8_t *y) {
+WS_INLINE void ref_q5_1(const float *restrict x, uint8_t *restrict y) {
+    const block32 b = load_block(x);
     float mn, mx;
-    block_min_max(x, &mn, &mx);
+    block_min_max(&b, x, &mn, &mx);
     const float d = (mx - mn) / 31;
-    uint8_t q[QK];
-    codes_asym(x, mn, inv_or_zero(d), -1, q);
+    v8i q[4];
+    codes_asym(&b, mn, inv_or_zero(d), -1, q); /* ggml has no clamp here */
     ws_put_f16(y, d);
     ws_put_f16(y + 2, mn);
     put_high_bits(y + 4, q);
     put_nibbles(y + 8, q);
 }
 
-static void ref_q8_0(const float *x, uint8_t *y) {
-    const float d = ws_absmax(x, QK) / 127;
+WS_INLINE void ref_q8_0(const float *restrict x, uint8_t *restrict y) {
+    const block32 b = load_block(x);
+    const float d = block_absmax(&b) / 127;
     const float id = inv_or_zero(d);
     ws_put_f16(y, d);
     int8_t *qs = (int8_t *)(y + 2);
@@ -231,7 +295,7 @@ static void ref_q8_0(const float *x, uint8_t *y) {
 /* ------------------------------------------------------------------ imatrix searches */
 
 /* make_qx_quants(n, nmax, x, L, rmse_type = 1, qw) with weights: L[i] in 0 .. 2*nmax-1. */
-static float make_qx_quants(int n, int nmax, const float *x, uint8_t *L, const float *qw) {
+WS_INLINE float make_qx_quants(int n, int nmax, const float *x, uint8_t *L, const float *qw) {
     float max = 0, amax = 0;
     for (int i = 0; i < n; ++i) {
         const float ax = fabsf(x[i]);
@@ -279,7 +343,7 @@ static float make_qx_quants(int n, int nmax, const float *x, uint8_t *L, const f
 
 /* make_qkx3_quants(n, nmax, x, weights, L, &the_min, Laux, rmin, rdelta, nstep,
  * use_mad = false) with weights. */
-static float make_qkx3_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L,
+WS_INLINE float make_qkx3_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L,
                               float *the_min, float rmin, float rdelta, int nstep) {
     uint8_t Laux[QK];
     float min = x[0], max = x[0];
@@ -345,61 +409,70 @@ static float make_qkx3_quants(int n, int nmax, const float *x, const float *weig
 }
 
 /* quantize_row_*_impl's weights of one block: qw[j] * sqrtf(sigma2 + x[j]*x[j]). */
-static inline void block_weights(const float *x, const float *qw, float sigma2, float *w) {
+static inline void block_weights(const float *restrict x, const float *restrict qw, float sigma2,
+                                 float *restrict w) {
     for (int j = 0; j < QK; ++j) w[j] = qw[j] * sqrtf(sigma2 + x[j] * x[j]);
 }
 
 /* sum_x2 / n_per_row, summed in index order as the C loop does. */
-static float row_sigma2(const float *x, int64_t n) {
+WS_INLINE float row_sigma2(const float *x, int64_t n) {
     float s = 0;
     for (int64_t j = 0; j < n; ++j) s += x[j] * x[j];
     return s / n;
 }
 
-static void imatrix_q4_0(const float *x, uint8_t *y, const float *qw, float sigma2) {
+WS_INLINE void imatrix_q4_0(const float *x, uint8_t *y, const float *qw, float sigma2) {
     float w[QK];
     uint8_t L[QK];
+    v8i q[4];
     block_weights(x, qw, sigma2, w);
     ws_put_f16(y, make_qx_quants(QK, 8, x, L, w));
-    put_nibbles(y + 2, L);
+    levels(L, q);
+    put_nibbles(y + 2, q);
 }
 
-static void imatrix_q5_0(const float *x, uint8_t *y, const float *qw, float sigma2) {
+WS_INLINE void imatrix_q5_0(const float *x, uint8_t *y, const float *qw, float sigma2) {
     float w[QK];
     uint8_t L[QK];
+    v8i q[4];
     block_weights(x, qw, sigma2, w);
     ws_put_f16(y, make_qx_quants(QK, 16, x, L, w));
-    put_high_bits(y + 2, L);
-    put_nibbles(y + 6, L);
+    levels(L, q);
+    put_high_bits(y + 2, q);
+    put_nibbles(y + 6, q);
 }
 
-static void imatrix_q4_1(const float *x, uint8_t *y, const float *qw, float sigma2) {
+WS_INLINE void imatrix_q4_1(const float *x, uint8_t *y, const float *qw, float sigma2) {
     float w[QK], min;
     uint8_t L[QK];
+    v8i q[4];
     block_weights(x, qw, sigma2, w);
     const float d = make_qkx3_quants(QK, 15, x, w, L, &min, -0.9f, 0.05f, 36);
     ws_put_f16(y, d);
     ws_put_f16(y + 2, -min);
-    put_nibbles(y + 4, L);
+    levels(L, q);
+    put_nibbles(y + 4, q);
 }
 
-static void imatrix_q5_1(const float *x, uint8_t *y, const float *qw, float sigma2) {
+WS_INLINE void imatrix_q5_1(const float *x, uint8_t *y, const float *qw, float sigma2) {
     float w[QK], min;
     uint8_t L[QK];
+    v8i q[4];
     block_weights(x, qw, sigma2, w);
     const float d = make_qkx3_quants(QK, 31, x, w, L, &min, -0.9f, 0.05f, 36);
     ws_put_f16(y, d);
     ws_put_f16(y + 2, -min);
-    put_high_bits(y + 4, L);
-    put_nibbles(y + 8, L);
+    levels(L, q);
+    put_high_bits(y + 4, q);
+    put_nibbles(y + 8, q);
 }
 
 /* ------------------------------------------------------------------ row drivers */
 
-typedef void (*ref_fn)(const float *x, uint8_t *y);
+typedef void (*ref_fn)(const float *restrict x, uint8_t *restrict y);
 typedef void (*imatrix_fn)(const float *x, uint8_t *y, const float *qw, float sigma2);
 
-static inline int quantize_rows(const float *src, uint8_t *dst, int64_t nrows, int64_t n,
+WS_INLINE int quantize_rows(const float *restrict src, uint8_t *restrict dst, int64_t nrows, int64_t n,
                                 const float *imatrix, int size, ref_fn ref, imatrix_fn imp) {
     const int64_t nb = n / QK;
     for (int64_t r = 0; r < nrows; ++r, src += n, dst += nb * size) {
@@ -416,7 +489,7 @@ static inline int quantize_rows(const float *src, uint8_t *dst, int64_t nrows, i
 }
 
 #define QUANTIZER(fname, size, ref, imp)                                                \
-    static int fname(const float *src, uint8_t *dst, int64_t nrows, int64_t n,          \
+    WS_DISPATCH static int fname(const float *restrict src, uint8_t *restrict dst, int64_t nrows, int64_t n,          \
                      const float *imatrix) {                                             \
         return quantize_rows(src, dst, nrows, n, imatrix, size, ref, imp);              \
     }

@@ -10,7 +10,7 @@
 #include "ws_module.h"
 
 #define DECODE_CAST(fname, ctype)                                                  \
-    static void fname(const uint8_t *src, float *dst, int64_t n) {                \
+    WS_DISPATCH static void fname(const uint8_t *restrict src, float *restrict dst, int64_t n) {                \
         for (int64_t i = 0; i < n; ++i) {                                          \
             ctype v;                                                               \
             memcpy(&v, src + i * (int64_t)sizeof(ctype), sizeof(ctype));           \
@@ -25,7 +25,7 @@ DECODE_CAST(dequantize_i16, int16_t)
 DECODE_CAST(dequantize_i32, int32_t)
 DECODE_CAST(dequantize_i64, int64_t)
 
-static void dequantize_f16(const uint8_t *src, float *dst, int64_t n) {
+WS_DISPATCH static void dequantize_f16(const uint8_t *restrict src, float *restrict dst, int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
         uint16_t h;
         memcpy(&h, src + 2 * i, 2);
@@ -33,7 +33,7 @@ static void dequantize_f16(const uint8_t *src, float *dst, int64_t n) {
     }
 }
 
-static void dequantize_bf16(const uint8_t *src, float *dst, int64_t n) {
+WS_DISPATCH static void dequantize_bf16(const uint8_t *restrict src, float *restrict dst, int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
         uint16_t h;
         memcpy(&h, src + 2 * i, 2);
@@ -41,14 +41,14 @@ static void dequantize_bf16(const uint8_t *src, float *dst, int64_t n) {
     }
 }
 
-static int quantize_f32(const float *src, uint8_t *dst, int64_t nrows, int64_t n,
+WS_DISPATCH static int quantize_f32(const float *restrict src, uint8_t *restrict dst, int64_t nrows, int64_t n,
                         const float *imatrix) {
     (void)imatrix;
     memcpy(dst, src, (size_t)(nrows * n) * 4);
     return 0;
 }
 
-static int quantize_f16(const float *src, uint8_t *dst, int64_t nrows, int64_t n,
+WS_DISPATCH static int quantize_f16(const float *restrict src, uint8_t *restrict dst, int64_t nrows, int64_t n,
                         const float *imatrix) {
     (void)imatrix;
     const int64_t count = nrows * n;
@@ -59,7 +59,7 @@ static int quantize_f16(const float *src, uint8_t *dst, int64_t nrows, int64_t n
     return 0;
 }
 
-static int quantize_bf16(const float *src, uint8_t *dst, int64_t nrows, int64_t n,
+WS_DISPATCH static int quantize_bf16(const float *restrict src, uint8_t *restrict dst, int64_t nrows, int64_t n,
                          const float *imatrix) {
     (void)imatrix;
     const int64_t count = nrows * n;

@@ -28,7 +28,7 @@
 /* ------------------------------------------------------------------ TQ1_0 */
 
 /* Trits lroundf(x * id) + 1 of a block, in element order. */
-static inline void trits(const float *x, float id, uint8_t *t) {
+static inline void trits(const float *restrict x, float id, uint8_t *restrict t) {
     for (int j = 0; j < QK_K; ++j) t[j] = (uint8_t)(ws_round_away(x[j] * id) + 1);
 }
 
@@ -40,7 +40,7 @@ static inline uint8_t pack_base3(const uint8_t *t, int k, int stride, int shift_
     return (uint8_t)(((uint16_t)q * 256 + 242) / 243);
 }
 
-static void ref_tq1_0(const float *x, uint8_t *y) {
+WS_INLINE void ref_tq1_0(const float *restrict x, uint8_t *restrict y) {
     const float d = ws_absmax(x, QK_K);
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     uint8_t t[QK_K];
@@ -56,7 +56,7 @@ static inline float trit(uint8_t byte, uint8_t pow3, float d) {
     return (float)((int)(((uint16_t)q * 3) >> 8) - 1) * d;
 }
 
-static void dequantize_tq1_0(const uint8_t *src, float *y, int64_t nb) {
+WS_DISPATCH static void dequantize_tq1_0(const uint8_t *restrict src, float *restrict y, int64_t nb) {
     static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
     for (int64_t i = 0; i < nb; ++i, src += 54) {
         const float d = ws_get_f16(src + 52);
@@ -71,7 +71,7 @@ static void dequantize_tq1_0(const uint8_t *src, float *y, int64_t nb) {
 
 /* ------------------------------------------------------------------ TQ2_0 */
 
-static void ref_tq2_0(const float *x, uint8_t *y) {
+WS_INLINE void ref_tq2_0(const float *restrict x, uint8_t *restrict y) {
     const float d = ws_absmax(x, QK_K);
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     uint8_t t[QK_K];
@@ -85,7 +85,7 @@ static void ref_tq2_0(const float *x, uint8_t *y) {
     ws_put_f16(y + 64, d);
 }
 
-static void dequantize_tq2_0(const uint8_t *src, float *y, int64_t nb) {
+WS_DISPATCH static void dequantize_tq2_0(const uint8_t *restrict src, float *restrict y, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, src += 66) {
         const float d = ws_get_f16(src + 64);
         for (int c = 0; c < 2; ++c)
@@ -97,7 +97,7 @@ static void dequantize_tq2_0(const uint8_t *src, float *y, int64_t nb) {
 
 /* ------------------------------------------------------------------ Q1_0 */
 
-static void ref_q1_0(const float *x, uint8_t *y) {
+WS_INLINE void ref_q1_0(const float *restrict x, uint8_t *restrict y) {
     float sum_abs = 0.0f; /* in index order: the sum is ggml's */
     for (int j = 0; j < 128; ++j) sum_abs += fabsf(x[j]);
     ws_put_f16(y, sum_abs / 128);
@@ -108,7 +108,7 @@ static void ref_q1_0(const float *x, uint8_t *y) {
     }
 }
 
-static void dequantize_q1_0(const uint8_t *src, float *y, int64_t nb) {
+WS_DISPATCH static void dequantize_q1_0(const uint8_t *restrict src, float *restrict y, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, src += 18, y += 128) {
         const float d = ws_get_f16(src), neg_d = -d;
         for (int j = 0; j < 128; ++j) y[j] = (src[2 + j / 8] >> (j % 8)) & 1 ? d : neg_d;
@@ -117,7 +117,7 @@ static void dequantize_q1_0(const uint8_t *src, float *y, int64_t nb) {
 
 /* ------------------------------------------------------------------ Q2_0 */
 
-static void ref_q2_0(const float *x, uint8_t *y) {
+WS_INLINE void ref_q2_0(const float *restrict x, uint8_t *restrict y) {
     const float d = ws_absmax(x, 64);
     const float id = d > 0.0f ? 1.0f / d : 0.0f;
     ws_put_f16(y, d);
@@ -132,7 +132,7 @@ static void ref_q2_0(const float *x, uint8_t *y) {
     }
 }
 
-static void dequantize_q2_0(const uint8_t *src, float *y, int64_t nb) {
+WS_DISPATCH static void dequantize_q2_0(const uint8_t *restrict src, float *restrict y, int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, src += 18, y += 64) {
         const float d = ws_get_f16(src);
         for (int j = 0; j < 64; ++j) y[j] = (float)(((src[2 + j / 4] >> (2 * (j % 4))) & 3) - 1) * d;
@@ -140,7 +140,7 @@ static void dequantize_q2_0(const uint8_t *src, float *y, int64_t nb) {
 }
 
 #define QUANTIZER(fname, bs, size, ref)                                                 \
-    static int fname(const float *src, uint8_t *dst, int64_t nrows, int64_t n,          \
+    WS_DISPATCH static int fname(const float *restrict src, uint8_t *restrict dst, int64_t nrows, int64_t n,          \
                      const float *imatrix) {                                             \
         (void)imatrix; /* ggml ignores it for this type */                               \
         return ws_quantize_blocks(src, dst, nrows, n, bs, size, ref);                         \

@@ -113,4 +113,23 @@ static inline float ws_get_f16(const uint8_t *p) {
     return ws_f16_to_f32(h);
 }
 
+/* Runtime CPU dispatch for a kernel's outer function: gcc compiles it (and
+ * what it inlines) twice, for AVX2 and for the baseline, and picks one at load
+ * time.  Results are identical: -ffp-contract=off keeps FMA out of both, and
+ * the vector instructions round exactly as the scalar ones. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define WS_DISPATCH __attribute__((target_clones("avx2", "default")))
+#else
+#define WS_DISPATCH
+#endif
+
+/* For the per-block functions a kernel calls through a pointer argument: forced
+ * inline, so the call is direct and the block code is compiled into each
+ * WS_DISPATCH clone (a plain static function would stay baseline-only). */
+#if defined(__GNUC__)
+#define WS_INLINE static inline __attribute__((always_inline))
+#else
+#define WS_INLINE static inline
+#endif
+
 #endif

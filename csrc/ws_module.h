@@ -31,10 +31,10 @@
 #include "ws_common.h"
 
 /* Decode nblocks blocks of src into nblocks * block_size floats. */
-typedef void (*ws_dequantize_fn)(const uint8_t *src, float *dst, int64_t nblocks);
+typedef void (*ws_dequantize_fn)(const uint8_t *restrict src, float *restrict dst, int64_t nblocks);
 /* Encode nrows rows of n_per_row floats; imatrix (n_per_row weights) may be NULL.
  * Returns 0, or 1 when the rows hold a value the type cannot store (NaN/inf). */
-typedef int (*ws_quantize_fn)(const float *src, uint8_t *dst, int64_t nrows, int64_t n_per_row,
+typedef int (*ws_quantize_fn)(const float *restrict src, uint8_t *restrict dst, int64_t nrows, int64_t n_per_row,
                               const float *imatrix);
 
 typedef struct {
@@ -47,9 +47,9 @@ typedef struct {
 
 /* Encode rows block by block with a per-block function, for the types whose
  * blocks ignore the importance matrix; a row holding NaN/inf stops it (1). */
-typedef void (*ws_block_fn)(const float *x, uint8_t *y);
+typedef void (*ws_block_fn)(const float *restrict x, uint8_t *restrict y);
 
-static inline int ws_quantize_blocks(const float *src, uint8_t *dst, int64_t nrows, int64_t n,
+WS_INLINE int ws_quantize_blocks(const float *restrict src, uint8_t *restrict dst, int64_t nrows, int64_t n,
                                      int64_t block_size, int64_t type_size, ws_block_fn block) {
     const int64_t nb = n / block_size;
     for (int64_t r = 0; r < nrows; ++r, src += n, dst += nb * type_size) {
