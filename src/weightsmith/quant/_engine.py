@@ -46,7 +46,7 @@ from .registry import Codec, codec, types
 MEMORY_BUDGET = 64 * 1024 * 1024
 #: Elements a span is not cut below when spreading a tensor over threads: a
 #: kernel call then costs far more than handing a span to a thread.
-MIN_CHUNK = 1 << 16
+MIN_CHUNK = 1 << 18
 #: Elements a decoder span is not made larger than: a tensor up to this size
 #: is one call, and larger ones give every thread several spans to balance.
 DEQUANTIZE_CHUNK = 1 << 20
@@ -116,8 +116,12 @@ def run(spans: Iterable[T], task: Callable[[T], None], workers: int) -> None:
 
     helpers = _submit(n - 1, work)
     work()
+    # A helper that has not started yet would find no span left: cancel it
+    # rather than wait until the scheduler runs its thread (on a loaded
+    # machine, a whole time slice).  Running helpers finish their span.
     for fut in helpers:
-        fut.result()
+        if not fut.cancel():
+            fut.result()
     if failed:
         raise failed[0]
 
