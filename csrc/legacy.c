@@ -204,15 +204,6 @@ WS_INLINE void put_high_bits(uint8_t *p, const v8i q[4]) {
     memcpy(p, &qh, 4);
 }
 
-/* Levels of an imatrix search (uint8 [32]) as the vectors the packers take. */
-WS_INLINE void levels(const uint8_t *L, v8i q[4]) {
-    for (int k = 0; k < 4; ++k) {
-        v8u8 c;
-        memcpy(&c, L + 8 * k, 8);
-        q[k] = __builtin_convertvector(c, v8i);
-    }
-}
-
 /* ------------------------------------------------------------------ reference encoders */
 
 /* q = MIN(top, (int)(x * id + add)): the symmetric types' codes. */
@@ -292,126 +283,130 @@ WS_INLINE void ref_q8_0(const float *restrict x, uint8_t *restrict y) {
     for (int j = 0; j < QK; ++j) qs[j] = (int8_t)ws_round_away(x[j] * id);
 }
 
-/* ------------------------------------------------------------------ imatrix searches */
+/* ------------------------------------------------------------------ imatrix searches
+ *
+ * make_qx_quants and make_qkx3_quants for 8 blocks at once: lane b of every
+ * vector belongs to block b, so each lane runs exactly ggml's scalar search
+ * for its block -- the same operations in the same order, its sums added in
+ * index order -- and the lanes never mix.  A step that improves some lanes is
+ * taken by those lanes only (masks), and a lane that ggml returns from early
+ * gets ggml's early result at the end. */
 
-/* make_qx_quants(n, nmax, x, L, rmse_type = 1, qw) with weights: L[i] in 0 .. 2*nmax-1. */
-WS_INLINE float make_qx_quants(int n, int nmax, const float *x, uint8_t *L, const float *qw) {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; ++i) {
-        const float ax = fabsf(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
+typedef struct {
+    v8f x[QK], w[QK]; /* x[i] lane b: value i of block b; w: its weight */
+} lanes8;
+
+WS_INLINE v8i vsel_i(v8i m, v8i a, v8i b) { return (a & m) | (b & ~m); }
+WS_INLINE v8i vclamp(v8i l, int lo, int hi) {
+    l = vsel_i(l < lo, (v8i){0} + lo, l);
+    return vsel_i(l > hi, (v8i){0} + hi, l);
+}
+/* ws_nearest_int lane-wise (the 12582912.f trick on the bits) */
+WS_INLINE v8i vnearest(v8f v) {
+    const v8i i = (v8i)(v + 12582912.f);
+    return (i & 0x007fffff) - 0x00400000;
+}
+WS_INLINE v8f vfloat(v8i l) { return __builtin_convertvector(l, v8f); }
+
+/* make_qx_quants(32, nmax, x, L, rmse_type = 1, w) of 8 blocks: L[i] in 0 .. 2*nmax-1. */
+WS_INLINE v8f qx_search8(const lanes8 *B, int nmax, v8i L[QK]) {
+    const v8f *x = B->x, *w = B->w;
+    const v8f zero = {0};
+    v8f max = zero, amax = zero;
+    for (int i = 0; i < QK; ++i) {
+        const v8f ax = vabs(x[i]);
+        const v8i m = ax > amax;
+        amax = vsel(m, ax, amax);
+        max = vsel(m, x[i], max);
     }
-    if (amax < 1e-15f) { /* GROUP_MAX_EPS: all zero */
-        memset(L, 0, (size_t)n);
-        return 0.f;
+    const v8i all_zero = amax < 1e-15f; /* GROUP_MAX_EPS: ggml returns 0, L = 0 */
+    v8f iscale = (float)(-nmax) / max;
+    v8f sumlx = zero, suml2 = zero;
+    for (int i = 0; i < QK; ++i) {
+        const v8i l = vclamp(vnearest(iscale * x[i]), -nmax, nmax - 1);
+        L[i] = l + nmax;
+        const v8f lf = vfloat(l);
+        sumlx += w[i] * x[i] * lf;
+        suml2 += w[i] * lf * lf;
     }
-    float iscale = -nmax / max;
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; ++i) {
-        int l = ws_nearest_int(iscale * x[i]);
-        l = l < -nmax ? -nmax : l > nmax - 1 ? nmax - 1 : l;
-        L[i] = (uint8_t)(l + nmax);
-        sumlx += qw[i] * x[i] * l;
-        suml2 += qw[i] * l * l;
-    }
-    float scale = suml2 ? sumlx / suml2 : 0.0f;
-    float best = scale * sumlx;
+    v8f scale = vsel(suml2 != 0, sumlx / suml2, zero);
+    v8f best = scale * sumlx;
     for (int is = -9; is <= 9; ++is) {
         if (is == 0) continue;
-        iscale = -(nmax + 0.1f * is) / max;
-        sumlx = suml2 = 0;
-        for (int i = 0; i < n; ++i) {
-            int l = ws_nearest_int(iscale * x[i]);
-            l = l < -nmax ? -nmax : l > nmax - 1 ? nmax - 1 : l;
-            sumlx += qw[i] * x[i] * l;
-            suml2 += qw[i] * l * l;
+        iscale = -((float)nmax + 0.1f * (float)is) / max;
+        sumlx = suml2 = zero;
+        for (int i = 0; i < QK; ++i) {
+            const v8f lf = vfloat(vclamp(vnearest(iscale * x[i]), -nmax, nmax - 1));
+            sumlx += w[i] * x[i] * lf;
+            suml2 += w[i] * lf * lf;
         }
-        if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-            for (int i = 0; i < n; ++i) {
-                int l = ws_nearest_int(iscale * x[i]);
-                L[i] = (uint8_t)(nmax + (l < -nmax ? -nmax : l > nmax - 1 ? nmax - 1 : l));
-            }
-            scale = sumlx / suml2;
-            best = scale * sumlx;
-        }
+        const v8i better = (suml2 > 0) & (sumlx * sumlx > best * suml2);
+        if (!any8(better)) continue;
+        for (int i = 0; i < QK; ++i)
+            L[i] = vsel_i(better, vclamp(vnearest(iscale * x[i]), -nmax, nmax - 1) + nmax, L[i]);
+        const v8f new_scale = sumlx / suml2;
+        scale = vsel(better, new_scale, scale);
+        best = vsel(better, new_scale * sumlx, best);
     }
-    return scale;
+    for (int i = 0; i < QK; ++i) L[i] = vsel_i(all_zero, (v8i){0}, L[i]);
+    return vsel(all_zero, zero, scale);
 }
 
-/* make_qkx3_quants(n, nmax, x, weights, L, &the_min, Laux, rmin, rdelta, nstep,
- * use_mad = false) with weights. */
-WS_INLINE float make_qkx3_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L,
-                              float *the_min, float rmin, float rdelta, int nstep) {
-    uint8_t Laux[QK];
-    float min = x[0], max = x[0];
-    float sum_w = weights[0];
-    float sum_x = sum_w * x[0];
-    for (int i = 1; i < n; ++i) {
-        if (x[i] < min) min = x[i];
-        if (x[i] > max) max = x[i];
-        const float w = weights[i];
-        sum_w += w;
-        sum_x += w * x[i];
+/* make_qkx3_quants(32, nmax, x, w, L, &the_min, Laux, -0.9f, 0.05f, 36, false) of 8
+ * blocks.  As in ggml, an accepted step's min is the one later steps search from. */
+WS_INLINE v8f qkx3_search8(const lanes8 *B, int nmax, v8i L[QK], v8f *the_min) {
+    const v8f *x = B->x, *w = B->w;
+    const v8f zero = {0};
+    v8f min = x[0], max = x[0], sum_w = w[0], sum_x = sum_w * x[0];
+    for (int i = 1; i < QK; ++i) {
+        min = vsel(x[i] < min, x[i], min);
+        max = vsel(x[i] > max, x[i], max);
+        sum_w += w[i];
+        sum_x += w[i] * x[i];
     }
-    if (min > 0) min = 0;
-    if (max <= min) {
-        memset(L, 0, (size_t)n);
-        *the_min = -min;
-        return 0.f;
+    min = vsel(min > 0, zero, min);
+    const v8i flat = max <= min; /* ggml returns 0, L = 0, the_min = -min */
+    const v8f flat_min = min;
+    v8f iscale = (float)nmax / (max - min);
+    v8f scale = 1.0f / iscale;
+    v8f best_mad = zero;
+    for (int i = 0; i < QK; ++i) {
+        L[i] = vclamp(vnearest(iscale * (x[i] - min)), 0, nmax);
+        const v8f diff = scale * vfloat(L[i]) + min - x[i];
+        best_mad += w[i] * (diff * diff);
     }
-    float iscale = nmax / (max - min);
-    float scale = 1 / iscale;
-    float best_mad = 0;
-    for (int i = 0; i < n; ++i) {
-        const int l = ws_nearest_int(iscale * (x[i] - min));
-        L[i] = (uint8_t)(l < 0 ? 0 : l > nmax ? nmax : l);
-        const float diff = scale * L[i] + min - x[i];
-        best_mad += weights[i] * (diff * diff);
-    }
-    for (int is = 0; is <= nstep; ++is) {
-        iscale = (rmin + rdelta * is + nmax) / (max - min);
-        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
-        for (int i = 0; i < n; ++i) {
-            int l = ws_nearest_int(iscale * (x[i] - min));
-            l = l < 0 ? 0 : l > nmax ? nmax : l;
-            Laux[i] = (uint8_t)l;
-            const float w = weights[i];
-            sum_l += w * l;
-            sum_l2 += w * l * l;
-            sum_xl += w * l * x[i];
+    for (int is = 0; is <= 36; ++is) {
+        iscale = (-0.9f + 0.05f * (float)is + (float)nmax) / (max - min);
+        v8i Laux[QK];
+        v8f sum_l = zero, sum_l2 = zero, sum_xl = zero;
+        for (int i = 0; i < QK; ++i) {
+            Laux[i] = vclamp(vnearest(iscale * (x[i] - min)), 0, nmax);
+            const v8f lf = vfloat(Laux[i]);
+            sum_l += w[i] * lf;
+            sum_l2 += w[i] * lf * lf;
+            sum_xl += w[i] * lf * x[i];
         }
-        const float D = sum_w * sum_l2 - sum_l * sum_l;
-        if (D > 0) {
-            float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
-            float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
-            if (this_min > 0) {
-                this_min = 0;
-                this_scale = sum_xl / sum_l2;
-            }
-            float mad = 0;
-            for (int i = 0; i < n; ++i) {
-                const float diff = this_scale * Laux[i] + this_min - x[i];
-                mad += weights[i] * (diff * diff);
-            }
-            if (mad < best_mad) {
-                memcpy(L, Laux, (size_t)n);
-                best_mad = mad;
-                scale = this_scale;
-                min = this_min;
-            }
+        const v8f D = sum_w * sum_l2 - sum_l * sum_l;
+        v8f this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+        v8f this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+        const v8i pos_min = this_min > 0;
+        this_min = vsel(pos_min, zero, this_min);
+        this_scale = vsel(pos_min, sum_xl / sum_l2, this_scale);
+        v8f mad = zero;
+        for (int i = 0; i < QK; ++i) {
+            const v8f diff = this_scale * vfloat(Laux[i]) + this_min - x[i];
+            mad += w[i] * (diff * diff);
         }
+        const v8i better = (D > 0) & (mad < best_mad);
+        if (!any8(better)) continue;
+        for (int i = 0; i < QK; ++i) L[i] = vsel_i(better, Laux[i], L[i]);
+        best_mad = vsel(better, mad, best_mad);
+        scale = vsel(better, this_scale, scale);
+        min = vsel(better, this_min, min);
     }
-    *the_min = -min;
-    return scale;
-}
-
-/* quantize_row_*_impl's weights of one block: qw[j] * sqrtf(sigma2 + x[j]*x[j]). */
-static inline void block_weights(const float *restrict x, const float *restrict qw, float sigma2,
-                                 float *restrict w) {
-    for (int j = 0; j < QK; ++j) w[j] = qw[j] * sqrtf(sigma2 + x[j] * x[j]);
+    for (int i = 0; i < QK; ++i) L[i] = vsel_i(flat, (v8i){0}, L[i]);
+    *the_min = -vsel(flat, flat_min, min);
+    return vsel(flat, zero, scale);
 }
 
 /* sum_x2 / n_per_row, summed in index order as the C loop does. */
@@ -421,68 +416,101 @@ WS_INLINE float row_sigma2(const float *x, int64_t n) {
     return s / n;
 }
 
-WS_INLINE void imatrix_q4_0(const float *x, uint8_t *y, const float *qw, float sigma2) {
-    float w[QK];
-    uint8_t L[QK];
-    v8i q[4];
-    block_weights(x, qw, sigma2, w);
-    ws_put_f16(y, make_qx_quants(QK, 8, x, L, w));
-    levels(L, q);
-    put_nibbles(y + 2, q);
+/* Blocks b0 .. b0+k-1 of a row (k <= 8) side by side, with quantize_row_*_impl's
+ * weights qw[j] * sqrtf(sigma2 + x[j]*x[j]); lanes past k hold zeros (an
+ * all-zero block, whose result is not stored). */
+WS_INLINE void load_lanes(const float *x, const float *qw, float sigma2, int k, lanes8 *B) {
+    float xs[QK][8], ws[QK][8];
+    for (int b = 0; b < 8; ++b) {
+        float w[QK];
+        const float *xb = x + QK * b;
+        if (b < k) {
+            for (int j = 0; j < QK; ++j) w[j] = qw[QK * b + j] * sqrtf(sigma2 + xb[j] * xb[j]);
+        }
+        for (int j = 0; j < QK; ++j) {
+            xs[j][b] = b < k ? xb[j] : 0.0f;
+            ws[j][b] = b < k ? w[j] : 0.0f;
+        }
+    }
+    memcpy(B->x, xs, sizeof xs);
+    memcpy(B->w, ws, sizeof ws);
 }
 
-WS_INLINE void imatrix_q5_0(const float *x, uint8_t *y, const float *qw, float sigma2) {
-    float w[QK];
-    uint8_t L[QK];
-    v8i q[4];
-    block_weights(x, qw, sigma2, w);
-    ws_put_f16(y, make_qx_quants(QK, 16, x, L, w));
-    levels(L, q);
-    put_high_bits(y + 2, q);
-    put_nibbles(y + 6, q);
+/* The levels of lane b as the packers' vectors. */
+WS_INLINE void lane_levels(const v8i L[QK], int b, v8i q[4]) {
+    int32_t v[QK];
+    for (int i = 0; i < QK; ++i) v[i] = L[i][b];
+    memcpy(q, v, sizeof v);
 }
 
-WS_INLINE void imatrix_q4_1(const float *x, uint8_t *y, const float *qw, float sigma2) {
-    float w[QK], min;
-    uint8_t L[QK];
-    v8i q[4];
-    block_weights(x, qw, sigma2, w);
-    const float d = make_qkx3_quants(QK, 15, x, w, L, &min, -0.9f, 0.05f, 36);
-    ws_put_f16(y, d);
-    ws_put_f16(y + 2, -min);
-    levels(L, q);
-    put_nibbles(y + 4, q);
+typedef void (*imatrix8_fn)(const lanes8 *B, int k, uint8_t *y);
+
+WS_INLINE void imatrix_q4_0(const lanes8 *B, int k, uint8_t *y) {
+    v8i L[QK], q[4];
+    const v8f d = qx_search8(B, 8, L);
+    for (int b = 0; b < k; ++b, y += 18) {
+        ws_put_f16(y, d[b]);
+        lane_levels(L, b, q);
+        put_nibbles(y + 2, q);
+    }
 }
 
-WS_INLINE void imatrix_q5_1(const float *x, uint8_t *y, const float *qw, float sigma2) {
-    float w[QK], min;
-    uint8_t L[QK];
-    v8i q[4];
-    block_weights(x, qw, sigma2, w);
-    const float d = make_qkx3_quants(QK, 31, x, w, L, &min, -0.9f, 0.05f, 36);
-    ws_put_f16(y, d);
-    ws_put_f16(y + 2, -min);
-    levels(L, q);
-    put_high_bits(y + 4, q);
-    put_nibbles(y + 8, q);
+WS_INLINE void imatrix_q5_0(const lanes8 *B, int k, uint8_t *y) {
+    v8i L[QK], q[4];
+    const v8f d = qx_search8(B, 16, L);
+    for (int b = 0; b < k; ++b, y += 22) {
+        ws_put_f16(y, d[b]);
+        lane_levels(L, b, q);
+        put_high_bits(y + 2, q);
+        put_nibbles(y + 6, q);
+    }
+}
+
+WS_INLINE void imatrix_q4_1(const lanes8 *B, int k, uint8_t *y) {
+    v8i L[QK], q[4];
+    v8f the_min;
+    const v8f d = qkx3_search8(B, 15, L, &the_min);
+    for (int b = 0; b < k; ++b, y += 20) {
+        ws_put_f16(y, d[b]);
+        ws_put_f16(y + 2, -the_min[b]);
+        lane_levels(L, b, q);
+        put_nibbles(y + 4, q);
+    }
+}
+
+WS_INLINE void imatrix_q5_1(const lanes8 *B, int k, uint8_t *y) {
+    v8i L[QK], q[4];
+    v8f the_min;
+    const v8f d = qkx3_search8(B, 31, L, &the_min);
+    for (int b = 0; b < k; ++b, y += 24) {
+        ws_put_f16(y, d[b]);
+        ws_put_f16(y + 2, -the_min[b]);
+        lane_levels(L, b, q);
+        put_high_bits(y + 4, q);
+        put_nibbles(y + 8, q);
+    }
 }
 
 /* ------------------------------------------------------------------ row drivers */
 
 typedef void (*ref_fn)(const float *restrict x, uint8_t *restrict y);
-typedef void (*imatrix_fn)(const float *x, uint8_t *y, const float *qw, float sigma2);
 
-WS_INLINE int quantize_rows(const float *restrict src, uint8_t *restrict dst, int64_t nrows, int64_t n,
-                                const float *imatrix, int size, ref_fn ref, imatrix_fn imp) {
+WS_INLINE int quantize_rows(const float *restrict src, uint8_t *restrict dst, int64_t nrows,
+                            int64_t n, const float *imatrix, int size, ref_fn ref,
+                            imatrix8_fn imp) {
     const int64_t nb = n / QK;
     for (int64_t r = 0; r < nrows; ++r, src += n, dst += nb * size) {
         if (ws_any_nonfinite(src, n)) return 1;
         if (imatrix == NULL || imp == NULL) {
             for (int64_t b = 0; b < nb; ++b) ref(src + b * QK, dst + b * size);
-        } else {
-            const float sigma2 = row_sigma2(src, n);
-            for (int64_t b = 0; b < nb; ++b)
-                imp(src + b * QK, dst + b * size, imatrix + b * QK, sigma2);
+            continue;
+        }
+        const float sigma2 = row_sigma2(src, n);
+        for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+            const int k = nb - b0 < 8 ? (int)(nb - b0) : 8;
+            lanes8 B;
+            load_lanes(src + b0 * QK, imatrix + b0 * QK, sigma2, k, &B);
+            imp(&B, k, dst + b0 * size);
         }
     }
     return 0;
