@@ -122,10 +122,25 @@ WS_INLINE v8f vsel(v8i m, v8f a, v8f b) { return (v8f)((m & (v8i)a) | (~m & (v8i
 WS_INLINE v8f vmax(v8f a, v8f b) { return vsel(a > b, a, b); }
 WS_INLINE v8f vmin(v8f a, v8f b) { return vsel(a < b, a, b); }
 WS_INLINE v8f vabs(v8f a) { return (v8f)((v8i)a & 0x7fffffff); }
+/* Lane reductions by halving shuffles (3 steps, no lane extraction). */
+static const v8i SWAP4 = {4, 5, 6, 7, 0, 1, 2, 3}, SWAP2 = {2, 3, 0, 1, 6, 7, 4, 5},
+                 SWAP1 = {1, 0, 3, 2, 5, 4, 7, 6};
 WS_INLINE int any8(v8i m) {
-    int r = 0;
-    for (int k = 0; k < 8; ++k) r |= m[k];
-    return r != 0;
+    m |= __builtin_shuffle(m, SWAP4);
+    m |= __builtin_shuffle(m, SWAP2);
+    m |= __builtin_shuffle(m, SWAP1);
+    return m[0] != 0;
+}
+/* max / min over the lanes: order-independent for finite values */
+WS_INLINE float hmax8(v8f m) {
+    m = vmax(m, __builtin_shuffle(m, SWAP4));
+    m = vmax(m, __builtin_shuffle(m, SWAP2));
+    return vmax(m, __builtin_shuffle(m, SWAP1))[0];
+}
+WS_INLINE float hmin8(v8f m) {
+    m = vmin(m, __builtin_shuffle(m, SWAP4));
+    m = vmin(m, __builtin_shuffle(m, SWAP2));
+    return vmin(m, __builtin_shuffle(m, SWAP1))[0];
 }
 
 typedef struct {
@@ -138,12 +153,17 @@ WS_INLINE block32 load_block(const float *x) {
     return b;
 }
 
+/* Lanes holding NaN/inf (exponent all ones): the row check, done on the block
+ * already in registers instead of in a separate pass over the row. */
+WS_INLINE v8i block_nonfinite(const block32 *b) {
+    v8i m = {0};
+    for (int k = 0; k < 4; ++k) m |= ((v8i)b->v[k] & 0x7f800000) == 0x7f800000;
+    return m;
+}
+
 /* max |x| of a block (+0.0 if all zero): order-independent for finite values. */
 WS_INLINE float block_absmax(const block32 *b) {
-    const v8f m = vmax(vmax(vabs(b->v[0]), vabs(b->v[1])), vmax(vabs(b->v[2]), vabs(b->v[3])));
-    float amax = m[0];
-    for (int k = 1; k < 8; ++k) amax = m[k] > amax ? m[k] : amax;
-    return amax;
+    return hmax8(vmax(vmax(vabs(b->v[0]), vabs(b->v[1])), vmax(vabs(b->v[2]), vabs(b->v[3]))));
 }
 
 /* quantize_row_q4_0_ref's `max`: the first value whose |v| is the largest
@@ -167,11 +187,7 @@ WS_INLINE float block_signed_absmax(const block32 *b, const float *x) {
 WS_INLINE void block_min_max(const block32 *b, const float *x, float *mn_out, float *mx_out) {
     const v8f lo = vmin(vmin(b->v[0], b->v[1]), vmin(b->v[2], b->v[3]));
     const v8f hi = vmax(vmax(b->v[0], b->v[1]), vmax(b->v[2], b->v[3]));
-    float mn = FLT_MAX, mx = -FLT_MAX;
-    for (int k = 0; k < 8; ++k) {
-        mn = lo[k] < mn ? lo[k] : mn;
-        mx = hi[k] > mx ? hi[k] : mx;
-    }
+    float mn = hmin8(lo), mx = hmax8(hi);
     if (mn == 0.0f || mx == 0.0f) {
         float z = 0.0f;
         for (int j = 0; j < QK; ++j)
@@ -186,21 +202,20 @@ WS_INLINE void block_min_max(const block32 *b, const float *x, float *mn_out, fl
     *mx_out = mx;
 }
 
-/* qs: code j in the low nibble, code j + 16 in the high one. */
-WS_INLINE void put_nibbles(uint8_t *qs, const v8i q[4]) {
-    for (int k = 0; k < 2; ++k) {
-        const v8u8 c = __builtin_convertvector((q[k] & 15) | ((q[k + 2] & 15) << 4), v8u8);
-        memcpy(qs + 8 * k, &c, 8);
-    }
+/* qs: code j in the low nibble, code j + 16 in the high one.  Through an int
+ * array: gcc narrows a plain loop with packs, a vector conversion lane by lane. */
+WS_INLINE void put_nibbles(uint8_t *restrict qs, const v8i q[4]) {
+    int32_t t[QK];
+    memcpy(t, q, sizeof t);
+    for (int j = 0; j < 16; ++j) qs[j] = (uint8_t)((t[j] & 15) | ((t[j + 16] & 15) << 4));
 }
 
 /* qh: bit j = the fifth bit of code j. */
-WS_INLINE void put_high_bits(uint8_t *p, const v8i q[4]) {
-    static const v8i lane = {0, 1, 2, 3, 4, 5, 6, 7};
-    v8i bits = {0};
-    for (int k = 0; k < 4; ++k) bits |= ((q[k] >> 4) & 1) << (lane + 8 * k);
+WS_INLINE void put_high_bits(uint8_t *restrict p, const v8i q[4]) {
+    int32_t t[QK];
+    memcpy(t, q, sizeof t);
     uint32_t qh = 0;
-    for (int k = 0; k < 8; ++k) qh |= (uint32_t)bits[k];
+    for (int j = 0; j < QK; ++j) qh |= (uint32_t)((t[j] >> 4) & 1) << j;
     memcpy(p, &qh, 4);
 }
 
@@ -230,16 +245,17 @@ WS_INLINE void codes_asym(const block32 *b, float mn, float id, int top, v8i q[4
 
 static inline float inv_or_zero(float d) { return d != 0.0f ? 1.0f / d : 0.0f; }
 
-WS_INLINE void ref_q4_0(const float *restrict x, uint8_t *restrict y) {
+WS_INLINE v8i ref_q4_0(const float *restrict x, uint8_t *restrict y) {
     const block32 b = load_block(x);
     const float d = block_signed_absmax(&b, x) / -8;
     v8i q[4];
     codes_sym(&b, inv_or_zero(d), 8.5f, 15, q);
     ws_put_f16(y, d);
     put_nibbles(y + 2, q);
+    return block_nonfinite(&b);
 }
 
-WS_INLINE void ref_q4_1(const float *restrict x, uint8_t *restrict y) {
+WS_INLINE v8i ref_q4_1(const float *restrict x, uint8_t *restrict y) {
     const block32 b = load_block(x);
     float mn, mx;
     block_min_max(&b, x, &mn, &mx);
@@ -249,9 +265,10 @@ WS_INLINE void ref_q4_1(const float *restrict x, uint8_t *restrict y) {
     ws_put_f16(y, d);
     ws_put_f16(y + 2, mn);
     put_nibbles(y + 4, q);
+    return block_nonfinite(&b);
 }
 
-WS_INLINE void ref_q5_0(const float *restrict x, uint8_t *restrict y) {
+WS_INLINE v8i ref_q5_0(const float *restrict x, uint8_t *restrict y) {
     const block32 b = load_block(x);
     const float d = block_signed_absmax(&b, x) / -16;
     v8i q[4];
@@ -259,9 +276,10 @@ WS_INLINE void ref_q5_0(const float *restrict x, uint8_t *restrict y) {
     ws_put_f16(y, d);
     put_high_bits(y + 2, q);
     put_nibbles(y + 6, q);
+    return block_nonfinite(&b);
 }
 
-WS_INLINE void ref_q5_1(const float *restrict x, uint8_t *restrict y) {
+WS_INLINE v8i ref_q5_1(const float *restrict x, uint8_t *restrict y) {
     const block32 b = load_block(x);
     float mn, mx;
     block_min_max(&b, x, &mn, &mx);
@@ -272,15 +290,17 @@ WS_INLINE void ref_q5_1(const float *restrict x, uint8_t *restrict y) {
     ws_put_f16(y + 2, mn);
     put_high_bits(y + 4, q);
     put_nibbles(y + 8, q);
+    return block_nonfinite(&b);
 }
 
-WS_INLINE void ref_q8_0(const float *restrict x, uint8_t *restrict y) {
+WS_INLINE v8i ref_q8_0(const float *restrict x, uint8_t *restrict y) {
     const block32 b = load_block(x);
     const float d = block_absmax(&b) / 127;
     const float id = inv_or_zero(d);
     ws_put_f16(y, d);
     int8_t *qs = (int8_t *)(y + 2);
     for (int j = 0; j < QK; ++j) qs[j] = (int8_t)ws_round_away(x[j] * id);
+    return block_nonfinite(&b);
 }
 
 /* ------------------------------------------------------------------ imatrix searches
@@ -493,18 +513,21 @@ WS_INLINE void imatrix_q5_1(const lanes8 *B, int k, uint8_t *y) {
 
 /* ------------------------------------------------------------------ row drivers */
 
-typedef void (*ref_fn)(const float *restrict x, uint8_t *restrict y);
+/* A reference encoder returns the NaN/inf lanes of its block (nonzero: refuse the row). */
+typedef v8i (*ref_fn)(const float *restrict x, uint8_t *restrict y);
 
 WS_INLINE int quantize_rows(const float *restrict src, uint8_t *restrict dst, int64_t nrows,
                             int64_t n, const float *imatrix, int size, ref_fn ref,
                             imatrix8_fn imp) {
     const int64_t nb = n / QK;
     for (int64_t r = 0; r < nrows; ++r, src += n, dst += nb * size) {
-        if (ws_any_nonfinite(src, n)) return 1;
         if (imatrix == NULL || imp == NULL) {
-            for (int64_t b = 0; b < nb; ++b) ref(src + b * QK, dst + b * size);
+            v8i bad = {0};
+            for (int64_t b = 0; b < nb; ++b) bad |= ref(src + b * QK, dst + b * size);
+            if (any8(bad)) return 1;
             continue;
         }
+        if (ws_any_nonfinite(src, n)) return 1;
         const float sigma2 = row_sigma2(src, n);
         for (int64_t b0 = 0; b0 < nb; b0 += 8) {
             const int k = nb - b0 < 8 ? (int)(nb - b0) : 8;
