@@ -108,10 +108,12 @@ WS_INLINE void ref_q1_0(const float *restrict x, uint8_t *restrict y) {
     }
 }
 
-WS_DISPATCH static void dequantize_q1_0(const uint8_t *restrict src, float *restrict y, int64_t nb) {
+WS_DISPATCH static void dequantize_q1_0(const uint8_t *restrict src, float *restrict y,
+                                        int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, src += 18, y += 128) {
-        const float d = ws_get_f16(src), neg_d = -d;
-        for (int j = 0; j < 128; ++j) y[j] = (src[2 + j / 8] >> (j % 8)) & 1 ? d : neg_d;
+        const float d = ws_get_f16(src);
+        const float v[2] = {-d, d}; /* bit ? d : -d, as a lookup */
+        for (int j = 0; j < 128; ++j) y[j] = v[(src[2 + j / 8] >> (j % 8)) & 1];
     }
 }
 
@@ -132,10 +134,19 @@ WS_INLINE void ref_q2_0(const float *restrict x, uint8_t *restrict y) {
     }
 }
 
-WS_DISPATCH static void dequantize_q2_0(const uint8_t *restrict src, float *restrict y, int64_t nb) {
+WS_DISPATCH static void dequantize_q2_0(const uint8_t *restrict src, float *restrict y,
+                                        int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, src += 18, y += 64) {
         const float d = ws_get_f16(src);
-        for (int j = 0; j < 64; ++j) y[j] = (float)(((src[2 + j / 4] >> (2 * (j % 4))) & 3) - 1) * d;
+        if (ws_nonfinite(d)) { /* gcc folds -1 * d into -d, which differs for a NaN */
+            for (int j = 0; j < 64; ++j)
+                y[j] = (float)(((src[2 + j / 4] >> (2 * (j % 4))) & 3) - 1) * d;
+            continue;
+        }
+        /* ((int)q - 1) * d for the four codes: the same products, looked up */
+        const float v[4] = {(float)(0 - 1) * d, (float)(1 - 1) * d, (float)(2 - 1) * d,
+                            (float)(3 - 1) * d};
+        for (int j = 0; j < 64; ++j) y[j] = v[(src[2 + j / 4] >> (2 * (j % 4))) & 3];
     }
 }
 
