@@ -245,52 +245,48 @@ WS_INLINE void codes_asym(const block32 *b, float mn, float id, int top, v8i q[4
 
 static inline float inv_or_zero(float d) { return d != 0.0f ? 1.0f / d : 0.0f; }
 
+/* Q4_0 / Q5_0: d = max / -(2**(bits-1)), codes MIN(top, (int)(x / d + add));
+ * with_qh: the fifth bits go to qh before qs. */
+WS_INLINE v8i ref_sym(const float *restrict x, uint8_t *restrict y, float div, float add, int top,
+                      int with_qh) {
+    const block32 b = load_block(x);
+    const float d = block_signed_absmax(&b, x) / div;
+    v8i q[4];
+    codes_sym(&b, inv_or_zero(d), add, top, q);
+    ws_put_f16(y, d);
+    if (with_qh) put_high_bits(y + 2, q);
+    put_nibbles(y + (with_qh ? 6 : 2), q);
+    return block_nonfinite(&b);
+}
+
+/* Q4_1 / Q5_1: d = (max - min) / (2**bits - 1), m = min, codes from x - min
+ * (top < 0: no clamp, as ggml's Q5_1); with_qh as above, after d and m. */
+WS_INLINE v8i ref_asym(const float *restrict x, uint8_t *restrict y, float div, int top,
+                       int with_qh) {
+    const block32 b = load_block(x);
+    float mn, mx;
+    block_min_max(&b, x, &mn, &mx);
+    const float d = (mx - mn) / div;
+    v8i q[4];
+    codes_asym(&b, mn, inv_or_zero(d), top, q);
+    ws_put_f16(y, d);
+    ws_put_f16(y + 2, mn);
+    if (with_qh) put_high_bits(y + 4, q);
+    put_nibbles(y + (with_qh ? 8 : 4), q);
+    return block_nonfinite(&b);
+}
+
 WS_INLINE v8i ref_q4_0(const float *restrict x, uint8_t *restrict y) {
-    const block32 b = load_block(x);
-    const float d = block_signed_absmax(&b, x) / -8;
-    v8i q[4];
-    codes_sym(&b, inv_or_zero(d), 8.5f, 15, q);
-    ws_put_f16(y, d);
-    put_nibbles(y + 2, q);
-    return block_nonfinite(&b);
+    return ref_sym(x, y, -8, 8.5f, 15, 0);
 }
-
-WS_INLINE v8i ref_q4_1(const float *restrict x, uint8_t *restrict y) {
-    const block32 b = load_block(x);
-    float mn, mx;
-    block_min_max(&b, x, &mn, &mx);
-    const float d = (mx - mn) / 15;
-    v8i q[4];
-    codes_asym(&b, mn, inv_or_zero(d), 15, q);
-    ws_put_f16(y, d);
-    ws_put_f16(y + 2, mn);
-    put_nibbles(y + 4, q);
-    return block_nonfinite(&b);
-}
-
 WS_INLINE v8i ref_q5_0(const float *restrict x, uint8_t *restrict y) {
-    const block32 b = load_block(x);
-    const float d = block_signed_absmax(&b, x) / -16;
-    v8i q[4];
-    codes_sym(&b, inv_or_zero(d), 16.5f, 31, q);
-    ws_put_f16(y, d);
-    put_high_bits(y + 2, q);
-    put_nibbles(y + 6, q);
-    return block_nonfinite(&b);
+    return ref_sym(x, y, -16, 16.5f, 31, 1);
 }
-
+WS_INLINE v8i ref_q4_1(const float *restrict x, uint8_t *restrict y) {
+    return ref_asym(x, y, 15, 15, 0);
+}
 WS_INLINE v8i ref_q5_1(const float *restrict x, uint8_t *restrict y) {
-    const block32 b = load_block(x);
-    float mn, mx;
-    block_min_max(&b, x, &mn, &mx);
-    const float d = (mx - mn) / 31;
-    v8i q[4];
-    codes_asym(&b, mn, inv_or_zero(d), -1, q); /* ggml has no clamp here */
-    ws_put_f16(y, d);
-    ws_put_f16(y + 2, mn);
-    put_high_bits(y + 4, q);
-    put_nibbles(y + 8, q);
-    return block_nonfinite(&b);
+    return ref_asym(x, y, 31, -1, 1);
 }
 
 WS_INLINE v8i ref_q8_0(const float *restrict x, uint8_t *restrict y) {

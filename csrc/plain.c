@@ -48,27 +48,20 @@ WS_DISPATCH static int quantize_f32(const float *restrict src, uint8_t *restrict
     return 0;
 }
 
-WS_DISPATCH static int quantize_f16(const float *restrict src, uint8_t *restrict dst, int64_t nrows, int64_t n,
-                        const float *imatrix) {
-    (void)imatrix;
-    const int64_t count = nrows * n;
-    for (int64_t i = 0; i < count; ++i) {
-        const uint16_t h = ws_f32_to_f16(src[i]);
-        memcpy(dst + 2 * i, &h, 2);
+#define ENCODE_16(fname, convert)                                                    \
+    WS_DISPATCH static int fname(const float *restrict src, uint8_t *restrict dst,      \
+                                 int64_t nrows, int64_t n, const float *imatrix) {       \
+        (void)imatrix;                                                                   \
+        const int64_t count = nrows * n;                                                 \
+        for (int64_t i = 0; i < count; ++i) {                                            \
+            const uint16_t h = convert(src[i]);                                          \
+            memcpy(dst + 2 * i, &h, 2);                                                  \
+        }                                                                                \
+        return 0;                                                                        \
     }
-    return 0;
-}
 
-WS_DISPATCH static int quantize_bf16(const float *restrict src, uint8_t *restrict dst, int64_t nrows, int64_t n,
-                         const float *imatrix) {
-    (void)imatrix;
-    const int64_t count = nrows * n;
-    for (int64_t i = 0; i < count; ++i) {
-        const uint16_t h = ws_f32_to_bf16(src[i]);
-        memcpy(dst + 2 * i, &h, 2);
-    }
-    return 0;
-}
+ENCODE_16(quantize_f16, ws_f32_to_f16)
+ENCODE_16(quantize_bf16, ws_f32_to_bf16)
 
 static const ws_codec WS_CODECS[] = {
     {"F32", 1, 4, dequantize_f32, quantize_f32},
