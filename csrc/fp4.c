@@ -64,7 +64,8 @@ static inline float e8m0_half(uint8_t e) {
     return ws_bits_f32(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
 }
 
-/* best_index_mxfp4 for the n (<= 32) values of a group, as ggml's 16-way scan
+/* best_index_mxfp4 for n (<= 64) values, value j with scale d[j] (one loop over
+ * a whole block even when its sub-blocks have their own scales), as ggml's 16-way scan
  * (first strict improvement) computes it, in 7 comparisons instead of 15.
  * kvalues[8:16] are the negatives of kvalues[0:8] and fl(|-v*d - x|) =
  * fl(|v*d - |x||) (rounding is symmetric), so: for x >= 0 a negative code is
@@ -73,19 +74,19 @@ static inline float e8m0_half(uint8_t e) {
  * codes never beat code 0 the same way, and the negative ones scan the same
  * magnitudes: m + 8, or 0 when m is 0.  The selects are integer masks (int32
  * lanes like the floats'), so gcc vectorises across the group's values. */
-WS_INLINE void best_codes(const float *restrict x, int n, float d, uint8_t *restrict out) {
+WS_INLINE void best_codes(const float *restrict x, const float *restrict d, int n,
+                           uint8_t *restrict out) {
     static const float MAGS[8] = {0, 1, 2, 3, 4, 6, 8, 12};
-    float a[32], best_err[32];
-    int32_t best[32];
+    float a[64], best_err[64];
+    int32_t best[64];
     for (int j = 0; j < n; ++j) {
         a[j] = fabsf(x[j]);
-        best_err[j] = fabsf(MAGS[0] * d - x[j]);
+        best_err[j] = fabsf(MAGS[0] * d[j] - x[j]);
         best[j] = 0;
     }
     for (int32_t m = 1; m < 8; ++m) {
-        const float kd = MAGS[m] * d;
         for (int j = 0; j < n; ++j) {
-            const float err = fabsf(kd - a[j]);
+            const float err = fabsf(MAGS[m] * d[j] - a[j]);
             const int32_t better = -(int32_t)(err < best_err[j]);
             best_err[j] = err < best_err[j] ? err : best_err[j];
             best[j] = (best[j] & ~better) | (m & better);
@@ -105,21 +106,23 @@ WS_INLINE void ref_mxfp4(const float *restrict x, uint8_t *restrict y) {
     const float amax = ws_absmax(x, 32);
     /* the float converts through int; its low byte lands in the uint8 */
     const uint8_t e = amax > 0.0f ? (uint8_t)(int)(floorf(log2f(amax)) - 2 + 127) : 0;
+    float d[32];
+    for (int j = 0; j < 32; ++j) d[j] = e8m0_half(e);
     uint8_t q[32];
-    best_codes(x, 32, e8m0_half(e), q);
+    best_codes(x, d, 32, q);
     y[0] = e;
     pack_codes(q, 32, y + 1);
 }
 
 WS_INLINE void ref_nvfp4(const float *restrict x, uint8_t *restrict y) {
+    float d[64];
     for (int s = 0; s < 4; ++s) {
-        const float *xb = x + 16 * s;
-        const uint8_t ue = fp32_to_ue4m3(ws_absmax(xb, 16) / 6.0f);
-        uint8_t q[16];
-        best_codes(xb, 16, UE4M3[ue], q);
-        y[s] = ue;
-        pack_codes(q, 16, y + 4 + 8 * s);
+        y[s] = fp32_to_ue4m3(ws_absmax(x + 16 * s, 16) / 6.0f);
+        for (int j = 0; j < 16; ++j) d[16 * s + j] = UE4M3[y[s]];
     }
+    uint8_t q[64];
+    best_codes(x, d, 64, q); /* one pass over the block: per-value scales */
+    for (int s = 0; s < 4; ++s) pack_codes(q + 16 * s, 16, y + 4 + 8 * s);
 }
 
 WS_DISPATCH static void dequantize_mxfp4(const uint8_t *restrict src, float *restrict y, int64_t nb) {
