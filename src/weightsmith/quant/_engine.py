@@ -175,21 +175,23 @@ def chunk_rows(n_per_row: int, workers: int, rows: int | None, temp_bytes: int =
 def spans(nrows: int, step: int, workers: int = 1, least: int = 1) -> list[tuple[int, int]]:
     """Spans of at most ``step`` rows covering ``nrows``.
 
-    With several workers the spans shrink towards the end (each a quarter
-    of what is left per worker, down to ``least`` rows, with no smaller
-    piece left over), so that the workers finish together.
+    With several workers the rows are cut into near-equal spans, at least
+    two per worker when spans of ``least`` rows allow it: threads taking
+    equal spans in turn finish together (a large last span would leave one
+    thread alone at the end).
     """
+    count = -(-nrows // step)
+    if workers > 1:
+        count = max(count, min(2 * workers, nrows // max(1, least)))
+    count = max(1, count)
+    size, extra = divmod(nrows, count)
     out = []
     r0 = 0
-    while r0 < nrows:
-        k = step
-        if workers > 1:
-            left = nrows - r0
-            k = min(step, max(least, -(-left // (2 * workers))))
-            if left - k < least:  # no piece below `least` at the end
-                k = min(step, left)
-        out.append((r0, min(nrows, r0 + k)))
-        r0 += k
+    for i in range(count):
+        r1 = r0 + size + (i < extra)
+        if r1 > r0:
+            out.append((r0, r1))
+        r0 = r1
     return out
 
 
