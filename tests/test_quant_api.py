@@ -7,6 +7,8 @@ tensor at once.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -344,6 +346,37 @@ def test_threads_are_one_pool_in_this_process() -> None:
     assert any(n.startswith("weightsmith-quant") for n in names)
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_threads_work_in_a_forked_child() -> None:
+    """A child forked after the pool started gets a pool of its own: its threads run
+    (the parent's do not exist there), with the same bytes and no hang."""
+    import time
+    import warnings
+
+    x = _x(64, 4096, seed=3)
+    want = Q.quantize(x, "Q4_0", workers=2, chunk_rows=4)  # the pool's threads exist now
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
+        pid = os.fork()
+    if pid == 0:  # child: exit 0 only if the result is right and came from a live helper
+        import threading
+
+        ok = np.array_equal(Q.quantize(x, "Q4_0", workers=2, chunk_rows=4), want)
+        helpers = [t for t in threading.enumerate() if t.name.startswith("weightsmith-quant")]
+        os._exit(0 if ok and helpers else 1)
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("quantize with workers=2 hung in a forked child")
+        time.sleep(0.05)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_error_in_a_worker_is_raised(workers: int) -> None:
     x = _x(40, 256)
@@ -395,9 +428,7 @@ def test_one_huge_row_is_cut_into_bounded_pieces(qtype: str, monkeypatch) -> Non
         seen.append(rows.shape)
         return real(type_name, rows, *args)
 
-    monkeypatch.setattr(
-        quant, "MEMORY_BUDGET", 4096 * codec(qtype).quantize_temp_bytes
-    )
+    monkeypatch.setattr(quant, "MEMORY_BUDGET", 4096 * codec(qtype).quantize_temp_bytes)
     monkeypatch.setattr(quant, "quantize_task", spy)
     assert np.array_equal(Q.quantize(x, qtype), want)
     assert max(r * n for r, n in seen) <= 4096
@@ -421,9 +452,7 @@ def test_dequantize_chunks_by_blocks_inside_one_row(monkeypatch) -> None:
         seen.append(blocks.shape[0])
         return real(type_name, blocks, *out)
 
-    monkeypatch.setattr(
-        quant, "MEMORY_BUDGET", 8192 * codec("Q4_K").dequantize_temp_bytes
-    )
+    monkeypatch.setattr(quant, "MEMORY_BUDGET", 8192 * codec("Q4_K").dequantize_temp_bytes)
     monkeypatch.setattr(quant, "dequantize_task", spy)
     got = Q.dequantize(raw, "Q4_K", x.shape)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
