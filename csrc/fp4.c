@@ -75,7 +75,7 @@ static inline float e8m0_half(uint8_t e) {
  * magnitudes: m + 8, or 0 when m is 0.  The selects are integer masks (int32
  * lanes like the floats'), so gcc vectorises across the group's values. */
 WS_INLINE void best_codes(const float *restrict x, const float *restrict d, int n,
-                           uint8_t *restrict out) {
+                          uint8_t *restrict out) {
     static const float MAGS[8] = {0, 1, 2, 3, 4, 6, 8, 12};
     float a[64], best_err[64];
     int32_t best[64];
@@ -125,7 +125,8 @@ WS_INLINE void ref_nvfp4(const float *restrict x, uint8_t *restrict y) {
     for (int s = 0; s < 4; ++s) pack_codes(q + 16 * s, 16, y + 4 + 8 * s);
 }
 
-WS_DISPATCH static void dequantize_mxfp4(const uint8_t *restrict src, float *restrict y, int64_t nb) {
+WS_DISPATCH static void dequantize_mxfp4(const uint8_t *restrict src, float *restrict y,
+                                         int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, src += 17, y += 32) {
         const float d = e8m0_half(src[0]);
         for (int j = 0; j < 16; ++j) {
@@ -135,7 +136,8 @@ WS_DISPATCH static void dequantize_mxfp4(const uint8_t *restrict src, float *res
     }
 }
 
-WS_DISPATCH static void dequantize_nvfp4(const uint8_t *restrict src, float *restrict y, int64_t nb) {
+WS_DISPATCH static void dequantize_nvfp4(const uint8_t *restrict src, float *restrict y,
+                                         int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, src += 36) {
         for (int s = 0; s < 4; ++s, y += 16) {
             const float d = UE4M3[src[s]];
@@ -148,14 +150,14 @@ WS_DISPATCH static void dequantize_nvfp4(const uint8_t *restrict src, float *res
     }
 }
 
-WS_DISPATCH static int quantize_mxfp4(const float *restrict src, uint8_t *restrict dst, int64_t nrows, int64_t n,
-                          const float *imatrix) {
+WS_DISPATCH static int quantize_mxfp4(const float *restrict src, uint8_t *restrict dst,
+                                      int64_t nrows, int64_t n, const float *imatrix) {
     (void)imatrix; /* ggml ignores it */
     return ws_quantize_blocks(src, dst, nrows, n, 32, 17, ref_mxfp4);
 }
 
-WS_DISPATCH static int quantize_nvfp4(const float *restrict src, uint8_t *restrict dst, int64_t nrows, int64_t n,
-                          const float *imatrix) {
+WS_DISPATCH static int quantize_nvfp4(const float *restrict src, uint8_t *restrict dst,
+                                      int64_t nrows, int64_t n, const float *imatrix) {
     (void)imatrix; /* ggml ignores it */
     return ws_quantize_blocks(src, dst, nrows, n, 64, 36, ref_nvfp4);
 }

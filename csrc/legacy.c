@@ -36,7 +36,8 @@
 
 /* ------------------------------------------------------------------ decode */
 
-WS_DISPATCH static void dequantize_q4_0(const uint8_t *restrict src, float *restrict dst, int64_t nb) {
+WS_DISPATCH static void dequantize_q4_0(const uint8_t *restrict src, float *restrict dst,
+                                        int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, src += 18, dst += QK) {
         const float d = ws_get_f16(src);
         const uint8_t *qs = src + 2;
@@ -47,7 +48,8 @@ WS_DISPATCH static void dequantize_q4_0(const uint8_t *restrict src, float *rest
     }
 }
 
-WS_DISPATCH static void dequantize_q4_1(const uint8_t *restrict src, float *restrict dst, int64_t nb) {
+WS_DISPATCH static void dequantize_q4_1(const uint8_t *restrict src, float *restrict dst,
+                                        int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, src += 20, dst += QK) {
         const float d = ws_get_f16(src), m = ws_get_f16(src + 2);
         const uint8_t *qs = src + 4;
@@ -58,7 +60,8 @@ WS_DISPATCH static void dequantize_q4_1(const uint8_t *restrict src, float *rest
     }
 }
 
-WS_DISPATCH static void dequantize_q5_0(const uint8_t *restrict src, float *restrict dst, int64_t nb) {
+WS_DISPATCH static void dequantize_q5_0(const uint8_t *restrict src, float *restrict dst,
+                                        int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, src += 22, dst += QK) {
         const float d = ws_get_f16(src);
         uint32_t qh;
@@ -72,7 +75,8 @@ WS_DISPATCH static void dequantize_q5_0(const uint8_t *restrict src, float *rest
     }
 }
 
-WS_DISPATCH static void dequantize_q5_1(const uint8_t *restrict src, float *restrict dst, int64_t nb) {
+WS_DISPATCH static void dequantize_q5_1(const uint8_t *restrict src, float *restrict dst,
+                                        int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, src += 24, dst += QK) {
         const float d = ws_get_f16(src), m = ws_get_f16(src + 2);
         uint32_t qh;
@@ -86,7 +90,8 @@ WS_DISPATCH static void dequantize_q5_1(const uint8_t *restrict src, float *rest
     }
 }
 
-static inline void dequantize_q8(const uint8_t *restrict src, float *restrict dst, int64_t nb, int size, int off) {
+static inline void dequantize_q8(const uint8_t *restrict src, float *restrict dst, int64_t nb,
+                                 int size, int off) {
     for (int64_t i = 0; i < nb; ++i, src += size, dst += QK) {
         const float d = ws_get_f16(src);
         const int8_t *qs = (const int8_t *)(src + off);
@@ -94,11 +99,13 @@ static inline void dequantize_q8(const uint8_t *restrict src, float *restrict ds
     }
 }
 
-WS_DISPATCH static void dequantize_q8_0(const uint8_t *restrict src, float *restrict dst, int64_t nb) {
+WS_DISPATCH static void dequantize_q8_0(const uint8_t *restrict src, float *restrict dst,
+                                        int64_t nb) {
     dequantize_q8(src, dst, nb, 34, 2);
 }
 
-WS_DISPATCH static void dequantize_q8_1(const uint8_t *restrict src, float *restrict dst, int64_t nb) {
+WS_DISPATCH static void dequantize_q8_1(const uint8_t *restrict src, float *restrict dst,
+                                        int64_t nb) {
     dequantize_q8(src, dst, nb, 36, 4);
 }
 
@@ -535,10 +542,10 @@ WS_INLINE int quantize_rows(const float *restrict src, uint8_t *restrict dst, in
     return 0;
 }
 
-#define QUANTIZER(fname, size, ref, imp)                                                \
-    WS_DISPATCH static int fname(const float *restrict src, uint8_t *restrict dst, int64_t nrows, int64_t n,          \
-                     const float *imatrix) {                                             \
-        return quantize_rows(src, dst, nrows, n, imatrix, size, ref, imp);              \
+#define QUANTIZER(fname, size, ref, imp)                                                          \
+    WS_DISPATCH static int fname(const float *restrict src, uint8_t *restrict dst, int64_t nrows, \
+                                 int64_t n, const float *imatrix) {                               \
+        return quantize_rows(src, dst, nrows, n, imatrix, size, ref, imp);                        \
     }
 
 QUANTIZER(quantize_q4_0, 18, ref_q4_0, imatrix_q4_0)

@@ -9,13 +9,13 @@
  */
 #include "ws_module.h"
 
-#define DECODE_CAST(fname, ctype)                                                  \
-    WS_DISPATCH static void fname(const uint8_t *restrict src, float *restrict dst, int64_t n) {                \
-        for (int64_t i = 0; i < n; ++i) {                                          \
-            ctype v;                                                               \
-            memcpy(&v, src + i * (int64_t)sizeof(ctype), sizeof(ctype));           \
-            dst[i] = (float)v;                                                     \
-        }                                                                          \
+#define DECODE_CAST(fname, ctype)                                                                \
+    WS_DISPATCH static void fname(const uint8_t *restrict src, float *restrict dst, int64_t n) { \
+        for (int64_t i = 0; i < n; ++i) {                                                        \
+            ctype v;                                                                             \
+            memcpy(&v, src + i * (int64_t)sizeof(ctype), sizeof(ctype));                         \
+            dst[i] = (float)v;                                                                   \
+        }                                                                                        \
     }
 
 DECODE_CAST(dequantize_f32, float)
@@ -25,7 +25,8 @@ DECODE_CAST(dequantize_i16, int16_t)
 DECODE_CAST(dequantize_i32, int32_t)
 DECODE_CAST(dequantize_i64, int64_t)
 
-WS_DISPATCH static void dequantize_f16(const uint8_t *restrict src, float *restrict dst, int64_t n) {
+WS_DISPATCH static void dequantize_f16(const uint8_t *restrict src, float *restrict dst,
+                                       int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
         uint16_t h;
         memcpy(&h, src + 2 * i, 2);
@@ -33,7 +34,8 @@ WS_DISPATCH static void dequantize_f16(const uint8_t *restrict src, float *restr
     }
 }
 
-WS_DISPATCH static void dequantize_bf16(const uint8_t *restrict src, float *restrict dst, int64_t n) {
+WS_DISPATCH static void dequantize_bf16(const uint8_t *restrict src, float *restrict dst,
+                                        int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
         uint16_t h;
         memcpy(&h, src + 2 * i, 2);
@@ -41,23 +43,23 @@ WS_DISPATCH static void dequantize_bf16(const uint8_t *restrict src, float *rest
     }
 }
 
-WS_DISPATCH static int quantize_f32(const float *restrict src, uint8_t *restrict dst, int64_t nrows, int64_t n,
-                        const float *imatrix) {
+WS_DISPATCH static int quantize_f32(const float *restrict src, uint8_t *restrict dst, int64_t nrows,
+                                    int64_t n, const float *imatrix) {
     (void)imatrix;
     memcpy(dst, src, (size_t)(nrows * n) * 4);
     return 0;
 }
 
-#define ENCODE_16(fname, convert)                                                    \
-    WS_DISPATCH static int fname(const float *restrict src, uint8_t *restrict dst,      \
-                                 int64_t nrows, int64_t n, const float *imatrix) {       \
-        (void)imatrix;                                                                   \
-        const int64_t count = nrows * n;                                                 \
-        for (int64_t i = 0; i < count; ++i) {                                            \
-            const uint16_t h = convert(src[i]);                                          \
-            memcpy(dst + 2 * i, &h, 2);                                                  \
-        }                                                                                \
-        return 0;                                                                        \
+#define ENCODE_16(fname, convert)                                                                 \
+    WS_DISPATCH static int fname(const float *restrict src, uint8_t *restrict dst, int64_t nrows, \
+                                 int64_t n, const float *imatrix) {                               \
+        (void)imatrix;                                                                            \
+        const int64_t count = nrows * n;                                                          \
+        for (int64_t i = 0; i < count; ++i) {                                                     \
+            const uint16_t h = convert(src[i]);                                                   \
+            memcpy(dst + 2 * i, &h, 2);                                                           \
+        }                                                                                         \
+        return 0;                                                                                 \
     }
 
 ENCODE_16(quantize_f16, ws_f32_to_f16)

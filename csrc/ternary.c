@@ -56,7 +56,8 @@ static inline float trit(uint8_t byte, uint8_t pow3, float d) {
     return (float)((int)(((uint16_t)q * 3) >> 8) - 1) * d;
 }
 
-WS_DISPATCH static void dequantize_tq1_0(const uint8_t *restrict src, float *restrict y, int64_t nb) {
+WS_DISPATCH static void dequantize_tq1_0(const uint8_t *restrict src, float *restrict y,
+                                         int64_t nb) {
     static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
     for (int64_t i = 0; i < nb; ++i, src += 54) {
         const float d = ws_get_f16(src + 52);
@@ -85,7 +86,8 @@ WS_INLINE void ref_tq2_0(const float *restrict x, uint8_t *restrict y) {
     ws_put_f16(y + 64, d);
 }
 
-WS_DISPATCH static void dequantize_tq2_0(const uint8_t *restrict src, float *restrict y, int64_t nb) {
+WS_DISPATCH static void dequantize_tq2_0(const uint8_t *restrict src, float *restrict y,
+                                         int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, src += 66) {
         const float d = ws_get_f16(src + 64);
         for (int c = 0; c < 2; ++c)
@@ -150,11 +152,11 @@ WS_DISPATCH static void dequantize_q2_0(const uint8_t *restrict src, float *rest
     }
 }
 
-#define QUANTIZER(fname, bs, size, ref)                                                 \
-    WS_DISPATCH static int fname(const float *restrict src, uint8_t *restrict dst, int64_t nrows, int64_t n,          \
-                     const float *imatrix) {                                             \
-        (void)imatrix; /* ggml ignores it for this type */                               \
-        return ws_quantize_blocks(src, dst, nrows, n, bs, size, ref);                         \
+#define QUANTIZER(fname, bs, size, ref)                                                           \
+    WS_DISPATCH static int fname(const float *restrict src, uint8_t *restrict dst, int64_t nrows, \
+                                 int64_t n, const float *imatrix) {                               \
+        (void)imatrix; /* ggml ignores it for this type */                                        \
+        return ws_quantize_blocks(src, dst, nrows, n, bs, size, ref);                             \
     }
 
 QUANTIZER(quantize_tq1_0, QK_K, 54, ref_tq1_0)

@@ -34,8 +34,8 @@
 typedef void (*ws_dequantize_fn)(const uint8_t *restrict src, float *restrict dst, int64_t nblocks);
 /* Encode nrows rows of n_per_row floats; imatrix (n_per_row weights) may be NULL.
  * Returns 0, or 1 when the rows hold a value the type cannot store (NaN/inf). */
-typedef int (*ws_quantize_fn)(const float *restrict src, uint8_t *restrict dst, int64_t nrows, int64_t n_per_row,
-                              const float *imatrix);
+typedef int (*ws_quantize_fn)(const float *restrict src, uint8_t *restrict dst, int64_t nrows,
+                              int64_t n_per_row, const float *imatrix);
 
 typedef struct {
     const char *name;
@@ -49,8 +49,9 @@ typedef struct {
  * blocks ignore the importance matrix; a row holding NaN/inf stops it (1). */
 typedef void (*ws_block_fn)(const float *restrict x, uint8_t *restrict y);
 
-WS_INLINE int ws_quantize_blocks(const float *restrict src, uint8_t *restrict dst, int64_t nrows, int64_t n,
-                                     int64_t block_size, int64_t type_size, ws_block_fn block) {
+WS_INLINE int ws_quantize_blocks(const float *restrict src, uint8_t *restrict dst, int64_t nrows,
+                                 int64_t n, int64_t block_size, int64_t type_size,
+                                 ws_block_fn block) {
     const int64_t nb = n / block_size;
     for (int64_t r = 0; r < nrows; ++r, src += n, dst += nb * type_size) {
         if (ws_any_nonfinite(src, n)) return 1;
@@ -110,10 +111,8 @@ static PyObject *ws_dequantize_impl(const ws_codec *table, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "%s: out holds %zd bytes, %lld blocks need %lld", name,
                      dst.len, (long long)nblocks, (long long)(nblocks * c->block_size * 4));
     } else if (ws_check_aligned(&dst, 4, "out") == 0) {
-        Py_BEGIN_ALLOW_THREADS
-        c->dequantize((const uint8_t *)src.buf, (float *)dst.buf, nblocks);
-        Py_END_ALLOW_THREADS
-        result = Py_None;
+        Py_BEGIN_ALLOW_THREADS c->dequantize((const uint8_t *)src.buf, (float *)dst.buf, nblocks);
+        Py_END_ALLOW_THREADS result = Py_None;
         Py_INCREF(result);
     }
     PyBuffer_Release(&dst);
@@ -161,16 +160,15 @@ static PyObject *ws_quantize_impl(const ws_codec *table, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "%s: out holds %zd bytes, %lld rows need %lld", name,
                      dst.len, (long long)nrows, (long long)(nrows * row_bytes));
     } else if (have_im && (int64_t)im.len != row_floats * 4) {
-        PyErr_Format(PyExc_ValueError, "%s: imatrix holds %zd bytes, expected %lld", name,
-                     im.len, (long long)(row_floats * 4));
+        PyErr_Format(PyExc_ValueError, "%s: imatrix holds %zd bytes, expected %lld", name, im.len,
+                     (long long)(row_floats * 4));
     } else if (ws_check_aligned(&src, 4, "rows") == 0 &&
                (!have_im || ws_check_aligned(&im, 4, "imatrix") == 0)) {
         int bad;
-        Py_BEGIN_ALLOW_THREADS
-        bad = c->quantize((const float *)src.buf, (uint8_t *)dst.buf, nrows, row_floats,
-                          have_im ? (const float *)im.buf : NULL);
-        Py_END_ALLOW_THREADS
-        result = PyBool_FromLong(!bad);
+        Py_BEGIN_ALLOW_THREADS bad =
+            c->quantize((const float *)src.buf, (uint8_t *)dst.buf, nrows, row_floats,
+                        have_im ? (const float *)im.buf : NULL);
+        Py_END_ALLOW_THREADS result = PyBool_FromLong(!bad);
     }
     if (have_im) PyBuffer_Release(&im);
     PyBuffer_Release(&dst);
@@ -199,34 +197,34 @@ static PyObject *ws_type_names(const ws_codec *table) {
 #define WS_MODULE_INIT() ((void)0)
 #endif
 
-#define WS_CODEC_MODULE(modname, doc)                                                        \
-    static PyObject *ws_py_dequantize(PyObject *self, PyObject *args) {                      \
-        (void)self;                                                                          \
-        return ws_dequantize_impl(WS_CODECS, args);                                          \
-    }                                                                                        \
-    static PyObject *ws_py_quantize(PyObject *self, PyObject *args) {                        \
-        (void)self;                                                                          \
-        return ws_quantize_impl(WS_CODECS, args);                                            \
-    }                                                                                        \
-    static PyMethodDef ws_methods[] = {                                                      \
-        {"dequantize", ws_py_dequantize, METH_VARARGS,                                       \
-         "dequantize(type, blocks, out): decode whole blocks into float32 out"},            \
-        {"quantize", ws_py_quantize, METH_VARARGS,                                           \
-         "quantize(type, rows, out, n_per_row, imatrix=None) -> False if NaN/inf"},         \
-        {NULL, NULL, 0, NULL}};                                                              \
-    static struct PyModuleDef ws_moduledef = {PyModuleDef_HEAD_INIT, #modname, doc, -1,      \
-                                              ws_methods, NULL, NULL, NULL, NULL};           \
-    PyMODINIT_FUNC PyInit_##modname(void) {                                                  \
-        WS_MODULE_INIT();                                                                    \
-        PyObject *m = PyModule_Create(&ws_moduledef);                                        \
-        if (m == NULL) return NULL;                                                          \
-        PyObject *names = ws_type_names(WS_CODECS);                                          \
-        if (names == NULL || PyModule_AddObject(m, "TYPES", names) < 0) {                    \
-            Py_XDECREF(names);                                                               \
-            Py_DECREF(m);                                                                    \
-            return NULL;                                                                     \
-        }                                                                                    \
-        return m;                                                                            \
+#define WS_CODEC_MODULE(modname, doc)                                                  \
+    static PyObject *ws_py_dequantize(PyObject *self, PyObject *args) {                \
+        (void)self;                                                                    \
+        return ws_dequantize_impl(WS_CODECS, args);                                    \
+    }                                                                                  \
+    static PyObject *ws_py_quantize(PyObject *self, PyObject *args) {                  \
+        (void)self;                                                                    \
+        return ws_quantize_impl(WS_CODECS, args);                                      \
+    }                                                                                  \
+    static PyMethodDef ws_methods[] = {                                                \
+        {"dequantize", ws_py_dequantize, METH_VARARGS,                                 \
+         "dequantize(type, blocks, out): decode whole blocks into float32 out"},       \
+        {"quantize", ws_py_quantize, METH_VARARGS,                                     \
+         "quantize(type, rows, out, n_per_row, imatrix=None) -> False if NaN/inf"},    \
+        {NULL, NULL, 0, NULL}};                                                        \
+    static struct PyModuleDef ws_moduledef = {                                         \
+        PyModuleDef_HEAD_INIT, #modname, doc, -1, ws_methods, NULL, NULL, NULL, NULL}; \
+    PyMODINIT_FUNC PyInit_##modname(void) {                                            \
+        WS_MODULE_INIT();                                                              \
+        PyObject *m = PyModule_Create(&ws_moduledef);                                  \
+        if (m == NULL) return NULL;                                                    \
+        PyObject *names = ws_type_names(WS_CODECS);                                    \
+        if (names == NULL || PyModule_AddObject(m, "TYPES", names) < 0) {              \
+            Py_XDECREF(names);                                                         \
+            Py_DECREF(m);                                                              \
+            return NULL;                                                               \
+        }                                                                              \
+        return m;                                                                      \
     }
 
 #endif
