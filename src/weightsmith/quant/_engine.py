@@ -153,7 +153,7 @@ def check_backend(backend: str) -> None:
         warnings.warn(
             f"backend={backend!r} is deprecated: quantization runs on threads in this process",
             DeprecationWarning,
-            stacklevel=3,
+            stacklevel=4,  # the caller of weightsmith.quant.quantize/dequantize
         )
 
 
