@@ -5,7 +5,7 @@ legacy.c, ternary.c, fp4.c), on one 4096 x 512 float32 matrix of weight-like
 values:
 
   quant    ``weightsmith.quant.quantize`` vs ``ggml_quantize_chunk`` (one thread,
-           through tests/ggml_ref.py), without and, where ggml has an imatrix
+           through tests/support/ggml_ref.py), without and, where ggml has an imatrix
            path, with an importance matrix                      target >= 2x
   dequant  ``weightsmith.quant.dequantize`` vs the type's ``to_float``
                                                                 target >= 1x
@@ -40,8 +40,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-import ggml_ref
 import weightsmith.quant as Q
+from support import ggml_ref
 
 TYPES = ["F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "TQ1_0", "TQ2_0", "Q1_0", "Q2_0",
          "MXFP4", "NVFP4"]  # fmt: skip
