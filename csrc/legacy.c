@@ -468,50 +468,39 @@ WS_INLINE void lane_levels(const v8i L[QK], int b, v8i q[4]) {
 
 typedef void (*imatrix8_fn)(const lanes8 *B, int k, uint8_t *y);
 
-WS_INLINE void imatrix_q4_0(const lanes8 *B, int k, uint8_t *y) {
+/* Q4_0 / Q5_0 with an imatrix: make_qx_quants(nmax = 8, 16); with_qh as in ref_sym. */
+WS_INLINE void imatrix_sym(const lanes8 *B, int k, uint8_t *y, int nmax, int size, int with_qh) {
     v8i L[QK], q[4];
-    const v8f d = qx_search8(B, 8, L);
-    for (int b = 0; b < k; ++b, y += 18) {
+    const v8f d = qx_search8(B, nmax, L);
+    for (int b = 0; b < k; ++b, y += size) {
         ws_put_f16(y, d[b]);
         lane_levels(L, b, q);
-        put_nibbles(y + 2, q);
+        if (with_qh) put_high_bits(y + 2, q);
+        put_nibbles(y + (with_qh ? 6 : 2), q);
     }
 }
 
-WS_INLINE void imatrix_q5_0(const lanes8 *B, int k, uint8_t *y) {
+/* Q4_1 / Q5_1 with an imatrix: make_qkx3_quants(nmax = 15, 31), m = -the_min. */
+WS_INLINE void imatrix_asym(const lanes8 *B, int k, uint8_t *y, int nmax, int size, int with_qh) {
     v8i L[QK], q[4];
-    const v8f d = qx_search8(B, 16, L);
-    for (int b = 0; b < k; ++b, y += 22) {
+    v8f the_min;
+    const v8f d = qkx3_search8(B, nmax, L, &the_min);
+    for (int b = 0; b < k; ++b, y += size) {
         ws_put_f16(y, d[b]);
+        ws_put_f16(y + 2, -the_min[b]);
         lane_levels(L, b, q);
-        put_high_bits(y + 2, q);
-        put_nibbles(y + 6, q);
+        if (with_qh) put_high_bits(y + 4, q);
+        put_nibbles(y + (with_qh ? 8 : 4), q);
     }
 }
 
+WS_INLINE void imatrix_q4_0(const lanes8 *B, int k, uint8_t *y) { imatrix_sym(B, k, y, 8, 18, 0); }
+WS_INLINE void imatrix_q5_0(const lanes8 *B, int k, uint8_t *y) { imatrix_sym(B, k, y, 16, 22, 1); }
 WS_INLINE void imatrix_q4_1(const lanes8 *B, int k, uint8_t *y) {
-    v8i L[QK], q[4];
-    v8f the_min;
-    const v8f d = qkx3_search8(B, 15, L, &the_min);
-    for (int b = 0; b < k; ++b, y += 20) {
-        ws_put_f16(y, d[b]);
-        ws_put_f16(y + 2, -the_min[b]);
-        lane_levels(L, b, q);
-        put_nibbles(y + 4, q);
-    }
+    imatrix_asym(B, k, y, 15, 20, 0);
 }
-
 WS_INLINE void imatrix_q5_1(const lanes8 *B, int k, uint8_t *y) {
-    v8i L[QK], q[4];
-    v8f the_min;
-    const v8f d = qkx3_search8(B, 31, L, &the_min);
-    for (int b = 0; b < k; ++b, y += 24) {
-        ws_put_f16(y, d[b]);
-        ws_put_f16(y + 2, -the_min[b]);
-        lane_levels(L, b, q);
-        put_high_bits(y + 4, q);
-        put_nibbles(y + 8, q);
-    }
+    imatrix_asym(B, k, y, 31, 24, 1);
 }
 
 /* ------------------------------------------------------------------ row drivers */
