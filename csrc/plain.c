@@ -25,23 +25,17 @@ DECODE_CAST(dequantize_i16, int16_t)
 DECODE_CAST(dequantize_i32, int32_t)
 DECODE_CAST(dequantize_i64, int64_t)
 
-WS_DISPATCH static void dequantize_f16(const uint8_t *restrict src, float *restrict dst,
-                                       int64_t n) {
-    for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        memcpy(&h, src + 2 * i, 2);
-        dst[i] = ws_f16_to_f32(h);
+#define DECODE_16(fname, convert)                                                                \
+    WS_DISPATCH static void fname(const uint8_t *restrict src, float *restrict dst, int64_t n) { \
+        for (int64_t i = 0; i < n; ++i) {                                                        \
+            uint16_t h;                                                                          \
+            memcpy(&h, src + 2 * i, 2);                                                          \
+            dst[i] = convert(h);                                                                 \
+        }                                                                                        \
     }
-}
 
-WS_DISPATCH static void dequantize_bf16(const uint8_t *restrict src, float *restrict dst,
-                                        int64_t n) {
-    for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        memcpy(&h, src + 2 * i, 2);
-        dst[i] = ws_bf16_to_f32(h);
-    }
-}
+DECODE_16(dequantize_f16, ws_f16_to_f32)
+DECODE_16(dequantize_bf16, ws_bf16_to_f32)
 
 WS_DISPATCH static int quantize_f32(const float *restrict src, uint8_t *restrict dst, int64_t nrows,
                                     int64_t n, const float *imatrix) {
