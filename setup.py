@@ -19,7 +19,20 @@ CSRC = Path("csrc")
 # -ffp-contract=off: a*b+c must not become one fused multiply-add (ggml's
 # reference rounds twice).  -fno-fast-math is the default; say it anyway so a
 # CFLAGS=-ffast-math from the environment cannot silently change results.
-CFLAGS = ["-std=c11", "-O3", "-ffp-contract=off", "-fno-fast-math", "-fvisibility=hidden"]
+# -fno-trapping-math and -fno-math-errno change no value (IEEE results stay
+# exact; only FP exception traps and errno after sqrtf & co. are not kept,
+# and nothing reads them): without them gcc will not if-convert the
+# branch-free selects of the kernels, so loops over blocks stay scalar.
+CFLAGS = [
+    "-std=c11",
+    "-O3",
+    "-ffp-contract=off",
+    "-fno-fast-math",
+    "-fno-trapping-math",
+    "-fno-math-errno",
+    "-fvisibility=hidden",
+    "-Wno-psabi",  # inlined helpers returning vectors: no ABI is crossed
+]
 
 
 class BuildExt(build_ext):

@@ -13,9 +13,9 @@ Sections (``--section``, repeatable; default: all)
   ggml     quantize vs ggml's ``ggml_quantize_chunk`` (single thread, through
            tests/support/ggml_ref.py), without and with an imatrix
                                                   target >= 1x (K, IQ4)
-  workers  workers=1 vs workers=N, wall clock, quantize and dequantize
+  workers  workers=1 vs workers=N threads, wall clock, quantize and dequantize
            1024x4096 per type, and quantize_file of a small llama-shaped
-           GGUF (Q4_K_M, many tensors); one "RATIO" line each  target >= 1.7x
+           GGUF (Q4_K_M, many tensors); one "RATIO" line each  target >= 1.8x
   memory   peak extra memory (tracemalloc) while quantizing / dequantizing a
            large tensor, output excluded                 target <= 64 MiB
   floor    for BF16, F16 and Q8_0: gguf-py's dequantize against the numpy
@@ -254,7 +254,7 @@ def _cpu_pressure() -> float | None:
 class _Isolation:
     """``--isolate``: emulate an idle machine on a shared one (Linux, root).
 
-    This process runs SCHED_FIFO, so its threads and forked workers pre-empt
+    This process runs SCHED_FIFO, so its threads pre-empt
     every normal job; while a 1-worker run is timed, spinner processes hold
     the other cores (a tight loop on one flag, nothing in memory), so no job
     shares the machine with it either.  The spinners exit with this process.
@@ -319,38 +319,29 @@ def _paired(fns: dict[str, Callable[[], object]], repeat: int) -> tuple[dict[str
 
 
 def bench_workers(x, types, repeat, workers, rep: Report) -> None:
-    """workers=1 vs workers=N, wall clock, one ratio line per type and operation.
+    """workers=1 vs workers=N threads, wall clock, one ratio line per type and operation.
 
-    ``auto`` is what users get (threads for whole-array codecs, forked
-    processes for the scale searches); the other backends are shown beside
-    it.  "CPU waits" is the share of the time some task waited for a CPU
-    (Linux PSI): above a few percent the machine was shared and the speedups
-    are not the idle-core figures.
+    "CPU waits" is the share of the time some task waited for a CPU (Linux
+    PSI): above a few percent the machine was shared and the speedups are not
+    the idle-core figures.
     """
     n = x.size
-    cols = ["type", "op", "1 worker ms"]
-    for b in ("auto", "process", "thread"):
-        cols += [f"{workers} {b} ms", "speedup"]
-    rep.header(f"workers {x.shape[0]}x{x.shape[1]}: 1 vs {workers} (wall clock, median)",
-               [*cols, "CPU waits", "target"])  # fmt: skip
+    rep.header(f"workers {x.shape[0]}x{x.shape[1]}: 1 vs {workers} threads (wall clock, median)",
+               ["type", "op", "1 worker ms", f"{workers} workers ms", "speedup", "CPU waits",
+                "target"])  # fmt: skip
     for name in types:
         raw = Q.quantize(x, name)
         for op, fn in (
-            ("quantize", lambda w, b: Q.quantize(x, name, workers=w, backend=b)),  # noqa: B023
-            ("dequantize", lambda w, b: Q.dequantize(raw, name, x.shape, workers=w, backend=b)),  # noqa: B023
+            ("quantize", lambda w: Q.quantize(x, name, workers=w)),  # noqa: B023
+            ("dequantize", lambda w: Q.dequantize(raw, name, x.shape, workers=w)),  # noqa: B023
         ):
-            one = fn(1, "auto")
-            assert np.array_equal(one, fn(workers, "auto")), (name, op)  # never depends on workers
-            fns = {"one": lambda: fn(1, "auto")}  # noqa: B023
-            for b in ("auto", "process", "thread"):
-                fns[b] = lambda b=b: fn(workers, b)  # noqa: B023
-            med, busy = _paired(fns, repeat)
-            cells: list[object] = [name, op, med["one"] * 1e3]
-            for b in ("auto", "process", "thread"):
-                cells += [med[b] * 1e3, med["one"] / med[b]]
-            ratio = med["one"] / med["auto"]
-            rep.row([*cells, _waits(busy), _verdict(ratio, 1.7)])
-            print(f"RATIO workers {name} {op}: {ratio:.2f}x (workers={workers} auto vs 1, "
+            one = fn(1)
+            assert np.array_equal(one, fn(workers)), (name, op)  # never depends on workers
+            med, busy = _paired({"one": lambda: fn(1), "n": lambda: fn(workers)}, repeat)  # noqa: B023
+            ratio = med["one"] / med["n"]
+            rep.row([name, op, med["one"] * 1e3, med["n"] * 1e3, ratio, _waits(busy),
+                     _verdict(ratio, 1.8)])  # fmt: skip
+            print(f"RATIO workers {name} {op}: {ratio:.2f}x (workers={workers} vs 1, "
                   f"n={n}, CPU waits {_waits(busy)})", flush=True)  # fmt: skip
 
 

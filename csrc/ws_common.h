@@ -136,4 +136,70 @@ static inline float ws_make_qp_quants(int n, int nmax, const float *x, uint8_t *
     return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
 }
 
+/* C's roundf / lroundf to an int: round half away from zero.
+ * x + copysign(0.49999997f, x) then truncation is exact for every float32 in
+ * round-to-nearest-even: a tie n + 0.5 lands on n + 0.99999997, which rounds
+ * up to n + 1, while 0.49999997 itself stays below 1 (floor(x + 0.5) gets that
+ * one wrong).  Branch-free, so loops over it vectorise; |x| < 2**31. */
+static inline int ws_round_away(float x) { return (int)(x + copysignf(0.49999997f, x)); }
+
+/* NaN or +-inf, tested on the bits (vectorises; no floating-point compare). */
+static inline int ws_nonfinite(float x) {
+    return (ws_f32_bits(x) & 0x7f800000u) == 0x7f800000u;
+}
+
+/* Any NaN/inf among n values (bit test: vectorises). */
+static inline int ws_any_nonfinite(const float *x, int64_t n) {
+    int bad = 0;
+    for (int64_t j = 0; j < n; ++j) bad |= ws_nonfinite(x[j]);
+    return bad;
+}
+
+/* max |x| of n finite values (n a multiple of 8; +0.0 if all zero).  Taken in
+ * 8 lanes, then across them: for finite values the max does not depend on the
+ * order, so this equals C's sequential `if (amax < fabsf(v)) amax = fabsf(v)`
+ * (or MAX(amax, fabsf(v))), and it vectorises. */
+static inline float ws_absmax(const float *x, int n) {
+    float m[8] = {0};
+    for (int j = 0; j < n; j += 8)
+        for (int k = 0; k < 8; ++k) {
+            const float a = fabsf(x[j + k]);
+            m[k] = a > m[k] ? a : m[k];
+        }
+    float amax = m[0];
+    for (int k = 1; k < 8; ++k) amax = m[k] > amax ? m[k] : amax;
+    return amax;
+}
+
+/* Little-endian fp16 fields at any address. */
+static inline void ws_put_f16(uint8_t *p, float v) {
+    const uint16_t h = ws_f32_to_f16(v);
+    memcpy(p, &h, 2);
+}
+
+static inline float ws_get_f16(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return ws_f16_to_f32(h);
+}
+
+/* Runtime CPU dispatch for a kernel's outer function: gcc compiles it (and
+ * what it inlines) twice, for AVX2 and for the baseline, and picks one at load
+ * time.  Results are identical: -ffp-contract=off keeps FMA out of both, and
+ * the vector instructions round exactly as the scalar ones. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define WS_DISPATCH __attribute__((target_clones("avx2", "default")))
+#else
+#define WS_DISPATCH
+#endif
+
+/* For the per-block functions a kernel calls through a pointer argument: forced
+ * inline, so the call is direct and the block code is compiled into each
+ * WS_DISPATCH clone (a plain static function would stay baseline-only). */
+#if defined(__GNUC__)
+#define WS_INLINE static inline __attribute__((always_inline))
+#else
+#define WS_INLINE static inline
+#endif
+
 #endif

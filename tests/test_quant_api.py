@@ -7,6 +7,8 @@ tensor at once.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -247,9 +249,7 @@ def test_non_contiguous_input() -> None:
     assert not xt.flags.c_contiguous
     want = ggml_ref.quantize(np.ascontiguousarray(xt), "Q8_0")
     assert np.array_equal(Q.quantize(xt, "Q8_0", chunk_rows=3), want)
-    for backend in ("process", "thread"):
-        got = Q.quantize(xt, "Q8_0", chunk_rows=3, workers=2, backend=backend)
-        assert np.array_equal(got, want)
+    assert np.array_equal(Q.quantize(xt, "Q8_0", chunk_rows=3, workers=2), want)
     strided = _x(8, 128)[:, ::2]
     assert np.array_equal(
         Q.quantize(strided, "Q4_1"), ggml_ref.quantize(np.ascontiguousarray(strided), "Q4_1")
@@ -301,26 +301,89 @@ def test_chunk_size_does_not_change_the_result(qtype: str) -> None:
         )
 
 
-@pytest.mark.parametrize("qtype", ["Q4_0", "Q5_1", "Q4_K", "Q6_K", "IQ4_NL", "MXFP4"])
-def test_workers_give_the_single_worker_result(qtype: str) -> None:
+@pytest.mark.parametrize(
+    "qtype", ["F16", "Q4_0", "Q5_1", "Q8_0", "Q4_K", "Q6_K", "IQ4_NL", "MXFP4", "TQ1_0"]
+)
+def test_threads_give_the_single_thread_result(qtype: str) -> None:
+    """Bytes and floats never depend on the thread count, with default or tiny chunks."""
     x = _x(40, 256, seed=9)
-    one = Q.quantize(x, qtype, chunk_rows=3)
-    runs = ((2, "auto"), (2, "process"), (3, "process"), (0, "process"), (2, "thread"), (2, "pool"))
-    for workers, backend in runs:
-        kw = {"workers": workers, "chunk_rows": 3, "backend": backend}
-        assert np.array_equal(Q.quantize(x, qtype, **kw), one)
-        assert np.array_equal(
-            Q.dequantize(one, qtype, x.shape, **kw), Q.dequantize(one, qtype, x.shape)
-        )
+    one = Q.quantize(x, qtype)
+    back = Q.dequantize(one, qtype, x.shape)
     assert np.array_equal(one, ggml_ref.quantize(x, qtype))
+    for workers in (2, 3, 0):
+        for kw in ({}, {"chunk_rows": 3}):
+            assert np.array_equal(Q.quantize(x, qtype, workers=workers, **kw), one), (workers, kw)
+            got = Q.dequantize(one, qtype, x.shape, workers=workers, **kw)
+            assert np.array_equal(got.view(np.uint32), back.view(np.uint32)), (workers, kw)
 
 
-@pytest.mark.parametrize("backend", ["auto", "process", "thread", "pool"])
-def test_error_in_a_worker_is_raised(backend: str) -> None:
+def test_threads_on_a_large_tensor_match_one_thread(monkeypatch) -> None:
+    """Many spans of the default size on 2 and 3 threads: the same bytes as 1 thread."""
+    from weightsmith.quant import _engine
+
+    monkeypatch.setattr(_engine, "MIN_CHUNK", 1024)  # many spans on a small tensor
+    x = _x(512, 512, seed=11)
+    for qtype in ("Q4_0", "Q8_0", "NVFP4", "Q2_0"):
+        one = Q.quantize(x, qtype)
+        for workers in (2, 3):
+            assert np.array_equal(Q.quantize(x, qtype, workers=workers), one), (qtype, workers)
+            assert np.array_equal(
+                Q.dequantize(one, qtype, x.shape, workers=workers).view(np.uint32),
+                Q.dequantize(one, qtype, x.shape).view(np.uint32),
+            )
+
+
+def test_threads_are_one_pool_in_this_process() -> None:
+    """workers=k runs on threads of this process: no child process is started."""
+    import multiprocessing
+    import threading
+
+    x = _x(64, 4096, seed=2)
+    Q.quantize(x, "Q4_K", workers=2, chunk_rows=4)
+    Q.dequantize(Q.quantize(x, "Q8_0"), "Q8_0", x.shape, workers=2, chunk_rows=4)
+    assert multiprocessing.active_children() == []
+    names = [t.name for t in threading.enumerate()]
+    assert any(n.startswith("weightsmith-quant") for n in names)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_threads_work_in_a_forked_child() -> None:
+    """A child forked after the pool started gets a pool of its own: its threads run
+    (the parent's do not exist there), with the same bytes and no hang."""
+    import time
+    import warnings
+
+    x = _x(64, 4096, seed=3)
+    want = Q.quantize(x, "Q4_0", workers=2, chunk_rows=4)  # the pool's threads exist now
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
+        pid = os.fork()
+    if pid == 0:  # child: exit 0 only if the result is right and came from a live helper
+        import threading
+
+        ok = np.array_equal(Q.quantize(x, "Q4_0", workers=2, chunk_rows=4), want)
+        helpers = [t for t in threading.enumerate() if t.name.startswith("weightsmith-quant")]
+        os._exit(0 if ok and helpers else 1)
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("quantize with workers=2 hung in a forked child")
+        time.sleep(0.05)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_error_in_a_worker_is_raised(workers: int) -> None:
     x = _x(40, 256)
     x[37, 3] = np.nan
-    with pytest.raises(NonFiniteInput, match="row 37, column 3"):
-        Q.quantize(x, "Q4_K", workers=2, chunk_rows=4, backend=backend)
+    for qtype in ("Q4_K", "Q4_0", "MXFP4"):
+        with pytest.raises(NonFiniteInput, match="row 37, column 3"):
+            Q.quantize(x, qtype, workers=workers, chunk_rows=4)
 
 
 def test_invalid_backend() -> None:
@@ -328,37 +391,45 @@ def test_invalid_backend() -> None:
         Q.quantize(_x(4, 32), "Q4_0", workers=2, backend="gpu")
 
 
+def test_process_backends_are_deprecated_aliases_of_threads() -> None:
+    x = _x(8, 64)
+    want = Q.quantize(x, "Q4_0")
+    for backend in ("process", "pool"):
+        with pytest.warns(DeprecationWarning, match="threads"):
+            assert np.array_equal(Q.quantize(x, "Q4_0", workers=2, backend=backend), want)
+
+
 def test_default_chunks_follow_the_memory_budget() -> None:
-    from weightsmith.quant import MEMORY_BUDGET, _chunk_rows
+    from weightsmith.quant import MEMORY_BUDGET
+    from weightsmith.quant._engine import chunk_rows
     from weightsmith.quant.registry import codec
 
     for name in ("Q4_K", "MXFP4", "F16"):
         per_elem = codec(name).quantize_temp_bytes
-        rows = _chunk_rows(4096, 1, None, per_elem)
+        rows = chunk_rows(4096, 1, None, per_elem)
         assert rows * 4096 * per_elem <= MEMORY_BUDGET
-        assert _chunk_rows(4096, 2, None, per_elem) * 2 <= rows
-        assert _chunk_rows(10**7, 1, None, per_elem) == 1  # at least one whole row
+        assert chunk_rows(4096, 2, None, per_elem) * 2 <= rows
+        assert chunk_rows(10**7, 1, None, per_elem) == 1  # at least one whole row
     assert ggml_type("Q4_K").nbytes(256) == 144
 
 
 @pytest.mark.parametrize("qtype", ["Q4_0", "Q8_0", "MXFP4", "TQ2_0", "F16"])
 def test_one_huge_row_is_cut_into_bounded_pieces(qtype: str, monkeypatch) -> None:
     """A single row longer than a chunk is split at block boundaries: same bytes, bounded chunks."""
-    import weightsmith.quant as quant
+    from weightsmith.quant import _engine as quant
+    from weightsmith.quant.registry import codec
 
     x = _x(2, 3 * 7 * 1024, seed=3)  # rows of 21504 values (672 blocks of 32)
     want = ggml_ref.quantize(x, qtype)
     seen = []
-    real = quant._quantize_task
+    real = quant.quantize_task
 
     def spy(type_name, rows, *args):
         seen.append(rows.shape)
         return real(type_name, rows, *args)
 
-    monkeypatch.setattr(
-        quant, "MEMORY_BUDGET", 4096 * quant.registry.codec(qtype).quantize_temp_bytes
-    )
-    monkeypatch.setattr(quant, "_quantize_task", spy)
+    monkeypatch.setattr(quant, "MEMORY_BUDGET", 4096 * codec(qtype).quantize_temp_bytes)
+    monkeypatch.setattr(quant, "quantize_task", spy)
     assert np.array_equal(Q.quantize(x, qtype), want)
     assert max(r * n for r, n in seen) <= 4096
     x[1, 20000] = np.nan
@@ -368,22 +439,21 @@ def test_one_huge_row_is_cut_into_bounded_pieces(qtype: str, monkeypatch) -> Non
 
 
 def test_dequantize_chunks_by_blocks_inside_one_row(monkeypatch) -> None:
-    import weightsmith.quant as quant
+    from weightsmith.quant import _engine as quant
+    from weightsmith.quant.registry import codec
 
     x = _x(1, 64 * 1024, seed=4)
     raw = ggml_ref.quantize(x, "Q4_K")
     want = ggml_ref.dequantize(raw, "Q4_K", x.size).reshape(x.shape)
     seen = []
-    real = quant._dequantize_task
+    real = quant.dequantize_task
 
     def spy(type_name, blocks, *out):  # out: the output slice a decoder writes into
         seen.append(blocks.shape[0])
         return real(type_name, blocks, *out)
 
-    monkeypatch.setattr(
-        quant, "MEMORY_BUDGET", 8192 * quant.registry.codec("Q4_K").dequantize_temp_bytes
-    )
-    monkeypatch.setattr(quant, "_dequantize_task", spy)
+    monkeypatch.setattr(quant, "MEMORY_BUDGET", 8192 * codec("Q4_K").dequantize_temp_bytes)
+    monkeypatch.setattr(quant, "dequantize_task", spy)
     got = Q.dequantize(raw, "Q4_K", x.shape)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
     assert len(seen) > 1 and max(seen) * 256 <= 8192

@@ -8,9 +8,8 @@ the scale searches of ggml-quants.c live in :mod:`._search`.
 Conventions used by the block helpers below:
 
 * a batch of blocks is a float32 array ``x[B, n]`` (B blocks of n values);
-* sums that ggml runs sequentially are done with :func:`seq_sum`
-  (``np.add.accumulate`` is sequential by definition; ``np.sum`` is pairwise
-  and differs in the last bit).
+* sums that ggml runs sequentially must be sequential here too
+  (``np.sum`` is pairwise and differs in the last bit).
 """
 
 from __future__ import annotations
@@ -60,92 +59,6 @@ def f32_to_f16_bits(x: np.ndarray) -> np.ndarray:
         sign = (x.view(np.uint32)[nan] >> 16).astype(np.uint16) & np.uint16(0x8000)
         h[nan] = sign | np.uint16(0x7E00)
     return h
-
-
-def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
-    """float32 -> bfloat16 bits as ``ggml_compute_fp32_to_bf16``.
-
-    Round to nearest even on the bit pattern (so overflow goes to inf), and a
-    NaN keeps its top 16 bits with the quiet bit (0x40) forced on.
-    """
-    u = np.asarray(x, dtype=np.float32).view(np.uint32)
-    rounded = ((u + (np.uint32(0x7FFF) + ((u >> 16) & 1))) >> 16).astype(np.uint16)
-    nan = (u & 0x7FFFFFFF) > 0x7F800000
-    if nan.any():
-        rounded[nan] = ((u[nan] >> 16) | 64).astype(np.uint16)
-    return rounded
-
-
-# --------------------------------------------------------------------------- rounding
-
-
-_HALF_DOWN_BITS = np.uint32(0x3EFFFFFF)  # 0.49999997f, nextafter(0.5f, 0)
-
-
-def _half_down_signed(x: np.ndarray) -> np.ndarray:
-    """copysign(0.49999997f, x) through the bits (np.copysign is ~3x slower)."""
-    s = x.view(np.uint32) & np.uint32(0x80000000)
-    s |= _HALF_DOWN_BITS
-    return s.view(np.float32)
-
-
-def round_away(x: np.ndarray) -> np.ndarray:
-    """C ``roundf``/``lroundf``: round half away from zero, float32 result.
-
-    ``trunc(x + copysign(0.49999997f, x))`` is exact for every float32 in
-    round-to-nearest-even: ties (x = n + 0.5) land on n + 0.99999997, which
-    rounds up to n + 1, while 0.49999997 itself stays below 1 (the naive
-    ``floor(x + 0.5)`` gets that one wrong).
-    """
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    t = _half_down_signed(x)
-    t += x
-    return np.trunc(t, out=t)
-
-
-def round_away_int(x: np.ndarray, dtype=np.int8) -> np.ndarray:
-    """``(int8_t)roundf(x)`` and friends: the float->int cast truncates, as in C."""
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    t = _half_down_signed(x)
-    t += x
-    return t.astype(dtype)
-
-
-# --------------------------------------------------------------------------- reductions
-
-
-def seq_sum(p: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Sum along ``axis`` in index order starting from +0.0f, as a C loop does.
-
-    ``0.0f + p0 + p1 + ...``.  Short axes (blocks) are summed column by
-    column, which numpy runs ~3x faster than ``np.add.accumulate`` along a
-    short last axis; long axes (whole rows) use the accumulate.  Both are
-    sequential, unlike ``np.sum``'s pairwise order.
-    """
-    p = np.asarray(p, dtype=np.float32)
-    p = np.moveaxis(p, axis, -1)
-    n = p.shape[-1]
-    if n <= 64:
-        acc = np.zeros(p.shape[:-1], np.float32)
-        for i in range(n):
-            acc += p[..., i]
-        return acc
-    return np.add.accumulate(p, axis=-1, dtype=np.float32)[..., -1] + F32(0)
-
-
-def row_sigma2(rows: np.ndarray) -> np.ndarray:
-    """``sum_x2 / n_per_row`` over each row with ggml's sequential sum -> f32 [nrows]."""
-    rows = np.asarray(rows, dtype=np.float32)
-    return seq_sum(rows * rows, axis=-1) / F32(rows.shape[-1])
-
-
-def imatrix_weights(x: np.ndarray, qw: np.ndarray, sigma2: np.ndarray) -> np.ndarray:
-    """``qw[j] * sqrtf(sigma2 + x[j]*x[j])``: the legacy/K imatrix weights.
-
-    x [..., n] blocks, qw broadcastable to x, sigma2 broadcastable to x
-    (one value per row, e.g. ``sigma2[:, None, None]``).
-    """
-    return np.asarray(qw * np.sqrt(sigma2 + x * x), dtype=np.float32)  # no copy if f32
 
 
 # --------------------------------------------------------------------------- block fields

@@ -33,20 +33,8 @@ from .. import gguf
 from ..dtypes import GGML, ggml_type
 from ..errors import ImatrixRequired, RequantizeRefused
 from ..progress import ProgressFn
-from . import (
-    MIN_CHUNK,
-    _check_imatrix,
-    _chunk_rows,
-    _empty,
-    _fork_available,
-    _quantize_task,
-    _spans,
-    _workers,
-    dequantize,
-    quantize,
-    recipes,
-)
-from . import _run as run
+from . import dequantize, quantize, recipes
+from ._engine import MIN_CHUNK, check_imatrix, chunk_rows, quantize_task, run, spans, workers_count
 from .imatrix import Imatrix, for_tensor, read_imatrix
 from .registry import codec
 
@@ -57,7 +45,7 @@ QNT_VERSION = 2  # GGML_QNT_VERSION
 _FLOAT_SOURCES = {t.name for t in GGML.values() if t.is_float and t.name != "F64"}
 _NEEDS_IMATRIX = {"IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_M", "IQ1_S"}
 _NO_IMATRIX_NEEDED = {"token_embd.weight", "per_layer_token_embd.weight", "output.weight"}
-#: Output bytes that quantize_file's workers produce before they are written:
+#: Output bytes that quantize_file's threads produce before they are written:
 #: bounds its extra memory whatever the model size.
 WINDOW_BYTES = 256 * 1024 * 1024
 
@@ -140,22 +128,12 @@ def quantize_file(
 def _tensor_data(f, tensors, plan, im: Imatrix | None, workers: int | None) -> Iterator[tuple]:
     """(tensor, bytes to write) in file order: copied, or quantized to the plan's type.
 
-    With several workers (on Linux), consecutive tensors are quantized
-    together, a window of at most :data:`WINDOW_BYTES` of output at a time:
-    the row chunks of all of them are spread over forked workers, so a model
-    of many small tensors keeps every core busy (one tensor of a few chunks
-    could not), and the processes are forked once per window, not per tensor.
+    Consecutive tensors are quantized together, a window of at most
+    :data:`WINDOW_BYTES` of output at a time: the row spans of all of them go
+    to the quantization thread pool at once, so a model of many small tensors
+    keeps every worker busy (one tensor of a few spans could not).
     """
-    nw = _workers(workers)
-    if nw <= 1 or not _fork_available():
-        for t in tensors:
-            new = plan[t.name]
-            if new == t.ggml_type.name:
-                yield t, f.tensor_bytes(t.name)
-            else:
-                x = dequantize_tensor(f, t.name)
-                yield t, quantize_tensor(x, new, t.name, im, workers)
-        return
+    nw = workers_count(workers)
     window: list = []
     size = 0
     for t in tensors:
@@ -171,7 +149,7 @@ def _tensor_data(f, tensors, plan, im: Imatrix | None, workers: int | None) -> I
 
 
 def _quantize_window(f, window, plan, im: Imatrix | None, nw: int) -> Iterator[tuple]:
-    """Quantize the tensors of ``window`` on ``nw`` forked workers; yield all of them in order."""
+    """Quantize the tensors of ``window`` on ``nw`` threads; yield all of them in order."""
     items: list[tuple[int, int, int, int]] = []  # (tensor, expert, first row, end row)
     layout: dict[int, tuple] = {}  # tensor -> (offset, rows per expert, row bytes, weights)
     total = 0
@@ -184,30 +162,28 @@ def _quantize_window(f, window, plan, im: Imatrix | None, nw: int) -> Iterator[t
         rows = math.prod(t.shape[:-1]) // experts
         e = None if im is None else for_tensor(t.name, t.shape, im)
         weights = []
-        for k in range(experts):  # quantize()'s checks, before anything is forked
+        for k in range(experts):  # quantize()'s checks, before anything is computed
             ek = None if e is None else e[k]
             quantize(np.zeros((0, n), np.float32), new, ek, name=t.name)
-            weights.append(_check_imatrix(ek, n, ggml_type(new), t.name))
-        step = _chunk_rows(n, nw, None, codec(new).quantize_temp_bytes)
+            weights.append(check_imatrix(ek, n, t.name))
+        step = chunk_rows(n, nw, None, codec(new).quantize_temp_bytes)
         for k in range(experts):
-            items += [(j, k, r0, r1) for r0, r1 in _spans(rows, step, nw, max(1, MIN_CHUNK // n))]
+            items += [(j, k, r0, r1) for r0, r1 in spans(rows, step, nw, max(1, MIN_CHUNK // n))]
         row_bytes = ggml_type(new).nbytes(n)
         layout[j] = (total, rows, row_bytes, weights)
         total += experts * rows * row_bytes
-    out = _empty((total,), np.uint8, "fork" if len(items) > 1 else "serial")
+    out = np.empty(total, np.uint8)
 
-    def load(j: int, k: int, r0: int, r1: int) -> tuple:
+    def task(item: tuple[int, int, int, int]) -> None:
+        j, k, r0, r1 = item
         t = window[j]
-        _, rows, _, weights = layout[j]
+        off, rows, row_bytes, weights = layout[j]
         src = f.numpy(t.name).reshape(-1, t.shape[-1])  # a view: only these rows are read
         x = np.ascontiguousarray(src[k * rows + r0 : k * rows + r1], dtype=np.float32)
-        return (plan[t.name], x, weights[k], r0, t.name)
+        dst = out[off + (k * rows + r0) * row_bytes : off + (k * rows + r1) * row_bytes]
+        quantize_task(plan[t.name], x, weights[k], r0, t.name, 1, dst.reshape(r1 - r0, row_bytes))
 
-    def store(j: int, k: int, r0: int, r1: int, q: np.ndarray) -> None:
-        off, rows, row_bytes, _ = layout[j]
-        out[off + (k * rows + r0) * row_bytes : off + (k * rows + r1) * row_bytes] = q.reshape(-1)
-
-    run(items, load, _quantize_task, store, nw, "process")
+    run(items, task, nw)
     for j, t in enumerate(window):
         if j not in layout:
             yield t, f.tensor_bytes(t.name)

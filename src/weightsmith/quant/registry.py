@@ -7,7 +7,10 @@ Every family module (``plain``, ``legacy``, ``kquants``, ``iquants``,
   a decoder with the attribute ``fills_out = True`` also takes ``out=`` (a
   C-contiguous float32 [nblocks, block_size]) and writes its values there
 * ``QUANTIZE[name](rows: float32 [nrows, n], imatrix: float32 [n] | None)
-  -> uint8 [nrows, n // block_size * type_size]``
+  -> uint8 [nrows, n // block_size * type_size]``; an encoder with
+  ``fills_out = True`` also takes ``out=`` (a C-contiguous uint8 array of that
+  shape), and one with ``checks_finite = True`` raises NonFiniteInput itself
+  for NaN/inf (the API then skips its own pass over the input)
 
 This module merges them (a type claimed twice is a bug and fails loudly) and
 adds what the families do not know: which types need an importance matrix
@@ -36,11 +39,6 @@ REQUIRES_IMATRIX = frozenset({"IQ2_XXS", "IQ2_XS", "IQ1_S"})
 # Types whose encoding stores IEEE specials (the plain floats of the dtype
 # table); every block type rejects them.
 HOLDS_NONFINITE = frozenset(t.name for t in GGML.values() if t.is_float)
-
-# Quantizers whose reference path (no imatrix) raises NonFiniteInput itself
-# from its per-block min/max (which propagate NaN/inf), so the API skips its
-# own pass over the input for them.
-SELF_CHECKS_FINITE = frozenset({"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"})
 
 # Bytes of temporaries per element a codec needs while working on a chunk
 # (upper bounds measured with tracemalloc by benchmarks/bench_quant.py); the

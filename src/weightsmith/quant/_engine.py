@@ -1,0 +1,477 @@
+"""How the quantization API does its work: checks, row chunks and one thread pool.
+
+A tensor is cut into spans of rows (of blocks, when decoding); every span is
+one call of the type's codec on contiguous buffers.  With ``workers = k`` the
+calling thread and ``k - 1`` threads of one process-wide pool take spans in
+turn, and each writes its result straight into its slice of the output.  The
+compiled kernels release the GIL, so the threads run in parallel; numpy
+codecs run too, only less in parallel.  A span's bytes do not depend on which
+thread made them, nor on how the tensor was cut: results never depend on the
+number of threads or the chunk size.
+
+Memory: spans are sized so that the codec's temporaries (registry
+``*_TEMP_BYTES``, per element) of all spans in flight stay within
+:data:`MEMORY_BUDGET`, whatever the tensor size; only the output is
+allocated in full.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import warnings
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
+
+import numpy as np
+
+from ..dtypes import GGMLType
+from ..errors import (
+    ByteCountMismatch,
+    DequantizeUnsupported,
+    ImatrixLengthMismatch,
+    ImatrixRequired,
+    InvalidImatrix,
+    InvalidQuantShape,
+    InvalidWorkers,
+    NonFiniteInput,
+    QuantizeUnsupported,
+    RowLengthNotMultiple,
+)
+from .registry import Codec, codec, types
+
+#: Bytes of temporaries all chunks in flight may use together.
+MEMORY_BUDGET = 64 * 1024 * 1024
+#: Elements a span is not cut below when spreading a tensor over threads: a
+#: kernel call then costs far more than handing a span to a thread.
+MIN_CHUNK = 1 << 18
+#: Elements a decoder span is not made larger than: a tensor up to this size
+#: is one call, and larger ones give every thread several spans to balance.
+DEQUANTIZE_CHUNK = 1 << 20
+#: Families whose blocks never look at the rest of their row without an
+#: importance matrix: a long row may be cut into block-aligned pieces.
+BLOCKWISE_FAMILIES = frozenset({"plain", "legacy", "ternary", "fp4"})
+BACKENDS = ("auto", "thread", "process", "pool")
+
+T = TypeVar("T")
+
+
+# --------------------------------------------------------------------------- the pool
+
+
+_pool_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+_pool_size = 0
+_pool_pid = 0
+
+
+def _submit(n: int, fn: Callable[[], None]) -> list[Future]:
+    """Run ``fn`` on ``n`` threads of the shared pool (grown to at least ``n``).
+
+    Submitting under the lock means a pool being replaced by a larger one
+    never receives work after its shutdown.  A pool inherited through
+    ``fork()`` has no threads in the child: it is recognised by its pid and
+    replaced.
+    """
+    global _pool, _pool_size, _pool_pid
+    with _pool_lock:
+        if _pool is None or _pool_size < n or _pool_pid != os.getpid():
+            if _pool is not None and _pool_pid == os.getpid():
+                _pool.shutdown(wait=False)  # its running spans finish
+            _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="weightsmith-quant")
+            _pool_size, _pool_pid = n, os.getpid()
+        return [_pool.submit(fn) for _ in range(n)]
+
+
+def run(spans: Iterable[T], task: Callable[[T], None], workers: int) -> None:
+    """``task(span)`` for every span, on ``workers`` threads (the caller's included).
+
+    Each task stores its own result.  The first error stops the others from
+    taking new spans and is re-raised here.
+    """
+    spans = list(spans)
+    n = min(workers, len(spans))
+    if n <= 1:
+        for span in spans:
+            task(span)
+        return
+    it = iter(spans)
+    lock = threading.Lock()
+    failed: list[BaseException] = []
+
+    def work() -> None:
+        while True:
+            with lock:
+                span = None if failed else next(it, None)
+            if span is None:
+                return
+            try:
+                task(span)
+            except BaseException as exc:
+                with lock:
+                    failed.append(exc)
+                return
+
+    helpers = _submit(n - 1, work)
+    work()
+    # A helper that has not started yet would find no span left: cancel it
+    # rather than wait until the scheduler runs its thread (on a loaded
+    # machine, a whole time slice).  Running helpers finish their span.
+    for fut in helpers:
+        if not fut.cancel():
+            fut.result()
+    if failed:
+        raise failed[0]
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def workers_count(workers: int | None) -> int:
+    """``workers`` as a thread count: None -> 1, 0 -> one per CPU."""
+    if workers is None:
+        return 1
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 0:
+        raise InvalidWorkers(
+            "bad workers", field="workers", expected="an integer >= 0", found=repr(workers)
+        )
+    return int(workers) or (os.cpu_count() or 1)
+
+
+def check_backend(backend: str) -> None:
+    """Every backend is the thread pool now; "process" and "pool" are kept as aliases."""
+    if backend not in BACKENDS:
+        raise InvalidWorkers(
+            "bad backend",
+            field="backend",
+            expected="'auto' or 'thread'",
+            found=repr(backend),
+        )
+    if backend in ("process", "pool"):
+        warnings.warn(
+            f"backend={backend!r} is deprecated: quantization runs on threads in this process",
+            DeprecationWarning,
+            stacklevel=4,  # the caller of weightsmith.quant.quantize/dequantize
+        )
+
+
+def chunk_rows(n_per_row: int, workers: int, rows: int | None, temp_bytes: int = 64) -> int:
+    """Rows per span: ``rows`` if given, else what fits the memory budget.
+
+    ``temp_bytes`` is the codec's temporaries per element (see the registry).
+    """
+    if rows is not None:
+        if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 1:
+            raise InvalidQuantShape(
+                "bad chunk_rows", field="chunk_rows", expected="an integer >= 1", found=repr(rows)
+            )
+        return int(rows)
+    per_chunk = MEMORY_BUDGET // (workers * temp_bytes)
+    return max(1, per_chunk // max(1, n_per_row))
+
+
+def spans(nrows: int, step: int, workers: int = 1, least: int = 1) -> list[tuple[int, int]]:
+    """Spans of at most ``step`` rows covering ``nrows``.
+
+    With several workers the rows are cut into near-equal spans, at least
+    two per worker when spans of ``least`` rows allow it: threads taking
+    equal spans in turn finish together (a large last span would leave one
+    thread alone at the end).
+    """
+    count = -(-nrows // step)
+    if workers > 1:
+        count = max(count, min(2 * workers, nrows // max(1, least)))
+    count = max(1, count)
+    size, extra = divmod(nrows, count)
+    out = []
+    r0 = 0
+    for i in range(count):
+        r1 = r0 + size + (i < extra)
+        if r1 > r0:
+            out.append((r0, r1))
+        r0 = r1
+    return out
+
+
+def check_imatrix(imatrix, n: int, name: str | None) -> np.ndarray | None:
+    """The importance matrix as float32 [n], or a named error."""
+    if imatrix is None:
+        return None
+    im = np.asarray(imatrix)
+    if im.shape != (n,):
+        raise ImatrixLengthMismatch(
+            "importance matrix has the wrong shape",
+            field=name or "imatrix",
+            expected=f"shape ({n},), one weight per column",
+            found=f"shape {im.shape}",
+        )
+    im = np.ascontiguousarray(im, dtype=np.float32)
+    bad = ~np.isfinite(im) | (im < 0)
+    if bad.any():
+        j = int(np.argmax(bad))
+        raise InvalidImatrix(
+            "importance matrix weight out of range",
+            field=name or "imatrix",
+            expected="finite weights >= 0",
+            found=f"{im[j]} at column {j}",
+        )
+    return im
+
+
+def check_quantizable(c: Codec, x: np.ndarray, name: str | None) -> None:
+    """Refuse a type without a quantizer, a scalar, a non-numeric array or a ragged row."""
+    t = c.type
+    if c.quantize is None:
+        raise QuantizeUnsupported(
+            f"no quantizer for {t.name}",
+            field=name or "type",
+            expected="a type with a quantizer: " + ", ".join(types(quantize=True)),
+            found=t.name,
+        )
+    if x.ndim == 0:
+        raise InvalidQuantShape(
+            "cannot quantize a scalar",
+            field=name or "x",
+            expected="at least 1 dimension",
+            found="0-d",
+        )
+    if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
+        raise InvalidQuantShape(
+            "not a real-valued array",
+            field=name or "x",
+            expected="float values",
+            found=str(x.dtype),
+        )
+    if x.shape[-1] % t.block_size:
+        raise RowLengthNotMultiple(
+            f"row length is not a multiple of the {t.name} block size",
+            field=name or "x",
+            expected=f"a multiple of {t.block_size}",
+            found=x.shape[-1],
+        )
+
+
+def check_finite(rows: np.ndarray, r0: int, name: str | None, t: GGMLType, split: int = 1) -> None:
+    """NonFiniteInput naming the first NaN/inf of ``rows`` (rows ``r0``.. of the tensor).
+
+    ``split`` > 1: the rows are pieces of tensor rows cut ``split`` ways.
+    """
+    ok = np.isfinite(rows)
+    if ok.all():
+        return
+    r, c = np.argwhere(~ok)[0]
+    piece = r0 + int(r)
+    row, col = piece // split, (piece % split) * rows.shape[1] + int(c)
+    raise NonFiniteInput(
+        f"{t.name} cannot hold NaN or inf",
+        field=name or "x",
+        expected="finite values",
+        found=f"{rows[r, c]} at row {row}, column {col}",
+    )
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+def quantize_task(
+    type_name: str,
+    rows: np.ndarray,
+    im: np.ndarray | None,
+    r0: int,
+    name: str | None,
+    split: int = 1,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """Quantize one span of rows (float32 [k, n]); into ``out`` when the codec can."""
+    c = codec(type_name)
+    self_check = getattr(c.quantize, "checks_finite", False)
+    if not c.holds_nonfinite and not self_check:
+        check_finite(rows, r0, name, c.type, split)
+    try:
+        with np.errstate(all="ignore"):
+            if out is not None and getattr(c.quantize, "fills_out", False):
+                return c.quantize(rows, im, out=out)
+            q = c.quantize(rows, im)
+    except NonFiniteInput:
+        check_finite(rows, r0, name, c.type, split)  # locate it for the message
+        raise
+    if out is not None:
+        out[...] = q
+    return q
+
+
+def dequantize_task(type_name: str, blocks: np.ndarray, out: np.ndarray | None = None):
+    """Decode one span of blocks; into ``out`` when given."""
+    dec = codec(type_name).dequantize
+    with np.errstate(all="ignore"):  # inf * 0 is NaN in C too
+        if out is None:
+            return dec(blocks)
+        if getattr(dec, "fills_out", False):
+            return dec(blocks, out=out)
+        out[...] = dec(blocks)
+        return out
+
+
+# --------------------------------------------------------------------------- whole tensors
+
+
+def rows_getter(x: np.ndarray, n: int) -> Callable[[int, int], np.ndarray]:
+    """Rows [r0, r1) of x as C-contiguous float32 [k, n], without copying the tensor."""
+    lead = x.shape[:-1]
+    if x.flags.c_contiguous:
+        flat = x.reshape(-1, n)
+        return lambda r0, r1: np.ascontiguousarray(flat[r0:r1], dtype=np.float32)
+
+    def gather(r0: int, r1: int) -> np.ndarray:
+        idx = np.unravel_index(np.arange(r0, r1), lead)
+        return np.ascontiguousarray(x[idx], dtype=np.float32)
+
+    return gather
+
+
+def segment(n: int, block: int, max_elems: int) -> int:
+    """The longest block-aligned piece length dividing ``n`` that fits ``max_elems``."""
+    if n <= max_elems:
+        return n
+    nb = n // block
+    k = max(1, max_elems // block)
+    while nb % k:
+        k -= 1
+    return k * block
+
+
+def quantize(x, type, imatrix, workers, name, chunk_rows_, backend) -> np.ndarray:
+    """:func:`weightsmith.quant.quantize`."""
+    c: Codec = codec(type)
+    t = c.type
+    x = np.asarray(x)
+    check_quantizable(c, x, name)
+    n = x.shape[-1]
+    im = check_imatrix(imatrix, n, name)
+    if im is None and c.requires_imatrix:
+        raise ImatrixRequired(
+            f"{t.name} cannot be quantized without an importance matrix",
+            field=name or "imatrix",
+            expected="an importance matrix",
+            found=None,
+        )
+    nw = workers_count(workers)
+    check_backend(backend)
+    row_bytes = t.nbytes(n)
+    lead = x.shape[:-1]
+    nrows = math.prod(lead)
+    if nrows == 0 or n == 0:
+        return np.empty((*lead, row_bytes), dtype=np.uint8)
+    # A codec whose blocks ignore the rest of the row may have a long row cut
+    # into block-aligned pieces: even one huge row goes in bounded spans.
+    seg = n
+    if (
+        im is None
+        and c.family in BLOCKWISE_FAMILIES
+        and x.flags.c_contiguous
+        and chunk_rows_ is None
+    ):
+        seg = segment(n, t.block_size, MEMORY_BUDGET // (nw * c.quantize_temp_bytes))
+    split = n // seg
+    get_rows = rows_getter(x.reshape(-1, seg) if split > 1 else x, seg)
+    step = chunk_rows(seg, nw, chunk_rows_, c.quantize_temp_bytes)
+    least = max(1, MIN_CHUNK // seg) if chunk_rows_ is None else step
+    out = np.empty((nrows * split, t.nbytes(seg)), np.uint8)
+
+    def task(span: tuple[int, int]) -> None:
+        r0, r1 = span
+        quantize_task(t.name, get_rows(r0, r1), im, r0, name, split, out[r0:r1])
+
+    run(spans(nrows * split, step, nw, least), task, nw)
+    return out.reshape(*lead, row_bytes)
+
+
+def as_bytes(raw, name: str | None) -> np.ndarray:
+    if isinstance(raw, np.ndarray):
+        if not raw.flags.c_contiguous:
+            raw = np.ascontiguousarray(raw)
+        return raw.reshape(-1).view(np.uint8)
+    try:
+        return np.frombuffer(raw, dtype=np.uint8)
+    except TypeError:
+        raise ByteCountMismatch(
+            "raw data is not a byte buffer",
+            field=name or "raw",
+            expected="a uint8 array or a bytes-like object",
+            found=type(raw).__name__,
+        ) from None
+
+
+def as_shape(shape, name: str | None) -> tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (shape,)
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        dims = None
+    if dims is None or not all(
+        isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in dims
+    ):
+        raise InvalidQuantShape(
+            "bad shape",
+            field=name or "shape",
+            expected="a tuple of non-negative integers",
+            found=repr(shape),
+        )
+    return tuple(int(d) for d in dims)
+
+
+def dequantize(raw, type, shape, workers, name, chunk_rows_, backend) -> np.ndarray:
+    """:func:`weightsmith.quant.dequantize`."""
+    c: Codec = codec(type)
+    t = c.type
+    if c.dequantize is None:
+        raise DequantizeUnsupported(
+            f"no dequantizer for {t.name}",
+            field=name or "type",
+            expected="a known type",
+            found=t.name,
+        )
+    dims = as_shape(shape, name)
+    data = as_bytes(raw, name)
+    n = dims[-1] if dims else 1
+    if n % t.block_size:
+        raise RowLengthNotMultiple(
+            f"row length is not a multiple of the {t.name} block size",
+            field=name or "shape",
+            expected=f"a multiple of {t.block_size}",
+            found=n,
+        )
+    count = math.prod(dims)
+    want = t.nbytes(count)
+    if data.size != want:
+        raise ByteCountMismatch(
+            f"byte count does not match {count} {t.name} elements",
+            field=name or "raw",
+            expected=want,
+            found=data.size,
+        )
+    nw = workers_count(workers)
+    check_backend(backend)
+    out = np.empty(dims, dtype=np.float32)
+    if count == 0:
+        return out
+    nrows = count // n
+    bpr = n // t.block_size  # blocks per row
+    blocks = data.reshape(nrows * bpr, t.type_size)
+    if chunk_rows_ is not None:
+        step = chunk_rows(n, nw, chunk_rows_) * bpr  # in blocks
+    else:  # blocks decode independently: chunk by blocks, even inside one huge row
+        per_chunk = min(MEMORY_BUDGET // (nw * c.dequantize_temp_bytes), DEQUANTIZE_CHUNK)
+        step = max(1, per_chunk // t.block_size)
+    least = max(1, MIN_CHUNK // t.block_size) if chunk_rows_ is None else step
+    outb = out.reshape(nrows * bpr, t.block_size)
+
+    def task(span: tuple[int, int]) -> None:
+        b0, b1 = span
+        dequantize_task(t.name, np.ascontiguousarray(blocks[b0:b1]), outb[b0:b1])
+
+    run(spans(nrows * bpr, step, nw, least), task, nw)
+    return out
