@@ -126,7 +126,7 @@ def gguf_target(data: bytes) -> None:
             f.tensor_bytes(t.name)
             if t.ggml_type.numpy is not None:
                 f.numpy(t.name)
-            with contextlib.suppress(E.DequantizeUnsupported, E.RowLengthNotMultiple):
+            with contextlib.suppress(E.UnsupportedDequantizeType, E.RowLengthNotMultiple):
                 dequantize_tensor(f, t.name)
 
 

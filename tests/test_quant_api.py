@@ -17,7 +17,6 @@ from support import ggml_ref
 from weightsmith.dtypes import GGML, ggml_type
 from weightsmith.errors import (
     ByteCountMismatch,
-    DequantizeUnsupported,
     ImatrixLengthMismatch,
     ImatrixRequired,
     InvalidImatrix,
@@ -25,9 +24,10 @@ from weightsmith.errors import (
     InvalidWorkers,
     NonFiniteInput,
     QuantError,
-    QuantizeUnsupported,
     RowLengthNotMultiple,
     UnknownQuantType,
+    UnsupportedDequantizeType,
+    UnsupportedQuantizeType,
     WeightsmithError,
 )
 
@@ -173,13 +173,13 @@ def test_imatrix_required(monkeypatch) -> None:
 
 @pytest.mark.parametrize("qtype", ["Q8_1", "Q8_K"])
 def test_quantize_unsupported(qtype: str) -> None:
-    with pytest.raises(QuantizeUnsupported):
+    with pytest.raises(UnsupportedQuantizeType):
         Q.quantize(_x(1, 256), qtype)
 
 
 def test_dequantize_unsupported_is_a_named_error() -> None:
     # every ggml type has a dequantizer today; the class exists for the registry contract
-    assert issubclass(DequantizeUnsupported, QuantError)
+    assert issubclass(UnsupportedDequantizeType, QuantError)
 
 
 @pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])

@@ -139,8 +139,8 @@ The catalogue, in pipeline order (bases in parentheses)::
     quantization: codecs, importance matrices, llama-quantize recipes, whole files
       QuantError (FormatError): Quantization got input it cannot take (a tensor, shape, importance matrix or argument)
       UnknownQuantType (QuantError): A ggml type name or number that weightsmith does not know
-      QuantizeUnsupported (QuantError): The ggml type has no quantizer (e.g. Q8_1, Q8_K, or an IQ type not done yet)
-      DequantizeUnsupported (QuantError): The ggml type has no dequantizer registered
+      UnsupportedQuantizeType (QuantError): The ggml type has no quantizer (e.g. Q8_1, Q8_K, or an IQ type not done yet)
+      UnsupportedDequantizeType (QuantError): The ggml type has no dequantizer registered
       RowLengthNotMultiple (QuantError): The last dimension is not a multiple of the type's block size
       ByteCountMismatch (QuantError): The raw bytes do not hold exactly the elements of the requested shape
       InvalidQuantShape (QuantError): A shape that is not a tuple of non-negative integers, or a 0-d tensor to quantize
@@ -702,11 +702,11 @@ class UnknownQuantType(QuantError):
     """A ggml type name or number that weightsmith does not know."""
 
 
-class QuantizeUnsupported(QuantError):
+class UnsupportedQuantizeType(QuantError):
     """The ggml type has no quantizer (e.g. Q8_1, Q8_K, or an IQ type not done yet)."""
 
 
-class DequantizeUnsupported(QuantError):
+class UnsupportedDequantizeType(QuantError):
     """The ggml type has no dequantizer registered."""
 
 

@@ -18,9 +18,6 @@ tokenizer.post_processor  # noqa: B018, F821
 _State.i_ffn_gate  # noqa: B018, F821
 _State.i_ffn_up  # noqa: B018, F821
 
-# quant/fp4.py belongs to the native-core rewrite (issue 16), which deletes it there
-_unpack  # noqa: B018, F821
-
 # HF's private helpers that downstream code imports from safetensors.torch (issue 17)
 _end_ptr  # noqa: B018, F821
 _is_complete  # noqa: B018, F821

@@ -30,15 +30,15 @@ import numpy as np
 from ..dtypes import GGMLType
 from ..errors import (
     ByteCountMismatch,
-    DequantizeUnsupported,
     ImatrixLengthMismatch,
     ImatrixRequired,
     InvalidImatrix,
     InvalidQuantShape,
     InvalidWorkers,
     NonFiniteInput,
-    QuantizeUnsupported,
     RowLengthNotMultiple,
+    UnsupportedDequantizeType,
+    UnsupportedQuantizeType,
 )
 from .registry import Codec, codec, types
 
@@ -224,7 +224,7 @@ def check_quantizable(c: Codec, x: np.ndarray, name: str | None) -> None:
     """Refuse a type without a quantizer, a scalar, a non-numeric array or a ragged row."""
     t = c.type
     if c.quantize is None:
-        raise QuantizeUnsupported(
+        raise UnsupportedQuantizeType(
             f"no quantizer for {t.name}",
             field=name or "type",
             expected="a type with a quantizer: " + ", ".join(types(quantize=True)),
@@ -428,7 +428,7 @@ def dequantize(raw, type, shape, workers, name, chunk_rows_, backend) -> np.ndar
     c: Codec = codec(type)
     t = c.type
     if c.dequantize is None:
-        raise DequantizeUnsupported(
+        raise UnsupportedDequantizeType(
             f"no dequantizer for {t.name}",
             field=name or "type",
             expected="a known type",
