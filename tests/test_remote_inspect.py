@@ -399,3 +399,28 @@ def test_shard_reads_are_bounded(monkeypatch):
     out = _inspect._read_many(lambda n: n, [f"s{i}" for i in range(12)], jobs=3)
     assert out == [f"s{i}" for i in range(12)]  # order kept
     assert 1 < peak[0] <= 3
+
+
+# --------------------------------------------------------------------------- HF_TOKEN on plain URLs
+
+
+def test_hf_token_goes_with_a_pasted_resolve_url_of_the_endpoint(hub, monkeypatch, remote_tree):
+    # HF_ENDPOINT is the nginx fixture (the `hub` fixture): a gated repo's resolve URL
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    rep = remote.inspect(f"{hub.url}/org/privsame/resolve/main/model.safetensors")
+    assert rep.total_parameters > 0
+    assert [(ln.status, ln.auth) for ln in _settle(hub, 1)] == [(206, f"Bearer {TOKEN}")]
+
+
+def test_hf_token_never_goes_to_another_origin(hub, monkeypatch, remote_tree):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    # the second port is another origin than HF_ENDPOINT: no token, so 401 there would show it;
+    # it serves the file openly, and its log must show no Authorization header
+    rep = remote.inspect(f"{hub.url2}/cdn/redirected/model.safetensors")
+    assert rep.total_parameters > 0
+    assert [ln.auth for ln in _settle(hub, 1, "log2")] == [""]
+    # nor a redirect from the endpoint to another origin (the CDN case)
+    hub.clear()
+    remote.inspect(f"{hub.url}/org/private/resolve/main/model.safetensors")
+    assert [(ln.status, ln.auth) for ln in _settle(hub, 1)] == [(302, f"Bearer {TOKEN}")]
+    assert [ln.auth for ln in _settle(hub, 1, "log2")] == [""]

@@ -1,0 +1,222 @@
+"""Defects a new user hit (issue 17, part 3), each checked through the console script."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+
+from cli_helpers import run
+
+# --------------------------------------------------------------------------- scan
+
+
+class _Evil:
+    def __reduce__(self):
+        import os
+
+        return (os.system, ("echo pwned",))
+
+
+def test_scan_safetensors_and_gguf_hold_no_code(remote_tree):
+    for name, layout in (("small.safetensors", "safetensors"), ("model.gguf", "gguf")):
+        target = remote_tree.files / name
+        p = run("scan", target)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert "holds no code" in p.stdout and "NOT" not in p.stdout
+        p = run("scan", target, "--json")
+        d = json.loads(p.stdout)
+        assert p.returncode == 0
+        assert (d["layout"], d["holds_code"], d["safe"], d["reasons"]) == (layout, False, True, [])
+
+
+def test_scan_a_folder(tmp_path, remote_tree):
+    import torch
+
+    folder = tmp_path / "model"
+    shutil.copytree(remote_tree.files / "sharded", folder)
+    torch.save({"w": torch.ones(2)}, folder / "training_args.bin")
+    p = run("scan", folder, "--json")
+    assert p.returncode == 0, p.stdout + p.stderr
+    d = json.loads(p.stdout)
+    assert d["safe"] is True
+    assert sorted(f["layout"] for f in d["files"]) == ["safetensors"] * 3 + ["zip"]
+    (folder / "optimizer.pt").write_bytes(pickle.dumps({"w": _Evil()}, protocol=2))
+    p = run("scan", folder)
+    assert p.returncode == 1
+    assert "optimizer.pt" in p.stdout and "NOT weights-only safe" in p.stdout
+    assert "pwned" not in p.stdout + p.stderr
+
+
+# --------------------------------------------------------------------------- leftover shards
+
+
+def _sharded_copy(tmp_path, remote_tree):
+    folder = tmp_path / "model"
+    shutil.copytree(remote_tree.files / "sharded", folder)
+    return folder
+
+
+def test_leftover_shards_are_stray_not_counted(tmp_path, remote_tree):
+    from cli_helpers import run_json
+
+    folder = _sharded_copy(tmp_path, remote_tree)
+    clean = run_json("inspect", folder)
+    # an older save with more shards left one behind: the index does not name it
+    shutil.copy(
+        folder / "model-00001-of-00003.safetensors", folder / "model-00004-of-00005.safetensors"
+    )
+    d = run_json("inspect", folder)
+    assert d["totals"] == clean["totals"]
+    assert d["stray_files"] == ["model-00004-of-00005.safetensors"]
+    p = run("inspect", folder, "--no-tensors")
+    assert p.returncode == 0, p.stderr
+    assert "stray: model-00004-of-00005.safetensors" in p.stdout
+
+
+def test_two_weight_sets_in_one_folder_are_an_error(tmp_path, remote_tree):
+    from cli_helpers import assert_one_line_error
+
+    folder = _sharded_copy(tmp_path, remote_tree)
+    shutil.copy(remote_tree.files / "small.safetensors", folder / "model.safetensors")
+    # beside the index: transformers would load model.safetensors, inspect the index
+    for cmd in ("inspect", "validate"):
+        p = run(cmd, folder)
+        assert_one_line_error(p, "SeveralWeightSets")
+        assert "model.safetensors" in p.stderr and "model.safetensors.index.json" in p.stderr
+    # shards left without their index (what an unsharded save over a sharded one did)
+    (folder / "model.safetensors.index.json").unlink()
+    p = run("inspect", folder, "--json")
+    assert_one_line_error(p, "SeveralWeightSets")
+    assert "model-00001-of-00003.safetensors" in p.stderr and " and model.safetensors" in p.stderr
+
+
+# --------------------------------------------------------------------------- CLI consistency
+
+
+def _all_actions():
+    import argparse
+
+    from weightsmith.cli._main import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    yield "weightsmith", parser
+    yield from sub.choices.items()
+
+
+def test_every_argument_has_help():
+    import argparse
+
+    missing = []
+    for name, parser in _all_actions():
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                continue
+            if not action.help:
+                missing.append(f"{name} {action.dest}")
+    assert missing == []
+
+
+def test_one_name_for_the_size_limit():
+    import argparse
+
+    for name, parser in _all_actions():
+        shown = {
+            opt
+            for a in parser._actions
+            if a.help is not argparse.SUPPRESS
+            for opt in a.option_strings
+        }
+        assert not shown & {"--max-shard-size", "--split-max-size"}, name
+        if name in ("convert", "split"):
+            assert "--max-size" in shown, name
+
+
+def test_size_limit_writes_shards_under_every_spelling(tmp_path, remote_tree):
+    src = remote_tree.files / "small.safetensors"
+    for flag in ("--max-size", "--max-shard-size"):  # the old spelling: a hidden alias
+        out = tmp_path / flag.strip("-")
+        p = run("convert", src, out, flag, "100KB")
+        assert p.returncode == 0, p.stderr
+        assert (out / "model.safetensors.index.json").is_file()
+        assert len(list(out.glob("model-*-of-*.safetensors"))) > 1
+
+
+def test_mistyped_subcommand_suggests():
+    p = run("inpsect", "x")
+    assert p.returncode == 2
+    assert "did you mean 'inspect'" in p.stderr
+    p = run("qunatize", "a", "b")
+    assert "did you mean 'quantize'" in p.stderr
+
+
+def test_convert_gguf_to_gguf_points_to_quantize(tmp_path, remote_tree):
+    from cli_helpers import assert_one_line_error
+
+    p = run("convert", remote_tree.files / "model.gguf", tmp_path / "b.gguf")
+    assert_one_line_error(p, "UsageError")
+    assert "weightsmith quantize" in p.stderr
+    assert not (tmp_path / "b.gguf").exists()
+
+
+def test_requantize_refused_names_the_file_and_what_to_do(tmp_path, remote_tree):
+    from cli_helpers import assert_one_line_error
+
+    src = remote_tree.files / "model.gguf"  # holds Q8_0 tensors
+    p = run("quantize", src, tmp_path / "x.gguf", "--type", "q4_0")
+    assert_one_line_error(p, "RequantizeRefused")
+    assert str(src) in p.stderr and "Q8_0" in p.stderr
+    assert "quantize from the F16/BF16/F32 GGUF" in p.stderr
+    assert not (tmp_path / "x.gguf").exists()
+
+
+def test_split_destination_last_part_is_a_file_prefix(tmp_path, remote_tree):
+    src = remote_tree.files / "model.gguf"
+    p = run("split", src, tmp_path / "out" / "part", "--max-tensors", "4")
+    assert p.returncode == 0, p.stderr
+    names = sorted(x.name for x in (tmp_path / "out").iterdir())
+    assert names and all(n.startswith("part-0000") and n.endswith(".gguf") for n in names)
+    assert not (tmp_path / "out" / "part").exists()
+    # an existing folder (or a trailing /) gets the source's name
+    p = run("split", src, f"{tmp_path / 'dir'}/", "--max-tensors", "4")
+    assert p.returncode == 0, p.stderr
+    assert (
+        sorted(x.name for x in (tmp_path / "dir").iterdir())[0]
+        == f"model-00001-of-{len(names):05d}.gguf"
+    )
+
+
+def test_inspect_says_gguf_shapes_are_numpy_order(remote_tree):
+    p = run("inspect", remote_tree.files / "model.gguf")
+    assert p.returncode == 0, p.stderr
+    assert "numpy order" in p.stdout and "gguf-dump" in p.stdout
+    p = run("inspect", remote_tree.files / "small.safetensors")
+    assert "gguf-dump" not in p.stdout
+
+
+# --------------------------------------------------------------------------- demo
+
+
+def test_demo_says_its_files_are_removed_and_how_to_keep_them():
+    p = run("demo")
+    assert p.returncode == 0, p.stderr
+    assert "removed at the end" in p.stdout and "--out DIR" in p.stdout
+    assert "removed " in p.stdout.strip().splitlines()[-1]
+
+
+def test_demo_labels_sizes_and_names_the_model(tmp_path):
+    import gguf
+
+    p = run("demo", "--out", tmp_path / "keep")
+    assert p.returncode == 0, p.stderr
+    assert f"the files are in {tmp_path / 'keep'}" in p.stdout
+    assert "removed" not in p.stdout
+    assert "tensor data" in p.stdout and "file " in p.stdout and "on disk" in p.stdout
+    for t in ("q8_0", "q4_k_m"):
+        path = tmp_path / "keep" / f"tiny-llama-{t}.gguf"
+        reader = gguf.GGUFReader(str(path))
+        name = reader.fields["general.name"].contents()
+        assert name == "Tiny Llama", name
+        data = sum(int(x.n_bytes) for x in reader.tensors)
+        assert f"file {path.stat().st_size:,} bytes = tensor data {data:,}" in p.stdout
