@@ -61,6 +61,18 @@ def tensor_infos() -> list[tuple[str, tuple[int, ...], int]]:
     return out
 
 
+def expected_tensors(header: int, n_vocab: int = N_VOCAB) -> dict[str, tuple]:
+    """name -> (ggml type, numpy-order shape, absolute offset) as written: the tensors in
+    order, each at the next multiple of 32 of the data section that starts at ``header``."""
+    out, off = {}, 0
+    for name, shape, gtype in tensor_infos():
+        if name == "token_embd.weight":
+            shape = (n_vocab, shape[1])
+        out[name] = ("BF16" if gtype == 30 else "F32", shape, header + off)
+        off += -(-int(np.prod(shape)) * (2 if gtype == 30 else 4) // 32) * 32
+    return out
+
+
 def write(path: Path, file_size: int | None = None, n_vocab: int = N_VOCAB) -> tuple[int, int]:
     """Write the header to ``path`` and extend it (sparse) to ``file_size`` bytes
     (default: header + tensor data).  Returns ``(header size, file size)``."""
@@ -101,7 +113,7 @@ def write(path: Path, file_size: int | None = None, n_vocab: int = N_VOCAB) -> t
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
     w.close()
-    header = path.stat().st_size
+    header = -(-path.stat().st_size // 32) * 32  # the data section starts aligned
     size = header + data if file_size is None else file_size
     if size < header + data:
         raise ValueError(f"{path}: {size} bytes cannot hold the {header + data} the tensors need")

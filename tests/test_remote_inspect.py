@@ -424,3 +424,47 @@ def test_hf_token_never_goes_to_another_origin(hub, monkeypatch, remote_tree):
     remote.inspect(f"{hub.url}/org/private/resolve/main/model.safetensors")
     assert [(ln.status, ln.auth) for ln in _settle(hub, 1)] == [(302, f"Bearer {TOKEN}")]
     assert [ln.auth for ln in _settle(hub, 1, "log2")] == [""]
+
+
+# --------------------------------------------------------------------------- big-vocab GGUF headers
+
+
+@pytest.fixture(scope="module")
+def big_vocab(remote_tree):
+    """A Gemma-like GGUF (262,144 tokens, ~7.9 MB header) at its own size and as a sparse
+    40 GB file with the same header, served by nginx."""
+    import os
+
+    import gguf_big_vocab
+
+    d = remote_tree.root / "bigvocab"
+    d.mkdir(exist_ok=True)
+    small = d / "gemma.gguf"
+    header, size = gguf_big_vocab.write(small)
+    big = d / "gemma-40g.gguf"
+    with open(small, "rb") as f, open(big, "wb") as out:
+        out.write(f.read(header))
+    os.truncate(big, 40 * 10**9)
+    # what was written (gguf-py's reader takes minutes over 262,144 token fields)
+    want = gguf_big_vocab.expected_tensors(header)
+    yield {"header": header, "sizes": {small.name: size, big.name: 40 * 10**9}, "want": want}
+    small.unlink()
+    big.unlink()
+
+
+@pytest.mark.parametrize("name", ["gemma.gguf", "gemma-40g.gguf"])
+def test_gguf_header_fetch_is_bounded_by_the_header(nginx, big_vocab, name):
+    header = big_vocab["header"]
+    rep = remote.inspect(f"{nginx.url}/bigvocab/{name}")
+    lines = _settle(nginx, 1)
+    assert [ln.status for ln in lines] == [206] * len(lines)
+    fetched = sum(ln.bytes for ln in lines)
+    # the issue's target: at most 1.25 x the header + 1 MiB, in at most 4 requests
+    assert len(lines) <= 4 and rep.requests == len(lines)
+    assert fetched == rep.bytes_fetched <= 1.25 * header + (1 << 20)
+    assert rep.files[0].size == big_vocab["sizes"][name]
+    assert rep.files[0].header_size == header
+    tokens = rep.files[0].metadata["tokenizer.ggml.tokens"]
+    assert tokens["array_length"] == 262_144
+    got = {t.name: (t.dtype, t.shape, t.offset) for t in rep.tensors}
+    assert got == big_vocab["want"]
