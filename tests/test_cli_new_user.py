@@ -220,3 +220,69 @@ def test_demo_labels_sizes_and_names_the_model(tmp_path):
         assert name == "Tiny Llama", name
         data = sum(int(x.n_bytes) for x in reader.tensors)
         assert f"file {path.stat().st_size:,} bytes = tensor data {data:,}" in p.stdout
+
+
+# --------------------------------------------------------------------------- quantize fallbacks
+
+_LLAMA_FALLBACK = r"(\d+) of (\d+) tensor\(s\) required fallback quantization"
+
+
+def _llama_quantize_log(src, dst, ftype: str) -> str:
+    """llama.cpp's own log of llama_model_quantize (it prints the fallback count on stderr)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "from recipe_models import llama_quantize\n"
+        "llama_quantize(__import__('pathlib').Path(sys.argv[2]), "
+        "__import__('pathlib').Path(sys.argv[3]), sys.argv[4])\n"
+    )
+    tests = str(Path(__file__).parent)
+    p = subprocess.run(
+        [sys.executable, "-c", code, tests, str(src), str(dst), ftype],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    return p.stdout + p.stderr
+
+
+def test_quantize_reports_fallbacks_and_bits_per_weight_like_llama_cpp(tmp_path):
+    import re
+
+    import gguf
+    from recipe_models import ModelSpec, write_model
+
+    from weightsmith.quant._file import quantize_file
+
+    # SmolLM2's widths: 576-wide rows do not fit Q4_K's 256-blocks
+    spec = ModelSpec("smol", "llama", 2, 576, 1536, 9, 3)
+    src = tmp_path / "f32.gguf"
+    write_model(spec, src)
+    log = _llama_quantize_log(src, tmp_path / "ref.gguf", "Q4_K_M")
+    m = re.search(_LLAMA_FALLBACK, log)
+    assert m, log[-2000:]
+    n_fallback, n_total = int(m[1]), int(m[2])
+    ref = gguf.GGUFReader(str(tmp_path / "ref.gguf"))
+    ref_bpw = (
+        8 * sum(int(t.n_bytes) for t in ref.tensors) / sum(int(t.n_elements) for t in ref.tensors)
+    )
+
+    # the library's result
+    res = quantize_file(src, tmp_path / "lib.gguf", "q4_k_m")
+    assert (len(res.fallbacks), len(res)) == (n_fallback, n_total)
+    assert abs(res.bits_per_weight - ref_bpw) < 1e-9
+    # the CLI, text and --json
+    p = run("quantize", src, tmp_path / "a.gguf", "--type", "q4_k_m")
+    assert p.returncode == 0, p.stderr
+    assert f"{n_fallback} of {n_total} tensor(s) required fallback quantization" in p.stdout
+    assert f"{ref_bpw:.2f} bits per weight" in p.stdout
+    p = run("quantize", src, tmp_path / "b.gguf", "--type", "q4_k_m", "--json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert len(d["fallbacks"]) == n_fallback and d["tensors"] == n_total
+    assert abs(d["bits_per_weight"] - ref_bpw) < 1e-5
+    assert {f["wanted"] for f in d["fallbacks"]} <= {"Q4_K", "Q6_K", "Q5_K"}
