@@ -254,8 +254,8 @@ def test_quantize_reports_fallbacks_and_bits_per_weight_like_llama_cpp(tmp_path)
     import re
 
     import gguf
-    from recipe_models import ModelSpec, write_model
 
+    from recipe_models import ModelSpec, write_model
     from weightsmith.quant._file import quantize_file
 
     # SmolLM2's widths: 576-wide rows do not fit Q4_K's 256-blocks
