@@ -6,6 +6,8 @@ import json
 import pickle
 import shutil
 
+import pytest
+
 from cli_helpers import run
 
 # --------------------------------------------------------------------------- scan
@@ -286,3 +288,155 @@ def test_quantize_reports_fallbacks_and_bits_per_weight_like_llama_cpp(tmp_path)
     assert len(d["fallbacks"]) == n_fallback and d["tensors"] == n_total
     assert abs(d["bits_per_weight"] - ref_bpw) < 1e-5
     assert {f["wanted"] for f in d["fallbacks"]} <= {"Q4_K", "Q6_K", "Q5_K"}
+
+
+# --------------------------------------------------------------------------- no half-built outputs
+
+
+@pytest.fixture(scope="module")
+def llama_gguf(tmp_path_factory):
+    """A tiny Llama HF folder (SentencePiece tokenizer) and its f32 GGUF, made by the CLI."""
+    import hf_models
+
+    root = tmp_path_factory.mktemp("atomic")
+    src = hf_models.build("llama", root / "hf")
+    p = run("convert", src, root / "m.gguf", "--type", "f32")
+    assert p.returncode == 0, p.stderr
+    return root / "m.gguf"
+
+
+def _tree(folder):
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def _no_temp_left(parent):
+    return [p.name for p in parent.iterdir() if ".wstmp" in p.name or ".wsold" in p.name]
+
+
+def test_gguf_to_hf_checks_dependencies_before_writing(tmp_path, llama_gguf):
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('tokenizers', 'sentencepiece'):\n"
+        "            raise ImportError(f'blocked: {name}')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "from weightsmith.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code, "convert", str(llama_gguf), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "MissingDependencyError" in p.stderr
+    assert not out.exists() and _no_temp_left(tmp_path) == []
+
+
+def test_gguf_to_hf_replaces_an_older_folder_as_a_whole(tmp_path, llama_gguf):
+    out = tmp_path / "out"
+    p = run("convert", llama_gguf, out, "--max-size", "200KB")
+    assert p.returncode == 0, p.stderr
+    assert (out / "model.safetensors.index.json").is_file()
+    p = run("convert", llama_gguf, out)
+    assert p.returncode == 0, p.stderr
+    names = sorted(x.name for x in out.iterdir())
+    assert not [n for n in names if "-of-" in n or n.endswith(".index.json")], names
+    assert "model.safetensors" in names and "config.json" in names
+    assert _no_temp_left(tmp_path) == []
+    p = run("inspect", out, "--json")
+    assert p.returncode == 0 and json.loads(p.stdout)["stray_files"] == []
+
+
+def test_gguf_to_hf_failure_leaves_the_old_folder_intact(tmp_path, llama_gguf, monkeypatch):
+    from weightsmith.convert import gguf_to_hf
+    from weightsmith.convert import tokenizer as tok_pkg
+    from weightsmith.convert.tokenizer import _from_gguf
+
+    out = tmp_path / "out"
+    gguf_to_hf(llama_gguf, out, max_shard_size="200KB")
+    before = _tree(out)
+
+    def broken(*a, **kw):
+        raise RuntimeError("tokenizer metadata rejected")
+
+    monkeypatch.setattr(_from_gguf, "hf_tokenizer_files", broken)
+    monkeypatch.setattr(tok_pkg, "hf_tokenizer_files", broken)
+    with pytest.raises(RuntimeError):
+        gguf_to_hf(llama_gguf, out)
+    assert _tree(out) == before
+    assert _no_temp_left(tmp_path) == []
+
+
+def test_gguf_to_hf_refuses_a_folder_it_cannot_replace_whole(tmp_path, llama_gguf):
+    from cli_helpers import assert_one_line_error
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes").mkdir()
+    p = run("convert", llama_gguf, out)
+    assert_one_line_error(p, "OutputFolderRefused")
+    assert sorted(x.name for x in out.iterdir()) == ["notes"]
+    # the input inside the output folder: replacing it would delete the input
+    inside = tmp_path / "in"
+    inside.mkdir()
+    shutil.copy(llama_gguf, inside / "m.gguf")
+    from weightsmith.convert import gguf_to_hf
+    from weightsmith.errors import OutputFolderRefused
+
+    with pytest.raises(OutputFolderRefused, match="holds the input"):
+        gguf_to_hf(inside / "m.gguf", inside)
+    assert sorted(x.name for x in inside.iterdir()) == ["m.gguf"]
+
+
+def _fail_on_call(monkeypatch, owner, name: str, n: int) -> None:
+    """Make ``owner.name`` raise on its ``n``-th call."""
+    real = getattr(owner, name)
+    calls = [0]
+
+    def wrapper(*a, **kw):
+        calls[0] += 1
+        if calls[0] == n:
+            raise OSError("disk full (simulated)")
+        return real(*a, **kw)
+
+    monkeypatch.setattr(owner, name, wrapper)
+
+
+def test_pth_shards_and_index_appear_together(tmp_path, monkeypatch):
+    import torch
+
+    import weightsmith.safetensors as st
+    from weightsmith.convert import torch_to_safetensors
+
+    src = tmp_path / "model.pth"
+    torch.save({f"w{i}": torch.ones(64, 64) for i in range(6)}, src)
+    out = tmp_path / "out"
+    out.mkdir()
+    _fail_on_call(monkeypatch, st.StreamWriter, "write", 5)  # in the third shard
+    with pytest.raises(OSError, match="simulated"):
+        torch_to_safetensors(src, out / "model.safetensors", max_shard_size=40_000)
+    assert sorted(x.name for x in out.iterdir()) == []
+    monkeypatch.undo()
+    rep = torch_to_safetensors(src, out / "model.safetensors", max_shard_size=40_000)
+    assert len(rep.files) == 4 and sorted(x.name for x in out.iterdir()) == sorted(
+        x.rsplit("/", 1)[-1] for x in rep.files
+    )
+
+
+def test_split_gguf_set_appears_together(tmp_path, monkeypatch, remote_tree):
+    from weightsmith import gguf
+    from weightsmith.gguf import _split
+
+    out = tmp_path / "parts"
+    out.mkdir()
+    _fail_on_call(monkeypatch, _split, "copy_tensors", 3)
+    with pytest.raises(OSError, match="simulated"):
+        gguf.split(remote_tree.files / "model.gguf", max_tensors=3, out_dir=out)
+    assert sorted(x.name for x in out.iterdir()) == []
