@@ -313,30 +313,50 @@ def _no_temp_left(parent):
     return [p.name for p in parent.iterdir() if ".wstmp" in p.name or ".wsold" in p.name]
 
 
-def test_gguf_to_hf_checks_dependencies_before_writing(tmp_path, llama_gguf):
+_BLOCK_TOKENIZERS = (
+    "import sys\n"
+    "class Block:\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name.split('.')[0] in ('tokenizers', 'sentencepiece'):\n"
+    "            raise ImportError(f'blocked: {name}')\n"
+    "sys.meta_path.insert(0, Block())\n"
+    "from weightsmith.cli import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
+def _run_blocked(*args):
     import subprocess
     import sys
 
+    cmd = [sys.executable, "-c", _BLOCK_TOKENIZERS, *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+def test_gguf_to_hf_works_from_the_plain_install(tmp_path, llama_gguf):
+    # without tokenizers and sentencepiece: the whole folder, tokenizer included
     out = tmp_path / "out"
-    code = (
-        "import sys\n"
-        "class Block:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name.split('.')[0] in ('tokenizers', 'sentencepiece'):\n"
-        "            raise ImportError(f'blocked: {name}')\n"
-        "sys.meta_path.insert(0, Block())\n"
-        "from weightsmith.cli import main\n"
-        "sys.exit(main(sys.argv[1:]))\n"
-    )
-    p = subprocess.run(
-        [sys.executable, "-c", code, "convert", str(llama_gguf), str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert p.returncode == 1, p.stdout + p.stderr
-    assert "MissingDependencyError" in p.stderr
+    p = _run_blocked("convert", llama_gguf, out)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert {"model.safetensors", "config.json", "tokenizer.json"} <= {x.name for x in out.iterdir()}
+
+
+def test_converters_check_inputs_and_dependencies_before_writing(tmp_path, llama_gguf):
+    from cli_helpers import assert_one_line_error
+
+    # GGUF -> HF: tokenizer metadata it cannot convert fails before the weights are written
+    bad = tmp_path / "bad.gguf"
+    p = run("edit", llama_gguf, "--set", "tokenizer.ggml.model=wordpiece", "-o", bad)
+    assert p.returncode == 0, p.stderr
+    out = tmp_path / "out"
+    p = run("convert", bad, out)
+    assert_one_line_error(p, "TokenizerInconsistent")
     assert not out.exists() and _no_temp_left(tmp_path) == []
+    # HF -> GGUF: a missing extra (the SentencePiece reader) fails before the file is written
+    hf = llama_gguf.parent / "hf"
+    p = _run_blocked("convert", hf, tmp_path / "x.gguf")
+    assert p.returncode == 1 and "MissingDependencyError" in p.stderr, p.stderr
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["bad.gguf"]
 
 
 def test_gguf_to_hf_replaces_an_older_folder_as_a_whole(tmp_path, llama_gguf):
