@@ -10,7 +10,7 @@ WAN latency (where each saved request is worth a round trip, ~20-100 ms).
     python benchmarks/bench_remote.py --gguf [--runs 5]
 
 ``--gguf``: remote GGUF header reads of a Gemma-like file with a 262,144-token
-vocabulary (tests/gguf_big_vocab.py), at its own size and as a sparse 40 GB file
+vocabulary (tests/support/gguf_big_vocab.py), at its own size and as a sparse 40 GB file
 with the same header, against issue 17's target: at most 1.25 x the header
 + 1 MiB fetched, in at most 4 requests.  No other library reads GGUF headers
 over HTTP, so the anchor is the header size itself.
@@ -101,8 +101,8 @@ def main() -> None:
 
 
 def gguf_headers(runs: int) -> None:
-    import gguf_big_vocab
-    from nginx_fixture import Nginx
+    from support import gguf_big_vocab
+    from support.nginx_fixture import Nginx
     from weightsmith import remote
 
     base = Path(tempfile.mkdtemp(prefix="bench_remote_gguf_"))

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from cli_helpers import run
+from support.cli_helpers import run
 
 # --------------------------------------------------------------------------- scan
 
@@ -60,7 +60,7 @@ def _sharded_copy(tmp_path, remote_tree):
 
 
 def test_leftover_shards_are_stray_not_counted(tmp_path, remote_tree):
-    from cli_helpers import run_json
+    from support.cli_helpers import run_json
 
     folder = _sharded_copy(tmp_path, remote_tree)
     clean = run_json("inspect", folder)
@@ -77,7 +77,7 @@ def test_leftover_shards_are_stray_not_counted(tmp_path, remote_tree):
 
 
 def test_two_weight_sets_in_one_folder_are_an_error(tmp_path, remote_tree):
-    from cli_helpers import assert_one_line_error
+    from support.cli_helpers import assert_one_line_error
 
     folder = _sharded_copy(tmp_path, remote_tree)
     shutil.copy(remote_tree.files / "small.safetensors", folder / "model.safetensors")
@@ -154,7 +154,7 @@ def test_mistyped_subcommand_suggests():
 
 
 def test_convert_gguf_to_gguf_points_to_quantize(tmp_path, remote_tree):
-    from cli_helpers import assert_one_line_error
+    from support.cli_helpers import assert_one_line_error
 
     p = run("convert", remote_tree.files / "model.gguf", tmp_path / "b.gguf")
     assert_one_line_error(p, "UsageError")
@@ -163,7 +163,7 @@ def test_convert_gguf_to_gguf_points_to_quantize(tmp_path, remote_tree):
 
 
 def test_requantize_refused_names_the_file_and_what_to_do(tmp_path, remote_tree):
-    from cli_helpers import assert_one_line_error
+    from support.cli_helpers import assert_one_line_error
 
     src = remote_tree.files / "model.gguf"  # holds Q8_0 tensors
     p = run("quantize", src, tmp_path / "x.gguf", "--type", "q4_0")
@@ -237,7 +237,7 @@ def _llama_quantize_log(src, dst, ftype: str) -> str:
 
     code = (
         "import sys; sys.path.insert(0, sys.argv[1])\n"
-        "from recipe_models import llama_quantize\n"
+        "from support.recipe_models import llama_quantize\n"
         "llama_quantize(__import__('pathlib').Path(sys.argv[2]), "
         "__import__('pathlib').Path(sys.argv[3]), sys.argv[4])\n"
     )
@@ -256,9 +256,9 @@ def test_quantize_reports_fallbacks_and_bits_per_weight_like_llama_cpp(tmp_path)
     import re
 
     import gguf
+    from weightsmith.quant.file import quantize_file
 
-    from recipe_models import ModelSpec, write_model
-    from weightsmith.quant._file import quantize_file
+    from support.recipe_models import ModelSpec, write_model
 
     # SmolLM2's widths: 576-wide rows do not fit Q4_K's 256-blocks
     spec = ModelSpec("smol", "llama", 2, 576, 1536, 9, 3)
@@ -296,7 +296,7 @@ def test_quantize_reports_fallbacks_and_bits_per_weight_like_llama_cpp(tmp_path)
 @pytest.fixture(scope="module")
 def llama_gguf(tmp_path_factory):
     """A tiny Llama HF folder (SentencePiece tokenizer) and its f32 GGUF, made by the CLI."""
-    import hf_models
+    from support import hf_models
 
     root = tmp_path_factory.mktemp("atomic")
     src = hf_models.build("llama", root / "hf")
@@ -342,7 +342,7 @@ def test_gguf_to_hf_works_from_the_plain_install(tmp_path, llama_gguf):
 
 
 def test_converters_check_inputs_and_dependencies_before_writing(tmp_path, llama_gguf):
-    from cli_helpers import assert_one_line_error
+    from support.cli_helpers import assert_one_line_error
 
     # GGUF -> HF: tokenizer metadata it cannot convert fails before the weights are written
     bad = tmp_path / "bad.gguf"
@@ -395,7 +395,7 @@ def test_gguf_to_hf_failure_leaves_the_old_folder_intact(tmp_path, llama_gguf, m
 
 
 def test_gguf_to_hf_refuses_a_folder_it_cannot_replace_whole(tmp_path, llama_gguf):
-    from cli_helpers import assert_one_line_error
+    from support.cli_helpers import assert_one_line_error
 
     out = tmp_path / "out"
     out.mkdir()

@@ -14,7 +14,7 @@ import sys
 import pytest
 import tokenizers
 
-from llama_sdist import llama_cpp_root
+from support.llama_sdist import llama_cpp_root
 from weightsmith import gguf
 from weightsmith.convert.tokenizer import _from_gguf, hf_tokenizer_files
 

@@ -435,7 +435,7 @@ def big_vocab(remote_tree):
     40 GB file with the same header, served by nginx."""
     import os
 
-    import gguf_big_vocab
+    from support import gguf_big_vocab
 
     d = remote_tree.root / "bigvocab"
     d.mkdir(exist_ok=True)
