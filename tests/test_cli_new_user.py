@@ -256,9 +256,9 @@ def test_quantize_reports_fallbacks_and_bits_per_weight_like_llama_cpp(tmp_path)
     import re
 
     import gguf
-    from weightsmith.quant.file import quantize_file
 
     from support.recipe_models import ModelSpec, write_model
+    from weightsmith.quant.file import quantize_file
 
     # SmolLM2's widths: 576-wide rows do not fit Q4_K's 256-blocks
     spec = ModelSpec("smol", "llama", 2, 576, 1536, 9, 3)
@@ -388,6 +388,9 @@ def test_gguf_to_hf_failure_leaves_the_old_folder_intact(tmp_path, llama_gguf, m
 
     monkeypatch.setattr(_from_gguf, "hf_tokenizer_files", broken)
     monkeypatch.setattr(tok_pkg, "hf_tokenizer_files", broken)
+    from weightsmith.convert import _gguf_to_hf
+
+    monkeypatch.setattr(_gguf_to_hf, "hf_tokenizer_files", broken, raising=False)
     with pytest.raises(RuntimeError):
         gguf_to_hf(llama_gguf, out)
     assert _tree(out) == before
