@@ -23,6 +23,7 @@ import atheris
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from fuzz import cmp_hook  # imported before the hook: the harness is not instrumented
+from fuzz import with_artifact_prefix
 
 with atheris.instrument_imports(include=["weightsmith", "fuzz"]):
     from fuzz import targets
@@ -66,7 +67,8 @@ def test_one_input(data: bytes) -> None:
 
 def main() -> None:
     try:
-        atheris.Setup([sys.argv[0], *sys.argv[3:]], test_one_input)
+        args = with_artifact_prefix(TARGET, sys.argv[3:])  # never into the current folder
+        atheris.Setup([sys.argv[0], *args], test_one_input)
         atheris.Fuzz()
     finally:
         targets.cleanup()

@@ -5,8 +5,8 @@ with the generated corpus (:mod:`fuzz.seeds`) plus ``fuzz/corpus/NAME`` if
 present.  The report (also written as JSON with ``--json``) gives the
 executions, the coverage reached and every finding: non-WeightsmithError
 exceptions (recorded by the driver, once per signature) and libFuzzer
-crashes, timeouts and out-of-memory stops (their inputs are kept in the work
-folder).  If libFuzzer stops early on a hang or OOM, the run is restarted for
+crashes, timeouts and out-of-memory stops (their inputs are kept in
+fuzz/artifacts/NAME/, which git ignores).  If libFuzzer stops early on a hang or OOM, the run is restarted for
 the time left, so a finding never hides the rest of the session.
 
 Exit status: 0 when nothing was found, 1 otherwise.
@@ -26,6 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from fuzz import artifact_prefix  # noqa: E402
 from fuzz import seeds as seedmod  # noqa: E402
 from fuzz import targets  # noqa: E402
 
@@ -39,8 +40,9 @@ def run(
     seeds_dir = seedmod.write(target, workdir / "seeds")
     corpus.mkdir(parents=True, exist_ok=True)
     findings = workdir / "findings"
-    artifacts = workdir / "artifacts"
-    artifacts.mkdir(exist_ok=True)
+    # kept after a temp workdir is gone, and never in the current folder (git-ignored)
+    artifacts = Path(artifact_prefix(target))
+    earlier = {p.name for p in artifacts.iterdir()}
     extra = [str(HERE / "corpus" / target)] if (HERE / "corpus" / target).is_dir() else []
     deadline = time.monotonic() + seconds
     execs = 0
@@ -93,7 +95,8 @@ def run(
         "rounds": rounds,
         "findings": found,
         "libfuzzer_stops": stops,
-        "artifacts": sorted(p.name for p in artifacts.iterdir()),
+        "artifacts": sorted(p.name for p in artifacts.iterdir() if p.name not in earlier),
+        "artifacts_dir": str(artifacts),
         "workdir": str(workdir),
     }
 

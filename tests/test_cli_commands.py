@@ -89,7 +89,7 @@ def test_edit_set_and_remove(tmp_path):
 
 def test_split_then_merge(tmp_path, remote_tree):
     src = remote_tree.files / "model.gguf"
-    p = run("split", src, tmp_path / "parts", "--max-tensors", "3")
+    p = run("split", src, f"{tmp_path / 'parts'}/", "--max-tensors", "3")
     assert p.returncode == 0, p.stderr
     parts = sorted((tmp_path / "parts").glob("*.gguf"))
     assert len(parts) == 3

@@ -399,3 +399,72 @@ def test_shard_reads_are_bounded(monkeypatch):
     out = _inspect._read_many(lambda n: n, [f"s{i}" for i in range(12)], jobs=3)
     assert out == [f"s{i}" for i in range(12)]  # order kept
     assert 1 < peak[0] <= 3
+
+
+# --------------------------------------------------------------------------- HF_TOKEN on plain URLs
+
+
+def test_hf_token_goes_with_a_pasted_resolve_url_of_the_endpoint(hub, monkeypatch, remote_tree):
+    # HF_ENDPOINT is the nginx fixture (the `hub` fixture): a gated repo's resolve URL
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    rep = remote.inspect(f"{hub.url}/org/privsame/resolve/main/model.safetensors")
+    assert rep.total_parameters > 0
+    assert [(ln.status, ln.auth) for ln in _settle(hub, 1)] == [(206, f"Bearer {TOKEN}")]
+
+
+def test_hf_token_never_goes_to_another_origin(hub, monkeypatch, remote_tree):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    # the second port is another origin than HF_ENDPOINT: no token, so 401 there would show it;
+    # it serves the file openly, and its log must show no Authorization header
+    rep = remote.inspect(f"{hub.url2}/cdn/redirected/model.safetensors")
+    assert rep.total_parameters > 0
+    assert [ln.auth for ln in _settle(hub, 1, "log2")] == [""]
+    # nor a redirect from the endpoint to another origin (the CDN case)
+    hub.clear()
+    remote.inspect(f"{hub.url}/org/private/resolve/main/model.safetensors")
+    assert [(ln.status, ln.auth) for ln in _settle(hub, 1)] == [(302, f"Bearer {TOKEN}")]
+    assert [ln.auth for ln in _settle(hub, 1, "log2")] == [""]
+
+
+# --------------------------------------------------------------------------- big-vocab GGUF headers
+
+
+@pytest.fixture(scope="module")
+def big_vocab(remote_tree):
+    """A Gemma-like GGUF (262,144 tokens, ~7.9 MB header) at its own size and as a sparse
+    40 GB file with the same header, served by nginx."""
+    import os
+
+    from support import gguf_big_vocab
+
+    d = remote_tree.root / "bigvocab"
+    d.mkdir(exist_ok=True)
+    small = d / "gemma.gguf"
+    header, size = gguf_big_vocab.write(small)
+    big = d / "gemma-40g.gguf"
+    with open(small, "rb") as f, open(big, "wb") as out:
+        out.write(f.read(header))
+    os.truncate(big, 40 * 10**9)
+    # what was written (gguf-py's reader takes minutes over 262,144 token fields)
+    want = gguf_big_vocab.expected_tensors(header)
+    yield {"header": header, "sizes": {small.name: size, big.name: 40 * 10**9}, "want": want}
+    small.unlink()
+    big.unlink()
+
+
+@pytest.mark.parametrize("name", ["gemma.gguf", "gemma-40g.gguf"])
+def test_gguf_header_fetch_is_bounded_by_the_header(nginx, big_vocab, name):
+    header = big_vocab["header"]
+    rep = remote.inspect(f"{nginx.url}/bigvocab/{name}")
+    lines = _settle(nginx, 1)
+    assert [ln.status for ln in lines] == [206] * len(lines)
+    fetched = sum(ln.bytes for ln in lines)
+    # the issue's target: at most 1.25 x the header + 1 MiB, in at most 4 requests
+    assert len(lines) <= 4 and rep.requests == len(lines)
+    assert fetched == rep.bytes_fetched <= 1.25 * header + (1 << 20)
+    assert rep.files[0].size == big_vocab["sizes"][name]
+    assert rep.files[0].header_size == header
+    tokens = rep.files[0].metadata["tokenizer.ggml.tokens"]
+    assert tokens["array_length"] == 262_144
+    got = {t.name: (t.dtype, t.shape, t.offset) for t in rep.tensors}
+    assert got == big_vocab["want"]

@@ -23,6 +23,18 @@ copied, and the writes that follow skip the filesystem's per-page block
 allocation (a 1 GiB save is ~10 % faster on ext4).  Filesystems without
 ``fallocate`` simply skip the step.
 
+Outputs of several files: :func:`atomic_folder` builds a whole folder (an HF
+model folder, shards + index) as ``.<name>.<pid>.<random>.wstmp/`` beside the
+target and renames it into place; an existing target folder is first renamed
+aside and deleted only after the new one is in place, so the target is always
+the complete old folder or the complete new one (a crash between the two
+renames leaves the old folder under its ``.wsold`` name, never a mix).  It is
+replaced only when it looks like a model folder of files (no subfolders, only
+the files a model folder holds) and does not hold the input.  :func:`atomic_files`
+writes a set of files into an existing folder (a split GGUF set): every file is
+written under a temp name, and they are renamed into place only once all are
+complete, the entry point (the first shard) last.
+
 Cleanup rule for temp files left by a killed writer: a temp file is named
 ``.<target name>.<pid>.<random>.wstmp``.  After each successful write to a
 target, temp files for that same target whose ``pid`` is no longer a running
@@ -171,18 +183,50 @@ def atomic_output(
     cleanup_stale(target)
 
 
+#: what a model folder may hold for :func:`atomic_folder` to replace it as a whole
+MODEL_FOLDER_SUFFIXES = (
+    ".safetensors", ".json", ".gguf", ".model", ".txt", ".bin", ".pth", ".pt", ".md",
+    ".jinja", ".tiktoken", ".wstmp",
+)  # fmt: skip
+
+
+def _check_replaceable(target: Path, inputs: tuple[Path, ...]) -> None:
+    from .errors import OutputFolderRefused
+
+    tgt = target.resolve()
+    for src in inputs:
+        if src.resolve() == tgt or tgt in src.resolve().parents:
+            raise OutputFolderRefused(
+                f"{target}: the output folder holds the input {src}; it is replaced as a "
+                "whole, so give another folder"
+            )
+    if not target.exists():
+        return
+    if not target.is_dir():
+        raise OutputFolderRefused(f"{target}: exists and is not a folder")
+    for entry in os.scandir(target):
+        if entry.is_dir() or not entry.name.lower().endswith(MODEL_FOLDER_SUFFIXES):
+            raise OutputFolderRefused(
+                f"{target}: the output folder is replaced as a whole, and it holds "
+                f"{entry.name!r}, which is not a model file; give a new or empty folder"
+            )
+
+
 @contextlib.contextmanager
-def atomic_folder(path: str | os.PathLike[str]) -> Iterator[Path]:
+def atomic_folder(
+    path: str | os.PathLike[str], *, inputs: tuple[str | os.PathLike[str], ...] = ()
+) -> Iterator[Path]:
     """Build a folder in a temp folder beside ``path``; on success rename it into place.
 
     An existing folder at ``path`` is replaced as a whole: it is renamed aside, the
     new one renamed in, and only then is the old one removed, so ``path`` holds the
     complete old folder or the complete new one, never a mix.  On any exception the
-    temp folder is removed and ``path`` is left untouched.
+    temp folder is removed and ``path`` is left untouched.  Checked before anything
+    is written: an existing ``path`` must look like a model folder and no path of
+    ``inputs`` may lie inside it (:class:`~weightsmith.errors.OutputFolderRefused`).
     """
     target = Path(path)
-    if target.exists() and not target.is_dir():
-        raise FileExistsError(f"{target}: exists and is not a folder")
+    _check_replaceable(target, tuple(Path(p) for p in inputs))
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_path_for(target)
     tmp.mkdir()
@@ -201,4 +245,23 @@ def atomic_folder(path: str | os.PathLike[str]) -> Iterator[Path]:
             os.replace(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_files(paths: list[Path]) -> Iterator[list[Path]]:
+    """Temp paths for ``paths`` (one set of files); all renamed into place on success.
+
+    The renames happen only after every file is complete, ``paths[0]`` (the
+    entry point a reader opens) last; on any exception every temp file is removed.
+    """
+    tmps = [temp_path_for(p) for p in paths]
+    try:
+        yield tmps
+        for tmp, p in reversed(list(zip(tmps, paths))):
+            os.replace(tmp, p)
+    except BaseException:
+        for tmp in tmps:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
         raise

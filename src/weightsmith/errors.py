@@ -30,6 +30,7 @@ The catalogue, in pipeline order (bases in parentheses)::
       ClosedFileError (WeightsmithError, ValueError): An object was used after its file was closed
       NeedMoreData (WeightsmithError): A parser ran past the end of a *prefix* of a file that is longer
       InvalidSize (WeightsmithError, ValueError): A size string such as ``"5GB"`` could not be parsed
+      OutputFolderRefused (WeightsmithError, ValueError): An output folder would be replaced as a whole but holds the input or other files
       WriteError (WeightsmithError): A writer was used out of order (wrong tensor, too many bytes) or a write came up short
 
     dtypes and frameworks (numpy, torch)
@@ -79,6 +80,7 @@ The catalogue, in pipeline order (bases in parentheses)::
 
     sharded safetensors checkpoints (model.safetensors.index.json)
       ShardError (FormatError): A sharded checkpoint is inconsistent
+      SeveralWeightSets (ShardError): A folder holds two weight sets (e.g. model.safetensors beside shards): never summed
       MissingShard (ShardError): The index names a shard file that does not exist
       DuplicateShardTensor (ShardError): A tensor is listed in two shards
       InvalidIndex (ShardError): The index JSON is malformed
@@ -286,6 +288,10 @@ class InvalidSize(WeightsmithError, ValueError):
     """A size string such as ``"5GB"`` could not be parsed."""
 
 
+class OutputFolderRefused(WeightsmithError, ValueError):
+    """An output folder would be replaced as a whole but holds the input or other files."""
+
+
 class WriteError(WeightsmithError):
     """A writer was used out of order (wrong tensor, too many bytes) or a write came up short."""
 
@@ -473,6 +479,10 @@ class UnsupportedLayout(WeightsmithError, ValueError):
 # --------------------------------------------------------------------------- shards
 class ShardError(FormatError):
     """A sharded checkpoint is inconsistent."""
+
+
+class SeveralWeightSets(ShardError):
+    """A folder holds two weight sets (e.g. ``model.safetensors`` beside shards): never summed."""
 
 
 class MissingShard(ShardError):

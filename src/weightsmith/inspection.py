@@ -16,7 +16,8 @@ Header reading strategy per format:
   header of most files in one read; a second read happens only when
   ``8 + N`` is larger.
 * GGUF: read a chunk, parse; on :class:`~weightsmith.errors.NeedMoreData`
-  grow to ``max(needed, 2 * len(chunk))`` and parse again.
+  grow as :func:`next_gguf_prefix` says (a little past the parser's estimate
+  of the header end, within a bounded factor of what was read) and parse again.
 
 Parsing and validation themselves belong to :mod:`weightsmith.safetensors`
 and :mod:`weightsmith.gguf`; this module only adapts their results.
@@ -45,6 +46,7 @@ from .errors import (
     InvalidIndex,
     MissingShard,
     NeedMoreData,
+    SeveralWeightSets,
     UnknownTargetError,
 )
 
@@ -150,6 +152,8 @@ class Report:
     # a model whose files each hold part of every tensor (Meta's model-parallel shards):
     # the whole tensors, which the totals count instead of the files' pieces
     merged: list[TensorEntry] | None = None
+    #: files in the folder that the index does not name (not counted)
+    stray_files: list[str] = field(default_factory=list)
 
     @property
     def tensors(self) -> list[TensorEntry]:
@@ -387,6 +391,24 @@ def gguf_metadata(header: Any) -> dict[str, Any]:
     return out
 
 
+#: a GGUF prefix grows to this many times the parser's estimate of the header end ...
+GGUF_SLACK = 1.2
+#: ... and at least this factor, at most that one, times what it has
+GGUF_GROW_MIN, GGUF_GROW_MAX = 1.5, 16
+
+
+def next_gguf_prefix(have: int, needed: int, size: int) -> int:
+    """How far to read a GGUF header next, after a ``have``-byte prefix fell short.
+
+    ``needed`` is the parser's estimate of the header's end from what it parsed
+    (the arrays still to come extrapolated from the strings actually scanned):
+    read a little past it, since the KVs after it are unknown, but grow by a
+    bounded factor of what was read, and never past the file.
+    """
+    want = max(int(needed * GGUF_SLACK), int(have * GGUF_GROW_MIN), needed)
+    return min(size, max(have + 1, min(want, have * GGUF_GROW_MAX)))
+
+
 def parse_gguf_prefix(src: Source, first: int = GGUF_FIRST_CHUNK) -> tuple[Any, int]:
     """Parse a GGUF header from growing prefixes; returns (header, bytes used)."""
     buf = src.prefix(first)
@@ -407,7 +429,7 @@ def parse_gguf_prefix(src: Source, first: int = GGUF_FIRST_CHUNK) -> tuple[Any, 
                     f"{src.name}: the GGUF header needs {e.needed:,} bytes, "
                     f"more than the {GGUF_MAX_HEADER:,} inspect reads"
                 ) from None
-            buf = src.prefix(min(max(e.needed, 2 * len(buf)), max(e.needed, GGUF_MAX_HEADER)))
+            buf = src.prefix(next_gguf_prefix(len(buf), e.needed, size))
 
 
 def read_gguf(src: Source) -> FileReport:
@@ -481,13 +503,59 @@ def _shard_order(weight_map: dict[str, str]) -> list[str]:
     return sorted(set(weight_map.values()), key=natural_key)
 
 
-def _folder_files(folder: Path) -> tuple[str, list[Path]] | tuple[str, Path]:
-    for idx in ("model.safetensors.index.json",):
-        if (folder / idx).is_file():
-            return "index", folder / idx
-    st = sorted(folder.glob("*.safetensors"), key=lambda p: natural_key(p.name))
-    if st:
-        return "safetensors", st
+_SHARD_NAME_RE = re.compile(r"^(?P<base>.*)-(?P<i>\d{5})-of-(?P<n>\d{5})\.safetensors$")
+
+
+def weight_sets(files: Iterable[Path]) -> list[list[Path]]:
+    """safetensors files grouped into weight sets: one per shard series
+    (``X-0000i-of-0000N``), one per other file; in natural order."""
+    sets: dict[tuple[str, str], list[Path]] = {}
+    for p in sorted(files, key=lambda p: natural_key(p.name)):
+        m = _SHARD_NAME_RE.match(p.name)
+        key = (m.group("base"), m.group("n")) if m else (p.name, "")
+        sets.setdefault(key, []).append(p)
+    return list(sets.values())
+
+
+def _several_sets(folder: Path, sets: list[list[str]]) -> SeveralWeightSets:
+    def label(names: list[str]) -> str:
+        return names[0] if len(names) == 1 else f"{names[0]} ... ({len(names)} files)"
+
+    return SeveralWeightSets(
+        "two weight sets in one folder (never summed): remove one, or name the file or index",
+        path=str(folder),
+        expected="one model.safetensors, or the shards of one index",
+        found=" and ".join(label(s) for s in sets),
+    )
+
+
+def _safetensors_folder(folder: Path, index: Path | None) -> tuple[str, Any, list[str]]:
+    """(kind, index or files, stray names) of a folder's safetensors weights.
+
+    With an index, the model is what the index names; other shard files are
+    stray (reported, not counted) -- but a ``model.safetensors`` beside an index
+    is a second model (transformers would load it instead), an error.  Without
+    an index, one weight set is the model and two are an error.
+    """
+    found = [p for p in folder.glob("*.safetensors") if p.is_file()]
+    if index is not None:
+        _, wm = parse_index(index.read_bytes(), str(index))
+        named = set(wm.values())
+        stray = sorted((p.name for p in found if p.name not in named), key=natural_key)
+        if "model.safetensors" in stray:
+            raise _several_sets(folder, [["model.safetensors"], [index.name]])
+        return "index", index, stray
+    sets = weight_sets(found)
+    if len(sets) > 1:
+        raise _several_sets(folder, [[p.name for p in s] for s in sets])
+    return "safetensors", sets[0], []
+
+
+def _folder_files(folder: Path) -> tuple[str, Any, list[str]]:
+    """(kind, index path or files, stray file names) of a model folder."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file() or any(folder.glob("*.safetensors")):
+        return _safetensors_folder(folder, index if index.is_file() else None)
     gg = sorted(folder.glob("*.gguf"), key=lambda p: natural_key(p.name))
     if gg:
         # one model per folder: a single file or one split set, never a mix of quantizations
@@ -495,12 +563,12 @@ def _folder_files(folder: Path) -> tuple[str, list[Path]] | tuple[str, Path]:
         if len(models) > 1:
             names = ", ".join(sorted(os.path.basename(m[0]) for m in models))
             raise UnknownTargetError(f"{folder}: several GGUF models here ({names}); name one file")
-        return "gguf", [Path(x) for x in next(iter(models))]
+        return "gguf", [Path(x) for x in next(iter(models))], []
     for idx in folder.glob("*.bin.index.json"):
-        return "index", idx
+        return "index", idx, []
     pt = sorted([*folder.glob("*.bin"), *folder.glob("*.pth"), *folder.glob("*.pt")])
     if pt:
-        return "pytorch", pt
+        return "pytorch", pt, []
     raise UnknownTargetError(f"{folder}: no .safetensors, .gguf, .bin or .pth file in this folder")
 
 
@@ -530,11 +598,13 @@ def inspect_local(target: str | os.PathLike[str]) -> Report:
     if path.is_dir() and is_meta_dir(path):
         return _inspect_meta(path, str(target))
     if path.is_dir():
-        kind, found = _folder_files(path)
+        kind, found, stray = _folder_files(path)
         if kind == "index":
-            return _inspect_local_index(Path(found), str(target))  # type: ignore[arg-type]
-        files = [read_local_file(p) for p in found]  # type: ignore[union-attr]
-        return Report(str(target), kind, files)
+            report = _inspect_local_index(Path(found), str(target))
+        else:
+            report = Report(str(target), kind, [read_local_file(p) for p in found])
+        report.stray_files = stray
+        return report
     if path.name.endswith(".index.json"):
         return _inspect_local_index(path, str(target))
     siblings = split_siblings(str(path))
@@ -673,6 +743,7 @@ def _report_dict(r: Report, tensors: bool, pattern: str | None) -> dict[str, Any
         "layers": groups,
         "remote": {"requests": r.requests, "bytes_fetched": r.bytes_fetched} if r.remote else None,
         "notes": list(r.notes),
+        "stray_files": list(r.stray_files),
     }
     if tensors:
         out["tensors"] = [

@@ -215,15 +215,13 @@ def cmd_convert(args: argparse.Namespace) -> int:
         src = "folder"
     if src == "pytorch" and dst in ("safetensors", "folder"):
         what = ".pth -> safetensors (dtypes are kept)"
-        _reject(args, what, "--type", "--imatrix", "--split-max-size", "--no-tokenizer")
+        _reject(args, what, "--type", "--imatrix", "--no-tokenizer")
         fn = torch_to_safetensors
-        if args.max_shard_size:
-            kw["max_shard_size"] = args.max_shard_size
-        if dst == "folder":
-            Path(args.dst).mkdir(parents=True, exist_ok=True)
+        if args.max_size:
+            kw["max_shard_size"] = args.max_size
+        if dst == "folder":  # the converter makes the folder once the input is read
             target = str(Path(args.dst) / "model.safetensors")
     elif src in ("folder", "safetensors") and dst == "gguf":
-        _reject(args, "HF -> GGUF (use --split-max-size)", "--max-shard-size")
         fn = hf_to_gguf
         # hf_to_gguf reads a model folder: a file inside one stands for its folder
         source = Path(args.src)
@@ -231,12 +229,12 @@ def cmd_convert(args: argparse.Namespace) -> int:
         kw["type"] = args.type or "auto"
         if args.imatrix:
             kw["imatrix"] = args.imatrix
-        if args.split_max_size:
-            kw["split_max_size"] = args.split_max_size
+        if args.max_size:
+            kw["split_max_size"] = args.max_size
         if args.no_tokenizer:
             kw["tokenizer"] = False
     elif src == "gguf" and dst in ("folder", "safetensors"):
-        _reject(args, "GGUF -> HF", "--imatrix", "--split-max-size")
+        _reject(args, "GGUF -> HF", "--imatrix")
         fn = gguf_to_hf
         if dst == "safetensors":
             raise UsageError(
@@ -244,19 +242,23 @@ def cmd_convert(args: argparse.Namespace) -> int:
             )
         if args.type:
             kw["dtype"] = args.type
-        if args.max_shard_size:
-            kw["max_shard_size"] = args.max_shard_size
+        if args.max_size:
+            kw["max_shard_size"] = args.max_size
         if args.no_tokenizer:
             kw["tokenizer"] = False
     elif src in ("folder", "safetensors") and dst in ("folder", "safetensors"):
-        _reject(
-            args, "safetensors -> safetensors", "--imatrix", "--split-max-size", "--no-tokenizer"
-        )
+        _reject(args, "safetensors -> safetensors", "--imatrix", "--no-tokenizer")
         fn = safetensors_to_safetensors
         if args.type:
             kw["dtype"] = args.type
-        if args.max_shard_size:
-            kw["max_shard_size"] = args.max_shard_size
+        if args.max_size:
+            kw["max_shard_size"] = args.max_size
+    elif src == "gguf" and dst == "gguf":
+        raise UsageError(
+            f"convert: {args.src} and {args.dst} are both GGUF; to change the tensor types use "
+            f"`weightsmith quantize {args.src} {args.dst} --type q4_k_m` "
+            "(split/merge for shards, edit for metadata)"
+        )
     else:
         raise UnknownTargetError(f"no conversion from {args.src} ({src}) to {args.dst} ({dst})")
     result = call_with_progress(fn, args.src, target, description="convert", quiet=args.quiet, **kw)
@@ -289,10 +291,21 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     kw: dict[str, Any] = {"type": args.type}
     if args.imatrix:
         kw["imatrix"] = args.imatrix
-    call_with_progress(
-        quantize_file, args.src, args.dst, description="quantize", quiet=args.quiet, **kw
+    result = call_with_progress(
+        quantize_file,
+        args.src,
+        args.dst,
+        description="quantize",
+        quiet=args.quiet or args.json,
+        **kw,
     )
+    if args.json:
+        json.dump({"path": args.dst, **result.to_dict()}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
     _done(args, args.dst)
+    if not args.quiet:
+        _out(args).line(result.summary())
     return 0
 
 
@@ -369,12 +382,11 @@ def cmd_edit(args: argparse.Namespace) -> int:
 
 
 def cmd_split(args: argparse.Namespace) -> int:
-    kw: dict[str, Any] = {"out_dir": args.dst}
+    kw: dict[str, Any] = {"dst": args.dst}
     if args.max_size:
         kw["max_size"] = args.max_size
     if args.max_tensors:
         kw["max_tensors"] = args.max_tensors
-    Path(args.dst).mkdir(parents=True, exist_ok=True)
     paths = call_with_progress(gguf.split, args.src, description="split", quiet=args.quiet, **kw)
     if not args.quiet:
         for p in paths or []:
@@ -388,19 +400,29 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _scan_dict(report) -> dict[str, Any]:
+    return {
+        "path": report.path,
+        "layout": report.layout,
+        "holds_code": report.holds_code,
+        "safe": report.safe,
+        "supported": report.supported,
+        "globals": list(report.globals),
+        "opcode_classes": report.opcode_classes,
+        "reasons": list(report.reasons),
+    }
+
+
 def cmd_scan(args: argparse.Namespace) -> int:
-    """Exit 0 for a weights-only file, 1 when the pickle does anything else."""
+    """Exit 0 for weights-only files (safetensors and GGUF hold no code), 1 otherwise."""
     report = torchfile.scan(args.file)
     if args.json:
-        d = {
-            "path": report.path,
-            "layout": report.layout,
-            "safe": report.safe,
-            "supported": report.supported,
-            "globals": list(report.globals),
-            "opcode_classes": report.opcode_classes,
-            "reasons": list(report.reasons),
-        }
+        files = getattr(report, "files", None)
+        d = (
+            _scan_dict(report)
+            if files is None
+            else {"path": report.path, "safe": report.safe, "files": [_scan_dict(r) for r in files]}
+        )
         json.dump(d, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:

@@ -10,6 +10,7 @@ exit 1; ``--debug`` adds the traceback.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import sys
@@ -73,7 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("demo", "write a small Llama-shaped checkpoint, show its header, load it back")
     p.add_argument(
-        "--out", metavar="DIR", help="folder to write to (default: a temp folder, removed)"
+        "--out",
+        metavar="DIR",
+        help="keep the files in this folder (default: a temp folder, removed at the end)",
     )
 
     p = add("inspect", "show the header, tensors, layer tree and parameter counts of a model")
@@ -92,28 +95,31 @@ def build_parser() -> argparse.ArgumentParser:
     _remote_args(p)
 
     p = add("validate", "strict check of a file or folder, data coverage included; exit 0 or 1")
-    p.add_argument("targets", nargs="+", metavar="TARGET")
+    p.add_argument(
+        "targets", nargs="+", metavar="TARGET", help="files, folders, indexes or URLs to check"
+    )
     _remote_args(p)
 
     p = add("diff", "compare tensor sets, shapes and dtypes (and values with --values)")
-    p.add_argument("a")
-    p.add_argument("b")
+    p.add_argument("a", help="first model: file, folder, index or URL")
+    p.add_argument("b", help="second model: file, folder, index or URL")
     p.add_argument("--values", action="store_true", help="per-tensor RMSE, max abs error, cosine")
-    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="machine-readable output (docs/cli-diff-json-schema.json)",
+    )
     _remote_args(p)
 
     p = add(
         "convert",
         "convert between formats: .pth -> safetensors, HF <-> GGUF, safetensors -> safetensors",
     )
-    p.add_argument("src")
-    p.add_argument("dst")
+    p.add_argument("src", help="HF folder, .safetensors, .gguf (any shard), .pth/.bin")
+    p.add_argument("dst", help="output: a folder, a .safetensors file or a .gguf file")
     p.add_argument("--type", dest="type", help="output dtype or ggml type (bf16, f16, q8_0, ...)")
-    p.add_argument("--max-shard-size", help='e.g. "5GB": write a sharded checkpoint')
+    _max_size_arg(p, "at most this much per file: safetensors shards + index, or a split GGUF set")
     p.add_argument("--imatrix", help="importance matrix for HF -> GGUF quantized types")
-    p.add_argument(
-        "--split-max-size", help='HF -> GGUF: write llama.cpp split shards of at most e.g. "2G"'
-    )
     p.add_argument(
         "--no-tokenizer",
         action="store_true",
@@ -121,32 +127,67 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = add("quantize", "requantize a GGUF file from f32/f16/bf16 tensors")
-    p.add_argument("src")
-    p.add_argument("dst")
+    p.add_argument("src", help="GGUF file with f32/f16/bf16 tensors")
+    p.add_argument("dst", help="GGUF file to write")
     p.add_argument("--type", dest="type", required=True, help="q4_k_m, q8_0, iq4_xs, ...")
     p.add_argument("--imatrix", help="importance matrix file")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="machine-readable result: types, fallbacks, bits per weight",
+    )
 
     p = add("edit", "set or remove GGUF metadata keys")
-    p.add_argument("file")
-    p.add_argument("--set", dest="set_", action="append", default=[], metavar="KEY=VALUE[:TYPE]")
-    p.add_argument("--remove", action="append", default=[], metavar="KEY")
+    p.add_argument("file", help="GGUF file (edited in place unless -o)")
+    p.add_argument(
+        "--set",
+        dest="set_",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE[:TYPE]",
+        help="set a key (repeatable); TYPE is a GGUF type such as u32 or str, "
+        "else the key's current type, else guessed",
+    )
+    p.add_argument(
+        "--remove", action="append", default=[], metavar="KEY", help="remove a key (repeatable)"
+    )
     p.add_argument("-o", "--output", help="write to this file instead of editing in place")
 
     p = add("split", "split a GGUF file into shards")
-    p.add_argument("src")
-    p.add_argument("dst", help="output prefix or first shard name")
+    p.add_argument("src", help="GGUF file to split")
+    p.add_argument(
+        "dst",
+        help="out/prefix writes out/prefix-00001-of-0000N.gguf ...; "
+        "an existing folder or one ending in / gets SRC's name",
+    )
     g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--max-size", help='e.g. "2GB"')
-    g.add_argument("--max-tensors", type=int)
+    _max_size_arg(g, "at most this much tensor data per shard", aliases=False)
+    g.add_argument("--max-tensors", type=int, help="at most this many tensors per shard")
 
     p = add("merge", "merge a split GGUF set into one file")
     p.add_argument("src", help="any shard of the set")
-    p.add_argument("dst")
+    p.add_argument("dst", help="GGUF file to write")
 
-    p = add("scan", "pickle safety report of a PyTorch checkpoint (nothing is executed)")
-    p.add_argument("file")
-    p.add_argument("--json", action="store_true")
+    p = add(
+        "scan",
+        "safety report: what a checkpoint's pickles would do (nothing is executed); "
+        "safetensors and GGUF hold no code",
+    )
+    p.add_argument("file", help="checkpoint file (.pth/.pt/.bin/.safetensors/.gguf) or folder")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
+
+
+def _max_size_arg(p, what: str, *, aliases: bool = True) -> None:
+    """``--max-size``: the one name of the size limit (convert, split).
+
+    The older spellings of convert (``--max-shard-size``, ``--split-max-size``)
+    stay accepted, hidden from --help, so existing scripts keep working.
+    """
+    p.add_argument("--max-size", dest="max_size", metavar="SIZE", help=f'{what} (e.g. "2GB")')
+    if aliases:
+        for old in ("--max-shard-size", "--split-max-size"):
+            p.add_argument(old, dest="max_size", help=argparse.SUPPRESS)
 
 
 def _remote_args(p: argparse.ArgumentParser) -> None:
@@ -157,8 +198,25 @@ def _remote_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, default=8, help="shard headers fetched at once (default 8)")
 
 
+def _unknown_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> str | None:
+    """``unknown command 'X'; did you mean 'Y'?`` for a mistyped subcommand, else None."""
+    commands = next(a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    word = next((a for a in argv if not a.startswith("-")), None)
+    if word is None or word in commands:
+        return None
+    close = difflib.get_close_matches(word, list(commands), n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return f"unknown command {word!r}{hint} (commands: {', '.join(commands)})"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    unknown = _unknown_command(parser, argv)
+    if unknown is not None:
+        parser.print_usage(sys.stderr)
+        print(f"weightsmith: error: {unknown}", file=sys.stderr)
+        return EXIT_USAGE
     args = parser.parse_args(argv)
     args.debug = getattr(args, "debug", False)
     args.quiet = getattr(args, "quiet", False)

@@ -24,6 +24,12 @@ from ._output import Out, human_bytes, human_count
 
 _NUM_TAIL = re.compile(r"^(.*?)(\d+)$")
 
+#: shown under a GGUF tensor table: the order differs from gguf-dump's
+GGUF_SHAPE_NOTE = (
+    "shapes are in numpy order, outermost first (as torch/safetensors show them): "
+    "the reverse of gguf-dump's ne order"
+)
+
 
 def _shape(shape: tuple[int, ...]) -> str:
     return "[" + ", ".join(str(s) for s in shape) + "]"
@@ -118,7 +124,7 @@ def render_report(
     total_size = sum(f.size or 0 for f in report.files)
     out.heading(
         f"{report.target}  ({report.format}, {n_files} file{'s' if n_files != 1 else ''}, "
-        f"{human_bytes(total_size)})"
+        f"{human_bytes(total_size)} on disk)"
     )
     if n_files > 1:
         out.table(
@@ -145,6 +151,8 @@ def render_report(
         rows = tensor_tree_rows(report, pattern, all_layers)
         title = "\nTensors" + (f" matching {pattern!r}" if pattern else "") + " (grouped by layer)"
         out.table(cols, rows, right=(3, 4), title=title)
+        if report.format == "gguf":
+            out.line(GGUF_SHAPE_NOTE)
     counts = report.counts_by_dtype()
     total_p = report.total_parameters or 1
     rows = [
@@ -174,9 +182,12 @@ def render_report(
     )
     out.line(
         f"\n{report.total_parameters:,} parameters ({human_count(report.total_parameters)}), "
-        f"{report.total_bytes:,} bytes, {report.bits_per_weight:.2f} bits per weight"
+        f"{report.total_bytes:,} bytes of tensor data ({human_bytes(report.total_bytes)}; "
+        f"the files: {human_bytes(total_size)}), {report.bits_per_weight:.2f} bits per weight"
     )
     if report.remote:
         out.line(f"remote: {report.requests} request(s), {report.bytes_fetched:,} bytes fetched")
     for note in report.notes:
         out.line(f"note: {note}")
+    for name in report.stray_files:
+        out.line(f"stray: {name} is not named by the index (not counted)")

@@ -93,6 +93,9 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 
 DATA = Path(__file__).resolve().parent / "data"
 
+#: general.name of the demo's GGUF files
+DEMO_MODEL_NAME = "Tiny Llama"
+
 
 def step_write(ctx: DemoContext) -> None:
     """The built-in tiny Llama ``.pth`` -> a safetensors model folder, no torch, no pickle run."""
@@ -110,9 +113,16 @@ def step_write(ctx: DemoContext) -> None:
     shutil.copyfile(DATA / "config.json", ctx.folder / "config.json")
     ctx.files["safetensors"] = path
     n = sum(a.size for a in ctx.tensors.values())
+    data = sum(a.nbytes for a in ctx.tensors.values())
     ctx.out.line(
-        f"wrote {path} ({len(ctx.tensors)} tensors, {n:,} parameters, {path.stat().st_size:,} bytes)"
+        f"wrote {path} ({len(ctx.tensors)} tensors, {n:,} parameters; "
+        f"{_sizes(path.stat().st_size, data)})"
     )
+
+
+def _sizes(file_size: int, data: int) -> str:
+    """``file 1,234 bytes = tensor data 1,100 + header/padding 134``."""
+    return f"file {file_size:,} bytes = tensor data {data:,} + header/padding {file_size - data:,}"
 
 
 def step_header(ctx: DemoContext) -> None:
@@ -143,13 +153,15 @@ def step_convert(ctx: DemoContext) -> None:
     """HF folder -> GGUF q8_0 and q4_k_m in one streaming pass each (no tokenizer: weights only)."""
     for t in ("q8_0", "q4_k_m"):
         path = ctx.folder / f"tiny-llama-{t}.gguf"
-        res = hf_to_gguf(ctx.folder, path, t, tokenizer=False)
+        # named after the model, not after the folder it sits in (a temp folder by default)
+        res = hf_to_gguf(ctx.folder, path, t, tokenizer=False, name=DEMO_MODEL_NAME)
         ctx.files[t] = path
         kinds: dict[str, int] = {}
         for v in res.tensor_types.values():
             kinds[v] = kinds.get(v, 0) + 1
         mix = ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items()))
-        ctx.out.line(f"wrote {path} ({path.stat().st_size:,} bytes; {mix})")
+        data = inspect_local(path).total_bytes
+        ctx.out.line(f"wrote {path} ({_sizes(path.stat().st_size, data)}; {mix})")
 
 
 def step_inspect_gguf(ctx: DemoContext) -> None:
@@ -195,6 +207,11 @@ def run(out_dir: str | None = None, out: Out | None = None, quiet: bool = False)
         folder = Path(out_dir)
         folder.mkdir(parents=True, exist_ok=True)
     ctx = DemoContext(folder, out, quiet=quiet)
+    if tmp is not None:
+        out.line(
+            f"writing to the temporary folder {folder}, removed at the end "
+            "(weightsmith demo --out DIR keeps the files)"
+        )
     try:
         for i, (title, step) in enumerate(STEPS, 1):
             out.heading(f"\n[{i}/{len(STEPS)}] {title}")
@@ -203,3 +220,6 @@ def run(out_dir: str | None = None, out: Out | None = None, quiet: bool = False)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+            out.line(f"removed {folder} and the files above; keep them with --out DIR")
+        else:
+            out.line(f"the files are in {folder}")

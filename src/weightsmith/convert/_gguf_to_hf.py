@@ -29,7 +29,11 @@ inverse-transformed (registry ``Transform.inverse``, last transform first),
 cast and written.  At most a dequantized tensor, its transformed copy and its
 cast copy are alive at once: peak memory stays under 3x the largest tensor in
 float32 plus the interpreter.  Every file is written atomically; config.json
-goes last, so a folder without it is an interrupted conversion.
+goes last.  The folder is built beside ``dst_folder`` and renamed into place
+(:func:`weightsmith._atomic.atomic_folder`): it appears complete or not at
+all, and an older folder there is replaced as a whole (no leftover shards).
+The tokenizer files are built before anything is written, so a missing
+dependency or bad tokenizer metadata leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ import ml_dtypes
 import numpy as np
 
 from .. import errors as E
-from .._atomic import atomic_output
+from .._atomic import atomic_folder, atomic_output
 from ..dtypes import SAFETENSORS, DType, dtype_by_name
 from ..gguf import GGUFFile, read
 from ..quant import dequantize
@@ -61,7 +65,7 @@ from ..safetensors import (
     write_index,
 )
 from .arch import FILE_TYPE, REGISTRY, by_gguf_arch, llama3_rope_freqs
-from .tokenizer import write_hf_tokenizer
+from .tokenizer import hf_tokenizer_files
 
 __all__ = ["gguf_to_hf"]
 
@@ -394,9 +398,6 @@ def _write_weights(
             total_parameters=sum(math.prod(s) for _, _, s in plan),
         )
         return [*names, INDEX_NAME]
-    with_index = folder / INDEX_NAME
-    if with_index.exists():  # left by an earlier, sharded conversion
-        with_index.unlink()
     return names
 
 
@@ -435,8 +436,9 @@ def _write_shard(
 
 
 def _write_json(path: Path, obj: Any, *, sort_keys: bool = False) -> None:
-    with atomic_output(path, "w") as out:
-        out.write(json.dumps(obj, indent=2, sort_keys=sort_keys, ensure_ascii=False) + "\n")
+    text = json.dumps(obj, indent=2, sort_keys=sort_keys, ensure_ascii=False) + "\n"
+    with atomic_output(path) as out:
+        out.write(text.encode("utf-8"))  # UTF-8 whatever the locale (token strings)
 
 
 # --------------------------------------------------------------------------- entry point
@@ -463,8 +465,7 @@ def gguf_to_hf(
     dtype = _norm_dtype(dtype)
     parse_size(max_shard_size)  # a bad size fails before any work
     src = Path(src)
-    folder = Path(dst_folder)
-    with read(src) as f:
+    with read(src) as f, contextlib.ExitStack() as stack:
         entry, cfg, gen = build_config(f, dtype, path=src)
         if tokenizer and "tokenizer.ggml.model" not in f.metadata:
             raise E.MissingGGUFMetadata(
@@ -474,15 +475,19 @@ def gguf_to_hf(
                 expected="keys tokenizer.ggml.model, tokenizer.ggml.tokens",
                 found="no such key",
             )
-        folder.mkdir(parents=True, exist_ok=True)
-        written = [folder / n for n in _write_weights(
-            f, entry, cfg, folder, dtype, max_shard_size, progress, src
-        )]  # fmt: skip
+        # the tokenizer files are built (dependency and metadata checked) before any write
+        tok_files: dict[str, Any] = {}
         if tokenizer:
-            written += write_hf_tokenizer(f.metadata, folder, where=os.fspath(src))
-    if gen:
-        _write_json(folder / "generation_config.json", gen)
-        written.append(folder / "generation_config.json")
-    _write_json(folder / "config.json", cfg)
-    written.append(folder / "config.json")
-    return written
+            tok_files = hf_tokenizer_files(f.metadata, where=os.fspath(src))
+        # the whole folder appears at once, replacing an older one as a whole
+        folder = stack.enter_context(atomic_folder(dst_folder, inputs=tuple(f.paths)))
+        names = _write_weights(f, entry, cfg, folder, dtype, max_shard_size, progress, src)
+        for name, content in tok_files.items():
+            _write_json(folder / name, content)
+        names += list(tok_files)
+        if gen:
+            _write_json(folder / "generation_config.json", gen)
+            names.append("generation_config.json")
+        _write_json(folder / "config.json", cfg)
+        names.append("config.json")
+    return [Path(dst_folder) / n for n in names]

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import errors, torchfile
+from .._atomic import atomic_files
 from ..safetensors import StreamWriter, parse_size, shard_names, split_shards, write_index
 
 __all__ = ["ConversionReport", "torch_to_safetensors"]
@@ -82,7 +83,7 @@ def torch_to_safetensors(
     if non_tensors not in ("report", "metadata"):
         raise ValueError(f"non_tensors must be 'report' or 'metadata', not {non_tensors!r}")
     out = Path(dst)
-    if out.is_dir():
+    if out.is_dir() or not out.suffix:  # a folder, existing or to be made
         out = out / DEFAULT_NAME
     with torchfile.open(src) as ck:
         report = ConversionReport(
@@ -130,20 +131,27 @@ def torch_to_safetensors(
         )
         files, index_path = _shard_paths(out, len(groups))
         by_name = {e[0]: e for e in entries}
-        for path, group in zip(files, groups):
-            with StreamWriter(path, [by_name[n][:3] for n in group], metadata=meta) as w:
-                for name in group:
-                    w.write(name, ck[name])
-                    ck.release(name)  # keep RSS near one tensor, not the whole file
-            report.files.append(os.fspath(path))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        # the shards and the index appear together once all are written, the index last
+        entry_first = [index_path, *files] if index_path is not None else files
+        with atomic_files(entry_first) as tmps:
+            tmp_of = dict(zip(entry_first, tmps))
+            for path, group in zip(files, groups):
+                specs = [by_name[n][:3] for n in group]
+                with StreamWriter(tmp_of[path], specs, metadata=meta) as w:
+                    for name in group:
+                        w.write(name, ck[name])
+                        ck.release(name)  # keep RSS near one tensor, not the whole file
+            if index_path is not None:
+                write_index(
+                    tmp_of[index_path],
+                    {n: f.name for f, g in zip(files, groups) for n in g},
+                    total_size=sum(e[3] for e in entries),
+                    total_parameters=sum(math.prod(e[2]) for e in entries),
+                )
+        report.files += [os.fspath(p) for p in files]
         report.tensors = len(entries)
         if index_path is not None:
-            write_index(
-                index_path,
-                {n: f.name for f, g in zip(files, groups) for n in g},
-                total_size=sum(e[3] for e in entries),
-                total_parameters=sum(math.prod(e[2]) for e in entries),
-            )
             report.files.append(os.fspath(index_path))
     return report
 

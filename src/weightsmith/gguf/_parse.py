@@ -533,15 +533,18 @@ class _Parser:
         takes one exact step and carries on, so the result never depends on
         the guess, only the speed does.
         """
-        found = [0]
+        found = [0, pos]  # strings scanned so far, and where the next one starts
         try:
             return self._scan(pos, count, field, found)
         except E.NeedMoreData as e:
-            # a prefix ended inside the array: ask for the rest of it too,
-            # guessing the strings still to come are as long as those seen
-            got = found[0]
-            per = max((e.needed - pos) / max(got, 1), self.len_s.size + 1)
-            raise E.NeedMoreData(min(self.file_size, int(e.needed + (count - got) * per))) from None
+            # a prefix ended inside the array: ask for the rest of it too, guessing
+            # the strings still to come are as long as those actually scanned (what
+            # the rest of the header needs beyond them is in e.needed's margin)
+            got, at = found
+            per = max((at - pos) / got if got else 0.0, self.len_s.size + 1)
+            margin = max(e.needed - max(at, self.n), 0)
+            guess = int(at + (count - got) * per) + margin
+            raise E.NeedMoreData(min(self.file_size, max(guess, e.needed))) from None
 
     def _scan(
         self, pos: int, count: int, field: str, found: list[int]
@@ -573,7 +576,7 @@ class _Parser:
                 del z, ok
             ncand = len(cand)
             while got < count:
-                found[0] = got
+                found[0], found[1] = got, pos
                 j = int(np.searchsorted(cand, pos))
                 if j < ncand and cand[j] == pos:
                     b = int(np.searchsorted(bad, j))
@@ -584,6 +587,7 @@ class _Parser:
                     got += k
                     pos = int(cnext[j + k - 1])
                     if pos > self.n:  # only the last string of a run can reach past the window
+                        found[0], found[1] = got - 1, pos - lw - int(clen[j + k - 1])
                         self._string_span(pos - lw - int(clen[j + k - 1]), f"{field}[{got - 1}]")
                     continue
                 if pos + lw > win_end and win_end < self.n:

@@ -27,12 +27,13 @@ import re
 from pathlib import Path
 
 from .. import errors as E
+from .._atomic import atomic_files
 from ._edit import copy_tensors, raw_kvs
 from ._file import GGUFFile, _Mapped, shard_paths
 from ._spec import DEFAULT_ALIGNMENT, KEY_SPLIT_COUNT, KEY_SPLIT_NO, KEY_SPLIT_TENSORS, VT, pad
 from ._writer import Writer
 
-__all__ = ["merge", "parse_size", "split"]
+__all__ = ["merge", "parse_size", "shard_prefix", "split"]
 
 _SPLIT_KEYS = (KEY_SPLIT_NO, KEY_SPLIT_COUNT, KEY_SPLIT_TENSORS)
 
@@ -65,9 +66,16 @@ def split(
     max_tensors: int | None = None,
     out_dir: str | os.PathLike[str] | None = None,
     *,
+    dst: str | os.PathLike[str] | None = None,
     no_tensor_first_split: bool = False,
 ) -> list[Path]:
-    """Split ``path`` into llama.cpp-compatible shards; returns their paths in order."""
+    """Split ``path`` into llama.cpp-compatible shards; returns their paths in order.
+
+    Where they go: ``dst`` as :func:`shard_prefix` reads it (``out/prefix`` ->
+    ``out/prefix-00001-of-0000N.gguf``), else ``out_dir`` / ``path``'s folder with
+    ``path``'s name.  The set appears at once: the shards are renamed into
+    place only after all are written, the first one last.
+    """
     path = Path(path)
     if max_size is not None and max_tensors is not None:
         raise ValueError("give max_size or max_tensors, not both (as gguf-split)")
@@ -111,28 +119,56 @@ def split(
             groups[-1].append(t)
         n_split = len(groups)
         stem = path.name[:-5] if path.name.endswith(".gguf") else path.name
-        prefix = Path(out_dir) / stem if out_dir is not None else path.with_name(stem)
+        if dst is not None:
+            prefix = shard_prefix(path, dst)
+        else:
+            prefix = Path(out_dir) / stem if out_dir is not None else path.with_name(stem)
+        prefix.parent.mkdir(parents=True, exist_ok=True)
         outs = shard_paths(prefix, n_split)
         kvs = [kv for kv in raw_kvs(h, src.mm) if kv[0] not in _SPLIT_KEYS]
-        for k, (group, out) in enumerate(zip(groups, outs)):
-            w = Writer(out, byte_order=h.byte_order)
-            try:
-                if k == 0:
-                    for key, t, d in kvs:
-                        w.add_encoded(key, t, d)
-                w.add(KEY_SPLIT_NO, k, VT.UINT16)
-                w.add(KEY_SPLIT_TENSORS, len(h.tensors), VT.INT32)
-                w.add(KEY_SPLIT_COUNT, n_split, VT.UINT16)
-                for t in group:
-                    w.add_tensor_info(t.name, t.ggml_type, (), dims=_n_dims(t.dims))
-                copy_tensors(w, src.mm, group)
-                w.close()
-            except BaseException:
-                w.abort()
-                raise
+        with atomic_files(outs) as tmps:
+            for k, (group, out) in enumerate(zip(groups, tmps)):
+                w = Writer(out, byte_order=h.byte_order)
+                try:
+                    if k == 0:
+                        for key, t, d in kvs:
+                            w.add_encoded(key, t, d)
+                    w.add(KEY_SPLIT_NO, k, VT.UINT16)
+                    w.add(KEY_SPLIT_TENSORS, len(h.tensors), VT.INT32)
+                    w.add(KEY_SPLIT_COUNT, n_split, VT.UINT16)
+                    for t in group:
+                        w.add_tensor_info(t.name, t.ggml_type, (), dims=_n_dims(t.dims))
+                    copy_tensors(w, src.mm, group)
+                    w.close()
+                except BaseException:
+                    w.abort()
+                    raise
         return outs
     finally:
         src.close()
+
+
+_FIRST_SHARD_RE = re.compile(r"-\d{5}-of-\d{5}\.gguf$", re.IGNORECASE)
+
+
+def shard_prefix(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> Path:
+    """The shard name prefix that ``split SRC DST`` means.
+
+    An existing folder, or a ``dst`` ending in a path separator, gets ``src``'s
+    name (``shards/`` -> ``shards/model``); otherwise the last part of ``dst`` is
+    the file prefix (``out/part`` -> ``out/part-00001-of-0000N.gguf``), with a
+    trailing ``.gguf`` or ``-00001-of-0000N.gguf`` (a first shard's name) dropped.
+    """
+    text = os.fspath(dst)
+    src = Path(src)
+    if text.endswith(("/", os.sep)) or Path(text).is_dir():
+        stem = src.name[:-5] if src.name.lower().endswith(".gguf") else src.name
+        return Path(text) / stem
+    d = Path(text)
+    name = _FIRST_SHARD_RE.sub("", d.name)
+    if name.lower().endswith(".gguf"):
+        name = name[:-5]
+    return d.with_name(name)
 
 
 def merge(first_shard: str | os.PathLike[str], out: str | os.PathLike[str]) -> Path:

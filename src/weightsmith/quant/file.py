@@ -68,6 +68,46 @@ def _int_kv(meta, key: str, default: int | None) -> int | None:
     return int(v) if v is not None else default
 
 
+class QuantizeResult(dict):
+    """What :func:`quantize_file` wrote: ``{tensor name: ggml type name}`` (a dict),
+    plus ``fallbacks`` (``{name: (wanted type, type used)}`` for the tensors whose
+    row length the recipe's type does not divide), ``parameters``, ``nbytes``
+    (tensor data) and ``bits_per_weight`` of the output."""
+
+    def __init__(self, types: dict[str, str], fallbacks: dict, parameters: int, nbytes: int):
+        super().__init__(types)
+        self.fallbacks: dict[str, tuple[str, str]] = dict(fallbacks)
+        self.parameters = parameters
+        self.nbytes = nbytes
+
+    @property
+    def bits_per_weight(self) -> float:
+        return 8.0 * self.nbytes / self.parameters if self.parameters else 0.0
+
+    def summary(self) -> str:
+        """One line, e.g. ``180 of 272 tensor(s) required fallback quantization
+        (Q4_K -> Q5_0: 150, Q6_K -> Q8_0: 30); 6.17 bits per weight``."""
+        counts: dict[tuple[str, str], int] = {}
+        for pair in self.fallbacks.values():
+            counts[pair] = counts.get(pair, 0) + 1
+        kinds = ", ".join(f"{a} -> {b}: {n}" for (a, b), n in sorted(counts.items()))
+        fb = f"{len(self.fallbacks)} of {len(self)} tensor(s) required fallback quantization"
+        fb += f" ({kinds})" if kinds else ""
+        return f"{fb}; {self.bits_per_weight:.2f} bits per weight"
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "tensors": len(self),
+            "parameters": self.parameters,
+            "bytes": self.nbytes,
+            "bits_per_weight": round(self.bits_per_weight, 6),
+            "fallbacks": [
+                {"name": n, "wanted": a, "used": b} for n, (a, b) in sorted(self.fallbacks.items())
+            ],
+            "types": dict(sorted(self.items())),
+        }
+
+
 def quantize_file(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
@@ -75,8 +115,9 @@ def quantize_file(
     imatrix: str | os.PathLike[str] | None = None,
     progress: ProgressFn | None = None,
     workers: int | None = None,
-) -> dict[str, str]:
-    """Quantize a GGUF model to the llama.cpp file type ``type``; returns name -> ggml type."""
+) -> QuantizeResult:
+    """Quantize a GGUF model to the llama.cpp file type ``type``; returns name -> ggml type
+    (a :class:`QuantizeResult`, which also counts the fallbacks and the bits per weight)."""
     ftype = recipes.file_type(type)
     im = read_imatrix(imatrix) if imatrix is not None else None
     f = gguf.read(src)
@@ -96,7 +137,7 @@ def quantize_file(
             has_imatrix=im is not None,
             source_types=source_types,
         )
-        _check_plan(tensors, plan, source_types, im, ftype.name)
+        _check_plan(tensors, plan, source_types, im, ftype.name, src)
         w = gguf.Writer(dst, alignment=f.alignment)
         try:
             for key in meta:
@@ -120,7 +161,12 @@ def quantize_file(
         except BaseException:
             w.abort()
             raise
-        return plan
+        return QuantizeResult(
+            plan,
+            plan.fallbacks,
+            sum(t.n_elements for t in tensors),
+            sum(ggml_type(plan[t.name]).nbytes(t.n_elements) for t in tensors),
+        )
     finally:
         f.close()
 
@@ -200,7 +246,9 @@ def _tail_kvs(ftype_id: int, im: Imatrix | None) -> list[tuple[str, object, str]
     return out + (im.gguf_rows() if im is not None else [])
 
 
-def _check_plan(tensors, plan, source_types, im: Imatrix | None, ftype_name: str) -> None:
+def _check_plan(
+    tensors, plan, source_types, im: Imatrix | None, ftype_name: str, src: str | os.PathLike[str]
+) -> None:
     """Refuse before writing anything: requantizing, or a low-bit type without an imatrix."""
     for t in tensors:
         new, cur = plan[t.name], source_types[t.name]
@@ -208,7 +256,13 @@ def _check_plan(tensors, plan, source_types, im: Imatrix | None, ftype_name: str
             continue
         if cur not in _FLOAT_SOURCES:
             raise RequantizeRefused(
-                "requantizing is disabled", field=t.name, expected="F32, F16 or BF16", found=cur
+                f"already quantized, and requantizing would compound the error: quantize from "
+                f"the F16/BF16/F32 GGUF instead (or convert the HF model with --type "
+                f"{ftype_name.lower()})",
+                path=src,
+                field=f"tensor {t.name!r}",
+                expected="F32, F16 or BF16",
+                found=cur,
             )
         needs = t.name not in _NO_IMATRIX_NEEDED and (
             new in _NEEDS_IMATRIX or (new == "Q2_K" and ftype_name == "Q2_K_S")
@@ -216,6 +270,7 @@ def _check_plan(tensors, plan, source_types, im: Imatrix | None, ftype_name: str
         if needs and (im is None or for_tensor(t.name, t.shape, im) is None):
             raise ImatrixRequired(
                 f"{new} in a {ftype_name} file needs an importance matrix",
+                path=src,
                 field=t.name,
                 expected="an importance matrix entry",
                 found="none",

@@ -29,7 +29,17 @@ from dataclasses import dataclass
 from ..dtypes import GGML
 from ..errors import NoFallbackType, UnknownFileType
 
-__all__ = ["FILE_TYPES", "FileType", "allows_quantization", "file_type", "plan"]
+__all__ = ["FILE_TYPES", "FileType", "Plan", "allows_quantization", "file_type", "plan"]
+
+
+class Plan(dict):
+    """``{tensor name: ggml type name}``, plus ``fallbacks``: ``{name: (wanted, used)}``
+    for every tensor whose row length the wanted type's block does not divide
+    (llama.cpp's "N of M tensor(s) required fallback quantization")."""
+
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.fallbacks: dict[str, tuple[str, str]] = {}
 
 
 @dataclass(frozen=True)
@@ -437,7 +447,8 @@ def plan(
     ``tensors`` are ``(gguf_name, shape)`` with numpy-order shapes (the row
     length is the last dim).  ``n_layer`` defaults to the number of ``blk.N``
     layers seen.  Tensors that are not quantized keep ``source_types[name]``
-    (default F32).
+    (default F32).  The result is a :class:`Plan` (a dict that also lists the
+    fallbacks).
     """
     ft = file_type(ftype)
     items = sorted(((n, tuple(s)) for n, s in tensors), key=lambda t: (_layer_of(t[0]), t[0]))
@@ -459,7 +470,7 @@ def plan(
     )
     source_types = source_types or {}
     default = ft.default
-    out: dict[str, str] = {}
+    out = Plan()
     for name, shape in items:
         if not allows_quantization(name, shape):
             out[name] = source_types.get(name, "F32")
@@ -468,6 +479,9 @@ def plan(
         if GGML[default].quantized:
             ncols = shape[-1]
             n_planes = shape[-3] if len(shape) >= 3 else 1
-            new = _fallback(_adjust(st, new, name, ncols, n_planes), ncols)
+            wanted = _adjust(st, new, name, ncols, n_planes)
+            new = _fallback(wanted, ncols)
+            if ncols % GGML[wanted].block_size:
+                out.fallbacks[name] = (wanted, new)
         out[name] = new
     return out

@@ -15,12 +15,16 @@ HTTP protocol, kept to the fewest requests:
   for ``bytes=102400-(8+N-1)``.  A ``200`` answer (Range ignored) is read only
   as far as needed and then closed; a ``416`` (empty file) is retried
   without a range.
-* GGUF: growing chunks; the parser raises ``NeedMoreData(needed)`` and the
-  next request fetches up to ``max(needed, 2 * have)``.
+* GGUF: growing chunks; the parser raises ``NeedMoreData(needed)``, its
+  estimate of the header end from what it parsed, and the next request reads
+  to a little past it, within a bounded factor of what was read
+  (:func:`weightsmith.inspection.next_gguf_prefix`).
 * sharded / split sets: the index (or the split file name) gives the shards,
   whose headers are fetched concurrently by a bounded thread pool.
 * Hub: ``{HF_ENDPOINT or https://huggingface.co}/{repo}/resolve/{rev}/{path}``
-  with the token from ``--token`` or ``HF_TOKEN``.  Redirects are followed by
+  with the token from ``--token`` or ``HF_TOKEN``; ``HF_TOKEN`` also goes with a
+  plain URL on the endpoint's own origin (a pasted resolve URL), as in
+  huggingface_hub, and never to another origin.  Redirects are followed by
   hand so that ``Authorization`` is sent only to the origin (scheme, host,
   port) the token was meant for.
 """

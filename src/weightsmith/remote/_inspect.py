@@ -20,7 +20,7 @@ from ..inspection import (
     read_safetensors,
     split_siblings,
 )
-from ._http import FsspecSource, HTTPSource, Session
+from ._http import FsspecSource, HTTPSource, Session, origin
 
 #: shard headers fetched at the same time, at most
 DEFAULT_JOBS = 8
@@ -225,6 +225,23 @@ def _blob_to_resolve(url: str, endpoint: str | None) -> str:
     return url
 
 
+def url_token(url: str, token: str | None, endpoint: str | None) -> tuple[str | None, str | None]:
+    """``(token, origin it is sent to)`` for a plain http(s) URL.
+
+    As huggingface_hub does, ``HF_TOKEN`` goes with requests to the Hub
+    endpoint's own origin (``https://huggingface.co``, or ``HF_ENDPOINT``), so a
+    pasted ``.../resolve/main/...`` URL of a gated repo works; it never goes to
+    another origin.  A token given explicitly is for the URL's own origin.
+    """
+    if token:
+        return token, url
+    hub = _endpoint(endpoint)
+    env = os.environ.get("HF_TOKEN") or None
+    if env and origin(url) == origin(hub):
+        return env, hub
+    return None, None
+
+
 # --------------------------------------------------------------------------- entry point
 
 
@@ -251,8 +268,8 @@ def inspect(
         target_url = _blob_to_resolve(target, endpoint)
         if target_url != target:
             return inspect(target_url, token=token, endpoint=endpoint, jobs=jobs)
-        # a token given for a plain URL is meant for that URL's origin only
-        with Session(token=token, token_origin=target if token else None) as s:
+        tok, tok_origin = url_token(target, token, endpoint)
+        with Session(token=tok, token_origin=tok_origin) as s:
             return _inspect_url(target, lambda u: HTTPSource(u, s), jobs, target)
     if scheme:
         return _inspect_url(target, lambda u: FsspecSource(u, storage_options), jobs, target)

@@ -18,7 +18,7 @@ import os
 
 from ._pickle import GlobalUse, StorageRef, TensorRef
 from ._reader import ShardedCheckpoint, TensorInfo, TorchCheckpoint, open_checkpoint
-from ._scan import PickleScan, ScanReport, scan
+from ._scan import FolderScan, PickleScan, ScanReport, scan
 
 
 def open(path: str | os.PathLike[str]) -> TorchCheckpoint | ShardedCheckpoint:
@@ -30,6 +30,7 @@ def open(path: str | os.PathLike[str]) -> TorchCheckpoint | ShardedCheckpoint:
 
 
 __all__ = [
+    "FolderScan",
     "GlobalUse",
     "PickleScan",
     "ScanReport",

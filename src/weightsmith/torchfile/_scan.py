@@ -6,6 +6,13 @@ stand-in value, so one report lists *every* global, opcode class and reason.
 Zip files: every ``*.pkl`` member (not only ``data.pkl``).  Other files: the
 pickles at the start of the file, one after the other (the legacy layout has
 five; a bare pickle has one).
+
+safetensors and GGUF files hold no code at all (a JSON or typed key/value
+header, then raw tensor bytes; no reader of either format calls anything the
+file names): they are recognised by their first bytes -- ``GGUF``, or a
+little-endian u64 header length followed by ``{`` -- and reported as safe with
+layout ``"safetensors"`` / ``"gguf"``, without reading further (``validate``
+checks their structure).  A folder is scanned file by file (:class:`FolderScan`).
 """
 
 from __future__ import annotations
@@ -22,6 +29,12 @@ from ._legacy import is_tar
 from ._zip import ZipLayout, is_zip
 
 LEGACY_PICKLES = 5
+
+#: layouts of formats that cannot hold code
+CODE_FREE = ("safetensors", "gguf")
+
+#: file name endings ``scan`` looks at in a folder
+WEIGHT_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt", ".pkl", ".pickle", ".safetensors", ".gguf")
 
 
 @dataclass
@@ -78,8 +91,13 @@ class ScanReport:
         return out
 
     @property
+    def holds_code(self) -> bool:
+        """False for formats that cannot hold code (safetensors, GGUF)."""
+        return self.layout not in CODE_FREE
+
+    @property
     def safe(self) -> bool:
-        return not self.reasons and bool(self.pickles)
+        return not self.reasons and (bool(self.pickles) or not self.holds_code)
 
     @property
     def supported(self) -> bool:
@@ -87,6 +105,8 @@ class ScanReport:
         return self.safe and not any(f for p in self.pickles for f in p.findings)
 
     def __str__(self) -> str:
+        if not self.holds_code:
+            return f"{self.path}: {self.layout} file, holds no code (safe to load)"
         lines = [
             f"{self.path}: {self.layout} checkpoint, {'weights-only safe' if self.safe else 'NOT weights-only safe'}"
         ]
@@ -108,14 +128,59 @@ def _inventory(member: str, r: _pickle.PickleResult) -> PickleScan:
     return PickleScan(member, r.protocol, dict(r.opcodes), r.globals, r.findings)
 
 
-def scan(path: str | os.PathLike[str]) -> ScanReport:
-    """List every global and opcode class the file's pickles use, without executing them."""
+@dataclass
+class FolderScan:
+    """:func:`scan` of a folder: one report per weight file in it (sorted by path)."""
+
+    path: str
+    files: list[ScanReport]
+
+    @property
+    def safe(self) -> bool:
+        return all(r.safe for r in self.files)
+
+    @property
+    def reasons(self) -> list[str]:
+        return [f"{r.path}: {why}" for r in self.files for why in r.reasons]
+
+    def __str__(self) -> str:
+        if not self.files:
+            return f"{self.path}: folder holds no weight files ({', '.join(WEIGHT_SUFFIXES)})"
+        verdict = "every file safe" if self.safe else "NOT weights-only safe"
+        head = f"{self.path}: folder, {len(self.files)} weight file(s), {verdict}"
+        return "\n".join([head, *(str(r) for r in self.files)])
+
+
+def _code_free_layout(head: bytes) -> str | None:
+    """``"gguf"`` / ``"safetensors"`` when ``head`` starts as such a file does, else None."""
+    if head[:4] == b"GGUF":
+        return "gguf"
+    if len(head) > 8 and head[8:9] == b"{" and 2 <= int.from_bytes(head[:8], "little") < 1 << 40:
+        return "safetensors"
+    return None
+
+
+def scan(path: str | os.PathLike[str]) -> ScanReport | FolderScan:
+    """List every global and opcode class the file's pickles use, without executing them.
+
+    A folder gives a :class:`FolderScan` of every weight file under it.
+    """
     path = os.fspath(path)
+    if os.path.isdir(path):
+        found = sorted(
+            p
+            for p in Path(path).rglob("*")
+            if p.is_file() and p.name.lower().endswith(WEIGHT_SUFFIXES)
+        )
+        return FolderScan(path, [scan(p) for p in found])
     data = Path(path).read_bytes() if os.path.getsize(path) < (1 << 20) else None
     with open(path, "rb") as fh:
         head = fh.read(512)
         if is_zip(head):
             return _scan_zip(path, fh)
+    layout = _code_free_layout(head)
+    if layout is not None:
+        return ScanReport(path, layout)
     if data is None:
         # pickles come first in the legacy layout; storages follow
         with open(path, "rb") as fh:

@@ -6,14 +6,15 @@ Two directions, both matched against llama.cpp:
   llama.cpp's ``convert_hf_to_gguf.py`` writes for it (same keys, order, values and
   GGUF types), for the architectures of the HF -> GGUF registry;
 * :func:`hf_tokenizer_files` / :func:`write_hf_tokenizer` -- GGUF metadata ->
-  ``tokenizer.json`` (built with the ``tokenizers`` library), ``tokenizer_config.json``
+  ``tokenizer.json`` (the ``tokenizers`` library's JSON, written without it), ``tokenizer_config.json``
   and ``special_tokens_map.json`` that transformers loads;
 * :func:`meta_tokenizer_metadata` -- Meta's original ``tokenizer.model`` (SentencePiece or
   tiktoken ranks) as that same metadata, for the Meta -> HF converter;
 * :func:`tokenizer_json_from_vocab_gguf` -- the latter applied to a vocab-only GGUF
   (such as llama.cpp's ``models/ggml-vocab-*.gguf``), to give test models a real tokenizer.
 
-``tokenizers`` and ``sentencepiece`` are optional extras, imported on first use.
+HF -> GGUF reads tokenizers with ``tokenizers`` and ``sentencepiece``, optional
+extras imported on first use; GGUF -> HF needs neither.
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
-"""``tokenizer.ggml.*`` metadata -> HF tokenizer files (tokenizer.json via the ``tokenizers`` library).
+"""``tokenizer.ggml.*`` metadata -> HF tokenizer files.
+
+tokenizer.json is built through the ``tokenizers`` API as implemented by
+:mod:`._json_api` (which only records what is asked and writes the library's
+JSON), so GGUF -> HF needs no extra; :data:`TOKENIZERS_API` is the one place
+that names it (the tests swap in the real library and compare).
 
 What each GGUF key becomes:
 
@@ -31,8 +36,11 @@ from typing import Any
 
 from ... import errors as E
 from ..._atomic import atomic_output
-from ..._lazy import require
 from ...gguf import read as read_gguf
+from . import _json_api
+
+#: the ``tokenizers``-compatible API the tokenizer is built with
+TOKENIZERS_API: Any = _json_api
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 
@@ -354,7 +362,7 @@ def hf_tokenizer_files(
     ``llama`` (SentencePiece) becomes a byte-fallback BPE with sentencepiece's
     normalizer and decoder.  ``where`` (a file name) only labels errors.
     """
-    tk = require("tokenizers", "rebuilding a tokenizer from GGUF metadata")
+    tk = TOKENIZERS_API
     md = gguf_metadata
     kind = _required(md, K_MODEL, where)
     if kind == "gpt2":
