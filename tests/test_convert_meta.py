@@ -260,3 +260,10 @@ def test_inspect_shows_the_merged_model(tmp_path):
     assert any("2 model-parallel shard(s) merged" in n for n in data["notes"])
     shapes = {t["name"]: t["shape"] for t in data["tensors"]}
     assert shapes["layers.0.attention.wo.weight"] == [64, 64]
+
+
+def test_output_inside_the_input_is_refused(tmp_path):
+    src = make_meta_checkpoint(tmp_path / "original", "2", 1)
+    with pytest.raises(E.OutputFolderRefused):
+        meta_to_hf(src, src)  # replacing the output folder would delete the input
+    assert (src / "consolidated.00.pth").is_file()

@@ -54,6 +54,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from .errors import OutputFolderRefused
+
 SUFFIX = ".wstmp"
 
 
@@ -191,8 +193,6 @@ MODEL_FOLDER_SUFFIXES = (
 
 
 def _check_replaceable(target: Path, inputs: tuple[Path, ...]) -> None:
-    from .errors import OutputFolderRefused
-
     tgt = target.resolve()
     for src in inputs:
         if src.resolve() == tgt or tgt in src.resolve().parents:

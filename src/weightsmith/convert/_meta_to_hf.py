@@ -198,7 +198,7 @@ def meta_to_hf(
         size_of = dict(sizes)
         result = MetaConversion(os.fspath(dst), ck.generation, len(ck.shard_paths))
         done = 0
-        with atomic_folder(dst) as tmp:
+        with atomic_folder(dst, inputs=(ck.path,)) as tmp:
             for fname, group in zip(names, groups):
                 specs = [(n, out_dtype.name, by_name[n].shape) for n in group]
                 with StreamWriter(tmp / fname, specs, {"format": "pt"}) as w:
