@@ -267,3 +267,14 @@ def test_output_inside_the_input_is_refused(tmp_path):
     with pytest.raises(E.OutputFolderRefused):
         meta_to_hf(src, src)  # replacing the output folder would delete the input
     assert (src / "consolidated.00.pth").is_file()
+
+
+def test_cli_convert_original_dir(tmp_path):
+    from support.cli_helpers import run
+
+    src = make_meta_checkpoint(tmp_path / "original", "3.1", 2)
+    p = run("convert", str(src), str(tmp_path / "cli"), "--type", "f16", "--llama-version", "3.1")
+    assert p.returncode == 0, p.stderr
+    meta_to_hf(src, tmp_path / "lib", dtype="f16")
+    for name in ("model.safetensors", "config.json", "tokenizer.json"):
+        assert (tmp_path / "cli" / name).read_bytes() == (tmp_path / "lib" / name).read_bytes()

@@ -14,6 +14,8 @@ from ..convert import (
     compare,
     gguf_to_hf,
     hf_to_gguf,
+    is_meta_dir,
+    meta_to_hf,
     safetensors_to_safetensors,
     torch_to_safetensors,
 )
@@ -213,7 +215,18 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if _hf_folder(args.src) and dst == "gguf":
         # an HF folder with .bin weights is still a model folder: hf_to_gguf reads both
         src = "folder"
-    if src == "pytorch" and dst in ("safetensors", "folder"):
+    if is_meta_dir(args.src) and dst in ("folder", "safetensors"):
+        _reject(args, "Meta original -> HF", "--imatrix")
+        fn = meta_to_hf
+        if args.type:
+            kw["dtype"] = args.type
+        if args.max_size:
+            kw["max_shard_size"] = args.max_size
+        if args.no_tokenizer:
+            kw["tokenizer"] = False
+        if args.llama_version:
+            kw["llama_version"] = args.llama_version
+    elif src == "pytorch" and dst in ("safetensors", "folder"):
         what = ".pth -> safetensors (dtypes are kept)"
         _reject(args, what, "--type", "--imatrix", "--no-tokenizer")
         fn = torch_to_safetensors

@@ -113,9 +113,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add(
         "convert",
-        "convert between formats: .pth -> safetensors, HF <-> GGUF, safetensors -> safetensors",
+        "convert between formats: .pth -> safetensors, HF <-> GGUF, Meta original -> HF, "
+        "safetensors -> safetensors",
     )
-    p.add_argument("src", help="HF folder, .safetensors, .gguf (any shard), .pth/.bin")
+    p.add_argument(
+        "src",
+        help="HF folder, .safetensors, .gguf (any shard), .pth/.bin, or a Meta original folder "
+        "(params.json + consolidated.NN.pth)",
+    )
     p.add_argument("dst", help="output: a folder, a .safetensors file or a .gguf file")
     p.add_argument("--type", dest="type", help="output dtype or ggml type (bf16, f16, q8_0, ...)")
     _max_size_arg(p, "at most this much per file: safetensors shards + index, or a split GGUF set")
@@ -124,6 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-tokenizer",
         action="store_true",
         help="HF <-> GGUF: weights and config only (no tokenizer keys or files)",
+    )
+    p.add_argument(
+        "--llama-version",
+        choices=["1", "2", "3", "3.1", "3.2", "3.3"],
+        help="Meta original folder: the Llama generation, when params.json cannot tell",
     )
 
     p = add("quantize", "requantize a GGUF file from f32/f16/bf16 tensors")
