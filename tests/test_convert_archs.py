@@ -30,11 +30,21 @@ from weightsmith.convert import gguf_to_hf, hf_to_gguf
 
 ARCHS = [
     "mixtral", "qwen2moe", "qwen3moe", "gemma2", "granite", "granitemoe", "smollm3", "olmo2",
-    "starcoder2", "stablelm", "gpt2", "falcon",
+    "starcoder2", "stablelm", "gpt2", "falcon", "deepseek2", "deepseek3",
 ]  # fmt: skip
 REF_TYPES = ["f32", "f16", "bf16", "q8_0"]
 QUANT_TYPES = ["q4_k_m", "iq4_xs"]
-BPE_VOCAB = {"qwen2moe", "qwen3moe", "olmo2", "starcoder2", "stablelm", "gpt2", "falcon"}
+BPE_VOCAB = {
+    "qwen2moe",
+    "qwen3moe",
+    "olmo2",
+    "starcoder2",
+    "stablelm",
+    "gpt2",
+    "falcon",
+    "deepseek2",
+    "deepseek3",
+}
 PROMPTS = {
     "spm": [1, 5, 9, 33, 100, 7, 200, 42],
     "bpe": [9707, 11, 1879, 0, 358, 1079, 264, 2272],

@@ -226,7 +226,7 @@ def _per_expert(folder: Path, names: Callable[[str, int, str], str]) -> None:
     ``[n_expert, 2 * n_ff, n_embd]`` and ``mlp.experts.down_proj``) in the per-expert
     layout the Hub checkpoints have; ``names(prefix, xid, which)`` gives the HF name
     of expert ``xid``'s ``gate``/``up``/``down`` weight.  A no-op for per-expert files."""
-    from safetensors.numpy import load_file, save_file
+    from safetensors.torch import load_file, save_file
 
     path = folder / "model.safetensors"
     sd = load_file(path)
@@ -238,12 +238,12 @@ def _per_expert(folder: Path, names: Callable[[str, int, str], str]) -> None:
             pre = k[: -len("experts.gate_up_proj")]
             n = v.shape[1] // 2
             for x in range(v.shape[0]):
-                out[names(pre, x, "gate")] = v[x, :n].copy()
-                out[names(pre, x, "up")] = v[x, n:].copy()
+                out[names(pre, x, "gate")] = v[x, :n].clone()
+                out[names(pre, x, "up")] = v[x, n:].clone()
         elif k.endswith("experts.down_proj"):
             pre = k[: -len("experts.down_proj")]
             for x in range(v.shape[0]):
-                out[names(pre, x, "down")] = v[x].copy()
+                out[names(pre, x, "down")] = v[x].clone()
         else:
             out[k] = v
     save_file(out, path, metadata={"format": "pt"})
@@ -471,13 +471,19 @@ def gpt2(folder: Path, *, dtype: str = "float32", seed: int = 15) -> Path:
                      bos_token_id=50256, eos_token_id=50256)  # fmt: skip
     model = GPT2LMHeadModel(cfg)
     _random_init(model, seed)
-    return _save(model, folder, dtype)
+    _save(model, folder, dtype)
+    # the Hub's GPT-2 configs carry n_ctx (llama.cpp's converter reads it); transformers 5
+    # no longer writes it
+    c = config(folder)
+    c["n_ctx"] = 256
+    (folder / "config.json").write_text(json.dumps(c, indent=2))
+    return folder
 
 
 def falcon(folder: Path, *, dtype: str = "bfloat16", seed: int = 16) -> Path:
     from transformers import FalconConfig, FalconForCausalLM
 
-    vocab = _bpe_tokenizer(folder, "falcon")
+    vocab = _bpe_tokenizer(folder, "gpt-2")
     cfg = FalconConfig(vocab_size=vocab, hidden_size=256, num_hidden_layers=2,
                        num_attention_heads=4, num_kv_heads=1, multi_query=True,
                        new_decoder_architecture=False, parallel_attn=True, bias=False,
@@ -486,6 +492,53 @@ def falcon(folder: Path, *, dtype: str = "bfloat16", seed: int = 16) -> Path:
     model = FalconForCausalLM(cfg)
     _random_init(model, seed)
     return _save(model, folder, dtype)
+
+
+def _deepseek(folder: Path, version: int, dtype: str, seed: int) -> Path:
+    import transformers
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    cls = getattr(transformers, f"DeepseekV{version}Config")
+    kw = dict(
+        vocab_size=vocab,
+        hidden_size=256,
+        intermediate_size=512,
+        moe_intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        n_routed_experts=4,
+        n_shared_experts=1,
+        num_experts_per_tok=2,
+        first_k_dense_replace=1,
+        q_lora_rank=64,
+        kv_lora_rank=64,
+        qk_nope_head_dim=32,
+        qk_rope_head_dim=16,
+        v_head_dim=32,
+        n_group=1,
+        topk_group=1,
+        max_position_embeddings=256,
+        bos_token_id=50256,
+        eos_token_id=50256,
+        tie_word_embeddings=False,
+    )
+    if version == 2:
+        kw["topk_method"] = "greedy"
+    cfg = cls(**kw)
+    model = getattr(transformers, f"DeepseekV{version}ForCausalLM")(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    _per_expert(folder, _qwen_expert)
+    return folder
+
+
+def deepseek2(folder: Path, *, dtype: str = "bfloat16", seed: int = 17) -> Path:
+    return _deepseek(folder, 2, dtype, seed)
+
+
+def deepseek3(folder: Path, *, dtype: str = "bfloat16", seed: int = 18) -> Path:
+    return _deepseek(folder, 3, dtype, seed)
 
 
 BUILDERS: dict[str, Callable[..., Path]] = {
@@ -507,6 +560,8 @@ BUILDERS: dict[str, Callable[..., Path]] = {
     "stablelm": stablelm,
     "gpt2": gpt2,
     "falcon": falcon,
+    "deepseek2": deepseek2,
+    "deepseek3": deepseek3,
 }
 
 
@@ -575,6 +630,68 @@ def big_llama(
     }
     (folder / "config.json").write_text(json.dumps(cfg, indent=2))
     return folder, intermediate * hidden
+
+
+def big_moe(
+    folder: Path, *, hidden: int = 512, expert_ff: int = 1024, experts: int = 64, layers: int = 2
+) -> tuple[Path, int]:
+    """A Mixtral folder (per-expert tensors, bf16, written with numpy alone) with many
+    experts: each stacked ``ffn_*_exps`` is ``experts`` times the largest source tensor.
+
+    Returns the folder and the element count of its largest source tensor (the bound
+    of the constant-memory claim is 3x that in float32 + 256 MiB, whatever ``experts``).
+    """
+    import ml_dtypes
+    import numpy as np
+
+    from weightsmith.safetensors import save_file
+
+    folder = Path(folder)
+    vocab = train_spm(folder)
+    rng = np.random.default_rng(1)
+
+    def w(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(ml_dtypes.bfloat16)
+
+    tensors = {"model.embed_tokens.weight": w(vocab, hidden), "model.norm.weight": w(hidden),
+               "lm_head.weight": w(vocab, hidden)}  # fmt: skip
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        tensors |= {
+            p + "input_layernorm.weight": w(hidden),
+            p + "post_attention_layernorm.weight": w(hidden),
+            p + "self_attn.q_proj.weight": w(hidden, hidden),
+            p + "self_attn.k_proj.weight": w(hidden, hidden),
+            p + "self_attn.v_proj.weight": w(hidden, hidden),
+            p + "self_attn.o_proj.weight": w(hidden, hidden),
+            p + "block_sparse_moe.gate.weight": w(experts, hidden),
+        }
+        for x in range(experts):
+            e = p + f"block_sparse_moe.experts.{x}."
+            tensors |= {e + "w1.weight": w(expert_ff, hidden), e + "w2.weight": w(hidden, expert_ff),
+                        e + "w3.weight": w(expert_ff, hidden)}  # fmt: skip
+    save_file(tensors, folder / "model.safetensors")
+    cfg = {
+        "architectures": ["MixtralForCausalLM"],
+        "model_type": "mixtral",
+        "hidden_size": hidden,
+        "intermediate_size": expert_ff,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "num_local_experts": experts,
+        "num_experts_per_tok": 2,
+        "max_position_embeddings": 512,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "sliding_window": None,
+        "vocab_size": vocab,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "torch_dtype": "bfloat16",
+    }
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    return folder, max(expert_ff * hidden, vocab * hidden)
 
 
 # run in a child process: peak RSS of one conversion, above the RSS after imports

@@ -16,6 +16,9 @@ second table of names or transforms:
   runs it), and Gemma 3's embedding rows past the tokenizer are dropped by its
   converter (``vocab_size`` is then the tokenizer's size);
 * ``generation_config.json`` -- the special token ids;
+* ``README.md`` -- a model card whose YAML front matter carries the ``general.*``
+  provenance (license, languages, tags, base models, name, organization, finetune,
+  basename), which HF -> GGUF reads back;
 * ``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json`` --
   :func:`weightsmith.convert.tokenizer.write_hf_tokenizer`;
 * ``model.safetensors`` or ``model-0000i-of-0000N.safetensors`` with
@@ -65,6 +68,7 @@ from ..safetensors import (
     split_shards,
     write_index,
 )
+from ._model_card import card_text
 from .arch import FILE_TYPE, REGISTRY, HfTensor, by_gguf_arch, llama3_rope_freqs
 from .tokenizer import hf_tokenizer_files
 
@@ -157,7 +161,7 @@ def _metadata_config(entry: Any, md: Mapping[str, Any]) -> tuple[dict, dict[str,
         key = row.full_key(entry.gguf_arch)
         field = row.fields[0]
         key_of.setdefault(field, key)
-        if key in md:
+        if key in md and not field.startswith("_"):  # "_...": derived, no config field
             _set(cfg, field, row.back(_float(md[key])))
     return cfg, key_of
 
@@ -246,8 +250,8 @@ def build_config(
     tensor_names = {t.name for t in f.tensors}
     hf_arch = _hf_arch(entry, md, tensor_names)
     out: dict[str, Any] = {"architectures": [hf_arch], "model_type": entry.model_types[hf_arch]}
-    out.update(entry.hf_config(cfg, tensor_names))
     out.update(cfg)
+    out.update(entry.hf_config(cfg, tensor_names))
     if out["model_type"] in ("mistral", "mixtral"):
         # llama.cpp runs a `llama` GGUF with full attention; MistralConfig would default to
         # a 4096-token window
@@ -305,10 +309,7 @@ def _plan_tensors(f: GGUFFile, entry: Any, cfg: dict, path: Path) -> list[_Out]:
         if h.expert is not None:
             shape = shapes[h.sources[0]][1:]
         elif len(h.sources) > 1:
-            parts = [shapes[s] for s in h.sources]
-            ax = h.axis % len(parts[0])
-            shape = tuple(sum(p[ax] for p in parts) if i == ax else n
-                          for i, n in enumerate(parts[0]))  # fmt: skip
+            shape = h.shape([shapes[s] for s in h.sources], cfg)
         else:
             shape = shapes[h.sources[0]]
         plan.append(_Out(h.name, shape, h))
@@ -359,13 +360,11 @@ def _hf_values(
 ) -> np.ndarray:
     """float32 values of one HF tensor: its GGUF source(s) read (a slab of a stacked
     tensor, or split parts joined), then the registry's inverse transforms."""
-    from .arch import join
-
     h = out.src
     if h.expert is not None:
         x = _read_f32(f, files, h.sources[0], slab=h.expert)
     elif len(h.sources) > 1:
-        x = join([_read_f32(f, files, s) for s in h.sources], h.axis, h.interleave)
+        x = h.join([_read_f32(f, files, s) for s in h.sources], cfg)
     else:
         x = _read_f32(f, files, h.sources[0])
     for tr in reversed(entry.transforms_for(out.hf)):
@@ -513,6 +512,10 @@ def gguf_to_hf(
         for name, content in tok_files.items():
             _write_json(folder / name, content)
         names += list(tok_files)
+        card = card_text(f.metadata)
+        if card is not None:  # provenance as a Hub model card, read back by HF -> GGUF
+            (folder / "README.md").write_text(card, encoding="utf-8")
+            names.append("README.md")
         if gen:
             _write_json(folder / "generation_config.json", gen)
             names.append("generation_config.json")

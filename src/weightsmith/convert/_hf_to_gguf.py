@@ -53,7 +53,7 @@ from ..quant.imatrix import Imatrix, read_imatrix
 from ..quant.recipes import FILE_TYPES, file_type
 from ..quant.recipes import plan as recipe_plan
 from ..safetensors import open_checkpoint, read_index, safe_open
-from .arch import FILE_TYPE, Arch, Piece, PlanError, head_counts, lookup, supported
+from .arch import FILE_TYPE, Arch, Piece, PlanError, first, head_counts, lookup, supported
 from .tokenizer import vocab_metadata
 
 VT = GGUFValueType
@@ -437,7 +437,7 @@ def _layer(name: str) -> int:
 
 
 def _check_shapes(tensors: list[TensorPlan], cfg: dict, arch: Arch, d: Path) -> None:
-    hidden, vocab = cfg["hidden_size"], cfg["vocab_size"]
+    hidden, vocab = first(cfg, ("hidden_size", "n_embd", "dim")), cfg["vocab_size"]
     for tp in tensors:
         if tp.name in ("token_embd.weight", "output.weight"):
             want_rows = vocab if not arch.vocab_rows else tp.shape[0]
@@ -454,34 +454,15 @@ def _check_shapes(tensors: list[TensorPlan], cfg: dict, arch: Arch, d: Path) -> 
 # --------------------------------------------------------------------------- metadata
 
 
-def _size_label(n: int) -> str:
-    """gguf-py's rounded parameter count (``1.3M``, ``7B``)."""
-    scale, suffix = 1e-3, "K"
-    for limit, sc, sx in ((1e12, 1e-12, "T"), (1e9, 1e-9, "B"), (1e6, 1e-6, "M")):
-        if n > limit:
-            scale, suffix = sc, sx
-            break
-    v = n * scale
-    fix = max(2 - len(str(round(v)).lstrip("0")), 0)
-    return f"{v:.{fix}f}{suffix}"
-
-
-def _model_name(d: Path) -> str:
-    name = d.resolve().name
-    return " ".join(w[:1].upper() + w[1:] for w in re.split(r"[-_ ]+", name) if w) or "model"
-
-
-def _metadata(p: _Plan, d: Path, name: str | None) -> list[tuple[str, Any, Any]]:
+def _metadata(p: _Plan, d: Path, name: str | None, given: str) -> list[tuple[str, Any, Any]]:
     """The KVs in file order.  The reference converter writes ``general.file_type`` among
     the arch rows and ``general.quantization_version`` before the tokenizer; for the
     llama-quantize types both move to the end, where ``llama_model_quantize`` re-sets
     them (gguf's set removes a key and appends it)."""
-    n_params = sum(int(np.prod(t.shape)) for t in p.tensors if t.source is not None)
-    rows: list[tuple[str, Any, Any]] = [
-        ("general.type", "model", VT.STRING),
-        ("general.name", name or _model_name(d), VT.STRING),
-        ("general.size_label", _size_label(n_params), VT.STRING),
-    ]
+    from ._model_card import provenance_rows
+
+    rows: list[tuple[str, Any, Any]] = [("general.type", "model", VT.STRING)]
+    rows += provenance_rows(d, given, [(t.name, t.shape) for t in p.tensors], name)
     file_type = ("general.file_type", p.file_type, VT.UINT32)
     qversion = ("general.quantization_version", QUANTIZATION_VERSION, VT.UINT32)
     quantized = p.type_name not in _OUTTYPES
@@ -521,7 +502,7 @@ def _piece_data(src: _Source, piece: Piece, p: _Plan) -> np.ndarray:
     x = _widen(src.load())
     for t in p.arch.transforms_for(piece.hf):
         x = t.forward(x, p.cfg, p.ctx)
-    return piece.apply(x)
+    return piece.apply(x, p.cfg)
 
 
 def _tensor_slabs(tp: TensorPlan, p: _Plan) -> Iterator[np.ndarray]:
@@ -620,7 +601,7 @@ def hf_to_gguf(
     try:
         im = read_imatrix(imatrix) if imatrix is not None else None
         p = _plan(d, type, stack, has_imatrix=im is not None, tokenizer=tokenizer)
-        rows = _metadata(p, d, name)
+        rows = _metadata(p, d, name, os.fspath(src))
         if im is not None:
             rows.extend(im.gguf_rows())
         target = dst if split_max_size is None else _unsplit_path(dst)

@@ -47,12 +47,14 @@ from ._model import (
     Split,
     Stack,
     Transform,
+    first,
     head_counts,
     head_dim,
     join,
     layer_of,
     rope_parameters,
 )
+from .deepseek import DEEPSEEK2
 from .gemma import GEMMA2, GEMMA3
 from .gpt import FALCON, GPT2, STABLELM, STARCODER2
 from .granite import GRANITE, GRANITEMOE
@@ -79,6 +81,7 @@ __all__ = [
     "Stack",
     "Transform",
     "by_gguf_arch",
+    "first",
     "head_counts",
     "head_dim",
     "join",
@@ -108,6 +111,7 @@ ENTRIES: tuple[Arch, ...] = (
     STABLELM,
     GPT2,
     FALCON,
+    DEEPSEEK2,
 )
 
 #: HF architecture name -> entry

@@ -207,13 +207,19 @@ class Split:
     """One HF tensor <-> several GGUF tensors along ``axis`` (negative: from the end).
 
     The parts are equal consecutive blocks, or with ``interleave`` every n-th slice
-    (part k takes slices k, k + n, ...).
+    (part k takes slices k, k + n, ...).  A split no slice expresses (DeepSeek's MLA
+    ``kv_b_proj``: per-head blocks of unequal size, one transposed) names functions
+    instead: ``fn(x, cfg)`` -> the parts, ``shapes(shape, cfg)`` -> their shapes,
+    ``join(parts, cfg)`` -> the HF tensor back.
     """
 
     hf: str
     gguf: tuple[str, ...]
     axis: int = 0
     interleave: bool = False
+    fn: Callable[[np.ndarray, dict], list[np.ndarray]] | None = None
+    shapes: Callable[[tuple[int, ...], dict], list[tuple[int, ...]]] | None = None
+    join: Callable[[list[np.ndarray], dict], np.ndarray] | None = None
 
     def forward(self, name: str) -> list[str] | None:
         mt = _rx(self.hf).match(name)
@@ -265,12 +271,17 @@ class Transform:
 
 @dataclass(frozen=True)
 class Piece:
-    """One source read for an output tensor: the HF tensor, then optionally a slice."""
+    """One source read for an output tensor: the HF tensor, then optionally a slice
+    (``take``) or part ``part`` of a function split (``split``)."""
 
     hf: str
     take: tuple[int, int, int | None, int] | None = None  # (axis, start, stop, step)
+    split: Split | None = None
+    part: int = 0
 
-    def apply(self, x: np.ndarray) -> np.ndarray:
+    def apply(self, x: np.ndarray, cfg: dict | None = None) -> np.ndarray:
+        if self.split is not None and self.split.fn is not None:
+            return np.ascontiguousarray(self.split.fn(x, cfg or {})[self.part])
         if self.take is None:
             return x
         ax, start, stop, step = self.take
@@ -278,7 +289,9 @@ class Piece:
         sl[ax] = slice(start, stop, step)
         return np.ascontiguousarray(x[tuple(sl)])
 
-    def shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+    def shape(self, shape: tuple[int, ...], cfg: dict | None = None) -> tuple[int, ...]:
+        if self.split is not None and self.split.shapes is not None:
+            return tuple(self.split.shapes(shape, cfg or {})[self.part])
         if self.take is None:
             return shape
         ax, start, stop, step = self.take
@@ -311,6 +324,20 @@ class HfTensor:
     expert: int | None = None
     axis: int = 0
     interleave: bool = False
+    split: Split | None = None
+
+    def join(self, parts: list[np.ndarray], cfg: dict) -> np.ndarray:
+        if self.split is not None and self.split.join is not None:
+            return self.split.join(parts, cfg)
+        return join(parts, self.axis, self.interleave)
+
+    def shape(self, shapes: list[tuple[int, ...]], cfg: dict) -> tuple[int, ...]:
+        """The HF shape from the GGUF parts' shapes (joined without data)."""
+        if self.split is not None and self.split.join is not None:
+            z = [np.empty(s, np.float32) for s in shapes]
+            return tuple(self.split.join(z, cfg).shape)
+        ax = self.axis % len(shapes[0])
+        return tuple(sum(p[ax] for p in shapes) if i == ax else n for i, n in enumerate(shapes[0]))
 
 
 class PlanError(ValueError):
@@ -446,8 +473,11 @@ class Arch:
                 if parts is not None:
                     src = self._shape(name, shape, cfg, ctx)
                     for k, g in enumerate(parts):
-                        pc = Piece(name, sp.take(k, src))
-                        out.append(OutTensor(g, pc.shape(src), [pc]))
+                        if sp.fn is not None:
+                            pc = Piece(name, split=sp, part=k)
+                        else:
+                            pc = Piece(name, sp.take(k, src))
+                        out.append(OutTensor(g, pc.shape(src, cfg), [pc]))
                     break
             else:
                 g = self.gguf_name(name)
@@ -510,7 +540,11 @@ class Arch:
                         hf, parts = inv
                         if hf not in done_split:
                             done_split.add(hf)
-                            out.append(HfTensor(hf, parts, axis=sp.axis, interleave=sp.interleave))
+                            out.append(
+                                HfTensor(
+                                    hf, parts, axis=sp.axis, interleave=sp.interleave, split=sp
+                                )
+                            )
                         break
                 else:
                     hf = self.hf_name(name)
