@@ -1,14 +1,10 @@
 """HF -> GGUF: weightsmith.convert.hf_to_gguf vs llama.cpp's convert_hf_to_gguf.py (+ llama-quantize).
 
-<<<<<<< HEAD
-Model: tests/support/hf_models.big_llama (6 layers, hidden 512, FFN 8192, bf16; 144 MiB on
-disk, largest tensor 16 MiB in f32).  For each type, both sides run in a fresh child
-=======
-Models (``--family``): ``dense`` is tests/hf_models.big_llama (6 layers, hidden 512,
-FFN 8192, bf16; 144 MiB on disk, largest tensor 16 MiB in f32); ``moe`` is
-tests/hf_models.big_moe (Mixtral layout, 2 layers, 64 experts of 512 x 1024, bf16;
-each stacked expert tensor is 64x the largest source tensor).  For each type, both sides run in a fresh child
->>>>>>> 8437f92 (convert: DeepSeek-V2/V3 (MLA kv_b split by named function), model-card provenance, tiny builders for every new arch)
+Models (``--family``): ``dense`` is tests/support/hf_models.big_llama (6 layers, hidden
+512, FFN 8192, bf16; 144 MiB on disk, largest tensor 16 MiB in f32); ``moe`` is
+tests/support/hf_models.big_moe (Mixtral layout, 2 layers, 64 experts of 512 x 1024, bf16;
+each stacked expert tensor is 64x the largest source tensor).  For each type, both sides run
+in a fresh child
 process (so both pay their imports; the reference also imports torch), alternating,
 median of ``--runs``; the child also reports its peak RSS.  For the llama-quantize
 file types the reference time is convert (f32) + llama_model_quantize.
@@ -29,13 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-<<<<<<< HEAD
-from support.hf_models import big_llama, peak_rss
+from support.hf_models import big_llama, big_moe, peak_rss
 from support.llama_sdist import llama_cpp_root
-=======
-from hf_models import big_llama, big_moe, peak_rss
-from llama_sdist import llama_cpp_root
->>>>>>> 8437f92 (convert: DeepSeek-V2/V3 (MLA kv_b split by named function), model-card provenance, tiny builders for every new arch)
 
 REF_CHILD = r"""
 import ctypes, os, resource, runpy, sys, json

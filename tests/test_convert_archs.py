@@ -1,6 +1,6 @@
 """The registry's newer architectures (MoE, Gemma 2, Granite, OLMo 2, SmolLM3), both ways.
 
-For each tiny random model (tests/hf_models.py, built once per module):
+For each tiny random model (tests/support/hf_models.py, built once per module):
 
 * HF -> GGUF: byte-identical to llama.cpp's ``convert_hf_to_gguf.py`` at f16, bf16 and
   q8_0 (KVs in order, tensor infos, data); for q4_k_m and iq4_xs identical to
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hf_models import build
+from support.hf_models import build
 from test_convert_hf_to_gguf import (
     _hf_logits,
     _kvs,

@@ -35,7 +35,7 @@ import contextlib
 import math
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,11 +48,13 @@ from .._json import read_json
 from ..dtypes import GGML, SAFETENSORS
 from ..gguf import GGUFValueType, Writer, split
 from ..progress import ProgressFn
+from ..quant import quantize
 from ..quant.file import quantize_tensor
-from ..quant.imatrix import Imatrix, read_imatrix
+from ..quant.imatrix import Imatrix, for_tensor, read_imatrix
 from ..quant.recipes import FILE_TYPES, file_type
 from ..quant.recipes import plan as recipe_plan
 from ..safetensors import open_checkpoint, read_index, safe_open
+from ._model_card import provenance_rows
 from .arch import FILE_TYPE, Arch, Piece, PlanError, first, head_counts, lookup, supported
 from .tokenizer import vocab_metadata
 
@@ -459,8 +461,6 @@ def _metadata(p: _Plan, d: Path, name: str | None, given: str) -> list[tuple[str
     the arch rows and ``general.quantization_version`` before the tokenizer; for the
     llama-quantize types both move to the end, where ``llama_model_quantize`` re-sets
     them (gguf's set removes a key and appends it)."""
-    from ._model_card import provenance_rows
-
     rows: list[tuple[str, Any, Any]] = [("general.type", "model", VT.STRING)]
     rows += provenance_rows(d, given, [(t.name, t.shape) for t in p.tensors], name)
     file_type = ("general.file_type", p.file_type, VT.UINT32)
@@ -535,8 +535,6 @@ def _write_tensor(w: Writer, tp: TensorPlan, p: _Plan, im: Imatrix | None, worke
     so quantizing each slab gives the bytes of quantizing the whole)."""
     e = None
     if tp.stacked and im is not None and tp.type not in ("F32", "F16", "BF16"):
-        from ..quant.imatrix import for_tensor
-
         e = for_tensor(tp.name, tp.shape, im)
     for k, x in enumerate(_tensor_slabs(tp, p)):
         if tp.stacked:
@@ -551,8 +549,6 @@ def _write_tensor(w: Writer, tp: TensorPlan, p: _Plan, im: Imatrix | None, worke
 def _encode_slab(x: np.ndarray, t: str, e: np.ndarray | None, workers, name: str):
     if t in ("F32", "F16"):
         return _encode(x, t, None, workers, name)
-    from ..quant import quantize
-
     return quantize(np.ascontiguousarray(x, dtype=np.float32), t, e, name=name, workers=workers)
 
 

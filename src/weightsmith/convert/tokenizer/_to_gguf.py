@@ -37,6 +37,7 @@ from ... import errors as E
 from ..._json import read_json
 from ..._lazy import require
 from ...gguf import GGUFValueType
+from ..arch import lookup
 from ._pre_hashes import CHKTXT, PRE_BY_HASH
 
 VT = GGUFValueType
@@ -747,8 +748,6 @@ def vocab_metadata(
     """
     d = Path(model_dir)
     if route is None:
-        from ..arch import lookup
-
         archs = config.get("architectures") or [""]
         entry = lookup(archs[0]) if isinstance(archs, list) and archs else None
         route = entry.tokenizer.get("vocab", "gpt2") if entry is not None else "gpt2"
