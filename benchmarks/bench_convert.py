@@ -2,8 +2,8 @@
 
 Models (``--family``): ``dense`` is tests/support/hf_models.big_llama (6 layers, hidden
 512, FFN 8192, bf16; 144 MiB on disk, largest tensor 16 MiB in f32); ``moe`` is
-tests/support/hf_models.big_moe (Mixtral layout, 2 layers, 64 experts of 512 x 1024, bf16;
-each stacked expert tensor is 64x the largest source tensor).  For each type, both sides run
+tests/support/hf_models.big_moe (Mixtral layout, 2 layers, 32 experts of 512 x 1024, bf16;
+each stacked expert tensor is 32x the largest source tensor).  For each type, both sides run
 in a fresh child
 process (so both pay their imports; the reference also imports torch), alternating,
 median of ``--runs``; the child also reports its peak RSS.  For the llama-quantize

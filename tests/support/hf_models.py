@@ -633,7 +633,7 @@ def big_llama(
 
 
 def big_moe(
-    folder: Path, *, hidden: int = 512, expert_ff: int = 1024, experts: int = 64, layers: int = 2
+    folder: Path, *, hidden: int = 512, expert_ff: int = 1024, experts: int = 32, layers: int = 2
 ) -> tuple[Path, int]:
     """A Mixtral folder (per-expert tensors, bf16, written with numpy alone) with many
     experts: each stacked ``ffn_*_exps`` is ``experts`` times the largest source tensor.
