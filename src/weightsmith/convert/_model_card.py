@@ -274,14 +274,6 @@ def _repo_entry(model_id: Any, total: int) -> dict | None:
         mid = m.group(1) if m and "huggingface.co" in model_id else None
         if mid is None:
             return entry
-        full, org, _, _, version, _ = _id_components(mid, total)
-        if full is not None:
-            entry["name"] = _id_to_title(full)
-        if org is not None:
-            entry["organization"] = _id_to_title(org)
-        if version is not None:
-            entry["version"] = version
-        return entry
     full, org, _, _, version, _ = _id_components(mid, total)
     if full is not None:
         entry["name"] = _id_to_title(full)
@@ -289,7 +281,7 @@ def _repo_entry(model_id: Any, total: int) -> dict | None:
         entry["organization"] = _id_to_title(org)
     if version is not None:
         entry["version"] = version
-    if org is not None and full is not None:
+    if "repo_url" not in entry and org is not None and full is not None:
         entry["repo_url"] = f"https://huggingface.co/{org}/{full}"
     return entry
 

@@ -14,7 +14,18 @@ from typing import Any
 
 import numpy as np
 
-from ._model import FILE_TYPE, VT, NameRule, Transform, first, full_rope, head_counts, head_dim, m
+from ._model import (
+    FILE_TYPE,
+    VT,
+    NameRule,
+    Stack,
+    Transform,
+    first,
+    full_rope,
+    head_counts,
+    head_dim,
+    m,
+)
 from ._model import rope_parameters as rope_parameters
 
 # --------------------------------------------------------------------------- metadata rows
@@ -192,6 +203,16 @@ def wb_rules(hf_layer: str, pairs: list[tuple[str, str]], top: list[tuple[str, s
         for suf in (".weight", ".bias"):
             out.append(NameRule(h + suf, g + suf))
     return out
+
+
+def expert_stacks(count: Callable[[dict], int]) -> list[Stack]:
+    """``mlp.experts.{xid}.{down,gate,up}_proj`` stacked per layer, emitted in that order
+    when a layer's last expert is read (Qwen2MoeModel, DeepseekV2Model)."""
+    exp = LAYER + "mlp.experts.{xid}."
+    return [
+        Stack(exp + f"{w}_proj.weight", BLK + f"ffn_{w}_exps.weight", count)
+        for w in ("down", "gate", "up")
+    ]
 
 
 BASE_NAMES = [

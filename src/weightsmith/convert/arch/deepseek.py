@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import BASE_NAMES, BLK, COMMON, FFN_NORM, LAYER
-from ._model import FILE_TYPE, VT, Arch, NameRule, Split, Stack, full_rope, m
+from ._common import BASE_NAMES, BLK, COMMON, FFN_NORM, LAYER, expert_stacks
+from ._model import FILE_TYPE, VT, Arch, NameRule, Split, full_rope, m
 
 
 def _kv_heads(cfg: dict) -> int:
@@ -53,7 +53,6 @@ def _yarn_log_mul(cfg: dict):
     return None if ms is None else 0.1 * ms
 
 
-_EXP = LAYER + "mlp.experts."
 _ATT = LAYER + "self_attn."
 
 # COMMON with MLA's MQA head count and the eps default, then DeepseekV2Model's rows
@@ -129,11 +128,7 @@ DEEPSEEK2 = Arch(
         NameRule(LAYER + "mlp.shared_experts.up_proj.weight", BLK + "ffn_up_shexp.weight"),
         NameRule(LAYER + "mlp.shared_experts.down_proj.weight", BLK + "ffn_down_shexp.weight"),
     ],
-    stacks=[
-        Stack(_EXP + "{xid}.down_proj.weight", BLK + "ffn_down_exps.weight", _n_routed),
-        Stack(_EXP + "{xid}.gate_proj.weight", BLK + "ffn_gate_exps.weight", _n_routed),
-        Stack(_EXP + "{xid}.up_proj.weight", BLK + "ffn_up_exps.weight", _n_routed),
-    ],
+    stacks=expert_stacks(_n_routed),
     splits=[
         Split(
             _ATT + "kv_b_proj.weight",

@@ -64,6 +64,15 @@ GPT2 = Arch(
 )
 
 _SC2 = "model.layers.{bid}."
+# LayerNorm decoders with biases: norms and attention projections, weight and bias each
+_LN_ATTN = [
+    ("input_layernorm", "attn_norm"),
+    ("self_attn.q_proj", "attn_q"),
+    ("self_attn.k_proj", "attn_k"),
+    ("self_attn.v_proj", "attn_v"),
+    ("self_attn.o_proj", "attn_output"),
+    ("post_attention_layernorm", "ffn_norm"),
+]
 STARCODER2 = Arch(
     hf_archs=("Starcoder2ForCausalLM",),
     gguf_arch="starcoder2",
@@ -73,16 +82,7 @@ STARCODER2 = Arch(
         NameRule("lm_head.weight", "output.weight"),
         *wb_rules(
             _SC2,
-            [
-                ("input_layernorm", "attn_norm"),
-                ("self_attn.q_proj", "attn_q"),
-                ("self_attn.k_proj", "attn_k"),
-                ("self_attn.v_proj", "attn_v"),
-                ("self_attn.o_proj", "attn_output"),
-                ("post_attention_layernorm", "ffn_norm"),
-                ("mlp.c_fc", "ffn_up"),
-                ("mlp.c_proj", "ffn_down"),
-            ],
+            [*_LN_ATTN, ("mlp.c_fc", "ffn_up"), ("mlp.c_proj", "ffn_down")],
             [("model.norm", "output_norm")],
         ),
     ],
@@ -130,14 +130,7 @@ STABLELM = Arch(
         NameRule(_SC2 + "mlp.down_proj.weight", "blk.{bid}.ffn_down.weight"),
         *wb_rules(
             _SC2,
-            [
-                ("input_layernorm", "attn_norm"),
-                ("self_attn.q_proj", "attn_q"),
-                ("self_attn.k_proj", "attn_k"),
-                ("self_attn.v_proj", "attn_v"),
-                ("self_attn.o_proj", "attn_output"),
-                ("post_attention_layernorm", "ffn_norm"),
-            ],
+            _LN_ATTN,
             [("model.norm", "output_norm")],
         ),
     ],

@@ -8,8 +8,8 @@ and ``mlp.experts.down_proj``).
 
 from __future__ import annotations
 
-from ._common import BASE_NAMES, BLK, COMMON, FFN_NORM, LAYER, QK_NORM
-from ._model import Arch, NameRule, Split, Stack, first, m
+from ._common import BASE_NAMES, BLK, COMMON, FFN_NORM, LAYER, QK_NORM, expert_stacks
+from ._model import Arch, NameRule, Split, first, m
 
 
 def _n_experts(cfg: dict) -> int:
@@ -25,11 +25,7 @@ _MOE_NAMES = [
     NameRule(LAYER + "mlp.shared_expert.down_proj.weight", BLK + "ffn_down_shexp.weight"),
     NameRule(_EXP + "down_proj", BLK + "ffn_down_exps.weight"),  # fused checkpoints
 ]
-_MOE_STACKS = [
-    Stack(_EXP + "{xid}.down_proj.weight", BLK + "ffn_down_exps.weight", _n_experts),
-    Stack(_EXP + "{xid}.gate_proj.weight", BLK + "ffn_gate_exps.weight", _n_experts),
-    Stack(_EXP + "{xid}.up_proj.weight", BLK + "ffn_up_exps.weight", _n_experts),
-]
+_MOE_STACKS = expert_stacks(_n_experts)
 _MOE_SPLITS = [
     Split(_EXP + "gate_up_proj", (BLK + "ffn_gate_exps.weight", BLK + "ffn_up_exps.weight"), -2)
 ]
