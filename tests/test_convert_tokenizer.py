@@ -414,7 +414,24 @@ def test_round_trip_sentencepiece(tmp_path, arch):
         {"role": "user", "content": MULTILINGUAL},
         {"role": "assistant", "content": "Быстрая 🦙 <|end|> done"},
     ]
-    _assert_same(orig, back, texts, messages)
+    if arch == "LlamaForCausalLM":
+        # transformers' own LlamaTokenizer (legacy Metaspace) differs from sentencepiece and
+        # llama.cpp on text right after a special token; the rebuilt folder follows llama.cpp
+        import llama_cpp
+
+        assert _ids(back(texts[0])) == _ids(orig(texts[0]))  # no special token in it
+        ref = _reference_vocab(src, tmp_path / "vocab.gguf")
+        llm = llama_cpp.Llama(model_path=str(ref), vocab_only=True, verbose=False)
+        try:
+            rendered = [back.apply_chat_template(messages, tokenize=False, add_generation_prompt=g)
+                        for g in (False, True)]  # fmt: skip
+            for t in texts + rendered:
+                want = llm.tokenize(t.encode(), add_bos=False, special=True)
+                assert _ids(back(t, add_special_tokens=False)) == want, t
+        finally:
+            llm.close()
+    else:
+        _assert_same(orig, back, texts, messages)
     assert back.bos_token == "<s>" and back.eos_token == "</s>"
     assert back.decode(_ids(back(MULTILINGUAL)), skip_special_tokens=True) == MULTILINGUAL
 

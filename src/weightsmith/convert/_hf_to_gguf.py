@@ -371,7 +371,7 @@ def _plan(
     else:
         n_head, n_kv = head_counts(cfg) if "num_attention_heads" in cfg else (1, 1)
         types = recipe_plan(
-            [(tp.name, tp.shape) for tp in tensors],
+            [(tp.name, _ggml_dims(tp.shape)) for tp in tensors],
             ft,
             arch=arch.gguf_arch,
             n_layer=cfg.get("num_hidden_layers"),
@@ -423,6 +423,15 @@ def _weight_plan(arch: Arch, sources: list[_Source], cfg: dict, ctx: dict, d: Pa
         plans.append(TensorPlan(o.name, o.shape, "F32", source=first, hf_name=first.name,
                                 pieces=pieces, stacked=o.stacked))  # fmt: skip
     return plans
+
+
+def _ggml_dims(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape as ggml_n_dims counts it: outer dims of 1 do not count (a ``[1, n]``
+    router gate is 1-D to llama-quantize, which then leaves it unquantized)."""
+    s = tuple(shape)
+    while len(s) > 1 and s[0] == 1:
+        s = s[1:]
+    return s
 
 
 def _n_expert(cfg: dict) -> int:

@@ -82,7 +82,7 @@ _ROWS = [
     m("attention.value_length", "_mla_value_length", value=lambda c: c.get("kv_lora_rank", 512)),
     m(
         "attention.key_length_mla",
-        "_mla_qk_head_dim",
+        "qk_head_dim",
         value=lambda c: c["qk_nope_head_dim"] + c["qk_rope_head_dim"],
     ),
     m("attention.value_length_mla", "v_head_dim"),
@@ -143,7 +143,6 @@ DEEPSEEK2 = Arch(
         "num_attention_heads",
         "num_hidden_layers",
         "vocab_size",
-        "qk_nope_head_dim",
         "qk_rope_head_dim",
         "v_head_dim",
     ),
@@ -152,7 +151,8 @@ DEEPSEEK2 = Arch(
     hf_config=lambda cfg, names: {
         "hidden_act": "silu",
         "num_key_value_heads": cfg["num_attention_heads"],
-        "qk_head_dim": cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"],
+        # the GGUF keeps nope + rope (key_length_mla) and rope (rope.dimension_count)
+        "qk_nope_head_dim": cfg["qk_head_dim"] - cfg["qk_rope_head_dim"],
         "head_dim": cfg["qk_rope_head_dim"],
     },
 )

@@ -32,6 +32,8 @@ _MOE_SPLITS = [
 # Qwen2MoeModel.set_gguf_parameters
 _MOE_ROWS = [
     *COMMON,
+    # the same key again, in place: GGUF -> HF writes the Qwen-MoE config field
+    m("expert_count", "num_experts", value=_n_experts),
     m("expert_feed_forward_length", "moe_intermediate_size"),
     m("expert_shared_feed_forward_length", "shared_expert_intermediate_size"),
 ]
