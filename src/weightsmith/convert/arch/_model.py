@@ -351,7 +351,7 @@ class PlanError(ValueError):
 # --------------------------------------------------------------------------- entries
 
 #: llama.cpp's ``filter_tensors``: wrappers of multimodal checkpoints and renames
-_WRAPPERS = (("language_model.", ""), ("e_score_correction_bias", "e_score_correction.bias"))
+_WRAPPERS = (("language_model.", ""),)
 #: TextModel.filter_tensors: tensors of the other modalities are not converted
 _OTHER_MODALITIES = re.compile(
     r"^(mlp|vit\.|vpm\.|siglip2\.|conformer\.|merger\.|resampler\.|multi_modal_projector\.|"

@@ -123,7 +123,7 @@ DEEPSEEK2 = Arch(
         NameRule(_ATT + "kv_a_proj_with_mqa.weight", BLK + "attn_kv_a_mqa.weight"),
         NameRule(_ATT + "kv_a_layernorm.weight", BLK + "attn_kv_a_norm.weight"),
         NameRule(LAYER + "mlp.gate.weight", BLK + "ffn_gate_inp.weight"),
-        NameRule(LAYER + "mlp.gate.e_score_correction.bias", BLK + "exp_probs_b.bias"),
+        NameRule(LAYER + "mlp.gate.e_score_correction_bias", BLK + "exp_probs_b.bias"),
         NameRule(LAYER + "mlp.shared_experts.gate_proj.weight", BLK + "ffn_gate_shexp.weight"),
         NameRule(LAYER + "mlp.shared_experts.up_proj.weight", BLK + "ffn_up_shexp.weight"),
         NameRule(LAYER + "mlp.shared_experts.down_proj.weight", BLK + "ffn_down_shexp.weight"),
