@@ -70,5 +70,12 @@ SMOLLM3 = Arch(
     extra={"rope_freqs.weight": llama3_rope_freqs},
     tokenizer={"vocab": "llama"},
     model_types={"SmolLM3ForCausalLM": "smollm3"},
-    hf_config=lambda cfg, names: {"hidden_act": "silu", "attention_bias": False, "mlp_bias": False},
+    hf_config=lambda cfg, names: {
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "mlp_bias": False,
+        # SmolLM3Config defaults pad_token_id to 128004; the GGUF's padding id, if any,
+        # replaces this None
+        "pad_token_id": None,
+    },
 )
