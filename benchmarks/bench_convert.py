@@ -1,12 +1,15 @@
 """HF -> GGUF: weightsmith.convert.hf_to_gguf vs llama.cpp's convert_hf_to_gguf.py (+ llama-quantize).
 
-Model: tests/support/hf_models.big_llama (6 layers, hidden 512, FFN 8192, bf16; 144 MiB on
-disk, largest tensor 16 MiB in f32).  For each type, both sides run in a fresh child
+Models (``--family``): ``dense`` is tests/support/hf_models.big_llama (6 layers, hidden
+512, FFN 8192, bf16; 144 MiB on disk, largest tensor 16 MiB in f32); ``moe`` is
+tests/support/hf_models.big_moe (Mixtral layout, 2 layers, 32 experts of 512 x 1024, bf16;
+each stacked expert tensor is 32x the largest source tensor).  For each type, both sides run
+in a fresh child
 process (so both pay their imports; the reference also imports torch), alternating,
 median of ``--runs``; the child also reports its peak RSS.  For the llama-quantize
 file types the reference time is convert (f32) + llama_model_quantize.
 
-    python benchmarks/bench_convert.py [--runs 3] [--types f16,q8_0,q4_k_m]
+    python benchmarks/bench_convert.py [--runs 3] [--types f16,q8_0,q4_k_m] [--family moe]
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from support.hf_models import big_llama, peak_rss
+from support.hf_models import big_llama, big_moe, peak_rss
 from support.llama_sdist import llama_cpp_root
 
 REF_CHILD = r"""
@@ -67,10 +70,12 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--types", default="f16,q8_0,q4_k_m")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--family", choices=("dense", "moe"), default="dense")
     a = ap.parse_args()
     MiB = 2**20
+    build = {"dense": big_llama, "moe": big_moe}[a.family]
     with tempfile.TemporaryDirectory(prefix="bench_convert_") as tmp:
-        folder, largest = big_llama(Path(tmp) / "m")
+        folder, largest = build(Path(tmp) / "m")
         print(f"model: largest tensor {4 * largest / MiB:.0f} MiB in f32; "
               f"bound 3x + 256 MiB = {(12 * largest) / MiB + 256:.0f} MiB")  # fmt: skip
         print(f"{'type':<8} {'ours s':>8} {'ref s':>8} {'ratio':>6} {'ours MiB':>9} {'ref MiB':>8}")

@@ -103,6 +103,34 @@ def test_rebuilt_files_carry_special_tokens_and_template(name):
         assert tok.token_to_id(a["content"]) == i
 
 
+# runs of spaces, tabs and newlines, digits, CJK, emoji, special tokens
+TRICKY = ["  two  spaces", " one", "   ", "a\n\n b", "\t\ttab", "x  \n  y", "12345 678",
+          "你好，世界", "🙂 emoji🦙", "end  "]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_transformers_on_rebuilt_folder_tokenizes_as_llama_cpp(name, tmp_path):
+    """The folder GGUF -> HF writes, loaded by transformers' AutoTokenizer (not just the
+    tokenizers library), gives llama.cpp's ids on the same GGUF -- also where a text starts
+    with spaces (transformers' own LlamaTokenizer pipeline drops a leading "▁" there)."""
+    import llama_cpp
+
+    with gguf.read(_vocab_gguf(name)) as f:
+        write_hf_tokenizer(f.metadata, tmp_path / "tok")
+        md = f.metadata
+        specials = [md["tokenizer.ggml.tokens"][md[k]] for k in
+                    ("tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id") if k in md]  # fmt: skip
+    tok = AutoTokenizer.from_pretrained(tmp_path / "tok")
+    llm = llama_cpp.Llama(model_path=str(_vocab_gguf(name)), vocab_only=True, verbose=False)
+    try:
+        texts = TRICKY + [MULTILINGUAL] + [f"{sp} after{sp}x" for sp in specials]
+        for t in texts:
+            want = llm.tokenize(t.encode(), add_bos=False, special=True)
+            assert tok(t, add_special_tokens=False)["input_ids"] == want, repr(t)
+    finally:
+        llm.close()
+
+
 def test_write_hf_tokenizer_loads_in_transformers(tmp_path):
     with gguf.read(_vocab_gguf("qwen2")) as f:
         paths = write_hf_tokenizer(f.metadata, tmp_path / "tok")
@@ -386,7 +414,24 @@ def test_round_trip_sentencepiece(tmp_path, arch):
         {"role": "user", "content": MULTILINGUAL},
         {"role": "assistant", "content": "Быстрая 🦙 <|end|> done"},
     ]
-    _assert_same(orig, back, texts, messages)
+    if arch == "LlamaForCausalLM":
+        # transformers' own LlamaTokenizer (legacy Metaspace) differs from sentencepiece and
+        # llama.cpp on text right after a special token; the rebuilt folder follows llama.cpp
+        import llama_cpp
+
+        assert _ids(back(texts[0])) == _ids(orig(texts[0]))  # no special token in it
+        ref = _reference_vocab(src, tmp_path / "vocab.gguf")
+        llm = llama_cpp.Llama(model_path=str(ref), vocab_only=True, verbose=False)
+        try:
+            rendered = [back.apply_chat_template(messages, tokenize=False, add_generation_prompt=g)
+                        for g in (False, True)]  # fmt: skip
+            for t in texts + rendered:
+                want = llm.tokenize(t.encode(), add_bos=False, special=True)
+                assert _ids(back(t, add_special_tokens=False)) == want, t
+        finally:
+            llm.close()
+    else:
+        _assert_same(orig, back, texts, messages)
     assert back.bos_token == "<s>" and back.eos_token == "</s>"
     assert back.decode(_ids(back(MULTILINGUAL)), skip_special_tokens=True) == MULTILINGUAL
 

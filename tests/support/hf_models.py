@@ -59,12 +59,17 @@ def train_spm(folder: Path, vocab_size: int = 512) -> int:
 
 
 def _qwen_tokenizer(folder: Path) -> int:
+    return _bpe_tokenizer(folder, "qwen2")
+
+
+def _bpe_tokenizer(folder: Path, vocab: str) -> int:
+    """llama.cpp's ``models/ggml-vocab-<vocab>.gguf`` as a tokenizer.json; its size."""
     from weightsmith.convert.tokenizer import tokenizer_json_from_vocab_gguf
 
     from .llama_sdist import llama_cpp_root
 
     files = tokenizer_json_from_vocab_gguf(
-        llama_cpp_root() / "models" / "ggml-vocab-qwen2.gguf", folder
+        llama_cpp_root() / "models" / f"ggml-vocab-{vocab}.gguf", folder
     )
     tj = files["tokenizer.json"]
     ids = [t["id"] for t in tj.get("added_tokens", [])] + list(tj["model"]["vocab"].values())
@@ -216,6 +221,326 @@ def gemma3(folder: Path, *, dtype: str = "bfloat16", seed: int = 4) -> Path:
     return _save(model, folder, dtype)
 
 
+def _per_expert(folder: Path, names: Callable[[str, int, str], str]) -> None:
+    """Rewrite fused expert tensors (transformers 5 saves ``mlp.experts.gate_up_proj``
+    ``[n_expert, 2 * n_ff, n_embd]`` and ``mlp.experts.down_proj``) in the per-expert
+    layout the Hub checkpoints have; ``names(prefix, xid, which)`` gives the HF name
+    of expert ``xid``'s ``gate``/``up``/``down`` weight.  A no-op for per-expert files."""
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "model.safetensors"
+    sd = load_file(path)
+    if not any(k.endswith("experts.gate_up_proj") for k in sd):
+        return
+    out = {}
+    for k, v in sd.items():
+        if k.endswith("experts.gate_up_proj"):
+            pre = k[: -len("experts.gate_up_proj")]
+            n = v.shape[1] // 2
+            for x in range(v.shape[0]):
+                out[names(pre, x, "gate")] = v[x, :n].clone()
+                out[names(pre, x, "up")] = v[x, n:].clone()
+        elif k.endswith("experts.down_proj"):
+            pre = k[: -len("experts.down_proj")]
+            for x in range(v.shape[0]):
+                out[names(pre, x, "down")] = v[x].clone()
+        else:
+            out[k] = v
+    save_file(out, path, metadata={"format": "pt"})
+
+
+def _moe_cfg(cls, vocab: int, **kw):
+    base = dict(
+        vocab_size=vocab,
+        hidden_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
+    return cls(**{**base, **kw})
+
+
+def mixtral(folder: Path, *, dtype: str = "bfloat16", seed: int = 5) -> Path:
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    vocab = train_spm(folder)
+    cfg = _moe_cfg(MixtralConfig, vocab, intermediate_size=256, num_local_experts=4,
+                   num_experts_per_tok=2, sliding_window=None, bos_token_id=1,
+                   eos_token_id=2)  # fmt: skip
+    model = MixtralForCausalLM(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    w = {"gate": "w1", "down": "w2", "up": "w3"}
+    _per_expert(
+        folder,
+        lambda pre, x, which: (
+            pre.replace(".mlp.", ".block_sparse_moe.") + f"experts.{x}.{w[which]}.weight"
+        ),
+    )
+    return folder
+
+
+def _qwen_expert(pre: str, x: int, which: str) -> str:
+    return f"{pre}experts.{x}.{which}_proj.weight"
+
+
+def qwen2moe(folder: Path, *, dtype: str = "bfloat16", seed: int = 6) -> Path:
+    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")  # a Qwen2 BPE would be 3x larger for the same test
+    cfg = _moe_cfg(Qwen2MoeConfig, vocab, intermediate_size=256, moe_intermediate_size=256,
+                   shared_expert_intermediate_size=256, num_experts=4, num_experts_per_tok=2,
+                   tie_word_embeddings=False, bos_token_id=None,
+                   eos_token_id=50256)  # fmt: skip
+    model = Qwen2MoeForCausalLM(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    _per_expert(folder, _qwen_expert)
+    return folder
+
+
+def qwen3moe(folder: Path, *, dtype: str = "bfloat16", seed: int = 7) -> Path:
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    cfg = _moe_cfg(Qwen3MoeConfig, vocab, intermediate_size=256, moe_intermediate_size=256,
+                   num_experts=4, num_experts_per_tok=2, head_dim=64, norm_topk_prob=True,
+                   tie_word_embeddings=False, bos_token_id=None,
+                   eos_token_id=50256)  # fmt: skip
+    model = Qwen3MoeForCausalLM(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    _per_expert(folder, _qwen_expert)
+    return folder
+
+
+def gemma2(folder: Path, *, dtype: str = "bfloat16", seed: int = 8) -> Path:
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    vocab = train_spm(folder)
+    cfg = Gemma2Config(
+        vocab_size=vocab,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=256,
+        sliding_window=16,
+        query_pre_attn_scalar=64,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    model = Gemma2ForCausalLM(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+def granite(folder: Path, *, dtype: str = "bfloat16", seed: int = 9) -> Path:
+    from transformers import GraniteConfig, GraniteForCausalLM
+
+    vocab = train_spm(folder)
+    cfg = GraniteConfig(
+        vocab_size=vocab,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        attention_multiplier=0.0625,
+        embedding_multiplier=12.0,
+        residual_multiplier=0.22,
+        logits_scaling=8.0,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=True,
+    )
+    model = GraniteForCausalLM(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+def granitemoe(folder: Path, *, dtype: str = "bfloat16", seed: int = 10) -> Path:
+    from transformers import GraniteMoeConfig, GraniteMoeForCausalLM
+
+    vocab = train_spm(folder)
+    cfg = _moe_cfg(GraniteMoeConfig, vocab, intermediate_size=256, num_local_experts=4,
+                   num_experts_per_tok=2, attention_multiplier=0.0625, embedding_multiplier=12.0,
+                   residual_multiplier=0.22, logits_scaling=8.0, bos_token_id=1, eos_token_id=2,
+                   tie_word_embeddings=True)  # fmt: skip
+    model = GraniteMoeForCausalLM(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+def smollm3(folder: Path, *, dtype: str = "bfloat16", seed: int = 11) -> Path:
+    from transformers import SmolLM3Config, SmolLM3ForCausalLM
+
+    vocab = train_spm(folder)
+    cfg = SmolLM3Config(
+        vocab_size=vocab,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=None,
+        tie_word_embeddings=True,
+    )
+    model = SmolLM3ForCausalLM(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+def olmo2(folder: Path, *, dtype: str = "bfloat16", seed: int = 12) -> Path:
+    from transformers import Olmo2Config, Olmo2ForCausalLM
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    cfg = Olmo2Config(
+        vocab_size=vocab,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=256,
+        bos_token_id=None,
+        eos_token_id=50256,
+        pad_token_id=None,
+    )
+    model = Olmo2ForCausalLM(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+def starcoder2(folder: Path, *, dtype: str = "bfloat16", seed: int = 13) -> Path:
+    from transformers import Starcoder2Config, Starcoder2ForCausalLM
+
+    vocab = _bpe_tokenizer(folder, "starcoder")
+    cfg = Starcoder2Config(
+        vocab_size=vocab,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        sliding_window=None,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    model = Starcoder2ForCausalLM(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+def stablelm(folder: Path, *, dtype: str = "bfloat16", seed: int = 14) -> Path:
+    from transformers import StableLmConfig, StableLmForCausalLM
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    cfg = StableLmConfig(
+        vocab_size=vocab,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        partial_rotary_factor=0.25,
+        use_qkv_bias=True,
+        bos_token_id=50256,
+        eos_token_id=50256,
+    )
+    model = StableLmForCausalLM(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+def gpt2(folder: Path, *, dtype: str = "float32", seed: int = 15) -> Path:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    cfg = GPT2Config(vocab_size=vocab, n_embd=256, n_layer=2, n_head=4, n_positions=256,
+                     bos_token_id=50256, eos_token_id=50256)  # fmt: skip
+    model = GPT2LMHeadModel(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    # the Hub's GPT-2 configs carry n_ctx (llama.cpp's converter reads it); transformers 5
+    # no longer writes it
+    c = config(folder)
+    c["n_ctx"] = 256
+    (folder / "config.json").write_text(json.dumps(c, indent=2))
+    return folder
+
+
+def falcon(folder: Path, *, dtype: str = "bfloat16", seed: int = 16) -> Path:
+    from transformers import FalconConfig, FalconForCausalLM
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    cfg = FalconConfig(vocab_size=vocab, hidden_size=256, num_hidden_layers=2,
+                       num_attention_heads=4, num_kv_heads=1, multi_query=True,
+                       new_decoder_architecture=False, parallel_attn=True, bias=False,
+                       alibi=False, max_position_embeddings=256, bos_token_id=11,
+                       eos_token_id=11)  # fmt: skip
+    model = FalconForCausalLM(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+def _deepseek(folder: Path, version: int, dtype: str, seed: int) -> Path:
+    import transformers
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    cls = getattr(transformers, f"DeepseekV{version}Config")
+    kw = dict(
+        vocab_size=vocab,
+        hidden_size=256,
+        intermediate_size=512,
+        moe_intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        n_routed_experts=4,
+        n_shared_experts=1,
+        num_experts_per_tok=2,
+        first_k_dense_replace=1,
+        q_lora_rank=64,
+        kv_lora_rank=64,
+        qk_nope_head_dim=32,
+        qk_rope_head_dim=16,
+        v_head_dim=32,
+        n_group=1,
+        topk_group=1,
+        max_position_embeddings=256,
+        bos_token_id=50256,
+        eos_token_id=50256,
+        tie_word_embeddings=False,
+    )
+    if version == 2:
+        kw["topk_method"] = "greedy"
+    cfg = cls(**kw)
+    model = getattr(transformers, f"DeepseekV{version}ForCausalLM")(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    _per_expert(folder, _qwen_expert)
+    return folder
+
+
+def deepseek2(folder: Path, *, dtype: str = "bfloat16", seed: int = 17) -> Path:
+    return _deepseek(folder, 2, dtype, seed)
+
+
+def deepseek3(folder: Path, *, dtype: str = "bfloat16", seed: int = 18) -> Path:
+    return _deepseek(folder, 3, dtype, seed)
+
+
 BUILDERS: dict[str, Callable[..., Path]] = {
     "llama": llama,
     "llama3": llama3,
@@ -223,6 +548,20 @@ BUILDERS: dict[str, Callable[..., Path]] = {
     "qwen2": qwen2,
     "qwen3": qwen3,
     "gemma3": gemma3,
+    "mixtral": mixtral,
+    "qwen2moe": qwen2moe,
+    "qwen3moe": qwen3moe,
+    "gemma2": gemma2,
+    "granite": granite,
+    "granitemoe": granitemoe,
+    "smollm3": smollm3,
+    "olmo2": olmo2,
+    "starcoder2": starcoder2,
+    "stablelm": stablelm,
+    "gpt2": gpt2,
+    "falcon": falcon,
+    "deepseek2": deepseek2,
+    "deepseek3": deepseek3,
 }
 
 
@@ -291,6 +630,68 @@ def big_llama(
     }
     (folder / "config.json").write_text(json.dumps(cfg, indent=2))
     return folder, intermediate * hidden
+
+
+def big_moe(
+    folder: Path, *, hidden: int = 512, expert_ff: int = 1024, experts: int = 32, layers: int = 2
+) -> tuple[Path, int]:
+    """A Mixtral folder (per-expert tensors, bf16, written with numpy alone) with many
+    experts: each stacked ``ffn_*_exps`` is ``experts`` times the largest source tensor.
+
+    Returns the folder and the element count of its largest source tensor (the bound
+    of the constant-memory claim is 3x that in float32 + 256 MiB, whatever ``experts``).
+    """
+    import ml_dtypes
+    import numpy as np
+
+    from weightsmith.safetensors import save_file
+
+    folder = Path(folder)
+    vocab = train_spm(folder)
+    rng = np.random.default_rng(1)
+
+    def w(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(ml_dtypes.bfloat16)
+
+    tensors = {"model.embed_tokens.weight": w(vocab, hidden), "model.norm.weight": w(hidden),
+               "lm_head.weight": w(vocab, hidden)}  # fmt: skip
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        tensors |= {
+            p + "input_layernorm.weight": w(hidden),
+            p + "post_attention_layernorm.weight": w(hidden),
+            p + "self_attn.q_proj.weight": w(hidden, hidden),
+            p + "self_attn.k_proj.weight": w(hidden, hidden),
+            p + "self_attn.v_proj.weight": w(hidden, hidden),
+            p + "self_attn.o_proj.weight": w(hidden, hidden),
+            p + "block_sparse_moe.gate.weight": w(experts, hidden),
+        }
+        for x in range(experts):
+            e = p + f"block_sparse_moe.experts.{x}."
+            tensors |= {e + "w1.weight": w(expert_ff, hidden), e + "w2.weight": w(hidden, expert_ff),
+                        e + "w3.weight": w(expert_ff, hidden)}  # fmt: skip
+    save_file(tensors, folder / "model.safetensors")
+    cfg = {
+        "architectures": ["MixtralForCausalLM"],
+        "model_type": "mixtral",
+        "hidden_size": hidden,
+        "intermediate_size": expert_ff,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "num_local_experts": experts,
+        "num_experts_per_tok": 2,
+        "max_position_embeddings": 512,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "sliding_window": None,
+        "vocab_size": vocab,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "torch_dtype": "bfloat16",
+    }
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    return folder, max(expert_ff * hidden, vocab * hidden)
 
 
 # run in a child process: peak RSS of one conversion, above the RSS after imports

@@ -16,6 +16,9 @@ second table of names or transforms:
   runs it), and Gemma 3's embedding rows past the tokenizer are dropped by its
   converter (``vocab_size`` is then the tokenizer's size);
 * ``generation_config.json`` -- the special token ids;
+* ``README.md`` -- a model card whose YAML front matter carries the ``general.*``
+  provenance (license, languages, tags, base models, name, organization, finetune,
+  basename), which HF -> GGUF reads back;
 * ``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json`` --
   :func:`weightsmith.convert.tokenizer.write_hf_tokenizer`;
 * ``model.safetensors`` or ``model-0000i-of-0000N.safetensors`` with
@@ -44,6 +47,7 @@ import math
 import os
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -64,7 +68,8 @@ from ..safetensors import (
     split_shards,
     write_index,
 )
-from .arch import FILE_TYPE, REGISTRY, by_gguf_arch, llama3_rope_freqs
+from ._model_card import card_text
+from .arch import FILE_TYPE, REGISTRY, HfTensor, by_gguf_arch, llama3_rope_freqs
 from .tokenizer import hf_tokenizer_files
 
 __all__ = ["gguf_to_hf"]
@@ -121,9 +126,14 @@ def _entry(md: Mapping[str, Any], path: Path):
     return entry
 
 
-def _hf_arch(entry: Any, md: Mapping[str, Any]) -> str:
+def _hf_arch(entry: Any, md: Mapping[str, Any], names: set[str] | None = None) -> str:
     """The HF class: the entry's first, or a sibling sharing its GGUF layout whose model
-    type the file names (llama.cpp writes Mistral as ``llama``; ``general.name`` keeps it)."""
+    type the file names (llama.cpp writes Mistral as ``llama``; ``general.name`` keeps it),
+    or whose experts the file has (Mixtral is ``llama`` with ``ffn_*_exps``)."""
+    if names and any(n.endswith("_exps.weight") for n in names) and entry.stacks:
+        for cls in entry.hf_archs:
+            if entry.model_types.get(cls) == "mixtral":
+                return cls
     name = " ".join(str(md.get(k, "")) for k in ("general.basename", "general.name")).lower()
     for cls in entry.hf_archs[1:]:
         mt = entry.model_types.get(cls, "")
@@ -151,8 +161,8 @@ def _metadata_config(entry: Any, md: Mapping[str, Any]) -> tuple[dict, dict[str,
         key = row.full_key(entry.gguf_arch)
         field = row.fields[0]
         key_of.setdefault(field, key)
-        if key in md:
-            _set(cfg, field, _float(md[key]))
+        if key in md and not field.startswith("_"):  # "_...": derived, no config field
+            _set(cfg, field, row.back(_float(md[key])))
     return cfg, key_of
 
 
@@ -237,11 +247,12 @@ def build_config(
             expected="a tensor [n_vocab, n_embd]",
             found="no such tensor",
         )
-    hf_arch = _hf_arch(entry, md)
+    tensor_names = {t.name for t in f.tensors}
+    hf_arch = _hf_arch(entry, md, tensor_names)
     out: dict[str, Any] = {"architectures": [hf_arch], "model_type": entry.model_types[hf_arch]}
-    out.update(entry.hf_config(cfg, {t.name for t in f.tensors}))
     out.update(cfg)
-    if out["model_type"] == "mistral":
+    out.update(entry.hf_config(cfg, tensor_names))
+    if out["model_type"] in ("mistral", "mixtral"):
         # llama.cpp runs a `llama` GGUF with full attention; MistralConfig would default to
         # a 4096-token window
         out.setdefault("sliding_window", None)
@@ -272,18 +283,19 @@ def build_config(
 # --------------------------------------------------------------------------- tensors
 
 
-def _plan_tensors(f: GGUFFile, entry: Any, path: Path) -> list[tuple[str, str, tuple[int, ...]]]:
-    """``(gguf name, hf name, hf shape)`` for every tensor written, in file order."""
-    plan = []
-    unmapped = []
-    for t in f.tensors:
-        if t.name in entry.extra:
-            continue  # folded into config.json (rope_freqs)
-        hf = entry.hf_name(t.name)
-        if hf is None:
-            unmapped.append(t.name)
-            continue
-        plan.append((t.name, hf, tuple(int(d) for d in t.shape)))
+@dataclass
+class _Out:
+    """One HF tensor: its name, shape, and how it is read (registry ``HfTensor``)."""
+
+    hf: str
+    shape: tuple[int, ...]
+    src: HfTensor
+
+
+def _plan_tensors(f: GGUFFile, entry: Any, cfg: dict, path: Path) -> list[_Out]:
+    """Every HF tensor written, in file order, from the registry's inverse plan."""
+    shapes = {t.name: tuple(int(d) for d in t.shape) for t in f.tensors}
+    hf, unmapped = entry.inverse_plan(list(shapes.items()), cfg)
     if unmapped:
         raise E.UnmappedTensor(
             f"no Hugging Face name for {len(unmapped)} tensor(s)",
@@ -292,11 +304,21 @@ def _plan_tensors(f: GGUFFile, entry: Any, path: Path) -> list[tuple[str, str, t
             expected=f"names of the {entry.gguf_arch!r} name map",
             found=", ".join(unmapped[:8]) + (" ..." if len(unmapped) > 8 else ""),
         )
+    plan = []
+    for h in hf:
+        if h.expert is not None:
+            shape = shapes[h.sources[0]][1:]
+        elif len(h.sources) > 1:
+            shape = h.shape([shapes[s] for s in h.sources], cfg)
+        else:
+            shape = shapes[h.sources[0]]
+        plan.append(_Out(h.name, shape, h))
     return plan
 
 
-def _read_f32(f: GGUFFile, files: list[BinaryIO], name: str) -> np.ndarray:
-    """float32 values of one tensor, read into private memory.
+def _read_f32(f: GGUFFile, files: list[BinaryIO], name: str, slab: int | None = None) -> np.ndarray:
+    """float32 values of one tensor (or of its slab ``slab`` along the first axis), read
+    into private memory.
 
     Reading (rather than taking views of the mmap) keeps the file's pages out of
     the process's resident set: the pages of tensors already converted would
@@ -305,49 +327,54 @@ def _read_f32(f: GGUFFile, files: list[BinaryIO], name: str) -> np.ndarray:
     t = f.tensor(name)
     dt = t.ggml_type.numpy
     if dt is not None and dt.itemsize > 1 and f.byte_order != _NATIVE:
-        return dequantize_tensor(f, name)  # byte-swapped file: the reader handles the swap
-    buf = np.empty(t.nbytes, np.uint8)
+        x = dequantize_tensor(f, name)  # byte-swapped file: the reader handles the swap
+        return x if slab is None else np.ascontiguousarray(x[slab])
+    shape = tuple(t.shape) if slab is None else tuple(t.shape)[1:]
+    nbytes = t.nbytes if slab is None else t.nbytes // t.shape[0]
+    offset = t.offset + (0 if slab is None else slab * nbytes)
+    buf = np.empty(nbytes, np.uint8)
     fh = files[t.shard]
-    fh.seek(t.offset)
+    fh.seek(offset)
     view = memoryview(buf)
     got = 0
-    while got < t.nbytes:
+    while got < nbytes:
         n = fh.readinto(view[got:])
         if not n:
             raise E.GGUFDataPastEOF(
                 "tensor data ends early",
                 path=f.paths[t.shard],
                 field=f"tensor {name!r}",
-                offset=t.offset,
-                expected=f"{t.nbytes} bytes",
+                offset=offset,
+                expected=f"{nbytes} bytes",
                 found=f"{got} bytes",
             )
         got += n
     if dt is None:
-        return dequantize(buf, t.ggml_type, t.shape)
-    x = buf.view(dt).reshape(t.shape)
+        return dequantize(buf, t.ggml_type, shape)
+    x = buf.view(dt).reshape(shape)
     return x if dt == np.float32 else x.astype(np.float32)
 
 
 def _hf_values(
-    f: GGUFFile,
-    files: list[BinaryIO],
-    entry: Any,
-    gguf_name: str,
-    hf_name: str,
-    cfg: dict,
-    path: Path,
+    f: GGUFFile, files: list[BinaryIO], entry: Any, out: _Out, cfg: dict, path: Path
 ) -> np.ndarray:
-    """float32 values of one tensor with the registry's inverse transforms applied."""
-    x = _read_f32(f, files, gguf_name)
-    for tr in reversed(entry.transforms_for(hf_name)):
+    """float32 values of one HF tensor: its GGUF source(s) read (a slab of a stacked
+    tensor, or split parts joined), then the registry's inverse transforms."""
+    h = out.src
+    if h.expert is not None:
+        x = _read_f32(f, files, h.sources[0], slab=h.expert)
+    elif len(h.sources) > 1:
+        x = h.join([_read_f32(f, files, s) for s in h.sources], cfg)
+    else:
+        x = _read_f32(f, files, h.sources[0])
+    for tr in reversed(entry.transforms_for(out.hf)):
         try:
             x = tr.inverse(x, cfg, {})
         except ValueError as exc:  # a reshape that the head counts do not fit
             raise E.TensorShapeMismatch(
                 f"cannot undo {tr.name}: {exc}",
                 path=path,
-                field=f"tensor {gguf_name!r}",
+                field=f"tensor {h.sources[0]!r}",
                 expected="a shape matching the head counts in the metadata",
                 found=list(x.shape),
             ) from None
@@ -371,11 +398,11 @@ def _write_weights(
     path: Path,
 ) -> list[str]:
     code, np_name, itemsize = dtype.name, dtype.numpy.name, dtype.itemsize
-    plan = _plan_tensors(f, entry, path)
-    sizes = {hf: math.prod(shape) * itemsize for _, hf, shape in plan}
-    shards = split_shards([(hf, sizes[hf]) for _, hf, _ in plan], parse_size(max_shard_size))
+    plan = _plan_tensors(f, entry, cfg, path)
+    sizes = {o.hf: math.prod(o.shape) * itemsize for o in plan}
+    shards = split_shards([(o.hf, sizes[o.hf]) for o in plan], parse_size(max_shard_size))
     names = shard_names(len(shards))
-    by_hf = {hf: (g, shape) for g, hf, shape in plan}
+    by_hf = {o.hf: o for o in plan}
     total = sum(sizes.values())
     done = [0, 0]  # bytes, tensors
 
@@ -395,7 +422,7 @@ def _write_weights(
             folder / INDEX_NAME,
             {hf: fname for fname, members in zip(names, shards) for hf in members},
             total_size=total,
-            total_parameters=sum(math.prod(s) for _, _, s in plan),
+            total_parameters=sum(math.prod(o.shape) for o in plan),
         )
         return [*names, INDEX_NAME]
     return names
@@ -408,24 +435,24 @@ def _write_shard(
     cfg: dict,
     dest: Path,
     members: list[str],
-    by_hf: dict[str, tuple[str, tuple[int, ...]]],
+    by_hf: dict[str, _Out],
     code: str,
     np_name: str,
     path: Path,
     tick: Callable[[str], None],
 ) -> None:
     """One safetensors file: header first, then each tensor read, inverted, cast, written."""
-    specs = [(hf, code, by_hf[hf][1]) for hf in members]
+    specs = [(hf, code, by_hf[hf].shape) for hf in members]
     with StreamWriter(dest, specs, {"format": "pt"}) as w:
         for hf in members:
-            g, shape = by_hf[hf]
-            x = _hf_values(f, files, entry, g, hf, cfg, path)
-            if tuple(x.shape) != shape:
+            out = by_hf[hf]
+            x = _hf_values(f, files, entry, out, cfg, path)
+            if tuple(x.shape) != out.shape:
                 raise E.TensorShapeMismatch(
                     "inverse transform changed the shape",
                     path=path,
-                    field=f"tensor {g!r}",
-                    expected=list(shape),
+                    field=f"tensor {out.src.sources[0]!r}",
+                    expected=list(out.shape),
                     found=list(x.shape),
                 )
             y = _cast(x, np_name)
@@ -485,6 +512,10 @@ def gguf_to_hf(
         for name, content in tok_files.items():
             _write_json(folder / name, content)
         names += list(tok_files)
+        card = card_text(f.metadata)
+        if card is not None:  # provenance as a Hub model card, read back by HF -> GGUF
+            (folder / "README.md").write_text(card, encoding="utf-8")
+            names.append("README.md")
         if gen:
             _write_json(folder / "generation_config.json", gen)
             names.append("generation_config.json")

@@ -35,7 +35,7 @@ import contextlib
 import math
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,12 +48,14 @@ from .._json import read_json
 from ..dtypes import GGML, SAFETENSORS
 from ..gguf import GGUFValueType, Writer, split
 from ..progress import ProgressFn
+from ..quant import quantize
 from ..quant.file import quantize_tensor
-from ..quant.imatrix import Imatrix, read_imatrix
+from ..quant.imatrix import Imatrix, for_tensor, read_imatrix
 from ..quant.recipes import FILE_TYPES, file_type
 from ..quant.recipes import plan as recipe_plan
 from ..safetensors import open_checkpoint, read_index, safe_open
-from .arch import FILE_TYPE, Arch, head_counts, lookup, supported
+from ._model_card import provenance_rows
+from .arch import FILE_TYPE, Arch, Piece, PlanError, first, head_counts, lookup, supported
 from .tokenizer import vocab_metadata
 
 VT = GGUFValueType
@@ -244,7 +246,11 @@ def _sources(d: Path, stack: list) -> list[_Source]:
 
 @dataclass
 class TensorPlan:
-    """One output tensor: GGUF name, numpy-order shape, ggml type, and its source."""
+    """One output tensor: GGUF name, numpy-order shape, ggml type, and its sources.
+
+    ``pieces``: ``(source, slice)`` reads; one for a renamed or split tensor, one per
+    expert slab for a stacked one (``stacked``).  ``source`` is the first piece's.
+    """
 
     name: str
     shape: tuple[int, ...]
@@ -252,11 +258,19 @@ class TensorPlan:
     source: _Source | None = None  # None: an extra tensor (``make``)
     make: Callable[[], np.ndarray] | None = None
     hf_name: str | None = None
+    pieces: list[tuple[_Source, Piece]] = field(default_factory=list)
+    stacked: bool = False
+
+
+# tensors the reference converter always writes in F32 (``prepare_tensors``)
+_ALWAYS_F32 = re.compile(
+    r"(^|\.)(ffn_gate_inp|ffn_gate_inp_shexp|position_embd|token_types)\.weight$"
+)
 
 
 def _is_quantizable_weight(name: str, ndim: int) -> bool:
     """The reference converter's rule for tensors that get the output type."""
-    if ndim <= 1 or name.endswith("_norm.weight"):
+    if ndim <= 1 or name.endswith("_norm.weight") or _ALWAYS_F32.search(name):
         return False
     return name.endswith(".weight")
 
@@ -332,9 +346,10 @@ def _plan(
     cfg = _read_config(d)
     cfg_path = d / "config.json"
     arch = _arch(cfg, cfg_path)
+    cfg = arch.config(cfg)
     _check_config(cfg, arch, cfg_path)
     sources = _sources(d, stack)
-    vocab = vocab_metadata(d, cfg) if tokenizer else []
+    vocab = vocab_metadata(d, cfg, route=arch.tokenizer.get("vocab")) if tokenizer else []
     ctx: dict[str, Any] = {}
     if arch.vocab_rows:
         ctx["n_vocab"] = _n_vocab(d, vocab)
@@ -345,23 +360,7 @@ def _plan(
         arr = fn(cfg)
         if arr is not None:
             tensors.append(TensorPlan(gname, arr.shape, "F32", make=lambda a=arr: a))
-    for s in sources:
-        if arch.skipped(s.name):
-            continue
-        gname = arch.gguf_name(s.name)
-        if gname is None:
-            raise E.UnmappedTensor(
-                "weight has no GGUF name for this architecture",
-                path=d,
-                field=f"tensor {s.name!r}",
-                expected=f"a {arch.gguf_arch} weight",
-                found=s.name,
-            )
-        shape = s.shape
-        for t in arch.transforms_for(s.name):
-            if t.shape is not None:
-                shape = t.shape(shape, cfg, ctx)
-        tensors.append(TensorPlan(gname, shape, "F32", source=s, hf_name=s.name))
+    tensors.extend(_weight_plan(arch, sources, cfg, ctx, d))
     _check_shapes(tensors, cfg, arch, d)
 
     if ft is None:
@@ -372,12 +371,13 @@ def _plan(
     else:
         n_head, n_kv = head_counts(cfg) if "num_attention_heads" in cfg else (1, 1)
         types = recipe_plan(
-            [(tp.name, tp.shape) for tp in tensors],
+            [(tp.name, _ggml_dims(tp.shape)) for tp in tensors],
             ft,
             arch=arch.gguf_arch,
             n_layer=cfg.get("num_hidden_layers"),
             n_head=n_head,
             n_head_kv=n_kv,
+            n_expert=_n_expert(cfg),
             has_imatrix=has_imatrix,
         )
         for tp in tensors:
@@ -389,13 +389,66 @@ def _plan(
     return _Plan(arch, cfg, ctx, tensors, type_name, file_type_id, vocab)
 
 
+def _weight_plan(arch: Arch, sources: list[_Source], cfg: dict, ctx: dict, d: Path):
+    """The registry's plan over the sources, as :class:`TensorPlan` rows."""
+    by_key: dict[str, _Source] = {}
+    for s in sources:
+        key = arch.source_key(s.name)
+        if key is not None:
+            by_key[key] = s
+    try:
+        outs = arch.plan([(k, s.shape) for k, s in by_key.items()], cfg, ctx)
+    except PlanError as exc:
+        src = by_key.get(exc.name)
+        name = src.name if src is not None else exc.name
+        if exc.kind == "unmapped":
+            raise E.UnmappedTensor(
+                "weight has no GGUF name for this architecture",
+                path=d,
+                field=f"tensor {name!r}",
+                expected=f"a {arch.gguf_arch} weight",
+                found=f"{name} {exc.detail}".strip(),
+            ) from None
+        raise E.TensorShapeMismatch(
+            f"experts do not stack ({exc.kind})",
+            path=d,
+            field=f"tensor {name!r}",
+            expected="every expert of a layer present, all of one shape",
+            found=exc.detail,
+        ) from None
+    plans = []
+    for o in outs:
+        pieces = [(by_key[p.hf], p) for p in o.pieces]
+        first = pieces[0][0]
+        plans.append(TensorPlan(o.name, o.shape, "F32", source=first, hf_name=first.name,
+                                pieces=pieces, stacked=o.stacked))  # fmt: skip
+    return plans
+
+
+def _ggml_dims(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape as ggml_n_dims counts it: outer dims of 1 do not count (a ``[1, n]``
+    router gate is 1-D to llama-quantize, which then leaves it unquantized)."""
+    s = tuple(shape)
+    while len(s) > 1 and s[0] == 1:
+        s = s[1:]
+    return s
+
+
+def _n_expert(cfg: dict) -> int:
+    for k in ("num_local_experts", "num_experts", "n_routed_experts"):
+        v = cfg.get(k)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    return 0
+
+
 def _layer(name: str) -> int:
     m = re.match(r"blk\.(\d+)\.", name)
     return int(m.group(1)) if m else -1
 
 
 def _check_shapes(tensors: list[TensorPlan], cfg: dict, arch: Arch, d: Path) -> None:
-    hidden, vocab = cfg["hidden_size"], cfg["vocab_size"]
+    hidden, vocab = first(cfg, ("hidden_size", "n_embd", "dim")), cfg["vocab_size"]
     for tp in tensors:
         if tp.name in ("token_embd.weight", "output.weight"):
             want_rows = vocab if not arch.vocab_rows else tp.shape[0]
@@ -412,37 +465,26 @@ def _check_shapes(tensors: list[TensorPlan], cfg: dict, arch: Arch, d: Path) -> 
 # --------------------------------------------------------------------------- metadata
 
 
-def _size_label(n: int) -> str:
-    """gguf-py's rounded parameter count (``1.3M``, ``7B``)."""
-    scale, suffix = 1e-3, "K"
-    for limit, sc, sx in ((1e12, 1e-12, "T"), (1e9, 1e-9, "B"), (1e6, 1e-6, "M")):
-        if n > limit:
-            scale, suffix = sc, sx
-            break
-    v = n * scale
-    fix = max(2 - len(str(round(v)).lstrip("0")), 0)
-    return f"{v:.{fix}f}{suffix}"
-
-
-def _model_name(d: Path) -> str:
-    name = d.resolve().name
-    return " ".join(w[:1].upper() + w[1:] for w in re.split(r"[-_ ]+", name) if w) or "model"
-
-
-def _metadata(p: _Plan, d: Path, name: str | None) -> list[tuple[str, Any, Any]]:
-    n_params = sum(int(np.prod(t.shape)) for t in p.tensors if t.source is not None)
-    rows: list[tuple[str, Any, Any]] = [
-        ("general.type", "model", VT.STRING),
-        ("general.name", name or _model_name(d), VT.STRING),
-        ("general.size_label", _size_label(n_params), VT.STRING),
-    ]
+def _metadata(p: _Plan, d: Path, name: str | None, given: str) -> list[tuple[str, Any, Any]]:
+    """The KVs in file order.  The reference converter writes ``general.file_type`` among
+    the arch rows and ``general.quantization_version`` before the tokenizer; for the
+    llama-quantize types both move to the end, where ``llama_model_quantize`` re-sets
+    them (gguf's set removes a key and appends it)."""
+    rows: list[tuple[str, Any, Any]] = [("general.type", "model", VT.STRING)]
+    rows += provenance_rows(d, given, [(t.name, t.shape) for t in p.tensors], name)
+    file_type = ("general.file_type", p.file_type, VT.UINT32)
+    qversion = ("general.quantization_version", QUANTIZATION_VERSION, VT.UINT32)
+    quantized = p.type_name not in _OUTTYPES
     for k, v, t in p.arch.metadata(p.cfg):
-        if k == FILE_TYPE:
-            rows.append(("general.file_type", p.file_type, VT.UINT32))
-        else:
+        if k != FILE_TYPE:
             rows.append((k, v, t))
-    rows.append(("general.quantization_version", QUANTIZATION_VERSION, VT.UINT32))
+        elif not quantized:
+            rows.append(file_type)
+    if not quantized:
+        rows.append(qversion)
     rows.extend(p.vocab)
+    if quantized:
+        rows += [qversion, file_type]
     return rows
 
 
@@ -464,21 +506,59 @@ def _encode(x: np.ndarray, t: str, im: Imatrix | None, workers: int | None, name
     return quantize_tensor(np.ascontiguousarray(x, dtype=np.float32), t, name, im, workers)
 
 
-def _tensor_data(tp: TensorPlan, p: _Plan) -> np.ndarray:
-    if tp.make is not None:
-        return tp.make()
-    assert tp.source is not None
-    x = _widen(tp.source.load())
-    for t in p.arch.transforms_for(tp.source.name):
+def _piece_data(src: _Source, piece: Piece, p: _Plan) -> np.ndarray:
+    """One source read, widened, transformed (registry transforms), then sliced."""
+    x = _widen(src.load())
+    for t in p.arch.transforms_for(piece.hf):
         x = t.forward(x, p.cfg, p.ctx)
-    if tuple(x.shape) != tuple(tp.shape):
-        raise E.TensorShapeMismatch(
-            "tensor data disagrees with its header",
-            field=f"tensor {tp.source.name!r}",
-            expected=list(tp.shape),
-            found=list(x.shape),
-        )
-    return x
+    return piece.apply(x, p.cfg)
+
+
+def _tensor_slabs(tp: TensorPlan, p: _Plan) -> Iterator[np.ndarray]:
+    """The tensor's values, whole or (stacked experts) one slab at a time."""
+    if tp.make is not None:
+        yield tp.make()
+        return
+    want = tp.shape[1:] if tp.stacked else tp.shape
+    for src, piece in tp.pieces:
+        x = _piece_data(src, piece, p)
+        if tuple(x.shape) != tuple(want):
+            raise E.TensorShapeMismatch(
+                "tensor data disagrees with its header",
+                field=f"tensor {src.name!r}",
+                expected=list(want),
+                found=list(x.shape),
+            )
+        yield x
+        del x
+
+
+def _tensor_data(tp: TensorPlan, p: _Plan) -> np.ndarray:
+    """The whole tensor (stacked experts joined: for reports, not for writing)."""
+    parts = list(_tensor_slabs(tp, p))
+    return np.stack(parts) if tp.stacked else parts[0]
+
+
+def _write_tensor(w: Writer, tp: TensorPlan, p: _Plan, im: Imatrix | None, workers) -> None:
+    """Encode and write one tensor; a stacked one slab by slab (rows never cross slabs,
+    so quantizing each slab gives the bytes of quantizing the whole)."""
+    e = None
+    if tp.stacked and im is not None and tp.type not in ("F32", "F16", "BF16"):
+        e = for_tensor(tp.name, tp.shape, im)
+    for k, x in enumerate(_tensor_slabs(tp, p)):
+        if tp.stacked:
+            data = _encode_slab(x, tp.type, None if e is None else e[k], workers, tp.name)
+        else:
+            data = _encode(x, tp.type, im, workers, tp.name)
+        del x
+        w.write_tensor_chunk(tp.name, data)
+        del data
+
+
+def _encode_slab(x: np.ndarray, t: str, e: np.ndarray | None, workers, name: str):
+    if t in ("F32", "F16"):
+        return _encode(x, t, None, workers, name)
+    return quantize(np.ascontiguousarray(x, dtype=np.float32), t, e, name=name, workers=workers)
 
 
 # --------------------------------------------------------------------------- API
@@ -526,7 +606,7 @@ def hf_to_gguf(
     try:
         im = read_imatrix(imatrix) if imatrix is not None else None
         p = _plan(d, type, stack, has_imatrix=im is not None, tokenizer=tokenizer)
-        rows = _metadata(p, d, name)
+        rows = _metadata(p, d, name, os.fspath(src))
         if im is not None:
             rows.extend(im.gguf_rows())
         target = dst if split_max_size is None else _unsplit_path(dst)
@@ -540,12 +620,8 @@ def hf_to_gguf(
                 w.add_tensor_info(tp.name, tp.type, tp.shape)
             done = 0
             for i, tp in enumerate(p.tensors):
-                x = _tensor_data(tp, p)
-                data = _encode(x, tp.type, im, workers, tp.name)
-                del x
-                w.write_tensor(tp.name, data)
+                _write_tensor(w, tp, p, im, workers)
                 done += _out_nbytes(tp)
-                del data
                 if progress is not None:
                     progress(done, total, i + 1, len(p.tensors))
         files = [str(dst)]

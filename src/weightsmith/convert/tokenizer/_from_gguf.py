@@ -406,11 +406,10 @@ def hf_tokenizer_files(
         "added_tokens_decoder": {str(a["id"]): {k: a[k] for k in a if k != "id"} for a in added},
     }
     if kind == "llama":
-        # as the Hub's Llama/Phi-3 folders: transformers' LlamaTokenizer rebuilds its own
-        # (Metaspace) pipeline around our vocabulary, exactly as it does for the original
-        # folder, while tokenizer.json itself keeps sentencepiece's (and llama.cpp's) rules
-        config["tokenizer_class"] = "LlamaTokenizer"
-        config["legacy"] = True
+        # tokenizer.json's own pipeline (Prepend + Replace, as sentencepiece and llama.cpp
+        # normalize) is used as is: transformers' LlamaTokenizer would rebuild a Metaspace
+        # pipeline that prepends no "▁" to a text already starting with a space, dropping
+        # one on "  two  spaces" where sentencepiece and llama.cpp keep it
         config["add_prefix_space"] = bool(md.get("tokenizer.ggml.add_space_prefix", True))
     template = _chat_template(md)
     if template is not None:

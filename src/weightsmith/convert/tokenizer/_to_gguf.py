@@ -37,6 +37,7 @@ from ... import errors as E
 from ..._json import read_json
 from ..._lazy import require
 from ...gguf import GGUFValueType
+from ..arch import lookup
 from ._pre_hashes import CHKTXT, PRE_BY_HASH
 
 VT = GGUFValueType
@@ -59,10 +60,9 @@ class TokenType(IntEnum):
 T = TokenType
 SPM_SPACE = "\u2581"
 
-# the reference's vocabulary path per HF architecture
-_LLAMA_ARCHS = {"LlamaForCausalLM", "LLaMAForCausalLM", "MistralForCausalLM", "MixtralForCausalLM"}
-_SPM_THEN_GPT2 = {"Qwen2ForCausalLM", "Qwen2Model", "Qwen3ForCausalLM", "Qwen3Model"}
-_GEMMA3 = {"Gemma3ForCausalLM"}
+# the reference's vocabulary paths (``set_vocab`` of its model classes); the registry
+# entry of each architecture names its route (``Arch.tokenizer["vocab"]``)
+ROUTES = ("llama", "spm_or_gpt2", "gemma", "gpt2")
 
 # SpecialVocab token type -> GGUF key suffix of its id
 _ID_KEY = {
@@ -732,12 +732,14 @@ def _missing(d: Path, wanted: str) -> E.TokenizerFilesMissing:
     )
 
 
-def vocab_metadata(model_dir: str | os.PathLike[str], config: dict) -> list[KV]:
+def vocab_metadata(
+    model_dir: str | os.PathLike[str], config: dict, route: str | None = None
+) -> list[KV]:
     """The ``tokenizer.ggml.*`` entries llama.cpp's ``convert_hf_to_gguf.py`` writes for ``model_dir``.
 
-    ``config`` is the parsed ``config.json`` (its ``architectures[0]`` picks the
-    vocabulary path the reference takes for that architecture, its ``vocab_size``
-    pads the vocabulary).  The list is in the order the reference adds the keys;
+    ``config`` is the parsed ``config.json`` (its ``vocab_size`` pads the vocabulary);
+    ``route`` is the vocabulary path the reference takes (one of :data:`ROUTES`), by
+    default the registry entry's for ``architectures[0]`` (``gpt2`` when none).  The list is in the order the reference adds the keys;
     each entry is ``(key, value, type)`` where ``type`` is the scalar type, or the
     element type of an array, ready for ``gguf.Writer.add(key, value, type)``.
 
@@ -745,12 +747,14 @@ def vocab_metadata(model_dir: str | os.PathLike[str], config: dict) -> list[KV]:
     UnknownBPEPreTokenizer (all from :mod:`weightsmith.errors`).
     """
     d = Path(model_dir)
-    archs = config.get("architectures") or [""]
-    arch = archs[0] if isinstance(archs, list) and archs else ""
+    if route is None:
+        archs = config.get("architectures") or [""]
+        entry = lookup(archs[0]) if isinstance(archs, list) and archs else None
+        route = entry.tokenizer.get("vocab", "gpt2") if entry is not None else "gpt2"
     has_spm = (d / "tokenizer.model").is_file()
     has_json = (d / "tokenizer.json").is_file()
     out = _Entries()
-    if arch in _LLAMA_ARCHS:
+    if route == "llama":
         cfg = _json_if(d / "tokenizer_config.json") or {}
         if (prefix := cfg.get("add_prefix_space")) is not None:
             out.add("ggml.add_space_prefix", prefix, VT.BOOL)
@@ -776,7 +780,7 @@ def vocab_metadata(model_dir: str | os.PathLike[str], config: dict) -> list[KV]:
             infill.add_to(out)
         if config.get("vocab_size") == 49152:  # granite small models, as the reference does
             out.add("ggml.add_bos_token", False, VT.BOOL)
-    elif arch in _GEMMA3:
+    elif route == "gemma":
         if has_spm:
             _set_spm(out, d, config)
             out.add("ggml.add_space_prefix", False, VT.BOOL)
@@ -785,16 +789,14 @@ def vocab_metadata(model_dir: str | os.PathLike[str], config: dict) -> list[KV]:
         else:
             raise _missing(d, "tokenizer.model or tokenizer.json")
     else:
-        # Qwen2/Qwen3 and by default: SentencePiece when present, else byte-level BPE
-        if has_spm and arch in _SPM_THEN_GPT2:
+        # spm_or_gpt2 (Qwen2/Qwen3): SentencePiece when present; gpt2: byte-level BPE
+        if has_spm and route == "spm_or_gpt2":
             _set_spm(out, d, config)
         elif has_json:
             _set_gpt2(out, d, config)
         else:
             raise _missing(
                 d,
-                "tokenizer.json"
-                if arch not in _SPM_THEN_GPT2
-                else "tokenizer.model or tokenizer.json",
+                "tokenizer.json" if route != "spm_or_gpt2" else "tokenizer.model or tokenizer.json",
             )
     return out.items()

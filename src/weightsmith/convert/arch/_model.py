@@ -1,0 +1,566 @@
+"""The registry's data model: metadata rows, tensor ops and the per-tensor plan.
+
+An :class:`Arch` entry is data.  Its tensor ops each have a forward (HF -> GGUF)
+and an inverse (GGUF -> HF) reading of the same row:
+
+* :class:`NameRule` -- rename one tensor (also "keep fused": Phi-3's ``qkv_proj``);
+* :class:`Stack` -- N per-expert HF tensors ``...experts.{xid}.w1.weight`` -> one 3-D
+  GGUF tensor ``[n_expert, rows, cols]`` (numpy order); inverse: slab ``xid``;
+* :class:`Split` -- one HF tensor -> several GGUF tensors, as equal consecutive parts
+  along an axis (fused ``gate_up_proj``) or interleaved (every n-th row); inverse:
+  the parts concatenated (or re-interleaved);
+* :class:`Transform` -- a value transform by a named function on the HF side (RoPE
+  permutation, norm + 1, ...), with its inverse.
+
+:meth:`Arch.plan` turns the source tensors (names and shapes, in the reference
+converter's read order) into :class:`OutTensor` rows, in the order llama.cpp emits
+them: a renamed or split tensor when its source is read; the tensors of a stack
+*group* (e.g. Mixtral's w1, w2, w3 of one layer) when the last expert of the group
+is read, in the group's rule order.  :meth:`Arch.inverse_plan` turns GGUF tensor
+names into :class:`HfTensor` rows.  Neither reads data; the converters stream it.
+
+Metadata rows (:class:`MetaKey`) name the GGUF key, the config.json fields and the
+value type; ``value`` derives a value from the whole config, ``inverse`` maps a
+GGUF value back to the config field (``fields[0]``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ...gguf import GGUFValueType
+
+VT = GGUFValueType
+
+#: placeholder row: ``general.file_type`` goes here in the metadata order
+FILE_TYPE = "file_type"
+
+
+# --------------------------------------------------------------------------- config helpers
+
+
+def first(cfg: dict, keys: Iterable[str]) -> Any:
+    """The value of the first key present (llama.cpp's ``find_hparam``)."""
+    for k in keys:
+        if k in cfg:
+            return cfg[k]
+    return None
+
+
+def rope_parameters(cfg: dict) -> dict:
+    """The RoPE settings as llama.cpp's TextModel normalises them (``rope_parameters`` or
+    ``rope_scaling``, with the top-level ``rope_theta`` etc. mirrored in)."""
+    rp = cfg.get("rope_parameters", cfg.get("rope_scaling")) or {}
+    rp = dict(rp)
+    if "full_attention" not in rp and "sliding_attention" not in rp:
+        local = first(
+            cfg,
+            (
+                "local_rope_theta",
+                "rope_local_theta",
+                "rope_theta_local",
+                "swa_rope_theta",
+                "rope_local_base_freq",
+            ),
+        )
+        theta = first(
+            cfg,
+            (
+                "global_rope_theta",
+                "rope_global_theta",
+                "rope_theta_global",
+                "rope_theta",
+                "rotary_emb_base",
+            ),
+        )
+        prf = first(cfg, ("partial_rotary_factor", "rope_pct", "rope_percent"))
+        if local is not None:
+            rp["sliding_attention"] = {"rope_theta": local}
+        if "rope_theta" not in rp and theta is not None:
+            rp["rope_theta"] = theta
+        if "rope_type" not in rp and rp.get("type") is not None:
+            rp["rope_type"] = rp["type"]
+        if "partial_rotary_factor" not in rp and prf is not None:
+            rp["partial_rotary_factor"] = prf
+        orig = cfg.get("original_max_position_embeddings")
+        if "original_max_position_embeddings" not in rp and orig is not None:
+            rp["original_max_position_embeddings"] = orig
+    return rp
+
+
+def full_rope(cfg: dict) -> dict:
+    rp = rope_parameters(cfg)
+    return rp.get("full_attention", rp)
+
+
+def head_counts(cfg: dict) -> tuple[int, int]:
+    n_head = cfg["num_attention_heads"]
+    return n_head, cfg.get("num_key_value_heads") or n_head
+
+
+def head_dim(cfg: dict) -> int:
+    hd = cfg.get("head_dim")
+    return hd if hd is not None else cfg["hidden_size"] // cfg["num_attention_heads"]
+
+
+def layer_of(name: str) -> int | None:
+    """llama.cpp's block id: the first all-digit part of the name."""
+    for part in name.split("."):
+        if part.isdecimal():
+            return int(part)
+    return None
+
+
+# --------------------------------------------------------------------------- metadata rows
+
+
+@dataclass(frozen=True)
+class MetaKey:
+    """One ``<arch>.<key>`` hyperparameter.
+
+    ``fields`` are the config.json fields read (first present wins; the inverse
+    writes ``fields[0]``).  ``value`` overrides the lookup with a function of the
+    whole config (returning None omits the key), for derived or defaulted values;
+    ``inverse`` maps the GGUF value back (default: as is).  ``general`` rows are
+    written under ``general.`` instead of the arch prefix.
+    """
+
+    key: str
+    fields: tuple[str, ...]
+    type: GGUFValueType
+    value: Callable[[dict], Any] | None = None
+    general: bool = False
+    inverse: Callable[[Any], Any] | None = None
+
+    def get(self, cfg: dict) -> Any:
+        if self.value is not None:
+            return self.value(cfg)
+        return first(cfg, self.fields)
+
+    def full_key(self, arch: str) -> str:
+        return f"general.{self.key}" if self.general else f"{arch}.{self.key}"
+
+    def back(self, v: Any) -> Any:
+        return v if self.inverse is None else self.inverse(v)
+
+
+def m(key: str, *fields: str, t: GGUFValueType = VT.UINT32, value=None, inverse=None) -> MetaKey:
+    """Shorthand for a :class:`MetaKey` row."""
+    return MetaKey(key, tuple(fields), t, value, inverse=inverse)
+
+
+# --------------------------------------------------------------------------- tensor ops
+
+
+def _rx(template: str) -> re.Pattern[str]:
+    s = re.escape(template)
+    s = s.replace(r"\{bid\}", r"(?P<bid>\d+)").replace(r"\{xid\}", r"(?P<xid>\d+)")
+    return re.compile(s + r"$")
+
+
+@dataclass(frozen=True)
+class NameRule:
+    """HF name template (``{bid}`` = layer number) <-> GGUF name template."""
+
+    hf: str
+    gguf: str
+
+    def forward(self, name: str) -> str | None:
+        mt = _rx(self.hf).match(name)
+        return None if mt is None else self.gguf.format(**mt.groupdict())
+
+    def inverse(self, name: str) -> str | None:
+        mt = _rx(self.gguf).match(name)
+        return None if mt is None else self.hf.format(**mt.groupdict())
+
+
+@dataclass(frozen=True)
+class Stack:
+    """Per-expert HF tensors (``{xid}`` = expert number) <-> one 3-D GGUF tensor.
+
+    ``count`` gives the number of experts from the config.  Rules sharing ``group``
+    are emitted together, in rule order, when the last expert of the last of them
+    has been read (llama.cpp buffers a layer's experts that way).
+    """
+
+    hf: str
+    gguf: str
+    count: Callable[[dict], int]
+    group: str = "experts"
+
+    def match(self, name: str) -> tuple[int, int] | None:
+        mt = _rx(self.hf).match(name)
+        return None if mt is None else (int(mt["bid"]), int(mt["xid"]))
+
+    def inverse_match(self, name: str) -> int | None:
+        mt = _rx(self.gguf).match(name)
+        return None if mt is None else int(mt["bid"])
+
+
+@dataclass(frozen=True)
+class Split:
+    """One HF tensor <-> several GGUF tensors along ``axis`` (negative: from the end).
+
+    The parts are equal consecutive blocks, or with ``interleave`` every n-th slice
+    (part k takes slices k, k + n, ...).  A split no slice expresses (DeepSeek's MLA
+    ``kv_b_proj``: per-head blocks of unequal size, one transposed) names functions
+    instead: ``fn(x, cfg)`` -> the parts, ``shapes(shape, cfg)`` -> their shapes,
+    ``join(parts, cfg)`` -> the HF tensor back.
+    """
+
+    hf: str
+    gguf: tuple[str, ...]
+    axis: int = 0
+    interleave: bool = False
+    fn: Callable[[np.ndarray, dict], list[np.ndarray]] | None = None
+    shapes: Callable[[tuple[int, ...], dict], list[tuple[int, ...]]] | None = None
+    join: Callable[[list[np.ndarray], dict], np.ndarray] | None = None
+
+    def forward(self, name: str) -> list[str] | None:
+        mt = _rx(self.hf).match(name)
+        return None if mt is None else [g.format(**mt.groupdict()) for g in self.gguf]
+
+    def inverse(self, name: str) -> tuple[str, list[str]] | None:
+        """``(hf name, all part names)`` if ``name`` is one of the parts."""
+        for g in self.gguf:
+            mt = _rx(g).match(name)
+            if mt is not None:
+                d = mt.groupdict()
+                return self.hf.format(**d), [x.format(**d) for x in self.gguf]
+        return None
+
+    def take(self, k: int, shape: tuple[int, ...]) -> tuple[int, int, int | None, int]:
+        """``(axis, start, stop, step)`` of part ``k`` in a source of ``shape``."""
+        n = len(self.gguf)
+        ax = self.axis % len(shape)
+        if self.interleave:
+            return ax, k, None, n
+        size = shape[ax] // n
+        return ax, k * size, (k + 1) * size, 1
+
+
+@dataclass(frozen=True)
+class Transform:
+    """A value transform for HF names matching ``pattern`` (a regex, ``search``ed).
+
+    ``forward(x, cfg, ctx)`` maps HF values to GGUF values, ``inverse(x, cfg, ctx)``
+    back; ``shape(shape, cfg, ctx)`` gives the GGUF shape (numpy order) without data
+    (identity by default).  ``ctx`` carries converter facts such as ``n_vocab``
+    (the tokenizer's size).  ``exact`` says whether the inverse restores the
+    original bits (a float add does not in general).
+    """
+
+    name: str
+    pattern: str
+    forward: Callable[[np.ndarray, dict, dict], np.ndarray]
+    inverse: Callable[[np.ndarray, dict, dict], np.ndarray]
+    shape: Callable[[tuple[int, ...], dict, dict], tuple[int, ...]] | None = None
+    exact: bool = True
+
+    def matches(self, hf_name: str) -> bool:
+        return re.search(self.pattern, hf_name) is not None
+
+
+# --------------------------------------------------------------------------- plans
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One source read for an output tensor: the HF tensor, then optionally a slice
+    (``take``) or part ``part`` of a function split (``split``)."""
+
+    hf: str
+    take: tuple[int, int, int | None, int] | None = None  # (axis, start, stop, step)
+    split: Split | None = None
+    part: int = 0
+
+    def apply(self, x: np.ndarray, cfg: dict | None = None) -> np.ndarray:
+        if self.split is not None and self.split.fn is not None:
+            return np.ascontiguousarray(self.split.fn(x, cfg or {})[self.part])
+        if self.take is None:
+            return x
+        ax, start, stop, step = self.take
+        sl = [slice(None)] * x.ndim
+        sl[ax] = slice(start, stop, step)
+        return np.ascontiguousarray(x[tuple(sl)])
+
+    def shape(self, shape: tuple[int, ...], cfg: dict | None = None) -> tuple[int, ...]:
+        if self.split is not None and self.split.shapes is not None:
+            return tuple(self.split.shapes(shape, cfg or {})[self.part])
+        if self.take is None:
+            return shape
+        ax, start, stop, step = self.take
+        return tuple(
+            len(range(*slice(start, stop, step).indices(n))) if i == ax else n
+            for i, n in enumerate(shape)
+        )
+
+
+@dataclass
+class OutTensor:
+    """One GGUF tensor of the forward plan.  ``stacked``: the pieces are expert slabs
+    (the tensor is ``[len(pieces), *piece shape]``), else exactly one piece."""
+
+    name: str
+    shape: tuple[int, ...]
+    pieces: list[Piece]
+    stacked: bool = False
+
+
+@dataclass
+class HfTensor:
+    """One HF tensor of the inverse plan: the GGUF tensors it is read from.
+
+    ``expert``: slab ``expert`` of ``sources[0]``; several ``sources``: their values
+    joined along ``axis`` (consecutive, or interleaved)."""
+
+    name: str
+    sources: list[str]
+    expert: int | None = None
+    axis: int = 0
+    interleave: bool = False
+    split: Split | None = None
+
+    def join(self, parts: list[np.ndarray], cfg: dict) -> np.ndarray:
+        if self.split is not None and self.split.join is not None:
+            return self.split.join(parts, cfg)
+        return join(parts, self.axis, self.interleave)
+
+    def shape(self, shapes: list[tuple[int, ...]], cfg: dict) -> tuple[int, ...]:
+        """The HF shape from the GGUF parts' shapes (joined without data)."""
+        if self.split is not None and self.split.join is not None:
+            z = [np.empty(s, np.float32) for s in shapes]
+            return tuple(self.split.join(z, cfg).shape)
+        ax = self.axis % len(shapes[0])
+        return tuple(sum(p[ax] for p in shapes) if i == ax else n for i, n in enumerate(shapes[0]))
+
+
+class PlanError(ValueError):
+    """A tensor the entry cannot place; ``kind`` says why, ``name`` which tensor."""
+
+    def __init__(self, kind: str, name: str, detail: str = "") -> None:
+        super().__init__(f"{kind}: {name} {detail}".strip())
+        self.kind, self.name, self.detail = kind, name, detail
+
+
+# --------------------------------------------------------------------------- entries
+
+#: llama.cpp's ``filter_tensors``: wrappers of multimodal checkpoints and renames
+_WRAPPERS = (("language_model.", ""),)
+#: TextModel.filter_tensors: tensors of the other modalities are not converted
+_OTHER_MODALITIES = re.compile(
+    r"^(mlp|vit\.|vpm\.|siglip2\.|conformer\.|merger\.|resampler\.|multi_modal_projector\.|"
+    r"vision_tower\.|multimodal_projector\.)|visual\.|vision\.|audio\.|vision_|audio_|"
+    r"projector\.|patch_embed"
+)
+
+
+@dataclass(frozen=True)
+class Arch:
+    hf_archs: tuple[str, ...]
+    gguf_arch: str
+    meta: list[MetaKey | str]
+    names: list[NameRule]
+    transforms: list[Transform] = field(default_factory=list)
+    stacks: list[Stack] = field(default_factory=list)
+    splits: list[Split] = field(default_factory=list)
+    skip: tuple[str, ...] = (
+        r"rotary_emb\.inv_freq$",
+        r"\.attention\.masked_bias$",
+        r"\.attention\.bias$",
+    )
+    # extra tensors written first: GGUF name -> function of the config (None: not written)
+    extra: dict[str, Callable[[dict], np.ndarray | None]] = field(default_factory=dict)
+    # config.json fields that must be present (named in the error otherwise)
+    required: tuple[str, ...] = (
+        "hidden_size",
+        "num_attention_heads",
+        "num_hidden_layers",
+        "intermediate_size",
+        "vocab_size",
+    )
+    # config class defaults transformers' AutoConfig fills in (and llama.cpp then reads),
+    # and fields the reference's model class ignores (Granite pops ``head_dim``)
+    defaults: dict[str, Any] = field(default_factory=dict)
+    ignored: tuple[str, ...] = ()
+    # True: the embedding table is cut to the tokenizer's size (ctx["n_vocab"])
+    vocab_rows: bool = False
+    # tokenizer route: which vocabulary builder and special-token rules (tokenizer/)
+    tokenizer: dict[str, Any] = field(default_factory=dict)
+    # GGUF -> HF: config.json ``model_type`` of each HF architecture, and the config
+    # fields GGUF does not carry, as a function of the rebuilt config and the tensor names
+    model_types: dict[str, str] = field(default_factory=dict)
+    hf_config: Callable[[dict, set[str]], dict] = field(default=lambda cfg, names: {})
+
+    # -- config
+
+    def config(self, cfg: dict) -> dict:
+        """``cfg`` with the config class defaults filled in (AutoConfig's view)."""
+        return {k: v for k, v in {**self.defaults, **cfg}.items() if k not in self.ignored}
+
+    def metadata(self, cfg: dict) -> list[tuple[str, Any, GGUFValueType]]:
+        """``(key, value, type)`` rows for this config, ``general.file_type`` as a
+        ``(FILE_TYPE, None, UINT32)`` placeholder at its place in the order."""
+        out: dict[str, tuple[Any, GGUFValueType]] = {}
+        for row in self.meta:
+            if row == FILE_TYPE:
+                out[FILE_TYPE] = (None, VT.UINT32)
+                continue
+            assert isinstance(row, MetaKey)
+            v = row.get(cfg)
+            if v is not None:
+                # a later row for the same key replaces the value in place, as gguf-py does
+                out[row.full_key(self.gguf_arch)] = (v, row.type)
+        return [(k, v, t) for k, (v, t) in out.items()]
+
+    # -- names
+
+    @staticmethod
+    def source_key(hf_name: str) -> str | None:
+        """The name the rules see (wrappers stripped); None for other modalities."""
+        for a, b in _WRAPPERS:
+            hf_name = hf_name.replace(a, b)
+        return None if _OTHER_MODALITIES.search(hf_name) else hf_name
+
+    def gguf_name(self, hf_name: str) -> str | None:
+        for r in self.names:
+            if (g := r.forward(hf_name)) is not None:
+                return g
+        return None
+
+    def hf_name(self, gguf_name: str) -> str | None:
+        for r in self.names:
+            if (h := r.inverse(gguf_name)) is not None:
+                return h
+        return None
+
+    def skipped(self, hf_name: str) -> bool:
+        return any(re.search(p, hf_name) for p in self.skip)
+
+    def transforms_for(self, hf_name: str) -> list[Transform]:
+        return [t for t in self.transforms if t.matches(hf_name)]
+
+    def _shape(self, name: str, shape: tuple[int, ...], cfg: dict, ctx: dict) -> tuple[int, ...]:
+        for t in self.transforms_for(name):
+            if t.shape is not None:
+                shape = t.shape(shape, cfg, ctx)
+        return shape
+
+    # -- forward plan
+
+    def plan(
+        self, sources: list[tuple[str, tuple[int, ...]]], cfg: dict, ctx: dict
+    ) -> list[OutTensor]:
+        """The GGUF tensors for ``sources`` (rule names, shapes) in llama.cpp's order.
+
+        Raises :class:`PlanError` (``unmapped``, ``expert shape``, ``missing experts``).
+        """
+        shapes = dict(sources)
+        out: list[OutTensor] = []
+        pending: dict[tuple[str, int], dict[int, dict[int, str]]] = {}
+        for name, shape in sources:
+            if self.skipped(name):
+                continue
+            if self._stack_member(name, cfg, pending, shapes, out):
+                continue
+            for sp in self.splits:
+                parts = sp.forward(name)
+                if parts is not None:
+                    src = self._shape(name, shape, cfg, ctx)
+                    for k, g in enumerate(parts):
+                        if sp.fn is not None:
+                            pc = Piece(name, split=sp, part=k)
+                        else:
+                            pc = Piece(name, sp.take(k, src))
+                        out.append(OutTensor(g, pc.shape(src, cfg), [pc]))
+                    break
+            else:
+                g = self.gguf_name(name)
+                if g is None:
+                    raise PlanError("unmapped", name)
+                out.append(OutTensor(g, self._shape(name, shape, cfg, ctx), [Piece(name)]))
+        for (group, bid), members in pending.items():
+            have = sum(len(v) for v in members.values())
+            raise PlanError("missing experts", f"layer {bid} group {group}", f"read {have}")
+        return out
+
+    def _stack_member(self, name, cfg, pending, shapes, out) -> bool:
+        for i, st in enumerate(self.stacks):
+            hit = st.match(name)
+            if hit is None:
+                continue
+            bid, xid = hit
+            n = st.count(cfg)
+            if xid >= n:
+                raise PlanError("unmapped", name, f"(expert {xid} of {n})")
+            group = [j for j, s in enumerate(self.stacks) if s.group == st.group]
+            slot = pending.setdefault((st.group, bid), {j: {} for j in group})
+            slot[i][xid] = name
+            if all(len(slot[j]) == self.stacks[j].count(cfg) for j in group):
+                del pending[(st.group, bid)]
+                for j in group:
+                    names = [slot[j][x] for x in range(len(slot[j]))]
+                    s0 = shapes[names[0]]
+                    for nm in names:
+                        if shapes[nm] != s0:
+                            raise PlanError("expert shape", nm, f"{list(shapes[nm])} != {list(s0)}")
+                    g = self.stacks[j].gguf.format(bid=bid)
+                    out.append(OutTensor(g, (len(names), *s0), [Piece(x) for x in names], True))
+            return True
+        return False
+
+    # -- inverse plan
+
+    def inverse_plan(
+        self, tensors: list[tuple[str, tuple[int, ...]]], cfg: dict
+    ) -> tuple[list[HfTensor], list[str]]:
+        """HF tensors for the GGUF ``tensors`` (name, numpy shape), and the unmapped names."""
+        out: list[HfTensor] = []
+        unmapped: list[str] = []
+        done_split: set[str] = set()
+        for name, shape in tensors:
+            if name in self.extra:
+                continue
+            for st in self.stacks:
+                bid = st.inverse_match(name)
+                if bid is not None:
+                    for x in range(shape[0]):
+                        hf = st.hf.format(bid=bid, xid=x)
+                        out.append(HfTensor(hf, [name], expert=x))
+                    break
+            else:
+                for sp in self.splits:
+                    inv = sp.inverse(name)
+                    if inv is not None:
+                        hf, parts = inv
+                        if hf not in done_split:
+                            done_split.add(hf)
+                            out.append(
+                                HfTensor(
+                                    hf, parts, axis=sp.axis, interleave=sp.interleave, split=sp
+                                )
+                            )
+                        break
+                else:
+                    hf = self.hf_name(name)
+                    if hf is None:
+                        unmapped.append(name)
+                    else:
+                        out.append(HfTensor(hf, [name]))
+        return out, unmapped
+
+
+def join(parts: list[np.ndarray], axis: int, interleave: bool) -> np.ndarray:
+    """The inverse of :meth:`Split.take`: parts back into one tensor."""
+    if not interleave:
+        return np.concatenate(parts, axis=axis)
+    ax = axis % parts[0].ndim
+    st = np.stack(parts, axis=ax + 1)
+    shape = list(parts[0].shape)
+    shape[ax] *= len(parts)
+    return st.reshape(shape)

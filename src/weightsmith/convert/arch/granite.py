@@ -1,0 +1,98 @@
+"""Granite and GraniteMoE: conversion/granite.py (``LlamaModel`` subclasses).
+
+Granite drops ``head_dim`` and adds its four multipliers.  GraniteMoE keeps each
+layer's experts fused: ``input_linear`` ``[n_expert, 2 * n_ff, n_embd]`` splits into
+gate and up halves, ``output_linear`` is the down projection.
+"""
+
+from __future__ import annotations
+
+from ._common import BASE_NAMES, BLK, FFN_NORM, LAYER, PERMUTE_K, PERMUTE_Q, llama3_rope_freqs
+from ._model import VT, Arch, NameRule, Split, m
+from .llama import LLAMA
+
+# GraniteModel.set_gguf_parameters: the Llama rows, then the multipliers
+_ROWS = [
+    *LLAMA.meta,
+    m(
+        "attention.scale",
+        "attention_multiplier",
+        t=VT.FLOAT32,
+        value=lambda c: c.get("attention_multiplier") or None,
+    ),
+    m(
+        "embedding_scale",
+        "embedding_multiplier",
+        t=VT.FLOAT32,
+        value=lambda c: c.get("embedding_multiplier") or None,
+    ),
+    m(
+        "residual_scale",
+        "residual_multiplier",
+        t=VT.FLOAT32,
+        value=lambda c: c.get("residual_multiplier") or None,
+    ),
+    m(
+        "logit_scale",
+        "logits_scaling",
+        t=VT.FLOAT32,
+        value=lambda c: c.get("logits_scaling") or None,
+    ),
+]
+_MOE = LAYER + "block_sparse_moe."
+
+
+def _hf(cfg: dict, names: set[str]) -> dict:
+    return {"hidden_act": "silu", "attention_bias": "blk.0.attn_q.bias" in names, "mlp_bias": False}
+
+
+GRANITE = Arch(
+    hf_archs=("GraniteForCausalLM",),
+    gguf_arch="granite",
+    meta=_ROWS,
+    names=[*BASE_NAMES, *FFN_NORM],
+    transforms=[PERMUTE_Q, PERMUTE_K],
+    extra={"rope_freqs.weight": llama3_rope_freqs},
+    ignored=("head_dim",),
+    tokenizer={"vocab": "llama"},
+    model_types={"GraniteForCausalLM": "granite"},
+    hf_config=_hf,
+)
+GRANITEMOE = Arch(
+    hf_archs=("GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM"),
+    gguf_arch="granitemoe",
+    meta=[
+        *_ROWS,
+        m(
+            "expert_shared_feed_forward_length",
+            "shared_intermediate_size",
+            value=lambda c: c.get("shared_intermediate_size") or None,
+        ),
+    ],
+    names=[
+        *BASE_NAMES,
+        *FFN_NORM,
+        NameRule(_MOE + "router.layer.weight", BLK + "ffn_gate_inp.weight"),
+        NameRule(_MOE + "output_linear.weight", BLK + "ffn_down_exps.weight"),
+        NameRule(LAYER + "shared_mlp.output_linear.weight", BLK + "ffn_down_shexp.weight"),
+    ],
+    splits=[
+        Split(
+            _MOE + "input_linear.weight",
+            (BLK + "ffn_gate_exps.weight", BLK + "ffn_up_exps.weight"),
+            -2,
+        ),
+        Split(
+            LAYER + "shared_mlp.input_linear.weight",
+            (BLK + "ffn_gate_shexp.weight", BLK + "ffn_up_shexp.weight"),
+            -2,
+        ),
+    ],
+    transforms=[PERMUTE_Q, PERMUTE_K],
+    extra={"rope_freqs.weight": llama3_rope_freqs},
+    ignored=("head_dim",),
+    required=("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size"),
+    tokenizer={"vocab": "llama"},
+    model_types={"GraniteMoeForCausalLM": "granitemoe"},
+    hf_config=_hf,
+)

@@ -1,0 +1,215 @@
+"""The registry's newer architectures (MoE, Gemma 2, Granite, OLMo 2, SmolLM3), both ways.
+
+For each tiny random model (tests/support/hf_models.py, built once per module):
+
+* HF -> GGUF: byte-identical to llama.cpp's ``convert_hf_to_gguf.py`` at f16, bf16 and
+  q8_0 (KVs in order, tensor infos, data); for q4_k_m and iq4_xs identical to
+  ``convert_hf_to_gguf.py`` f32 followed by ``llama_model_quantize``, KV order included;
+* llama.cpp runs our file: logits equal those of its own file, and the original's;
+* GGUF -> HF -> transformers: every tensor equals the original, logits equal.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from support.hf_models import build
+from test_convert_hf_to_gguf import (
+    _hf_logits,
+    _kvs,
+    _llama_logits,
+    _llama_quantize,
+    _run_reference,
+    _tensors,
+)
+from weightsmith.convert import gguf_to_hf, hf_to_gguf
+
+ARCHS = [
+    "mixtral", "qwen2moe", "qwen3moe", "gemma2", "granite", "granitemoe", "smollm3", "olmo2",
+    "starcoder2", "stablelm", "gpt2", "falcon", "deepseek2", "deepseek3",
+]  # fmt: skip
+REF_TYPES = ["f32", "f16", "bf16", "q8_0"]
+QUANT_TYPES = ["q4_k_m", "iq4_xs"]
+BPE_VOCAB = {
+    "qwen2moe",
+    "qwen3moe",
+    "olmo2",
+    "starcoder2",
+    "stablelm",
+    "gpt2",
+    "falcon",
+    "deepseek2",
+    "deepseek3",
+}
+PROMPTS = {
+    "spm": [1, 5, 9, 33, 100, 7, 200, 42],
+    "bpe": [9707, 11, 1879, 0, 358, 1079, 264, 2272],
+}
+
+
+def _prompt(arch: str) -> list[int]:
+    return PROMPTS["bpe" if arch in BPE_VOCAB else "spm"]
+
+
+class _Work:
+    """Per arch, built on first use and kept for the module: the tiny model, the
+    reference's files (one subprocess per arch) and ours."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.ref, self.ours = root, root / "ref", root / "ours"
+        self.ref.mkdir()
+        self.ours.mkdir()
+        self.models: dict[str, Path] = {}
+
+    def model(self, arch: str) -> Path:
+        if arch not in self.models:
+            self.models[arch] = build(arch, self.root / "models" / arch)
+            src = self.models[arch]
+            _run_reference([(str(src), str(self.ref / f"{arch}-{t}.gguf"), t) for t in REF_TYPES])
+            for t in QUANT_TYPES:
+                _llama_quantize(self.ref / f"{arch}-f32.gguf", self.ref / f"{arch}-{t}.gguf", t)
+        return self.models[arch]
+
+    def files(self, arch: str, t: str) -> tuple[Path, Path]:
+        """(ours, reference) for ``arch`` at type ``t``."""
+        src = self.model(arch)
+        ours = self.ours / f"{arch}-{t}.gguf"
+        if not ours.exists():
+            hf_to_gguf(src, ours, t)
+        return ours, self.ref / f"{arch}-{t}.gguf"
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> _Work:
+    return _Work(tmp_path_factory.mktemp("archs"))
+
+
+def _same_file(ours: Path, ref: Path) -> None:
+    ko, kr = _kvs(ours), _kvs(ref)
+    assert list(ko) == list(kr)  # same keys in the same order
+    for k in kr:
+        assert ko[k] == kr[k], k
+    to, tr = _tensors(ours), _tensors(ref)
+    assert [x[:3] for x in to] == [x[:3] for x in tr]
+    for a, b in zip(to, tr):
+        assert a[3] == b[3], f"{a[0]} data differs"
+
+
+@pytest.mark.parametrize("t", REF_TYPES)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_same_as_reference_converter(work, arch, t):
+    _same_file(*work.files(arch, t))
+
+
+@pytest.mark.parametrize("t", QUANT_TYPES)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_same_as_llama_quantize(work, arch, t):
+    _same_file(*work.files(arch, t))
+
+
+def test_experts_are_stacked(work):
+    """Guard against a vacuous pass: the MoE files hold 3-D expert tensors, quantized."""
+    for arch, n in (("mixtral", 4), ("qwen2moe", 4), ("qwen3moe", 4), ("granitemoe", 4)):
+        t = {x[0]: x for x in _tensors(work.files(arch, "q4_k_m")[0])}
+        _, tid, dims, _ = t["blk.1.ffn_gate_exps.weight"]
+        assert dims[2] == n and len(dims) == 3, arch
+        assert tid not in (0, 1), arch  # neither F32 nor F16
+    names = [x[0] for x in _tensors(work.files("qwen2moe", "f16")[0])]
+    assert "blk.0.ffn_gate_inp_shexp.weight" in names
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_llama_cpp_logits(work, arch):
+    tokens = _prompt(arch)
+    ours_f32, ref_f32 = work.files(arch, "f32")
+    ours = _llama_logits(ours_f32, tokens)
+    ref = _llama_logits(ref_f32, tokens)
+    np.testing.assert_array_equal(ours, ref)
+    hf = _hf_logits(work.model(arch), tokens)
+    scale = float(np.abs(hf).max())
+    assert np.abs(ours - hf).max() <= 2e-3 * max(scale, 1.0), arch
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_round_trip(work, arch, tmp_path):
+    """HF -> GGUF (f32) -> HF: the same tensors, the same logits in transformers."""
+    from safetensors.numpy import load_file
+
+    src = work.model(arch)
+    back = tmp_path / "back"
+    gguf_to_hf(work.files(arch, "f32")[0], back, dtype="f32")
+    orig = load_file(src / "model.safetensors")
+    got = load_file(back / "model.safetensors")
+    cfg = json.loads((back / "config.json").read_text())
+    if cfg["tie_word_embeddings"]:
+        orig.pop("lm_head.weight", None)
+    assert sorted(got) == sorted(orig)
+    exact = arch not in ("gemma2",)  # norm + 1 - 1 in float32 is not always the identity
+    for k, v in orig.items():
+        want = v.astype(np.float32)
+        if exact:
+            np.testing.assert_array_equal(got[k], want, err_msg=k)
+        else:
+            np.testing.assert_allclose(got[k], want, rtol=0, atol=1e-6, err_msg=k)
+    tokens = _prompt(arch)
+    a, b = _hf_logits(src, tokens), _hf_logits(back, tokens)
+    np.testing.assert_allclose(b, a, rtol=0, atol=1e-4 * max(1.0, float(np.abs(a).max())))
+
+
+CARD = """---
+license: apache-2.0
+language:
+- en
+- fr
+tags:
+- text-generation
+- moe
+base_model: mistralai/Mixtral-8x7B-v0.1
+organization: Tiny Labs
+finetune: Instruct
+basename: Tinytral
+model-index:
+- name: tinytral
+  results: []
+---
+
+# Tinytral
+"""
+
+
+def test_provenance_round_trip(work, tmp_path):
+    """README front matter -> general.* exactly as the reference reads it; GGUF -> HF writes
+    a card that reads back into the same general.* values."""
+    import shutil
+
+    from weightsmith.gguf import read
+
+    src = tmp_path / "Tinytral-4x1M-Instruct-v0.2"
+    shutil.copytree(work.model("mixtral"), src)
+    (src / "README.md").write_text(CARD)
+    ours, ref = tmp_path / "ours.gguf", tmp_path / "ref.gguf"
+    _run_reference([(str(src), str(ref), "f16")])
+    hf_to_gguf(src, ours, "f16")
+    assert ours.read_bytes() == ref.read_bytes()  # the whole file, provenance included
+
+    def general(p: Path) -> dict:
+        with read(p) as f:
+            return {k: f.metadata[k] for k in f.metadata if k.startswith("general.")}
+
+    g = general(ours)
+    assert g["general.license"] == "apache-2.0" and g["general.organization"] == "Tiny Labs"
+    assert list(g["general.languages"]) == ["en", "fr"] and g["general.finetune"] == "Instruct"
+    assert g["general.base_model.0.repo_url"].endswith("mistralai/Mixtral-8x7B-v0.1")
+    back = tmp_path / "Tinytral-4x1M-Instruct-v0.2-back"
+    gguf_to_hf(ours, back, dtype="bf16")
+    assert (back / "README.md").read_text().startswith("---\n")
+    again = tmp_path / "again.gguf"
+    hf_to_gguf(back, again, "f16")
+    g2 = general(again)
+    for k, v in g.items():
+        if k != "general.file_type":
+            assert g2.get(k) == v or list(g2.get(k, [])) == list(v), k
