@@ -2,7 +2,7 @@
 
 The demo is a list of steps that share a :class:`DemoContext`.  Each step is
 a function ``step(ctx) -> None`` that prints what it does and raises on a
-mismatch; it needs nothing beyond the core install (numpy and ml_dtypes).
+mismatch; it needs nothing beyond the core install (numpy, ml_dtypes and the compiled core).
 """
 
 from __future__ import annotations
@@ -13,66 +13,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 
 from .. import torchfile
-from ..convert import hf_to_gguf, torch_to_safetensors
+from ..convert import MetaCheckpoint, hf_to_gguf, meta_to_hf
 from ..convert.compare import compare
 from ..inspection import inspect_local
 from ..safetensors import load_file, safe_open
 from ._output import Out
 from ._render import render_report
 
-#: A tiny Llama: Llama 3's tensor names and GQA, scaled down; rows of 256 so the
-#: K-quants apply.  The built-in checkpoint (data/tiny-llama.pth) holds these weights.
-LLAMA_CONFIG = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "vocab_size": 256,
-    "hidden_size": 256,
-    "intermediate_size": 512,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 256,
-    "rms_norm_eps": 1e-5,
-    "rope_theta": 500000.0,
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-}
-
-
-def llama_tensors(config: dict, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random weights with Llama's names and shapes: BF16 matrices, F32 norms."""
-    rng = np.random.default_rng(seed)
-    h, inter, vocab = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
-    head_dim = h // config["num_attention_heads"]
-    kv = config["num_key_value_heads"] * head_dim
-
-    def mat(rows: int, cols: int) -> np.ndarray:
-        return (rng.standard_normal((rows, cols), dtype=np.float32) * cols**-0.5).astype(
-            ml_dtypes.bfloat16
-        )
-
-    def norm() -> np.ndarray:
-        return (1.0 + 0.1 * rng.standard_normal(h, dtype=np.float32)).astype(np.float32)
-
-    t: dict[str, np.ndarray] = {"model.embed_tokens.weight": mat(vocab, h)}
-    for i in range(config["num_hidden_layers"]):
-        p = f"model.layers.{i}"
-        t[f"{p}.input_layernorm.weight"] = norm()
-        t[f"{p}.self_attn.q_proj.weight"] = mat(h, h)
-        t[f"{p}.self_attn.k_proj.weight"] = mat(kv, h)
-        t[f"{p}.self_attn.v_proj.weight"] = mat(kv, h)
-        t[f"{p}.self_attn.o_proj.weight"] = mat(h, h)
-        t[f"{p}.post_attention_layernorm.weight"] = norm()
-        t[f"{p}.mlp.gate_proj.weight"] = mat(inter, h)
-        t[f"{p}.mlp.up_proj.weight"] = mat(inter, h)
-        t[f"{p}.mlp.down_proj.weight"] = mat(h, inter)
-    t["model.norm.weight"] = norm()
-    t["lm_head.weight"] = mat(vocab, h)
-    return t
+#: The built-in checkpoint (data/, made by tools/make_demo_checkpoint.py): a tiny Llama 3.1
+#: as Meta's download lays it out -- rows of 256 so the K-quants apply, GQA 4:2 heads.
+ORIGINAL_FILES = ("consolidated.00.pth", "params.json", "tokenizer.model")
 
 
 @dataclass
@@ -80,7 +33,6 @@ class DemoContext:
     folder: Path
     out: Out
     quiet: bool = False
-    tensors: dict[str, np.ndarray] = field(default_factory=dict)
     files: dict[str, Path] = field(default_factory=dict)
 
 
@@ -97,27 +49,32 @@ DATA = Path(__file__).resolve().parent / "data"
 DEMO_MODEL_NAME = "Tiny Llama"
 
 
-def step_write(ctx: DemoContext) -> None:
-    """The built-in tiny Llama ``.pth`` -> a safetensors model folder, no torch, no pickle run."""
-    # where Meta's Llama repos keep it, out of the way of the HF-layout files
-    pth = ctx.folder / "original" / "consolidated.00.pth"
-    pth.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(DATA / "tiny-llama.pth", pth)
+def step_original(ctx: DemoContext) -> None:
+    """The built-in download from Meta: checked without running its pickle, then inspected."""
+    original = ctx.folder / "original"
+    original.mkdir(parents=True, exist_ok=True)
+    for name in ORIGINAL_FILES:
+        shutil.copyfile(DATA / name, original / name)
+    pth = original / "consolidated.00.pth"
     report = torchfile.scan(pth)
     ctx.out.line(f"{pth.name}: pickle scan says {'safe' if report.safe else 'UNSAFE'} "
                  f"({len(report.globals)} globals, nothing executed)")  # fmt: skip
-    with torchfile.open(pth) as ck:
-        ctx.tensors = {k: np.array(ck[k]) for k in ck}
-    path = ctx.folder / "model.safetensors"
-    torch_to_safetensors(pth, path)
-    shutil.copyfile(DATA / "config.json", ctx.folder / "config.json")
+    ctx.files["original"] = original
+    render_report(inspect_local(original), ctx.out, all_layers=False)
+
+
+def step_to_hf(ctx: DemoContext) -> None:
+    """Meta's layout -> a Hugging Face folder: names, RoPE permutation, config, tokenizer."""
+    hf = ctx.folder / "hf"
+    res = meta_to_hf(ctx.files["original"], hf)
+    path = hf / "model.safetensors"
     ctx.files["safetensors"] = path
-    n = sum(a.size for a in ctx.tensors.values())
-    data = sum(a.nbytes for a in ctx.tensors.values())
+    data = inspect_local(path).total_bytes
     ctx.out.line(
-        f"wrote {path} ({len(ctx.tensors)} tensors, {n:,} parameters; "
-        f"{_sizes(path.stat().st_size, data)})"
+        f"Llama {res.generation}: wrote {hf} ({res.tensors} tensors, {res.parameters:,} "
+        f"parameters; model.safetensors {_sizes(path.stat().st_size, data)})"
     )
+    ctx.out.line("  " + ", ".join(sorted(p.name for p in hf.iterdir())))
 
 
 def _sizes(file_size: int, data: int) -> str:
@@ -131,21 +88,24 @@ def step_header(ctx: DemoContext) -> None:
 
 
 def step_load(ctx: DemoContext) -> None:
-    """Load everything back, and one slice lazily, and compare bit for bit."""
+    """Load everything back, and one slice lazily, and compare with the original bit for bit."""
     path = ctx.files["safetensors"]
     loaded = load_file(path)
-    if sorted(loaded) != sorted(ctx.tensors):
-        raise AssertionError(f"tensor names differ: {sorted(set(loaded) ^ set(ctx.tensors))}")
-    bad = [k for k in ctx.tensors if not _same(np.asarray(loaded[k]), ctx.tensors[k])]
+    with MetaCheckpoint(ctx.files["original"]) as ck:
+        want = {t.hf_name: ck.read(t) for t in ck.tensors}
+    if sorted(loaded) != sorted(want):
+        raise AssertionError(f"tensor names differ: {sorted(set(loaded) ^ set(want))}")
+    bad = [k for k in want if not _same(np.asarray(loaded[k]), want[k])]
     if bad:
-        raise AssertionError(f"values differ after the round trip: {bad[:5]}")
+        raise AssertionError(f"values differ from the original: {bad[:5]}")
     name = "model.layers.0.self_attn.q_proj.weight"
     with safe_open(path, framework="np") as f:
         part = f.get_slice(name)[-2:, ::3]
-    if not _same(np.asarray(part), ctx.tensors[name][-2:, ::3]):
+    if not _same(np.asarray(part), want[name][-2:, ::3]):
         raise AssertionError(f"slice [-2:, ::3] of {name} differs")
     ctx.out.line(
-        f"loaded {len(loaded)} tensors back: all equal bit for bit; slice [-2:, ::3] equal"
+        f"loaded {len(loaded)} tensors back: all equal bit for bit to the merged, permuted "
+        "original; slice [-2:, ::3] equal"
     )
 
 
@@ -154,7 +114,7 @@ def step_convert(ctx: DemoContext) -> None:
     for t in ("q8_0", "q4_k_m"):
         path = ctx.folder / f"tiny-llama-{t}.gguf"
         # named after the model, not after the folder it sits in (a temp folder by default)
-        res = hf_to_gguf(ctx.folder, path, t, tokenizer=False, name=DEMO_MODEL_NAME)
+        res = hf_to_gguf(ctx.folder / "hf", path, t, tokenizer=False, name=DEMO_MODEL_NAME)
         ctx.files[t] = path
         kinds: dict[str, int] = {}
         for v in res.tensor_types.values():
@@ -172,7 +132,7 @@ def step_inspect_gguf(ctx: DemoContext) -> None:
 def step_quality(ctx: DemoContext) -> None:
     """RMSE, max abs error and cosine of each quantized tensor against the source."""
     for t in ("q8_0", "q4_k_m"):
-        rep = compare(ctx.folder, ctx.files[t])
+        rep = compare(ctx.folder / "hf", ctx.files[t])
         worst = rep.worst(1)[0]
         ctx.out.line(
             f"{t}: {rep.bits_per_weight:.2f} bits per weight, "
@@ -187,8 +147,9 @@ Step = Callable[[DemoContext], None]
 
 #: (title, step) in order.
 STEPS: list[tuple[str, Step]] = [
-    ("the built-in tiny Llama .pth -> safetensors", step_write),
-    ("its header, grouped by layer", step_header),
+    ("the built-in download from Meta: original/consolidated.00.pth + params.json", step_original),
+    ("Meta's layout -> a Hugging Face folder (no torch)", step_to_hf),
+    ("its safetensors header, grouped by layer", step_header),
     ("load it back", step_load),
     ("convert to GGUF q8_0 and q4_k_m", step_convert),
     ("inspect the q4_k_m GGUF", step_inspect_gguf),

@@ -30,7 +30,7 @@ from ..gguf import read as read_gguf
 from ..quant.file import dequantize_tensor
 from ..safetensors import safe_open
 from ._hf_to_gguf import _plan, _read_config, _tensor_data
-from .arch import Arch, by_gguf_arch
+from .arch import Arch, by_gguf_arch, lookup
 
 __all__ = ["CompareReport", "Diff", "TensorQuality", "compare", "diff"]
 
@@ -138,9 +138,12 @@ class _hf_source:
 
     def __init__(self, d: Path) -> None:
         self._stack: list = []
-        # the tokenizer only matters for the embedding rows some architectures cut
+        # the tokenizer only matters for the embedding rows some architectures cut; any
+        # other tokenizer is not read (its pre-tokenizer need not be one llama.cpp knows)
         has_tok = (d / "tokenizer.model").is_file() or (d / "tokenizer.json").is_file()
-        self._plan = _plan(d, "f32", self._stack, tokenizer=has_tok)
+        arch = lookup((_read_config(d).get("architectures") or [""])[0])
+        cuts_rows = arch is not None and bool(arch.vocab_rows)
+        self._plan = _plan(d, "f32", self._stack, tokenizer=has_tok and cuts_rows)
         self._by = {tp.name: tp for tp in self._plan.tensors}
 
     def get(self, name: str) -> np.ndarray | None:
