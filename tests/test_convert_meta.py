@@ -278,3 +278,41 @@ def test_cli_convert_original_dir(tmp_path):
     meta_to_hf(src, tmp_path / "lib", dtype="f16")
     for name in ("model.safetensors", "config.json", "tokenizer.json"):
         assert (tmp_path / "cli" / name).read_bytes() == (tmp_path / "lib" / name).read_bytes()
+
+
+# --------------------------------------------------------------------------- -> GGUF
+
+
+@pytest.mark.parametrize(("generation", "shards"), [("2", 2)])
+def test_gguf_runs_in_llama_cpp_like_the_oracle_folders_gguf(built, tmp_path, generation, shards):
+    """Ours: Meta folder -> GGUF in one call.  Reference: llama.cpp's convert_hf_to_gguf.py
+    on the folder transformers' own script wrote.  llama.cpp's logits must be equal."""
+    import subprocess
+    import sys
+
+    import llama_cpp
+
+    from support.llama_sdist import llama_cpp_root
+    from weightsmith.convert import meta_to_gguf
+
+    src, _, oracle = built(generation, shards)
+    ours = tmp_path / "ours.gguf"
+    meta_to_gguf(src, ours, "f16")
+    ref = tmp_path / "ref.gguf"
+    script = llama_cpp_root() / "convert_hf_to_gguf.py"
+    r = subprocess.run(
+        [sys.executable, str(script), str(oracle), "--outtype", "f16", "--outfile", str(ref)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    prompt = [1, 5, 9, 42, 7, 3, 100, 200]
+
+    def logits(path):
+        m = llama_cpp.Llama(model_path=str(path), logits_all=True, verbose=False, n_ctx=64)
+        try:
+            m.eval(prompt)
+            return np.array(m.scores[: len(prompt)], np.float32)
+        finally:
+            m.close()
+
+    assert np.array_equal(logits(ours), logits(ref))

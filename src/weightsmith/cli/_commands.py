@@ -15,6 +15,7 @@ from ..convert import (
     gguf_to_hf,
     hf_to_gguf,
     is_meta_dir,
+    meta_to_gguf,
     meta_to_hf,
     safetensors_to_safetensors,
     torch_to_safetensors,
@@ -222,6 +223,17 @@ def cmd_convert(args: argparse.Namespace) -> int:
             kw["dtype"] = args.type
         if args.max_size:
             kw["max_shard_size"] = args.max_size
+        if args.no_tokenizer:
+            kw["tokenizer"] = False
+        if args.llama_version:
+            kw["llama_version"] = args.llama_version
+    elif is_meta_dir(args.src) and dst == "gguf":
+        fn = meta_to_gguf
+        kw["type"] = args.type or "auto"
+        if args.imatrix:
+            kw["imatrix"] = args.imatrix
+        if args.max_size:
+            kw["split_max_size"] = args.max_size
         if args.no_tokenizer:
             kw["tokenizer"] = False
         if args.llama_version:

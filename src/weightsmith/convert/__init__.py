@@ -19,6 +19,7 @@ _LAZY = {
     "hf_to_gguf": "weightsmith.convert._hf_to_gguf",
     "plan_conversion": "weightsmith.convert._hf_to_gguf",
     "meta_to_hf": "weightsmith.convert._meta_to_hf",
+    "meta_to_gguf": "weightsmith.convert._meta_to_hf",
     "MetaConversion": "weightsmith.convert._meta_to_hf",
     "MetaCheckpoint": "weightsmith.convert._meta",
     "is_meta_dir": "weightsmith.convert._meta",

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,10 +41,11 @@ from ..safetensors import (
     split_shards,
     write_index,
 )
+from ._hf_to_gguf import hf_to_gguf
 from ._meta import _CONTEXT, MetaCheckpoint, is_llama3
 from .tokenizer import hf_tokenizer_files, meta_tokenizer_metadata
 
-__all__ = ["MetaConversion", "meta_config", "meta_to_hf"]
+__all__ = ["MetaConversion", "meta_config", "meta_to_gguf", "meta_to_hf"]
 
 _DTYPES = {"bf16": "BF16", "bfloat16": "BF16", "f16": "F16", "float16": "F16",
            "f32": "F32", "float32": "F32"}  # fmt: skip
@@ -222,3 +224,32 @@ def meta_to_hf(
                 names.append(name)
         result.files = [os.fspath(Path(dst) / n) for n in names]
     return result
+
+
+def meta_to_gguf(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    type: str = "auto",
+    *,
+    llama_version: str | None = None,
+    instruct: bool = False,
+    tokenizer: bool = True,
+    name: str | None = None,
+    **kw: Any,
+) -> Any:
+    """Meta's original folder ``src`` -> the GGUF file ``dst``: the HF folder
+    :func:`meta_to_hf` writes, converted by :func:`~weightsmith.convert.hf_to_gguf`.
+
+    The folder is built in a temp folder beside ``dst`` and removed afterwards, so
+    the file is exactly what converting that folder gives (two passes over the
+    weights: the merge, then the conversion).  ``kw`` goes to ``hf_to_gguf``.
+    """
+    out = Path(dst)
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as tmp:
+        hf = Path(tmp) / "hf"
+        meta_to_hf(
+            src, hf, dtype="bf16", llama_version=llama_version, instruct=instruct,
+            tokenizer=tokenizer,
+        )  # fmt: skip
+        # the model is named after the original folder, not after the temp one
+        return hf_to_gguf(hf, out, type, tokenizer=tokenizer, name=name or Path(src).name, **kw)
