@@ -751,6 +751,8 @@ def vocab_metadata(
         archs = config.get("architectures") or [""]
         entry = lookup(archs[0]) if isinstance(archs, list) and archs else None
         route = entry.tokenizer.get("vocab", "gpt2") if entry is not None else "gpt2"
+    if route not in ROUTES:  # a registry entry naming a path that does not exist
+        raise ValueError(f"unknown vocabulary route {route!r}; known: {', '.join(ROUTES)}")
     has_spm = (d / "tokenizer.model").is_file()
     has_json = (d / "tokenizer.json").is_file()
     out = _Entries()
