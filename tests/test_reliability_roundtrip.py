@@ -168,10 +168,11 @@ def test_dequantize_random_bytes_matches_ggml(name, blocks, data):
 @given(
     name=st.sampled_from(ENCODE_TYPES),
     seed=st.integers(0, 2**32 - 1),
-    # ggml itself aborts (GGML_ASSERT, SIGABRT) quantizing IQ2_XS/IQ2_S/IQ3_*/
-    # IQ1_M rows of magnitude ~1e20 (squares overflow float32), which would
-    # kill the test process: the oracle is asked only up to 1e15
-    log_scale=st.integers(-20, 15),
+    # ggml itself aborts (GGML_ASSERT, SIGABRT) quantizing IQ2_*/IQ3_* rows of
+    # magnitude 1e15 and up (some draws: squares overflow float32, measured with a
+    # probe over 30 seeds per type), which would kill the test process: the oracle
+    # is asked only up to 1e12, where every type passed the same probe
+    log_scale=st.integers(-20, 12),
     zeros=st.floats(0, 1),
 )
 def test_quantize_round_trip_matches_ggml(name, seed, log_scale, zeros):
