@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 
+import weightsmith.gguf
 from support.cli_helpers import run
 
 # --------------------------------------------------------------------------- scan
@@ -463,3 +464,25 @@ def test_split_gguf_set_appears_together(tmp_path, monkeypatch, remote_tree):
     with pytest.raises(OSError, match="simulated"):
         gguf.split(remote_tree.files / "model.gguf", max_tensors=3, out_dir=out)
     assert sorted(x.name for x in out.iterdir()) == []
+
+
+# every optional extra blocked; tokenizers and sentencepiece are core
+_BLOCK_EXTRAS = _BLOCK_TOKENIZERS.replace(
+    "('tokenizers', 'sentencepiece')",
+    "('torch', 'transformers', 'rich', 'httpx', 'fsspec', 'safetensors', 'gguf', 'jsonschema',"
+    " 'llama_cpp', 'jax', 'tensorflow', 'paddle', 'mlx')",
+)
+
+
+def test_hf_to_gguf_with_its_tokenizer_works_from_the_plain_install(tmp_path, llama_gguf):
+    import subprocess
+    import sys
+
+    hf = llama_gguf.parent / "hf"
+    out = tmp_path / "m.gguf"
+    cmd = [sys.executable, "-c", _BLOCK_EXTRAS, "convert", str(hf), str(out), "--type", "q8_0"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    with weightsmith.gguf.read(out) as f:
+        assert f.metadata["tokenizer.ggml.model"] == "llama"
+        assert len(f.metadata["tokenizer.ggml.tokens"]) > 0
