@@ -378,72 +378,6 @@ WS_INLINE void q3_lanes(const int n, const int NL, const int nmax, const float *
     }
 }
 
-/* make_qp_quants(n, nmax, x, L, qw): positive x ~ scale * L with L <= nmax (stored uint8). */
-static float make_qp_quants(int n, int nmax, const float *x, uint8_t *L, const float *qw) {
-    float max = 0;
-    for (int i = 0; i < n; ++i) max = max > x[i] ? max : x[i];
-    if (max < GROUP_MAX_EPS) {
-        memset(L, 0, (size_t)n);
-        return 0.0f;
-    }
-    float iscale = (float)nmax / max;
-    for (int i = 0; i < n; ++i) L[i] = (uint8_t)ws_nearest_int(iscale * x[i]);
-    const float scale = 1 / iscale;
-    float best_mse = 0;
-    for (int i = 0; i < n; ++i) {
-        const float diff = x[i] - scale * L[i];
-        best_mse += qw[i] * diff * diff;
-    }
-    for (int is = -4; is <= 4; ++is) {
-        if (is == 0) continue;
-        const float iscale_is = (0.1f * (float)is + (float)nmax) / max;
-        const float scale_is = 1 / iscale_is;
-        float mse = 0;
-        for (int i = 0; i < n; ++i) {
-            int l = ws_nearest_int(iscale_is * x[i]);
-            l = l < nmax ? l : nmax;
-            const float diff = x[i] - scale_is * (float)l;
-            mse += qw[i] * diff * diff;
-        }
-        if (mse < best_mse) {
-            best_mse = mse;
-            iscale = iscale_is;
-        }
-    }
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; ++i) {
-        int l = ws_nearest_int(iscale * x[i]);
-        l = l < nmax ? l : nmax;
-        L[i] = (uint8_t)l;
-        sumlx += qw[i] * x[i] * (float)l;
-        suml2 += qw[i] * (float)l * (float)l;
-    }
-    for (int itry = 0; itry < 5; ++itry) {
-        int n_changed = 0;
-        for (int i = 0; i < n; ++i) {
-            const float w = qw[i];
-            float slx = sumlx - w * x[i] * L[i];
-            float sl2 = suml2 - w * L[i] * L[i];
-            if (slx > 0 && sl2 > 0) {
-                int new_l = ws_nearest_int(x[i] * sl2 / slx);
-                new_l = new_l < nmax ? new_l : nmax;
-                if (new_l != L[i]) {
-                    slx += w * x[i] * (float)new_l;
-                    sl2 += w * (float)new_l * (float)new_l;
-                    if (slx * slx * suml2 > sumlx * sumlx * sl2) {
-                        L[i] = (uint8_t)new_l;
-                        sumlx = slx;
-                        suml2 = sl2;
-                        ++n_changed;
-                    }
-                }
-            }
-        }
-        if (!n_changed) break;
-    }
-    return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
-}
-
 /* The final levels of a block, re-derived from its stored scales as ggml does:
  * q = MAX(lo, MIN(hi, nearest_int((x + m[j]) / d[j]))) - lo (x / d[j] when m is
  * NULL) for sub-block j of `sub` values.  A sub-block with d[j] == 0 keeps its
@@ -516,8 +450,8 @@ WS_INLINE void quantize_k4(const float *x, uint8_t *y, int64_t nb, const float *
                 put_f16(yb, max_scale / 63.f);
                 put_f16(yb + 2, max_min / 63.f);
             } else {
-                const float d_block = make_qp_quants(8, 63, bs, ls, sw + 8 * b);
-                const float m_block = make_qp_quants(8, 63, bm, lm, sw + 8 * b);
+                const float d_block = ws_make_qp_quants(8, 63, bs, ls, sw + 8 * b);
+                const float m_block = ws_make_qp_quants(8, 63, bm, lm, sw + 8 * b);
                 if (nmax == 31) /* only Q5_K's impl clamps the stored levels */
                     for (int j = 0; j < 8; ++j) {
                         ls[j] = ls[j] < 63 ? ls[j] : 63;
@@ -619,8 +553,8 @@ WS_DISPATCH static void quantize_q2_k(const float *x, uint8_t *y, int64_t nb, co
                 }
             } else {
                 uint8_t ls[16], lm[16];
-                put_f16(yb + 80, make_qp_quants(16, 15, bs, ls, sw + 16 * b));
-                put_f16(yb + 82, make_qp_quants(16, 15, bm, lm, sw + 16 * b));
+                put_f16(yb + 80, ws_make_qp_quants(16, 15, bs, ls, sw + 16 * b));
+                put_f16(yb + 82, ws_make_qp_quants(16, 15, bm, lm, sw + 16 * b));
                 for (int j = 0; j < 16; ++j) sc[j] = (uint8_t)(ls[j] | (lm[j] << 4));
             }
             uint8_t q[QK_K];

@@ -203,6 +203,18 @@ def _hf_folder(p: str) -> bool:
     return Path(p).is_dir() and (Path(p) / "config.json").is_file()
 
 
+def _gguf_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The options of a conversion to GGUF, as hf_to_gguf takes them."""
+    kw: dict[str, Any] = {"type": args.type or "auto"}
+    if args.imatrix:
+        kw["imatrix"] = args.imatrix
+    if args.max_size:
+        kw["split_max_size"] = args.max_size
+    if args.no_tokenizer:
+        kw["tokenizer"] = False
+    return kw
+
+
 def _reject(args: argparse.Namespace, what: str, *flags: str) -> None:
     for flag in flags:
         if getattr(args, flag.lstrip("-").replace("-", "_"), None):
@@ -229,13 +241,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
             kw["llama_version"] = args.llama_version
     elif is_meta_dir(args.src) and dst == "gguf":
         fn = meta_to_gguf
-        kw["type"] = args.type or "auto"
-        if args.imatrix:
-            kw["imatrix"] = args.imatrix
-        if args.max_size:
-            kw["split_max_size"] = args.max_size
-        if args.no_tokenizer:
-            kw["tokenizer"] = False
+        kw.update(_gguf_options(args))
         if args.llama_version:
             kw["llama_version"] = args.llama_version
     elif src == "pytorch" and dst in ("safetensors", "folder"):
@@ -251,13 +257,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         # hf_to_gguf reads a model folder: a file inside one stands for its folder
         source = Path(args.src)
         args.src = str(source if source.is_dir() else source.parent)
-        kw["type"] = args.type or "auto"
-        if args.imatrix:
-            kw["imatrix"] = args.imatrix
-        if args.max_size:
-            kw["split_max_size"] = args.max_size
-        if args.no_tokenizer:
-            kw["tokenizer"] = False
+        kw.update(_gguf_options(args))
     elif src == "gguf" and dst in ("folder", "safetensors"):
         _reject(args, "GGUF -> HF", "--imatrix")
         fn = gguf_to_hf
