@@ -316,3 +316,66 @@ def test_gguf_runs_in_llama_cpp_like_the_oracle_folders_gguf(built, tmp_path, ge
             m.close()
 
     assert np.array_equal(logits(ours), logits(ref))
+
+
+# what llama.cpp's legacy converter leaves out or derives differently, with the reason
+# (docs/convert-architectures.md, "Meta original checkpoints"); everything else is equal
+LEGACY_DIFFERENCES = {
+    "general.name",  # it title-cases the folder name
+    "general.type", "general.quantization_version", "general.sampling.temp",
+    "general.sampling.top_p", "llama.attention.key_length", "llama.attention.value_length",
+    "llama.rope.freq_base", "tokenizer.ggml.pre", "tokenizer.ggml.add_bos_token",
+    "tokenizer.ggml.add_eos_token", "tokenizer.ggml.add_sep_token",
+    "tokenizer.ggml.add_space_prefix", "tokenizer.ggml.bos_token_id",
+    "tokenizer.ggml.eos_token_id", "tokenizer.ggml.unknown_token_id",
+    # the vocabulary comes through the HF folder's tokenizer files, as convert_hf_to_gguf.py
+    # reads them: special tokens score -1000 and <unk> is CONTROL there
+    "tokenizer.ggml.scores", "tokenizer.ggml.token_type",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("outtype", ["f32", "f16", "q8_0"])
+def test_gguf_tensors_equal_llama_cpps_legacy_converter(built, tmp_path, outtype):
+    import subprocess
+    import sys
+
+    from support.llama_sdist import llama_cpp_root
+    from weightsmith import gguf
+    from weightsmith.convert import meta_to_gguf
+    from weightsmith.quant.file import dequantize_tensor
+
+    src, _, _ = built("2", 2)
+    ours, ref = tmp_path / "ours.gguf", tmp_path / "legacy.gguf"
+    meta_to_gguf(src, ours, outtype)
+    root = llama_cpp_root()
+    r = subprocess.run(
+        [sys.executable, str(root / "examples" / "convert_legacy_llama.py"), str(src),
+         "--outtype", outtype, "--outfile", str(ref)],
+        capture_output=True, text=True, timeout=600,
+        env={**__import__("os").environ, "PYTHONPATH": str(root / "gguf-py")},
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    with gguf.read(ours) as a, gguf.read(ref) as b:
+        ta, tb = {t.name: t for t in a.tensors}, {t.name: t for t in b.tensors}
+        assert sorted(ta) == sorted(tb)
+        for n in ta:
+            assert (ta[n].ggml_type, ta[n].shape) == (tb[n].ggml_type, tb[n].shape), n
+            if ta[n].ggml_type.name != "Q8_0":
+                assert bytes(a.tensor_bytes(n)) == bytes(b.tensor_bytes(n)), n
+                continue
+            # the legacy script's own numpy Q8_0 divides by the scale and rounds half to
+            # even; ggml's C (ours, bit for bit) multiplies by its inverse and rounds half
+            # away: codes may differ by one step, never more
+            x, y = dequantize_tensor(a, n), dequantize_tensor(b, n)
+            step = np.abs(y).reshape(-1, 32).max(axis=1) / 127
+            assert np.all(np.abs(x - y).reshape(-1, 32) <= step[:, None] * 1.001), n
+
+        def norm(v):
+            return v if isinstance(v, (str, bytes, int, float)) else list(v)
+
+        keys = set(a.metadata) | set(b.metadata)
+        differ = {
+            k for k in keys
+            if norm(a.metadata.get(k, "<absent>")) != norm(b.metadata.get(k, "<absent>"))
+        }  # fmt: skip
+        assert differ <= LEGACY_DIFFERENCES, differ - LEGACY_DIFFERENCES
