@@ -33,6 +33,10 @@ ARCHS = [
     "starcoder2", "stablelm", "gpt2", "falcon", "deepseek2", "deepseek3",
 ]  # fmt: skip
 REF_TYPES = ["f32", "f16", "bf16", "q8_0"]
+# llama.cpp (the pinned build) and transformers 5 give different logits for the same tiny
+# DeepSeek-V3 (max 0.69): llama.cpp's own file shows the same gap as ours (docs/
+# convert-architectures.md); the GGUF -> HF round trip of that model is exact
+LLAMA_CPP_DIFFERS_FROM_TRANSFORMERS = {"deepseek3"}
 QUANT_TYPES = ["q4_k_m", "iq4_xs"]
 BPE_VOCAB = {
     "qwen2moe",
@@ -131,7 +135,13 @@ def test_llama_cpp_logits(work, arch):
     np.testing.assert_array_equal(ours, ref)
     hf = _hf_logits(work.model(arch), tokens)
     scale = float(np.abs(hf).max())
-    assert np.abs(ours - hf).max() <= 2e-3 * max(scale, 1.0), arch
+    gap = np.abs(ours - hf).max()
+    if arch in LLAMA_CPP_DIFFERS_FROM_TRANSFORMERS:
+        # llama.cpp's own file is as far from transformers as ours (asserted equal above):
+        # the two runtimes disagree on this model; the gap is pinned so a change shows
+        assert np.abs(ref - hf).max() == gap and gap > 2e-3 * max(scale, 1.0), arch
+        return
+    assert gap <= 2e-3 * max(scale, 1.0), arch
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -129,10 +129,17 @@ def _entry(md: Mapping[str, Any], path: Path):
 def _hf_arch(entry: Any, md: Mapping[str, Any], names: set[str] | None = None) -> str:
     """The HF class: the entry's first, or a sibling sharing its GGUF layout whose model
     type the file names (llama.cpp writes Mistral as ``llama``; ``general.name`` keeps it),
-    or whose experts the file has (Mixtral is ``llama`` with ``ffn_*_exps``)."""
+    or whose experts the file has (Mixtral is ``llama`` with ``ffn_*_exps``; DeepSeek-V3
+    is ``deepseek2`` with ``exp_probs_b``)."""
     if names and any(n.endswith("_exps.weight") for n in names) and entry.stacks:
         for cls in entry.hf_archs:
             if entry.model_types.get(cls) == "mixtral":
+                return cls
+    # DeepSeek-V3 shares V2's layout; only V3 has the router's score-correction bias
+    # (and transformers' V3 class applies its rotary interleaved, V2's does not)
+    if names and any(n.endswith("exp_probs_b.bias") for n in names):
+        for cls in entry.hf_archs:
+            if entry.model_types.get(cls) == "deepseek_v3":
                 return cls
     name = " ".join(str(md.get(k, "")) for k in ("general.basename", "general.name")).lower()
     for cls in entry.hf_archs[1:]:
@@ -312,6 +319,9 @@ def _plan_tensors(f: GGUFFile, entry: Any, cfg: dict, path: Path) -> list[_Out]:
             shape = h.shape([shapes[s] for s in h.sources], cfg)
         else:
             shape = shapes[h.sources[0]]
+            for t in reversed(entry.transforms_for(h.name)):
+                if t.inverse_shape is not None:
+                    shape = t.inverse_shape(shape, cfg, {})
         plan.append(_Out(h.name, shape, h))
     return plan
 

@@ -99,8 +99,14 @@ def full_rope(cfg: dict) -> dict:
 
 
 def head_counts(cfg: dict) -> tuple[int, int]:
+    """(heads, KV heads) under every spelling the registry's configs use (Falcon says
+    ``num_kv_heads``, or ``multi_query`` for one KV head); llama-quantize's GQA rules
+    read the KV count, so a missed spelling changes the recipe."""
     n_head = cfg["num_attention_heads"]
-    return n_head, cfg.get("num_key_value_heads") or n_head
+    for key in ("num_key_value_heads", "num_kv_heads", "n_head_kv"):
+        if cfg.get(key):
+            return n_head, cfg[key]
+    return n_head, 1 if cfg.get("multi_query") else n_head
 
 
 def head_dim(cfg: dict) -> int:
@@ -250,7 +256,8 @@ class Transform:
 
     ``forward(x, cfg, ctx)`` maps HF values to GGUF values, ``inverse(x, cfg, ctx)``
     back; ``shape(shape, cfg, ctx)`` gives the GGUF shape (numpy order) without data
-    (identity by default).  ``ctx`` carries converter facts such as ``n_vocab``
+    (identity by default), and ``inverse_shape`` the HF shape from the GGUF one (identity
+    by default; a transpose is its own inverse).  ``ctx`` carries converter facts such as ``n_vocab``
     (the tokenizer's size).  ``exact`` says whether the inverse restores the
     original bits (a float add does not in general).
     """
@@ -261,6 +268,7 @@ class Transform:
     inverse: Callable[[np.ndarray, dict, dict], np.ndarray]
     shape: Callable[[tuple[int, ...], dict, dict], tuple[int, ...]] | None = None
     exact: bool = True
+    inverse_shape: Callable[[tuple[int, ...], dict, dict], tuple[int, ...]] | None = None
 
     def matches(self, hf_name: str) -> bool:
         return re.search(self.pattern, hf_name) is not None

@@ -23,15 +23,17 @@ def _t_shape(shape: tuple[int, ...], cfg: dict, ctx: dict) -> tuple[int, ...]:
 
 
 GPT2_CONV1D = Transform(
-    "conv1d_transpose", r"\.(c_attn|c_proj|c_fc)\.weight$", _transpose, _transpose, _t_shape
-)
+    "conv1d_transpose", r"\.(c_attn|c_proj|c_fc)\.weight$", _transpose, _transpose, _t_shape,
+    inverse_shape=_t_shape,
+)  # fmt: skip
 
 GPT2 = Arch(
     hf_archs=("GPT2LMHeadModel",),
     gguf_arch="gpt2",
     meta=[
         m("block_count", "n_layer"),
-        m("context_length", "n_ctx", value=lambda c: first(c, ("n_ctx", "n_positions"))),
+        # back to n_positions, the field transformers 5 sizes wpe from (n_ctx is older)
+        m("context_length", "n_positions", value=lambda c: first(c, ("n_ctx", "n_positions"))),
         m("embedding_length", "n_embd"),
         m("feed_forward_length", "n_inner", value=lambda c: 4 * c["n_embd"]),
         m("attention.head_count", "n_head"),
