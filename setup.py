@@ -41,7 +41,7 @@ class BuildExt(build_ext):
     def run(self) -> None:
         try:
             super().run()
-        except Exception as exc:  # noqa: BLE001 - distutils raises several unrelated types
+        except Exception as exc:  # distutils raises several unrelated types
             sys.stderr.write(
                 "\nweightsmith: building the compiled kernel core failed.\n"
                 "It needs a C11 compiler (gcc or clang) and the Python development headers.\n"

@@ -22,8 +22,8 @@ import atheris
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from fuzz import cmp_hook  # imported before the hook: the harness is not instrumented
-from fuzz import with_artifact_prefix
+# imported before the hook: the harness is not instrumented
+from fuzz import cmp_hook, with_artifact_prefix
 
 with atheris.instrument_imports(include=["weightsmith", "fuzz"]):
     from fuzz import targets

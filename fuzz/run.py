@@ -26,9 +26,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from fuzz import artifact_prefix  # noqa: E402
+from fuzz import artifact_prefix, targets  # noqa: E402
 from fuzz import seeds as seedmod  # noqa: E402
-from fuzz import targets  # noqa: E402
 
 TARGETS = list(seedmod.SEEDS)
 
