@@ -13,8 +13,10 @@ import sys
 import numpy as np
 import pytest
 
+from support.hf_models import mixtral
 from support.ray_cluster import can_isolate, run_isolated
 from weightsmith import gguf
+from weightsmith.convert import hf_to_gguf
 from weightsmith.errors import MissingDependencyError
 from weightsmith.quant import file as qfile
 from weightsmith.quant.file import batch_quantize, quantize_file, quantize_files
@@ -105,6 +107,7 @@ def cluster_run(source, tmp_path_factory):
     w.add_tensor_info("blk.0.ffn_up.weight", "F32", x.shape)
     w.write_tensor("blk.0.ffn_up.weight", x)
     w.close()
+    mixtral(work / "mixtral")
     r = run_isolated(["-m", "support.ray_job", str(work)], timeout=900)
     results_file = work / "results.json"
     assert results_file.exists(), f"the job wrote no results:\n{r.stdout}\n{r.stderr}"
@@ -140,9 +143,17 @@ def test_task_error_is_named_and_nothing_is_written(cluster_run):
 
 def test_cli_quantize_and_batch_on_the_cluster(cluster_run, local):
     work, results = cluster_run
-    for name in ("cli_quantize", "cli_batch"):
+    for name in ("cli_quantize", "cli_batch", "cli_convert"):
         rc, out, err = results[name]
         assert rc == 0, f"{name}: {out}\n{err}"
     assert (work / "out" / "q8_0.gguf").read_bytes() == local["Q8_0"]
     for t in TYPES:
         assert (work / "out" / "batch" / f"src-{t}.gguf").read_bytes() == local[t], t
+
+
+def test_hf_to_gguf_on_the_cluster_is_byte_identical(cluster_run, tmp_path):
+    work, _ = cluster_run
+    for t in ("q4_k_m", "f16"):  # f16: written by the command line
+        hf_to_gguf(work / "mixtral", tmp_path / f"{t}.gguf", t)
+        ours = (work / "out" / f"mixtral-{t}.gguf").read_bytes()
+        assert ours == (tmp_path / f"{t}.gguf").read_bytes(), t

@@ -21,17 +21,35 @@ cluster is asked for.  The contract, for callers:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from ._lazy import require
 from .errors import ClusterUnavailable, WeightsmithError
 
-__all__ = ["connect", "map_tasks"]
+__all__ = ["batches", "connect", "map_tasks"]
 
 #: Times Ray re-runs a task whose worker died (a killed process, a lost node).
 MAX_RETRIES = 3
 
+T = TypeVar("T")
+
 _remote: dict[Callable[..., Any], Any] = {}
+
+
+def batches(items: Sequence[T], size: Callable[[T], int], limit: int) -> list[list[T]]:
+    """``items`` cut in order into runs of total ``size`` at most ``limit`` (an item
+    larger than ``limit`` makes a run of its own): windows of work and the tasks
+    within them."""
+    out: list[list[T]] = []
+    total = limit
+    for item in items:
+        n = size(item)
+        if total + n > limit or not out:
+            out.append([])
+            total = 0
+        out[-1].append(item)
+        total += n
+    return out
 
 
 def connect(address: str) -> Any:

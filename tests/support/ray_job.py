@@ -16,6 +16,7 @@ import traceback
 from pathlib import Path
 
 from support.ray_cluster import Cluster, env, report, workers_running
+from weightsmith.convert import hf_to_gguf
 from weightsmith.quant import file as qfile
 from weightsmith.quant.file import quantize_file
 
@@ -68,13 +69,18 @@ def main(work: Path) -> None:
             results["nan"] = [type(e).__name__, str(e)]
         results["nan_written"] = sorted(p.name for p in out.iterdir() if "nan" in p.name)
 
+        # HF folder -> GGUF: the nodes plan the conversion themselves and encode slabs
+        model = work / "mixtral"
+        hf_to_gguf(model, out / "mixtral-q4_k_m.gguf", "q4_k_m", ray=cluster.address)
+
         # the command line: one file, and several types from one read of the source
         cli = [str(Path(sys.executable).with_name("weightsmith")), "--quiet"]
         addr = ["--ray", cluster.address]
         q8 = [*cli, "quantize", str(src), str(out / "q8_0.gguf"), "--type", "q8_0", *addr]
         batch = [*cli, "batch-quantize", str(src), "--types", "q4_k_m,q8_0,iq4_xs"]
         batch += ["--out", str(out / "batch"), *addr]
-        for name, cmd in (("cli_quantize", q8), ("cli_batch", batch)):
+        conv = [*cli, "convert", str(model), str(out / "mixtral-f16.gguf"), "--type", "f16", *addr]
+        for name, cmd in (("cli_quantize", q8), ("cli_batch", batch), ("cli_convert", conv)):
             r = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=600)
             results[name] = [r.returncode, r.stdout[-2000:], r.stderr[-2000:]]
     except Exception:

@@ -286,6 +286,10 @@ def cmd_convert(args: argparse.Namespace) -> int:
         )
     else:
         raise UnknownTargetError(f"no conversion from {args.src} ({src}) to {args.dst} ({dst})")
+    if args.ray:
+        if fn is not hf_to_gguf:
+            raise UsageError("convert: --ray applies to HF folder -> GGUF (and to quantize)")
+        kw["ray"] = args.ray
     result = call_with_progress(fn, args.src, target, description="convert", quiet=args.quiet, **kw)
     _report_conversion(args, result, target)
     return 0

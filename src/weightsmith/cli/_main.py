@@ -135,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["1", "2", "3", "3.1", "3.2", "3.3"],
         help="Meta original folder: the Llama generation, when params.json cannot tell",
     )
+    _ray_arg(p)
 
     p = add("quantize", "requantize a GGUF file from f32/f16/bf16 tensors")
     p.add_argument("src", help="GGUF file with f32/f16/bf16 tensors")

@@ -32,7 +32,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import gguf
-from ..cluster import map_tasks
+from ..cluster import batches, map_tasks
 from ..dtypes import GGML, ggml_type
 from ..errors import ClusterSourceMismatch, ImatrixRequired, RequantizeRefused
 from ..progress import ProgressFn
@@ -260,20 +260,12 @@ def _tensor_data(
     tensors keeps every worker busy (one tensor of a few spans could not).
     """
     nw = workers_count(workers)
-    window: list = []
-    size = 0
-    for t in tensors:
-        nbytes = sum(
-            ggml_type(p[t.name]).nbytes(t.n_elements)
-            for p in plans
-            if p[t.name] != t.ggml_type.name
-        )
-        if window and size + nbytes > WINDOW_BYTES:
-            yield from _quantize_window(f, window, plans, im, nw, cluster)
-            window, size = [], 0
-        window.append(t)
-        size += nbytes
-    if window:
+
+    def out_bytes(t) -> int:  # every plan that quantizes t holds its own output
+        types = [p[t.name] for p in plans if p[t.name] != t.ggml_type.name]
+        return sum(ggml_type(new).nbytes(t.n_elements) for new in types)
+
+    for window in batches(tensors, out_bytes, WINDOW_BYTES):
         yield from _quantize_window(f, window, plans, im, nw, cluster)
 
 
@@ -367,14 +359,7 @@ def _run_on_cluster(cluster, spans_: list[_Span], outs) -> None:
     every result is copied into its slice of ``outs``, whatever the order they
     arrive in."""
     address, path, size = cluster
-    groups: list[list[_Span]] = []
-    elements = CLUSTER_TASK_ELEMENTS
-    for s in spans_:
-        if elements >= CLUSTER_TASK_ELEMENTS:
-            groups.append([])
-            elements = 0
-        groups[-1].append(s)
-        elements += (s.r1 - s.r0) * s.shape[-1]
+    groups = batches(spans_, lambda s: (s.r1 - s.r0) * s.shape[-1], CLUSTER_TASK_ELEMENTS)
     args = [(path, size, group) for group in groups]
     for g, results in map_tasks(address, cluster_task, args):
         for s, out in zip(groups[g], results):
