@@ -157,3 +157,11 @@ def test_hf_to_gguf_on_the_cluster_is_byte_identical(cluster_run, tmp_path):
         hf_to_gguf(work / "mixtral", tmp_path / f"{t}.gguf", t)
         ours = (work / "out" / f"mixtral-{t}.gguf").read_bytes()
         assert ours == (tmp_path / f"{t}.gguf").read_bytes(), t
+
+
+def test_ray_is_refused_where_it_does_not_apply(source, tmp_path, capsys):
+    from weightsmith.cli import main
+
+    assert main(["convert", str(source), str(tmp_path / "out"), "--ray", "auto"]) == 1
+    assert "UsageError: convert: --ray applies to HF folder -> GGUF" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
