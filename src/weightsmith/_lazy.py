@@ -17,6 +17,7 @@ _EXTRAS = {
     "rich": "cli",
     "httpx": "remote",
     "fsspec": "fsspec",
+    "ray": "ray",
     "tokenizers": "tokenizers",
     "sentencepiece": "tokenizers",
     # the array frameworks of HF safetensors; all four in "frameworks"

@@ -157,6 +157,11 @@ The catalogue, in pipeline order (bases in parentheses)::
       NoFallbackType (RecipeError): A row length fits neither the chosen type nor any fallback
       RequantizeRefused (QuantError): A tensor is already quantized; quantizing it again would compound the error
 
+    clusters (Ray): spreading a quantization over several machines
+      ClusterError (WeightsmithError): A job could not run on the Ray cluster it was given
+      ClusterUnavailable (ClusterError, ConnectionError): No Ray cluster answers at the given address
+      ClusterSourceMismatch (ClusterError, FormatError): A worker reads a different source than the driver planned (size, tensor type or shape)
+
     conversion: HF <-> GGUF (both directions), dtype casts, tokenizers
       ConvertError (FormatError): A model cannot be converted (HF -> GGUF or GGUF -> HF)
       MissingModelFile (ConvertError): config.json or the weights are missing from the model folder
@@ -770,6 +775,19 @@ class NoFallbackType(RecipeError):
 
 class RequantizeRefused(QuantError):
     """A tensor is already quantized; quantizing it again would compound the error."""
+
+
+# --------------------------------------------------------------------------- clusters
+class ClusterError(WeightsmithError):
+    """A job could not run on the Ray cluster it was given."""
+
+
+class ClusterUnavailable(ClusterError, ConnectionError):
+    """No Ray cluster answers at the given address."""
+
+
+class ClusterSourceMismatch(ClusterError, FormatError):
+    """A worker reads a different source than the driver planned (size, tensor type or shape)."""
 
 
 # --------------------------------------------------------------------------- convert

@@ -22,7 +22,7 @@ from ..convert import (
 )
 from ..errors import UnknownTargetError, UsageError
 from ..inspection import inspect_local, validate_local
-from ..quant.file import quantize_file
+from ..quant.file import batch_quantize, quantize_file
 from . import demo
 from ._output import Out, error_line, human_bytes
 from ._render import render_report
@@ -286,6 +286,10 @@ def cmd_convert(args: argparse.Namespace) -> int:
         )
     else:
         raise UnknownTargetError(f"no conversion from {args.src} ({src}) to {args.dst} ({dst})")
+    if args.ray:
+        if fn is not hf_to_gguf:
+            raise UsageError("convert: --ray applies to HF folder -> GGUF (and to quantize)")
+        kw["ray"] = args.ray
     result = call_with_progress(fn, args.src, target, description="convert", quiet=args.quiet, **kw)
     _report_conversion(args, result, target)
     return 0
@@ -313,9 +317,7 @@ def _done(args: argparse.Namespace, path: str) -> None:
 
 
 def cmd_quantize(args: argparse.Namespace) -> int:
-    kw: dict[str, Any] = {"type": args.type}
-    if args.imatrix:
-        kw["imatrix"] = args.imatrix
+    kw: dict[str, Any] = {"type": args.type, "imatrix": args.imatrix, "ray": args.ray}
     result = call_with_progress(
         quantize_file,
         args.src,
@@ -331,6 +333,27 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     _done(args, args.dst)
     if not args.quiet:
         _out(args).line(result.summary())
+    return 0
+
+
+def cmd_batch_quantize(args: argparse.Namespace) -> int:
+    types = [t.strip() for t in args.types.split(",") if t.strip()]
+    if not types:
+        raise UsageError(f"batch-quantize: --types {args.types!r} names no file type")
+    results = call_with_progress(
+        batch_quantize,
+        args.src,
+        types,
+        args.out,
+        description="batch-quantize",
+        quiet=args.quiet,
+        imatrix=args.imatrix,
+        ray=args.ray,
+    )
+    for path, result in results.items():
+        _done(args, path)
+        if not args.quiet:
+            _out(args).line("  " + result.summary())
     return 0
 
 

@@ -135,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["1", "2", "3", "3.1", "3.2", "3.3"],
         help="Meta original folder: the Llama generation, when params.json cannot tell",
     )
+    _ray_arg(p)
 
     p = add("quantize", "requantize a GGUF file from f32/f16/bf16 tensors")
     p.add_argument("src", help="GGUF file with f32/f16/bf16 tensors")
@@ -146,6 +147,24 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="machine-readable result: types, fallbacks, bits per weight",
     )
+    _ray_arg(p)
+
+    p = add(
+        "batch-quantize",
+        "several quantizations of one GGUF model, reading the source once",
+    )
+    p.add_argument("src", help="GGUF file with f32/f16/bf16 tensors")
+    p.add_argument(
+        "--types", required=True, help="comma-separated file types, e.g. q4_k_m,q5_k_m,q8_0"
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="folder for SRC-TYPE.gguf (e.g. model-Q4_K_M.gguf)",
+    )
+    p.add_argument("--imatrix", help="importance matrix file")
+    _ray_arg(p)
 
     p = add("edit", "set or remove GGUF metadata keys")
     p.add_argument("file", help="GGUF file (edited in place unless -o)")
@@ -200,6 +219,15 @@ def _max_size_arg(p, what: str, *, aliases: bool = True) -> None:
             p.add_argument(old, dest="max_size", help=argparse.SUPPRESS)
 
 
+def _ray_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="quantize on this Ray cluster (host:port, or 'auto'); every node must see SRC "
+        "at the same path (needs weightsmith[ray])",
+    )
+
+
 def _remote_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token", help="Hub/HTTP bearer token (default: $HF_TOKEN)")
     p.add_argument(
@@ -240,7 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The commands (and numpy, gguf, remote, convert behind them) load only when one
     # runs: importing them up front made `weightsmith --help` take ~0.7 s of CPU.
     commands = importlib.import_module(f"{__package__}._commands")
-    handler = getattr(commands, "cmd_" + args.command)
+    handler = getattr(commands, "cmd_" + args.command.replace("-", "_"))
     try:
         return int(handler(args) or 0)
     except KeyboardInterrupt:

@@ -45,6 +45,7 @@ import numpy as np
 from .. import errors as E
 from .. import torchfile
 from .._json import read_json
+from ..cluster import batches, map_tasks
 from ..dtypes import GGML, SAFETENSORS
 from ..gguf import GGUFValueType, Writer, split
 from ..progress import ProgressFn
@@ -514,13 +515,14 @@ def _piece_data(src: _Source, piece: Piece, p: _Plan) -> np.ndarray:
     return piece.apply(x, p.cfg)
 
 
-def _tensor_slabs(tp: TensorPlan, p: _Plan) -> Iterator[np.ndarray]:
-    """The tensor's values, whole or (stacked experts) one slab at a time."""
+def _tensor_slabs(tp: TensorPlan, p: _Plan, only: int | None = None) -> Iterator[np.ndarray]:
+    """The tensor's values, whole or (stacked experts) one slab at a time; ``only=k``:
+    slab k alone."""
     if tp.make is not None:
         yield tp.make()
         return
     want = tp.shape[1:] if tp.stacked else tp.shape
-    for src, piece in tp.pieces:
+    for src, piece in tp.pieces if only is None else tp.pieces[only : only + 1]:
         x = _piece_data(src, piece, p)
         if tuple(x.shape) != tuple(want):
             raise E.TensorShapeMismatch(
@@ -539,20 +541,82 @@ def _tensor_data(tp: TensorPlan, p: _Plan) -> np.ndarray:
     return np.stack(parts) if tp.stacked else parts[0]
 
 
-def _write_tensor(w: Writer, tp: TensorPlan, p: _Plan, im: Imatrix | None, workers) -> None:
-    """Encode and write one tensor; a stacked one slab by slab (rows never cross slabs,
-    so quantizing each slab gives the bytes of quantizing the whole)."""
+def _encoded(
+    tp: TensorPlan, p: _Plan, im: Imatrix | None, workers, only: int | None = None
+) -> Iterator[np.ndarray]:
+    """The bytes of one tensor as written; a stacked one slab by slab (rows never cross
+    slabs, so quantizing each slab gives the bytes of quantizing the whole)."""
     e = None
     if tp.stacked and im is not None and tp.type not in ("F32", "F16", "BF16"):
         e = for_tensor(tp.name, tp.shape, im)
-    for k, x in enumerate(_tensor_slabs(tp, p)):
+    for k, x in enumerate(_tensor_slabs(tp, p, only), only or 0):
         if tp.stacked:
-            data = _encode_slab(x, tp.type, None if e is None else e[k], workers, tp.name)
+            yield _encode_slab(x, tp.type, None if e is None else e[k], workers, tp.name)
         else:
-            data = _encode(x, tp.type, im, workers, tp.name)
+            yield _encode(x, tp.type, im, workers, tp.name)
         del x
-        w.write_tensor_chunk(tp.name, data)
-        del data
+
+
+def _pieces_of(tp: TensorPlan) -> list[int | None]:
+    """How a cluster cuts a tensor: one task item per expert slab, else the whole."""
+    return list(range(len(tp.pieces))) if tp.stacked else [None]
+
+
+def _cluster_data(p: _Plan, job: tuple) -> Iterator[tuple[TensorPlan, np.ndarray]]:
+    """(tensor, bytes) in write order, encoded by the cluster's nodes: a window of at
+    most WINDOW_BYTES of output at a time, in tasks of about CLUSTER_TASK_BYTES."""
+    items = [
+        (i, tp.name, tp.shape, tp.type, k, _out_nbytes(tp) // len(_pieces_of(tp)))
+        for i, tp in enumerate(p.tensors)
+        for k in _pieces_of(tp)
+    ]
+    for window in batches(items, lambda it: it[5], WINDOW_BYTES):
+        tasks = batches(window, lambda it: it[5], CLUSTER_TASK_BYTES)
+        results: dict[int, list[np.ndarray]] = {}
+        for t, out in map_tasks(job[0], convert_task, [(*job[1:], task) for task in tasks]):
+            results[t] = out
+        for t, task in enumerate(tasks):
+            for it, data in zip(task, results.pop(t)):
+                yield p.tensors[it[0]], data
+
+
+#: Output bytes in flight on a cluster (the driver holds at most this much).
+WINDOW_BYTES = 256 * 1024 * 1024
+#: Output bytes per cluster task: its work dwarfs Ray's per-task cost.
+CLUSTER_TASK_BYTES = 8 * 1024 * 1024
+
+_worker_plan: dict[tuple, tuple[_Plan, Imatrix | None, list]] = {}
+
+
+def convert_task(
+    src: str, type: str, imatrix: str | None, tokenizer: bool, items: list[tuple]
+) -> list[np.ndarray]:
+    """What a cluster node runs: plan the conversion of ``src`` itself (the folder is on
+    a path every node sees), then encode ``items``' tensors or expert slabs."""
+    key = (src, type, imatrix, tokenizer)
+    if key not in _worker_plan:
+        for _, _, stack in _worker_plan.values():
+            for h in stack:
+                h.close()
+        _worker_plan.clear()
+        stack: list = []
+        im = read_imatrix(imatrix) if imatrix is not None else None
+        plan = _plan(Path(src), type, stack, has_imatrix=im is not None, tokenizer=tokenizer)
+        _worker_plan[key] = (plan, im, stack)
+    p, im, _ = _worker_plan[key]
+    out = []
+    for i, name, shape, t, k, _ in items:
+        tp = p.tensors[i] if i < len(p.tensors) else None
+        if tp is None or (tp.name, tp.shape, tp.type) != (name, shape, t):
+            raise E.ClusterSourceMismatch(
+                "the worker plans another tensor than the driver",
+                path=src,
+                field=f"output tensor {i}",
+                expected=f"{name} {t} {list(shape)}",
+                found="none" if tp is None else f"{tp.name} {tp.type} {list(tp.shape)}",
+            )
+        out.extend(_encoded(tp, p, im, 1, k))
+    return out
 
 
 def _encode_slab(x: np.ndarray, t: str, e: np.ndarray | None, workers, name: str):
@@ -587,6 +651,7 @@ def hf_to_gguf(
     progress: ProgressFn | None = None,
     name: str | None = None,
     tokenizer: bool = True,
+    ray: str | None = None,
 ) -> ConversionResult:
     """Convert the Hugging Face model folder ``src`` to the GGUF file ``dst``.
 
@@ -599,6 +664,9 @@ def hf_to_gguf(
     after each tensor.  ``workers`` is passed to the quantizer.
     ``tokenizer=False`` writes no ``tokenizer.*`` keys (weights only: llama.cpp will
     not run such a file, but it inspects, compares and quantizes).
+    ``ray``: the address of a Ray cluster ("auto": the one this machine belongs
+    to) whose nodes read and encode the tensors (``src`` on a path every node
+    sees); the file is byte-identical to the one made here.
     """
     d = Path(src)
     dst = Path(dst)
@@ -618,12 +686,19 @@ def hf_to_gguf(
                 w.add(k, v, t)
             for tp in p.tensors:
                 w.add_tensor_info(tp.name, tp.type, tp.shape)
-            done = 0
-            for i, tp in enumerate(p.tensors):
-                _write_tensor(w, tp, p, im, workers)
-                done += _out_nbytes(tp)
-                if progress is not None:
-                    progress(done, total, i + 1, len(p.tensors))
+            if ray is None:
+                data = ((tp, b) for tp in p.tensors for b in _encoded(tp, p, im, workers))
+            else:
+                job = (ray, os.path.abspath(d), type, imatrix and os.path.abspath(imatrix))
+                data = _cluster_data(p, (*job, tokenizer))
+            done = i = part = 0
+            for tp, b in data:
+                w.write_tensor_chunk(tp.name, b)
+                part += b.nbytes
+                if part == _out_nbytes(tp):  # the tensor's last chunk
+                    done, i, part = done + part, i + 1, 0
+                    if progress is not None:
+                        progress(done, total, i, len(p.tensors))
         files = [str(dst)]
         if split_max_size is not None:
             files = _split(target, dst, split_max_size)

@@ -25,20 +25,30 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 from .. import gguf
+from ..cluster import batches, map_tasks
 from ..dtypes import GGML, ggml_type
-from ..errors import ImatrixRequired, RequantizeRefused
+from ..errors import ClusterSourceMismatch, ImatrixRequired, RequantizeRefused
 from ..progress import ProgressFn
 from . import dequantize, quantize, recipes
 from ._engine import MIN_CHUNK, check_imatrix, chunk_rows, quantize_task, run, spans, workers_count
 from .imatrix import Imatrix, for_tensor, read_imatrix
 from .registry import codec
 
-__all__ = ["dequantize_tensor", "quantize_file", "quantize_tensor"]
+__all__ = [
+    "batch_quantize",
+    "cluster_task",
+    "dequantize_tensor",
+    "quantize_file",
+    "quantize_files",
+    "quantize_tensor",
+]
 
 QNT_VERSION = 2  # GGML_QNT_VERSION
 # llama-quantize quantizes from the float types, F64 excepted
@@ -115,10 +125,32 @@ def quantize_file(
     imatrix: str | os.PathLike[str] | None = None,
     progress: ProgressFn | None = None,
     workers: int | None = None,
+    ray: str | None = None,
 ) -> QuantizeResult:
     """Quantize a GGUF model to the llama.cpp file type ``type``; returns name -> ggml type
-    (a :class:`QuantizeResult`, which also counts the fallbacks and the bits per weight)."""
-    ftype = recipes.file_type(type)
+    (a :class:`QuantizeResult`, which also counts the fallbacks and the bits per weight).
+
+    ``ray``: the address of a Ray cluster ("auto": the one this machine belongs to)
+    whose nodes quantize the tensors, reading ``src`` themselves (a path every
+    node sees); the file is byte-identical to the one made here.
+    """
+    return quantize_files(src, {type: dst}, imatrix, progress, workers, ray)[0]
+
+
+def quantize_files(
+    src: str | os.PathLike[str],
+    outputs: Mapping[str, str | os.PathLike[str]],
+    imatrix: str | os.PathLike[str] | None = None,
+    progress: ProgressFn | None = None,
+    workers: int | None = None,
+    ray: str | None = None,
+) -> list[QuantizeResult]:
+    """Quantize one GGUF model to several file types (``{type: dst}``) in one pass:
+    every source tensor is read once and quantized to each type.  Each output
+    is the file :func:`quantize_file` writes for its type.  Returns one
+    :class:`QuantizeResult` per output, in order.
+    """
+    ftypes = [recipes.file_type(t) for t in outputs]
     im = read_imatrix(imatrix) if imatrix is not None else None
     f = gguf.read(src)
     try:
@@ -126,82 +158,125 @@ def quantize_file(
         arch = str(meta.get("general.architecture", "llama"))
         tensors = sorted(f.tensors, key=_loader_order)
         source_types = {t.name: t.ggml_type.name for t in tensors}
-        plan = recipes.plan(
-            [(t.name, t.shape) for t in tensors],
-            ftype,
-            arch=arch,
-            n_layer=_int_kv(meta, f"{arch}.block_count", None),
-            n_head=_int_kv(meta, f"{arch}.attention.head_count", 1) or 1,
-            n_head_kv=_int_kv(meta, f"{arch}.attention.head_count_kv", None),
-            n_expert=_int_kv(meta, f"{arch}.expert_count", 0) or 0,
-            has_imatrix=im is not None,
-            source_types=source_types,
-        )
-        _check_plan(tensors, plan, source_types, im, ftype.name, src)
-        w = gguf.Writer(dst, alignment=f.alignment)
+        plans = []
+        for ftype in ftypes:  # every plan checked before any file is opened
+            plan = recipes.plan(
+                [(t.name, t.shape) for t in tensors],
+                ftype,
+                arch=arch,
+                n_layer=_int_kv(meta, f"{arch}.block_count", None),
+                n_head=_int_kv(meta, f"{arch}.attention.head_count", 1) or 1,
+                n_head_kv=_int_kv(meta, f"{arch}.attention.head_count_kv", None),
+                n_expert=_int_kv(meta, f"{arch}.expert_count", 0) or 0,
+                has_imatrix=im is not None,
+                source_types=source_types,
+            )
+            _check_plan(tensors, plan, source_types, im, ftype.name, src)
+            plans.append(plan)
+        cluster = None if ray is None else (ray, os.path.abspath(src), os.path.getsize(src))
+        writers: list[gguf.Writer] = []
         try:
-            for key in meta:
-                if key.startswith("split."):
-                    continue
-                w.add(key, meta[key], type=f.metadata_type(key))
-            for key, value, vtype in _tail_kvs(ftype.id, im):
-                if key in meta:  # gguf_set_val_*: remove, then append at the end
-                    w.remove(key)
-                w.add(key, value, type=vtype)
-            for t in tensors:
-                w.add_tensor_info(t.name, plan[t.name], t.shape)
+            for ftype, plan, dst in zip(ftypes, plans, outputs.values()):
+                writers.append(_start(gguf.Writer(dst, alignment=f.alignment), f, tensors, plan))
+                _tail(writers[-1], meta, ftype.id, im)
             total = sum(t.nbytes for t in tensors)
             done = 0
-            for i, (t, data) in enumerate(_tensor_data(f, tensors, plan, im, workers), 1):
-                w.write_tensor(t.name, data)
+            data = _tensor_data(f, tensors, plans, im, workers, cluster)
+            for i, (t, parts) in enumerate(data, 1):
+                for w, part in zip(writers, parts):
+                    w.write_tensor(t.name, part)
                 done += t.nbytes
                 if progress is not None:
                     progress(done, total, i, len(tensors))
-            w.close()
+            for w in writers:
+                w.close()
         except BaseException:
-            w.abort()
+            for w in writers:
+                w.abort()
             raise
-        return QuantizeResult(
-            plan,
-            plan.fallbacks,
-            sum(t.n_elements for t in tensors),
-            sum(ggml_type(plan[t.name]).nbytes(t.n_elements) for t in tensors),
-        )
+        return [
+            QuantizeResult(
+                plan,
+                plan.fallbacks,
+                sum(t.n_elements for t in tensors),
+                sum(ggml_type(plan[t.name]).nbytes(t.n_elements) for t in tensors),
+            )
+            for plan in plans
+        ]
     finally:
         f.close()
 
 
-def _tensor_data(f, tensors, plan, im: Imatrix | None, workers: int | None) -> Iterator[tuple]:
-    """(tensor, bytes to write) in file order: copied, or quantized to the plan's type.
+_PRECISION_SUFFIX = re.compile(r"[-_.](f32|f16|bf16)$", re.IGNORECASE)
+
+
+def batch_quantize(
+    src: str | os.PathLike[str],
+    types: Sequence[str],
+    out_dir: str | os.PathLike[str],
+    imatrix: str | os.PathLike[str] | None = None,
+    progress: ProgressFn | None = None,
+    workers: int | None = None,
+    ray: str | None = None,
+) -> dict[str, QuantizeResult]:
+    """Several quantizations of one model into ``out_dir``, the source read once:
+    ``model-f16.gguf`` with types ``q4_k_m, q8_0`` gives ``model-Q4_K_M.gguf`` and
+    ``model-Q8_0.gguf`` (the usual Hub naming).  Returns {path: result}."""
+    stem = _PRECISION_SUFFIX.sub("", Path(src).name.removesuffix(".gguf"))
+    names = [recipes.file_type(t).name for t in types]
+    paths = [os.path.join(out_dir, f"{stem}-{name}.gguf") for name in names]
+    os.makedirs(out_dir, exist_ok=True)
+    results = quantize_files(src, dict(zip(names, paths)), imatrix, progress, workers, ray)
+    return dict(zip(paths, results))
+
+
+def _start(w: gguf.Writer, f: gguf.GGUFFile, tensors, plan) -> gguf.Writer:
+    """Every KV of the input but ``split.*``, and the output's tensor infos."""
+    for key in f.metadata:
+        if not key.startswith("split."):
+            w.add(key, f.metadata[key], type=f.metadata_type(key))
+    for t in tensors:
+        w.add_tensor_info(t.name, plan[t.name], t.shape)
+    return w
+
+
+def _tail(w: gguf.Writer, meta, ftype_id: int, im: Imatrix | None) -> None:
+    """The keys llama-quantize sets last (gguf_set_val_*: remove, then append)."""
+    for key, value, vtype in _tail_kvs(ftype_id, im):
+        if key in meta:
+            w.remove(key)
+        w.add(key, value, type=vtype)
+
+
+def _tensor_data(
+    f, tensors, plans, im: Imatrix | None, workers: int | None, cluster
+) -> Iterator[tuple]:
+    """(tensor, bytes to write per output) in file order: copied, or quantized to
+    each plan's type.
 
     Consecutive tensors are quantized together, a window of at most
     :data:`WINDOW_BYTES` of output at a time: the row spans of all of them go
-    to the quantization thread pool at once, so a model of many small tensors
-    keeps every worker busy (one tensor of a few spans could not).
+    to the thread pool (or the cluster) at once, so a model of many small
+    tensors keeps every worker busy (one tensor of a few spans could not).
     """
     nw = workers_count(workers)
-    window: list = []
-    size = 0
-    for t in tensors:
-        new = plan[t.name]
-        nbytes = 0 if new == t.ggml_type.name else ggml_type(new).nbytes(math.prod(t.shape))
-        if window and size + nbytes > WINDOW_BYTES:
-            yield from _quantize_window(f, window, plan, im, nw)
-            window, size = [], 0
-        window.append(t)
-        size += nbytes
-    if window:
-        yield from _quantize_window(f, window, plan, im, nw)
+
+    def out_bytes(t) -> int:  # every plan that quantizes t holds its own output
+        types = [p[t.name] for p in plans if p[t.name] != t.ggml_type.name]
+        return sum(ggml_type(new).nbytes(t.n_elements) for new in types)
+
+    for window in batches(tensors, out_bytes, WINDOW_BYTES):
+        yield from _quantize_window(f, window, plans, im, nw, cluster)
 
 
-def _quantize_window(f, window, plan, im: Imatrix | None, nw: int) -> Iterator[tuple]:
-    """Quantize the tensors of ``window`` on ``nw`` threads; yield all of them in order."""
-    items: list[tuple[int, int, int, int]] = []  # (tensor, expert, first row, end row)
-    layout: dict[int, tuple] = {}  # tensor -> (offset, rows per expert, row bytes, weights)
-    total = 0
+def _quantize_window(f, window, plans, im: Imatrix | None, nw: int, cluster) -> Iterator[tuple]:
+    """Quantize the tensors of ``window`` to every plan's type, on ``nw`` threads or on
+    the cluster; yield all of them in order."""
+    spans_: list[_Span] = []
+    outs: dict[tuple[int, int], np.ndarray] = {}  # (tensor, plan) -> its output bytes
     for j, t in enumerate(window):
-        new = plan[t.name]
-        if new == t.ggml_type.name:
+        targets = [(i, p[t.name]) for i, p in enumerate(plans) if p[t.name] != t.ggml_type.name]
+        if not targets:
             continue
         n = t.shape[-1]
         experts = t.shape[0] if len(t.shape) == 3 else 1
@@ -210,32 +285,128 @@ def _quantize_window(f, window, plan, im: Imatrix | None, nw: int) -> Iterator[t
         weights = []
         for k in range(experts):  # quantize()'s checks, before anything is computed
             ek = None if e is None else e[k]
-            quantize(np.zeros((0, n), np.float32), new, ek, name=t.name)
+            for _, new in targets:
+                quantize(np.zeros((0, n), np.float32), new, ek, name=t.name)
             weights.append(check_imatrix(ek, n, t.name))
-        step = chunk_rows(n, nw, None, codec(new).quantize_temp_bytes)
-        for k in range(experts):
-            items += [(j, k, r0, r1) for r0, r1 in spans(rows, step, nw, max(1, MIN_CHUNK // n))]
-        row_bytes = ggml_type(new).nbytes(n)
-        layout[j] = (total, rows, row_bytes, weights)
-        total += experts * rows * row_bytes
-    out = np.empty(total, np.uint8)
-
-    def task(item: tuple[int, int, int, int]) -> None:
-        j, k, r0, r1 = item
-        t = window[j]
-        off, rows, row_bytes, weights = layout[j]
-        src = f.numpy(t.name).reshape(-1, t.shape[-1])  # a view: only these rows are read
-        x = np.ascontiguousarray(src[k * rows + r0 : k * rows + r1], dtype=np.float32)
-        dst = out[off + (k * rows + r0) * row_bytes : off + (k * rows + r1) * row_bytes]
-        quantize_task(plan[t.name], x, weights[k], r0, t.name, 1, dst.reshape(r1 - r0, row_bytes))
-
-    run(items, task, nw)
+        temp = max(codec(new).quantize_temp_bytes for _, new in targets)
+        if cluster is None:
+            step = chunk_rows(n, nw, None, temp)
+            cuts = spans(rows, step, nw, max(1, MIN_CHUNK // n))
+        else:  # tasks of about CLUSTER_TASK_ELEMENTS, within the memory budget
+            step = max(1, min(chunk_rows(n, 1, None, temp), CLUSTER_TASK_ELEMENTS // n))
+            cuts = spans(rows, step)
+        for i, new in targets:
+            outs[j, i] = np.empty((experts * rows, ggml_type(new).nbytes(n)), np.uint8)
+        spans_ += [
+            _Span(j, t.name, t.shape, t.ggml_type.name, k, rows, r0, r1, targets, weights[k])
+            for k in range(experts)
+            for r0, r1 in cuts
+        ]
+    if cluster is None:
+        run(spans_, lambda s: s.quantize(f, s.slices(outs)), nw)
+    else:
+        _run_on_cluster(cluster, spans_, outs)
     for j, t in enumerate(window):
-        if j not in layout:
-            yield t, f.tensor_bytes(t.name)
-            continue
-        off, rows, row_bytes, _ = layout[j]
-        yield t, out[off : off + math.prod(t.shape[:-1]) * row_bytes]
+        yield (
+            t,
+            [
+                f.tensor_bytes(t.name) if (j, i) not in outs else outs[j, i].reshape(-1)
+                for i in range(len(plans))
+            ],
+        )
+
+
+class _Span(NamedTuple):
+    """Rows [r0, r1) of expert k of one tensor, to quantize to every target type."""
+
+    tensor: int  # index in the window
+    name: str
+    shape: tuple[int, ...]
+    source_type: str
+    expert: int
+    rows: int  # rows per expert
+    r0: int
+    r1: int
+    targets: list[tuple[int, str]]  # (output, ggml type)
+    weights: np.ndarray | None  # the expert's importance-matrix weights
+
+    def slices(self, outs: Mapping[tuple[int, int], np.ndarray]) -> list[np.ndarray]:
+        """This span's rows of each target's output."""
+        return [
+            outs[self.tensor, i][self.lo : self.lo + self.r1 - self.r0] for i, _ in self.targets
+        ]
+
+    @property
+    def lo(self) -> int:
+        """First row in the tensor's flat [rows of all experts, n] view."""
+        return self.expert * self.rows + self.r0
+
+    def quantize(self, f: gguf.GGUFFile, dests: list[np.ndarray]) -> None:
+        """Read the rows once; quantize them to each target type, into ``dests``."""
+        src = f.numpy(self.name).reshape(-1, self.shape[-1])  # a view: only these rows are read
+        x = np.ascontiguousarray(src[self.lo : self.lo + self.r1 - self.r0], dtype=np.float32)
+        for (_, new), dest in zip(self.targets, dests):
+            quantize_task(new, x, self.weights, self.r0, self.name, 1, dest)
+
+
+#: Elements of source per cluster task: big enough that a task's work dwarfs
+#: Ray's per-task cost (~1 ms), small enough that a window spreads over many nodes.
+CLUSTER_TASK_ELEMENTS = 1 << 22
+
+
+def _run_on_cluster(cluster, spans_: list[_Span], outs) -> None:
+    """The window's spans as cluster tasks of about CLUSTER_TASK_ELEMENTS each;
+    every result is copied into its slice of ``outs``, whatever the order they
+    arrive in."""
+    address, path, size = cluster
+    groups = batches(spans_, lambda s: (s.r1 - s.r0) * s.shape[-1], CLUSTER_TASK_ELEMENTS)
+    args = [(path, size, group) for group in groups]
+    for g, results in map_tasks(address, cluster_task, args):
+        for s, out in zip(groups[g], results):
+            for dest, q in zip(s.slices(outs), out):
+                dest[...] = q
+
+
+_worker_file: dict[tuple[str, int], gguf.GGUFFile] = {}
+
+
+def cluster_task(path: str, size: int, group: list[_Span]) -> list[list[np.ndarray]]:
+    """What a cluster node runs: quantize ``group``'s spans of the GGUF at ``path``
+    (which must be the ``size``-byte file the driver planned), one array per
+    span and target type."""
+    f = _worker_file.get((path, size))
+    if f is None:
+        found = os.path.getsize(path)
+        if found != size:
+            raise ClusterSourceMismatch(
+                "the worker sees another file than the driver",
+                path=path,
+                field="file size",
+                expected=size,
+                found=found,
+            )
+        for old in _worker_file.values():
+            old.close()
+        _worker_file.clear()
+        f = _worker_file[path, size] = gguf.read(path)
+    results = []
+    for s in group:
+        t = f.tensor(s.name)
+        if t.shape != s.shape or t.ggml_type.name != s.source_type:
+            raise ClusterSourceMismatch(
+                "the worker sees another tensor than the driver",
+                path=path,
+                field=f"tensor {s.name!r}",
+                expected=f"{s.source_type} {s.shape}",
+                found=f"{t.ggml_type.name} {t.shape}",
+            )
+        dests = [
+            np.empty((s.r1 - s.r0, ggml_type(new).nbytes(s.shape[-1])), np.uint8)
+            for _, new in s.targets
+        ]
+        s.quantize(f, dests)
+        results.append(dests)
+    return results
 
 
 def _tail_kvs(ftype_id: int, im: Imatrix | None) -> list[tuple[str, object, str]]:
