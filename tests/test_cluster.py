@@ -15,6 +15,7 @@ import pytest
 
 from support.hf_models import mixtral
 from support.ray_cluster import can_isolate, run_isolated
+from support.recipe_models import write_nan_model
 from weightsmith import gguf
 from weightsmith.convert import hf_to_gguf
 from weightsmith.errors import MissingDependencyError
@@ -100,13 +101,7 @@ def cluster_run(source, tmp_path_factory):
         pytest.fail("this machine cannot make a network namespace (unshare --net as root)")
     work = tmp_path_factory.mktemp("ray")
     (work / "src.gguf").symlink_to(source)
-    w = gguf.Writer(work / "nan.gguf")
-    w.add("general.architecture", "llama")
-    x = np.zeros((64, 256), np.float32)
-    x[41, 7] = np.nan
-    w.add_tensor_info("blk.0.ffn_up.weight", "F32", x.shape)
-    w.write_tensor("blk.0.ffn_up.weight", x)
-    w.close()
+    write_nan_model(work / "nan.gguf")
     mixtral(work / "mixtral")
     r = run_isolated(["-m", "support.ray_job", str(work)], timeout=900)
     results_file = work / "results.json"

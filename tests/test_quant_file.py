@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from support.recipe_models import ModelSpec, write_model
-from weightsmith import gguf
+from support.recipe_models import ModelSpec, write_model, write_nan_model
 from weightsmith.errors import NonFiniteInput
 from weightsmith.quant import file as _file
 from weightsmith.quant.file import quantize_file
@@ -51,13 +50,7 @@ def test_progress_reports_every_tensor(f32_model, tmp_path) -> None:
 
 def test_nan_is_named_with_workers(tmp_path) -> None:
     src = tmp_path / "nan.gguf"
-    w = gguf.Writer(src)
-    w.add("general.architecture", "llama")
-    x = np.zeros((64, 256), np.float32)
-    x[41, 7] = np.nan
-    w.add_tensor_info("blk.0.ffn_up.weight", "F32", x.shape)
-    w.write_tensor("blk.0.ffn_up.weight", x)
-    w.close()
+    write_nan_model(src)
     for workers in (1, 2):
         with pytest.raises(NonFiniteInput, match="row 41, column 7"):
             quantize_file(src, tmp_path / f"out{workers}.gguf", "Q4_K_M", workers=workers)

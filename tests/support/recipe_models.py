@@ -14,6 +14,8 @@ from pathlib import Path
 import gguf
 import numpy as np
 
+from weightsmith.gguf import Writer
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -134,3 +136,14 @@ def llama_quantize(
     types = {t.name: t.tensor_type.name for t in reader.tensors}
     del reader
     return types
+
+
+def write_nan_model(path: Path) -> None:
+    """One F32 weight with a NaN at row 41, column 7: what every quantizer must refuse."""
+    w = Writer(path)
+    w.add("general.architecture", "llama")
+    x = np.zeros((64, 256), np.float32)
+    x[41, 7] = np.nan
+    w.add_tensor_info("blk.0.ffn_up.weight", "F32", x.shape)
+    w.write_tensor("blk.0.ffn_up.weight", x)
+    w.close()
