@@ -15,6 +15,11 @@ What the folder holds (as that script writes it):
 
 Everything is checked and built in memory or in a temp folder beside ``dst`` first;
 the folder then appears by one rename (an existing folder is replaced as a whole).
+
+:func:`meta_to_gguf` writes the GGUF of that folder in one pass, without the folder:
+the merged tensors (cast to the folder's bf16) stream into the HF -> GGUF plan, and
+the small files are a :class:`zipfile.Path` over an in-memory archive that the HF
+route's readers read as they would the folder.
 """
 
 from __future__ import annotations
