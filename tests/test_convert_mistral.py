@@ -61,6 +61,17 @@ def test_byte_identical_to_llama_cpps_mistral_format(converted, outtype):
     assert ours.read_bytes() == ref.read_bytes()
 
 
+def test_yarn_and_v3_byte_identical(tmp_path):
+    """params.json's yarn block (MistralModel.set_mistral_config's rope rows) and a v3
+    tokenizer (its built-in chat template name)."""
+    yarn = {"factor": 4.0, "beta": 32.0, "alpha": 1.0, "original_max_position_embeddings": 1024,
+            "apply_scale": True}  # fmt: skip
+    src = make_mistral_checkpoint(tmp_path / "Yarn-Tiny", params_extra={"yarn": yarn}, version="v3")
+    ours = tmp_path / "ours.gguf"
+    mistral_to_gguf(src, ours, "f16")
+    assert ours.read_bytes() == _oracle(src, tmp_path / "ref.gguf", "f16").read_bytes()
+
+
 def test_llama_cpp_runs_ours_like_the_oracle(converted, folder):
     import llama_cpp
     from mistral_common.tokens.tokenizers.tekken import Tekkenizer
@@ -120,7 +131,7 @@ def _copy(folder, tmp_path):
 def test_missing_tekken(folder, tmp_path):
     src = _copy(folder, tmp_path)
     (src / "tekken.json").unlink()
-    with pytest.raises(E.TokenizerFilesMissing, match="tekken.json"):
+    with pytest.raises(E.TokenizerFilesMissing, match=r"tekken\.json"):
         mistral_to_gguf(src, tmp_path / "out.gguf", "f16")
     _nothing_written(tmp_path / "out.gguf")
 
@@ -164,6 +175,11 @@ def test_malformed_tekken(folder, tmp_path):
         t["rank"] = i
     (src / "tekken.json").write_text(json.dumps(tj))
     with pytest.raises(E.TokenizerInconsistent, match="<pad>"):
+        mistral_to_gguf(src, tmp_path / "out.gguf", "f16")
+    tj = json.loads((folder / "tekken.json").read_text())
+    tj["config"]["default_vocab_size"] -= 1
+    (src / "tekken.json").write_text(json.dumps(tj))
+    with pytest.raises(E.ParamsShapeMismatch, match="default_vocab_size"):
         mistral_to_gguf(src, tmp_path / "out.gguf", "f16")
     tj = json.loads((folder / "tekken.json").read_text())
     tj["vocab"][300]["rank"] = 7

@@ -42,10 +42,13 @@ def write_tekken(folder: Path, version: str = "v7", cut: int = 8) -> int:
             "version": version,
         },
         "vocab": [
-            {"rank": i, "token_bytes": base64.b64encode(t).decode(),
-             "token_str": t.decode("utf-8", errors="replace")}
+            {
+                "rank": i,
+                "token_bytes": base64.b64encode(t).decode(),
+                "token_str": t.decode("utf-8", errors="replace"),
+            }
             for i, t in enumerate(ranks)
-        ],  # fmt: skip
+        ],
         "special_tokens": [
             {"rank": i, "token_str": s, "is_control": True} for i, s in enumerate(SPECIALS)
         ],

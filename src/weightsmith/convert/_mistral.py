@@ -123,6 +123,20 @@ def _check_tensors(d: Path, p: dict, shapes: dict[str, tuple[int, ...]]) -> None
         )  # fmt: skip
 
 
+def _vocab(d: Path, params: dict) -> list:
+    """tekken.json's rows, its size checked against the embeddings'."""
+    rows = tekken_metadata(d, MISTRAL_NATIVE.gguf_arch)
+    n = next(v for k, v, _ in rows if k == f"{MISTRAL_NATIVE.gguf_arch}.vocab_size")
+    if n != params["vocab_size"]:
+        raise E.ParamsShapeMismatch(
+            "tekken.json's vocabulary size contradicts the embeddings", path=d / "tekken.json",
+            field="config.default_vocab_size",
+            expected=f"vocab_size={params['vocab_size']} (params.json, tok_embeddings rows)",
+            found=n,
+        )  # fmt: skip
+    return rows
+
+
 def mistral_input(d: Path, stack: list, *, tokenizer: bool = True) -> ModelInput:
     """Mistral's original folder ``d`` as a conversion input (everything checked)."""
     if not d.is_dir():
@@ -147,7 +161,7 @@ def mistral_input(d: Path, stack: list, *, tokenizer: bool = True) -> ModelInput
         arch=MISTRAL_NATIVE,
         cfg=params,
         sources=sources,
-        vocab=lambda: tekken_metadata(d, MISTRAL_NATIVE.gguf_arch),
+        vocab=lambda: _vocab(d, params),
         name_or_path=False,  # no config.json: gguf-py reads no _name_or_path
     )
 
