@@ -24,6 +24,10 @@ rows not a multiple of 32); ``auto`` picks bf16/f16 from the first 2-D source te
 gives what ``llama_model_quantize`` gives on the reference's f32 file: the
 :func:`weightsmith.quant.recipes.plan` type per tensor, quantized from float32.
 
+Inputs: :func:`hf_to_gguf` reads a folder; Meta's and Mistral's original layouts
+(:mod:`._meta_to_hf`, :mod:`._mistral`) hand the same plan and writer a
+:class:`ModelInput` (config, weight sources, tokenizer rows) and get the same steps.
+
 Memory: only the tensor in flight is held: its float32 copy, the transformed copy
 and the quantized output (quantization temporaries are bounded by
 :data:`weightsmith.quant.MEMORY_BUDGET`).
