@@ -1,5 +1,7 @@
 """Meta original checkpoint -> HF folder: weightsmith's meta_to_hf vs transformers' own
-convert_llama_weights_to_hf.py (4.47.1, which torch.loads every shard), side by side.
+convert_llama_weights_to_hf.py (4.47.1, which torch.loads every shard), side by side;
+with ``--gguf``, -> GGUF f16: weightsmith's one-pass meta_to_gguf vs llama.cpp's legacy
+examples/convert_legacy_llama.py (the pinned sdist's converter for this layout).
 
 A Llama-2-shaped checkpoint (``--dim``, ``--layers``, vocab 32000) is written once in
 Meta's layout, split ``--shards`` ways, under --workdir.  Each side then runs in a fresh
@@ -8,7 +10,7 @@ medians of wall time, CPU time and peak RSS, the ratios, and our peak against th
 bound: 3 x the largest merged tensor in float32 + 256 MiB.  The import of each side's
 libraries is part of its time (a user runs the command once).
 
-    python benchmarks/bench_meta.py [--dim 2048] [--layers 4] [--shards 2] [--runs 3]
+    python benchmarks/bench_meta.py [--dim 2048] [--layers 4] [--shards 2] [--runs 3] [--gguf]
 """
 
 from __future__ import annotations
@@ -38,6 +40,21 @@ OURS = MEASURE.format(
     body="""
 from weightsmith.convert import meta_to_hf
 meta_to_hf(sys.argv[1], sys.argv[2], tokenizer=False)
+"""
+)
+
+OURS_GGUF = MEASURE.format(
+    body="""
+from weightsmith.convert import meta_to_gguf
+meta_to_gguf(sys.argv[1], sys.argv[2] + ".gguf", "f16")
+"""
+)
+
+LEGACY = MEASURE.format(
+    body="""
+sys.argv = [sys.argv[3], sys.argv[1], "--outtype", "f16", "--outfile", sys.argv[2] + ".gguf"]
+import runpy
+runpy.run_path(sys.argv[0], run_name="__main__")
 """
 )
 
@@ -120,6 +137,7 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--workdir", default="/tmp/weightsmith-bench-meta")
+    ap.add_argument("--gguf", action="store_true", help="-> GGUF f16 against the legacy script")
     args = ap.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     import os
@@ -135,20 +153,31 @@ def main() -> None:
     site = str(script.parent / "site")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([site, os.environ.get("PYTHONPATH", "")]),
            "USE_TF": "0", "USE_FLAX": "0", "USE_JAX": "0", "HF_HUB_OFFLINE": "1"}  # fmt: skip
+    if args.gguf:
+        from support.llama_sdist import llama_cpp_root
+
+        root = llama_cpp_root()
+        script = root / "examples" / "convert_legacy_llama.py"
+        env = {**os.environ, "PYTHONPATH": str(root / "gguf-py")}
     ours, oracle = [], []
     for i in range(args.runs):
         for name, sink in (("ours", ours), ("oracle", oracle)):
             dst = work / f"{name}{i}"
             if name == "ours":
-                sink.append(run(OURS, str(src), str(dst)))
+                sink.append(run(OURS_GGUF if args.gguf else OURS, str(src), str(dst)))
+            elif args.gguf:
+                sink.append(run(LEGACY, str(src), str(dst), str(script), env=env))
             else:
                 sink.append(run(ORACLE, str(src), str(dst), str(script), str(args.shards), env=env))
             shutil.rmtree(dst, ignore_errors=True)
+            Path(str(dst) + ".gguf").unlink(missing_ok=True)
 
     def med(rows: list[dict], key: str) -> float:
         return statistics.median(r[key] for r in rows)
 
     bound = 3 * largest * 4 + (256 << 20)
+    what = "-> GGUF f16, oracle = convert_legacy_llama.py" if args.gguf else "-> HF folder"
+    print(what)
     print(f"checkpoint: {size / 2**20:.0f} MiB in {args.shards} shards, dim {args.dim}, "
           f"{args.layers} layers; largest merged tensor {largest * 4 / 2**20:.0f} MiB as f32")  # fmt: skip
     for key, unit, scale in (("seconds", "s", 1), ("cpu", "s", 1), ("peak_rss", "MiB", 2**-20)):

@@ -379,3 +379,33 @@ def test_gguf_tensors_equal_llama_cpps_legacy_converter(built, tmp_path, outtype
             if norm(a.metadata.get(k, "<absent>")) != norm(b.metadata.get(k, "<absent>"))
         }  # fmt: skip
         assert differ <= LEGACY_DIFFERENCES, differ - LEGACY_DIFFERENCES
+
+
+@pytest.mark.parametrize(("generation", "shards"), [("2", 1), ("2", 2), ("3.1", 2)])
+def test_one_pass_gguf_is_the_hf_folders_gguf(built, tmp_path, monkeypatch, generation, shards):
+    """meta_to_gguf streams the merged shards straight into the HF -> GGUF plan (no
+    folder written); the file is byte for byte what converting meta_to_hf's folder gives."""
+    import hashlib
+
+    from weightsmith.convert import hf_to_gguf, meta_to_gguf
+    from weightsmith.convert.tokenizer import _to_gguf
+
+    src, _, _ = built(generation, shards)
+    hf = tmp_path / "two-pass" / src.name  # the same folder name: the same general.name
+    meta_to_hf(src, hf)
+    if generation.startswith("3"):
+        # real Llama 3 tokenizers fingerprint as llama-bpe, which the one-pass route takes
+        # from the generation; the tiny one here has an unknown fingerprint, so the
+        # two-pass reference is told that it is llama-bpe
+        tok = _to_gguf._HFTokenizer(hf)
+        digest = hashlib.sha256(str(tok.encode(_to_gguf.CHKTXT)).encode()).hexdigest()
+        assert digest not in _to_gguf.PRE_BY_HASH
+        monkeypatch.setitem(_to_gguf.PRE_BY_HASH, digest, "llama-bpe")
+    types = ["f16", "q8_0", "q4_k_m"] if generation == "2" else ["q8_0"]
+    for t in types:
+        one, two = tmp_path / f"one-{t}.gguf", tmp_path / f"two-{t}.gguf"
+        meta_to_gguf(src, one, t)
+        hf_to_gguf(hf, two, t)
+        assert one.read_bytes() == two.read_bytes(), t
+    # nothing but the GGUF files was written beside them
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
 from typing import Any
 
 from .errors import FormatError
@@ -46,10 +47,15 @@ def read_json(
     pairs: bool = False,
     expected: str = "a JSON file",
 ) -> Any:
-    """The JSON value in ``path``, or ``error`` naming the file and what went wrong."""
+    """The JSON value in ``path``, or ``error`` naming the file and what went wrong.
+
+    ``path`` may also be a :class:`zipfile.Path` (a file held in memory)."""
     try:
-        with open(path, "rb") as f:
-            text = f.read().decode("utf-8")
+        if isinstance(path, zipfile.Path):
+            text = path.read_bytes().decode("utf-8")
+        else:
+            with open(path, "rb") as f:
+                text = f.read().decode("utf-8")
         return json.loads(text, object_pairs_hook=Pairs if pairs else None)
     # ValueError: bad JSON or UTF-8, or an integer past int()'s digit limit
     except (OSError, ValueError, RecursionError) as exc:

@@ -174,7 +174,7 @@ The catalogue, in pipeline order (bases in parentheses)::
       UnsupportedTargetDtype (ConvertError): A dtype to convert or cast tensors to that is not one of the float codes allowed there
       UnsupportedComparison (ConvertError): Values to compare from files we do not read values from (remote, PyTorch)
       UnknownLlamaGeneration (ConvertError): A Meta original checkpoint whose Llama generation is neither given nor recognisable
-      ParamsShapeMismatch (ConvertError): Meta's ``params.json`` (or its tokenizer) contradicts the shapes of the checkpoint's tensors
+      ParamsShapeMismatch (ConvertError): Meta's or Mistral's ``params.json`` (or its tokenizer) contradicts the shapes of the checkpoint's tensors
       TokenizerError (FormatError): A tokenizer folder or the tokenizer.ggml.* metadata of a GGUF cannot be converted
       TokenizerFilesMissing (TokenizerError): No tokenizer.json / tokenizer.model usable for the architecture, or a GGUF without tokenizer keys
       TokenizerInconsistent (TokenizerError): Tokenizer files contradict each other or themselves (bad JSON, wrong types, ids out of range)
@@ -836,7 +836,7 @@ class UnknownLlamaGeneration(ConvertError):
 
 
 class ParamsShapeMismatch(ConvertError):
-    """Meta's ``params.json`` (or its tokenizer) contradicts the shapes of the checkpoint's tensors."""
+    """Meta's or Mistral's ``params.json`` (or its tokenizer) contradicts the shapes of the checkpoint's tensors."""
 
 
 class TokenizerError(FormatError):

@@ -63,17 +63,27 @@ LLAMA3_PATTERN = (
 
 def write_tiktoken(folder: Path) -> int:
     """A tiktoken ranks file: the 256 bytes, then the merges of a byte-level BPE trained here."""
+    ranks = bpe_ranks(LLAMA3_PATTERN)
+    lines = [f"{base64.b64encode(t).decode()} {i}" for i, t in enumerate(ranks)]
+    (folder / "tokenizer.model").write_text("\n".join(lines) + "\n")
+    return len(ranks) + 256
+
+
+def bpe_ranks(pattern: str, vocab_size: int = 600) -> list[bytes]:
+    """tiktoken-style ranks: the 256 bytes, then the merges of a byte-level BPE trained
+    here on TEXT, split by ``pattern`` first."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated"),
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])  # fmt: skip
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=600, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
-    )
+        vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )  # fmt: skip
     tok.train_from_iterator(TEXT, trainer)
     merges = json.loads(tok.to_str())["model"]["merges"]
     # byte-level characters -> bytes
@@ -92,9 +102,7 @@ def write_tiktoken(folder: Path) -> int:
         if token not in seen:
             seen.add(token)
             ranks.append(token)
-    lines = [f"{base64.b64encode(t).decode()} {i}" for i, t in enumerate(ranks)]
-    (folder / "tokenizer.model").write_text("\n".join(lines) + "\n")
-    return len(ranks) + 256
+    return ranks
 
 
 def make_meta_checkpoint(

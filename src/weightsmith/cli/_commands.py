@@ -15,8 +15,10 @@ from ..convert import (
     gguf_to_hf,
     hf_to_gguf,
     is_meta_dir,
+    is_mistral_dir,
     meta_to_gguf,
     meta_to_hf,
+    mistral_to_gguf,
     safetensors_to_safetensors,
     torch_to_safetensors,
 )
@@ -244,6 +246,11 @@ def cmd_convert(args: argparse.Namespace) -> int:
         kw.update(_gguf_options(args))
         if args.llama_version:
             kw["llama_version"] = args.llama_version
+    elif not _hf_folder(args.src) and is_mistral_dir(args.src) and dst == "gguf":
+        # Mistral's original layout (an HF folder beside it, with config.json, wins)
+        _reject(args, "Mistral original -> GGUF", "--llama-version")
+        fn = mistral_to_gguf
+        kw.update(_gguf_options(args))
     elif src == "pytorch" and dst in ("safetensors", "folder"):
         what = ".pth -> safetensors (dtypes are kept)"
         _reject(args, what, "--type", "--imatrix", "--no-tokenizer")

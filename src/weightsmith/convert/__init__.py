@@ -23,6 +23,8 @@ _LAZY = {
     "MetaConversion": "weightsmith.convert._meta_to_hf",
     "MetaCheckpoint": "weightsmith.convert._meta",
     "is_meta_dir": "weightsmith.convert._meta",
+    "mistral_to_gguf": "weightsmith.convert._mistral",
+    "is_mistral_dir": "weightsmith.convert._mistral",
 }
 
 __all__ = list(_LAZY)

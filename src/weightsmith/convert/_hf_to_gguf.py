@@ -24,6 +24,10 @@ rows not a multiple of 32); ``auto`` picks bf16/f16 from the first 2-D source te
 gives what ``llama_model_quantize`` gives on the reference's f32 file: the
 :func:`weightsmith.quant.recipes.plan` type per tensor, quantized from float32.
 
+Inputs: :func:`hf_to_gguf` reads a folder; Meta's and Mistral's original layouts
+(:mod:`._meta_to_hf`, :mod:`._mistral`) hand the same plan and writer a
+:class:`ModelInput` (config, weight sources, tokenizer rows) and get the same steps.
+
 Memory: only the tensor in flight is held: its float32 copy, the transformed copy
 and the quantized output (quantization temporaries are bounded by
 :data:`weightsmith.quant.MEMORY_BUDGET`).
@@ -197,6 +201,13 @@ def _safetensors_sources(d: Path, stack: list) -> list[_Source] | None:
                 out.append(_Source(name, tuple(info.shape), info.dtype.name,
                                    lambda n=name, c=ck: np.asarray(c.get_tensor(n))))  # fmt: skip
         return out
+    return file_sources(d, parts, stack)
+
+
+def file_sources(d: Path, parts: list[str], stack: list) -> list[_Source]:
+    """The tensors of the safetensors files ``parts`` in ``d``, in the reference's order
+    (files as listed, names sorted within each)."""
+    out: list[_Source] = []
     for fname in parts:
         f = safe_open(d / fname, framework="np", mmap=False)
         stack.append(f)
@@ -313,6 +324,7 @@ def _n_vocab(d: Path, vocab: list) -> int | None:
 
 @dataclass
 class _Plan:
+    input: ModelInput
     arch: Arch
     cfg: dict
     ctx: dict
@@ -341,19 +353,75 @@ def plan_conversion(src: str | os.PathLike[str], type: str = "auto", *, imatrix:
             h.close()
 
 
-def _plan(
-    d: Path, type: str, stack: list, *, has_imatrix: bool = False, tokenizer: bool = True
-) -> _Plan:
+@dataclass
+class ModelInput:
+    """What one conversion reads: the model's config, weights and tokenizer.
+
+    ``folder`` holds the small files (``config.json``, ``generation_config.json``,
+    ``README.md``, tokenizer files) the metadata comes from: the model folder, or a
+    :class:`zipfile.Path` over files built in memory (the Meta route: no folder is
+    written).  ``given`` is the path as the user gave it (provenance);
+    ``name_or_path``: False when there is no ``config.json`` whose ``_name_or_path``
+    gguf-py would read (Mistral's original layout).  ``vocab`` builds the
+    ``tokenizer.*`` rows, ``n_vocab`` the tokenizer size for registry entries that cut
+    the embeddings to it.
+    """
+
+    folder: Any
+    given: str
+    arch: Arch
+    cfg: dict
+    sources: list[_Source]
+    vocab: Callable[[], list]
+    n_vocab: Callable[[list], int | None] = lambda vocab: None
+    name_or_path: bool = True
+
+
+def hf_input(
+    d: Any,
+    stack: list,
+    *,
+    sources: list[_Source] | None = None,
+    pre: str | None = None,
+    given: str | None = None,
+) -> ModelInput:
+    """The HF folder ``d`` (a Path, or a :class:`zipfile.Path` of files held in memory)
+    as a conversion input; ``sources`` replace the folder's weights, ``pre`` names the
+    BPE pre-tokenizer instead of fingerprinting it."""
     cfg = _read_config(d)
     cfg_path = d / "config.json"
     arch = _arch(cfg, cfg_path)
     cfg = arch.config(cfg)
     _check_config(cfg, arch, cfg_path)
-    sources = _sources(d, stack)
-    vocab = vocab_metadata(d, cfg, route=arch.tokenizer.get("vocab")) if tokenizer else []
+    if sources is None:
+        sources = _sources(d, stack)
+    route = arch.tokenizer.get("vocab")
+    return ModelInput(
+        folder=d,
+        given=os.fspath(d) if given is None else given,
+        arch=arch,
+        cfg=cfg,
+        sources=sources,
+        vocab=lambda: vocab_metadata(d, cfg, route=route, pre=pre),
+        n_vocab=lambda vocab: _n_vocab(d, vocab),
+    )
+
+
+def _plan(
+    d: Path, type: str, stack: list, *, has_imatrix: bool = False, tokenizer: bool = True
+) -> _Plan:
+    return plan_input(hf_input(d, stack), type, has_imatrix=has_imatrix, tokenizer=tokenizer)
+
+
+def plan_input(
+    m: ModelInput, type: str, *, has_imatrix: bool = False, tokenizer: bool = True
+) -> _Plan:
+    """The output plan of ``m`` for the file type ``type`` (no data read)."""
+    arch, cfg, sources = m.arch, m.cfg, m.sources
+    vocab = m.vocab() if tokenizer else []
     ctx: dict[str, Any] = {}
     if arch.vocab_rows:
-        ctx["n_vocab"] = _n_vocab(d, vocab)
+        ctx["n_vocab"] = m.n_vocab(vocab)
     ot, ft = _resolve_type(type, sources)
 
     tensors: list[TensorPlan] = []
@@ -361,8 +429,8 @@ def _plan(
         arr = fn(cfg)
         if arr is not None:
             tensors.append(TensorPlan(gname, arr.shape, "F32", make=lambda a=arr: a))
-    tensors.extend(_weight_plan(arch, sources, cfg, ctx, d))
-    _check_shapes(tensors, cfg, arch, d)
+    tensors.extend(_weight_plan(arch, sources, cfg, ctx, m.folder))
+    _check_shapes(tensors, cfg, arch, m.folder)
 
     if ft is None:
         for tp in tensors:
@@ -370,12 +438,13 @@ def _plan(
         file_type_id = FILE_TYPES[_OUTTYPES[ot]].id
         type_name = ot
     else:
-        n_head, n_kv = head_counts(cfg) if "num_attention_heads" in cfg else (1, 1)
+        has_heads = first(cfg, ("num_attention_heads", "n_heads")) is not None
+        n_head, n_kv = head_counts(cfg) if has_heads else (1, 1)
         types = recipe_plan(
             [(tp.name, _ggml_dims(tp.shape)) for tp in tensors],
             ft,
             arch=arch.gguf_arch,
-            n_layer=cfg.get("num_hidden_layers"),
+            n_layer=first(cfg, ("num_hidden_layers", "n_layers")),
             n_head=n_head,
             n_head_kv=n_kv,
             n_expert=_n_expert(cfg),
@@ -387,7 +456,7 @@ def _plan(
         tensors.sort(key=lambda tp: (_layer(tp.name), tp.name))
         file_type_id = ft.id
         type_name = ft.name.lower()
-    return _Plan(arch, cfg, ctx, tensors, type_name, file_type_id, vocab)
+    return _Plan(m, arch, cfg, ctx, tensors, type_name, file_type_id, vocab)
 
 
 def _weight_plan(arch: Arch, sources: list[_Source], cfg: dict, ctx: dict, d: Path):
@@ -466,13 +535,15 @@ def _check_shapes(tensors: list[TensorPlan], cfg: dict, arch: Arch, d: Path) -> 
 # --------------------------------------------------------------------------- metadata
 
 
-def _metadata(p: _Plan, d: Path, name: str | None, given: str) -> list[tuple[str, Any, Any]]:
+def _metadata(p: _Plan, name: str | None) -> list[tuple[str, Any, Any]]:
     """The KVs in file order.  The reference converter writes ``general.file_type`` among
     the arch rows and ``general.quantization_version`` before the tokenizer; for the
     llama-quantize types both move to the end, where ``llama_model_quantize`` re-sets
     them (gguf's set removes a key and appends it)."""
     rows: list[tuple[str, Any, Any]] = [("general.type", "model", VT.STRING)]
-    rows += provenance_rows(d, given, [(t.name, t.shape) for t in p.tensors], name)
+    m = p.input
+    shapes = [(t.name, t.shape) for t in p.tensors]
+    rows += provenance_rows(m.folder, m.given, shapes, name, name_or_path=m.name_or_path)
     file_type = ("general.file_type", p.file_type, VT.UINT32)
     qversion = ("general.quantization_version", QUANTIZATION_VERSION, VT.UINT32)
     quantized = p.type_name not in _OUTTYPES
@@ -668,51 +739,74 @@ def hf_to_gguf(
     to) whose nodes read and encode the tensors (``src`` on a path every node
     sees); the file is byte-identical to the one made here.
     """
-    d = Path(src)
-    dst = Path(dst)
     stack: list = []
     try:
         im = read_imatrix(imatrix) if imatrix is not None else None
-        p = _plan(d, type, stack, has_imatrix=im is not None, tokenizer=tokenizer)
-        rows = _metadata(p, d, name, os.fspath(src))
-        if im is not None:
-            rows.extend(im.gguf_rows())
-        target = dst if split_max_size is None else _unsplit_path(dst)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        total = sum(_out_nbytes(tp) for tp in p.tensors)
-        w = Writer(target, arch=p.arch.gguf_arch)
-        with w:
-            for k, v, t in rows:
-                w.add(k, v, t)
-            for tp in p.tensors:
-                w.add_tensor_info(tp.name, tp.type, tp.shape)
-            if ray is None:
-                data = ((tp, b) for tp in p.tensors for b in _encoded(tp, p, im, workers))
-            else:
-                job = (ray, os.path.abspath(d), type, imatrix and os.path.abspath(imatrix))
-                data = _cluster_data(p, (*job, tokenizer))
-            done = i = part = 0
-            for tp, b in data:
-                w.write_tensor_chunk(tp.name, b)
-                part += b.nbytes
-                if part == _out_nbytes(tp):  # the tensor's last chunk
-                    done, i, part = done + part, i + 1, 0
-                    if progress is not None:
-                        progress(done, total, i, len(p.tensors))
-        files = [str(dst)]
-        if split_max_size is not None:
-            files = _split(target, dst, split_max_size)
-        return ConversionResult(
-            files=files,
-            architecture=p.arch.gguf_arch,
-            type=p.type_name,
-            file_type=p.file_type,
-            tensor_types={tp.name: tp.type for tp in p.tensors},
-            n_params=sum(int(np.prod(tp.shape)) for tp in p.tensors),
-        )
+        m = hf_input(Path(src), stack, given=os.fspath(src))
+        cluster = None
+        if ray is not None:  # the nodes plan the folder again themselves
+            cluster = (ray, os.path.abspath(src), type, imatrix and os.path.abspath(imatrix))
+        return convert_input(
+            m, dst, type, im=im, split_max_size=split_max_size, workers=workers,
+            progress=progress, name=name, tokenizer=tokenizer, cluster=cluster,
+        )  # fmt: skip
     finally:
         for h in stack:
             h.close()
+
+
+def convert_input(
+    m: ModelInput,
+    dst: str | os.PathLike[str],
+    type: str = "auto",
+    *,
+    im: Imatrix | None = None,
+    split_max_size: int | str | None = None,
+    workers: int | None = None,
+    progress: ProgressFn | None = None,
+    name: str | None = None,
+    tokenizer: bool = True,
+    cluster: tuple | None = None,
+) -> ConversionResult:
+    """Write the GGUF file ``dst`` for the conversion input ``m`` (see :func:`hf_to_gguf`);
+    ``cluster``: ``(ray address, HF folder, type, imatrix path)`` to encode on a Ray cluster."""
+    dst = Path(dst)
+    p = plan_input(m, type, has_imatrix=im is not None, tokenizer=tokenizer)
+    rows = _metadata(p, name)
+    if im is not None:
+        rows.extend(im.gguf_rows())
+    target = dst if split_max_size is None else _unsplit_path(dst)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    total = sum(_out_nbytes(tp) for tp in p.tensors)
+    w = Writer(target, arch=p.arch.gguf_arch)
+    with w:
+        for k, v, t in rows:
+            w.add(k, v, t)
+        for tp in p.tensors:
+            w.add_tensor_info(tp.name, tp.type, tp.shape)
+        if cluster is None:
+            data = ((tp, b) for tp in p.tensors for b in _encoded(tp, p, im, workers))
+        else:
+            data = _cluster_data(p, (*cluster, tokenizer))
+        done = i = part = 0
+        for tp, b in data:
+            w.write_tensor_chunk(tp.name, b)
+            part += b.nbytes
+            if part == _out_nbytes(tp):  # the tensor's last chunk
+                done, i, part = done + part, i + 1, 0
+                if progress is not None:
+                    progress(done, total, i, len(p.tensors))
+    files = [str(dst)]
+    if split_max_size is not None:
+        files = _split(target, dst, split_max_size)
+    return ConversionResult(
+        files=files,
+        architecture=p.arch.gguf_arch,
+        type=p.type_name,
+        file_type=p.file_type,
+        tensor_types={tp.name: tp.type for tp in p.tensors},
+        n_params=sum(int(np.prod(tp.shape)) for tp in p.tensors),
+    )
 
 
 def _out_nbytes(tp: TensorPlan) -> int:

@@ -15,14 +15,20 @@ What the folder holds (as that script writes it):
 
 Everything is checked and built in memory or in a temp folder beside ``dst`` first;
 the folder then appears by one rename (an existing folder is replaced as a whole).
+
+:func:`meta_to_gguf` writes the GGUF of that folder in one pass, without the folder:
+the merged tensors (cast to the folder's bf16) stream into the HF -> GGUF plan, and
+the small files are a :class:`zipfile.Path` over an in-memory archive that the HF
+route's readers read as they would the folder.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
-import tempfile
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +39,7 @@ import numpy as np
 from .. import errors as E
 from .._atomic import atomic_folder
 from ..dtypes import DType, safetensors_dtype
+from ..quant.imatrix import read_imatrix
 from ..safetensors import (
     INDEX_NAME,
     StreamWriter,
@@ -41,7 +48,7 @@ from ..safetensors import (
     split_shards,
     write_index,
 )
-from ._hf_to_gguf import hf_to_gguf
+from ._hf_to_gguf import ConversionResult, _Source, convert_input, hf_input
 from ._meta import _CONTEXT, MetaCheckpoint, is_llama3
 from .tokenizer import hf_tokenizer_files, meta_tokenizer_metadata
 
@@ -152,6 +159,32 @@ def _json_bytes(obj: Any, sort_keys: bool = True) -> bytes:
     return (json.dumps(obj, indent=2, sort_keys=sort_keys, ensure_ascii=False) + "\n").encode()
 
 
+def _small_files(
+    ck: MetaCheckpoint, dtype: str, instruct: bool, tokenizer: bool
+) -> dict[str, bytes]:
+    """``config.json``, ``generation_config.json`` and the tokenizer files of the HF folder."""
+    cfg = meta_config(ck, dtype, instruct)
+    small: dict[str, bytes] = {
+        "config.json": _json_bytes(cfg),
+        "generation_config.json": _json_bytes(_generation_config(cfg)),
+    }
+    if tokenizer:
+        if ck.tokenizer_kind is None:
+            raise E.TokenizerFilesMissing(
+                "no tokenizer.model in the original checkpoint folder (or pass tokenizer=False)",
+                path=ck.path / "tokenizer.model",
+                expected="tokenizer.model (SentencePiece or tiktoken)",
+                found="nothing",
+            )
+        md = meta_tokenizer_metadata(
+            ck.path, ck.tokenizer_kind, ck.generation, ck.vocab_size,
+            cfg["max_position_embeddings"], instruct,
+        )  # fmt: skip
+        for name, content in hf_tokenizer_files(md, where=os.fspath(ck.path)).items():
+            small[name] = _json_bytes(content, sort_keys=False)
+    return small
+
+
 def meta_to_hf(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
@@ -172,25 +205,7 @@ def meta_to_hf(
     out_dtype = _out_dtype(dtype)
     limit = parse_size(max_shard_size) if max_shard_size is not None else None
     with MetaCheckpoint(src, llama_version) as ck:
-        cfg = meta_config(ck, out_dtype.name, instruct)
-        small: dict[str, bytes] = {
-            "config.json": _json_bytes(cfg),
-            "generation_config.json": _json_bytes(_generation_config(cfg)),
-        }
-        if tokenizer:
-            if ck.tokenizer_kind is None:
-                raise E.TokenizerFilesMissing(
-                    "no tokenizer.model in the original checkpoint folder (or pass tokenizer=False)",
-                    path=ck.path / "tokenizer.model",
-                    expected="tokenizer.model (SentencePiece or tiktoken)",
-                    found="nothing",
-                )
-            md = meta_tokenizer_metadata(
-                ck.path, ck.tokenizer_kind, ck.generation, ck.vocab_size,
-                cfg["max_position_embeddings"], instruct,
-            )  # fmt: skip
-            for name, content in hf_tokenizer_files(md, where=os.fspath(ck.path)).items():
-                small[name] = _json_bytes(content, sort_keys=False)
+        small = _small_files(ck, out_dtype.name, instruct, tokenizer)
         plan = sorted(ck.tensors, key=lambda t: t.hf_name)
         sizes = [(t.hf_name, math.prod(t.shape) * out_dtype.itemsize) for t in plan]
         groups = split_shards(sizes, limit) if limit else [[t.hf_name for t in plan]]
@@ -226,6 +241,18 @@ def meta_to_hf(
     return result
 
 
+def _memory_folder(files: dict[str, bytes], where: Path) -> zipfile.Path:
+    """``files`` as a read-only folder held in memory (a zip archive never written),
+    named after ``where`` in messages, for the readers of the HF route."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    archive = zipfile.ZipFile(buf)
+    archive.filename = os.fspath(where)
+    return zipfile.Path(archive)
+
+
 def meta_to_gguf(
     src: str | os.PathLike[str],
     dst: str | os.PathLike[str],
@@ -235,21 +262,37 @@ def meta_to_gguf(
     instruct: bool = False,
     tokenizer: bool = True,
     name: str | None = None,
-    **kw: Any,
-) -> Any:
-    """Meta's original folder ``src`` -> the GGUF file ``dst``: the HF folder
-    :func:`meta_to_hf` writes, converted by :func:`~weightsmith.convert.hf_to_gguf`.
+    imatrix: str | os.PathLike[str] | None = None,
+    split_max_size: int | str | None = None,
+    workers: int | None = None,
+    progress: Callable[[int, int | None, int | None, int | None], None] | None = None,
+) -> ConversionResult:
+    """Meta's original folder ``src`` -> the GGUF file ``dst``, in one pass.
 
-    The folder is built in a temp folder beside ``dst`` and removed afterwards, so
-    the file is exactly what converting that folder gives (two passes over the
-    weights: the merge, then the conversion).  ``kw`` goes to ``hf_to_gguf``.
+    The file is the one :func:`~weightsmith.convert.hf_to_gguf` writes for the HF
+    folder :func:`meta_to_hf` would write (bf16), without that folder: the merged,
+    Q/K-permuted, bf16 tensors stream from the shards into the HF -> GGUF plan one at
+    a time, and its ``config.json``, ``generation_config.json`` and tokenizer files are
+    built in memory and read by the HF route's own readers.  The Llama 3 pre-tokenizer
+    is ``llama-bpe`` by the generation (not fingerprinted).  Options as ``hf_to_gguf``.
     """
-    out = Path(dst)
-    with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as tmp:
-        hf = Path(tmp) / "hf"
-        meta_to_hf(
-            src, hf, dtype="bf16", llama_version=llama_version, instruct=instruct,
-            tokenizer=tokenizer,
-        )  # fmt: skip
-        # the model is named after the original folder, not after the temp one
-        return hf_to_gguf(hf, out, type, tokenizer=tokenizer, name=name or Path(src).name, **kw)
+    bf16 = safetensors_dtype("BF16")
+    stack: list = []
+    with MetaCheckpoint(src, llama_version) as ck:
+        try:
+            im = read_imatrix(imatrix) if imatrix is not None else None
+            folder = _memory_folder(_small_files(ck, bf16.name, instruct, tokenizer), ck.path)
+            # the HF folder's order: one model.safetensors, tensors sorted by name
+            sources = [
+                _Source(t.hf_name, t.shape, bf16.name, lambda t=t: _cast(ck.read(t), bf16))
+                for t in sorted(ck.tensors, key=lambda t: t.hf_name)
+            ]
+            pre = "llama-bpe" if is_llama3(ck.generation) else None
+            m = hf_input(folder, stack, sources=sources, pre=pre, given=os.fspath(src))
+            return convert_input(
+                m, dst, type, im=im, split_max_size=split_max_size, workers=workers,
+                progress=progress, name=name, tokenizer=tokenizer,
+            )  # fmt: skip
+        finally:
+            for h in stack:
+                h.close()

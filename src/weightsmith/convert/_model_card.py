@@ -122,8 +122,9 @@ def parse_front_matter(text: str) -> dict[str, Any]:
 _SKIP: Any = object()
 
 
-def read_card(folder: Path) -> dict[str, Any]:
-    p = Path(folder) / "README.md"
+def read_card(folder: Any) -> dict[str, Any]:
+    """The front matter of ``folder``'s README.md (a Path, or a :class:`zipfile.Path`)."""
+    p = (folder if hasattr(folder, "joinpath") else Path(folder)) / "README.md"
     if not p.is_file():
         return {}
     try:
@@ -352,7 +353,7 @@ _SAMPLING = (
 )
 
 
-def _sampling_rows(folder: Path) -> list[tuple[str, Any, GGUFValueType]]:
+def _sampling_rows(folder: Any) -> list[tuple[str, Any, GGUFValueType]]:
     p = folder / "generation_config.json"
     try:
         gen = json.loads(p.read_text(encoding="utf-8")) if p.is_file() else {}
@@ -369,17 +370,24 @@ def _sampling_rows(folder: Path) -> list[tuple[str, Any, GGUFValueType]]:
 
 
 def provenance_rows(
-    folder: Path, given: str, shapes: list[tuple[str, tuple[int, ...]]], name: str | None = None
+    folder: Any,
+    given: str,
+    shapes: list[tuple[str, tuple[int, ...]]],
+    name: str | None = None,
+    *,
+    name_or_path: bool = True,
 ) -> list[tuple[str, Any, GGUFValueType]]:
     """The ``general.*`` rows after ``general.type`` for the model folder ``folder``
-    (``given``: the path as the user passed it), ``shapes`` the output tensors:
-    sampling defaults from ``generation_config.json``, then the provenance."""
+    (a Path, or a :class:`zipfile.Path` of files held in memory; ``given``: the path
+    as the user passed it), ``shapes`` the output tensors: sampling defaults from
+    ``generation_config.json``, then the provenance.  ``name_or_path=False``: the
+    model has no config.json, so gguf-py has no ``_name_or_path`` to read."""
     total, label = size_label(shapes)
     md = _Meta()
     _from_card(md, read_card(folder), total)
-    if given.count("/") <= 1:  # AutoConfig's _name_or_path is the path as given
+    if name_or_path and given.count("/") <= 1:  # AutoConfig's _name_or_path: the path as given
         _from_id(md, given, total)
-    _from_id(md, Path(given).name or folder.resolve().name, total)
+    _from_id(md, Path(given).name or Path(given).resolve().name, total)
     if name is not None:
         md.name = name
     if md.size_label is None and total > 0:

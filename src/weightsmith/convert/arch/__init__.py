@@ -22,6 +22,8 @@ in both directions (the data model is :mod:`._model`):
 :meth:`Arch.inverse_plan` the HF tensors of a GGUF file.  Adding an architecture
 means adding one entry to :data:`ENTRIES`; the values reproduce llama.cpp's model
 classes (``conversion/*.py``) and the tests compare against it byte for byte.
+:data:`MISTRAL_NATIVE` is the one entry outside :data:`ENTRIES`: Mistral's original
+layout (``params.json`` as the config, Meta-style names), which no HF class names.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ from .deepseek import DEEPSEEK2
 from .gemma import GEMMA2, GEMMA3
 from .gpt import FALCON, GPT2, STABLELM, STARCODER2
 from .granite import GRANITE, GRANITEMOE
-from .llama import LLAMA, SMOLLM3
+from .llama import LLAMA, MISTRAL_NATIVE, SMOLLM3
 from .olmo import OLMO2
 from .qwen import QWEN2, QWEN2MOE, QWEN3, QWEN3MOE
 
@@ -67,6 +69,7 @@ __all__ = [
     "ENTRIES",
     "FILE_TYPE",
     "GEMMA_NORM",
+    "MISTRAL_NATIVE",
     "PERMUTE_K",
     "PERMUTE_Q",
     "REGISTRY",

@@ -102,8 +102,8 @@ def head_counts(cfg: dict) -> tuple[int, int]:
     """(heads, KV heads) under every spelling the registry's configs use (Falcon says
     ``num_kv_heads``, or ``multi_query`` for one KV head); llama-quantize's GQA rules
     read the KV count, so a missed spelling changes the recipe."""
-    n_head = cfg["num_attention_heads"]
-    for key in ("num_key_value_heads", "num_kv_heads", "n_head_kv"):
+    n_head = first(cfg, ("num_attention_heads", "n_heads"))  # n_heads: Mistral's params.json
+    for key in ("num_key_value_heads", "num_kv_heads", "n_head_kv", "n_kv_heads"):
         if cfg.get(key):
             return n_head, cfg[key]
     return n_head, 1 if cfg.get("multi_query") else n_head

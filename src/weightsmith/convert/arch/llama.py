@@ -17,7 +17,7 @@ from ._common import (
     PERMUTE_Q,
     llama3_rope_freqs,
 )
-from ._model import Arch, NameRule, Stack, head_dim, m
+from ._model import VT, Arch, NameRule, Stack, head_dim, m
 
 
 def _n_local(cfg: dict) -> int:
@@ -78,4 +78,65 @@ SMOLLM3 = Arch(
         # replaces this None
         "pad_token_id": None,
     },
+)
+
+
+def _yarn(kind: str):
+    """MistralModel.set_mistral_config: params.json's ``yarn`` block as rope scaling rows."""
+
+    def get(cfg: dict):
+        y = cfg.get("yarn")
+        if not isinstance(y, dict):
+            return None
+        if kind == "type":
+            return "yarn"
+        if kind == "log_mul":  # llama.cpp writes mscale_all_dim: 1 unless apply_scale
+            return 0.0 if y.get("apply_scale") else 1.0
+        return y[kind]
+
+    return get
+
+
+# Mistral's original layout (``--mistral-format``: conversion/mistral.py's MistralModel,
+# a LlamaModel that keeps the checkpoint's interleaved Q/K rows): Meta-style names, the
+# config is params.json itself, the tokenizer tekken.json.  Not in the HF registry (no
+# HF class name); GGUF -> HF reads these files as ``llama``.
+MISTRAL_NATIVE = Arch(
+    hf_archs=(),
+    gguf_arch="llama",
+    meta=[
+        *COMMON,
+        m("rope.dimension_count", "head_dim", value=head_dim),
+        m("rope.scaling.type", "yarn", t=VT.STRING, value=_yarn("type")),
+        m("rope.scaling.factor", "yarn", t=VT.FLOAT32, value=_yarn("factor")),
+        m("rope.scaling.yarn_beta_fast", "yarn", t=VT.FLOAT32, value=_yarn("beta")),
+        m("rope.scaling.yarn_beta_slow", "yarn", t=VT.FLOAT32, value=_yarn("alpha")),
+        m("rope.scaling.yarn_log_multiplier", "yarn", t=VT.FLOAT32, value=_yarn("log_mul")),
+        m(
+            "rope.scaling.original_context_length",
+            "yarn",
+            value=_yarn("original_max_position_embeddings"),
+        ),
+    ],
+    names=[
+        NameRule("tok_embeddings.weight", "token_embd.weight"),
+        NameRule("norm.weight", "output_norm.weight"),
+        NameRule("output.weight", "output.weight"),
+        *(
+            NameRule(f"layers.{{bid}}.{meta}.weight", f"{BLK}{gguf}.weight")
+            for meta, gguf in (
+                ("attention_norm", "attn_norm"),
+                ("attention.wq", "attn_q"),
+                ("attention.wk", "attn_k"),
+                ("attention.wv", "attn_v"),
+                ("attention.wo", "attn_output"),
+                ("ffn_norm", "ffn_norm"),
+                ("feed_forward.w1", "ffn_gate"),
+                ("feed_forward.w2", "ffn_down"),
+                ("feed_forward.w3", "ffn_up"),
+            )
+        ),
+    ],
+    extra={"rope_freqs.weight": llama3_rope_freqs},
+    required=("dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "hidden_dim", "vocab_size"),
 )

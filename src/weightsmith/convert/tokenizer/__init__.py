@@ -10,6 +10,8 @@ Two directions, both matched against llama.cpp:
   and ``special_tokens_map.json`` that transformers loads;
 * :func:`meta_tokenizer_metadata` -- Meta's original ``tokenizer.model`` (SentencePiece or
   tiktoken ranks) as that same metadata, for the Meta -> HF converter;
+* :func:`tekken_metadata` -- Mistral's ``tekken.json`` as that metadata, for the
+  ``--mistral-format`` route (read without mistral_common);
 * :func:`tokenizer_json_from_vocab_gguf` -- the latter applied to a vocab-only GGUF
   (such as llama.cpp's ``models/ggml-vocab-*.gguf``), to give test models a real tokenizer.
 
@@ -21,12 +23,14 @@ from __future__ import annotations
 
 from ._from_gguf import hf_tokenizer_files, tokenizer_json_from_vocab_gguf, write_hf_tokenizer
 from ._meta import meta_tokenizer_metadata
+from ._tekken import tekken_metadata
 from ._to_gguf import TokenType, vocab_metadata
 
 __all__ = [
     "TokenType",
     "hf_tokenizer_files",
     "meta_tokenizer_metadata",
+    "tekken_metadata",
     "tokenizer_json_from_vocab_gguf",
     "vocab_metadata",
     "write_hf_tokenizer",

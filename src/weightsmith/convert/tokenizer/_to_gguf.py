@@ -29,6 +29,7 @@ import json
 import os
 import re
 import string
+import zipfile
 from enum import IntEnum
 from pathlib import Path
 from typing import Any
@@ -328,15 +329,18 @@ def vocab_base_pre(hf: _HFTokenizer) -> str:
     return name
 
 
-def _gpt2_vocab(d: Path, config: dict) -> tuple[list[str], list[int], str, _HFTokenizer]:
-    """The reference's ``get_vocab_base``."""
+def _gpt2_vocab(
+    d: Path, config: dict, pre: str | None = None
+) -> tuple[list[str], list[int], str, _HFTokenizer]:
+    """The reference's ``get_vocab_base`` (``pre``: the pre-tokenizer, when known)."""
     hf = _HFTokenizer(d)
     vocab_size = _vocab_size(config, ("vocab_size",)) or len(hf.vocab)
     if hf.vocab:
         tok, top = max(hf.vocab.items(), key=lambda kv: kv[1])
         if top >= vocab_size:
             raise _too_large(hf.path, tok, top, vocab_size)
-    pre = vocab_base_pre(hf)
+    if pre is None:
+        pre = vocab_base_pre(hf)
     reverse = {i: t for t, i in hf.vocab.items()}
     tokens: list[str] = []
     types: list[int] = []
@@ -699,8 +703,8 @@ def _set_spm(out: _Entries, d: Path, config: dict) -> None:
     _SpecialVocab(d, config, n_vocab=len(tokens)).add_to(out)
 
 
-def _set_gpt2(out: _Entries, d: Path, config: dict) -> None:
-    tokens, types, pre, _ = _gpt2_vocab(d, config)
+def _set_gpt2(out: _Entries, d: Path, config: dict, pre: str | None = None) -> None:
+    tokens, types, pre, _ = _gpt2_vocab(d, config, pre)
     out.add("ggml.model", "gpt2", VT.STRING)
     out.add("ggml.pre", pre, VT.STRING)
     out.add("ggml.tokens", tokens, VT.STRING)
@@ -733,7 +737,10 @@ def _missing(d: Path, wanted: str) -> E.TokenizerFilesMissing:
 
 
 def vocab_metadata(
-    model_dir: str | os.PathLike[str], config: dict, route: str | None = None
+    model_dir: str | os.PathLike[str] | zipfile.Path,
+    config: dict,
+    route: str | None = None,
+    pre: str | None = None,
 ) -> list[KV]:
     """The ``tokenizer.ggml.*`` entries llama.cpp's ``convert_hf_to_gguf.py`` writes for ``model_dir``.
 
@@ -743,10 +750,14 @@ def vocab_metadata(
     each entry is ``(key, value, type)`` where ``type`` is the scalar type, or the
     element type of an array, ready for ``gguf.Writer.add(key, value, type)``.
 
+    ``model_dir`` may be a :class:`zipfile.Path` over files held in memory.  ``pre``
+    names the BPE pre-tokenizer when the caller knows it (Meta's Llama 3 tokenizer is
+    ``llama-bpe`` by its generation) instead of fingerprinting it.
+
     Raises TokenizerFilesMissing, TokenizerInconsistent, VocabSizeMismatch,
     UnknownBPEPreTokenizer (all from :mod:`weightsmith.errors`).
     """
-    d = Path(model_dir)
+    d = model_dir if isinstance(model_dir, zipfile.Path) else Path(model_dir)
     if route is None:
         archs = config.get("architectures") or [""]
         entry = lookup(archs[0]) if isinstance(archs, list) and archs else None
@@ -765,7 +776,7 @@ def vocab_metadata(
         elif _llama_hf_applies(d):
             _set_llama_hf(out, d, config)
         elif has_json:
-            _set_gpt2(out, d, config)
+            _set_gpt2(out, d, config, pre)
         else:
             raise _missing(d, "tokenizer.model or tokenizer.json")
         if config.get("vocab_size") == 32016:
@@ -787,7 +798,7 @@ def vocab_metadata(
             _set_spm(out, d, config)
             out.add("ggml.add_space_prefix", False, VT.BOOL)
         elif has_json:
-            _set_gpt2(out, d, config)
+            _set_gpt2(out, d, config, pre)
         else:
             raise _missing(d, "tokenizer.model or tokenizer.json")
     else:
@@ -795,7 +806,7 @@ def vocab_metadata(
         if has_spm and route == "spm_or_gpt2":
             _set_spm(out, d, config)
         elif has_json:
-            _set_gpt2(out, d, config)
+            _set_gpt2(out, d, config, pre)
         else:
             raise _missing(
                 d,

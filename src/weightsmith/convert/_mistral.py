@@ -1,0 +1,195 @@
+"""Mistral's original layout -> GGUF, as ``convert_hf_to_gguf.py --mistral-format``.
+
+The folder Mistral publishes beside (or instead of) the HF one::
+
+    MISTRAL_DIR/
+        params.json                  dim, n_layers, head_dim, hidden_dim, n_heads,
+                                     n_kv_heads, norm_eps, vocab_size, rope_theta,
+                                     [max_position_embeddings], [yarn]
+        consolidated.safetensors     (every consolidated*.safetensors, sorted by name)
+        tekken.json                  the tokenizer (:mod:`.tokenizer._tekken`)
+        [chat_template.jinja]
+
+Tensors carry Meta's names (``tok_embeddings``, ``layers.N.attention.wq``,
+``feed_forward.w1``, ...; table in :mod:`weightsmith.convert._meta`) with Q/K rows
+already in ggml's interleaved RoPE layout, so nothing is permuted.  The reference
+(llama.cpp's ``MistralModel``, a ``LlamaModel`` on ``params.json``) writes a ``llama``
+GGUF: the registry's :data:`~weightsmith.convert.arch.MISTRAL_NATIVE` entry holds its
+rows and names; the HF -> GGUF writer does the rest, so types, quantization and
+splitting are the HF route's.
+
+Not converted (named errors): ``moe`` checkpoints (the reference writes them as
+``deepseek2``), ``llama_4_scaling`` (``mistral3``), FP8 ``quantization``, and
+SentencePiece folders (``tokenizer.model.v*``).  Where the reference writes a file
+llama.cpp cannot load (no context length in params.json) we refuse instead.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from .. import errors as E
+from .._json import read_json
+from ..progress import ProgressFn
+from ..quant.imatrix import read_imatrix
+from ._hf_to_gguf import ConversionResult, ModelInput, convert_input, file_sources
+from .arch import MISTRAL_NATIVE, first
+from .tokenizer import tekken_metadata
+
+__all__ = ["is_mistral_dir", "mistral_to_gguf"]
+
+_PART = re.compile(r"consolidated.*\.safetensors$")
+# the context-length fields llama.cpp's TextModel reads (arch/_common.py COMMON)
+_CONTEXT = ("max_position_embeddings", "n_ctx", "n_positions", "max_length",
+            "max_sequence_length", "model_max_length")  # fmt: skip
+
+
+def _parts(d: Path) -> list[str]:
+    return sorted(p.name for p in d.iterdir() if _PART.fullmatch(p.name) and p.is_file())
+
+
+def is_mistral_dir(folder: str | os.PathLike[str]) -> bool:
+    """True for Mistral's original layout: params.json + consolidated*.safetensors."""
+    d = Path(folder)
+    return d.is_dir() and (d / "params.json").is_file() and bool(_parts(d))
+
+
+def _params(d: Path) -> dict:
+    path = d / "params.json"
+    params = read_json(path, E.InvalidModelConfig, "params.json", expected="a JSON object")
+    if not isinstance(params, dict):
+        raise E.InvalidModelConfig(
+            "params.json is not an object", path=path, expected="a JSON object",
+            found=type(params).__name__,
+        )  # fmt: skip
+    for key, what in (("moe", "a mixture of experts (llama.cpp: deepseek2)"),
+                      ("llama_4_scaling", "Llama-4 attention scaling (llama.cpp: mistral3)"),
+                      ("quantization", "FP8 weights")):  # fmt: skip
+        if params.get(key) is not None:
+            raise E.UnknownArchitecture(
+                f"Mistral original checkpoint with {what} is not supported", path=path,
+                field=key, expected="a dense Mistral text model", found=key,
+            )  # fmt: skip
+    for key in MISTRAL_NATIVE.required:
+        v = params.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise E.InvalidModelConfig(
+                "params.json lacks a field or has a bad value", path=path, field=key,
+                expected="a positive integer", found=repr(v),
+            )  # fmt: skip
+    if not isinstance(params.get("norm_eps"), (int, float)) or isinstance(params["norm_eps"], bool):
+        raise E.InvalidModelConfig(
+            "params.json lacks norm_eps", path=path, field="norm_eps", expected="a number",
+            found=repr(params.get("norm_eps")),
+        )  # fmt: skip
+    if first(params, _CONTEXT) is None:
+        # the reference writes no <arch>.context_length then, and llama.cpp refuses the file
+        raise E.InvalidModelConfig(
+            "params.json gives no context length: llama.cpp cannot load a GGUF without one",
+            path=path, field="max_position_embeddings",
+            expected="the model's context length (max_position_embeddings)", found="nothing",
+        )  # fmt: skip
+    return params
+
+
+def _check_tensors(d: Path, p: dict, shapes: dict[str, tuple[int, ...]]) -> None:
+    """params.json against the tensor shapes, before anything is written."""
+    dim, hd, ffn, vocab = p["dim"], p["head_dim"], p["hidden_dim"], p["vocab_size"]
+    q, kv = p["n_heads"] * hd, p["n_kv_heads"] * hd
+    want = {"tok_embeddings.weight": (vocab, dim), "norm.weight": (dim,),
+            "output.weight": (vocab, dim)}  # fmt: skip
+    layer = {"attention.wq": (q, dim), "attention.wk": (kv, dim), "attention.wv": (kv, dim),
+             "attention.wo": (dim, q), "feed_forward.w1": (ffn, dim),
+             "feed_forward.w2": (dim, ffn), "feed_forward.w3": (ffn, dim),
+             "attention_norm": (dim,), "ffn_norm": (dim,)}  # fmt: skip
+    for i in range(p["n_layers"]):
+        want.update({f"layers.{i}.{k}.weight": v for k, v in layer.items()})
+    if p.get("tied_embeddings"):
+        del want["output.weight"]
+    for name, shape in want.items():
+        got = shapes.get(name)
+        if got != shape:
+            raise E.ParamsShapeMismatch(
+                "params.json contradicts the checkpoint", path=d / "params.json", field=name,
+                expected=list(shape), found="no such tensor" if got is None else list(got),
+            )  # fmt: skip
+    extra = sorted(n for n in shapes if n.startswith("layers.") and n not in want)
+    if extra:
+        raise E.ParamsShapeMismatch(
+            "the checkpoint has layers params.json does not count", path=d / "params.json",
+            field="n_layers", expected=f"layers 0..{p['n_layers'] - 1}", found=extra[0],
+        )  # fmt: skip
+
+
+def _vocab(d: Path, params: dict) -> list:
+    """tekken.json's rows, its size checked against the embeddings'."""
+    rows = tekken_metadata(d, MISTRAL_NATIVE.gguf_arch)
+    n = next(v for k, v, _ in rows if k == f"{MISTRAL_NATIVE.gguf_arch}.vocab_size")
+    if n != params["vocab_size"]:
+        raise E.ParamsShapeMismatch(
+            "tekken.json's vocabulary size contradicts the embeddings", path=d / "tekken.json",
+            field="config.default_vocab_size",
+            expected=f"vocab_size={params['vocab_size']} (params.json, tok_embeddings rows)",
+            found=n,
+        )  # fmt: skip
+    return rows
+
+
+def mistral_input(d: Path, stack: list, *, tokenizer: bool = True) -> ModelInput:
+    """Mistral's original folder ``d`` as a conversion input (everything checked)."""
+    if not d.is_dir():
+        raise E.MissingModelFile("Mistral folder not found", path=d, expected="a folder",
+                                 found="nothing")  # fmt: skip
+    params = _params(d)
+    parts = _parts(d)
+    if not parts:
+        raise E.MissingModelFile(
+            "no consolidated*.safetensors in Mistral's original folder", path=d,
+            expected="consolidated.safetensors", found="none",
+        )  # fmt: skip
+    if tokenizer and not (d / "tekken.json").is_file():
+        tekken_metadata(d)  # the named error for a missing tekken.json
+    sources = file_sources(d, parts, stack)
+    _check_tensors(
+        d, params, {s.name: s.shape for s in sources if MISTRAL_NATIVE.source_key(s.name)}
+    )
+    return ModelInput(
+        folder=d,
+        given=os.fspath(d),  # d as the caller gave it (provenance reads its name)
+        arch=MISTRAL_NATIVE,
+        cfg=params,
+        sources=sources,
+        vocab=lambda: _vocab(d, params),
+        name_or_path=False,  # no config.json: gguf-py reads no _name_or_path
+    )
+
+
+def mistral_to_gguf(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    type: str = "auto",
+    *,
+    tokenizer: bool = True,
+    name: str | None = None,
+    imatrix: str | os.PathLike[str] | None = None,
+    split_max_size: int | str | None = None,
+    workers: int | None = None,
+    progress: ProgressFn | None = None,
+) -> ConversionResult:
+    """Convert Mistral's original folder ``src`` (consolidated*.safetensors, params.json,
+    tekken.json) to the GGUF file ``dst``: the file llama.cpp's
+    ``convert_hf_to_gguf.py --mistral-format`` writes.  Options as
+    :func:`~weightsmith.convert.hf_to_gguf`."""
+    stack: list = []
+    try:
+        im = read_imatrix(imatrix) if imatrix is not None else None
+        m = mistral_input(Path(src), stack, tokenizer=tokenizer)
+        return convert_input(
+            m, dst, type, im=im, split_max_size=split_max_size, workers=workers,
+            progress=progress, name=name, tokenizer=tokenizer,
+        )  # fmt: skip
+    finally:
+        for h in stack:
+            h.close()

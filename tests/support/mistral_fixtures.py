@@ -1,0 +1,92 @@
+"""Tiny checkpoints in Mistral's original layout, built here: ``consolidated.safetensors``
+of Mistral-named bf16 tensors (torch + HF safetensors), a ``params.json``, and a
+``tekken.json`` whose ranks come from a byte-level BPE trained here on the Tekken
+pre-tokenizer pattern, in the format mistral_common's ``Tekkenizer.from_file`` reads."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+from support.meta_fixtures import bpe_ranks
+
+# Tekken's pre-tokenizer regex (the "pattern" of Mistral's tekken.json files)
+TEKKEN_PATTERN = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|"
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}|"
+    r" ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+# mistral_common's SpecialTokens, in the ids of its pre-v11 tokenizers
+SPECIALS = [
+    "<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
+    "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[TOOL_CALLS]", "[IMG]", "<pad>", "[IMG_BREAK]",
+    "[IMG_END]", "[PREFIX]", "[MIDDLE]", "[SUFFIX]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]",
+    "[TOOL_CONTENT]",
+]  # fmt: skip
+N_SPECIAL = 32  # ids 20..31 are mistral_common's <SPECIAL_i> fillers
+DIM, HEADS, KV_HEADS, HEAD_DIM, LAYERS, HIDDEN = 64, 4, 2, 16, 2, 160
+
+
+def write_tekken(folder: Path, version: str = "v7", cut: int = 8) -> int:
+    """tekken.json; the last ``cut`` ranks lie past default_vocab_size (real files carry
+    more ranks than the model uses).  Returns the vocabulary size."""
+    ranks = bpe_ranks(TEKKEN_PATTERN)
+    n_vocab = N_SPECIAL + len(ranks) - cut
+    data = {
+        "config": {
+            "pattern": TEKKEN_PATTERN,
+            "num_vocab_tokens": len(ranks),
+            "default_vocab_size": n_vocab,
+            "default_num_special_tokens": N_SPECIAL,
+            "version": version,
+        },
+        "vocab": [
+            {
+                "rank": i,
+                "token_bytes": base64.b64encode(t).decode(),
+                "token_str": t.decode("utf-8", errors="replace"),
+            }
+            for i, t in enumerate(ranks)
+        ],
+        "special_tokens": [
+            {"rank": i, "token_str": s, "is_control": True} for i, s in enumerate(SPECIALS)
+        ],
+    }
+    (folder / "tekken.json").write_text(json.dumps(data), encoding="utf-8")
+    return n_vocab
+
+
+def make_mistral_checkpoint(
+    folder: Path, *, seed: int = 0, params_extra: dict | None = None, version: str = "v7"
+) -> Path:
+    """Write a tiny Mistral original folder (consolidated.safetensors, params.json, tekken.json)."""
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = write_tekken(folder, version)
+    g = torch.Generator().manual_seed(seed)
+
+    def rnd(*shape: int) -> torch.Tensor:
+        return (torch.randn(*shape, generator=g) * 0.05).to(torch.bfloat16)
+
+    q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
+    tensors = {"tok_embeddings.weight": rnd(vocab, DIM), "norm.weight": 1 + rnd(DIM),
+               "output.weight": rnd(vocab, DIM)}  # fmt: skip
+    for i in range(LAYERS):
+        for name, shape in {
+            "attention.wq": (q, DIM), "attention.wk": (kv, DIM), "attention.wv": (kv, DIM),
+            "attention.wo": (DIM, q), "feed_forward.w1": (HIDDEN, DIM),
+            "feed_forward.w2": (DIM, HIDDEN), "feed_forward.w3": (HIDDEN, DIM),
+            "attention_norm": (DIM,), "ffn_norm": (DIM,),
+        }.items():  # fmt: skip
+            t = rnd(*shape)
+            tensors[f"layers.{i}.{name}.weight"] = 1 + t if name.endswith("norm") else t
+    save_file(tensors, str(folder / "consolidated.safetensors"))
+    params = {"dim": DIM, "n_layers": LAYERS, "head_dim": HEAD_DIM, "hidden_dim": HIDDEN,
+              "n_heads": HEADS, "n_kv_heads": KV_HEADS, "norm_eps": 1e-5, "vocab_size": vocab,
+              "rope_theta": 1000000.0, "max_position_embeddings": 4096}  # fmt: skip
+    params.update(params_extra or {})
+    (folder / "params.json").write_text(json.dumps(params))
+    return folder
