@@ -1,20 +1,14 @@
-/* The safetensors header validator, in the style of HF's tensor.rs.
- *
- * Layout and rules: weightsmith/safetensors/_header.py.  As tensor.rs decodes the header
- * before serde parses it, a first pass looks for invalid UTF-8 and for nesting past MAX_DEPTH
- * (brackets outside strings); the second parses the JSON and checks the rules in one linear
- * pass, keeping per tensor its name, dtype, dims and offsets.  Both read the N header bytes
- * from a buffer or from the file a window at a time (a big header is never held whole).
- *
- * The error reported is the first of: invalid UTF-8 anywhere; nesting past MAX_DEPTH
- * anywhere; the first JSON syntax error, at the offset and with the words of CPython's json
- * scanner (NaN / Infinity are floats there); padding that is not spaces; the first broken
- * rule in JSON order (recorded, the syntax is checked on to the end); the coverage of the
- * data section.  It comes back as (code, name, key, a1, e1, a2, e2, x, y): code indexes the
- * enum below (the rows of _RULES in _header.py), name / key are decoded, [a, e) are header
- * spans of JSON values that _header.py re-reads for the message, x / y offsets, counts or a
- * dtype index.  Strings decode to UTF-8 with lone surrogates as 3-byte sequences (Python's
- * "surrogatepass"), so equal names are equal bytes.  The GIL is held throughout.
+/* The safetensors header validator, in the style of HF's tensor.rs.  Layout, rules and the
+ * order in which they are reported: weightsmith/safetensors/_header.py.  As tensor.rs decodes
+ * the header before serde parses it, a first pass finds invalid UTF-8 and nesting past
+ * MAX_DEPTH (brackets outside strings); the second parses the JSON (errors at the offsets and
+ * in the words of CPython's json: NaN / Infinity are floats there) and checks the rules,
+ * keeping per tensor its name, dtype, dims and offsets.  Both read from a buffer or from the
+ * file a window at a time (a big header is never held whole).  An error comes back as (code,
+ * name, key, a1, e1, a2, e2, x, y): code indexes the enum below (the rows of _TABLE in
+ * _header.py), [a, e) are spans of JSON values re-read there for the message, x / y offsets,
+ * counts or a dtype index.  Strings decode to UTF-8 with lone surrogates as 3-byte sequences
+ * (Python's "surrogatepass"), so equal names are equal bytes.  The GIL is held throughout.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -76,7 +70,7 @@ typedef struct { /* the tensor entry being parsed */
 
 typedef struct {
     const uint8_t *p; /* header bytes [base, base + len); the cursor is p[pos] */
-    size_t len, pos, cap, window;
+    size_t len, pos, window;
     uint64_t base, total;
     int fd, io, max_digits, seen_meta;
     uint8_t *win;
@@ -107,30 +101,21 @@ static int copy(Buf *to, const Buf *from) { return to->n = 0, put(to, from->p, f
 
 static inline uint64_t at(P *s) { return s->base + s->pos; }
 
-/* Make `need` bytes from the cursor available if the header has them; returns how many
- * are.  A buffer holds them all; a file is read a window at a time. */
+/* Make `need` (< 16) bytes from the cursor available if the header has them; returns how
+ * many are.  A buffer holds them all; a file is read a window at a time. */
 static size_t more(P *s, size_t need) {
-    size_t have = s->len - s->pos;
+    size_t have = s->len - s->pos, want = s->window;
     if (s->fd < 0 || have >= need) return have;
-    if (have) memmove(s->win, s->win + s->pos, have);
-    s->base += s->pos, s->pos = 0, s->len = have;
-    size_t want = need > s->window ? need : s->window;
+    memmove(s->win, s->win + s->pos, have);
+    s->base += s->pos, s->pos = 0, s->len = have, s->p = s->win;
     if (want > s->total - s->base) want = (size_t)(s->total - s->base);
-    if (want > s->cap) {
-        uint8_t *w = realloc(s->win, want);
-        if (!w) return s->io = ENOMEM, have;
-        s->win = w, s->cap = want;
-    }
-    for (s->p = s->win; s->len < want;) {
+    while (s->len < want) {
         ssize_t r = pread(s->fd, s->win + s->len, want - s->len, (off_t)(8 + s->base + s->len));
         if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            s->io = r < 0 ? errno : -1;
-            break;
-        }
+        if (r <= 0) return s->io = r < 0 ? errno : -1, s->len;
         s->len += (size_t)r;
     }
-    return s->len - s->pos;
+    return s->len;
 }
 
 static inline int peek(P *s) { return s->pos < s->len || more(s, 1) ? s->p[s->pos] : -1; }
@@ -319,7 +304,8 @@ static int reserve(Table *t, size_t n) { /* room for n tensors in every column *
     }
     RE(begin, c)
     RE(end, c)
-    RE(dtype, c) RE(name_off, c + 1) RE(dims_off, c + 1)
+    RE(dtype, c)
+    RE(name_off, c + 1) RE(dims_off, c + 1)
 #undef RE
         if (!t->cap) t->name_off[0] = t->dims_off[0] = 0;
     return t->cap = c, 0;
@@ -598,9 +584,10 @@ static PyObject *py_parse(PyObject *self, PyObject *args) {
     s.fd = src == Py_None ? s.fd : -1, s.window = window > 16 ? (size_t)window : 16;
     s.p = view.buf, s.len = (size_t)view.len, s.total = src == Py_None ? (uint64_t)n : s.len;
     grow_limit = s.total > 64 ? (size_t)s.total : 64;
+    if (s.window > s.total) s.window = s.total > 16 ? s.total : 16; /* no more than the file */
     if (s.total > UINT32_MAX) /* 32-bit offsets in the tables */
         PyErr_Format(PyExc_ValueError, "header of %llu bytes: too large", U(s.total));
-    else if (!(s.t = calloc(1, sizeof(Table))))
+    else if (!(s.t = calloc(1, sizeof(Table))) || (s.fd >= 0 && !(s.win = malloc(s.window))))
         PyErr_NoMemory();
     else
         r = s.total ? run(&s, file_size) : REPORT(E_NOT_BRACE, 0, 0, "", 0);
