@@ -215,9 +215,10 @@ static int scan_string(P *s, Buf *out) {
     }
 }
 
-static int literal(P *s, const char *lit, size_t k) {
-    if (more(s, k) < k || memcmp(s->p + s->pos, lit, k)) return 0;
-    return s->pos += k, 1;
+static int word(P *s, Val *v, const char *w, int type) { /* null, true, ... at the cursor */
+    size_t k = strlen(w);
+    if (peek(s) != w[0] || more(s, k) < k || memcmp(s->p + s->pos, w, k)) return 0;
+    return s->pos += k, v->type = type, 1;
 }
 
 static inline int digit_at(P *s, size_t i) {
@@ -305,7 +306,8 @@ static int reserve(Table *t, size_t n) { /* room for n tensors in every column *
     RE(begin, c)
     RE(end, c)
     RE(dtype, c)
-    RE(name_off, c + 1) RE(dims_off, c + 1)
+    RE(name_off, c + 1)
+    RE(dims_off, c + 1)
 #undef RE
         if (!t->cap) t->name_off[0] = t->dims_off[0] = 0;
     return t->cap = c, 0;
@@ -483,16 +485,9 @@ static int parse_value(P *s, int kind, Val *v) {
         v->type = c == '{' ? V_OBJ : V_ARR, r = parse_container(s, kind, c == '{');
     else if (c == '"')
         v->type = V_STR, r = scan_string(s, &s->str);
-    else if (c == 'n' && literal(s, "null", 4))
-        v->type = V_NULL;
-    else if (c == 't' && literal(s, "true", 4))
-        v->type = V_TRUE;
-    else if (c == 'f' && literal(s, "false", 5))
-        v->type = V_FALSE;
-    else if ((c == 'N' && literal(s, "NaN", 3)) || (c == 'I' && literal(s, "Infinity", 8)) ||
-             (c == '-' && literal(s, "-Infinity", 9)))
-        v->type = V_FLOAT;
-    else
+    else if (!word(s, v, "null", V_NULL) && !word(s, v, "true", V_TRUE) &&
+             !word(s, v, "false", V_FALSE) && !word(s, v, "NaN", V_FLOAT) &&
+             !word(s, v, "Infinity", V_FLOAT) && !word(s, v, "-Infinity", V_FLOAT))
         r = scan_number(s, v);
     v->span[1] = at(s);
     return r;
