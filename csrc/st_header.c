@@ -1,14 +1,14 @@
-/* The safetensors header validator, in the style of HF's tensor.rs.  Layout, rules and the
- * order in which they are reported: weightsmith/safetensors/_header.py.  As tensor.rs decodes
- * the header before serde parses it, a first pass finds invalid UTF-8 and nesting past
- * MAX_DEPTH (brackets outside strings); the second parses the JSON (errors at the offsets and
- * in the words of CPython's json: NaN / Infinity are floats there) and checks the rules,
- * keeping per tensor its name, dtype, dims and offsets.  Both read from a buffer or from the
- * file a window at a time (a big header is never held whole).  An error comes back as (code,
- * name, key, a1, e1, a2, e2, x, y): code indexes the enum below (the rows of _TABLE in
- * _header.py), [a, e) are spans of JSON values re-read there for the message, x / y offsets,
- * counts or a dtype index.  Strings decode to UTF-8 with lone surrogates as 3-byte sequences
- * (Python's "surrogatepass"), so equal names are equal bytes.  The GIL is held throughout.
+/* The safetensors header validator, one linear pass in the style of HF's tensor.rs.  Layout,
+ * rules and the order in which they are reported: weightsmith/safetensors/_header.py.  The
+ * pass reads the header from a buffer or from the file a window at a time (a big header is
+ * never held whole), checks the UTF-8, the nesting, the JSON (errors at the offsets and in the
+ * words of CPython's json: NaN / Infinity are floats there) and the rules, and keeps per tensor
+ * its name, dtype, dims and offsets.  After a syntax error it only scans on for invalid UTF-8
+ * and nesting past MAX_DEPTH, which come first.  An error comes back as (code, name, key, a1,
+ * e1, a2, e2, x, y): code indexes the enum below (the rows of _TABLE in _header.py), [a, e) are
+ * spans of JSON values re-read there for the message, x / y offsets, counts or a dtype index.
+ * Strings decode to UTF-8 with lone surrogates as 3-byte sequences (Python's "surrogatepass"),
+ * so equal names are equal bytes.  The GIL is held throughout.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -34,8 +34,8 @@ static char codes[MAX_CODES][16]; /* the dtype registry, from configure() */
 static size_t code_len[MAX_CODES];
 static uint64_t code_bits[MAX_CODES], seed;
 static int n_codes;
-static uint8_t PLAIN[256];   /* bytes a string holds as they are (the UTF-8 is checked first) */
-static uint8_t LEXICAL[256]; /* bytes the first pass stops at: '"', '\\', brackets, non-ASCII */
+static uint8_t PLAIN[256];   /* bytes a string holds as they are */
+static uint8_t LEXICAL[256]; /* bytes tail() stops at: '"', '\\', brackets, non-ASCII */
 static uint8_t HEX[256];     /* hex digit values; 16 for other bytes */
 static size_t grow_limit;    /* the header's size: no buffer grows past it */
 
@@ -61,6 +61,7 @@ typedef struct {
     uint32_t *name_off, *dims_off, *hash, *order; /* order: data order, if not JSON's */
     uint8_t *dtype;
     Buf names;
+    int sorted; /* names strictly increasing: found by bisection, no hash table */
 } Table;
 
 typedef struct { /* the tensor entry being parsed */
@@ -72,7 +73,9 @@ typedef struct {
     const uint8_t *p; /* header bytes [base, base + len); the cursor is p[pos] */
     size_t len, pos, window;
     uint64_t base, total;
-    int fd, io, max_digits, seen_meta;
+    int fd, io, max_digits, seen_meta, in_str, utf8, deep;
+    long depth;
+    uint64_t utf8_at, deep_at, deepest;
     uint8_t *win;
     Err stop, rule;           /* the error that stopped the pass; the first broken rule */
     Buf str, key, name, mkey; /* last string and key, tensor name, metadata key */
@@ -124,9 +127,10 @@ static inline void skip_ws(P *s) {
     for (int c; (c = peek(s)) == ' ' || c == '\t' || c == '\n' || c == '\r';) s->pos++;
 }
 
-static int fail(P *s, int code, uint64_t pos) {
-    if (!s->stop.code) s->stop.code = code, s->stop.x = pos;
-    return -1;
+static int fail(P *s, int code, uint64_t pos) { /* a syntax error */
+    if (s->stop.code) return -1;
+    s->stop.code = code, s->stop.x = pos;
+    return s->in_str = code == E_CONTROL || code == E_ESCAPE || code == E_UESCAPE, -1;
 }
 
 /* Length of the valid UTF-8 sequence at the cursor (lead byte >= 0x80), or 0. */
@@ -142,26 +146,25 @@ static size_t utf8_len(P *s) {
     return k;
 }
 
-/* The first pass: E_UTF8 at the first invalid UTF-8, else E_DEEP at the first nesting past
- * MAX_DEPTH (y: the deepest), else 0; in s->stop. */
-static int first_pass(P *s) {
-    Err *r = &s->stop;
-    long depth = 0;
-    for (int c, in_str = 0;;) {
+/* After the error that stopped the pass, the rest of the header: its first invalid UTF-8, and
+ * (if `count`) its first nesting past MAX_DEPTH and its deepest, brackets in strings aside. */
+static void tail(P *s, int in_str, long depth, int count) {
+    for (int c; !s->utf8;) {
         while (s->pos < s->len && !LEXICAL[s->p[s->pos]]) s->pos++;
-        if ((c = peek(s)) < 0) return r->code;
+        if ((c = peek(s)) < 0) return;
         size_t k = c < 0x80 ? 1 : utf8_len(s);
-        if (!k) return r->code = E_UTF8, r->x = at(s), E_UTF8;
+        if (!k) s->utf8 = 1, s->utf8_at = at(s);
         s->pos += k;
-        if (k > 1) continue;
+        if (k != 1) continue;
         if (in_str && c == '\\')
             s->pos += peek(s) >= 0 && peek(s) < 0x80; /* an escaped byte */
         else if (c == '"')
             in_str = !in_str;
         else if (!in_str && c != '\\')
             depth += c == '[' || c == '{' ? 1 : -1;
-        if (depth > MAX_DEPTH && !r->code) r->code = E_DEEP, r->x = at(s) - 1;
-        if (depth > MAX_DEPTH && (uint64_t)depth > r->y) r->y = (uint64_t)depth;
+        if (depth > MAX_DEPTH && count && !s->deep) s->deep = 1, s->deep_at = at(s) - 1;
+        if (depth > MAX_DEPTH && count && (uint64_t)depth > s->deepest)
+            s->deepest = (uint64_t)depth;
     }
 }
 
@@ -191,6 +194,13 @@ static int scan_string(P *s, Buf *out) {
         if ((s->pos = j) == s->len) continue;
         if (s->p[j] == '"') return s->pos++, 0;
         if (s->p[j] < 0x20) return fail(s, E_CONTROL, at(s));
+        if (s->p[j] >= 0x80) {
+            size_t k = utf8_len(s);
+            if (!k) return s->utf8 = 1, s->utf8_at = at(s), fail(s, E_UTF8, at(s));
+            if (put(out, s->p + s->pos, k)) return -1;
+            s->pos += k;
+            continue;
+        }
         size_t have = more(s, 13); /* a backslash: up to two \uXXXX and a byte after */
         const uint8_t *p = s->p + s->pos;
         if (have < 2) return s->pos = s->len, fail(s, E_UNTERM, q);
@@ -268,6 +278,11 @@ static uint64_t hash(const uint8_t *p, size_t n) { /* salted: no file can aim at
     return h ^ (h >> 29);
 }
 
+static int cmp(const uint8_t *p, size_t n, const uint8_t *q, size_t m) { /* bytewise */
+    int c = n && m ? memcmp(p, q, n < m ? n : m) : 0;
+    return c ? c : (n > m) - (n < m);
+}
+
 static inline int eq(const uint8_t *p, size_t n, const void *q, size_t m) {
     return n == m && (!n || !memcmp(p, q, n));
 }
@@ -282,6 +297,12 @@ static size_t slot(const Table *t, const uint8_t *p, size_t n) {
 
 /* Enter name i (in the arena already): 1 if it came before, -1 out of memory. */
 static int add_name(Table *t, size_t i) {
+    if (t->sorted) {
+        if (!i || cmp(NAME(t, i - 1), NAME_LEN(t, i - 1), NAME(t, i), NAME_LEN(t, i)) < 0) return 0;
+        t->sorted = 0; /* out of order: hash every name so far */
+        for (size_t j = 0; j < i; j++)
+            if (add_name(t, j) < 0) return -1;
+    }
     if (3 * (i + 1) > 2 * t->hcap) { /* load <= 2/3: 4 to 6 bytes per name */
         free(t->hash);
         for (t->hcap = t->hcap ? t->hcap : 1024; 2 * t->hcap < 3 * (i + 1);) t->hcap *= 2;
@@ -292,6 +313,19 @@ static int add_name(Table *t, size_t i) {
     size_t h = slot(t, NAME(t, i), NAME_LEN(t, i));
     if (t->hash[h]) return 1;
     return t->hash[h] = (uint32_t)i + 1, 0;
+}
+
+static Py_ssize_t find(const Table *t, const uint8_t *p, size_t n) { /* index, or -1 */
+    size_t lo = 0, hi = t->n;
+    if (!t->sorted) return (Py_ssize_t)t->hash[slot(t, p, n)] - 1;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (cmp(NAME(t, mid), NAME_LEN(t, mid), p, n) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < t->n && eq(p, n, NAME(t, lo), NAME_LEN(t, lo)) ? (Py_ssize_t)lo : -1;
 }
 
 static int reserve(Table *t, size_t n) { /* room for n tensors in every column */
@@ -309,7 +343,7 @@ static int reserve(Table *t, size_t n) { /* room for n tensors in every column *
     RE(name_off, c + 1)
     RE(dims_off, c + 1)
 #undef RE
-        if (!t->cap) t->name_off[0] = t->dims_off[0] = 0;
+    if (!t->cap) t->name_off[0] = t->dims_off[0] = 0;
     return t->cap = c, 0;
 }
 
@@ -477,13 +511,19 @@ static int parse_container(P *s, int kind, int obj) {
     }
 }
 
-/* A value at the cursor; the first pass bounds the nesting. */
+/* A value at the cursor. */
 static int parse_value(P *s, int kind, Val *v) {
     int c = peek(s), r = 0;
     v->span[0] = at(s), v->type = V_NULL;
-    if (c == '{' || c == '[')
-        v->type = c == '{' ? V_OBJ : V_ARR, r = parse_container(s, kind, c == '{');
-    else if (c == '"')
+    if ((c == '{' || c == '[') && s->depth >= MAX_DEPTH) { /* too deep: how deep, and where */
+        s->deep = 1, s->deep_at = at(s), s->deepest = (uint64_t)s->depth + 1, s->pos++;
+        tail(s, 0, s->depth + 1, 1);
+        return fail(s, E_DEEP, v->span[0]);
+    }
+    if (c == '{' || c == '[') {
+        s->depth++, v->type = c == '{' ? V_OBJ : V_ARR;
+        if (!(r = parse_container(s, kind, c == '{'))) s->depth--; /* an error keeps its depth */
+    } else if (c == '"')
         v->type = V_STR, r = scan_string(s, &s->str);
     else if (!word(s, v, "null", V_NULL) && !word(s, v, "true", V_TRUE) &&
              !word(s, v, "false", V_FALSE) && !word(s, v, "NaN", V_FLOAT) &&
@@ -537,24 +577,22 @@ static void capsule_free(PyObject *cap) { table_free(PyCapsule_GetPointer(cap, "
 
 static PyObject *run(P *s, int64_t file_size) {
     Val v = {0};
-    int code = first_pass(s), ok = 0, r = 0;
-    if (s->io) return REPORT(E_IO, at(s), 0, "", 0);
-    s->pos = s->base = 0, s->len = s->fd < 0 ? s->len : 0; /* back to the start */
-    int c = peek(s);
-    skip_ws(s);
-    int count = c == '{' || peek(s) != '{'; /* blanks then '{': not a brace, however deep */
-    if (code == E_UTF8 || (code == E_DEEP && count)) return report(&s->stop);
-    memset(&s->stop, 0, sizeof s->stop);
+    int c = peek(s), ok = 0, count = 1, r = 0;
     if (c != '{') { /* another JSON value (HeaderNotObject) or not even that (HeaderNotBrace) */
-        if (count && peek(s) >= 0 && !(r = parse_value(s, K_ANY, &v))) skip_ws(s), ok = peek(s) < 0;
-        code = ok && v.type != V_HUGE ? E_NOT_OBJECT : E_NOT_BRACE;
+        skip_ws(s);
+        count = (c = peek(s)) != '{'; /* blanks then '{': not a brace, however deep */
+        if (count && c >= 0 && !(r = parse_value(s, K_ANY, &v))) skip_ws(s), ok = peek(s) < 0;
+        if (!r || s->stop.code) s->stop.code = ok && v.type != V_HUGE ? E_NOT_OBJECT : E_NOT_BRACE;
+        s->stop.x = (uint64_t)v.type;
     } else if (!(r = parse_value(s, K_TOP, &v))) {
         while ((c = peek(s)) == ' ') s->pos++;
         if (c >= 0) fail(s, E_PADDING, at(s));
     }
     if (PyErr_Occurred() || (r && !s->stop.code)) return PyErr_Occurred() ? 0 : PyErr_NoMemory();
-    if (s->io) return REPORT(E_IO, at(s), 0, "", 0); /* the file shrank between the passes */
-    if (code == E_NOT_OBJECT || code == E_NOT_BRACE) return REPORT(code, v.type, 0, "", 0);
+    if (s->stop.code && !s->utf8 && !s->deep) tail(s, s->in_str, s->depth, count);
+    if (s->io) return REPORT(E_IO, at(s), 0, "", 0);
+    if (s->utf8) return REPORT(E_UTF8, s->utf8_at, 0, "", 0);
+    if (s->deep) return REPORT(E_DEEP, s->deep_at, s->deepest, "", 0);
     if (s->stop.code || s->rule.code) return report(s->stop.code ? &s->stop : &s->rule);
     PyObject *bad = coverage(s->t, file_size - 8 - (int64_t)s->total), *cap;
     if (bad || PyErr_Occurred() || !(cap = PyCapsule_New(s->t, "st_header", capsule_free)))
@@ -585,7 +623,7 @@ static PyObject *py_parse(PyObject *self, PyObject *args) {
     else if (!(s.t = calloc(1, sizeof(Table))) || (s.fd >= 0 && !(s.win = malloc(s.window))))
         PyErr_NoMemory();
     else
-        r = s.total ? run(&s, file_size) : REPORT(E_NOT_BRACE, 0, 0, "", 0);
+        r = s.total ? (s.t->sorted = 1, run(&s, file_size)) : REPORT(E_NOT_BRACE, 0, 0, "", 0);
     if (src != Py_None) PyBuffer_Release(&view);
     table_free(s.t);
     free(s.win), free(s.str.p), free(s.key.p), free(s.name.p), free(s.mkey.p);
@@ -603,8 +641,8 @@ static PyObject *py_find(PyObject *self, PyObject *args) {
     uint64_t count = 1;
     if (!PyArg_ParseTuple(args, "Oy#", &cap, &name, &n)) return NULL;
     if (!(t = PyCapsule_GetPointer(cap, "st_header"))) return NULL;
-    uint32_t i = t->n ? t->hash[slot(t, (const uint8_t *)name, (size_t)n)] : 0;
-    if (!i--) Py_RETURN_NONE;
+    Py_ssize_t i = find(t, (const uint8_t *)name, (size_t)n);
+    if (i < 0) Py_RETURN_NONE;
     size_t a = t->dims_off[i], e = t->dims_off[i + 1];
     if (!(shape = PyTuple_New((Py_ssize_t)(e - a)))) return NULL;
     for (size_t k = a; k < e; k++) {
@@ -680,7 +718,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "st_header", NULL, -1
 
 PyMODINIT_FUNC PyInit_st_header(void) {
     for (int c = 0; c < 256; c++) {
-        PLAIN[c] = c >= 0x20 && c != '"' && c != '\\';
+        PLAIN[c] = c >= 0x20 && c < 0x80 && c != '"' && c != '\\';
         LEXICAL[c] = c >= 0x80 || (c && strchr("\"\\[]{}", c));
         HEX[c] = c >= '0' && c <= '9'                 ? c - '0'
                  : (c | 32) >= 'a' && (c | 32) <= 'f' ? (c | 32) - 87
