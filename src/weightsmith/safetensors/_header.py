@@ -243,8 +243,8 @@ deep|HeaderTooDeep|header JSON nests too deeply|header|{at}|nesting depth <= {ma
     |depth {y}
 value|InvalidHeaderJSON|header is not valid JSON (Expecting value)|header|{at}|a JSON object
     |{chars20!r}
-prop|InvalidHeaderJSON|header is not valid JSON (Expecting property name enclosed in double
-    quotes)|header|{at}|a JSON object|{chars20!r}
+prop|InvalidHeaderJSON|header is not valid JSON (Expecting property name enclosed in double quotes)
+    |header|{at}|a JSON object|{chars20!r}
 colon|InvalidHeaderJSON|header is not valid JSON (Expecting ':' delimiter)|header|{at}
     |a JSON object|{chars20!r}
 comma|InvalidHeaderJSON|header is not valid JSON (Expecting ',' delimiter)|header|{at}
