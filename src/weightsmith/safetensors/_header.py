@@ -57,16 +57,6 @@ from .. import errors as E
 from .._native import st_header as _c
 from ..dtypes import SAFETENSORS, DType
 
-__all__ = [
-    "MAX_DEPTH",
-    "MAX_HEADER_SIZE",
-    "Header",
-    "TensorInfo",
-    "parse_header",
-    "read_header",
-    "read_header_size",
-]
-
 MAX_HEADER_SIZE = 100_000_000
 # serde_json (HF's parser) stops at 128 levels; a valid header needs only 3.
 MAX_DEPTH = 128  # also in csrc/st_header.c
@@ -300,8 +290,17 @@ too_large|HeaderTooLarge|header size too large|header size|0|at most {max_size}|
 beyond|HeaderOutOfBounds|header runs past the end of the file|header size|0
     |8 + N <= file size {file_size}|8 + {n} = {data_start}
 """
+# the classes of the rows, by name: a row naming another class fails at import
+_C = (E.TruncatedData, E.HeaderNotUTF8, E.HeaderNotBrace, E.HeaderNotObject, E.HeaderTooDeep)
+_C += (E.InvalidHeaderJSON, E.InvalidHeaderPadding, E.DuplicateMetadata, E.InvalidMetadata)
+_C += (E.DuplicateMetadataKey, E.DuplicateTensorName, E.InvalidTensorEntry, E.UnknownTensorField)
+_C += (E.DuplicateTensorField, E.MissingTensorField, E.UnknownDtype, E.InvalidShape, E.SizeOverflow)
+_C += (E.InvalidOffsets, E.MisalignedSubByte, E.TensorSizeMismatch, E.DataHole, E.DataOverlap)
+_C += (E.TrailingBytes, E.FileTooSmall, E.HeaderTooLarge, E.HeaderOutOfBounds)
+_CLASSES = {c.__name__: c for c in _C}
 _RULES = {
-    r[0]: r[1:] for r in (s.split("|") for s in _TABLE.replace("\n    ", "").split("\n")[1:-1])
+    r[0]: (_CLASSES[r[1]], *r[2:])
+    for r in (s.split("|") for s in _TABLE.replace("\n    ", "").split("\n")[1:-1])
 }
 _ORDER = list(_RULES)
 _TOP_KIND = ("an object", "a list", "a string", "a int", "a int", "", "a float", "a boolean")
@@ -365,7 +364,7 @@ def _error(code: str, path, **report) -> E.WeightsmithError:
     cls, what, field, offset, expected, found = _RULES[code]
     r = _Report(report)
     bare = found[1:-1] if found[:1] == "{" and found.find("}") == len(found) - 1 else None
-    return getattr(E, cls)(
+    return cls(
         what.format_map(r),
         path=path,
         field=field.format_map(r) or None,
