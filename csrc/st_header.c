@@ -1,19 +1,14 @@
-/* The safetensors header validator: one linear pass, in the style of HF's tensor.rs.
- *
- * Layout and rules: weightsmith/safetensors/_header.py.  The pass reads the N header
- * bytes once, from a buffer or from the file a window at a time (a big header is
- * never held whole), and keeps per tensor its name, dtype, dims and offsets.
- *
- * The error reported is the first of: invalid UTF-8 anywhere; nesting past MAX_DEPTH
- * anywhere (brackets outside strings); the first JSON syntax error, at the offset and
- * with the words of CPython's json scanner (NaN / Infinity are floats there); padding
- * that is not spaces; the first broken rule in JSON order (recorded, the syntax is
- * checked on to the end); the coverage of the data section.  It comes back as
- * (code, name, key, a1, e1, a2, e2, x, y): code indexes the enum below (mirrored in
- * _header.py), name / key are decoded, [a, e) are header spans of JSON values that
- * _header.py re-reads for the message, x / y offsets, counts or a dtype index.
- * Strings decode to UTF-8 with lone surrogates as 3-byte sequences (Python's
- * "surrogatepass"), so equal names are equal bytes.  The GIL is held throughout.
+/* The safetensors header validator, one linear pass in the style of HF's tensor.rs.  Layout,
+ * rules and the order in which they are reported: weightsmith/safetensors/_header.py.  The
+ * pass reads the header from a buffer or from the file a window at a time (a big header is
+ * never held whole), checks the UTF-8, the nesting, the JSON (errors at the offsets and in the
+ * words of CPython's json: NaN / Infinity are floats there) and the rules, and keeps per tensor
+ * its name, dtype, dims and offsets.  After a syntax error it only scans on for invalid UTF-8
+ * and nesting past MAX_DEPTH, which come first.  An error comes back as (code, name, key, a1,
+ * e1, a2, e2, x, y): code indexes the enum below (the rows of _TABLE in _header.py), [a, e) are
+ * spans of JSON values re-read there for the message, x / y offsets, counts or a dtype index.
+ * Strings decode to UTF-8 with lone surrogates as 3-byte sequences (Python's "surrogatepass"),
+ * so equal names are equal bytes.  The GIL is held throughout.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -26,13 +21,12 @@
 #define MAX_DEPTH 128
 #define MAX_CODES 64
 
-enum {
-    E_OK, E_IO, E_UTF8, E_NOT_BRACE, E_NOT_OBJECT, E_DEEP,
-    E_VALUE, E_PROP, E_COLON, E_COMMA, E_UNTERM, E_CONTROL, E_ESCAPE, E_UESCAPE, E_PADDING,
-    E_DUP_META, E_META, E_META_KEY, E_META_VALUE, E_DUP_NAME, E_ENTRY, E_UNKNOWN_FIELD,
-    E_DUP_FIELD, E_MISSING_FIELD, E_DTYPE, E_SHAPE, E_COUNT_OVERFLOW, E_OFFSETS,
-    E_BITS_OVERFLOW, E_MISALIGNED, E_SIZE, E_HOLE, E_OVERLAP, E_TRAILING, E_TRUNCATED,
-};
+enum { E_OK, E_IO, E_UTF8, E_NOT_BRACE, E_NOT_OBJECT, E_DEEP, E_VALUE, E_PROP, E_COLON };
+enum { E_COMMA = E_COLON + 1, E_UNTERM, E_CONTROL, E_ESCAPE, E_UESCAPE, E_PADDING, E_DUP_META };
+enum { E_META = E_DUP_META + 1, E_META_KEY, E_META_VALUE, E_DUP_NAME, E_ENTRY, E_UNKNOWN_FIELD };
+enum { E_DUP_FIELD = E_UNKNOWN_FIELD + 1, E_MISSING_FIELD, E_DTYPE, E_SHAPE, E_COUNT_OVERFLOW };
+enum { E_OFFSETS = E_COUNT_OVERFLOW + 1, E_BITS_OVERFLOW, E_MISALIGNED, E_SIZE, E_HOLE };
+enum { E_OVERLAP = E_HOLE + 1, E_TRAILING, E_TRUNCATED };
 enum { V_OBJ, V_ARR, V_STR, V_INT, V_BIGINT, V_HUGE, V_FLOAT, V_TRUE, V_FALSE, V_NULL };
 enum { K_ANY, K_TOP, K_META, K_ENTRY, K_SHAPE, K_OFFS }; /* what a container holds */
 
@@ -40,15 +34,27 @@ static char codes[MAX_CODES][16]; /* the dtype registry, from configure() */
 static size_t code_len[MAX_CODES];
 static uint64_t code_bits[MAX_CODES], seed;
 static int n_codes;
-static uint8_t PLAIN[256];  /* bytes a string holds as they are */
-static size_t grow_limit;   /* the header's size: no buffer grows past it */
+static uint8_t PLAIN[256];   /* bytes a string holds as they are */
+static uint8_t LEXICAL[256]; /* bytes tail() stops at: '"', '\\', brackets, non-ASCII */
+static uint8_t HEX[256];     /* hex digit values; 16 for other bytes */
+static size_t grow_limit;    /* the header's size: no buffer grows past it */
 
-typedef struct { uint8_t *p; size_t n, cap; } Buf;
-typedef struct { int type; uint64_t a, e, u; } Val;         /* a value: kind, span, integer */
-typedef struct { int code; uint64_t a1, e1, a2, e2, x, y; Buf name, key; } Err;
+typedef struct {
+    uint8_t *p;
+    size_t n, cap;
+} Buf;
+typedef struct {
+    int type;
+    uint64_t span[2], u; /* kind, [begin, end) in the header, integer value */
+} Val;
+typedef struct {
+    int code;
+    uint64_t a1, e1, a2, e2, x, y;
+    Buf name, key;
+} Err;
 
-/* The tensors of a valid header in JSON order (a capsule's payload): tensor i's
- * name is names.p[name_off[i]:name_off[i + 1]], its dims dims[dims_off[i]:...]. */
+/* The tensors of a valid header in JSON order (a capsule's payload): tensor i's name is
+ * names.p[name_off[i]:name_off[i + 1]], its dims dims[dims_off[i]:dims_off[i + 1]]. */
 typedef struct {
     size_t n, cap, dcap, hcap, ndims;
     uint64_t *begin, *end, *dims;
@@ -60,19 +66,19 @@ typedef struct {
 
 typedef struct { /* the tensor entry being parsed */
     int bad, seen[3], dtype, shape_ev, offs_ok, nofs;
-    uint64_t va[3], ve[3], n, ofs[2]; /* value spans of dtype, shape, offsets */
+    uint64_t span[3][2], n, ofs[2]; /* value spans of dtype, shape, offsets */
 } Entry;
 
 typedef struct {
     const uint8_t *p; /* header bytes [base, base + len); the cursor is p[pos] */
-    size_t len, pos, cap, window;
+    size_t len, pos, window;
     uint64_t base, total;
-    int fd, io, max_digits, in_str, utf8, deep, seen_meta;
+    int fd, io, max_digits, seen_meta, in_str, utf8, deep;
     long depth;
-    uint64_t utf8_pos, deep_pos, deepest;
+    uint64_t utf8_at, deep_at, deepest;
     uint8_t *win;
-    Err stop, rule;             /* the error that stopped the pass; the first broken rule */
-    Buf str, key, name, mkey;   /* last string and key, tensor name, metadata key */
+    Err stop, rule;           /* the error that stopped the pass; the first broken rule */
+    Buf str, key, name, mkey; /* last string and key, tensor name, metadata key */
     PyObject *meta;
     Entry ent;
     Table *t;
@@ -85,42 +91,34 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
     if (c * elem > grow_limit && need * elem <= grow_limit) c = grow_limit / elem;
     void *q = realloc(*p, c * elem);
     if (!q) return -1;
-    *p = q, *cap = c;
-    return 0;
+    return *p = q, *cap = c, 0;
 }
 
 static int put(Buf *b, const void *src, size_t k) {
     if (grow((void **)&b->p, &b->cap, b->n + k, 1)) return -1;
     if (k) memcpy(b->p + b->n, src, k);
-    b->n += k;
-    return 0;
+    return b->n += k, 0;
 }
 
-static int copy(Buf *to, const Buf *from) { to->n = 0; return put(to, from->p, from->n); }
+static int copy(Buf *to, const Buf *from) { return to->n = 0, put(to, from->p, from->n); }
 
 static inline uint64_t at(P *s) { return s->base + s->pos; }
 
-/* Make `need` bytes from the cursor available if the header has them; returns how
+/* Make `need` (< 16) bytes from the cursor available if the header has them; returns how
  * many are.  A buffer holds them all; a file is read a window at a time. */
 static size_t more(P *s, size_t need) {
-    size_t have = s->len - s->pos;
+    size_t have = s->len - s->pos, want = s->window;
     if (s->fd < 0 || have >= need) return have;
-    if (have) memmove(s->win, s->win + s->pos, have);
-    s->base += s->pos, s->pos = 0, s->len = have;
-    size_t want = need > s->window ? need : s->window;
+    memmove(s->win, s->win + s->pos, have);
+    s->base += s->pos, s->pos = 0, s->len = have, s->p = s->win;
     if (want > s->total - s->base) want = (size_t)(s->total - s->base);
-    if (want > s->cap) {
-        uint8_t *w = realloc(s->win, want);
-        if (!w) return s->io = ENOMEM, have;
-        s->win = w, s->cap = want;
-    }
-    for (s->p = s->win; s->len < want;) {
+    while (s->len < want) {
         ssize_t r = pread(s->fd, s->win + s->len, want - s->len, (off_t)(8 + s->base + s->len));
         if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) { s->io = r < 0 ? errno : -1; break; }
+        if (r <= 0) return s->io = r < 0 ? errno : -1, s->len;
         s->len += (size_t)r;
     }
-    return s->len - s->pos;
+    return s->len;
 }
 
 static inline int peek(P *s) { return s->pos < s->len || more(s, 1) ? s->p[s->pos] : -1; }
@@ -129,58 +127,50 @@ static inline void skip_ws(P *s) {
     for (int c; (c = peek(s)) == ' ' || c == '\t' || c == '\n' || c == '\r';) s->pos++;
 }
 
-static int fail(P *s, int code, uint64_t pos) {
-    if (!s->stop.code) {
-        s->stop.code = code, s->stop.x = pos;
-        s->in_str = code == E_CONTROL || code == E_ESCAPE || code == E_UESCAPE;
-    }
-    return -1;
+static int fail(P *s, int code, uint64_t pos) { /* a syntax error */
+    if (s->stop.code) return -1;
+    s->stop.code = code, s->stop.x = pos;
+    return s->in_str = code == E_CONTROL || code == E_ESCAPE || code == E_UESCAPE, -1;
 }
 
 /* Length of the valid UTF-8 sequence at the cursor (lead byte >= 0x80), or 0. */
 static size_t utf8_len(P *s) {
     size_t have = more(s, 4), k;
-    const uint8_t *p = s->p + s->pos;
-    uint8_t c = p[0], lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) k = 2;
-    else if (c >= 0xE0 && c <= 0xEF) k = 3, lo = c == 0xE0 ? 0xA0 : lo, hi = c == 0xED ? 0x9F : hi;
-    else if (c >= 0xF0 && c <= 0xF4) k = 4, lo = c == 0xF0 ? 0x90 : lo, hi = c == 0xF4 ? 0x8F : hi;
-    else return 0;
-    if (have < k || p[1] < lo || p[1] > hi) return 0;
+    const uint8_t *p = s->p + s->pos, c = p[0];
+    uint8_t lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    k = c < 0xC2 ? 0 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : c < 0xF5 ? 4 : 0;
+    if (c == 0xF4) hi = 0x8F;
+    if (!k || have < k || p[1] < lo || p[1] > hi) return 0;
     for (size_t i = 2; i < k; i++)
         if (p[i] < 0x80 || p[i] > 0xBF) return 0;
     return k;
 }
 
-/* After the error that stopped the pass, the rest of the header: its first invalid
- * UTF-8, and (if `count`) its nesting past MAX_DEPTH. */
+/* After the error that stopped the pass, the rest of the header: its first invalid UTF-8, and
+ * (if `count`) its first nesting past MAX_DEPTH and its deepest, brackets in strings aside. */
 static void tail(P *s, int in_str, long depth, int count) {
-    for (int c; !s->utf8 && (c = peek(s)) >= 0;) {
+    for (int c; !s->utf8;) {
+        while (s->pos < s->len && !LEXICAL[s->p[s->pos]]) s->pos++;
+        if ((c = peek(s)) < 0) return;
         size_t k = c < 0x80 ? 1 : utf8_len(s);
-        if (!k) s->utf8 = 1, s->utf8_pos = at(s);
-        if (k != 1) { s->pos += k; continue; }
-        uint64_t here = at(s);
-        s->pos++;
-        if (in_str && c == '\\' && peek(s) >= 0 && peek(s) < 0x80) s->pos++;
-        else if (c == '"') in_str = !in_str;
-        else if (in_str) continue;
-        else if ((c == '[' || c == '{') && ++depth > MAX_DEPTH && count) {
-            if (!s->deep) s->deep = 1, s->deep_pos = here;
-            if ((uint64_t)depth > s->deepest) s->deepest = (uint64_t)depth;
-        } else if (c == ']' || c == '}') depth--;
+        if (!k) s->utf8 = 1, s->utf8_at = at(s);
+        s->pos += k;
+        if (k != 1) continue;
+        if (in_str && c == '\\')
+            s->pos += peek(s) >= 0 && peek(s) < 0x80; /* an escaped byte */
+        else if (c == '"')
+            in_str = !in_str;
+        else if (!in_str && c != '\\')
+            depth += c == '[' || c == '{' ? 1 : -1;
+        if (depth > MAX_DEPTH && count && !s->deep) s->deep = 1, s->deep_at = at(s) - 1;
+        if (depth > MAX_DEPTH && count && (uint64_t)depth > s->deepest)
+            s->deepest = (uint64_t)depth;
     }
 }
 
-static int hex4(const uint8_t *p, uint32_t *out) {
-    *out = 0;
-    for (int i = 0; i < 4; i++) {
-        uint8_t c = p[i];
-        uint32_t d = c >= '0' && c <= '9' ? (uint32_t)(c - '0')
-                   : (c | 32) >= 'a' && (c | 32) <= 'f' ? (uint32_t)((c | 32) - 'a' + 10) : 99;
-        if (d == 99) return 0;
-        *out = *out << 4 | d;
-    }
-    return 1;
+static int hex4(const uint8_t *p, uint32_t *out) { /* 4 hex digits, or 0 */
+    *out = (uint32_t)HEX[p[0]] << 12 | HEX[p[1]] << 8 | HEX[p[2]] << 4 | HEX[p[3]];
+    return (HEX[p[0]] | HEX[p[1]] | HEX[p[2]] | HEX[p[3]]) < 16;
 }
 
 static int put_cp(Buf *b, uint32_t c) { /* UTF-8, surrogates included */
@@ -202,12 +192,11 @@ static int scan_string(P *s, Buf *out) {
         while (j < s->len && PLAIN[s->p[j]]) j++;
         if (put(out, s->p + i, j - i)) return -1;
         if ((s->pos = j) == s->len) continue;
-        uint8_t c = s->p[j];
-        if (c == '"') return s->pos++, 0;
-        if (c < 0x20) return fail(s, E_CONTROL, at(s));
-        if (c >= 0x80) {
+        if (s->p[j] == '"') return s->pos++, 0;
+        if (s->p[j] < 0x20) return fail(s, E_CONTROL, at(s));
+        if (s->p[j] >= 0x80) {
             size_t k = utf8_len(s);
-            if (!k) return s->utf8 = 1, s->utf8_pos = at(s), fail(s, E_UTF8, at(s));
+            if (!k) return s->utf8 = 1, s->utf8_at = at(s), fail(s, E_UTF8, at(s));
             if (put(out, s->p + s->pos, k)) return -1;
             s->pos += k;
             continue;
@@ -228,16 +217,18 @@ static int scan_string(P *s, Buf *out) {
         if (have < 7 || !hex4(p + 2, &cp)) return fail(s, E_UESCAPE, at(s) + 1);
         if (cp >= 0xD800 && cp <= 0xDBFF && have >= 13 && p[6] == '\\' && p[7] == 'u') {
             if (!hex4(p + 8, &lo)) return fail(s, E_UESCAPE, at(s) + 7);
-            if (lo >= 0xDC00 && lo <= 0xDFFF) cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00), used = 12;
+            if (lo >= 0xDC00 && lo <= 0xDFFF) cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            if (lo >= 0xDC00 && lo <= 0xDFFF) used = 12;
         }
         if (put_cp(out, cp)) return -1;
         s->pos += used;
     }
 }
 
-static int literal(P *s, const char *lit, size_t k) {
-    if (more(s, k) < k || memcmp(s->p + s->pos, lit, k)) return 0;
-    return s->pos += k, 1;
+static int word(P *s, Val *v, const char *w, int type) { /* null, true, ... at the cursor */
+    size_t k = strlen(w);
+    if (peek(s) != w[0] || more(s, k) < k || memcmp(s->p + s->pos, w, k)) return 0;
+    return s->pos += k, v->type = type, 1;
 }
 
 static inline int digit_at(P *s, size_t i) {
@@ -254,20 +245,23 @@ static int scan_number(P *s, Val *v) {
     if (!digit_at(s, 0)) return fail(s, E_VALUE, start);
     int first = s->p[s->pos];
     do {
-        over |= __builtin_mul_overflow(u, 10, &u) | __builtin_add_overflow(u, (uint64_t)(s->p[s->pos] - '0'), &u);
+        over |= __builtin_mul_overflow(u, 10, &u);
+        over |= __builtin_add_overflow(u, (uint64_t)(s->p[s->pos] - '0'), &u);
         digits++, s->pos++;
     } while (first != '0' && digit_at(s, 0));
     v->u = u;
-    v->type = s->max_digits > 0 && digits > s->max_digits ? V_HUGE : over || (neg && u) ? V_BIGINT : V_INT;
+    v->type = s->max_digits > 0 && digits > s->max_digits ? V_HUGE
+              : over || (neg && u)                        ? V_BIGINT
+                                                          : V_INT;
     if (peek(s) == '.' && digit_at(s, 1))
         for (v->type = V_FLOAT, s->pos++; digit_at(s, 0);) s->pos++;
-    int c = peek(s), sign = c >= 0 && more(s, 2) >= 2 && (s->p[s->pos + 1] == '+' || s->p[s->pos + 1] == '-');
+    int c = peek(s), sign = more(s, 2) >= 2 && (s->p[s->pos + 1] == '+' || s->p[s->pos + 1] == '-');
     if ((c == 'e' || c == 'E') && digit_at(s, 1 + (size_t)sign))
         for (v->type = V_FLOAT, s->pos += 1 + (size_t)sign; digit_at(s, 0);) s->pos++;
     return 0;
 }
 
-/* Tables --------------------------------------------------------------------- */
+/* Tables --------------------------------------------------------------------------------- */
 
 #define NAME(t, i) ((t)->names.p + (t)->name_off[i])
 #define NAME_LEN(t, i) ((size_t)((t)->name_off[(i) + 1] - (t)->name_off[i]))
@@ -289,7 +283,7 @@ static int cmp(const uint8_t *p, size_t n, const uint8_t *q, size_t m) { /* byte
     return c ? c : (n > m) - (n < m);
 }
 
-static inline int eq(const uint8_t *p, size_t n, const char *q, size_t m) {
+static inline int eq(const uint8_t *p, size_t n, const void *q, size_t m) {
     return n == m && (!n || !memcmp(p, q, n));
 }
 
@@ -297,7 +291,7 @@ static inline int eq(const uint8_t *p, size_t n, const char *q, size_t m) {
 static size_t slot(const Table *t, const uint8_t *p, size_t n) {
     size_t mask = t->hcap - 1, h = (size_t)hash(p, n) & mask;
     for (; t->hash[h]; h = (h + 1) & mask)
-        if (eq(p, n, (const char *)NAME(t, t->hash[h] - 1), NAME_LEN(t, t->hash[h] - 1))) break;
+        if (eq(p, n, NAME(t, t->hash[h] - 1), NAME_LEN(t, t->hash[h] - 1))) break;
     return h;
 }
 
@@ -313,30 +307,41 @@ static int add_name(Table *t, size_t i) {
         free(t->hash);
         for (t->hcap = t->hcap ? t->hcap : 1024; 2 * t->hcap < 3 * (i + 1);) t->hcap *= 2;
         if (!(t->hash = calloc(t->hcap, 4))) return -1;
-        for (size_t j = 0; j < i; j++) t->hash[slot(t, NAME(t, j), NAME_LEN(t, j))] = (uint32_t)j + 1;
+        for (size_t j = 0; j < i; j++)
+            t->hash[slot(t, NAME(t, j), NAME_LEN(t, j))] = (uint32_t)j + 1;
     }
     size_t h = slot(t, NAME(t, i), NAME_LEN(t, i));
     if (t->hash[h]) return 1;
-    t->hash[h] = (uint32_t)i + 1;
-    return 0;
+    return t->hash[h] = (uint32_t)i + 1, 0;
 }
 
-static Py_ssize_t find(const Table *t, const uint8_t *p, size_t n) {
-    if (!t->sorted) return t->hash[slot(t, p, n)] ? (Py_ssize_t)t->hash[slot(t, p, n)] - 1 : -1;
+static Py_ssize_t find(const Table *t, const uint8_t *p, size_t n) { /* index, or -1 */
     size_t lo = 0, hi = t->n;
+    if (!t->sorted) return (Py_ssize_t)t->hash[slot(t, p, n)] - 1;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (cmp(NAME(t, mid), NAME_LEN(t, mid), p, n) < 0) lo = mid + 1;
-        else hi = mid;
+        if (cmp(NAME(t, mid), NAME_LEN(t, mid), p, n) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
-    return lo < t->n && eq(p, n, (const char *)NAME(t, lo), NAME_LEN(t, lo)) ? (Py_ssize_t)lo : -1;
+    return lo < t->n && eq(p, n, NAME(t, lo), NAME_LEN(t, lo)) ? (Py_ssize_t)lo : -1;
 }
 
 static int reserve(Table *t, size_t n) { /* room for n tensors in every column */
     if (n <= t->cap) return 0;
     size_t c = t->cap ? t->cap + t->cap / 2 : 64;
-#define RE(f, k) { void *q = realloc(t->f, (k) * sizeof *t->f); if (!q) return -1; t->f = q; }
-    RE(begin, c) RE(end, c) RE(dtype, c) RE(name_off, c + 1) RE(dims_off, c + 1)
+#define RE(f, k)                                     \
+    {                                                \
+        void *q = realloc(t->f, (k) * sizeof *t->f); \
+        if (!q) return -1;                           \
+        t->f = q;                                    \
+    }
+    RE(begin, c)
+    RE(end, c)
+    RE(dtype, c)
+    RE(name_off, c + 1)
+    RE(dims_off, c + 1)
 #undef RE
     if (!t->cap) t->name_off[0] = t->dims_off[0] = 0;
     return t->cap = c, 0;
@@ -348,9 +353,10 @@ static void table_free(Table *t) {
     free(t->hash), free(t->order), free(t->dtype), free(t->names.p), free(t);
 }
 
-/* Rules ---------------------------------------------------------------------- */
+/* Rules ---------------------------------------------------------------------------------- */
 
-static int rule(P *s, int code, const Buf *key, const uint64_t *v1, const uint64_t *v2, uint64_t x) {
+static int rule(P *s, int code, const Buf *key, const uint64_t *v1, const uint64_t *v2,
+                uint64_t x) {
     Err *r = &s->rule;
     if (r->code) return 0;
     r->code = code, r->x = x;
@@ -362,15 +368,16 @@ static int rule(P *s, int code, const Buf *key, const uint64_t *v1, const uint64
 /* A tensor entry closed: its checks, in the order of the rules. */
 static int check_entry(P *s) {
     Entry *e = &s->ent;
-    uint64_t bits, dt[2] = {e->va[0], e->ve[0]}, sh[2] = {e->va[1], e->ve[1]}, of[2] = {e->va[2], e->ve[2]};
+    uint64_t bits, d = (uint64_t)e->dtype, *sh = e->span[1], *of = e->span[2];
     if (e->bad) return rule(s, e->bad, &s->mkey, NULL, NULL, 0);
     for (int f = 0; f < 3; f++)
         if (!e->seen[f]) return rule(s, E_MISSING_FIELD, NULL, NULL, NULL, (uint64_t)f);
-    if (e->dtype < 0) return rule(s, E_DTYPE, NULL, dt, NULL, 0);
+    if (e->dtype < 0) return rule(s, E_DTYPE, NULL, e->span[0], NULL, 0);
     if (e->shape_ev) return rule(s, e->shape_ev, NULL, sh, NULL, 0);
-    if (!e->offs_ok || e->nofs != 2 || e->ofs[0] > e->ofs[1]) return rule(s, E_OFFSETS, NULL, of, NULL, 0);
-    uint64_t d = (uint64_t)e->dtype;
-    if (__builtin_mul_overflow(e->n, code_bits[d], &bits)) return rule(s, E_BITS_OVERFLOW, NULL, sh, NULL, d);
+    if (!e->offs_ok || e->nofs != 2 || e->ofs[0] > e->ofs[1])
+        return rule(s, E_OFFSETS, NULL, of, NULL, 0);
+    if (__builtin_mul_overflow(e->n, code_bits[d], &bits))
+        return rule(s, E_BITS_OVERFLOW, NULL, sh, NULL, d);
     if (bits & 7) return rule(s, E_MISALIGNED, NULL, sh, NULL, d);
     if (bits >> 3 != e->ofs[1] - e->ofs[0]) return rule(s, E_SIZE, NULL, sh, of, d);
     Table *t = s->t;
@@ -382,16 +389,22 @@ static int check_entry(P *s) {
 
 static int parse_value(P *s, int kind, Val *v);
 
-static int meta_member(P *s, const Val *v) { /* key in s->mkey, value v */
-    uint64_t span[2] = {v->a, v->e};
-    PyObject *k = PyUnicode_DecodeUTF8((char *)s->mkey.p, (Py_ssize_t)s->mkey.n, "surrogatepass"), *val = NULL;
+static PyObject *decode(const uint8_t *p, size_t n) {
+    return PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)n, "surrogatepass");
+}
+
+static int meta_member(P *s) { /* a key (in s->key) and its value in __metadata__ */
+    Val v;
+    if (copy(&s->mkey, &s->key) || parse_value(s, K_ANY, &v)) return -1;
+    if (s->rule.code) return 0;
+    PyObject *k = decode(s->mkey.p, s->mkey.n), *val = NULL;
     int r = k ? PyDict_Contains(s->meta, k) : -1;
-    if (r == 1) r = rule(s, E_META_KEY, &s->mkey, NULL, NULL, 0);
-    else if (r == 0 && v->type != V_STR) r = rule(s, E_META_VALUE, &s->mkey, span, NULL, 0);
-    else if (r == 0) {
-        val = PyUnicode_DecodeUTF8((char *)s->str.p, (Py_ssize_t)s->str.n, "surrogatepass");
-        r = val ? PyDict_SetItem(s->meta, k, val) : -1;
-    }
+    if (r == 1)
+        r = rule(s, E_META_KEY, &s->mkey, NULL, NULL, 0);
+    else if (r == 0 && v.type != V_STR)
+        r = rule(s, E_META_VALUE, &s->mkey, v.span, NULL, 0);
+    else if (r == 0)
+        r = (val = decode(s->str.p, s->str.n)) ? PyDict_SetItem(s->meta, k, val) : -1;
     Py_XDECREF(val), Py_XDECREF(k);
     return r;
 }
@@ -409,7 +422,7 @@ static int top_member(P *s) {
             return (s->meta = PyDict_New()) ? parse_value(s, K_META, &v) : -1;
         }
         if (parse_value(s, K_ANY, &v)) return -1;
-        return v.type == V_NULL ? 0 : rule(s, E_META, NULL, (uint64_t[]){v.a, v.e}, NULL, 0);
+        return v.type == V_NULL ? 0 : rule(s, E_META, NULL, v.span, NULL, 0);
     }
     if (!s->rule.code) {
         size_t i = t->n;
@@ -418,10 +431,7 @@ static int top_member(P *s) {
         int dup = add_name(t, i);
         if (dup < 0 || (dup && rule(s, E_DUP_NAME, NULL, NULL, NULL, 0))) return -1;
     }
-    if (peek(s) != '{') {
-        if (parse_value(s, K_ANY, &v)) return -1;
-        return rule(s, E_ENTRY, NULL, (uint64_t[]){v.a, v.e}, NULL, 0);
-    }
+    if (peek(s) != '{') return parse_value(s, K_ANY, &v) ? -1 : rule(s, E_ENTRY, 0, v.span, 0, 0);
     memset(&s->ent, 0, sizeof s->ent);
     s->ent.n = 1, s->ent.dtype = -1;
     if (parse_value(s, K_ENTRY, &v)) return -1;
@@ -434,19 +444,18 @@ static int entry_member(P *s) {
     Val v;
     static const char *names[3] = {"dtype", "shape", "data_offsets"};
     static const size_t lens[3] = {5, 5, 12};
-    int f = 2;
+    int f = 2, list = peek(s) == '[';
     while (f >= 0 && !eq(s->key.p, s->key.n, names[f], lens[f])) f--;
     if (!e->bad && (f < 0 || e->seen[f])) {
         e->bad = f < 0 ? E_UNKNOWN_FIELD : E_DUP_FIELD;
         if (copy(&s->mkey, &s->key)) return -1;
     }
-    int kind = K_ANY, list = peek(s) == '[';
     if (f >= 0 && e->seen[f]) f = -1; /* a repeat is only parsed */
     if (f >= 0) e->seen[f] = 1;
-    if (f == 1) kind = list ? K_SHAPE : K_ANY, e->shape_ev = list ? 0 : E_SHAPE;
-    if (f == 2) kind = list ? K_OFFS : K_ANY, e->offs_ok = list;
-    if (parse_value(s, kind, &v)) return -1;
-    if (f >= 0) e->va[f] = v.a, e->ve[f] = v.e;
+    if (f == 1) e->shape_ev = list ? 0 : E_SHAPE;
+    if (f == 2) e->offs_ok = list;
+    if (parse_value(s, list && f > 0 ? K_SHAPE + f - 1 : K_ANY, &v)) return -1;
+    if (f >= 0) memcpy(e->span[f], v.span, sizeof v.span);
     for (int i = 0; f == 0 && v.type == V_STR && e->dtype < 0 && i < n_codes; i++)
         if (eq(s->str.p, s->str.n, codes[i], code_len[i])) e->dtype = i;
     return 0;
@@ -458,8 +467,10 @@ static int element(P *s, int kind, const Val *v) {
     Table *t = s->t;
     if (s->rule.code) return 0;
     if (kind == K_OFFS) {
-        if (v->type != V_INT) e->offs_ok = 0;
-        else if (e->nofs < 2) e->ofs[e->nofs] = v->u;
+        if (v->type != V_INT)
+            e->offs_ok = 0;
+        else if (e->nofs < 2)
+            e->ofs[e->nofs] = v->u;
         return e->nofs += e->nofs < 3, 0;
     }
     if (e->shape_ev) return 0;
@@ -486,11 +497,12 @@ static int parse_container(P *s, int kind, int obj) {
             s->pos++;
             skip_ws(s);
         }
-        int r = kind == K_TOP ? top_member(s) : kind == K_ENTRY ? entry_member(s)
-              : kind == K_META ? copy(&s->mkey, &s->key) || parse_value(s, K_ANY, &v) ||
-                                     (!s->rule.code && meta_member(s, &v))
-              : parse_value(s, K_ANY, &v) || ((kind == K_SHAPE || kind == K_OFFS) && element(s, kind, &v));
-        if (r) return -1;
+        if (kind == K_TOP     ? top_member(s)
+            : kind == K_ENTRY ? entry_member(s)
+            : kind == K_META
+                ? meta_member(s)
+                : parse_value(s, K_ANY, &v) || (kind >= K_SHAPE && element(s, kind, &v)))
+            return -1;
         skip_ws(s);
         if ((c = peek(s)) == close) return s->pos++, 0;
         if (c != ',') return fail(s, E_COMMA, at(s));
@@ -499,71 +511,66 @@ static int parse_container(P *s, int kind, int obj) {
     }
 }
 
+/* A value at the cursor. */
 static int parse_value(P *s, int kind, Val *v) {
     int c = peek(s), r = 0;
-    v->a = at(s), v->type = V_NULL;
+    v->span[0] = at(s), v->type = V_NULL;
+    if ((c == '{' || c == '[') && s->depth >= MAX_DEPTH) { /* too deep: how deep, and where */
+        s->deep = 1, s->deep_at = at(s), s->deepest = (uint64_t)s->depth + 1, s->pos++;
+        tail(s, 0, s->depth + 1, 1);
+        return fail(s, E_DEEP, v->span[0]);
+    }
     if (c == '{' || c == '[') {
-        if (s->depth + 1 > MAX_DEPTH) {
-            s->deep = 1, s->deep_pos = at(s), s->deepest = (uint64_t)s->depth + 1, s->pos++;
-            tail(s, 0, s->depth + 1, 1);
-            return fail(s, E_DEEP, v->a);
-        }
-        s->depth++;
-        v->type = c == '{' ? V_OBJ : V_ARR;
-        if (parse_container(s, c == '{' ? (kind == K_SHAPE || kind == K_OFFS ? K_ANY : kind) : kind, c == '{'))
-            return -1;
-        s->depth--;
-    } else if (c == '"') v->type = V_STR, r = scan_string(s, &s->str);
-    else if (c == 'n' && literal(s, "null", 4)) v->type = V_NULL;
-    else if (c == 't' && literal(s, "true", 4)) v->type = V_TRUE;
-    else if (c == 'f' && literal(s, "false", 5)) v->type = V_FALSE;
-    else if ((c == 'N' && literal(s, "NaN", 3)) || (c == 'I' && literal(s, "Infinity", 8)) ||
-             (c == '-' && literal(s, "-Infinity", 9)))
-        v->type = V_FLOAT;
-    else r = scan_number(s, v);
-    v->e = at(s);
+        s->depth++, v->type = c == '{' ? V_OBJ : V_ARR;
+        if (!(r = parse_container(s, kind, c == '{'))) s->depth--; /* an error keeps its depth */
+    } else if (c == '"')
+        v->type = V_STR, r = scan_string(s, &s->str);
+    else if (!word(s, v, "null", V_NULL) && !word(s, v, "true", V_TRUE) &&
+             !word(s, v, "false", V_FALSE) && !word(s, v, "NaN", V_FLOAT) &&
+             !word(s, v, "Infinity", V_FLOAT) && !word(s, v, "-Infinity", V_FLOAT))
+        r = scan_number(s, v);
+    v->span[1] = at(s);
     return r;
 }
 
-/* The pass ------------------------------------------------------------------- */
+/* The passes ----------------------------------------------------------------------------- */
 
-static PyObject *report(const Err *r) {
 #define U(x) ((unsigned long long)(x))
-    return Py_BuildValue("(iy#y#KKKKKK)", r->code, r->name.p ? (char *)r->name.p : "", (Py_ssize_t)r->name.n,
-                         r->key.p ? (char *)r->key.p : "", (Py_ssize_t)r->key.n, U(r->a1), U(r->e1), U(r->a2),
-                         U(r->e2), U(r->x), U(r->y));
+static PyObject *report(const Err *r) {
+    return Py_BuildValue("(iy#y#KKKKKK)", r->code, r->name.p ? (char *)r->name.p : "",
+                         (Py_ssize_t)r->name.n, r->key.p ? (char *)r->key.p : "",
+                         (Py_ssize_t)r->key.n, U(r->a1), U(r->e1), U(r->a2), U(r->e2), U(r->x),
+                         U(r->y));
 }
-
-static PyObject *report_at(int code, uint64_t x, uint64_t y, const uint8_t *name, size_t n) {
-    Err r = {code, 0, 0, 0, 0, x, y, {(uint8_t *)name, n, 0}, {0}};
-    return report(&r);
-}
+#define REPORT(code_, x_, y_, name_, n_) \
+    report(&(Err){.code = code_, .x = x_, .y = y_, .name = {(uint8_t *)(name_), n_, 0}})
 
 static const Table *sorting; /* qsort has no context argument; the GIL is held */
 static int by_offsets(const void *x, const void *y) {
     uint32_t i = *(const uint32_t *)x, j = *(const uint32_t *)y;
     const uint64_t *b = sorting->begin, *e = sorting->end;
-    return b[i] != b[j] ? (b[i] > b[j]) - (b[i] < b[j]) : e[i] != e[j] ? (e[i] > e[j]) - (e[i] < e[j]) : (i > j) - (i < j);
+    if (b[i] != b[j]) return (b[i] > b[j]) - (b[i] < b[j]);
+    return e[i] != e[j] ? (e[i] > e[j]) - (e[i] < e[j]) : (i > j) - (i < j);
 }
 
 /* Sorted by offsets (stably), the tensors must tile [0, data_size): NULL if they do. */
 static PyObject *coverage(Table *t, int64_t data_size) {
-    int in_order = 1;
-    for (size_t i = 1; i < t->n && in_order; i++) in_order = t->begin[i] >= t->begin[i - 1] && t->end[i] >= t->end[i - 1];
-    if (!in_order) {
+    uint64_t pos = 0;
+    size_t i = 0, k = 1;
+    while (k < t->n && t->begin[k] >= t->begin[k - 1] && t->end[k] >= t->end[k - 1]) k++;
+    if (k < t->n) { /* not in data order: sort an index */
         if (!(t->order = malloc(t->n * 4))) return PyErr_NoMemory();
-        for (size_t i = 0; i < t->n; i++) t->order[i] = (uint32_t)i;
+        for (k = 0; k < t->n; k++) t->order[k] = (uint32_t)k;
         sorting = t;
         qsort(t->order, t->n, 4, by_offsets);
     }
-    uint64_t pos = 0;
-    size_t i = 0;
-    for (size_t k = 0; k < t->n; k++, pos = t->end[i])
+    for (k = 0; k < t->n; k++, pos = t->end[i])
         if (t->begin[i = t->order ? t->order[k] : k] != pos)
-            return report_at(t->begin[i] > pos ? E_HOLE : E_OVERLAP, t->begin[i], pos, NAME(t, i), NAME_LEN(t, i));
+            return REPORT(t->begin[i] > pos ? E_HOLE : E_OVERLAP, t->begin[i], pos, NAME(t, i),
+                          NAME_LEN(t, i));
     if (pos <= INT64_MAX && (int64_t)pos == data_size) return NULL;
-    if (pos <= INT64_MAX && (int64_t)pos < data_size) return report_at(E_TRAILING, pos, 0, NULL, 0);
-    return report_at(E_TRUNCATED, pos, 0, t->n ? NAME(t, i) : NULL, t->n ? NAME_LEN(t, i) : 0);
+    if (pos <= INT64_MAX && (int64_t)pos < data_size) return REPORT(E_TRAILING, pos, 0, "", 0);
+    return REPORT(E_TRUNCATED, pos, 0, t->n ? NAME(t, i) : NULL, t->n ? NAME_LEN(t, i) : 0);
 }
 
 static void capsule_free(PyObject *cap) { table_free(PyCapsule_GetPointer(cap, "st_header")); }
@@ -571,94 +578,71 @@ static void capsule_free(PyObject *cap) { table_free(PyCapsule_GetPointer(cap, "
 static PyObject *run(P *s, int64_t file_size) {
     Val v = {0};
     int c = peek(s), ok = 0, count = 1, r = 0;
-    if (c != '{') {
-        /* another JSON value (HeaderNotObject) or not even that (HeaderNotBrace);
-         * as Python's path, the depth counts unless the text is blanks and '{' */
+    if (c != '{') { /* another JSON value (HeaderNotObject) or not even that (HeaderNotBrace) */
         skip_ws(s);
-        count = (c = peek(s)) != '{';
+        count = (c = peek(s)) != '{'; /* blanks then '{': not a brace, however deep */
         if (count && c >= 0 && !(r = parse_value(s, K_ANY, &v))) skip_ws(s), ok = peek(s) < 0;
-        if (r && !s->stop.code) return PyErr_Occurred() ? NULL : PyErr_NoMemory();
-        s->stop.code = ok && v.type != V_HUGE ? E_NOT_OBJECT : E_NOT_BRACE;
+        if (!r || s->stop.code) s->stop.code = ok && v.type != V_HUGE ? E_NOT_OBJECT : E_NOT_BRACE;
         s->stop.x = (uint64_t)v.type;
     } else if (!(r = parse_value(s, K_TOP, &v))) {
         while ((c = peek(s)) == ' ') s->pos++;
         if (c >= 0) fail(s, E_PADDING, at(s));
     }
-    if (PyErr_Occurred() || (r && !s->stop.code)) return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    if (PyErr_Occurred() || (r && !s->stop.code)) return PyErr_Occurred() ? 0 : PyErr_NoMemory();
     if (s->stop.code && !s->utf8 && !s->deep) tail(s, s->in_str, s->depth, count);
-    if (s->io) return report_at(E_IO, at(s), 0, NULL, 0);
-    if (s->utf8) return report_at(E_UTF8, s->utf8_pos, 0, NULL, 0);
-    if (s->deep) return report_at(E_DEEP, s->deep_pos, s->deepest, NULL, 0);
-    if (s->stop.code) return report(&s->stop);
-    if (s->rule.code) return report(&s->rule);
-    PyObject *bad = coverage(s->t, file_size - 8 - (int64_t)s->total);
-    if (bad || PyErr_Occurred()) return bad;
-    PyObject *cap = PyCapsule_New(s->t, "st_header", capsule_free);
-    if (!cap) return NULL;
+    if (s->io) return REPORT(E_IO, at(s), 0, "", 0);
+    if (s->utf8) return REPORT(E_UTF8, s->utf8_at, 0, "", 0);
+    if (s->deep) return REPORT(E_DEEP, s->deep_at, s->deepest, "", 0);
+    if (s->stop.code || s->rule.code) return report(s->stop.code ? &s->stop : &s->rule);
+    PyObject *bad = coverage(s->t, file_size - 8 - (int64_t)s->total), *cap;
+    if (bad || PyErr_Occurred() || !(cap = PyCapsule_New(s->t, "st_header", capsule_free)))
+        return bad;
     size_t n = s->t->n;
     s->t = NULL;
     return Py_BuildValue("(NOn)", cap, s->meta ? s->meta : Py_None, (Py_ssize_t)n);
 }
 
-/* Python API ----------------------------------------------------------------- */
+/* Python API ----------------------------------------------------------------------------- */
 
+/* parse(buffer | None, fd, n, file_size, max_digits, window) -> a report (an error) or
+ * (table, metadata, tensor count) */
 static PyObject *py_parse(PyObject *self, PyObject *args) {
     PyObject *src, *r = NULL;
-    int fd, max_digits;
-    unsigned long long n;
-    long long file_size;
-    Py_ssize_t window;
     Py_buffer view = {0};
-    P s = {0};
-    (void)self;
-    if (!PyArg_ParseTuple(args, "OiKLin", &src, &fd, &n, &file_size, &max_digits, &window)) return NULL;
-    if (src != Py_None && PyObject_GetBuffer(src, &view, PyBUF_SIMPLE)) return NULL;
-    if ((src == Py_None ? n : (uint64_t)view.len) > UINT32_MAX) { /* 32-bit offsets in the tables */
-        if (src != Py_None) PyBuffer_Release(&view);
-        return PyErr_Format(PyExc_ValueError, "header of %llu bytes: too large", n);
-    }
-    s.fd = src == Py_None ? fd : -1, s.max_digits = max_digits, s.window = window > 16 ? (size_t)window : 16;
-    s.p = view.buf, s.total = src == Py_None ? n : (uint64_t)view.len;
-    s.len = src == Py_None ? 0 : (size_t)view.len;
+    long long n, file_size, window;
+    P s = {.fd = -1};
+    if (!PyArg_ParseTuple(args, "OiLLiL", &src, &s.fd, &n, &file_size, &s.max_digits, &window) ||
+        (src != Py_None && PyObject_GetBuffer(src, &view, PyBUF_SIMPLE)))
+        return NULL;
+    s.fd = src == Py_None ? s.fd : -1, s.window = window > 16 ? (size_t)window : 16;
+    s.p = view.buf, s.len = (size_t)view.len, s.total = src == Py_None ? (uint64_t)n : s.len;
     grow_limit = s.total > 64 ? (size_t)s.total : 64;
-    if (!(s.t = calloc(1, sizeof(Table))) || grow((void **)&s.t->names.p, &s.t->names.cap, 64, 1)) {
+    if (s.window > s.total) s.window = s.total > 16 ? s.total : 16; /* no more than the file */
+    if (s.total > UINT32_MAX) /* 32-bit offsets in the tables */
+        PyErr_Format(PyExc_ValueError, "header of %llu bytes: too large", U(s.total));
+    else if (!(s.t = calloc(1, sizeof(Table))) || (s.fd >= 0 && !(s.win = malloc(s.window))))
         PyErr_NoMemory();
-    } else {
-        s.t->sorted = 1;
-        r = s.total ? run(&s, file_size) : report_at(E_NOT_BRACE, 0, 0, NULL, 0);
-    }
+    else
+        r = s.total ? (s.t->sorted = 1, run(&s, file_size)) : REPORT(E_NOT_BRACE, 0, 0, "", 0);
     if (src != Py_None) PyBuffer_Release(&view);
     table_free(s.t);
     free(s.win), free(s.str.p), free(s.key.p), free(s.name.p), free(s.mkey.p);
-    free(s.stop.name.p), free(s.stop.key.p), free(s.rule.name.p), free(s.rule.key.p);
+    free(s.rule.name.p), free(s.rule.key.p);
     Py_XDECREF(s.meta);
     return r;
 }
 
-static Table *table(PyObject *cap) { return PyCapsule_GetPointer(cap, "st_header"); }
-static PyObject *decode(const uint8_t *p, size_t n) {
-    return PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)n, "surrogatepass");
-}
-
-static PyObject *py_find(PyObject *self, PyObject *args) { /* find(table, name) -> index or -1 */
-    PyObject *cap;
+/* find(table, name) -> (dtype index, shape, begin, end, element count), or None */
+static PyObject *py_find(PyObject *self, PyObject *args) {
+    PyObject *cap, *shape;
     const char *name;
     Py_ssize_t n;
     Table *t;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "Oy#", &cap, &name, &n) || !(t = table(cap))) return NULL;
-    return PyLong_FromSsize_t(t->n ? find(t, (const uint8_t *)name, (size_t)n) : -1);
-}
-
-/* info(table, i) -> (dtype index, shape, begin, end, element count) */
-static PyObject *py_info(PyObject *self, PyObject *args) {
-    PyObject *cap, *shape;
-    Py_ssize_t i;
-    Table *t;
     uint64_t count = 1;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "On", &cap, &i) || !(t = table(cap))) return NULL;
-    if (i < 0 || (size_t)i >= t->n) return PyErr_Format(PyExc_IndexError, "tensor %zd", i);
+    if (!PyArg_ParseTuple(args, "Oy#", &cap, &name, &n)) return NULL;
+    if (!(t = PyCapsule_GetPointer(cap, "st_header"))) return NULL;
+    Py_ssize_t i = find(t, (const uint8_t *)name, (size_t)n);
+    if (i < 0) Py_RETURN_NONE;
     size_t a = t->dims_off[i], e = t->dims_off[i + 1];
     if (!(shape = PyTuple_New((Py_ssize_t)(e - a)))) return NULL;
     for (size_t k = a; k < e; k++) {
@@ -670,69 +654,61 @@ static PyObject *py_info(PyObject *self, PyObject *args) {
     return Py_BuildValue("(iNKKK)", t->dtype[i], shape, U(t->begin[i]), U(t->end[i]), U(count));
 }
 
-/* plan(table, dtype codes) -> names, codes, shape texts ("2,3"), begins, ends in data
- * order (names(table, None): the names in JSON order) */
+/* plan(table, dtype codes) -> names, codes, shape texts ("2,3"), begins, ends in data order;
+ * plan(table, None) -> the names in JSON order */
 static PyObject *py_plan(PyObject *self, PyObject *args) {
     PyObject *cap, *codes_, *out[5] = {0};
     Table *t;
     Buf text = {0};
-    (void)self;
-    if (!PyArg_ParseTuple(args, "OO", &cap, &codes_) || !(t = table(cap))) return NULL;
-    int all = codes_ != Py_None && PyTuple_Check(codes_);
-    for (int k = 0; k < (all ? 5 : 1); k++)
+    if (!PyArg_ParseTuple(args, "OO", &cap, &codes_)) return NULL;
+    if (!(t = PyCapsule_GetPointer(cap, "st_header"))) return NULL;
+    int cols = PyTuple_Check(codes_) ? 5 : 1;
+    for (int k = 0; k < cols; k++)
         if (!(out[k] = PyList_New((Py_ssize_t)t->n))) goto fail;
     for (size_t k = 0; k < t->n; k++) {
-        size_t i = all && t->order ? t->order[k] : k;
+        size_t i = cols > 1 && t->order ? t->order[k] : k, d = t->dims_off[i];
         PyObject *items[5] = {decode(NAME(t, i), NAME_LEN(t, i))};
-        if (all) {
-            text.n = 0;
-            for (size_t d = t->dims_off[i]; d < t->dims_off[i + 1]; d++) {
-                char num[24];
-                int len = snprintf(num, sizeof num, &",%llu"[d == t->dims_off[i]], (unsigned long long)t->dims[d]);
-                if (put(&text, num, (size_t)len)) goto fail;
-            }
-            PyObject *code = t->dtype[i] < PyTuple_GET_SIZE(codes_) ? PyTuple_GET_ITEM(codes_, t->dtype[i]) : Py_None;
-            items[1] = Py_NewRef(code);
-            items[2] = PyUnicode_FromStringAndSize(text.p ? (char *)text.p : "", (Py_ssize_t)text.n);
+        for (text.n = 0; cols > 1 && d < t->dims_off[i + 1]; d++) {
+            char num[24];
+            int len = snprintf(num, sizeof num, &",%llu"[d == t->dims_off[i]], U(t->dims[d]));
+            if (put(&text, num, (size_t)len)) goto fail;
+        }
+        if (cols > 1) {
+            int dt = t->dtype[i]; /* the tuple holds every code: see configure() */
+            items[1] =
+                Py_NewRef(dt < PyTuple_GET_SIZE(codes_) ? PyTuple_GET_ITEM(codes_, dt) : Py_None);
+            items[2] =
+                PyUnicode_FromStringAndSize(text.p ? (char *)text.p : "", (Py_ssize_t)text.n);
             items[3] = PyLong_FromUnsignedLongLong(t->begin[i]);
             items[4] = PyLong_FromUnsignedLongLong(t->end[i]);
         }
-        for (int j = 0; j < (all ? 5 : 1); j++) PyList_SET_ITEM(out[j], (Py_ssize_t)k, items[j]);
-        for (int j = 0; j < (all ? 5 : 1); j++)
+        for (int j = 0; j < cols; j++) PyList_SET_ITEM(out[j], (Py_ssize_t)k, items[j]);
+        for (int j = 0; j < cols; j++)
             if (!items[j]) goto fail;
     }
     free(text.p);
-    return all ? Py_BuildValue("(NNNNN)", out[0], out[1], out[2], out[3], out[4]) : out[0];
+    return cols > 1 ? Py_BuildValue("(NNNNN)", out[0], out[1], out[2], out[3], out[4]) : out[0];
 fail:
     free(text.p);
     for (int k = 0; k < 5; k++) Py_XDECREF(out[k]);
     return NULL;
 }
 
-/* configure(dtype codes: tuple[bytes], bits: tuple[int], hash seed: int) */
+/* configure(dtype codes: 16 bytes each, NUL-padded; their bits: uint64 each; hash seed) */
 static PyObject *py_configure(PyObject *self, PyObject *args) {
-    PyObject *names, *bits;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "O!O!K", &PyTuple_Type, &names, &PyTuple_Type, &bits, &seed)) return NULL;
-    Py_ssize_t k = PyTuple_GET_SIZE(names);
-    if (k > MAX_CODES || PyTuple_GET_SIZE(bits) != k) return PyErr_Format(PyExc_ValueError, "bad dtype table");
-    for (Py_ssize_t i = 0; i < k; i++) {
-        char *p;
-        Py_ssize_t n;
-        if (PyBytes_AsStringAndSize(PyTuple_GET_ITEM(names, i), &p, &n)) return NULL;
-        if (n > 15) return PyErr_Format(PyExc_ValueError, "dtype code too long");
-        memcpy(codes[i], p, (size_t)n), code_len[i] = (size_t)n;
-        code_bits[i] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(bits, i));
-        if (PyErr_Occurred()) return NULL;
-    }
-    n_codes = (int)k;
+    const char *names, *bits;
+    Py_ssize_t k, nb;
+    if (!PyArg_ParseTuple(args, "y#y#K", &names, &k, &bits, &nb, &seed)) return NULL;
+    if (k % 16 || k / 16 > MAX_CODES || nb != k / 2)
+        return PyErr_Format(PyExc_ValueError, "bad table");
+    memcpy(codes, names, (size_t)k), memcpy(code_bits, bits, (size_t)nb);
+    for (n_codes = 0; n_codes < k / 16; n_codes++) code_len[n_codes] = strnlen(codes[n_codes], 16);
     Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
     {"parse", py_parse, METH_VARARGS, "parse(buffer | None, fd, n, file_size, max_digits, window)"},
-    {"find", py_find, METH_VARARGS, "find(table, name) -> index or -1"},
-    {"info", py_info, METH_VARARGS, "info(table, i) -> (dtype, shape, begin, end, count)"},
+    {"find", py_find, METH_VARARGS, "find(table, name) -> (dtype, shape, begin, end, count)"},
     {"plan", py_plan, METH_VARARGS, "plan(table, codes) -> names, codes, shapes, begins, ends"},
     {"configure", py_configure, METH_VARARGS, "configure(codes, bits, seed)"},
     {NULL, NULL, 0, NULL},
@@ -741,6 +717,12 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "st_header", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit_st_header(void) {
-    for (int c = 0x20; c < 0x80; c++) PLAIN[c] = c != '"' && c != '\\';
+    for (int c = 0; c < 256; c++) {
+        PLAIN[c] = c >= 0x20 && c < 0x80 && c != '"' && c != '\\';
+        LEXICAL[c] = c >= 0x80 || (c && strchr("\"\\[]{}", c));
+        HEX[c] = c >= '0' && c <= '9'                 ? c - '0'
+                 : (c | 32) >= 'a' && (c | 32) <= 'f' ? (c | 32) - 87
+                                                      : 16;
+    }
     return PyModule_Create(&module);
 }

@@ -112,6 +112,23 @@ def test_invalid_json(tmp_path):
     _expect(tmp_path, E.InvalidHeaderJSON, '{"a": }')
 
 
+# one header per JSON syntax error of the validator (csrc/st_header.c's E_VALUE .. E_UESCAPE)
+_SYNTAX = [b'{"a": }', b"{1}", b'{"a" 1}', b'{"a": 1 "b"}', b'{"a": "x', b'{"a": "\x01"}']
+_SYNTAX += [b'{"a": "\\x"}', b'{"a": "\\u12G4"}', b'{"a": "\\ud800\\u12G4 "}']
+
+
+@pytest.mark.parametrize("raw", _SYNTAX)
+def test_json_errors_in_cpythons_words(raw):
+    """CPython's json message and offset for each kind of syntax error (the oracle: a
+    word or offset of ours that drifted from json's would show here)."""
+    with pytest.raises(json.JSONDecodeError) as want:
+        json.loads(raw)
+    with pytest.raises(E.InvalidHeaderJSON) as got:
+        parse_header(raw, 8 + len(raw))
+    assert f"header is not valid JSON ({want.value.msg})" in str(got.value)
+    assert got.value.offset == 8 + want.value.pos
+
+
 def test_header_too_deep_is_named_not_recursion_error(tmp_path):
     deep = '{"a":' + "[" * 200_000 + "]" * 200_000 + "}"
     limit = sys.getrecursionlimit()

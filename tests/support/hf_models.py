@@ -694,6 +694,57 @@ def big_moe(
     return folder, max(expert_ff * hidden, vocab * hidden)
 
 
+def gemma3_270m(folder: Path) -> tuple[Path, int]:
+    """A folder shaped as Gemma 3 270M (268M parameters: 18 layers, hidden 640, head_dim 256,
+    a 262,144-token vocabulary; bf16), random weights written with numpy, the config from
+    transformers' Gemma3TextConfig.  The SentencePiece model is a small trained one: both
+    converters pad the vocabulary to the config's size with [PADi] tokens.
+
+    Returns the folder and the element count of its largest tensor (the embedding).
+    """
+    import ml_dtypes
+    import numpy as np
+    from transformers import Gemma3TextConfig
+
+    from weightsmith.safetensors import save_file
+
+    folder = Path(folder)
+    train_spm(folder)
+    hidden, ff, layers, heads, kv, hd, vocab = 640, 2048, 18, 4, 1, 256, 262_144
+    rng = np.random.default_rng(0)
+
+    def w(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(ml_dtypes.bfloat16)
+
+    tensors = {"model.embed_tokens.weight": w(vocab, hidden), "model.norm.weight": w(hidden)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        for norm in ("input", "post_attention", "pre_feedforward", "post_feedforward"):
+            tensors[p + norm + "_layernorm.weight"] = w(hidden)
+        tensors |= {
+            p + "self_attn.q_proj.weight": w(heads * hd, hidden),
+            p + "self_attn.k_proj.weight": w(kv * hd, hidden),
+            p + "self_attn.v_proj.weight": w(kv * hd, hidden),
+            p + "self_attn.o_proj.weight": w(hidden, heads * hd),
+            p + "self_attn.q_norm.weight": w(hd),
+            p + "self_attn.k_norm.weight": w(hd),
+            p + "mlp.gate_proj.weight": w(ff, hidden),
+            p + "mlp.up_proj.weight": w(ff, hidden),
+            p + "mlp.down_proj.weight": w(hidden, ff),
+        }
+    save_file(tensors, folder / "model.safetensors")
+    cfg = Gemma3TextConfig(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=ff, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=kv, head_dim=hd, sliding_window=512,
+        max_position_embeddings=32_768, query_pre_attn_scalar=256, rope_theta=1_000_000.0,
+        rms_norm_eps=1e-6, bos_token_id=2, eos_token_id=1, pad_token_id=0,
+    )  # fmt: skip
+    cfg.architectures = ["Gemma3ForCausalLM"]
+    cfg.torch_dtype = "bfloat16"
+    cfg.save_pretrained(folder)
+    return folder, vocab * hidden
+
+
 # run in a child process: peak RSS of one conversion, above the RSS after imports
 PEAK_RSS_CHILD = r"""
 import json, sys

@@ -32,13 +32,13 @@ begin <= end; shape x bits computed without overflow, a whole number of
 bytes, equal to end - begin; sorted by offset the tensors tile the data
 section from 0 with no hole or overlap and end exactly at the end of file.
 
-The rules are checked in one linear pass by the compiled validator
-(``csrc/st_header.c``, in the style of HF's ``tensor.rs``), which reports the
+The compiled validator (``csrc/st_header.c``, in the style of HF's
+``tensor.rs``: a decoding pass, then one linear parsing pass) reports the
 first broken rule in this order: invalid UTF-8 anywhere; nesting past
 MAX_DEPTH anywhere; the first JSON syntax error (worded as Python's json);
 padding; the entries' rules in JSON order; coverage.  It keeps per tensor its
 name, dtype, dims and offsets in C arrays; this module turns its verdict into
-the named error and serves the tables as a lazy mapping.
+the named error (one table, ``_TABLE``) and serves the tables as a lazy mapping.
 
 These functions take bytes or an open file, never a path to open: the remote
 reader runs them on ranges fetched over HTTP.
@@ -57,48 +57,28 @@ from .. import errors as E
 from .._native import st_header as _c
 from ..dtypes import SAFETENSORS, DType
 
-__all__ = [
-    "MAX_DEPTH",
-    "MAX_HEADER_SIZE",
-    "Header",
-    "TensorInfo",
-    "parse_header",
-    "read_header",
-    "read_header_size",
-]
-
 MAX_HEADER_SIZE = 100_000_000
 # serde_json (HF's parser) stops at 128 levels; a valid header needs only 3.
 MAX_DEPTH = 128  # also in csrc/st_header.c
-_FIELDS = ("dtype", "shape", "data_offsets")
 _CODES = tuple(SAFETENSORS)
 _DTYPES = tuple(SAFETENSORS.values())
 # name hashing is salted per process, so no file can aim at collisions
 _c.configure(
-    tuple(c.encode() for c in _CODES),
-    tuple(d.bits for d in _DTYPES),
+    b"".join(c.encode().ljust(16, b"\0") for c in _CODES),
+    b"".join(d.bits.to_bytes(8, sys.byteorder) for d in _DTYPES),
     int.from_bytes(os.urandom(8), "little"),
 )
 
 
+@dataclass(slots=True, repr=False)
 class TensorInfo:
     """Where one tensor lives: dtype, shape and offsets in the data section."""
 
-    __slots__ = ("data_offsets", "dtype", "n_elements", "name", "shape")
-
-    def __init__(
-        self,
-        name: str,
-        dtype: DType,
-        shape: tuple[int, ...],
-        data_offsets: tuple[int, int],
-        n_elements: int,
-    ) -> None:
-        self.name = name
-        self.dtype = dtype
-        self.shape = shape
-        self.data_offsets = data_offsets
-        self.n_elements = n_elements
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    data_offsets: tuple[int, int]
+    n_elements: int
 
     @property
     def nbytes(self) -> int:
@@ -109,18 +89,6 @@ class TensorInfo:
             f"TensorInfo({self.name!r}, {self.dtype.name}, shape={list(self.shape)}, "
             f"data_offsets={list(self.data_offsets)})"
         )
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, TensorInfo):
-            return NotImplemented
-        return (self.name, self.dtype.name, self.shape, self.data_offsets) == (
-            other.name,
-            other.dtype.name,
-            other.shape,
-            other.data_offsets,
-        )
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 @dataclass
@@ -152,19 +120,15 @@ def read_header_size(prefix: bytes, file_size: int, path=None) -> int:
 
     ``prefix`` may be the whole file or any prefix of at least 8 bytes.
     """
-    where = dict(path=path, field="header size", offset=0)
     if file_size < 8:
-        raise E.FileTooSmall("file too small for a safetensors header", **where,
-                             expected="at least 8 bytes", found=f"{file_size} bytes")  # fmt: skip
+        raise _error("too_small", path, file_size=file_size)
     if len(prefix) < 8:
         raise E.NeedMoreData(8)
     n = int.from_bytes(prefix[:8], "little")
-    if n > MAX_HEADER_SIZE:
-        raise E.HeaderTooLarge("header size too large", **where,
-                               expected=f"at most {MAX_HEADER_SIZE}", found=n)  # fmt: skip
-    if 8 + n > file_size:
-        raise E.HeaderOutOfBounds("header runs past the end of the file", **where,
-                                  expected=f"8 + N <= file size {file_size}", found=f"8 + {n} = {8 + n}")  # fmt: skip
+    if n > MAX_HEADER_SIZE or 8 + n > file_size:
+        raise _error(
+            "too_large" if n > MAX_HEADER_SIZE else "beyond", path, n=n, file_size=file_size
+        )
     return n
 
 
@@ -195,7 +159,9 @@ def _max_digits() -> int:
 
 def _verdict(got: tuple, text, n: int, file_size: int, path) -> Header:
     if type(got[0]) is int:
-        raise _error(got, text, n, file_size, path)
+        fields = ("name_b", "key_b", "a1", "e1", "a2", "e2", "x", "y")
+        report = dict(zip(fields, got[1:]), text=text, n=n, file_size=file_size)
+        raise _error(_ORDER[got[0] - 1], path, **report)
     table, metadata, count = got
     return Header(metadata, _Tensors(table, count, file_size - 8 - n), n)
 
@@ -224,21 +190,18 @@ class _Tensors(Mapping):
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 
-    def _find(self, name: object) -> int:
-        if type(name) is not str:
-            return -1
-        return _c.find(self._table, name.encode("utf-8", "surrogatepass"))
-
     def __contains__(self, name: object) -> bool:
-        return name in self._made or self._find(name) >= 0
+        return name in self._made or self.get(name) is not None
 
     def __getitem__(self, name: str) -> TensorInfo:
         info = self._made.get(name)
         if info is None:
-            i = self._find(name)
-            if i < 0:
+            found = type(name) is str and _c.find(
+                self._table, name.encode("utf-8", "surrogatepass")
+            )
+            if not found:
                 raise KeyError(name)
-            code, shape, begin, end, count = _c.info(self._table, i)
+            code, shape, begin, end, count = found
             info = self._made[name] = TensorInfo(name, _DTYPES[code], shape, (begin, end), count)
         return info
 
@@ -249,129 +212,100 @@ class _Tensors(Mapping):
             self._plan = _c.plan(self._table, _CODES)
         return self._plan
 
-    def __eq__(self, other: object) -> bool:
-        return Mapping.__eq__(self, other)
-
     def __repr__(self) -> str:
         return f"<{len(self)} tensors>"
 
 
 # --------------------------------------------------------------------------- errors
 #
-# The validator reports (code, name, key, a1, e1, a2, e2, x, y): code names a
-# row of _RULES (the enum of csrc/st_header.c, in order), name and key are
-# decoded, [a, e) spans of JSON values in the header (re-read here for the
-# message), x and y offsets, counts or a dtype index.  Each row gives the
-# class, what broke, and (field, offset, expected, found) from a report.
-
-_JSON = dict(
-    value="Expecting value",
-    prop="Expecting property name enclosed in double quotes",
-    colon="Expecting ':' delimiter",
-    comma="Expecting ',' delimiter",
-    unterminated="Unterminated string starting at",
-    control="Invalid control character at",
-    escape="Invalid \\escape",
-    uescape="Invalid \\uXXXX escape",
-)
-# the kind of a top-level JSON value, by the validator's value type
-_TOP_KIND = ("an object", "a list", "a string", "a int", "a int", "", "a float", "a boolean")
-_TOP_KIND += ("a boolean", "null")
-_BITS = "product of shape x {d.bits} bits"
-_T, _SHAPE = "tensor {name!r}", "tensor {name!r}.shape"
+# One row per error: code|class|what|field|offset|expected|found, where a line
+# indented by 4 spaces goes on with the row above.  The first rows are the codes
+# of csrc/st_header.c in its enum's order (E_IO = 1, ...); the fields of its
+# report (name, key, [a1, e1), [a2, e2), x, y: see there) and the names of
+# _DERIVED fill the {} of a row.  A found of one bare {field} keeps its type.
+_TABLE = r"""
+io|TruncatedData|file ended while reading (did it shrink?)||{at}|{more} more header bytes
+    |end of file
+utf8|HeaderNotUTF8|header is not valid UTF-8|header|{at}|UTF-8|byte 0x{byte:02x}
+not_brace|HeaderNotBrace|header does not begin with '{{'|header|8|'{{'|{first}
+not_object|HeaderNotObject|header is not a JSON object|header|8|a JSON object|{top_kind}
+deep|HeaderTooDeep|header JSON nests too deeply|header|{at}|nesting depth <= {max_depth}
+    |depth {y}
+value|InvalidHeaderJSON|header is not valid JSON (Expecting value)|header|{at}|a JSON object
+    |{chars20!r}
+prop|InvalidHeaderJSON|header is not valid JSON (Expecting property name enclosed in double quotes)
+    |header|{at}|a JSON object|{chars20!r}
+colon|InvalidHeaderJSON|header is not valid JSON (Expecting ':' delimiter)|header|{at}
+    |a JSON object|{chars20!r}
+comma|InvalidHeaderJSON|header is not valid JSON (Expecting ',' delimiter)|header|{at}
+    |a JSON object|{chars20!r}
+unterminated|InvalidHeaderJSON|header is not valid JSON (Unterminated string starting at)
+    |header|{at}|a JSON object|{chars20!r}
+control|InvalidHeaderJSON|header is not valid JSON (Invalid control character at)|header|{at}
+    |a JSON object|{chars20!r}
+escape|InvalidHeaderJSON|header is not valid JSON (Invalid \escape)|header|{at}|a JSON object
+    |{chars20!r}
+uescape|InvalidHeaderJSON|header is not valid JSON (Invalid \uXXXX escape)|header|{at}
+    |a JSON object|{chars20!r}
+padding|InvalidHeaderPadding|header padding is not spaces only|header padding|{at}
+    |spaces (0x20)|{chars10!r}
+dup_meta|DuplicateMetadata|__metadata__ appears more than once|__metadata__||at most once|twice
+meta|InvalidMetadata|__metadata__ must map strings to strings|__metadata__||an object|{kind1}
+meta_key|DuplicateMetadataKey|duplicate key in __metadata__|__metadata__[{key!r}]||unique keys
+    |{key!r} twice
+meta_value|InvalidMetadata|__metadata__ values must be strings|__metadata__[{key!r}]||a string
+    |{kind1}
+dup_name|DuplicateTensorName|tensor name appears more than once|tensor {name!r}|
+    |unique tensor names|{name!r} twice
+entry|InvalidTensorEntry|tensor entry is not an object|tensor {name!r}|
+    |an object with dtype, shape, data_offsets|{kind1}
+unknown_field|UnknownTensorField|unknown field in tensor entry|tensor {name!r}|
+    |only dtype, shape, data_offsets|{key!r}
+dup_field|DuplicateTensorField|duplicate field in tensor entry|tensor {name!r}||{key!r} once
+    |{key!r} twice
+missing_field|MissingTensorField|tensor entry lacks a field|tensor {name!r}||a {field!r} field
+    |none
+dtype|UnknownDtype|unknown dtype|tensor {name!r}.dtype||one of {codes}|{value1!r}
+shape|InvalidShape|invalid shape|tensor {name!r}.shape||a list of integers in [0, 2**64)|{dump1}
+count_overflow|SizeOverflow|element count overflows u64|tensor {name!r}.shape|
+    |product of shape < 2**64|{value1}
+offsets|InvalidOffsets|invalid data_offsets|tensor {name!r}.data_offsets|
+    |[begin, end], integers in [0, 2**64), begin <= end|{dump1}
+bits_overflow|SizeOverflow|bit size overflows u64|tensor {name!r}.shape|
+    |product of shape x {d.bits} bits < 2**64|{value1}
+misaligned|MisalignedSubByte|sub-byte tensor does not end on a byte boundary|tensor {name!r}.shape
+    ||{count} x {d.bits} bits to be a multiple of 8|{bits} bits
+size|TensorSizeMismatch|byte span does not match dtype and shape|tensor {name!r}|
+    |{nbytes} bytes ({d.name} x {value1})|{span} bytes (data_offsets [{begin}, {end}])
+hole|DataHole|gap before tensor|tensor {name!r}|{data_at}|data_offsets begin {y}|{x}
+overlap|DataOverlap|tensor overlaps the previous one|tensor {name!r}|{data_at}
+    |data_offsets begin {y}|{x}
+trailing|TrailingBytes|bytes after the last tensor|data section|{data_at}|file size {data_at}
+    |file size {file_size}
+truncated|TruncatedData|file ends before the last tensor|tensor {name!r}|{file_size}
+    |file size {data_at}|file size {file_size}
+too_small|FileTooSmall|file too small for a safetensors header|header size|0|at least 8 bytes
+    |{file_size} bytes
+too_large|HeaderTooLarge|header size too large|header size|0|at most {max_size}|{n}
+beyond|HeaderOutOfBounds|header runs past the end of the file|header size|0
+    |8 + N <= file size {file_size}|8 + {n} = {data_start}
+"""
+# the classes of the rows, by name: a row naming another class fails at import
+_C = (E.TruncatedData, E.HeaderNotUTF8, E.HeaderNotBrace, E.HeaderNotObject, E.HeaderTooDeep)
+_C += (E.InvalidHeaderJSON, E.InvalidHeaderPadding, E.DuplicateMetadata, E.InvalidMetadata)
+_C += (E.DuplicateMetadataKey, E.DuplicateTensorName, E.InvalidTensorEntry, E.UnknownTensorField)
+_C += (E.DuplicateTensorField, E.MissingTensorField, E.UnknownDtype, E.InvalidShape, E.SizeOverflow)
+_C += (E.InvalidOffsets, E.MisalignedSubByte, E.TensorSizeMismatch, E.DataHole, E.DataOverlap)
+_C += (E.TrailingBytes, E.FileTooSmall, E.HeaderTooLarge, E.HeaderOutOfBounds)
+_CLASSES = {c.__name__: c for c in _C}
 _RULES = {
-    "io": (E.TruncatedData, "file ended while reading (did it shrink?)",
-           None, "{at}", "{more} more header bytes", "end of file"),
-    "utf8": (E.HeaderNotUTF8, "header is not valid UTF-8", "header", "{at}", "UTF-8", "byte 0x{byte:02x}"),
-    "not_brace": (E.HeaderNotBrace, "header does not begin with '{{'", "header", "8", "'{{'", "{first}"),
-    "not_object": (E.HeaderNotObject, "header is not a JSON object",
-                   "header", "8", "a JSON object", "{top_kind}"),
-    "deep": (E.HeaderTooDeep, "header JSON nests too deeply", "header", "{at}",
-             f"nesting depth <= {MAX_DEPTH}", "depth {y}"),
-    **{k: (E.InvalidHeaderJSON, f"header is not valid JSON ({m})", "header", "{at}",
-           "a JSON object", "{chars20!r}") for k, m in _JSON.items()},
-    "padding": (E.InvalidHeaderPadding, "header padding is not spaces only", "header padding",
-                "{at}", "spaces (0x20)", "{chars10!r}"),
-    "dup_meta": (E.DuplicateMetadata, "__metadata__ appears more than once", "__metadata__",
-                 None, "at most once", "twice"),
-    "meta": (E.InvalidMetadata, "__metadata__ must map strings to strings", "__metadata__",
-             None, "an object", "{kind1}"),
-    "meta_key": (E.DuplicateMetadataKey, "duplicate key in __metadata__",
-                 "__metadata__[{key!r}]", None, "unique keys", "{key!r} twice"),
-    "meta_value": (E.InvalidMetadata, "__metadata__ values must be strings",
-                   "__metadata__[{key!r}]", None, "a string", "{kind1}"),
-    "dup_name": (E.DuplicateTensorName, "tensor name appears more than once", _T, None,
-                 "unique tensor names", "{name!r} twice"),
-    "entry": (E.InvalidTensorEntry, "tensor entry is not an object", _T, None,
-              "an object with dtype, shape, data_offsets", "{kind1}"),
-    "unknown_field": (E.UnknownTensorField, "unknown field in tensor entry", _T, None,
-                      "only dtype, shape, data_offsets", "{key!r}"),
-    "dup_field": (E.DuplicateTensorField, "duplicate field in tensor entry", _T, None,
-                  "{key!r} once", "{key!r} twice"),
-    "missing_field": (E.MissingTensorField, "tensor entry lacks a field", _T, None,
-                      "a {field!r} field", "none"),
-    "dtype": (E.UnknownDtype, "unknown dtype", _T + ".dtype", None,
-              "one of " + ", ".join(_CODES), "{value1!r}"),
-    "shape": (E.InvalidShape, "invalid shape", _SHAPE, None,
-              "a list of integers in [0, 2**64)", "{dump1}"),
-    "count_overflow": (E.SizeOverflow, "element count overflows u64", _SHAPE, None,
-                       "product of shape < 2**64", "{value1}"),
-    "offsets": (E.InvalidOffsets, "invalid data_offsets", _T + ".data_offsets", None,
-                "[begin, end], integers in [0, 2**64), begin <= end", "{dump1}"),
-    "bits_overflow": (E.SizeOverflow, "bit size overflows u64", _SHAPE, None,
-                      _BITS + " < 2**64", "{value1}"),
-    "misaligned": (E.MisalignedSubByte, "sub-byte tensor does not end on a byte boundary", _SHAPE,
-                   None, "{count} x {d.bits} bits to be a multiple of 8", "{bits} bits"),
-    "size": (E.TensorSizeMismatch, "byte span does not match dtype and shape", _T, None,
-             "{nbytes} bytes ({d.name} x {value1})",
-             "{span} bytes (data_offsets [{begin}, {end}])"),
-    "hole": (E.DataHole, "gap before tensor", _T, "{data_at}", "data_offsets begin {y}", "{x}"),
-    "overlap": (E.DataOverlap, "tensor overlaps the previous one", _T, "{data_at}",
-                "data_offsets begin {y}", "{x}"),
-    "trailing": (E.TrailingBytes, "bytes after the last tensor", "data section", "{data_at}",
-                 "file size {data_at}", "file size {file_size}"),
-    "truncated": (E.TruncatedData, "file ends before the last tensor", _T, "{file_size}",
-                  "file size {data_start_x}", "file size {file_size}"),
-}  # fmt: skip
-_ORDER = [
-    *[
-        "ok",
-        "io",
-        "utf8",
-        "not_brace",
-        "not_object",
-        "deep",
-        "value",
-        "prop",
-        "colon",
-        "comma",
-        "unterminated",
-        "control",
-        "escape",
-    ],
-    *[
-        "uescape",
-        "padding",
-        "dup_meta",
-        "meta",
-        "meta_key",
-        "meta_value",
-        "dup_name",
-        "entry",
-        "unknown_field",
-    ],
-    *[
-        "dup_field",
-        "missing_field",
-        "dtype",
-        "shape",
-        "count_overflow",
-        "offsets",
-        "bits_overflow",
-        "misaligned",
-    ],
-    *["size", "hole", "overlap", "trailing", "truncated"],
-]
+    r[0]: (_CLASSES[r[1]], *r[2:])
+    for r in (s.split("|") for s in _TABLE.replace("\n    ", "").split("\n")[1:-1])
+}
+_ORDER = list(_RULES)
+_TOP_KIND = ("an object", "a list", "a string", "a int", "a int", "", "a float", "a boolean")
+_TOP_KIND += ("a boolean", "null")  # the kind of a JSON value, by the validator's value type
+_FIELDS = ("dtype", "shape", "data_offsets")
 
 
 def _chars(r, k: int) -> str:
@@ -408,8 +342,11 @@ _DERIVED = {
     "begin": lambda r: _value(r, "a2", "e2")[0],
     "end": lambda r: _value(r, "a2", "e2")[1],
     "span": lambda r: r["end"] - r["begin"],
+    "data_start": lambda r: 8 + r["n"],
     "data_at": lambda r: 8 + r["n"] + r["x"],
-    "data_start_x": lambda r: 8 + r["n"] + r["x"],
+    "max_depth": lambda r: MAX_DEPTH,
+    "max_size": lambda r: MAX_HEADER_SIZE,
+    "codes": lambda r: ", ".join(_CODES),
 }
 
 
@@ -421,20 +358,19 @@ class _Report(dict):
         return v
 
 
-def _error(got: tuple, text, n: int, file_size: int, path) -> E.WeightsmithError:
-    """The named error of the validator's report ``got``; ``text(a, e)``
-    returns the header's bytes [a, e)."""
-    cls, what, field, offset, expected, found = _RULES[_ORDER[got[0]]]
-    fields = ("code", "name_b", "key_b", "a1", "e1", "a2", "e2", "x", "y")
-    r = _Report(zip(fields, got), text=text, n=n, file_size=file_size)
+def _error(code: str, path, **report) -> E.WeightsmithError:
+    """The named error of row ``code`` of _TABLE for a report (``text(a, e)``
+    returns the header's bytes [a, e))."""
+    cls, what, field, offset, expected, found = _RULES[code]
+    r = _Report(report)
+    bare = found[1:-1] if found[:1] == "{" and found.find("}") == len(found) - 1 else None
     return cls(
         what.format_map(r),
         path=path,
-        field=field and field.format_map(r),
-        offset=offset and int(offset.format_map(r)),
+        field=field.format_map(r) or None,
+        offset=int(offset.format_map(r)) if offset else None,
         expected=expected.format_map(r),
-        # a bare field keeps its type (an offset stays an int, a shape a list)
-        found=r[found[1:-1]] if found in ("{x}", "{value1}") else found.format_map(r),
+        found=r[bare] if bare and bare.isidentifier() else found.format_map(r),
     )
 
 
@@ -459,13 +395,10 @@ def _int_or_huge(text: str):
 
 
 def _kind(v) -> str:
-    if isinstance(v, dict):
-        return "an object"
-    if isinstance(v, (_Huge, list)):
-        return repr(v) if isinstance(v, _Huge) else "a list"
-    if v is None or isinstance(v, (bool, str)):
-        return "null" if v is None else "a boolean" if isinstance(v, bool) else "a string"
-    return f"a {type(v).__name__}"
+    if isinstance(v, _Huge):
+        return repr(v)
+    kinds = {dict: "an object", list: "a list", bool: "a boolean", str: "a string"}
+    return "null" if v is None else kinds.get(type(v)) or f"a {type(v).__name__}"
 
 
 def _dump(v) -> str:
