@@ -54,7 +54,9 @@ def _run_reference(jobs: list[tuple[str, str, str]]) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
 
 
-def _llama_quantize(src: Path, dst: Path, ftype: str, imatrix: dict | None = None) -> None:
+def _llama_quantize(
+    src: Path, dst: Path, ftype: str, imatrix: dict | None = None, allow_requantize: bool = False
+) -> None:
     import llama_cpp
 
     from weightsmith.quant.recipes import file_type
@@ -62,6 +64,7 @@ def _llama_quantize(src: Path, dst: Path, ftype: str, imatrix: dict | None = Non
     params = llama_cpp.llama_model_quantize_default_params()
     params.nthread = 2
     params.ftype = file_type(ftype).id
+    params.allow_requantize = allow_requantize
     keep = []
     if imatrix:
         arr = (llama_cpp.llama_model_imatrix_data * (len(imatrix) + 1))()

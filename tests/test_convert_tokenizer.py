@@ -167,10 +167,13 @@ _MODEL_TYPE = {
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
     "Gemma3ForCausalLM": "gemma3_text",
+    "Phi3ForCausalLM": "phi3",
 }
 
 
 def _write_config(folder: Path, arch: str, vocab_size: int, **extra) -> dict:
+    if arch == "Phi3ForCausalLM":  # its metadata rows need the LongRoPE base context
+        extra = {"original_max_position_embeddings": 256, **extra}
     cfg = {
         "architectures": [arch],
         "model_type": _MODEL_TYPE[arch],
@@ -349,6 +352,7 @@ CASES = [
     ("phi-3", "MistralForCausalLM"),  # byte-fallback BPE tokenizer.json: "llama-hf" path
     ("spm", "LlamaForCausalLM"),  # tokenizer.model
     ("spm", "Gemma3ForCausalLM"),
+    ("spm", "Phi3ForCausalLM"),  # Phi-3's own added-token rules
     ("spm-codellama", "LlamaForCausalLM"),  # vocab_size 32016: padded, plus the infill pass
 ]
 
@@ -401,7 +405,7 @@ def _assert_same(orig, back, texts: list[str], messages: list[dict]) -> None:
         assert len(_ids(a)) > 20
 
 
-@pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Gemma3ForCausalLM"])
+@pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM"])
 def test_round_trip_sentencepiece(tmp_path, arch):
     src, config = _spm_folder(tmp_path / "src", arch)
     orig, back = _round_trip(tmp_path, src, config)
@@ -414,7 +418,7 @@ def test_round_trip_sentencepiece(tmp_path, arch):
         {"role": "user", "content": MULTILINGUAL},
         {"role": "assistant", "content": "Быстрая 🦙 <|end|> done"},
     ]
-    if arch == "LlamaForCausalLM":
+    if arch in ("LlamaForCausalLM", "Phi3ForCausalLM"):
         # transformers' own LlamaTokenizer (legacy Metaspace) differs from sentencepiece and
         # llama.cpp on text right after a special token; the rebuilt folder follows llama.cpp
         import llama_cpp

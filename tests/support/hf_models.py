@@ -541,6 +541,117 @@ def deepseek3(folder: Path, *, dtype: str = "bfloat16", seed: int = 18) -> Path:
     return _deepseek(folder, 3, dtype, seed)
 
 
+def _phi3(folder: Path, longrope: bool, dtype: str, seed: int) -> Path:
+    from transformers import Phi3Config, Phi3ForCausalLM
+
+    kw: dict = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                    tie_word_embeddings=False)  # fmt: skip
+    if longrope:
+        # Phi-3 style: SentencePiece plus added special tokens and [PAD] rows past them,
+        # LongRoPE over 3/4 of the head (Phi-4-mini's partial rotary), a sliding window
+        # wider than the test prompt (llama.cpp disables Phi-3's window).  llama.cpp picks
+        # the long factors by its context size (padded to 256), transformers by the
+        # sequence length: an original context of 256 has both use the short ones
+        n_sp = train_spm(folder)
+        added = {str(n_sp + i): {"content": t, "special": True, "lstrip": False,
+                                 "rstrip": False, "normalized": False, "single_word": False}
+                 for i, t in enumerate(["<|endoftext|>", "<|assistant|>", "<|end|>"])}  # fmt: skip
+        (folder / "tokenizer_config.json").write_text(
+            json.dumps({"tokenizer_class": "LlamaTokenizer", "added_tokens_decoder": added})
+        )
+        n = 48 // 2  # rotary dims / 2
+        kw |= dict(vocab_size=n_sp + 8, bos_token_id=1, eos_token_id=n_sp, pad_token_id=None,
+                   sliding_window=64, partial_rotary_factor=0.75, max_position_embeddings=1024,
+                   original_max_position_embeddings=256,
+                   rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                                    "long_factor": [1.0 + 0.37 * i for i in range(n)],
+                                    "short_factor": [1.0 + 0.011 * i for i in range(n)]})  # fmt: skip
+    else:
+        # Phi-4 style: byte-level BPE named GPT2Tokenizer, plain RoPE, no sliding window
+        vocab = _bpe_tokenizer(folder, "gpt-2")
+        cfg_path = folder / "tokenizer_config.json"
+        tc = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
+        cfg_path.write_text(json.dumps({**tc, "tokenizer_class": "GPT2Tokenizer"}))
+        kw |= dict(vocab_size=vocab, bos_token_id=50256, eos_token_id=50256, pad_token_id=None,
+                   sliding_window=None)  # fmt: skip
+    model = Phi3ForCausalLM(Phi3Config(**kw))
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+def phi3(folder: Path, *, dtype: str = "bfloat16", seed: int = 19) -> Path:
+    return _phi3(folder, True, dtype, seed)
+
+
+def phi4(folder: Path, *, dtype: str = "bfloat16", seed: int = 20) -> Path:
+    return _phi3(folder, False, dtype, seed)
+
+
+def gptoss(folder: Path, *, dtype: str = "bfloat16", seed: int = 21) -> Path:
+    from transformers import GptOssConfig, GptOssForCausalLM
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    cfg = _moe_cfg(GptOssConfig, vocab, intermediate_size=256, head_dim=64, num_local_experts=4,
+                   num_experts_per_tok=2, sliding_window=4, tie_word_embeddings=False,
+                   bos_token_id=50256, eos_token_id=50256, pad_token_id=None,
+                   rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0,
+                                    "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                                    "original_max_position_embeddings": 64})  # fmt: skip
+    model = GptOssForCausalLM(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+def mxfp4_to_hf(packed, rows: int, cols: int):
+    """ggml MXFP4 bytes of ``[..., rows, cols]`` -> the HF checkpoint's ``(blocks, scales)``
+    (``[..., rows, cols / 32, 16]`` with value 2j in the low nibble of byte j, and E8M0)."""
+    import numpy as np
+
+    b = packed.reshape(-1, rows, cols // 32, 17)
+    scales, qs = b[..., 0], b[..., 1:]
+    codes = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)  # ggml: value j low, j + 16 high
+    blocks = codes[..., 0::2] | (codes[..., 1::2] << 4)
+    lead = packed.shape[:-2] if packed.ndim > 2 else ()
+    # contiguous copies: safetensors' numpy writer takes a strided view's buffer as it is
+    return (
+        np.ascontiguousarray(blocks.reshape(*lead, rows, cols // 32, 16)),
+        np.ascontiguousarray(scales.reshape(*lead, rows, cols // 32)),
+    )
+
+
+def gptoss_mxfp4(folder: Path, *, seed: int = 21) -> Path:
+    """The gpt-oss model above with its experts in the published MXFP4 layout (``*_blocks``
+    + ``*_scales``, ``quantization_config.quant_method = "mxfp4"``), quantized from the
+    bf16 weights with our MXFP4 quantizer (the same rounding as ggml's)."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    from weightsmith.quant import quantize
+
+    gptoss(folder, seed=seed)
+    path = folder / "model.safetensors"
+    sd = load_file(path)
+    out = {}
+    for k, v in sd.items():
+        if not k.endswith(("experts.gate_up_proj", "experts.down_proj")):
+            out[k] = v
+            continue
+        w = np.ascontiguousarray(np.swapaxes(v.astype(np.float32), -1, -2))  # [E, out, in]
+        q = np.frombuffer(quantize(w, "MXFP4").tobytes(), np.uint8)
+        q = q.reshape(*w.shape[:-1], w.shape[-1] // 32 * 17)
+        out[k + "_blocks"], out[k + "_scales"] = mxfp4_to_hf(q, w.shape[-2], w.shape[-1])
+    save_file(out, path, metadata={"format": "pt"})
+    c = config(folder)
+    c["quantization_config"] = {
+        "quant_method": "mxfp4",
+        "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                   "model.embed_tokens", "lm_head"],
+    }  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(c, indent=2))
+    return folder
+
+
 BUILDERS: dict[str, Callable[..., Path]] = {
     "llama": llama,
     "llama3": llama3,
@@ -562,6 +673,10 @@ BUILDERS: dict[str, Callable[..., Path]] = {
     "falcon": falcon,
     "deepseek2": deepseek2,
     "deepseek3": deepseek3,
+    "phi3": phi3,
+    "phi4": phi4,
+    "gptoss": gptoss,
+    "gptoss_mxfp4": gptoss_mxfp4,
 }
 
 

@@ -10,7 +10,8 @@ second table of names or transforms:
   elsewhere are added: ``vocab_size`` (rows of ``token_embd``),
   ``tie_word_embeddings`` (no ``output.weight``), the special token ids, and
   ``rope_scaling`` of type ``llama3`` recovered from the ``rope_freqs`` tensor
-  (checked by recomputing that tensor with the registry's own function);
+  (checked by recomputing that tensor with the registry's own function), and
+  LongRoPE's ``rope_scaling`` from the ``rope_factors_long/short`` tensors;
   What GGUF does not keep cannot come back: llama.cpp writes Mistral as ``llama``
   (``general.name`` then picks MistralForCausalLM, with full attention as llama.cpp
   runs it), and Gemma 3's embedding rows past the tokenizer are dropped by its
@@ -272,6 +273,14 @@ def build_config(
         rope = _llama3_rope(entry, out, dequantize_tensor(f, "rope_freqs.weight"))
         if rope is not None:
             out["rope_scaling"] = rope
+    if "rope_factors_long.weight" in f and "rope_factors_long.weight" in entry.extra:
+        # LongRoPE (Phi-3): the factor lists are the two tensors' values
+        out["rope_scaling"] = {"rope_type": "longrope", "type": "longrope"} | {
+            f"{k}_factor": [
+                _float(float(v)) for v in dequantize_tensor(f, f"rope_factors_{k}.weight")
+            ]
+            for k in ("long", "short")
+        }
     gen: dict[str, Any] = {}
     for suffix, field in _SPECIAL_IDS.items():
         v = md.get(f"tokenizer.ggml.{suffix}_token_id")

@@ -53,14 +53,24 @@ from ..cluster import batches, map_tasks
 from ..dtypes import GGML, SAFETENSORS
 from ..gguf import GGUFValueType, Writer, split
 from ..progress import ProgressFn
-from ..quant import quantize
+from ..quant import dequantize, quantize
 from ..quant.file import quantize_tensor
 from ..quant.imatrix import Imatrix, for_tensor, read_imatrix
 from ..quant.recipes import FILE_TYPES, file_type
 from ..quant.recipes import plan as recipe_plan
 from ..safetensors import open_checkpoint, read_index, safe_open
 from ._model_card import provenance_rows
-from .arch import FILE_TYPE, Arch, Piece, PlanError, first, head_counts, lookup, supported
+from .arch import (
+    FILE_TYPE,
+    Arch,
+    Packed,
+    Piece,
+    PlanError,
+    first,
+    head_counts,
+    lookup,
+    supported,
+)
 from .tokenizer import vocab_metadata
 
 VT = GGUFValueType
@@ -272,6 +282,7 @@ class TensorPlan:
     hf_name: str | None = None
     pieces: list[tuple[_Source, Piece]] = field(default_factory=list)
     stacked: bool = False
+    raw: Packed | None = None  # already-quantized blocks + scales (registry ``Packed``)
 
 
 # tensors the reference converter always writes in F32 (``prepare_tensors``)
@@ -435,7 +446,11 @@ def plan_input(
     if ft is None:
         for tp in tensors:
             tp.type = "F32" if tp.source is None else _outtype_type(ot, tp.name, tp.shape)
+            if tp.raw is not None:  # packed data is written as it is, whatever the outtype
+                tp.type = tp.raw.ggml
         file_type_id = FILE_TYPES[_OUTTYPES[ot]].id
+        if ot in ("f32", "f16", "bf16") and _quant_method(cfg) == "mxfp4":
+            file_type_id = FILE_TYPES["MXFP4_MOE"].id  # as the reference labels such files
         type_name = ot
     else:
         has_heads = first(cfg, ("num_attention_heads", "n_heads")) is not None
@@ -457,6 +472,11 @@ def plan_input(
         file_type_id = ft.id
         type_name = ft.name.lower()
     return _Plan(m, arch, cfg, ctx, tensors, type_name, file_type_id, vocab)
+
+
+def _quant_method(cfg: dict) -> Any:
+    qc = cfg.get("quantization_config")
+    return qc.get("quant_method") if isinstance(qc, dict) else None
 
 
 def _weight_plan(arch: Arch, sources: list[_Source], cfg: dict, ctx: dict, d: Path):
@@ -491,7 +511,7 @@ def _weight_plan(arch: Arch, sources: list[_Source], cfg: dict, ctx: dict, d: Pa
         pieces = [(by_key[p.hf], p) for p in o.pieces]
         first = pieces[0][0]
         plans.append(TensorPlan(o.name, o.shape, "F32", source=first, hf_name=first.name,
-                                pieces=pieces, stacked=o.stacked))  # fmt: skip
+                                pieces=pieces, stacked=o.stacked, raw=o.raw))  # fmt: skip
     return plans
 
 
@@ -540,7 +560,9 @@ def _metadata(p: _Plan, name: str | None) -> list[tuple[str, Any, Any]]:
     the arch rows and ``general.quantization_version`` before the tokenizer; for the
     llama-quantize types both move to the end, where ``llama_model_quantize`` re-sets
     them (gguf's set removes a key and appends it)."""
-    rows: list[tuple[str, Any, Any]] = [("general.type", "model", VT.STRING)]
+    # rows the reference writes while preparing tensors come before general.type
+    rows: list[tuple[str, Any, Any]] = list(p.arch.metadata(p.cfg, early=True))
+    rows.append(("general.type", "model", VT.STRING))
     m = p.input
     shapes = [(t.name, t.shape) for t in p.tensors]
     rows += provenance_rows(m.folder, m.given, shapes, name, name_or_path=m.name_or_path)
@@ -586,11 +608,29 @@ def _piece_data(src: _Source, piece: Piece, p: _Plan) -> np.ndarray:
     return piece.apply(x, p.cfg)
 
 
+def _raw_bytes(tp: TensorPlan, p: _Plan) -> np.ndarray:
+    """The ggml bytes of a packed tensor: blocks and scales read as stored, repacked."""
+    (bsrc, bpiece), (ssrc, spiece) = tp.pieces
+    data = tp.raw.repack(bpiece.apply(bsrc.load()), spiece.apply(ssrc.load()))
+    want = GGML[tp.raw.ggml].nbytes(math.prod(tp.shape))
+    if data.dtype != np.uint8 or data.nbytes != want:
+        raise E.TensorShapeMismatch(
+            "packed blocks and scales disagree with their header",
+            field=f"tensor {bsrc.name!r}",
+            expected=f"{want} bytes of {tp.raw.ggml}",
+            found=f"{data.nbytes} bytes",
+        )
+    return data
+
+
 def _tensor_slabs(tp: TensorPlan, p: _Plan, only: int | None = None) -> Iterator[np.ndarray]:
     """The tensor's values, whole or (stacked experts) one slab at a time; ``only=k``:
     slab k alone."""
     if tp.make is not None:
         yield tp.make()
+        return
+    if tp.raw is not None:
+        yield dequantize(_raw_bytes(tp, p), tp.raw.ggml, tp.shape)
         return
     want = tp.shape[1:] if tp.stacked else tp.shape
     for src, piece in tp.pieces if only is None else tp.pieces[only : only + 1]:
@@ -617,6 +657,9 @@ def _encoded(
 ) -> Iterator[np.ndarray]:
     """The bytes of one tensor as written; a stacked one slab by slab (rows never cross
     slabs, so quantizing each slab gives the bytes of quantizing the whole)."""
+    if tp.raw is not None and tp.type == tp.raw.ggml:
+        yield _raw_bytes(tp, p)  # passthrough: no float round trip
+        return
     e = None
     if tp.stacked and im is not None and tp.type not in ("F32", "F16", "BF16"):
         e = for_tensor(tp.name, tp.shape, im)

@@ -12,10 +12,11 @@ in both directions (the data model is :mod:`._model`):
 * tensor ops, each read forward (HF -> GGUF) and inverse: ``names``
   (:class:`NameRule`), ``stacks`` (:class:`Stack`, per-expert tensors into one 3-D
   tensor), ``splits`` (:class:`Split`, one fused tensor into several), ``transforms``
-  (:class:`Transform`, value functions), ``skip`` (not written), ``extra`` (tensors
-  computed from the config, written first);
+  (:class:`Transform`, value functions), ``packed`` (:class:`Packed`, already-quantized
+  data passed through), ``skip`` (not written), ``extra`` (tensors computed from the
+  config, written first); ``early_meta`` rows go before ``general.type``;
 * ``tokenizer`` -- the vocabulary route of :mod:`weightsmith.convert.tokenizer`
-  (``{"vocab": "llama" | "gpt2" | "spm_or_gpt2" | "gemma"}``);
+  (``{"vocab": "llama" | "gpt2" | "spm_or_gpt2" | "gemma" | "phi3"}``);
 * ``model_types`` / ``hf_config`` -- what GGUF -> HF adds to ``config.json``.
 
 :meth:`Arch.plan` gives the output tensors in llama.cpp's order;
@@ -44,6 +45,7 @@ from ._model import (
     MetaKey,
     NameRule,
     OutTensor,
+    Packed,
     Piece,
     PlanError,
     Split,
@@ -59,9 +61,11 @@ from ._model import (
 from .deepseek import DEEPSEEK2
 from .gemma import GEMMA2, GEMMA3
 from .gpt import FALCON, GPT2, STABLELM, STARCODER2
+from .gptoss import GPT_OSS
 from .granite import GRANITE, GRANITEMOE
 from .llama import LLAMA, MISTRAL_NATIVE, SMOLLM3
 from .olmo import OLMO2
+from .phi import PHI3
 from .qwen import QWEN2, QWEN2MOE, QWEN3, QWEN3MOE
 
 __all__ = [
@@ -78,6 +82,7 @@ __all__ = [
     "MetaKey",
     "NameRule",
     "OutTensor",
+    "Packed",
     "Piece",
     "PlanError",
     "Split",
@@ -115,6 +120,8 @@ ENTRIES: tuple[Arch, ...] = (
     GPT2,
     FALCON,
     DEEPSEEK2,
+    PHI3,
+    GPT_OSS,
 )
 
 #: HF architecture name -> entry

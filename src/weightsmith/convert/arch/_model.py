@@ -10,13 +10,17 @@ and an inverse (GGUF -> HF) reading of the same row:
   along an axis (fused ``gate_up_proj``) or interleaved (every n-th row); inverse:
   the parts concatenated (or re-interleaved);
 * :class:`Transform` -- a value transform by a named function on the HF side (RoPE
-  permutation, norm + 1, ...), with its inverse.
+  permutation, norm + 1, ...), with its inverse;
+* :class:`Packed` -- raw passthrough of already-quantized HF data (gpt-oss MXFP4
+  ``*_blocks`` + ``*_scales``) repacked into ggml blocks, no float round trip; its
+  inverse is the float rule for the same GGUF names (the data is dequantized).
 
 :meth:`Arch.plan` turns the source tensors (names and shapes, in the reference
 converter's read order) into :class:`OutTensor` rows, in the order llama.cpp emits
 them: a renamed or split tensor when its source is read; the tensors of a stack
 *group* (e.g. Mixtral's w1, w2, w3 of one layer) when the last expert of the group
-is read, in the group's rule order.  :meth:`Arch.inverse_plan` turns GGUF tensor
+is read, in the group's rule order; :class:`Packed` tensors first of all (llama.cpp
+writes them while it prepares the tensors).  :meth:`Arch.inverse_plan` turns GGUF tensor
 names into :class:`HfTensor` rows.  Neither reads data; the converters stream it.
 
 Metadata rows (:class:`MetaKey`) name the GGUF key, the config.json fields and the
@@ -274,6 +278,49 @@ class Transform:
         return re.search(self.pattern, hf_name) is not None
 
 
+@dataclass(frozen=True)
+class Packed:
+    """Already-quantized HF data written as a ggml ``ggml`` tensor without a float round trip.
+
+    The sources are ``hf + "_blocks"`` (uint8 ``[..., rows, n_blocks, block_bytes]``) and
+    ``hf + "_scales"`` (uint8 ``[..., rows, n_blocks]``); ``repack(blocks, scales)`` gives
+    the ggml bytes ``[..., rows, n_blocks * ggml block size]``; ``values`` is the number
+    of values per block.  Several ``gguf`` names split the rows into parts (every n-th
+    with ``interleave``, else consecutive), as :class:`Split` does for float weights.
+    """
+
+    hf: str
+    gguf: tuple[str, ...]
+    repack: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    ggml: str = "MXFP4"
+    values: int = 32
+    interleave: bool = False
+
+    def match(self, name: str) -> tuple[str, dict] | None:
+        """``("blocks" | "scales", template fields)`` if ``name`` is one of the sources."""
+        for part in ("blocks", "scales"):
+            mt = _rx(self.hf + "_" + part).match(name)
+            if mt is not None:
+                return part, mt.groupdict()
+        return None
+
+    def outputs(
+        self, fields: dict, blocks: str, shape: tuple[int, ...]
+    ) -> list[tuple[str, tuple[int, ...], list[Piece]]]:
+        """``(GGUF name, numpy shape of the values, [blocks piece, scales piece])`` per part."""
+        n, nd = len(self.gguf), len(shape)
+        rows = shape[-3] // n
+        out = []
+        for k, g in enumerate(self.gguf):
+            start, stop, step = (k, None, n) if self.interleave else (k * rows, (k + 1) * rows, 1)
+            pieces = [
+                Piece(blocks, (nd - 3, start, stop, step)),
+                Piece(blocks[: -len("blocks")] + "scales", (nd - 3, start, stop, step)),
+            ]
+            out.append((g.format(**fields), (*shape[:-3], rows, shape[-2] * self.values), pieces))
+        return out
+
+
 # --------------------------------------------------------------------------- plans
 
 
@@ -318,6 +365,7 @@ class OutTensor:
     shape: tuple[int, ...]
     pieces: list[Piece]
     stacked: bool = False
+    raw: Packed | None = None  # pieces are packed blocks + scales, written as ``raw.ggml``
 
 
 @dataclass
@@ -377,6 +425,9 @@ class Arch:
     transforms: list[Transform] = field(default_factory=list)
     stacks: list[Stack] = field(default_factory=list)
     splits: list[Split] = field(default_factory=list)
+    packed: list[Packed] = field(default_factory=list)
+    # rows llama.cpp writes while it prepares the tensors, before ``general.type``
+    early_meta: list[MetaKey] = field(default_factory=list)
     skip: tuple[str, ...] = (
         r"rotary_emb\.inv_freq$",
         r"\.attention\.masked_bias$",
@@ -411,11 +462,12 @@ class Arch:
         """``cfg`` with the config class defaults filled in (AutoConfig's view)."""
         return {k: v for k, v in {**self.defaults, **cfg}.items() if k not in self.ignored}
 
-    def metadata(self, cfg: dict) -> list[tuple[str, Any, GGUFValueType]]:
+    def metadata(self, cfg: dict, early: bool = False) -> list[tuple[str, Any, GGUFValueType]]:
         """``(key, value, type)`` rows for this config, ``general.file_type`` as a
-        ``(FILE_TYPE, None, UINT32)`` placeholder at its place in the order."""
+        ``(FILE_TYPE, None, UINT32)`` placeholder at its place in the order; with
+        ``early`` the rows of ``early_meta`` instead."""
         out: dict[str, tuple[Any, GGUFValueType]] = {}
-        for row in self.meta:
+        for row in self.early_meta if early else self.meta:
             if row == FILE_TYPE:
                 out[FILE_TYPE] = (None, VT.UINT32)
                 continue
@@ -470,11 +522,15 @@ class Arch:
         """
         shapes = dict(sources)
         out: list[OutTensor] = []
+        raw: list[OutTensor] = []
         pending: dict[tuple[str, int], dict[int, dict[int, str]]] = {}
+        packed_seen: set[str] = set()
         for name, shape in sources:
             if self.skipped(name):
                 continue
             if self._stack_member(name, cfg, pending, shapes, out):
+                continue
+            if self._packed_member(name, shapes, packed_seen, raw):
                 continue
             for sp in self.splits:
                 parts = sp.forward(name)
@@ -495,7 +551,30 @@ class Arch:
         for (group, bid), members in pending.items():
             have = sum(len(v) for v in members.values())
             raise PlanError("missing experts", f"layer {bid} group {group}", f"read {have}")
-        return out
+        if packed_seen:
+            raise PlanError("unmapped", sorted(packed_seen)[0], "(blocks without scales)")
+        return raw + out
+
+    def _packed_member(self, name, shapes, seen, out) -> bool:
+        """A packed source: its tensors are planned once blocks and scales are both read."""
+        for pk in self.packed:
+            hit = pk.match(name)
+            if hit is None:
+                continue
+            part, fields = hit
+            blocks = name[: -len(part)] + "blocks"
+            other = name[: -len(part)] + ("scales" if part == "blocks" else "blocks")
+            if other not in seen:
+                seen.add(name)
+                return True
+            seen.discard(other)
+            bs, ss = shapes[blocks], shapes[blocks[: -len("blocks")] + "scales"]
+            if len(bs) < 3 or tuple(ss) != tuple(bs[:-1]):
+                raise PlanError("packed shape", name, f"blocks {list(bs)} scales {list(ss)}")
+            for g, shape, pieces in pk.outputs(fields, blocks, bs):
+                out.append(OutTensor(g, shape, pieces, raw=pk))
+            return True
+        return False
 
     def _stack_member(self, name, cfg, pending, shapes, out) -> bool:
         for i, st in enumerate(self.stacks):

@@ -9,7 +9,9 @@ architecture (``config["architectures"][0]``):
   byte-fallback BPE ``tokenizer.json`` read as SentencePiece-like ("llama-hf");
   else a byte-level BPE ``tokenizer.json`` ("gpt2");
 * Qwen2 / Qwen3: SentencePiece if ``tokenizer.model`` exists, else gpt2;
-* Gemma3: SentencePiece then ``add_space_prefix = false``, else gpt2.
+* Gemma3: SentencePiece then ``add_space_prefix = false``, else gpt2;
+* Phi-3 (``phi3``): gpt2 when tokenizer_config.json names ``GPT2Tokenizer`` (Phi-4),
+  else SentencePiece with Phi-3's added-token rules (:func:`_phi3_spm_vocab`).
 
 Then the special-token part (llama.cpp's ``SpecialVocab``): merges (BPE), token
 ids from tokenizer_config.json's ``<type>_token`` looked up in tokenizer.json's
@@ -63,7 +65,7 @@ SPM_SPACE = "\u2581"
 
 # the reference's vocabulary paths (``set_vocab`` of its model classes); the registry
 # entry of each architecture names its route (``Arch.tokenizer["vocab"]``)
-ROUTES = ("llama", "spm_or_gpt2", "gemma", "gpt2")
+ROUTES = ("llama", "spm_or_gpt2", "gemma", "gpt2", "phi3")
 
 # SpecialVocab token type -> GGUF key suffix of its id
 _ID_KEY = {
@@ -223,6 +225,69 @@ def _spm_vocab(d: Path, config: dict) -> tuple[list[str], list[float], list[int]
             types[tid] = T.USER_DEFINED
         scores[tid] = -1000.0
         tokens[tid] = text
+    return tokens, scores, [int(t) for t in types]
+
+
+def _phi3_spm_vocab(d: Path, config: dict) -> tuple[list[str], list[float], list[int]]:
+    """The reference's ``Phi3MiniModel.set_vocab`` SentencePiece path.
+
+    Unlike :func:`_spm_vocab`: ids of ``added_tokens.json`` past ``vocab_size`` are
+    skipped, the added tokens of tokenizer_config.json *and* tokenizer.json are taken
+    as they are (USER_DEFINED, CONTROL only when flagged special, no space rewrite).
+    """
+    path = d / "tokenizer.model"
+    spm = require("sentencepiece", "reading tokenizer.model")
+    sp = spm.SentencePieceProcessor()
+    try:
+        sp.LoadFromSerializedProto(path.read_bytes())
+    except (RuntimeError, OSError) as exc:
+        raise E.TokenizerInconsistent(
+            "not a SentencePiece model", path=path, expected="a ModelProto", found=str(exc)
+        ) from None
+    n_sp = sp.vocab_size()
+    vocab_size = _vocab_size(config, ("vocab_size",)) or n_sp
+    if n_sp > vocab_size:
+        raise _too_large(path, sp.IdToPiece(vocab_size), vocab_size, vocab_size)
+    tokens = [f"[PAD{i}]" for i in range(vocab_size)]
+    scores = [-10000.0] * vocab_size
+    types = [int(T.UNUSED)] * vocab_size
+    for i in range(n_sp):
+        tokens[i], scores[i] = sp.IdToPiece(i), sp.GetScore(i)
+        if sp.IsUnknown(i):
+            types[i] = T.UNKNOWN
+        elif sp.IsControl(i):
+            types[i] = T.CONTROL
+        elif sp.IsUnused(i):
+            types[i] = T.UNUSED
+        elif sp.IsByte(i):
+            types[i] = T.BYTE
+        else:
+            types[i] = T.NORMAL
+    added_path = d / "added_tokens.json"
+    for text, tid in (_json_if(added_path) or {}).items():
+        tid = _token_id(tid, added_path, text)
+        if tid < vocab_size:  # the reference skips (logs) ids past the vocabulary
+            tokens[tid], scores[tid], types[tid] = text, -1000.0, T.USER_DEFINED
+    cfg_path, tj_path = d / "tokenizer_config.json", d / "tokenizer.json"
+    decoder = (_json_if(cfg_path) or {}).get("added_tokens_decoder") or {}
+    listed = [(cfg_path, k, v) for k, v in decoder.items()] if isinstance(decoder, dict) else []
+    for tok in (_json_if(tj_path) or {}).get("added_tokens") or []:
+        listed.append((tj_path, tok.get("id") if isinstance(tok, dict) else None, tok))
+    for where, key, data in listed:
+        tid = _token_id(key, where, "added tokens")
+        text = data.get("content") if isinstance(data, dict) else None
+        if not isinstance(text, str):
+            raise E.TokenizerInconsistent(
+                "added token without content",
+                path=where,
+                field=f"added token {key}",
+                expected="a string",
+                found=repr(text),
+            )
+        if tid >= vocab_size:
+            raise _too_large(where, text, tid, vocab_size)
+        tokens[tid], scores[tid] = text, -1000.0
+        types[tid] = T.CONTROL if data.get("special") else T.USER_DEFINED
     return tokens, scores, [int(t) for t in types]
 
 
@@ -693,8 +758,8 @@ def _add_chat_template(out: _Entries, value: Any) -> None:
 # --------------------------------------------------------------------------- paths
 
 
-def _set_spm(out: _Entries, d: Path, config: dict) -> None:
-    tokens, scores, types = _spm_vocab(d, config)
+def _set_spm(out: _Entries, d: Path, config: dict, phi3: bool = False) -> None:
+    tokens, scores, types = (_phi3_spm_vocab if phi3 else _spm_vocab)(d, config)
     out.add("ggml.model", "llama", VT.STRING)
     out.add("ggml.pre", "default", VT.STRING)
     out.add("ggml.tokens", tokens, VT.STRING)
@@ -793,6 +858,14 @@ def vocab_metadata(
             infill.add_to(out)
         if config.get("vocab_size") == 49152:  # granite small models, as the reference does
             out.add("ggml.add_bos_token", False, VT.BOOL)
+    elif route == "phi3":
+        tok_cfg = _json_if(d / "tokenizer_config.json") or {}
+        if tok_cfg.get("tokenizer_class") == "GPT2Tokenizer":  # Phi-4
+            _set_gpt2(out, d, config, pre)
+        elif has_spm:
+            _set_spm(out, d, config, phi3=True)
+        else:
+            raise _missing(d, "tokenizer.model (or a GPT2Tokenizer tokenizer.json)")
     elif route == "gemma":
         if has_spm:
             _set_spm(out, d, config)
