@@ -31,6 +31,7 @@
 #include <stdbool.h>
 
 #include "ws_module.h"
+#include "ws_x86.h"
 
 #define QK 32
 
@@ -306,6 +307,104 @@ WS_INLINE v8i ref_q8_0(const float *restrict x, uint8_t *restrict y) {
     return block_nonfinite(&b);
 }
 
+/* ------------------------------------------------------------------ AVX-512 reference encoders
+ *
+ * The same block computations as ref_sym / ref_asym above, one block in two
+ * 16-lane vectors, with the block's max and min taken in one shuffle tree
+ * (max over -x for the min; order-independent for finite values, and the
+ * sign of a zero extreme is looked up as above).  Element-wise steps are the
+ * scalar ones lane by lane; d goes to fp16 with F16C (finite or inf here: the
+ * rows are finite, checked on the way through the integer max of |x|'s bits).
+ * Q4_0 1.8 -> 0.5 ms on a 4096 x 512 matrix (see docs/benchmarks.md). */
+#if WS_HAVE_X86
+/* kind: 0 Q4_0, 1 Q5_0 (symmetric), 2 Q4_1, 3 Q5_1 (min + scale) */
+WS_AVX512 static inline __m512i avx512_block(const float *restrict x, uint8_t *restrict y,
+                                             const int kind, __m512i bits_max) {
+    const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+    const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
+    bits_max = _mm512_max_epu32(bits_max, _mm512_and_si512(_mm512_castps_si512(v0), absmask));
+    bits_max = _mm512_max_epu32(bits_max, _mm512_and_si512(_mm512_castps_si512(v1), absmask));
+    const __m512 sign = _mm512_castsi512_ps(_mm512_set1_epi32((int)0x80000000u));
+    const __m512 r = ws_hmax2_x86(_mm512_max_ps(v0, v1),
+                                  _mm512_max_ps(_mm512_xor_ps(v0, sign), _mm512_xor_ps(v1, sign)));
+    float mx = _mm512_cvtss_f32(r), mn = -_mm_cvtss_f32(_mm512_extractf32x4_ps(r, 2));
+    __m512i q0, q1;
+    int off;
+    if (kind < 2) {
+        /* quantize_row_q4_0_ref's `max`: the first value with the largest |v| */
+        const float nmn = -mn; /* max |v| is mx or -mn: a blend, not a 50/50 branch */
+        const __m128 lo = _mm512_castps512_ps128(r), hi = _mm512_extractf32x4_ps(r, 2);
+        float max = _mm_cvtss_f32(_mm_mask_mov_ps(_mm_xor_ps(hi, _mm512_castps512_ps128(sign)),
+                                                  _mm_cmp_ss_mask(lo, hi, _CMP_GT_OQ), lo));
+        if (__builtin_expect(mx == nmn, 0)) {
+            if (mx == 0.0f) {
+                max = 0.0f;
+            } else { /* both signs: the first one wins */
+                int j = 0;
+                while (fabsf(x[j]) != mx) ++j;
+                max = x[j];
+            }
+        }
+        const float d = max / (kind == 0 ? -8 : -16);
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const __m512 vid = _mm512_set1_ps(id), add = _mm512_set1_ps(kind == 0 ? 8.5f : 16.5f);
+        const __m512i top = _mm512_set1_epi32(kind == 0 ? 15 : 31);
+        q0 = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_add_ps(_mm512_mul_ps(v0, vid), add)), top);
+        q1 = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_add_ps(_mm512_mul_ps(v1, vid), add)), top);
+        ws_put_f16_x86(y, d);
+        off = 2;
+    } else {
+        if (mn == 0.0f || mx == 0.0f) { /* the sign of a zero extreme: the first zero's */
+            float z = 0.0f;
+            for (int j = 0; j < QK; ++j)
+                if (x[j] == 0.0f) {
+                    z = x[j];
+                    break;
+                }
+            if (mn == 0.0f) mn = z;
+            if (mx == 0.0f) mx = z;
+        }
+        const float d = (mx - mn) / (kind == 2 ? 15 : 31);
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const __m512 vid = _mm512_set1_ps(id), vmn = _mm512_set1_ps(mn), half = _mm512_set1_ps(0.5f);
+        q0 = _mm512_cvttps_epi32(_mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(v0, vmn), vid), half));
+        q1 = _mm512_cvttps_epi32(_mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(v1, vmn), vid), half));
+        if (kind == 2) {
+            const __m512i top = _mm512_set1_epi32(15);
+            q0 = _mm512_min_epi32(q0, top);
+            q1 = _mm512_min_epi32(q1, top);
+        }
+        ws_put_f16_x86(y, d);
+        ws_put_f16_x86(y + 2, mn);
+        off = 4;
+    }
+    if (kind == 1 || kind == 3) { /* qh: bit j = the fifth bit of code j */
+        const __m512i b4 = _mm512_set1_epi32(0x10);
+        const uint32_t qh = (uint32_t)_mm512_test_epi32_mask(q0, b4) |
+                            ((uint32_t)_mm512_test_epi32_mask(q1, b4) << 16);
+        memcpy(y + off, &qh, 4);
+        off += 4;
+        q0 = _mm512_and_si512(q0, _mm512_set1_epi32(15));
+    }
+    /* qs[j] = code j | code j+16 << 4; vpmovdb keeps the low byte */
+    _mm_storeu_si128((__m128i *)(y + off),
+                     _mm512_cvtepi32_epi8(_mm512_or_si512(q0, _mm512_slli_epi32(q1, 4))));
+    return bits_max;
+}
+
+WS_AVX512 static int avx512_rows(const float *restrict src, uint8_t *restrict dst, int64_t nrows,
+                                 int64_t n, const int kind, const int size) {
+    const int64_t nb = n / QK;
+    for (int64_t r = 0; r < nrows; ++r, src += n, dst += nb * size) {
+        __m512i bits_max = _mm512_setzero_si512();
+        for (int64_t b = 0; b < nb; ++b)
+            bits_max = avx512_block(src + b * QK, dst + b * size, kind, bits_max);
+        if ((uint32_t)_mm512_reduce_max_epu32(bits_max) >= 0x7f800000u) return 1; /* NaN/inf */
+    }
+    return 0;
+}
+#endif
+
 /* ------------------------------------------------------------------ imatrix searches
  *
  * make_qx_quants and make_qkx3_quants for 8 blocks at once: lane b of every
@@ -532,8 +631,8 @@ WS_INLINE int quantize_rows(const float *restrict src, uint8_t *restrict dst, in
 }
 
 #define QUANTIZER(fname, size, ref, imp)                                                          \
-    WS_DISPATCH static int fname(const float *restrict src, uint8_t *restrict dst, int64_t nrows, \
-                                 int64_t n, const float *imatrix) {                               \
+    WS_DISPATCH static int fname##_c(const float *restrict src, uint8_t *restrict dst,            \
+                                     int64_t nrows, int64_t n, const float *imatrix) {            \
         return quantize_rows(src, dst, nrows, n, imatrix, size, ref, imp);                        \
     }
 
@@ -542,6 +641,27 @@ QUANTIZER(quantize_q4_1, 20, ref_q4_1, imatrix_q4_1)
 QUANTIZER(quantize_q5_0, 22, ref_q5_0, imatrix_q5_0)
 QUANTIZER(quantize_q5_1, 24, ref_q5_1, imatrix_q5_1)
 QUANTIZER(quantize_q8_0, 34, ref_q8_0, NULL) /* ggml's quantize_q8_0 ignores the imatrix */
+
+/* Without an imatrix on an AVX-512 CPU: the hand-vectorised encoders. */
+#if WS_HAVE_X86
+#define ENTRY(fname, size, kind)                                                                 \
+    static int fname(const float *restrict src, uint8_t *restrict dst, int64_t nrows, int64_t n, \
+                     const float *imatrix) {                                                     \
+        if (imatrix == NULL && ws_have_avx512()) return avx512_rows(src, dst, nrows, n, kind, size); \
+        return fname##_c(src, dst, nrows, n, imatrix);                                           \
+    }
+#else
+#define ENTRY(fname, size, kind)                                                                 \
+    static int fname(const float *restrict src, uint8_t *restrict dst, int64_t nrows, int64_t n, \
+                     const float *imatrix) {                                                     \
+        return fname##_c(src, dst, nrows, n, imatrix);                                           \
+    }
+#endif
+ENTRY(quantize_q4_0, 18, 0)
+ENTRY(quantize_q5_0, 22, 1)
+ENTRY(quantize_q4_1, 20, 2)
+ENTRY(quantize_q5_1, 24, 3)
+#define quantize_q8_0 quantize_q8_0_c
 
 static const ws_codec WS_CODECS[] = {
     {"Q4_0", QK, 18, dequantize_q4_0, quantize_q4_0},
