@@ -33,6 +33,7 @@
 #include <stdlib.h>
 
 #include "ws_common.h"
+#include "ws_threads.h"
 
 #define QK_K 256
 #define QK4_NL 32
@@ -1378,10 +1379,40 @@ done:
     return ret;
 }
 
+#define GRAIN 65536 /* elements a thread is given at least */
+
+typedef struct {
+    deq_fn f;
+    const uint8_t *s;
+    float *y;
+    int ts, bs;
+} deq_job;
+
+static void deq_part(void *ctx, int64_t lo, int64_t hi) {
+    const deq_job *j = ctx;
+    for (int64_t i = lo; i < hi; ++i) j->f(j->s + i * j->ts, j->y + i * j->bs);
+}
+
+typedef struct {
+    quant_fn f;
+    const float *x, *qw;
+    uint8_t *y;
+    Py_ssize_t n_per_row, per_row;
+    int ts, bs;
+} q_job;
+
+static void q_part(void *ctx, int64_t lo, int64_t hi) {
+    const q_job *j = ctx;
+    for (int64_t r = lo; r < hi; ++r)
+        for (Py_ssize_t b = 0; b < j->per_row; ++b)
+            j->f(j->x + r * j->n_per_row + b * j->bs, j->qw ? j->qw + b * j->bs : NULL,
+                 j->y + (r * j->per_row + b) * j->ts);
+}
+
 static PyObject *py_dequantize(PyObject *self, PyObject *args) {
-    int id;
+    int id, threads = 1;
     Py_buffer src, dst;
-    if (!PyArg_ParseTuple(args, "iy*w*", &id, &src, &dst)) return NULL;
+    if (!PyArg_ParseTuple(args, "iy*w*|i", &id, &src, &dst, &threads)) return NULL;
     PyObject *ret = NULL;
     const type_info *t = find_type(id);
     if (!t || !tables_ready(t)) goto done;
@@ -1401,8 +1432,8 @@ static PyObject *py_dequantize(PyObject *self, PyObject *args) {
         float *y = dst.buf;
         const deq_fn f = t->deq;
         const int ts = t->type_size, bs = t->block_size;
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < nb; ++i) f(s + i * ts, y + i * bs);
+        deq_job job = {f, s, y, ts, bs};
+        Py_BEGIN_ALLOW_THREADS ws_parallel(threads, nb, GRAIN / bs, deq_part, &job);
         Py_END_ALLOW_THREADS
     }
     ret = Py_None;
@@ -1414,11 +1445,12 @@ done:
 }
 
 static PyObject *py_quantize(PyObject *self, PyObject *args) {
-    int id;
+    int id, threads = 1;
     Py_ssize_t n_per_row;
     Py_buffer src, dst, imat = {0};
     PyObject *imat_obj;
-    if (!PyArg_ParseTuple(args, "iy*w*nO", &id, &src, &dst, &n_per_row, &imat_obj)) return NULL;
+    if (!PyArg_ParseTuple(args, "iy*w*nO|i", &id, &src, &dst, &n_per_row, &imat_obj, &threads))
+        return NULL;
     PyObject *ret = NULL;
     int have_imat = 0;
     const type_info *t = find_type(id);
@@ -1458,10 +1490,10 @@ static PyObject *py_quantize(PyObject *self, PyObject *args) {
         uint8_t *y = dst.buf;
         const quant_fn f = quantizer(id);
         const int ts = t->type_size, bs = t->block_size;
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t r = 0; r < nrows; ++r)
-            for (Py_ssize_t b = 0; b < per_row; ++b)
-                f(x + r * n_per_row + b * bs, qw ? qw + b * bs : NULL, y + (r * per_row + b) * ts);
+        q_job job = {f, x, qw, y, n_per_row, per_row, ts, bs};
+        /* grid types cost ~100x more per element: rows are worth a thread sooner */
+        Py_BEGIN_ALLOW_THREADS ws_parallel(threads, nrows, t->grid >= 0 ? 1 : GRAIN / n_per_row + 1,
+                                           q_part, &job);
         Py_END_ALLOW_THREADS
     }
     ret = Py_None;

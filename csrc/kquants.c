@@ -27,6 +27,7 @@
 #include <Python.h>
 
 #include "ws_common.h"
+#include "ws_threads.h"
 
 #define QK_K 256
 #define GROUP_MAX_EPS 1e-15f
@@ -832,16 +833,46 @@ static int get_buffer(PyObject *obj, Py_buffer *view, int writable, int want_f32
 }
 
 PyDoc_STRVAR(dequantize_doc,
-             "dequantize(type, blocks, out)\n\n"
+             "dequantize(type, blocks, out, threads=1)\n\n"
              "Decode nb whole blocks of a K type (bytes-like, nb * type_size bytes) into\n"
-             "out (writable float32, nb * 256 values).");
+             "out (writable float32, nb * 256 values), on `threads` threads.");
+
+#define GRAIN 65536 /* elements a thread is given at least */
+
+typedef struct {
+    dequantize_fn f;
+    const uint8_t *src;
+    float *dst;
+    Py_ssize_t ts;
+} deq_job;
+
+static void deq_part(void *ctx, int64_t lo, int64_t hi) {
+    const deq_job *j = ctx;
+    j->f(j->src + lo * j->ts, j->dst + lo * QK_K, hi - lo);
+}
+
+typedef struct {
+    quantize_fn f;
+    const float *x;
+    uint8_t *y;
+    const float *qw;
+    Py_ssize_t n_per_row, ts;
+} q_job;
+
+/* rows lo..hi: the imatrix column of a block depends only on its place in its row */
+static void q_part(void *ctx, int64_t lo, int64_t hi) {
+    const q_job *j = ctx;
+    const int64_t nbr = j->n_per_row / QK_K;
+    j->f(j->x + lo * j->n_per_row, j->y + lo * nbr * j->ts, (hi - lo) * nbr, j->qw, nbr);
+}
 
 static PyObject *py_dequantize(PyObject *self, PyObject *args) {
     const char *name;
     PyObject *src_obj, *out_obj;
     Py_buffer src, out;
     (void)self;
-    if (!PyArg_ParseTuple(args, "sOO:dequantize", &name, &src_obj, &out_obj)) return NULL;
+    int threads = 1;
+    if (!PyArg_ParseTuple(args, "sOO|i:dequantize", &name, &src_obj, &out_obj, &threads)) return NULL;
     const int t = find_type(name);
     if (t < 0) return NULL;
     if (get_buffer(src_obj, &src, 0, 0, "blocks") < 0) return NULL;
@@ -856,7 +887,8 @@ static PyObject *py_dequantize(PyObject *self, PyObject *args) {
                      "found %zd bytes of blocks and %zd bytes of output",
                      name, ts, src.len, out.len);
     } else {
-        Py_BEGIN_ALLOW_THREADS TYPES[t].dequantize((const uint8_t *)src.buf, (float *)out.buf, nb);
+        deq_job job = {TYPES[t].dequantize, (const uint8_t *)src.buf, (float *)out.buf, ts};
+        Py_BEGIN_ALLOW_THREADS ws_parallel(threads, nb, GRAIN / QK_K, deq_part, &job);
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&src);
@@ -866,7 +898,7 @@ static PyObject *py_dequantize(PyObject *self, PyObject *args) {
 }
 
 PyDoc_STRVAR(quantize_doc,
-             "quantize(type, x, n_per_row, imatrix, out)\n\n"
+             "quantize(type, x, n_per_row, imatrix, out, threads=1)\n\n"
              "Encode float32 rows (x: nrows * n_per_row values, n_per_row a multiple of 256)\n"
              "into out (nrows * n_per_row / 256 * type_size bytes), as ggml_quantize_chunk:\n"
              "imatrix None uses the reference path, else float32 [n_per_row] weights.");
@@ -878,7 +910,9 @@ static PyObject *py_quantize(PyObject *self, PyObject *args) {
     Py_buffer x, im, out;
     int have_im = 0;
     (void)self;
-    if (!PyArg_ParseTuple(args, "sOnOO:quantize", &name, &x_obj, &n_per_row, &im_obj, &out_obj)) return NULL;
+    int threads = 1;
+    if (!PyArg_ParseTuple(args, "sOnOO|i:quantize", &name, &x_obj, &n_per_row, &im_obj, &out_obj, &threads))
+        return NULL;
     const int t = find_type(name);
     if (t < 0) return NULL;
     if (!TYPES[t].quantize) {
@@ -916,8 +950,8 @@ static PyObject *py_quantize(PyObject *self, PyObject *args) {
                      out.len);
     } else {
         const float *qw = have_im ? (const float *)im.buf : NULL;
-        Py_BEGIN_ALLOW_THREADS TYPES[t].quantize((const float *)x.buf, (uint8_t *)out.buf, nb, qw,
-                                                 n_per_row / QK_K);
+        q_job job = {TYPES[t].quantize, (const float *)x.buf, (uint8_t *)out.buf, qw, n_per_row, ts};
+        Py_BEGIN_ALLOW_THREADS ws_parallel(threads, nx / n_per_row, GRAIN / n_per_row + 1, q_part, &job);
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&x);
