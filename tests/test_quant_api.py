@@ -7,6 +7,7 @@ tensor at once.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -335,10 +336,8 @@ def _kernel_threads() -> int:
     """Threads of this process named by the kernels' pool (csrc/ws_threads.h)."""
     names = []
     for comm in Path("/proc/self/task").glob("*/comm"):
-        try:
+        with contextlib.suppress(OSError):  # the thread ended meanwhile
             names.append(comm.read_text().strip())
-        except OSError:  # the thread ended meanwhile
-            pass
     return names.count("weightsmith-qnt")
 
 
