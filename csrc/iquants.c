@@ -833,6 +833,20 @@ static void quant_iq3_xxs(const float *x, const float *qw, uint8_t *out) {
     memcpy(out + 2, q3, 96);
 }
 
+/* The tail of quantize_row_iq3_s_impl / iq2_s_impl: d = max_scale / 31 stored
+ * as fp16 of d * factor at out[0], and the n sub-block scales as 4-bit codes,
+ * two to a byte from out[off]; nothing when every sub-block was zero. */
+static void put_scale_nibbles(uint8_t *out, const float *scales, int n, float max_scale,
+                              float factor, int off) {
+    if (!max_scale) return;
+    const float d = max_scale / 31;
+    uint16_t dh = ws_f32_to_f16(d * factor);
+    memcpy(out, &dh, 2);
+    const float id = 1 / d;
+    for (int ib = 0; ib < n; ib += 2)
+        out[off + ib / 2] = (uint8_t)(scale_code(id, scales[ib], 15) | (scale_code(id, scales[ib + 1], 15) << 4));
+}
+
 static void quant_iq3_s(const float *x, const float *qw, uint8_t *out) {
     const grid_t *g = &GRIDS[G_IQ3S];
     memset(out, 0, 110);
@@ -860,13 +874,7 @@ static void quant_iq3_s(const float *x, const float *qw, uint8_t *out) {
         scales[ib] = scale;
         max_scale = fmax_c(max_scale, scale);
     }
-    if (!max_scale) return;
-    const float d = max_scale / 31;
-    uint16_t dh = ws_f32_to_f16(d * 1.033f);
-    memcpy(out, &dh, 2);
-    const float id = 1 / d;
-    for (int ib = 0; ib < 8; ib += 2)
-        out[106 + ib / 2] = (uint8_t)(scale_code(id, scales[ib], 15) | (scale_code(id, scales[ib + 1], 15) << 4));
+    put_scale_nibbles(out, scales, 8, max_scale, 1.033f, 106);
 }
 
 static void quant_iq2_s(const float *x, const float *qw, uint8_t *out) {
@@ -893,13 +901,7 @@ static void quant_iq2_s(const float *x, const float *qw, uint8_t *out) {
         scales[ib] = scale;
         max_scale = fmax_c(max_scale, scale);
     }
-    if (!max_scale) return;
-    const float d = max_scale / 31;
-    uint16_t dh = ws_f32_to_f16(d * 0.9875f);
-    memcpy(out, &dh, 2);
-    const float id = 1 / d;
-    for (int ib = 0; ib < 16; ib += 2)
-        out[74 + ib / 2] = (uint8_t)(scale_code(id, scales[ib], 15) | (scale_code(id, scales[ib + 1], 15) << 4));
+    put_scale_nibbles(out, scales, 16, max_scale, 0.9875f, 74);
 }
 
 static void quant_iq2_xxs(const float *x, const float *qw, uint8_t *out) {
