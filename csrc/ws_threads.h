@@ -29,7 +29,7 @@
 #endif
 
 #define WS_MAX_THREADS 64
-#define WS_CHUNKS_PER_THREAD 8
+#define WS_CHUNKS_PER_THREAD 16
 #if defined(__x86_64__) || defined(__i386__)
 #define WS_PAUSE() __builtin_ia32_pause()
 #else
