@@ -1001,7 +1001,7 @@ static const float IQ1_XM[3] = {-1 - IQ1_DELTA, -IQ1_DELTA, 1 - IQ1_DELTA};
  * to place #{i: x[i] < x[j]} + #{i < j: x[i] == x[j]}.  Branch-free compares
  * that vectorise; an insertion sort was a fifth of IQ1_S's time in
  * mispredicted shifts. */
-static void sort_index(const float *x, int n, int *idx) {
+WS_INLINE void sort_index(const float *x, int n, int *idx) {
     int r[32];
     uint32_t seen = 0;
     for (int j = 0; j < n; ++j) {
