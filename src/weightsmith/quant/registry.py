@@ -44,17 +44,16 @@ REQUIRES_IMATRIX = frozenset({"IQ2_XXS", "IQ2_XS", "IQ1_S"})
 HOLDS_NONFINITE = frozenset(t.name for t in GGML.values() if t.is_float)
 
 # Bytes of temporaries per element a codec needs while working on a chunk
-# (upper bounds measured with tracemalloc by benchmarks/bench_quant.py); the
-# API sizes its chunks from these so that all chunks in flight fit 64 MiB.
-# Measured (benchmarks/bench_quant.py --section memory, 1M-element chunks,
-# after a warm-up call: the IQ grid codecs build lookup tables once, up to
-# ~120 MiB for IQ1_S, which they keep): every codec stays under 64 B/elem.
+# (upper bounds; benchmarks/bench_quant.py --section memory measures them with
+# tracemalloc); the API sizes its chunks from these so that all chunks in
+# flight fit 64 MiB.  Since every codec is a C kernel (issue 16) the kernels
+# allocate nothing per element (the IQ grid codecs build lookup tables once,
+# up to ~4 MiB, which they keep); what is left is the API's float32 copy of a
+# span of non-float32 input (4 B/elem) and, for the types without a
+# self-checking kernel, numpy's isfinite mask of the span (1-2 B/elem).  The
+# defaults keep a margin over that (they were 64 / 24 B for the numpy codecs).
 # A codec that needs more than the default must be listed here, or the
 # 64 MiB bound breaks.
-# Since every codec is a C kernel (issue 16) the kernels allocate nothing per
-# element; what is left is the API's float32 copy of a span of non-float32
-# input (4 B/elem) and, for the types without a self-checking kernel, numpy's
-# isfinite mask of the span (1 B/elem).  The defaults keep a margin over that.
 QUANTIZE_TEMP_BYTES_DEFAULT = 16
 DEQUANTIZE_TEMP_BYTES_DEFAULT = 8
 QUANTIZE_TEMP_BYTES: dict[str, int] = {}
