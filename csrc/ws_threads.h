@@ -24,9 +24,6 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <time.h>
-#ifdef __linux__
-#include <sys/prctl.h>
-#endif
 
 #define WS_MAX_THREADS 64
 #define WS_CHUNKS_PER_THREAD 16
@@ -101,9 +98,6 @@ static void *ws_worker(void *arg) {
      * that created it (that call's gen is the first new one) */
     const int me = (int)((uintptr_t)arg & 0xffff);
     uint32_t seen = (uint32_t)((uintptr_t)arg >> 16);
-#ifdef __linux__
-    prctl(PR_SET_NAME, "weightsmith-qnt"); /* how tests and `top -H` tell them */
-#endif
     pthread_mutex_lock(&ws_pool.mu);
     for (;;) {
         if (ws_pool.gen == seen) { /* spin for WS_SPIN_NS, then sleep */
@@ -154,6 +148,11 @@ static void ws_parallel(int threads, int64_t count, int64_t grain, ws_part_fn fn
                            (void *)(((uintptr_t)ws_pool.gen << 16) | (uintptr_t)(ws_pool.started + 1))) == 0;
         pthread_attr_destroy(&attr);
         if (!ok) break;
+#if defined(__linux__) && defined(__GLIBC__)
+        /* named by its creator, so the name is there before the thread first runs
+         * (tests and `top -H` tell the pool's threads by it) */
+        pthread_setname_np(t, "weightsmith-qnt");
+#endif
         ++ws_pool.started;
     }
     int64_t nchunks = n * WS_CHUNKS_PER_THREAD;
