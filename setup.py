@@ -59,7 +59,8 @@ def extensions() -> list[Extension]:
             sources=[str(src)],
             depends=headers,
             include_dirs=[str(CSRC)],
-            extra_compile_args=CFLAGS,
+            extra_compile_args=[*CFLAGS, "-pthread"],
+            extra_link_args=["-pthread"],  # the kernels' thread pool (csrc/ws_threads.h)
         )
         for src in sorted(CSRC.glob("*.c"))
     ]

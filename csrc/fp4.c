@@ -23,6 +23,7 @@
 static void fill_tables(void);
 #define WS_MODULE_INIT() fill_tables()
 #include "ws_module.h"
+#include "ws_x86.h"
 
 static const int8_t KVALUES[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
@@ -125,6 +126,68 @@ WS_INLINE void ref_nvfp4(const float *restrict x, uint8_t *restrict y) {
     for (int s = 0; s < 4; ++s) pack_codes(q + 16 * s, 16, y + 4 + 8 * s);
 }
 
+/* ------------------------------------------------------------------ AVX-512 MXFP4 encoder
+ *
+ * The same codes as ref_mxfp4, by thresholds instead of the 16-way scan.
+ * For e >= 2, d = 2**(e - 128) is a normal power of two, so with t = |x| / d
+ * (exact: a power-of-two scaling that cannot overflow, t < 16) every error
+ * fl(v*d - |x|) is d * fl(v - t) exactly (scaling by a power of two commutes
+ * with rounding; a difference below 2**-126 is exact on both sides).  The
+ * differences fl(v_m - t) increase strictly with m (the magnitudes are >= 1
+ * apart, t < 16), so the scan's first minimum is between the last v_m <= t
+ * and the next one; near their midpoint both differences are exact (Sterbenz:
+ * every midpoint pair is within a factor 2), so the later code wins exactly
+ * when t > the midpoint.  Hence magnitude code = #{midpoints < t} over
+ * 0.5 1.5 2.5 3.5 5 7 10; the sign rule is best_codes'.
+ * floorf(log2f(amax)) is the exponent of amax when the mantissa is not within
+ * 2**-14 of the next power of two (log2f is faithful: its result cannot reach
+ * k + 1 there, nor drop below k = log2f(2**k)); otherwise, and for subnormal
+ * amax or e < 2, the block takes ref_mxfp4. */
+#if WS_HAVE_X86
+WS_AVX512 static inline __m512i mxfp4_codes_x86(__m512 v, __m512 inv_d) {
+    static const float MIDS[7] = {0.5f, 1.5f, 2.5f, 3.5f, 5.0f, 7.0f, 10.0f};
+    const __m512 t = _mm512_mul_ps(_mm512_abs_ps(v), inv_d);
+    __m512i m = _mm512_setzero_si512();
+    const __m512i one = _mm512_set1_epi32(1);
+    for (int i = 0; i < 7; ++i)
+        m = _mm512_mask_add_epi32(m, _mm512_cmp_ps_mask(t, _mm512_set1_ps(MIDS[i]), _CMP_GT_OQ),
+                                  m, one);
+    const __mmask16 neg = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ) &
+                          _mm512_test_epi32_mask(m, m);
+    return _mm512_mask_add_epi32(m, neg, m, _mm512_set1_epi32(8));
+}
+
+WS_AVX512 static int quantize_mxfp4_x86(const float *restrict src, uint8_t *restrict y,
+                                        int64_t nrows, int64_t n) {
+    const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
+    for (int64_t r = 0; r < nrows; ++r) {
+        __m512i bits_max = _mm512_setzero_si512();
+        for (int64_t b = 0; b < n / 32; ++b, src += 32, y += 17) {
+            const __m512 v0 = _mm512_loadu_ps(src), v1 = _mm512_loadu_ps(src + 16);
+            const __m512i a = _mm512_max_epu32(_mm512_and_si512(_mm512_castps_si512(v0), absmask),
+                                               _mm512_and_si512(_mm512_castps_si512(v1), absmask));
+            bits_max = _mm512_max_epu32(bits_max, a);
+            /* max |x| of finite values = the largest bit pattern of |x| */
+            const uint32_t ab = (uint32_t)_mm512_reduce_max_epu32(a);
+            const uint32_t expo = ab >> 23, mant = ab & 0x7fffffu;
+            if (expo < 4 || expo >= 255 || mant >= 0x7ffc00u) {
+                /* zero, subnormal, NaN/inf (refused below), near 2**(k+1), or e < 2 */
+                ref_mxfp4(src, y);
+                continue;
+            }
+            const uint32_t e = expo - 2; /* (uint8)(k - 2 + 127), k = expo - 127; < 253 */
+            y[0] = (uint8_t)e;
+            const __m512 inv_d = _mm512_castsi512_ps(_mm512_set1_epi32((int)((255 - e) << 23)));
+            const __m512i q = _mm512_or_si512(mxfp4_codes_x86(v0, inv_d),
+                                              _mm512_slli_epi32(mxfp4_codes_x86(v1, inv_d), 4));
+            _mm_storeu_si128((__m128i *)(y + 1), _mm512_cvtepi32_epi8(q));
+        }
+        if ((uint32_t)_mm512_reduce_max_epu32(bits_max) >= 0x7f800000u) return 1;
+    }
+    return 0;
+}
+#endif
+
 WS_DISPATCH static void dequantize_mxfp4(const uint8_t *restrict src, float *restrict y,
                                          int64_t nb) {
     for (int64_t i = 0; i < nb; ++i, src += 17, y += 32) {
@@ -150,10 +213,18 @@ WS_DISPATCH static void dequantize_nvfp4(const uint8_t *restrict src, float *res
     }
 }
 
-WS_DISPATCH static int quantize_mxfp4(const float *restrict src, uint8_t *restrict dst,
-                                      int64_t nrows, int64_t n, const float *imatrix) {
-    (void)imatrix; /* ggml ignores it */
+WS_DISPATCH static int quantize_mxfp4_c(const float *restrict src, uint8_t *restrict dst,
+                                        int64_t nrows, int64_t n) {
     return ws_quantize_blocks(src, dst, nrows, n, 32, 17, ref_mxfp4);
+}
+
+static int quantize_mxfp4(const float *restrict src, uint8_t *restrict dst, int64_t nrows,
+                          int64_t n, const float *imatrix) {
+    (void)imatrix; /* ggml ignores it */
+#if WS_HAVE_X86
+    if (ws_have_avx512()) return quantize_mxfp4_x86(src, dst, nrows, n);
+#endif
+    return quantize_mxfp4_c(src, dst, nrows, n);
 }
 
 WS_DISPATCH static int quantize_nvfp4(const float *restrict src, uint8_t *restrict dst,

@@ -31,6 +31,8 @@
 #include <stdbool.h>
 
 #include "ws_module.h"
+#include "ws_x86.h"
+#include "ws_lanes.h"
 
 #define QK 32
 
@@ -306,131 +308,114 @@ WS_INLINE v8i ref_q8_0(const float *restrict x, uint8_t *restrict y) {
     return block_nonfinite(&b);
 }
 
+/* ------------------------------------------------------------------ AVX-512 reference encoders
+ *
+ * The same block computations as ref_sym / ref_asym above, one block in two
+ * 16-lane vectors, with the block's max and min taken in one shuffle tree
+ * (max over -x for the min; order-independent for finite values, and the
+ * sign of a zero extreme is looked up as above).  Element-wise steps are the
+ * scalar ones lane by lane; d goes to fp16 with F16C (finite or inf here: the
+ * rows are finite, checked on the way through the integer max of |x|'s bits).
+ * Q4_0 1.8 -> 0.5 ms on a 4096 x 512 matrix (see docs/benchmarks.md). */
+#if WS_HAVE_X86
+/* kind: 0 Q4_0, 1 Q5_0 (symmetric), 2 Q4_1, 3 Q5_1 (min + scale) */
+WS_AVX512 static inline __m512i avx512_block(const float *restrict x, uint8_t *restrict y,
+                                             const int kind, __m512i bits_max) {
+    const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+    const __m512i absmask = _mm512_set1_epi32(0x7fffffff);
+    bits_max = _mm512_max_epu32(bits_max, _mm512_and_si512(_mm512_castps_si512(v0), absmask));
+    bits_max = _mm512_max_epu32(bits_max, _mm512_and_si512(_mm512_castps_si512(v1), absmask));
+    const __m512 sign = _mm512_castsi512_ps(_mm512_set1_epi32((int)0x80000000u));
+    const __m512 r = ws_hmax2_x86(_mm512_max_ps(v0, v1),
+                                  _mm512_max_ps(_mm512_xor_ps(v0, sign), _mm512_xor_ps(v1, sign)));
+    float mx = _mm512_cvtss_f32(r), mn = -_mm_cvtss_f32(_mm512_extractf32x4_ps(r, 2));
+    __m512i q0, q1;
+    int off;
+    if (kind < 2) {
+        /* quantize_row_q4_0_ref's `max`: the first value with the largest |v| */
+        const float nmn = -mn; /* max |v| is mx or -mn: a blend, not a 50/50 branch */
+        const __m128 lo = _mm512_castps512_ps128(r), hi = _mm512_extractf32x4_ps(r, 2);
+        float max = _mm_cvtss_f32(_mm_mask_mov_ps(_mm_xor_ps(hi, _mm512_castps512_ps128(sign)),
+                                                  _mm_cmp_ss_mask(lo, hi, _CMP_GT_OQ), lo));
+        if (__builtin_expect(mx == nmn, 0)) {
+            if (mx == 0.0f) {
+                max = 0.0f;
+            } else { /* both signs: the first one wins */
+                int j = 0;
+                while (fabsf(x[j]) != mx) ++j;
+                max = x[j];
+            }
+        }
+        const float d = max / (kind == 0 ? -8 : -16);
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const __m512 vid = _mm512_set1_ps(id), add = _mm512_set1_ps(kind == 0 ? 8.5f : 16.5f);
+        const __m512i top = _mm512_set1_epi32(kind == 0 ? 15 : 31);
+        q0 = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_add_ps(_mm512_mul_ps(v0, vid), add)), top);
+        q1 = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_add_ps(_mm512_mul_ps(v1, vid), add)), top);
+        ws_put_f16_x86(y, d);
+        off = 2;
+    } else {
+        if (mn == 0.0f || mx == 0.0f) { /* the sign of a zero extreme: the first zero's */
+            float z = 0.0f;
+            for (int j = 0; j < QK; ++j)
+                if (x[j] == 0.0f) {
+                    z = x[j];
+                    break;
+                }
+            if (mn == 0.0f) mn = z;
+            if (mx == 0.0f) mx = z;
+        }
+        const float d = (mx - mn) / (kind == 2 ? 15 : 31);
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const __m512 vid = _mm512_set1_ps(id), vmn = _mm512_set1_ps(mn), half = _mm512_set1_ps(0.5f);
+        q0 = _mm512_cvttps_epi32(_mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(v0, vmn), vid), half));
+        q1 = _mm512_cvttps_epi32(_mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(v1, vmn), vid), half));
+        if (kind == 2) {
+            const __m512i top = _mm512_set1_epi32(15);
+            q0 = _mm512_min_epi32(q0, top);
+            q1 = _mm512_min_epi32(q1, top);
+        }
+        ws_put_f16_x86(y, d);
+        ws_put_f16_x86(y + 2, mn);
+        off = 4;
+    }
+    if (kind == 1 || kind == 3) { /* qh: bit j = the fifth bit of code j */
+        const __m512i b4 = _mm512_set1_epi32(0x10);
+        const uint32_t qh = (uint32_t)_mm512_test_epi32_mask(q0, b4) |
+                            ((uint32_t)_mm512_test_epi32_mask(q1, b4) << 16);
+        memcpy(y + off, &qh, 4);
+        off += 4;
+        q0 = _mm512_and_si512(q0, _mm512_set1_epi32(15));
+    }
+    /* qs[j] = code j | code j+16 << 4; vpmovdb keeps the low byte */
+    _mm_storeu_si128((__m128i *)(y + off),
+                     _mm512_cvtepi32_epi8(_mm512_or_si512(q0, _mm512_slli_epi32(q1, 4))));
+    return bits_max;
+}
+
+WS_AVX512 static int avx512_rows(const float *restrict src, uint8_t *restrict dst, int64_t nrows,
+                                 int64_t n, const int kind, const int size) {
+    const int64_t nb = n / QK;
+    for (int64_t r = 0; r < nrows; ++r, src += n, dst += nb * size) {
+        __m512i bits_max = _mm512_setzero_si512();
+        for (int64_t b = 0; b < nb; ++b)
+            bits_max = avx512_block(src + b * QK, dst + b * size, kind, bits_max);
+        if ((uint32_t)_mm512_reduce_max_epu32(bits_max) >= 0x7f800000u) return 1; /* NaN/inf */
+    }
+    return 0;
+}
+#endif
+
 /* ------------------------------------------------------------------ imatrix searches
  *
- * make_qx_quants and make_qkx3_quants for 8 blocks at once: lane b of every
- * vector belongs to block b, so each lane runs exactly ggml's scalar search
- * for its block -- the same operations in the same order, its sums added in
- * index order -- and the lanes never mix.  A step that improves some lanes is
- * taken by those lanes only (masks), and a lane that ggml returns from early
- * gets ggml's early result at the end. */
+ * make_qx_quants and make_qkx3_quants for LANES blocks at once, lane b = block b:
+ * the searches the K-quants use (ws_lanes.h), on 32-value groups. */
+
+#define LANES 16 /* blocks per search: two AVX2 vectors, one AVX-512 one */
 
 typedef struct {
-    v8f x[QK], w[QK]; /* x[i] lane b: value i of block b; w: its weight */
-} lanes8;
-
-WS_INLINE v8i vsel_i(v8i m, v8i a, v8i b) { return (a & m) | (b & ~m); }
-WS_INLINE v8i vclamp(v8i l, int lo, int hi) {
-    l = vsel_i(l < lo, (v8i){0} + lo, l);
-    return vsel_i(l > hi, (v8i){0} + hi, l);
-}
-/* ws_nearest_int lane-wise (the 12582912.f trick on the bits) */
-WS_INLINE v8i vnearest(v8f v) {
-    const v8i i = (v8i)(v + 12582912.f);
-    return (i & 0x007fffff) - 0x00400000;
-}
-WS_INLINE v8f vfloat(v8i l) { return __builtin_convertvector(l, v8f); }
-
-/* make_qx_quants(32, nmax, x, L, rmse_type = 1, w) of 8 blocks: L[i] in 0 .. 2*nmax-1. */
-WS_INLINE v8f qx_search8(const lanes8 *B, int nmax, v8i L[QK]) {
-    const v8f *x = B->x, *w = B->w;
-    const v8f zero = {0};
-    v8f max = zero, amax = zero;
-    for (int i = 0; i < QK; ++i) {
-        const v8f ax = vabs(x[i]);
-        const v8i m = ax > amax;
-        amax = vsel(m, ax, amax);
-        max = vsel(m, x[i], max);
-    }
-    const v8i all_zero = amax < 1e-15f; /* GROUP_MAX_EPS: ggml returns 0, L = 0 */
-    v8f iscale = (float)(-nmax) / max;
-    v8f sumlx = zero, suml2 = zero;
-    for (int i = 0; i < QK; ++i) {
-        const v8i l = vclamp(vnearest(iscale * x[i]), -nmax, nmax - 1);
-        L[i] = l + nmax;
-        const v8f lf = vfloat(l);
-        sumlx += w[i] * x[i] * lf;
-        suml2 += w[i] * lf * lf;
-    }
-    v8f scale = vsel(suml2 != 0, sumlx / suml2, zero);
-    v8f best = scale * sumlx;
-    for (int is = -9; is <= 9; ++is) {
-        if (is == 0) continue;
-        iscale = -((float)nmax + 0.1f * (float)is) / max;
-        sumlx = suml2 = zero;
-        for (int i = 0; i < QK; ++i) {
-            const v8f lf = vfloat(vclamp(vnearest(iscale * x[i]), -nmax, nmax - 1));
-            sumlx += w[i] * x[i] * lf;
-            suml2 += w[i] * lf * lf;
-        }
-        const v8i better = (suml2 > 0) & (sumlx * sumlx > best * suml2);
-        if (!any8(better)) continue;
-        for (int i = 0; i < QK; ++i)
-            L[i] = vsel_i(better, vclamp(vnearest(iscale * x[i]), -nmax, nmax - 1) + nmax, L[i]);
-        const v8f new_scale = sumlx / suml2;
-        scale = vsel(better, new_scale, scale);
-        best = vsel(better, new_scale * sumlx, best);
-    }
-    for (int i = 0; i < QK; ++i) L[i] = vsel_i(all_zero, (v8i){0}, L[i]);
-    return vsel(all_zero, zero, scale);
-}
-
-/* make_qkx3_quants(32, nmax, x, w, L, &the_min, Laux, -0.9f, 0.05f, 36, false) of 8
- * blocks.  As in ggml, an accepted step's min is the one later steps search from. */
-WS_INLINE v8f qkx3_search8(const lanes8 *B, int nmax, v8i L[QK], v8f *the_min) {
-    const v8f *x = B->x, *w = B->w;
-    const v8f zero = {0};
-    v8f min = x[0], max = x[0], sum_w = w[0], sum_x = sum_w * x[0];
-    for (int i = 1; i < QK; ++i) {
-        min = vsel(x[i] < min, x[i], min);
-        max = vsel(x[i] > max, x[i], max);
-        sum_w += w[i];
-        sum_x += w[i] * x[i];
-    }
-    min = vsel(min > 0, zero, min);
-    const v8i flat = max <= min; /* ggml returns 0, L = 0, the_min = -min */
-    const v8f flat_min = min;
-    v8f iscale = (float)nmax / (max - min);
-    v8f scale = 1.0f / iscale;
-    v8f best_mad = zero;
-    for (int i = 0; i < QK; ++i) {
-        L[i] = vclamp(vnearest(iscale * (x[i] - min)), 0, nmax);
-        const v8f diff = scale * vfloat(L[i]) + min - x[i];
-        best_mad += w[i] * (diff * diff);
-    }
-    for (int is = 0; is <= 36; ++is) {
-        iscale = (-0.9f + 0.05f * (float)is + (float)nmax) / (max - min);
-        v8i Laux[QK];
-        v8f sum_l = zero, sum_l2 = zero, sum_xl = zero;
-        for (int i = 0; i < QK; ++i) {
-            Laux[i] = vclamp(vnearest(iscale * (x[i] - min)), 0, nmax);
-            const v8f lf = vfloat(Laux[i]);
-            sum_l += w[i] * lf;
-            sum_l2 += w[i] * lf * lf;
-            sum_xl += w[i] * lf * x[i];
-        }
-        const v8f D = sum_w * sum_l2 - sum_l * sum_l;
-        v8f this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
-        v8f this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
-        const v8i pos_min = this_min > 0;
-        this_min = vsel(pos_min, zero, this_min);
-        this_scale = vsel(pos_min, sum_xl / sum_l2, this_scale);
-        v8f mad = zero;
-        for (int i = 0; i < QK; ++i) {
-            const v8f diff = this_scale * vfloat(Laux[i]) + this_min - x[i];
-            mad += w[i] * (diff * diff);
-        }
-        const v8i better = (D > 0) & (mad < best_mad);
-        if (!any8(better)) continue;
-        for (int i = 0; i < QK; ++i) L[i] = vsel_i(better, Laux[i], L[i]);
-        best_mad = vsel(better, mad, best_mad);
-        scale = vsel(better, this_scale, scale);
-        min = vsel(better, this_min, min);
-    }
-    for (int i = 0; i < QK; ++i) L[i] = vsel_i(flat, (v8i){0}, L[i]);
-    *the_min = -vsel(flat, flat_min, min);
-    return vsel(flat, zero, scale);
-}
+    float x[QK][LANES], w[QK][LANES]; /* x[i][b]: value i of block b; w: its weight */
+} block_lanes;
 
 /* sum_x2 / n_per_row, summed in index order as the C loop does. */
 WS_INLINE float row_sigma2(const float *x, int64_t n) {
@@ -439,39 +424,40 @@ WS_INLINE float row_sigma2(const float *x, int64_t n) {
     return s / n;
 }
 
-/* Blocks b0 .. b0+k-1 of a row (k <= 8) side by side, with quantize_row_*_impl's
+/* Blocks b0 .. b0+k-1 of a row (k <= LANES) side by side, with quantize_row_*_impl's
  * weights qw[j] * sqrtf(sigma2 + x[j]*x[j]); lanes past k hold zeros (an
  * all-zero block, whose result is not stored). */
-WS_INLINE void load_lanes(const float *x, const float *qw, float sigma2, int k, lanes8 *B) {
-    float xs[QK][8], ws[QK][8];
-    for (int b = 0; b < 8; ++b) {
-        float w[QK];
+WS_INLINE void load_lanes(const float *x, const float *qw, float sigma2, int k, block_lanes *B) {
+    for (int b = 0; b < LANES; ++b) {
         const float *xb = x + QK * b;
-        if (b < k) {
-            for (int j = 0; j < QK; ++j) w[j] = qw[QK * b + j] * sqrtf(sigma2 + xb[j] * xb[j]);
-        }
         for (int j = 0; j < QK; ++j) {
-            xs[j][b] = b < k ? xb[j] : 0.0f;
-            ws[j][b] = b < k ? w[j] : 0.0f;
+            B->x[j][b] = b < k ? xb[j] : 0.0f;
+            B->w[j][b] = b < k ? qw[QK * b + j] * sqrtf(sigma2 + xb[j] * xb[j]) : 0.0f;
         }
     }
-    memcpy(B->x, xs, sizeof xs);
-    memcpy(B->w, ws, sizeof ws);
 }
 
 /* The levels of lane b as the packers' vectors. */
-WS_INLINE void lane_levels(const v8i L[QK], int b, v8i q[4]) {
+WS_INLINE void lane_levels(const int8_t *L, int b, v8i q[4]) {
     int32_t v[QK];
-    for (int i = 0; i < QK; ++i) v[i] = L[i][b];
+    for (int i = 0; i < QK; ++i) v[i] = L[i * LANES + b];
     memcpy(q, v, sizeof v);
 }
 
-typedef void (*imatrix8_fn)(const lanes8 *B, int k, uint8_t *y);
+WS_INLINE void lane_levels_u8(const uint8_t *L, int b, v8i q[4]) {
+    int32_t v[QK];
+    for (int i = 0; i < QK; ++i) v[i] = L[i * LANES + b];
+    memcpy(q, v, sizeof v);
+}
+
+typedef void (*imatrix_fn)(const block_lanes *B, int k, uint8_t *y);
 
 /* Q4_0 / Q5_0 with an imatrix: make_qx_quants(nmax = 8, 16); with_qh as in ref_sym. */
-WS_INLINE void imatrix_sym(const lanes8 *B, int k, uint8_t *y, int nmax, int size, int with_qh) {
-    v8i L[QK], q[4];
-    const v8f d = qx_search8(B, nmax, L);
+WS_INLINE void imatrix_sym(const block_lanes *B, int k, uint8_t *y, int nmax, int size, int with_qh) {
+    int8_t L[QK * LANES];
+    float d[LANES];
+    v8i q[4];
+    qx_lanes(QK, LANES, nmax, &B->x[0][0], &B->w[0][0], L, d);
     for (int b = 0; b < k; ++b, y += size) {
         ws_put_f16(y, d[b]);
         lane_levels(L, b, q);
@@ -481,25 +467,26 @@ WS_INLINE void imatrix_sym(const lanes8 *B, int k, uint8_t *y, int nmax, int siz
 }
 
 /* Q4_1 / Q5_1 with an imatrix: make_qkx3_quants(nmax = 15, 31), m = -the_min. */
-WS_INLINE void imatrix_asym(const lanes8 *B, int k, uint8_t *y, int nmax, int size, int with_qh) {
-    v8i L[QK], q[4];
-    v8f the_min;
-    const v8f d = qkx3_search8(B, nmax, L, &the_min);
+WS_INLINE void imatrix_asym(const block_lanes *B, int k, uint8_t *y, int nmax, int size, int with_qh) {
+    uint8_t L[QK * LANES];
+    float d[LANES], the_min[LANES];
+    v8i q[4];
+    qkx_lanes(QK, LANES, nmax, &B->x[0][0], &B->w[0][0], -0.9f, 0.05f, 36, 0, 1, L, d, the_min);
     for (int b = 0; b < k; ++b, y += size) {
         ws_put_f16(y, d[b]);
         ws_put_f16(y + 2, -the_min[b]);
-        lane_levels(L, b, q);
+        lane_levels_u8(L, b, q);
         if (with_qh) put_high_bits(y + 4, q);
         put_nibbles(y + (with_qh ? 8 : 4), q);
     }
 }
 
-WS_INLINE void imatrix_q4_0(const lanes8 *B, int k, uint8_t *y) { imatrix_sym(B, k, y, 8, 18, 0); }
-WS_INLINE void imatrix_q5_0(const lanes8 *B, int k, uint8_t *y) { imatrix_sym(B, k, y, 16, 22, 1); }
-WS_INLINE void imatrix_q4_1(const lanes8 *B, int k, uint8_t *y) {
+WS_INLINE void imatrix_q4_0(const block_lanes *B, int k, uint8_t *y) { imatrix_sym(B, k, y, 8, 18, 0); }
+WS_INLINE void imatrix_q5_0(const block_lanes *B, int k, uint8_t *y) { imatrix_sym(B, k, y, 16, 22, 1); }
+WS_INLINE void imatrix_q4_1(const block_lanes *B, int k, uint8_t *y) {
     imatrix_asym(B, k, y, 15, 20, 0);
 }
-WS_INLINE void imatrix_q5_1(const lanes8 *B, int k, uint8_t *y) {
+WS_INLINE void imatrix_q5_1(const block_lanes *B, int k, uint8_t *y) {
     imatrix_asym(B, k, y, 31, 24, 1);
 }
 
@@ -510,7 +497,7 @@ typedef v8i (*ref_fn)(const float *restrict x, uint8_t *restrict y);
 
 WS_INLINE int quantize_rows(const float *restrict src, uint8_t *restrict dst, int64_t nrows,
                             int64_t n, const float *imatrix, int size, ref_fn ref,
-                            imatrix8_fn imp) {
+                            imatrix_fn imp) {
     const int64_t nb = n / QK;
     for (int64_t r = 0; r < nrows; ++r, src += n, dst += nb * size) {
         if (imatrix == NULL || imp == NULL) {
@@ -521,9 +508,9 @@ WS_INLINE int quantize_rows(const float *restrict src, uint8_t *restrict dst, in
         }
         if (ws_any_nonfinite(src, n)) return 1;
         const float sigma2 = row_sigma2(src, n);
-        for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-            const int k = nb - b0 < 8 ? (int)(nb - b0) : 8;
-            lanes8 B;
+        for (int64_t b0 = 0; b0 < nb; b0 += LANES) {
+            const int k = nb - b0 < LANES ? (int)(nb - b0) : LANES;
+            block_lanes B;
             load_lanes(src + b0 * QK, imatrix + b0 * QK, sigma2, k, &B);
             imp(&B, k, dst + b0 * size);
         }
@@ -532,8 +519,8 @@ WS_INLINE int quantize_rows(const float *restrict src, uint8_t *restrict dst, in
 }
 
 #define QUANTIZER(fname, size, ref, imp)                                                          \
-    WS_DISPATCH static int fname(const float *restrict src, uint8_t *restrict dst, int64_t nrows, \
-                                 int64_t n, const float *imatrix) {                               \
+    WS_DISPATCH static int fname##_c(const float *restrict src, uint8_t *restrict dst,            \
+                                     int64_t nrows, int64_t n, const float *imatrix) {            \
         return quantize_rows(src, dst, nrows, n, imatrix, size, ref, imp);                        \
     }
 
@@ -542,6 +529,27 @@ QUANTIZER(quantize_q4_1, 20, ref_q4_1, imatrix_q4_1)
 QUANTIZER(quantize_q5_0, 22, ref_q5_0, imatrix_q5_0)
 QUANTIZER(quantize_q5_1, 24, ref_q5_1, imatrix_q5_1)
 QUANTIZER(quantize_q8_0, 34, ref_q8_0, NULL) /* ggml's quantize_q8_0 ignores the imatrix */
+
+/* Without an imatrix on an AVX-512 CPU: the hand-vectorised encoders. */
+#if WS_HAVE_X86
+#define ENTRY(fname, size, kind)                                                                 \
+    static int fname(const float *restrict src, uint8_t *restrict dst, int64_t nrows, int64_t n, \
+                     const float *imatrix) {                                                     \
+        if (imatrix == NULL && ws_have_avx512()) return avx512_rows(src, dst, nrows, n, kind, size); \
+        return fname##_c(src, dst, nrows, n, imatrix);                                           \
+    }
+#else
+#define ENTRY(fname, size, kind)                                                                 \
+    static int fname(const float *restrict src, uint8_t *restrict dst, int64_t nrows, int64_t n, \
+                     const float *imatrix) {                                                     \
+        return fname##_c(src, dst, nrows, n, imatrix);                                           \
+    }
+#endif
+ENTRY(quantize_q4_0, 18, 0)
+ENTRY(quantize_q5_0, 22, 1)
+ENTRY(quantize_q4_1, 20, 2)
+ENTRY(quantize_q5_1, 24, 3)
+#define quantize_q8_0 quantize_q8_0_c
 
 static const ws_codec WS_CODECS[] = {
     {"Q4_0", QK, 18, dequantize_q4_0, quantize_q4_0},

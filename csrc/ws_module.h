@@ -10,16 +10,16 @@
  *
  * which gives the module two functions on caller-owned, C-contiguous buffers:
  *
- *     dequantize(type: str, blocks, out) -> None
+ *     dequantize(type: str, blocks, out, threads=1) -> None
  *         blocks: nblocks * type_size bytes; out: nblocks * block_size float32
- *     quantize(type: str, rows, out, n_per_row: int, imatrix=None) -> bool
+ *     quantize(type: str, rows, out, n_per_row: int, imatrix=None, threads=1) -> bool
  *         rows: nrows * n_per_row float32; out: nrows * row bytes;
  *         imatrix: n_per_row float32 or None.  False: the input holds NaN/inf
  *         that the type cannot store (``out`` is then unspecified).
  *
  * and a tuple TYPES of the names in the table.  Sizes are checked here, once;
- * the kernels run with the GIL released, so Python threads calling them on
- * different row chunks run in parallel.
+ * the kernels run with the GIL released, split over `threads` threads
+ * (ws_threads.h) by blocks / rows: the bytes do not depend on the count.
  */
 #ifndef WS_MODULE_H
 #define WS_MODULE_H
@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "ws_common.h"
+#include "ws_threads.h"
 
 /* Decode nblocks blocks of src into nblocks * block_size floats. */
 typedef void (*ws_dequantize_fn)(const uint8_t *restrict src, float *restrict dst, int64_t nblocks);
@@ -86,10 +87,41 @@ static int ws_check_aligned(const Py_buffer *view, size_t align, const char *wha
     return 0;
 }
 
+/* Elements a thread is given at least: below that a second thread costs more
+ * than it saves. */
+#define WS_GRAIN 65536
+
+typedef struct {
+    const ws_codec *c;
+    const uint8_t *src;
+    float *dst;
+} ws_deq_job;
+
+static void ws_deq_part(void *ctx, int64_t lo, int64_t hi) {
+    const ws_deq_job *j = ctx;
+    j->c->dequantize(j->src + lo * j->c->type_size, j->dst + lo * j->c->block_size, hi - lo);
+}
+
+typedef struct {
+    const ws_codec *c;
+    const float *src;
+    uint8_t *dst;
+    int64_t n, row_bytes;
+    const float *imatrix;
+    int bad; /* any part found NaN/inf */
+} ws_q_job;
+
+static void ws_q_part(void *ctx, int64_t lo, int64_t hi) {
+    ws_q_job *j = ctx;
+    if (j->c->quantize(j->src + lo * j->n, j->dst + lo * j->row_bytes, hi - lo, j->n, j->imatrix))
+        __atomic_store_n(&j->bad, 1, __ATOMIC_RELAXED);
+}
+
 static PyObject *ws_dequantize_impl(const ws_codec *table, PyObject *args) {
     const char *name;
     PyObject *src_obj, *dst_obj;
-    if (!PyArg_ParseTuple(args, "sOO:dequantize", &name, &src_obj, &dst_obj)) return NULL;
+    int threads = 1;
+    if (!PyArg_ParseTuple(args, "sOO|i:dequantize", &name, &src_obj, &dst_obj, &threads)) return NULL;
     const ws_codec *c = ws_find_codec(table, name);
     if (c == NULL) return NULL;
     if (c->dequantize == NULL) {
@@ -111,7 +143,9 @@ static PyObject *ws_dequantize_impl(const ws_codec *table, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "%s: out holds %zd bytes, %lld blocks need %lld", name,
                      dst.len, (long long)nblocks, (long long)(nblocks * c->block_size * 4));
     } else if (ws_check_aligned(&dst, 4, "out") == 0) {
-        Py_BEGIN_ALLOW_THREADS c->dequantize((const uint8_t *)src.buf, (float *)dst.buf, nblocks);
+        ws_deq_job job = {c, (const uint8_t *)src.buf, (float *)dst.buf};
+        Py_BEGIN_ALLOW_THREADS ws_parallel(threads, nblocks, WS_GRAIN / c->block_size + 1,
+                                           ws_deq_part, &job);
         Py_END_ALLOW_THREADS result = Py_None;
         Py_INCREF(result);
     }
@@ -124,7 +158,9 @@ static PyObject *ws_quantize_impl(const ws_codec *table, PyObject *args) {
     const char *name;
     PyObject *src_obj, *dst_obj, *im_obj = Py_None;
     long long n;
-    if (!PyArg_ParseTuple(args, "sOOL|O:quantize", &name, &src_obj, &dst_obj, &n, &im_obj))
+    int threads = 1;
+    if (!PyArg_ParseTuple(args, "sOOL|Oi:quantize", &name, &src_obj, &dst_obj, &n, &im_obj,
+                          &threads))
         return NULL;
     const ws_codec *c = ws_find_codec(table, name);
     if (c == NULL) return NULL;
@@ -164,11 +200,10 @@ static PyObject *ws_quantize_impl(const ws_codec *table, PyObject *args) {
                      (long long)(row_floats * 4));
     } else if (ws_check_aligned(&src, 4, "rows") == 0 &&
                (!have_im || ws_check_aligned(&im, 4, "imatrix") == 0)) {
-        int bad;
-        Py_BEGIN_ALLOW_THREADS bad =
-            c->quantize((const float *)src.buf, (uint8_t *)dst.buf, nrows, row_floats,
-                        have_im ? (const float *)im.buf : NULL);
-        Py_END_ALLOW_THREADS result = PyBool_FromLong(!bad);
+        ws_q_job job = {c, (const float *)src.buf, (uint8_t *)dst.buf, row_floats, row_bytes,
+                        have_im ? (const float *)im.buf : NULL, 0};
+        Py_BEGIN_ALLOW_THREADS ws_parallel(threads, nrows, WS_GRAIN / row_floats + 1, ws_q_part, &job);
+        Py_END_ALLOW_THREADS result = PyBool_FromLong(!job.bad);
     }
     if (have_im) PyBuffer_Release(&im);
     PyBuffer_Release(&dst);
@@ -208,9 +243,10 @@ static PyObject *ws_type_names(const ws_codec *table) {
     }                                                                                  \
     static PyMethodDef ws_methods[] = {                                                \
         {"dequantize", ws_py_dequantize, METH_VARARGS,                                 \
-         "dequantize(type, blocks, out): decode whole blocks into float32 out"},       \
+         "dequantize(type, blocks, out, threads=1): decode blocks into float32 out"},  \
         {"quantize", ws_py_quantize, METH_VARARGS,                                     \
-         "quantize(type, rows, out, n_per_row, imatrix=None) -> False if NaN/inf"},    \
+         "quantize(type, rows, out, n_per_row, imatrix=None, threads=1) -> False if "  \
+         "NaN/inf"},                                                                   \
         {NULL, NULL, 0, NULL}};                                                        \
     static struct PyModuleDef ws_moduledef = {                                         \
         PyModuleDef_HEAD_INIT, #modname, doc, -1, ws_methods, NULL, NULL, NULL, NULL}; \

@@ -91,6 +91,38 @@ def test_quantize_leading_dims_and_edge_rows(name: str) -> None:
         _same_bytes(got.reshape(8, -1), ggml_ref.quantize(x.reshape(8, n), name, imatrix))
 
 
+@pytest.mark.parametrize("name", ["F16", "BF16"])
+def test_float_types_quantize_every_kind_of_float32(name: str) -> None:
+    """Random float32 bit patterns (NaN with payloads, inf, subnormals, odd lengths)
+    round as in ggml: the vector paths must handle every lane like the scalar tail."""
+    rng = np.random.default_rng(7)
+    x = rng.integers(0, 2**32, (3, 1000), dtype=np.uint64).astype(np.uint32).view(np.float32)
+    x[0, :100] = rng.standard_normal(100).astype(np.float32) * np.float32(1e-40)  # subnormal
+    _same_bytes(Q.quantize(x, name), ggml_ref.quantize(x, name))
+
+
+@pytest.mark.parametrize("name", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "MXFP4"])
+def test_blocks_near_powers_of_two_and_ties(name: str) -> None:
+    """Block maxima at, just below and just above powers of two over the whole float
+    range (MXFP4 takes its exponent from the bits except near 2**k), values on the
+    MXFP4 rounding midpoints, and blocks whose largest |v| occurs with both signs."""
+    rng = np.random.default_rng(8)
+    k = rng.integers(-140, 127, (64, 1))
+    p = np.ldexp(np.float32(1), k).astype(np.float32)
+    top = np.where(
+        k % 3 == 0,
+        p,
+        np.where(k % 3 == 1, np.nextafter(p, np.float32(0)), np.nextafter(p, np.float32(np.inf))),
+    )
+    mids = np.array([0.5, 1.5, 2.5, 3.5, 5, 7, 10, 12, 0, 1, 2, 3, 4, 6, 8], np.float32)
+    x = rng.choice(mids, (64, 256)) * np.ldexp(np.float32(1), k - 4).astype(np.float32)
+    x *= np.where(rng.random((64, 256)) < 0.5, np.float32(1), np.float32(-1))
+    x[:, ::32] = top  # every block's max |v|
+    x[::2, 5::32] = -top[::2]  # both signs: the first one decides
+    x = x.astype(np.float32)
+    _same_bytes(Q.quantize(x, name), ggml_ref.quantize(x, name))
+
+
 @pytest.mark.parametrize("name", DEQUANTIZE)
 def test_dequantize_random_bytes_matches_ggml(name: str) -> None:
     """Random bytes (any scale, including fp16 inf/NaN and subnormals) decode as in ggml."""

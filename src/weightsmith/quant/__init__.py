@@ -13,9 +13,9 @@ reference (``ggml_quantize_chunk`` and the type's ``to_float``).
 
 The codecs live in one module per family (plain, legacy, kquants, iquants,
 ternary, fp4), merged by :mod:`.registry`; compiled kernels come from
-``weightsmith._native``.  ``workers=k`` spreads the row chunks of a tensor over
-``k`` threads of one pool in this process (``workers=0``: one per CPU); the
-kernels release the GIL.  Results never depend on the number of workers or
+``weightsmith._native``.  ``workers=k`` splits each kernel call over ``k``
+threads in this process (``workers=0``: one per CPU), the calling thread and
+the kernels' own pool, with the GIL released for the whole call.  Results never depend on the number of workers or
 the chunk size.  Memory: the codec's temporaries stay within
 :data:`MEMORY_BUDGET` bytes (64 MiB) whatever the tensor size; only the output
 is allocated in full.  How: :mod:`._engine`.

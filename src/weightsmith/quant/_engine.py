@@ -1,13 +1,17 @@
-"""How the quantization API does its work: checks, row chunks and one thread pool.
+"""How the quantization API does its work: checks, row chunks and threads.
 
 A tensor is cut into spans of rows (of blocks, when decoding); every span is
-one call of the type's codec on contiguous buffers.  With ``workers = k`` the
-calling thread and ``k - 1`` threads of one process-wide pool take spans in
-turn, and each writes its result straight into its slice of the output.  The
-compiled kernels release the GIL, so the threads run in parallel; numpy
-codecs run too, only less in parallel.  A span's bytes do not depend on which
-thread made them, nor on how the tensor was cut: results never depend on the
-number of threads or the chunk size.
+one call of the type's codec on contiguous buffers, writing straight into its
+slice of the output.  With ``workers = k`` one tensor's spans run one after
+the other on the calling thread, and each kernel call splits its span over
+``k`` threads itself (``threads=k``: the calling thread and the kernels' C
+pool, csrc/ws_threads.h), with the GIL released for the whole call -- Python
+threads taking spans paid a GIL hand-over and a wake-up per span, which kept
+two threads near 1.5x on millisecond calls.  :func:`run` hands spans of many
+tensors to a pool of Python threads (quantize_file), each span one
+single-threaded kernel call.  A span's bytes do not depend on which thread
+made them, nor on how the tensor was cut: results never depend on the number
+of threads or the chunk size.
 
 Memory: spans are sized so that the codec's temporaries (registry
 ``*_TEMP_BYTES``, per element) of all spans in flight stay within
@@ -44,12 +48,9 @@ from .registry import Codec, codec, types
 
 #: Bytes of temporaries all chunks in flight may use together.
 MEMORY_BUDGET = 64 * 1024 * 1024
-#: Elements a span is not cut below when spreading a tensor over threads: a
-#: kernel call then costs far more than handing a span to a thread.
+#: Elements a span is not cut below when :func:`run` spreads spans over
+#: threads: a kernel call then costs far more than handing a span to a thread.
 MIN_CHUNK = 1 << 18
-#: Elements a decoder span is not made larger than: a tensor up to this size
-#: is one call, and larger ones give every thread several spans to balance.
-DEQUANTIZE_CHUNK = 1 << 20
 #: Families whose blocks never look at the rest of their row without an
 #: importance matrix: a long row may be cut into block-aligned pieces.
 BLOCKWISE_FAMILIES = frozenset({"plain", "legacy", "ternary", "fp4"})
@@ -283,8 +284,10 @@ def quantize_task(
     name: str | None,
     split: int = 1,
     out: np.ndarray | None = None,
+    threads: int = 1,
 ) -> np.ndarray:
-    """Quantize one span of rows (float32 [k, n]); into ``out`` when the codec can."""
+    """Quantize one span of rows (float32 [k, n]) on ``threads`` threads; into ``out``
+    when the codec can."""
     c = codec(type_name)
     self_check = getattr(c.quantize, "checks_finite", False)
     if not c.holds_nonfinite and not self_check:
@@ -292,8 +295,8 @@ def quantize_task(
     try:
         with np.errstate(all="ignore"):
             if out is not None and getattr(c.quantize, "fills_out", False):
-                return c.quantize(rows, im, out=out)
-            q = c.quantize(rows, im)
+                return c.quantize(rows, im, out=out, threads=threads)
+            q = c.quantize(rows, im, threads=threads)
     except NonFiniteInput:
         check_finite(rows, r0, name, c.type, split)  # locate it for the message
         raise
@@ -302,15 +305,17 @@ def quantize_task(
     return q
 
 
-def dequantize_task(type_name: str, blocks: np.ndarray, out: np.ndarray | None = None):
-    """Decode one span of blocks; into ``out`` when given."""
+def dequantize_task(
+    type_name: str, blocks: np.ndarray, out: np.ndarray | None = None, threads: int = 1
+):
+    """Decode one span of blocks on ``threads`` threads; into ``out`` when given."""
     dec = codec(type_name).dequantize
     with np.errstate(all="ignore"):  # inf * 0 is NaN in C too
         if out is None:
-            return dec(blocks)
+            return dec(blocks, threads=threads)
         if getattr(dec, "fills_out", False):
-            return dec(blocks, out=out)
-        out[...] = dec(blocks)
+            return dec(blocks, out=out, threads=threads)
+        out[...] = dec(blocks, threads=threads)
         return out
 
 
@@ -373,18 +378,13 @@ def quantize(x, type, imatrix, workers, name, chunk_rows_, backend) -> np.ndarra
         and x.flags.c_contiguous
         and chunk_rows_ is None
     ):
-        seg = segment(n, t.block_size, MEMORY_BUDGET // (nw * c.quantize_temp_bytes))
+        seg = segment(n, t.block_size, MEMORY_BUDGET // c.quantize_temp_bytes)
     split = n // seg
     get_rows = rows_getter(x.reshape(-1, seg) if split > 1 else x, seg)
-    step = chunk_rows(seg, nw, chunk_rows_, c.quantize_temp_bytes)
-    least = max(1, MIN_CHUNK // seg) if chunk_rows_ is None else step
+    step = chunk_rows(seg, 1, chunk_rows_, c.quantize_temp_bytes)  # one span in flight
     out = np.empty((nrows * split, t.nbytes(seg)), np.uint8)
-
-    def task(span: tuple[int, int]) -> None:
-        r0, r1 = span
-        quantize_task(t.name, get_rows(r0, r1), im, r0, name, split, out[r0:r1])
-
-    run(spans(nrows * split, step, nw, least), task, nw)
+    for r0, r1 in spans(nrows * split, step):  # each span on nw threads, in the kernel
+        quantize_task(t.name, get_rows(r0, r1), im, r0, name, split, out[r0:r1], nw)
     return out.reshape(*lead, row_bytes)
 
 
@@ -462,16 +462,10 @@ def dequantize(raw, type, shape, workers, name, chunk_rows_, backend) -> np.ndar
     bpr = n // t.block_size  # blocks per row
     blocks = data.reshape(nrows * bpr, t.type_size)
     if chunk_rows_ is not None:
-        step = chunk_rows(n, nw, chunk_rows_) * bpr  # in blocks
+        step = chunk_rows(n, 1, chunk_rows_) * bpr  # in blocks
     else:  # blocks decode independently: chunk by blocks, even inside one huge row
-        per_chunk = min(MEMORY_BUDGET // (nw * c.dequantize_temp_bytes), DEQUANTIZE_CHUNK)
-        step = max(1, per_chunk // t.block_size)
-    least = max(1, MIN_CHUNK // t.block_size) if chunk_rows_ is None else step
+        step = max(1, MEMORY_BUDGET // c.dequantize_temp_bytes // t.block_size)
     outb = out.reshape(nrows * bpr, t.block_size)
-
-    def task(span: tuple[int, int]) -> None:
-        b0, b1 = span
-        dequantize_task(t.name, np.ascontiguousarray(blocks[b0:b1]), outb[b0:b1])
-
-    run(spans(nrows * bpr, step, nw, least), task, nw)
+    for b0, b1 in spans(nrows * bpr, step):  # each span on nw threads, in the kernel
+        dequantize_task(t.name, np.ascontiguousarray(blocks[b0:b1]), outb[b0:b1], nw)
     return out

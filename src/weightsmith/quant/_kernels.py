@@ -5,7 +5,7 @@ A module of :mod:`weightsmith._native` (``csrc/<family>.c``) exports
 imatrix)`` on caller buffers, and ``TYPES``.  :func:`codecs` wraps them as the
 family's ``DEQUANTIZE`` and ``QUANTIZE`` entries: numpy only allocates the
 output and hands over contiguous buffers; the kernel does all the work with
-the GIL released.
+the GIL released, on ``threads`` threads of the kernels' own pool.
 """
 
 from __future__ import annotations
@@ -20,11 +20,13 @@ from ..errors import NonFiniteInput
 
 
 def _decoder(kernels: ModuleType, name: str, block_size: int) -> Callable[..., np.ndarray]:
-    def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    def dequantize(
+        blocks: np.ndarray, out: np.ndarray | None = None, threads: int = 1
+    ) -> np.ndarray:
         blocks = np.ascontiguousarray(blocks)
         if out is None:
             out = np.empty((blocks.shape[0], block_size), np.float32)
-        kernels.dequantize(name, blocks, out)
+        kernels.dequantize(name, blocks, out, threads)
         return out
 
     dequantize.fills_out = True  # type: ignore[attr-defined]
@@ -34,7 +36,10 @@ def _decoder(kernels: ModuleType, name: str, block_size: int) -> Callable[..., n
 
 def _encoder(kernels: ModuleType, name: str, type_size: int, block_size: int):
     def quantize(
-        rows: np.ndarray, imatrix: np.ndarray | None, out: np.ndarray | None = None
+        rows: np.ndarray,
+        imatrix: np.ndarray | None,
+        out: np.ndarray | None = None,
+        threads: int = 1,
     ) -> np.ndarray:
         rows = np.require(rows, np.float32, "CA")  # ggml takes aligned float*
         nrows, n = rows.shape
@@ -42,7 +47,7 @@ def _encoder(kernels: ModuleType, name: str, type_size: int, block_size: int):
             out = np.empty((nrows, n // block_size * type_size), np.uint8)
         if imatrix is not None:
             imatrix = np.require(imatrix, np.float32, "CA")
-        if not kernels.quantize(name, rows, out, n, imatrix):
+        if not kernels.quantize(name, rows, out, n, imatrix, threads):
             raise NonFiniteInput(f"{name} cannot hold NaN or inf")
         return out
 

@@ -107,12 +107,14 @@ def best_index_iq4nl(x: np.ndarray) -> np.ndarray:
 def _decoder(name: str) -> Callable[..., np.ndarray]:
     t = GGML[name]
 
-    def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    def dequantize(
+        blocks: np.ndarray, out: np.ndarray | None = None, threads: int = 1
+    ) -> np.ndarray:
         blocks = np.ascontiguousarray(blocks, dtype=np.uint8)
         nb = blocks.size // t.type_size
         if out is None:
             out = np.empty((nb, t.block_size), dtype=np.float32)
-        _native.dequantize(t.id, blocks, out)  # checks every size first
+        _native.dequantize(t.id, blocks, out, threads)  # checks every size first
         return out
 
     dequantize.fills_out = True  # type: ignore[attr-defined]
@@ -124,7 +126,12 @@ def _decoder(name: str) -> Callable[..., np.ndarray]:
 def _quantizer(name: str) -> Callable[[np.ndarray, np.ndarray | None], np.ndarray]:
     t = GGML[name]
 
-    def quantize(rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.ndarray:
+    def quantize(
+        rows: np.ndarray,
+        imatrix: np.ndarray | None = None,
+        out: np.ndarray | None = None,
+        threads: int = 1,
+    ) -> np.ndarray:
         if imatrix is None and name in _NEEDS_IMATRIX:
             raise ImatrixRequired(
                 f"{name} cannot be quantized without an importance matrix (ggml asserts one)",
@@ -134,11 +141,13 @@ def _quantizer(name: str) -> Callable[[np.ndarray, np.ndarray | None], np.ndarra
             )
         rows = np.ascontiguousarray(rows, dtype=np.float32)
         nrows, n = rows.shape
-        out = np.empty((nrows, n // t.block_size * t.type_size), dtype=np.uint8)
+        if out is None:
+            out = np.empty((nrows, n // t.block_size * t.type_size), dtype=np.uint8)
         im = None if imatrix is None else np.ascontiguousarray(imatrix, dtype=np.float32)
-        _native.quantize(t.id, rows, out, n, im)  # checks every size first
+        _native.quantize(t.id, rows, out, n, im, threads)  # checks every size first
         return out
 
+    quantize.fills_out = True  # type: ignore[attr-defined]
     quantize.__name__ = f"quantize_{name.lower()}"
     quantize.__doc__ = (
         f"float32 rows [nrows, {t.block_size}k] -> {name} bytes [nrows, {t.type_size}k],"

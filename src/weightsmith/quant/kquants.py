@@ -79,11 +79,13 @@ QK_K = 256
 def _decoder(name: str) -> Callable[..., np.ndarray]:
     """``DEQUANTIZE[name]``: blocks uint8 [nb, type_size] -> float32 [nb, 256] (or into ``out``)."""
 
-    def dequantize(blocks: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    def dequantize(
+        blocks: np.ndarray, out: np.ndarray | None = None, threads: int = 1
+    ) -> np.ndarray:
         blocks = np.ascontiguousarray(blocks, dtype=np.uint8)
         if out is None:
             out = np.empty((blocks.shape[0], QK_K), dtype=np.float32)
-        _kernels.dequantize(name, blocks, out)
+        _kernels.dequantize(name, blocks, out, threads)
         return out
 
     dequantize.fills_out = True  # type: ignore[attr-defined]
@@ -96,15 +98,22 @@ def _encoder(name: str) -> Callable[..., np.ndarray]:
     """``QUANTIZE[name]``: rows float32 [nrows, n] (n % 256 == 0) -> uint8 [nrows, n/256*type_size]."""
     type_size = ggml_type(name).type_size
 
-    def quantize(rows: np.ndarray, imatrix: np.ndarray | None = None) -> np.ndarray:
+    def quantize(
+        rows: np.ndarray,
+        imatrix: np.ndarray | None = None,
+        out: np.ndarray | None = None,
+        threads: int = 1,
+    ) -> np.ndarray:
         rows = np.ascontiguousarray(rows, dtype=np.float32)
         nrows, n = rows.shape
-        out = np.empty((nrows, n // QK_K * type_size), dtype=np.uint8)
+        if out is None:
+            out = np.empty((nrows, n // QK_K * type_size), dtype=np.uint8)
         if out.size:
             im = None if imatrix is None else np.ascontiguousarray(imatrix, dtype=np.float32)
-            _kernels.quantize(name, rows, n, im, out)
+            _kernels.quantize(name, rows, n, im, out, threads)
         return out
 
+    quantize.fills_out = True  # type: ignore[attr-defined]
     quantize.__name__ = f"quantize_{name.lower()}"
     quantize.__doc__ = (
         f"float32 rows -> {name} blocks (ggml_quantize_chunk; imatrix: one weight per column)."

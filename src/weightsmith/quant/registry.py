@@ -3,14 +3,17 @@
 Every family module (``plain``, ``legacy``, ``kquants``, ``iquants``,
 ``ternary``, ``fp4``) exports two dicts keyed by ggml type name:
 
-* ``DEQUANTIZE[name](blocks: uint8 [nblocks, type_size]) -> float32 [nblocks, block_size]``;
-  a decoder with the attribute ``fills_out = True`` also takes ``out=`` (a
-  C-contiguous float32 [nblocks, block_size]) and writes its values there
-* ``QUANTIZE[name](rows: float32 [nrows, n], imatrix: float32 [n] | None)
-  -> uint8 [nrows, n // block_size * type_size]``; an encoder with
-  ``fills_out = True`` also takes ``out=`` (a C-contiguous uint8 array of that
-  shape), and one with ``checks_finite = True`` raises NonFiniteInput itself
-  for NaN/inf (the API then skips its own pass over the input)
+* ``DEQUANTIZE[name](blocks: uint8 [nblocks, type_size], out=None, threads=1)
+  -> float32 [nblocks, block_size]``; a decoder with the attribute
+  ``fills_out = True`` writes into ``out`` (a C-contiguous float32
+  [nblocks, block_size]) when given
+* ``QUANTIZE[name](rows: float32 [nrows, n], imatrix: float32 [n] | None, out=None,
+  threads=1) -> uint8 [nrows, n // block_size * type_size]``; an encoder with
+  ``fills_out = True`` writes into ``out`` (a C-contiguous uint8 array of that
+  shape) when given, and one with ``checks_finite = True`` raises NonFiniteInput
+  itself for NaN/inf (the API then skips its own pass over the input)
+* ``threads``: the kernel splits the call over that many threads of its own
+  pool (csrc/ws_threads.h); the bytes never depend on it
 
 This module merges them (a type claimed twice is a bug and fails loudly) and
 adds what the families do not know: which types need an importance matrix
@@ -41,15 +44,18 @@ REQUIRES_IMATRIX = frozenset({"IQ2_XXS", "IQ2_XS", "IQ1_S"})
 HOLDS_NONFINITE = frozenset(t.name for t in GGML.values() if t.is_float)
 
 # Bytes of temporaries per element a codec needs while working on a chunk
-# (upper bounds measured with tracemalloc by benchmarks/bench_quant.py); the
-# API sizes its chunks from these so that all chunks in flight fit 64 MiB.
-# Measured (benchmarks/bench_quant.py --section memory, 1M-element chunks,
-# after a warm-up call: the IQ grid codecs build lookup tables once, up to
-# ~120 MiB for IQ1_S, which they keep): every codec stays under 64 B/elem.
+# (upper bounds; benchmarks/bench_quant.py --section memory measures them with
+# tracemalloc); the API sizes its chunks from these so that all chunks in
+# flight fit 64 MiB.  Since every codec is a C kernel (issue 16) the kernels
+# allocate nothing per element (the IQ grid codecs build lookup tables once,
+# up to ~4 MiB, which they keep); what is left is the API's float32 copy of a
+# span of non-float32 input (4 B/elem) and, for the types without a
+# self-checking kernel, numpy's isfinite mask of the span (1-2 B/elem).  The
+# defaults keep a margin over that (they were 64 / 24 B for the numpy codecs).
 # A codec that needs more than the default must be listed here, or the
 # 64 MiB bound breaks.
-QUANTIZE_TEMP_BYTES_DEFAULT = 64
-DEQUANTIZE_TEMP_BYTES_DEFAULT = 24
+QUANTIZE_TEMP_BYTES_DEFAULT = 16
+DEQUANTIZE_TEMP_BYTES_DEFAULT = 8
 QUANTIZE_TEMP_BYTES: dict[str, int] = {}
 DEQUANTIZE_TEMP_BYTES: dict[str, int] = {}
 
