@@ -219,7 +219,8 @@ def _gguf_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _reject(args: argparse.Namespace, what: str, *flags: str) -> None:
     for flag in flags:
-        if getattr(args, flag.lstrip("-").replace("-", "_"), None):
+        # --mmproj without a path is "" (its default path), still given
+        if getattr(args, flag.lstrip("-").replace("-", "_"), None) not in (None, False):
             raise UsageError(f"convert: {flag} does not apply to {what}")
 
 
@@ -231,7 +232,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         # an HF folder with .bin weights is still a model folder: hf_to_gguf reads both
         src = "folder"
     if is_meta_dir(args.src) and dst in ("folder", "safetensors"):
-        _reject(args, "Meta original -> HF", "--imatrix")
+        _reject(args, "Meta original -> HF", "--imatrix", "--mmproj")
         fn = meta_to_hf
         if args.type:
             kw["dtype"] = args.type
@@ -242,6 +243,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         if args.llama_version:
             kw["llama_version"] = args.llama_version
     elif is_meta_dir(args.src) and dst == "gguf":
+        _reject(args, "Meta original -> GGUF", "--mmproj")
         fn = meta_to_gguf
         kw.update(_gguf_options(args))
         if args.llama_version:
@@ -253,7 +255,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         kw.update(_gguf_options(args))
     elif src == "pytorch" and dst in ("safetensors", "folder"):
         what = ".pth -> safetensors (dtypes are kept)"
-        _reject(args, what, "--type", "--imatrix", "--no-tokenizer")
+        _reject(args, what, "--type", "--imatrix", "--no-tokenizer", "--mmproj")
         fn = torch_to_safetensors
         if args.max_size:
             kw["max_shard_size"] = args.max_size
@@ -265,8 +267,11 @@ def cmd_convert(args: argparse.Namespace) -> int:
         source = Path(args.src)
         args.src = str(source if source.is_dir() else source.parent)
         kw.update(_gguf_options(args))
+        if getattr(args, "mmproj", None) is not None:
+            out = Path(args.dst)
+            kw["mmproj"] = args.mmproj or str(out.with_name("mmproj-" + out.name))
     elif src == "gguf" and dst in ("folder", "safetensors"):
-        _reject(args, "GGUF -> HF", "--imatrix")
+        _reject(args, "GGUF -> HF", "--imatrix", "--mmproj")
         fn = gguf_to_hf
         if dst == "safetensors":
             raise UsageError(
@@ -279,7 +284,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         if args.no_tokenizer:
             kw["tokenizer"] = False
     elif src in ("folder", "safetensors") and dst in ("folder", "safetensors"):
-        _reject(args, "safetensors -> safetensors", "--imatrix", "--no-tokenizer")
+        _reject(args, "safetensors -> safetensors", "--imatrix", "--no-tokenizer", "--mmproj")
         fn = safetensors_to_safetensors
         if args.type:
             kw["dtype"] = args.type

@@ -1,0 +1,248 @@
+"""Vision projectors (``--mmproj``) against llama.cpp's converter and runtime.
+
+For each tiny random VLM (tests/support/vlm_models.py, built once per module):
+
+* the projector GGUF is byte-identical to ``convert_hf_to_gguf.py --mmproj`` at f32,
+  f16, bf16 and q8_0 (the whole file: KVs, tensor infos, data), and the text GGUF
+  written beside it to ``convert_hf_to_gguf.py`` without ``--mmproj``;
+* llama.cpp's multimodal runtime (mtmd, as llama-cpp-python 0.3.36 binds it) loads our
+  projector with our text model, and encodes an image into the embeddings
+  transformers' ``get_image_features`` gives for the same pixels;
+* a folder that cannot give a projector is refused with a named error before any
+  file is written.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from support.llama_sdist import llama_cpp_root
+from support.vlm_models import build
+from weightsmith import errors as E
+from weightsmith.convert import hf_to_gguf
+
+ARCHS = ["gemma3", "llava"]
+TYPES = ["f32", "f16", "bf16", "q8_0"]
+
+_DRIVER = textwrap.dedent(
+    """
+    import json, os, runpy, sys
+    script, jobs = sys.argv[1], json.loads(sys.argv[2])
+    sys.path.insert(0, os.path.dirname(script))
+    for args in jobs:
+        sys.argv = [script, *args]
+        runpy.run_path(script, run_name="__main__")
+    """
+)
+
+
+def _reference(jobs: list[list[str]]) -> None:
+    """convert_hf_to_gguf.py once per argument list, all in one process (torch loads once)."""
+    script = str(llama_cpp_root() / "convert_hf_to_gguf.py")
+    r = subprocess.run([sys.executable, "-c", _DRIVER, script, json.dumps(jobs)],
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> dict:
+    """Per arch: the model folder; the reference's text f16 and projectors; ours."""
+    root = tmp_path_factory.mktemp("mmproj")
+    out: dict = {"root": root}
+    jobs = []
+    for arch in ARCHS:
+        src = build(arch, root / "models" / arch)
+        out[arch] = src
+        ref = root / "ref" / arch
+        ref.mkdir(parents=True)
+        jobs.append([str(src), "--outfile", str(ref / "text-f16.gguf"), "--outtype", "f16"])
+        for t in TYPES:
+            jobs.append([str(src), "--outfile", str(ref / f"mmproj-{t}.gguf"), "--outtype", t,
+                         "--mmproj"])  # fmt: skip
+        ours = root / "ours" / arch
+        for t in TYPES:
+            hf_to_gguf(src, ours / f"text-{t}.gguf", t, mmproj=ours / f"mmproj-{t}.gguf")
+    _reference(jobs)
+    return out
+
+
+def _same(ours: Path, ref: Path) -> None:
+    from support import gguf_c_reader
+
+    ko, to = gguf_c_reader.read(ours)
+    kr, tr = gguf_c_reader.read(ref)
+    assert list(ko) == list(kr)
+    for k in kr:
+        assert ko[k] == kr[k], k
+    assert [x[:3] for x in to] == [x[:3] for x in tr]
+    for a, b in zip(to, tr):
+        assert a[3] == b[3], f"{a[0]} data differs"
+    assert ours.read_bytes() == ref.read_bytes()
+
+
+@pytest.mark.parametrize("t", TYPES)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_projector_same_as_reference(work, arch, t):
+    root = work["root"]
+    _same(root / "ours" / arch / f"mmproj-{t}.gguf", root / "ref" / arch / f"mmproj-{t}.gguf")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_text_same_as_reference(work, arch):
+    root = work["root"]
+    _same(root / "ours" / arch / "text-f16.gguf", root / "ref" / arch / "text-f16.gguf")
+
+
+def test_projector_contents(work):
+    """Guard against a vacuous pass: the files hold the tower and projector, typed as
+    llama.cpp wants them, and say what they are."""
+    from weightsmith.gguf import read
+
+    with read(work["root"] / "ours" / "gemma3" / "mmproj-q8_0.gguf") as f:
+        md = f.metadata
+        types = {t.name: t.type.name for t in f.tensors.values()}
+    assert md["general.architecture"] == "clip" and md["general.type"] == "mmproj"
+    assert md["clip.projector_type"] == "gemma3" and md["clip.vision.projection_dim"] == 256
+    assert md["clip.vision.projector.scale_factor"] == 2
+    assert types["mm.input_projection.weight"] == "F16"  # forced, even at q8_0
+    assert types["v.patch_embd.weight"] == "F32" and types["v.blk.1.attn_q.weight"] == "Q8_0"
+    assert not any(n.startswith(("blk.", "token_embd")) for n in types)
+    with read(work["root"] / "ours" / "llava" / "mmproj-f16.gguf") as f:
+        md = f.metadata
+        names = set(f.tensors)
+    assert md["clip.projector_type"] == "pixtral" and md["clip.use_silu"] is True
+    assert {"mm.1.weight", "mm.2.bias", "v.pre_ln.weight", "v.blk.1.ffn_gate.weight"} <= names
+
+
+# --------------------------------------------------------------------------- llama.cpp runs it
+
+
+def _image(size: int) -> np.ndarray:
+    rng = np.random.default_rng(7)
+    return rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+
+
+def _mtmd_embeddings(text: Path, mmproj: Path, img: np.ndarray) -> np.ndarray:
+    """llama.cpp's embeddings of ``img`` (HWC uint8) through our projector."""
+    import llama_cpp
+    from llama_cpp import mtmd_cpp
+
+    llm = llama_cpp.Llama(model_path=str(text), n_ctx=256, n_threads=2, verbose=False)
+    try:
+        params = mtmd_cpp.mtmd_context_params_default()
+        params.use_gpu = False
+        params.n_threads = 2
+        params.print_timings = False
+        ctx = mtmd_cpp.mtmd_init_from_file(str(mmproj).encode(), llm.model, params)
+        assert ctx is not None, "mtmd did not load the projector"
+        try:
+            assert mtmd_cpp.mtmd_support_vision(ctx)
+            h, w, _ = img.shape
+            buf = (ctypes.c_uint8 * img.size).from_buffer_copy(img.tobytes())
+            bitmap = mtmd_cpp.mtmd_bitmap_init(w, h, buf)
+            chunks = mtmd_cpp.mtmd_input_chunks_init()
+            marker = mtmd_cpp.mtmd_default_marker()
+            inp = mtmd_cpp.mtmd_input_text()
+            inp.text = b"see " + marker
+            inp.add_special = False
+            inp.parse_special = True
+            bitmaps = (mtmd_cpp.mtmd_bitmap_p_ctypes * 1)(bitmap)
+            assert mtmd_cpp.mtmd_tokenize(ctx, chunks, ctypes.byref(inp), bitmaps, 1) == 0
+            for i in range(mtmd_cpp.mtmd_input_chunks_size(chunks)):
+                chunk = mtmd_cpp.mtmd_input_chunks_get(chunks, i)
+                if (
+                    mtmd_cpp.mtmd_input_chunk_get_type(chunk)
+                    == mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_IMAGE
+                ):
+                    n = mtmd_cpp.mtmd_input_chunk_get_n_tokens(chunk)
+                    assert mtmd_cpp.mtmd_encode_chunk(ctx, chunk) == 0
+                    out = mtmd_cpp.mtmd_get_output_embd(ctx)
+                    n_embd = llama_cpp.llama_model_n_embd(llm.model)
+                    emb = np.ctypeslib.as_array(out, shape=(n * n_embd,)).copy()
+                    break
+            else:
+                raise AssertionError("no image chunk")
+            mtmd_cpp.mtmd_input_chunks_free(chunks)
+            mtmd_cpp.mtmd_bitmap_free(bitmap)
+            return emb.reshape(n, n_embd)
+        finally:
+            mtmd_cpp.mtmd_free(ctx)
+    finally:
+        llm.close()
+
+
+def _hf_image_features(folder: Path, img: np.ndarray) -> np.ndarray:
+    import torch
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    pre = json.loads((folder / "preprocessor_config.json").read_text())
+    x = (img.astype(np.float32) / 255.0 - np.float32(pre["image_mean"])) / np.float32(
+        pre["image_std"]
+    )
+    pixels = torch.from_numpy(np.ascontiguousarray(x.transpose(2, 0, 1)[None]))
+    cfg = AutoConfig.from_pretrained(folder)
+    m = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32)
+    m.eval()
+    kw = {}
+    if cfg.model_type == "llava":
+        kw["image_sizes"] = torch.tensor([list(img.shape[:2])])
+    with torch.no_grad():
+        f = m.get_image_features(pixel_values=pixels, **kw)
+    f = getattr(f, "pooler_output", f)
+    if isinstance(f, (list, tuple)):
+        f = torch.cat(list(f), 0)
+    return f.reshape(-1, f.shape[-1]).float().numpy()
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_llama_cpp_encodes_image(work, arch):
+    ours = work["root"] / "ours" / arch
+    img = _image(64)
+    got = _mtmd_embeddings(ours / "text-f32.gguf", ours / "mmproj-f32.gguf", img)
+    want = _hf_image_features(work[arch], img)
+    assert got.shape == want.shape
+    scale = float(np.abs(want).max())
+    assert np.abs(got - want).max() <= 2e-2 * max(scale, 1.0), np.abs(got - want).max()
+
+
+# --------------------------------------------------------------------------- refused
+
+
+def test_refused_before_writing(work, tmp_path):
+    import shutil
+
+    src = tmp_path / "vlm"
+    shutil.copytree(work["gemma3"], src)
+    (src / "preprocessor_config.json").unlink()
+    (src / "processor_config.json").unlink()
+    out = tmp_path / "out"
+    with pytest.raises(E.MissingModelFile, match="image processor") as ei:
+        hf_to_gguf(src, out / "t.gguf", "f16", mmproj=out / "m.gguf")
+    assert "image_mean" in str(ei.value)
+    assert not out.exists()
+    cfg = json.loads((work["gemma3"] / "config.json").read_text())
+    del cfg["vision_config"]
+    shutil.copy(work["gemma3"] / "preprocessor_config.json", src)
+    (src / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(E.InvalidModelConfig, match="vision"):
+        hf_to_gguf(src, out / "t.gguf", "f16", mmproj=out / "m.gguf")
+    assert not out.exists()
+
+
+def test_cli_writes_both(work, tmp_path):
+    from weightsmith.cli._main import main
+
+    dst = tmp_path / "g.gguf"
+    assert main(["convert", str(work["gemma3"]), str(dst), "--type", "f16", "--mmproj",
+                 "--quiet"]) == 0  # fmt: skip
+    ours = work["root"] / "ours" / "gemma3"  # the same folder name: the same general.name
+    assert (tmp_path / "mmproj-g.gguf").read_bytes() == (ours / "mmproj-f16.gguf").read_bytes()
+    assert dst.read_bytes() == (ours / "text-f16.gguf").read_bytes()
