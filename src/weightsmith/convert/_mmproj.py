@@ -31,7 +31,7 @@ from ..quant.recipes import FILE_TYPES
 from . import _hf_to_gguf as H  # a module import: _hf_to_gguf imports this module too
 from ._model_card import provenance_rows
 from .arch import FILE_TYPE, PlanError
-from .arch.mmproj import MMPROJ_REGISTRY, Projector, vision_view
+from .arch.mmproj import MMPROJ_REGISTRY, TOKEN_ID, TOKEN_SOURCE, Projector, vision_view
 
 VT = GGUFValueType
 
@@ -85,6 +85,31 @@ def _projector(cfg: dict, path: Path) -> Projector:
     return proj
 
 
+def _token_id(d: Path, token: str) -> int:
+    """The id of a special token: tokenizer_config.json's ``added_tokens_decoder``, then
+    tokenizer.json's ``added_tokens`` (LlavaVisionModel.get_token_id)."""
+    tc = d / "tokenizer_config.json"
+    if tc.is_file():
+        j = read_json(tc, E.TokenizerInconsistent, "tokenizer_config.json")
+        dec = j.get("added_tokens_decoder") if isinstance(j, dict) else None
+        for k, v in (dec or {}).items():
+            if isinstance(v, dict) and v.get("content") == token and str(k).isdecimal():
+                return int(k)
+    tj = d / "tokenizer.json"
+    if tj.is_file():
+        j = read_json(tj, E.TokenizerInconsistent, "tokenizer.json")
+        for t in (j.get("added_tokens") or []) if isinstance(j, dict) else []:
+            if isinstance(t, dict) and t.get("content") == token and isinstance(t.get("id"), int):
+                return t["id"]
+    raise E.MissingModelFile(
+        f"the projector needs the {token} token, which the tokenizer files do not name",
+        path=d,
+        field=token,
+        expected="an added token in tokenizer_config.json or tokenizer.json",
+        found="none",
+    )
+
+
 def _mmproj_type(type: str, kept: list[H._Source]) -> str:
     t = type.lower()
     if t == "auto":
@@ -126,6 +151,8 @@ def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
                 found=pre.get(key),
             )
     view = vision_view(cfg, pre)
+    if proj.token is not None:
+        view[TOKEN_ID] = _token_id(d, proj.token)
     by_key: dict[str, H._Source] = {}
     for s in H._sources(d, stack):
         key = proj.source_key(s.name)
@@ -138,6 +165,16 @@ def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
             expected="tensors under " + ", ".join(proj.keep),
             found="none",
         )
+    if proj.token is not None:
+        emb = by_key.get(TOKEN_SOURCE)
+        if emb is None or len(emb.shape) != 2 or not 0 <= view[TOKEN_ID] < emb.shape[0]:
+            raise E.TensorShapeMismatch(
+                f"no text embedding row for the {proj.token} token",
+                path=d,
+                field="language_model.model.embed_tokens.weight",
+                expected=f"a 2-D embedding with row {view[TOKEN_ID]}",
+                found=None if emb is None else list(emb.shape),
+            )
     try:
         outs = proj.entry.plan([(k, s.shape) for k, s in by_key.items()], view, {})
     except PlanError as exc:

@@ -31,10 +31,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._common import GEMMA_NORM, PERMUTE_K, PERMUTE_Q
-from ._model import FILE_TYPE, VT, Arch, MetaKey, NameRule, Transform, m
+from ._model import FILE_TYPE, VT, Arch, MetaKey, NameRule, Split, Transform, m
 
 #: vision-view keys that are not vision_config fields
 TEXT_WIDTH = "mmproj.n_embd_text"
+TOKEN_ID = "mmproj.token_id"
+#: the source key of the text embedding (Projector.token)
+TOKEN_SOURCE = "text.embed_tokens.weight"
+_TEXT_EMBEDDINGS = ("language_model.model.embed_tokens.weight",
+                    "model.language_model.embed_tokens.weight")  # fmt: skip
 PREPROCESSOR = "mmproj.preprocessor"
 GLOBAL = "mmproj.global"
 
@@ -110,9 +115,14 @@ class Projector:
     rename: Callable[[str], str] = lambda name: name
     drop: tuple[str, ...] = ()
     required: tuple[tuple[str, ...], ...] = BASE_REQUIRED
+    # a special token whose row of the text embedding the projector carries (Pixtral's
+    # [IMG_BREAK]); the embedding is then read under the key TOKEN_SOURCE
+    token: str | None = None
 
     def source_key(self, hf_name: str) -> str | None:
         """The name the rules see, or None for a tensor the projector does not read."""
+        if self.token is not None and hf_name.endswith(_TEXT_EMBEDDINGS):
+            return TOKEN_SOURCE
         if "language_model." in hf_name or any(d in hf_name for d in self.drop):
             return None
         if not hf_name.startswith(self.keep):
@@ -224,6 +234,10 @@ def _pixtral_act(act: str) -> Callable[[dict], bool | None]:
 
 LLAVA_VISION = Projector(
     hf_archs=("LlavaForConditionalGeneration",),
+    # llama.cpp's Pixtral graph needs the [IMG_BREAK] embedding (v.token_embd.img_break);
+    # the pinned converter means to write it but drops the text embedding of an HF
+    # checkpoint before it gets there, and mtmd then refuses its file: ours has the row
+    token="[IMG_BREAK]",
     keep=(
         "multi_modal_projector.",
         "vision_tower.",
@@ -274,6 +288,14 @@ LLAVA_VISION = Projector(
                     ("multi_modal_projector.patch_merger.merging_layer", "mm.patch_merger"),
                 ]
             ),
+        ],
+        splits=[
+            Split(
+                TOKEN_SOURCE,
+                ("v.token_embd.img_break",),
+                fn=lambda x, v: [x[v[TOKEN_ID]]],
+                shapes=lambda shape, v: [tuple(shape[1:])],
+            )
         ],
         # the vision tower uses 2-D RoPE in HF's rotate-half layout, like the text model
         transforms=[PERMUTE_Q, PERMUTE_K],
