@@ -279,6 +279,15 @@ def test_refused_before_writing(work, tmp_path):
     with pytest.raises(E.InvalidModelConfig, match="vision"):
         hf_to_gguf(src, out / "t.gguf", "f16", mmproj=out / "m.gguf")
     assert not out.exists()
+    # transformers 5's own names (model.vision_tower.*) are not the Hub's: refused, as the
+    # reference would write an empty projector
+    from support.vlm_models import hub_layout
+
+    shutil.copy(work["gemma3"] / "config.json", src)
+    hub_layout(src, lambda k: "model." + k if not k.startswith("language_model.") else k)
+    with pytest.raises(E.MissingModelFile, match="no vision tower tensors"):
+        hf_to_gguf(src, out / "t.gguf", "f16", mmproj=out / "m.gguf")
+    assert not out.exists()
 
 
 def test_cli_writes_both(work, tmp_path):
