@@ -892,3 +892,22 @@ def peak_rss(src: Path, dst: Path, type: str, workers: int = 1) -> dict:
         check=True,
     )
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def lfm2(folder: Path, *, dtype: str = "bfloat16", seed: int = 19) -> Path:
+    """LFM2: short-convolution layers mixed with attention (``layer_types``)."""
+    from transformers import Lfm2Config, Lfm2ForCausalLM
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    cfg = Lfm2Config(vocab_size=vocab, hidden_size=256, intermediate_size=768,
+                     num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                     max_position_embeddings=256, conv_L_cache=3,
+                     layer_types=["conv", "full_attention", "conv", "full_attention"],
+                     bos_token_id=50256, eos_token_id=50256, pad_token_id=None,
+                     tie_word_embeddings=True)  # fmt: skip
+    model = Lfm2ForCausalLM(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+BUILDERS["lfm2"] = lfm2

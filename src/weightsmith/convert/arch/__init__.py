@@ -63,6 +63,7 @@ from .gemma import GEMMA2, GEMMA3
 from .gpt import FALCON, GPT2, STABLELM, STARCODER2
 from .gptoss import GPT_OSS
 from .granite import GRANITE, GRANITEMOE
+from .lfm2 import LFM2
 from .llama import LLAMA, MISTRAL_NATIVE, SMOLLM3
 from .olmo import OLMO2
 from .phi import PHI3
@@ -122,6 +123,7 @@ ENTRIES: tuple[Arch, ...] = (
     DEEPSEEK2,
     PHI3,
     GPT_OSS,
+    LFM2,
 )
 
 #: HF architecture name -> entry
