@@ -911,3 +911,20 @@ def lfm2(folder: Path, *, dtype: str = "bfloat16", seed: int = 19) -> Path:
 
 
 BUILDERS["lfm2"] = lfm2
+
+
+def mamba2(folder: Path, *, dtype: str = "bfloat16", seed: int = 21) -> Path:
+    """Mamba 2 (SSM layers only): 8 heads of 64, 2 groups, state 16."""
+    from transformers import Mamba2Config, Mamba2ForCausalLM
+
+    vocab = train_spm(folder)  # 512 pieces: a multiple of 16, so llama.cpp pads nothing
+    cfg = Mamba2Config(vocab_size=vocab, hidden_size=256, num_hidden_layers=2, expand=2,
+                       num_heads=8, head_dim=64, n_groups=2, state_size=16, conv_kernel=4,
+                       layer_norm_epsilon=1e-5, bos_token_id=1, eos_token_id=2,
+                       pad_token_id=0, tie_word_embeddings=False)  # fmt: skip
+    model = Mamba2ForCausalLM(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+BUILDERS["mamba2"] = mamba2

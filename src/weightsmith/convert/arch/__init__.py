@@ -65,6 +65,7 @@ from .gptoss import GPT_OSS
 from .granite import GRANITE, GRANITEMOE
 from .lfm2 import LFM2
 from .llama import LLAMA, MISTRAL_NATIVE, SMOLLM3
+from .mamba import MAMBA2
 from .olmo import OLMO2
 from .phi import PHI3
 from .qwen import QWEN2, QWEN2MOE, QWEN3, QWEN3MOE
@@ -124,6 +125,7 @@ ENTRIES: tuple[Arch, ...] = (
     PHI3,
     GPT_OSS,
     LFM2,
+    MAMBA2,
 )
 
 #: HF architecture name -> entry
