@@ -928,3 +928,34 @@ def mamba2(folder: Path, *, dtype: str = "bfloat16", seed: int = 21) -> Path:
 
 
 BUILDERS["mamba2"] = mamba2
+
+
+def granitehybrid(folder: Path, *, dtype: str = "bfloat16", seed: int = 22) -> Path:
+    """Granite 4 hybrid (GraniteMoeHybrid without experts: Mamba 2 and attention layers,
+    each with the shared MLP), NoPE as the Granite 4.0-H models."""
+    from transformers import GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM
+
+    vocab = train_spm(folder)
+    cfg = GraniteMoeHybridConfig(
+        vocab_size=vocab, hidden_size=256, intermediate_size=512, shared_intermediate_size=512,
+        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+        layer_types=["mamba", "attention", "mamba", "attention"], num_local_experts=0,
+        num_experts_per_tok=0, mamba_n_heads=8, mamba_d_head=64, mamba_n_groups=2,
+        mamba_d_state=16, mamba_d_conv=4, mamba_expand=2, position_embedding_type="nope",
+        max_position_embeddings=256, attention_multiplier=0.0625, embedding_multiplier=12.0,
+        residual_multiplier=0.22, logits_scaling=8.0, bos_token_id=1, eos_token_id=2,
+        pad_token_id=0, tie_word_embeddings=True,
+    )  # fmt: skip
+    model = GraniteMoeHybridForCausalLM(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    # transformers 5 writes layer_types as linear_attention / full_attention; the Hub's
+    # Granite 4.0-H configs (and llama.cpp's converter) say mamba / attention
+    c = config(folder)
+    c["layer_types"] = ["mamba" if t == "linear_attention" else "attention"
+                        for t in c["layer_types"]]  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(c, indent=2))
+    return folder
+
+
+BUILDERS["granitehybrid"] = granitehybrid

@@ -65,6 +65,7 @@ from .gptoss import GPT_OSS
 from .granite import GRANITE, GRANITEMOE
 from .lfm2 import LFM2
 from .llama import LLAMA, MISTRAL_NATIVE, SMOLLM3
+from .mamba import GRANITEHYBRID, MAMBA2
 from .mamba import MAMBA2
 from .olmo import OLMO2
 from .phi import PHI3
@@ -126,6 +127,7 @@ ENTRIES: tuple[Arch, ...] = (
     GPT_OSS,
     LFM2,
     MAMBA2,
+    GRANITEHYBRID,
 )
 
 #: HF architecture name -> entry

@@ -1,4 +1,5 @@
-"""Mamba 2 (state-space layers only): conversion/mamba.py's ``Mamba2Model``.
+"""Mamba 2 and the Granite 4 hybrid: conversion/mamba.py's ``Mamba2Model`` and
+conversion/granite.py's ``GraniteHybridModel``.
 
 Per layer the mixer's ``A_log`` becomes ``A = -exp(A_log)`` and, like ``D``, a column
 ``[n_head, 1]``; the conv weight ``[C, 1, K]`` is squeezed to ``[C, K]`` (F32 at every
@@ -13,7 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._model import FILE_TYPE, VT, Arch, NameRule, Transform, first, m
+from ._common import BASE_NAMES, BLK, LAYER, PERMUTE_K, PERMUTE_Q
+from ._model import FILE_TYPE, VT, Arch, NameRule, Split, Transform, first, m
+from .granite import GRANITE_ROWS
 
 
 def _d_inner(cfg: dict) -> int:
@@ -48,13 +51,13 @@ def _uncolumn(shape: tuple[int, ...], cfg: dict, ctx: dict) -> tuple[int, ...]:
 
 
 def _groups(cfg: dict) -> int:
-    return first(cfg, ("n_groups",)) or 1
+    return first(cfg, ("n_groups", "mamba_n_groups")) or 1
 
 
 _TRANSFORMS = [
     Transform(
         "ssm_a_neg_exp",
-        r"mixer\.A_log$",
+        r"(mixer|mamba)\.A_log$",
         _neg_exp,
         lambda x, cfg, ctx: np.log(-x.astype(np.float32)).reshape(x.shape[:-1]),
         shape=_column,
@@ -63,7 +66,7 @@ _TRANSFORMS = [
     ),
     Transform(
         "ssm_d_column",
-        r"mixer\.D$",
+        r"(mixer|mamba)\.D$",
         lambda x, cfg, ctx: x.reshape(*x.shape, 1),
         lambda x, cfg, ctx: x.reshape(x.shape[:-1]),
         shape=_column,
@@ -71,7 +74,7 @@ _TRANSFORMS = [
     ),
     Transform(
         "ssm_conv_squeeze",
-        r"mixer\.conv1d\.weight$",
+        r"(mixer|mamba)\.conv1d\.weight$",
         lambda x, cfg, ctx: x.reshape(x.shape[0], x.shape[-1]),
         lambda x, cfg, ctx: x.reshape(x.shape[0], 1, x.shape[-1]),
         shape=lambda s, cfg, ctx: (s[0], s[-1]),
@@ -79,7 +82,7 @@ _TRANSFORMS = [
     ),
     Transform(
         "ssm_norm_groups",
-        r"mixer\.norm\.weight$",
+        r"(mixer|mamba)\.norm\.weight$",
         lambda x, cfg, ctx: x.reshape(_groups(cfg), -1),
         lambda x, cfg, ctx: x.reshape(-1),
         shape=lambda s, cfg, ctx: (_groups(cfg), s[0] // _groups(cfg)),
@@ -141,4 +144,130 @@ MAMBA2 = Arch(
         "use_bias": "blk.0.ssm_in.bias" in names,
         "residual_in_fp32": True,
     },
+)
+
+
+# --------------------------------------------------------------------------- Granite hybrid
+
+
+def _mamba_layers(cfg: dict) -> list[bool]:
+    """GraniteHybridModel.get_attn_layers, as a per-layer "is SSM" list."""
+    n = cfg["num_hidden_layers"]
+    if types := cfg.get("layer_types"):
+        attn = {i for i, t in enumerate(types) if t == "attention"}
+    elif idx := cfg.get("attn_layer_indices"):
+        attn = set(idx)
+    else:
+        period, offset = cfg.get("attn_layer_period"), cfg.get("attn_layer_offset")
+        attn = {i for i in range(n) if period and i % period == offset}
+    return [i not in attn for i in range(n)]
+
+
+def _hybrid_kv(cfg: dict) -> list[int]:
+    n_kv = first(cfg, ("num_key_value_heads", "n_head_kv"))
+    return [0 if ssm else n_kv for ssm in _mamba_layers(cfg)]
+
+
+def _uses_rope(cfg: dict) -> bool:
+    # Bamba, or a Granite hybrid without SSM layers; Granite 4.0-H is NoPE
+    return "BambaForCausalLM" in (cfg.get("architectures") or []) or not any(_mamba_layers(cfg))
+
+
+def _hybrid_inner(cfg: dict) -> int:
+    d_model = first(cfg, ("mamba_head_dim", "hidden_size", "d_model"))
+    return first(cfg, ("expand", "num_heads", "mamba_expand", "mamba_num_heads")) * d_model
+
+
+def _hybrid_hf(cfg: dict, names: set[str]) -> dict:
+    kv = [int(x) for x in cfg["num_key_value_heads"]]
+    inner, n_heads = cfg["mamba_d_inner"], cfg["mamba_n_heads"]
+    return {
+        "layer_types": ["mamba" if n == 0 else "attention" for n in kv],
+        "num_key_value_heads": max(kv),
+        "mamba_expand": inner // cfg["hidden_size"],
+        "mamba_d_head": inner // n_heads,
+        "mamba_conv_bias": "blk.0.ssm_conv1d.bias" in names,
+        "mamba_proj_bias": "blk.0.ssm_in.bias" in names,
+        "num_local_experts": 0,
+        "num_experts_per_tok": 0,
+        "hidden_act": "silu",
+        "attention_bias": "blk.0.attn_q.bias" in names,
+    }
+
+
+_SSM = LAYER + "mamba."
+GRANITEHYBRID = Arch(
+    hf_archs=("GraniteMoeHybridForCausalLM",),
+    gguf_arch="granitehybrid",
+    # GraniteMoeModel's rows, the ssm.* rows, then head_count_kv (per layer) and, without
+    # RoPE, context_length re-set in place
+    meta=[
+        *GRANITE_ROWS,
+        m(
+            "expert_shared_feed_forward_length",
+            "shared_intermediate_size",
+            value=lambda c: c.get("shared_intermediate_size") or None,
+        ),
+        m(
+            "ssm.conv_kernel",
+            "mamba_d_conv",
+            value=lambda c: first(c, ("conv_kernel", "d_conv", "mamba_d_conv")),
+        ),
+        m(
+            "ssm.state_size",
+            "mamba_d_state",
+            value=lambda c: first(
+                c, ("state_size", "d_state", "state_dim", "ssm_state_size", "mamba_d_state")
+            ),
+        ),
+        m("ssm.group_count", "mamba_n_groups", value=_groups),
+        m("ssm.inner_size", "mamba_d_inner", value=_hybrid_inner),
+        m(
+            "ssm.time_step_rank",
+            "mamba_n_heads",
+            value=lambda c: first(c, ("n_heads", "num_heads", "mamba_n_heads", "mamba_num_heads")),
+        ),
+        m("attention.head_count_kv", "num_key_value_heads", t=VT.INT32, value=_hybrid_kv),
+        m(
+            "rope.scaling.finetuned",
+            "position_embedding_type",
+            t=VT.BOOL,
+            value=_uses_rope,
+            inverse=lambda v: "rope" if v else "nope",
+        ),
+        m(
+            "context_length",
+            "max_position_embeddings",
+            value=lambda c: None if _uses_rope(c) else 2**20,
+        ),
+    ],
+    # the shared MLP's rules before the base ones: ffn_down goes back to output_linear
+    names=[
+        NameRule(LAYER + "shared_mlp.output_linear.weight", BLK + "ffn_down.weight"),
+        *BASE_NAMES,
+        NameRule(LAYER + "post_attention_layernorm.weight", BLK + "ffn_norm.weight"),
+        NameRule(_SSM + "A_log", BLK + "ssm_a"),
+        NameRule(_SSM + "D", BLK + "ssm_d"),
+        NameRule(_SSM + "conv1d.weight", BLK + "ssm_conv1d.weight"),
+        NameRule(_SSM + "conv1d.bias", BLK + "ssm_conv1d.bias"),
+        NameRule(_SSM + "dt_bias", BLK + "ssm_dt.bias"),
+        NameRule(_SSM + "in_proj.weight", BLK + "ssm_in.weight"),
+        NameRule(_SSM + "in_proj.bias", BLK + "ssm_in.bias"),
+        NameRule(_SSM + "norm.weight", BLK + "ssm_norm.weight"),
+        NameRule(_SSM + "out_proj.weight", BLK + "ssm_out.weight"),
+        NameRule(_SSM + "out_proj.bias", BLK + "ssm_out.bias"),
+    ],
+    splits=[
+        Split(
+            LAYER + "shared_mlp.input_linear.weight",
+            (BLK + "ffn_gate.weight", BLK + "ffn_up.weight"),
+            -2,
+        )
+    ],
+    transforms=[PERMUTE_Q, PERMUTE_K, *_TRANSFORMS],
+    ignored=("head_dim",),
+    required=("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size"),
+    tokenizer={"vocab": "llama"},
+    model_types={"GraniteMoeHybridForCausalLM": "granitemoehybrid"},
+    hf_config=_hybrid_hf,
 )
