@@ -299,3 +299,7 @@ def test_cli_writes_both(work, tmp_path):
     ours = work["root"] / "ours" / "gemma3"  # the same folder name: the same general.name
     assert (tmp_path / "mmproj-g.gguf").read_bytes() == (ours / "mmproj-f16.gguf").read_bytes()
     assert dst.read_bytes() == (ours / "text-f16.gguf").read_bytes()
+    # GGUF -> HF has no projector to write: a usage error, nothing written
+    back = tmp_path / "back"
+    assert main(["convert", str(dst), str(back), "--mmproj", "--quiet"]) != 0
+    assert not back.exists()

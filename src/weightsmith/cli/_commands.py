@@ -219,8 +219,7 @@ def _gguf_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _reject(args: argparse.Namespace, what: str, *flags: str) -> None:
     for flag in flags:
-        # --mmproj without a path is "" (its default path), still given
-        if getattr(args, flag.lstrip("-").replace("-", "_"), None) not in (None, False):
+        if getattr(args, flag.lstrip("-").replace("-", "_"), None):
             raise UsageError(f"convert: {flag} does not apply to {what}")
 
 
@@ -232,7 +231,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         # an HF folder with .bin weights is still a model folder: hf_to_gguf reads both
         src = "folder"
     if is_meta_dir(args.src) and dst in ("folder", "safetensors"):
-        _reject(args, "Meta original -> HF", "--imatrix", "--mmproj")
+        _reject(args, "Meta original -> HF", "--imatrix")
         fn = meta_to_hf
         if args.type:
             kw["dtype"] = args.type
@@ -243,7 +242,6 @@ def cmd_convert(args: argparse.Namespace) -> int:
         if args.llama_version:
             kw["llama_version"] = args.llama_version
     elif is_meta_dir(args.src) and dst == "gguf":
-        _reject(args, "Meta original -> GGUF", "--mmproj")
         fn = meta_to_gguf
         kw.update(_gguf_options(args))
         if args.llama_version:
@@ -255,7 +253,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         kw.update(_gguf_options(args))
     elif src == "pytorch" and dst in ("safetensors", "folder"):
         what = ".pth -> safetensors (dtypes are kept)"
-        _reject(args, what, "--type", "--imatrix", "--no-tokenizer", "--mmproj")
+        _reject(args, what, "--type", "--imatrix", "--no-tokenizer")
         fn = torch_to_safetensors
         if args.max_size:
             kw["max_shard_size"] = args.max_size
@@ -267,11 +265,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
         source = Path(args.src)
         args.src = str(source if source.is_dir() else source.parent)
         kw.update(_gguf_options(args))
-        if getattr(args, "mmproj", None) is not None:
-            out = Path(args.dst)
-            kw["mmproj"] = args.mmproj or str(out.with_name("mmproj-" + out.name))
     elif src == "gguf" and dst in ("folder", "safetensors"):
-        _reject(args, "GGUF -> HF", "--imatrix", "--mmproj")
+        _reject(args, "GGUF -> HF", "--imatrix")
         fn = gguf_to_hf
         if dst == "safetensors":
             raise UsageError(
@@ -284,7 +279,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         if args.no_tokenizer:
             kw["tokenizer"] = False
     elif src in ("folder", "safetensors") and dst in ("folder", "safetensors"):
-        _reject(args, "safetensors -> safetensors", "--imatrix", "--no-tokenizer", "--mmproj")
+        _reject(args, "safetensors -> safetensors", "--imatrix", "--no-tokenizer")
         fn = safetensors_to_safetensors
         if args.type:
             kw["dtype"] = args.type
@@ -302,6 +297,11 @@ def cmd_convert(args: argparse.Namespace) -> int:
         if fn is not hf_to_gguf:
             raise UsageError("convert: --ray applies to HF folder -> GGUF (and to quantize)")
         kw["ray"] = args.ray
+    if getattr(args, "mmproj", None) is not None:  # "" is --mmproj without a path
+        if fn is not hf_to_gguf:
+            raise UsageError("convert: --mmproj applies to HF folder -> GGUF")
+        out = Path(args.dst)
+        kw["mmproj"] = args.mmproj or str(out.with_name("mmproj-" + out.name))
     result = call_with_progress(fn, args.src, target, description="convert", quiet=args.quiet, **kw)
     _report_conversion(args, result, target)
     return 0
