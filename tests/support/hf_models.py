@@ -959,3 +959,19 @@ def granitehybrid(folder: Path, *, dtype: str = "bfloat16", seed: int = 22) -> P
 
 
 BUILDERS["granitehybrid"] = granitehybrid
+
+
+def mamba(folder: Path, *, dtype: str = "bfloat16", seed: int = 23) -> Path:
+    """Mamba (1): selective-scan layers, d_inner = 2 * d_model, state 16."""
+    from transformers import MambaConfig, MambaForCausalLM
+
+    vocab = train_spm(folder)  # 512 pieces: a multiple of 8, so llama.cpp pads nothing
+    cfg = MambaConfig(vocab_size=vocab, hidden_size=256, num_hidden_layers=2, state_size=16,
+                      expand=2, conv_kernel=4, layer_norm_epsilon=1e-5, bos_token_id=1,
+                      eos_token_id=2, pad_token_id=0, tie_word_embeddings=False)  # fmt: skip
+    model = MambaForCausalLM(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+BUILDERS["mamba"] = mamba

@@ -67,6 +67,7 @@ from .lfm2 import LFM2
 from .llama import LLAMA, MISTRAL_NATIVE, SMOLLM3
 from .mamba import GRANITEHYBRID, MAMBA2
 from .mamba import MAMBA2
+from .mamba import GRANITEHYBRID, MAMBA, MAMBA2
 from .olmo import OLMO2
 from .phi import PHI3
 from .qwen import QWEN2, QWEN2MOE, QWEN3, QWEN3MOE
@@ -126,6 +127,7 @@ ENTRIES: tuple[Arch, ...] = (
     PHI3,
     GPT_OSS,
     LFM2,
+    MAMBA,
     MAMBA2,
     GRANITEHYBRID,
 )

@@ -1,5 +1,9 @@
-"""Mamba 2 and the Granite 4 hybrid: conversion/mamba.py's ``Mamba2Model`` and
-conversion/granite.py's ``GraniteHybridModel``.
+"""Mamba, Mamba 2 and the Granite 4 hybrid: conversion/mamba.py's ``MambaModel`` and
+``Mamba2Model``, conversion/granite.py's ``GraniteHybridModel``.
+
+Mamba (1) keeps ``A = -exp(A_log)`` as ``[d_inner, d_state]`` and has ``x_proj`` and a
+full ``dt_proj``; a separate ``lm_head`` equal to the embedding is dropped by llama.cpp
+(a data test this entry does not make: transformers 5 does not save a tied head).
 
 Per layer the mixer's ``A_log`` becomes ``A = -exp(A_log)`` and, like ``D``, a column
 ``[n_head, 1]``; the conv weight ``[C, 1, K]`` is squeezed to ``[C, K]`` (F32 at every
@@ -38,8 +42,8 @@ def _neg_exp(x: np.ndarray, cfg: dict, ctx: dict) -> np.ndarray:
     try:
         import torch
     except ImportError:
-        return (-np.exp(x)).reshape(*x.shape, 1)
-    return (-torch.exp(torch.from_numpy(x))).numpy().reshape(*x.shape, 1)
+        return -np.exp(x)
+    return (-torch.exp(torch.from_numpy(x))).numpy()
 
 
 def _column(shape: tuple[int, ...], cfg: dict, ctx: dict) -> tuple[int, ...]:
@@ -58,7 +62,7 @@ _TRANSFORMS = [
     Transform(
         "ssm_a_neg_exp",
         r"(mixer|mamba)\.A_log$",
-        _neg_exp,
+        lambda x, cfg, ctx: _neg_exp(x, cfg, ctx).reshape(*x.shape, 1),
         lambda x, cfg, ctx: np.log(-x.astype(np.float32)).reshape(x.shape[:-1]),
         shape=_column,
         exact=False,
@@ -270,4 +274,87 @@ GRANITEHYBRID = Arch(
     tokenizer={"vocab": "llama"},
     model_types={"GraniteMoeHybridForCausalLM": "granitemoehybrid"},
     hf_config=_hybrid_hf,
+)
+
+
+# --------------------------------------------------------------------------- Mamba (1)
+
+MAMBA = Arch(
+    hf_archs=("MambaForCausalLM", "MambaLMHeadModel"),
+    gguf_arch="mamba",
+    meta=[
+        m("context_length", "_context", value=lambda cfg: 2**20),
+        m("embedding_length", "hidden_size", "d_model"),
+        m("feed_forward_length", "_ff", value=lambda cfg: 0),
+        m("attention.head_count", "_heads", value=lambda cfg: 0),
+        m("block_count", "num_hidden_layers", "n_layers", "n_layer", "num_layers"),
+        m("ssm.conv_kernel", "conv_kernel", value=_or(("conv_kernel", "d_conv"), 4)),
+        m(
+            "ssm.inner_size",
+            "intermediate_size",
+            value=lambda c: (
+                first(c, ("intermediate_size", "d_inner"))
+                or 2 * first(c, ("hidden_size", "d_model"))
+            ),
+        ),
+        m("ssm.state_size", "state_size", value=_or(("state_size", "d_state"), 16)),
+        m(
+            "ssm.time_step_rank",
+            "time_step_rank",
+            value=lambda c: (
+                first(c, ("time_step_rank", "dt_rank"))
+                or -(first(c, ("hidden_size", "d_model")) // -16)
+            ),
+        ),
+        m(
+            "attention.layer_norm_rms_epsilon",
+            "layer_norm_epsilon",
+            t=VT.FLOAT32,
+            value=_or(("layer_norm_epsilon", "rms_norm_eps"), 1e-5),
+        ),
+        # RMS norm on B / dt / C: FalconMamba only
+        m(
+            "ssm.dt_b_c_rms",
+            "_dt_b_c_rms",
+            t=VT.BOOL,
+            value=lambda c: c.get("model_type") == "falcon_mamba",
+        ),
+        FILE_TYPE,
+    ],
+    names=[
+        NameRule("backbone.embeddings.weight", "token_embd.weight"),
+        NameRule("backbone.norm_f.weight", "output_norm.weight"),
+        NameRule("lm_head.weight", "output.weight"),
+        NameRule(_L + "norm.weight", _B + "attn_norm.weight"),
+        NameRule(_M + "A_log", _B + "ssm_a"),
+        NameRule(_M + "D", _B + "ssm_d"),
+        NameRule(_M + "conv1d.weight", _B + "ssm_conv1d.weight"),
+        NameRule(_M + "conv1d.bias", _B + "ssm_conv1d.bias"),
+        NameRule(_M + "in_proj.weight", _B + "ssm_in.weight"),
+        NameRule(_M + "in_proj.bias", _B + "ssm_in.bias"),
+        NameRule(_M + "x_proj.weight", _B + "ssm_x.weight"),
+        NameRule(_M + "dt_proj.weight", _B + "ssm_dt.weight"),
+        NameRule(_M + "dt_proj.bias", _B + "ssm_dt.bias"),
+        NameRule(_M + "out_proj.weight", _B + "ssm_out.weight"),
+        NameRule(_M + "out_proj.bias", _B + "ssm_out.bias"),
+    ],
+    transforms=[
+        Transform(
+            "ssm_a_neg_exp",
+            r"mixer\.A_log$",
+            _neg_exp,
+            lambda x, cfg, ctx: np.log(-x.astype(np.float32)),
+            exact=False,
+        ),
+        _TRANSFORMS[2],  # conv squeeze
+    ],
+    required=("hidden_size", "num_hidden_layers", "vocab_size"),
+    tokenizer={"vocab": "llama"},
+    model_types={"MambaForCausalLM": "mamba"},
+    hf_config=lambda cfg, names: {
+        "expand": cfg["intermediate_size"] // cfg["hidden_size"],
+        "use_conv_bias": "blk.0.ssm_conv1d.bias" in names,
+        "use_bias": "blk.0.ssm_in.bias" in names,
+        "residual_in_fp32": True,
+    },
 )
