@@ -152,6 +152,16 @@ def test_projector_contents(work):
     assert {"mm.1.weight", "mm.2.bias", "v.pre_ln.weight", "v.blk.1.ffn_gate.weight"} <= names
 
 
+def test_projector_type_with_other_text_types(work, tmp_path):
+    """``auto`` reads the vision tensors' dtype (bf16 here); a llama-quantize type for the
+    text file leaves the projector at f16 (llama-quantize does not quantize projectors)."""
+    ours = work["root"] / "ours" / "gemma3"
+    hf_to_gguf(work["gemma3"], tmp_path / "t.gguf", "q4_k_m", mmproj=tmp_path / "m.gguf")
+    assert (tmp_path / "m.gguf").read_bytes() == (ours / "mmproj-f16.gguf").read_bytes()
+    hf_to_gguf(work["gemma3"], tmp_path / "t2.gguf", "auto", mmproj=tmp_path / "m2.gguf")
+    assert (tmp_path / "m2.gguf").read_bytes() == (ours / "mmproj-bf16.gguf").read_bytes()
+
+
 # --------------------------------------------------------------------------- llama.cpp runs it
 
 
