@@ -265,6 +265,21 @@ def test_mxfp4_blocks_and_scales_must_agree(work, tmp_path):
     assert not out.exists()
 
 
+def test_granitehybrid_layer_types_spellings(work, tmp_path):
+    """transformers 5's layer_types spelling (full_attention / linear_attention) gives the
+    file the Hub's (attention / mamba) gives, which is the reference's."""
+    import shutil
+
+    src = tmp_path / "granitehybrid"
+    shutil.copytree(work.model("granitehybrid"), src)
+    cfg = json.loads((src / "config.json").read_text())
+    assert cfg["layer_types"] == ["mamba", "attention", "mamba", "attention"]
+    cfg["layer_types"] = ["linear_attention", "full_attention"] * 2
+    (src / "config.json").write_text(json.dumps(cfg))
+    hf_to_gguf(src, tmp_path / "o.gguf", "f16")
+    assert (tmp_path / "o.gguf").read_bytes() == work.files("granitehybrid", "f16")[1].read_bytes()
+
+
 CARD = """---
 license: apache-2.0
 language:

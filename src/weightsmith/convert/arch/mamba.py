@@ -158,7 +158,10 @@ def _mamba_layers(cfg: dict) -> list[bool]:
     """GraniteHybridModel.get_attn_layers, as a per-layer "is SSM" list."""
     n = cfg["num_hidden_layers"]
     if types := cfg.get("layer_types"):
-        attn = {i for i, t in enumerate(types) if t == "attention"}
+        # transformers 5 writes full_attention / linear_attention; the pinned converter
+        # reads only the Hub's attention / mamba (all-SSM otherwise: a file llama.cpp
+        # cannot run); both spellings give the same file here
+        attn = {i for i, t in enumerate(types) if t in ("attention", "full_attention")}
     elif idx := cfg.get("attn_layer_indices"):
         attn = set(idx)
     else:
