@@ -58,11 +58,14 @@ def _hub_name(k: str, tower: str = "vision_tower.") -> str:
     return k
 
 
-def _save(model, folder: Path, dtype: str, tower: str = "vision_tower.") -> None:
+def _save(model, folder: Path, dtype: str, tower: str | None = "vision_tower.") -> None:
+    """save_pretrained, then the Hub's names (``tower=None``: as saved, which for
+    Qwen2.5-VL already is the Hub's ``model.*`` + ``visual.*``)."""
     import torch
 
     model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
-    hub_layout(folder, lambda k: _hub_name(k, tower))
+    if tower is not None:
+        hub_layout(folder, lambda k: _hub_name(k, tower))
 
 
 def gemma3_vlm(folder: Path, *, dtype: str = "bfloat16", seed: int = 30) -> Path:
@@ -127,7 +130,39 @@ def llava_pixtral(folder: Path, *, dtype: str = "bfloat16", seed: int = 31) -> P
     return folder
 
 
-BUILDERS: dict[str, Callable[..., Path]] = {"gemma3": gemma3_vlm, "llava": llava_pixtral}
+def qwen25vl(folder: Path, *, dtype: str = "bfloat16", seed: int = 32) -> Path:
+    """Qwen2.5-VL: window-attention ViT (Conv3d patches, fused QKV) + patch merger; the
+    text model's RoPE in MRoPE sections."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    from support.hf_models import _qwen_tokenizer
+
+    vocab = _qwen_tokenizer(folder)
+    text = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
+                                 "mrope_section": [2, 3, 3]},
+                bos_token_id=None, eos_token_id=151643, tie_word_embeddings=True)  # fmt: skip
+    vision = dict(depth=4, hidden_size=64, intermediate_size=128, num_heads=2, patch_size=8,
+                  spatial_merge_size=2, temporal_patch_size=2, window_size=32,
+                  out_hidden_size=64, fullatt_block_indexes=[1, 3])  # fmt: skip
+    cfg = Qwen2_5_VLConfig(text_config=text, vision_config=vision, image_token_id=151655,
+                           video_token_id=151656, vision_start_token_id=151652)  # fmt: skip
+    model = Qwen2_5_VLForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "Qwen2VLImageProcessor", "patch_size": 8,
+        "temporal_patch_size": 2, "merge_size": 2, "min_pixels": 64 * 64,
+        "max_pixels": 64 * 64, **_MEAN_STD}, indent=2))  # fmt: skip
+    return folder
+
+
+BUILDERS: dict[str, Callable[..., Path]] = {
+    "gemma3": gemma3_vlm,
+    "llava": llava_pixtral,
+    "qwen25vl": qwen25vl,
+}
 
 
 def build(name: str, folder: Path, **kw) -> Path:

@@ -150,9 +150,20 @@ def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
                 expected="a list of 3 floats in preprocessor_config.json or processor_config.json",
                 found=pre.get(key),
             )
-    view = vision_view(cfg, pre)
+    # the class reads the config as written (text_config not merged up): Qwen2.5-VL's
+    # vision norm epsilon is the top-level rms_norm_eps or 1e-6, not the text model's
+    raw = read_json(cfg_path, E.InvalidModelConfig, "config.json", expected="a JSON object")
+    view = vision_view(raw, pre)
     if proj.token is not None:
         view[TOKEN_ID] = _token_id(d, proj.token)
+    try:  # every clip.* row now, so a bad value stops the plan before any file is written
+        proj.entry.metadata(view)
+    except (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError) as exc:
+        raise E.InvalidModelConfig(
+            "vision hyperparameters the projector cannot use",
+            path=cfg_path, field="vision_config", expected="values llama.cpp's class accepts",
+            found=str(exc),
+        ) from None  # fmt: skip
     by_key: dict[str, H._Source] = {}
     for s in H._sources(d, stack):
         key = proj.source_key(s.name)

@@ -71,6 +71,7 @@ from .mamba import GRANITEHYBRID, MAMBA, MAMBA2
 from .olmo import OLMO2
 from .phi import PHI3
 from .qwen import QWEN2, QWEN2MOE, QWEN3, QWEN3MOE
+from .qwenvl import QWEN2VL
 
 __all__ = [
     "COMMON",
@@ -130,6 +131,7 @@ ENTRIES: tuple[Arch, ...] = (
     MAMBA,
     MAMBA2,
     GRANITEHYBRID,
+    QWEN2VL,
 )
 
 #: HF architecture name -> entry

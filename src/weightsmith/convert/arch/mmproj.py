@@ -27,6 +27,7 @@ moved up) and the whole config under the ``mmproj.*`` keys.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import pairwise
 from dataclasses import dataclass
 from typing import Any
 
@@ -303,7 +304,88 @@ LLAVA_VISION = Projector(
     ),
 )
 
+# --------------------------------------------------------------------------- Qwen2.5-VL
+
+_QV = "visual.blocks.{bid}."
+
+
+def _wa_pattern(v: dict) -> int:
+    """Qwen2VLVisionModel's n_wa_pattern: full attention every n-th block (a ValueError
+    otherwise, which the planner names)."""
+    full = v["fullatt_block_indexes"]
+    n = full[0] + 1
+    if any(b - a != n for a, b in pairwise(full)):
+        raise ValueError(f"fullatt_block_indexes not periodic: {full}")
+    return n
+
+
+def _conv3d_halves(x, v):
+    # Conv3d [out, in, 2, p, p] -> two Conv2d kernels, one per temporal slice
+    return [x[:, :, 0], x[:, :, 1]]
+
+
+def _qwen_force(hf: str, gguf: str, outtype: str) -> str | None:
+    if ".position_embd." in gguf:
+        return "F32"
+    return _base_force(hf, gguf, outtype)
+
+
+QWEN25VL_VISION = Projector(
+    hf_archs=("Qwen2_5_VLForConditionalGeneration",),
+    keep=("visual.",),
+    force=_qwen_force,
+    # the image size is not in Qwen2.5-VL's vision config: 560 as llama.cpp's class sets
+    required=tuple(k for k in BASE_REQUIRED if k != ("image_size",)),
+    entry=Arch(
+        hf_archs=("Qwen2_5_VLForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *(
+                m("vision.image_size", "image_size", value=lambda v: v.get("image_size", 560))
+                if isinstance(r, MetaKey) and r.key == "vision.image_size"
+                else r
+                for r in BASE_ROWS
+            ),
+            _const("projector_type", "qwen2.5vl_merger", VT.STRING),
+            _const("use_silu", True, VT.BOOL),
+            m("vision.n_wa_pattern", "fullatt_block_indexes", value=_wa_pattern),
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "rms_norm_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v[GLOBAL].get("rms_norm_eps", 1e-6),
+            ),
+        ],
+        names=_wb(
+            [
+                (_QV + "attn.proj", _VBLK + "attn_out"),
+                (_QV + "norm1", _VBLK + "ln1"),
+                (_QV + "norm2", _VBLK + "ln2"),
+                (_QV + "mlp.gate_proj", _VBLK + "ffn_gate"),
+                (_QV + "mlp.up_proj", _VBLK + "ffn_up"),
+                (_QV + "mlp.down_proj", _VBLK + "ffn_down"),
+                ("visual.merger.ln_q", "v.post_ln"),
+                ("visual.merger.mlp.0", "mm.0"),
+                ("visual.merger.mlp.2", "mm.2"),
+            ]
+        ),
+        splits=[
+            *(
+                Split(_QV + f"attn.qkv{s}", tuple(_VBLK + f"attn_{x}{s}" for x in "qkv"), 0)
+                for s in (".weight", ".bias")
+            ),
+            Split(
+                "visual.patch_embed.proj.weight",
+                ("v.patch_embd.weight", "v.patch_embd.weight.1"),
+                fn=_conv3d_halves,
+                shapes=lambda s, v: [(s[0], s[1], *s[3:])] * 2,
+            ),
+        ],
+        required=(),
+    ),
+)
+
 #: every projector entry
-PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION)
+PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
