@@ -27,8 +27,8 @@ moved up) and the whole config under the ``mmproj.*`` keys.
 from __future__ import annotations
 
 from collections.abc import Callable
-from itertools import pairwise
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from ._common import GEMMA_NORM, PERMUTE_K, PERMUTE_Q
