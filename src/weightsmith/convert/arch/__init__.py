@@ -65,8 +65,6 @@ from .gptoss import GPT_OSS
 from .granite import GRANITE, GRANITEMOE
 from .lfm2 import LFM2
 from .llama import LLAMA, MISTRAL_NATIVE, SMOLLM3
-from .mamba import GRANITEHYBRID, MAMBA2
-from .mamba import MAMBA2
 from .mamba import GRANITEHYBRID, MAMBA, MAMBA2
 from .olmo import OLMO2
 from .phi import PHI3
