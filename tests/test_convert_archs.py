@@ -31,7 +31,7 @@ from weightsmith.convert import gguf_to_hf, hf_to_gguf
 ARCHS = [
     "mixtral", "qwen2moe", "qwen3moe", "gemma2", "granite", "granitemoe", "smollm3", "olmo2",
     "starcoder2", "stablelm", "gpt2", "falcon", "deepseek2", "deepseek3", "phi3", "phi4",
-    "gptoss", "gptoss_mxfp4", "lfm2", "mamba2", "granitehybrid", "mamba",
+    "gptoss", "gptoss_mxfp4", "lfm2", "mamba2", "granitehybrid", "mamba", "lfm2moe",
 ]  # fmt: skip
 REF_TYPES = ["f32", "f16", "bf16", "q8_0"]
 # llama.cpp (the pinned build) and transformers 5 give different logits for the same tiny
@@ -68,6 +68,7 @@ BPE_VOCAB = {
     "gptoss",
     "gptoss_mxfp4",
     "lfm2",
+    "lfm2moe",
 }
 PROMPTS = {
     "spm": [1, 5, 9, 33, 100, 7, 200, 42],

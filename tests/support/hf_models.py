@@ -975,3 +975,27 @@ def mamba(folder: Path, *, dtype: str = "bfloat16", seed: int = 23) -> Path:
 
 
 BUILDERS["mamba"] = mamba
+
+
+def lfm2moe(folder: Path, *, dtype: str = "bfloat16", seed: int = 24) -> Path:
+    """LFM2-MoE: LFM2's conv / attention layers, a dense first layer, then sigmoid-routed
+    experts with a routing bias (per-expert w1/w2/w3, as on the Hub)."""
+    from transformers import Lfm2MoeConfig, Lfm2MoeForCausalLM
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    cfg = Lfm2MoeConfig(vocab_size=vocab, hidden_size=256, intermediate_size=512,
+                        moe_intermediate_size=256, num_hidden_layers=4, num_attention_heads=4,
+                        num_key_value_heads=2, max_position_embeddings=256, conv_L_cache=3,
+                        num_dense_layers=1, num_experts=4, num_experts_per_tok=2,
+                        layer_types=["conv", "full_attention", "conv", "full_attention"],
+                        bos_token_id=50256, eos_token_id=50256, pad_token_id=None,
+                        tie_word_embeddings=True)  # fmt: skip
+    model = Lfm2MoeForCausalLM(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    w = {"gate": "w1", "down": "w2", "up": "w3"}
+    _per_expert(folder, lambda pre, x, which: f"{pre}experts.{x}.{w[which]}.weight")
+    return folder
+
+
+BUILDERS["lfm2moe"] = lfm2moe

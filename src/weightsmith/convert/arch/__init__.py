@@ -63,7 +63,7 @@ from .gemma import GEMMA2, GEMMA3
 from .gpt import FALCON, GPT2, STABLELM, STARCODER2
 from .gptoss import GPT_OSS
 from .granite import GRANITE, GRANITEMOE
-from .lfm2 import LFM2
+from .lfm2 import LFM2, LFM2MOE
 from .llama import LLAMA, MISTRAL_NATIVE, SMOLLM3
 from .mamba import GRANITEHYBRID, MAMBA, MAMBA2
 from .olmo import OLMO2
@@ -126,6 +126,7 @@ ENTRIES: tuple[Arch, ...] = (
     PHI3,
     GPT_OSS,
     LFM2,
+    LFM2MOE,
     MAMBA,
     MAMBA2,
     GRANITEHYBRID,
