@@ -892,3 +892,110 @@ def peak_rss(src: Path, dst: Path, type: str, workers: int = 1) -> dict:
         check=True,
     )
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def lfm2(folder: Path, *, dtype: str = "bfloat16", seed: int = 19) -> Path:
+    """LFM2: short-convolution layers mixed with attention (``layer_types``)."""
+    from transformers import Lfm2Config, Lfm2ForCausalLM
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    cfg = Lfm2Config(vocab_size=vocab, hidden_size=256, intermediate_size=768,
+                     num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                     max_position_embeddings=256, conv_L_cache=3,
+                     layer_types=["conv", "full_attention", "conv", "full_attention"],
+                     bos_token_id=50256, eos_token_id=50256, pad_token_id=None,
+                     tie_word_embeddings=True)  # fmt: skip
+    model = Lfm2ForCausalLM(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+BUILDERS["lfm2"] = lfm2
+
+
+def mamba2(folder: Path, *, dtype: str = "bfloat16", seed: int = 21) -> Path:
+    """Mamba 2 (SSM layers only): 8 heads of 64, 2 groups, state 16."""
+    from transformers import Mamba2Config, Mamba2ForCausalLM
+
+    vocab = train_spm(folder)  # 512 pieces: a multiple of 16, so llama.cpp pads nothing
+    cfg = Mamba2Config(vocab_size=vocab, hidden_size=256, num_hidden_layers=2, expand=2,
+                       num_heads=8, head_dim=64, n_groups=2, state_size=16, conv_kernel=4,
+                       layer_norm_epsilon=1e-5, bos_token_id=1, eos_token_id=2,
+                       pad_token_id=0, tie_word_embeddings=False)  # fmt: skip
+    model = Mamba2ForCausalLM(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+BUILDERS["mamba2"] = mamba2
+
+
+def granitehybrid(folder: Path, *, dtype: str = "bfloat16", seed: int = 22) -> Path:
+    """Granite 4 hybrid (GraniteMoeHybrid without experts: Mamba 2 and attention layers,
+    each with the shared MLP), NoPE as the Granite 4.0-H models."""
+    from transformers import GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM
+
+    vocab = train_spm(folder)
+    cfg = GraniteMoeHybridConfig(
+        vocab_size=vocab, hidden_size=256, intermediate_size=512, shared_intermediate_size=512,
+        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+        layer_types=["mamba", "attention", "mamba", "attention"], num_local_experts=0,
+        num_experts_per_tok=0, mamba_n_heads=8, mamba_d_head=64, mamba_n_groups=2,
+        mamba_d_state=16, mamba_d_conv=4, mamba_expand=2, position_embedding_type="nope",
+        max_position_embeddings=256, attention_multiplier=0.0625, embedding_multiplier=12.0,
+        residual_multiplier=0.22, logits_scaling=8.0, bos_token_id=1, eos_token_id=2,
+        pad_token_id=0, tie_word_embeddings=True,
+    )  # fmt: skip
+    model = GraniteMoeHybridForCausalLM(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    # transformers 5 writes layer_types as linear_attention / full_attention; the Hub's
+    # Granite 4.0-H configs (and llama.cpp's converter) say mamba / attention
+    c = config(folder)
+    c["layer_types"] = ["mamba" if t == "linear_attention" else "attention"
+                        for t in c["layer_types"]]  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(c, indent=2))
+    return folder
+
+
+BUILDERS["granitehybrid"] = granitehybrid
+
+
+def mamba(folder: Path, *, dtype: str = "bfloat16", seed: int = 23) -> Path:
+    """Mamba (1): selective-scan layers, d_inner = 2 * d_model, state 16."""
+    from transformers import MambaConfig, MambaForCausalLM
+
+    vocab = train_spm(folder)  # 512 pieces: a multiple of 8, so llama.cpp pads nothing
+    cfg = MambaConfig(vocab_size=vocab, hidden_size=256, num_hidden_layers=2, state_size=16,
+                      expand=2, conv_kernel=4, layer_norm_epsilon=1e-5, bos_token_id=1,
+                      eos_token_id=2, pad_token_id=0, tie_word_embeddings=False)  # fmt: skip
+    model = MambaForCausalLM(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+BUILDERS["mamba"] = mamba
+
+
+def lfm2moe(folder: Path, *, dtype: str = "bfloat16", seed: int = 24) -> Path:
+    """LFM2-MoE: LFM2's conv / attention layers, a dense first layer, then sigmoid-routed
+    experts with a routing bias (per-expert w1/w2/w3, as on the Hub)."""
+    from transformers import Lfm2MoeConfig, Lfm2MoeForCausalLM
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    cfg = Lfm2MoeConfig(vocab_size=vocab, hidden_size=256, intermediate_size=512,
+                        moe_intermediate_size=256, num_hidden_layers=4, num_attention_heads=4,
+                        num_key_value_heads=2, max_position_embeddings=256, conv_L_cache=3,
+                        num_dense_layers=1, num_experts=4, num_experts_per_tok=2,
+                        layer_types=["conv", "full_attention", "conv", "full_attention"],
+                        bos_token_id=50256, eos_token_id=50256, pad_token_id=None,
+                        tie_word_embeddings=True)  # fmt: skip
+    model = Lfm2MoeForCausalLM(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    w = {"gate": "w1", "down": "w2", "up": "w3"}
+    _per_expert(folder, lambda pre, x, which: f"{pre}experts.{x}.{w[which]}.weight")
+    return folder
+
+
+BUILDERS["lfm2moe"] = lfm2moe

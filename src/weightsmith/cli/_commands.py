@@ -297,6 +297,11 @@ def cmd_convert(args: argparse.Namespace) -> int:
         if fn is not hf_to_gguf:
             raise UsageError("convert: --ray applies to HF folder -> GGUF (and to quantize)")
         kw["ray"] = args.ray
+    if getattr(args, "mmproj", None) is not None:  # "" is --mmproj without a path
+        if fn is not hf_to_gguf:
+            raise UsageError("convert: --mmproj applies to HF folder -> GGUF")
+        out = Path(args.dst)
+        kw["mmproj"] = args.mmproj or str(out.with_name("mmproj-" + out.name))
     result = call_with_progress(fn, args.src, target, description="convert", quiet=args.quiet, **kw)
     _report_conversion(args, result, target)
     return 0

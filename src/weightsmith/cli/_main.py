@@ -132,6 +132,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="HF <-> GGUF: weights and config only (no tokenizer keys or files)",
     )
     p.add_argument(
+        "--mmproj",
+        nargs="?",
+        const="",
+        metavar="PATH",
+        help="HF -> GGUF of a vision-language model: also write its vision projector "
+        "(default path: mmproj-<DST name> beside DST)",
+    )
+    p.add_argument(
         "--llama-version",
         choices=["1", "2", "3", "3.1", "3.2", "3.3"],
         help="Meta original folder: the Llama generation, when params.json cannot tell",

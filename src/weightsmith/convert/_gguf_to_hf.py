@@ -257,6 +257,14 @@ def build_config(
         )
     tensor_names = {t.name for t in f.tensors}
     hf_arch = _hf_arch(entry, md, tensor_names)
+    if hf_arch not in entry.model_types:  # e.g. the text half of a VLM (qwen2vl)
+        raise E.UnknownArchitecture(
+            "no HF model class for this GGUF architecture alone",
+            path=path,
+            field="general.architecture",
+            expected="an architecture with an HF class of its own",
+            found=entry.gguf_arch,
+        )
     out: dict[str, Any] = {"architectures": [hf_arch], "model_type": entry.model_types[hf_arch]}
     out.update(cfg)
     out.update(entry.hf_config(cfg, tensor_names))

@@ -59,6 +59,7 @@ from ..quant.imatrix import Imatrix, for_tensor, read_imatrix
 from ..quant.recipes import FILE_TYPES, file_type
 from ..quant.recipes import plan as recipe_plan
 from ..safetensors import open_checkpoint, read_index, safe_open
+from . import _mmproj
 from ._model_card import provenance_rows
 from .arch import (
     FILE_TYPE,
@@ -287,7 +288,8 @@ class TensorPlan:
 
 # tensors the reference converter always writes in F32 (``prepare_tensors``)
 _ALWAYS_F32 = re.compile(
-    r"(^|\.)(ffn_gate_inp|ffn_gate_inp_shexp|position_embd|token_types)\.weight$"
+    r"(^|\.)(ffn_gate_inp|ffn_gate_inp_shexp|position_embd|token_types|ssm_conv1d|"
+    r"shortconv\.conv)\.weight$"
 )
 
 
@@ -766,6 +768,7 @@ def hf_to_gguf(
     name: str | None = None,
     tokenizer: bool = True,
     ray: str | None = None,
+    mmproj: str | os.PathLike[str] | None = None,
 ) -> ConversionResult:
     """Convert the Hugging Face model folder ``src`` to the GGUF file ``dst``.
 
@@ -781,18 +784,28 @@ def hf_to_gguf(
     ``ray``: the address of a Ray cluster ("auto": the one this machine belongs
     to) whose nodes read and encode the tensors (``src`` on a path every node
     sees); the file is byte-identical to the one made here.
+    ``mmproj``: also write the vision projector of a vision-language model to this
+    path (:mod:`weightsmith.convert._mmproj`; both files are planned before either
+    is written); ``files`` then ends with it.
     """
     stack: list = []
     try:
         im = read_imatrix(imatrix) if imatrix is not None else None
-        m = hf_input(Path(src), stack, given=os.fspath(src))
+        d = Path(src)
+        m = hf_input(d, stack, given=os.fspath(src))
+        # the projector is planned (and its inputs checked) before the text file is written
+        proj = _mmproj.plan_mmproj(d, type, stack) if mmproj is not None else None
         cluster = None
         if ray is not None:  # the nodes plan the folder again themselves
             cluster = (ray, os.path.abspath(src), type, imatrix and os.path.abspath(imatrix))
-        return convert_input(
+        result = convert_input(
             m, dst, type, im=im, split_max_size=split_max_size, workers=workers,
             progress=progress, name=name, tokenizer=tokenizer, cluster=cluster,
         )  # fmt: skip
+        if proj is not None:
+            _mmproj.write_mmproj(proj, d, mmproj, name=name, workers=workers)
+            result.files.append(os.fspath(mmproj))
+        return result
     finally:
         for h in stack:
             h.close()

@@ -63,10 +63,13 @@ from .gemma import GEMMA2, GEMMA3
 from .gpt import FALCON, GPT2, STABLELM, STARCODER2
 from .gptoss import GPT_OSS
 from .granite import GRANITE, GRANITEMOE
+from .lfm2 import LFM2, LFM2MOE
 from .llama import LLAMA, MISTRAL_NATIVE, SMOLLM3
+from .mamba import GRANITEHYBRID, MAMBA, MAMBA2
 from .olmo import OLMO2
 from .phi import PHI3
 from .qwen import QWEN2, QWEN2MOE, QWEN3, QWEN3MOE
+from .qwenvl import QWEN2VL
 
 __all__ = [
     "COMMON",
@@ -122,6 +125,12 @@ ENTRIES: tuple[Arch, ...] = (
     DEEPSEEK2,
     PHI3,
     GPT_OSS,
+    LFM2,
+    LFM2MOE,
+    MAMBA,
+    MAMBA2,
+    GRANITEHYBRID,
+    QWEN2VL,
 )
 
 #: HF architecture name -> entry

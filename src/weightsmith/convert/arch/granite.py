@@ -12,7 +12,7 @@ from ._model import VT, Arch, NameRule, Split, m
 from .llama import LLAMA
 
 # GraniteModel.set_gguf_parameters: the Llama rows, then the multipliers
-_ROWS = [
+GRANITE_ROWS = [
     *LLAMA.meta,
     m(
         "attention.scale",
@@ -49,7 +49,7 @@ def _hf(cfg: dict, names: set[str]) -> dict:
 GRANITE = Arch(
     hf_archs=("GraniteForCausalLM",),
     gguf_arch="granite",
-    meta=_ROWS,
+    meta=GRANITE_ROWS,
     names=[*BASE_NAMES, *FFN_NORM],
     transforms=[PERMUTE_Q, PERMUTE_K],
     extra={"rope_freqs.weight": llama3_rope_freqs},
@@ -62,7 +62,7 @@ GRANITEMOE = Arch(
     hf_archs=("GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM"),
     gguf_arch="granitemoe",
     meta=[
-        *_ROWS,
+        *GRANITE_ROWS,
         m(
             "expert_shared_feed_forward_length",
             "shared_intermediate_size",

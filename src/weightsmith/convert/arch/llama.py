@@ -27,7 +27,14 @@ def _n_local(cfg: dict) -> int:
 _MOE = LAYER + "block_sparse_moe."
 
 LLAMA = Arch(
-    hf_archs=("LlamaForCausalLM", "LLaMAForCausalLM", "MistralForCausalLM", "MixtralForCausalLM"),
+    # LlavaForConditionalGeneration: the text half of a LLaVA (Pixtral) checkpoint
+    hf_archs=(
+        "LlamaForCausalLM",
+        "LLaMAForCausalLM",
+        "MistralForCausalLM",
+        "MixtralForCausalLM",
+        "LlavaForConditionalGeneration",
+    ),
     gguf_arch="llama",
     meta=[
         *COMMON,

@@ -1,0 +1,249 @@
+"""The vision projector of a Hugging Face VLM folder -> an ``mmproj`` GGUF.
+
+What ``convert_hf_to_gguf.py --mmproj`` writes, from the
+:mod:`~weightsmith.convert.arch.mmproj` entry of ``architectures[0]``:
+
+1. KVs: ``general.architecture = clip``, ``general.type = mmproj``, the provenance
+   ``general.*`` rows (as the text file's, sized by the projector's tensors), the
+   entry's ``clip.*`` rows with ``general.file_type`` first, then
+   ``general.quantization_version``.  No tokenizer.
+2. The vision tower and projector tensors in the source's order (shards sorted by
+   name), renamed, permuted or split by the entry, the text model's left out.
+3. Types: the reference's outtypes (``f32``, ``f16``, ``bf16``, ``q8_0``; ``auto``
+   from the first 2-D *vision* tensor), with the entry's forced types and the F32
+   rules of ``prepare_tensors``.  llama-quantize does not quantize projectors: with
+   a llama-quantize type (``q4_k_m``, ...) for the text file, the projector is f16.
+
+Everything is planned (and every input checked) by :func:`plan_mmproj` before
+:func:`write_mmproj` writes a byte; the text conversion plans both first.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from .. import errors as E
+from .._json import read_json
+from ..gguf import GGUFValueType, Writer
+from ..quant.recipes import FILE_TYPES
+from . import _hf_to_gguf as H  # a module import: _hf_to_gguf imports this module too
+from ._model_card import provenance_rows
+from .arch import FILE_TYPE, PlanError
+from .arch.mmproj import MMPROJ_REGISTRY, TOKEN_ID, TOKEN_SOURCE, Projector, vision_view
+
+VT = GGUFValueType
+
+__all__ = ["plan_mmproj", "write_mmproj"]
+
+
+def _preprocessor(d: Path) -> dict:
+    """MmprojModel's image processor settings: preprocessor_config.json, then
+    processor_config.json (its ``image_processor`` moved up) over it."""
+    out: dict[str, Any] = {}
+    for fname, inner in (("preprocessor_config.json", "media_proc_cfg"),
+                         ("processor_config.json", "image_processor")):  # fmt: skip
+        p = d / fname
+        if p.is_file():
+            j = read_json(p, E.InvalidModelConfig, fname, expected="a JSON object")
+            if not isinstance(j, dict):
+                raise E.InvalidModelConfig(
+                    f"{fname} is not an object", path=p, expected="a JSON object",
+                    found=type(j).__name__,
+                )  # fmt: skip
+            if isinstance(j.get(inner), dict):
+                j = {**j, **j[inner]}
+            out.update(j)
+    return out
+
+
+def _projector(cfg: dict, path: Path) -> Projector:
+    vc = cfg.get("vision_config")
+    if not isinstance(vc, dict):
+        raise E.InvalidModelConfig(
+            "the model has no vision tower to write a projector from",
+            path=path, field="vision_config", expected="an object", found=vc,
+        )  # fmt: skip
+    archs = vc.get("architectures") or cfg.get("architectures")  # as get_model_architecture
+    name = archs[0] if isinstance(archs, list) and archs else None
+    proj = MMPROJ_REGISTRY.get(name) if isinstance(name, str) else None
+    if proj is None:
+        raise E.UnknownArchitecture(
+            "no vision projector conversion for this architecture",
+            path=path,
+            field="architectures[0]",
+            expected="one of " + ", ".join(sorted(MMPROJ_REGISTRY)),
+            found=name,
+        )
+    for keys in proj.required:
+        if not any(k in vc for k in keys):
+            raise E.InvalidModelConfig(
+                "vision hyperparameter missing",
+                path=path, field="vision_config." + keys[0], expected="a value", found=None,
+            )  # fmt: skip
+    return proj
+
+
+def _token_id(d: Path, token: str) -> int:
+    """The id of a special token: tokenizer_config.json's ``added_tokens_decoder``, then
+    tokenizer.json's ``added_tokens`` (LlavaVisionModel.get_token_id)."""
+    tc = d / "tokenizer_config.json"
+    if tc.is_file():
+        j = read_json(tc, E.TokenizerInconsistent, "tokenizer_config.json")
+        dec = j.get("added_tokens_decoder") if isinstance(j, dict) else None
+        for k, v in (dec or {}).items():
+            if isinstance(v, dict) and v.get("content") == token and str(k).isdecimal():
+                return int(k)
+    tj = d / "tokenizer.json"
+    if tj.is_file():
+        j = read_json(tj, E.TokenizerInconsistent, "tokenizer.json")
+        for t in (j.get("added_tokens") or []) if isinstance(j, dict) else []:
+            if isinstance(t, dict) and t.get("content") == token and isinstance(t.get("id"), int):
+                return t["id"]
+    raise E.MissingModelFile(
+        f"the projector needs the {token} token, which the tokenizer files do not name",
+        path=d,
+        field=token,
+        expected="an added token in tokenizer_config.json or tokenizer.json",
+        found="none",
+    )
+
+
+def _mmproj_type(type: str, kept: list[H._Source]) -> str:
+    t = type.lower()
+    if t == "auto":
+        return H._auto_type(kept)
+    return t if t in H._OUTTYPES else "f16"
+
+
+def _type_of(proj: Projector, tp: H.TensorPlan, ot: str) -> str:
+    """prepare_tensors' choice for a projector tensor."""
+    forced = proj.force(tp.pieces[0][1].hf, tp.name, ot)
+    if len(tp.shape) <= 1 or tp.name.endswith("_norm.weight"):
+        return "F32"
+    if forced is not None:
+        return forced
+    # position embeddings and non-.weight tensors F32, Q8_0's F16 fallback: as the text file
+    return H._outtype_type(ot, tp.name, tp.shape)
+
+
+def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
+    """The projector file's plan (tensors, types, config view), from the headers alone.
+
+    Raises the named errors of a folder that has no projector to write: no
+    ``vision_config``, an architecture without a projector entry, a missing vision
+    hyperparameter, no image mean/std (``preprocessor_config.json``), no vision
+    tensors, or a vision tensor the entry cannot name.
+    """
+    d = Path(src)
+    cfg = H._read_config(d)
+    cfg_path = d / "config.json"
+    proj = _projector(cfg, cfg_path)
+    pre = _preprocessor(d)
+    for key in ("image_mean", "image_std"):
+        if not isinstance(pre.get(key), list):
+            raise E.MissingModelFile(
+                "the image processor settings are missing",
+                path=d / "preprocessor_config.json",
+                field=key,
+                expected="a list of 3 floats in preprocessor_config.json or processor_config.json",
+                found=pre.get(key),
+            )
+    # the class reads the config as written (text_config not merged up): Qwen2.5-VL's
+    # vision norm epsilon is the top-level rms_norm_eps or 1e-6, not the text model's
+    raw = read_json(cfg_path, E.InvalidModelConfig, "config.json", expected="a JSON object")
+    view = vision_view(raw, pre)
+    if proj.token is not None:
+        view[TOKEN_ID] = _token_id(d, proj.token)
+    try:  # every clip.* row now, so a bad value stops the plan before any file is written
+        proj.entry.metadata(view)
+    except (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError) as exc:
+        raise E.InvalidModelConfig(
+            "vision hyperparameters the projector cannot use",
+            path=cfg_path, field="vision_config", expected="values llama.cpp's class accepts",
+            found=str(exc),
+        ) from None  # fmt: skip
+    by_key: dict[str, H._Source] = {}
+    for s in H._sources(d, stack):
+        key = proj.source_key(s.name)
+        if key is not None:
+            by_key[key] = s
+    if not by_key:
+        raise E.MissingModelFile(
+            "no vision tower tensors in the weights",
+            path=d,
+            expected="tensors under " + ", ".join(proj.keep),
+            found="none",
+        )
+    if proj.token is not None:
+        emb = by_key.get(TOKEN_SOURCE)
+        if emb is None or len(emb.shape) != 2 or not 0 <= view[TOKEN_ID] < emb.shape[0]:
+            raise E.TensorShapeMismatch(
+                f"no text embedding row for the {proj.token} token",
+                path=d,
+                field="language_model.model.embed_tokens.weight",
+                expected=f"a 2-D embedding with row {view[TOKEN_ID]}",
+                found=None if emb is None else list(emb.shape),
+            )
+    try:
+        outs = proj.entry.plan([(k, s.shape) for k, s in by_key.items()], view, {})
+    except PlanError as exc:
+        src_ = by_key.get(exc.name)
+        raise E.UnmappedTensor(
+            "vision tensor has no GGUF name for this projector",
+            path=d,
+            field=f"tensor {src_.name if src_ else exc.name!r}",
+            expected="a clip (mmproj) weight",
+            found=f"{exc.name} {exc.detail}".strip(),
+        ) from None
+    ot = _mmproj_type(type, list(by_key.values()))
+    tensors = []
+    for o in outs:
+        pieces = [(by_key[p.hf], p) for p in o.pieces]
+        tp = H.TensorPlan(o.name, o.shape, "F32", source=pieces[0][0], hf_name=pieces[0][0].name,
+                        pieces=pieces, stacked=o.stacked)  # fmt: skip
+        tp.type = _type_of(proj, tp, ot)
+        tensors.append(tp)
+    # no ModelInput: the text file's metadata path (_metadata) is not taken for this plan
+    return H._Plan(
+        input=None,  # type: ignore[arg-type]
+        arch=proj.entry,
+        cfg=view,
+        ctx={},
+        tensors=tensors,
+        type_name=ot,
+        file_type=FILE_TYPES[H._OUTTYPES[ot]].id,
+        vocab=[],
+    )
+
+
+def _rows(p: H._Plan, d: Path, given: str, name: str | None) -> list[tuple[str, Any, Any]]:
+    rows: list[tuple[str, Any, Any]] = [("general.type", "mmproj", VT.STRING)]
+    rows += provenance_rows(d, given, [(t.name, t.shape) for t in p.tensors], name)
+    for k, v, t in p.arch.metadata(p.cfg):
+        rows.append(("general.file_type", p.file_type, VT.UINT32) if k == FILE_TYPE else (k, v, t))
+    rows.append(("general.quantization_version", H.QUANTIZATION_VERSION, VT.UINT32))
+    return rows
+
+
+def write_mmproj(
+    p: H._Plan,
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    *,
+    name: str | None = None,
+    workers: int | None = None,
+) -> dict[str, str]:
+    """Write the planned projector to ``dst``; its tensor types by name."""
+    d, dst = Path(src), Path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with Writer(dst, arch=p.arch.gguf_arch) as w:
+        for k, v, t in _rows(p, d, os.fspath(src), name):
+            w.add(k, v, t)
+        for tp in p.tensors:
+            w.add_tensor_info(tp.name, tp.type, tp.shape)
+        for tp in p.tensors:
+            for b in H._encoded(tp, p, None, workers):
+                w.write_tensor_chunk(tp.name, b)
+    return {tp.name: tp.type for tp in p.tensors}

@@ -1,0 +1,363 @@
+"""Mamba, Mamba 2 and the Granite 4 hybrid: conversion/mamba.py's ``MambaModel`` and
+``Mamba2Model``, conversion/granite.py's ``GraniteHybridModel``.
+
+Mamba (1) keeps ``A = -exp(A_log)`` as ``[d_inner, d_state]`` and has ``x_proj`` and a
+full ``dt_proj``; a separate ``lm_head`` equal to the embedding is dropped by llama.cpp
+(a data test this entry does not make: transformers 5 does not save a tied head).
+
+Per layer the mixer's ``A_log`` becomes ``A = -exp(A_log)`` and, like ``D``, a column
+``[n_head, 1]``; the conv weight ``[C, 1, K]`` is squeezed to ``[C, K]`` (F32 at every
+type); the gated norm is reshaped to ``[n_group, d_inner / n_group]``; ``dt_bias`` is
+``ssm_dt.bias``.  The metadata is the class's own (no base rows): a 2**20 context,
+feed-forward length and head count 0, and the ``ssm.*`` sizes.  ``-exp`` is computed
+with torch's float32 ``exp`` when torch is importable, as the reference does (numpy's
+float32 ``exp`` may round differently); its inverse ``log(-A)`` is not exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._common import BASE_NAMES, BLK, LAYER, PERMUTE_K, PERMUTE_Q
+from ._model import FILE_TYPE, VT, Arch, NameRule, Split, Transform, first, m
+from .granite import GRANITE_ROWS
+
+
+def _d_inner(cfg: dict) -> int:
+    v = first(cfg, ("mamba_d_ssm", "intermediate_size", "d_inner"))
+    expand = first(cfg, ("mamba_expand", "expand")) or 2
+    return v or expand * first(cfg, ("hidden_size", "d_model", "dim"))
+
+
+def _head_dim(cfg: dict) -> int:
+    return first(cfg, ("mamba_d_head", "head_dim")) or 64
+
+
+def _or(keys: tuple[str, ...], default):
+    return lambda cfg: first(cfg, keys) or default
+
+
+def _neg_exp(x: np.ndarray, cfg: dict, ctx: dict) -> np.ndarray:
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    try:
+        import torch
+    except ImportError:
+        return -np.exp(x)
+    return (-torch.exp(torch.from_numpy(x))).numpy()
+
+
+def _column(shape: tuple[int, ...], cfg: dict, ctx: dict) -> tuple[int, ...]:
+    return (*shape, 1)
+
+
+def _uncolumn(shape: tuple[int, ...], cfg: dict, ctx: dict) -> tuple[int, ...]:
+    return tuple(shape[:-1])
+
+
+def _groups(cfg: dict) -> int:
+    return first(cfg, ("n_groups", "mamba_n_groups")) or 1
+
+
+_TRANSFORMS = [
+    Transform(
+        "ssm_a_neg_exp",
+        r"(mixer|mamba)\.A_log$",
+        lambda x, cfg, ctx: _neg_exp(x, cfg, ctx).reshape(*x.shape, 1),
+        lambda x, cfg, ctx: np.log(-x.astype(np.float32)).reshape(x.shape[:-1]),
+        shape=_column,
+        exact=False,
+        inverse_shape=_uncolumn,
+    ),
+    Transform(
+        "ssm_d_column",
+        r"(mixer|mamba)\.D$",
+        lambda x, cfg, ctx: x.reshape(*x.shape, 1),
+        lambda x, cfg, ctx: x.reshape(x.shape[:-1]),
+        shape=_column,
+        inverse_shape=_uncolumn,
+    ),
+    Transform(
+        "ssm_conv_squeeze",
+        r"(mixer|mamba)\.conv1d\.weight$",
+        lambda x, cfg, ctx: x.reshape(x.shape[0], x.shape[-1]),
+        lambda x, cfg, ctx: x.reshape(x.shape[0], 1, x.shape[-1]),
+        shape=lambda s, cfg, ctx: (s[0], s[-1]),
+        inverse_shape=lambda s, cfg, ctx: (s[0], 1, s[-1]),
+    ),
+    Transform(
+        "ssm_norm_groups",
+        r"(mixer|mamba)\.norm\.weight$",
+        lambda x, cfg, ctx: x.reshape(_groups(cfg), -1),
+        lambda x, cfg, ctx: x.reshape(-1),
+        shape=lambda s, cfg, ctx: (_groups(cfg), s[0] // _groups(cfg)),
+        inverse_shape=lambda s, cfg, ctx: (s[0] * s[1],),
+    ),
+]
+
+_L = "backbone.layers.{bid}."
+_M = _L + "mixer."
+_B = "blk.{bid}."
+
+MAMBA2 = Arch(
+    hf_archs=("Mamba2ForCausalLM",),
+    gguf_arch="mamba2",
+    # Mamba2Model.set_gguf_parameters; "_" fields are not written back to config.json
+    meta=[
+        m("context_length", "_context", value=lambda cfg: 2**20),
+        m("embedding_length", "hidden_size", "d_model", "dim"),
+        m("feed_forward_length", "_ff", value=lambda cfg: 0),
+        m("attention.head_count", "_heads", value=lambda cfg: 0),
+        m("block_count", "num_hidden_layers", "n_layers", "n_layer", "num_layers"),
+        m("ssm.conv_kernel", "conv_kernel", value=_or(("conv_kernel", "d_conv"), 4)),
+        m("ssm.inner_size", "intermediate_size", value=_d_inner),
+        m("ssm.state_size", "state_size", value=_or(("state_size", "d_state"), 128)),
+        m("ssm.time_step_rank", "num_heads", value=lambda c: _d_inner(c) // _head_dim(c)),
+        m("ssm.group_count", "n_groups", value=_groups),
+        m(
+            "attention.layer_norm_rms_epsilon",
+            "layer_norm_epsilon",
+            t=VT.FLOAT32,
+            value=_or(("layer_norm_epsilon", "rms_norm_eps"), 1e-5),
+        ),
+        FILE_TYPE,
+    ],
+    names=[
+        NameRule("backbone.embeddings.weight", "token_embd.weight"),
+        NameRule("backbone.norm_f.weight", "output_norm.weight"),
+        NameRule("lm_head.weight", "output.weight"),
+        NameRule(_L + "norm.weight", _B + "attn_norm.weight"),
+        NameRule(_M + "A_log", _B + "ssm_a"),
+        NameRule(_M + "D", _B + "ssm_d"),
+        NameRule(_M + "conv1d.weight", _B + "ssm_conv1d.weight"),
+        NameRule(_M + "conv1d.bias", _B + "ssm_conv1d.bias"),
+        NameRule(_M + "dt_bias", _B + "ssm_dt.bias"),
+        NameRule(_M + "in_proj.weight", _B + "ssm_in.weight"),
+        NameRule(_M + "in_proj.bias", _B + "ssm_in.bias"),
+        NameRule(_M + "norm.weight", _B + "ssm_norm.weight"),
+        NameRule(_M + "out_proj.weight", _B + "ssm_out.weight"),
+        NameRule(_M + "out_proj.bias", _B + "ssm_out.bias"),
+    ],
+    transforms=_TRANSFORMS,
+    required=("hidden_size", "num_hidden_layers", "vocab_size"),
+    tokenizer={"vocab": "llama"},
+    model_types={"Mamba2ForCausalLM": "mamba2"},
+    hf_config=lambda cfg, names: {
+        "expand": cfg["intermediate_size"] // cfg["hidden_size"],
+        "head_dim": cfg["intermediate_size"] // cfg["num_heads"],
+        "use_conv_bias": "blk.0.ssm_conv1d.bias" in names,
+        "use_bias": "blk.0.ssm_in.bias" in names,
+        "residual_in_fp32": True,
+    },
+)
+
+
+# --------------------------------------------------------------------------- Granite hybrid
+
+
+def _mamba_layers(cfg: dict) -> list[bool]:
+    """GraniteHybridModel.get_attn_layers, as a per-layer "is SSM" list."""
+    n = cfg["num_hidden_layers"]
+    if types := cfg.get("layer_types"):
+        # transformers 5 writes full_attention / linear_attention; the pinned converter
+        # reads only the Hub's attention / mamba (all-SSM otherwise: a file llama.cpp
+        # cannot run); both spellings give the same file here
+        attn = {i for i, t in enumerate(types) if t in ("attention", "full_attention")}
+    elif idx := cfg.get("attn_layer_indices"):
+        attn = set(idx)
+    else:
+        period, offset = cfg.get("attn_layer_period"), cfg.get("attn_layer_offset")
+        attn = {i for i in range(n) if period and i % period == offset}
+    return [i not in attn for i in range(n)]
+
+
+def _hybrid_kv(cfg: dict) -> list[int]:
+    n_kv = first(cfg, ("num_key_value_heads", "n_head_kv"))
+    return [0 if ssm else n_kv for ssm in _mamba_layers(cfg)]
+
+
+def _uses_rope(cfg: dict) -> bool:
+    # Bamba, or a Granite hybrid without SSM layers; Granite 4.0-H is NoPE
+    return "BambaForCausalLM" in (cfg.get("architectures") or []) or not any(_mamba_layers(cfg))
+
+
+def _hybrid_inner(cfg: dict) -> int:
+    d_model = first(cfg, ("mamba_head_dim", "hidden_size", "d_model"))
+    return first(cfg, ("expand", "num_heads", "mamba_expand", "mamba_num_heads")) * d_model
+
+
+def _hybrid_hf(cfg: dict, names: set[str]) -> dict:
+    kv = [int(x) for x in cfg["num_key_value_heads"]]
+    inner, n_heads = cfg["mamba_d_inner"], cfg["mamba_n_heads"]
+    return {
+        "layer_types": ["mamba" if n == 0 else "attention" for n in kv],
+        "num_key_value_heads": max(kv),
+        "mamba_expand": inner // cfg["hidden_size"],
+        "mamba_d_head": inner // n_heads,
+        "mamba_conv_bias": "blk.0.ssm_conv1d.bias" in names,
+        "mamba_proj_bias": "blk.0.ssm_in.bias" in names,
+        "num_local_experts": 0,
+        "num_experts_per_tok": 0,
+        "hidden_act": "silu",
+        "attention_bias": "blk.0.attn_q.bias" in names,
+    }
+
+
+_SSM = LAYER + "mamba."
+GRANITEHYBRID = Arch(
+    hf_archs=("GraniteMoeHybridForCausalLM",),
+    gguf_arch="granitehybrid",
+    # GraniteMoeModel's rows, the ssm.* rows, then head_count_kv (per layer) and, without
+    # RoPE, context_length re-set in place
+    meta=[
+        *GRANITE_ROWS,
+        m(
+            "expert_shared_feed_forward_length",
+            "shared_intermediate_size",
+            value=lambda c: c.get("shared_intermediate_size") or None,
+        ),
+        m(
+            "ssm.conv_kernel",
+            "mamba_d_conv",
+            value=lambda c: first(c, ("conv_kernel", "d_conv", "mamba_d_conv")),
+        ),
+        m(
+            "ssm.state_size",
+            "mamba_d_state",
+            value=lambda c: first(
+                c, ("state_size", "d_state", "state_dim", "ssm_state_size", "mamba_d_state")
+            ),
+        ),
+        m("ssm.group_count", "mamba_n_groups", value=_groups),
+        m("ssm.inner_size", "mamba_d_inner", value=_hybrid_inner),
+        m(
+            "ssm.time_step_rank",
+            "mamba_n_heads",
+            value=lambda c: first(c, ("n_heads", "num_heads", "mamba_n_heads", "mamba_num_heads")),
+        ),
+        m("attention.head_count_kv", "num_key_value_heads", t=VT.INT32, value=_hybrid_kv),
+        m(
+            "rope.scaling.finetuned",
+            "position_embedding_type",
+            t=VT.BOOL,
+            value=_uses_rope,
+            inverse=lambda v: "rope" if v else "nope",
+        ),
+        m(
+            "context_length",
+            "max_position_embeddings",
+            value=lambda c: None if _uses_rope(c) else 2**20,
+        ),
+    ],
+    # the shared MLP's rules before the base ones: ffn_down goes back to output_linear
+    names=[
+        NameRule(LAYER + "shared_mlp.output_linear.weight", BLK + "ffn_down.weight"),
+        *BASE_NAMES,
+        NameRule(LAYER + "post_attention_layernorm.weight", BLK + "ffn_norm.weight"),
+        NameRule(_SSM + "A_log", BLK + "ssm_a"),
+        NameRule(_SSM + "D", BLK + "ssm_d"),
+        NameRule(_SSM + "conv1d.weight", BLK + "ssm_conv1d.weight"),
+        NameRule(_SSM + "conv1d.bias", BLK + "ssm_conv1d.bias"),
+        NameRule(_SSM + "dt_bias", BLK + "ssm_dt.bias"),
+        NameRule(_SSM + "in_proj.weight", BLK + "ssm_in.weight"),
+        NameRule(_SSM + "in_proj.bias", BLK + "ssm_in.bias"),
+        NameRule(_SSM + "norm.weight", BLK + "ssm_norm.weight"),
+        NameRule(_SSM + "out_proj.weight", BLK + "ssm_out.weight"),
+        NameRule(_SSM + "out_proj.bias", BLK + "ssm_out.bias"),
+    ],
+    splits=[
+        Split(
+            LAYER + "shared_mlp.input_linear.weight",
+            (BLK + "ffn_gate.weight", BLK + "ffn_up.weight"),
+            -2,
+        )
+    ],
+    transforms=[PERMUTE_Q, PERMUTE_K, *_TRANSFORMS],
+    ignored=("head_dim",),
+    required=("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size"),
+    tokenizer={"vocab": "llama"},
+    model_types={"GraniteMoeHybridForCausalLM": "granitemoehybrid"},
+    hf_config=_hybrid_hf,
+)
+
+
+# --------------------------------------------------------------------------- Mamba (1)
+
+MAMBA = Arch(
+    hf_archs=("MambaForCausalLM", "MambaLMHeadModel"),
+    gguf_arch="mamba",
+    meta=[
+        m("context_length", "_context", value=lambda cfg: 2**20),
+        m("embedding_length", "hidden_size", "d_model"),
+        m("feed_forward_length", "_ff", value=lambda cfg: 0),
+        m("attention.head_count", "_heads", value=lambda cfg: 0),
+        m("block_count", "num_hidden_layers", "n_layers", "n_layer", "num_layers"),
+        m("ssm.conv_kernel", "conv_kernel", value=_or(("conv_kernel", "d_conv"), 4)),
+        m(
+            "ssm.inner_size",
+            "intermediate_size",
+            value=lambda c: (
+                first(c, ("intermediate_size", "d_inner"))
+                or 2 * first(c, ("hidden_size", "d_model"))
+            ),
+        ),
+        m("ssm.state_size", "state_size", value=_or(("state_size", "d_state"), 16)),
+        m(
+            "ssm.time_step_rank",
+            "time_step_rank",
+            value=lambda c: (
+                first(c, ("time_step_rank", "dt_rank"))
+                or -(first(c, ("hidden_size", "d_model")) // -16)
+            ),
+        ),
+        m(
+            "attention.layer_norm_rms_epsilon",
+            "layer_norm_epsilon",
+            t=VT.FLOAT32,
+            value=_or(("layer_norm_epsilon", "rms_norm_eps"), 1e-5),
+        ),
+        # RMS norm on B / dt / C: FalconMamba only
+        m(
+            "ssm.dt_b_c_rms",
+            "_dt_b_c_rms",
+            t=VT.BOOL,
+            value=lambda c: c.get("model_type") == "falcon_mamba",
+        ),
+        FILE_TYPE,
+    ],
+    names=[
+        NameRule("backbone.embeddings.weight", "token_embd.weight"),
+        NameRule("backbone.norm_f.weight", "output_norm.weight"),
+        NameRule("lm_head.weight", "output.weight"),
+        NameRule(_L + "norm.weight", _B + "attn_norm.weight"),
+        NameRule(_M + "A_log", _B + "ssm_a"),
+        NameRule(_M + "D", _B + "ssm_d"),
+        NameRule(_M + "conv1d.weight", _B + "ssm_conv1d.weight"),
+        NameRule(_M + "conv1d.bias", _B + "ssm_conv1d.bias"),
+        NameRule(_M + "in_proj.weight", _B + "ssm_in.weight"),
+        NameRule(_M + "in_proj.bias", _B + "ssm_in.bias"),
+        NameRule(_M + "x_proj.weight", _B + "ssm_x.weight"),
+        NameRule(_M + "dt_proj.weight", _B + "ssm_dt.weight"),
+        NameRule(_M + "dt_proj.bias", _B + "ssm_dt.bias"),
+        NameRule(_M + "out_proj.weight", _B + "ssm_out.weight"),
+        NameRule(_M + "out_proj.bias", _B + "ssm_out.bias"),
+    ],
+    transforms=[
+        Transform(
+            "ssm_a_neg_exp",
+            r"mixer\.A_log$",
+            _neg_exp,
+            lambda x, cfg, ctx: np.log(-x.astype(np.float32)),
+            exact=False,
+        ),
+        _TRANSFORMS[2],  # conv squeeze
+    ],
+    required=("hidden_size", "num_hidden_layers", "vocab_size"),
+    tokenizer={"vocab": "llama"},
+    model_types={"MambaForCausalLM": "mamba"},
+    hf_config=lambda cfg, names: {
+        "expand": cfg["intermediate_size"] // cfg["hidden_size"],
+        "use_conv_bias": "blk.0.ssm_conv1d.bias" in names,
+        "use_bias": "blk.0.ssm_in.bias" in names,
+        "residual_in_fp32": True,
+    },
+)

@@ -1,0 +1,391 @@
+"""Vision projectors (``mmproj``): the second GGUF of a vision-language model.
+
+llama.cpp's ``convert_hf_to_gguf.py --mmproj`` writes the vision tower and the
+projector of a ``*ForConditionalGeneration`` checkpoint into a file of
+``general.architecture = clip`` (``general.type = mmproj``) that its multimodal
+runtime (mtmd) loads beside the text GGUF.  Its ``MmprojModel`` (conversion/base.py)
+and the per-family subclasses are reproduced here as :class:`Projector` entries:
+
+* ``keep`` -- the source names read (the subclass's ``filter_tensors``: tensors under
+  these prefixes; ``language_model.`` never), ``rename`` the source-name fixes applied
+  first (Gemma 3's ``mm_input_projection_weight`` -> ``...projection.weight``);
+* ``entry`` -- an :class:`~._model.Arch` of ``gguf_arch = "clip"``: the ``clip.*``
+  rows in the reference's order (``general.file_type`` first), read from the
+  :func:`vision_view` of the config, and the tensor ops (names, Q/K permutation,
+  norm + 1, ...);
+* ``force`` -- the subclass's ``tensor_force_quant``: ``force(hf_name, gguf_name,
+  outtype)`` gives a ggml type that overrides the output type (or None); 1-D
+  tensors, ``*_norm.weight``, ``v.position_embd.weight`` and non-``.weight`` tensors
+  are F32 whatever it says, as in ``prepare_tensors``.
+
+The rows read the *vision view*: ``vision_config`` at the top level, with the text
+width (``clip.vision.projection_dim``), the image processor's settings
+(``preprocessor_config.json`` then ``processor_config.json``, ``image_processor``
+moved up) and the whole config under the ``mmproj.*`` keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any
+
+from ._common import GEMMA_NORM, PERMUTE_K, PERMUTE_Q
+from ._model import FILE_TYPE, VT, Arch, MetaKey, NameRule, Split, Transform, m
+
+#: vision-view keys that are not vision_config fields
+TEXT_WIDTH = "mmproj.n_embd_text"
+TOKEN_ID = "mmproj.token_id"
+#: the source key of the text embedding (Projector.token)
+TOKEN_SOURCE = "text.embed_tokens.weight"
+_TEXT_EMBEDDINGS = ("language_model.model.embed_tokens.weight",
+                    "model.language_model.embed_tokens.weight")  # fmt: skip
+PREPROCESSOR = "mmproj.preprocessor"
+GLOBAL = "mmproj.global"
+
+#: MmprojModel's layer-count spellings (``n_block_keys``)
+BLOCK_KEYS = (
+    "n_layers", "num_hidden_layers", "n_layer", "num_layers", "depth", "layers",
+    "encoder_layers", "vt_num_hidden_layers",
+)  # fmt: skip
+
+
+def vision_view(cfg: dict, preprocessor: dict) -> dict:
+    """The dict the ``clip.*`` rows read (see the module docstring)."""
+    text = {**cfg, **(cfg.get("text_config") or {})}
+    view = dict(cfg.get("vision_config") or {})
+    view[TEXT_WIDTH] = text.get("hidden_size", text.get("n_embd", 0))
+    view[PREPROCESSOR] = preprocessor
+    view[GLOBAL] = cfg
+    return view
+
+
+def _pre(key: str) -> Callable[[dict], Any]:
+    return lambda v: v[PREPROCESSOR].get(key)
+
+
+def _flag(cfg: dict) -> bool:
+    return True
+
+
+# MmprojModel.set_gguf_parameters, vision half; the fields a row names must be present
+# (find_vparam raises otherwise: Projector.required lists them for the named error)
+BASE_ROWS: list[MetaKey | str] = [
+    FILE_TYPE,
+    MetaKey("has_vision_encoder", (), VT.BOOL, _flag),
+    m("vision.projection_dim", TEXT_WIDTH),
+    m("vision.image_size", "image_size"),
+    m("vision.patch_size", "patch_size"),
+    m("vision.embedding_length", "hidden_size", "width", "vt_hidden_size"),
+    m("vision.feed_forward_length", "intermediate_size", "vt_intermediate_size"),
+    m("vision.block_count", *BLOCK_KEYS),
+    m(
+        "vision.attention.head_count",
+        "num_attention_heads",
+        "num_heads",
+        "heads",
+        "vt_num_attention_heads",
+    ),
+    m("vision.image_mean", PREPROCESSOR, t=VT.FLOAT32, value=_pre("image_mean")),
+    m("vision.image_std", PREPROCESSOR, t=VT.FLOAT32, value=_pre("image_std")),
+]
+#: the vision_config fields BASE_ROWS need (one of each tuple)
+BASE_REQUIRED: tuple[tuple[str, ...], ...] = (
+    ("image_size",),
+    ("patch_size",),
+    ("hidden_size", "width", "vt_hidden_size"),
+    ("intermediate_size", "vt_intermediate_size"),
+    BLOCK_KEYS,
+    ("num_attention_heads", "num_heads", "heads", "vt_num_attention_heads"),
+)
+
+
+def _const(key: str, value: Any, t: VT) -> MetaKey:
+    return MetaKey(key, (), t, lambda v: value)
+
+
+@dataclass(frozen=True)
+class Projector:
+    """One ``--mmproj`` entry (see the module docstring)."""
+
+    hf_archs: tuple[str, ...]
+    keep: tuple[str, ...]
+    entry: Arch
+    force: Callable[[str, str, str], str | None]
+    rename: Callable[[str], str] = lambda name: name
+    drop: tuple[str, ...] = ()
+    required: tuple[tuple[str, ...], ...] = BASE_REQUIRED
+    # a special token whose row of the text embedding the projector carries (Pixtral's
+    # [IMG_BREAK]); the embedding is then read under the key TOKEN_SOURCE
+    token: str | None = None
+
+    def source_key(self, hf_name: str) -> str | None:
+        """The name the rules see, or None for a tensor the projector does not read."""
+        if self.token is not None and hf_name.endswith(_TEXT_EMBEDDINGS):
+            return TOKEN_SOURCE
+        if "language_model." in hf_name or any(d in hf_name for d in self.drop):
+            return None
+        if not hf_name.startswith(self.keep):
+            return None
+        return self.rename(hf_name)
+
+
+def _base_force(hf: str, gguf: str, outtype: str) -> str | None:
+    """MmprojModel.tensor_force_quant: the patch embedding stays F16 at f16, else F32."""
+    if ".patch_embd.weight" in gguf or ".patch_merger.weight" in gguf:
+        return "F16" if outtype == "f16" else "F32"
+    return None
+
+
+# --------------------------------------------------------------------------- Gemma 3
+
+_SIGLIP = "vision_tower.vision_model."
+_SIGLIP_LAYER = _SIGLIP + "encoder.layers.{bid}."
+_VBLK = "v.blk.{bid}."
+
+
+def _wb(pairs: list[tuple[str, str]]) -> list[NameRule]:
+    return [NameRule(h + s, g + s) for h, g in pairs for s in (".weight", ".bias")]
+
+
+SIGLIP_NAMES = _wb(
+    [
+        (_SIGLIP + "embeddings.patch_embedding", "v.patch_embd"),
+        (_SIGLIP + "embeddings.position_embedding", "v.position_embd"),
+        (_SIGLIP + "post_layernorm", "v.post_ln"),
+        (_SIGLIP_LAYER + "self_attn.q_proj", _VBLK + "attn_q"),
+        (_SIGLIP_LAYER + "self_attn.k_proj", _VBLK + "attn_k"),
+        (_SIGLIP_LAYER + "self_attn.v_proj", _VBLK + "attn_v"),
+        (_SIGLIP_LAYER + "self_attn.out_proj", _VBLK + "attn_out"),
+        (_SIGLIP_LAYER + "layer_norm1", _VBLK + "ln1"),
+        (_SIGLIP_LAYER + "layer_norm2", _VBLK + "ln2"),
+        (_SIGLIP_LAYER + "mlp.fc1", _VBLK + "ffn_up"),
+        (_SIGLIP_LAYER + "mlp.fc2", _VBLK + "ffn_down"),
+    ]
+)
+
+
+def _gemma3_scale_factor(v: dict) -> int | None:
+    # written only when not llama.cpp's default of 4 (tiny test models)
+    n_per_side = int(v[PREPROCESSOR].get("image_seq_length", 256) ** 0.5)
+    f = (v["image_size"] // v["patch_size"]) // n_per_side
+    return f if f > 0 and f != 4 else None
+
+
+def _gemma3_force(hf: str, gguf: str, outtype: str) -> str | None:
+    if "input_projection" in hf:  # llama.cpp issue 13025: kept F16 at every outtype
+        return "F16"
+    if ".embeddings." in hf:
+        return "F32"
+    return _base_force(hf, gguf, outtype)
+
+
+GEMMA3_VISION = Projector(
+    hf_archs=("Gemma3ForConditionalGeneration",),
+    keep=("multi_modal_projector.", "vision_tower.", "multimodal_projector.", "vision_model."),
+    drop=("vision_model.head.",),
+    rename=lambda name: name.replace("_weight", ".weight"),
+    force=_gemma3_force,
+    entry=Arch(
+        hf_archs=("Gemma3ForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *BASE_ROWS,
+            _const("projector_type", "gemma3", VT.STRING),
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "layer_norm_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v.get("layer_norm_eps", 1e-6),
+            ),
+            _const("use_gelu", True, VT.BOOL),
+            m("vision.projector.scale_factor", "image_seq_length", value=_gemma3_scale_factor),
+        ],
+        names=[
+            *SIGLIP_NAMES,
+            NameRule(
+                "multi_modal_projector.mm_input_projection.weight", "mm.input_projection.weight"
+            ),
+            NameRule("multi_modal_projector.mm_soft_emb_norm.weight", "mm.soft_emb_norm.weight"),
+        ],
+        # only the projector's RMS norm is Gemma's 1 + w; SigLIP's layer norms are plain
+        transforms=[
+            Transform(
+                "gemma_soft_emb_norm_plus_one",
+                r"soft_emb_norm\.weight$",
+                GEMMA_NORM.forward,
+                GEMMA_NORM.inverse,
+                exact=False,
+            )
+        ],
+        required=(),
+    ),
+)
+
+# --------------------------------------------------------------------------- LLaVA (Pixtral)
+
+_PIX = "vision_tower."
+_PIX_LAYER = _PIX + "transformer.layers.{bid}."
+
+
+def _pixtral_act(act: str) -> Callable[[dict], bool | None]:
+    return lambda v: True if v.get("hidden_act") == act else None
+
+
+LLAVA_VISION = Projector(
+    hf_archs=("LlavaForConditionalGeneration",),
+    # llama.cpp's Pixtral graph needs the [IMG_BREAK] embedding (v.token_embd.img_break);
+    # the pinned converter means to write it but drops the text embedding of an HF
+    # checkpoint before it gets there, and mtmd then refuses its file: ours has the row
+    token="[IMG_BREAK]",
+    keep=(
+        "multi_modal_projector.",
+        "vision_tower.",
+        "vision_encoder.",
+        "vision_language_adapter.",
+        "patch_merger.",
+        "pre_mm_projector_norm",
+    ),
+    force=_base_force,
+    entry=Arch(
+        hf_archs=("LlavaForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *BASE_ROWS,
+            _const("projector_type", "pixtral", VT.STRING),
+            # hard-coded in modeling_pixtral.py, not in config.json
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "layer_norm_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v.get("layer_norm_eps", 1e-5),
+            ),
+            MetaKey("use_silu", ("hidden_act",), VT.BOOL, _pixtral_act("silu")),
+            MetaKey("use_gelu", ("hidden_act",), VT.BOOL, _pixtral_act("gelu")),
+            m(
+                "vision.spatial_merge_size",
+                "spatial_merge_size",
+                value=lambda v: v[GLOBAL].get("spatial_merge_size"),
+            ),
+        ],
+        names=[
+            *_wb(
+                [
+                    (_PIX + "patch_conv", "v.patch_embd"),
+                    (_PIX + "ln_pre", "v.pre_ln"),
+                    (_PIX_LAYER + "attention.q_proj", _VBLK + "attn_q"),
+                    (_PIX_LAYER + "attention.k_proj", _VBLK + "attn_k"),
+                    (_PIX_LAYER + "attention.v_proj", _VBLK + "attn_v"),
+                    (_PIX_LAYER + "attention.o_proj", _VBLK + "attn_out"),
+                    (_PIX_LAYER + "attention_norm", _VBLK + "ln1"),
+                    (_PIX_LAYER + "ffn_norm", _VBLK + "ln2"),
+                    (_PIX_LAYER + "feed_forward.gate_proj", _VBLK + "ffn_gate"),
+                    (_PIX_LAYER + "feed_forward.up_proj", _VBLK + "ffn_up"),
+                    (_PIX_LAYER + "feed_forward.down_proj", _VBLK + "ffn_down"),
+                    ("multi_modal_projector.linear_1", "mm.1"),
+                    ("multi_modal_projector.linear_2", "mm.2"),
+                    ("multi_modal_projector.norm", "mm.input_norm"),
+                    ("multi_modal_projector.patch_merger.merging_layer", "mm.patch_merger"),
+                ]
+            ),
+        ],
+        splits=[
+            Split(
+                TOKEN_SOURCE,
+                ("v.token_embd.img_break",),
+                fn=lambda x, v: [x[v[TOKEN_ID]]],
+                shapes=lambda shape, v: [tuple(shape[1:])],
+            )
+        ],
+        # the vision tower uses 2-D RoPE in HF's rotate-half layout, like the text model
+        transforms=[PERMUTE_Q, PERMUTE_K],
+        required=(),
+    ),
+)
+
+# --------------------------------------------------------------------------- Qwen2.5-VL
+
+_QV = "visual.blocks.{bid}."
+
+
+def _wa_pattern(v: dict) -> int:
+    """Qwen2VLVisionModel's n_wa_pattern: full attention every n-th block (a ValueError
+    otherwise, which the planner names)."""
+    full = v["fullatt_block_indexes"]
+    n = full[0] + 1
+    if any(b - a != n for a, b in pairwise(full)):
+        raise ValueError(f"fullatt_block_indexes not periodic: {full}")
+    return n
+
+
+def _conv3d_halves(x, v):
+    # Conv3d [out, in, 2, p, p] -> two Conv2d kernels, one per temporal slice
+    return [x[:, :, 0], x[:, :, 1]]
+
+
+def _qwen_force(hf: str, gguf: str, outtype: str) -> str | None:
+    if ".position_embd." in gguf:
+        return "F32"
+    return _base_force(hf, gguf, outtype)
+
+
+QWEN25VL_VISION = Projector(
+    hf_archs=("Qwen2_5_VLForConditionalGeneration",),
+    keep=("visual.",),
+    force=_qwen_force,
+    # the image size is not in Qwen2.5-VL's vision config: 560 as llama.cpp's class sets
+    required=tuple(k for k in BASE_REQUIRED if k != ("image_size",)),
+    entry=Arch(
+        hf_archs=("Qwen2_5_VLForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *(
+                m("vision.image_size", "image_size", value=lambda v: v.get("image_size", 560))
+                if isinstance(r, MetaKey) and r.key == "vision.image_size"
+                else r
+                for r in BASE_ROWS
+            ),
+            _const("projector_type", "qwen2.5vl_merger", VT.STRING),
+            _const("use_silu", True, VT.BOOL),
+            m("vision.n_wa_pattern", "fullatt_block_indexes", value=_wa_pattern),
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "rms_norm_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v[GLOBAL].get("rms_norm_eps", 1e-6),
+            ),
+        ],
+        names=_wb(
+            [
+                (_QV + "attn.proj", _VBLK + "attn_out"),
+                (_QV + "norm1", _VBLK + "ln1"),
+                (_QV + "norm2", _VBLK + "ln2"),
+                (_QV + "mlp.gate_proj", _VBLK + "ffn_gate"),
+                (_QV + "mlp.up_proj", _VBLK + "ffn_up"),
+                (_QV + "mlp.down_proj", _VBLK + "ffn_down"),
+                ("visual.merger.ln_q", "v.post_ln"),
+                ("visual.merger.mlp.0", "mm.0"),
+                ("visual.merger.mlp.2", "mm.2"),
+            ]
+        ),
+        splits=[
+            *(
+                Split(_QV + f"attn.qkv{s}", tuple(_VBLK + f"attn_{x}{s}" for x in "qkv"), 0)
+                for s in (".weight", ".bias")
+            ),
+            Split(
+                "visual.patch_embed.proj.weight",
+                ("v.patch_embd.weight", "v.patch_embd.weight.1"),
+                fn=_conv3d_halves,
+                shapes=lambda s, v: [(s[0], s[1], *s[3:])] * 2,
+            ),
+        ],
+        required=(),
+    ),
+)
+
+#: every projector entry
+PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
+#: HF architecture name -> projector entry
+MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}

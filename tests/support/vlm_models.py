@@ -1,0 +1,171 @@
+"""Tiny random vision-language model folders (``*ForConditionalGeneration``).
+
+Built with transformers' own config and model classes, then saved in the layout the
+Hub checkpoints have (``language_model.model.*``, ``vision_tower.*``,
+``multi_modal_projector.*``: the names llama.cpp's converter reads), with the image
+processor files ``convert_hf_to_gguf.py --mmproj`` reads.  Vision widths are
+multiples of 32 so q8_0 applies; the text model is the tiny one of hf_models.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from support.hf_models import _random_init, train_spm
+
+_MEAN_STD = {"image_mean": [0.48145466, 0.4578275, 0.40821073],
+             "image_std": [0.26862954, 0.26130258, 0.27577711]}  # fmt: skip
+
+
+def _text(vocab: int) -> dict:
+    return dict(
+        vocab_size=vocab,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=256,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+
+
+def hub_layout(folder: Path, rename: Callable[[str], str]) -> None:
+    """Rewrite model.safetensors with ``rename`` applied to every tensor name."""
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "model.safetensors"
+    sd = load_file(path)
+    save_file({rename(k): v for k, v in sd.items()}, path, metadata={"format": "pt"})
+
+
+def _hub_name(k: str, tower: str = "vision_tower.") -> str:
+    """The names transformers 5 saves -> the Hub's (``tower``: where the Hub keeps the
+    vision tower; Gemma 3's is ``vision_tower.vision_model.``)."""
+    for pre in ("model.vision_tower.", "vision_tower."):
+        if k.startswith(pre) and not k.startswith(tower):
+            return tower + k[len(pre) :]
+    if k.startswith("model.language_model."):
+        return "language_model.model." + k[len("model.language_model.") :]
+    if k.startswith("model."):
+        return k[len("model.") :]
+    if k.startswith("lm_head."):
+        return "language_model." + k
+    return k
+
+
+def _save(model, folder: Path, dtype: str, tower: str | None = "vision_tower.") -> None:
+    """save_pretrained, then the Hub's names (``tower=None``: as saved, which for
+    Qwen2.5-VL already is the Hub's ``model.*`` + ``visual.*``)."""
+    import torch
+
+    model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
+    if tower is not None:
+        hub_layout(folder, lambda k: _hub_name(k, tower))
+
+
+def gemma3_vlm(folder: Path, *, dtype: str = "bfloat16", seed: int = 30) -> Path:
+    """Gemma 3 (SigLIP tower + Gemma 3 projector): 64 px images, 8 px patches, 16 tokens."""
+    from transformers import (
+        Gemma3Config,
+        Gemma3ForConditionalGeneration,
+        Gemma3TextConfig,
+        SiglipVisionConfig,
+    )
+
+    vocab = train_spm(folder)
+    text = Gemma3TextConfig(**_text(vocab), sliding_window=16, query_pre_attn_scalar=64,
+                            pad_token_id=0)  # fmt: skip
+    vision = SiglipVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                num_attention_heads=2, image_size=64, patch_size=8,
+                                layer_norm_eps=1e-6, vision_use_head=False)  # fmt: skip
+    cfg = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=16,
+                       image_token_index=5, boi_token_index=6, eoi_token_index=7)  # fmt: skip
+    model = Gemma3ForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower="vision_tower.vision_model.")
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "Gemma3ImageProcessor", "do_normalize": True,
+        "do_rescale": True, "do_resize": True, "resample": 2, "rescale_factor": 1 / 255,
+        "size": {"height": 64, "width": 64}, **_MEAN_STD}, indent=2))  # fmt: skip
+    (folder / "processor_config.json").write_text(
+        json.dumps({"processor_class": "Gemma3Processor", "image_seq_length": 16})
+    )
+    return folder
+
+
+def llava_pixtral(folder: Path, *, dtype: str = "bfloat16", seed: int = 31) -> Path:
+    """LLaVA with a Pixtral tower (2-D RoPE, SiLU MLP) and the 2-layer MLP projector."""
+    from transformers import (
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        MistralConfig,
+        PixtralVisionConfig,
+    )
+
+    vocab = train_spm(folder)
+    text = MistralConfig(**_text(vocab), sliding_window=None)
+    # 3 layers: gguf-py maps linear_2 to mm.2 only in a tower of more than 2 blocks
+    vision = PixtralVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                                 num_attention_heads=2, head_dim=32, image_size=64,
+                                 patch_size=8, hidden_act="silu")  # fmt: skip
+    cfg = LlavaConfig(text_config=text, vision_config=vision, image_token_index=10,
+                      projector_hidden_act="gelu", vision_feature_layer=-1,
+                      vision_feature_select_strategy="full")  # fmt: skip
+    model = LlavaForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    # llama.cpp's LlavaVisionModel looks the [IMG_BREAK] token up (it must exist)
+    (folder / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": {
+        "12": {"content": "[IMG_BREAK]", "special": True, "lstrip": False, "rstrip": False,
+               "normalized": False, "single_word": False}}}, indent=2))  # fmt: skip
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "PixtralImageProcessor", "patch_size": {"height": 8, "width": 8},
+        "size": {"longest_edge": 64}, "do_normalize": True, "do_rescale": True,
+        "rescale_factor": 1 / 255, **_MEAN_STD}, indent=2))  # fmt: skip
+    return folder
+
+
+def qwen25vl(folder: Path, *, dtype: str = "bfloat16", seed: int = 32) -> Path:
+    """Qwen2.5-VL: window-attention ViT (Conv3d patches, fused QKV) + patch merger; the
+    text model's RoPE in MRoPE sections."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    from support.hf_models import _qwen_tokenizer
+
+    vocab = _qwen_tokenizer(folder)
+    text = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
+                                 "mrope_section": [2, 3, 3]},
+                bos_token_id=None, eos_token_id=151643, tie_word_embeddings=True)  # fmt: skip
+    vision = dict(depth=4, hidden_size=64, intermediate_size=128, num_heads=2, patch_size=8,
+                  spatial_merge_size=2, temporal_patch_size=2, window_size=32,
+                  out_hidden_size=64, fullatt_block_indexes=[1, 3])  # fmt: skip
+    cfg = Qwen2_5_VLConfig(text_config=text, vision_config=vision, image_token_id=151655,
+                           video_token_id=151656, vision_start_token_id=151652)  # fmt: skip
+    model = Qwen2_5_VLForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "Qwen2VLImageProcessor", "patch_size": 8,
+        "temporal_patch_size": 2, "merge_size": 2, "min_pixels": 64 * 64,
+        "max_pixels": 64 * 64, **_MEAN_STD}, indent=2))  # fmt: skip
+    return folder
+
+
+BUILDERS: dict[str, Callable[..., Path]] = {
+    "gemma3": gemma3_vlm,
+    "llava": llava_pixtral,
+    "qwen25vl": qwen25vl,
+}
+
+
+def build(name: str, folder: Path, **kw) -> Path:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    return BUILDERS[name](folder, **kw)

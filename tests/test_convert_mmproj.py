@@ -1,0 +1,342 @@
+"""Vision projectors (``--mmproj``) against llama.cpp's converter and runtime.
+
+For each tiny random VLM (tests/support/vlm_models.py, built once per module):
+
+* the projector GGUF is byte-identical to ``convert_hf_to_gguf.py --mmproj`` at f32,
+  f16, bf16 and q8_0 (the whole file: KVs, tensor infos, data), and the text GGUF
+  written beside it to ``convert_hf_to_gguf.py`` without ``--mmproj``;
+* llama.cpp's multimodal runtime (mtmd, as llama-cpp-python 0.3.36 binds it) loads our
+  projector with our text model, and encodes an image into the embeddings
+  transformers' ``get_image_features`` gives for the same pixels;
+* a folder that cannot give a projector is refused with a named error before any
+  file is written.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from support.llama_sdist import llama_cpp_root
+from support.vlm_models import build
+from weightsmith import errors as E
+from weightsmith.convert import hf_to_gguf
+
+ARCHS = ["gemma3", "llava", "qwen25vl"]
+# llama.cpp's image embeddings vs transformers' features, as a fraction of their scale:
+# measured 2.3e-4 (Gemma 3), 2.5e-4 (Pixtral), 3.0e-3 (Qwen2.5-VL's window-attention
+# ViT with 2-D RoPE, in ggml's float32 ops)
+TOL = {"gemma3": 1e-3, "llava": 1e-3, "qwen25vl": 6e-3}
+TYPES = ["f32", "f16", "bf16", "q8_0"]
+
+_DRIVER = textwrap.dedent(
+    """
+    import json, os, runpy, sys
+    script, jobs = sys.argv[1], json.loads(sys.argv[2])
+    sys.path.insert(0, os.path.dirname(script))
+    for args in jobs:
+        sys.argv = [script, *args]
+        runpy.run_path(script, run_name="__main__")
+    """
+)
+
+
+def _reference(jobs: list[list[str]]) -> None:
+    """convert_hf_to_gguf.py once per argument list, all in one process (torch loads once)."""
+    script = str(llama_cpp_root() / "convert_hf_to_gguf.py")
+    r = subprocess.run([sys.executable, "-c", _DRIVER, script, json.dumps(jobs)],
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> dict:
+    """Per arch: the model folder; the reference's text f16 and projectors; ours."""
+    root = tmp_path_factory.mktemp("mmproj")
+    out: dict = {"root": root}
+    jobs = []
+    for arch in ARCHS:
+        src = build(arch, root / "models" / arch)
+        out[arch] = src
+        ref = root / "ref" / arch
+        ref.mkdir(parents=True)
+        jobs.append([str(src), "--outfile", str(ref / "text-f16.gguf"), "--outtype", "f16"])
+        for t in TYPES:
+            jobs.append([str(src), "--outfile", str(ref / f"mmproj-{t}.gguf"), "--outtype", t,
+                         "--mmproj"])  # fmt: skip
+        ours = root / "ours" / arch
+        for t in TYPES:
+            hf_to_gguf(src, ours / f"text-{t}.gguf", t, mmproj=ours / f"mmproj-{t}.gguf")
+    _reference(jobs)
+    return out
+
+
+# the one tensor ours adds: the pinned converter drops the text embedding of an HF
+# LLaVA-Pixtral checkpoint before it extracts this row, and mtmd refuses its file then
+IMG_BREAK = "v.token_embd.img_break"
+EXTRA = {"llava": IMG_BREAK}
+
+
+def _same(ours: Path, ref: Path, extra: str | None = None) -> None:
+    """Equal KVs (in order), tensor infos and data; without ``extra``, equal bytes."""
+    from support import gguf_c_reader
+
+    ko, to = gguf_c_reader.read(ours)
+    kr, tr = gguf_c_reader.read(ref)
+    assert list(ko) == list(kr)
+    for k in kr:
+        assert ko[k] == kr[k], k
+    if extra is not None:
+        assert [x[0] for x in to].count(extra) == 1
+        to = [x for x in to if x[0] != extra]
+    assert [x[:3] for x in to] == [x[:3] for x in tr]
+    for a, b in zip(to, tr):
+        assert a[3] == b[3], f"{a[0]} data differs"
+    if extra is None:
+        assert ours.read_bytes() == ref.read_bytes()
+
+
+@pytest.mark.parametrize("t", TYPES)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_projector_same_as_reference(work, arch, t):
+    root = work["root"]
+    _same(root / "ours" / arch / f"mmproj-{t}.gguf", root / "ref" / arch / f"mmproj-{t}.gguf",
+          EXTRA.get(arch))  # fmt: skip
+
+
+def test_img_break_row(work):
+    """The added tensor is row [IMG_BREAK] of the text embedding, as llama.cpp's
+    LlavaVisionModel extracts it (from a Mistral-format checkpoint)."""
+    from safetensors.numpy import load_file
+
+    from weightsmith.gguf import read
+
+    src = work["llava"]
+    tid = int(next(iter(json.loads((src / "tokenizer_config.json").read_text())[
+        "added_tokens_decoder"])))  # fmt: skip
+    emb = load_file(src / "model.safetensors")["language_model.model.embed_tokens.weight"]
+    with read(work["root"] / "ours" / "llava" / "mmproj-f32.gguf") as f:
+        t = next(x for x in f.tensors if x.name == IMG_BREAK)
+        got = np.array(f.numpy(IMG_BREAK))
+    assert t.ggml_type.name == "F32" and t.shape == (emb.shape[1],)
+    np.testing.assert_array_equal(got, emb[tid].astype(np.float32))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_text_same_as_reference(work, arch):
+    root = work["root"]
+    _same(root / "ours" / arch / "text-f16.gguf", root / "ref" / arch / "text-f16.gguf")
+
+
+def test_projector_contents(work):
+    """Guard against a vacuous pass: the files hold the tower and projector, typed as
+    llama.cpp wants them, and say what they are."""
+    from weightsmith.gguf import read
+
+    with read(work["root"] / "ours" / "gemma3" / "mmproj-q8_0.gguf") as f:
+        md = f.metadata
+        types = {t.name: t.ggml_type.name for t in f.tensors}
+    assert md["general.architecture"] == "clip" and md["general.type"] == "mmproj"
+    assert md["clip.projector_type"] == "gemma3" and md["clip.vision.projection_dim"] == 256
+    assert md["clip.vision.projector.scale_factor"] == 2
+    assert types["mm.input_projection.weight"] == "F16"  # forced, even at q8_0
+    assert types["v.patch_embd.weight"] == "F32" and types["v.blk.1.attn_q.weight"] == "Q8_0"
+    assert not any(n.startswith(("blk.", "token_embd")) for n in types)
+    with read(work["root"] / "ours" / "llava" / "mmproj-f16.gguf") as f:
+        md = f.metadata
+        names = {t.name for t in f.tensors}
+    assert md["clip.projector_type"] == "pixtral" and md["clip.use_silu"] is True
+    assert {"mm.1.weight", "mm.2.bias", "v.pre_ln.weight", "v.blk.1.ffn_gate.weight"} <= names
+    with read(work["root"] / "ours" / "qwen25vl" / "mmproj-f16.gguf") as f:
+        md = f.metadata
+        types = {t.name: (t.ggml_type.name, t.shape) for t in f.tensors}
+    assert md["clip.projector_type"] == "qwen2.5vl_merger" and md["clip.vision.n_wa_pattern"] == 2
+    # the Conv3d kernel as two Conv2d kernels, and the fused QKV as three
+    assert types["v.patch_embd.weight"] == types["v.patch_embd.weight.1"] == ("F16", (64, 3, 8, 8))
+    assert {"v.blk.3.attn_q.bias", "v.blk.3.attn_k.weight", "v.blk.3.attn_v.weight"} <= set(types)
+
+
+def test_projector_type_with_other_text_types(work, tmp_path):
+    """``auto`` reads the vision tensors' dtype (bf16 here); a llama-quantize type for the
+    text file leaves the projector at f16 (llama-quantize does not quantize projectors)."""
+    ours = work["root"] / "ours" / "gemma3"
+    hf_to_gguf(work["gemma3"], tmp_path / "t.gguf", "q4_k_m", mmproj=tmp_path / "m.gguf")
+    assert (tmp_path / "m.gguf").read_bytes() == (ours / "mmproj-f16.gguf").read_bytes()
+    hf_to_gguf(work["gemma3"], tmp_path / "t2.gguf", "auto", mmproj=tmp_path / "m2.gguf")
+    assert (tmp_path / "m2.gguf").read_bytes() == (ours / "mmproj-bf16.gguf").read_bytes()
+
+
+# --------------------------------------------------------------------------- llama.cpp runs it
+
+
+def _image(size: int) -> np.ndarray:
+    rng = np.random.default_rng(7)
+    return rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+
+
+def _mtmd_embeddings(text: Path, mmproj: Path, img: np.ndarray) -> np.ndarray:
+    """llama.cpp's embeddings of ``img`` (HWC uint8) through our projector."""
+    import llama_cpp
+    from llama_cpp import mtmd_cpp
+
+    llm = llama_cpp.Llama(model_path=str(text), n_ctx=256, n_threads=2, verbose=False)
+    try:
+        params = mtmd_cpp.mtmd_context_params_default()
+        params.use_gpu = False
+        params.n_threads = 2
+        params.print_timings = False
+        ctx = mtmd_cpp.mtmd_init_from_file(str(mmproj).encode(), llm.model, params)
+        assert ctx is not None, "mtmd did not load the projector"
+        try:
+            assert mtmd_cpp.mtmd_support_vision(ctx)
+            h, w, _ = img.shape
+            buf = (ctypes.c_uint8 * img.size).from_buffer_copy(img.tobytes())
+            bitmap = mtmd_cpp.mtmd_bitmap_init(w, h, buf)
+            chunks = mtmd_cpp.mtmd_input_chunks_init()
+            marker = mtmd_cpp.mtmd_default_marker()
+            inp = mtmd_cpp.mtmd_input_text()
+            prompt = b"see " + marker  # kept alive: the struct holds a pointer to it
+            inp.text = prompt
+            inp.text_len = len(prompt)
+            inp.add_special = False
+            inp.parse_special = True
+            bitmaps = (mtmd_cpp.mtmd_bitmap_p_ctypes * 1)(bitmap)
+            assert mtmd_cpp.mtmd_tokenize(ctx, chunks, ctypes.byref(inp), bitmaps, 1) == 0
+            for i in range(mtmd_cpp.mtmd_input_chunks_size(chunks)):
+                chunk = mtmd_cpp.mtmd_input_chunks_get(chunks, i)
+                if (
+                    mtmd_cpp.mtmd_input_chunk_get_type(chunk)
+                    == mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_IMAGE
+                ):
+                    n = mtmd_cpp.mtmd_input_chunk_get_n_tokens(chunk)
+                    assert mtmd_cpp.mtmd_encode_chunk(ctx, chunk) == 0
+                    out = mtmd_cpp.mtmd_get_output_embd(ctx)
+                    n_embd = llama_cpp.llama_model_n_embd(llm.model)
+                    emb = np.ctypeslib.as_array(out, shape=(n * n_embd,)).copy()
+                    break
+            else:
+                raise AssertionError("no image chunk")
+            mtmd_cpp.mtmd_input_chunks_free(chunks)
+            mtmd_cpp.mtmd_bitmap_free(bitmap)
+            return emb.reshape(n, n_embd)
+        finally:
+            mtmd_cpp.mtmd_free(ctx)
+    finally:
+        llm.close()
+
+
+def _hf_image_features(folder: Path, img: np.ndarray) -> np.ndarray:
+    import torch
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    pre = json.loads((folder / "preprocessor_config.json").read_text())
+    x = (img.astype(np.float32) / 255.0 - np.float32(pre["image_mean"])) / np.float32(
+        pre["image_std"]
+    )
+    pixels = torch.from_numpy(np.ascontiguousarray(x.transpose(2, 0, 1)[None]))
+    cfg = AutoConfig.from_pretrained(folder)
+    m = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32)
+    m.eval()
+    kw = {}
+    if cfg.model_type == "llava":
+        kw["image_sizes"] = torch.tensor([list(img.shape[:2])])
+    if cfg.model_type == "qwen2_5_vl":  # flattened temporal patches: its own processor
+        from transformers import AutoImageProcessor
+
+        out = AutoImageProcessor.from_pretrained(folder)(
+            images=[img], return_tensors="pt", do_resize=False
+        )
+        pixels, kw["image_grid_thw"] = out["pixel_values"], out["image_grid_thw"]
+    with torch.no_grad():
+        f = m.get_image_features(pixel_values=pixels, **kw)
+    f = getattr(f, "pooler_output", f)
+    if isinstance(f, (list, tuple)):
+        f = torch.cat(list(f), 0)
+    return f.reshape(-1, f.shape[-1]).float().numpy()
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_llama_cpp_encodes_image(work, arch):
+    ours = work["root"] / "ours" / arch
+    img = _image(64)
+    got = _mtmd_embeddings(ours / "text-f32.gguf", ours / "mmproj-f32.gguf", img)
+    want = _hf_image_features(work[arch], img)
+    if arch == "llava":
+        # Pixtral: llama.cpp puts the [IMG_BREAK] embedding (our added tensor) after each
+        # row of patches but the last; transformers' features are the patches alone
+        side = 64 // 8
+        rows = [got[r * (side + 1) : r * (side + 1) + side] for r in range(side)]
+        breaks = got[[r * (side + 1) + side for r in range(side - 1)]]
+        from weightsmith.gguf import read
+
+        with read(ours / "mmproj-f32.gguf") as f:
+            row = np.array(f.numpy(IMG_BREAK))
+        np.testing.assert_array_equal(breaks, np.broadcast_to(row, breaks.shape))
+        got = np.concatenate(rows)
+    assert got.shape == want.shape
+    scale = float(np.abs(want).max())
+    assert np.abs(got - want).max() <= TOL[arch] * max(scale, 1.0), np.abs(got - want).max()
+
+
+# --------------------------------------------------------------------------- refused
+
+
+def test_refused_before_writing(work, tmp_path):
+    import shutil
+
+    src = tmp_path / "vlm"
+    shutil.copytree(work["gemma3"], src)
+    (src / "preprocessor_config.json").unlink()
+    (src / "processor_config.json").unlink()
+    out = tmp_path / "out"
+    with pytest.raises(E.MissingModelFile, match="image processor") as ei:
+        hf_to_gguf(src, out / "t.gguf", "f16", mmproj=out / "m.gguf")
+    assert "image_mean" in str(ei.value)
+    assert not out.exists()
+    cfg = json.loads((work["gemma3"] / "config.json").read_text())
+    del cfg["vision_config"]
+    shutil.copy(work["gemma3"] / "preprocessor_config.json", src)
+    (src / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(E.InvalidModelConfig, match="vision"):
+        hf_to_gguf(src, out / "t.gguf", "f16", mmproj=out / "m.gguf")
+    assert not out.exists()
+    # transformers 5's own names (model.vision_tower.*) are not the Hub's: refused, as the
+    # reference would write an empty projector
+    from support.vlm_models import hub_layout
+
+    shutil.copy(work["gemma3"] / "config.json", src)
+    hub_layout(src, lambda k: "model." + k if not k.startswith("language_model.") else k)
+    with pytest.raises(E.MissingModelFile, match="no vision tower tensors"):
+        hf_to_gguf(src, out / "t.gguf", "f16", mmproj=out / "m.gguf")
+    assert not out.exists()
+
+
+def test_vlm_text_alone_has_no_hf_class(work, tmp_path):
+    """The qwen2vl text GGUF has no HF class of its own: a named error, nothing written."""
+    from weightsmith.convert import gguf_to_hf
+
+    with pytest.raises(E.UnknownArchitecture, match="qwen2vl"):
+        gguf_to_hf(work["root"] / "ours" / "qwen25vl" / "text-f16.gguf", tmp_path / "back")
+    assert not (tmp_path / "back").exists()
+
+
+def test_cli_writes_both(work, tmp_path):
+    from weightsmith.cli._main import main
+
+    dst = tmp_path / "g.gguf"
+    assert main(["convert", str(work["gemma3"]), str(dst), "--type", "f16", "--mmproj",
+                 "--quiet"]) == 0  # fmt: skip
+    ours = work["root"] / "ours" / "gemma3"  # the same folder name: the same general.name
+    assert (tmp_path / "mmproj-g.gguf").read_bytes() == (ours / "mmproj-f16.gguf").read_bytes()
+    assert dst.read_bytes() == (ours / "text-f16.gguf").read_bytes()
+    # GGUF -> HF has no projector to write: a usage error, nothing written
+    back = tmp_path / "back"
+    assert main(["convert", str(dst), str(back), "--mmproj", "--quiet"]) != 0
+    assert not back.exists()
