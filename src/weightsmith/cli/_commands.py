@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import gguf, remote, torchfile
+from ..byteio import is_url
 from ..convert import (
     compare,
     gguf_to_hf,
@@ -190,6 +191,8 @@ def _kind(p: str) -> str:
         return "pytorch"
     if low.endswith(".safetensors") or low.endswith(".index.json"):
         return "safetensors"
+    if is_url(p):  # a remote model folder (hf://ORG/REPO, .../resolve/main)
+        return "folder"
     if path.is_dir():
         if any(path.glob("*.safetensors")):
             return "folder"
@@ -262,8 +265,11 @@ def cmd_convert(args: argparse.Namespace) -> int:
     elif src in ("folder", "safetensors") and dst == "gguf":
         fn = hf_to_gguf
         # hf_to_gguf reads a model folder: a file inside one stands for its folder
-        source = Path(args.src)
-        args.src = str(source if source.is_dir() else source.parent)
+        if is_url(args.src):
+            args.src = args.src.rstrip("/").rsplit("/", 1)[0] if src != "folder" else args.src
+        else:
+            source = Path(args.src)
+            args.src = str(source if source.is_dir() else source.parent)
         kw.update(_gguf_options(args))
     elif src == "gguf" and dst in ("folder", "safetensors"):
         _reject(args, "GGUF -> HF", "--imatrix")
