@@ -175,14 +175,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--imatrix", help="importance matrix file")
     _ray_arg(p)
 
-    p = add("batch-quantize", "several quantizations of one GGUF model, reading it once")
-    p.add_argument("src", help="GGUF file (or URL) with f32/f16/bf16 tensors")
-    p.add_argument(
-        "--types", required=True, help="comma-separated file types: q4_k_m,q5_k_m,q8_0,..."
-    )
-    p.add_argument("--out", required=True, help="output folder: <name>-<type>.gguf for each type")
-    p.add_argument("--imatrix", help="importance matrix file")
-
     p = add("edit", "set or remove GGUF metadata keys")
     p.add_argument("file", help="GGUF file (edited in place unless -o)")
     p.add_argument(
