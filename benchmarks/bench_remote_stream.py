@@ -248,6 +248,7 @@ def batch(runs: int, rate: str, layers: int) -> None:
     try:
         for _ in range(runs):
             out = base / "out"
+            out.mkdir()
             server.clear()
             t0 = time.perf_counter()
             quantize_files(url, {t: out / f"b-{t}.gguf" for t in TYPES})

@@ -150,9 +150,25 @@ def test_cli_convert_and_quantize_from_remote(hub, tiny, tmp_path):
     env = {"HF_ENDPOINT": hub.url}
     want = tmp_path / "want.gguf"
     hf_to_gguf(tiny["local"], want, "q4_k_m")
-    p = run("convert", "hf://org/tiny", tmp_path / "out.gguf", "--type", "q4_k_m", env=env)
+    cache = tmp_path / "cache"
+    p = run(
+        "convert", "hf://org/tiny", tmp_path / "out.gguf", "--type", "q4_k_m",
+        "--cache-dir", cache, "--cache-size", "64MB", env=env,
+    )  # fmt: skip
     assert p.returncode == 0, p.stderr
     assert (tmp_path / "out.gguf").read_bytes() == want.read_bytes()
+    blocks = [x for x in cache.rglob("*") if x.is_file()]
+    assert blocks and all(x.suffix == ".blk" for x in blocks)  # the weights' blocks, only
+    # a second run is served by the cache: no byte of the weights is fetched again
+    hub.clear()
+    p = run(
+        "convert", "hf://org/tiny", tmp_path / "out2.gguf", "--type", "q4_k_m",
+        "--cache-dir", cache, env=env,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "out2.gguf").read_bytes() == want.read_bytes()
+    shard_lines = [ln for ln in _settle(hub, 3) if ln.path.endswith(".safetensors")]
+    assert len(shard_lines) == 3  # the three header requests only
     # quantize an F16 GGUF served by the Hub: the same bytes as quantizing the file itself
     qwant = tmp_path / "qwant.gguf"
     quantize_file(tiny["f16"], qwant, "q4_k_m")

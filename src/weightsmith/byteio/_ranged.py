@@ -111,7 +111,6 @@ class RemoteFile:
         self.options = options
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
-        self._closed = False
         source.prefix(first)
         self.size: int = int(source.size or 0)
         cache = options.cache()
@@ -210,7 +209,6 @@ class RemoteFile:
     def close(self) -> None:
         with self._lock:
             pool, self._pool = self._pool, None
-            self._closed = True
         if pool is not None:
             pool.shutdown(wait=True)
         session = getattr(self.source, "session", None)
