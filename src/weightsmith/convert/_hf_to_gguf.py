@@ -920,6 +920,7 @@ def convert_input(
 
 
 def _write(p: _Plan, dst: Path, im, split_max_size, workers, progress, name, tokenizer, cluster):
+    """Write the planned tensors of ``p`` to ``dst`` (the body of :func:`convert_input`)."""
     rows = _metadata(p, name)
     if im is not None:
         rows.extend(im.gguf_rows())
