@@ -671,7 +671,7 @@ def _piece_data(src: _Source, piece: Piece, p: _Plan) -> np.ndarray:
 def _raw_bytes(tp: TensorPlan, p: _Plan) -> np.ndarray:
     """The ggml bytes of a packed tensor: blocks and scales read as stored, repacked."""
     (bsrc, bpiece), (ssrc, spiece) = tp.pieces
-    data = tp.raw.repack(bpiece.apply(bsrc.load()), spiece.apply(ssrc.load()))
+    data = tp.raw.repack(bpiece.apply(p.load(bsrc)), spiece.apply(p.load(ssrc)))
     want = GGML[tp.raw.ggml].nbytes(math.prod(tp.shape))
     if data.dtype != np.uint8 or data.nbytes != want:
         raise E.TensorShapeMismatch(
