@@ -311,9 +311,9 @@ def test_range_header_is_inclusive():
 
 
 def test_gguf_header_read_is_capped(nginx, remote_tree, monkeypatch):
-    import weightsmith.inspection as insp
+    from weightsmith.gguf import _prefix
 
-    monkeypatch.setattr(insp, "GGUF_MAX_HEADER", 64 * 1024)
+    monkeypatch.setattr(_prefix, "GGUF_MAX_HEADER", 64 * 1024)
     with pytest.raises(errors.HeaderReadLimit):
         remote.inspect(f"{nginx.url}/files/model.gguf")
     # it stopped at the first chunk: nothing more was asked for

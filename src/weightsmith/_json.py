@@ -46,17 +46,21 @@ def read_json(
     *,
     pairs: bool = False,
     expected: str = "a JSON file",
+    data: bytes | None = None,
 ) -> Any:
     """The JSON value in ``path``, or ``error`` naming the file and what went wrong.
 
-    ``path`` may also be a :class:`zipfile.Path` (a file held in memory)."""
+    ``path`` may also be a :class:`zipfile.Path` (a file held in memory).  ``data``: the
+    file's bytes when they are already in memory (a remote file fetched whole); ``path``
+    then only names it in errors.
+    """
     try:
-        if isinstance(path, zipfile.Path):
-            text = path.read_bytes().decode("utf-8")
-        else:
+        if data is None and isinstance(path, zipfile.Path):
+            data = path.read_bytes()
+        elif data is None:
             with open(path, "rb") as f:
-                text = f.read().decode("utf-8")
-        return json.loads(text, object_pairs_hook=Pairs if pairs else None)
+                data = f.read()
+        return json.loads(bytes(data).decode("utf-8"), object_pairs_hook=Pairs if pairs else None)
     # ValueError: bad JSON or UTF-8, or an integer past int()'s digit limit
     except (OSError, ValueError, RecursionError) as exc:
         raise error(f"cannot read {what}", path=path, expected=expected, found=str(exc)) from None

@@ -188,6 +188,8 @@ The catalogue, in pipeline order (bases in parentheses)::
       RemoteAuthError (RemoteHTTPError): The server answered 401/403: a token is missing or not accepted
       TooManyRedirects (RemoteError): A redirect chain was longer than the limit
       RemoteConnectionError (RemoteError): The server could not be reached or the connection broke (after retries)
+      RemoteShortRead (RemoteError): A ranged read came back with fewer or other bytes than asked for (after retries)
+      RemoteFileChanged (RemoteError): A remote file changed under a running read (ETag, size or Content-Range disagree with the first answer)
       NoWeightsFound (RemoteError): A Hub repo holds no safetensors or GGUF file to inspect
 
     inspection (what ``weightsmith inspect`` reads)
@@ -888,6 +890,14 @@ class TooManyRedirects(RemoteError):
 
 class RemoteConnectionError(RemoteError):
     """The server could not be reached or the connection broke (after retries)."""
+
+
+class RemoteShortRead(RemoteError):
+    """A ranged read came back with fewer or other bytes than asked for (after retries)."""
+
+
+class RemoteFileChanged(RemoteError):
+    """A remote file changed under a running read (ETag, size or Content-Range disagree with the first answer)."""
 
 
 class NoWeightsFound(RemoteError):

@@ -17,7 +17,8 @@ Header reading strategy per format:
   ``8 + N`` is larger.
 * GGUF: read a chunk, parse; on :class:`~weightsmith.errors.NeedMoreData`
   grow as :func:`next_gguf_prefix` says (a little past the parser's estimate
-  of the header end, within a bounded factor of what was read) and parse again.
+  of the header end, within a bounded factor of what was read) and parse again
+  (:func:`weightsmith.gguf.parse_gguf_prefix`, which ``gguf.read`` of a URL uses too).
 
 Parsing and validation themselves belong to :mod:`weightsmith.safetensors`
 and :mod:`weightsmith.gguf`; this module only adapts their results.
@@ -39,16 +40,17 @@ import numpy as np
 
 from . import dtypes, gguf, torchfile
 from . import safetensors as st
+from .byteio import CachedSource
 from .convert import MetaCheckpoint, is_meta_dir
 from .errors import (
     FormatError,
-    HeaderReadLimit,
     InvalidIndex,
     MissingShard,
-    NeedMoreData,
     SeveralWeightSets,
     UnknownTargetError,
 )
+from .gguf import parse_gguf_prefix
+from .safetensors import SPECULATIVE
 
 __all__ = [
     "SPECULATIVE",
@@ -65,12 +67,6 @@ __all__ = [
     "validate_local",
 ]
 
-#: bytes read by the first (speculative) request of a safetensors file.
-SPECULATIVE = 100 * 1024
-#: first chunk of a GGUF file; the KV section of most files fits in it.
-GGUF_FIRST_CHUNK = 1024 * 1024
-#: a GGUF header (KV + tensor infos) larger than this is refused, not fetched
-GGUF_MAX_HEADER = 512 * 1024 * 1024
 #: arrays longer than this are summarised in reports (GGUF token lists ...).
 ARRAY_SUMMARY = 16
 
@@ -279,38 +275,6 @@ def summarize_value(value: Any) -> Any:
 # --------------------------------------------------------------------------- sources
 
 
-class CachedSource:
-    """A byte source of known size that keeps the prefix read so far.
-
-    ``prefix(n)`` reads only the bytes past what it holds, through
-    :meth:`read_range`, and counts each read as a request.
-    """
-
-    name: str
-    size: int | None
-
-    def __init__(self, name: str, size: int, requests: int = 0) -> None:
-        self.name = name
-        self.size = size
-        self.requests = requests
-        self.bytes_fetched = 0
-        self._buf = b""
-
-    def read_range(self, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of the file."""
-        raise NotImplementedError
-
-    def prefix(self, n: int) -> bytes:
-        assert self.size is not None
-        n = min(n, self.size)
-        if n > len(self._buf):
-            more = self.read_range(len(self._buf), n)
-            self.requests += 1
-            self.bytes_fetched += len(more)
-            self._buf += more
-        return self._buf[:n]
-
-
 class LocalSource(CachedSource):
     """A local file as a byte source (reads are counted like requests)."""
 
@@ -389,47 +353,6 @@ def gguf_metadata(header: Any) -> dict[str, Any]:
         else:
             out[key] = summarize_value(header.metadata[key])
     return out
-
-
-#: a GGUF prefix grows to this many times the parser's estimate of the header end ...
-GGUF_SLACK = 1.2
-#: ... and at least this factor, at most that one, times what it has
-GGUF_GROW_MIN, GGUF_GROW_MAX = 1.5, 16
-
-
-def next_gguf_prefix(have: int, needed: int, size: int) -> int:
-    """How far to read a GGUF header next, after a ``have``-byte prefix fell short.
-
-    ``needed`` is the parser's estimate of the header's end from what it parsed
-    (the arrays still to come extrapolated from the strings actually scanned):
-    read a little past it, since the KVs after it are unknown, but grow by a
-    bounded factor of what was read, and never past the file.
-    """
-    want = max(int(needed * GGUF_SLACK), int(have * GGUF_GROW_MIN), needed)
-    return min(size, max(have + 1, min(want, have * GGUF_GROW_MAX)))
-
-
-def parse_gguf_prefix(src: Source, first: int = GGUF_FIRST_CHUNK) -> tuple[Any, int]:
-    """Parse a GGUF header from growing prefixes; returns (header, bytes used)."""
-    buf = src.prefix(first)
-    while True:
-        size = src.size if src.size is not None else len(buf)
-        try:
-            return gguf.parse(buf, size, src.name), len(buf)
-        except NeedMoreData as e:
-            if len(buf) >= size:  # the whole file is here: the parser must decide
-                raise FormatError(
-                    "GGUF header runs past the end of the file",
-                    path=src.name,
-                    expected=f">= {e.needed} bytes",
-                    found=size,
-                ) from None
-            if e.needed > GGUF_MAX_HEADER:
-                raise HeaderReadLimit(
-                    f"{src.name}: the GGUF header needs {e.needed:,} bytes, "
-                    f"more than the {GGUF_MAX_HEADER:,} inspect reads"
-                ) from None
-            buf = src.prefix(next_gguf_prefix(len(buf), e.needed, size))
 
 
 def read_gguf(src: Source) -> FileReport:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import gguf, remote, torchfile
+from ..byteio import RemoteOptions, is_url
 from ..convert import (
     compare,
     gguf_to_hf,
@@ -25,6 +26,7 @@ from ..convert import (
 from ..errors import UnknownTargetError, UsageError
 from ..inspection import inspect_local, validate_local
 from ..quant.file import batch_quantize, quantize_file
+from ..safetensors import parse_size
 from . import demo
 from ._output import Out, error_line, human_bytes
 from ._render import render_report
@@ -190,6 +192,8 @@ def _kind(p: str) -> str:
         return "pytorch"
     if low.endswith(".safetensors") or low.endswith(".index.json"):
         return "safetensors"
+    if is_url(p):  # a remote model folder (hf://ORG/REPO, .../resolve/main)
+        return "folder"
     if path.is_dir():
         if any(path.glob("*.safetensors")):
             return "folder"
@@ -262,9 +266,14 @@ def cmd_convert(args: argparse.Namespace) -> int:
     elif src in ("folder", "safetensors") and dst == "gguf":
         fn = hf_to_gguf
         # hf_to_gguf reads a model folder: a file inside one stands for its folder
-        source = Path(args.src)
-        args.src = str(source if source.is_dir() else source.parent)
+        if is_url(args.src):
+            args.src = args.src.rstrip("/").rsplit("/", 1)[0] if src != "folder" else args.src
+        else:
+            source = Path(args.src)
+            args.src = str(source if source.is_dir() else source.parent)
         kw.update(_gguf_options(args))
+        if is_url(args.src):
+            kw["remote"] = _remote_options(args)
     elif src == "gguf" and dst in ("folder", "safetensors"):
         _reject(args, "GGUF -> HF", "--imatrix")
         fn = gguf_to_hf
@@ -330,6 +339,8 @@ def _done(args: argparse.Namespace, path: str) -> None:
 
 def cmd_quantize(args: argparse.Namespace) -> int:
     kw: dict[str, Any] = {"type": args.type, "imatrix": args.imatrix, "ray": args.ray}
+    if is_url(args.src):
+        kw["remote"] = _remote_options(args)
     result = call_with_progress(
         quantize_file,
         args.src,
@@ -348,6 +359,15 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _remote_options(args: argparse.Namespace) -> RemoteOptions:
+    return RemoteOptions(
+        token=args.token,
+        endpoint=args.endpoint,
+        cache_dir=args.cache_dir,
+        cache_max_bytes=parse_size(args.cache_size),
+    )
+
+
 def cmd_batch_quantize(args: argparse.Namespace) -> int:
     types = [t.strip() for t in args.types.split(",") if t.strip()]
     if not types:
@@ -361,6 +381,7 @@ def cmd_batch_quantize(args: argparse.Namespace) -> int:
         quiet=args.quiet,
         imatrix=args.imatrix,
         ray=args.ray,
+        remote=_remote_options(args) if is_url(args.src) else None,
     )
     for path, result in results.items():
         _done(args, path)

@@ -145,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="Meta original folder: the Llama generation, when params.json cannot tell",
     )
     _ray_arg(p)
+    _stream_args(p)
 
     p = add("quantize", "requantize a GGUF file from f32/f16/bf16 tensors")
     p.add_argument("src", help="GGUF file with f32/f16/bf16 tensors")
@@ -157,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="machine-readable result: types, fallbacks, bits per weight",
     )
     _ray_arg(p)
+    _stream_args(p)
 
     p = add(
         "batch-quantize",
@@ -174,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--imatrix", help="importance matrix file")
     _ray_arg(p)
+    _stream_args(p)
 
     p = add("edit", "set or remove GGUF metadata keys")
     p.add_argument("file", help="GGUF file (edited in place unless -o)")
@@ -234,6 +237,20 @@ def _ray_arg(p: argparse.ArgumentParser) -> None:
         metavar="ADDRESS",
         help="quantize on this Ray cluster (host:port, or 'auto'); every node must see SRC "
         "at the same path (needs weightsmith[ray])",
+    )
+
+
+def _stream_args(p: argparse.ArgumentParser) -> None:
+    """Options of a remote source (hf://, https://, s3:// ...) read while converting."""
+    p.add_argument("--token", help="Hub/HTTP bearer token for a remote SRC (default: $HF_TOKEN)")
+    p.add_argument(
+        "--endpoint", help="Hub endpoint (default: $HF_ENDPOINT or https://huggingface.co)"
+    )
+    p.add_argument(
+        "--cache-dir", help="remote SRC: keep fetched blocks in this folder (off by default)"
+    )
+    p.add_argument(
+        "--cache-size", default="8GB", help="remote SRC: block cache limit (default 8GB)"
     )
 
 

@@ -31,15 +31,35 @@ Inputs: :func:`hf_to_gguf` reads a folder; Meta's and Mistral's original layouts
 Memory: only the tensor in flight is held: its float32 copy, the transformed copy
 and the quantized output (quantization temporaries are bounded by
 :data:`weightsmith.quant.MEMORY_BUDGET`).
+
+Remote sources (``hf://ORG/REPO[@REV][/FOLDER]``, an ``http(s)://`` folder URL such
+as ``.../resolve/main``, or an fsspec folder URL), streamed without a local copy:
+
+* the small files (:data:`SMALL_FILES`: config, tokenizer, model card, index) are
+  fetched whole into a temporary folder beside the output, deleted at the end;
+  which exist comes from the Hub's repo listing for ``hf://`` (no probes), from
+  probing each name elsewhere;
+* the safetensors weights are opened remotely (headers only,
+  :func:`weightsmith.safetensors.safe_open` of the URLs) and each source tensor is
+  fetched by range when the plan needs it, exactly once, by prefetch threads
+  that run up to :data:`PREFETCH_BYTES` ahead of the writer, so the download of
+  the next tensors overlaps the quantization of this one;
+* the output is byte-identical to converting a downloaded copy in a folder named
+  like the repo (``general.name`` comes from that name).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import math
 import os
 import re
+import shutil
+import tempfile
+import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +69,17 @@ import numpy as np
 from .. import errors as E
 from .. import torchfile
 from .._json import read_json
+from .._lazy import require
+from ..byteio import (
+    RemoteOptions,
+    Session,
+    fetch_whole,
+    hub_listing,
+    hub_token,
+    is_url,
+    parse_hub_ref,
+    url_name,
+)
 from ..cluster import batches, map_tasks
 from ..dtypes import GGML, SAFETENSORS
 from ..gguf import GGUFValueType, Writer, split
@@ -58,7 +89,7 @@ from ..quant.file import quantize_tensor
 from ..quant.imatrix import Imatrix, for_tensor, read_imatrix
 from ..quant.recipes import FILE_TYPES, file_type
 from ..quant.recipes import plan as recipe_plan
-from ..safetensors import open_checkpoint, read_index, safe_open
+from ..safetensors import Checkpoint, open_checkpoint, read_index, safe_open
 from . import _mmproj
 from ._model_card import provenance_rows
 from .arch import (
@@ -186,20 +217,27 @@ class _Source:
     load: Callable[[], np.ndarray]
 
 
-def _safetensors_sources(d: Path, stack: list) -> list[_Source] | None:
+def _safetensors_sources(d: Path, stack: list, repo: _Repo | None = None) -> list[_Source] | None:
     index = d / "model.safetensors.index.json"
     if index.is_file():
         idx = read_index(index)
         parts = sorted(dict.fromkeys(idx["weight_map"].values()))
+    elif repo is not None:
+        parts = repo.weights
     else:
         parts = sorted(p.name for p in d.glob("model*.safetensors") if p.is_file()) or sorted(
             p.name for p in d.glob("*.safetensors") if p.is_file()
         )
-        if not parts:
-            return None
+    if not parts:
+        return None
     # pread, not mmap: mapped pages that were read stay resident (and in the RSS) until
     # unmapped, so a whole model would pile up; a read copy is freed with its tensor
-    ck = open_checkpoint(index, mmap=False) if index.is_file() else None
+    ck = None
+    if index.is_file() and repo is not None:  # the index was fetched: open its shards' URLs
+        shards = [repo.url(s) for s in dict.fromkeys(idx["weight_map"].values())]
+        ck = Checkpoint(shards, index=idx, index_path=repo.url(index.name), remote=repo.options)
+    elif index.is_file():
+        ck = open_checkpoint(index, mmap=False)
     out: list[_Source] = []
     if ck is not None:
         stack.append(ck)
@@ -212,15 +250,20 @@ def _safetensors_sources(d: Path, stack: list) -> list[_Source] | None:
                 out.append(_Source(name, tuple(info.shape), info.dtype.name,
                                    lambda n=name, c=ck: np.asarray(c.get_tensor(n))))  # fmt: skip
         return out
-    return file_sources(d, parts, stack)
+    return file_sources(d, parts, stack, repo)
 
 
-def file_sources(d: Path, parts: list[str], stack: list) -> list[_Source]:
-    """The tensors of the safetensors files ``parts`` in ``d``, in the reference's order
-    (files as listed, names sorted within each)."""
+def file_sources(
+    d: Path, parts: list[str], stack: list, repo: _Repo | None = None
+) -> list[_Source]:
+    """The tensors of the safetensors files ``parts`` in ``d`` (or of the remote ``repo``),
+    in the reference's order (files as listed, names sorted within each)."""
     out: list[_Source] = []
     for fname in parts:
-        f = safe_open(d / fname, framework="np", mmap=False)
+        if repo is not None:
+            f = safe_open(repo.url(fname), framework="np", remote=repo.options)
+        else:
+            f = safe_open(d / fname, framework="np", mmap=False)
         stack.append(f)
         for name in f.keys():  # noqa: SIM118 (a file handle, not a dict)
             info = f.info(name)
@@ -250,8 +293,16 @@ def _torch_sources(d: Path, stack: list) -> list[_Source] | None:
     return out
 
 
-def _sources(d: Path, stack: list) -> list[_Source]:
-    src = _safetensors_sources(d, stack)
+def _sources(d: Path, stack: list, repo: _Repo | None = None) -> list[_Source]:
+    src = _safetensors_sources(d, stack, repo)
+    if src is None and repo is not None:
+        raise E.MissingModelFile(
+            "no safetensors weights in the remote model (remote conversion streams "
+            "safetensors; download .bin checkpoints first)",
+            path=repo.base,
+            expected="model.safetensors, or sharded safetensors with an index",
+            found="none",
+        )
     if src is None:
         src = _torch_sources(d, stack)
     if src is None:
@@ -345,6 +396,10 @@ class _Plan:
     type_name: str
     file_type: int
     vocab: list
+    prefetch: _Prefetch | None = None
+
+    def load(self, src: _Source) -> np.ndarray:
+        return self.prefetch.load(src) if self.prefetch is not None else src.load()
 
 
 def _resolve_type(type: str, sources: list[_Source]) -> tuple[str, Any]:
@@ -388,6 +443,7 @@ class ModelInput:
     vocab: Callable[[], list]
     n_vocab: Callable[[list], int | None] = lambda vocab: None
     name_or_path: bool = True
+    streamed: bool = False  # remote weights: prefetch them ahead of the writer
 
 
 def hf_input(
@@ -397,6 +453,7 @@ def hf_input(
     sources: list[_Source] | None = None,
     pre: str | None = None,
     given: str | None = None,
+    repo: _Repo | None = None,
 ) -> ModelInput:
     """The HF folder ``d`` (a Path, or a :class:`zipfile.Path` of files held in memory)
     as a conversion input; ``sources`` replace the folder's weights, ``pre`` names the
@@ -407,7 +464,7 @@ def hf_input(
     cfg = arch.config(cfg)
     _check_config(cfg, arch, cfg_path)
     if sources is None:
-        sources = _sources(d, stack)
+        sources = _sources(d, stack, repo)
     route = arch.tokenizer.get("vocab")
     return ModelInput(
         folder=d,
@@ -417,6 +474,7 @@ def hf_input(
         sources=sources,
         vocab=lambda: vocab_metadata(d, cfg, route=route, pre=pre),
         n_vocab=lambda vocab: _n_vocab(d, vocab),
+        streamed=repo is not None,
     )
 
 
@@ -604,7 +662,7 @@ def _encode(x: np.ndarray, t: str, im: Imatrix | None, workers: int | None, name
 
 def _piece_data(src: _Source, piece: Piece, p: _Plan) -> np.ndarray:
     """One source read, widened, transformed (registry transforms), then sliced."""
-    x = _widen(src.load())
+    x = _widen(p.load(src))
     for t in p.arch.transforms_for(piece.hf):
         x = t.forward(x, p.cfg, p.ctx)
     return piece.apply(x, p.cfg)
@@ -613,7 +671,7 @@ def _piece_data(src: _Source, piece: Piece, p: _Plan) -> np.ndarray:
 def _raw_bytes(tp: TensorPlan, p: _Plan) -> np.ndarray:
     """The ggml bytes of a packed tensor: blocks and scales read as stored, repacked."""
     (bsrc, bpiece), (ssrc, spiece) = tp.pieces
-    data = tp.raw.repack(bpiece.apply(bsrc.load()), spiece.apply(ssrc.load()))
+    data = tp.raw.repack(bpiece.apply(p.load(bsrc)), spiece.apply(p.load(ssrc)))
     want = GGML[tp.raw.ggml].nbytes(math.prod(tp.shape))
     if data.dtype != np.uint8 or data.nbytes != want:
         raise E.TensorShapeMismatch(
@@ -769,6 +827,7 @@ def hf_to_gguf(
     tokenizer: bool = True,
     ray: str | None = None,
     mmproj: str | os.PathLike[str] | None = None,
+    remote: RemoteOptions | None = None,
 ) -> ConversionResult:
     """Convert the Hugging Face model folder ``src`` to the GGUF file ``dst``.
 
@@ -787,12 +846,33 @@ def hf_to_gguf(
     ``mmproj``: also write the vision projector of a vision-language model to this
     path (:mod:`weightsmith.convert._mmproj`; both files are planned before either
     is written); ``files`` then ends with it.
+    ``src`` may be remote (module docstring; ``remote=`` options, e.g. a token).
     """
+    if ray is not None and is_url(src):
+        raise E.UsageError(
+            f"{src}: ray= has every node read a folder it sees; a remote source is streamed "
+            "on this machine (drop ray=, or download the model to shared storage)"
+        )
     stack: list = []
+    staged: Path | None = None
     try:
         im = read_imatrix(imatrix) if imatrix is not None else None
-        d = Path(src)
-        m = hf_input(d, stack, given=os.fspath(src))
+        if is_url(src):
+            if mmproj is not None:
+                raise E.UsageError(
+                    f"{src}: mmproj= reads the vision tensors from a local model folder; "
+                    "download the model first"
+                )
+            Path(dst).parent.mkdir(parents=True, exist_ok=True)
+            staged = Path(
+                tempfile.mkdtemp(prefix=f".{Path(dst).name}.", suffix=".src", dir=Path(dst).parent)
+            )
+            repo = _stage(os.fspath(src), staged, remote or RemoteOptions())
+            d = staged
+            m = hf_input(staged, stack, given=repo.name, repo=repo)
+        else:
+            d = Path(src)
+            m = hf_input(d, stack, given=os.fspath(src))
         # the projector is planned (and its inputs checked) before the text file is written
         proj = _mmproj.plan_mmproj(d, type, stack) if mmproj is not None else None
         cluster = None
@@ -809,6 +889,8 @@ def hf_to_gguf(
     finally:
         for h in stack:
             h.close()
+        if staged is not None:
+            shutil.rmtree(staged, ignore_errors=True)
 
 
 def convert_input(
@@ -828,6 +910,17 @@ def convert_input(
     ``cluster``: ``(ray address, HF folder, type, imatrix path)`` to encode on a Ray cluster."""
     dst = Path(dst)
     p = plan_input(m, type, has_imatrix=im is not None, tokenizer=tokenizer)
+    if m.streamed:
+        p.prefetch = _Prefetch([s for tp in p.tensors for s, _ in tp.pieces])
+    try:
+        return _write(p, dst, im, split_max_size, workers, progress, name, tokenizer, cluster)
+    finally:
+        if p.prefetch is not None:
+            p.prefetch.close()
+
+
+def _write(p: _Plan, dst: Path, im, split_max_size, workers, progress, name, tokenizer, cluster):
+    """Write the planned tensors of ``p`` to ``dst`` (the body of :func:`convert_input`)."""
     rows = _metadata(p, name)
     if im is not None:
         rows.extend(im.gguf_rows())
@@ -882,3 +975,140 @@ def _split(tmp: Path, dst: Path, max_size: int | str) -> list[str]:
         tmp.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             tmp.parent.rmdir()
+
+
+# --------------------------------------------------------------------------- remote sources
+
+#: the files of a model repo fetched whole for a remote conversion (weights: by range)
+SMALL_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.jinja",
+    "chat_template.json",
+    "README.md",
+    "model.safetensors.index.json",
+)
+#: a remote conversion reads source tensors at most this many bytes ahead of the writer ...
+PREFETCH_BYTES = 256 * 1024 * 1024
+#: ... with this many tensors in flight (each also split into parallel ranged requests)
+PREFETCH_TENSORS = 4
+
+
+@dataclass
+class _Repo:
+    """A remote model folder: its URL (ending in ``/``), weight file names, options."""
+
+    base: str
+    weights: list[str]
+    options: RemoteOptions
+    name: str  # the folder name a downloaded copy would have
+
+    def url(self, name: str) -> str:
+        return self.base + name
+
+
+def _stage(src: str, folder: Path, options: RemoteOptions) -> _Repo:
+    """Fetch the small files of a remote model folder into ``folder``; name its weights."""
+    ref = parse_hub_ref(src, bare=False)
+    names: list[str] | None = None
+    if ref is not None:
+        tok, tok_origin = hub_token(options.token, options.endpoint)
+        with Session(tok, tok_origin, timeout=options.timeout, retries=options.retries) as s:
+            listing = hub_listing(ref, s, options.endpoint)
+        sub = (ref.path or "").strip("/")
+        names = [n[len(sub) + 1 :] for n in listing if n.startswith(sub + "/")] if sub else listing
+        base = f"hf://{ref.repo}@{ref.revision}/" + (f"{sub}/" if sub else "")
+        name = sub.rsplit("/", 1)[-1] if sub else ref.repo.split("/", 1)[1]
+    else:
+        base = src.rstrip("/") + "/"
+        if not base.startswith(("http://", "https://")):  # fsspec: list the folder
+            names = _fsspec_names(base, options)
+        parts = base.rstrip("/").split("/")
+        # a Hub-style .../ORG/REPO/resolve/REV folder is named like the repo
+        name = parts[-3] if len(parts) > 4 and parts[-2] == "resolve" else url_name(base[:-1])
+    wanted = [n for n in SMALL_FILES if names is None or n in names]
+    wanted += [n for n in names or [] if fnmatch.fnmatch(n, "additional_chat_templates/*.jinja")]
+    for n in wanted:
+        try:
+            data = fetch_whole(base + n, options)
+        except E.RemoteNotFound:
+            if names is None:  # a probe: the file is simply not there
+                continue
+            raise
+        (folder / n).parent.mkdir(parents=True, exist_ok=True)
+        (folder / n).write_bytes(data)
+    if names is not None:
+        top = [n for n in names if "/" not in n and n.endswith(".safetensors")]
+        weights = sorted(n for n in top if fnmatch.fnmatch(n, "model*.safetensors")) or sorted(top)
+    else:
+        weights = ["model.safetensors"]
+    return _Repo(base, weights, options, name)
+
+
+def _fsspec_names(base: str, options: RemoteOptions) -> list[str]:
+    """File names (relative, ``/``-separated) in an fsspec folder and its subfolders."""
+    fsspec = require("fsspec", "fsspec URLs")
+    fs, root = fsspec.core.url_to_fs(base, **options.storage_options)
+    root = root.rstrip("/")
+    return sorted(p[len(root) + 1 :] for p in fs.find(root) if p.startswith(root + "/"))
+
+
+class _Prefetch:
+    """Loads the plan's source tensors in the order the writer asks for them, each once,
+    on :data:`PREFETCH_TENSORS` threads that run at most :data:`PREFETCH_BYTES` ahead (at
+    least one tensor); a tensor used by several outputs (split Q/K/V) is kept until its
+    last use."""
+
+    def __init__(self, order: list[_Source]) -> None:
+        self._uses: dict[int, int] = {}
+        self._order: list[_Source] = []
+        for s in order:
+            if id(s) not in self._uses:
+                self._order.append(s)
+            self._uses[id(s)] = self._uses.get(id(s), 0) + 1
+        self._futures: dict[int, Future] = {}
+        self._pending = 0
+        self._next = 0
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(
+            max_workers=PREFETCH_TENSORS, thread_name_prefix="ws-prefetch"
+        )
+
+    @staticmethod
+    def _nbytes(s: _Source) -> int:
+        return SAFETENSORS[s.dtype].nbytes(math.prod(s.shape)) if s.dtype in SAFETENSORS else 0
+
+    def _fill(self, need: _Source | None = None) -> None:
+        while self._next < len(self._order) and (
+            self._pending < PREFETCH_BYTES or (need is not None and id(need) not in self._futures)
+        ):
+            s = self._order[self._next]
+            self._futures[id(s)] = self._pool.submit(s.load)
+            self._pending += self._nbytes(s)
+            self._next += 1
+
+    def load(self, s: _Source) -> np.ndarray:
+        with self._lock:
+            self._fill(s)
+            fut = self._futures[id(s)]
+        x = fut.result()
+        with self._lock:
+            self._uses[id(s)] -= 1
+            if not self._uses[id(s)]:
+                del self._futures[id(s)]
+                self._pending -= self._nbytes(s)
+            self._fill()
+        return x
+
+    def close(self) -> None:
+        with self._lock:
+            for f in self._futures.values():
+                f.cancel()
+        self._pool.shutdown(wait=True)

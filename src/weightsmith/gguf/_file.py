@@ -3,6 +3,13 @@
 The header is parsed by :func:`weightsmith.gguf._parse.parse` (layout in
 :mod:`weightsmith.gguf._spec`); tensor data is never read until asked for,
 and then handed out as zero-copy views of the mmap.
+
+A URL (``hf://ORG/REPO[@REV]/PATH``, ``http(s)://``, fsspec; options in
+``remote=``, a :class:`weightsmith.byteio.RemoteOptions`) is read the same way
+without a mapping: the header from growing prefixes
+(:func:`weightsmith.gguf.parse_gguf_prefix`, one request for most files), each
+tensor's bytes with ranged requests when it is asked for (read-only arrays
+over the fetched bytes).  Split sets work for URLs too (sibling URLs).
 """
 
 from __future__ import annotations
@@ -19,7 +26,9 @@ from typing import Any
 import numpy as np
 
 from .. import errors as E
+from ..byteio import RemoteFile, RemoteOptions, is_url, open_remote
 from ._parse import GGUFHeader, Metadata, TensorInfo, parse
+from ._prefix import GGUF_FIRST_CHUNK, parse_gguf_prefix
 from ._spec import KEY_SPLIT_COUNT, KEY_SPLIT_NO, MetaType
 
 __all__ = ["GGUFFile", "read", "shard_paths"]
@@ -62,6 +71,27 @@ class _Mapped:
         self.mm = None
 
 
+class _Remote:
+    """One remote file: its header (from growing prefixes) and its ranged reader."""
+
+    def __init__(self, url: str, options: RemoteOptions | None) -> None:
+        self.path = url
+        self.mm: Any = None
+        self.src: RemoteFile | None = open_remote(url, options, first=GGUF_FIRST_CHUNK)
+        self.size = self.src.size
+        try:
+            self.header, _ = parse_gguf_prefix(self.src)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        self.header = None  # type: ignore[assignment]
+        src, self.src = self.src, None
+        if src is not None:
+            src.close()
+
+
 class GGUFFile:
     """A GGUF file opened for reading; with ``split.count > 1`` the whole split set.
 
@@ -71,11 +101,17 @@ class GGUFFile:
     parsed header of the first file), ``paths`` (one per shard).
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        self._files: list[_Mapped] = []
+    def __init__(
+        self, path: str | os.PathLike[str], *, remote: RemoteOptions | None = None
+    ) -> None:
+        self._url = is_url(path)
+        self._remote = remote
+        # a URL stays a string: Path would fold its "//"
+        self.path: Any = str(path) if self._url else Path(path)
+        self._files: list[Any] = []
+        self._closed = False
         try:
-            first = _Mapped(self.path)
+            first = self._open_one(self.path)
             self._files.append(first)
             self._open_split(first)
         except BaseException:
@@ -101,7 +137,9 @@ class GGUFFile:
                 expected="unique tensor names",
                 found=dup,
             )
-        self._closed = False
+
+    def _open_one(self, p: Any) -> Any:
+        return _Remote(p, self._remote) if self._url else _Mapped(p)
 
     # -- split sets -----------------------------------------------------------
 
@@ -117,13 +155,24 @@ class GGUFFile:
                 path=self.path,
                 field=KEY_SPLIT_COUNT,
                 expected=f"a name ending -{md.get(KEY_SPLIT_NO, 0) + 1:05d}-of-{count:05d}.gguf",
-                found=self.path.name,
+                found=str(self.path).rsplit("/", 1)[-1],
             )
-        paths = shard_paths(m["prefix"], count)
-        files: list[_Mapped] = []
+        paths: list[Any] = shard_paths(m["prefix"], count)
+        if self._url:
+            paths = [f"{m['prefix']}-{i + 1:05d}-of-{count:05d}.gguf" for i in range(count)]
+        files: list[Any] = []
         for i, p in enumerate(paths):
             if p == self.path:
                 f = first
+            elif self._url:
+                try:
+                    f = self._open_one(p)
+                except E.RemoteNotFound:
+                    raise E.GGUFSplitError(
+                        "shard is missing", path=p, field=KEY_SPLIT_NO,
+                        expected=f"shard {i}", found="HTTP 404",
+                    ) from None  # fmt: skip
+                self._files.append(f)
             elif not p.exists():
                 raise E.GGUFSplitError(
                     "shard is missing",
@@ -147,8 +196,14 @@ class GGUFFile:
         return self.header.data_start
 
     @property
-    def paths(self) -> list[Path]:
+    def paths(self) -> list[Any]:
+        """One path (or URL) per shard."""
         return [f.path for f in self._files]
+
+    @property
+    def remote(self) -> list[RemoteFile]:
+        """The remote files read (requests, bytes fetched); empty for local files."""
+        return [f.src for f in self._files if getattr(f, "src", None) is not None]
 
     # -- metadata -------------------------------------------------------------
 
@@ -175,7 +230,12 @@ class GGUFFile:
         return name in self._by_name
 
     def _mm(self, t: TensorInfo) -> Any:
-        mm = None if self._closed else self._files[t.shard].mm
+        """A buffer holding the tensor at ``t.offset``: the mapping, or (remote) a
+        buffer of the file's size whose tensor bytes alone are fetched."""
+        f = None if self._closed else self._files[t.shard]
+        mm = None if f is None else f.mm
+        if mm is None and f is not None and getattr(f, "src", None) is not None:
+            return _Fetched(f.src.read(t.offset, t.nbytes), t.offset)
         if mm is None:
             raise E.ClosedFileError(f"{self.path} is closed")
         return mm
@@ -195,7 +255,7 @@ class GGUFFile:
         """The tensor's bytes: a read-only uint8 view on the mmap (no copy)."""
         t = self.tensor(name)
         with self._reading():
-            return np.frombuffer(self._mm(t), np.uint8, t.nbytes, t.offset)
+            return _view(self._mm(t), np.uint8, t.nbytes, t.offset)
 
     def numpy(self, name: str) -> np.ndarray:
         with self._reading():
@@ -215,13 +275,13 @@ class GGUFFile:
                 "use tensor_bytes() or dequantize()"
             )
         if dt.itemsize == 1 or self.byte_order == _NATIVE:
-            return np.frombuffer(self._mm(t), dt, t.n_elements, t.offset).reshape(t.shape)
+            return _view(self._mm(t), dt, t.n_elements, t.offset).reshape(t.shape)
         if dt.kind in "iuf":
             dt = dt.newbyteorder(self.byte_order)
-            return np.frombuffer(self._mm(t), dt, t.n_elements, t.offset).reshape(t.shape)
+            return _view(self._mm(t), dt, t.n_elements, t.offset).reshape(t.shape)
         # ml_dtypes types (bfloat16) have no byte-swapped form: swap into a native copy
         u = np.dtype(f"u{dt.itemsize}").newbyteorder(self.byte_order)
-        raw = np.frombuffer(self._mm(t), u, t.n_elements, t.offset)
+        raw = _view(self._mm(t), u, t.n_elements, t.offset)
         return raw.astype(u.newbyteorder("=")).view(dt).reshape(t.shape)
 
     # -- lifetime -------------------------------------------------------------
@@ -244,12 +304,30 @@ class GGUFFile:
         )
 
 
+class _Fetched:
+    """A tensor's fetched bytes, standing where they sit in the file (``base``)."""
+
+    __slots__ = ("base", "data")
+
+    def __init__(self, data: bytearray, base: int) -> None:
+        self.data, self.base = data, base
+
+
+def _view(buf: Any, dtype: Any, count: int, offset: int) -> np.ndarray:
+    """``count`` items at file offset ``offset``: a view of the map, or of fetched bytes."""
+    if isinstance(buf, _Fetched):
+        a = np.frombuffer(buf.data, dtype, count, offset - buf.base)
+        a.flags.writeable = False  # as the read-only mapping's views
+        return a
+    return np.frombuffer(buf, dtype, count, offset)
+
+
 def _with_shard(t: TensorInfo, shard: int) -> TensorInfo:
     return TensorInfo(
         t.name, t.ggml_type, t.shape, t.dims, t.offset, t.nbytes, t.n_elements, t.rel_offset, shard
     )
 
 
-def read(path: str | os.PathLike[str]) -> GGUFFile:
-    """Open a GGUF file (any shard of a split set opens the whole set)."""
-    return GGUFFile(path)
+def read(path: str | os.PathLike[str], *, remote: RemoteOptions | None = None) -> GGUFFile:
+    """Open a GGUF file (any shard of a split set opens the whole set); also a URL."""
+    return GGUFFile(path, remote=remote)

@@ -25,16 +25,18 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
 
 from .. import gguf
+from ..byteio import RemoteOptions, is_url
 from ..cluster import batches, map_tasks
 from ..dtypes import GGML, ggml_type
-from ..errors import ClusterSourceMismatch, ImatrixRequired, RequantizeRefused
+from ..errors import ClusterSourceMismatch, ImatrixRequired, RequantizeRefused, UsageError
 from ..progress import ProgressFn
 from . import dequantize, quantize, recipes
 from ._engine import MIN_CHUNK, check_imatrix, chunk_rows, quantize_task, run, spans, workers_count
@@ -58,6 +60,7 @@ _NO_IMATRIX_NEEDED = {"token_embd.weight", "per_layer_token_embd.weight", "outpu
 #: Output bytes that quantize_file's threads produce before they are written:
 #: bounds its extra memory whatever the model size.
 WINDOW_BYTES = 256 * 1024 * 1024
+_NATIVE = "<" if sys.byteorder == "little" else ">"
 
 
 _BLK = re.compile(r"blk\.\s*([+-]?\d+)")
@@ -126,6 +129,7 @@ def quantize_file(
     progress: ProgressFn | None = None,
     workers: int | None = None,
     ray: str | None = None,
+    remote: RemoteOptions | None = None,
 ) -> QuantizeResult:
     """Quantize a GGUF model to the llama.cpp file type ``type``; returns name -> ggml type
     (a :class:`QuantizeResult`, which also counts the fallbacks and the bits per weight).
@@ -133,8 +137,11 @@ def quantize_file(
     ``ray``: the address of a Ray cluster ("auto": the one this machine belongs to)
     whose nodes quantize the tensors, reading ``src`` themselves (a path every
     node sees); the file is byte-identical to the one made here.
+    ``src`` may be a URL (``hf://``, ``http(s)://``, fsspec; ``remote=`` options): the
+    header is read first, then each window of tensors is fetched by range while the
+    previous one is quantized (each byte once); nothing of the source is written.
     """
-    return quantize_files(src, {type: dst}, imatrix, progress, workers, ray)[0]
+    return quantize_files(src, {type: dst}, imatrix, progress, workers, ray, remote)[0]
 
 
 def quantize_files(
@@ -144,6 +151,7 @@ def quantize_files(
     progress: ProgressFn | None = None,
     workers: int | None = None,
     ray: str | None = None,
+    remote: RemoteOptions | None = None,
 ) -> list[QuantizeResult]:
     """Quantize one GGUF model to several file types (``{type: dst}``) in one pass:
     every source tensor is read once and quantized to each type.  Each output
@@ -151,8 +159,13 @@ def quantize_files(
     :class:`QuantizeResult` per output, in order.
     """
     ftypes = [recipes.file_type(t) for t in outputs]
+    if ray is not None and is_url(src):
+        raise UsageError(
+            f"{src}: ray= has every node read a path it sees; a remote source is streamed "
+            "on this machine (drop ray=, or put the file on shared storage)"
+        )
     im = read_imatrix(imatrix) if imatrix is not None else None
-    f = gguf.read(src)
+    f = gguf.read(src, remote=remote)
     try:
         meta = f.metadata
         arch = str(meta.get("general.architecture", "llama"))
@@ -218,15 +231,17 @@ def batch_quantize(
     progress: ProgressFn | None = None,
     workers: int | None = None,
     ray: str | None = None,
+    remote: RemoteOptions | None = None,
 ) -> dict[str, QuantizeResult]:
     """Several quantizations of one model into ``out_dir``, the source read once:
     ``model-f16.gguf`` with types ``q4_k_m, q8_0`` gives ``model-Q4_K_M.gguf`` and
     ``model-Q8_0.gguf`` (the usual Hub naming).  Returns {path: result}."""
-    stem = _PRECISION_SUFFIX.sub("", Path(src).name.removesuffix(".gguf"))
+    stem = _PRECISION_SUFFIX.sub("", os.fspath(src).rsplit("/", 1)[-1].removesuffix(".gguf"))
     names = [recipes.file_type(t).name for t in types]
     paths = [os.path.join(out_dir, f"{stem}-{name}.gguf") for name in names]
     os.makedirs(out_dir, exist_ok=True)
-    results = quantize_files(src, dict(zip(names, paths)), imatrix, progress, workers, ray)
+    outputs = dict(zip(names, paths))
+    results = quantize_files(src, outputs, imatrix, progress, workers, ray, remote)
     return dict(zip(paths, results))
 
 
@@ -265,11 +280,51 @@ def _tensor_data(
         types = [p[t.name] for p in plans if p[t.name] != t.ggml_type.name]
         return sum(ggml_type(new).nbytes(t.n_elements) for new in types)
 
-    for window in batches(tensors, out_bytes, WINDOW_BYTES):
-        yield from _quantize_window(f, window, plans, im, nw, cluster)
+    windows = batches(tensors, out_bytes, WINDOW_BYTES)
+    if not f.remote or not windows:  # mapped: views, read as the kernels touch them
+        for window in windows:
+            yield from _quantize_window(f, window, plans, im, nw, cluster, _views(f, window, plans))
+        return
+    # remote: the next window's bytes are fetched (each byte once, in parallel ranges)
+    # while this one is quantized -- download overlaps quantization
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ws-prefetch") as pool:
+        ahead = pool.submit(_views, f, windows[0], plans)
+        for i, window in enumerate(windows):
+            data = ahead.result()
+            if i + 1 < len(windows):
+                ahead = pool.submit(_views, f, windows[i + 1], plans)
+            yield from _quantize_window(f, window, plans, im, nw, cluster, data)
+            del data
 
 
-def _quantize_window(f, window, plans, im: Imatrix | None, nw: int, cluster) -> Iterator[tuple]:
+class _Data(NamedTuple):
+    """One tensor of a window: its file bytes (for outputs that copy it) and its values
+    (for those that quantize it); None where no output needs them."""
+
+    raw: np.ndarray | None
+    values: np.ndarray | None
+
+
+def _views(f, window, plans) -> dict[str, _Data]:
+    """The window's tensors: views of a mapped file, or fetched once from a remote one."""
+    out = {}
+    for t in window:
+        copied = [p[t.name] == t.ggml_type.name for p in plans]
+        if all(copied):
+            out[t.name] = _Data(f.tensor_bytes(t.name), None)
+            continue
+        values = f.numpy(t.name)
+        raw = None
+        if any(copied):  # a fetched tensor in native byte order: its values are its bytes
+            fetched = f.remote and f.byte_order == _NATIVE
+            raw = values.reshape(-1).view(np.uint8) if fetched else f.tensor_bytes(t.name)
+        out[t.name] = _Data(raw, values)
+    return out
+
+
+def _quantize_window(
+    f, window, plans, im: Imatrix | None, nw: int, cluster, data: Mapping[str, _Data]
+) -> Iterator[tuple]:
     """Quantize the tensors of ``window`` to every plan's type, on ``nw`` threads or on
     the cluster; yield all of them in order."""
     spans_: list[_Span] = []
@@ -303,14 +358,14 @@ def _quantize_window(f, window, plans, im: Imatrix | None, nw: int, cluster) -> 
             for r0, r1 in cuts
         ]
     if cluster is None:
-        run(spans_, lambda s: s.quantize(f, s.slices(outs)), nw)
+        run(spans_, lambda s: s.quantize(data[s.name].values, s.slices(outs)), nw)
     else:
         _run_on_cluster(cluster, spans_, outs)
     for j, t in enumerate(window):
         yield (
             t,
             [
-                f.tensor_bytes(t.name) if (j, i) not in outs else outs[j, i].reshape(-1)
+                data[t.name].raw if (j, i) not in outs else outs[j, i].reshape(-1)
                 for i in range(len(plans))
             ],
         )
@@ -341,9 +396,10 @@ class _Span(NamedTuple):
         """First row in the tensor's flat [rows of all experts, n] view."""
         return self.expert * self.rows + self.r0
 
-    def quantize(self, f: gguf.GGUFFile, dests: list[np.ndarray]) -> None:
-        """Read the rows once; quantize them to each target type, into ``dests``."""
-        src = f.numpy(self.name).reshape(-1, self.shape[-1])  # a view: only these rows are read
+    def quantize(self, values: np.ndarray, dests: list[np.ndarray]) -> None:
+        """Read the rows of the tensor's ``values`` once; quantize them to each target
+        type, into ``dests``."""
+        src = values.reshape(-1, self.shape[-1])  # a view: only these rows are read
         x = np.ascontiguousarray(src[self.lo : self.lo + self.r1 - self.r0], dtype=np.float32)
         for (_, new), dest in zip(self.targets, dests):
             quantize_task(new, x, self.weights, self.r0, self.name, 1, dest)
@@ -404,7 +460,7 @@ def cluster_task(path: str, size: int, group: list[_Span]) -> list[list[np.ndarr
             np.empty((s.r1 - s.r0, ggml_type(new).nbytes(s.shape[-1])), np.uint8)
             for _, new in s.targets
         ]
-        s.quantize(f, dests)
+        s.quantize(f.numpy(s.name), dests)
         results.append(dests)
     return results
 

@@ -18,7 +18,7 @@ HTTP protocol, kept to the fewest requests:
 * GGUF: growing chunks; the parser raises ``NeedMoreData(needed)``, its
   estimate of the header end from what it parsed, and the next request reads
   to a little past it, within a bounded factor of what was read
-  (:func:`weightsmith.inspection.next_gguf_prefix`).
+  (:func:`weightsmith.gguf.next_gguf_prefix`).
 * sharded / split sets: the index (or the split file name) gives the shards,
   whose headers are fetched concurrently by a bounded thread pool.
 * Hub: ``{HF_ENDPOINT or https://huggingface.co}/{repo}/resolve/{rev}/{path}``
@@ -31,8 +31,8 @@ HTTP protocol, kept to the fewest requests:
 
 from __future__ import annotations
 
-from ._http import HTTPSource, Session
-from ._inspect import HubRef, RemoteReport, inspect, is_remote, parse_hub_ref
+from ..byteio import HTTPSource, HubRef, Session, parse_hub_ref
+from ._inspect import RemoteReport, inspect, is_remote
 
 __all__ = [
     "HTTPSource",

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
-import json
 import os
-import re
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
+from ..byteio import (
+    FsspecSource,
+    HTTPSource,
+    HubRef,
+    Session,
+    blob_to_resolve,
+    hub_listing,
+    hub_token,
+    parse_hub_ref,
+    resolve_url,
+    sibling_url,
+    url_token,
+)
 from ..errors import NoWeightsFound, RemoteNotFound, UnknownTargetError
 from ..inspection import (
     FileReport,
@@ -20,38 +30,10 @@ from ..inspection import (
     read_safetensors,
     split_siblings,
 )
-from ._http import FsspecSource, HTTPSource, Session, origin
 
 #: shard headers fetched at the same time, at most
 DEFAULT_JOBS = 8
-DEFAULT_ENDPOINT = "https://huggingface.co"
-
-_REPO_RE = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w.-]+)?$")
-
 RemoteReport = Report  # the dataclass remote.inspect returns (same model as local)
-
-
-@dataclass(frozen=True)
-class HubRef:
-    repo: str
-    revision: str = "main"
-    path: str | None = None
-
-
-def parse_hub_ref(target: str) -> HubRef | None:
-    """``hf://ORG/REPO[@REV][/PATH]`` or ``ORG/REPO`` -> HubRef, else None."""
-    if target.startswith("hf://"):
-        rest = target[5:].strip("/")
-    elif _REPO_RE.match(target) and not os.path.exists(target):
-        rest = target
-    else:
-        return None
-    parts = rest.split("/")
-    if len(parts) < 2 or not parts[0] or not parts[1]:
-        raise UnknownTargetError(f"{target}: a Hub reference is hf://ORG/REPO[@REV][/PATH]")
-    name, _, rev = parts[1].partition("@")
-    path = "/".join(parts[2:]) or None
-    return HubRef(f"{parts[0]}/{name}", rev or "main", path)
 
 
 def is_remote(target: str) -> bool:
@@ -62,15 +44,6 @@ def is_remote(target: str) -> bool:
         return parse_hub_ref(target) is not None
     except UnknownTargetError:
         return False
-
-
-def _endpoint(endpoint: str | None) -> str:
-    return (endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
-
-
-def resolve_url(ref: HubRef, path: str, endpoint: str | None = None) -> str:
-    rev = quote(ref.revision, safe="")
-    return f"{_endpoint(endpoint)}/{ref.repo}/resolve/{rev}/{quote(path)}"
 
 
 # --------------------------------------------------------------------------- readers
@@ -100,50 +73,23 @@ def _read_many(make_source, names: list[str], jobs: int) -> list[FileReport]:
         return list(pool.map(lambda n: _read_file(make_source(n)), names))
 
 
-def _sibling_url(url: str, name: str) -> str:
-    """URL of ``name`` in the same 'folder' as ``url`` (query string kept)."""
-    u = urlsplit(url)
-    folder = u.path.rsplit("/", 1)[0]
-    return urlunsplit((u.scheme, u.netloc, f"{folder}/{quote(name)}", u.query, ""))
-
-
 def _inspect_url(url: str, make_source, jobs: int, target: str) -> Report:
     base = urlsplit(url).path.rsplit("/", 1)[-1] if "://" in url else os.path.basename(url)
     if base.endswith(".index.json"):
         src = make_source(url)
         meta, wm = parse_index(src.read_all(), url)
         shards = sorted(set(wm.values()), key=natural_key)
-        files = _read_many(make_source, [_sibling_url(url, s) for s in shards], jobs)
+        files = _read_many(make_source, [sibling_url(url, s) for s in shards], jobs)
         rep = Report(target, files[0].format if files else "safetensors", files, meta, remote=True)
         rep.notes.append(f"index: {url}")
         _add_overhead(rep, src.requests, src.bytes_fetched, note=False)
         return rep
     siblings = split_siblings(base)
     if siblings:
-        names = [_sibling_url(url, s) for s in siblings]
+        names = [sibling_url(url, s) for s in siblings]
         return Report(target, "gguf", _read_many(make_source, names, jobs), remote=True)
     fr = _read_file(make_source(url))
     return Report(target, fr.format, [fr], remote=True)
-
-
-def _hub_listing(ref: HubRef, session: Session, endpoint: str | None) -> list[str]:
-    api = f"{_endpoint(endpoint)}/api/models/{ref.repo}"
-    if ref.revision != "main":
-        api += f"/revision/{quote(ref.revision, safe='')}"
-    src = HTTPSource(api, session)
-    try:
-        data = json.loads(src.read_all(16 * 1024 * 1024))
-    except RemoteNotFound:
-        raise NoWeightsFound(f"{ref.repo}: repository not found at {api}") from None
-    # ValueError: bad JSON or UTF-8, or an integer past int()'s digit limit
-    except ValueError as e:
-        raise NoWeightsFound(f"{api}: the repo listing is not JSON ({e})") from None
-    siblings = data.get("siblings") if isinstance(data, dict) else None
-    return [
-        s["rfilename"]
-        for s in siblings or []
-        if isinstance(s, dict) and isinstance(s.get("rfilename"), str)
-    ]
 
 
 def _inspect_hub(
@@ -165,7 +111,7 @@ def _inspect_hub(
         _add_overhead(rep, requests)
         return rep
     before = session.requests
-    names = _hub_listing(ref, session, endpoint)
+    names = hub_listing(ref, session, endpoint)
     requests += session.requests - before
     chosen = _choose_from_listing(names)
     if chosen is None:
@@ -214,34 +160,6 @@ def _add_overhead(rep: Report, requests: int, nbytes: int = 0, note: bool = True
             rep.notes.append(f"{requests} probe/listing request(s) before the header read")
 
 
-def _blob_to_resolve(url: str, endpoint: str | None) -> str:
-    """A Hub web page URL (``/ORG/REPO/blob/REV/PATH``) -> its ``resolve`` URL."""
-    hub = urlsplit(_endpoint(endpoint))
-    u = urlsplit(url)
-    parts = u.path.split("/")
-    if u.netloc == hub.netloc and len(parts) > 5 and parts[3] == "blob":
-        parts[3] = "resolve"
-        return urlunsplit((u.scheme, u.netloc, "/".join(parts), u.query, ""))
-    return url
-
-
-def url_token(url: str, token: str | None, endpoint: str | None) -> tuple[str | None, str | None]:
-    """``(token, origin it is sent to)`` for a plain http(s) URL.
-
-    As huggingface_hub does, ``HF_TOKEN`` goes with requests to the Hub
-    endpoint's own origin (``https://huggingface.co``, or ``HF_ENDPOINT``), so a
-    pasted ``.../resolve/main/...`` URL of a gated repo works; it never goes to
-    another origin.  A token given explicitly is for the URL's own origin.
-    """
-    if token:
-        return token, url
-    hub = _endpoint(endpoint)
-    env = os.environ.get("HF_TOKEN") or None
-    if env and origin(url) == origin(hub):
-        return env, hub
-    return None, None
-
-
 # --------------------------------------------------------------------------- entry point
 
 
@@ -260,12 +178,12 @@ def inspect(
     """
     hub = parse_hub_ref(target) if not target.startswith(("http://", "https://")) else None
     if hub is not None:
-        token = token or os.environ.get("HF_TOKEN") or None
-        with Session(token=token, token_origin=_endpoint(endpoint)) as s:
+        tok, tok_origin = hub_token(token, endpoint)
+        with Session(token=tok, token_origin=tok_origin) as s:
             return _inspect_hub(hub, s, jobs, endpoint, target)
     scheme = urlsplit(target).scheme.lower()
     if scheme in ("http", "https"):
-        target_url = _blob_to_resolve(target, endpoint)
+        target_url = blob_to_resolve(target, endpoint)
         if target_url != target:
             return inspect(target_url, token=token, endpoint=endpoint, jobs=jobs)
         tok, tok_origin = url_token(target, token, endpoint)

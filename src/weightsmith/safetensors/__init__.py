@@ -16,7 +16,7 @@ from ._header import (
     read_header,
     read_header_size,
 )
-from ._reader import SafeSlice, load, load_file, safe_open
+from ._reader import SPECULATIVE, SafeSlice, load, load_file, safe_open
 from ._sharded import (
     INDEX_NAME,
     WEIGHTS_NAME,
@@ -35,6 +35,7 @@ from ._writer import StreamWriter, build_header, save, save_file
 __all__ = [
     "INDEX_NAME",
     "MAX_HEADER_SIZE",
+    "SPECULATIVE",
     "WEIGHTS_NAME",
     "Checkpoint",
     "Header",

@@ -27,6 +27,17 @@ caller touches are read).  On the pread path, and for packed sub-byte types,
 a small cost model picks which byte runs to read: whole rows of the inner
 dimensions, one read per selected index of the outer dimensions.
 
+Remote files: ``filename`` may be ``hf://ORG/REPO[@REV]/PATH``, an
+``http(s)://`` URL or any fsspec URL (options in ``remote=``, a
+:class:`weightsmith.byteio.RemoteOptions`).  The header is read with one
+ranged request of :data:`SPECULATIVE` bytes (a second one only when the
+header is larger); tensor bytes are fetched when asked for, through
+:class:`weightsmith.byteio.RemoteFile` (parallel ranges in a bounded window,
+optional block cache, retries, changed-file checks).  A slice fetches only the
+byte runs it needs: the cost model above runs without a per-read penalty, and
+runs that touch are merged into one request.  ``get_tensors`` fetches every
+tensor in one batch of parallel requests.
+
 Closing is deterministic (``close()`` / ``with``).  Arrays already handed
 out stay valid: the mapping is unmapped when the last of them goes away.
 Using the handle or a slice object after close raises ClosedFileError.
@@ -46,12 +57,17 @@ from typing import Any
 import numpy as np
 
 from .. import errors as E
+from ..byteio import RemoteFile, RemoteOptions, is_url, open_remote
 from ..dtypes import SAFETENSORS, DType
 from ..frameworks import torch as tg
 from . import _subbyte
 from ._header import Header, TensorInfo, parse_header, read_header, read_header_size
 
-__all__ = ["BACKENDS", "SafeSlice", "load", "load_file", "safe_open", "use_mmap"]
+__all__ = ["BACKENDS", "SPECULATIVE", "SafeSlice", "load", "load_file", "safe_open", "use_mmap"]
+
+#: bytes of the first (speculative) read of a remote file: the 8-byte length and,
+#: for most files, the whole JSON header, in one request
+SPECULATIVE = 100 * 1024
 
 _FRAMEWORKS = {
     "np": "np",
@@ -172,6 +188,7 @@ class safe_open:
         backend: str = "mmap",
         mmap: bool = True,
         populate: bool = False,
+        remote: RemoteOptions | None = None,
     ) -> None:
         self._fw = _framework(framework)
         mmap = use_mmap(backend) and mmap
@@ -189,6 +206,11 @@ class safe_open:
         # closed or reused fd -- found by the reliability concurrency tests)
         self._users = 0
         self._lock = threading.Lock()
+        self._src: RemoteFile | None = None
+        self._penalty = _READ_PENALTY
+        if is_url(self._path):
+            self._open_remote(remote)
+            return
         fd = _open(self._path)
         try:
             st = os.fstat(fd)
@@ -211,6 +233,31 @@ class safe_open:
             raise
         self._fd = fd
         self._start = self._header.data_start
+
+    def _open_remote(self, options: RemoteOptions | None) -> None:
+        # header only: one request for most files, a second for a big header
+        src = open_remote(self._path, options, first=SPECULATIVE)
+        try:
+            n = read_header_size(src.prefix(8), src.size, self._path)
+            raw = memoryview(src.prefix(8 + n))[8 : 8 + n]
+            self._header = parse_header(raw, src.size, self._path)
+        except BaseException:
+            src.close()
+            raise
+        self._src, self._fd, self._penalty = src, None, 0
+        self._start = self._header.data_start
+
+    @property
+    def remote(self) -> RemoteFile | None:
+        """The remote file read (requests, bytes fetched), or None for a local file."""
+        return self._src
+
+    def _read_into(self, buf, off: int) -> None:
+        """Fill ``buf`` from file offset ``off`` (pread, or ranged requests)."""
+        if self._src is not None:
+            self._src.readinto(off, buf)
+        else:
+            _pread_into(self._fd, buf, off, self._path)
 
     def _map(self, fd: int, size: int, populate: bool) -> _mmap.mmap:
         if self._fw == "np":
@@ -269,7 +316,10 @@ class safe_open:
             # Views still exported: the mapping is freed with the last view.
             with contextlib.suppress(BufferError):
                 mm.close()
-        os.close(self._fd)
+        if self._src is not None:
+            self._src.close()
+        else:
+            os.close(self._fd)
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
@@ -340,6 +390,8 @@ class safe_open:
         fw = self._fw
         if fw not in ("np", "pt"):
             return self._adapt_all()
+        if self._src is not None and _LITTLE:
+            return self._fetch_all()
         if self._mm is not None and _LITTLE and hasattr(tensors, "plan"):
             if fw == "np":
                 return self._np_views_plan(tensors.plan())
@@ -352,6 +404,37 @@ class safe_open:
             if self._device == "cpu":
                 return self._pt_views(infos)
         return {t.name: self._tensor(t) for t in infos}
+
+    def _fetch_all(self) -> dict[str, Any]:
+        # every tensor's buffer first, then one read_many: the data section goes out
+        # as parallel parts instead of one request per tensor
+        infos = sorted(self._header.tensors.values(), key=lambda t: t.data_offsets)
+        out: dict[str, Any] = {}
+        reads = []
+        for t in infos:
+            d = t.dtype
+            if d.packed or not t.nbytes:
+                continue
+            if self._fw == "pt":
+                torch = tg.torch()
+                x = torch.empty(tg.storage_shape(d, t.shape), dtype=tg.to_torch_dtype(d))
+                buf = tg.tensor_bytes(x)
+            else:
+                x = np.empty(t.shape, d.numpy)
+                buf = x.reshape(-1).view(np.uint8)
+            out[t.name] = x
+            reads.append((self._start + t.data_offsets[0], buf))
+        self._src.read_many(reads)
+        res: dict[str, Any] = {}
+        for t in infos:
+            x = out.get(t.name)
+            if x is None:
+                res[t.name] = self._tensor(t)
+            elif self._fw == "pt" and self._device != "cpu":
+                res[t.name] = x.to(self._device)
+            else:
+                res[t.name] = x
+        return res
 
     def _adapt_all(self) -> dict[str, Any]:
         # The numpy arrays (views of the copy-on-write mapping, or read),
@@ -481,7 +564,7 @@ class safe_open:
             a = self._base[off : off + t.nbytes].view(d.numpy).reshape(t.shape)
         else:
             a = np.empty(t.shape, d.numpy)
-            _pread_into(self._fd, a.reshape(-1).view(np.uint8), off, self._path)
+            self._read_into(a.reshape(-1).view(np.uint8), off)
         if not _LITTLE:
             a = a.byteswap().view(a.dtype)
         return a
@@ -495,7 +578,7 @@ class safe_open:
             torch = tg.torch()
             out = torch.empty(tg.storage_shape(d, t.shape), dtype=tg.to_torch_dtype(d))
             if t.nbytes:
-                _pread_into(self._fd, tg.tensor_bytes(out), off, self._path)
+                self._read_into(tg.tensor_bytes(out), off)
         if self._device != "cpu":
             out = out.to(self._device)
         return out
@@ -505,7 +588,7 @@ class safe_open:
         if self._mm is not None:
             return memoryview(self._mm)[off : off + n]
         buf = bytearray(n)
-        _pread_into(self._fd, buf, off, self._path)
+        self._read_into(buf, off)
         return buf
 
 
@@ -747,7 +830,7 @@ class SafeSlice:
         for j in range(ndim):
             span = sels[j].hi - sels[j].lo + 1
             row = span * inner[j]
-            cost = n_reads * row * max(1, d.itemsize) + n_reads * _READ_PENALTY
+            cost = n_reads * row * max(1, d.itemsize) + n_reads * self._h._penalty
             if best is None or cost < best[0]:
                 best = (cost, j, n_reads, row)
             n_reads *= sels[j].count
@@ -800,6 +883,10 @@ class SafeSlice:
         out = np.empty((len(starts), row), d.numpy)
         flat = out.view(np.uint8).reshape(len(starts), row * size)
         fd, path, mm = h._fd, h._path, h._mm
+        if h._src is not None:  # every row's range at once: merged, fetched in parallel
+            offs = (base + starts * size).tolist()
+            h._src.read_many([(o, flat[i]) for i, o in enumerate(offs)])
+            starts = starts[:0]
         for i, s in enumerate(starts.tolist()):
             off = base + s * size
             if mm is not None:

@@ -39,6 +39,13 @@ and never names a shard that is being written:
 4. what the new checkpoint does not use is deleted: an old
    ``model.safetensors`` first, then backups and shards of other counts.
 
+Remote checkpoints (``hf://ORG/REPO[@REV][/FOLDER]``, an ``http(s)://`` folder
+URL such as ``.../resolve/main``, an index or a file URL, or an fsspec URL):
+looked up in the same order (``model.safetensors``, then the index, fetched
+whole); every shard's header is fetched once, in parallel, and its handle kept
+open, so tensor data is then fetched lazily by range (see
+:mod:`weightsmith.safetensors._reader`).
+
 For one shard, ``model.safetensors`` is written atomically (the commit) and
 then the old index and shards are deleted.
 Cleanup rule: every successful ``save_sharded`` deletes backups, temp files
@@ -55,6 +62,7 @@ import re
 import secrets
 import shutil
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +70,7 @@ from .. import _atomic
 from .. import errors as E
 from .._atomic import atomic_output
 from .._json import Pairs, plain, read_json
+from ..byteio import RemoteOptions, fetch_whole, is_url, sibling_url, url_name
 from ._header import TensorInfo
 from ._reader import SafeSlice, safe_open
 from ._writer import _check_metadata, _prepare, save_file
@@ -277,13 +286,16 @@ def _remove_stale(folder: Path, keep: set[str], single: bool) -> None:
 # --------------------------------------------------------------------------- reading
 
 
-def read_index(path: str | os.PathLike[str]) -> dict[str, Any]:
+def read_index(path: str | os.PathLike[str], data: bytes | None = None) -> dict[str, Any]:
     """Load and check an index file: ``{"metadata": {...}, "weight_map": {...}}``.
 
     A tensor mapped twice (even to the same shard) raises DuplicateShardTensor.
+    ``data``: the index's bytes, already fetched (``path`` then names it).
     """
     path = os.fspath(path)
-    top = read_json(path, E.InvalidIndex, "the index", pairs=True, expected="a JSON object")
+    top = read_json(
+        path, E.InvalidIndex, "the index", pairs=True, expected="a JSON object", data=data
+    )
     if not isinstance(top, Pairs):
         raise E.InvalidIndex("index is not a JSON object", path=path, expected="an object")
     top_d = dict(top)
@@ -330,19 +342,23 @@ class Checkpoint:
 
     def __init__(
         self,
-        files: list[Path],
+        files: list[Path | str],
         *,
         index: dict[str, Any] | None = None,
-        index_path: Path | None = None,
+        index_path: Path | str | None = None,
         framework: str = "np",
         device: str = "cpu",
         mmap: bool = True,
+        remote: RemoteOptions | None = None,
     ) -> None:
         self._files = files
         self._index = index
         self._index_path = index_path
-        self._opts = {"framework": framework, "device": device, "mmap": mmap}
-        self._handles: dict[Path, safe_open] = {}
+        self._opts: dict[str, Any] = {"framework": framework, "device": device, "mmap": mmap}
+        self._remote = remote
+        if any(is_url(p) for p in files):
+            self._opts["remote"] = self._remote = remote or RemoteOptions()
+        self._handles: dict[Path | str, safe_open] = {}
         self._where: dict[str, tuple[Path, TensorInfo]] = {}
         self._closed = False
         try:
@@ -351,8 +367,44 @@ class Checkpoint:
             self.close()
             raise
 
+    def _remote_headers(self) -> dict[Path | str, Any]:
+        """Open every remote shard (header fetches in parallel), keeping the handles."""
+        urls = [p for p in self._files if is_url(p)]
+        if not urls:
+            return {}
+
+        def one(url: str) -> safe_open:
+            try:
+                return safe_open(url, **self._opts)
+            except E.RemoteNotFound:
+                if self._index_path is None:
+                    raise  # no index names it: a plain 404 (open_checkpoint probes with it)
+                raise E.MissingShard(
+                    "shard file not found",
+                    path=self._index_path or url,
+                    field=_name(url),
+                    expected="the file to exist",
+                    found="HTTP 404",
+                ) from None
+
+        jobs = max(1, min(len(urls), self._remote.window if self._remote else 8))
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = {u: pool.submit(one, u) for u in urls}
+        failed = None
+        for u, f in futures.items():
+            if f.exception() is not None:
+                failed = failed or f.exception()
+            else:
+                self._handles[u] = f.result()
+        if failed is not None:
+            raise failed
+        return {u: h.header for u, h in self._handles.items()}
+
     def _scan(self) -> None:
+        remote_headers = self._remote_headers()
         for p in self._files:
+            if isinstance(p, str) and is_url(p):
+                continue
             if not p.is_file():
                 raise E.MissingShard(
                     "shard file not found",
@@ -362,8 +414,10 @@ class Checkpoint:
                     found="nothing",
                 )
         for p in self._files:
-            with safe_open(p, mmap=False) as h:
-                header = h.header
+            header = remote_headers.get(p)
+            if header is None:
+                with safe_open(p, mmap=False) as h:
+                    header = h.header
             for name, info in header.tensors.items():
                 if name in self._where:
                     raise E.DuplicateShardTensor(
@@ -371,7 +425,7 @@ class Checkpoint:
                         path=p,
                         field=f"tensor {name!r}",
                         expected="each tensor in one shard",
-                        found=f"{self._where[name][0].name} and {p.name}",
+                        found=f"{_name(self._where[name][0])} and {_name(p)}",
                     )
                 self._where[name] = (p, info)
         if self._index is not None:
@@ -385,13 +439,13 @@ class Checkpoint:
                         expected=f"tensor in {shard}",
                         found="no such tensor",
                     )
-                if got[0].name != shard:
+                if _name(got[0]) != shard:
                     raise E.InvalidIndex(
                         "tensor found in another shard than the index says",
                         path=self._index_path,
                         field=f"weight_map[{name!r}]",
                         expected=shard,
-                        found=got[0].name,
+                        found=_name(got[0]),
                     )
 
     # ------------------------------------------------------------------ life cycle
@@ -413,7 +467,7 @@ class Checkpoint:
 
     # ------------------------------------------------------------------ queries
     @property
-    def files(self) -> list[Path]:
+    def files(self) -> list[Path | str]:
         return list(self._files)
 
     def keys(self) -> list[str]:
@@ -442,19 +496,19 @@ class Checkpoint:
 
     def weight_map(self) -> dict[str, str]:
         self._check()
-        return {name: p.name for name, (p, _info) in sorted(self._where.items())}
+        return {name: _name(p) for name, (p, _info) in sorted(self._where.items())}
 
     def info(self, name: str) -> TensorInfo:
         return self._locate(name)[1]
 
-    def _locate(self, name: str) -> tuple[Path, TensorInfo]:
+    def _locate(self, name: str) -> tuple[Path | str, TensorInfo]:
         self._check()
         try:
             return self._where[name]
         except KeyError:
             raise E.TensorNotFound(f"checkpoint has no tensor named {name!r}") from None
 
-    def _handle(self, p: Path) -> safe_open:
+    def _handle(self, p: Path | str) -> safe_open:
         h = self._handles.get(p)
         if h is None:
             h = self._handles[p] = safe_open(p, **self._opts)
@@ -482,6 +536,7 @@ def open_checkpoint(
     device: str = "cpu",
     *,
     mmap: bool = True,
+    remote: RemoteOptions | None = None,
 ) -> Checkpoint:
     """Open a checkpoint folder, an index file, or a single .safetensors file.
 
@@ -489,7 +544,10 @@ def open_checkpoint(
     ``model.safetensors.index.json``; otherwise every ``*.safetensors`` file
     in it.  (The same order as transformers is what makes a save over an
     existing checkpoint atomic for both: see the module docstring.)
+    Remote targets (module docstring) take ``remote=`` options.
     """
+    if is_url(folder_or_index):
+        return _open_remote(str(folder_or_index), framework, device, remote or RemoteOptions())
     p = Path(folder_or_index)
     kw = {"framework": framework, "device": device, "mmap": mmap}
     if p.is_dir():
@@ -520,3 +578,28 @@ def open_checkpoint(
             "checkpoint not found", path=p, expected="a file or folder", found="nothing"
         )
     return Checkpoint([p], **kw)
+
+
+#: a remote index is fetched whole, up to this size
+MAX_REMOTE_INDEX = 64 * 1024 * 1024
+
+
+def _name(p: Path | str) -> str:
+    """The file name of a shard path or URL."""
+    return url_name(p) if isinstance(p, str) and is_url(p) else Path(p).name
+
+
+def _open_remote(url: str, framework: str, device: str, options: RemoteOptions) -> Checkpoint:
+    kw: dict[str, Any] = {"framework": framework, "device": device, "remote": options}
+    name = _name(url)
+    if name.endswith(".safetensors"):
+        return Checkpoint([url], **kw)
+    if not name.endswith(".json"):  # a folder: model.safetensors first, then the index
+        folder = url.rstrip("/") + "/"
+        try:
+            return Checkpoint([sibling_url(folder, WEIGHTS_NAME)], **kw)
+        except E.RemoteNotFound:
+            url = sibling_url(folder, INDEX_NAME)
+    index = read_index(url, data=fetch_whole(url, options, MAX_REMOTE_INDEX))
+    shards = list(dict.fromkeys(index["weight_map"].values()))
+    return Checkpoint([sibling_url(url, s) for s in shards], index=index, index_path=url, **kw)

@@ -1,7 +1,23 @@
-"""HTTP byte sources: Range requests, manual redirects, request accounting."""
+"""Remote byte sources: HTTP Range requests (manual redirects, retries, request
+accounting) and fsspec files.
+
+Each source has two read paths:
+
+* ``prefix(n)`` -- the first ``n`` bytes, grown request by request (headers:
+  the byte-source protocol of :mod:`weightsmith.inspection`);
+* ``fetch(start, stop)`` -- exactly the bytes ``[start, stop)`` (tensor data),
+  checked against the file as first seen: an HTTP answer must be a ``206`` for
+  exactly that range (``Content-Range``), of the same total size and the same
+  ``ETag``, with a body of exactly ``stop - start`` bytes.  A body that comes
+  up short is retried; a different size, ETag or a ``412``/``416`` means the
+  file changed under the read: :class:`~weightsmith.errors.RemoteFileChanged`,
+  never bytes of two versions.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import email.utils
 import re
 import threading
 import time
@@ -14,12 +30,14 @@ from ..errors import (
     RemoteAuthError,
     RemoteConnectionError,
     RemoteError,
+    RemoteFileChanged,
     RemoteHTTPError,
     RemoteNotFound,
+    RemoteShortRead,
     TooManyRedirects,
 )
-from ..inspection import CachedSource
 
+_sleep = time.sleep  # the pause between retries (one name, so tests can record it)
 MAX_REDIRECTS = 10
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 RETRY_DELAY = 0.5  # seconds before the first retry; doubles each time
@@ -29,8 +47,15 @@ _CONTENT_RANGE = re.compile(r"bytes\s+(?:(\d+)-(\d+)|\*)/(\d+|\*)")
 
 
 def _retry_after(resp: Response, default: float) -> float:
-    value = resp.headers.get("retry-after", "")
-    return float(value) if value.strip().isdigit() else default
+    """Seconds to wait from ``Retry-After`` (delta-seconds or an HTTP date), else ``default``."""
+    value = resp.headers.get("retry-after", "").strip()
+    if value.isdigit():
+        return float(value)
+    if value:
+        with contextlib.suppress(TypeError, ValueError, OverflowError):
+            when = email.utils.parsedate_to_datetime(value)
+            return max(0.0, when.timestamp() - time.time())
+    return default
 
 
 def origin(url: str) -> tuple[str, str, int | None]:
@@ -151,7 +176,7 @@ class Session:
                 if resp.status not in RETRY_STATUS or last:
                     return resp
                 delay = _retry_after(resp, delay)
-            time.sleep(min(delay, MAX_RETRY_DELAY))
+            _sleep(min(delay, MAX_RETRY_DELAY))
             delay *= 2
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -224,16 +249,99 @@ class HTTPSource:
         self.size: int | None = None
         self.requests = 0
         self.bytes_fetched = 0
+        self.etag: str | None = None  # of the first answer: later ones must agree
+        # where the first answer came from after redirects (a Hub resolve URL -> its CDN
+        # URL): data reads go there directly, one request each instead of two
+        self.data_url: str | None = None
         self._buf = b""
         self._eof = False  # the whole file is in _buf
+        self._lock = threading.Lock()  # fetch() runs in a thread pool
 
-    def _get(self, rng: tuple[int, int] | None, max_bytes: int | None) -> Response:
+    def _get(
+        self, rng: tuple[int, int] | None, max_bytes: int | None, url: str | None = None
+    ) -> Response:
         stats = [0, 0]
         try:
-            return self.session.get(self.url, rng, max_bytes, stats)
+            resp = self.session.get(url or self.url, rng, max_bytes, stats)
         finally:
-            self.requests += stats[0]
-            self.bytes_fetched += stats[1]
+            with self._lock:
+                self.requests += stats[0]
+                self.bytes_fetched += stats[1]
+        if resp.status in (200, 206) and self.data_url is None:
+            self.etag = resp.headers.get("etag")
+            self.data_url = resp.url
+        return resp
+
+    def _get_data(self, start: int, stop: int) -> Response:
+        url = self.data_url or self.url
+        resp = self._get((start, stop), stop, url)
+        if url != self.url and resp.status in (401, 403, 404, 410):
+            # a signed redirect target that expired: resolve again from the URL given
+            self.data_url = None
+            resp = self._get((start, stop), stop)
+        return resp
+
+    def fetch(self, start: int, stop: int) -> bytes:
+        """Exactly bytes ``[start, stop)`` of the file as first seen (module docstring).
+
+        A short body is retried ``session.retries`` times, then
+        :class:`~weightsmith.errors.RemoteShortRead`.
+        """
+        if self.size is None:
+            self.prefix(0 if self._buf else 1)
+        if stop <= start:
+            return b""
+        for attempt in range(self.session.retries + 1):
+            resp = self._get_data(start, stop)
+            if resp.status in (412, 416):
+                raise RemoteFileChanged(
+                    f"{self.url}: HTTP {resp.status} for bytes {start}-{stop - 1} of a "
+                    f"{self.size}-byte file: it changed during the read"
+                )
+            raise_for_status(resp, self.url)
+            self._check_same(resp, start, stop)
+            body = resp.body if resp.status == 206 else resp.body[start:stop]
+            if len(body) == stop - start:
+                return body
+            if attempt < self.session.retries:
+                _sleep(min(RETRY_DELAY * 2**attempt, MAX_RETRY_DELAY))
+        raise RemoteShortRead(
+            f"{self.url}: asked for bytes {start}-{stop - 1} ({stop - start} bytes), "
+            f"received {len(body)} after {self.session.retries + 1} tries"
+        )
+
+    def _check_same(self, resp: Response, start: int, stop: int) -> None:
+        """The answer is for this file as first seen, and for the range asked."""
+        etag = resp.headers.get("etag")
+        if self.etag is not None and etag is not None and etag != self.etag:
+            raise RemoteFileChanged(
+                f"{self.url}: ETag changed during the read: expected {self.etag}, found {etag}"
+            )
+        if resp.status == 206:
+            total = _total_from(resp)
+            cr = _CONTENT_RANGE.match(resp.headers.get("content-range", "").strip())
+            if total is not None and total != self.size:
+                raise RemoteFileChanged(
+                    f"{self.url}: size changed during the read: expected {self.size} bytes, "
+                    f"found {total} (Content-Range)"
+                )
+            if cr is None or cr.group(1) is None:
+                raise RemoteShortRead(
+                    f"{self.url}: a 206 answer without a byte Content-Range for bytes "
+                    f"{start}-{stop - 1}"
+                )
+            first, last = int(cr.group(1)), int(cr.group(2))
+            if (first, last) != (start, stop - 1):
+                raise RemoteShortRead(
+                    f"{self.url}: asked for bytes {start}-{stop - 1}, server sent {first}-{last}"
+                )
+        else:  # 200: the server ignored Range and sends the file from byte 0
+            length = resp.headers.get("content-length")
+            if length is not None and length.isdigit() and int(length) != self.size:
+                raise RemoteFileChanged(
+                    f"{self.url}: size changed during the read: expected {self.size} bytes, "
+                    f"found {length} (Content-Length)"
+                )
 
     def prefix(self, n: int) -> bytes:
         if (
@@ -296,14 +404,65 @@ class HTTPSource:
         return resp.body
 
 
+class CachedSource:
+    """A byte source of known size that keeps the prefix read so far.
+
+    ``prefix(n)`` reads only the bytes past what it holds, through
+    :meth:`read_range`, and counts each read as a request.
+    """
+
+    name: str
+    size: int | None
+
+    def __init__(self, name: str, size: int, requests: int = 0) -> None:
+        self.name = name
+        self.size = size
+        self.requests = requests
+        self.bytes_fetched = 0
+        self.etag: str | None = None
+        self._buf = b""
+        self._lock = threading.Lock()
+
+    def read_range(self, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the file."""
+        raise NotImplementedError
+
+    def prefix(self, n: int) -> bytes:
+        assert self.size is not None
+        n = min(n, self.size)
+        if n > len(self._buf):
+            more = self.read_range(len(self._buf), n)
+            self.requests += 1
+            self.bytes_fetched += len(more)
+            self._buf += more
+        return self._buf[:n]
+
+    def fetch(self, start: int, stop: int) -> bytes:
+        """Exactly bytes ``[start, stop)``; RemoteShortRead when fewer come back."""
+        data = self.read_range(start, stop)
+        with self._lock:
+            self.requests += 1
+            self.bytes_fetched += len(data)
+        if len(data) != stop - start:
+            raise RemoteShortRead(
+                f"{self.name}: asked for bytes {start}-{stop - 1} ({stop - start} bytes), "
+                f"received {len(data)}"
+            )
+        return data
+
+
 class FsspecSource(CachedSource):
     """An fsspec URL (s3://, gs://, memory:// ...) as a byte source."""
 
     def __init__(self, url: str, storage_options: dict | None = None) -> None:
         fsspec = require("fsspec", "fsspec URLs")
         self.fs, self.path = fsspec.core.url_to_fs(url, **(storage_options or {}))
-        info = self.fs.info(self.path)
+        try:
+            info = self.fs.info(self.path)
+        except FileNotFoundError:
+            raise RemoteNotFound(url, 404, "not found") from None
         super().__init__(url, int(info.get("size") or 0), requests=1)  # info() was one
+        self.etag = info.get("ETag") or info.get("etag")
 
     def read_range(self, start: int, end: int) -> bytes:
         return self.fs.cat_file(self.path, start=start, end=end)
