@@ -7,6 +7,7 @@ file it writes must be byte-identical to the one made here on threads.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 
@@ -64,9 +65,9 @@ def test_several_types_from_one_read_equal_separate_runs(source, local, tmp_path
     rows_read: dict[str, int] = {}
     quantize_span = qfile._Span.quantize
 
-    def counting(span, f, dests):
+    def counting(span, *args, **kw):
         rows_read[span.name] = rows_read.get(span.name, 0) + span.r1 - span.r0
-        return quantize_span(span, f, dests)
+        return quantize_span(span, *args, **kw)
 
     monkeypatch.setattr(qfile._Span, "quantize", counting)
     results = quantize_files(source, {t: tmp_path / f"{t}.gguf" for t in TYPES}, workers=2)
@@ -160,3 +161,31 @@ def test_ray_is_refused_where_it_does_not_apply(source, tmp_path, capsys):
     assert main(["convert", str(source), str(tmp_path / "out"), "--ray", "auto"]) == 1
     assert "UsageError: convert: --ray applies to HF folder -> GGUF" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_nodes_read_a_url_source_with_ranges_each_byte_once(cluster_run, local, source):
+    work, results = cluster_run
+    assert (work / "out" / "q4_k_m.url.gguf").read_bytes() == local["Q4_K_M"]
+    f = gguf.read(source)
+    data = [(t.offset, t.offset + t.nbytes) for t in f.tensors]
+    f.close()
+    fetched = []
+    for status, rng, nbytes in results["url_requests"]:
+        assert status == 206, (status, rng)
+        lo, hi = (int(v) for v in rng.removeprefix("bytes=").split("-"))
+        assert hi - lo + 1 == nbytes
+        fetched.append((lo, hi + 1))
+    # every process that opened the file fetched a prefix (header plus the first
+    # tensor bytes, which that process then reuses); past those, no byte was fetched
+    # twice, and together they cover every tensor byte
+    start, end = min(lo for lo, _ in data), data[-1][1]
+    prefixes = [r for r in fetched if r[0] == 0]
+    body = sorted(r for r in fetched if r[0] != 0)
+    assert 1 <= len(prefixes) <= 8, prefixes
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(body)), "a byte fetched twice"
+    covered = sorted([*body, (0, max(hi for _, hi in prefixes))])
+    reach = start
+    for lo, hi in covered:
+        assert lo <= reach, f"bytes {reach}..{lo} never fetched"
+        reach = max(reach, hi)
+    assert reach >= end

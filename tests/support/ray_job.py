@@ -15,6 +15,7 @@ import time
 import traceback
 from pathlib import Path
 
+from support.nginx_fixture import Nginx
 from support.ray_cluster import Cluster, env, report, workers_running
 from weightsmith.convert import hf_to_gguf
 from weightsmith.quant import file as qfile
@@ -60,6 +61,17 @@ def main(work: Path) -> None:
             stop.set()
             killer.join()
         results["killed"] = killed
+
+        # a source behind HTTP: every node fetches the rows it quantizes, with Range
+        # requests, from nginx (inside this namespace too); each byte once
+        web = Nginx(work / "nginx", work, work / "out").start()
+        try:
+            url = f"{web.url}/src.gguf"
+            quantize_file(url, out / "q4_k_m.url.gguf", "Q4_K_M", ray=cluster.address)
+            log = [line for line in web.log() if line.path == "/src.gguf"]
+            results["url_requests"] = [[line.status, line.range, line.bytes] for line in log]
+        finally:
+            web.stop()
 
         # an error raised in a task reaches the driver as itself; nothing is written
         try:

@@ -81,6 +81,16 @@ class RemoteOptions:
     _cache: BlockCache | None = field(default=None, init=False, repr=False)
     _lock: Any = field(default_factory=threading.Lock, init=False, repr=False)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # shipped to cluster nodes: each builds its own session, lock and cache handle
+        state = dict(self.__dict__)
+        state.update(session=None, _cache=None)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _lock=threading.Lock())
+
     def cache(self) -> BlockCache | None:
         """The block cache these options name (one per options object), or None."""
         if self.cache_dir is None:

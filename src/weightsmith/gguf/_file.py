@@ -229,13 +229,15 @@ class GGUFFile:
     def __contains__(self, name: object) -> bool:
         return name in self._by_name
 
-    def _mm(self, t: TensorInfo) -> Any:
+    def _mm(self, t: TensorInfo, start: int | None = None, nbytes: int | None = None) -> Any:
         """A buffer holding the tensor at ``t.offset``: the mapping, or (remote) a
-        buffer of the file's size whose tensor bytes alone are fetched."""
+        buffer of the file's size whose tensor bytes alone (or ``nbytes`` of them at
+        ``start``) are fetched."""
         f = None if self._closed else self._files[t.shard]
         mm = None if f is None else f.mm
         if mm is None and f is not None and getattr(f, "src", None) is not None:
-            return _Fetched(f.src.read(t.offset, t.nbytes), t.offset)
+            start, nbytes = (t.offset, t.nbytes) if start is None else (start, nbytes)
+            return _Fetched(f.src.read(start, nbytes), start)
         if mm is None:
             raise E.ClosedFileError(f"{self.path} is closed")
         return mm
@@ -257,11 +259,13 @@ class GGUFFile:
         with self._reading():
             return _view(self._mm(t), np.uint8, t.nbytes, t.offset)
 
-    def numpy(self, name: str) -> np.ndarray:
+    def numpy(self, name: str, rows: tuple[int, int] | None = None) -> np.ndarray:
+        """Typed values of an F32/F16/BF16/F64/I8..I64 tensor; ``rows=(lo, hi)``: rows
+        lo..hi of it seen as ``[-1, n]`` (of a remote file, only their bytes are fetched)."""
         with self._reading():
-            return self._numpy(name)
+            return self._numpy(name, rows)
 
-    def _numpy(self, name: str) -> np.ndarray:
+    def _numpy(self, name: str, rows: tuple[int, int] | None = None) -> np.ndarray:
         """Typed values (numpy shape) of an F32/F16/BF16/F64/I8..I64 tensor.
 
         A zero-copy view in the file's byte order, except BF16 in a file of the
@@ -274,15 +278,24 @@ class GGUFFile:
                 f"{self.path}: tensor {name!r} is {t.ggml_type.name}, a block type; "
                 "use tensor_bytes() or dequantize()"
             )
+        count, offset, shape = t.n_elements, t.offset, t.shape
+        if rows is not None:
+            n = t.shape[-1] if t.shape else 1
+            count, offset, shape = (
+                (rows[1] - rows[0]) * n,
+                offset + rows[0] * n * dt.itemsize,
+                (-1, n),
+            )
+        buf = self._mm(t, offset, count * dt.itemsize)
         if dt.itemsize == 1 or self.byte_order == _NATIVE:
-            return _view(self._mm(t), dt, t.n_elements, t.offset).reshape(t.shape)
+            return _view(buf, dt, count, offset).reshape(shape)
         if dt.kind in "iuf":
             dt = dt.newbyteorder(self.byte_order)
-            return _view(self._mm(t), dt, t.n_elements, t.offset).reshape(t.shape)
+            return _view(buf, dt, count, offset).reshape(shape)
         # ml_dtypes types (bfloat16) have no byte-swapped form: swap into a native copy
         u = np.dtype(f"u{dt.itemsize}").newbyteorder(self.byte_order)
-        raw = _view(self._mm(t), u, t.n_elements, t.offset)
-        return raw.astype(u.newbyteorder("=")).view(dt).reshape(t.shape)
+        raw = _view(buf, u, count, offset)
+        return raw.astype(u.newbyteorder("=")).view(dt).reshape(shape)
 
     # -- lifetime -------------------------------------------------------------
 

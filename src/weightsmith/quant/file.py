@@ -36,7 +36,7 @@ from .. import gguf
 from ..byteio import RemoteOptions, is_url
 from ..cluster import batches, map_tasks
 from ..dtypes import GGML, ggml_type
-from ..errors import ClusterSourceMismatch, ImatrixRequired, RequantizeRefused, UsageError
+from ..errors import ClusterSourceMismatch, ImatrixRequired, RequantizeRefused
 from ..progress import ProgressFn
 from . import dequantize, quantize, recipes
 from ._engine import MIN_CHUNK, check_imatrix, chunk_rows, quantize_task, run, spans, workers_count
@@ -159,11 +159,6 @@ def quantize_files(
     :class:`QuantizeResult` per output, in order.
     """
     ftypes = [recipes.file_type(t) for t in outputs]
-    if ray is not None and is_url(src):
-        raise UsageError(
-            f"{src}: ray= has every node read a path it sees; a remote source is streamed "
-            "on this machine (drop ray=, or put the file on shared storage)"
-        )
     im = read_imatrix(imatrix) if imatrix is not None else None
     f = gguf.read(src, remote=remote)
     try:
@@ -186,7 +181,9 @@ def quantize_files(
             )
             _check_plan(tensors, plan, source_types, im, ftype.name, src)
             plans.append(plan)
-        cluster = None if ray is None else (ray, os.path.abspath(src), os.path.getsize(src))
+        # the nodes open the source themselves: a path they all see, or the same URL
+        where = src if is_url(src) else os.path.abspath(src)
+        cluster = None if ray is None else (ray, where, _source_size(f), remote)
         writers: list[gguf.Writer] = []
         try:
             for ftype, plan, dst in zip(ftypes, plans, outputs.values()):
@@ -281,9 +278,12 @@ def _tensor_data(
         return sum(ggml_type(new).nbytes(t.n_elements) for new in types)
 
     windows = batches(tensors, out_bytes, WINDOW_BYTES)
-    if not f.remote or not windows:  # mapped: views, read as the kernels touch them
+    if not f.remote or not windows or cluster is not None:
+        # mapped: views, read as the kernels touch them; on a cluster the nodes read
+        # what they quantize, and here only the tensors copied as they are
         for window in windows:
-            yield from _quantize_window(f, window, plans, im, nw, cluster, _views(f, window, plans))
+            views = _views(f, window, plans, with_values=cluster is None)
+            yield from _quantize_window(f, window, plans, im, nw, cluster, views)
         return
     # remote: the next window's bytes are fetched (each byte once, in parallel ranges)
     # while this one is quantized -- download overlaps quantization
@@ -305,13 +305,14 @@ class _Data(NamedTuple):
     values: np.ndarray | None
 
 
-def _views(f, window, plans) -> dict[str, _Data]:
-    """The window's tensors: views of a mapped file, or fetched once from a remote one."""
+def _views(f, window, plans, with_values: bool = True) -> dict[str, _Data]:
+    """The window's tensors: views of a mapped file, or fetched once from a remote one
+    (``with_values=False``: only those some output copies as they are)."""
     out = {}
     for t in window:
         copied = [p[t.name] == t.ggml_type.name for p in plans]
-        if all(copied):
-            out[t.name] = _Data(f.tensor_bytes(t.name), None)
+        if all(copied) or not with_values:
+            out[t.name] = _Data(f.tensor_bytes(t.name) if any(copied) else None, None)
             continue
         values = f.numpy(t.name)
         raw = None
@@ -396,11 +397,12 @@ class _Span(NamedTuple):
         """First row in the tensor's flat [rows of all experts, n] view."""
         return self.expert * self.rows + self.r0
 
-    def quantize(self, values: np.ndarray, dests: list[np.ndarray]) -> None:
-        """Read the rows of the tensor's ``values`` once; quantize them to each target
-        type, into ``dests``."""
+    def quantize(self, values: np.ndarray, dests: list[np.ndarray], first: int = 0) -> None:
+        """Read this span's rows of ``values`` (the tensor's, from row ``first`` on) once;
+        quantize them to each target type, into ``dests``."""
         src = values.reshape(-1, self.shape[-1])  # a view: only these rows are read
-        x = np.ascontiguousarray(src[self.lo : self.lo + self.r1 - self.r0], dtype=np.float32)
+        lo = self.lo - first
+        x = np.ascontiguousarray(src[lo : lo + self.r1 - self.r0], dtype=np.float32)
         for (_, new), dest in zip(self.targets, dests):
             quantize_task(new, x, self.weights, self.r0, self.name, 1, dest)
 
@@ -414,9 +416,9 @@ def _run_on_cluster(cluster, spans_: list[_Span], outs) -> None:
     """The window's spans as cluster tasks of about CLUSTER_TASK_ELEMENTS each;
     every result is copied into its slice of ``outs``, whatever the order they
     arrive in."""
-    address, path, size = cluster
+    address, path, size, remote = cluster
     groups = batches(spans_, lambda s: (s.r1 - s.r0) * s.shape[-1], CLUSTER_TASK_ELEMENTS)
-    args = [(path, size, group) for group in groups]
+    args = [(path, size, remote, group) for group in groups]
     for g, results in map_tasks(address, cluster_task, args):
         for s, out in zip(groups[g], results):
             for dest, q in zip(s.slices(outs), out):
@@ -426,14 +428,26 @@ def _run_on_cluster(cluster, spans_: list[_Span], outs) -> None:
 _worker_file: dict[tuple[str, int], gguf.GGUFFile] = {}
 
 
-def cluster_task(path: str, size: int, group: list[_Span]) -> list[list[np.ndarray]]:
-    """What a cluster node runs: quantize ``group``'s spans of the GGUF at ``path``
-    (which must be the ``size``-byte file the driver planned), one array per
-    span and target type."""
+def _source_size(f: gguf.GGUFFile) -> int:
+    """Bytes of the (first) file: what driver and nodes compare."""
+    return f.remote[0].size if f.remote else os.path.getsize(f.paths[0])
+
+
+def cluster_task(
+    path: str, size: int, remote: RemoteOptions | None, group: list[_Span]
+) -> list[list[np.ndarray]]:
+    """What a cluster node runs: quantize ``group``'s spans of the GGUF at ``path`` (a
+    path or URL; it must be the ``size``-byte file the driver planned), reading only
+    their rows; one array per span and target type."""
     f = _worker_file.get((path, size))
     if f is None:
-        found = os.path.getsize(path)
+        for old in _worker_file.values():
+            old.close()
+        _worker_file.clear()
+        f = gguf.read(path, remote=remote)
+        found = _source_size(f)
         if found != size:
+            f.close()
             raise ClusterSourceMismatch(
                 "the worker sees another file than the driver",
                 path=path,
@@ -441,10 +455,7 @@ def cluster_task(path: str, size: int, group: list[_Span]) -> list[list[np.ndarr
                 expected=size,
                 found=found,
             )
-        for old in _worker_file.values():
-            old.close()
-        _worker_file.clear()
-        f = _worker_file[path, size] = gguf.read(path)
+        _worker_file[path, size] = f
     results = []
     for s in group:
         t = f.tensor(s.name)
@@ -460,7 +471,7 @@ def cluster_task(path: str, size: int, group: list[_Span]) -> list[list[np.ndarr
             np.empty((s.r1 - s.r0, ggml_type(new).nbytes(s.shape[-1])), np.uint8)
             for _, new in s.targets
         ]
-        s.quantize(f.numpy(s.name), dests)
+        s.quantize(f.numpy(s.name, rows=(s.lo, s.lo + s.r1 - s.r0)), dests, first=s.lo)
         results.append(dests)
     return results
 
