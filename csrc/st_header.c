@@ -32,7 +32,7 @@ enum { K_ANY, K_TOP, K_META, K_ENTRY, K_SHAPE, K_OFFS }; /* what a container hol
 
 static char codes[MAX_CODES][16]; /* the dtype registry, from configure() */
 static size_t code_len[MAX_CODES];
-static uint64_t code_bits[MAX_CODES], seed;
+static uint64_t code_bits[MAX_CODES];
 static int n_codes;
 static uint8_t PLAIN[256];   /* bytes a string holds as they are */
 static uint8_t LEXICAL[256]; /* bytes tail() stops at: '"', '\\', brackets, non-ASCII */
@@ -56,12 +56,12 @@ typedef struct {
 /* The tensors of a valid header in JSON order (a capsule's payload): tensor i's name is
  * names.p[name_off[i]:name_off[i + 1]], its dims dims[dims_off[i]:dims_off[i + 1]]. */
 typedef struct {
-    size_t n, cap, dcap, hcap, ndims;
+    size_t n, cap, dcap, ndims, nnames; /* nnames: n, or n + 1 when a rule broke in entry n */
     uint64_t *begin, *end, *dims;
-    uint32_t *name_off, *dims_off, *hash, *order; /* order: data order, if not JSON's */
+    uint32_t *name_off, *dims_off, *order, *byname; /* data order, name order if not JSON's */
     uint8_t *dtype;
     Buf names;
-    int sorted; /* names strictly increasing: found by bisection, no hash table */
+    int sorted; /* names strictly increasing so far: no sort, no duplicate */
 } Table;
 
 typedef struct { /* the tensor entry being parsed */
@@ -266,18 +266,6 @@ static int scan_number(P *s, Val *v) {
 #define NAME(t, i) ((t)->names.p + (t)->name_off[i])
 #define NAME_LEN(t, i) ((size_t)((t)->name_off[(i) + 1] - (t)->name_off[i]))
 
-static uint64_t hash(const uint8_t *p, size_t n) { /* salted: no file can aim at collisions */
-    uint64_t h = seed ^ ((uint64_t)n * 0x9E3779B97F4A7C15u);
-    for (size_t i = 0; i < n; i += 8) {
-        uint64_t w = 0;
-        memcpy(&w, p + i, n - i < 8 ? n - i : 8);
-        h = (h ^ w) * 0xBF58476D1CE4E5B9u;
-        h ^= h >> 31;
-    }
-    h *= 0x94D049BB133111EBu;
-    return h ^ (h >> 29);
-}
-
 static int cmp(const uint8_t *p, size_t n, const uint8_t *q, size_t m) { /* bytewise */
     int c = n && m ? memcmp(p, q, n < m ? n : m) : 0;
     return c ? c : (n > m) - (n < m);
@@ -287,45 +275,18 @@ static inline int eq(const uint8_t *p, size_t n, const void *q, size_t m) {
     return n == m && (!n || !memcmp(p, q, n));
 }
 
-/* The hash slot holding the name p[0:n], or the empty one where it would go. */
-static size_t slot(const Table *t, const uint8_t *p, size_t n) {
-    size_t mask = t->hcap - 1, h = (size_t)hash(p, n) & mask;
-    for (; t->hash[h]; h = (h + 1) & mask)
-        if (eq(p, n, NAME(t, t->hash[h] - 1), NAME_LEN(t, t->hash[h] - 1))) break;
-    return h;
-}
-
-/* Enter name i (in the arena already): 1 if it came before, -1 out of memory. */
-static int add_name(Table *t, size_t i) {
-    if (t->sorted) {
-        if (!i || cmp(NAME(t, i - 1), NAME_LEN(t, i - 1), NAME(t, i), NAME_LEN(t, i)) < 0) return 0;
-        t->sorted = 0; /* out of order: hash every name so far */
-        for (size_t j = 0; j < i; j++)
-            if (add_name(t, j) < 0) return -1;
-    }
-    if (3 * (i + 1) > 2 * t->hcap) { /* load <= 2/3: 4 to 6 bytes per name */
-        free(t->hash);
-        for (t->hcap = t->hcap ? t->hcap : 1024; 2 * t->hcap < 3 * (i + 1);) t->hcap *= 2;
-        if (!(t->hash = calloc(t->hcap, 4))) return -1;
-        for (size_t j = 0; j < i; j++)
-            t->hash[slot(t, NAME(t, j), NAME_LEN(t, j))] = (uint32_t)j + 1;
-    }
-    size_t h = slot(t, NAME(t, i), NAME_LEN(t, i));
-    if (t->hash[h]) return 1;
-    return t->hash[h] = (uint32_t)i + 1, 0;
-}
-
+#define BYNAME(t, k) ((t)->byname ? (t)->byname[k] : (k))
 static Py_ssize_t find(const Table *t, const uint8_t *p, size_t n) { /* index, or -1 */
-    size_t lo = 0, hi = t->n;
-    if (!t->sorted) return (Py_ssize_t)t->hash[slot(t, p, n)] - 1;
+    size_t lo = 0, hi = t->n, i;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (cmp(NAME(t, mid), NAME_LEN(t, mid), p, n) < 0)
+        if (i = BYNAME(t, mid), cmp(NAME(t, i), NAME_LEN(t, i), p, n) < 0)
             lo = mid + 1;
         else
             hi = mid;
     }
-    return lo < t->n && eq(p, n, NAME(t, lo), NAME_LEN(t, lo)) ? (Py_ssize_t)lo : -1;
+    i = lo < t->n ? BYNAME(t, lo) : 0;
+    return lo < t->n && eq(p, n, NAME(t, i), NAME_LEN(t, i)) ? (Py_ssize_t)i : -1;
 }
 
 static int reserve(Table *t, size_t n) { /* room for n tensors in every column */
@@ -350,7 +311,7 @@ static int reserve(Table *t, size_t n) { /* room for n tensors in every column *
 static void table_free(Table *t) {
     if (!t) return;
     free(t->begin), free(t->end), free(t->dims), free(t->name_off), free(t->dims_off);
-    free(t->hash), free(t->order), free(t->dtype), free(t->names.p), free(t);
+    free(t->byname), free(t->order), free(t->dtype), free(t->names.p), free(t);
 }
 
 /* Rules ---------------------------------------------------------------------------------- */
@@ -427,9 +388,10 @@ static int top_member(P *s) {
     if (!s->rule.code) {
         size_t i = t->n;
         if (reserve(t, i + 1) || put(&t->names, s->name.p, s->name.n)) return -1;
-        t->name_off[i + 1] = (uint32_t)t->names.n;
-        int dup = add_name(t, i);
-        if (dup < 0 || (dup && rule(s, E_DUP_NAME, NULL, NULL, NULL, 0))) return -1;
+        t->name_off[i + 1] = (uint32_t)t->names.n, t->nnames = i + 1;
+        int c = i ? cmp(NAME(t, i - 1), NAME_LEN(t, i - 1), NAME(t, i), NAME_LEN(t, i)) : -1;
+        if (!c && rule(s, E_DUP_NAME, NULL, NULL, NULL, 0)) return -1;
+        t->sorted &= c < 0; /* out of order: duplicates are found by sorting, after the pass */
     }
     if (peek(s) != '{') return parse_value(s, K_ANY, &v) ? -1 : rule(s, E_ENTRY, 0, v.span, 0, 0);
     memset(&s->ent, 0, sizeof s->ent);
@@ -553,6 +515,27 @@ static int by_offsets(const void *x, const void *y) {
     return e[i] != e[j] ? (e[i] > e[j]) - (e[i] < e[j]) : (i > j) - (i < j);
 }
 
+static int by_name(const void *x, const void *y) { /* ties in JSON order */
+    uint32_t i = *(const uint32_t *)x, j = *(const uint32_t *)y;
+    int c = cmp(NAME(sorting, i), NAME_LEN(sorting, i), NAME(sorting, j), NAME_LEN(sorting, j));
+    return c ? c : (i > j) - (i < j);
+}
+
+/* Names out of order: sort an index by name; a name's second occurrence first in JSON order
+ * (it comes before any rule broken later: names are entered only while none is). */
+static PyObject *duplicates(Table *t) {
+    size_t n = t->nnames, k, dup = SIZE_MAX;
+    if (t->sorted || !(t->byname = malloc(n * 4))) return t->sorted ? NULL : PyErr_NoMemory();
+    for (k = 0; k < n; k++) t->byname[k] = (uint32_t)k;
+    sorting = t;
+    qsort(t->byname, n, 4, by_name);
+    for (k = 1; k < n; k++) {
+        uint32_t i = t->byname[k - 1], j = t->byname[k];
+        if (j < dup && eq(NAME(t, i), NAME_LEN(t, i), NAME(t, j), NAME_LEN(t, j))) dup = j;
+    }
+    return dup == SIZE_MAX ? NULL : REPORT(E_DUP_NAME, 0, 0, NAME(t, dup), NAME_LEN(t, dup));
+}
+
 /* Sorted by offsets (stably), the tensors must tile [0, data_size): NULL if they do. */
 static PyObject *coverage(Table *t, int64_t data_size) {
     uint64_t pos = 0;
@@ -593,8 +576,10 @@ static PyObject *run(P *s, int64_t file_size) {
     if (s->io) return REPORT(E_IO, at(s), 0, "", 0);
     if (s->utf8) return REPORT(E_UTF8, s->utf8_at, 0, "", 0);
     if (s->deep) return REPORT(E_DEEP, s->deep_at, s->deepest, "", 0);
-    if (s->stop.code || s->rule.code) return report(s->stop.code ? &s->stop : &s->rule);
-    PyObject *bad = coverage(s->t, file_size - 8 - (int64_t)s->total), *cap;
+    if (s->stop.code) return report(&s->stop);
+    PyObject *bad = duplicates(s->t), *cap;
+    if (!bad && !PyErr_Occurred() && s->rule.code) return report(&s->rule);
+    if (!bad && !PyErr_Occurred()) bad = coverage(s->t, file_size - 8 - (int64_t)s->total);
     if (bad || PyErr_Occurred() || !(cap = PyCapsule_New(s->t, "st_header", capsule_free)))
         return bad;
     size_t n = s->t->n;
@@ -694,11 +679,11 @@ fail:
     return NULL;
 }
 
-/* configure(dtype codes: 16 bytes each, NUL-padded; their bits: uint64 each; hash seed) */
+/* configure(dtype codes: 16 bytes each, NUL-padded; their bits: uint64 each) */
 static PyObject *py_configure(PyObject *self, PyObject *args) {
     const char *names, *bits;
     Py_ssize_t k, nb;
-    if (!PyArg_ParseTuple(args, "y#y#K", &names, &k, &bits, &nb, &seed)) return NULL;
+    if (!PyArg_ParseTuple(args, "y#y#", &names, &k, &bits, &nb)) return NULL;
     if (k % 16 || k / 16 > MAX_CODES || nb != k / 2)
         return PyErr_Format(PyExc_ValueError, "bad table");
     memcpy(codes, names, (size_t)k), memcpy(code_bits, bits, (size_t)nb);
@@ -710,7 +695,7 @@ static PyMethodDef methods[] = {
     {"parse", py_parse, METH_VARARGS, "parse(buffer | None, fd, n, file_size, max_digits, window)"},
     {"find", py_find, METH_VARARGS, "find(table, name) -> (dtype, shape, begin, end, count)"},
     {"plan", py_plan, METH_VARARGS, "plan(table, codes) -> names, codes, shapes, begins, ends"},
-    {"configure", py_configure, METH_VARARGS, "configure(codes, bits, seed)"},
+    {"configure", py_configure, METH_VARARGS, "configure(codes, bits)"},
     {NULL, NULL, 0, NULL},
 };
 

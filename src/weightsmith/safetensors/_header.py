@@ -62,11 +62,9 @@ MAX_HEADER_SIZE = 100_000_000
 MAX_DEPTH = 128  # also in csrc/st_header.c
 _CODES = tuple(SAFETENSORS)
 _DTYPES = tuple(SAFETENSORS.values())
-# name hashing is salted per process, so no file can aim at collisions
 _c.configure(
     b"".join(c.encode().ljust(16, b"\0") for c in _CODES),
     b"".join(d.bits.to_bytes(8, sys.byteorder) for d in _DTYPES),
-    int.from_bytes(os.urandom(8), "little"),
 )
 
 
