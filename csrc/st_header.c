@@ -21,12 +21,12 @@
 #define MAX_DEPTH 128
 #define MAX_CODES 64
 
-enum { E_OK, E_IO, E_UTF8, E_NOT_BRACE, E_NOT_OBJECT, E_DEEP, E_VALUE, E_PROP, E_COLON };
-enum { E_COMMA = E_COLON + 1, E_UNTERM, E_CONTROL, E_ESCAPE, E_UESCAPE, E_PADDING, E_DUP_META };
+enum { E_OK, E_IO, E_UTF8, E_NOT_BRACE, E_NOT_OBJECT, E_DEEP, E_JSON, E_PADDING, E_DUP_META };
 enum { E_META = E_DUP_META + 1, E_META_KEY, E_META_VALUE, E_DUP_NAME, E_ENTRY, E_UNKNOWN_FIELD };
 enum { E_DUP_FIELD = E_UNKNOWN_FIELD + 1, E_MISSING_FIELD, E_DTYPE, E_SHAPE, E_COUNT_OVERFLOW };
 enum { E_OFFSETS = E_COUNT_OVERFLOW + 1, E_BITS_OVERFLOW, E_MISALIGNED, E_SIZE, E_HOLE };
 enum { E_OVERLAP = E_HOLE + 1, E_TRAILING, E_TRUNCATED };
+enum { J_VALUE = 64, J_PROP, J_COLON, J_COMMA, J_UNTERM, J_CONTROL, J_ESCAPE, J_UESCAPE };
 enum { V_OBJ, V_ARR, V_STR, V_INT, V_BIGINT, V_HUGE, V_FLOAT, V_TRUE, V_FALSE, V_NULL };
 enum { K_ANY, K_TOP, K_META, K_ENTRY, K_SHAPE, K_OFFS }; /* what a container holds */
 
@@ -129,8 +129,8 @@ static inline void skip_ws(P *s) {
 
 static int fail(P *s, int code, uint64_t pos) { /* a syntax error */
     if (s->stop.code) return -1;
-    s->stop.code = code, s->stop.x = pos;
-    return s->in_str = code == E_CONTROL || code == E_ESCAPE || code == E_UESCAPE, -1;
+    s->stop.code = code < J_VALUE ? code : E_JSON, s->stop.x = pos, s->stop.y = code % J_VALUE;
+    return s->in_str = code >= J_CONTROL, -1;
 }
 
 /* Length of the valid UTF-8 sequence at the cursor (lead byte >= 0x80), or 0. */
@@ -187,13 +187,13 @@ static int scan_string(P *s, Buf *out) {
     uint64_t q = at(s);
     s->pos++, out->n = 0;
     for (;;) {
-        if (s->pos >= s->len && !more(s, 1)) return fail(s, E_UNTERM, q);
+        if (s->pos >= s->len && !more(s, 1)) return fail(s, J_UNTERM, q);
         size_t i = s->pos, j = i;
         while (j < s->len && PLAIN[s->p[j]]) j++;
         if (put(out, s->p + i, j - i)) return -1;
         if ((s->pos = j) == s->len) continue;
         if (s->p[j] == '"') return s->pos++, 0;
-        if (s->p[j] < 0x20) return fail(s, E_CONTROL, at(s));
+        if (s->p[j] < 0x20) return fail(s, J_CONTROL, at(s));
         if (s->p[j] >= 0x80) {
             size_t k = utf8_len(s);
             if (!k) return s->utf8 = 1, s->utf8_at = at(s), fail(s, E_UTF8, at(s));
@@ -203,20 +203,20 @@ static int scan_string(P *s, Buf *out) {
         }
         size_t have = more(s, 13); /* a backslash: up to two \uXXXX and a byte after */
         const uint8_t *p = s->p + s->pos;
-        if (have < 2) return s->pos = s->len, fail(s, E_UNTERM, q);
+        if (have < 2) return s->pos = s->len, fail(s, J_UNTERM, q);
         if (p[1] != 'u') {
             static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
             const char *e = p[1] ? memchr(from, p[1], 8) : NULL;
-            if (!e) return fail(s, E_ESCAPE, at(s));
+            if (!e) return fail(s, J_ESCAPE, at(s));
             if (put(out, &to[e - from], 1)) return -1;
             s->pos += 2;
             continue;
         }
         uint32_t cp, lo;
         size_t used = 6; /* CPython: 4 hex digits and a character after them */
-        if (have < 7 || !hex4(p + 2, &cp)) return fail(s, E_UESCAPE, at(s) + 1);
+        if (have < 7 || !hex4(p + 2, &cp)) return fail(s, J_UESCAPE, at(s) + 1);
         if (cp >= 0xD800 && cp <= 0xDBFF && have >= 13 && p[6] == '\\' && p[7] == 'u') {
-            if (!hex4(p + 8, &lo)) return fail(s, E_UESCAPE, at(s) + 7);
+            if (!hex4(p + 8, &lo)) return fail(s, J_UESCAPE, at(s) + 7);
             if (lo >= 0xDC00 && lo <= 0xDFFF) cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
             if (lo >= 0xDC00 && lo <= 0xDFFF) used = 12;
         }
@@ -242,7 +242,7 @@ static int scan_number(P *s, Val *v) {
     int neg = peek(s) == '-', over = 0;
     long digits = 0;
     s->pos += (size_t)neg;
-    if (!digit_at(s, 0)) return fail(s, E_VALUE, start);
+    if (!digit_at(s, 0)) return fail(s, J_VALUE, start);
     int first = s->p[s->pos];
     do {
         over |= __builtin_mul_overflow(u, 10, &u);
@@ -452,10 +452,10 @@ static int parse_container(P *s, int kind, int obj) {
     if (peek(s) == close) return s->pos++, 0;
     for (;;) {
         if (obj) {
-            if (peek(s) != '"') return fail(s, E_PROP, at(s));
+            if (peek(s) != '"') return fail(s, J_PROP, at(s));
             if (scan_string(s, &s->key)) return -1;
             skip_ws(s);
-            if (peek(s) != ':') return fail(s, E_COLON, at(s));
+            if (peek(s) != ':') return fail(s, J_COLON, at(s));
             s->pos++;
             skip_ws(s);
         }
@@ -467,7 +467,7 @@ static int parse_container(P *s, int kind, int obj) {
             return -1;
         skip_ws(s);
         if ((c = peek(s)) == close) return s->pos++, 0;
-        if (c != ',') return fail(s, E_COMMA, at(s));
+        if (c != ',') return fail(s, J_COMMA, at(s));
         s->pos++;
         skip_ws(s);
     }

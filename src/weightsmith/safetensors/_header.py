@@ -229,22 +229,8 @@ not_brace|HeaderNotBrace|header does not begin with '{{'|header|8|'{{'|{first}
 not_object|HeaderNotObject|header is not a JSON object|header|8|a JSON object|{top_kind}
 deep|HeaderTooDeep|header JSON nests too deeply|header|{at}|nesting depth <= {max_depth}
     |depth {y}
-value|InvalidHeaderJSON|header is not valid JSON (Expecting value)|header|{at}|a JSON object
+json|InvalidHeaderJSON|header is not valid JSON ({json})|header|{at}|a JSON object
     |{chars20!r}
-prop|InvalidHeaderJSON|header is not valid JSON (Expecting property name enclosed in double quotes)
-    |header|{at}|a JSON object|{chars20!r}
-colon|InvalidHeaderJSON|header is not valid JSON (Expecting ':' delimiter)|header|{at}
-    |a JSON object|{chars20!r}
-comma|InvalidHeaderJSON|header is not valid JSON (Expecting ',' delimiter)|header|{at}
-    |a JSON object|{chars20!r}
-unterminated|InvalidHeaderJSON|header is not valid JSON (Unterminated string starting at)
-    |header|{at}|a JSON object|{chars20!r}
-control|InvalidHeaderJSON|header is not valid JSON (Invalid control character at)|header|{at}
-    |a JSON object|{chars20!r}
-escape|InvalidHeaderJSON|header is not valid JSON (Invalid \escape)|header|{at}|a JSON object
-    |{chars20!r}
-uescape|InvalidHeaderJSON|header is not valid JSON (Invalid \uXXXX escape)|header|{at}
-    |a JSON object|{chars20!r}
 padding|InvalidHeaderPadding|header padding is not spaces only|header padding|{at}
     |spaces (0x20)|{chars10!r}
 dup_meta|DuplicateMetadata|__metadata__ appears more than once|__metadata__||at most once|twice
@@ -304,6 +290,10 @@ _ORDER = list(_RULES)
 _TOP_KIND = ("an object", "a list", "a string", "a int", "a int", "", "a float", "a boolean")
 _TOP_KIND += ("a boolean", "null")  # the kind of a JSON value, by the validator's value type
 _FIELDS = ("dtype", "shape", "data_offsets")
+# CPython json's words for the syntax errors, indexed by the report's y (J_VALUE ... in the C)
+_JSON = "Expecting value|Expecting property name enclosed in double quotes|Expecting ':' delimiter"
+_JSON += "|Expecting ',' delimiter|Unterminated string starting at|Invalid control character at"
+_JSON += r"|Invalid \escape|Invalid \uXXXX escape"
 
 
 def _chars(r, k: int) -> str:
@@ -327,6 +317,7 @@ _DERIVED = {
         repr(r["text"](0, 4).decode("utf-8", "ignore")[:1]) if r["n"] else "an empty header"
     ),
     "top_kind": lambda r: _TOP_KIND[r["x"]],
+    "json": lambda r: _JSON.split("|")[r["y"]],
     "chars20": lambda r: _chars(r, 20),
     "chars10": lambda r: _chars(r, 10),
     "value1": lambda r: _value(r, "a1", "e1"),
