@@ -1,14 +1,14 @@
 /* The safetensors header validator, one linear pass in the style of HF's tensor.rs.  Layout,
  * rules and the order in which they are reported: weightsmith/safetensors/_header.py.  The
  * pass reads the header from a buffer or from the file a window at a time (a big header is
- * never held whole), checks the UTF-8, the nesting, the JSON (errors at the offsets and in the
- * words of CPython's json: NaN / Infinity are floats there) and the rules, and keeps per tensor
- * its name, dtype, dims and offsets.  After a syntax error it only scans on for invalid UTF-8
- * and nesting past MAX_DEPTH, which come first.  An error comes back as (code, name, key, a1,
- * e1, a2, e2, x, y): code indexes the enum below (the rows of _TABLE in _header.py), [a, e) are
- * spans of JSON values re-read there for the message, x / y offsets, counts or a dtype index.
- * Strings decode to UTF-8 with lone surrogates as 3-byte sequences (Python's "surrogatepass"),
- * so equal names are equal bytes.  The GIL is held throughout.
+ * never held whole), checks the UTF-8, the nesting, the JSON (errors at the offsets of CPython's
+ * json: NaN / Infinity are floats there) and the rules, and keeps per tensor its name, dtype,
+ * dims and offsets.  After the first error it only scans on for invalid UTF-8, which comes first.
+ * An error comes back as (code, name, key, a1, e1, a2, e2, x, y): code indexes the enum below
+ * (the rows of _TABLE in _header.py), [a, e) are spans of JSON values re-read there for the
+ * message, x / y offsets, counts, a dtype index or which JSON error.  Strings decode to UTF-8
+ * with lone surrogates as 3-byte sequences (Python's "surrogatepass"), so equal names are equal
+ * bytes.  The GIL is held throughout.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -34,10 +34,9 @@ static char codes[MAX_CODES][16]; /* the dtype registry, from configure() */
 static size_t code_len[MAX_CODES];
 static uint64_t code_bits[MAX_CODES];
 static int n_codes;
-static uint8_t PLAIN[256];   /* bytes a string holds as they are */
-static uint8_t LEXICAL[256]; /* bytes tail() stops at: '"', '\\', brackets, non-ASCII */
-static uint8_t HEX[256];     /* hex digit values; 16 for other bytes */
-static size_t grow_limit;    /* the header's size: no buffer grows past it */
+static uint8_t PLAIN[256]; /* bytes a string holds as they are */
+static uint8_t HEX[256];   /* hex digit values; 16 for other bytes */
+static size_t grow_limit;  /* the header's size: no buffer grows past it */
 
 typedef struct {
     uint8_t *p;
@@ -73,9 +72,9 @@ typedef struct {
     const uint8_t *p; /* header bytes [base, base + len); the cursor is p[pos] */
     size_t len, pos, window;
     uint64_t base, total;
-    int fd, io, max_digits, seen_meta, in_str, utf8, deep;
+    int fd, io, max_digits, seen_meta, utf8;
     long depth;
-    uint64_t utf8_at, deep_at, deepest;
+    uint64_t utf8_at;
     uint8_t *win;
     Err stop, rule;           /* the error that stopped the pass; the first broken rule */
     Buf str, key, name, mkey; /* last string and key, tensor name, metadata key */
@@ -130,7 +129,7 @@ static inline void skip_ws(P *s) {
 static int fail(P *s, int code, uint64_t pos) { /* a syntax error */
     if (s->stop.code) return -1;
     s->stop.code = code < J_VALUE ? code : E_JSON, s->stop.x = pos, s->stop.y = code % J_VALUE;
-    return s->in_str = code >= J_CONTROL, -1;
+    return -1;
 }
 
 /* Length of the valid UTF-8 sequence at the cursor (lead byte >= 0x80), or 0. */
@@ -146,25 +145,13 @@ static size_t utf8_len(P *s) {
     return k;
 }
 
-/* After the error that stopped the pass, the rest of the header: its first invalid UTF-8, and
- * (if `count`) its first nesting past MAX_DEPTH and its deepest, brackets in strings aside. */
-static void tail(P *s, int in_str, long depth, int count) {
-    for (int c; !s->utf8;) {
-        while (s->pos < s->len && !LEXICAL[s->p[s->pos]]) s->pos++;
-        if ((c = peek(s)) < 0) return;
-        size_t k = c < 0x80 ? 1 : utf8_len(s);
-        if (!k) s->utf8 = 1, s->utf8_at = at(s);
+/* After the error that stopped the pass, the rest of the header: its first invalid UTF-8. */
+static void tail(P *s) {
+    for (int c; !s->utf8 && (c = peek(s)) >= 0;) {
+        while (s->pos < s->len && s->p[s->pos] < 0x80) s->pos++;
+        size_t k = s->pos < s->len ? utf8_len(s) : 0;
+        if (!k && s->pos < s->len) s->utf8 = 1, s->utf8_at = at(s);
         s->pos += k;
-        if (k != 1) continue;
-        if (in_str && c == '\\')
-            s->pos += peek(s) >= 0 && peek(s) < 0x80; /* an escaped byte */
-        else if (c == '"')
-            in_str = !in_str;
-        else if (!in_str && c != '\\')
-            depth += c == '[' || c == '{' ? 1 : -1;
-        if (depth > MAX_DEPTH && count && !s->deep) s->deep = 1, s->deep_at = at(s) - 1;
-        if (depth > MAX_DEPTH && count && (uint64_t)depth > s->deepest)
-            s->deepest = (uint64_t)depth;
     }
 }
 
@@ -477,11 +464,8 @@ static int parse_container(P *s, int kind, int obj) {
 static int parse_value(P *s, int kind, Val *v) {
     int c = peek(s), r = 0;
     v->span[0] = at(s), v->type = V_NULL;
-    if ((c == '{' || c == '[') && s->depth >= MAX_DEPTH) { /* too deep: how deep, and where */
-        s->deep = 1, s->deep_at = at(s), s->deepest = (uint64_t)s->depth + 1, s->pos++;
-        tail(s, 0, s->depth + 1, 1);
-        return fail(s, E_DEEP, v->span[0]);
-    }
+    if ((c == '{' || c == '[') && s->depth >= MAX_DEPTH) /* too deep: where, and how deep */
+        return fail(s, E_DEEP, at(s)), s->stop.y = (uint64_t)s->depth + 1, -1;
     if (c == '{' || c == '[') {
         s->depth++, v->type = c == '{' ? V_OBJ : V_ARR;
         if (!(r = parse_container(s, kind, c == '{'))) s->depth--; /* an error keeps its depth */
@@ -560,22 +544,21 @@ static void capsule_free(PyObject *cap) { table_free(PyCapsule_GetPointer(cap, "
 
 static PyObject *run(P *s, int64_t file_size) {
     Val v = {0};
-    int c = peek(s), ok = 0, count = 1, r = 0;
+    int c = peek(s), ok = 0, r = 0;
     if (c != '{') { /* another JSON value (HeaderNotObject) or not even that (HeaderNotBrace) */
-        skip_ws(s);
-        count = (c = peek(s)) != '{'; /* blanks then '{': not a brace, however deep */
-        if (count && c >= 0 && !(r = parse_value(s, K_ANY, &v))) skip_ws(s), ok = peek(s) < 0;
-        if (!r || s->stop.code) s->stop.code = ok && v.type != V_HUGE ? E_NOT_OBJECT : E_NOT_BRACE;
-        s->stop.x = (uint64_t)v.type;
+        skip_ws(s); /* blanks then '{': not a brace, however deep */
+        if ((c = peek(s)) != '{' && c >= 0 && !(r = parse_value(s, K_ANY, &v)))
+            skip_ws(s), ok = peek(s) < 0;
+        if ((!r || s->stop.code) && s->stop.code != E_DEEP)
+            s->stop.code = ok && v.type != V_HUGE ? E_NOT_OBJECT : E_NOT_BRACE, s->stop.x = v.type;
     } else if (!(r = parse_value(s, K_TOP, &v))) {
         while ((c = peek(s)) == ' ') s->pos++;
         if (c >= 0) fail(s, E_PADDING, at(s));
     }
     if (PyErr_Occurred() || (r && !s->stop.code)) return PyErr_Occurred() ? 0 : PyErr_NoMemory();
-    if (s->stop.code && !s->utf8 && !s->deep) tail(s, s->in_str, s->depth, count);
+    if (s->stop.code && !s->utf8) tail(s);
     if (s->io) return REPORT(E_IO, at(s), 0, "", 0);
     if (s->utf8) return REPORT(E_UTF8, s->utf8_at, 0, "", 0);
-    if (s->deep) return REPORT(E_DEEP, s->deep_at, s->deepest, "", 0);
     if (s->stop.code) return report(&s->stop);
     PyObject *bad = duplicates(s->t), *cap;
     if (!bad && !PyErr_Occurred() && s->rule.code) return report(&s->rule);
@@ -704,7 +687,6 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "st_header", NULL, -1
 PyMODINIT_FUNC PyInit_st_header(void) {
     for (int c = 0; c < 256; c++) {
         PLAIN[c] = c >= 0x20 && c < 0x80 && c != '"' && c != '\\';
-        LEXICAL[c] = c >= 0x80 || (c && strchr("\"\\[]{}", c));
         HEX[c] = c >= '0' && c <= '9'                 ? c - '0'
                  : (c | 32) >= 'a' && (c | 32) <= 'f' ? (c | 32) - 87
                                                       : 16;

@@ -32,11 +32,11 @@ begin <= end; shape x bits computed without overflow, a whole number of
 bytes, equal to end - begin; sorted by offset the tensors tile the data
 section from 0 with no hole or overlap and end exactly at the end of file.
 
-The compiled validator (``csrc/st_header.c``, in the style of HF's
-``tensor.rs``: a decoding pass, then one linear parsing pass) reports the
-first broken rule in this order: invalid UTF-8 anywhere; nesting past
-MAX_DEPTH anywhere; the first JSON syntax error (worded as Python's json);
-padding; the entries' rules in JSON order; coverage.  It keeps per tensor its
+The compiled validator (``csrc/st_header.c``, one linear pass in the style of
+HF's ``tensor.rs``) reports the first broken rule in this order: invalid UTF-8
+anywhere; the first JSON syntax error (worded as Python's json) or nesting
+past MAX_DEPTH, whichever comes first (as serde_json); padding; duplicate
+names and the entries' rules in JSON order; coverage.  It keeps per tensor its
 name, dtype, dims and offsets in C arrays; this module turns its verdict into
 the named error (one table, ``_TABLE``) and serves the tables as a lazy mapping.
 
