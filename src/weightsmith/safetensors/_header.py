@@ -363,24 +363,17 @@ def _error(code: str, path, **report) -> E.WeightsmithError:
     )
 
 
-class _Huge:
-    """An integer literal longer than Python's int() digit limit (4300): it
-    stands in for the number in messages."""
+class _Huge(str):
+    """An integer literal past Python's int() digit limit (4300), as it stands in messages."""
 
-    __slots__ = ("digits",)
-
-    def __init__(self, text: str) -> None:
-        self.digits = len(text.lstrip("-"))
-
-    def __repr__(self) -> str:
-        return f"<a {self.digits}-digit integer>"
+    __repr__ = str.__str__
 
 
 def _int_or_huge(text: str):
     try:
         return int(text)
     except ValueError:
-        return _Huge(text)
+        return _Huge(f"<a {len(text.lstrip('-'))}-digit integer>")
 
 
 def _kind(v) -> str:
@@ -391,9 +384,4 @@ def _kind(v) -> str:
 
 
 def _dump(v) -> str:
-    if isinstance(v, dict):
-        return "an object"
-    try:
-        return json.dumps(v, default=repr)  # repr: a _Huge stand-in
-    except (TypeError, ValueError):
-        return _kind(v)
+    return "an object" if isinstance(v, dict) else json.dumps(v)  # a _Huge is its text
