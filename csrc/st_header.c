@@ -276,21 +276,17 @@ static Py_ssize_t find(const Table *t, const uint8_t *p, size_t n) { /* index, o
     return lo < t->n && eq(p, n, NAME(t, i), NAME_LEN(t, i)) ? (Py_ssize_t)i : -1;
 }
 
+static int re(void *p, size_t n) { /* realloc *(void **)p to n bytes */
+    void *q = realloc(*(void **)p, n);
+    return q ? (*(void **)p = q, 0) : -1;
+}
+
 static int reserve(Table *t, size_t n) { /* room for n tensors in every column */
     if (n <= t->cap) return 0;
     size_t c = t->cap ? t->cap + t->cap / 2 : 64;
-#define RE(f, k)                                     \
-    {                                                \
-        void *q = realloc(t->f, (k) * sizeof *t->f); \
-        if (!q) return -1;                           \
-        t->f = q;                                    \
-    }
-    RE(begin, c)
-    RE(end, c)
-    RE(dtype, c)
-    RE(name_off, c + 1)
-    RE(dims_off, c + 1)
-#undef RE
+    if (re(&t->begin, c * 8) || re(&t->end, c * 8) || re(&t->dtype, c) ||
+        re(&t->name_off, (c + 1) * 4) || re(&t->dims_off, (c + 1) * 4))
+        return -1;
     if (!t->cap) t->name_off[0] = t->dims_off[0] = 0;
     return t->cap = c, 0;
 }
