@@ -1,14 +1,14 @@
 /* The safetensors header validator, one linear pass in the style of HF's tensor.rs.  Layout,
  * rules and the order in which they are reported: weightsmith/safetensors/_header.py.  The
  * pass reads the header from a buffer or from the file a window at a time (a big header is
- * never held whole), checks the UTF-8, the nesting, the JSON (errors at the offsets and in the
- * words of CPython's json: NaN / Infinity are floats there) and the rules, and keeps per tensor
- * its name, dtype, dims and offsets.  After a syntax error it only scans on for invalid UTF-8
- * and nesting past MAX_DEPTH, which come first.  An error comes back as (code, name, key, a1,
- * e1, a2, e2, x, y): code indexes the enum below (the rows of _TABLE in _header.py), [a, e) are
- * spans of JSON values re-read there for the message, x / y offsets, counts or a dtype index.
- * Strings decode to UTF-8 with lone surrogates as 3-byte sequences (Python's "surrogatepass"),
- * so equal names are equal bytes.  The GIL is held throughout.
+ * never held whole), checks the UTF-8, the nesting, the JSON (errors at the offsets of CPython's
+ * json: NaN / Infinity are floats there) and the rules, and keeps per tensor its name, dtype,
+ * dims and offsets.  After the first error it only scans on for invalid UTF-8, which comes first.
+ * An error comes back as (code, name, key, a1, e1, a2, e2, x, y): code indexes the enum below
+ * (the rows of _TABLE in _header.py), [a, e) are spans of JSON values re-read there for the
+ * message, x / y offsets, counts, a dtype index or which JSON error.  Strings decode to UTF-8
+ * with lone surrogates as 3-byte sequences (Python's "surrogatepass"), so equal names are equal
+ * bytes.  The GIL is held throughout.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -21,23 +21,22 @@
 #define MAX_DEPTH 128
 #define MAX_CODES 64
 
-enum { E_OK, E_IO, E_UTF8, E_NOT_BRACE, E_NOT_OBJECT, E_DEEP, E_VALUE, E_PROP, E_COLON };
-enum { E_COMMA = E_COLON + 1, E_UNTERM, E_CONTROL, E_ESCAPE, E_UESCAPE, E_PADDING, E_DUP_META };
+enum { E_OK, E_IO, E_UTF8, E_NOT_BRACE, E_NOT_OBJECT, E_DEEP, E_JSON, E_PADDING, E_DUP_META };
 enum { E_META = E_DUP_META + 1, E_META_KEY, E_META_VALUE, E_DUP_NAME, E_ENTRY, E_UNKNOWN_FIELD };
 enum { E_DUP_FIELD = E_UNKNOWN_FIELD + 1, E_MISSING_FIELD, E_DTYPE, E_SHAPE, E_COUNT_OVERFLOW };
 enum { E_OFFSETS = E_COUNT_OVERFLOW + 1, E_BITS_OVERFLOW, E_MISALIGNED, E_SIZE, E_HOLE };
 enum { E_OVERLAP = E_HOLE + 1, E_TRAILING, E_TRUNCATED };
+enum { J_VALUE = 64, J_PROP, J_COLON, J_COMMA, J_UNTERM, J_CONTROL, J_ESCAPE, J_UESCAPE };
 enum { V_OBJ, V_ARR, V_STR, V_INT, V_BIGINT, V_HUGE, V_FLOAT, V_TRUE, V_FALSE, V_NULL };
 enum { K_ANY, K_TOP, K_META, K_ENTRY, K_SHAPE, K_OFFS }; /* what a container holds */
 
 static char codes[MAX_CODES][16]; /* the dtype registry, from configure() */
 static size_t code_len[MAX_CODES];
-static uint64_t code_bits[MAX_CODES], seed;
+static uint64_t code_bits[MAX_CODES];
 static int n_codes;
-static uint8_t PLAIN[256];   /* bytes a string holds as they are */
-static uint8_t LEXICAL[256]; /* bytes tail() stops at: '"', '\\', brackets, non-ASCII */
-static uint8_t HEX[256];     /* hex digit values; 16 for other bytes */
-static size_t grow_limit;    /* the header's size: no buffer grows past it */
+static uint8_t PLAIN[256]; /* bytes a string holds as they are */
+static uint8_t HEX[256];   /* hex digit values; 16 for other bytes */
+static size_t grow_limit;  /* the header's size: no buffer grows past it */
 
 typedef struct {
     uint8_t *p;
@@ -56,12 +55,12 @@ typedef struct {
 /* The tensors of a valid header in JSON order (a capsule's payload): tensor i's name is
  * names.p[name_off[i]:name_off[i + 1]], its dims dims[dims_off[i]:dims_off[i + 1]]. */
 typedef struct {
-    size_t n, cap, dcap, hcap, ndims;
+    size_t n, cap, dcap, ndims, nnames; /* nnames: n, or n + 1 when a rule broke in entry n */
     uint64_t *begin, *end, *dims;
-    uint32_t *name_off, *dims_off, *hash, *order; /* order: data order, if not JSON's */
+    uint32_t *name_off, *dims_off, *order, *byname; /* data order, name order if not JSON's */
     uint8_t *dtype;
     Buf names;
-    int sorted; /* names strictly increasing: found by bisection, no hash table */
+    int sorted; /* names strictly increasing so far: no sort, no duplicate */
 } Table;
 
 typedef struct { /* the tensor entry being parsed */
@@ -73,9 +72,9 @@ typedef struct {
     const uint8_t *p; /* header bytes [base, base + len); the cursor is p[pos] */
     size_t len, pos, window;
     uint64_t base, total;
-    int fd, io, max_digits, seen_meta, in_str, utf8, deep;
+    int fd, io, max_digits, seen_meta, utf8;
     long depth;
-    uint64_t utf8_at, deep_at, deepest;
+    uint64_t utf8_at;
     uint8_t *win;
     Err stop, rule;           /* the error that stopped the pass; the first broken rule */
     Buf str, key, name, mkey; /* last string and key, tensor name, metadata key */
@@ -129,8 +128,8 @@ static inline void skip_ws(P *s) {
 
 static int fail(P *s, int code, uint64_t pos) { /* a syntax error */
     if (s->stop.code) return -1;
-    s->stop.code = code, s->stop.x = pos;
-    return s->in_str = code == E_CONTROL || code == E_ESCAPE || code == E_UESCAPE, -1;
+    s->stop.code = code < J_VALUE ? code : E_JSON, s->stop.x = pos, s->stop.y = code % J_VALUE;
+    return -1;
 }
 
 /* Length of the valid UTF-8 sequence at the cursor (lead byte >= 0x80), or 0. */
@@ -146,25 +145,13 @@ static size_t utf8_len(P *s) {
     return k;
 }
 
-/* After the error that stopped the pass, the rest of the header: its first invalid UTF-8, and
- * (if `count`) its first nesting past MAX_DEPTH and its deepest, brackets in strings aside. */
-static void tail(P *s, int in_str, long depth, int count) {
-    for (int c; !s->utf8;) {
-        while (s->pos < s->len && !LEXICAL[s->p[s->pos]]) s->pos++;
-        if ((c = peek(s)) < 0) return;
-        size_t k = c < 0x80 ? 1 : utf8_len(s);
-        if (!k) s->utf8 = 1, s->utf8_at = at(s);
+/* After the error that stopped the pass, the rest of the header: its first invalid UTF-8. */
+static void tail(P *s) {
+    for (int c; !s->utf8 && (c = peek(s)) >= 0;) {
+        while (s->pos < s->len && s->p[s->pos] < 0x80) s->pos++;
+        size_t k = s->pos < s->len ? utf8_len(s) : 0;
+        if (!k && s->pos < s->len) s->utf8 = 1, s->utf8_at = at(s);
         s->pos += k;
-        if (k != 1) continue;
-        if (in_str && c == '\\')
-            s->pos += peek(s) >= 0 && peek(s) < 0x80; /* an escaped byte */
-        else if (c == '"')
-            in_str = !in_str;
-        else if (!in_str && c != '\\')
-            depth += c == '[' || c == '{' ? 1 : -1;
-        if (depth > MAX_DEPTH && count && !s->deep) s->deep = 1, s->deep_at = at(s) - 1;
-        if (depth > MAX_DEPTH && count && (uint64_t)depth > s->deepest)
-            s->deepest = (uint64_t)depth;
     }
 }
 
@@ -187,13 +174,13 @@ static int scan_string(P *s, Buf *out) {
     uint64_t q = at(s);
     s->pos++, out->n = 0;
     for (;;) {
-        if (s->pos >= s->len && !more(s, 1)) return fail(s, E_UNTERM, q);
+        if (s->pos >= s->len && !more(s, 1)) return fail(s, J_UNTERM, q);
         size_t i = s->pos, j = i;
         while (j < s->len && PLAIN[s->p[j]]) j++;
         if (put(out, s->p + i, j - i)) return -1;
         if ((s->pos = j) == s->len) continue;
         if (s->p[j] == '"') return s->pos++, 0;
-        if (s->p[j] < 0x20) return fail(s, E_CONTROL, at(s));
+        if (s->p[j] < 0x20) return fail(s, J_CONTROL, at(s));
         if (s->p[j] >= 0x80) {
             size_t k = utf8_len(s);
             if (!k) return s->utf8 = 1, s->utf8_at = at(s), fail(s, E_UTF8, at(s));
@@ -203,20 +190,20 @@ static int scan_string(P *s, Buf *out) {
         }
         size_t have = more(s, 13); /* a backslash: up to two \uXXXX and a byte after */
         const uint8_t *p = s->p + s->pos;
-        if (have < 2) return s->pos = s->len, fail(s, E_UNTERM, q);
+        if (have < 2) return s->pos = s->len, fail(s, J_UNTERM, q);
         if (p[1] != 'u') {
             static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
             const char *e = p[1] ? memchr(from, p[1], 8) : NULL;
-            if (!e) return fail(s, E_ESCAPE, at(s));
+            if (!e) return fail(s, J_ESCAPE, at(s));
             if (put(out, &to[e - from], 1)) return -1;
             s->pos += 2;
             continue;
         }
         uint32_t cp, lo;
         size_t used = 6; /* CPython: 4 hex digits and a character after them */
-        if (have < 7 || !hex4(p + 2, &cp)) return fail(s, E_UESCAPE, at(s) + 1);
+        if (have < 7 || !hex4(p + 2, &cp)) return fail(s, J_UESCAPE, at(s) + 1);
         if (cp >= 0xD800 && cp <= 0xDBFF && have >= 13 && p[6] == '\\' && p[7] == 'u') {
-            if (!hex4(p + 8, &lo)) return fail(s, E_UESCAPE, at(s) + 7);
+            if (!hex4(p + 8, &lo)) return fail(s, J_UESCAPE, at(s) + 7);
             if (lo >= 0xDC00 && lo <= 0xDFFF) cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
             if (lo >= 0xDC00 && lo <= 0xDFFF) used = 12;
         }
@@ -242,7 +229,7 @@ static int scan_number(P *s, Val *v) {
     int neg = peek(s) == '-', over = 0;
     long digits = 0;
     s->pos += (size_t)neg;
-    if (!digit_at(s, 0)) return fail(s, E_VALUE, start);
+    if (!digit_at(s, 0)) return fail(s, J_VALUE, start);
     int first = s->p[s->pos];
     do {
         over |= __builtin_mul_overflow(u, 10, &u);
@@ -266,18 +253,6 @@ static int scan_number(P *s, Val *v) {
 #define NAME(t, i) ((t)->names.p + (t)->name_off[i])
 #define NAME_LEN(t, i) ((size_t)((t)->name_off[(i) + 1] - (t)->name_off[i]))
 
-static uint64_t hash(const uint8_t *p, size_t n) { /* salted: no file can aim at collisions */
-    uint64_t h = seed ^ ((uint64_t)n * 0x9E3779B97F4A7C15u);
-    for (size_t i = 0; i < n; i += 8) {
-        uint64_t w = 0;
-        memcpy(&w, p + i, n - i < 8 ? n - i : 8);
-        h = (h ^ w) * 0xBF58476D1CE4E5B9u;
-        h ^= h >> 31;
-    }
-    h *= 0x94D049BB133111EBu;
-    return h ^ (h >> 29);
-}
-
 static int cmp(const uint8_t *p, size_t n, const uint8_t *q, size_t m) { /* bytewise */
     int c = n && m ? memcmp(p, q, n < m ? n : m) : 0;
     return c ? c : (n > m) - (n < m);
@@ -287,62 +262,31 @@ static inline int eq(const uint8_t *p, size_t n, const void *q, size_t m) {
     return n == m && (!n || !memcmp(p, q, n));
 }
 
-/* The hash slot holding the name p[0:n], or the empty one where it would go. */
-static size_t slot(const Table *t, const uint8_t *p, size_t n) {
-    size_t mask = t->hcap - 1, h = (size_t)hash(p, n) & mask;
-    for (; t->hash[h]; h = (h + 1) & mask)
-        if (eq(p, n, NAME(t, t->hash[h] - 1), NAME_LEN(t, t->hash[h] - 1))) break;
-    return h;
-}
-
-/* Enter name i (in the arena already): 1 if it came before, -1 out of memory. */
-static int add_name(Table *t, size_t i) {
-    if (t->sorted) {
-        if (!i || cmp(NAME(t, i - 1), NAME_LEN(t, i - 1), NAME(t, i), NAME_LEN(t, i)) < 0) return 0;
-        t->sorted = 0; /* out of order: hash every name so far */
-        for (size_t j = 0; j < i; j++)
-            if (add_name(t, j) < 0) return -1;
-    }
-    if (3 * (i + 1) > 2 * t->hcap) { /* load <= 2/3: 4 to 6 bytes per name */
-        free(t->hash);
-        for (t->hcap = t->hcap ? t->hcap : 1024; 2 * t->hcap < 3 * (i + 1);) t->hcap *= 2;
-        if (!(t->hash = calloc(t->hcap, 4))) return -1;
-        for (size_t j = 0; j < i; j++)
-            t->hash[slot(t, NAME(t, j), NAME_LEN(t, j))] = (uint32_t)j + 1;
-    }
-    size_t h = slot(t, NAME(t, i), NAME_LEN(t, i));
-    if (t->hash[h]) return 1;
-    return t->hash[h] = (uint32_t)i + 1, 0;
-}
-
+#define BYNAME(t, k) ((t)->byname ? (t)->byname[k] : (k))
 static Py_ssize_t find(const Table *t, const uint8_t *p, size_t n) { /* index, or -1 */
-    size_t lo = 0, hi = t->n;
-    if (!t->sorted) return (Py_ssize_t)t->hash[slot(t, p, n)] - 1;
+    size_t lo = 0, hi = t->n, i;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (cmp(NAME(t, mid), NAME_LEN(t, mid), p, n) < 0)
+        if (i = BYNAME(t, mid), cmp(NAME(t, i), NAME_LEN(t, i), p, n) < 0)
             lo = mid + 1;
         else
             hi = mid;
     }
-    return lo < t->n && eq(p, n, NAME(t, lo), NAME_LEN(t, lo)) ? (Py_ssize_t)lo : -1;
+    i = lo < t->n ? BYNAME(t, lo) : 0;
+    return lo < t->n && eq(p, n, NAME(t, i), NAME_LEN(t, i)) ? (Py_ssize_t)i : -1;
+}
+
+static int re(void *p, size_t n) { /* realloc *(void **)p to n bytes */
+    void *q = realloc(*(void **)p, n);
+    return q ? (*(void **)p = q, 0) : -1;
 }
 
 static int reserve(Table *t, size_t n) { /* room for n tensors in every column */
     if (n <= t->cap) return 0;
     size_t c = t->cap ? t->cap + t->cap / 2 : 64;
-#define RE(f, k)                                     \
-    {                                                \
-        void *q = realloc(t->f, (k) * sizeof *t->f); \
-        if (!q) return -1;                           \
-        t->f = q;                                    \
-    }
-    RE(begin, c)
-    RE(end, c)
-    RE(dtype, c)
-    RE(name_off, c + 1)
-    RE(dims_off, c + 1)
-#undef RE
+    if (re(&t->begin, c * 8) || re(&t->end, c * 8) || re(&t->dtype, c) ||
+        re(&t->name_off, (c + 1) * 4) || re(&t->dims_off, (c + 1) * 4))
+        return -1;
     if (!t->cap) t->name_off[0] = t->dims_off[0] = 0;
     return t->cap = c, 0;
 }
@@ -350,7 +294,7 @@ static int reserve(Table *t, size_t n) { /* room for n tensors in every column *
 static void table_free(Table *t) {
     if (!t) return;
     free(t->begin), free(t->end), free(t->dims), free(t->name_off), free(t->dims_off);
-    free(t->hash), free(t->order), free(t->dtype), free(t->names.p), free(t);
+    free(t->byname), free(t->order), free(t->dtype), free(t->names.p), free(t);
 }
 
 /* Rules ---------------------------------------------------------------------------------- */
@@ -427,9 +371,10 @@ static int top_member(P *s) {
     if (!s->rule.code) {
         size_t i = t->n;
         if (reserve(t, i + 1) || put(&t->names, s->name.p, s->name.n)) return -1;
-        t->name_off[i + 1] = (uint32_t)t->names.n;
-        int dup = add_name(t, i);
-        if (dup < 0 || (dup && rule(s, E_DUP_NAME, NULL, NULL, NULL, 0))) return -1;
+        t->name_off[i + 1] = (uint32_t)t->names.n, t->nnames = i + 1;
+        int c = i ? cmp(NAME(t, i - 1), NAME_LEN(t, i - 1), NAME(t, i), NAME_LEN(t, i)) : -1;
+        if (!c && rule(s, E_DUP_NAME, NULL, NULL, NULL, 0)) return -1;
+        t->sorted &= c < 0; /* out of order: duplicates are found by sorting, after the pass */
     }
     if (peek(s) != '{') return parse_value(s, K_ANY, &v) ? -1 : rule(s, E_ENTRY, 0, v.span, 0, 0);
     memset(&s->ent, 0, sizeof s->ent);
@@ -490,10 +435,10 @@ static int parse_container(P *s, int kind, int obj) {
     if (peek(s) == close) return s->pos++, 0;
     for (;;) {
         if (obj) {
-            if (peek(s) != '"') return fail(s, E_PROP, at(s));
+            if (peek(s) != '"') return fail(s, J_PROP, at(s));
             if (scan_string(s, &s->key)) return -1;
             skip_ws(s);
-            if (peek(s) != ':') return fail(s, E_COLON, at(s));
+            if (peek(s) != ':') return fail(s, J_COLON, at(s));
             s->pos++;
             skip_ws(s);
         }
@@ -505,7 +450,7 @@ static int parse_container(P *s, int kind, int obj) {
             return -1;
         skip_ws(s);
         if ((c = peek(s)) == close) return s->pos++, 0;
-        if (c != ',') return fail(s, E_COMMA, at(s));
+        if (c != ',') return fail(s, J_COMMA, at(s));
         s->pos++;
         skip_ws(s);
     }
@@ -515,11 +460,8 @@ static int parse_container(P *s, int kind, int obj) {
 static int parse_value(P *s, int kind, Val *v) {
     int c = peek(s), r = 0;
     v->span[0] = at(s), v->type = V_NULL;
-    if ((c == '{' || c == '[') && s->depth >= MAX_DEPTH) { /* too deep: how deep, and where */
-        s->deep = 1, s->deep_at = at(s), s->deepest = (uint64_t)s->depth + 1, s->pos++;
-        tail(s, 0, s->depth + 1, 1);
-        return fail(s, E_DEEP, v->span[0]);
-    }
+    if ((c == '{' || c == '[') && s->depth >= MAX_DEPTH) /* too deep: where, and how deep */
+        return fail(s, E_DEEP, at(s)), s->stop.y = (uint64_t)s->depth + 1, -1;
     if (c == '{' || c == '[') {
         s->depth++, v->type = c == '{' ? V_OBJ : V_ARR;
         if (!(r = parse_container(s, kind, c == '{'))) s->depth--; /* an error keeps its depth */
@@ -553,6 +495,27 @@ static int by_offsets(const void *x, const void *y) {
     return e[i] != e[j] ? (e[i] > e[j]) - (e[i] < e[j]) : (i > j) - (i < j);
 }
 
+static int by_name(const void *x, const void *y) { /* ties in JSON order */
+    uint32_t i = *(const uint32_t *)x, j = *(const uint32_t *)y;
+    int c = cmp(NAME(sorting, i), NAME_LEN(sorting, i), NAME(sorting, j), NAME_LEN(sorting, j));
+    return c ? c : (i > j) - (i < j);
+}
+
+/* Names out of order: sort an index by name; a name's second occurrence first in JSON order
+ * (it comes before any rule broken later: names are entered only while none is). */
+static PyObject *duplicates(Table *t) {
+    size_t n = t->nnames, k, dup = SIZE_MAX;
+    if (t->sorted || !(t->byname = malloc(n * 4))) return t->sorted ? NULL : PyErr_NoMemory();
+    for (k = 0; k < n; k++) t->byname[k] = (uint32_t)k;
+    sorting = t;
+    qsort(t->byname, n, 4, by_name);
+    for (k = 1; k < n; k++) {
+        uint32_t i = t->byname[k - 1], j = t->byname[k];
+        if (j < dup && eq(NAME(t, i), NAME_LEN(t, i), NAME(t, j), NAME_LEN(t, j))) dup = j;
+    }
+    return dup == SIZE_MAX ? NULL : REPORT(E_DUP_NAME, 0, 0, NAME(t, dup), NAME_LEN(t, dup));
+}
+
 /* Sorted by offsets (stably), the tensors must tile [0, data_size): NULL if they do. */
 static PyObject *coverage(Table *t, int64_t data_size) {
     uint64_t pos = 0;
@@ -577,24 +540,25 @@ static void capsule_free(PyObject *cap) { table_free(PyCapsule_GetPointer(cap, "
 
 static PyObject *run(P *s, int64_t file_size) {
     Val v = {0};
-    int c = peek(s), ok = 0, count = 1, r = 0;
+    int c = peek(s), ok = 0, r = 0;
     if (c != '{') { /* another JSON value (HeaderNotObject) or not even that (HeaderNotBrace) */
-        skip_ws(s);
-        count = (c = peek(s)) != '{'; /* blanks then '{': not a brace, however deep */
-        if (count && c >= 0 && !(r = parse_value(s, K_ANY, &v))) skip_ws(s), ok = peek(s) < 0;
-        if (!r || s->stop.code) s->stop.code = ok && v.type != V_HUGE ? E_NOT_OBJECT : E_NOT_BRACE;
-        s->stop.x = (uint64_t)v.type;
+        skip_ws(s); /* blanks then '{': not a brace, however deep */
+        if ((c = peek(s)) != '{' && c >= 0 && !(r = parse_value(s, K_ANY, &v)))
+            skip_ws(s), ok = peek(s) < 0;
+        if ((!r || s->stop.code) && s->stop.code != E_DEEP)
+            s->stop.code = ok && v.type != V_HUGE ? E_NOT_OBJECT : E_NOT_BRACE, s->stop.x = v.type;
     } else if (!(r = parse_value(s, K_TOP, &v))) {
         while ((c = peek(s)) == ' ') s->pos++;
         if (c >= 0) fail(s, E_PADDING, at(s));
     }
     if (PyErr_Occurred() || (r && !s->stop.code)) return PyErr_Occurred() ? 0 : PyErr_NoMemory();
-    if (s->stop.code && !s->utf8 && !s->deep) tail(s, s->in_str, s->depth, count);
+    if (s->stop.code && !s->utf8) tail(s);
     if (s->io) return REPORT(E_IO, at(s), 0, "", 0);
     if (s->utf8) return REPORT(E_UTF8, s->utf8_at, 0, "", 0);
-    if (s->deep) return REPORT(E_DEEP, s->deep_at, s->deepest, "", 0);
-    if (s->stop.code || s->rule.code) return report(s->stop.code ? &s->stop : &s->rule);
-    PyObject *bad = coverage(s->t, file_size - 8 - (int64_t)s->total), *cap;
+    if (s->stop.code) return report(&s->stop);
+    PyObject *bad = duplicates(s->t), *cap;
+    if (!bad && !PyErr_Occurred() && s->rule.code) return report(&s->rule);
+    if (!bad && !PyErr_Occurred()) bad = coverage(s->t, file_size - 8 - (int64_t)s->total);
     if (bad || PyErr_Occurred() || !(cap = PyCapsule_New(s->t, "st_header", capsule_free)))
         return bad;
     size_t n = s->t->n;
@@ -694,11 +658,11 @@ fail:
     return NULL;
 }
 
-/* configure(dtype codes: 16 bytes each, NUL-padded; their bits: uint64 each; hash seed) */
+/* configure(dtype codes: 16 bytes each, NUL-padded; their bits: uint64 each) */
 static PyObject *py_configure(PyObject *self, PyObject *args) {
     const char *names, *bits;
     Py_ssize_t k, nb;
-    if (!PyArg_ParseTuple(args, "y#y#K", &names, &k, &bits, &nb, &seed)) return NULL;
+    if (!PyArg_ParseTuple(args, "y#y#", &names, &k, &bits, &nb)) return NULL;
     if (k % 16 || k / 16 > MAX_CODES || nb != k / 2)
         return PyErr_Format(PyExc_ValueError, "bad table");
     memcpy(codes, names, (size_t)k), memcpy(code_bits, bits, (size_t)nb);
@@ -710,7 +674,7 @@ static PyMethodDef methods[] = {
     {"parse", py_parse, METH_VARARGS, "parse(buffer | None, fd, n, file_size, max_digits, window)"},
     {"find", py_find, METH_VARARGS, "find(table, name) -> (dtype, shape, begin, end, count)"},
     {"plan", py_plan, METH_VARARGS, "plan(table, codes) -> names, codes, shapes, begins, ends"},
-    {"configure", py_configure, METH_VARARGS, "configure(codes, bits, seed)"},
+    {"configure", py_configure, METH_VARARGS, "configure(codes, bits)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -719,7 +683,6 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "st_header", NULL, -1
 PyMODINIT_FUNC PyInit_st_header(void) {
     for (int c = 0; c < 256; c++) {
         PLAIN[c] = c >= 0x20 && c < 0x80 && c != '"' && c != '\\';
-        LEXICAL[c] = c >= 0x80 || (c && strchr("\"\\[]{}", c));
         HEX[c] = c >= '0' && c <= '9'                 ? c - '0'
                  : (c | 32) >= 'a' && (c | 32) <= 'f' ? (c | 32) - 87
                                                       : 16;

@@ -32,11 +32,11 @@ begin <= end; shape x bits computed without overflow, a whole number of
 bytes, equal to end - begin; sorted by offset the tensors tile the data
 section from 0 with no hole or overlap and end exactly at the end of file.
 
-The compiled validator (``csrc/st_header.c``, in the style of HF's
-``tensor.rs``: a decoding pass, then one linear parsing pass) reports the
-first broken rule in this order: invalid UTF-8 anywhere; nesting past
-MAX_DEPTH anywhere; the first JSON syntax error (worded as Python's json);
-padding; the entries' rules in JSON order; coverage.  It keeps per tensor its
+The compiled validator (``csrc/st_header.c``, one linear pass in the style of
+HF's ``tensor.rs``) reports the first broken rule in this order: invalid UTF-8
+anywhere; the first JSON syntax error (worded as Python's json) or nesting
+past MAX_DEPTH, whichever comes first (as serde_json); padding; duplicate
+names and the entries' rules in JSON order; coverage.  It keeps per tensor its
 name, dtype, dims and offsets in C arrays; this module turns its verdict into
 the named error (one table, ``_TABLE``) and serves the tables as a lazy mapping.
 
@@ -62,11 +62,9 @@ MAX_HEADER_SIZE = 100_000_000
 MAX_DEPTH = 128  # also in csrc/st_header.c
 _CODES = tuple(SAFETENSORS)
 _DTYPES = tuple(SAFETENSORS.values())
-# name hashing is salted per process, so no file can aim at collisions
 _c.configure(
     b"".join(c.encode().ljust(16, b"\0") for c in _CODES),
     b"".join(d.bits.to_bytes(8, sys.byteorder) for d in _DTYPES),
-    int.from_bytes(os.urandom(8), "little"),
 )
 
 
@@ -231,22 +229,8 @@ not_brace|HeaderNotBrace|header does not begin with '{{'|header|8|'{{'|{first}
 not_object|HeaderNotObject|header is not a JSON object|header|8|a JSON object|{top_kind}
 deep|HeaderTooDeep|header JSON nests too deeply|header|{at}|nesting depth <= {max_depth}
     |depth {y}
-value|InvalidHeaderJSON|header is not valid JSON (Expecting value)|header|{at}|a JSON object
+json|InvalidHeaderJSON|header is not valid JSON ({json})|header|{at}|a JSON object
     |{chars20!r}
-prop|InvalidHeaderJSON|header is not valid JSON (Expecting property name enclosed in double quotes)
-    |header|{at}|a JSON object|{chars20!r}
-colon|InvalidHeaderJSON|header is not valid JSON (Expecting ':' delimiter)|header|{at}
-    |a JSON object|{chars20!r}
-comma|InvalidHeaderJSON|header is not valid JSON (Expecting ',' delimiter)|header|{at}
-    |a JSON object|{chars20!r}
-unterminated|InvalidHeaderJSON|header is not valid JSON (Unterminated string starting at)
-    |header|{at}|a JSON object|{chars20!r}
-control|InvalidHeaderJSON|header is not valid JSON (Invalid control character at)|header|{at}
-    |a JSON object|{chars20!r}
-escape|InvalidHeaderJSON|header is not valid JSON (Invalid \escape)|header|{at}|a JSON object
-    |{chars20!r}
-uescape|InvalidHeaderJSON|header is not valid JSON (Invalid \uXXXX escape)|header|{at}
-    |a JSON object|{chars20!r}
 padding|InvalidHeaderPadding|header padding is not spaces only|header padding|{at}
     |spaces (0x20)|{chars10!r}
 dup_meta|DuplicateMetadata|__metadata__ appears more than once|__metadata__||at most once|twice
@@ -306,6 +290,10 @@ _ORDER = list(_RULES)
 _TOP_KIND = ("an object", "a list", "a string", "a int", "a int", "", "a float", "a boolean")
 _TOP_KIND += ("a boolean", "null")  # the kind of a JSON value, by the validator's value type
 _FIELDS = ("dtype", "shape", "data_offsets")
+# CPython json's words for the syntax errors, indexed by the report's y (J_VALUE ... in the C)
+_JSON = "Expecting value|Expecting property name enclosed in double quotes|Expecting ':' delimiter"
+_JSON += "|Expecting ',' delimiter|Unterminated string starting at|Invalid control character at"
+_JSON += r"|Invalid \escape|Invalid \uXXXX escape"
 
 
 def _chars(r, k: int) -> str:
@@ -329,6 +317,7 @@ _DERIVED = {
         repr(r["text"](0, 4).decode("utf-8", "ignore")[:1]) if r["n"] else "an empty header"
     ),
     "top_kind": lambda r: _TOP_KIND[r["x"]],
+    "json": lambda r: _JSON.split("|")[r["y"]],
     "chars20": lambda r: _chars(r, 20),
     "chars10": lambda r: _chars(r, 10),
     "value1": lambda r: _value(r, "a1", "e1"),
@@ -374,24 +363,17 @@ def _error(code: str, path, **report) -> E.WeightsmithError:
     )
 
 
-class _Huge:
-    """An integer literal longer than Python's int() digit limit (4300): it
-    stands in for the number in messages."""
+class _Huge(str):
+    """An integer literal past Python's int() digit limit (4300), as it stands in messages."""
 
-    __slots__ = ("digits",)
-
-    def __init__(self, text: str) -> None:
-        self.digits = len(text.lstrip("-"))
-
-    def __repr__(self) -> str:
-        return f"<a {self.digits}-digit integer>"
+    __repr__ = str.__str__
 
 
 def _int_or_huge(text: str):
     try:
         return int(text)
     except ValueError:
-        return _Huge(text)
+        return _Huge(f"<a {len(text.lstrip('-'))}-digit integer>")
 
 
 def _kind(v) -> str:
@@ -402,9 +384,4 @@ def _kind(v) -> str:
 
 
 def _dump(v) -> str:
-    if isinstance(v, dict):
-        return "an object"
-    try:
-        return json.dumps(v, default=repr)  # repr: a _Huge stand-in
-    except (TypeError, ValueError):
-        return _kind(v)
+    return "an object" if isinstance(v, dict) else json.dumps(v)  # a _Huge is its text
