@@ -1,0 +1,56 @@
+"""WordPiece vocabulary (tokenizer route ``bert``), as llama.cpp's ``BertModel.set_vocab``.
+
+The tokens are the ``tokenizer.json`` vocabulary read as for a BPE model
+(``get_vocab_base``: ``[PAD<i>]`` for holes, added tokens CONTROL or USER_DEFINED,
+the pre-tokenizer name from the chktxt fingerprint), then put in llama.cpp's
+"phantom space" form: a word-initial piece gets a leading ``▁``, a continuation
+piece loses its ``##``, control tokens stay as they are.  Keys, in the reference's
+order::
+
+    tokenizer.ggml.token_type_count   u32   config ``type_vocab_size`` (1 if absent)
+    tokenizer.ggml.model              str   "bert"
+    tokenizer.ggml.pre                str   from the chktxt hash
+    tokenizer.ggml.tokens             [str]
+    tokenizer.ggml.token_type         [i32]
+    ... SpecialVocab: special ids ([CLS] as BOS, [SEP] as EOS/SEP), add_* flags,
+        normalizer.lowercase / strip_accents (BertNormalizer)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ._to_gguf import (
+    MORE_ROUTES,
+    SPM_SPACE,
+    VT,
+    T,
+    _Entries,
+    _gpt2_vocab,
+    _missing,
+    _SpecialVocab,
+)
+
+
+def phantom(token: str, token_type: int) -> str:
+    """llama.cpp's phantom-space form of one WordPiece token."""
+    if token_type == T.CONTROL:
+        return token
+    if token.startswith("##"):
+        return token[2:]
+    return SPM_SPACE + token
+
+
+def set_bert(out: _Entries, d: Path, config: dict) -> None:
+    if not (d / "tokenizer.json").is_file():
+        raise _missing(d, "tokenizer.json (a WordPiece tokenizer)")
+    tokens, types, pre, _ = _gpt2_vocab(d, config)
+    out.add("ggml.token_type_count", config.get("type_vocab_size", 1), VT.UINT32)
+    out.add("ggml.model", "bert", VT.STRING)
+    out.add("ggml.pre", pre, VT.STRING)
+    out.add("ggml.tokens", [phantom(t, ty) for t, ty in zip(tokens, types)], VT.STRING)
+    out.add("ggml.token_type", [int(t) for t in types], VT.INT32)
+    _SpecialVocab(d, config, n_vocab=len(tokens)).add_to(out)
+
+
+MORE_ROUTES["bert"] = set_bert
