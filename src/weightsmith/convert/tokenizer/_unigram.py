@@ -166,7 +166,7 @@ def set_t5(out: _Entries, d: Path, config: dict) -> None:
     out.add("ggml.add_space_prefix", add_prefix, VT.BOOL)
     out.add("ggml.remove_extra_whitespaces", remove_ws, VT.BOOL)
     if charsmap:
-        out.add("ggml.precompiled_charsmap", charsmap, VT.UINT8)
+        out.add("ggml.precompiled_charsmap", list(charsmap), VT.UINT8)
     _SpecialVocab(d, config, n_vocab=len(tokens)).add_to(out)
 
 
