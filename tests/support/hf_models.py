@@ -722,8 +722,7 @@ def _t5_config(vocab: int):
         num_layers=2,
         num_decoder_layers=2,
         num_heads=4,
-        relative_attention_num_buckets=8,
-        relative_attention_max_distance=32,
+        relative_attention_num_buckets=8,  # the max distance stays 128: llama.cpp's constant
         feed_forward_proj="gated-gelu",
         tie_word_embeddings=False,
         decoder_start_token_id=0,

@@ -104,6 +104,10 @@ def _hf_config(cfg: dict, names: set[str]) -> dict:
     return {
         "feed_forward_proj": "gated-gelu" if gated else "relu",
         "is_encoder_decoder": "dec.blk.0.attn_q.weight" in names,
+        # llama.cpp never scales the decoder output by d_model ** -0.5 (T5 v1.1's way);
+        # transformers 5 reads tie_word_embeddings = false as exactly that (and ties the
+        # head to the embedding whatever the field says)
+        "tie_word_embeddings": False,
     }
 
 
