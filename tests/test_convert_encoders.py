@@ -237,7 +237,9 @@ def test_minilm_round_trip(work, tmp_path):
 
     back16 = tmp_path / "back16"
     gguf_to_hf(work["ours"] / "minilm-f16.gguf", back16, dtype="f32")
-    assert json.loads((back16 / "1_Pooling" / "config.json").read_text())["pooling_mode_mean_tokens"]
+    assert json.loads((back16 / "1_Pooling" / "config.json").read_text())[
+        "pooling_mode_mean_tokens"
+    ]
     with torch.no_grad():
         s_a = SentenceTransformer(str(src), device="cpu").encode(SENTENCES)
         s_b = SentenceTransformer(str(back16), device="cpu").encode(SENTENCES)
@@ -268,10 +270,12 @@ def test_tiny_round_trip(work, arch, tmp_path):
             b = AutoModel.from_pretrained(back).eval()(input_ids=x).last_hidden_state
         else:
             d = torch.tensor([[0, 10, 20]])
-            a = T5ForConditionalGeneration.from_pretrained(src).eval()(input_ids=x,
-                                                                        decoder_input_ids=d)
-            b = T5ForConditionalGeneration.from_pretrained(back).eval()(input_ids=x,
-                                                                         decoder_input_ids=d)
+            a = T5ForConditionalGeneration.from_pretrained(src).eval()(
+                input_ids=x, decoder_input_ids=d
+            )
+            b = T5ForConditionalGeneration.from_pretrained(back).eval()(
+                input_ids=x, decoder_input_ids=d
+            )
             a, b = a.logits, b.logits
     np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=0, atol=1e-5)
 
