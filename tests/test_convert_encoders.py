@@ -32,7 +32,7 @@ from test_convert_hf_to_gguf import _run_reference
 from weightsmith import errors as E
 from weightsmith.convert import gguf_to_hf, hf_to_gguf
 
-TINY = ["bert_mlm", "t5", "t5encoder"]
+TINY = ["bert_mlm", "xlmroberta", "t5", "t5encoder"]
 TINY_TYPES = ["f32", "f16", "q8_0"]
 SENTENCES = [
     "The quick brown fox jumps over the lazy dog.",
@@ -87,6 +87,10 @@ def test_encoder_metadata_is_real(work):
     with read(work["ours"] / "bert_mlm-f32.gguf") as f:
         assert f.metadata["bert.pooling_type"] == 2  # CLS
         assert not any(t.name.startswith(("cls", "pooler")) for t in f.tensors)
+    with read(work["ours"] / "xlmroberta-f16.gguf") as f:  # positions from pad + 1 cut away
+        assert f.metadata["bert.context_length"] == 64 and f.metadata["bert.pooling_type"] == 1
+        assert f.tensor("position_embd.weight").shape == (64, 64)
+        assert f.metadata["tokenizer.ggml.tokens"][:4] == ["<s>", "<pad>", "</s>", "<unk>"]
     with read(work["ours"] / "t5-q8_0.gguf") as f:
         md = f.metadata
         assert md["tokenizer.ggml.model"] == "t5" and len(md["tokenizer.ggml.precompiled_charsmap"])
@@ -139,24 +143,30 @@ def _llama_encode(llm, tokens: list[int]) -> None:
     assert llama_cpp.llama_encode(llm.ctx, llama_cpp.llama_batch_get_one(arr, len(tokens))) == 0
 
 
-def test_bert_mlm_cls_embedding_in_llama_cpp(work):
+@pytest.mark.parametrize(("arch", "pooling"), [("bert_mlm", "cls"), ("xlmroberta", "mean")])
+def test_tiny_encoder_embedding_in_llama_cpp(work, arch, pooling):
+    """llama.cpp pools as the sentence-transformers files say; the same ids through
+    transformers' model (RoBERTa counts positions from pad + 1, llama.cpp from 0 on the
+    cut table) give the same vector."""
     import llama_cpp
     import torch
-    from transformers import BertModel
+    from transformers import AutoModel
 
     text = SENTENCES[0]
-    llm = llama_cpp.Llama(model_path=str(work["ours"] / "bert_mlm-f32.gguf"), embedding=True,
+    llm = llama_cpp.Llama(model_path=str(work["ours"] / f"{arch}-f32.gguf"), embedding=True,
                           n_ctx=64, n_threads=2, verbose=False)  # fmt: skip
     try:
         tokens = llm.tokenize(text.encode(), add_bos=True, special=False)
         got = np.array(llm.embed(text, normalize=False), dtype=np.float32)
     finally:
         llm.close()
-    model = BertModel.from_pretrained(work["models"]["bert_mlm"]).eval()
+    model = AutoModel.from_pretrained(work["models"][arch]).eval()
     with torch.no_grad():
-        want = model(input_ids=torch.tensor([tokens])).last_hidden_state[0, 0].numpy()
-    assert tokens[0] == 101 and tokens[-1] == 102  # [CLS] ... [SEP]
-    assert np.abs(got - want).max() <= 2e-3 * np.abs(want).max()
+        h = model(input_ids=torch.tensor([tokens])).last_hidden_state[0].numpy()
+    want = h[0] if pooling == "cls" else h.mean(0)
+    if arch == "bert_mlm":
+        assert tokens[0] == 101 and tokens[-1] == 102  # [CLS] ... [SEP]
+    assert len(tokens) > 8 and np.abs(got - want).max() <= 2e-3 * np.abs(want).max()
 
 
 def test_t5_logits_in_llama_cpp(work):

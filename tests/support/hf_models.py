@@ -688,27 +688,59 @@ def bert_mlm(folder: Path, *, dtype: str = "float32", seed: int = 21) -> Path:
     return _save(model, folder, dtype)
 
 
-def train_unigram(folder: Path, vocab_size: int = 128, name: str = "spiece.model") -> int:
-    """Train a Unigram SentencePiece model (T5's ids: pad 0, eos 1, unk 2); its size."""
+def train_unigram(
+    folder: Path, vocab_size: int = 128, name: str = "spiece.model", ids=(0, 1, 2, -1)
+) -> int:
+    """Train a Unigram SentencePiece model (``ids``: pad, eos, unk, bos; T5's by default);
+    its size."""
     import sentencepiece as spm
 
     buf = io.BytesIO()
     lines = [f"{s} {i}" for i in range(40) for s in _TEXT]
+    pad, eos, unk, bos = ids
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(lines),
         model_writer=buf,
         vocab_size=vocab_size,
         model_type="unigram",
         character_coverage=1.0,
-        pad_id=0,
-        eos_id=1,
-        unk_id=2,
-        bos_id=-1,
+        pad_id=pad,
+        eos_id=eos,
+        unk_id=unk,
+        bos_id=bos,
         minloglevel=2,
     )
     folder.mkdir(parents=True, exist_ok=True)
     (folder / name).write_bytes(buf.getvalue())
     return spm.SentencePieceProcessor(model_proto=buf.getvalue()).get_piece_size()
+
+
+def xlmroberta(folder: Path, *, dtype: str = "float32", seed: int = 24) -> Path:
+    """A tiny XLMRobertaModel: a Unigram ``sentencepiece.bpe.model`` (fairseq's <unk> 0,
+    <s> 1, </s> 2; the HF ids are one up, plus <mask>), mean pooling."""
+    from transformers import XLMRobertaConfig, XLMRobertaModel
+
+    n_sp = train_unigram(folder, name="sentencepiece.bpe.model", ids=(-1, 2, 0, 1))
+    (folder / "modules.json").write_text((minilm_dir() / "modules.json").read_text())
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(
+        json.dumps({"word_embedding_dimension": 64, "pooling_mode_mean_tokens": True})
+    )
+    cfg = XLMRobertaConfig(
+        vocab_size=n_sp + 2,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=66,
+        type_vocab_size=1,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+    )
+    model = XLMRobertaModel(cfg, add_pooling_layer=False)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
 
 
 def _t5_config(vocab: int):
@@ -776,6 +808,7 @@ BUILDERS: dict[str, Callable[..., Path]] = {
     "bert_mlm": bert_mlm,
     "t5": t5,
     "t5encoder": t5encoder,
+    "xlmroberta": xlmroberta,
 }
 
 

@@ -62,7 +62,7 @@ from ._model import (
     layer_of,
     rope_parameters,
 )
-from .bert import BERT
+from .bert import BERT, XLMROBERTA
 from .deepseek import DEEPSEEK2
 from .gemma import GEMMA2, GEMMA3
 from .gpt import FALCON, GPT2, STABLELM, STARCODER2
@@ -139,6 +139,7 @@ ENTRIES: tuple[Arch, ...] = (
     QWEN2VL,
     # encoders (embedding models) and encoder-decoders
     BERT,
+    XLMROBERTA,
     T5,
     T5ENCODER,
 )

@@ -7,12 +7,21 @@ old checkpoints' LayerNorm ``gamma`` / ``beta`` are renamed away; the pooler and
 masked-LM / next-sentence heads are not converted (llama.cpp computes embeddings).
 The vocabulary is WordPiece in llama.cpp's phantom-space form (tokenizer route
 ``bert``, :mod:`weightsmith.convert.tokenizer._wordpiece`).
+
+XLM-RoBERTa is written as ``bert`` too (``XLMRobertaModel``): the ``roberta.`` prefix
+goes, the position table loses its first ``pad_token_id + 1`` rows (RoBERTa's positions
+start after the padding id; llama.cpp counts from 0) and the context length as much;
+its vocabulary is the Unigram ``sentencepiece.bpe.model`` in fairseq's id order
+(route ``xlmroberta``).  Both share ``general.architecture = bert``: GGUF -> HF
+rebuilds a BERT.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from ._common import COMMON
-from ._model import VT, Arch, NameRule, m
+from ._model import VT, Arch, NameRule, Transform, m
 
 _L = "encoder.layer.{bid}."
 _B = "blk.{bid}."
@@ -72,4 +81,55 @@ BERT = Arch(
     tokenizer={"vocab": "bert"},
     model_types={"BertModel": "bert", "BertForMaskedLM": "bert"},
     hf_config=lambda cfg, names: {"hidden_act": "gelu", "position_embedding_type": "absolute"},
+)
+
+
+def _position_offset(cfg: dict) -> int:
+    """RoBERTa's positions start after the padding id: llama.cpp drops those first rows."""
+    pad = cfg.get("pad_token_id")
+    return 0 if pad is None else 1 + pad
+
+
+def _drop_rows(shape: tuple[int, ...], cfg: dict, ctx: dict) -> tuple[int, ...]:
+    return (shape[0] - _position_offset(cfg), *shape[1:])
+
+
+ROBERTA_POSITIONS = Transform(
+    "roberta_position_offset",
+    r"^embeddings\.position_embeddings\.weight$",
+    lambda x, cfg, ctx: x[_position_offset(cfg) :],
+    # the dropped rows are never looked up (positions start after them): zeros restore them
+    lambda x, cfg, ctx: np.concatenate(
+        [np.zeros((_position_offset(cfg), *x.shape[1:]), x.dtype), x]
+    ),
+    shape=_drop_rows,
+    exact=False,
+    inverse_shape=lambda shape, cfg, ctx: (shape[0] + _position_offset(cfg), *shape[1:]),
+)
+
+_ROBERTA_CTX = m(
+    "context_length",
+    "max_position_embeddings",
+    value=lambda c: c["max_position_embeddings"] - _position_offset(c),
+)
+
+XLMROBERTA = Arch(
+    hf_archs=("XLMRobertaModel",),
+    gguf_arch="bert",
+    meta=[COMMON[0], _ROBERTA_CTX, *COMMON[2:], *ENCODER_ROWS],
+    names=BERT_NAMES,
+    transforms=[ROBERTA_POSITIONS],
+    skip=BERT.skip,
+    renames=(
+        (r"^roberta\.", ""),
+        *BERT.renames,
+        (r"\.parametrizations\.", "."),  # jina-embeddings-v3's LoRA-parametrized weights
+        (r"\.original$", ""),
+    ),
+    # XLMRobertaConfig's defaults
+    defaults={**BERT.defaults, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2},
+    pooling=True,
+    tokenizer={"vocab": "xlmroberta"},
+    model_types={"XLMRobertaModel": "xlm-roberta"},
+    hf_config=BERT.hf_config,
 )

@@ -1,4 +1,5 @@
-"""Unigram SentencePiece vocabulary (tokenizer route ``t5``), as llama.cpp's ``T5Model.set_vocab``.
+"""Unigram SentencePiece vocabularies: routes ``t5`` (llama.cpp's ``T5Model.set_vocab``)
+and ``xlmroberta`` (its ``_xlmroberta_set_vocab``, :func:`set_xlmroberta`).
 
 The model file is ``tokenizer.model``, else ``spiece.model`` (older T5 folders).  A
 BPE SentencePiece model (Pile-T5) takes the ``llama`` path instead (only under the
@@ -111,21 +112,7 @@ def spm_settings(path: Path) -> tuple[int, bool, bool, bytes]:
     )
 
 
-def set_t5(out: _Entries, d: Path, config: dict) -> None:
-    path = d / "tokenizer.model"
-    if not path.is_file():
-        path = d / "spiece.model"
-    if not path.is_file():
-        raise _missing(d, "tokenizer.model or spiece.model (a SentencePiece model)")
-    model_type, add_prefix, remove_ws, charsmap = spm_settings(path)
-    if model_type == BPE and path.name == "tokenizer.model":
-        _set_spm(out, d, config)
-        return
-    if model_type != UNIGRAM:
-        raise E.TokenizerInconsistent(
-            "T5 tokenizer is not a Unigram (or BPE tokenizer.model) SentencePiece model",
-            path=path, field="trainer_spec.model_type", expected="1 (UNIGRAM)", found=model_type,
-        )  # fmt: skip
+def _load(path: Path):
     spm = require("sentencepiece", "reading a SentencePiece model")
     sp = spm.SentencePieceProcessor()
     try:
@@ -134,14 +121,15 @@ def set_t5(out: _Entries, d: Path, config: dict) -> None:
         raise E.TokenizerInconsistent(
             "not a SentencePiece model", path=path, expected="a ModelProto", found=str(exc)
         ) from None
-    n_sp = sp.vocab_size()
-    vocab_size = _vocab_size(config, ("vocab_size",)) or n_sp
-    if n_sp > vocab_size:  # the reference fails with an IndexError here
-        raise _too_large(path, sp.IdToPiece(vocab_size), vocab_size, vocab_size)
+    return sp
+
+
+def _pieces(sp, vocab_size: int) -> tuple[list[str], list[float], list[int]]:
+    """``vocab_size`` ids: ``[PAD<i>]`` (-10000, UNUSED), then the pieces over them."""
     tokens = [f"[PAD{i}]" for i in range(vocab_size)]
     scores = [-10000.0] * vocab_size
     types = [int(T.UNUSED)] * vocab_size
-    for i in range(n_sp):
+    for i in range(sp.vocab_size()):
         tokens[i], scores[i] = sp.IdToPiece(i), sp.GetScore(i)
         if sp.IsUnknown(i):
             types[i] = T.UNKNOWN
@@ -153,6 +141,62 @@ def set_t5(out: _Entries, d: Path, config: dict) -> None:
             types[i] = T.BYTE
         else:
             types[i] = T.NORMAL
+    return tokens, scores, types
+
+
+def _unigram_settings(path: Path) -> tuple[bool, bool, bytes]:
+    model_type, add_prefix, remove_ws, charsmap = spm_settings(path)
+    if model_type != UNIGRAM:
+        raise E.TokenizerInconsistent(
+            "not a Unigram SentencePiece model",
+            path=path, field="trainer_spec.model_type", expected="1 (UNIGRAM)", found=model_type,
+        )  # fmt: skip
+    return add_prefix, remove_ws, charsmap
+
+
+def set_xlmroberta(out: _Entries, d: Path, config: dict) -> None:
+    """XLM-RoBERTa's ``sentencepiece.bpe.model`` (``_xlmroberta_set_vocab``): the pieces
+    realigned to fairseq's ids (``<s> <pad> </s> <unk>`` first, every piece one up, the
+    last id dropped), ``token_type_count`` after ``add_space_prefix``."""
+    path = d / "sentencepiece.bpe.model"
+    if not path.is_file():
+        raise _missing(d, "sentencepiece.bpe.model (the tokenizer.json-only path is not done)")
+    add_prefix, remove_ws, charsmap = _unigram_settings(path)
+    sp = _load(path)
+    vocab_size = max(_vocab_size(config, ("vocab_size",)) or 0, sp.vocab_size())
+    tokens, scores, types = _pieces(sp, vocab_size)
+    tokens = ["<s>", "<pad>", "</s>", "<unk>", *tokens[3:-1]]
+    scores = [0.0] * 4 + scores[3:-1]
+    types = [int(T.CONTROL)] * 3 + [int(T.UNKNOWN)] + types[3:-1]
+    out.add("ggml.model", "t5", VT.STRING)
+    out.add("ggml.pre", "default", VT.STRING)
+    out.add("ggml.tokens", tokens, VT.STRING)
+    out.add("ggml.scores", scores, VT.FLOAT32)
+    out.add("ggml.token_type", types, VT.INT32)
+    out.add("ggml.add_space_prefix", add_prefix, VT.BOOL)
+    out.add("ggml.token_type_count", config.get("type_vocab_size", 1), VT.UINT32)
+    out.add("ggml.remove_extra_whitespaces", remove_ws, VT.BOOL)
+    if charsmap:
+        out.add("ggml.precompiled_charsmap", list(charsmap), VT.UINT8)
+    _SpecialVocab(d, config, n_vocab=len(tokens)).add_to(out)
+
+
+def set_t5(out: _Entries, d: Path, config: dict) -> None:
+    path = d / "tokenizer.model"
+    if not path.is_file():
+        path = d / "spiece.model"
+    if not path.is_file():
+        raise _missing(d, "tokenizer.model or spiece.model (a SentencePiece model)")
+    if spm_settings(path)[0] == BPE and path.name == "tokenizer.model":
+        _set_spm(out, d, config)
+        return
+    add_prefix, remove_ws, charsmap = _unigram_settings(path)
+    sp = _load(path)
+    n_sp = sp.vocab_size()
+    vocab_size = _vocab_size(config, ("vocab_size",)) or n_sp
+    if n_sp > vocab_size:  # the reference fails with an IndexError here
+        raise _too_large(path, sp.IdToPiece(vocab_size), vocab_size, vocab_size)
+    tokens, scores, types = _pieces(sp, vocab_size)
     added_path = d / "added_tokens.json"
     for text, tid in (_json_if(added_path) or {}).items():
         if isinstance(tid, int) and not isinstance(tid, bool) and 0 <= tid < vocab_size:
@@ -171,3 +215,4 @@ def set_t5(out: _Entries, d: Path, config: dict) -> None:
 
 
 MORE_ROUTES["t5"] = set_t5
+MORE_ROUTES["xlmroberta"] = set_xlmroberta
