@@ -721,11 +721,7 @@ def xlmroberta(folder: Path, *, dtype: str = "float32", seed: int = 24) -> Path:
     from transformers import XLMRobertaConfig, XLMRobertaModel
 
     n_sp = train_unigram(folder, name="sentencepiece.bpe.model", ids=(-1, 2, 0, 1))
-    (folder / "modules.json").write_text((minilm_dir() / "modules.json").read_text())
-    (folder / "1_Pooling").mkdir()
-    (folder / "1_Pooling" / "config.json").write_text(
-        json.dumps({"word_embedding_dimension": 64, "pooling_mode_mean_tokens": True})
-    )
+    _mean_pooling(folder, 64)
     cfg = XLMRobertaConfig(
         vocab_size=n_sp + 2,
         hidden_size=64,
@@ -739,6 +735,42 @@ def xlmroberta(folder: Path, *, dtype: str = "float32", seed: int = 24) -> Path:
         eos_token_id=2,
     )
     model = XLMRobertaModel(cfg, add_pooling_layer=False)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+def _mean_pooling(folder: Path, dim: int) -> None:
+    (folder / "modules.json").write_text((minilm_dir() / "modules.json").read_text())
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(
+        json.dumps({"word_embedding_dimension": dim, "pooling_mode_mean_tokens": True})
+    )
+
+
+def modernbert(folder: Path, *, dtype: str = "float32", seed: int = 25) -> Path:
+    """A tiny ModernBertModel (fused Wqkv, GeGLU, local/global attention every 3rd layer)
+    with llama.cpp's GPT-2 vocabulary, mean pooling."""
+    from transformers import ModernBertConfig, ModernBertModel
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    _mean_pooling(folder, 64)
+    eot = 50256
+    cfg = ModernBertConfig(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        max_position_embeddings=128,
+        local_attention=16,
+        global_attn_every_n_layers=3,
+        pad_token_id=eot,
+        bos_token_id=eot,
+        eos_token_id=eot,
+        cls_token_id=eot,
+        sep_token_id=eot,
+    )
+    model = ModernBertModel(cfg)
     _random_init(model, seed)
     return _save(model, folder, dtype)
 
@@ -809,6 +841,7 @@ BUILDERS: dict[str, Callable[..., Path]] = {
     "t5": t5,
     "t5encoder": t5encoder,
     "xlmroberta": xlmroberta,
+    "modernbert": modernbert,
 }
 
 

@@ -62,7 +62,7 @@ from ._model import (
     layer_of,
     rope_parameters,
 )
-from .bert import BERT, XLMROBERTA
+from .bert import BERT, MODERNBERT, XLMROBERTA
 from .deepseek import DEEPSEEK2
 from .gemma import GEMMA2, GEMMA3
 from .gpt import FALCON, GPT2, STABLELM, STARCODER2
@@ -140,6 +140,7 @@ ENTRIES: tuple[Arch, ...] = (
     # encoders (embedding models) and encoder-decoders
     BERT,
     XLMROBERTA,
+    MODERNBERT,
     T5,
     T5ENCODER,
 )

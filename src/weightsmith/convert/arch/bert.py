@@ -133,3 +133,80 @@ XLMROBERTA = Arch(
     model_types={"XLMRobertaModel": "xlm-roberta"},
     hf_config=BERT.hf_config,
 )
+
+
+_CLASSIFIER_POOLING = {"mean": 1, "cls": 2}
+_MB = "layers.{bid}."
+
+
+def _modernbert_hf_config(cfg: dict, names: set[str]) -> dict:
+    rope = {"full_attention": {"rope_type": "default", "rope_theta": cfg.get("rope_theta")}}
+    if cfg.get("rope_local_base_freq") is not None:
+        rope["sliding_attention"] = {
+            "rope_type": "default",
+            "rope_theta": cfg["rope_local_base_freq"],
+        }
+    bias = "blk.0.attn_qkv.bias" in names
+    return {
+        "rope_parameters": rope,
+        "rope_scaling": None,  # the GGUF's "none" is llama.cpp's word for default RoPE
+        "norm_eps": cfg.get("rms_norm_eps"),
+        "attention_bias": bias,
+        "mlp_bias": "blk.0.ffn_up.bias" in names,
+        "norm_bias": "output_norm.bias" in names,
+    }
+
+
+MODERNBERT = Arch(
+    hf_archs=("ModernBertModel",),
+    gguf_arch="modern-bert",
+    meta=[
+        *COMMON,
+        *ENCODER_ROWS,
+        m(
+            "classifier.pooling_type",
+            "classifier_pooling",
+            value=lambda c: _CLASSIFIER_POOLING.get(c.get("classifier_pooling")),
+            inverse={v: k for k, v in _CLASSIFIER_POOLING.items()}.get,
+        ),
+        m("attention.sliding_window", "local_attention"),
+        m("attention.sliding_window_pattern", "global_attn_every_n_layers"),
+        m("rope.scaling.type", "_rope_scaling", t=VT.STRING, value=lambda c: "none"),
+        m("vocab_size", "vocab_size"),
+        m("hidden_activation", "hidden_activation", t=VT.STRING),
+    ],
+    names=[
+        NameRule("embeddings.tok_embeddings.weight", "token_embd.weight"),
+        *_wb("embeddings.norm", "token_embd_norm"),
+        *_wb("final_norm", "output_norm"),
+        *_wb(_MB + "attn_norm", _B + "attn_norm"),
+        *_wb(_MB + "attn.Wqkv", _B + "attn_qkv"),
+        *_wb(_MB + "attn.Wo", _B + "attn_output"),
+        *_wb(_MB + "mlp_norm", _B + "ffn_norm"),
+        *_wb(_MB + "mlp.Wi", _B + "ffn_up"),
+        *_wb(_MB + "mlp.Wo", _B + "ffn_down"),
+    ],
+    renames=((r"^model\.", ""),),
+    # ModernBertConfig's defaults (AutoConfig fills them in)
+    defaults={
+        "vocab_size": 50368,
+        "hidden_size": 768,
+        "intermediate_size": 1152,
+        "num_hidden_layers": 22,
+        "num_attention_heads": 12,
+        "max_position_embeddings": 8192,
+        "norm_eps": 1e-5,
+        "local_attention": 128,
+        "global_attn_every_n_layers": 3,
+        "classifier_pooling": "cls",
+        "hidden_activation": "gelu",
+        "rope_parameters": {
+            "full_attention": {"rope_theta": 160000.0, "rope_type": "default"},
+            "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"},
+        },
+    },
+    pooling=True,
+    tokenizer={"vocab": "modernbert"},
+    model_types={"ModernBertModel": "modernbert"},
+    hf_config=_modernbert_hf_config,
+)

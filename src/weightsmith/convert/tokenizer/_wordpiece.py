@@ -1,4 +1,5 @@
-"""WordPiece vocabulary (tokenizer route ``bert``), as llama.cpp's ``BertModel.set_vocab``.
+"""WordPiece vocabulary (tokenizer route ``bert``), as llama.cpp's ``BertModel.set_vocab``;
+also ModernBERT's BPE route (``modernbert``, :func:`set_modernbert`).
 
 The tokens are the ``tokenizer.json`` vocabulary read as for a BPE model
 (``get_vocab_base``: ``[PAD<i>]`` for holes, added tokens CONTROL or USER_DEFINED,
@@ -28,6 +29,7 @@ from ._to_gguf import (
     _Entries,
     _gpt2_vocab,
     _missing,
+    _set_gpt2,
     _SpecialVocab,
 )
 
@@ -53,4 +55,13 @@ def set_bert(out: _Entries, d: Path, config: dict) -> None:
     _SpecialVocab(d, config, n_vocab=len(tokens)).add_to(out)
 
 
+def set_modernbert(out: _Entries, d: Path, config: dict) -> None:
+    """ModernBERT's byte-level BPE (route ``modernbert``): ``add_bos/eos/sep_token`` set
+    true first (the special-token part may then change them in place), then ``gpt2``."""
+    for typ in ("bos", "eos", "sep"):
+        out.add(f"ggml.add_{typ}_token", True, VT.BOOL)
+    _set_gpt2(out, d, config)
+
+
 MORE_ROUTES["bert"] = set_bert
+MORE_ROUTES["modernbert"] = set_modernbert
