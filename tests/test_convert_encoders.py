@@ -46,13 +46,14 @@ SENTENCES = [
 @pytest.fixture(scope="module")
 def work(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("encoders")
-    models = {a: build(a, root / "models" / a) for a in TINY}
+    models = {a: build(a, root / "models" / a) for a in [*TINY, "nomic_bert"]}
     models["minilm"] = minilm_dir()
     ref, ours = root / "ref", root / "ours"
     ref.mkdir()
     ours.mkdir()
     jobs = [(str(models["minilm"]), str(ref / f"minilm-{t}.gguf"), t) for t in ("f32", "f16")]
     jobs += [(str(models[a]), str(ref / f"{a}-{t}.gguf"), t) for a in TINY for t in TINY_TYPES]
+    jobs.append((str(models["nomic_bert"]), str(ref / "nomic_bert-f32.gguf"), "f32"))
     _run_reference(jobs)
     for _, out, t in jobs:
         name = Path(out).name
@@ -256,6 +257,86 @@ def test_minilm_round_trip(work, tmp_path):
         s_b = SentenceTransformer(str(back16), device="cpu").encode(SENTENCES)
     cos = (s_a * s_b).sum(1) / np.linalg.norm(s_a, axis=1) / np.linalg.norm(s_b, axis=1)
     assert cos.min() >= 0.9999, cos
+
+
+# NomicBertConfig (transformers 5) ignores the checkpoints' own n_embd / n_layer / ...: the
+# reference, reading the config through it, writes the class defaults for these
+NOMIC_CONFIG_KEYS = {
+    "nomic-bert.block_count": ("n_layer", "num_hidden_layers"),
+    "nomic-bert.embedding_length": ("n_embd", "hidden_size"),
+    "nomic-bert.feed_forward_length": ("n_inner", "intermediate_size"),
+    "nomic-bert.attention.head_count": ("n_head", "num_attention_heads"),
+}
+
+
+def test_nomic_bert_against_reference(work):
+    """Tensors and every other KV byte-identical; the four sizes are config.json's, where
+    the pinned reference under transformers 5 writes NomicBertConfig's defaults (and
+    key/value lengths from its head_dim) -- a file llama.cpp refuses.  Ours it runs."""
+    import llama_cpp
+    from transformers import NomicBertConfig
+
+    from support import gguf_c_reader
+
+    ours, ref = work["ours"] / "nomic_bert-f32.gguf", work["ref"] / "nomic_bert-f32.gguf"
+    (ko, to), (kr, tr) = gguf_c_reader.read(ours), gguf_c_reader.read(ref)
+    assert to == tr  # names, types, shapes, data
+    differ = set(NOMIC_CONFIG_KEYS) | {f"nomic-bert.attention.{k}_length" for k in ("key", "value")}
+    assert [k for k in kr if k not in differ] == list(ko)
+    assert all(ko[k] == kr[k] for k in ko if k not in differ and k != "general.name")
+    cfg = json.loads((work["models"]["nomic_bert"] / "config.json").read_text())
+    defaults = NomicBertConfig()
+    for key, (ours_field, theirs_field) in NOMIC_CONFIG_KEYS.items():
+        assert int.from_bytes(ko[key][2], "little") == cfg[ours_field], key
+        assert int.from_bytes(kr[key][2], "little") == getattr(defaults, theirs_field), key
+    with pytest.raises(ValueError, match="Failed to load model"):
+        llama_cpp.Llama(model_path=str(ref), embedding=True, verbose=False)
+
+
+def test_nomic_bert_embedding_in_llama_cpp(work):
+    """The oracle is transformers' own NomicBertModel with the checkpoint's weights under its
+    names (Wqkv split in three, fc11 up, fc12 gate, fc2 down, norm1/norm2 post-norms)."""
+    import llama_cpp
+    import torch
+    from safetensors.numpy import load_file
+    from transformers import NomicBertConfig, NomicBertModel
+
+    cfg = json.loads((work["models"]["nomic_bert"] / "config.json").read_text())
+    sd = load_file(work["models"]["nomic_bert"] / "model.safetensors")
+    model = NomicBertModel(NomicBertConfig(
+        vocab_size=cfg["vocab_size"], hidden_size=cfg["n_embd"], num_hidden_layers=cfg["n_layer"],
+        num_attention_heads=cfg["n_head"], intermediate_size=cfg["n_inner"],
+        layer_norm_eps=cfg["layer_norm_epsilon"], type_vocab_size=cfg["type_vocab_size"],
+        rope_parameters={"rope_theta": float(cfg["rotary_emb_base"]), "rope_type": "default"},
+    )).eval()  # fmt: skip
+    new = {
+        "embeddings.word_embeddings.weight": sd["embeddings.word_embeddings.weight"],
+        "embeddings.token_type_embeddings.weight": sd["embeddings.token_type_embeddings.weight"],
+        "embeddings.LayerNorm.weight": sd["emb_ln.weight"],
+        "embeddings.LayerNorm.bias": sd["emb_ln.bias"],
+    }
+    for i in range(cfg["n_layer"]):
+        a, b = f"encoder.layers.{i}.", f"layers.{i}."
+        q, k, v = np.split(sd[a + "attn.Wqkv.weight"], 3)
+        new |= {b + "self_attn.q_proj.weight": q, b + "self_attn.k_proj.weight": k,
+                b + "self_attn.v_proj.weight": v,
+                b + "self_attn.o_proj.weight": sd[a + "attn.out_proj.weight"],
+                b + "mlp.up_proj.weight": sd[a + "mlp.fc11.weight"],
+                b + "mlp.gate_proj.weight": sd[a + "mlp.fc12.weight"],
+                b + "mlp.down_proj.weight": sd[a + "mlp.fc2.weight"]}  # fmt: skip
+        for x, y in (("norm1", "post_attention_layernorm"), ("norm2", "post_mlp_layernorm")):
+            new[f"{b}{y}.weight"], new[f"{b}{y}.bias"] = sd[f"{a}{x}.weight"], sd[f"{a}{x}.bias"]
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in new.items()}, strict=True)
+    llm = llama_cpp.Llama(model_path=str(work["ours"] / "nomic_bert-f32.gguf"), embedding=True,
+                          n_ctx=64, n_threads=2, verbose=False)  # fmt: skip
+    try:
+        tokens = llm.tokenize(SENTENCES[0].encode(), add_bos=True, special=False)
+        got = np.array(llm.embed(SENTENCES[0], normalize=False), dtype=np.float32)
+    finally:
+        llm.close()
+    with torch.no_grad():
+        want = model(input_ids=torch.tensor([tokens])).last_hidden_state[0].numpy().mean(0)
+    assert np.abs(got - want).max() <= 2e-3 * np.abs(want).max()
 
 
 def test_modernbert_not_run_by_pinned_llama_cpp(work):

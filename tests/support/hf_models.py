@@ -775,6 +775,56 @@ def modernbert(folder: Path, *, dtype: str = "float32", seed: int = 25) -> Path:
     return _save(model, folder, dtype)
 
 
+def nomic_bert(folder: Path, *, seed: int = 26) -> Path:
+    """A tiny nomic-embed-text-v1.5 layout written with numpy (the model class is remote code,
+    not in transformers): fused Wqkv, SwiGLU (fc11 up, fc12 gate), post-norm, RoPE,
+    MiniLM's WordPiece tokenizer under a padded vocabulary, mean pooling."""
+    import shutil
+
+    import numpy as np
+
+    from weightsmith.safetensors import save_file
+
+    src = minilm_dir()
+    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+        shutil.copy(src / f, folder / f)
+    _mean_pooling(folder, 64)
+    n_embd, n_inner, n_layer, vocab = 64, 128, 2, 30528
+    cfg = {
+        "architectures": ["NomicBertModel"], "model_type": "nomic_bert", "n_embd": n_embd,
+        "n_head": 4, "n_layer": n_layer, "n_inner": n_inner, "n_positions": 8192,
+        "max_trained_positions": 2048, "vocab_size": vocab, "type_vocab_size": 2,
+        "layer_norm_epsilon": 1e-12, "rotary_emb_base": 1000, "rotary_emb_fraction": 1.0,
+        "rotary_emb_interleaved": False, "rotary_emb_scale_base": None,
+        "activation_function": "swiglu", "causal": False, "qkv_proj_bias": False,
+        "mlp_fc1_bias": False, "mlp_fc2_bias": False, "prenorm": False, "pad_token_id": 0,
+    }  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    rng = np.random.default_rng(seed)
+
+    def w(*shape: int, base: float = 0.0) -> np.ndarray:
+        return (rng.standard_normal(shape, dtype=np.float32) * 0.05 + base).astype(np.float32)
+
+    t = {
+        "embeddings.word_embeddings.weight": w(vocab, n_embd),
+        "embeddings.token_type_embeddings.weight": w(2, n_embd),
+        "emb_ln.weight": w(n_embd, base=1.0),
+        "emb_ln.bias": w(n_embd),
+    }
+    for i in range(n_layer):
+        p = f"encoder.layers.{i}."
+        t[p + "attn.Wqkv.weight"] = w(3 * n_embd, n_embd)
+        t[p + "attn.out_proj.weight"] = w(n_embd, n_embd)
+        t[p + "mlp.fc11.weight"] = w(n_inner, n_embd)
+        t[p + "mlp.fc12.weight"] = w(n_inner, n_embd)
+        t[p + "mlp.fc2.weight"] = w(n_embd, n_inner)
+        for n in ("norm1", "norm2"):
+            t[p + n + ".weight"] = w(n_embd, base=1.0)
+            t[p + n + ".bias"] = w(n_embd)
+    save_file(t, folder / "model.safetensors", metadata={"format": "pt"})
+    return folder
+
+
 def _t5_config(vocab: int):
     from transformers import T5Config
 
@@ -842,6 +892,7 @@ BUILDERS: dict[str, Callable[..., Path]] = {
     "t5encoder": t5encoder,
     "xlmroberta": xlmroberta,
     "modernbert": modernbert,
+    "nomic_bert": nomic_bert,
 }
 
 

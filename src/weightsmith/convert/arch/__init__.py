@@ -62,7 +62,7 @@ from ._model import (
     layer_of,
     rope_parameters,
 )
-from .bert import BERT, MODERNBERT, XLMROBERTA
+from .bert import BERT, MODERNBERT, NOMIC_BERT, XLMROBERTA
 from .deepseek import DEEPSEEK2
 from .gemma import GEMMA2, GEMMA3
 from .gpt import FALCON, GPT2, STABLELM, STARCODER2
@@ -141,6 +141,7 @@ ENTRIES: tuple[Arch, ...] = (
     BERT,
     XLMROBERTA,
     MODERNBERT,
+    NOMIC_BERT,
     T5,
     T5ENCODER,
 )

@@ -14,12 +14,17 @@ start after the padding id; llama.cpp counts from 0) and the context length as m
 its vocabulary is the Unigram ``sentencepiece.bpe.model`` in fairseq's id order
 (route ``xlmroberta``).  Both share ``general.architecture = bert``: GGUF -> HF
 rebuilds a BERT.
+
+nomic-bert (``NomicBertModel``, remote code: dense SwiGLU with a fused ``Wqkv`` and
+RoPE) and ModernBERT (``modern-bert``: fused ``Wqkv``, GeGLU, alternating local and
+global attention) are entries of their own.  nomic-bert's MoE variant is not done.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ... import errors as E
 from ._common import COMMON
 from ._model import VT, Arch, NameRule, Transform, m
 
@@ -209,4 +214,52 @@ MODERNBERT = Arch(
     tokenizer={"vocab": "modernbert"},
     model_types={"ModernBertModel": "modernbert"},
     hf_config=_modernbert_hf_config,
+)
+
+
+def _nomic_context(cfg: dict) -> int:
+    """nomic-embed's trained context, as the reference sets it (it refuses other sizes)."""
+    npos, trained = cfg.get("n_positions"), cfg.get("max_trained_positions", 2048)
+    if (npos, trained) == (8192, 2048):
+        return 2048  # nomic-embed-text v1 / v1.5
+    if (npos, trained) == (2048, 2048):
+        return 512  # nomic-embed-text-v2-moe
+    raise E.InvalidModelConfig(
+        "nomic-bert context not recognised (llama.cpp's converter knows two)",
+        field="n_positions, max_trained_positions",
+        expected="8192 and 2048, or 2048 and 2048",
+        found=f"{npos} and {trained}",
+    )
+
+
+_NL = "encoder.layers.{bid}."
+
+NOMIC_BERT = Arch(
+    hf_archs=("NomicBertModel",),
+    gguf_arch="nomic-bert",
+    meta=[
+        COMMON[0],
+        m("context_length", "n_positions", value=_nomic_context),
+        *COMMON[2:],
+        *ENCODER_ROWS,
+    ],
+    names=[
+        NameRule("embeddings.word_embeddings.weight", "token_embd.weight"),
+        NameRule("embeddings.token_type_embeddings.weight", "token_types.weight"),
+        *_wb("emb_ln", "token_embd_norm"),
+        *_wb(_NL + "attn.Wqkv", _B + "attn_qkv"),
+        *_wb(_NL + "attn.out_proj", _B + "attn_output"),
+        *_wb(_NL + "norm1", _B + "attn_output_norm"),
+        *_wb(_NL + "mlp.fc11", _B + "ffn_up"),
+        *_wb(_NL + "mlp.fc12", _B + "ffn_gate"),
+        *_wb(_NL + "mlp.fc2", _B + "ffn_down"),
+        *_wb(_NL + "norm2", _B + "layer_output_norm"),
+    ],
+    skip=BERT.skip,
+    renames=BERT.renames,
+    # remote code: AutoConfig cannot load it, so the reference reads config.json as is
+    required=("n_embd", "n_head", "n_layer", "n_inner", "vocab_size"),
+    pooling=True,
+    tokenizer={"vocab": "nomic"},
+    model_types={"NomicBertModel": "nomic_bert"},
 )

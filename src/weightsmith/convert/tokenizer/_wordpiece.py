@@ -28,6 +28,7 @@ from ._to_gguf import (
     T,
     _Entries,
     _gpt2_vocab,
+    _json_if,
     _missing,
     _set_gpt2,
     _SpecialVocab,
@@ -63,5 +64,16 @@ def set_modernbert(out: _Entries, d: Path, config: dict) -> None:
     _set_gpt2(out, d, config)
 
 
+def set_nomic(out: _Entries, d: Path, config: dict) -> None:
+    """nomic-bert: WordPiece as BERT; a Unigram tokenizer.json (nomic-embed-text-v2) would
+    take the XLM-RoBERTa path through transformers' tokenizer object, which is not done."""
+    tj = _json_if(d / "tokenizer.json") or {}
+    kind = (tj.get("model") or {}).get("type") if isinstance(tj.get("model"), dict) else None
+    if kind == "Unigram":
+        raise _missing(d, "a WordPiece tokenizer.json (nomic's Unigram path is not done)")
+    set_bert(out, d, config)
+
+
 MORE_ROUTES["bert"] = set_bert
+MORE_ROUTES["nomic"] = set_nomic
 MORE_ROUTES["modernbert"] = set_modernbert
