@@ -16,11 +16,11 @@ sentence-transformers embedding model has (Transformer, Pooling, Normalize).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .. import errors as E
-from .._json import read_json
 
 #: sentence-transformers pooling mode -> llama.cpp's PoolingType
 POOLING = {"mean": 1, "cls": 2, "lasttoken": 3}
@@ -29,6 +29,16 @@ _FLAGS = (
     ("pooling_mode_cls_token", "cls"),
     ("pooling_mode_lasttoken", "lasttoken"),
 )
+
+
+def _read(path: Any, what: str) -> Any:
+    """JSON from a Path or a zipfile.Path (folders held in memory), or a named error."""
+    try:
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise E.InvalidModelConfig(
+            f"cannot read {what}", path=path, expected="a JSON file", found=str(exc)
+        ) from None
 
 
 def _pooling_dir(d: Path, modules: Any) -> Path | None:
@@ -56,7 +66,7 @@ def pooling_type(d: Path) -> int | None:
     """llama.cpp's PoolingType number for the model folder ``d``, or None (no pooling module)."""
     if not (d / "modules.json").is_file():
         return None
-    modules = read_json(d / "modules.json", E.InvalidModelConfig, "modules.json")
+    modules = _read(d / "modules.json", "modules.json")
     sub = _pooling_dir(d, modules)
     if sub is None:
         return None
@@ -66,7 +76,7 @@ def pooling_type(d: Path) -> int | None:
             "modules.json names a pooling module without its config.json",
             path=path, expected="the pooling settings", found="no such file",
         )  # fmt: skip
-    cfg = read_json(path, E.InvalidModelConfig, "pooling config.json")
+    cfg = _read(path, "pooling config.json")
     if not isinstance(cfg, dict):
         raise E.InvalidModelConfig(
             "pooling config is not an object", path=path, expected="a JSON object",
