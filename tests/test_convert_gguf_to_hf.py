@@ -379,10 +379,10 @@ def _tiny_gguf(path: Path, arch: str = "llama", drop: tuple[str, ...] = (), tens
 
 
 def test_unsupported_architecture(tmp_path):
-    p = _tiny_gguf(tmp_path / "bert.gguf", arch="bert")
+    p = _tiny_gguf(tmp_path / "rwkv6.gguf", arch="rwkv6")  # bert is supported since issue 15
     with pytest.raises(E.UnknownArchitecture) as ei:
         gguf_to_hf(p, tmp_path / "out", tokenizer=False)
-    assert "bert" in str(ei.value) and "gemma3" in str(ei.value) and "qwen3" in str(ei.value)
+    assert "rwkv6" in str(ei.value) and "gemma3" in str(ei.value) and "qwen3" in str(ei.value)
     assert not (tmp_path / "out" / "config.json").exists()
 
 

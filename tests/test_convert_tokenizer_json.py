@@ -20,7 +20,7 @@ from weightsmith.convert.tokenizer import _from_gguf, hf_tokenizer_files
 
 VOCABS = [
     "llama-spm", "llama-bpe", "qwen2", "phi-3", "gpt-2", "starcoder", "refact", "mpt",
-    "gpt-neox", "falcon", "baichuan", "aquila",
+    "gpt-neox", "falcon", "baichuan", "aquila", "bert-bge",
 ]  # fmt: skip
 
 

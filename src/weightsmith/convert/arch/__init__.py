@@ -14,9 +14,13 @@ in both directions (the data model is :mod:`._model`):
   tensor), ``splits`` (:class:`Split`, one fused tensor into several), ``transforms``
   (:class:`Transform`, value functions), ``packed`` (:class:`Packed`, already-quantized
   data passed through), ``skip`` (not written), ``extra`` (tensors computed from the
-  config, written first); ``early_meta`` rows go before ``general.type``;
+  config, written first); ``early_meta`` rows go before ``general.type``; ``renames``
+  (the reference class's own source renames), ``aliases`` (one tensor under several
+  names: the first read wins);
+* ``pooling`` -- the sentence-transformers pooling type goes into the config
+  (:mod:`weightsmith.convert._pooling`) for the encoders' ``pooling_type`` row;
 * ``tokenizer`` -- the vocabulary route of :mod:`weightsmith.convert.tokenizer`
-  (``{"vocab": "llama" | "gpt2" | "spm_or_gpt2" | "gemma" | "phi3"}``);
+  (``{"vocab": "llama" | "gpt2" | "spm_or_gpt2" | "gemma" | "phi3" | "bert" | "t5"}``);
 * ``model_types`` / ``hf_config`` -- what GGUF -> HF adds to ``config.json``.
 
 :meth:`Arch.plan` gives the output tensors in llama.cpp's order;
@@ -58,6 +62,7 @@ from ._model import (
     layer_of,
     rope_parameters,
 )
+from .bert import BERT, MODERNBERT, NOMIC_BERT, XLMROBERTA
 from .deepseek import DEEPSEEK2
 from .gemma import GEMMA2, GEMMA3
 from .gpt import FALCON, GPT2, STABLELM, STARCODER2
@@ -70,6 +75,7 @@ from .olmo import OLMO2
 from .phi import PHI3
 from .qwen import QWEN2, QWEN2MOE, QWEN3, QWEN3MOE
 from .qwenvl import QWEN2VL
+from .t5 import T5, T5ENCODER
 
 __all__ = [
     "COMMON",
@@ -131,6 +137,13 @@ ENTRIES: tuple[Arch, ...] = (
     MAMBA2,
     GRANITEHYBRID,
     QWEN2VL,
+    # encoders (embedding models) and encoder-decoders
+    BERT,
+    XLMROBERTA,
+    MODERNBERT,
+    NOMIC_BERT,
+    T5,
+    T5ENCODER,
 )
 
 #: HF architecture name -> entry

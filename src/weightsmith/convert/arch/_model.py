@@ -175,18 +175,24 @@ def _rx(template: str) -> re.Pattern[str]:
 
 @dataclass(frozen=True)
 class NameRule:
-    """HF name template (``{bid}`` = layer number) <-> GGUF name template."""
+    """HF name template (``{bid}`` = layer number) <-> GGUF name template.
+
+    ``unless`` (a GGUF name template): the inverse does not apply when the file has that
+    tensor (T5's ``ffn_up`` is ``wi`` alone, ``wi_1`` beside a ``ffn_gate``)."""
 
     hf: str
     gguf: str
+    unless: str = ""
 
     def forward(self, name: str) -> str | None:
         mt = _rx(self.hf).match(name)
         return None if mt is None else self.gguf.format(**mt.groupdict())
 
-    def inverse(self, name: str) -> str | None:
+    def inverse(self, name: str, present: frozenset[str] = frozenset()) -> str | None:
         mt = _rx(self.gguf).match(name)
-        return None if mt is None else self.hf.format(**mt.groupdict())
+        if mt is None or (self.unless and self.unless.format(**mt.groupdict()) in present):
+            return None
+        return self.hf.format(**mt.groupdict())
 
 
 @dataclass(frozen=True)
@@ -455,6 +461,15 @@ class Arch:
     # fields GGUF does not carry, as a function of the rebuilt config and the tensor names
     model_types: dict[str, str] = field(default_factory=dict)
     hf_config: Callable[[dict, set[str]], dict] = field(default=lambda cfg, names: {})
+    # the reference class's own filter_tensors renames, ``(regex, replacement)`` applied to
+    # every source name before the rules (BERT's ``bert.`` prefix, LayerNorm gamma/beta)
+    renames: tuple[tuple[str, str], ...] = ()
+    # one tensor stored under several names (T5's shared embedding): the first one read is
+    # converted, the others are skipped, as the reference does
+    aliases: tuple[str, ...] = ()
+    # True: the sentence-transformers pooling (modules.json) goes into the config as
+    # ``_pooling_type`` (llama.cpp's PoolingType number, None without modules.json)
+    pooling: bool = False
 
     # -- config
 
@@ -480,9 +495,10 @@ class Arch:
 
     # -- names
 
-    @staticmethod
-    def source_key(hf_name: str) -> str | None:
-        """The name the rules see (wrappers stripped); None for other modalities."""
+    def source_key(self, hf_name: str) -> str | None:
+        """The name the rules see (renamed, wrappers stripped); None for other modalities."""
+        for rx, rep in self.renames:
+            hf_name = re.sub(rx, rep, hf_name)
         for a, b in _WRAPPERS:
             hf_name = hf_name.replace(a, b)
         return None if _OTHER_MODALITIES.search(hf_name) else hf_name
@@ -493,9 +509,9 @@ class Arch:
                 return g
         return None
 
-    def hf_name(self, gguf_name: str) -> str | None:
+    def hf_name(self, gguf_name: str, present: frozenset[str] = frozenset()) -> str | None:
         for r in self.names:
-            if (h := r.inverse(gguf_name)) is not None:
+            if (h := r.inverse(gguf_name, present)) is not None:
                 return h
         return None
 
@@ -525,9 +541,14 @@ class Arch:
         raw: list[OutTensor] = []
         pending: dict[tuple[str, int], dict[int, dict[int, str]]] = {}
         packed_seen: set[str] = set()
+        alias_seen = False
         for name, shape in sources:
             if self.skipped(name):
                 continue
+            if name in self.aliases:
+                if alias_seen:
+                    continue
+                alias_seen = True
             if self._stack_member(name, cfg, pending, shapes, out):
                 continue
             if self._packed_member(name, shapes, packed_seen, raw):
@@ -610,6 +631,7 @@ class Arch:
         out: list[HfTensor] = []
         unmapped: list[str] = []
         done_split: set[str] = set()
+        present = frozenset(n for n, _ in tensors)
         for name, shape in tensors:
             if name in self.extra:
                 continue
@@ -634,7 +656,7 @@ class Arch:
                             )
                         break
                 else:
-                    hf = self.hf_name(name)
+                    hf = self.hf_name(name, present)
                     if hf is None:
                         unmapped.append(name)
                     else:

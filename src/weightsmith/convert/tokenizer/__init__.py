@@ -13,7 +13,10 @@ Two directions, both matched against llama.cpp:
 * :func:`tekken_metadata` -- Mistral's ``tekken.json`` as that metadata, for the
   ``--mistral-format`` route (read without mistral_common);
 * :func:`tokenizer_json_from_vocab_gguf` -- the latter applied to a vocab-only GGUF
-  (such as llama.cpp's ``models/ggml-vocab-*.gguf``), to give test models a real tokenizer.
+  (such as llama.cpp's ``models/ggml-vocab-*.gguf``), to give test models a real tokenizer;
+* the encoder vocabularies of :func:`vocab_metadata`, routes in modules of their own
+  (registered on import): WordPiece (``bert``, :mod:`._wordpiece`) and Unigram
+  SentencePiece (``t5``, :mod:`._unigram`).
 
 HF -> GGUF reads tokenizers with ``tokenizers`` and ``sentencepiece``, optional
 extras imported on first use; GGUF -> HF needs neither.
@@ -25,6 +28,8 @@ from ._from_gguf import hf_tokenizer_files, tokenizer_json_from_vocab_gguf, writ
 from ._meta import meta_tokenizer_metadata
 from ._tekken import tekken_metadata
 from ._to_gguf import TokenType, vocab_metadata
+from ._unigram import set_t5 as set_t5  # registers the t5 (Unigram) route
+from ._wordpiece import set_bert as set_bert  # registers the bert (WordPiece) route
 
 __all__ = [
     "TokenType",

@@ -16,6 +16,10 @@ What each GGUF key becomes:
   merged piece first, as llama.cpp's SPM tokenizer merges), with the
   ``Prepend("▁") + Replace(" ", "▁")`` normalizer when ``add_space_prefix``
   (default true) and sentencepiece's decoder.
+* ``tokenizer.ggml.model = "bert"``: a WordPiece model with BERT's normalizer
+  (``normalizer.lowercase`` / ``strip_accents``), pre-tokenizer, ``[CLS] A [SEP]``
+  template and decoder; llama.cpp's phantom-space tokens are turned back into
+  WordPiece's (``▁word`` -> ``word``, ``piece`` -> ``##piece``).
 * CONTROL and UNKNOWN tokens become special added tokens, USER_DEFINED tokens
   non-special added tokens, both matched on the raw text (``normalized=False``),
   which is how llama.cpp matches them; each keeps its GGUF id.
@@ -284,6 +288,47 @@ def _spm_tokenizer(tk: Any, md: Mapping[str, Any], where: str | None) -> tuple[A
     return tok, added
 
 
+def _wordpiece_tokenizer(tk: Any, md: Mapping[str, Any], where: str | None) -> tuple[Any, list]:
+    """A BERT WordPiece tokenizer from llama.cpp's phantom-space tokens (``▁word`` is a
+    word-initial piece, a bare piece a ``##`` continuation, control tokens as they are)."""
+    tokens, types, _ = _vocab_arrays(md, where)
+    vocab: dict[str, int] = {}
+    added = []
+    for i, (t, ty) in enumerate(zip(tokens, types)):
+        if ty in (CONTROL, UNKNOWN, USER_DEFINED):
+            added.append(_added_entry(i, t, ty != USER_DEFINED))
+        elif t.startswith("\u2581"):
+            t = t[1:]
+        else:
+            t = "##" + t
+        vocab.setdefault(t, i)
+    unk_id = md.get("tokenizer.ggml.unknown_token_id")
+    unk = tokens[unk_id] if isinstance(unk_id, int) and 0 <= unk_id < len(tokens) else "[UNK]"
+    tok = tk.Tokenizer(tk.models.WordPiece(vocab=vocab, unk_token=unk))
+    lower = md.get("tokenizer.ggml.normalizer.lowercase")
+    tok.normalizer = tk.normalizers.BertNormalizer(
+        clean_text=True,
+        handle_chinese_chars=True,
+        strip_accents=md.get("tokenizer.ggml.normalizer.strip_accents"),
+        lowercase=bool(lower) if lower is not None else False,
+    )
+    tok.pre_tokenizer = tk.pre_tokenizers.BertPreTokenizer()
+    tok.decoder = tk.decoders.WordPiece(prefix="##", cleanup=True)
+    return tok, added
+
+
+def _bert_post_processor(tk: Any, specials: dict[str, str], ids: dict) -> Any:
+    """BERT's ``[CLS] A [SEP]`` / ``[CLS] A [SEP] B [SEP]`` (segment B of type 1)."""
+    cls, sep = specials.get("cls_token"), specials.get("sep_token")
+    if cls is None or sep is None:
+        return None
+    return tk.processors.TemplateProcessing(
+        single=[cls, "$A:0", sep],
+        pair=[cls, "$A:0", sep, "$B:1", f"{sep}:1"],
+        special_tokens=[(cls, ids[cls]), (sep, ids[sep])],
+    )
+
+
 def _add_tokens(tk: Any, tok: Any, added: list[dict[str, Any]], where: str | None) -> None:
     """Add the special / user-defined tokens in id order, then prove each kept its GGUF id.
 
@@ -371,12 +416,15 @@ def hf_tokenizer_files(
     elif kind == "llama":
         tok, added = _spm_tokenizer(tk, md, where)
         default_bos = True
+    elif kind == "bert":
+        tok, added = _wordpiece_tokenizer(tk, md, where)
+        default_bos = True
     else:
         raise E.TokenizerInconsistent(
             "tokenizer model not supported",
             path=where,
             field=K_MODEL,
-            expected="'gpt2' or 'llama'",
+            expected="'gpt2', 'llama' or 'bert'",
             found=repr(kind),
         )
     tokens = list(md[K_TOKENS])
@@ -387,7 +435,12 @@ def hf_tokenizer_files(
         default_bos = str(md.get(K_PRE, "")) in ADD_BOS_PRE
     add_bos = bool(md.get("tokenizer.ggml.add_bos_token", default_bos))
     add_eos = bool(md.get("tokenizer.ggml.add_eos_token", False))
-    post = _post_processor(tk, specials, add_bos, add_eos, ids)
+    if kind == "bert":  # llama.cpp's BERT BOS is the [CLS] token
+        if "bos_token" in specials:
+            specials.setdefault("cls_token", specials["bos_token"])
+        post = _bert_post_processor(tk, specials, ids) if add_bos else None
+    else:
+        post = _post_processor(tk, specials, add_bos, add_eos, ids)
     if kind == "gpt2":
         byte_post = tk.processors.ByteLevel(trim_offsets=False)
         post = byte_post if post is None else tk.processors.Sequence([byte_post, post])
@@ -405,6 +458,8 @@ def hf_tokenizer_files(
         **specials,
         "added_tokens_decoder": {str(a["id"]): {k: a[k] for k in a if k != "id"} for a in added},
     }
+    if kind == "bert":  # segment ids go to the model too
+        config["model_input_names"] = ["input_ids", "token_type_ids", "attention_mask"]
     if kind == "llama":
         # tokenizer.json's own pipeline (Prepend + Replace, as sentencepiece and llama.cpp
         # normalize) is used as is: transformers' LlamaTokenizer would rebuild a Metaspace

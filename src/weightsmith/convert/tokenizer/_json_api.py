@@ -13,6 +13,8 @@ Serialized forms (tokenizers 0.19-0.23; tagged by ``"type"``)::
     model      {"type": "BPE", "dropout": null, "unk_token", "continuing_subword_prefix": null,
                 "end_of_word_suffix": null, "fuse_unk", "byte_fallback", "ignore_merges",
                 "vocab": {token: id, ... in id order}, "merges": [[a, b], ...]}
+               {"type": "WordPiece", "unk_token", "continuing_subword_prefix",
+                "max_input_chars_per_word", "vocab": {token: id, ... in id order}}
     top level  {"version": "1.0", "truncation": null, "padding": null,
                 "added_tokens": [{id, content, single_word, lstrip, rstrip, normalized,
                 special}, ... in id order], "normalizer", "pre_tokenizer",
@@ -79,7 +81,25 @@ def _replace(pattern: str | Regex, content: str) -> _Part:
     return _Part({"type": "Replace", "pattern": _pattern(pattern), "content": content})
 
 
+def _bert_normalizer(
+    clean_text: bool = True,
+    handle_chinese_chars: bool = True,
+    strip_accents: bool | None = None,
+    lowercase: bool = True,
+) -> _Part:
+    return _Part(
+        {
+            "type": "BertNormalizer",
+            "clean_text": clean_text,
+            "handle_chinese_chars": handle_chinese_chars,
+            "strip_accents": strip_accents,
+            "lowercase": lowercase,
+        }
+    )
+
+
 normalizers = SimpleNamespace(
+    BertNormalizer=_bert_normalizer,
     NFC=_nfc,
     Prepend=_prepend,
     Replace=_replace,
@@ -114,6 +134,7 @@ def _split(pattern: str | Regex, behavior: str, invert: bool = False) -> _Part:
 
 
 pre_tokenizers = SimpleNamespace(
+    BertPreTokenizer=lambda: _Part({"type": "BertPreTokenizer"}),
     ByteLevel=_byte_level,
     Split=_split,
     Digits=lambda individual_digits=False: _Part(
@@ -133,6 +154,9 @@ decoders = SimpleNamespace(
         {"type": "Strip", "content": content, "start": left, "stop": right}
     ),
     Sequence=lambda parts: _Part({"type": "Sequence", "decoders": _dicts(parts)}),
+    WordPiece=lambda prefix="##", cleanup=True: _Part(
+        {"type": "WordPiece", "prefix": prefix, "cleanup": cleanup}
+    ),
 )
 
 # --------------------------------------------------------------------------- post-processors
@@ -194,7 +218,24 @@ def _bpe(
     return part
 
 
-models = SimpleNamespace(BPE=_bpe)
+def _wordpiece(
+    vocab: dict[str, int],
+    unk_token: str = "[UNK]",
+    max_input_chars_per_word: int = 100,
+    continuing_subword_prefix: str = "##",
+) -> _Part:
+    return _Part(
+        {
+            "type": "WordPiece",
+            "unk_token": unk_token,
+            "continuing_subword_prefix": continuing_subword_prefix,
+            "max_input_chars_per_word": max_input_chars_per_word,
+            "vocab": dict(sorted(vocab.items(), key=lambda kv: kv[1])),
+        }
+    )
+
+
+models = SimpleNamespace(BPE=_bpe, WordPiece=_wordpiece)
 
 
 class AddedToken:

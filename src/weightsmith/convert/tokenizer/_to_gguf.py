@@ -32,6 +32,7 @@ import os
 import re
 import string
 import zipfile
+from collections.abc import Callable
 from enum import IntEnum
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,9 @@ SPM_SPACE = "\u2581"
 # the reference's vocabulary paths (``set_vocab`` of its model classes); the registry
 # entry of each architecture names its route (``Arch.tokenizer["vocab"]``)
 ROUTES = ("llama", "spm_or_gpt2", "gemma", "gpt2", "phi3")
+#: routes kept in modules of their own (encoders: ``bert``, ``t5``), which add their builder
+#: ``(entries, folder, config)`` here when imported (the package ``__init__`` imports them)
+MORE_ROUTES: dict[str, Callable[[_Entries, Path, dict], None]] = {}
 
 # SpecialVocab token type -> GGUF key suffix of its id
 _ID_KEY = {
@@ -334,6 +338,10 @@ class _HFTokenizer:
                 expected="a valid tokenizer",
                 found=str(exc),
             ) from None
+        # transformers' encode ignores the file's truncation and padding (MiniLM's
+        # tokenizer.json truncates at 128, which would change the chktxt fingerprint)
+        self.tok.no_truncation()
+        self.tok.no_padding()
         self.config = _json_if(d / "tokenizer_config.json") or {}
         self.special_map = _json_if(d / "special_tokens_map.json") or {}
         self.vocab = self.tok.get_vocab(with_added_tokens=True)
@@ -827,11 +835,14 @@ def vocab_metadata(
         archs = config.get("architectures") or [""]
         entry = lookup(archs[0]) if isinstance(archs, list) and archs else None
         route = entry.tokenizer.get("vocab", "gpt2") if entry is not None else "gpt2"
-    if route not in ROUTES:  # a registry entry naming a path that does not exist
+    if route not in ROUTES and route not in MORE_ROUTES:  # an entry naming no known path
         raise ValueError(f"unknown vocabulary route {route!r}; known: {', '.join(ROUTES)}")
     has_spm = (d / "tokenizer.model").is_file()
     has_json = (d / "tokenizer.json").is_file()
     out = _Entries()
+    if route in MORE_ROUTES:
+        MORE_ROUTES[route](out, d, config)
+        return out.items()
     if route == "llama":
         cfg = _json_if(d / "tokenizer_config.json") or {}
         if (prefix := cfg.get("add_prefix_space")) is not None:

@@ -1,0 +1,265 @@
+"""BERT: the bidirectional text encoders of embedding models (all-MiniLM, bge, ...).
+
+llama.cpp's ``BertModel`` class (conversion/bert.py): TextModel's rows, then
+``attention.causal = false`` and the sentence-transformers pooling type
+(:mod:`weightsmith.convert._pooling`).  The ``bert.`` prefix of the task models and
+old checkpoints' LayerNorm ``gamma`` / ``beta`` are renamed away; the pooler and the
+masked-LM / next-sentence heads are not converted (llama.cpp computes embeddings).
+The vocabulary is WordPiece in llama.cpp's phantom-space form (tokenizer route
+``bert``, :mod:`weightsmith.convert.tokenizer._wordpiece`).
+
+XLM-RoBERTa is written as ``bert`` too (``XLMRobertaModel``): the ``roberta.`` prefix
+goes, the position table loses its first ``pad_token_id + 1`` rows (RoBERTa's positions
+start after the padding id; llama.cpp counts from 0) and the context length as much;
+its vocabulary is the Unigram ``sentencepiece.bpe.model`` in fairseq's id order
+(route ``xlmroberta``).  Both share ``general.architecture = bert``: GGUF -> HF
+rebuilds a BERT.
+
+nomic-bert (``NomicBertModel``, remote code: dense SwiGLU with a fused ``Wqkv`` and
+RoPE) and ModernBERT (``modern-bert``: fused ``Wqkv``, GeGLU, alternating local and
+global attention) are entries of their own.  nomic-bert's MoE variant is not done.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import errors as E
+from ._common import COMMON
+from ._model import VT, Arch, NameRule, Transform, m
+
+_L = "encoder.layer.{bid}."
+_B = "blk.{bid}."
+
+
+def _wb(hf: str, gguf: str) -> list[NameRule]:
+    return [NameRule(hf + s, gguf + s) for s in (".weight", ".bias")]
+
+
+BERT_NAMES = [
+    NameRule("embeddings.word_embeddings.weight", "token_embd.weight"),
+    NameRule("embeddings.position_embeddings.weight", "position_embd.weight"),
+    NameRule("embeddings.token_type_embeddings.weight", "token_types.weight"),
+    *_wb("embeddings.LayerNorm", "token_embd_norm"),
+    *_wb(_L + "attention.self.query", _B + "attn_q"),
+    *_wb(_L + "attention.self.key", _B + "attn_k"),
+    *_wb(_L + "attention.self.value", _B + "attn_v"),
+    *_wb(_L + "attention.output.dense", _B + "attn_output"),
+    *_wb(_L + "attention.output.LayerNorm", _B + "attn_output_norm"),
+    *_wb(_L + "intermediate.dense", _B + "ffn_up"),
+    *_wb(_L + "output.dense", _B + "ffn_down"),
+    *_wb(_L + "output.LayerNorm", _B + "layer_output_norm"),
+]
+
+#: after TextModel's rows: BertModel.set_gguf_parameters
+ENCODER_ROWS = [
+    m("attention.causal", "is_causal", t=VT.BOOL, value=lambda c: False),
+    m("pooling_type", "_pooling_type", value=lambda c: c.get("_pooling_type")),
+]
+
+BERT = Arch(
+    hf_archs=("BertModel", "BertForMaskedLM"),
+    gguf_arch="bert",
+    meta=[*COMMON, *ENCODER_ROWS],
+    names=BERT_NAMES,
+    skip=(
+        r"^embeddings\.position_ids$",
+        r"^pooler\.dense\.",
+        r"^cls\.(predictions|seq_relationship)",
+        r"rotary_emb\.inv_freq$",
+        r"\.attention\.masked_bias$",
+        r"\.attention\.bias$",
+    ),
+    renames=((r"^bert\.", ""), (r"\.gamma$", ".weight"), (r"\.beta$", ".bias")),
+    # BertConfig's defaults (AutoConfig fills them in before llama.cpp reads the config)
+    defaults={
+        "vocab_size": 30522,
+        "hidden_size": 768,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 12,
+        "intermediate_size": 3072,
+        "max_position_embeddings": 512,
+        "type_vocab_size": 2,
+        "layer_norm_eps": 1e-12,
+    },
+    pooling=True,
+    tokenizer={"vocab": "bert"},
+    model_types={"BertModel": "bert", "BertForMaskedLM": "bert"},
+    hf_config=lambda cfg, names: {"hidden_act": "gelu", "position_embedding_type": "absolute"},
+)
+
+
+def _position_offset(cfg: dict) -> int:
+    """RoBERTa's positions start after the padding id: llama.cpp drops those first rows."""
+    pad = cfg.get("pad_token_id")
+    return 0 if pad is None else 1 + pad
+
+
+def _drop_rows(shape: tuple[int, ...], cfg: dict, ctx: dict) -> tuple[int, ...]:
+    return (shape[0] - _position_offset(cfg), *shape[1:])
+
+
+ROBERTA_POSITIONS = Transform(
+    "roberta_position_offset",
+    r"^embeddings\.position_embeddings\.weight$",
+    lambda x, cfg, ctx: x[_position_offset(cfg) :],
+    # the dropped rows are never looked up (positions start after them): zeros restore them
+    lambda x, cfg, ctx: np.concatenate(
+        [np.zeros((_position_offset(cfg), *x.shape[1:]), x.dtype), x]
+    ),
+    shape=_drop_rows,
+    exact=False,
+    inverse_shape=lambda shape, cfg, ctx: (shape[0] + _position_offset(cfg), *shape[1:]),
+)
+
+_ROBERTA_CTX = m(
+    "context_length",
+    "max_position_embeddings",
+    value=lambda c: c["max_position_embeddings"] - _position_offset(c),
+)
+
+XLMROBERTA = Arch(
+    hf_archs=("XLMRobertaModel",),
+    gguf_arch="bert",
+    meta=[COMMON[0], _ROBERTA_CTX, *COMMON[2:], *ENCODER_ROWS],
+    names=BERT_NAMES,
+    transforms=[ROBERTA_POSITIONS],
+    skip=BERT.skip,
+    renames=(
+        (r"^roberta\.", ""),
+        *BERT.renames,
+        (r"\.parametrizations\.", "."),  # jina-embeddings-v3's LoRA-parametrized weights
+        (r"\.original$", ""),
+    ),
+    # XLMRobertaConfig's defaults
+    defaults={**BERT.defaults, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2},
+    pooling=True,
+    tokenizer={"vocab": "xlmroberta"},
+    model_types={"XLMRobertaModel": "xlm-roberta"},
+    hf_config=BERT.hf_config,
+)
+
+
+_CLASSIFIER_POOLING = {"mean": 1, "cls": 2}
+_MB = "layers.{bid}."
+
+
+def _modernbert_hf_config(cfg: dict, names: set[str]) -> dict:
+    rope = {"full_attention": {"rope_type": "default", "rope_theta": cfg.get("rope_theta")}}
+    if cfg.get("rope_local_base_freq") is not None:
+        rope["sliding_attention"] = {
+            "rope_type": "default",
+            "rope_theta": cfg["rope_local_base_freq"],
+        }
+    bias = "blk.0.attn_qkv.bias" in names
+    return {
+        "rope_parameters": rope,
+        "rope_scaling": None,  # the GGUF's "none" is llama.cpp's word for default RoPE
+        "norm_eps": cfg.get("rms_norm_eps"),
+        "attention_bias": bias,
+        "mlp_bias": "blk.0.ffn_up.bias" in names,
+        "norm_bias": "output_norm.bias" in names,
+    }
+
+
+MODERNBERT = Arch(
+    hf_archs=("ModernBertModel",),
+    gguf_arch="modern-bert",
+    meta=[
+        *COMMON,
+        *ENCODER_ROWS,
+        m(
+            "classifier.pooling_type",
+            "classifier_pooling",
+            value=lambda c: _CLASSIFIER_POOLING.get(c.get("classifier_pooling")),
+            inverse={v: k for k, v in _CLASSIFIER_POOLING.items()}.get,
+        ),
+        m("attention.sliding_window", "local_attention"),
+        m("attention.sliding_window_pattern", "global_attn_every_n_layers"),
+        m("rope.scaling.type", "_rope_scaling", t=VT.STRING, value=lambda c: "none"),
+        m("vocab_size", "vocab_size"),
+        m("hidden_activation", "hidden_activation", t=VT.STRING),
+    ],
+    names=[
+        NameRule("embeddings.tok_embeddings.weight", "token_embd.weight"),
+        *_wb("embeddings.norm", "token_embd_norm"),
+        *_wb("final_norm", "output_norm"),
+        *_wb(_MB + "attn_norm", _B + "attn_norm"),
+        *_wb(_MB + "attn.Wqkv", _B + "attn_qkv"),
+        *_wb(_MB + "attn.Wo", _B + "attn_output"),
+        *_wb(_MB + "mlp_norm", _B + "ffn_norm"),
+        *_wb(_MB + "mlp.Wi", _B + "ffn_up"),
+        *_wb(_MB + "mlp.Wo", _B + "ffn_down"),
+    ],
+    renames=((r"^model\.", ""),),
+    # ModernBertConfig's defaults (AutoConfig fills them in)
+    defaults={
+        "vocab_size": 50368,
+        "hidden_size": 768,
+        "intermediate_size": 1152,
+        "num_hidden_layers": 22,
+        "num_attention_heads": 12,
+        "max_position_embeddings": 8192,
+        "norm_eps": 1e-5,
+        "local_attention": 128,
+        "global_attn_every_n_layers": 3,
+        "classifier_pooling": "cls",
+        "hidden_activation": "gelu",
+        "rope_parameters": {
+            "full_attention": {"rope_theta": 160000.0, "rope_type": "default"},
+            "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"},
+        },
+    },
+    pooling=True,
+    tokenizer={"vocab": "modernbert"},
+    model_types={"ModernBertModel": "modernbert"},
+    hf_config=_modernbert_hf_config,
+)
+
+
+def _nomic_context(cfg: dict) -> int:
+    """nomic-embed's trained context, as the reference sets it (it refuses other sizes)."""
+    npos, trained = cfg.get("n_positions"), cfg.get("max_trained_positions", 2048)
+    if (npos, trained) == (8192, 2048):
+        return 2048  # nomic-embed-text v1 / v1.5
+    if (npos, trained) == (2048, 2048):
+        return 512  # nomic-embed-text-v2-moe
+    raise E.InvalidModelConfig(
+        "nomic-bert context not recognised (llama.cpp's converter knows two)",
+        field="n_positions, max_trained_positions",
+        expected="8192 and 2048, or 2048 and 2048",
+        found=f"{npos} and {trained}",
+    )
+
+
+_NL = "encoder.layers.{bid}."
+
+NOMIC_BERT = Arch(
+    hf_archs=("NomicBertModel",),
+    gguf_arch="nomic-bert",
+    meta=[
+        COMMON[0],
+        m("context_length", "n_positions", value=_nomic_context),
+        *COMMON[2:],
+        *ENCODER_ROWS,
+    ],
+    names=[
+        NameRule("embeddings.word_embeddings.weight", "token_embd.weight"),
+        NameRule("embeddings.token_type_embeddings.weight", "token_types.weight"),
+        *_wb("emb_ln", "token_embd_norm"),
+        *_wb(_NL + "attn.Wqkv", _B + "attn_qkv"),
+        *_wb(_NL + "attn.out_proj", _B + "attn_output"),
+        *_wb(_NL + "norm1", _B + "attn_output_norm"),
+        *_wb(_NL + "mlp.fc11", _B + "ffn_up"),
+        *_wb(_NL + "mlp.fc12", _B + "ffn_gate"),
+        *_wb(_NL + "mlp.fc2", _B + "ffn_down"),
+        *_wb(_NL + "norm2", _B + "layer_output_norm"),
+    ],
+    skip=BERT.skip,
+    renames=BERT.renames,
+    # remote code: AutoConfig cannot load it, so the reference reads config.json as is
+    required=("n_embd", "n_head", "n_layer", "n_inner", "vocab_size"),
+    pooling=True,
+    tokenizer={"vocab": "nomic"},
+    model_types={"NomicBertModel": "nomic_bert"},
+)

@@ -1,0 +1,218 @@
+"""Unigram SentencePiece vocabularies: routes ``t5`` (llama.cpp's ``T5Model.set_vocab``)
+and ``xlmroberta`` (its ``_xlmroberta_set_vocab``, :func:`set_xlmroberta`).
+
+The model file is ``tokenizer.model``, else ``spiece.model`` (older T5 folders).  A
+BPE SentencePiece model (Pile-T5) takes the ``llama`` path instead (only under the
+name ``tokenizer.model``, as the reference asserts).  For a Unigram model: ids up to
+config ``vocab_size`` start as ``[PAD<i>]`` (score -10000, UNUSED); the pieces fill
+their ids with their score and type (UNKNOWN, CONTROL, UNUSED, BYTE or NORMAL);
+``added_tokens.json`` entries below ``vocab_size`` become USER_DEFINED (score -1000).
+Keys, in the reference's order::
+
+    tokenizer.ggml.model                    str    "t5"
+    tokenizer.ggml.pre                      str    "default"
+    tokenizer.ggml.tokens / scores / token_type
+    tokenizer.ggml.add_space_prefix         bool   normalizer_spec.add_dummy_prefix
+    tokenizer.ggml.remove_extra_whitespaces bool   normalizer_spec.remove_extra_whitespaces
+    tokenizer.ggml.precompiled_charsmap     [u8]   normalizer_spec.precompiled_charsmap
+                                                   (left out when empty)
+    ... SpecialVocab
+
+The three normalizer fields and the model type are read from the ``ModelProto``
+bytes directly (protobuf wire format: a varint key ``field << 3 | wire type``, then
+a varint, 8 or 4 bytes, or a varint length and that many bytes):
+``ModelProto.trainer_spec`` is field 2 (``TrainerSpec.model_type`` its field 3,
+1 = UNIGRAM, 2 = BPE), ``ModelProto.normalizer_spec`` field 3
+(``precompiled_charsmap`` 2, ``add_dummy_prefix`` 3, ``remove_extra_whitespaces``
+4, both true when absent).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ... import errors as E
+from ..._lazy import require
+from ._to_gguf import (
+    MORE_ROUTES,
+    VT,
+    T,
+    _Entries,
+    _json_if,
+    _missing,
+    _set_spm,
+    _SpecialVocab,
+    _too_large,
+    _vocab_size,
+)
+
+UNIGRAM, BPE = 1, 2
+
+
+def _varint(buf: bytes, pos: int, path: Path) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(buf) or shift > 63:
+            raise E.TokenizerInconsistent(
+                "truncated or overlong protobuf varint", path=path, offset=pos,
+                expected="a SentencePiece ModelProto", found=f"{len(buf)} bytes",
+            )  # fmt: skip
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return value, pos
+
+
+def proto_fields(buf: bytes, path: Path) -> dict[int, list[int | bytes]]:
+    """Field number -> values (varints as int, length-delimited as bytes) of one message."""
+    out: dict[int, list[int | bytes]] = {}
+    pos = 0
+    while pos < len(buf):
+        key, pos = _varint(buf, pos, path)
+        field, wire = key >> 3, key & 7
+        value: int | bytes
+        if wire == 0:
+            value, pos = _varint(buf, pos, path)
+        elif wire in (1, 5):
+            size = 8 if wire == 1 else 4
+            value, pos = buf[pos : pos + size], pos + size
+        elif wire == 2:
+            n, pos = _varint(buf, pos, path)
+            value, pos = buf[pos : pos + n], pos + n
+        else:
+            value = b""
+            pos = len(buf) + 1
+        if pos > len(buf):
+            raise E.TokenizerInconsistent(
+                f"protobuf field {field} runs past the end", path=path, offset=pos,
+                expected="a SentencePiece ModelProto", found=f"{len(buf)} bytes",
+            )  # fmt: skip
+        out.setdefault(field, []).append(value)
+    return out
+
+
+def _last(fields: dict, n: int, default):
+    v = fields.get(n)
+    return v[-1] if v else default
+
+
+def spm_settings(path: Path) -> tuple[int, bool, bool, bytes]:
+    """(model type, add_dummy_prefix, remove_extra_whitespaces, precompiled_charsmap)."""
+    data = path.read_bytes()
+    top = proto_fields(data, path)
+    trainer = proto_fields(_last(top, 2, b""), path)
+    norm = proto_fields(_last(top, 3, b""), path)
+    return (
+        int(_last(trainer, 3, UNIGRAM)),
+        bool(_last(norm, 3, 1)),
+        bool(_last(norm, 4, 1)),
+        bytes(_last(norm, 2, b"")),
+    )
+
+
+def _load(path: Path):
+    spm = require("sentencepiece", "reading a SentencePiece model")
+    sp = spm.SentencePieceProcessor()
+    try:
+        sp.LoadFromSerializedProto(path.read_bytes())
+    except (RuntimeError, OSError) as exc:
+        raise E.TokenizerInconsistent(
+            "not a SentencePiece model", path=path, expected="a ModelProto", found=str(exc)
+        ) from None
+    return sp
+
+
+def _pieces(sp, vocab_size: int) -> tuple[list[str], list[float], list[int]]:
+    """``vocab_size`` ids: ``[PAD<i>]`` (-10000, UNUSED), then the pieces over them."""
+    tokens = [f"[PAD{i}]" for i in range(vocab_size)]
+    scores = [-10000.0] * vocab_size
+    types = [int(T.UNUSED)] * vocab_size
+    for i in range(sp.vocab_size()):
+        tokens[i], scores[i] = sp.IdToPiece(i), sp.GetScore(i)
+        if sp.IsUnknown(i):
+            types[i] = T.UNKNOWN
+        elif sp.IsControl(i):
+            types[i] = T.CONTROL
+        elif sp.IsUnused(i):
+            types[i] = T.UNUSED
+        elif sp.IsByte(i):
+            types[i] = T.BYTE
+        else:
+            types[i] = T.NORMAL
+    return tokens, scores, types
+
+
+def _unigram_settings(path: Path) -> tuple[bool, bool, bytes]:
+    model_type, add_prefix, remove_ws, charsmap = spm_settings(path)
+    if model_type != UNIGRAM:
+        raise E.TokenizerInconsistent(
+            "not a Unigram SentencePiece model",
+            path=path, field="trainer_spec.model_type", expected="1 (UNIGRAM)", found=model_type,
+        )  # fmt: skip
+    return add_prefix, remove_ws, charsmap
+
+
+def set_xlmroberta(out: _Entries, d: Path, config: dict) -> None:
+    """XLM-RoBERTa's ``sentencepiece.bpe.model`` (``_xlmroberta_set_vocab``): the pieces
+    realigned to fairseq's ids (``<s> <pad> </s> <unk>`` first, every piece one up, the
+    last id dropped), ``token_type_count`` after ``add_space_prefix``."""
+    path = d / "sentencepiece.bpe.model"
+    if not path.is_file():
+        raise _missing(d, "sentencepiece.bpe.model (the tokenizer.json-only path is not done)")
+    add_prefix, remove_ws, charsmap = _unigram_settings(path)
+    sp = _load(path)
+    vocab_size = max(_vocab_size(config, ("vocab_size",)) or 0, sp.vocab_size())
+    tokens, scores, types = _pieces(sp, vocab_size)
+    tokens = ["<s>", "<pad>", "</s>", "<unk>", *tokens[3:-1]]
+    scores = [0.0] * 4 + scores[3:-1]
+    types = [int(T.CONTROL)] * 3 + [int(T.UNKNOWN)] + types[3:-1]
+    out.add("ggml.model", "t5", VT.STRING)
+    out.add("ggml.pre", "default", VT.STRING)
+    out.add("ggml.tokens", tokens, VT.STRING)
+    out.add("ggml.scores", scores, VT.FLOAT32)
+    out.add("ggml.token_type", types, VT.INT32)
+    out.add("ggml.add_space_prefix", add_prefix, VT.BOOL)
+    out.add("ggml.token_type_count", config.get("type_vocab_size", 1), VT.UINT32)
+    out.add("ggml.remove_extra_whitespaces", remove_ws, VT.BOOL)
+    if charsmap:
+        out.add("ggml.precompiled_charsmap", list(charsmap), VT.UINT8)
+    _SpecialVocab(d, config, n_vocab=len(tokens)).add_to(out)
+
+
+def set_t5(out: _Entries, d: Path, config: dict) -> None:
+    path = d / "tokenizer.model"
+    if not path.is_file():
+        path = d / "spiece.model"
+    if not path.is_file():
+        raise _missing(d, "tokenizer.model or spiece.model (a SentencePiece model)")
+    if spm_settings(path)[0] == BPE and path.name == "tokenizer.model":
+        _set_spm(out, d, config)
+        return
+    add_prefix, remove_ws, charsmap = _unigram_settings(path)
+    sp = _load(path)
+    n_sp = sp.vocab_size()
+    vocab_size = _vocab_size(config, ("vocab_size",)) or n_sp
+    if n_sp > vocab_size:  # the reference fails with an IndexError here
+        raise _too_large(path, sp.IdToPiece(vocab_size), vocab_size, vocab_size)
+    tokens, scores, types = _pieces(sp, vocab_size)
+    added_path = d / "added_tokens.json"
+    for text, tid in (_json_if(added_path) or {}).items():
+        if isinstance(tid, int) and not isinstance(tid, bool) and 0 <= tid < vocab_size:
+            tokens[tid], scores[tid], types[tid] = text, -1000.0, T.USER_DEFINED
+        # ids past vocab_size are ignored (with a warning) by the reference
+    out.add("ggml.model", "t5", VT.STRING)
+    out.add("ggml.pre", "default", VT.STRING)
+    out.add("ggml.tokens", tokens, VT.STRING)
+    out.add("ggml.scores", scores, VT.FLOAT32)
+    out.add("ggml.token_type", [int(t) for t in types], VT.INT32)
+    out.add("ggml.add_space_prefix", add_prefix, VT.BOOL)
+    out.add("ggml.remove_extra_whitespaces", remove_ws, VT.BOOL)
+    if charsmap:
+        out.add("ggml.precompiled_charsmap", list(charsmap), VT.UINT8)
+    _SpecialVocab(d, config, n_vocab=len(tokens)).add_to(out)
+
+
+MORE_ROUTES["t5"] = set_t5
+MORE_ROUTES["xlmroberta"] = set_xlmroberta
