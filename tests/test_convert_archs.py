@@ -33,6 +33,7 @@ ARCHS = [
     "starcoder2", "stablelm", "gpt2", "falcon", "deepseek2", "deepseek3", "phi3", "phi4",
     "gptoss", "gptoss_mxfp4", "lfm2", "mamba2", "granitehybrid", "mamba", "lfm2moe",
 ]  # fmt: skip
+ARCHS += ["glm4moe", "llama4"]
 REF_TYPES = ["f32", "f16", "bf16", "q8_0"]
 # llama.cpp (the pinned build) and transformers 5 give different logits for the same tiny
 # DeepSeek-V3 (max 0.69): llama.cpp's own file shows the same gap as ours (docs/
@@ -69,6 +70,8 @@ BPE_VOCAB = {
     "gptoss_mxfp4",
     "lfm2",
     "lfm2moe",
+    "glm4moe",
+    "llama4",
 }
 PROMPTS = {
     "spm": [1, 5, 9, 33, 100, 7, 200, 42],
