@@ -337,3 +337,71 @@ def test_provenance_round_trip(work, tmp_path):
     for k, v in g.items():
         if k != "general.file_type":
             assert g2.get(k) == v or list(g2.get(k, [])) == list(v), k
+
+
+# --------------------------------------------------------------------------- FP8 checkpoints
+
+FP8_TYPES = ["f32", "f16", "bf16", "q8_0"]
+
+
+@pytest.fixture(scope="module")
+def fp8(work) -> Path:
+    """The tiny DeepSeek-V3 stored as its FP8 checkpoints are (float8_e4m3fn, 128x128 block
+    scales, partial blocks at the edges), converted by the reference at each type."""
+    from support.hf_models import fp8_checkpoint
+
+    src = fp8_checkpoint(work.model("deepseek3"), work.root / "models" / "deepseek3-fp8")
+    _run_reference([(str(src), str(work.ref / f"fp8-{t}.gguf"), t) for t in FP8_TYPES])
+    return src
+
+
+@pytest.mark.parametrize("t", FP8_TYPES)
+def test_fp8_same_as_reference_converter(work, fp8, t):
+    ours = work.ours / f"fp8-{t}.gguf"
+    hf_to_gguf(fp8, ours, t)
+    _same_file(ours, work.ref / f"fp8-{t}.gguf")
+
+
+def test_fp8_is_dequantized(work, fp8):
+    """Guard against a vacuous pass: the checkpoint really is FP8 (its weights come out
+    different from the bf16 originals, within FP8's error), and no scale is written."""
+    from safetensors import safe_open
+
+    with safe_open(fp8 / "model.safetensors", "np") as f:
+        kinds = {f.get_slice(k).get_dtype() for k in f.keys() if k.endswith("q_b_proj.weight")}
+    assert kinds == {"F8_E4M3"}
+    deq = {x[0]: x for x in _tensors(work.ours / "fp8-f32.gguf")}
+    orig = {x[0]: x for x in _tensors(work.files("deepseek3", "f32")[0])}
+    assert sorted(deq) == sorted(orig)
+    name = "blk.1.attn_q_b.weight"
+    a = np.frombuffer(deq[name][3], np.float32)
+    b = np.frombuffer(orig[name][3], np.float32)
+    assert not np.array_equal(a, b)
+    assert np.abs(a - b).max() <= np.abs(b).max() / 16  # 3 mantissa bits
+
+
+def _fp8_folder(fp8: Path, dst: Path, tensors: dict) -> Path:
+    from weightsmith.safetensors import save_file
+
+    dst.mkdir()
+    (dst / "config.json").write_bytes((fp8 / "config.json").read_bytes())
+    save_file(tensors, dst / "model.safetensors")
+    return dst
+
+
+def test_fp8_bad_scales_are_named(fp8, tmp_path):
+    import ml_dtypes
+
+    from weightsmith import errors as E
+
+    w = np.zeros((192, 64), ml_dtypes.float8_e4m3fn)
+    name = "model.layers.0.self_attn.q_b_proj.weight"
+    bad = _fp8_folder(
+        fp8, tmp_path / "bad", {name: w, name + "_scale_inv": np.ones((1, 1), np.float32)}
+    )
+    with pytest.raises(E.TensorShapeMismatch, match=r"\[2, 1\]|block"):
+        hf_to_gguf(bad, tmp_path / "bad.gguf", "f16")
+    lone = _fp8_folder(fp8, tmp_path / "lone", {name + "_scale_inv": np.ones((2, 1), np.float32)})
+    with pytest.raises(E.UnmappedTensor, match="scale without its weight"):
+        hf_to_gguf(lone, tmp_path / "lone.gguf", "f16")
+    assert not (tmp_path / "bad.gguf").exists() and not (tmp_path / "lone.gguf").exists()
