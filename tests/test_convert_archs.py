@@ -405,3 +405,32 @@ def test_fp8_bad_scales_are_named(fp8, tmp_path):
     with pytest.raises(E.UnmappedTensor, match="scale without its weight"):
         hf_to_gguf(lone, tmp_path / "lone.gguf", "f16")
     assert not (tmp_path / "bad.gguf").exists() and not (tmp_path / "lone.gguf").exists()
+
+
+def test_llama4_text_half_of_conditional_generation(work, tmp_path):
+    """Llama 4 as the Hub publishes it (Llama4ForConditionalGeneration: ``text_config``,
+    ``language_model.`` tensors beside a vision tower): the text half converts exactly
+    as the reference converts it, and as the text model alone."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    src = tmp_path / "llama4-vlm"
+    shutil.copytree(work.model("llama4"), src)
+    text = json.loads((src / "config.json").read_text())
+    text.pop("architectures")
+    cfg = {"architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4",
+           "text_config": text, "vision_config": {"model_type": "llama4_vision_model",
+           "hidden_size": 16}, "image_token_index": 50256}  # fmt: skip
+    (src / "config.json").write_text(json.dumps(cfg, indent=2))
+    sd = {f"language_model.{k}": v for k, v in load_file(src / "model.safetensors").items()}
+    rng = np.random.default_rng(0)
+    sd["vision_model.patch_embedding.linear.weight"] = rng.standard_normal((16, 48), np.float32)
+    sd["multi_modal_projector.linear_1.weight"] = rng.standard_normal((256, 16), np.float32)
+    save_file(sd, src / "model.safetensors", metadata={"format": "pt"})
+    ours, ref = tmp_path / "ours.gguf", tmp_path / "ref.gguf"
+    _run_reference([(str(src), str(ref), "f16")])
+    hf_to_gguf(src, ours, "f16")
+    _same_file(ours, ref)
+    text_only = _tensors(work.files("llama4", "f16")[0])
+    assert _tensors(ours) == text_only
