@@ -1193,6 +1193,129 @@ def gemma3_270m(folder: Path) -> tuple[Path, int]:
     return folder, vocab * hidden
 
 
+def _fp8_blocks(w, block: int = 128):
+    """``(float8_e4m3fn weight, float32 scale_inv)`` as DeepSeek-V3's FP8 checkpoints
+    store a linear weight: one scale (max |w| / 448) per ``block`` x ``block`` block."""
+    import ml_dtypes
+    import numpy as np
+
+    r, c = w.shape
+    nr, nc = -(-r // block), -(-c // block)
+    p = np.zeros((nr * block, nc * block), np.float32)
+    p[:r, :c] = w
+    blocks = p.reshape(nr, block, nc, block)
+    scale = np.maximum(np.abs(blocks).max(axis=(1, 3)), 1e-12) / np.float32(448)
+    q = (blocks / scale[:, None, :, None]).reshape(p.shape)[:r, :c]
+    return q.astype(ml_dtypes.float8_e4m3fn), scale.astype(np.float32)
+
+
+def big_mla(
+    folder: Path,
+    *,
+    hidden: int = 512,
+    expert_ff: int = 1024,
+    experts: int = 16,
+    layers: int = 3,
+    fp8: bool = False,
+) -> tuple[Path, int]:
+    """A DeepSeek-V3 folder (MLA attention, a dense first layer, then per-expert tensors
+    with a shared expert and a sigmoid router with its correction bias; bf16, written
+    with numpy alone) and GPT-2's BPE vocabulary.  ``fp8``: the decoder layers' linear
+    weights stored as the FP8 checkpoints store them (:func:`_fp8_blocks`).
+
+    Returns the folder and the element count of its largest source tensor.
+    """
+    import ml_dtypes
+    import numpy as np
+
+    from weightsmith.safetensors import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    rng = np.random.default_rng(2)
+    heads, q_lora, kv_lora, nope, rope, v = 8, 256, 128, 64, 32, 64
+
+    def w(*shape: int, one: bool = False) -> np.ndarray:
+        x = rng.standard_normal(shape, dtype=np.float32) * 0.02 + (1.0 if one else 0.0)
+        return x.astype(ml_dtypes.bfloat16)
+
+    tensors = {"model.embed_tokens.weight": w(vocab, hidden), "model.norm.weight": w(hidden, one=True),
+               "lm_head.weight": w(vocab, hidden)}  # fmt: skip
+    for i in range(layers):
+        p, a = f"model.layers.{i}.", f"model.layers.{i}.self_attn."
+        tensors |= {
+            p + "input_layernorm.weight": w(hidden, one=True),
+            p + "post_attention_layernorm.weight": w(hidden, one=True),
+            a + "q_a_proj.weight": w(q_lora, hidden),
+            a + "q_a_layernorm.weight": w(q_lora, one=True),
+            a + "q_b_proj.weight": w(heads * (nope + rope), q_lora),
+            a + "kv_a_proj_with_mqa.weight": w(kv_lora + rope, hidden),
+            a + "kv_a_layernorm.weight": w(kv_lora, one=True),
+            a + "kv_b_proj.weight": w(heads * (nope + v), kv_lora),
+            a + "o_proj.weight": w(hidden, heads * v),
+        }
+        m = p + "mlp."
+        if i == 0:
+            tensors |= {m + "gate_proj.weight": w(4 * expert_ff, hidden),
+                        m + "up_proj.weight": w(4 * expert_ff, hidden),
+                        m + "down_proj.weight": w(hidden, 4 * expert_ff)}  # fmt: skip
+            continue
+        tensors |= {
+            m + "gate.weight": w(experts, hidden),
+            m + "gate.e_score_correction_bias": np.zeros(experts, np.float32),
+            m + "shared_experts.gate_proj.weight": w(expert_ff, hidden),
+            m + "shared_experts.up_proj.weight": w(expert_ff, hidden),
+            m + "shared_experts.down_proj.weight": w(hidden, expert_ff),
+        }
+        for x in range(experts):
+            e = m + f"experts.{x}."
+            tensors |= {e + "gate_proj.weight": w(expert_ff, hidden),
+                        e + "up_proj.weight": w(expert_ff, hidden),
+                        e + "down_proj.weight": w(hidden, expert_ff)}  # fmt: skip
+    if fp8:
+        for k in [k for k in tensors if k.endswith("_proj.weight") and ".layers." in k]:
+            tensors[k], tensors[k + "_scale_inv"] = _fp8_blocks(tensors[k].astype(np.float32))
+    save_file(tensors, folder / "model.safetensors")
+    cfg = {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "model_type": "deepseek_v3",
+        "hidden_size": hidden,
+        "intermediate_size": 4 * expert_ff,
+        "moe_intermediate_size": expert_ff,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": heads,
+        "n_routed_experts": experts,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 4,
+        "first_k_dense_replace": 1,
+        "n_group": 1,
+        "topk_group": 1,
+        "scoring_func": "sigmoid",
+        "norm_topk_prob": True,
+        "routed_scaling_factor": 2.5,
+        "q_lora_rank": q_lora,
+        "kv_lora_rank": kv_lora,
+        "qk_nope_head_dim": nope,
+        "qk_rope_head_dim": rope,
+        "v_head_dim": v,
+        "max_position_embeddings": 512,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "vocab_size": vocab,
+        "bos_token_id": 50256,
+        "eos_token_id": 50256,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+    if fp8:
+        cfg["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3",
+                                      "quant_method": "fp8", "weight_block_size": [128, 128]}  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    return folder, vocab * hidden
+
+
 # run in a child process: peak RSS of one conversion, above the RSS after imports
 PEAK_RSS_CHILD = r"""
 import json, sys
