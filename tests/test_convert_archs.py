@@ -351,6 +351,11 @@ def fp8(work) -> Path:
     from support.hf_models import fp8_checkpoint
 
     src = fp8_checkpoint(work.model("deepseek3"), work.root / "models" / "deepseek3-fp8")
+    # as the Hub's DeepSeek-V3 config.json: no head_dim (AutoConfig fills qk_rope_head_dim)
+    cfg = json.loads((src / "config.json").read_text())
+    for k in ("head_dim", "qk_head_dim"):
+        cfg.pop(k, None)
+    (src / "config.json").write_text(json.dumps(cfg, indent=2))
     _run_reference([(str(src), str(work.ref / f"fp8-{t}.gguf"), t) for t in FP8_TYPES])
     return src
 
@@ -435,3 +440,22 @@ def test_llama4_text_half_of_conditional_generation(work, tmp_path):
     _same_file(ours, ref)
     text_only = _tensors(work.files("llama4", "f16")[0])
     assert _tensors(ours) == text_only
+
+
+def test_llama_config_without_head_dim(tmp_path):
+    """Llama 2 / Mistral 7B config.json files have no head_dim; the reference reads the
+    config through AutoConfig, which fills it, and so writes attention.key_length."""
+    from support.hf_models import build
+
+    src = build("llama", tmp_path / "llama")
+    cfg = json.loads((src / "config.json").read_text())
+    assert cfg.pop("head_dim") == 64
+    (src / "config.json").write_text(json.dumps(cfg, indent=2))
+    ours, ref = tmp_path / "ours.gguf", tmp_path / "ref.gguf"
+    _run_reference([(str(src), str(ref), "f16")])
+    hf_to_gguf(src, ours, "f16")
+    _same_file(ours, ref)
+    from weightsmith.gguf import read
+
+    with read(ours) as f:
+        assert f.metadata["llama.attention.key_length"] == 64
