@@ -648,6 +648,8 @@ def gptoss_mxfp4(folder: Path, *, seed: int = 21) -> Path:
         "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
                                    "model.embed_tokens", "lm_head"],
     }  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(c, indent=2))
+    return folder
 
 
 # --------------------------------------------------------------------------- GLM-4 MoE, Llama 4, FP8
