@@ -6,7 +6,11 @@ Models (``--family``): ``dense`` is tests/support/hf_models.big_llama (6 layers,
 tests/support/hf_models.big_moe (Mixtral layout, 2 layers, 32 experts of 512 x 1024, bf16;
 each stacked expert tensor is 32x the largest source tensor); ``gemma3-270m`` is
 tests/support/hf_models.gemma3_270m (Gemma 3 270M's shapes and config, 268M parameters,
-random bf16 weights, 512 MiB).  For each type, both sides run in a fresh child process (so
+random bf16 weights, 512 MiB); ``mla`` is tests/support/hf_models.big_mla (DeepSeek-V3
+layout: MLA attention, a dense first layer, 2 MoE layers of 16 experts of 512 x 1024 and a
+shared expert, GPT-2's vocabulary, bf16, ~230 MiB); ``mla-fp8`` the same stored as
+DeepSeek-V3's FP8 checkpoints (decoder linear weights float8_e4m3fn with 128 x 128 block
+scales, dequantized on read).  For each type, both sides run in a fresh child process (so
 both pay their imports; the reference also imports torch), alternating, median of
 ``--runs``; the child also reports its peak RSS, and the CPU time of the children
 (``RUSAGE_CHILDREN``) is reported beside the wall clock, the figure to read on a shared box.
@@ -26,6 +30,7 @@ q4_k_m, each in a fresh child, same thread count.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -38,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from support.hf_models import big_llama, big_moe, gemma3_270m, peak_rss
+from support.hf_models import big_llama, big_mla, big_moe, gemma3_270m, peak_rss
 from support.llama_sdist import llama_cpp_root
 
 REF_CHILD = r"""
@@ -132,12 +137,15 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--types", default="f16,q8_0,q4_k_m")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--family", choices=("dense", "moe", "gemma3-270m"), default="dense")
+    ap.add_argument(
+        "--family", choices=("dense", "moe", "gemma3-270m", "mla", "mla-fp8"), default="dense"
+    )
     ap.add_argument("--ref-outtype", choices=("f32", "f16"), default="f32")
     ap.add_argument("--quantize-threads", default="", help="e.g. 1,2: the quantize race too")
     a = ap.parse_args()
     MiB = 2**20
-    build = {"dense": big_llama, "moe": big_moe, "gemma3-270m": gemma3_270m}[a.family]
+    build = {"dense": big_llama, "moe": big_moe, "gemma3-270m": gemma3_270m, "mla": big_mla,
+             "mla-fp8": functools.partial(big_mla, fp8=True)}[a.family]  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="bench_convert_") as tmp:
         folder, largest = build(Path(tmp) / "m")
         print(f"model: largest tensor {4 * largest / MiB:.0f} MiB in f32; "
@@ -152,7 +160,8 @@ def main() -> None:
             ow, oc, rw, rc = (
                 statistics.median(x[k] for x in xs) for xs in (ours, ref) for k in (0, 1)
             )
-            print(f"load average {os.getloadavg()[0]:.1f}")
+            same = (Path(tmp) / "o.gguf").read_bytes() == (Path(tmp) / "r.gguf").read_bytes()
+            print(f"load average {os.getloadavg()[0]:.1f}; files byte-identical: {same}")
             print(f"{typ:<8} {ow:6.2f} /{oc:6.2f} {rw:6.2f} /{rc:6.2f} {rw / ow:6.2f} {rc / oc:9.2f} "
                   f"{max(x[2] for x in ours) / MiB:9.0f} {max(x[2] for x in ref) / MiB:8.0f}",
                   flush=True)  # fmt: skip

@@ -33,6 +33,7 @@ ARCHS = [
     "starcoder2", "stablelm", "gpt2", "falcon", "deepseek2", "deepseek3", "phi3", "phi4",
     "gptoss", "gptoss_mxfp4", "lfm2", "mamba2", "granitehybrid", "mamba", "lfm2moe",
 ]  # fmt: skip
+ARCHS += ["glm4moe", "llama4"]
 REF_TYPES = ["f32", "f16", "bf16", "q8_0"]
 # llama.cpp (the pinned build) and transformers 5 give different logits for the same tiny
 # DeepSeek-V3 (max 0.69): llama.cpp's own file shows the same gap as ours (docs/
@@ -69,6 +70,8 @@ BPE_VOCAB = {
     "gptoss_mxfp4",
     "lfm2",
     "lfm2moe",
+    "glm4moe",
+    "llama4",
 }
 PROMPTS = {
     "spm": [1, 5, 9, 33, 100, 7, 200, 42],
@@ -334,3 +337,125 @@ def test_provenance_round_trip(work, tmp_path):
     for k, v in g.items():
         if k != "general.file_type":
             assert g2.get(k) == v or list(g2.get(k, [])) == list(v), k
+
+
+# --------------------------------------------------------------------------- FP8 checkpoints
+
+FP8_TYPES = ["f32", "q8_0"]  # exact values, and quantized from them (f16/bf16 checked by hand)
+
+
+@pytest.fixture(scope="module")
+def fp8(work) -> Path:
+    """The tiny DeepSeek-V3 stored as its FP8 checkpoints are (float8_e4m3fn, 128x128 block
+    scales, partial blocks at the edges), converted by the reference at each type."""
+    from support.hf_models import fp8_checkpoint
+
+    src = fp8_checkpoint(work.model("deepseek3"), work.root / "models" / "deepseek3-fp8")
+    # as the Hub's DeepSeek-V3 config.json: no head_dim (AutoConfig fills qk_rope_head_dim)
+    cfg = json.loads((src / "config.json").read_text())
+    for k in ("head_dim", "qk_head_dim"):
+        cfg.pop(k, None)
+    (src / "config.json").write_text(json.dumps(cfg, indent=2))
+    _run_reference([(str(src), str(work.ref / f"fp8-{t}.gguf"), t) for t in FP8_TYPES])
+    return src
+
+
+@pytest.mark.parametrize("t", FP8_TYPES)
+def test_fp8_same_as_reference_converter(work, fp8, t):
+    ours = work.ours / f"fp8-{t}.gguf"
+    hf_to_gguf(fp8, ours, t)
+    _same_file(ours, work.ref / f"fp8-{t}.gguf")
+
+
+def test_fp8_is_dequantized(work, fp8):
+    """Guard against a vacuous pass: the checkpoint really is FP8 (its weights come out
+    different from the bf16 originals, within FP8's error), and no scale is written."""
+    from safetensors import safe_open
+
+    with safe_open(fp8 / "model.safetensors", "np") as f:
+        names = [k for k in f.keys() if k.endswith("q_b_proj.weight")]  # noqa: SIM118 (a handle)
+        kinds = {f.get_slice(k).get_dtype() for k in names}
+    assert kinds == {"F8_E4M3"}
+    deq = {x[0]: x for x in _tensors(work.ours / "fp8-f32.gguf")}
+    orig = {x[0]: x for x in _tensors(work.files("deepseek3", "f32")[0])}
+    assert sorted(deq) == sorted(orig)
+    name = "blk.1.attn_q_b.weight"
+    a = np.frombuffer(deq[name][3], np.float32)
+    b = np.frombuffer(orig[name][3], np.float32)
+    assert not np.array_equal(a, b)
+    assert np.abs(a - b).max() <= np.abs(b).max() / 16  # 3 mantissa bits
+
+
+def _fp8_folder(fp8: Path, dst: Path, tensors: dict) -> Path:
+    from weightsmith.safetensors import save_file
+
+    dst.mkdir()
+    (dst / "config.json").write_bytes((fp8 / "config.json").read_bytes())
+    save_file(tensors, dst / "model.safetensors")
+    return dst
+
+
+def test_fp8_bad_scales_are_named(fp8, tmp_path):
+    import ml_dtypes
+
+    from weightsmith import errors as E
+
+    w = np.zeros((192, 64), ml_dtypes.float8_e4m3fn)
+    name = "model.layers.0.self_attn.q_b_proj.weight"
+    bad = _fp8_folder(
+        fp8, tmp_path / "bad", {name: w, name + "_scale_inv": np.ones((1, 1), np.float32)}
+    )
+    with pytest.raises(E.TensorShapeMismatch, match=r"\[2, 1\]|block"):
+        hf_to_gguf(bad, tmp_path / "bad.gguf", "f16")
+    lone = _fp8_folder(fp8, tmp_path / "lone", {name + "_scale_inv": np.ones((2, 1), np.float32)})
+    with pytest.raises(E.UnmappedTensor, match="scale without its weight"):
+        hf_to_gguf(lone, tmp_path / "lone.gguf", "f16")
+    assert not (tmp_path / "bad.gguf").exists() and not (tmp_path / "lone.gguf").exists()
+
+
+def test_llama4_text_half_of_conditional_generation(work, tmp_path):
+    """Llama 4 as the Hub publishes it (Llama4ForConditionalGeneration: ``text_config``,
+    ``language_model.`` tensors beside a vision tower): the text half converts exactly
+    as the reference converts it, and as the text model alone."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    src = tmp_path / "llama4-vlm"
+    shutil.copytree(work.model("llama4"), src)
+    text = json.loads((src / "config.json").read_text())
+    text.pop("architectures")
+    cfg = {"architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4",
+           "text_config": text, "vision_config": {"model_type": "llama4_vision_model",
+           "hidden_size": 16}, "image_token_index": 50256}  # fmt: skip
+    (src / "config.json").write_text(json.dumps(cfg, indent=2))
+    sd = {f"language_model.{k}": v for k, v in load_file(src / "model.safetensors").items()}
+    rng = np.random.default_rng(0)
+    sd["vision_model.patch_embedding.linear.weight"] = rng.standard_normal((16, 48), np.float32)
+    sd["multi_modal_projector.linear_1.weight"] = rng.standard_normal((256, 16), np.float32)
+    save_file(sd, src / "model.safetensors", metadata={"format": "pt"})
+    ours, ref = tmp_path / "ours.gguf", tmp_path / "ref.gguf"
+    _run_reference([(str(src), str(ref), "f16")])
+    hf_to_gguf(src, ours, "f16")
+    _same_file(ours, ref)
+    text_only = _tensors(work.files("llama4", "f16")[0])
+    assert _tensors(ours) == text_only
+
+
+def test_llama_config_without_head_dim(tmp_path):
+    """Llama 2 / Mistral 7B config.json files have no head_dim; the reference reads the
+    config through AutoConfig, which fills it, and so writes attention.key_length."""
+    from support.hf_models import build
+
+    src = build("llama", tmp_path / "llama")
+    cfg = json.loads((src / "config.json").read_text())
+    assert cfg.pop("head_dim") == 64
+    (src / "config.json").write_text(json.dumps(cfg, indent=2))
+    ours, ref = tmp_path / "ours.gguf", tmp_path / "ref.gguf"
+    _run_reference([(str(src), str(ref), "f16")])
+    hf_to_gguf(src, ours, "f16")
+    _same_file(ours, ref)
+    from weightsmith.gguf import read
+
+    with read(ours) as f:
+        assert f.metadata["llama.attention.key_length"] == 64

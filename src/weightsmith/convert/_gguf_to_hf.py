@@ -172,7 +172,7 @@ def _metadata_config(entry: Any, md: Mapping[str, Any]) -> tuple[dict, dict[str,
         key = row.full_key(entry.gguf_arch)
         field = row.fields[0]
         key_of.setdefault(field, key)
-        if key in md and not field.startswith("_"):  # "_...": derived, no config field
+        if key in md:  # "_...": derived, no config field (seen by hf_config, then dropped)
             _set(cfg, field, row.back(_float(md[key])))
     return cfg, key_of
 
@@ -190,7 +190,8 @@ def _llama3_rope(entry: Any, cfg: dict, freqs: np.ndarray) -> dict | None:
     The factors only fix ``factor`` and the ratios of the context length and the two
     frequency factors; Meta's models use ``low_freq_factor = 1``, which fixes the rest.
     Candidates (a least-squares fit over the smoothly scaled frequencies, then Llama
-    3.1's values) are checked by recomputing the tensor with the registry's function.
+    3.1's values, then Llama 4's ``high_freq_factor = 1``) are checked by recomputing
+    the tensor with the registry's function.
     """
     freqs = np.asarray(freqs, np.float64)
     factor = float(np.float32(freqs.max()))
@@ -211,6 +212,8 @@ def _llama3_rope(entry: Any, cfg: dict, freqs: np.ndarray) -> dict | None:
     cands.append((8192.0, 1.0, 4.0))
     for p in (2**k for k in range(4, 21)):
         cands.append((float(p), 1.0, 4.0))
+    # Llama 4's step (low = high = 1: no smoothed band), which the fit above cannot see
+    cands += [(float(2**k), 1.0, 1.0) for k in range(4, 21)]
     best, best_err = None, math.inf
     for length, lo, hi in cands:
         rope = {
@@ -279,6 +282,7 @@ def build_config(
     if "token_types.weight" in f:  # BERT's segment embeddings: their rows are the count
         out["type_vocab_size"] = int(f.tensor("token_types.weight").shape[0])
     out.update(entry.hf_config(cfg, tensor_names))
+    out = {k: v for k, v in out.items() if not k.startswith("_")}
     rs = out.get("rope_scaling")
     if isinstance(rs, dict) and "type" in rs:
         rs.setdefault("rope_type", rs["type"])

@@ -13,8 +13,9 @@ and ``llama-quantize`` produce):
    every weight in the reference's order (shard files sorted by name, tensor names
    sorted within each), under its GGUF name, with numpy-order shapes reversed into
    ggml order by the writer.
-3. Tensor data, one tensor at a time: read (mmap), widened to float32 unless float16
-   (as the reference does), transformed (Q/K permutation, norm + 1, ...), then cast
+3. Tensor data, one tensor at a time: read (mmap), dequantized if the checkpoint is
+   stored quantized (FP8 block scales, :mod:`._dequant`), widened to float32 unless
+   float16 (as the reference does), transformed (Q/K permutation, norm + 1, ...), then cast
    or quantized to its type.
 
 Types: ``f32``/``f16``/``bf16``/``q8_0`` follow the reference converter (1-D tensors,
@@ -91,6 +92,7 @@ from ..quant.recipes import FILE_TYPES, file_type
 from ..quant.recipes import plan as recipe_plan
 from ..safetensors import Checkpoint, open_checkpoint, read_index, safe_open
 from . import _mmproj
+from ._dequant import dequantize_sources
 from ._model_card import provenance_rows
 from ._pooling import pooling_type
 from .arch import (
@@ -468,6 +470,7 @@ def hf_input(
         cfg["_pooling_type"] = pooling_type(d)
     if sources is None:
         sources = _sources(d, stack, repo)
+    sources = dequantize_sources(sources, cfg, d)
     route = arch.tokenizer.get("vocab")
     return ModelInput(
         folder=d,
@@ -522,7 +525,7 @@ def plan_input(
             [(tp.name, _ggml_dims(tp.shape)) for tp in tensors],
             ft,
             arch=arch.gguf_arch,
-            n_layer=first(cfg, ("num_hidden_layers", "n_layers")),
+            n_layer=_block_count(arch, cfg),
             n_head=n_head,
             n_head_kv=n_kv,
             n_expert=_n_expert(cfg),
@@ -576,6 +579,14 @@ def _weight_plan(arch: Arch, sources: list[_Source], cfg: dict, ctx: dict, d: Pa
         plans.append(TensorPlan(o.name, o.shape, "F32", source=first, hf_name=first.name,
                                 pieces=pieces, stacked=o.stacked, raw=o.raw))  # fmt: skip
     return plans
+
+
+def _block_count(arch: Arch, cfg: dict) -> int | None:
+    """The GGUF ``block_count`` (llama-quantize's layer count: GLM's MTP blocks count)."""
+    for k, v, _ in arch.metadata(cfg):
+        if k == f"{arch.gguf_arch}.block_count":
+            return v
+    return first(cfg, ("num_hidden_layers", "n_layers"))
 
 
 def _ggml_dims(shape: tuple[int, ...]) -> tuple[int, ...]:

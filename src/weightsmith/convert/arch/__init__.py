@@ -20,7 +20,7 @@ in both directions (the data model is :mod:`._model`):
 * ``pooling`` -- the sentence-transformers pooling type goes into the config
   (:mod:`weightsmith.convert._pooling`) for the encoders' ``pooling_type`` row;
 * ``tokenizer`` -- the vocabulary route of :mod:`weightsmith.convert.tokenizer`
-  (``{"vocab": "llama" | "gpt2" | "spm_or_gpt2" | "gemma" | "phi3" | "bert" | "t5"}``);
+  (``{"vocab": "llama" | "gpt2" | "spm_or_gpt2" | "gemma" | "phi3" | "bert" | "t5" | "glm"}``);
 * ``model_types`` / ``hf_config`` -- what GGUF -> HF adds to ``config.json``.
 
 :meth:`Arch.plan` gives the output tensors in llama.cpp's order;
@@ -65,11 +65,13 @@ from ._model import (
 from .bert import BERT, MODERNBERT, NOMIC_BERT, XLMROBERTA
 from .deepseek import DEEPSEEK2
 from .gemma import GEMMA2, GEMMA3
+from .glm import GLM4MOE
 from .gpt import FALCON, GPT2, STABLELM, STARCODER2
 from .gptoss import GPT_OSS
 from .granite import GRANITE, GRANITEMOE
 from .lfm2 import LFM2, LFM2MOE
 from .llama import LLAMA, MISTRAL_NATIVE, SMOLLM3
+from .llama4 import LLAMA4
 from .mamba import GRANITEHYBRID, MAMBA, MAMBA2
 from .olmo import OLMO2
 from .phi import PHI3
@@ -137,6 +139,8 @@ ENTRIES: tuple[Arch, ...] = (
     MAMBA2,
     GRANITEHYBRID,
     QWEN2VL,
+    GLM4MOE,
+    LLAMA4,
     # encoders (embedding models) and encoder-decoders
     BERT,
     XLMROBERTA,

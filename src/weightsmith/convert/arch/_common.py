@@ -176,6 +176,14 @@ COMMON: list = [
 ]
 
 
+def replace_rows(rows: list, **new: Any) -> list:
+    """``rows`` with the row of each key in ``new`` (``.`` spelled ``__``) replaced in place:
+    a model class that overrides one of TextModel's values keeps its place in the order."""
+    by_key = {k.replace("__", "."): v for k, v in new.items()}
+    assert len(by_key) == sum(1 for r in rows if getattr(r, "key", None) in by_key)
+    return [by_key.get(getattr(r, "key", None), r) for r in rows]
+
+
 def defaulted(field_: str, default: Any) -> Callable[[dict], Any]:
     """A row value read with the model class's own default (``hparams.get(f, d)``)."""
     return lambda cfg: cfg.get(field_, default)

@@ -449,8 +449,10 @@ class Arch:
         "intermediate_size",
         "vocab_size",
     )
-    # config class defaults transformers' AutoConfig fills in (and llama.cpp then reads),
-    # and fields the reference's model class ignores (Granite pops ``head_dim``)
+    # config class defaults transformers' AutoConfig fills in (and llama.cpp then reads):
+    # a value, or a function of the given config for derived ones (None: no default),
+    # filled where the field is missing or null; and fields the reference's model class
+    # ignores (Granite pops ``head_dim``)
     defaults: dict[str, Any] = field(default_factory=dict)
     ignored: tuple[str, ...] = ()
     # True: the embedding table is cut to the tokenizer's size (ctx["n_vocab"])
@@ -475,7 +477,12 @@ class Arch:
 
     def config(self, cfg: dict) -> dict:
         """``cfg`` with the config class defaults filled in (AutoConfig's view)."""
-        return {k: v for k, v in {**self.defaults, **cfg}.items() if k not in self.ignored}
+        fixed = {k: v for k, v in self.defaults.items() if not callable(v)}
+        out = {**fixed, **cfg}
+        for k, v in self.defaults.items():
+            if callable(v) and out.get(k) is None and (d := v(cfg)) is not None:
+                out[k] = d
+        return {k: v for k, v in out.items() if k not in self.ignored}
 
     def metadata(self, cfg: dict, early: bool = False) -> list[tuple[str, Any, GGUFValueType]]:
         """``(key, value, type)`` rows for this config, ``general.file_type`` as a

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import BASE_NAMES, BLK, COMMON, FFN_NORM, LAYER, expert_stacks
+from ._common import BASE_NAMES, BLK, COMMON, FFN_NORM, LAYER, expert_stacks, replace_rows
 from ._model import FILE_TYPE, VT, Arch, NameRule, Split, full_rope, m
 
 
@@ -55,20 +55,29 @@ def _yarn_log_mul(cfg: dict):
 
 _ATT = LAYER + "self_attn."
 
-# COMMON with MLA's MQA head count and the eps default, then DeepseekV2Model's rows
+
+def _head_dim(cfg: dict):
+    # AutoConfig's DeepseekV2/V3Config set head_dim = qk_rope_head_dim when config.json
+    # (the Hub's V3 one) has none; the reference reads the filled config
+    return cfg.get("head_dim", cfg.get("qk_rope_head_dim"))
+
+
+# COMMON with MLA's MQA head count, the eps default and AutoConfig's head_dim (the MLA
+# key/value lengths below replace its value in place), then DeepseekV2Model's rows
 _ROWS = [
-    *(
-        m("attention.head_count_kv", "num_key_value_heads", value=lambda c: 1)
-        if getattr(r, "key", None) == "attention.head_count_kv"
-        else m(
+    *replace_rows(
+        COMMON,
+        attention__head_count_kv=m(
+            "attention.head_count_kv", "num_key_value_heads", value=lambda c: 1
+        ),
+        attention__layer_norm_rms_epsilon=m(
             "attention.layer_norm_rms_epsilon",
             "rms_norm_eps",
             t=VT.FLOAT32,
             value=lambda c: c.get("rms_norm_eps", 1e-6),
-        )
-        if getattr(r, "key", None) == "attention.layer_norm_rms_epsilon"
-        else r
-        for r in COMMON
+        ),
+        attention__key_length=m("attention.key_length", "head_dim", value=_head_dim),
+        attention__value_length=m("attention.value_length", "head_dim", value=_head_dim),
     ),
     m("leading_dense_block_count", "first_k_dense_replace", value=_leading_dense),
     m("vocab_size", "vocab_size"),

@@ -26,6 +26,22 @@ def _n_local(cfg: dict) -> int:
 
 _MOE = LAYER + "block_sparse_moe."
 
+
+def _autoconfig_head_dim(cfg: dict) -> int | None:
+    """LlamaConfig and MistralConfig fill ``head_dim`` (hidden / heads) when config.json
+    has none, as Llama 2 and Mistral 7B's do, so llama.cpp writes key/value lengths;
+    MixtralConfig leaves it None."""
+    archs = cfg.get("architectures") or [""]
+    hidden, heads = cfg.get("hidden_size"), cfg.get("num_attention_heads")
+    if (
+        archs[0] == "MixtralForCausalLM"
+        or not isinstance(hidden, int)
+        or not isinstance(heads, int)
+    ):
+        return None  # a bad config is named by the converter's checks
+    return hidden // heads if heads > 0 else None
+
+
 LLAMA = Arch(
     # LlavaForConditionalGeneration: the text half of a LLaVA (Pixtral) checkpoint
     hf_archs=(
@@ -53,6 +69,7 @@ LLAMA = Arch(
     ],
     transforms=[PERMUTE_Q, PERMUTE_K],
     extra={"rope_freqs.weight": llama3_rope_freqs},
+    defaults={"head_dim": _autoconfig_head_dim},
     tokenizer={"vocab": "llama"},
     model_types={
         "LlamaForCausalLM": "llama",

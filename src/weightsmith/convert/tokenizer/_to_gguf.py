@@ -11,7 +11,9 @@ architecture (``config["architectures"][0]``):
 * Qwen2 / Qwen3: SentencePiece if ``tokenizer.model`` exists, else gpt2;
 * Gemma3: SentencePiece then ``add_space_prefix = false``, else gpt2;
 * Phi-3 (``phi3``): gpt2 when tokenizer_config.json names ``GPT2Tokenizer`` (Phi-4),
-  else SentencePiece with Phi-3's added-token rules (:func:`_phi3_spm_vocab`).
+  else SentencePiece with Phi-3's added-token rules (:func:`_phi3_spm_vocab`);
+* GLM-4 MoE (``_set_vocab_glm``): gpt2, its special ids taken from the added tokens
+  (bos ``[gMASK]``, eot ``<|user|>``, unk ``<|endoftext|>``, eom ``<|observation|>``).
 
 Then the special-token part (llama.cpp's ``SpecialVocab``): merges (BPE), token
 ids from tokenizer_config.json's ``<type>_token`` looked up in tokenizer.json's
@@ -66,7 +68,7 @@ SPM_SPACE = "\u2581"
 
 # the reference's vocabulary paths (``set_vocab`` of its model classes); the registry
 # entry of each architecture names its route (``Arch.tokenizer["vocab"]``)
-ROUTES = ("llama", "spm_or_gpt2", "gemma", "gpt2", "phi3")
+ROUTES = ("llama", "spm_or_gpt2", "gemma", "gpt2", "phi3", "glm")
 #: routes kept in modules of their own (encoders: ``bert``, ``t5``), which add their builder
 #: ``(entries, folder, config)`` here when imported (the package ``__init__`` imports them)
 MORE_ROUTES: dict[str, Callable[[_Entries, Path, dict], None]] = {}
@@ -785,6 +787,35 @@ def _set_gpt2(out: _Entries, d: Path, config: dict, pre: str | None = None) -> N
     _SpecialVocab(d, config, load_merges=True).add_to(out)
 
 
+# _set_vocab_glm: special token type -> the added token whose id it takes
+_GLM_SPECIALS = (
+    ("bos", "[gMASK]"),
+    ("eot", "<|user|>"),
+    ("unk", "<|endoftext|>"),
+    ("eom", "<|observation|>"),
+)
+
+
+def _set_glm(out: _Entries, d: Path, config: dict, pre: str | None = None) -> None:
+    tokens, types, pre, hf = _gpt2_vocab(d, config, pre)
+    out.add("ggml.model", "gpt2", VT.STRING)
+    out.add("ggml.pre", pre, VT.STRING)
+    out.add("ggml.tokens", tokens, VT.STRING)
+    out.add("ggml.token_type", types, VT.INT32)
+    special = _SpecialVocab(d, config, load_merges=True)
+    for typ, text in _GLM_SPECIALS:
+        if text not in hf.added_vocab:
+            raise E.TokenizerInconsistent(
+                f"GLM tokenizer without its {typ} token",
+                path=hf.path,
+                field="added_tokens",
+                expected=repr(text),
+                found="no such added token",
+            )
+        special.set_id(typ, hf.added_vocab[text])
+    special.add_to(out)
+
+
 def _set_llama_hf(out: _Entries, d: Path, config: dict) -> None:
     tokens, scores, types = _llama_hf_vocab(d)
     vocab_size = _vocab_size(config, ("vocab_size",))
@@ -877,6 +908,10 @@ def vocab_metadata(
             _set_spm(out, d, config, phi3=True)
         else:
             raise _missing(d, "tokenizer.model (or a GPT2Tokenizer tokenizer.json)")
+    elif route == "glm":
+        if not has_json:
+            raise _missing(d, "tokenizer.json")
+        _set_glm(out, d, config, pre)
     elif route == "gemma":
         if has_spm:
             _set_spm(out, d, config)

@@ -1,0 +1,116 @@
+"""GLM-4.5 / GLM-4.6 MoE: conversion/glm.py ``Glm4MoeModel`` (GGUF ``glm4moe``).
+
+Sigmoid-gated experts in groups with a score-correction bias (``exp_probs_b``), shared
+experts, the first ``first_k_dense_replace`` layers dense, partial NeoX RoPE (no Q/K
+permutation: the HF rotary is rotate-half already; ``rope.dimension_count`` is
+``head_dim * partial_rotary_factor``).  Experts come per expert, stacked per layer
+(``down``, ``gate``, ``up``) when a layer's last one is read.
+
+The checkpoints append ``num_nextn_predict_layers`` multi-token-prediction blocks
+after the trunk (``model.layers.<num_hidden_layers>.*``: a full decoder layer plus
+``eh_proj``, ``enorm``, ``hnorm``, ``shared_head.*``, ``embed_tokens``); llama.cpp
+counts them in ``block_count`` and writes them as ``blk.N.nextn.*``.  GGUF -> HF gives
+``num_hidden_layers`` back as ``block_count - nextn_predict_layers``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._common import (
+    BASE_NAMES,
+    BLK,
+    COMMON,
+    LAYER,
+    QK_NORM,
+    expert_stacks,
+    layer_rules,
+    replace_rows,
+)
+from ._model import VT, Arch, NameRule, full_rope, head_dim, m
+
+
+def _n_routed(cfg: dict) -> int:
+    return cfg["n_routed_experts"]
+
+
+def _block_count(cfg: dict) -> int:
+    return cfg["num_hidden_layers"] + cfg.get("num_nextn_predict_layers", 0)
+
+
+def _rope_dim(cfg: dict) -> int:
+    return int(head_dim(cfg) * full_rope(cfg).get("partial_rotary_factor", 0.5))
+
+
+# COMMON, the trunk plus the MTP blocks as block_count, then Glm4MoeModel's rows
+_ROWS = [
+    *replace_rows(
+        COMMON,
+        block_count=m("block_count", "num_hidden_layers", value=_block_count),
+        expert_count=m("expert_count", "n_routed_experts"),
+    ),
+    m("rope.dimension_count", "_rope_dimension_count", value=_rope_dim),
+    m("expert_count", "n_routed_experts"),
+    m("expert_feed_forward_length", "moe_intermediate_size"),
+    m("expert_shared_count", "n_shared_experts"),
+    m("leading_dense_block_count", "first_k_dense_replace"),
+    # always sigmoid (the same key as COMMON's scoring_func row: replaced in place)
+    m("expert_gating_func", "_gating", value=lambda c: 2),
+    m("expert_weights_scale", "routed_scaling_factor", t=VT.FLOAT32),
+    m("expert_weights_norm", "norm_topk_prob", t=VT.BOOL),
+    m("nextn_predict_layers", "num_nextn_predict_layers"),
+]
+
+_MLP = LAYER + "mlp."
+
+
+def _hf_config(cfg: dict, names: set[str]) -> dict[str, Any]:
+    nextn = cfg.get("num_nextn_predict_layers", 0)
+    hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    return {
+        "hidden_act": "silu",
+        "num_hidden_layers": cfg["num_hidden_layers"] - nextn,
+        "attention_bias": "blk.0.attn_q.bias" in names,
+        "use_qk_norm": "blk.0.attn_q_norm.weight" in names,
+        "partial_rotary_factor": cfg.get("_rope_dimension_count", hd // 2) / hd,
+        "first_k_dense_replace": cfg.get("first_k_dense_replace", 0),
+    }
+
+
+GLM4MOE = Arch(
+    hf_archs=("Glm4MoeForCausalLM",),
+    gguf_arch="glm4moe",
+    meta=_ROWS,
+    names=[
+        *BASE_NAMES,
+        *QK_NORM,
+        *layer_rules(
+            [
+                ("post_attention_layernorm", "post_attention_norm"),
+                ("mlp.gate", "ffn_gate_inp"),
+                ("mlp.shared_experts.gate_proj", "ffn_gate_shexp"),
+                ("mlp.shared_experts.up_proj", "ffn_up_shexp"),
+                ("mlp.shared_experts.down_proj", "ffn_down_shexp"),
+                # the multi-token-prediction blocks past the trunk
+                ("eh_proj", "nextn.eh_proj"),
+                ("embed_tokens", "nextn.embed_tokens"),
+                ("enorm", "nextn.enorm"),
+                ("hnorm", "nextn.hnorm"),
+                ("shared_head.head", "nextn.shared_head_head"),
+                ("shared_head.norm", "nextn.shared_head_norm"),
+            ]
+        ),
+        NameRule(_MLP + "gate.e_score_correction_bias", BLK + "exp_probs_b.bias"),
+    ],
+    stacks=expert_stacks(_n_routed),
+    required=(
+        "hidden_size",
+        "num_attention_heads",
+        "num_hidden_layers",
+        "vocab_size",
+        "n_routed_experts",
+    ),
+    tokenizer={"vocab": "glm"},
+    model_types={"Glm4MoeForCausalLM": "glm4_moe"},
+    hf_config=_hf_config,
+)
