@@ -161,10 +161,9 @@ def _too_large(path: Path, token: str, tid: int, vocab_size: int) -> E.VocabSize
 # --------------------------------------------------------------------------- SentencePiece
 
 
-def _spm_vocab(d: Path, config: dict) -> tuple[list[str], list[float], list[int]]:
-    """The reference's ``_create_vocab_sentencepiece``."""
-    path = d / "tokenizer.model"
-    spm = require("sentencepiece", "reading tokenizer.model")
+def _load_spm(path: Path) -> Any:
+    """A SentencePieceProcessor of the model file at ``path``, or a named error."""
+    spm = require("sentencepiece", "reading a SentencePiece model")
     sp = spm.SentencePieceProcessor()
     try:
         sp.LoadFromSerializedProto(path.read_bytes())
@@ -172,16 +171,16 @@ def _spm_vocab(d: Path, config: dict) -> tuple[list[str], list[float], list[int]
         raise E.TokenizerInconsistent(
             "not a SentencePiece model", path=path, expected="a ModelProto", found=str(exc)
         ) from None
-    n_sp = sp.vocab_size()
-    vocab_size = _vocab_size(config, ("vocab_size_per_layer_input", "vocab_size")) or n_sp
-    if n_sp > vocab_size:
-        raise _too_large(path, sp.IdToPiece(vocab_size), vocab_size, vocab_size)
+    return sp
+
+
+def _spm_pieces(sp: Any, vocab_size: int) -> tuple[list[str], list[float], list[int]]:
+    """``vocab_size`` ids: ``[PAD<i>]`` (-10000, UNUSED), then the model's pieces over them."""
     tokens = [f"[PAD{i}]" for i in range(vocab_size)]
     scores = [-10000.0] * vocab_size
     types = [int(T.UNUSED)] * vocab_size
-    for i in range(n_sp):
-        tokens[i] = sp.IdToPiece(i)
-        scores[i] = sp.GetScore(i)
+    for i in range(sp.vocab_size()):
+        tokens[i], scores[i] = sp.IdToPiece(i), sp.GetScore(i)
         if sp.IsUnknown(i):
             types[i] = T.UNKNOWN
         elif sp.IsControl(i):
@@ -192,6 +191,18 @@ def _spm_vocab(d: Path, config: dict) -> tuple[list[str], list[float], list[int]
             types[i] = T.BYTE
         else:
             types[i] = T.NORMAL
+    return tokens, scores, types
+
+
+def _spm_vocab(d: Path, config: dict) -> tuple[list[str], list[float], list[int]]:
+    """The reference's ``_create_vocab_sentencepiece``."""
+    path = d / "tokenizer.model"
+    sp = _load_spm(path)
+    n_sp = sp.vocab_size()
+    vocab_size = _vocab_size(config, ("vocab_size_per_layer_input", "vocab_size")) or n_sp
+    if n_sp > vocab_size:
+        raise _too_large(path, sp.IdToPiece(vocab_size), vocab_size, vocab_size)
+    tokens, scores, types = _spm_pieces(sp, vocab_size)
 
     added_path = d / "added_tokens.json"
     for text, tid in (_json_if(added_path) or {}).items():
@@ -242,33 +253,12 @@ def _phi3_spm_vocab(d: Path, config: dict) -> tuple[list[str], list[float], list
     as they are (USER_DEFINED, CONTROL only when flagged special, no space rewrite).
     """
     path = d / "tokenizer.model"
-    spm = require("sentencepiece", "reading tokenizer.model")
-    sp = spm.SentencePieceProcessor()
-    try:
-        sp.LoadFromSerializedProto(path.read_bytes())
-    except (RuntimeError, OSError) as exc:
-        raise E.TokenizerInconsistent(
-            "not a SentencePiece model", path=path, expected="a ModelProto", found=str(exc)
-        ) from None
+    sp = _load_spm(path)
     n_sp = sp.vocab_size()
     vocab_size = _vocab_size(config, ("vocab_size",)) or n_sp
     if n_sp > vocab_size:
         raise _too_large(path, sp.IdToPiece(vocab_size), vocab_size, vocab_size)
-    tokens = [f"[PAD{i}]" for i in range(vocab_size)]
-    scores = [-10000.0] * vocab_size
-    types = [int(T.UNUSED)] * vocab_size
-    for i in range(n_sp):
-        tokens[i], scores[i] = sp.IdToPiece(i), sp.GetScore(i)
-        if sp.IsUnknown(i):
-            types[i] = T.UNKNOWN
-        elif sp.IsControl(i):
-            types[i] = T.CONTROL
-        elif sp.IsUnused(i):
-            types[i] = T.UNUSED
-        elif sp.IsByte(i):
-            types[i] = T.BYTE
-        else:
-            types[i] = T.NORMAL
+    tokens, scores, types = _spm_pieces(sp, vocab_size)
     added_path = d / "added_tokens.json"
     for text, tid in (_json_if(added_path) or {}).items():
         tid = _token_id(tid, added_path, text)

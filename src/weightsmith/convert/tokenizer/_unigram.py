@@ -32,16 +32,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from ... import errors as E
-from ..._lazy import require
 from ._to_gguf import (
     MORE_ROUTES,
     VT,
     T,
     _Entries,
     _json_if,
+    _load_spm,
     _missing,
     _set_spm,
     _SpecialVocab,
+    _spm_pieces,
     _too_large,
     _vocab_size,
 )
@@ -112,38 +113,6 @@ def spm_settings(path: Path) -> tuple[int, bool, bool, bytes]:
     )
 
 
-def _load(path: Path):
-    spm = require("sentencepiece", "reading a SentencePiece model")
-    sp = spm.SentencePieceProcessor()
-    try:
-        sp.LoadFromSerializedProto(path.read_bytes())
-    except (RuntimeError, OSError) as exc:
-        raise E.TokenizerInconsistent(
-            "not a SentencePiece model", path=path, expected="a ModelProto", found=str(exc)
-        ) from None
-    return sp
-
-
-def _pieces(sp, vocab_size: int) -> tuple[list[str], list[float], list[int]]:
-    """``vocab_size`` ids: ``[PAD<i>]`` (-10000, UNUSED), then the pieces over them."""
-    tokens = [f"[PAD{i}]" for i in range(vocab_size)]
-    scores = [-10000.0] * vocab_size
-    types = [int(T.UNUSED)] * vocab_size
-    for i in range(sp.vocab_size()):
-        tokens[i], scores[i] = sp.IdToPiece(i), sp.GetScore(i)
-        if sp.IsUnknown(i):
-            types[i] = T.UNKNOWN
-        elif sp.IsControl(i):
-            types[i] = T.CONTROL
-        elif sp.IsUnused(i):
-            types[i] = T.UNUSED
-        elif sp.IsByte(i):
-            types[i] = T.BYTE
-        else:
-            types[i] = T.NORMAL
-    return tokens, scores, types
-
-
 def _unigram_settings(path: Path) -> tuple[bool, bool, bytes]:
     model_type, add_prefix, remove_ws, charsmap = spm_settings(path)
     if model_type != UNIGRAM:
@@ -162,9 +131,9 @@ def set_xlmroberta(out: _Entries, d: Path, config: dict) -> None:
     if not path.is_file():
         raise _missing(d, "sentencepiece.bpe.model (the tokenizer.json-only path is not done)")
     add_prefix, remove_ws, charsmap = _unigram_settings(path)
-    sp = _load(path)
+    sp = _load_spm(path)
     vocab_size = max(_vocab_size(config, ("vocab_size",)) or 0, sp.vocab_size())
-    tokens, scores, types = _pieces(sp, vocab_size)
+    tokens, scores, types = _spm_pieces(sp, vocab_size)
     tokens = ["<s>", "<pad>", "</s>", "<unk>", *tokens[3:-1]]
     scores = [0.0] * 4 + scores[3:-1]
     types = [int(T.CONTROL)] * 3 + [int(T.UNKNOWN)] + types[3:-1]
@@ -191,12 +160,12 @@ def set_t5(out: _Entries, d: Path, config: dict) -> None:
         _set_spm(out, d, config)
         return
     add_prefix, remove_ws, charsmap = _unigram_settings(path)
-    sp = _load(path)
+    sp = _load_spm(path)
     n_sp = sp.vocab_size()
     vocab_size = _vocab_size(config, ("vocab_size",)) or n_sp
     if n_sp > vocab_size:  # the reference fails with an IndexError here
         raise _too_large(path, sp.IdToPiece(vocab_size), vocab_size, vocab_size)
-    tokens, scores, types = _pieces(sp, vocab_size)
+    tokens, scores, types = _spm_pieces(sp, vocab_size)
     added_path = d / "added_tokens.json"
     for text, tid in (_json_if(added_path) or {}).items():
         if isinstance(tid, int) and not isinstance(tid, bool) and 0 <= tid < vocab_size:
