@@ -72,16 +72,30 @@ def _per_file(lines):
 
 
 def test_convert_from_the_hub_is_the_local_conversion_and_fetches_each_byte_once(
-    hub, tiny, tmp_path
+    hub, tiny, tmp_path, monkeypatch
 ):
     want = tmp_path / "local" / "out.gguf"
     hf_to_gguf(tiny["local"], want, "q4_k_m")
     out_dir = tmp_path / "remote"
     hub.clear()
+    # what is on disk while tensors are encoded: the output being written, nothing else
+    # (the small files are held in memory, tensors streamed)
+    seen: list[list[str]] = []
+    real_encode = _hf_to_gguf._encode
+
+    def encode(*a, **kw):
+        seen.append(sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")))
+        return real_encode(*a, **kw)
+
+    monkeypatch.setattr(_hf_to_gguf, "_encode", encode)
     res = hf_to_gguf("hf://org/tiny", out_dir / "out.gguf", "q4_k_m")
     assert (out_dir / "out.gguf").read_bytes() == want.read_bytes()
     assert res.type == "q4_k_m"
-    # the staged small files are gone: the output is all that is left
+    assert seen
+    for listing in seen:
+        during = [p for p in listing if p.startswith("remote/")]
+        # the writer's temp file beside the target (it is renamed into place at the end)
+        assert during == [] or (len(during) == 1 and during[0].endswith(".wstmp")), during
     assert [p.name for p in out_dir.iterdir()] == ["out.gguf"]
     files = _per_file(_settle(hub, 6))
     shards = sorted(n for n in files if n.endswith(".safetensors"))

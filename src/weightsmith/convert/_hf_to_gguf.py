@@ -53,12 +53,12 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import io
 import math
 import os
 import re
-import shutil
-import tempfile
 import threading
+import zipfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -223,7 +223,10 @@ class _Source:
 def _safetensors_sources(d: Path, stack: list, repo: _Repo | None = None) -> list[_Source] | None:
     index = d / "model.safetensors.index.json"
     if index.is_file():
-        idx = read_index(index)
+        if repo is not None:  # fetched: held in memory
+            idx = read_index(repo.url(index.name), data=index.read_bytes())
+        else:
+            idx = read_index(index)
         parts = sorted(dict.fromkeys(idx["weight_map"].values()))
     elif repo is not None:
         parts = repo.weights
@@ -868,7 +871,6 @@ def hf_to_gguf(
             "on this machine (drop ray=, or download the model to shared storage)"
         )
     stack: list = []
-    staged: Path | None = None
     try:
         im = read_imatrix(imatrix) if imatrix is not None else None
         if is_url(src):
@@ -877,13 +879,10 @@ def hf_to_gguf(
                     f"{src}: mmproj= reads the vision tensors from a local model folder; "
                     "download the model first"
                 )
-            Path(dst).parent.mkdir(parents=True, exist_ok=True)
-            staged = Path(
-                tempfile.mkdtemp(prefix=f".{Path(dst).name}.", suffix=".src", dir=Path(dst).parent)
-            )
-            repo = _stage(os.fspath(src), staged, remote or RemoteOptions())
-            d = staged
-            m = hf_input(staged, stack, given=repo.name, repo=repo)
+            # the small files are held in memory: no source byte is stored on disk
+            repo, files = _small_files(os.fspath(src), remote or RemoteOptions())
+            d = _memory_folder(files, Path(repo.name))
+            m = hf_input(d, stack, given=repo.name, repo=repo)
         else:
             d = Path(src)
             m = hf_input(d, stack, given=os.fspath(src))
@@ -903,8 +902,6 @@ def hf_to_gguf(
     finally:
         for h in stack:
             h.close()
-        if staged is not None:
-            shutil.rmtree(staged, ignore_errors=True)
 
 
 def convert_input(
@@ -1028,8 +1025,21 @@ class _Repo:
         return self.base + name
 
 
-def _stage(src: str, folder: Path, options: RemoteOptions) -> _Repo:
-    """Fetch the small files of a remote model folder into ``folder``; name its weights."""
+def _memory_folder(files: dict[str, bytes], where: Path) -> zipfile.Path:
+    """``files`` as a read-only folder held in memory (a zip archive never written),
+    named after ``where`` in messages, for the readers of the HF route."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    archive = zipfile.ZipFile(buf)
+    archive.filename = os.fspath(where)
+    return zipfile.Path(archive)
+
+
+def _small_files(src: str, options: RemoteOptions) -> tuple[_Repo, dict[str, bytes]]:
+    """Fetch the small files of a remote model folder (config, tokenizer, card, index)
+    into memory; name its weights."""
     ref = parse_hub_ref(src, bare=False)
     names: list[str] | None = None
     if ref is not None:
@@ -1047,6 +1057,7 @@ def _stage(src: str, folder: Path, options: RemoteOptions) -> _Repo:
         parts = base.rstrip("/").split("/")
         # a Hub-style .../ORG/REPO/resolve/REV folder is named like the repo
         name = parts[-3] if len(parts) > 4 and parts[-2] == "resolve" else url_name(base[:-1])
+    files: dict[str, bytes] = {}
     wanted = [n for n in SMALL_FILES if names is None or n in names]
     wanted += [n for n in names or [] if fnmatch.fnmatch(n, "additional_chat_templates/*.jinja")]
     for n in wanted:
@@ -1056,14 +1067,13 @@ def _stage(src: str, folder: Path, options: RemoteOptions) -> _Repo:
             if names is None:  # a probe: the file is simply not there
                 continue
             raise
-        (folder / n).parent.mkdir(parents=True, exist_ok=True)
-        (folder / n).write_bytes(data)
+        files[n] = data
     if names is not None:
         top = [n for n in names if "/" not in n and n.endswith(".safetensors")]
         weights = sorted(n for n in top if fnmatch.fnmatch(n, "model*.safetensors")) or sorted(top)
     else:
         weights = ["model.safetensors"]
-    return _Repo(base, weights, options, name)
+    return _Repo(base, weights, options, name), files
 
 
 def _fsspec_names(base: str, options: RemoteOptions) -> list[str]:

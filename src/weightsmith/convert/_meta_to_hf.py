@@ -24,11 +24,9 @@ route's readers read as they would the folder.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +46,7 @@ from ..safetensors import (
     split_shards,
     write_index,
 )
-from ._hf_to_gguf import ConversionResult, _Source, convert_input, hf_input
+from ._hf_to_gguf import ConversionResult, _memory_folder, _Source, convert_input, hf_input
 from ._meta import _CONTEXT, MetaCheckpoint, is_llama3
 from .tokenizer import hf_tokenizer_files, meta_tokenizer_metadata
 
@@ -239,18 +237,6 @@ def meta_to_hf(
                 names.append(name)
         result.files = [os.fspath(Path(dst) / n) for n in names]
     return result
-
-
-def _memory_folder(files: dict[str, bytes], where: Path) -> zipfile.Path:
-    """``files`` as a read-only folder held in memory (a zip archive never written),
-    named after ``where`` in messages, for the readers of the HF route."""
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as z:
-        for name, data in files.items():
-            z.writestr(name, data)
-    archive = zipfile.ZipFile(buf)
-    archive.filename = os.fspath(where)
-    return zipfile.Path(archive)
 
 
 def meta_to_gguf(
