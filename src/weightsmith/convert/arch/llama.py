@@ -37,6 +37,8 @@ def _autoconfig_head_dim(cfg: dict) -> int | None:
         archs[0] == "MixtralForCausalLM"
         or not isinstance(hidden, int)
         or not isinstance(heads, int)
+        or heads <= 0
+        or hidden % heads  # inconsistent: left to the config check's named error
     ):
         return None  # a bad config is named by the converter's checks
     return hidden // heads if heads > 0 else None
