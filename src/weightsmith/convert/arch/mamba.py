@@ -98,6 +98,22 @@ _L = "backbone.layers.{bid}."
 _M = _L + "mixer."
 _B = "blk.{bid}."
 
+# the tensors both Mamba generations name alike (each entry adds its own in between)
+_SSM_NAMES = [
+    NameRule("backbone.embeddings.weight", "token_embd.weight"),
+    NameRule("backbone.norm_f.weight", "output_norm.weight"),
+    NameRule("lm_head.weight", "output.weight"),
+    NameRule(_L + "norm.weight", _B + "attn_norm.weight"),
+    NameRule(_M + "A_log", _B + "ssm_a"),
+    NameRule(_M + "D", _B + "ssm_d"),
+    NameRule(_M + "conv1d.weight", _B + "ssm_conv1d.weight"),
+    NameRule(_M + "conv1d.bias", _B + "ssm_conv1d.bias"),
+]
+_SSM_OUT = [
+    NameRule(_M + "out_proj.weight", _B + "ssm_out.weight"),
+    NameRule(_M + "out_proj.bias", _B + "ssm_out.bias"),
+]
+
 MAMBA2 = Arch(
     hf_archs=("Mamba2ForCausalLM",),
     gguf_arch="mamba2",
@@ -122,20 +138,12 @@ MAMBA2 = Arch(
         FILE_TYPE,
     ],
     names=[
-        NameRule("backbone.embeddings.weight", "token_embd.weight"),
-        NameRule("backbone.norm_f.weight", "output_norm.weight"),
-        NameRule("lm_head.weight", "output.weight"),
-        NameRule(_L + "norm.weight", _B + "attn_norm.weight"),
-        NameRule(_M + "A_log", _B + "ssm_a"),
-        NameRule(_M + "D", _B + "ssm_d"),
-        NameRule(_M + "conv1d.weight", _B + "ssm_conv1d.weight"),
-        NameRule(_M + "conv1d.bias", _B + "ssm_conv1d.bias"),
+        *_SSM_NAMES,
         NameRule(_M + "dt_bias", _B + "ssm_dt.bias"),
         NameRule(_M + "in_proj.weight", _B + "ssm_in.weight"),
         NameRule(_M + "in_proj.bias", _B + "ssm_in.bias"),
         NameRule(_M + "norm.weight", _B + "ssm_norm.weight"),
-        NameRule(_M + "out_proj.weight", _B + "ssm_out.weight"),
-        NameRule(_M + "out_proj.bias", _B + "ssm_out.bias"),
+        *_SSM_OUT,
     ],
     transforms=_TRANSFORMS,
     required=("hidden_size", "num_hidden_layers", "vocab_size"),
@@ -325,21 +333,13 @@ MAMBA = Arch(
         FILE_TYPE,
     ],
     names=[
-        NameRule("backbone.embeddings.weight", "token_embd.weight"),
-        NameRule("backbone.norm_f.weight", "output_norm.weight"),
-        NameRule("lm_head.weight", "output.weight"),
-        NameRule(_L + "norm.weight", _B + "attn_norm.weight"),
-        NameRule(_M + "A_log", _B + "ssm_a"),
-        NameRule(_M + "D", _B + "ssm_d"),
-        NameRule(_M + "conv1d.weight", _B + "ssm_conv1d.weight"),
-        NameRule(_M + "conv1d.bias", _B + "ssm_conv1d.bias"),
+        *_SSM_NAMES,
         NameRule(_M + "in_proj.weight", _B + "ssm_in.weight"),
         NameRule(_M + "in_proj.bias", _B + "ssm_in.bias"),
         NameRule(_M + "x_proj.weight", _B + "ssm_x.weight"),
         NameRule(_M + "dt_proj.weight", _B + "ssm_dt.weight"),
         NameRule(_M + "dt_proj.bias", _B + "ssm_dt.bias"),
-        NameRule(_M + "out_proj.weight", _B + "ssm_out.weight"),
-        NameRule(_M + "out_proj.bias", _B + "ssm_out.bias"),
+        *_SSM_OUT,
     ],
     transforms=[
         Transform(

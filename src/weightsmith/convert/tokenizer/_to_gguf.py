@@ -223,18 +223,14 @@ def _spm_vocab(d: Path, config: dict) -> tuple[list[str], list[float], list[int]
             found=type(decoder).__name__,
         )
     for key, data in decoder.items():
-        tid = _token_id(key, cfg_path, "added_tokens_decoder")
-        text = data.get("content") if isinstance(data, dict) else None
-        if not isinstance(text, str):
-            raise E.TokenizerInconsistent(
-                "added token without content",
-                path=cfg_path,
-                field=f"added_tokens_decoder.{key}.content",
-                expected="a string",
-                found=repr(text),
-            )
-        if tid >= vocab_size:
-            raise _too_large(cfg_path, text, tid, vocab_size)
+        tid, text = _added_token(
+            cfg_path,
+            key,
+            data,
+            vocab_size,
+            "added_tokens_decoder",
+            f"added_tokens_decoder.{key}.content",
+        )
         if data.get("special") or does_token_look_special(text):
             types[tid] = T.CONTROL
         else:
@@ -270,21 +266,29 @@ def _phi3_spm_vocab(d: Path, config: dict) -> tuple[list[str], list[float], list
     for tok in (_json_if(tj_path) or {}).get("added_tokens") or []:
         listed.append((tj_path, tok.get("id") if isinstance(tok, dict) else None, tok))
     for where, key, data in listed:
-        tid = _token_id(key, where, "added tokens")
-        text = data.get("content") if isinstance(data, dict) else None
-        if not isinstance(text, str):
-            raise E.TokenizerInconsistent(
-                "added token without content",
-                path=where,
-                field=f"added token {key}",
-                expected="a string",
-                found=repr(text),
-            )
-        if tid >= vocab_size:
-            raise _too_large(where, text, tid, vocab_size)
+        tid, text = _added_token(where, key, data, vocab_size, "added tokens", f"added token {key}")
         tokens[tid], scores[tid] = text, -1000.0
         types[tid] = T.CONTROL if data.get("special") else T.USER_DEFINED
     return tokens, scores, [int(t) for t in types]
+
+
+def _added_token(
+    path: Path, key: Any, data: Any, vocab_size: int, id_field: str, content_field: str
+) -> tuple[int, str]:
+    """An added token's id and text, checked: an id below ``vocab_size``, a string content."""
+    tid = _token_id(key, path, id_field)
+    text = data.get("content") if isinstance(data, dict) else None
+    if not isinstance(text, str):
+        raise E.TokenizerInconsistent(
+            "added token without content",
+            path=path,
+            field=content_field,
+            expected="a string",
+            found=repr(text),
+        )
+    if tid >= vocab_size:
+        raise _too_large(path, text, tid, vocab_size)
+    return tid, text
 
 
 def _token_id(value: Any, path: Path, field: str) -> int:
