@@ -10,7 +10,13 @@ random bf16 weights, 512 MiB); ``mla`` is tests/support/hf_models.big_mla (DeepS
 layout: MLA attention, a dense first layer, 2 MoE layers of 16 experts of 512 x 1024 and a
 shared expert, GPT-2's vocabulary, bf16, ~230 MiB); ``mla-fp8`` the same stored as
 DeepSeek-V3's FP8 checkpoints (decoder linear weights float8_e4m3fn with 128 x 128 block
-scales, dequantized on read).  For each type, both sides run in a fresh child process (so
+scales, dequantized on read); ``vlm`` is Gemma 3's vision-language layout (SigLIP tower of 6
+layers, width 768, 224 px images; text 6 layers, hidden 768, FFN 3072; ~100M parameters,
+bf16) converted with its projector: ours is one ``hf_to_gguf(..., mmproj=)`` call, the
+reference two converter runs (text, then ``--mmproj``; the projector at f16, as both write it
+beside a llama-quantize type) plus llama_model_quantize; ``hybrid`` is Granite 4.0-H's layout
+(Mamba 2 and attention layers with the shared MLP, 8 layers, hidden 1024, ~130M parameters,
+bf16).  For each type, both sides run in a fresh child process (so
 both pay their imports; the reference also imports torch), alternating, median of
 ``--runs``; the child also reports its peak RSS, and the CPU time of the children
 (``RUSAGE_CHILDREN``) is reported beside the wall clock, the figure to read on a shared box.
@@ -43,17 +49,23 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from support.hf_models import big_llama, big_mla, big_moe, gemma3_270m, peak_rss
+from support.hf_models import _random_init, big_llama, big_mla, big_moe, gemma3_270m, train_spm
 from support.llama_sdist import llama_cpp_root
+from support.vlm_models import _MEAN_STD
+from support.vlm_models import _save as save_vlm
 
 REF_CHILD = r"""
-import ctypes, os, resource, runpy, sys, json
-script, src, dst, typ, inter, threads = sys.argv[1:7]
+import ctypes, os, runpy, sys, json
+script, src, dst, typ, inter, threads, mmproj = sys.argv[1:8]
 sys.path.insert(0, os.path.dirname(script))
 outtype = typ if typ in ("f32", "f16", "bf16", "q8_0") else inter
 tmp = dst if outtype == typ else dst + "." + inter
 sys.argv = [script, src, "--outfile", tmp, "--outtype", outtype]
 runpy.run_path(script, run_name="__main__")
+if mmproj:  # the converter writes the projector in a run of its own
+    sys.argv = [script, src, "--outfile", mmproj, "--outtype", outtype if outtype == typ
+                else "f16", "--mmproj"]
+    runpy.run_path(script, run_name="__main__")
 if tmp != dst:
     import llama_cpp
     from weightsmith.quant.recipes import file_type
@@ -62,7 +74,9 @@ if tmp != dst:
     p.ftype = file_type(typ).id
     assert llama_cpp.llama_model_quantize(tmp.encode(), dst.encode(), ctypes.byref(p)) == 0
     os.unlink(tmp)
-print(json.dumps({"peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+# VmHWM, not ru_maxrss: the latter keeps the forking parent's peak across exec
+hwm = next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM:"))
+print(json.dumps({"peak": hwm * 1024}))
 """
 
 
@@ -74,6 +88,15 @@ p = llama_cpp.llama_model_quantize_default_params()
 p.nthread = int(threads)
 p.ftype = file_type(typ).id
 assert llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(p)) == 0
+"""
+OURS_CHILD = r"""
+import json, sys
+from weightsmith.convert import hf_to_gguf
+src, dst, typ, workers, mmproj = sys.argv[1:6]
+hf_to_gguf(src, dst, typ, workers=int(workers), mmproj=mmproj or None)
+# VmHWM, not ru_maxrss: the latter keeps the forking parent's peak across exec
+hwm = next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM:"))
+print(json.dumps({"peak": hwm * 1024}))
 """
 QUANT_OURS_CHILD = r"""
 import sys
@@ -93,16 +116,22 @@ def _timed(fn) -> tuple[float, float, object]:
     return dt, c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime, r
 
 
-def run_ref(src: Path, dst: Path, typ: str, inter: str, threads: int) -> tuple[float, float, int]:
-    script = str(llama_cpp_root() / "convert_hf_to_gguf.py")
-    args = [sys.executable, "-c", REF_CHILD, script, str(src), str(dst), typ, inter, str(threads)]
+def _child(args: list[str]) -> tuple[float, float, int]:
+    """Wall s, CPU s and peak RSS of one fresh child process."""
     dt, cpu, r = _timed(lambda: subprocess.run(args, capture_output=True, text=True, check=True))
     return dt, cpu, json.loads(r.stdout.strip().splitlines()[-1])["peak"]
 
 
-def run_ours(src: Path, dst: Path, typ: str, workers: int) -> tuple[float, float, int]:
-    dt, cpu, r = _timed(lambda: peak_rss(src, dst, typ, workers))
-    return dt, cpu, r["peak"]
+def run_ref(
+    src: Path, dst: Path, typ: str, inter: str, threads: int, mmproj: str
+) -> tuple[float, float, int]:
+    script = str(llama_cpp_root() / "convert_hf_to_gguf.py")
+    return _child([sys.executable, "-c", REF_CHILD, script, str(src), str(dst), typ, inter,
+                   str(threads), mmproj])  # fmt: skip
+
+
+def run_ours(src: Path, dst: Path, typ: str, workers: int, mmproj: str) -> tuple[float, float, int]:
+    return _child([sys.executable, "-c", OURS_CHILD, str(src), str(dst), typ, str(workers), mmproj])
 
 
 def run_quantize(child: str, src: Path, dst: Path, threads: int) -> tuple[float, float]:
@@ -132,20 +161,85 @@ def bench_quantize(folder: Path, tmp: Path, threads: list[int], runs: int) -> No
               f"  byte-identical: {same}; load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
 
 
+def big_vlm(folder: Path) -> tuple[Path, int]:
+    """Gemma 3's vision-language layout (as tests/support/vlm_models.gemma3_vlm, larger)."""
+    from transformers import (
+        Gemma3Config,
+        Gemma3ForConditionalGeneration,
+        Gemma3TextConfig,
+        SiglipVisionConfig,
+    )
+
+    vocab = train_spm(folder)
+    text = Gemma3TextConfig(vocab_size=vocab, hidden_size=768, intermediate_size=3072,
+                            num_hidden_layers=6, num_attention_heads=6, num_key_value_heads=2,
+                            head_dim=128, max_position_embeddings=4096, sliding_window=512,
+                            query_pre_attn_scalar=128, bos_token_id=1, eos_token_id=2,
+                            pad_token_id=0)  # fmt: skip
+    vision = SiglipVisionConfig(hidden_size=768, intermediate_size=3072, num_hidden_layers=6,
+                                num_attention_heads=12, image_size=224, patch_size=14,
+                                layer_norm_eps=1e-6, vision_use_head=False)  # fmt: skip
+    cfg = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=64,
+                       image_token_index=5, boi_token_index=6, eoi_token_index=7)  # fmt: skip
+    model = Gemma3ForConditionalGeneration(cfg)
+    _random_init(model, 40)
+    save_vlm(model, folder, "bfloat16", tower="vision_tower.vision_model.")
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "Gemma3ImageProcessor", "do_normalize": True,
+        "do_rescale": True, "do_resize": True, "resample": 2, "rescale_factor": 1 / 255,
+        "size": {"height": 224, "width": 224}, **_MEAN_STD}))  # fmt: skip
+    (folder / "processor_config.json").write_text(
+        json.dumps({"processor_class": "Gemma3Processor", "image_seq_length": 64})
+    )
+    return folder, 3072 * 768
+
+
+def big_hybrid(folder: Path) -> tuple[Path, int]:
+    """Granite 4.0-H's layout (as tests/support/hf_models.granitehybrid, larger)."""
+    import torch
+    from transformers import GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM
+
+    vocab = train_spm(folder)
+    hidden, ff, layers = 1024, 4096, 8
+    cfg = GraniteMoeHybridConfig(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=ff, shared_intermediate_size=ff,
+        num_hidden_layers=layers, num_attention_heads=8, num_key_value_heads=2,
+        layer_types=["mamba", "mamba", "mamba", "attention"] * (layers // 4),
+        num_local_experts=0, num_experts_per_tok=0, mamba_n_heads=32, mamba_d_head=64,
+        mamba_n_groups=1, mamba_d_state=128, mamba_d_conv=4, mamba_expand=2,
+        position_embedding_type="nope", max_position_embeddings=4096,
+        attention_multiplier=0.0625, embedding_multiplier=12.0, residual_multiplier=0.22,
+        logits_scaling=8.0, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        tie_word_embeddings=True,
+    )  # fmt: skip
+    model = GraniteMoeHybridForCausalLM(cfg)
+    _random_init(model, 41)
+    model.to(torch.bfloat16).save_pretrained(folder, safe_serialization=True)
+    c = json.loads((folder / "config.json").read_text())
+    # the Hub's (and the reference converter's) spelling, as in the tests' granitehybrid
+    c["layer_types"] = ["mamba" if t == "linear_attention" else "attention"
+                        for t in c["layer_types"]]  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(c, indent=2))
+    return folder, 2 * ff * hidden
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--types", default="f16,q8_0,q4_k_m")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument(
-        "--family", choices=("dense", "moe", "gemma3-270m", "mla", "mla-fp8"), default="dense"
+        "--family",
+        choices=("dense", "moe", "gemma3-270m", "mla", "mla-fp8", "vlm", "hybrid"),
+        default="dense",
     )
     ap.add_argument("--ref-outtype", choices=("f32", "f16"), default="f32")
     ap.add_argument("--quantize-threads", default="", help="e.g. 1,2: the quantize race too")
     a = ap.parse_args()
     MiB = 2**20
     build = {"dense": big_llama, "moe": big_moe, "gemma3-270m": gemma3_270m, "mla": big_mla,
-             "mla-fp8": functools.partial(big_mla, fp8=True)}[a.family]  # fmt: skip
+             "mla-fp8": functools.partial(big_mla, fp8=True), "vlm": big_vlm,
+             "hybrid": big_hybrid}[a.family]  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="bench_convert_") as tmp:
         folder, largest = build(Path(tmp) / "m")
         print(f"model: largest tensor {4 * largest / MiB:.0f} MiB in f32; "
@@ -154,13 +248,17 @@ def main() -> None:
               f"{'ours MiB':>9} {'ref MiB':>8}   (s: wall / CPU, medians)")  # fmt: skip
         for typ in filter(None, a.types.split(",")):
             ours, ref = [], []
+            vlm = a.family == "vlm"
+            om, rm = (str(Path(tmp) / f"{k}-mmproj.gguf") if vlm else "" for k in "or")
             for _ in range(a.runs):
-                ours.append(run_ours(folder, Path(tmp) / "o.gguf", typ, a.workers))
-                ref.append(run_ref(folder, Path(tmp) / "r.gguf", typ, a.ref_outtype, a.workers))
+                ours.append(run_ours(folder, Path(tmp) / "o.gguf", typ, a.workers, om))
+                ref.append(run_ref(folder, Path(tmp) / "r.gguf", typ, a.ref_outtype, a.workers, rm))
             ow, oc, rw, rc = (
                 statistics.median(x[k] for x in xs) for xs in (ours, ref) for k in (0, 1)
             )
-            same = (Path(tmp) / "o.gguf").read_bytes() == (Path(tmp) / "r.gguf").read_bytes()
+            same = all(Path(o).read_bytes() == Path(r).read_bytes()
+                       for o, r in [(Path(tmp) / "o.gguf", Path(tmp) / "r.gguf")]
+                       + ([(om, rm)] if vlm else []))  # fmt: skip
             print(f"load average {os.getloadavg()[0]:.1f}; files byte-identical: {same}")
             print(f"{typ:<8} {ow:6.2f} /{oc:6.2f} {rw:6.2f} /{rc:6.2f} {rw / ow:6.2f} {rc / oc:9.2f} "
                   f"{max(x[2] for x in ours) / MiB:9.0f} {max(x[2] for x in ref) / MiB:8.0f}",

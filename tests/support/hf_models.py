@@ -1372,12 +1372,14 @@ BUILDERS["lfm2"] = lfm2
 
 
 def mamba2(folder: Path, *, dtype: str = "bfloat16", seed: int = 21) -> Path:
-    """Mamba 2 (SSM layers only): 8 heads of 64, 2 groups, state 16."""
+    """Mamba 2 (SSM layers only): 8 heads of 64, one group (as the Hub's Mamba 2 and
+    Granite 4.0-H models: the GGUF's ssm_norm is then [d_inner, 1], which llama-quantize
+    stores 1-D), state 16."""
     from transformers import Mamba2Config, Mamba2ForCausalLM
 
     vocab = train_spm(folder)  # 512 pieces: a multiple of 16, so llama.cpp pads nothing
     cfg = Mamba2Config(vocab_size=vocab, hidden_size=256, num_hidden_layers=2, expand=2,
-                       num_heads=8, head_dim=64, n_groups=2, state_size=16, conv_kernel=4,
+                       num_heads=8, head_dim=64, n_groups=1, state_size=16, conv_kernel=4,
                        layer_norm_epsilon=1e-5, bos_token_id=1, eos_token_id=2,
                        pad_token_id=0, tie_word_embeddings=False)  # fmt: skip
     model = Mamba2ForCausalLM(cfg)

@@ -83,7 +83,7 @@ from ..byteio import (
 )
 from ..cluster import batches, map_tasks
 from ..dtypes import GGML, SAFETENSORS
-from ..gguf import GGUFValueType, Writer, split
+from ..gguf import GGUFValueType, Writer, ggml_n_dims, split
 from ..progress import ProgressFn
 from ..quant import dequantize, quantize
 from ..quant.file import quantize_tensor
@@ -595,10 +595,7 @@ def _block_count(arch: Arch, cfg: dict) -> int | None:
 def _ggml_dims(shape: tuple[int, ...]) -> tuple[int, ...]:
     """The shape as ggml_n_dims counts it: outer dims of 1 do not count (a ``[1, n]``
     router gate is 1-D to llama-quantize, which then leaves it unquantized)."""
-    s = tuple(shape)
-    while len(s) > 1 and s[0] == 1:
-        s = s[1:]
-    return s
+    return ggml_n_dims(tuple(shape)[::-1])[::-1]
 
 
 def _n_expert(cfg: dict) -> int:
@@ -942,8 +939,10 @@ def _write(p: _Plan, dst: Path, im, split_max_size, workers, progress, name, tok
     with w:
         for k, v, t in rows:
             w.add(k, v, t)
+        # llama-quantize stores ggml_n_dims dims: trailing 1s (numpy's leading) dropped
+        squeeze = p.type_name not in _OUTTYPES
         for tp in p.tensors:
-            w.add_tensor_info(tp.name, tp.type, tp.shape)
+            w.add_tensor_info(tp.name, tp.type, _ggml_dims(tp.shape) if squeeze else tp.shape)
         if cluster is None:
             data = ((tp, b) for tp in p.tensors for b in _encoded(tp, p, im, workers))
         else:

@@ -15,7 +15,7 @@ from ._edit import GGUFValue, edit, kv_types
 from ._file import GGUFFile, read, shard_paths
 from ._parse import GGUFHeader, Metadata, StringArray, TensorInfo, parse
 from ._prefix import next_gguf_prefix, parse_gguf_prefix
-from ._spec import DEFAULT_ALIGNMENT, GGUFValueType, MetaType, value_type
+from ._spec import DEFAULT_ALIGNMENT, GGUFValueType, MetaType, ggml_n_dims, value_type
 from ._split import merge, split
 from ._writer import Writer, encode_value, infer_type, resolve_type
 
@@ -32,6 +32,7 @@ __all__ = [
     "Writer",
     "edit",
     "encode_value",
+    "ggml_n_dims",
     "infer_type",
     "kv_types",
     "merge",

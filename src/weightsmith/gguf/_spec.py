@@ -164,6 +164,18 @@ def value_type(t: GGUFValueType | int | str) -> GGUFValueType:
     return GGUFValueType(int(t))
 
 
+def ggml_n_dims(dims: tuple[int, ...]) -> tuple[int, ...]:
+    """The dims ggml stores for ``dims`` (ggml order): trailing 1s dropped, at least one.
+
+    libllama writes tensor infos this way (``gguf_add_tensor`` keeps ``ggml_n_dims``
+    dims), so files it rewrites (split, merge, quantize) lose the 1s a converter wrote.
+    """
+    d = list(dims) or [1]
+    while len(d) > 1 and d[-1] == 1:
+        d.pop()
+    return tuple(d)
+
+
 def pad(n: int, alignment: int) -> int:
     """``n`` rounded up to a multiple of ``alignment``."""
     return (n + alignment - 1) // alignment * alignment

@@ -30,7 +30,15 @@ from .. import errors as E
 from .._atomic import atomic_files
 from ._edit import copy_tensors, raw_kvs
 from ._file import GGUFFile, _Mapped, shard_paths
-from ._spec import DEFAULT_ALIGNMENT, KEY_SPLIT_COUNT, KEY_SPLIT_NO, KEY_SPLIT_TENSORS, VT, pad
+from ._spec import (
+    DEFAULT_ALIGNMENT,
+    KEY_SPLIT_COUNT,
+    KEY_SPLIT_NO,
+    KEY_SPLIT_TENSORS,
+    VT,
+    ggml_n_dims,
+    pad,
+)
 from ._writer import Writer
 
 __all__ = ["merge", "parse_size", "shard_prefix", "split"]
@@ -50,14 +58,6 @@ def parse_size(size: int | str) -> int:
     if n <= 0:
         raise E.InvalidSize(f"size must be positive, got {size!r}")
     return n
-
-
-def _n_dims(dims: tuple[int, ...]) -> tuple[int, ...]:
-    """ggml_n_dims: drop trailing 1s, keep at least one dim."""
-    d = list(dims) or [1]
-    while len(d) > 1 and d[-1] == 1:
-        d.pop()
-    return tuple(d)
 
 
 def split(
@@ -137,7 +137,7 @@ def split(
                     w.add(KEY_SPLIT_TENSORS, len(h.tensors), VT.INT32)
                     w.add(KEY_SPLIT_COUNT, n_split, VT.UINT16)
                     for t in group:
-                        w.add_tensor_info(t.name, t.ggml_type, (), dims=_n_dims(t.dims))
+                        w.add_tensor_info(t.name, t.ggml_type, (), dims=ggml_n_dims(t.dims))
                     copy_tensors(w, src.mm, group)
                     w.close()
                 except BaseException:
@@ -193,7 +193,7 @@ def merge(first_shard: str | os.PathLike[str], out: str | os.PathLike[str]) -> P
                 w.add_encoded(key, t, d)
             w.add(KEY_SPLIT_COUNT, 0, VT.UINT16)
             for t in g.tensors:
-                w.add_tensor_info(t.name, t.ggml_type, (), dims=_n_dims(t.dims))
+                w.add_tensor_info(t.name, t.ggml_type, (), dims=ggml_n_dims(t.dims))
             for f in g._files:
                 copy_tensors(w, f.mm, f.header.tensors)
             w.close()

@@ -247,8 +247,8 @@ def _start(w: gguf.Writer, f: gguf.GGUFFile, tensors, plan) -> gguf.Writer:
     for key in f.metadata:
         if not key.startswith("split."):
             w.add(key, f.metadata[key], type=f.metadata_type(key))
-    for t in tensors:
-        w.add_tensor_info(t.name, plan[t.name], t.shape)
+    for t in tensors:  # stored as libllama stores them: trailing 1s dropped
+        w.add_tensor_info(t.name, plan[t.name], (), dims=gguf.ggml_n_dims(t.dims))
     return w
 
 
