@@ -478,3 +478,43 @@ def test_llama_config_without_head_dim(tmp_path):
 
     with read(ours) as f:
         assert f.metadata["llama.attention.key_length"] == 64
+
+
+def test_gemma4_text_half_of_conditional_generation(work, tmp_path):
+    """Gemma 4 as the Hub publishes it (Gemma4ForConditionalGeneration: ``text_config``
+    with ``global_head_dim`` where transformers 5 saves ``per_layer_config``,
+    ``model.language_model.`` tensors beside vision and audio towers): the text half
+    converts exactly as the reference converts it, and as the text model alone."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    src = tmp_path / "gemma4-vlm"
+    shutil.copytree(work.model("gemma4"), src)
+    text = json.loads((src / "config.json").read_text())
+    text.pop("architectures")
+    full = [int(i) for i, t in enumerate(text["layer_types"]) if t == "full_attention"]
+    assert {text["per_layer_config"][str(i)]["head_dim"] for i in full} == {128}
+    text.pop("per_layer_config")
+    text["global_head_dim"] = 128
+    cfg = {"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4",
+           "text_config": text, "vision_config": {"model_type": "gemma4_vision",
+           "hidden_size": 16}, "audio_config": None, "image_token_id": 519}  # fmt: skip
+    (src / "config.json").write_text(json.dumps(cfg, indent=2))
+    sd = {
+        k.replace("model.", "model.language_model.", 1): v
+        for k, v in load_file(src / "model.safetensors").items()
+    }
+    rng = np.random.default_rng(0)
+    sd["model.vision_tower.patch_embedder.input_proj.weight"] = rng.standard_normal(
+        (16, 768), np.float32
+    )
+    sd["model.embed_vision.embedding_projection.weight"] = rng.standard_normal(
+        (256, 16), np.float32
+    )
+    save_file(sd, src / "model.safetensors", metadata={"format": "pt"})
+    ours, ref = tmp_path / "ours.gguf", tmp_path / "ref.gguf"
+    _run_reference([(str(src), str(ref), "f16")])
+    hf_to_gguf(src, ours, "f16")
+    _same_file(ours, ref)
+    assert _tensors(ours) == _tensors(work.files("gemma4", "f16")[0])
