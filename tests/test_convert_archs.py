@@ -34,7 +34,7 @@ ARCHS = [
     "gptoss", "gptoss_mxfp4", "lfm2", "mamba2", "granitehybrid", "mamba", "lfm2moe",
 ]  # fmt: skip
 ARCHS += ["glm4moe", "llama4"]
-ARCHS += ["gemma4"]
+ARCHS += ["gemma4", "gemma4moe"]
 REF_TYPES = ["f32", "f16", "bf16", "q8_0"]
 # llama.cpp (the pinned build) and transformers 5 give different logits for the same tiny
 # DeepSeek-V3 (max 0.69): llama.cpp's own file shows the same gap as ours (docs/
@@ -52,7 +52,7 @@ LLAMA_CPP_GAP_BOUND = {"gptoss_mxfp4": 4e-3}
 # Gemma 4 scales attention by 1 (Q and K are RMS-normed): the pinned llama.cpp's default
 # f16 KV cache then moves the tiny model's logits by 0.014 (scale 3.6) from transformers',
 # for its own file as for ours; with an f32 cache the gap is 0.0034, inside the bound
-LLAMA_CPP_F32_KV = {"gemma4"}
+LLAMA_CPP_F32_KV = {"gemma4", "gemma4moe"}
 QUANT_TYPES = ["q4_k_m", "iq4_xs"]
 # MXFP4 experts: llama_model_quantize refuses to requantize them unless allowed; with
 # --allow-requantize it dequantizes them (exactly) and quantizes the floats, as we do

@@ -1511,4 +1511,17 @@ def gemma4(folder: Path, *, dtype: str = "bfloat16", seed: int = 40, **kw) -> Pa
     return _save(model, folder, dtype)
 
 
+def gemma4moe(folder: Path, *, dtype: str = "bfloat16", seed: int = 41) -> Path:
+    """Gemma 4 with MoE blocks (the 26B-A4B layout, tiny): 4 experts of width 256 beside
+    the dense MLP, the full layer with one shared K=V projection of one KV head, no
+    per-layer embeddings or shared-KV layers."""
+    return gemma4(folder, dtype=dtype, seed=seed, num_hidden_layers=2,
+                  layer_types=["sliding_attention", "full_attention"],
+                  enable_moe_block=True, num_experts=4, top_k_experts=2,
+                  moe_intermediate_size=256, hidden_size_per_layer_input=0,
+                  num_kv_shared_layers=0, use_double_wide_mlp=False, attention_k_eq_v=True,
+                  num_global_key_value_heads=1)  # fmt: skip
+
+
 BUILDERS["gemma4"] = gemma4
+BUILDERS["gemma4moe"] = gemma4moe

@@ -28,8 +28,13 @@ NeoX RoPE expresses as frequency factors 1 for the rotated pairs and 1e30 for th
 
 The text half of ``Gemma4ForConditionalGeneration`` (the Hub's form) converts the same
 way: ``text_config`` is read and ``model.language_model.`` is stripped to ``model.``;
-the vision and audio towers are left out.  The MoE variant (``enable_moe_block``:
-router, experts, extra FFN norms) is not in this entry: its tensors fail by name.
+the vision and audio towers are left out.
+
+The MoE layout (``enable_moe_block``, 26B-A4B) adds beside each dense MLP a router
+(``router.proj`` -> ``ffn_gate_inp``; its ``scale`` and ``per_expert_scale`` as
+``ffn_gate_inp.scale`` and ``ffn_down_exps.scale``), the experts kept fused
+(``experts.gate_up_proj`` -> ``ffn_gate_up_exps``, ``experts.down_proj`` ->
+``ffn_down_exps``, both as stored) and three more norms.
 
 The tokenizer (``{"vocab": "gemma4"}``) is llama.cpp's ``LlamaHfVocab`` over
 ``tokenizer.json`` (a byte-fallback BPE) with ``tokenizer.ggml.model = gemma4``
@@ -166,7 +171,9 @@ def _hf_config(cfg: dict, names: set[str]) -> dict:
         },
         # GGUF keeps the tokenizer-sized embedding; the per-layer one has as many rows
         "vocab_size_per_layer_input": cfg["vocab_size"],
-        "enable_moe_block": False,
+        "enable_moe_block": any(n.endswith("ffn_gate_inp.weight") for n in names),
+        "num_experts": cfg.get("num_local_experts"),
+        "top_k_experts": cfg.get("num_experts_per_tok"),
         "attention_k_eq_v": False,
         "use_double_wide_mlp": False,
     }
@@ -204,6 +211,19 @@ _NAMES = [
         ]
     ),
     NameRule(LAYER + "layer_scalar", BLK + "layer_output_scale.weight"),
+    # the MoE block beside the dense MLP: experts kept fused, router scales as ``.scale``
+    *layer_rules(
+        [
+            ("pre_feedforward_layernorm_2", "pre_ffw_norm_2"),
+            ("post_feedforward_layernorm_1", "post_ffw_norm_1"),
+            ("post_feedforward_layernorm_2", "post_ffw_norm_2"),
+            ("router.proj", "ffn_gate_inp"),
+        ]
+    ),
+    NameRule(LAYER + "experts.gate_up_proj", BLK + "ffn_gate_up_exps.weight"),
+    NameRule(LAYER + "experts.down_proj", BLK + "ffn_down_exps.weight"),
+    NameRule(LAYER + "router.scale", BLK + "ffn_gate_inp.scale"),
+    NameRule(LAYER + "router.per_expert_scale", BLK + "ffn_down_exps.scale"),
     NameRule("model.embed_tokens_per_layer.weight", "per_layer_token_embd.weight"),
     NameRule("model.per_layer_model_projection.weight", "per_layer_model_proj.weight"),
     NameRule("model.per_layer_projection_norm.weight", "per_layer_proj_norm.weight"),
