@@ -518,3 +518,44 @@ def test_gemma4_text_half_of_conditional_generation(work, tmp_path):
     hf_to_gguf(src, ours, "f16")
     _same_file(ours, ref)
     assert _tensors(ours) == _tensors(work.files("gemma4", "f16")[0])
+
+
+GEMMA4_TEXTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Le renard brun saute\n\npar-dessus  le chien",
+    "<|turn>user\nnumbers 0123 are here<turn|><|channel>x<channel|>",
+    "敏捷的棕色狐狸 ✓ émoji 🦙",
+]
+
+
+def test_gemma4_tokenizer(work, tmp_path):
+    """Gemma 4's vocabulary both ways: llama.cpp tokenizes with our file as transformers
+    does with the original tokenizer.json, the tokenizer GGUF -> HF writes gives
+    transformers the same ids and text, and the chat tokens the reference keeps visible
+    are USER_DEFINED (the others CONTROL)."""
+    import llama_cpp
+    from transformers import AutoTokenizer
+
+    from weightsmith.gguf import read
+
+    path = work.files("gemma4", "f32")[0]
+    with read(path) as f:
+        md = f.metadata
+        tokens, types = list(md["tokenizer.ggml.tokens"]), list(md["tokenizer.ggml.token_type"])
+        assert md["tokenizer.ggml.model"] == "gemma4" and "tokenizer.ggml.pre" not in md
+    kind = {t: int(ty) for t, ty in zip(tokens, types)}
+    assert kind["<|channel>"] == kind['<|"|>'] == 4 and kind["<|turn>"] == kind["<bos>"] == 3
+    back = tmp_path / "back"
+    gguf_to_hf(path, back, dtype="f32")
+    orig = AutoTokenizer.from_pretrained(work.model("gemma4"))
+    ours = AutoTokenizer.from_pretrained(back)
+    llm = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+    try:
+        for text in GEMMA4_TEXTS:
+            want = orig.encode(text)
+            assert want[0] == 2 and len(want) > 5, text  # BOS, then real pieces
+            assert llm.tokenize(text.encode(), add_bos=True, special=True) == want, text
+            assert ours.encode(text) == want, text
+            assert ours.decode(want) == orig.decode(want), text
+    finally:
+        llm.close()

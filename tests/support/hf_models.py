@@ -1482,7 +1482,9 @@ def gemma4_tokenizer(folder: Path) -> int:
     specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]
     order = sorted(pieces["vocab"].items(), key=lambda kv: kv[1])
     vocab = specials + [p for p, _ in order if p not in ("<unk>", "<s>", "</s>")] + ["\n"]
-    tok = GemmaTokenizer(vocab={p: i for i, p in enumerate(vocab)}, merges=pieces["merges"])
+    tok = GemmaTokenizer(
+        vocab={p: i for i, p in enumerate(vocab)}, merges=pieces["merges"], add_bos_token=True
+    )
     tok.add_special_tokens(
         {"additional_special_tokens": ["<|turn>", "<turn|>", "<|channel>", "<channel|>", '<|"|>']}
     )
