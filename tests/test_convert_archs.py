@@ -559,3 +559,24 @@ def test_gemma4_tokenizer(work, tmp_path):
             assert ours.decode(want) == orig.decode(want), text
     finally:
         llm.close()
+
+
+def test_gemma4_tokenizer_must_be_byte_fallback_bpe(work, tmp_path):
+    """Gemma 4 without tokenizer.json, or with one the reference's LlamaHfVocab refuses
+    (no byte fallback), fails with a named error before anything is written."""
+    import shutil
+
+    from weightsmith import errors as E
+
+    src = tmp_path / "gemma4"
+    shutil.copytree(work.model("gemma4"), src)
+    tj = json.loads((src / "tokenizer.json").read_text())
+    tj["model"]["byte_fallback"] = False
+    (src / "tokenizer.json").write_text(json.dumps(tj))
+    out = tmp_path / "out.gguf"
+    with pytest.raises(E.TokenizerInconsistent, match="byte_fallback"):
+        hf_to_gguf(src, out, "f16")
+    (src / "tokenizer.json").unlink()
+    with pytest.raises(E.TokenizerFilesMissing, match=r"tokenizer\.json"):
+        hf_to_gguf(src, out, "f16")
+    assert not out.exists()
