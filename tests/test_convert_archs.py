@@ -559,6 +559,12 @@ def test_gemma4_tokenizer(work, tmp_path):
             assert ours.decode(want) == orig.decode(want), text
     finally:
         llm.close()
+    # and the HF folder converts back to the same vocabulary (control tokens included)
+    again = tmp_path / "again.gguf"
+    hf_to_gguf(back, again, "f16")
+    with read(again) as f:
+        assert list(f.metadata["tokenizer.ggml.tokens"]) == tokens
+        assert list(f.metadata["tokenizer.ggml.token_type"]) == types
 
 
 def test_gemma4_tokenizer_must_be_byte_fallback_bpe(work, tmp_path):

@@ -489,6 +489,13 @@ def hf_tokenizer_files(
     }
     if kind == "bert":  # segment ids go to the model too
         config["model_input_names"] = ["input_ids", "token_type_ids", "attention_mask"]
+    if kind == "gemma4":
+        # the other control tokens (chat markers): special to transformers, so that
+        # llama.cpp's converter (LlamaHfVocab) reads them back as CONTROL
+        named = set(specials.values())
+        extra = [a["content"] for a in added if a["special"] and a["content"] not in named]
+        if extra:
+            config["extra_special_tokens"] = extra
     if kind == "llama":
         # tokenizer.json's own pipeline (Prepend + Replace, as sentencepiece and llama.cpp
         # normalize) is used as is: transformers' LlamaTokenizer would rebuild a Metaspace
