@@ -34,6 +34,7 @@ ARCHS = [
     "gptoss", "gptoss_mxfp4", "lfm2", "mamba2", "granitehybrid", "mamba", "lfm2moe",
 ]  # fmt: skip
 ARCHS += ["glm4moe", "llama4"]
+ARCHS += ["gemma4", "gemma4moe"]
 REF_TYPES = ["f32", "f16", "bf16", "q8_0"]
 # llama.cpp (the pinned build) and transformers 5 give different logits for the same tiny
 # DeepSeek-V3 (max 0.69): llama.cpp's own file shows the same gap as ours (docs/
@@ -48,6 +49,10 @@ LLAMA_CPP_DIFFERS_FROM_TRANSFORMERS = {"deepseek3"}
 HF_RUNS_AS_LLAMA_CPP = {"gptoss": {"truncate": True}, "gptoss_mxfp4": {"truncate": True}}
 LLAMA_CPP_DIFFERS_FROM_TRANSFORMERS |= {"gptoss_mxfp4"}
 LLAMA_CPP_GAP_BOUND = {"gptoss_mxfp4": 4e-3}
+# Gemma 4 scales attention by 1 (Q and K are RMS-normed): the pinned llama.cpp's default
+# f16 KV cache then moves the tiny model's logits by 0.014 (scale 3.6) from transformers',
+# for its own file as for ours; with an f32 cache the gap is 0.0034, inside the bound
+LLAMA_CPP_F32_KV = {"gemma4", "gemma4moe"}
 QUANT_TYPES = ["q4_k_m", "iq4_xs"]
 # MXFP4 experts: llama_model_quantize refuses to requantize them unless allowed; with
 # --allow-requantize it dequantizes them (exactly) and quantizes the floats, as we do
@@ -157,8 +162,9 @@ def test_experts_are_stacked(work):
 def test_llama_cpp_logits(work, arch):
     tokens = _prompt(arch)
     ours_f32, ref_f32 = work.files(arch, "f32")
-    ours = _llama_logits(ours_f32, tokens)
-    ref = _llama_logits(ref_f32, tokens)
+    run = _llama_logits_f32_kv if arch in LLAMA_CPP_F32_KV else _llama_logits
+    ours = run(ours_f32, tokens)
+    ref = run(ref_f32, tokens)
     np.testing.assert_array_equal(ours, ref)
     hf = _hf_logits(work.model(arch), tokens, HF_RUNS_AS_LLAMA_CPP.get(arch))
     scale = float(np.abs(hf).max())
@@ -200,6 +206,19 @@ def test_round_trip(work, arch, tmp_path):
     tokens = _prompt(arch)
     a, b = _hf_logits(src, tokens), _hf_logits(back, tokens)
     np.testing.assert_allclose(b, a, rtol=0, atol=1e-4 * max(1.0, float(np.abs(a).max())))
+
+
+def _llama_logits_f32_kv(path: Path, tokens: list[int]) -> np.ndarray:
+    """llama.cpp's logits with the KV cache in f32 (GGML_TYPE_F32 = 0)."""
+    import llama_cpp
+
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=64, n_threads=2, logits_all=True,
+                          verbose=False, type_k=0, type_v=0)  # fmt: skip
+    try:
+        llm.eval(tokens)
+        return np.array(llm.scores[: len(tokens)], dtype=np.float32)
+    finally:
+        llm.close()
 
 
 def _hf_logits(folder: Path, tokens: list[int], rope: dict | None = None) -> np.ndarray:
@@ -461,3 +480,111 @@ def test_llama_config_without_head_dim(tmp_path):
 
     with read(ours) as f:
         assert f.metadata["llama.attention.key_length"] == 64
+
+
+def test_gemma4_text_half_of_conditional_generation(work, tmp_path):
+    """Gemma 4 as the Hub publishes it (Gemma4ForConditionalGeneration: ``text_config``
+    with ``global_head_dim`` where transformers 5 saves ``per_layer_config``,
+    ``model.language_model.`` tensors beside vision and audio towers): the text half
+    converts exactly as the reference converts it, and as the text model alone."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    src = tmp_path / "gemma4-vlm"
+    shutil.copytree(work.model("gemma4"), src)
+    text = json.loads((src / "config.json").read_text())
+    text.pop("architectures")
+    full = [int(i) for i, t in enumerate(text["layer_types"]) if t == "full_attention"]
+    assert {text["per_layer_config"][str(i)]["head_dim"] for i in full} == {128}
+    text.pop("per_layer_config")
+    text["global_head_dim"] = 128
+    cfg = {"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4",
+           "text_config": text, "vision_config": {"model_type": "gemma4_vision",
+           "hidden_size": 16}, "audio_config": None, "image_token_id": 519}  # fmt: skip
+    (src / "config.json").write_text(json.dumps(cfg, indent=2))
+    sd = {
+        k.replace("model.", "model.language_model.", 1): v
+        for k, v in load_file(src / "model.safetensors").items()
+    }
+    rng = np.random.default_rng(0)
+    sd["model.vision_tower.patch_embedder.input_proj.weight"] = rng.standard_normal(
+        (16, 768), np.float32
+    )
+    sd["model.embed_vision.embedding_projection.weight"] = rng.standard_normal(
+        (256, 16), np.float32
+    )
+    save_file(sd, src / "model.safetensors", metadata={"format": "pt"})
+    ours, ref = tmp_path / "ours.gguf", tmp_path / "ref.gguf"
+    _run_reference([(str(src), str(ref), "f16")])
+    hf_to_gguf(src, ours, "f16")
+    _same_file(ours, ref)
+    assert _tensors(ours) == _tensors(work.files("gemma4", "f16")[0])
+
+
+GEMMA4_TEXTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Le renard brun saute\n\npar-dessus  le chien",
+    "<|turn>user\nnumbers 0123 are here<turn|><|channel>x<channel|>",
+    "敏捷的棕色狐狸 ✓ émoji 🦙",
+]
+
+
+def test_gemma4_tokenizer(work, tmp_path):
+    """Gemma 4's vocabulary both ways: llama.cpp tokenizes with our file as transformers
+    does with the original tokenizer.json, the tokenizer GGUF -> HF writes gives
+    transformers the same ids and text, and the chat tokens the reference keeps visible
+    are USER_DEFINED (the others CONTROL)."""
+    import llama_cpp
+    from transformers import AutoTokenizer
+
+    from weightsmith.gguf import read
+
+    path = work.files("gemma4", "f32")[0]
+    with read(path) as f:
+        md = f.metadata
+        tokens, types = list(md["tokenizer.ggml.tokens"]), list(md["tokenizer.ggml.token_type"])
+        assert md["tokenizer.ggml.model"] == "gemma4" and "tokenizer.ggml.pre" not in md
+    kind = {t: int(ty) for t, ty in zip(tokens, types)}
+    assert kind["<|channel>"] == kind['<|"|>'] == 4 and kind["<|turn>"] == kind["<bos>"] == 3
+    back = tmp_path / "back"
+    gguf_to_hf(path, back, dtype="f32")
+    orig = AutoTokenizer.from_pretrained(work.model("gemma4"))
+    ours = AutoTokenizer.from_pretrained(back)
+    llm = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+    try:
+        for text in GEMMA4_TEXTS:
+            want = orig.encode(text)
+            assert want[0] == 2 and len(want) > 5, text  # BOS, then real pieces
+            assert llm.tokenize(text.encode(), add_bos=True, special=True) == want, text
+            assert ours.encode(text) == want, text
+            assert ours.decode(want) == orig.decode(want), text
+    finally:
+        llm.close()
+    # and the HF folder converts back to the same vocabulary (control tokens included)
+    again = tmp_path / "again.gguf"
+    hf_to_gguf(back, again, "f16")
+    with read(again) as f:
+        assert list(f.metadata["tokenizer.ggml.tokens"]) == tokens
+        assert list(f.metadata["tokenizer.ggml.token_type"]) == types
+
+
+def test_gemma4_tokenizer_must_be_byte_fallback_bpe(work, tmp_path):
+    """Gemma 4 without tokenizer.json, or with one the reference's LlamaHfVocab refuses
+    (no byte fallback), fails with a named error before anything is written."""
+    import shutil
+
+    from weightsmith import errors as E
+
+    src = tmp_path / "gemma4"
+    shutil.copytree(work.model("gemma4"), src)
+    tj = json.loads((src / "tokenizer.json").read_text())
+    tj["model"]["byte_fallback"] = False
+    (src / "tokenizer.json").write_text(json.dumps(tj))
+    out = tmp_path / "out.gguf"
+    with pytest.raises(E.TokenizerInconsistent, match="byte_fallback"):
+        hf_to_gguf(src, out, "f16")
+    (src / "tokenizer.json").unlink()
+    with pytest.raises(E.TokenizerFilesMissing, match=r"tokenizer\.json"):
+        hf_to_gguf(src, out, "f16")
+    assert not out.exists()

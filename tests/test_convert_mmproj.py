@@ -340,3 +340,50 @@ def test_cli_writes_both(work, tmp_path):
     back = tmp_path / "back"
     assert main(["convert", str(dst), str(back), "--mmproj", "--quiet"]) != 0
     assert not back.exists()
+
+
+# --------------------------------------------------------------------------- Gemma 4
+
+
+@pytest.fixture(scope="module")
+def gemma4(tmp_path_factory) -> Path:
+    """The tiny Gemma 4 VLM; the reference's projector at each type and its text f16, and
+    ours (``ref-*`` / ``ours-*`` beside the model folder)."""
+    root = tmp_path_factory.mktemp("gemma4-mmproj")
+    src = build("gemma4", root / "model")
+    jobs = [[str(src), "--outfile", str(root / "ref-text-f16.gguf"), "--outtype", "f16"]]
+    for t in TYPES:
+        jobs.append([str(src), "--outfile", str(root / f"ref-mmproj-{t}.gguf"), "--outtype", t,
+                     "--mmproj"])  # fmt: skip
+        hf_to_gguf(src, root / f"ours-text-{t}.gguf", t, mmproj=root / f"ours-mmproj-{t}.gguf")
+    _reference(jobs)
+    return src
+
+
+@pytest.mark.parametrize("t", TYPES)
+def test_gemma4_projector_same_as_reference(gemma4, t):
+    """Gemma 4's vision projector (``gemma4v``: the patch embedding as a Conv2d kernel,
+    the position table F32, the clippable linears' bounds as 1-element F32 tensors) is
+    the reference's file byte for byte; so is the text file beside it."""
+    root = gemma4.parent
+    _same(root / f"ours-mmproj-{t}.gguf", root / f"ref-mmproj-{t}.gguf")
+    if t == "f16":
+        _same(root / "ours-text-f16.gguf", root / "ref-text-f16.gguf")
+
+
+def test_gemma4_projector_runs_in_mtmd(gemma4):
+    """llama.cpp's multimodal runtime loads our Gemma 4 projector with our text model and
+    encodes an image into text-width embeddings (llama.cpp resizes the image itself and
+    pools by 3: 81 tokens for this one).  Not compared with transformers' features: its
+    Gemma 4 processor sizes and pools the image differently."""
+    from weightsmith.gguf import read
+
+    root = gemma4.parent
+    with read(root / "ours-mmproj-f32.gguf") as f:
+        md = f.metadata
+        types = {t.name: (t.ggml_type.name, t.shape) for t in f.tensors}
+    assert md["clip.vision.projector_type"] == "gemma4v"
+    assert types["v.patch_embd.weight"] == ("F32", (64, 3, 8, 8))
+    assert types["v.blk.1.attn_q.input_max"] == ("F32", (1,))
+    got = _mtmd_embeddings(root / "ours-text-f32.gguf", root / "ours-mmproj-f32.gguf", _image(64))
+    assert got.shape == (81, 256) and np.isfinite(got).all() and np.abs(got).max() > 0

@@ -1459,3 +1459,73 @@ def lfm2moe(folder: Path, *, dtype: str = "bfloat16", seed: int = 24) -> Path:
 
 
 BUILDERS["lfm2moe"] = lfm2moe
+
+
+_GEMMA4_CHAT = (
+    "{{ bos_token }}{% for m in messages %}{{ '<|turn>' + m['role'] + '\n' + m['content'] + "
+    "'<turn|>\n' }}{% endfor %}"
+)
+
+
+def gemma4_tokenizer(folder: Path) -> int:
+    """A Gemma-4-shaped ``tokenizer.json``: transformers' GemmaTokenizer (byte-fallback
+    BPE over ``▁``-spaced text) with a SentencePiece BPE's pieces and merges, Gemma's
+    ids (pad, eos, bos, unk, mask = 0..4), ``\\n`` as a piece, added special tokens of
+    Gemma 4's chat format (three of them the reference keeps visible) and a chat
+    template.  Its size."""
+    from tokenizers.models import BPE
+    from transformers import GemmaTokenizer
+    from transformers.convert_slow_tokenizer import SentencePieceExtractor
+
+    train_spm(folder)
+    spm_file = folder / "tokenizer.model"
+    pieces = SentencePieceExtractor(str(spm_file)).extract(BPE)
+    spm_file.unlink()  # the Hub's Gemma 4 ships tokenizer.json alone
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]
+    order = sorted(pieces["vocab"].items(), key=lambda kv: kv[1])
+    vocab = specials + [p for p, _ in order if p not in ("<unk>", "<s>", "</s>")] + ["\n"]
+    tok = GemmaTokenizer(
+        vocab={p: i for i, p in enumerate(vocab)}, merges=pieces["merges"], add_bos_token=True
+    )
+    tok.add_special_tokens(
+        {"additional_special_tokens": ["<|turn>", "<turn|>", "<|channel>", "<channel|>", '<|"|>']}
+    )
+    tok.chat_template = _GEMMA4_CHAT
+    tok.save_pretrained(folder)
+    return len(tok)
+
+
+def gemma4(folder: Path, *, dtype: str = "bfloat16", seed: int = 40, **kw) -> Path:
+    """Gemma 4 text (the E2B layout, tiny): sliding and full layers alternating with
+    head sizes 64 and 128, per-layer embeddings of 16, the last two layers sharing the
+    earlier layers' KV and with a double-wide MLP.  ``kw`` overrides config fields."""
+    from transformers import Gemma4ForCausalLM, Gemma4TextConfig
+
+    vocab = gemma4_tokenizer(folder)
+    fields = dict(vocab_size=vocab, vocab_size_per_layer_input=vocab, hidden_size=256,
+                  intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=64, global_head_dim=128,
+                  max_position_embeddings=256, sliding_window=16,
+                  layer_types=["sliding_attention", "full_attention"] * 2,
+                  hidden_size_per_layer_input=16, num_kv_shared_layers=2,
+                  use_double_wide_mlp=True, final_logit_softcapping=30.0,
+                  bos_token_id=2, eos_token_id=1, pad_token_id=0)  # fmt: skip
+    model = Gemma4ForCausalLM(Gemma4TextConfig(**{**fields, **kw}))
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+def gemma4moe(folder: Path, *, dtype: str = "bfloat16", seed: int = 41) -> Path:
+    """Gemma 4 with MoE blocks (the 26B-A4B layout, tiny): 4 experts of width 256 beside
+    the dense MLP, the full layer with one shared K=V projection of one KV head, no
+    per-layer embeddings or shared-KV layers."""
+    return gemma4(folder, dtype=dtype, seed=seed, num_hidden_layers=2,
+                  layer_types=["sliding_attention", "full_attention"],
+                  enable_moe_block=True, num_experts=4, top_k_experts=2,
+                  moe_intermediate_size=256, hidden_size_per_layer_input=0,
+                  num_kv_shared_layers=0, use_double_wide_mlp=False, attention_k_eq_v=True,
+                  num_global_key_value_heads=1)  # fmt: skip
+
+
+BUILDERS["gemma4"] = gemma4
+BUILDERS["gemma4moe"] = gemma4moe

@@ -169,3 +169,42 @@ def build(name: str, folder: Path, **kw) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     return BUILDERS[name](folder, **kw)
+
+
+def gemma4_vlm(folder: Path, *, dtype: str = "bfloat16", seed: int = 33) -> Path:
+    """Gemma 4 (its own vision tower: clippable linears, 2-D position table, pooling by 3
+    as llama.cpp fixes it; no audio tower), 8 px patches, saved as transformers 5 saves
+    it (``model.language_model.*``, ``model.vision_tower.*``, ``model.embed_vision.*``:
+    the names the reference reads)."""
+    from transformers import (
+        Gemma4Config,
+        Gemma4ForConditionalGeneration,
+        Gemma4TextConfig,
+        Gemma4VisionConfig,
+    )
+
+    from support.hf_models import gemma4_tokenizer
+
+    vocab = gemma4_tokenizer(folder)
+    text = Gemma4TextConfig(**{**_text(vocab), "bos_token_id": 2, "eos_token_id": 1,
+                               "pad_token_id": 0}, global_head_dim=128, sliding_window=16,
+                            layer_types=["sliding_attention", "full_attention"],
+                            vocab_size_per_layer_input=vocab,
+                            hidden_size_per_layer_input=0)  # fmt: skip
+    vision = Gemma4VisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                num_attention_heads=2, num_key_value_heads=2, head_dim=32,
+                                patch_size=8, pooling_kernel_size=3, position_embedding_size=256,
+                                use_clipped_linears=True)  # fmt: skip
+    cfg = Gemma4Config(text_config=text, vision_config=vision, audio_config=None,
+                       image_token_id=519, boi_token_id=515, eoi_token_id=516)  # fmt: skip
+    model = Gemma4ForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "Gemma4ImageProcessor", "patch_size": 8,
+        "pooling_kernel_size": 3, "max_soft_tokens": 280, "do_normalize": False,
+        "image_mean": [0.0, 0.0, 0.0], "image_std": [1.0, 1.0, 1.0]}, indent=2))  # fmt: skip
+    return folder
+
+
+BUILDERS["gemma4"] = gemma4_vlm

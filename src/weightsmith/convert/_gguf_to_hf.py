@@ -281,7 +281,8 @@ def build_config(
     out["tie_word_embeddings"] = "output.weight" not in f
     if "token_types.weight" in f:  # BERT's segment embeddings: their rows are the count
         out["type_vocab_size"] = int(f.tensor("token_types.weight").shape[0])
-    out.update(entry.hf_config(cfg, tensor_names))
+    # the hook also sees the vocabulary size (Gemma 4's per-layer embedding has as many rows)
+    out.update(entry.hf_config({**cfg, "vocab_size": out["vocab_size"]}, tensor_names))
     out = {k: v for k, v in out.items() if not k.startswith("_")}
     rs = out.get("rope_scaling")
     if isinstance(rs, dict) and "type" in rs:

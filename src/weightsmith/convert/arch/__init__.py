@@ -20,7 +20,8 @@ in both directions (the data model is :mod:`._model`):
 * ``pooling`` -- the sentence-transformers pooling type goes into the config
   (:mod:`weightsmith.convert._pooling`) for the encoders' ``pooling_type`` row;
 * ``tokenizer`` -- the vocabulary route of :mod:`weightsmith.convert.tokenizer`
-  (``{"vocab": "llama" | "gpt2" | "spm_or_gpt2" | "gemma" | "phi3" | "bert" | "t5" | "glm"}``);
+  (``{"vocab": "llama" | "gpt2" | "spm_or_gpt2" | "gemma" | "gemma4" | "phi3" | "bert" | "t5" |
+  "glm"}``);
 * ``model_types`` / ``hf_config`` -- what GGUF -> HF adds to ``config.json``.
 
 :meth:`Arch.plan` gives the output tensors in llama.cpp's order;
@@ -65,6 +66,7 @@ from ._model import (
 from .bert import BERT, MODERNBERT, NOMIC_BERT, XLMROBERTA
 from .deepseek import DEEPSEEK2
 from .gemma import GEMMA2, GEMMA3
+from .gemma4 import GEMMA4
 from .glm import GLM4MOE
 from .gpt import FALCON, GPT2, STABLELM, STARCODER2
 from .gptoss import GPT_OSS
@@ -141,6 +143,7 @@ ENTRIES: tuple[Arch, ...] = (
     QWEN2VL,
     GLM4MOE,
     LLAMA4,
+    GEMMA4,
     # encoders (embedding models) and encoder-decoders
     BERT,
     XLMROBERTA,

@@ -385,7 +385,116 @@ QWEN25VL_VISION = Projector(
     ),
 )
 
+# --------------------------------------------------------------------------- Gemma 4
+
+_G4 = "model.vision_tower."
+_G4_LAYER = _G4 + "encoder.layers.{bid}."
+_G4_LINEARS = (
+    ("self_attn.q_proj", "attn_q"),
+    ("self_attn.k_proj", "attn_k"),
+    ("self_attn.v_proj", "attn_v"),
+    ("self_attn.o_proj", "attn_out"),
+    ("mlp.gate_proj", "ffn_gate"),
+    ("mlp.up_proj", "ffn_up"),
+    ("mlp.down_proj", "ffn_down"),
+)
+#: a clippable linear's scalar bounds (``use_clipped_linears``), written as 1-element tensors
+_G4_BOUNDS = ("input_max", "input_min", "output_max", "output_min")
+
+
+def _g4_patch(x, v, ctx):
+    # [n_embd, p * p * 3] (patch pixels channel-last) -> a Conv2d kernel [n_embd, 3, p, p]
+    p = int((x.shape[1] // 3) ** 0.5)
+    return x.reshape(x.shape[0], p, p, 3).transpose(0, 3, 1, 2)
+
+
+def _g4_patch_shape(s, v, ctx):
+    p = int((s[1] // 3) ** 0.5)
+    return (s[0], 3, p, p)
+
+
+def _g4_force(hf: str, gguf: str, outtype: str) -> str | None:
+    if "position_embedding_table" in hf:
+        return "F32"
+    return _base_force(hf, gguf, outtype)
+
+
+GEMMA4_VISION = Projector(
+    hf_archs=("Gemma4ForConditionalGeneration",),
+    # the audio tower (``gemma4a``) is not converted
+    keep=(_G4, "model.embed_vision."),
+    force=_g4_force,
+    # Gemma4VisionAudioModel sets image_size (unused by llama.cpp) to 224
+    required=tuple(k for k in BASE_REQUIRED if k != ("image_size",)),
+    entry=Arch(
+        hf_archs=("Gemma4ForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *(
+                _const("vision.image_size", 224, VT.UINT32)
+                if isinstance(r, MetaKey) and r.key == "vision.image_size"
+                else r
+                for r in BASE_ROWS
+            ),
+            _const("vision.projector_type", "gemma4v", VT.STRING),
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "layer_norm_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v.get("layer_norm_eps", 1e-6),
+            ),
+        ],
+        names=[
+            NameRule(
+                "model.embed_vision.embedding_projection.weight", "mm.input_projection.weight"
+            ),
+            NameRule(_G4 + "patch_embedder.input_proj.weight", "v.patch_embd.weight"),
+            NameRule(_G4 + "patch_embedder.position_embedding_table", "v.position_embd.weight"),
+            *(
+                NameRule(_G4_LAYER + h + ".linear.weight", _VBLK + g + ".weight")
+                for h, g in _G4_LINEARS
+            ),
+            *(
+                NameRule(_G4_LAYER + h + "." + b, _VBLK + g + "." + b)
+                for h, g in _G4_LINEARS
+                for b in _G4_BOUNDS
+            ),
+            *(
+                NameRule(_G4_LAYER + h + ".weight", _VBLK + g + ".weight")
+                for h, g in (
+                    ("input_layernorm", "ln1"),
+                    ("post_attention_layernorm", "attn_post_norm"),
+                    ("pre_feedforward_layernorm", "ln2"),
+                    ("post_feedforward_layernorm", "ffn_post_norm"),
+                    ("self_attn.q_norm", "attn_q_norm"),
+                    ("self_attn.k_norm", "attn_k_norm"),
+                )
+            ),
+        ],
+        transforms=[
+            Transform(
+                "gemma4_patch_to_conv",
+                r"patch_embedder\.input_proj\.weight$",
+                _g4_patch,
+                lambda x, v, ctx: x.transpose(0, 2, 3, 1).reshape(x.shape[0], -1),
+                shape=_g4_patch_shape,
+                inverse_shape=lambda s, v, ctx: (s[0], s[1] * s[2] * s[3]),
+            ),
+            Transform(
+                "scalar_to_1d",
+                r"\.(input|output)_(max|min)$",
+                lambda x, v, ctx: x.reshape(1),
+                lambda x, v, ctx: x.reshape(()),
+                shape=lambda s, v, ctx: (1,),
+                inverse_shape=lambda s, v, ctx: (),
+            ),
+        ],
+        required=(),
+    ),
+)
+
 #: every projector entry
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
+PROJECTORS += (GEMMA4_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}

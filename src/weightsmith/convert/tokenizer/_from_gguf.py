@@ -16,6 +16,8 @@ What each GGUF key becomes:
   merged piece first, as llama.cpp's SPM tokenizer merges), with the
   ``Prepend("▁") + Replace(" ", "▁")`` normalizer when ``add_space_prefix``
   (default true) and sentencepiece's decoder.
+* ``tokenizer.ggml.model = "gemma4"``: a byte-fallback BPE over the file's ``merges``
+  with transformers' GemmaTokenizer pipeline (spaces as ``▁``, no prefix).
 * ``tokenizer.ggml.model = "bert"``: a WordPiece model with BERT's normalizer
   (``normalizer.lowercase`` / ``strip_accents``), pre-tokenizer, ``[CLS] A [SEP]``
   template and decoder; llama.cpp's phantom-space tokens are turned back into
@@ -214,8 +216,7 @@ def _bpe_pipeline(tk: Any, pre: str, where: str | None) -> tuple[Any, Any, bool]
     return normalizer, pre_tok, ignore_merges
 
 
-def _gpt2_tokenizer(tk: Any, md: Mapping[str, Any], where: str | None) -> tuple[Any, list]:
-    tokens, types, _ = _vocab_arrays(md, where)
+def _merges(md: Mapping[str, Any], where: str | None) -> list[tuple[str, str]]:
     merges_raw = list(_required(md, K_MERGES, where))
     merges = []
     for j, m in enumerate(merges_raw):
@@ -231,6 +232,12 @@ def _gpt2_tokenizer(tk: Any, md: Mapping[str, Any], where: str | None) -> tuple[
                 found=repr(m),
             )
         merges.append((parts[0], parts[1]))
+    return merges
+
+
+def _gpt2_tokenizer(tk: Any, md: Mapping[str, Any], where: str | None) -> tuple[Any, list]:
+    tokens, types, _ = _vocab_arrays(md, where)
+    merges = _merges(md, where)
     vocab, added = _split_vocab(tokens, types)
     normalizer, pre_tok, ignore_merges = _bpe_pipeline(tk, str(md.get(K_PRE, "default")), where)
     model = tk.models.BPE(vocab=vocab, merges=merges, ignore_merges=ignore_merges)
@@ -285,6 +292,25 @@ def _spm_tokenizer(tk: Any, md: Mapping[str, Any], where: str | None) -> tuple[A
     if space_prefix:
         decs.append(tk.decoders.Strip(" ", 1, 0))
     tok.decoder = tk.decoders.Sequence(decs)
+    return tok, added
+
+
+def _gemma4_tokenizer(tk: Any, md: Mapping[str, Any], where: str | None) -> tuple[Any, list]:
+    """transformers' GemmaTokenizer pipeline: a byte-fallback BPE over the file's merges,
+    spaces written as ``▁`` (no prefix), sentencepiece's decoder."""
+    tokens, types, _ = _vocab_arrays(md, where)
+    vocab, added = _split_vocab(tokens, types)
+    unk_id = md.get("tokenizer.ggml.unknown_token_id")
+    unk = tokens[unk_id] if isinstance(unk_id, int) and 0 <= unk_id < len(tokens) else None
+    model = tk.models.BPE(
+        vocab=vocab, merges=_merges(md, where), unk_token=unk, fuse_unk=True, byte_fallback=True
+    )
+    tok = tk.Tokenizer(model)
+    tok.normalizer = tk.normalizers.Replace(" ", "\u2581")
+    tok.pre_tokenizer = tk.pre_tokenizers.Split(" ", behavior="merged_with_previous")
+    tok.decoder = tk.decoders.Sequence(
+        [tk.decoders.Replace("\u2581", " "), tk.decoders.ByteFallback(), tk.decoders.Fuse()]
+    )
     return tok, added
 
 
@@ -419,12 +445,15 @@ def hf_tokenizer_files(
     elif kind == "bert":
         tok, added = _wordpiece_tokenizer(tk, md, where)
         default_bos = True
+    elif kind == "gemma4":
+        tok, added = _gemma4_tokenizer(tk, md, where)
+        default_bos = True
     else:
         raise E.TokenizerInconsistent(
             "tokenizer model not supported",
             path=where,
             field=K_MODEL,
-            expected="'gpt2', 'llama' or 'bert'",
+            expected="'gpt2', 'llama', 'gemma4' or 'bert'",
             found=repr(kind),
         )
     tokens = list(md[K_TOKENS])
@@ -460,6 +489,13 @@ def hf_tokenizer_files(
     }
     if kind == "bert":  # segment ids go to the model too
         config["model_input_names"] = ["input_ids", "token_type_ids", "attention_mask"]
+    if kind == "gemma4":
+        # the other control tokens (chat markers): special to transformers, so that
+        # llama.cpp's converter (LlamaHfVocab) reads them back as CONTROL
+        named = set(specials.values())
+        extra = [a["content"] for a in added if a["special"] and a["content"] not in named]
+        if extra:
+            config["extra_special_tokens"] = extra
     if kind == "llama":
         # tokenizer.json's own pipeline (Prepend + Replace, as sentencepiece and llama.cpp
         # normalize) is used as is: transformers' LlamaTokenizer would rebuild a Metaspace

@@ -12,6 +12,8 @@ architecture (``config["architectures"][0]``):
 * Gemma3: SentencePiece then ``add_space_prefix = false``, else gpt2;
 * Phi-3 (``phi3``): gpt2 when tokenizer_config.json names ``GPT2Tokenizer`` (Phi-4),
   else SentencePiece with Phi-3's added-token rules (:func:`_phi3_spm_vocab`);
+* Gemma 4 (``gemma4``): the byte-fallback BPE ``tokenizer.json`` read as "llama-hf",
+  written as ``tokenizer.ggml.model = gemma4`` with its merges (:func:`_set_gemma4`);
 * GLM-4 MoE (``_set_vocab_glm``): gpt2, its special ids taken from the added tokens
   (bos ``[gMASK]``, eot ``<|user|>``, unk ``<|endoftext|>``, eom ``<|observation|>``).
 
@@ -68,7 +70,7 @@ SPM_SPACE = "\u2581"
 
 # the reference's vocabulary paths (``set_vocab`` of its model classes); the registry
 # entry of each architecture names its route (``Arch.tokenizer["vocab"]``)
-ROUTES = ("llama", "spm_or_gpt2", "gemma", "gpt2", "phi3", "glm")
+ROUTES = ("llama", "spm_or_gpt2", "gemma", "gemma4", "gpt2", "phi3", "glm")
 #: routes kept in modules of their own (encoders: ``bert``, ``t5``), which add their builder
 #: ``(entries, folder, config)`` here when imported (the package ``__init__`` imports them)
 MORE_ROUTES: dict[str, Callable[[_Entries, Path, dict], None]] = {}
@@ -823,6 +825,38 @@ def _set_llama_hf(out: _Entries, d: Path, config: dict) -> None:
     _SpecialVocab(d, config, n_vocab=len(tokens)).add_to(out)
 
 
+#: Gemma4Model.set_vocab: tokens always rendered (USER_DEFINED) so chat parsers see them
+_GEMMA4_VISIBLE = frozenset(
+    ("<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>", "<|tool_response>",
+     "<tool_response|>", '<|"|>')
+)  # fmt: skip
+
+
+def _set_gemma4(out: _Entries, d: Path, config: dict) -> None:
+    """The reference's ``Gemma4Model.set_vocab``: LlamaHfVocab's tokens, the visible
+    tokens made USER_DEFINED, the BPE merges; no pre-tokenizer name, BOS always added."""
+    if not _llama_hf_applies(d):
+        raise E.TokenizerInconsistent(
+            "Gemma 4 needs a byte-fallback BPE tokenizer.json",
+            path=d / "tokenizer.json",
+            field="model",
+            expected="BPE with byte_fallback and a Sequence decoder",
+            found="another tokenizer",
+        )
+    tokens, scores, types = _llama_hf_vocab(d)
+    vocab_size = _vocab_size(config, ("vocab_size",))
+    if vocab_size is not None and len(tokens) > vocab_size:
+        raise _too_large(d / "tokenizer.json", tokens[vocab_size], vocab_size, vocab_size)
+    types = [int(T.USER_DEFINED) if t in _GEMMA4_VISIBLE else ty for t, ty in zip(tokens, types)]
+    out.add("ggml.model", "gemma4", VT.STRING)
+    out.add("ggml.tokens", tokens, VT.STRING)
+    out.add("ggml.scores", scores, VT.FLOAT32)
+    out.add("ggml.token_type", types, VT.INT32)
+    _SpecialVocab(d, config, load_merges=True).add_to(out)
+    out.add("ggml.add_space_prefix", False, VT.BOOL)
+    out.add("ggml.add_bos_token", True, VT.BOOL)
+
+
 def _missing(d: Path, wanted: str) -> E.TokenizerFilesMissing:
     present = sorted(p.name for p in d.iterdir()) if d.is_dir() else []
     return E.TokenizerFilesMissing(
@@ -906,6 +940,10 @@ def vocab_metadata(
         if not has_json:
             raise _missing(d, "tokenizer.json")
         _set_glm(out, d, config, pre)
+    elif route == "gemma4":
+        if not has_json:
+            raise _missing(d, "tokenizer.json")
+        _set_gemma4(out, d, config)
     elif route == "gemma":
         if has_spm:
             _set_spm(out, d, config)
