@@ -65,6 +65,7 @@ from ..quant import dequantize
 from ..quant.file import dequantize_tensor
 from ..safetensors import (
     INDEX_NAME,
+    save_file,
     StreamWriter,
     parse_size,
     shard_names,
@@ -498,6 +499,11 @@ def _write_shard(
             tick(hf)
 
 
+def _files_of(f: GGUFFile, stack: contextlib.ExitStack) -> list[BinaryIO]:
+    """The GGUF's shard files opened for reading (closed with ``stack``)."""
+    return [stack.enter_context(open(p, "rb")) for p in f.paths]
+
+
 def _write_json(path: Path, obj: Any, *, sort_keys: bool = False) -> None:
     text = json.dumps(obj, indent=2, sort_keys=sort_keys, ensure_ascii=False) + "\n"
     with atomic_output(path) as out:
@@ -551,9 +557,17 @@ def gguf_to_hf(
         # an embedding model's pooling as sentence-transformers modules
         pooling = f.metadata.get(f"{entry.gguf_arch}.pooling_type")
         if isinstance(pooling, int) and not isinstance(pooling, bool):
-            for name, content in sentence_transformers_files(pooling, cfg["hidden_size"]).items():
+            dense = [t for t in entry.dense if t in f]
+            dims = [tuple(int(n) for n in f.tensor(t).shape[::-1]) for t in dense]
+            st_files = sentence_transformers_files(pooling, cfg["hidden_size"], dims)
+            for name, content in st_files.items():
                 (folder / name).parent.mkdir(parents=True, exist_ok=True)
                 _write_json(folder / name, content)
+                names.append(name)
+            for k, t in enumerate(dense):  # the Dense weights beside their config.json
+                name = f"{2 + k}_Dense/model.safetensors"
+                x = _cast(_read_f32(f, _files_of(f, stack), t), dtype.numpy.name)
+                save_file({"linear.weight": np.ascontiguousarray(x)}, folder / name)
                 names.append(name)
         card = card_text(f.metadata)
         if card is not None:  # provenance as a Hub model card, read back by HF -> GGUF

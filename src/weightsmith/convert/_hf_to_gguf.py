@@ -94,7 +94,7 @@ from ..safetensors import Checkpoint, open_checkpoint, read_index, safe_open
 from . import _mmproj
 from ._dequant import dequantize_sources
 from ._model_card import provenance_rows
-from ._pooling import pooling_type
+from ._pooling import dense_modules, pooling_type
 from .arch import (
     FILE_TYPE,
     Arch,
@@ -299,6 +299,23 @@ def _torch_sources(d: Path, stack: list) -> list[_Source] | None:
     return out
 
 
+def _dense_sources(d: Path, stack: list) -> list[_Source]:
+    """The sentence-transformers Dense weights (``linear.weight``) under their GGUF names."""
+    out = []
+    for mod in dense_modules(d):
+        found = {s.name: s for s in file_sources(mod.file.parent, [mod.file.name], stack)}
+        s = found.get("linear.weight")
+        if s is None or s.shape != (mod.n_out, mod.n_in):
+            raise E.TensorShapeMismatch(
+                "Dense module weight disagrees with its config.json",
+                path=mod.file, field="tensor 'linear.weight'",
+                expected=f"[out_features={mod.n_out}, in_features={mod.n_in}]",
+                found="no such tensor" if s is None else list(s.shape),
+            )  # fmt: skip
+        out.append(_Source(mod.tensor, s.shape, s.dtype, s.load))
+    return out
+
+
 def _sources(d: Path, stack: list, repo: _Repo | None = None) -> list[_Source]:
     src = _safetensors_sources(d, stack, repo)
     if src is None and repo is not None:
@@ -474,6 +491,10 @@ def hf_input(
     if sources is None:
         sources = _sources(d, stack, repo)
     sources = dequantize_sources(sources, cfg, d)
+    if arch.dense:  # written first, as the reference's extra tensors
+        dense = _dense_sources(d, stack)
+        cfg["_dense"] = {s.name: s.shape[::-1] for s in dense}
+        sources = dense + sources
     route = arch.tokenizer.get("vocab")
     return ModelInput(
         folder=d,

@@ -19,6 +19,8 @@ in both directions (the data model is :mod:`._model`):
   names: the first read wins);
 * ``pooling`` -- the sentence-transformers pooling type goes into the config
   (:mod:`weightsmith.convert._pooling`) for the encoders' ``pooling_type`` row;
+  ``dense`` -- GGUF names of sentence-transformers ``Dense`` module weights, read from
+  (and written back to) the module folders;
 * ``tokenizer`` -- the vocabulary route of :mod:`weightsmith.convert.tokenizer`
   (``{"vocab": "llama" | "gpt2" | "spm_or_gpt2" | "gemma" | "phi3" | "bert" | "t5" | "glm"}``);
 * ``model_types`` / ``hf_config`` -- what GGUF -> HF adds to ``config.json``.
@@ -64,6 +66,7 @@ from ._model import (
 )
 from .bert import BERT, MODERNBERT, NOMIC_BERT, XLMROBERTA
 from .deepseek import DEEPSEEK2
+from .embeddinggemma import GEMMA_EMBEDDING
 from .gemma import GEMMA2, GEMMA3
 from .glm import GLM4MOE
 from .gpt import FALCON, GPT2, STABLELM, STARCODER2
@@ -148,6 +151,7 @@ ENTRIES: tuple[Arch, ...] = (
     NOMIC_BERT,
     T5,
     T5ENCODER,
+    GEMMA_EMBEDDING,
 )
 
 #: HF architecture name -> entry

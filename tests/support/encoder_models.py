@@ -1,0 +1,59 @@
+"""Tiny random encoder folders for tests/test_convert_encoders2.py (Gemma-embedding, UMT5,
+mT5, nomic-bert MoE), kept apart from :mod:`support.hf_models` so builders for other
+families do not collide.  Each builder takes the folder and returns it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .hf_models import _mean_pooling, _random_init, _save, train_spm, train_unigram
+
+_DENSE = "sentence_transformers.models.Dense"
+
+
+def _dense(folder: Path, name: str, n_in: int, n_out: int, seed: int) -> None:
+    """A sentence-transformers ``Dense`` module (no bias, identity activation)."""
+    import numpy as np
+
+    from weightsmith.safetensors import save_file
+
+    d = folder / name
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({
+        "in_features": n_in, "out_features": n_out, "bias": False,
+        "activation_function": "torch.nn.modules.linear.Identity",
+    }))  # fmt: skip
+    w = np.random.default_rng(seed).standard_normal((n_out, n_in), dtype=np.float32) * 0.1
+    save_file({"linear.weight": w.astype(np.float32)}, d / "model.safetensors")
+
+
+def gemma_embedding(folder: Path, *, dtype: str = "float32", seed: int = 30) -> Path:
+    """A tiny EmbeddingGemma: ``Gemma3TextModel`` with bidirectional attention (6 layers:
+    Gemma 3's pattern, the last one global; a window of 8), a SentencePiece tokenizer,
+    then mean pooling, ``2_Dense`` (64 -> 256), ``3_Dense``
+    (256 -> 64) and ``Normalize``, as the published sentence-transformers folder."""
+    from transformers import Gemma3TextConfig, Gemma3TextModel
+
+    vocab = train_spm(folder)
+    cfg = Gemma3TextConfig(
+        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        max_position_embeddings=256, sliding_window=8, query_pre_attn_scalar=16,
+        use_bidirectional_attention=True, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+    )  # fmt: skip
+    model = Gemma3TextModel(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    _mean_pooling(folder, 64)
+    _dense(folder, "2_Dense", 64, 256, seed + 1)
+    _dense(folder, "3_Dense", 256, 64, seed + 2)
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Dense", "type": _DENSE},
+        {"idx": 3, "name": "3", "path": "3_Dense", "type": _DENSE},
+        {"idx": 4, "name": "4", "path": "4_Normalize",
+         "type": "sentence_transformers.models.Normalize"},
+    ]))  # fmt: skip
+    return folder

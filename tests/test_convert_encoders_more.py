@@ -1,0 +1,202 @@
+"""More encoders against llama.cpp: EmbeddingGemma (``gemma-embedding``, with its
+sentence-transformers Dense heads), UMT5 / mT5, Unigram tokenizers GGUF -> HF, and the
+llama-quantize types for encoders.
+
+* HF -> GGUF byte-identical to the pinned ``convert_hf_to_gguf.py`` (EmbeddingGemma with
+  ``--sentence-transformers-dense-modules``, the flag that takes the Dense heads);
+* llama-cpp-python embeds with our file exactly as with the reference's, and as
+  sentence-transformers' pipeline (Transformer, mean Pooling, Dense, Dense, Normalize)
+  on the original;
+* GGUF -> HF: transformers / sentence-transformers load the folder with the same
+  embeddings (the Dense heads come back as sentence-transformers modules).
+
+All reference conversions run in one subprocess.  llama.cpp's ``EmbeddingGemma`` keeps
+its Dense module list in class attributes that grow with every conversion in a
+process, so the driver resets them before each job.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from support.encoder_models import gemma_embedding
+from support.llama_sdist import llama_cpp_root
+from test_convert_archs import _same_file
+from weightsmith import errors as E
+from weightsmith.convert import gguf_to_hf, hf_to_gguf
+
+REF_TYPES = ["f32", "f16", "bf16", "q8_0"]
+SENTENCES = [
+    "The quick brown fox jumps over the lazy dog, again and again and again.",
+    "Weights are read, transformed and written one tensor at a time.",
+]
+
+_DRIVER = textwrap.dedent(
+    """
+    import json, os, runpy, sys
+    script, jobs = sys.argv[1], json.loads(sys.argv[2])
+    sys.path.insert(0, os.path.dirname(script))
+    for src, out, outtype, extra in jobs:
+        if "conversion.gemma" in sys.modules:  # class-level lists grow per conversion
+            g = sys.modules["conversion.gemma"].EmbeddingGemma
+            g.module_paths, g.dense_features_dims = [], {}
+        sys.argv = [script, src, "--outfile", out, "--outtype", outtype, *extra]
+        runpy.run_path(script, run_name="__main__")
+    """
+)
+
+
+def _run_reference(jobs: list[tuple[str, str, str, list[str]]]) -> None:
+    script = str(llama_cpp_root() / "convert_hf_to_gguf.py")
+    r = subprocess.run([sys.executable, "-c", _DRIVER, script, json.dumps(jobs)],
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+DENSE_FLAG = ["--sentence-transformers-dense-modules"]
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("encoders_more")
+    models = {"gemma_emb": gemma_embedding(_mk(root / "models" / "gemma_emb"))}
+    ref, ours = root / "ref", root / "ours"
+    ref.mkdir()
+    ours.mkdir()
+    jobs = [(str(models["gemma_emb"]), str(ref / f"gemma_emb-{t}.gguf"), t, DENSE_FLAG)
+            for t in REF_TYPES]  # fmt: skip
+    # without the flag the reference leaves the Dense heads out
+    jobs.append((str(models["gemma_emb"]), str(ref / "gemma_emb-nodense.gguf"), "f16", []))
+    _run_reference(jobs)
+    for _, out, t, _ in jobs[: len(REF_TYPES)]:
+        name = Path(out).name
+        hf_to_gguf(models[name.rsplit("-", 1)[0]], ours / name, t)
+    return {"root": root, "models": models, "ref": ref, "ours": ours}
+
+
+def _mk(p: Path) -> Path:
+    p.mkdir(parents=True)
+    return p
+
+
+# --------------------------------------------------------------------------- EmbeddingGemma
+
+
+@pytest.mark.parametrize("t", REF_TYPES)
+def test_gemma_embedding_same_as_reference(work, t):
+    _same_file(work["ours"] / f"gemma_emb-{t}.gguf", work["ref"] / f"gemma_emb-{t}.gguf")
+
+
+def test_gemma_embedding_metadata_is_real(work):
+    """Guard against a vacuous pass: the Dense heads, their sizes and the pooling are in
+    the file (and the reference without its flag has none of them)."""
+    from weightsmith.gguf import read
+
+    with read(work["ours"] / "gemma_emb-q8_0.gguf") as f:
+        md = f.metadata
+        assert md["general.architecture"] == "gemma-embedding"
+        assert md["gemma-embedding.pooling_type"] == 1
+        assert [md[f"gemma-embedding.dense_{k}"] for k in
+                ("2_feat_in", "2_feat_out", "3_feat_in", "3_feat_out")] == [64, 256, 256, 64]
+        assert [t.name for t in f.tensors][:2] == ["dense_2.weight", "dense_3.weight"]
+        assert f.tensor("dense_2.weight").ggml_type.name == "Q8_0"
+    with read(work["ref"] / "gemma_emb-nodense.gguf") as f:
+        assert "dense_2.weight" not in f and "gemma-embedding.dense_2_feat_in" not in f.metadata
+
+
+def _st_pipeline(folder: Path, ids: list[int]) -> np.ndarray:
+    """sentence-transformers' modules by hand on the original folder: the model's hidden
+    states, mean pooling, 2_Dense, 3_Dense, L2 normalisation."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(folder, dtype=torch.float32).eval()
+    with torch.no_grad():
+        h = model(input_ids=torch.tensor([ids])).last_hidden_state[0].mean(0)
+        for sub in ("2_Dense", "3_Dense"):
+            h = load_file(folder / sub / "model.safetensors")["linear.weight"].float() @ h
+    return torch.nn.functional.normalize(h, dim=0).numpy()
+
+
+def _llama_embed(path: Path, text: str) -> tuple[list[int], np.ndarray]:
+    import llama_cpp
+
+    llm = llama_cpp.Llama(model_path=str(path), embedding=True, n_ctx=64, n_threads=2,
+                          verbose=False)  # fmt: skip
+    try:
+        ids = llm.tokenize(text.encode(), add_bos=True, special=False)
+        e = np.array(llm.embed(text, normalize=False), dtype=np.float32)
+        return ids, e / np.linalg.norm(e)
+    finally:
+        llm.close()
+
+
+def test_gemma_embedding_in_llama_cpp(work):
+    """Ours embeds as the reference's file, bit for bit, and as the sentence-transformers
+    pipeline does (the window of 8 is narrower than the sentences: SWA layers count)."""
+    for text in SENTENCES:
+        ids, got = _llama_embed(work["ours"] / "gemma_emb-f32.gguf", text)
+        ids_ref, ref = _llama_embed(work["ref"] / "gemma_emb-f32.gguf", text)
+        assert ids == ids_ref and len(ids) > 10 and got.shape == (64,)
+        np.testing.assert_array_equal(got, ref)
+        want = _st_pipeline(work["models"]["gemma_emb"], ids)
+        cos = float(got @ want / np.linalg.norm(got) / np.linalg.norm(want))
+        assert cos >= 0.9999, cos
+        assert np.abs(got - want).max() <= 1e-3
+
+
+def test_gemma_embedding_round_trip(work, tmp_path):
+    """GGUF (f32) -> HF: every tensor back (norms within 1e-6: w + 1 - 1), the Dense heads
+    as sentence-transformers modules, and sentence-transformers on the folder embeds as
+    llama.cpp on the GGUF."""
+    import torch
+    from safetensors.numpy import load_file
+    from sentence_transformers import SentenceTransformer
+
+    src, back = work["models"]["gemma_emb"], tmp_path / "back"
+    gguf_to_hf(work["ours"] / "gemma_emb-f32.gguf", back, dtype="f32")
+    orig = load_file(src / "model.safetensors")
+    got = {k.removeprefix("model."): v for k, v in load_file(back / "model.safetensors").items()}
+    assert sorted(got) == sorted(orig)
+    for k, v in orig.items():
+        np.testing.assert_allclose(got[k], v, rtol=0, atol=1e-6, err_msg=k)
+    for sub in ("2_Dense", "3_Dense"):
+        a = load_file(src / sub / "model.safetensors")["linear.weight"]
+        np.testing.assert_array_equal(load_file(back / sub / "model.safetensors")["linear.weight"], a)
+    cfg = json.loads((back / "config.json").read_text())
+    assert cfg["architectures"] == ["Gemma3TextModel"] and cfg["use_bidirectional_attention"]
+    st = SentenceTransformer(str(back), device="cpu")
+    assert [type(m).__name__ for m in st] == ["Transformer", "Pooling", "Dense", "Dense",
+                                             "Normalize"]  # fmt: skip
+    for text in SENTENCES:
+        ids, want = _llama_embed(work["ours"] / "gemma_emb-f32.gguf", text)
+        assert st.tokenizer(text)["input_ids"] == ids
+        with torch.no_grad():
+            e = st.encode([text])[0]
+        assert np.abs(e - want).max() <= 1e-3
+
+
+def test_gemma_embedding_bad_dense_is_named(work, tmp_path):
+    import shutil
+
+    d = shutil.copytree(work["models"]["gemma_emb"], tmp_path / "m")
+    cfg = json.loads((d / "2_Dense" / "config.json").read_text())
+    (d / "2_Dense" / "config.json").write_text(json.dumps(cfg | {"activation_function": "torch.nn.modules.activation.Tanh"}))
+    out = tmp_path / "out.gguf"
+    with pytest.raises(E.InvalidModelConfig, match="activation"):
+        hf_to_gguf(d, out, "f16")
+    (d / "2_Dense" / "config.json").write_text(json.dumps(cfg | {"out_features": 128}))
+    with pytest.raises(E.TensorShapeMismatch, match="Dense"):
+        hf_to_gguf(d, out, "f16")
+    (d / "2_Dense" / "config.json").unlink()
+    with pytest.raises(E.MissingModelFile, match="Dense"):
+        hf_to_gguf(d, out, "f16")
+    assert not out.exists()
