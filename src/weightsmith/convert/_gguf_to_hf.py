@@ -118,7 +118,8 @@ def _norm_dtype(dtype: str | DType) -> DType:
 
 def _entry(md: Mapping[str, Any], path: Path):
     arch = md.get("general.architecture")
-    entry = by_gguf_arch(arch) if isinstance(arch, str) else None
+    vocab = md.get("tokenizer.ggml.model")
+    entry = by_gguf_arch(arch, vocab if isinstance(vocab, str) else None) if isinstance(arch, str) else None
     if entry is None:
         known = sorted({a.gguf_arch for a in REGISTRY.values()})
         raise E.UnknownArchitecture(

@@ -166,9 +166,14 @@ def lookup(hf_arch: str) -> Arch | None:
     return REGISTRY.get(hf_arch)
 
 
-def by_gguf_arch(name: str) -> Arch | None:
-    """The entry for a ``general.architecture`` value (for the GGUF -> HF direction)."""
-    for a in ENTRIES:
-        if a.gguf_arch == name:
+def by_gguf_arch(name: str, ggml_vocab: str | None = None) -> Arch | None:
+    """The entry for a ``general.architecture`` value (for the GGUF -> HF direction).
+
+    Entries sharing one (BERT and XLM-RoBERTa are both ``bert``) differ by vocabulary:
+    the one whose tokenizer route writes ``tokenizer.ggml.model = ggml_vocab``
+    (``tokenizer["ggml"]``) wins, else the first."""
+    same = [a for a in ENTRIES if a.gguf_arch == name]
+    for a in same:
+        if ggml_vocab is not None and a.tokenizer.get("ggml") == ggml_vocab:
             return a
-    return None
+    return same[0] if same else None

@@ -13,7 +13,8 @@ goes, the position table loses its first ``pad_token_id + 1`` rows (RoBERTa's po
 start after the padding id; llama.cpp counts from 0) and the context length as much;
 its vocabulary is the Unigram ``sentencepiece.bpe.model`` in fairseq's id order
 (route ``xlmroberta``).  Both share ``general.architecture = bert``: GGUF -> HF
-rebuilds a BERT.
+rebuilds an XLM-RoBERTa when the vocabulary is Unigram (``tokenizer.ggml.model = t5``),
+else a BERT.
 
 nomic-bert (``NomicBertModel``, remote code: dense SwiGLU with a fused ``Wqkv`` and
 RoPE) and ModernBERT (``modern-bert``: fused ``Wqkv``, GeGLU, alternating local and
@@ -118,6 +119,15 @@ _ROBERTA_CTX = m(
     value=lambda c: c["max_position_embeddings"] - _position_offset(c),
 )
 
+def _xlmr_hf_config(cfg: dict, names: set[str]) -> dict:
+    """BERT's fields, and the position table's size with the ``pad_token_id + 1`` rows the
+    GGUF lost (XLMRobertaConfig's padding id 1; the rows come back as zeros)."""
+    out = BERT.hf_config(cfg, names)
+    if cfg.get("max_position_embeddings") is not None:
+        out["max_position_embeddings"] = cfg["max_position_embeddings"] + 2
+    return out
+
+
 XLMROBERTA = Arch(
     hf_archs=("XLMRobertaModel",),
     gguf_arch="bert",
@@ -134,9 +144,9 @@ XLMROBERTA = Arch(
     # XLMRobertaConfig's defaults
     defaults={**BERT.defaults, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2},
     pooling=True,
-    tokenizer={"vocab": "xlmroberta"},
+    tokenizer={"vocab": "xlmroberta", "ggml": "t5"},
     model_types={"XLMRobertaModel": "xlm-roberta"},
-    hf_config=BERT.hf_config,
+    hf_config=_xlmr_hf_config,
 )
 
 
