@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support.encoder_models import gemma_embedding
+from support.encoder_models import gemma_embedding, xlmr_with_tokenizer
+from support.hf_models import build
 from support.llama_sdist import llama_cpp_root
 from test_convert_archs import _same_file
 from weightsmith import errors as E
@@ -66,7 +67,12 @@ DENSE_FLAG = ["--sentence-transformers-dense-modules"]
 @pytest.fixture(scope="module")
 def work(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("encoders_more")
-    models = {"gemma_emb": gemma_embedding(_mk(root / "models" / "gemma_emb"))}
+    models = {
+        "gemma_emb": gemma_embedding(_mk(root / "models" / "gemma_emb")),
+        "xlmr": xlmr_with_tokenizer(_mk(root / "models" / "xlmr")),
+        "xlmr_json": xlmr_with_tokenizer(_mk(root / "models" / "xlmr_json"), json_only=True),
+        "t5": build("t5", root / "models" / "t5"),
+    }
     ref, ours = root / "ref", root / "ours"
     ref.mkdir()
     ours.mkdir()
@@ -74,8 +80,10 @@ def work(tmp_path_factory) -> dict:
             for t in REF_TYPES]  # fmt: skip
     # without the flag the reference leaves the Dense heads out
     jobs.append((str(models["gemma_emb"]), str(ref / "gemma_emb-nodense.gguf"), "f16", []))
+    jobs += [(str(models[a]), str(ref / f"{a}-f32.gguf"), "f32", []) for a in ("xlmr", "xlmr_json")]
     _run_reference(jobs)
-    for _, out, t, _ in jobs[: len(REF_TYPES)]:
+    hf_to_gguf(models["t5"], ours / "t5-f32.gguf", "f32")
+    for _, out, t, _ in [*jobs[: len(REF_TYPES)], *jobs[len(REF_TYPES) + 1 :]]:
         name = Path(out).name
         hf_to_gguf(models[name.rsplit("-", 1)[0]], ours / name, t)
     return {"root": root, "models": models, "ref": ref, "ours": ours}
@@ -198,5 +206,82 @@ def test_gemma_embedding_bad_dense_is_named(work, tmp_path):
         hf_to_gguf(d, out, "f16")
     (d / "2_Dense" / "config.json").unlink()
     with pytest.raises(E.MissingModelFile, match="Dense"):
+        hf_to_gguf(d, out, "f16")
+    assert not out.exists()
+
+
+# --------------------------------------------------------------------------- Unigram vocabularies
+
+
+@pytest.mark.parametrize("arch", ["xlmr", "xlmr_json"])
+def test_xlmr_same_as_reference(work, arch):
+    """XLM-R with its HF tokenizer files, and from tokenizer.json alone (the reference reads
+    that through transformers' tokenizer object; ours from the JSON)."""
+    _same_file(work["ours"] / f"{arch}-f32.gguf", work["ref"] / f"{arch}-f32.gguf")
+
+
+UNIGRAM_TEXTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Héllo  WORLD: naïve café, 3.14 and 敏捷的狐狸!",
+    "  leading and trailing  ",
+    "Der schnelle braune Fuchs ① ＡＢＣ",
+]
+
+
+@pytest.mark.parametrize("arch", ["t5", "xlmr"])
+def test_unigram_tokenizer_round_trip(work, arch, tmp_path, monkeypatch):
+    """GGUF -> HF rebuilds the Unigram tokenizer (precompiled charsmap, Metaspace): the
+    same ids as the original HF tokenizer and as llama.cpp on the GGUF; the JSON equals
+    what the tokenizers library builds from the same calls.  XLM-R comes back as
+    XLMRobertaModel with the same hidden states."""
+    import llama_cpp
+    import tokenizers
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from weightsmith.convert.tokenizer import _from_gguf, hf_tokenizer_files
+    from weightsmith.gguf import read
+
+    gguf = work["ours"] / f"{arch}-f32.gguf"
+    back = tmp_path / "back"
+    gguf_to_hf(gguf, back, dtype="f32")
+    orig, ours = AutoTokenizer.from_pretrained(work["models"][arch]), AutoTokenizer.from_pretrained(back)
+    llm = llama_cpp.Llama(model_path=str(gguf), embedding=arch != "t5", n_ctx=64, n_threads=2,
+                          verbose=False)  # fmt: skip
+    try:
+        for text in UNIGRAM_TEXTS:
+            ids = orig(text)["input_ids"]
+            assert ours(text)["input_ids"] == ids, text
+            assert llm.tokenize(text.encode(), add_bos=True, special=False) == ids, text
+    finally:
+        llm.close()
+    assert 3 in orig(UNIGRAM_TEXTS[1])["input_ids"] or arch == "t5"  # <unk> was exercised
+    with read(gguf) as f:
+        md = {k: f.metadata[k] for k in f.metadata}
+    mine = hf_tokenizer_files(md)
+    monkeypatch.setattr(_from_gguf, "TOKENIZERS_API", tokenizers)
+    assert hf_tokenizer_files(md) == mine
+    cfg = json.loads((back / "config.json").read_text())
+    if arch == "xlmr":
+        assert cfg["architectures"] == ["XLMRobertaModel"]
+        x = torch.tensor([orig(UNIGRAM_TEXTS[0])["input_ids"]])
+        with torch.no_grad():
+            a = AutoModel.from_pretrained(work["models"][arch]).eval()(input_ids=x)
+            b = AutoModel.from_pretrained(back).eval()(input_ids=x)
+        np.testing.assert_allclose(b.last_hidden_state.numpy(), a.last_hidden_state.numpy(),
+                                   rtol=0, atol=1e-5)  # fmt: skip
+
+
+def test_xlmr_json_without_precompiled_is_named(work, tmp_path):
+    """A tokenizer.json whose normalizer is not a bare Precompiled one (transformers 4's
+    Sequence): the reference fails on it; ours names it before any output."""
+    import shutil
+
+    d = shutil.copytree(work["models"]["xlmr_json"], tmp_path / "m")
+    tj = json.loads((d / "tokenizer.json").read_text())
+    tj["normalizer"] = {"type": "Sequence", "normalizers": [tj["normalizer"]]}
+    (d / "tokenizer.json").write_text(json.dumps(tj))
+    out = tmp_path / "out.gguf"
+    with pytest.raises(E.TokenizerInconsistent, match="normalizer"):
         hf_to_gguf(d, out, "f16")
     assert not out.exists()

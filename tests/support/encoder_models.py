@@ -57,3 +57,18 @@ def gemma_embedding(folder: Path, *, dtype: str = "float32", seed: int = 30) -> 
          "type": "sentence_transformers.models.Normalize"},
     ]))  # fmt: skip
     return folder
+
+
+def xlmr_with_tokenizer(folder: Path, *, json_only: bool = False) -> Path:
+    """The tiny XLM-RoBERTa of :mod:`support.hf_models` plus the HF tokenizer files
+    transformers saves for it (tokenizer.json, tokenizer_config.json); ``json_only``:
+    without ``sentencepiece.bpe.model`` (jina-embeddings-v3's layout)."""
+    from transformers import AutoTokenizer
+
+    from .hf_models import xlmroberta
+
+    xlmroberta(folder)
+    AutoTokenizer.from_pretrained(folder).save_pretrained(folder)
+    if json_only:
+        (folder / "sentencepiece.bpe.model").unlink()
+    return folder
