@@ -72,3 +72,33 @@ def xlmr_with_tokenizer(folder: Path, *, json_only: bool = False) -> Path:
     if json_only:
         (folder / "sentencepiece.bpe.model").unlink()
     return folder
+
+
+def _t5_family(folder: Path, cls_name: str, seed: int) -> Path:
+    import transformers
+
+    from .hf_models import _t5_config
+
+    vocab = train_unigram(folder)
+    cfg_cls = getattr(transformers, cls_name.replace("ForConditionalGeneration", "Config")
+                      .replace("Model", "Config"))  # fmt: skip
+    cfg = cfg_cls(**{k: v for k, v in _t5_config(vocab).to_dict().items()
+                     if k not in ("model_type", "architectures", "transformers_version")})  # fmt: skip
+    model = getattr(transformers, cls_name)(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, "float32")
+
+
+def mt5(folder: Path) -> Path:
+    """A tiny MT5ForConditionalGeneration (T5 v1.1 layout: gated GELU, untied head)."""
+    return _t5_family(folder, "MT5ForConditionalGeneration", 31)
+
+
+def umt5(folder: Path) -> Path:
+    """A tiny UMT5ForConditionalGeneration: a relative attention bias in every block."""
+    return _t5_family(folder, "UMT5ForConditionalGeneration", 32)
+
+
+def umt5_model(folder: Path) -> Path:
+    """A tiny UMT5Model (encoder-decoder without the LM head)."""
+    return _t5_family(folder, "UMT5Model", 33)

@@ -136,7 +136,7 @@ def _hf_arch(entry: Any, md: Mapping[str, Any], names: set[str] | None = None) -
     """The HF class: the entry's first, or a sibling sharing its GGUF layout whose model
     type the file names (llama.cpp writes Mistral as ``llama``; ``general.name`` keeps it),
     or whose experts the file has (Mixtral is ``llama`` with ``ffn_*_exps``; DeepSeek-V3
-    is ``deepseek2`` with ``exp_probs_b``)."""
+    is ``deepseek2`` with ``exp_probs_b``; UMT5 is ``t5`` with a bias in every block)."""
     if names and any(n.endswith("_exps.weight") for n in names) and entry.stacks:
         for cls in entry.hf_archs:
             if entry.model_types.get(cls) == "mixtral":
@@ -146,6 +146,11 @@ def _hf_arch(entry: Any, md: Mapping[str, Any], names: set[str] | None = None) -
     if names and any(n.endswith("exp_probs_b.bias") for n in names):
         for cls in entry.hf_archs:
             if entry.model_types.get(cls) == "deepseek_v3":
+                return cls
+    # UMT5 keeps a relative attention bias in every block, T5 and mT5 in the first only
+    if names and "enc.blk.1.attn_rel_b.weight" in names:
+        for cls in entry.hf_archs:
+            if entry.model_types.get(cls) == "umt5":
                 return cls
     name = " ".join(str(md.get(k, "")) for k in ("general.basename", "general.name")).lower()
     for cls in entry.hf_archs[1:]:
