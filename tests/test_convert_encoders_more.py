@@ -26,10 +26,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support.encoder_models import gemma_embedding, xlmr_with_tokenizer
+from support.encoder_models import (
+    gemma_embedding,
+    mt5,
+    t5_wide,
+    umt5,
+    umt5_model,
+    xlmr_wide,
+    xlmr_with_tokenizer,
+)
 from support.hf_models import build
 from support.llama_sdist import llama_cpp_root
 from test_convert_archs import _same_file
+from test_convert_hf_to_gguf import _llama_quantize
 from weightsmith import errors as E
 from weightsmith.convert import gguf_to_hf, hf_to_gguf
 
@@ -62,6 +71,11 @@ def _run_reference(jobs: list[tuple[str, str, str, list[str]]]) -> None:
 
 
 DENSE_FLAG = ["--sentence-transformers-dense-modules"]
+T5_FAMILY_FILES = [(a, t) for a in ("mt5", "umt5") for t in ("f32", "f16", "q8_0")]
+T5_FAMILY_FILES += [("umt5_model", "f16")]
+# 256 wide (k-quant rows without fallback), and EmbeddingGemma (its Dense heads)
+QUANT_ARCHS = ["xlmr_wide", "t5_wide", "gemma_emb"]
+QUANT_TYPES = ["q4_k_m", "iq4_xs"]
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +86,11 @@ def work(tmp_path_factory) -> dict:
         "xlmr": xlmr_with_tokenizer(_mk(root / "models" / "xlmr")),
         "xlmr_json": xlmr_with_tokenizer(_mk(root / "models" / "xlmr_json"), json_only=True),
         "t5": build("t5", root / "models" / "t5"),
+        "xlmr_wide": xlmr_wide(_mk(root / "models" / "xlmr_wide")),
+        "t5_wide": t5_wide(_mk(root / "models" / "t5_wide")),
+        "mt5": mt5(_mk(root / "models" / "mt5")),
+        "umt5": umt5(_mk(root / "models" / "umt5")),
+        "umt5_model": umt5_model(_mk(root / "models" / "umt5_model")),
     }
     ref, ours = root / "ref", root / "ours"
     ref.mkdir()
@@ -81,11 +100,19 @@ def work(tmp_path_factory) -> dict:
     # without the flag the reference leaves the Dense heads out
     jobs.append((str(models["gemma_emb"]), str(ref / "gemma_emb-nodense.gguf"), "f16", []))
     jobs += [(str(models[a]), str(ref / f"{a}-f32.gguf"), "f32", []) for a in ("xlmr", "xlmr_json")]
+    jobs += [(str(models[a]), str(ref / f"{a}-{t}.gguf"), t, [])
+             for a, t in T5_FAMILY_FILES + [(a, "f32") for a in QUANT_ARCHS if a != "gemma_emb"]]
     _run_reference(jobs)
-    hf_to_gguf(models["t5"], ours / "t5-f32.gguf", "f32")
-    for _, out, t, _ in [*jobs[: len(REF_TYPES)], *jobs[len(REF_TYPES) + 1 :]]:
+    ours_jobs = [*jobs[: len(REF_TYPES)], *jobs[len(REF_TYPES) + 1 :]]
+    ours_jobs.append((None, str(ours / "t5-f32.gguf"), "f32", []))
+    for a in QUANT_ARCHS:
+        for t in QUANT_TYPES:  # the reference's f32 file through llama_model_quantize
+            _llama_quantize(ref / f"{a}-f32.gguf", ref / f"{a}-{t}.gguf", t)
+            ours_jobs.append((None, str(ours / f"{a}-{t}.gguf"), t, []))
+    for _, out, t, _ in ours_jobs:
         name = Path(out).name
-        hf_to_gguf(models[name.rsplit("-", 1)[0]], ours / name, t)
+        if not (ours / name).exists():
+            hf_to_gguf(models[name.rsplit("-", 1)[0]], ours / name, t)
     return {"root": root, "models": models, "ref": ref, "ours": ours}
 
 
@@ -285,3 +312,76 @@ def test_xlmr_json_without_precompiled_is_named(work, tmp_path):
     with pytest.raises(E.TokenizerInconsistent, match="normalizer"):
         hf_to_gguf(d, out, "f16")
     assert not out.exists()
+
+
+# --------------------------------------------------------------------------- mT5 / UMT5
+
+
+@pytest.mark.parametrize(("arch", "t"), T5_FAMILY_FILES)
+def test_t5_family_same_as_reference(work, arch, t):
+    _same_file(work["ours"] / f"{arch}-{t}.gguf", work["ref"] / f"{arch}-{t}.gguf")
+
+
+@pytest.mark.parametrize("arch", ["mt5", "umt5"])
+def test_t5_family_in_llama_cpp_and_back(work, arch, tmp_path):
+    """llama.cpp runs mT5 and UMT5 (a relative attention bias in every block) as it runs T5:
+    logits within 2e-3 of the scale of transformers'; GGUF -> HF gives the same class,
+    tensors and logits, and a tokenizer that tokenizes as llama.cpp."""
+    import llama_cpp
+    import torch
+    import transformers
+    from safetensors.numpy import load_file
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from weightsmith.gguf import read
+
+    gguf = work["ours"] / f"{arch}-f32.gguf"
+    with read(gguf) as f:  # guard: UMT5's per-block bias is really there
+        assert ("enc.blk.1.attn_rel_b.weight" in f) == (arch == "umt5")
+    src, dec = [5, 9, 33, 100, 7, 42, 1], [0, 10, 20, 30]
+    llm = llama_cpp.Llama(model_path=str(gguf), n_ctx=64, n_threads=2, logits_all=True,
+                          verbose=False)  # fmt: skip
+    try:
+        arr = (llama_cpp.llama_token * len(src))(*src)
+        assert llama_cpp.llama_encode(llm.ctx, llama_cpp.llama_batch_get_one(arr, len(src))) == 0
+        llm.eval(dec)
+        got = np.array(llm.scores[: len(dec)], dtype=np.float32)
+        text = UNIGRAM_TEXTS[1]
+        llama_ids = llm.tokenize(text.encode(), add_bos=True, special=False)
+    finally:
+        llm.close()
+    cls = {"mt5": "MT5ForConditionalGeneration", "umt5": "UMT5ForConditionalGeneration"}[arch]
+    x, d = torch.tensor([src]), torch.tensor([dec])
+    orig = getattr(transformers, cls).from_pretrained(work["models"][arch]).eval()
+    with torch.no_grad():
+        want = orig(input_ids=x, decoder_input_ids=d).logits[0].numpy()
+    assert np.abs(got - want).max() <= 2e-3 * max(1.0, float(np.abs(want).max()))
+
+    back = tmp_path / "back"
+    gguf_to_hf(gguf, back, dtype="f32")
+    assert json.loads((back / "config.json").read_text())["architectures"] == [cls]
+    a, b = load_file(work["models"][arch] / "model.safetensors"), load_file(back / "model.safetensors")
+    assert sorted(a) == sorted(b)
+    for k in a:
+        np.testing.assert_array_equal(b[k], a[k], err_msg=k)
+    model = AutoModelForSeq2SeqLM.from_pretrained(back).eval()
+    assert type(model).__name__ == cls
+    with torch.no_grad():
+        np.testing.assert_allclose(model(input_ids=x, decoder_input_ids=d).logits[0].numpy(), want,
+                                   rtol=0, atol=1e-5)  # fmt: skip
+    assert AutoTokenizer.from_pretrained(back)(text)["input_ids"] == llama_ids
+
+
+# --------------------------------------------------------------------------- llama-quantize types
+
+
+@pytest.mark.parametrize("t", QUANT_TYPES)
+@pytest.mark.parametrize("arch", QUANT_ARCHS)
+def test_encoder_quant_types_same_as_llama_quantize(work, arch, t):
+    """Reference f32 + llama_model_quantize: every KV (in order), tensor info and byte."""
+    from weightsmith.gguf import read
+
+    ours = work["ours"] / f"{arch}-{t}.gguf"
+    _same_file(ours, work["ref"] / f"{arch}-{t}.gguf")
+    with read(ours) as f:  # guard: the type's own blocks, not only its fallbacks
+        assert any(x.ggml_type.name in ("Q4_K", "IQ4_XS") for x in f.tensors)

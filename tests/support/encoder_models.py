@@ -102,3 +102,32 @@ def umt5(folder: Path) -> Path:
 def umt5_model(folder: Path) -> Path:
     """A tiny UMT5Model (encoder-decoder without the LM head)."""
     return _t5_family(folder, "UMT5Model", 33)
+
+
+def xlmr_wide(folder: Path) -> Path:
+    """A tiny XLMRobertaModel 256 wide (rows of 256: the k-quants apply without fallback)."""
+    from transformers import XLMRobertaConfig, XLMRobertaModel
+
+    n_sp = train_unigram(folder, name="sentencepiece.bpe.model", ids=(-1, 2, 0, 1))
+    _mean_pooling(folder, 256)
+    cfg = XLMRobertaConfig(
+        vocab_size=n_sp + 2, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+        num_attention_heads=4, max_position_embeddings=66, type_vocab_size=1, pad_token_id=1,
+        bos_token_id=0, eos_token_id=2,
+    )  # fmt: skip
+    model = XLMRobertaModel(cfg, add_pooling_layer=False)
+    _random_init(model, 34)
+    return _save(model, folder, "float32")
+
+
+def t5_wide(folder: Path) -> Path:
+    """A tiny T5 (gated GELU) 256 wide, for the k-quants."""
+    from transformers import T5ForConditionalGeneration
+
+    from .hf_models import _t5_config
+
+    cfg = _t5_config(train_unigram(folder))
+    cfg.d_model, cfg.d_kv, cfg.d_ff = 256, 64, 512
+    model = T5ForConditionalGeneration(cfg)
+    _random_init(model, 35)
+    return _save(model, folder, "float32")
