@@ -29,6 +29,7 @@ import pytest
 from support.encoder_models import (
     gemma_embedding,
     mt5,
+    nomic_bert_moe,
     t5_wide,
     umt5,
     umt5_model,
@@ -91,6 +92,7 @@ def work(tmp_path_factory) -> dict:
         "mt5": mt5(_mk(root / "models" / "mt5")),
         "umt5": umt5(_mk(root / "models" / "umt5")),
         "umt5_model": umt5_model(_mk(root / "models" / "umt5_model")),
+        "nomic_moe": nomic_bert_moe(_mk(root / "models" / "nomic_moe")),
     }
     ref, ours = root / "ref", root / "ours"
     ref.mkdir()
@@ -99,9 +101,14 @@ def work(tmp_path_factory) -> dict:
             for t in REF_TYPES]  # fmt: skip
     # without the flag the reference leaves the Dense heads out
     jobs.append((str(models["gemma_emb"]), str(ref / "gemma_emb-nodense.gguf"), "f16", []))
-    jobs += [(str(models[a]), str(ref / f"{a}-f32.gguf"), "f32", []) for a in ("xlmr", "xlmr_json")]
-    jobs += [(str(models[a]), str(ref / f"{a}-{t}.gguf"), t, [])
-             for a, t in T5_FAMILY_FILES + [(a, "f32") for a in QUANT_ARCHS if a != "gemma_emb"]]
+    jobs += [
+        (str(models[a]), str(ref / f"{a}-f32.gguf"), "f32", [])
+        for a in ("xlmr", "xlmr_json", "nomic_moe")
+    ]
+    jobs += [
+        (str(models[a]), str(ref / f"{a}-{t}.gguf"), t, [])
+        for a, t in T5_FAMILY_FILES + [(a, "f32") for a in QUANT_ARCHS if a != "gemma_emb"]
+    ]
     _run_reference(jobs)
     ours_jobs = [*jobs[: len(REF_TYPES)], *jobs[len(REF_TYPES) + 1 :]]
     ours_jobs.append((None, str(ours / "t5-f32.gguf"), "f32", []))
@@ -138,8 +145,10 @@ def test_gemma_embedding_metadata_is_real(work):
         md = f.metadata
         assert md["general.architecture"] == "gemma-embedding"
         assert md["gemma-embedding.pooling_type"] == 1
-        assert [md[f"gemma-embedding.dense_{k}"] for k in
-                ("2_feat_in", "2_feat_out", "3_feat_in", "3_feat_out")] == [64, 256, 256, 64]
+        assert [
+            md[f"gemma-embedding.dense_{k}"]
+            for k in ("2_feat_in", "2_feat_out", "3_feat_in", "3_feat_out")
+        ] == [64, 256, 256, 64]
         assert [t.name for t in f.tensors][:2] == ["dense_2.weight", "dense_3.weight"]
         assert f.tensor("dense_2.weight").ggml_type.name == "Q8_0"
     with read(work["ref"] / "gemma_emb-nodense.gguf") as f:
@@ -205,7 +214,9 @@ def test_gemma_embedding_round_trip(work, tmp_path):
         np.testing.assert_allclose(got[k], v, rtol=0, atol=1e-6, err_msg=k)
     for sub in ("2_Dense", "3_Dense"):
         a = load_file(src / sub / "model.safetensors")["linear.weight"]
-        np.testing.assert_array_equal(load_file(back / sub / "model.safetensors")["linear.weight"], a)
+        np.testing.assert_array_equal(
+            load_file(back / sub / "model.safetensors")["linear.weight"], a
+        )
     cfg = json.loads((back / "config.json").read_text())
     assert cfg["architectures"] == ["Gemma3TextModel"] and cfg["use_bidirectional_attention"]
     st = SentenceTransformer(str(back), device="cpu")
@@ -224,7 +235,9 @@ def test_gemma_embedding_bad_dense_is_named(work, tmp_path):
 
     d = shutil.copytree(work["models"]["gemma_emb"], tmp_path / "m")
     cfg = json.loads((d / "2_Dense" / "config.json").read_text())
-    (d / "2_Dense" / "config.json").write_text(json.dumps(cfg | {"activation_function": "torch.nn.modules.activation.Tanh"}))
+    (d / "2_Dense" / "config.json").write_text(
+        json.dumps(cfg | {"activation_function": "torch.nn.modules.activation.Tanh"})
+    )
     out = tmp_path / "out.gguf"
     with pytest.raises(E.InvalidModelConfig, match="activation"):
         hf_to_gguf(d, out, "f16")
@@ -272,7 +285,10 @@ def test_unigram_tokenizer_round_trip(work, arch, tmp_path, monkeypatch):
     gguf = work["ours"] / f"{arch}-f32.gguf"
     back = tmp_path / "back"
     gguf_to_hf(gguf, back, dtype="f32")
-    orig, ours = AutoTokenizer.from_pretrained(work["models"][arch]), AutoTokenizer.from_pretrained(back)
+    orig, ours = (
+        AutoTokenizer.from_pretrained(work["models"][arch]),
+        AutoTokenizer.from_pretrained(back),
+    )
     llm = llama_cpp.Llama(model_path=str(gguf), embedding=arch != "t5", n_ctx=64, n_threads=2,
                           verbose=False)  # fmt: skip
     try:
@@ -360,7 +376,10 @@ def test_t5_family_in_llama_cpp_and_back(work, arch, tmp_path):
     back = tmp_path / "back"
     gguf_to_hf(gguf, back, dtype="f32")
     assert json.loads((back / "config.json").read_text())["architectures"] == [cls]
-    a, b = load_file(work["models"][arch] / "model.safetensors"), load_file(back / "model.safetensors")
+    a, b = (
+        load_file(work["models"][arch] / "model.safetensors"),
+        load_file(back / "model.safetensors"),
+    )
     assert sorted(a) == sorted(b)
     for k in a:
         np.testing.assert_array_equal(b[k], a[k], err_msg=k)
@@ -385,3 +404,133 @@ def test_encoder_quant_types_same_as_llama_quantize(work, arch, t):
     _same_file(ours, work["ref"] / f"{arch}-{t}.gguf")
     with read(ours) as f:  # guard: the type's own blocks, not only its fallbacks
         assert any(x.ggml_type.name in ("Q4_K", "IQ4_XS") for x in f.tensors)
+
+
+# --------------------------------------------------------------------------- nomic-bert MoE
+
+# NomicBertConfig (transformers 5) ignores the checkpoint's own fields: the reference writes
+# its class defaults for these (and key/value lengths from its head_dim); ours config.json's
+NOMIC_MOE_FROM_CONFIG = {
+    "block_count": 2, "context_length": 512, "embedding_length": 64,
+    "feed_forward_length": 128, "attention.head_count": 4, "rope.freq_base": 10000.0,
+    "attention.layer_norm_epsilon": np.float32(1e-5),
+}  # fmt: skip
+
+
+def test_nomic_bert_moe_against_reference(work):
+    """Every tensor (experts cut and transposed, router, GELU MLP, biases) and every other
+    KV byte-identical to the reference's file, in order; the sizes are config.json's."""
+    from support import gguf_c_reader
+    from weightsmith.gguf import read
+
+    ours, ref = work["ours"] / "nomic_moe-f32.gguf", work["ref"] / "nomic_moe-f32.gguf"
+    (ko, to), (kr, tr) = gguf_c_reader.read(ours), gguf_c_reader.read(ref)
+    assert to == tr
+    lengths = {f"nomic-bert-moe.attention.{k}_length" for k in ("key", "value")}  # theirs only
+    assert [k for k in kr if k not in lengths] == list(ko)
+    differ = {f"nomic-bert-moe.{k}" for k in NOMIC_MOE_FROM_CONFIG}
+    assert all(ko[k] == kr[k] for k in ko if k not in differ and k != "general.name")
+    with read(ours) as f:
+        md = f.metadata
+        for k, v in NOMIC_MOE_FROM_CONFIG.items():
+            assert md[f"nomic-bert-moe.{k}"] == v, k
+        assert md["nomic-bert-moe.moe_every_n_layers"] == 2
+        assert md["nomic-bert-moe.expert_used_count"] == 2
+        assert md["tokenizer.ggml.model"] == "t5"
+        assert f.tensor("blk.1.ffn_down_exps.weight").shape == (4, 64, 128)
+
+
+def _nomic_moe_oracle(folder: Path):
+    """transformers' NomicBertModel with the checkpoint's weights, its attention given the
+    Q/K/V/output biases and its MLPs replaced by the checkpoint's (GELU fc1/fc2; softmax
+    top-2 experts, weights not renormalised, plus the experts' output bias)."""
+    import torch
+    from safetensors.torch import load_file
+    from torch import nn
+    from transformers import NomicBertConfig, NomicBertModel
+
+    cfg = json.loads((folder / "config.json").read_text())
+    sd = load_file(folder / "model.safetensors")
+    h, k = cfg["n_embd"], cfg["moe_top_k"]
+    model = NomicBertModel(NomicBertConfig(
+        vocab_size=cfg["vocab_size"], hidden_size=h, num_hidden_layers=cfg["n_layer"],
+        num_attention_heads=cfg["n_head"], intermediate_size=cfg["n_inner"],
+        layer_norm_eps=cfg["layer_norm_epsilon"], type_vocab_size=cfg["type_vocab_size"],
+        rope_parameters={"rope_theta": float(cfg["rotary_emb_base"]), "rope_type": "default"},
+    )).eval()  # fmt: skip
+
+    class Dense(nn.Module):
+        def __init__(self, p):
+            super().__init__()
+            self.p = p
+
+        def forward(self, x):
+            p = self.p
+            y = nn.functional.gelu(x @ sd[p + "fc1.weight"].T + sd[p + "fc1.bias"])
+            return y @ sd[p + "fc2.weight"].T + sd[p + "fc2.bias"]
+
+    class Moe(nn.Module):
+        def __init__(self, p):
+            super().__init__()
+            self.p = p
+
+        def forward(self, x):
+            p, e = self.p, sd[self.p + "router.layer.weight"].shape[0]
+            w1 = sd[p + "experts.mlp.w1"].view(e, -1, h)
+            w2 = sd[p + "experts.mlp.w2"].view(e, -1, h)
+            probs = torch.softmax(x @ sd[p + "router.layer.weight"].T, dim=-1)
+            top, idx = probs.topk(k, dim=-1)
+            out = torch.zeros_like(x)
+            for j in range(e):
+                gate = (top * (idx == j)).sum(-1, keepdim=True)
+                out = out + gate * (nn.functional.gelu(x @ w1[j].T) @ w2[j])
+            return out + sd[p + "experts.bias"]
+
+    new = {
+        "embeddings.word_embeddings.weight": sd["embeddings.word_embeddings.weight"],
+        "embeddings.token_type_embeddings.weight": sd["embeddings.token_type_embeddings.weight"],
+        "embeddings.LayerNorm.weight": sd["emb_ln.weight"],
+        "embeddings.LayerNorm.bias": sd["emb_ln.bias"],
+    }
+    for i, layer in enumerate(model.layers):
+        a, b = f"encoder.layers.{i}.", f"layers.{i}."
+        att = layer.self_attn
+        for n in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            setattr(att, n, nn.Linear(h, h, bias=True))
+        q, kk, v = sd[a + "attn.Wqkv.weight"].split(h)
+        qb, kb, vb = sd[a + "attn.Wqkv.bias"].split(h)
+        new |= {b + "self_attn.q_proj.weight": q, b + "self_attn.q_proj.bias": qb,
+                b + "self_attn.k_proj.weight": kk, b + "self_attn.k_proj.bias": kb,
+                b + "self_attn.v_proj.weight": v, b + "self_attn.v_proj.bias": vb,
+                b + "self_attn.o_proj.weight": sd[a + "attn.out_proj.weight"],
+                b + "self_attn.o_proj.bias": sd[a + "attn.out_proj.bias"]}  # fmt: skip
+        for x, y in (("norm1", "post_attention_layernorm"), ("norm2", "post_mlp_layernorm")):
+            new[f"{b}{y}.weight"], new[f"{b}{y}.bias"] = sd[f"{a}{x}.weight"], sd[f"{a}{x}.bias"]
+        moe = i % cfg["moe_every_n_layers"] == 1
+        layer.mlp = (Moe if moe else Dense)(a + "mlp.")
+    model.load_state_dict(new, strict=True)
+    return model
+
+
+def test_nomic_bert_moe_embedding_in_llama_cpp(work):
+    """llama.cpp runs our file (the reference's it refuses: wrong sizes); its mean embedding
+    equals the oracle's (``_nomic_moe_oracle``) with the same token ids."""
+    import llama_cpp
+    import torch
+
+    model = _nomic_moe_oracle(work["models"]["nomic_moe"])
+    for text in SENTENCES:
+        llm = llama_cpp.Llama(model_path=str(work["ours"] / "nomic_moe-f32.gguf"),
+                              embedding=True, n_ctx=64, n_threads=2, verbose=False)  # fmt: skip
+        try:
+            tokens = llm.tokenize(text.encode(), add_bos=True, special=False)
+            got = np.array(llm.embed(text, normalize=False), dtype=np.float32)
+        finally:
+            llm.close()
+        with torch.no_grad():
+            want = model(input_ids=torch.tensor([tokens])).last_hidden_state[0].numpy().mean(0)
+        assert tokens[0] == 0 and tokens[-1] == 2 and len(tokens) > 10  # <s> ... </s>
+        assert np.abs(got - want).max() <= 2e-3 * np.abs(want).max(), np.abs(got - want).max()
+    with pytest.raises(ValueError, match="Failed to load model"):
+        llama_cpp.Llama(model_path=str(work["ref"] / "nomic_moe-f32.gguf"), embedding=True,
+                        verbose=False)  # fmt: skip

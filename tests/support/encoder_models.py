@@ -131,3 +131,61 @@ def t5_wide(folder: Path) -> Path:
     model = T5ForConditionalGeneration(cfg)
     _random_init(model, 35)
     return _save(model, folder, "float32")
+
+
+def nomic_bert_moe(folder: Path, *, seed: int = 36) -> Path:
+    """A tiny nomic-embed-text-v2-moe layout written with numpy (remote code): layer 0 a
+    GELU ``fc1`` / ``fc2`` MLP, layer 1 (``moe_every_n_layers`` 2) 4 experts with top-2
+    softmax routing; Q/K/V, output and MLP biases; RoPE; post-norm; XLM-R's Unigram
+    tokenizer.json; mean pooling.  The experts' output bias is zero: llama.cpp (and its
+    converter) have no slot for it."""
+    import numpy as np
+
+    from weightsmith.safetensors import save_file
+
+    xlmr_with_tokenizer(folder, json_only=True)
+    for f in ("config.json", "model.safetensors"):
+        (folder / f).unlink()
+    n_embd, n_inner, n_exp, vocab = 64, 128, 4, 130
+    cfg = {
+        "architectures": ["NomicBertModel"], "model_type": "nomic_bert", "n_embd": n_embd,
+        "n_head": 4, "n_layer": 2, "n_inner": n_inner, "n_positions": 2048,
+        "max_trained_positions": 2048, "vocab_size": vocab, "type_vocab_size": 1,
+        "layer_norm_epsilon": 1e-5, "rotary_emb_base": 10000, "rotary_emb_fraction": 1.0,
+        "rotary_emb_interleaved": False, "rotary_emb_scale_base": None,
+        "activation_function": "gelu", "causal": False, "qkv_proj_bias": True,
+        "mlp_fc1_bias": True, "mlp_fc2_bias": True, "prenorm": False, "pad_token_id": 1,
+        "moe_every_n_layers": 2, "moe_top_k": 2, "num_experts": n_exp,
+    }  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    rng = np.random.default_rng(seed)
+
+    def w(*shape: int, base: float = 0.0, scale: float = 0.05) -> np.ndarray:
+        return (rng.standard_normal(shape, dtype=np.float32) * scale + base).astype(np.float32)
+
+    t = {
+        "embeddings.word_embeddings.weight": w(vocab, n_embd, scale=0.5),
+        "embeddings.token_type_embeddings.weight": w(1, n_embd),
+        "emb_ln.weight": w(n_embd, base=1.0),
+        "emb_ln.bias": w(n_embd),
+    }
+    for i in range(2):
+        p = f"encoder.layers.{i}."
+        t |= {p + "attn.Wqkv.weight": w(3 * n_embd, n_embd, scale=0.2),
+              p + "attn.Wqkv.bias": w(3 * n_embd),
+              p + "attn.out_proj.weight": w(n_embd, n_embd, scale=0.2),
+              p + "attn.out_proj.bias": w(n_embd)}  # fmt: skip
+        for n in ("norm1", "norm2"):
+            t[p + n + ".weight"], t[p + n + ".bias"] = w(n_embd, base=1.0), w(n_embd)
+        if i == 0:
+            t |= {p + "mlp.fc1.weight": w(n_inner, n_embd, scale=0.2),
+                  p + "mlp.fc1.bias": w(n_inner),
+                  p + "mlp.fc2.weight": w(n_embd, n_inner, scale=0.2),
+                  p + "mlp.fc2.bias": w(n_embd)}  # fmt: skip
+        else:
+            t |= {p + "mlp.router.layer.weight": w(n_exp, n_embd, scale=0.5),
+                  p + "mlp.experts.mlp.w1": w(n_exp * n_inner, n_embd, scale=0.2),
+                  p + "mlp.experts.mlp.w2": w(n_exp * n_inner, n_embd, scale=0.2),
+                  p + "mlp.experts.bias": np.zeros(n_embd, np.float32)}  # fmt: skip
+    save_file(t, folder / "model.safetensors", metadata={"format": "pt"})
+    return folder

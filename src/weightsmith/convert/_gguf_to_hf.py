@@ -65,9 +65,9 @@ from ..quant import dequantize
 from ..quant.file import dequantize_tensor
 from ..safetensors import (
     INDEX_NAME,
-    save_file,
     StreamWriter,
     parse_size,
+    save_file,
     shard_names,
     split_shards,
     write_index,
@@ -119,7 +119,11 @@ def _norm_dtype(dtype: str | DType) -> DType:
 def _entry(md: Mapping[str, Any], path: Path):
     arch = md.get("general.architecture")
     vocab = md.get("tokenizer.ggml.model")
-    entry = by_gguf_arch(arch, vocab if isinstance(vocab, str) else None) if isinstance(arch, str) else None
+    entry = (
+        by_gguf_arch(arch, vocab if isinstance(vocab, str) else None)
+        if isinstance(arch, str)
+        else None
+    )
     if entry is None:
         known = sorted({a.gguf_arch for a in REGISTRY.values()})
         raise E.UnknownArchitecture(

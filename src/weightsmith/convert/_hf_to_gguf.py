@@ -156,7 +156,7 @@ def _arch(cfg: dict, path: Path) -> Arch:
             expected="a list with the model class name",
             found=archs,
         )
-    a = lookup(archs[0])
+    a = lookup(archs[0], cfg)
     if a is None:
         raise E.UnknownArchitecture(
             "architecture not supported",

@@ -35,6 +35,8 @@ layout (``params.json`` as the config, Meta-style names), which no HF class name
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ._common import (
     COMMON,
     GEMMA_NORM,
@@ -64,7 +66,7 @@ from ._model import (
     layer_of,
     rope_parameters,
 )
-from .bert import BERT, MODERNBERT, NOMIC_BERT, XLMROBERTA
+from .bert import BERT, MODERNBERT, NOMIC_BERT, NOMIC_BERT_MOE, XLMROBERTA
 from .deepseek import DEEPSEEK2
 from .embeddinggemma import GEMMA_EMBEDDING
 from .gemma import GEMMA2, GEMMA3
@@ -91,6 +93,7 @@ __all__ = [
     "PERMUTE_K",
     "PERMUTE_Q",
     "REGISTRY",
+    "VARIANTS",
     "Arch",
     "HfTensor",
     "MetaKey",
@@ -152,17 +155,31 @@ ENTRIES: tuple[Arch, ...] = (
     T5,
     T5ENCODER,
     GEMMA_EMBEDDING,
+    NOMIC_BERT_MOE,
 )
 
+#: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
+#: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)
+VARIANTS: dict[str, list[tuple[Callable[[dict], bool], Arch]]] = {
+    "NomicBertModel": [(lambda cfg: bool(cfg.get("moe_every_n_layers")), NOMIC_BERT_MOE)],
+}
+_VARIANT_ENTRIES = [a for vs in VARIANTS.values() for _, a in vs]
+
 #: HF architecture name -> entry
-REGISTRY: dict[str, Arch] = {h: a for a in ENTRIES for h in a.hf_archs}
+REGISTRY: dict[str, Arch] = {
+    h: a for a in ENTRIES if all(a is not v for v in _VARIANT_ENTRIES) for h in a.hf_archs
+}
 
 
 def supported() -> list[str]:
     return sorted(REGISTRY)
 
 
-def lookup(hf_arch: str) -> Arch | None:
+def lookup(hf_arch: str, cfg: dict | None = None) -> Arch | None:
+    """The entry for an HF class; with ``cfg`` (config.json), its :data:`VARIANTS` too."""
+    for test, entry in VARIANTS.get(hf_arch, []) if cfg is not None else []:
+        if test(cfg):
+            return entry
     return REGISTRY.get(hf_arch)
 
 

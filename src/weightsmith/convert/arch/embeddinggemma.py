@@ -52,8 +52,7 @@ GEMMA_EMBEDDING = Arch(
     transforms=[GEMMA_EMBED_ROWS, GEMMA_NORM],
     renames=((r"^(embed_tokens|layers|norm)\.", r"model.\1."),),
     vocab_rows=True,
-    required=("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size",
-              "sliding_window"),  # fmt: skip
+    required=(*GEMMA3.required, "sliding_window"),
     defaults=GEMMA3.defaults,
     pooling=True,
     dense=DENSE,

@@ -152,7 +152,9 @@ def _xlmr_from_json(d: Path, config: dict):
     tc = _json_if(d / "tokenizer_config.json") or {}
     model, norm = tj.get("model"), tj.get("normalizer")
     if not isinstance(model, dict) or model.get("type") != "Unigram":
-        raise _bad_json(path, "model.type", "Unigram", model.get("type") if isinstance(model, dict) else model)
+        raise _bad_json(
+            path, "model.type", "Unigram", model.get("type") if isinstance(model, dict) else model
+        )
     if not isinstance(norm, dict) or not isinstance(norm.get("precompiled_charsmap"), str):
         kind = norm.get("type") if isinstance(norm, dict) else norm
         raise _bad_json(path, "normalizer", "a Precompiled normalizer", kind)
@@ -201,11 +203,16 @@ def _piece_id(pieces: list, text: str) -> int | None:
     return next((i for i, (t, _) in enumerate(pieces) if t == text), None)
 
 
-def set_xlmroberta(out: _Entries, d: Path, config: dict) -> None:
+#: nomic-bert-moe's ``<mask>`` id, which its ``sentencepiece.bpe.model`` lacks
+NOMIC_MOE_MASK = 250001
+
+
+def set_xlmroberta(out: _Entries, d: Path, config: dict, moe_mask: bool = False) -> None:
     """XLM-RoBERTa's ``sentencepiece.bpe.model`` (``_xlmroberta_set_vocab``): the pieces
     realigned to fairseq's ids (``<s> <pad> </s> <unk>`` first, every piece one up, the
     last id dropped), ``token_type_count`` after ``add_space_prefix``; without it,
-    ``tokenizer.json`` (:func:`_xlmr_from_json`)."""
+    ``tokenizer.json`` (:func:`_xlmr_from_json`).  ``moe_mask``: nomic-bert-moe's
+    ``<mask>`` at id :data:`NOMIC_MOE_MASK`."""
     path = d / "sentencepiece.bpe.model"
     if path.is_file():
         add_prefix, remove_ws, charsmap = _unigram_settings(path)
@@ -215,6 +222,11 @@ def set_xlmroberta(out: _Entries, d: Path, config: dict) -> None:
         tokens = ["<s>", "<pad>", "</s>", "<unk>", *tokens[3:-1]]
         scores = [0.0] * 4 + scores[3:-1]
         types = [int(T.CONTROL)] * 3 + [int(T.UNKNOWN)] + types[3:-1]
+        if moe_mask:  # the reference sets it at its fixed id (an IndexError when fewer)
+            if len(tokens) <= NOMIC_MOE_MASK:
+                raise _too_large(path, "<mask>", NOMIC_MOE_MASK, len(tokens))
+            tokens[NOMIC_MOE_MASK], scores[NOMIC_MOE_MASK] = "<mask>", 0.0
+            types[NOMIC_MOE_MASK] = int(T.CONTROL)
     elif (d / "tokenizer.json").is_file():
         tokens, scores, types, add_prefix, remove_ws, charsmap = _xlmr_from_json(d, config)
     else:
