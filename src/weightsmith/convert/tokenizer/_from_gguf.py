@@ -444,7 +444,8 @@ def hf_tokenizer_files(
     "special_tokens_map.json": dict}`` (JSON-able dicts).  ``tokenizer.ggml.model``
     ``gpt2`` becomes a byte-level BPE with the pre-tokenizer of ``tokenizer.ggml.pre``;
     ``llama`` (SentencePiece) becomes a byte-fallback BPE with sentencepiece's
-    normalizer and decoder.  ``where`` (a file name) only labels errors.
+    normalizer and decoder; ``bert`` a WordPiece; ``t5`` a Unigram model with the
+    precompiled charsmap.  ``where`` (a file name) only labels errors.
     """
     tk = TOKENIZERS_API
     md = gguf_metadata
