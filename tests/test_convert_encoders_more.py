@@ -230,6 +230,36 @@ def test_gemma_embedding_round_trip(work, tmp_path):
         assert np.abs(e - want).max() <= 1e-3
 
 
+def test_gemma_embedding_remote_is_the_local_conversion(
+    work, nginx, remote_tree, tmp_path, monkeypatch
+):
+    """A remote conversion (Hub listing, and an https folder probed file by file) reads
+    modules.json and the module files it names (pooling, the Dense heads): the file is the
+    local one, byte for byte."""
+    import shutil
+
+    local = work["models"]["gemma_emb"]
+    repo = remote_tree.root / "org/gemma_emb/resolve/main"
+    shutil.copytree(local, repo)
+    listing = {"id": "org/gemma_emb", "siblings": [
+        {"rfilename": str(p.relative_to(local))} for p in sorted(local.rglob("*")) if p.is_file()
+    ]}  # fmt: skip
+    api = remote_tree.root / "api/models/org/gemma_emb"
+    api.write_text(json.dumps(listing))
+    monkeypatch.setenv("HF_ENDPOINT", nginx.url)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    try:
+        want = (work["ours"] / "gemma_emb-q8_0.gguf").read_bytes()
+        hf_to_gguf("hf://org/gemma_emb", tmp_path / "hub" / "o.gguf", "q8_0")
+        assert (tmp_path / "hub" / "o.gguf").read_bytes() == want
+        url = f"{nginx.url}/org/gemma_emb/resolve/main"
+        hf_to_gguf(url, tmp_path / "https" / "o.gguf", "q8_0")
+        assert (tmp_path / "https" / "o.gguf").read_bytes() == want
+    finally:
+        shutil.rmtree(remote_tree.root / "org/gemma_emb")
+        api.unlink()
+
+
 def test_gemma_embedding_bad_dense_is_named(work, tmp_path):
     import shutil
 

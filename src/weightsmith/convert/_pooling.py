@@ -142,6 +142,26 @@ def dense_modules(d: Path) -> list[DenseModule]:
     return out
 
 
+def module_files(modules_json: bytes) -> list[str]:
+    """The files of the modules ``modules.json`` names that conversion reads (each
+    module's ``config.json``; a Dense module's ``model.safetensors``), as relative paths;
+    unreadable or unsafe entries are skipped (reading the folder names them)."""
+    try:
+        modules = json.loads(modules_json.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return []
+    out = []
+    for m in modules if isinstance(modules, list) else []:
+        rel = m.get("path") if isinstance(m, dict) else None
+        parts = PurePosixPath(rel).parts if isinstance(rel, str) else ()
+        if not parts or rel.startswith("/") or ".." in parts:
+            continue
+        out.append(f"{rel}/config.json")
+        if str(m.get("type", "")).endswith("Dense"):
+            out.append(f"{rel}/model.safetensors")
+    return out
+
+
 def pooling_type(d: Path) -> int | None:
     """llama.cpp's PoolingType number for the model folder ``d``, or None (no pooling module)."""
     if not (d / "modules.json").is_file():
