@@ -23,7 +23,9 @@ second table of names or transforms:
 * ``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json`` --
   :func:`weightsmith.convert.tokenizer.write_hf_tokenizer`;
 * ``modules.json`` and ``1_Pooling/config.json`` -- an embedding model's
-  ``<arch>.pooling_type`` as sentence-transformers modules (:mod:`._pooling`);
+  ``<arch>.pooling_type`` as sentence-transformers modules (:mod:`._pooling`), with
+  ``2_Dense`` / ``3_Dense`` (``config.json`` + ``model.safetensors``) for the entry's
+  ``dense`` tensors (EmbeddingGemma);
 * ``model.safetensors`` or ``model-0000i-of-0000N.safetensors`` with
   ``model.safetensors.index.json`` -- laid out as
   :func:`weightsmith.safetensors.save_sharded` lays them out.

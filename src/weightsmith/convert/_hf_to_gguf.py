@@ -315,7 +315,8 @@ def _dense_sources(d: Any) -> list[_Source]:
                 expected=f"[out_features={mod.n_out}, in_features={mod.n_in}]",
                 found="no such tensor" if x is None else list(x.shape),
             )  # fmt: skip
-        out.append(_Source(mod.tensor, tuple(x.shape), by_np[x.dtype], lambda x=x: x))
+        code = by_np.get(x.dtype, str(x.dtype))
+        out.append(_Source(mod.tensor, tuple(x.shape), code, lambda x=x: x))
     return out
 
 
