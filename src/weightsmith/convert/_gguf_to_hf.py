@@ -23,7 +23,9 @@ second table of names or transforms:
 * ``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json`` --
   :func:`weightsmith.convert.tokenizer.write_hf_tokenizer`;
 * ``modules.json`` and ``1_Pooling/config.json`` -- an embedding model's
-  ``<arch>.pooling_type`` as sentence-transformers modules (:mod:`._pooling`);
+  ``<arch>.pooling_type`` as sentence-transformers modules (:mod:`._pooling`), with
+  ``2_Dense`` / ``3_Dense`` (``config.json`` + ``model.safetensors``) for the entry's
+  ``dense`` tensors (EmbeddingGemma);
 * ``model.safetensors`` or ``model-0000i-of-0000N.safetensors`` with
   ``model.safetensors.index.json`` -- laid out as
   :func:`weightsmith.safetensors.save_sharded` lays them out.
@@ -67,6 +69,7 @@ from ..safetensors import (
     INDEX_NAME,
     StreamWriter,
     parse_size,
+    save_file,
     shard_names,
     split_shards,
     write_index,
@@ -117,7 +120,12 @@ def _norm_dtype(dtype: str | DType) -> DType:
 
 def _entry(md: Mapping[str, Any], path: Path):
     arch = md.get("general.architecture")
-    entry = by_gguf_arch(arch) if isinstance(arch, str) else None
+    vocab = md.get("tokenizer.ggml.model")
+    entry = (
+        by_gguf_arch(arch, vocab if isinstance(vocab, str) else None)
+        if isinstance(arch, str)
+        else None
+    )
     if entry is None:
         known = sorted({a.gguf_arch for a in REGISTRY.values()})
         raise E.UnknownArchitecture(
@@ -134,7 +142,7 @@ def _hf_arch(entry: Any, md: Mapping[str, Any], names: set[str] | None = None) -
     """The HF class: the entry's first, or a sibling sharing its GGUF layout whose model
     type the file names (llama.cpp writes Mistral as ``llama``; ``general.name`` keeps it),
     or whose experts the file has (Mixtral is ``llama`` with ``ffn_*_exps``; DeepSeek-V3
-    is ``deepseek2`` with ``exp_probs_b``)."""
+    is ``deepseek2`` with ``exp_probs_b``; UMT5 is ``t5`` with a bias in every block)."""
     if names and any(n.endswith("_exps.weight") for n in names) and entry.stacks:
         for cls in entry.hf_archs:
             if entry.model_types.get(cls) == "mixtral":
@@ -144,6 +152,11 @@ def _hf_arch(entry: Any, md: Mapping[str, Any], names: set[str] | None = None) -
     if names and any(n.endswith("exp_probs_b.bias") for n in names):
         for cls in entry.hf_archs:
             if entry.model_types.get(cls) == "deepseek_v3":
+                return cls
+    # UMT5 keeps a relative attention bias in every block, T5 and mT5 in the first only
+    if names and "enc.blk.1.attn_rel_b.weight" in names:
+        for cls in entry.hf_archs:
+            if entry.model_types.get(cls) == "umt5":
                 return cls
     name = " ".join(str(md.get(k, "")) for k in ("general.basename", "general.name")).lower()
     for cls in entry.hf_archs[1:]:
@@ -499,6 +512,11 @@ def _write_shard(
             tick(hf)
 
 
+def _files_of(f: GGUFFile, stack: contextlib.ExitStack) -> list[BinaryIO]:
+    """The GGUF's shard files opened for reading (closed with ``stack``)."""
+    return [stack.enter_context(open(p, "rb")) for p in f.paths]
+
+
 def _write_json(path: Path, obj: Any, *, sort_keys: bool = False) -> None:
     text = json.dumps(obj, indent=2, sort_keys=sort_keys, ensure_ascii=False) + "\n"
     with atomic_output(path) as out:
@@ -552,9 +570,17 @@ def gguf_to_hf(
         # an embedding model's pooling as sentence-transformers modules
         pooling = f.metadata.get(f"{entry.gguf_arch}.pooling_type")
         if isinstance(pooling, int) and not isinstance(pooling, bool):
-            for name, content in sentence_transformers_files(pooling, cfg["hidden_size"]).items():
+            dense = [t for t in entry.dense if t in f]
+            dims = [tuple(int(n) for n in f.tensor(t).shape[::-1]) for t in dense]
+            st_files = sentence_transformers_files(pooling, cfg["hidden_size"], dims)
+            for name, content in st_files.items():
                 (folder / name).parent.mkdir(parents=True, exist_ok=True)
                 _write_json(folder / name, content)
+                names.append(name)
+            for k, t in enumerate(dense):  # the Dense weights beside their config.json
+                name = f"{2 + k}_Dense/model.safetensors"
+                x = _cast(_read_f32(f, _files_of(f, stack), t), dtype.numpy.name)
+                save_file({"linear.weight": np.ascontiguousarray(x)}, folder / name)
                 names.append(name)
         card = card_text(f.metadata)
         if card is not None:  # provenance as a Hub model card, read back by HF -> GGUF

@@ -90,11 +90,11 @@ from ..quant.file import quantize_tensor
 from ..quant.imatrix import Imatrix, for_tensor, read_imatrix
 from ..quant.recipes import FILE_TYPES, file_type
 from ..quant.recipes import plan as recipe_plan
-from ..safetensors import Checkpoint, open_checkpoint, read_index, safe_open
+from ..safetensors import Checkpoint, load, open_checkpoint, read_index, safe_open
 from . import _mmproj
 from ._dequant import dequantize_sources
 from ._model_card import provenance_rows
-from ._pooling import pooling_type
+from ._pooling import dense_modules, module_files, pooling_type
 from .arch import (
     FILE_TYPE,
     Arch,
@@ -156,7 +156,7 @@ def _arch(cfg: dict, path: Path) -> Arch:
             expected="a list with the model class name",
             found=archs,
         )
-    a = lookup(archs[0])
+    a = lookup(archs[0], cfg)
     if a is None:
         raise E.UnknownArchitecture(
             "architecture not supported",
@@ -296,6 +296,27 @@ def _torch_sources(d: Path, stack: list) -> list[_Source] | None:
             code = info.safetensors_dtype or by_np.get(np.dtype(info.dtype), str(info.dtype))
             out.append(_Source(name, tuple(info.shape), code,
                                lambda n=name, c=ck: np.asarray(c[n])))  # fmt: skip
+    return out
+
+
+def _dense_sources(d: Any) -> list[_Source]:
+    """The sentence-transformers Dense weights (``linear.weight``) under their GGUF names.
+
+    The module files are small (a few matrices of the hidden size): each is read whole,
+    which also serves a folder held in memory (a remote conversion)."""
+    by_np = {v.numpy: k for k, v in SAFETENSORS.items() if v.numpy is not None}
+    out = []
+    for mod in dense_modules(d):
+        x = load(mod.file.read_bytes()).get("linear.weight")
+        if x is None or x.shape != (mod.n_out, mod.n_in):
+            raise E.TensorShapeMismatch(
+                "Dense module weight disagrees with its config.json",
+                path=mod.file, field="tensor 'linear.weight'",
+                expected=f"[out_features={mod.n_out}, in_features={mod.n_in}]",
+                found="no such tensor" if x is None else list(x.shape),
+            )  # fmt: skip
+        code = by_np.get(x.dtype, str(x.dtype))
+        out.append(_Source(mod.tensor, tuple(x.shape), code, lambda x=x: x))
     return out
 
 
@@ -474,6 +495,10 @@ def hf_input(
     if sources is None:
         sources = _sources(d, stack, repo)
     sources = dequantize_sources(sources, cfg, d)
+    if arch.dense:  # written first, as the reference's extra tensors
+        dense = _dense_sources(d)
+        cfg["_dense"] = {s.name: s.shape[::-1] for s in dense}
+        sources = dense + sources
     route = arch.tokenizer.get("vocab")
     return ModelInput(
         folder=d,
@@ -1004,6 +1029,7 @@ SMALL_FILES = (
     "chat_template.json",
     "README.md",
     "model.safetensors.index.json",
+    "modules.json",
 )
 #: a remote conversion reads source tensors at most this many bytes ahead of the writer ...
 PREFETCH_BYTES = 256 * 1024 * 1024
@@ -1067,6 +1093,8 @@ def _small_files(src: str, options: RemoteOptions) -> tuple[_Repo, dict[str, byt
                 continue
             raise
         files[n] = data
+        if n == "modules.json":  # its modules' files (pooling, Dense): this loop visits them
+            wanted += [m for m in module_files(data) if names is None or m in names]
     if names is not None:
         top = [n for n in names if "/" not in n and n.endswith(".safetensors")]
         weights = sorted(n for n in top if fnmatch.fnmatch(n, "model*.safetensors")) or sorted(top)

@@ -12,11 +12,22 @@ plain BERT checkpoint) it writes no key, and neither do we.
 Normalisation (the ``Normalize`` module) is not stored in GGUF: llama.cpp's
 embedding API normalises by default.  GGUF -> HF writes the three modules a
 sentence-transformers embedding model has (Transformer, Pooling, Normalize).
+
+``Dense`` modules (EmbeddingGemma's ``2_Dense`` and ``3_Dense``: linear maps applied
+after pooling) are read as llama.cpp's ``EmbeddingGemma`` with
+``--sentence-transformers-dense-modules`` reads them (:func:`dense_modules`): each
+module listed in ``modules.json`` whose ``<path>/model.safetensors`` exists gives its
+``linear.weight`` as the GGUF tensor ``dense_2.weight`` (module path ``2_Dense``) or
+``dense_3.weight`` (any other path), and its ``config.json`` ``in_features`` /
+``out_features`` as ``<arch>.dense_N_feat_in`` / ``_out``.  llama.cpp applies no
+bias and no activation after them, so a module with either is refused.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -41,33 +52,121 @@ def _read(path: Any, what: str) -> Any:
         ) from None
 
 
-def _pooling_dir(d: Path, modules: Any) -> Path | None:
+def _pooling_dir(d: Path, modules: list[dict]) -> Path | None:
+    for m in modules:
+        if str(m.get("type", "")).endswith("Pooling"):
+            return _module_dir(d, m, "pooling")
+    return None
+
+
+def _module_dir(d: Path, m: dict, kind: str) -> Path:
+    """``d / m["path"]``, refusing a path that is absolute or leaves the folder."""
+    rel = m.get("path")
+    parts = PurePosixPath(rel).parts if isinstance(rel, str) else ("..",)
+    # the path is read relative to the folder: nothing absolute, nothing above it
+    if not parts or rel.startswith("/") or ".." in parts:
+        raise E.InvalidModelConfig(
+            f"{kind} module path is not a folder inside the model folder",
+            path=d / "modules.json", field="path", expected="e.g. '1_Pooling'",
+            found=repr(rel),
+        )  # fmt: skip
+    return d / rel
+
+
+def _modules(d: Path) -> list[dict]:
     where = d / "modules.json"
+    modules = _read(where, "modules.json")
     if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
         raise E.InvalidModelConfig(
             "modules.json is not a list of modules", path=where, expected="[{...}, ...]",
             found=type(modules).__name__,
         )  # fmt: skip
-    for m in modules:
-        if str(m.get("type", "")).endswith("Pooling"):
-            rel = m.get("path")
-            parts = PurePosixPath(rel).parts if isinstance(rel, str) else ("..",)
-            # the path is read relative to the folder: nothing absolute, nothing above it
-            if not parts or rel.startswith("/") or ".." in parts:
+    return modules
+
+
+@dataclass(frozen=True)
+class DenseModule:
+    """One sentence-transformers ``Dense`` module as GGUF holds it."""
+
+    tensor: str  # GGUF name: dense_2.weight or dense_3.weight
+    file: Path  # <module>/model.safetensors
+    n_in: int
+    n_out: int
+
+
+_IDENTITY = ("torch.nn.modules.linear.Identity", "torch.nn.Identity", None)
+
+
+def dense_modules(d: Path) -> list[DenseModule]:
+    """The ``Dense`` modules of the sentence-transformers folder ``d`` that llama.cpp's
+    converter takes (those with a ``model.safetensors``), in ``modules.json`` order."""
+    if not (d / "modules.json").is_file():
+        return []
+    out: list[DenseModule] = []
+    for m in _modules(d):
+        if not str(m.get("type", "")).endswith("Dense"):
+            continue
+        sub = _module_dir(d, m, "Dense")
+        if not (sub / "model.safetensors").is_file():
+            continue  # as the reference: a module without safetensors weights is left out
+        cfg_path = sub / "config.json"
+        cfg = _read(cfg_path, "Dense config.json") if cfg_path.is_file() else None
+        if not isinstance(cfg, dict):
+            raise E.MissingModelFile(
+                "a Dense module needs its config.json (in_features, out_features)",
+                path=cfg_path, expected="a JSON object", found="no such file or not an object",
+            )  # fmt: skip
+        for key in ("in_features", "out_features"):
+            v = cfg.get(key)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise E.InvalidModelConfig(
-                    "pooling module path is not a folder inside the model folder",
-                    path=where, field="path", expected="e.g. '1_Pooling'", found=repr(rel),
+                    "Dense module size missing or invalid", path=cfg_path, field=key,
+                    expected="a positive integer", found=v,
                 )  # fmt: skip
-            return d / rel
-    return None
+        if cfg.get("bias") or cfg.get("activation_function") not in _IDENTITY:
+            raise E.InvalidModelConfig(
+                "Dense module with a bias or an activation: llama.cpp applies neither",
+                path=cfg_path, field="bias, activation_function",
+                expected="false, torch.nn.modules.linear.Identity",
+                found=f"{cfg.get('bias')}, {cfg.get('activation_function')}",
+            )  # fmt: skip
+        name = "dense_2.weight" if m.get("path") == "2_Dense" else "dense_3.weight"
+        if any(x.tensor == name for x in out):
+            raise E.InvalidModelConfig(
+                "more Dense modules than llama.cpp's two (2_Dense, then one other)",
+                path=d / "modules.json", field="path", expected="2_Dense and one more",
+                found=repr(m.get("path")),
+            )  # fmt: skip
+        out.append(DenseModule(name, sub / "model.safetensors", cfg["in_features"],
+                               cfg["out_features"]))  # fmt: skip
+    return out
+
+
+def module_files(modules_json: bytes) -> list[str]:
+    """The files of the modules ``modules.json`` names that conversion reads (each
+    module's ``config.json``; a Dense module's ``model.safetensors``), as relative paths;
+    unreadable or unsafe entries are skipped (reading the folder names them)."""
+    try:
+        modules = json.loads(modules_json.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return []
+    out = []
+    for m in modules if isinstance(modules, list) else []:
+        rel = m.get("path") if isinstance(m, dict) else None
+        parts = PurePosixPath(rel).parts if isinstance(rel, str) else ()
+        if not parts or rel.startswith("/") or ".." in parts:
+            continue
+        out.append(f"{rel}/config.json")
+        if str(m.get("type", "")).endswith("Dense"):
+            out.append(f"{rel}/model.safetensors")
+    return out
 
 
 def pooling_type(d: Path) -> int | None:
     """llama.cpp's PoolingType number for the model folder ``d``, or None (no pooling module)."""
     if not (d / "modules.json").is_file():
         return None
-    modules = _read(d / "modules.json", "modules.json")
-    sub = _pooling_dir(d, modules)
+    sub = _pooling_dir(d, _modules(d))
     if sub is None:
         return None
     path = sub / "config.json"
@@ -95,19 +194,32 @@ def pooling_type(d: Path) -> int | None:
     )  # fmt: skip
 
 
-def sentence_transformers_files(pooling: int, hidden_size: int) -> dict[str, Any]:
-    """The sentence-transformers files (relative path -> JSON) for a GGUF pooling type."""
+def sentence_transformers_files(
+    pooling: int, hidden_size: int, dense: Sequence[tuple[int, int]] = ()
+) -> dict[str, Any]:
+    """The sentence-transformers files (relative path -> JSON) for a GGUF pooling type;
+    ``dense``: ``(in, out)`` of each Dense module after the pooling (their weights are
+    the caller's to write, as ``<k>_Dense/model.safetensors`` ``linear.weight``)."""
     mode = next((k for k, v in POOLING.items() if v == pooling), None)
     if mode is None:
         return {}
     flags = {flag: m == mode for flag, m in _FLAGS}
-    return {
+    modules = [
+        ("", "Transformer"),
+        ("1_Pooling", "Pooling"),
+        *[(f"{2 + i}_Dense", "Dense") for i in range(len(dense))],
+        (f"{2 + len(dense)}_Normalize", "Normalize"),
+    ]
+    out: dict[str, Any] = {}
+    for i, (n_in, n_out) in enumerate(dense):
+        out[f"{2 + i}_Dense/config.json"] = {
+            "in_features": n_in, "out_features": n_out, "bias": False,
+            "activation_function": "torch.nn.modules.linear.Identity",
+        }  # fmt: skip
+    return out | {
         "modules.json": [
-            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-            {"idx": 1, "name": "1", "path": "1_Pooling",
-             "type": "sentence_transformers.models.Pooling"},
-            {"idx": 2, "name": "2", "path": "2_Normalize",
-             "type": "sentence_transformers.models.Normalize"},
+            {"idx": i, "name": str(i), "path": path, "type": f"sentence_transformers.models.{t}"}
+            for i, (path, t) in enumerate(modules)
         ],
         "1_Pooling/config.json": {
             "word_embedding_dimension": hidden_size,

@@ -19,6 +19,8 @@ in both directions (the data model is :mod:`._model`):
   names: the first read wins);
 * ``pooling`` -- the sentence-transformers pooling type goes into the config
   (:mod:`weightsmith.convert._pooling`) for the encoders' ``pooling_type`` row;
+  ``dense`` -- GGUF names of sentence-transformers ``Dense`` module weights, read from
+  (and written back to) the module folders;
 * ``tokenizer`` -- the vocabulary route of :mod:`weightsmith.convert.tokenizer`
   (``{"vocab": "llama" | "gpt2" | "spm_or_gpt2" | "gemma" | "gemma4" | "phi3" | "bert" | "t5" |
   "glm"}``);
@@ -33,6 +35,8 @@ layout (``params.json`` as the config, Meta-style names), which no HF class name
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from ._common import (
     COMMON,
@@ -63,8 +67,9 @@ from ._model import (
     layer_of,
     rope_parameters,
 )
-from .bert import BERT, MODERNBERT, NOMIC_BERT, XLMROBERTA
+from .bert import BERT, MODERNBERT, NOMIC_BERT, NOMIC_BERT_MOE, XLMROBERTA
 from .deepseek import DEEPSEEK2
+from .embeddinggemma import GEMMA_EMBEDDING
 from .gemma import GEMMA2, GEMMA3
 from .gemma4 import GEMMA4
 from .glm import GLM4MOE
@@ -90,6 +95,7 @@ __all__ = [
     "PERMUTE_K",
     "PERMUTE_Q",
     "REGISTRY",
+    "VARIANTS",
     "Arch",
     "HfTensor",
     "MetaKey",
@@ -151,23 +157,43 @@ ENTRIES: tuple[Arch, ...] = (
     NOMIC_BERT,
     T5,
     T5ENCODER,
+    GEMMA_EMBEDDING,
+    NOMIC_BERT_MOE,
 )
 
+#: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
+#: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)
+VARIANTS: dict[str, list[tuple[Callable[[dict], bool], Arch]]] = {
+    "NomicBertModel": [(lambda cfg: bool(cfg.get("moe_every_n_layers")), NOMIC_BERT_MOE)],
+}
+_VARIANT_ENTRIES = [a for vs in VARIANTS.values() for _, a in vs]
+
 #: HF architecture name -> entry
-REGISTRY: dict[str, Arch] = {h: a for a in ENTRIES for h in a.hf_archs}
+REGISTRY: dict[str, Arch] = {
+    h: a for a in ENTRIES if all(a is not v for v in _VARIANT_ENTRIES) for h in a.hf_archs
+}
 
 
 def supported() -> list[str]:
     return sorted(REGISTRY)
 
 
-def lookup(hf_arch: str) -> Arch | None:
+def lookup(hf_arch: str, cfg: dict | None = None) -> Arch | None:
+    """The entry for an HF class; with ``cfg`` (config.json), its :data:`VARIANTS` too."""
+    for test, entry in VARIANTS.get(hf_arch, []) if cfg is not None else []:
+        if test(cfg):
+            return entry
     return REGISTRY.get(hf_arch)
 
 
-def by_gguf_arch(name: str) -> Arch | None:
-    """The entry for a ``general.architecture`` value (for the GGUF -> HF direction)."""
-    for a in ENTRIES:
-        if a.gguf_arch == name:
+def by_gguf_arch(name: str, ggml_vocab: str | None = None) -> Arch | None:
+    """The entry for a ``general.architecture`` value (for the GGUF -> HF direction).
+
+    Entries sharing one (BERT and XLM-RoBERTa are both ``bert``) differ by vocabulary:
+    the one whose tokenizer route writes ``tokenizer.ggml.model = ggml_vocab``
+    (``tokenizer["ggml"]``) wins, else the first."""
+    same = [a for a in ENTRIES if a.gguf_arch == name]
+    for a in same:
+        if ggml_vocab is not None and a.tokenizer.get("ggml") == ggml_vocab:
             return a
-    return None
+    return same[0] if same else None

@@ -472,6 +472,10 @@ class Arch:
     # True: the sentence-transformers pooling (modules.json) goes into the config as
     # ``_pooling_type`` (llama.cpp's PoolingType number, None without modules.json)
     pooling: bool = False
+    # GGUF names of sentence-transformers ``Dense`` module weights (EmbeddingGemma's
+    # ``dense_2`` / ``dense_3``): read from the module folders ``modules.json`` names
+    # (:func:`weightsmith.convert._pooling.dense_modules`), written back as such modules
+    dense: tuple[str, ...] = ()
 
     # -- config
 
@@ -640,7 +644,7 @@ class Arch:
         done_split: set[str] = set()
         present = frozenset(n for n, _ in tensors)
         for name, shape in tensors:
-            if name in self.extra:
+            if name in self.extra or name in self.dense:
                 continue
             for st in self.stacks:
                 bid = st.inverse_match(name)

@@ -13,11 +13,18 @@ goes, the position table loses its first ``pad_token_id + 1`` rows (RoBERTa's po
 start after the padding id; llama.cpp counts from 0) and the context length as much;
 its vocabulary is the Unigram ``sentencepiece.bpe.model`` in fairseq's id order
 (route ``xlmroberta``).  Both share ``general.architecture = bert``: GGUF -> HF
-rebuilds a BERT.
+rebuilds an XLM-RoBERTa when the vocabulary is Unigram (``tokenizer.ggml.model = t5``),
+else a BERT.
 
 nomic-bert (``NomicBertModel``, remote code: dense SwiGLU with a fused ``Wqkv`` and
 RoPE) and ModernBERT (``modern-bert``: fused ``Wqkv``, GeGLU, alternating local and
-global attention) are entries of their own.  nomic-bert's MoE variant is not done.
+global attention) are entries of their own.  nomic-bert's MoE variant
+(nomic-embed-text-v2-moe, ``nomic-bert-moe``): every ``moe_every_n_layers``-th layer has
+experts -- a router, ``experts.mlp.w1`` ``[n_expert * n_inner, n_embd]`` cut into
+``[n_expert, n_inner, n_embd]`` and ``w2`` (same layout) cut and transposed to
+``[n_expert, n_embd, n_inner]``; the experts' shared output bias is dropped, as the
+reference does (llama.cpp has no slot for it) --, the other layers a GELU ``fc1`` /
+``fc2`` with biases; Q/K/V and output biases; an XLM-RoBERTa Unigram vocabulary.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import numpy as np
 
 from ... import errors as E
 from ._common import COMMON
-from ._model import VT, Arch, NameRule, Transform, m
+from ._model import VT, Arch, NameRule, Transform, first, m
 
 _L = "encoder.layer.{bid}."
 _B = "blk.{bid}."
@@ -118,6 +125,16 @@ _ROBERTA_CTX = m(
     value=lambda c: c["max_position_embeddings"] - _position_offset(c),
 )
 
+
+def _xlmr_hf_config(cfg: dict, names: set[str]) -> dict:
+    """BERT's fields, and the position table's size with the ``pad_token_id + 1`` rows the
+    GGUF lost (XLMRobertaConfig's padding id 1; the rows come back as zeros)."""
+    out = BERT.hf_config(cfg, names)
+    if cfg.get("max_position_embeddings") is not None:
+        out["max_position_embeddings"] = cfg["max_position_embeddings"] + 2
+    return out
+
+
 XLMROBERTA = Arch(
     hf_archs=("XLMRobertaModel",),
     gguf_arch="bert",
@@ -134,9 +151,9 @@ XLMROBERTA = Arch(
     # XLMRobertaConfig's defaults
     defaults={**BERT.defaults, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2},
     pooling=True,
-    tokenizer={"vocab": "xlmroberta"},
+    tokenizer={"vocab": "xlmroberta", "ggml": "t5"},
     model_types={"XLMRobertaModel": "xlm-roberta"},
-    hf_config=BERT.hf_config,
+    hf_config=_xlmr_hf_config,
 )
 
 
@@ -259,6 +276,64 @@ NOMIC_BERT = Arch(
     renames=BERT.renames,
     # remote code: AutoConfig cannot load it, so the reference reads config.json as is
     required=("n_embd", "n_head", "n_layer", "n_inner", "vocab_size"),
+    pooling=True,
+    tokenizer={"vocab": "nomic"},
+    model_types={"NomicBertModel": "nomic_bert"},
+)
+
+
+def _n_expert(cfg: dict) -> int:
+    return first(cfg, ("num_local_experts", "num_experts"))
+
+
+def _experts_in(x: np.ndarray, cfg: dict, ctx: dict) -> np.ndarray:
+    return x.reshape(_n_expert(cfg), cfg["n_inner"], cfg["n_embd"])
+
+
+def _experts_shape(shape, cfg, ctx, transpose: bool) -> tuple[int, ...]:
+    e, f, h = _n_expert(cfg), cfg["n_inner"], cfg["n_embd"]
+    return (e, h, f) if transpose else (e, f, h)
+
+
+_EXPERTS_UP = Transform(
+    "nomic_experts_split",
+    r"mlp\.experts\.mlp\.w1$",
+    _experts_in,
+    lambda x, cfg, ctx: x.reshape(-1, x.shape[-1]),
+    shape=lambda shape, cfg, ctx: _experts_shape(shape, cfg, ctx, False),
+    inverse_shape=lambda shape, cfg, ctx: (shape[0] * shape[1], shape[2]),
+)
+_EXPERTS_DOWN = Transform(
+    "nomic_experts_split_transposed",
+    r"mlp\.experts\.mlp\.w2$",
+    lambda x, cfg, ctx: np.ascontiguousarray(_experts_in(x, cfg, ctx).transpose(0, 2, 1)),
+    lambda x, cfg, ctx: np.ascontiguousarray(x.transpose(0, 2, 1)).reshape(-1, x.shape[1]),
+    shape=lambda shape, cfg, ctx: _experts_shape(shape, cfg, ctx, True),
+    inverse_shape=lambda shape, cfg, ctx: (shape[0] * shape[2], shape[1]),
+)
+
+NOMIC_BERT_MOE = Arch(
+    hf_archs=("NomicBertModel",),
+    gguf_arch="nomic-bert-moe",
+    meta=[
+        *NOMIC_BERT.meta,
+        m("moe_every_n_layers", "moe_every_n_layers"),
+        m("expert_used_count", "moe_top_k"),
+    ],
+    names=[
+        *[r for r in NOMIC_BERT.names if ".mlp." not in r.hf],
+        *_wb(_NL + "attn.Wqkv", _B + "attn_qkv")[1:],
+        *_wb(_NL + "attn.out_proj", _B + "attn_output")[1:],
+        *_wb(_NL + "mlp.fc1", _B + "ffn_up"),
+        *_wb(_NL + "mlp.fc2", _B + "ffn_down"),
+        NameRule(_NL + "mlp.router.layer.weight", _B + "ffn_gate_inp.weight"),
+        NameRule(_NL + "mlp.experts.mlp.w1", _B + "ffn_up_exps.weight"),
+        NameRule(_NL + "mlp.experts.mlp.w2", _B + "ffn_down_exps.weight"),
+    ],
+    transforms=[_EXPERTS_UP, _EXPERTS_DOWN],
+    skip=(*BERT.skip, r"mlp\.experts\.bias$"),
+    renames=BERT.renames,
+    required=(*NOMIC_BERT.required, "moe_every_n_layers", "moe_top_k"),
     pooling=True,
     tokenizer={"vocab": "nomic"},
     model_types={"NomicBertModel": "nomic_bert"},

@@ -22,6 +22,12 @@ What each GGUF key becomes:
   (``normalizer.lowercase`` / ``strip_accents``), pre-tokenizer, ``[CLS] A [SEP]``
   template and decoder; llama.cpp's phantom-space tokens are turned back into
   WordPiece's (``▁word`` -> ``word``, ``piece`` -> ``##piece``).
+* ``tokenizer.ggml.model = "t5"`` (SentencePiece Unigram: T5, XLM-RoBERTa): a Unigram
+  model over every token with its score, the ``precompiled_charsmap`` as a Precompiled
+  normalizer, ``WhitespaceSplit`` (``remove_extra_whitespaces``) and a Metaspace
+  pre-tokenizer prepending ``▁`` when ``add_space_prefix``, as transformers' own T5 /
+  XLM-R conversion does; llama.cpp's defaults (no BOS, EOS added; EOS 1, UNK 2, PAD 0)
+  where the GGUF has no keys.
 * CONTROL and UNKNOWN tokens become special added tokens, USER_DEFINED tokens
   non-special added tokens, both matched on the raw text (``normalized=False``),
   which is how llama.cpp matches them; each keeps its GGUF id.
@@ -72,6 +78,7 @@ SPECIAL_KEYS = {
 # llama.cpp's defaults when the GGUF does not say: SentencePiece special ids, and the
 # BPE pre-tokenizers whose models add a BOS token (llama-vocab.cpp)
 SPM_DEFAULT_IDS = {"bos": 1, "eos": 2, "unknown": 0}
+UGM_DEFAULT_IDS = {"eos": 1, "unknown": 2, "padding": 0}
 ADD_BOS_PRE = frozenset(
     {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2"}
     | {"jina-v5-nano", "tekken", "chameleon"}
@@ -314,6 +321,36 @@ def _gemma4_tokenizer(tk: Any, md: Mapping[str, Any], where: str | None) -> tupl
     return tok, added
 
 
+def _unigram_tokenizer(tk: Any, md: Mapping[str, Any], where: str | None) -> tuple[Any, list]:
+    """A Unigram tokenizer (llama.cpp's UGM): every token keeps its id and score."""
+    tokens, types, scores = _vocab_arrays(md, where)
+    if scores is None:
+        scores = [0.0] * len(tokens)
+    unk_id = md.get("tokenizer.ggml.unknown_token_id", UGM_DEFAULT_IDS["unknown"])
+    if not isinstance(unk_id, int) or not 0 <= unk_id < len(tokens):
+        unk_id = next((i for i, ty in enumerate(types) if ty == UNKNOWN), None)
+    model = tk.models.Unigram(
+        [(t, float(sc)) for t, sc in zip(tokens, scores)], unk_id=unk_id,
+        byte_fallback=BYTE in types,
+    )  # fmt: skip
+    tok = tk.Tokenizer(model)
+    charsmap = md.get("tokenizer.ggml.precompiled_charsmap")
+    if charsmap:
+        tok.normalizer = tk.normalizers.Precompiled(bytes(bytearray(charsmap)))
+    scheme = "always" if md.get("tokenizer.ggml.add_space_prefix", True) else "never"
+    meta = tk.pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme=scheme, split=True)
+    if md.get("tokenizer.ggml.remove_extra_whitespaces", True):
+        meta = tk.pre_tokenizers.Sequence([tk.pre_tokenizers.WhitespaceSplit(), meta])
+    tok.pre_tokenizer = meta
+    tok.decoder = tk.decoders.Metaspace(replacement="\u2581", prepend_scheme=scheme, split=True)
+    added = [
+        _added_entry(i, t, ty != USER_DEFINED)
+        for i, (t, ty) in enumerate(zip(tokens, types))
+        if ty in (CONTROL, UNKNOWN, USER_DEFINED)
+    ]
+    return tok, added
+
+
 def _wordpiece_tokenizer(tk: Any, md: Mapping[str, Any], where: str | None) -> tuple[Any, list]:
     """A BERT WordPiece tokenizer from llama.cpp's phantom-space tokens (``▁word`` is a
     word-initial piece, a bare piece a ``##`` continuation, control tokens as they are)."""
@@ -388,6 +425,8 @@ def _special_tokens(
             tid = next((i for i, t in enumerate(types) if t == UNKNOWN), 0)
         elif tid is None and kind == "llama":
             tid = SPM_DEFAULT_IDS.get(suffix)  # llama.cpp's defaults for SentencePiece
+        elif tid is None and kind == "t5":
+            tid = UGM_DEFAULT_IDS.get(suffix)
         if isinstance(tid, int) and 0 <= tid < len(tokens):
             out[attr] = tokens[tid]
             ids.setdefault(tokens[tid], tid)
@@ -431,7 +470,8 @@ def hf_tokenizer_files(
     "special_tokens_map.json": dict}`` (JSON-able dicts).  ``tokenizer.ggml.model``
     ``gpt2`` becomes a byte-level BPE with the pre-tokenizer of ``tokenizer.ggml.pre``;
     ``llama`` (SentencePiece) becomes a byte-fallback BPE with sentencepiece's
-    normalizer and decoder.  ``where`` (a file name) only labels errors.
+    normalizer and decoder; ``bert`` a WordPiece; ``t5`` a Unigram model with the
+    precompiled charsmap.  ``where`` (a file name) only labels errors.
     """
     tk = TOKENIZERS_API
     md = gguf_metadata
@@ -448,12 +488,15 @@ def hf_tokenizer_files(
     elif kind == "gemma4":
         tok, added = _gemma4_tokenizer(tk, md, where)
         default_bos = True
+    elif kind == "t5":
+        tok, added = _unigram_tokenizer(tk, md, where)
+        default_bos = False
     else:
         raise E.TokenizerInconsistent(
             "tokenizer model not supported",
             path=where,
             field=K_MODEL,
-            expected="'gpt2', 'llama', 'gemma4' or 'bert'",
+            expected="'gpt2', 'llama', 'gemma4', 'bert' or 't5'",
             found=repr(kind),
         )
     tokens = list(md[K_TOKENS])
@@ -463,7 +506,7 @@ def hf_tokenizer_files(
     if kind == "gpt2":
         default_bos = str(md.get(K_PRE, "")) in ADD_BOS_PRE
     add_bos = bool(md.get("tokenizer.ggml.add_bos_token", default_bos))
-    add_eos = bool(md.get("tokenizer.ggml.add_eos_token", False))
+    add_eos = bool(md.get("tokenizer.ggml.add_eos_token", kind == "t5"))
     if kind == "bert":  # llama.cpp's BERT BOS is the [CLS] token
         if "bos_token" in specials:
             specials.setdefault("cls_token", specials["bos_token"])

@@ -10,7 +10,9 @@ tests build the same tokenizers with it and compare.
 
 Serialized forms (tokenizers 0.19-0.23; tagged by ``"type"``)::
 
-    model      {"type": "BPE", "dropout": null, "unk_token", "continuing_subword_prefix": null,
+    model      {"type": "Unigram", "unk_id", "vocab": [[piece, score], ... in id order],
+                "byte_fallback"}
+               {"type": "BPE", "dropout": null, "unk_token", "continuing_subword_prefix": null,
                 "end_of_word_suffix": null, "fuse_unk", "byte_fallback", "ignore_merges",
                 "vocab": {token: id, ... in id order}, "merges": [[a, b], ...]}
                {"type": "WordPiece", "unk_token", "continuing_subword_prefix",
@@ -19,6 +21,8 @@ Serialized forms (tokenizers 0.19-0.23; tagged by ``"type"``)::
                 "added_tokens": [{id, content, single_word, lstrip, rstrip, normalized,
                 special}, ... in id order], "normalizer", "pre_tokenizer",
                 "post_processor", "decoder", "model"}
+    parts      Precompiled {"precompiled_charsmap": base64 of the bytes};
+               Metaspace {"replacement", "prepend_scheme", "split"} (pre-tokenizer, decoder)
     patterns   {"String": s} or {"Regex": r}
     template   [{"SpecialToken": {"id": tok, "type_id": n}} | {"Sequence": {"id": "A"|"B",
                 "type_id": n}}], special_tokens {tok: {"id": tok, "ids": [id], "tokens": [tok]}}
@@ -30,6 +34,7 @@ model vocabulary's size, counted in distinct strings, at first).
 
 from __future__ import annotations
 
+import base64
 import json
 from types import SimpleNamespace
 from typing import Any
@@ -98,9 +103,23 @@ def _bert_normalizer(
     )
 
 
+def _precompiled(charsmap: bytes) -> _Part:
+    return _Part(
+        {"type": "Precompiled", "precompiled_charsmap": base64.b64encode(charsmap).decode()}
+    )
+
+
+def _metaspace(replacement: str = "\u2581", prepend_scheme: str = "always", split: bool = True):
+    return _Part(
+        {"type": "Metaspace", "replacement": replacement, "prepend_scheme": prepend_scheme,
+         "split": split}
+    )  # fmt: skip
+
+
 normalizers = SimpleNamespace(
     BertNormalizer=_bert_normalizer,
     NFC=_nfc,
+    Precompiled=_precompiled,
     Prepend=_prepend,
     Replace=_replace,
     Sequence=lambda parts: _Part({"type": "Sequence", "normalizers": _dicts(parts)}),
@@ -136,7 +155,9 @@ def _split(pattern: str | Regex, behavior: str, invert: bool = False) -> _Part:
 pre_tokenizers = SimpleNamespace(
     BertPreTokenizer=lambda: _Part({"type": "BertPreTokenizer"}),
     ByteLevel=_byte_level,
+    Metaspace=_metaspace,
     Split=_split,
+    WhitespaceSplit=lambda: _Part({"type": "WhitespaceSplit"}),
     Digits=lambda individual_digits=False: _Part(
         {"type": "Digits", "individual_digits": individual_digits}
     ),
@@ -150,6 +171,7 @@ decoders = SimpleNamespace(
     Replace=_replace,
     ByteFallback=lambda: _Part({"type": "ByteFallback"}),
     Fuse=lambda: _Part({"type": "Fuse"}),
+    Metaspace=_metaspace,
     Strip=lambda content=" ", left=0, right=0: _Part(
         {"type": "Strip", "content": content, "start": left, "stop": right}
     ),
@@ -235,7 +257,16 @@ def _wordpiece(
     )
 
 
-models = SimpleNamespace(BPE=_bpe, WordPiece=_wordpiece)
+def _unigram(
+    vocab: list[tuple[str, float]], unk_id: int | None = None, byte_fallback: bool = False
+) -> _Part:
+    return _Part(
+        {"type": "Unigram", "unk_id": unk_id, "vocab": [[t, s] for t, s in vocab],
+         "byte_fallback": byte_fallback}
+    )  # fmt: skip
+
+
+models = SimpleNamespace(BPE=_bpe, Unigram=_unigram, WordPiece=_wordpiece)
 
 
 class AddedToken:
@@ -269,7 +300,10 @@ class Tokenizer:
         self._added: dict[str, dict[str, Any]] = {}
 
     def _vocab(self) -> dict[str, int]:
-        return self.model.d["vocab"]
+        v = self.model.d["vocab"]
+        if isinstance(v, list):  # Unigram: [piece, score] in id order, first id of a piece
+            return {t: i for i, (t, _) in reversed(list(enumerate(v)))}
+        return v
 
     def token_to_id(self, token: str) -> int | None:
         if token in self._added:

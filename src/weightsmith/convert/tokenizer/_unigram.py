@@ -29,6 +29,7 @@ a varint, 8 or 4 bytes, or a varint length and that many bytes):
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 from ... import errors as E
@@ -123,20 +124,113 @@ def _unigram_settings(path: Path) -> tuple[bool, bool, bytes]:
     return add_prefix, remove_ws, charsmap
 
 
-def set_xlmroberta(out: _Entries, d: Path, config: dict) -> None:
+#: XLMRobertaTokenizer's special tokens where tokenizer_config.json does not name them
+_XLMR_SPECIALS = {
+    "bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>", "cls_token": "<s>",
+    "unk_token": "<unk>", "pad_token": "<pad>", "mask_token": "<mask>",
+}  # fmt: skip
+
+
+def _bad_json(path: Path, field: str, expected: str, found) -> E.TokenizerInconsistent:
+    return E.TokenizerInconsistent(
+        "tokenizer.json is not an XLM-RoBERTa Unigram tokenizer llama.cpp's converter reads",
+        path=path, field=field, expected=expected, found=found,
+    )  # fmt: skip
+
+
+def _xlmr_from_json(d: Path, config: dict):
+    """The tokenizer.json-only path of ``_xlmroberta_set_vocab`` (jina-embeddings-v3 and
+    others without ``sentencepiece.bpe.model``), which the reference takes through
+    transformers' tokenizer object: its ``add_prefix_space`` (default true) and
+    ``clean_up_tokenization_spaces`` (default false; written as
+    ``remove_extra_whitespaces``), the model's pieces and scores at their HF ids (no
+    realignment), UNKNOWN / CONTROL (special tokens) / USER_DEFINED (other added tokens).
+    A normalizer other than a bare ``Precompiled`` fails in the reference (it reads
+    ``normalizer.precompiled_charsmap``): refused here."""
+    path = d / "tokenizer.json"
+    tj = _json_if(path) or {}
+    tc = _json_if(d / "tokenizer_config.json") or {}
+    model, norm = tj.get("model"), tj.get("normalizer")
+    if not isinstance(model, dict) or model.get("type") != "Unigram":
+        raise _bad_json(
+            path, "model.type", "Unigram", model.get("type") if isinstance(model, dict) else model
+        )
+    if not isinstance(norm, dict) or not isinstance(norm.get("precompiled_charsmap"), str):
+        kind = norm.get("type") if isinstance(norm, dict) else norm
+        raise _bad_json(path, "normalizer", "a Precompiled normalizer", kind)
+    try:
+        charsmap = base64.b64decode(norm["precompiled_charsmap"], validate=True)
+    except ValueError:
+        raise _bad_json(path, "normalizer.precompiled_charsmap", "base64", "not base64") from None
+    pieces = model.get("vocab")
+    if not isinstance(pieces, list) or not all(
+        isinstance(p, list) and len(p) == 2 and isinstance(p[0], str)
+        and isinstance(p[1], (int, float)) and not isinstance(p[1], bool) for p in pieces
+    ):  # fmt: skip
+        raise _bad_json(path, "model.vocab", "[[piece, score], ...]", "another shape")
+    added = {a["content"]: a["id"] for a in tj.get("added_tokens") or []
+             if isinstance(a, dict) and isinstance(a.get("content"), str)
+             and isinstance(a.get("id"), int)}  # fmt: skip
+    by_id = {i: t for t, i in added.items()}
+    n_model = len(pieces)
+    vocab_size = max(_vocab_size(config, ("vocab_size",)) or 0, n_model)
+    tokens = [f"[PAD{i}]" for i in range(vocab_size)]
+    scores = [-10000.0] * vocab_size
+    types = [int(T.UNUSED)] * vocab_size
+    specials = {**_XLMR_SPECIALS, **{k: tc[k] for k in _XLMR_SPECIALS if k in tc}}
+    names = [v for v in specials.values() if isinstance(v, str)]
+    names += [v for k in ("extra_special_tokens", "additional_special_tokens")
+              for v in tc.get(k) or [] if isinstance(v, str)]  # fmt: skip
+    special_ids = {added.get(n, _piece_id(pieces, n)) for n in names} - {None}
+    unk = tc.get("unk_token")
+    unk_id = added.get(unk, model.get("unk_id", 3)) if isinstance(unk, str) or unk is None else None
+    for i in range(n_model):
+        tokens[i], scores[i] = by_id.get(i, pieces[i][0]), float(pieces[i][1])
+        if i == unk_id:
+            types[i] = int(T.UNKNOWN)
+        elif i in special_ids:
+            types[i] = int(T.CONTROL)
+        elif i in added.values():
+            types[i] = int(T.USER_DEFINED)
+        else:
+            types[i] = int(T.NORMAL)
+    add_prefix = bool(tc.get("add_prefix_space", True))
+    remove_ws = bool(tc.get("clean_up_tokenization_spaces", False))
+    return tokens, scores, types, add_prefix, remove_ws, charsmap
+
+
+def _piece_id(pieces: list, text: str) -> int | None:
+    return next((i for i, (t, _) in enumerate(pieces) if t == text), None)
+
+
+#: nomic-bert-moe's ``<mask>`` id, which its ``sentencepiece.bpe.model`` lacks
+NOMIC_MOE_MASK = 250001
+
+
+def set_xlmroberta(out: _Entries, d: Path, config: dict, moe_mask: bool = False) -> None:
     """XLM-RoBERTa's ``sentencepiece.bpe.model`` (``_xlmroberta_set_vocab``): the pieces
     realigned to fairseq's ids (``<s> <pad> </s> <unk>`` first, every piece one up, the
-    last id dropped), ``token_type_count`` after ``add_space_prefix``."""
+    last id dropped), ``token_type_count`` after ``add_space_prefix``; without it,
+    ``tokenizer.json`` (:func:`_xlmr_from_json`).  ``moe_mask``: nomic-bert-moe's
+    ``<mask>`` at id :data:`NOMIC_MOE_MASK`."""
     path = d / "sentencepiece.bpe.model"
-    if not path.is_file():
-        raise _missing(d, "sentencepiece.bpe.model (the tokenizer.json-only path is not done)")
-    add_prefix, remove_ws, charsmap = _unigram_settings(path)
-    sp = _load_spm(path)
-    vocab_size = max(_vocab_size(config, ("vocab_size",)) or 0, sp.vocab_size())
-    tokens, scores, types = _spm_pieces(sp, vocab_size)
-    tokens = ["<s>", "<pad>", "</s>", "<unk>", *tokens[3:-1]]
-    scores = [0.0] * 4 + scores[3:-1]
-    types = [int(T.CONTROL)] * 3 + [int(T.UNKNOWN)] + types[3:-1]
+    if path.is_file():
+        add_prefix, remove_ws, charsmap = _unigram_settings(path)
+        sp = _load_spm(path)
+        vocab_size = max(_vocab_size(config, ("vocab_size",)) or 0, sp.vocab_size())
+        tokens, scores, types = _spm_pieces(sp, vocab_size)
+        tokens = ["<s>", "<pad>", "</s>", "<unk>", *tokens[3:-1]]
+        scores = [0.0] * 4 + scores[3:-1]
+        types = [int(T.CONTROL)] * 3 + [int(T.UNKNOWN)] + types[3:-1]
+        if moe_mask:  # the reference sets it at its fixed id (an IndexError when fewer)
+            if len(tokens) <= NOMIC_MOE_MASK:
+                raise _too_large(path, "<mask>", NOMIC_MOE_MASK, len(tokens))
+            tokens[NOMIC_MOE_MASK], scores[NOMIC_MOE_MASK] = "<mask>", 0.0
+            types[NOMIC_MOE_MASK] = int(T.CONTROL)
+    elif (d / "tokenizer.json").is_file():
+        tokens, scores, types, add_prefix, remove_ws, charsmap = _xlmr_from_json(d, config)
+    else:
+        raise _missing(d, "sentencepiece.bpe.model or tokenizer.json")
     out.add("ggml.model", "t5", VT.STRING)
     out.add("ggml.pre", "default", VT.STRING)
     out.add("ggml.tokens", tokens, VT.STRING)

@@ -33,6 +33,7 @@ from ._to_gguf import (
     _set_gpt2,
     _SpecialVocab,
 )
+from ._unigram import set_xlmroberta
 
 
 def phantom(token: str, token_type: int) -> str:
@@ -65,12 +66,13 @@ def set_modernbert(out: _Entries, d: Path, config: dict) -> None:
 
 
 def set_nomic(out: _Entries, d: Path, config: dict) -> None:
-    """nomic-bert: WordPiece as BERT; a Unigram tokenizer.json (nomic-embed-text-v2) would
-    take the XLM-RoBERTa path through transformers' tokenizer object, which is not done."""
+    """nomic-bert: WordPiece as BERT, or XLM-RoBERTa's Unigram vocabulary when
+    tokenizer.json says Unigram (nomic-embed-text-v2-moe), as the reference decides."""
     tj = _json_if(d / "tokenizer.json") or {}
     kind = (tj.get("model") or {}).get("type") if isinstance(tj.get("model"), dict) else None
     if kind == "Unigram":
-        raise _missing(d, "a WordPiece tokenizer.json (nomic's Unigram path is not done)")
+        set_xlmroberta(out, d, config, moe_mask=bool(config.get("moe_every_n_layers")))
+        return
     set_bert(out, d, config)
 
 
