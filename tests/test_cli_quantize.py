@@ -183,24 +183,7 @@ def test_trailing_unit_dims_dropped_as_llama_quantize(tmp_path):
     """A tensor stored as [n, 1] (Mamba 2's ssm_norm with one group, as the converter writes
     it) comes out of llama-quantize 1-D: libllama keeps ggml_n_dims dims.  Ours too."""
     src = tmp_path / "f32.gguf"
-    rng = np.random.default_rng(3)
-    w = gguf.GGUFWriter(str(src), "llama")
-    w.add_context_length(128)
-    w.add_embedding_length(SPEC.n_embd)
-    w.add_block_count(SPEC.n_layer)
-    w.add_feed_forward_length(SPEC.n_ff)
-    w.add_head_count(SPEC.n_head)
-    w.add_head_count_kv(SPEC.n_head_kv)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_file_type(0)
-    for name, shape in SPEC.tensors():
-        if name == "output_norm.weight":
-            shape = (1, *shape)  # dims [n, 1]
-        w.add_tensor(name, (rng.standard_normal(shape) * 0.02).astype(np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_model(SPEC, src, unit_dim=frozenset({"output_norm.weight"}))
     llama_quantize(src, tmp_path / "ref.gguf", "Q4_K_M")
     p = run("quantize", src, tmp_path / "ours.gguf", "--type", "q4_k_m")
     assert p.returncode == 0, p.stderr

@@ -80,8 +80,12 @@ FILE_TYPES = [
 ]  # fmt: skip
 
 
-def write_model(spec: ModelSpec, path: Path, seed: int = 0) -> None:
-    """Write ``spec`` as an f32 GGUF with gguf-py, with the metadata llama.cpp's loader needs."""
+def write_model(
+    spec: ModelSpec, path: Path, seed: int = 0, unit_dim: frozenset = frozenset()
+) -> None:
+    """Write ``spec`` as an f32 GGUF with gguf-py, with the metadata llama.cpp's loader needs.
+
+    Tensors named in ``unit_dim`` get an extra outer dim of 1 (stored dims ``[..., 1]``)."""
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), spec.arch)
     w.add_context_length(128)
@@ -94,6 +98,7 @@ def write_model(spec: ModelSpec, path: Path, seed: int = 0) -> None:
     w.add_rope_dimension_count(spec.n_embd // spec.n_head)
     w.add_file_type(0)
     for name, shape in spec.tensors():
+        shape = (1, *shape) if name in unit_dim else shape
         w.add_tensor(name, (rng.standard_normal(shape) * 0.02).astype(np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
