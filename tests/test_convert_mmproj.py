@@ -29,11 +29,11 @@ from support.vlm_models import build
 from weightsmith import errors as E
 from weightsmith.convert import hf_to_gguf
 
-ARCHS = ["gemma3", "llava", "qwen25vl"]
+ARCHS = ["gemma3", "llava", "qwen25vl", "qwen3vl"]
 # llama.cpp's image embeddings vs transformers' features, as a fraction of their scale:
 # measured 2.3e-4 (Gemma 3), 2.5e-4 (Pixtral), 3.0e-3 (Qwen2.5-VL's window-attention
-# ViT with 2-D RoPE, in ggml's float32 ops)
-TOL = {"gemma3": 1e-3, "llava": 1e-3, "qwen25vl": 6e-3}
+# ViT with 2-D RoPE, in ggml's float32 ops), 3.1e-4 (Qwen3-VL, deepstack features included)
+TOL = {"gemma3": 1e-3, "llava": 1e-3, "qwen25vl": 6e-3, "qwen3vl": 1e-3}
 TYPES = ["f32", "f16", "bf16", "q8_0"]
 
 _DRIVER = textwrap.dedent(
@@ -161,6 +161,21 @@ def test_projector_contents(work):
     # the Conv3d kernel as two Conv2d kernels, and the fused QKV as three
     assert types["v.patch_embd.weight"] == types["v.patch_embd.weight.1"] == ("F16", (64, 3, 8, 8))
     assert {"v.blk.3.attn_q.bias", "v.blk.3.attn_k.weight", "v.blk.3.attn_v.weight"} <= set(types)
+    with read(work["root"] / "ours" / "qwen3vl" / "mmproj-q8_0.gguf") as f:
+        md = f.metadata
+        types = {t.name: (t.ggml_type.name, t.shape) for t in f.tensors}
+    assert md["clip.projector_type"] == "qwen3vl_merger" and md["clip.use_gelu"] is True
+    # deepstack mergers after tower layers 1 and 2, named by the layer they follow
+    assert list(md["clip.vision.is_deepstack_layers"]) == [False, True, True, False]
+    assert {"v.deepstack.1.fc1.weight", "v.deepstack.2.norm.bias"} <= set(types)
+    assert not any(n.startswith("v.deepstack.0.") for n in types)
+    assert types["v.blk.0.attn_qkv.weight"] == ("Q8_0", (192, 64))  # kept fused
+    assert types["v.patch_embd.weight.1"] == ("F32", (64, 3, 8, 8))
+    assert types["v.position_embd.weight"][0] == "F32"
+    with read(work["root"] / "ours" / "qwen3vl" / "text-f16.gguf") as f:
+        md = f.metadata
+    assert md["general.architecture"] == "qwen3vl" and md["qwen3vl.n_deepstack_layers"] == 2
+    assert list(md["qwen3vl.rope.dimension_sections"]) == [2, 3, 3, 0]
 
 
 def test_projector_type_with_other_text_types(work, tmp_path):
@@ -218,7 +233,9 @@ def _mtmd_embeddings(text: Path, mmproj: Path, img: np.ndarray) -> np.ndarray:
                     n = mtmd_cpp.mtmd_input_chunk_get_n_tokens(chunk)
                     assert mtmd_cpp.mtmd_encode_chunk(ctx, chunk) == 0
                     out = mtmd_cpp.mtmd_get_output_embd(ctx)
-                    n_embd = llama_cpp.llama_model_n_embd(llm.model)
+                    # the input width: Qwen3-VL's deepstack features ride beside the
+                    # embedding (n_embd * (1 + n_deepstack))
+                    n_embd = llama_cpp.llama_model_n_embd_inp(llm.model)
                     emb = np.ctypeslib.as_array(out, shape=(n * n_embd,)).copy()
                     break
             else:
@@ -247,7 +264,7 @@ def _hf_image_features(folder: Path, img: np.ndarray) -> np.ndarray:
     kw = {}
     if cfg.model_type == "llava":
         kw["image_sizes"] = torch.tensor([list(img.shape[:2])])
-    if cfg.model_type == "qwen2_5_vl":  # flattened temporal patches: its own processor
+    if cfg.model_type in ("qwen2_5_vl", "qwen3_vl"):  # flattened temporal patches
         from transformers import AutoImageProcessor
 
         out = AutoImageProcessor.from_pretrained(folder)(
@@ -256,9 +273,12 @@ def _hf_image_features(folder: Path, img: np.ndarray) -> np.ndarray:
         pixels, kw["image_grid_thw"] = out["pixel_values"], out["image_grid_thw"]
     with torch.no_grad():
         f = m.get_image_features(pixel_values=pixels, **kw)
+    deep = getattr(f, "deepstack_features", None)
     f = getattr(f, "pooler_output", f)
     if isinstance(f, (list, tuple)):
         f = torch.cat(list(f), 0)
+    if deep:  # Qwen3-VL: llama.cpp's rows are [merger, deepstack 0, deepstack 1, ...]
+        f = torch.cat([f, *(torch.cat(list(d), 0) for d in deep)], -1)
     return f.reshape(-1, f.shape[-1]).float().numpy()
 
 

@@ -83,7 +83,7 @@ from .mamba import GRANITEHYBRID, MAMBA, MAMBA2
 from .olmo import OLMO2
 from .phi import PHI3
 from .qwen import QWEN2, QWEN2MOE, QWEN3, QWEN3MOE
-from .qwenvl import QWEN2VL
+from .qwenvl import QWEN2VL, QWEN3VL
 from .t5 import T5, T5ENCODER
 
 __all__ = [
@@ -147,6 +147,7 @@ ENTRIES: tuple[Arch, ...] = (
     MAMBA2,
     GRANITEHYBRID,
     QWEN2VL,
+    QWEN3VL,
     GLM4MOE,
     LLAMA4,
     GEMMA4,
