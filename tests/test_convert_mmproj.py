@@ -29,11 +29,11 @@ from support.vlm_models import build
 from weightsmith import errors as E
 from weightsmith.convert import hf_to_gguf
 
-ARCHS = ["gemma3", "llava", "qwen25vl", "qwen3vl"]
+ARCHS = ["gemma3", "llava", "qwen25vl", "qwen3vl", "mistral3"]
 # llama.cpp's image embeddings vs transformers' features, as a fraction of their scale:
 # measured 2.3e-4 (Gemma 3), 2.5e-4 (Pixtral), 3.0e-3 (Qwen2.5-VL's window-attention
 # ViT with 2-D RoPE, in ggml's float32 ops), 3.1e-4 (Qwen3-VL, deepstack features included)
-TOL = {"gemma3": 1e-3, "llava": 1e-3, "qwen25vl": 6e-3, "qwen3vl": 1e-3}
+TOL = {"gemma3": 1e-3, "llava": 1e-3, "qwen25vl": 6e-3, "qwen3vl": 1e-3, "mistral3": 1e-3}
 TYPES = ["f32", "f16", "bf16", "q8_0"]
 
 _DRIVER = textwrap.dedent(
@@ -81,7 +81,7 @@ def work(tmp_path_factory) -> dict:
 # the one tensor ours adds: the pinned converter drops the text embedding of an HF
 # LLaVA-Pixtral checkpoint before it extracts this row, and mtmd refuses its file then
 IMG_BREAK = "v.token_embd.img_break"
-EXTRA = {"llava": IMG_BREAK}
+EXTRA = {"llava": IMG_BREAK, "mistral3": IMG_BREAK}
 
 
 def _same(ours: Path, ref: Path, extra: str | None = None) -> None:
@@ -176,6 +176,14 @@ def test_projector_contents(work):
         md = f.metadata
     assert md["general.architecture"] == "qwen3vl" and md["qwen3vl.n_deepstack_layers"] == 2
     assert list(md["qwen3vl.rope.dimension_sections"]) == [2, 3, 3, 0]
+    with read(work["root"] / "ours" / "mistral3" / "mmproj-q8_0.gguf") as f:
+        md = f.metadata
+        types = {t.name: (t.ggml_type.name, t.shape) for t in f.tensors}
+    assert md["clip.projector_type"] == "pixtral" and md["clip.vision.spatial_merge_size"] == 2
+    assert types["mm.patch_merger.weight"] == ("F32", (64, 256))  # forced: F32 unless f16
+    assert types["mm.input_norm.weight"][0] == "F32" and types["mm.2.weight"][0] == "Q8_0"
+    with read(work["root"] / "ours" / "mistral3" / "text-f16.gguf") as f:
+        assert f.metadata["general.architecture"] == "mistral3"
 
 
 def test_projector_type_with_other_text_types(work, tmp_path):
@@ -262,7 +270,7 @@ def _hf_image_features(folder: Path, img: np.ndarray) -> np.ndarray:
     m = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32)
     m.eval()
     kw = {}
-    if cfg.model_type == "llava":
+    if cfg.model_type in ("llava", "mistral3"):
         kw["image_sizes"] = torch.tensor([list(img.shape[:2])])
     if cfg.model_type in ("qwen2_5_vl", "qwen3_vl"):  # flattened temporal patches
         from transformers import AutoImageProcessor
@@ -288,10 +296,11 @@ def test_llama_cpp_encodes_image(work, arch):
     img = _image(64)
     got = _mtmd_embeddings(ours / "text-f32.gguf", ours / "mmproj-f32.gguf", img)
     want = _hf_image_features(work[arch], img)
-    if arch == "llava":
+    if arch in EXTRA:
         # Pixtral: llama.cpp puts the [IMG_BREAK] embedding (our added tensor) after each
-        # row of patches but the last; transformers' features are the patches alone
-        side = 64 // 8
+        # row of patches (Mistral 3: of 2x2-merged patches) but the last; transformers'
+        # features are the patches alone
+        side = 64 // 8 // (2 if arch == "mistral3" else 1)
         rows = [got[r * (side + 1) : r * (side + 1) + side] for r in range(side)]
         breaks = got[[r * (side + 1) + side for r in range(side - 1)]]
         from weightsmith.gguf import read
@@ -338,12 +347,16 @@ def test_refused_before_writing(work, tmp_path):
     assert not out.exists()
 
 
-def test_vlm_text_alone_has_no_hf_class(work, tmp_path):
-    """The qwen2vl text GGUF has no HF class of its own: a named error, nothing written."""
+@pytest.mark.parametrize(
+    ("arch", "gguf_arch"),
+    [("qwen25vl", "qwen2vl"), ("qwen3vl", "qwen3vl"), ("mistral3", "mistral3")],
+)
+def test_vlm_text_alone_has_no_hf_class(work, tmp_path, arch, gguf_arch):
+    """These text GGUFs have no HF class of their own: a named error, nothing written."""
     from weightsmith.convert import gguf_to_hf
 
-    with pytest.raises(E.UnknownArchitecture, match="qwen2vl"):
-        gguf_to_hf(work["root"] / "ours" / "qwen25vl" / "text-f16.gguf", tmp_path / "back")
+    with pytest.raises(E.UnknownArchitecture, match=gguf_arch):
+        gguf_to_hf(work["root"] / "ours" / arch / "text-f16.gguf", tmp_path / "back")
     assert not (tmp_path / "back").exists()
 
 

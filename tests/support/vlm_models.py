@@ -192,11 +192,51 @@ def qwen3vl(folder: Path, *, dtype: str = "bfloat16", seed: int = 33) -> Path:
     return folder
 
 
+def mistral3(folder: Path, *, dtype: str = "bfloat16", seed: int = 34) -> Path:
+    """Mistral 3 (Mistral Small 3.1 layout): Pixtral tower, RMS-normed 2x2 patch merger,
+    2-layer MLP projector; the text model is Mistral (GGUF ``mistral3``)."""
+    from transformers import (
+        Mistral3Config,
+        Mistral3ForConditionalGeneration,
+        MistralConfig,
+        PixtralVisionConfig,
+    )
+
+    vocab = train_spm(folder)
+    text = MistralConfig(
+        **_text(vocab),
+        sliding_window=None,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e9},
+    )
+    # 3 layers: gguf-py maps linear_2 to mm.2 only in a tower of more than 2 blocks
+    vision = PixtralVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                                 num_attention_heads=2, head_dim=32, image_size=64,
+                                 patch_size=8, hidden_act="silu")  # fmt: skip
+    cfg = Mistral3Config(text_config=text, vision_config=vision, image_token_index=10,
+                         spatial_merge_size=2, projector_hidden_act="gelu",
+                         multimodal_projector_bias=False, vision_feature_layer=-1,
+                         tie_word_embeddings=False)  # fmt: skip
+    model = Mistral3ForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    # llama.cpp's LlavaVisionModel looks the [IMG_BREAK] token up (it must exist)
+    (folder / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": {
+        "12": {"content": "[IMG_BREAK]", "special": True, "lstrip": False, "rstrip": False,
+               "normalized": False, "single_word": False}}}, indent=2))  # fmt: skip
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "PixtralImageProcessor", "patch_size": {"height": 8, "width": 8},
+        "size": {"longest_edge": 64}, "do_normalize": True, "do_rescale": True,
+        "rescale_factor": 1 / 255, **_MEAN_STD}, indent=2))  # fmt: skip
+    return folder
+
+
 BUILDERS: dict[str, Callable[..., Path]] = {
     "gemma3": gemma3_vlm,
     "llava": llava_pixtral,
     "qwen25vl": qwen25vl,
     "qwen3vl": qwen3vl,
+    "mistral3": mistral3,
 }
 
 

@@ -77,7 +77,7 @@ from .gpt import FALCON, GPT2, STABLELM, STARCODER2
 from .gptoss import GPT_OSS
 from .granite import GRANITE, GRANITEMOE
 from .lfm2 import LFM2, LFM2MOE
-from .llama import LLAMA, MISTRAL_NATIVE, SMOLLM3
+from .llama import LLAMA, MISTRAL3, MISTRAL_NATIVE, SMOLLM3
 from .llama4 import LLAMA4
 from .mamba import GRANITEHYBRID, MAMBA, MAMBA2
 from .olmo import OLMO2
@@ -148,6 +148,7 @@ ENTRIES: tuple[Arch, ...] = (
     GRANITEHYBRID,
     QWEN2VL,
     QWEN3VL,
+    MISTRAL3,
     GLM4MOE,
     LLAMA4,
     GEMMA4,

@@ -238,7 +238,10 @@ def _pixtral_act(act: str) -> Callable[[dict], bool | None]:
 
 
 LLAVA_VISION = Projector(
-    hf_archs=("LlavaForConditionalGeneration",),
+    # Mistral3ForConditionalGeneration (Mistral Small 3.1): the same class in the
+    # reference, plus the RMS norm and 2x2 patch merger before the MLP and a
+    # spatial_merge_size row from the top-level config
+    hf_archs=("LlavaForConditionalGeneration", "Mistral3ForConditionalGeneration"),
     # llama.cpp's Pixtral graph needs the [IMG_BREAK] embedding (v.token_embd.img_break);
     # the pinned converter means to write it but drops the text embedding of an HF
     # checkpoint before it gets there, and mtmd then refuses its file: ours has the row
