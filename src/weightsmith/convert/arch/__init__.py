@@ -80,6 +80,7 @@ from .lfm2 import LFM2, LFM2MOE
 from .llama import LLAMA, MISTRAL3, MISTRAL_NATIVE, SMOLLM3
 from .llama4 import LLAMA4
 from .mamba import GRANITEHYBRID, MAMBA, MAMBA2
+from .nemotron import NEMOTRON_H
 from .olmo import OLMO2
 from .phi import PHI3
 from .qwen import QWEN2, QWEN2MOE, QWEN3, QWEN3MOE
@@ -146,6 +147,7 @@ ENTRIES: tuple[Arch, ...] = (
     MAMBA,
     MAMBA2,
     GRANITEHYBRID,
+    NEMOTRON_H,
     QWEN2VL,
     QWEN3VL,
     MISTRAL3,
