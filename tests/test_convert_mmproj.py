@@ -29,11 +29,18 @@ from support.vlm_models import build
 from weightsmith import errors as E
 from weightsmith.convert import hf_to_gguf
 
-ARCHS = ["gemma3", "llava", "qwen25vl", "qwen3vl", "mistral3"]
+ARCHS = ["gemma3", "llava", "qwen25vl", "qwen3vl", "mistral3", "qwen3vlmoe"]
 # llama.cpp's image embeddings vs transformers' features, as a fraction of their scale:
 # measured 2.3e-4 (Gemma 3), 2.5e-4 (Pixtral), 3.0e-3 (Qwen2.5-VL's window-attention
 # ViT with 2-D RoPE, in ggml's float32 ops), 3.1e-4 (Qwen3-VL, deepstack features included)
-TOL = {"gemma3": 1e-3, "llava": 1e-3, "qwen25vl": 6e-3, "qwen3vl": 1e-3, "mistral3": 1e-3}
+TOL = {
+    "gemma3": 1e-3,
+    "llava": 1e-3,
+    "qwen25vl": 6e-3,
+    "qwen3vl": 1e-3,
+    "mistral3": 1e-3,
+    "qwen3vlmoe": 1e-3,
+}
 TYPES = ["f32", "f16", "bf16", "q8_0"]
 
 _DRIVER = textwrap.dedent(
@@ -272,7 +279,7 @@ def _hf_image_features(folder: Path, img: np.ndarray) -> np.ndarray:
     kw = {}
     if cfg.model_type in ("llava", "mistral3"):
         kw["image_sizes"] = torch.tensor([list(img.shape[:2])])
-    if cfg.model_type in ("qwen2_5_vl", "qwen3_vl"):  # flattened temporal patches
+    if cfg.model_type in ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"):  # flattened patches
         from transformers import AutoImageProcessor
 
         out = AutoImageProcessor.from_pretrained(folder)(
@@ -314,6 +321,29 @@ def test_llama_cpp_encodes_image(work, arch):
     assert np.abs(got - want).max() <= TOL[arch] * max(scale, 1.0), np.abs(got - want).max()
 
 
+def test_qwen3vlmoe_text_in_llama_cpp(work):
+    """The fused experts in the Hub's layout (transposed against Qwen3-MoE's): llama.cpp's
+    logits on our text file are transformers' (which transposes them on load)."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    from test_convert_hf_to_gguf import _llama_logits
+    from weightsmith.gguf import read
+
+    ours = work["root"] / "ours" / "qwen3vlmoe"
+    with read(ours / "text-f16.gguf") as f:
+        types = {t.name: t.shape for t in f.tensors}
+    assert types["blk.0.ffn_gate_exps.weight"] == (4, 96, 64)  # [n_expert, n_ff, n_embd]
+    assert types["blk.0.ffn_down_exps.weight"] == (4, 64, 96)
+    tokens = [9707, 11, 1879, 0, 358, 1079, 264, 2272]
+    got = _llama_logits(ours / "text-f32.gguf", tokens)
+    m = AutoModelForImageTextToText.from_pretrained(work["qwen3vlmoe"], dtype=torch.float32)
+    with torch.no_grad():
+        want = m.eval()(input_ids=torch.tensor([tokens])).logits[0].numpy()
+    scale = float(np.abs(want).max())
+    assert np.abs(got - want).max() <= 2e-3 * max(scale, 1.0), np.abs(got - want).max()
+
+
 # --------------------------------------------------------------------------- refused
 
 
@@ -349,7 +379,12 @@ def test_refused_before_writing(work, tmp_path):
 
 @pytest.mark.parametrize(
     ("arch", "gguf_arch"),
-    [("qwen25vl", "qwen2vl"), ("qwen3vl", "qwen3vl"), ("mistral3", "mistral3")],
+    [
+        ("qwen25vl", "qwen2vl"),
+        ("qwen3vl", "qwen3vl"),
+        ("mistral3", "mistral3"),
+        ("qwen3vlmoe", "qwen3vlmoe"),
+    ],
 )
 def test_vlm_text_alone_has_no_hf_class(work, tmp_path, arch, gguf_arch):
     """These text GGUFs have no HF class of their own: a named error, nothing written."""

@@ -84,7 +84,7 @@ from .nemotron import NEMOTRON_H
 from .olmo import OLMO2
 from .phi import PHI3
 from .qwen import QWEN2, QWEN2MOE, QWEN3, QWEN3MOE
-from .qwenvl import QWEN2VL, QWEN3VL
+from .qwenvl import QWEN2VL, QWEN3VL, QWEN3VLMOE
 from .t5 import T5, T5ENCODER
 
 __all__ = [
@@ -150,6 +150,7 @@ ENTRIES: tuple[Arch, ...] = (
     NEMOTRON_H,
     QWEN2VL,
     QWEN3VL,
+    QWEN3VLMOE,
     MISTRAL3,
     GLM4MOE,
     LLAMA4,

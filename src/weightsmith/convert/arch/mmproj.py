@@ -531,7 +531,7 @@ def _deepstack_renumber(name: str, v: dict) -> str:
 
 
 QWEN3VL_VISION = Projector(
-    hf_archs=("Qwen3VLForConditionalGeneration",),
+    hf_archs=("Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration"),
     # the Hub's checkpoints keep the tower under model.visual. (read as visual.)
     keep=("model.visual.", "visual."),
     rename=lambda name: name.removeprefix("model."),

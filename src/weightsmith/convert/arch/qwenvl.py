@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import BASE_NAMES, COMMON, FFN_NORM, QK_NORM
-from ._model import VT, Arch, MetaKey, m, rope_parameters
+from ._common import BASE_NAMES, BLK, COMMON, FFN_NORM, QK_NORM
+from ._model import VT, Arch, MetaKey, Split, Transform, m, rope_parameters
+from .llama4 import _gate_up, _gate_up_join, _gate_up_shapes, _t, _t_shape
+from .qwen import _EXP, _MOE_NAMES, _MOE_ROWS
 
 
 def _sections(cfg: dict) -> list[int] | None:
@@ -51,4 +53,39 @@ QWEN3VL = Arch(
     ],
     names=[*BASE_NAMES, *QK_NORM, *FFN_NORM],
     tokenizer={"vocab": "spm_or_gpt2"},
+)
+
+# Qwen3VLMoeTextModel: Qwen3-MoE rows with the sections and the deepstack count; the
+# experts come fused in the Hub's layout, gate_up_proj [n_expert, n_embd, 2 n_ff] (gate
+# and up the halves of the last axis, each transposed) and down_proj [n_expert, n_ff,
+# n_embd] (transposed) -- the transpose of the Qwen3-MoE layout the qwen3moe entry reads
+QWEN3VLMOE = Arch(
+    hf_archs=("Qwen3VLMoeForConditionalGeneration",),
+    gguf_arch="qwen3vlmoe",
+    meta=[
+        *_with_sections(list(_MOE_ROWS)),
+        m("n_deepstack_layers", "_deepstack", value=_deepstack_count),
+    ],
+    names=[*BASE_NAMES, *QK_NORM, *FFN_NORM, *_MOE_NAMES],
+    splits=[
+        Split(
+            _EXP + "gate_up_proj",
+            (BLK + "ffn_gate_exps.weight", BLK + "ffn_up_exps.weight"),
+            fn=_gate_up,
+            shapes=_gate_up_shapes,
+            join=_gate_up_join,
+        ),
+    ],
+    transforms=[
+        Transform(
+            "experts_down_transpose",
+            r"mlp\.experts\.down_proj$",
+            _t,
+            _t,
+            shape=_t_shape,
+            inverse_shape=_t_shape,
+        ),
+    ],
+    required=("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size"),
+    tokenizer={"vocab": "gpt2"},
 )
