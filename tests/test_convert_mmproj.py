@@ -344,6 +344,24 @@ def test_qwen3vlmoe_text_in_llama_cpp(work):
     assert np.abs(got - want).max() <= 2e-3 * max(scale, 1.0), np.abs(got - want).max()
 
 
+def test_qwen3vlmoe_transformers_layout_refused(work, tmp_path):
+    """A folder as transformers 5 saves it (experts transposed against the Hub's) would
+    convert to wrong experts: a named error, nothing written."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    src = tmp_path / "q"
+    shutil.copytree(work["qwen3vlmoe"], src)
+    sd = load_file(src / "model.safetensors")
+    for k in [k for k in sd if k.endswith(("experts.gate_up_proj", "experts.down_proj"))]:
+        sd[k] = sd[k].transpose(1, 2).contiguous()
+    save_file(sd, src / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(E.TensorShapeMismatch, match="transformers 5 saves the transpose"):
+        hf_to_gguf(src, tmp_path / "out" / "t.gguf", "f16")
+    assert not (tmp_path / "out").exists()
+
+
 # --------------------------------------------------------------------------- refused
 
 

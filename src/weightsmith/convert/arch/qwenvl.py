@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._common import BASE_NAMES, BLK, COMMON, FFN_NORM, QK_NORM
-from ._model import VT, Arch, MetaKey, Split, Transform, m, rope_parameters
+from ._model import VT, Arch, MetaKey, PlanError, Split, Transform, m, rope_parameters
 from .llama4 import _gate_up, _gate_up_join, _gate_up_shapes, _t, _t_shape
 from .qwen import _EXP, _MOE_NAMES, _MOE_ROWS
 
@@ -55,6 +55,20 @@ QWEN3VL = Arch(
     tokenizer={"vocab": "spm_or_gpt2"},
 )
 
+
+def _hub_gate_up_shapes(shape: tuple[int, ...], cfg: dict) -> list[tuple[int, ...]]:
+    """The parts' shapes; transformers 5's own layout ``[n_expert, 2 n_ff, n_embd]`` (what
+    it saves) is refused: read as the Hub's it would give wrong experts."""
+    if len(shape) != 3 or shape[1] != cfg.get("hidden_size") or shape[2] % 2:
+        raise PlanError(
+            "expert shape",
+            "mlp.experts.gate_up_proj",
+            f"{list(shape)}: not the Hub's [n_expert, hidden_size={cfg.get('hidden_size')}, "
+            "2 * moe_intermediate_size] (transformers 5 saves the transpose)",
+        )
+    return _gate_up_shapes(shape, cfg)
+
+
 # Qwen3VLMoeTextModel: Qwen3-MoE rows with the sections and the deepstack count; the
 # experts come fused in the Hub's layout, gate_up_proj [n_expert, n_embd, 2 n_ff] (gate
 # and up the halves of the last axis, each transposed) and down_proj [n_expert, n_ff,
@@ -72,7 +86,7 @@ QWEN3VLMOE = Arch(
             _EXP + "gate_up_proj",
             (BLK + "ffn_gate_exps.weight", BLK + "ffn_up_exps.weight"),
             fn=_gate_up,
-            shapes=_gate_up_shapes,
+            shapes=_hub_gate_up_shapes,
             join=_gate_up_join,
         ),
     ],
