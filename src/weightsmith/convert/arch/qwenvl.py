@@ -5,7 +5,8 @@ A Qwen2 (Qwen3: with Q/K norms) decoder whose RoPE is split in MRoPE sections (t
 height, width): the base rows plus ``rope.dimension_sections`` (``mrope_section`` padded
 to 4, INT32 as gguf-py infers it), written before ``rope.freq_base``.  Qwen3-VL adds
 ``n_deepstack_layers`` (the vision tower's deepstack count: llama.cpp's input width is
-``n_embd * (1 + n)``) after ``general.file_type``.  The vision tower is the projector's
+``n_embd * (1 + n)``) after ``general.file_type``; Qwen3-VL MoE (``qwen3vlmoe``) is the
+same over Qwen3-MoE, its fused experts in the Hub's layout.  The vision tower is the projector's
 (:mod:`.mmproj`).  GGUF -> HF of this text alone is not offered (no HF class is the
 text half of a Qwen-VL).
 """
