@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from support.hf_models import build
+from support.meta_oracle import oracle_env
 from test_convert_hf_to_gguf import (
     _kvs,
     _llama_logits,
@@ -35,6 +36,12 @@ ARCHS = [
 ]  # fmt: skip
 ARCHS += ["glm4moe", "llama4"]
 ARCHS += ["gemma4", "gemma4moe"]
+ARCHS += ["nemotronh"]
+# the pinned converter reads config.json through transformers' AutoConfig; transformers 5's
+# NemotronHConfig rewrites the Hub's config (layers_block_type, MoE defaults) into one the
+# converter misreads (test_nemotronh_config_spellings).  It is run where it was written
+# to run: on a transformers without NemotronH (4.47.1), which leaves config.json as it is
+REF_ON_TRANSFORMERS_4 = {"nemotronh"}
 REF_TYPES = ["f32", "f16", "bf16", "q8_0"]
 # llama.cpp (the pinned build) and transformers 5 give different logits for the same tiny
 # DeepSeek-V3 (max 0.69): llama.cpp's own file shows the same gap as ours (docs/
@@ -77,6 +84,7 @@ BPE_VOCAB = {
     "lfm2moe",
     "glm4moe",
     "llama4",
+    "nemotronh",
 }
 PROMPTS = {
     "spm": [1, 5, 9, 33, 100, 7, 200, 42],
@@ -102,7 +110,9 @@ class _Work:
         if arch not in self.models:
             self.models[arch] = build(arch, self.root / "models" / arch)
             src = self.models[arch]
-            _run_reference([(str(src), str(self.ref / f"{arch}-{t}.gguf"), t) for t in REF_TYPES])
+            env = oracle_env() if arch in REF_ON_TRANSFORMERS_4 else None
+            _run_reference([(str(src), str(self.ref / f"{arch}-{t}.gguf"), t) for t in REF_TYPES],
+                           env)  # fmt: skip
             for t in QUANT_TYPES:
                 _llama_quantize(self.ref / f"{arch}-f32.gguf", self.ref / f"{arch}-{t}.gguf", t,
                                 allow_requantize=arch in REQUANTIZE)  # fmt: skip
@@ -196,7 +206,7 @@ def test_round_trip(work, arch, tmp_path):
         orig.pop("lm_head.weight", None)
     assert sorted(got) == sorted(orig)
     # norm + 1 - 1 (Gemma 2), log(-(-exp(A_log))) (the SSMs): not always the identity in float32
-    exact = arch not in ("gemma2", "mamba", "mamba2", "granitehybrid")
+    exact = arch not in ("gemma2", "mamba", "mamba2", "granitehybrid", "nemotronh")
     for k, v in orig.items():
         want = v.astype(np.float32)
         if exact:
@@ -324,6 +334,36 @@ model-index:
 
 # Tinytral
 """
+
+
+def test_nemotronh_config_spellings(work, tmp_path):
+    """The config transformers 5 saves (``layers_block_type`` with ``mlp`` layers, no
+    ``num_hidden_layers``, MoE defaults) gives the same file as the Hub's pattern form.
+    The pinned converter (on transformers 5, as installed) misreads both forms: it writes
+    ``nemotron_h_moe`` with zero feed-forward widths; pinned here so a fix shows."""
+    import shutil
+
+    from weightsmith.gguf import read
+
+    hub = work.model("nemotronh")
+    src = tmp_path / "nemotronh"
+    shutil.copytree(hub, src)
+    c = json.loads((src / "config.json").read_text())
+    kinds = {"M": "linear_attention", "*": "full_attention", "-": "mlp"}
+    c["layers_block_type"] = [kinds[k] for k in c.pop("hybrid_override_pattern")]
+    del c["num_hidden_layers"]
+    c.update(num_experts_per_tok=2, n_routed_experts=8, n_group=1, topk_group=1,
+             moe_intermediate_size=7688, norm_topk_prob=True)  # fmt: skip
+    (src / "config.json").write_text(json.dumps(c, indent=2))
+    hf_to_gguf(src, tmp_path / "o.gguf", "f16")
+    assert (tmp_path / "o.gguf").read_bytes() == work.files("nemotronh", "f16")[0].read_bytes()
+    with read(tmp_path / "o.gguf") as f:
+        assert list(f.metadata["nemotron_h.feed_forward_length"]) == [0, 512, 0, 0, 512]
+    _run_reference([(str(hub), str(tmp_path / "ref5.gguf"), "f16")])
+    with read(tmp_path / "ref5.gguf") as f:
+        md = f.metadata
+    assert md["general.architecture"] == "nemotron_h_moe"
+    assert list(md["nemotron_h_moe.feed_forward_length"]) == [0] * 5
 
 
 def test_provenance_round_trip(work, tmp_path):

@@ -44,12 +44,13 @@ _DRIVER = textwrap.dedent(
 )
 
 
-def _run_reference(jobs: list[tuple[str, str, str]]) -> None:
+def _run_reference(jobs: list[tuple[str, str, str]], env: dict | None = None) -> None:
     script = str(llama_cpp_root() / "convert_hf_to_gguf.py")
     r = subprocess.run(
         [sys.executable, "-c", _DRIVER, script, json.dumps(jobs)],
         capture_output=True,
         text=True,
+        env=env,
     )
     assert r.returncode == 0, r.stderr[-3000:]
 

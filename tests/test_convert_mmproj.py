@@ -29,11 +29,18 @@ from support.vlm_models import build
 from weightsmith import errors as E
 from weightsmith.convert import hf_to_gguf
 
-ARCHS = ["gemma3", "llava", "qwen25vl"]
+ARCHS = ["gemma3", "llava", "qwen25vl", "qwen3vl", "mistral3", "qwen3vlmoe"]
 # llama.cpp's image embeddings vs transformers' features, as a fraction of their scale:
 # measured 2.3e-4 (Gemma 3), 2.5e-4 (Pixtral), 3.0e-3 (Qwen2.5-VL's window-attention
-# ViT with 2-D RoPE, in ggml's float32 ops)
-TOL = {"gemma3": 1e-3, "llava": 1e-3, "qwen25vl": 6e-3}
+# ViT with 2-D RoPE, in ggml's float32 ops), 3.1e-4 (Qwen3-VL, deepstack features included)
+TOL = {
+    "gemma3": 1e-3,
+    "llava": 1e-3,
+    "qwen25vl": 6e-3,
+    "qwen3vl": 1e-3,
+    "mistral3": 1e-3,
+    "qwen3vlmoe": 1e-3,
+}
 TYPES = ["f32", "f16", "bf16", "q8_0"]
 
 _DRIVER = textwrap.dedent(
@@ -81,7 +88,7 @@ def work(tmp_path_factory) -> dict:
 # the one tensor ours adds: the pinned converter drops the text embedding of an HF
 # LLaVA-Pixtral checkpoint before it extracts this row, and mtmd refuses its file then
 IMG_BREAK = "v.token_embd.img_break"
-EXTRA = {"llava": IMG_BREAK}
+EXTRA = {"llava": IMG_BREAK, "mistral3": IMG_BREAK}
 
 
 def _same(ours: Path, ref: Path, extra: str | None = None) -> None:
@@ -161,6 +168,29 @@ def test_projector_contents(work):
     # the Conv3d kernel as two Conv2d kernels, and the fused QKV as three
     assert types["v.patch_embd.weight"] == types["v.patch_embd.weight.1"] == ("F16", (64, 3, 8, 8))
     assert {"v.blk.3.attn_q.bias", "v.blk.3.attn_k.weight", "v.blk.3.attn_v.weight"} <= set(types)
+    with read(work["root"] / "ours" / "qwen3vl" / "mmproj-q8_0.gguf") as f:
+        md = f.metadata
+        types = {t.name: (t.ggml_type.name, t.shape) for t in f.tensors}
+    assert md["clip.projector_type"] == "qwen3vl_merger" and md["clip.use_gelu"] is True
+    # deepstack mergers after tower layers 1 and 2, named by the layer they follow
+    assert list(md["clip.vision.is_deepstack_layers"]) == [False, True, True, False]
+    assert {"v.deepstack.1.fc1.weight", "v.deepstack.2.norm.bias"} <= set(types)
+    assert not any(n.startswith("v.deepstack.0.") for n in types)
+    assert types["v.blk.0.attn_qkv.weight"] == ("Q8_0", (192, 64))  # kept fused
+    assert types["v.patch_embd.weight.1"] == ("F32", (64, 3, 8, 8))
+    assert types["v.position_embd.weight"][0] == "F32"
+    with read(work["root"] / "ours" / "qwen3vl" / "text-f16.gguf") as f:
+        md = f.metadata
+    assert md["general.architecture"] == "qwen3vl" and md["qwen3vl.n_deepstack_layers"] == 2
+    assert list(md["qwen3vl.rope.dimension_sections"]) == [2, 3, 3, 0]
+    with read(work["root"] / "ours" / "mistral3" / "mmproj-q8_0.gguf") as f:
+        md = f.metadata
+        types = {t.name: (t.ggml_type.name, t.shape) for t in f.tensors}
+    assert md["clip.projector_type"] == "pixtral" and md["clip.vision.spatial_merge_size"] == 2
+    assert types["mm.patch_merger.weight"] == ("F32", (64, 256))  # forced: F32 unless f16
+    assert types["mm.input_norm.weight"][0] == "F32" and types["mm.2.weight"][0] == "Q8_0"
+    with read(work["root"] / "ours" / "mistral3" / "text-f16.gguf") as f:
+        assert f.metadata["general.architecture"] == "mistral3"
 
 
 def test_projector_type_with_other_text_types(work, tmp_path):
@@ -218,7 +248,9 @@ def _mtmd_embeddings(text: Path, mmproj: Path, img: np.ndarray) -> np.ndarray:
                     n = mtmd_cpp.mtmd_input_chunk_get_n_tokens(chunk)
                     assert mtmd_cpp.mtmd_encode_chunk(ctx, chunk) == 0
                     out = mtmd_cpp.mtmd_get_output_embd(ctx)
-                    n_embd = llama_cpp.llama_model_n_embd(llm.model)
+                    # the input width: Qwen3-VL's deepstack features ride beside the
+                    # embedding (n_embd * (1 + n_deepstack))
+                    n_embd = llama_cpp.llama_model_n_embd_inp(llm.model)
                     emb = np.ctypeslib.as_array(out, shape=(n * n_embd,)).copy()
                     break
             else:
@@ -245,9 +277,9 @@ def _hf_image_features(folder: Path, img: np.ndarray) -> np.ndarray:
     m = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32)
     m.eval()
     kw = {}
-    if cfg.model_type == "llava":
+    if cfg.model_type in ("llava", "mistral3"):
         kw["image_sizes"] = torch.tensor([list(img.shape[:2])])
-    if cfg.model_type == "qwen2_5_vl":  # flattened temporal patches: its own processor
+    if cfg.model_type in ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"):  # flattened patches
         from transformers import AutoImageProcessor
 
         out = AutoImageProcessor.from_pretrained(folder)(
@@ -256,9 +288,12 @@ def _hf_image_features(folder: Path, img: np.ndarray) -> np.ndarray:
         pixels, kw["image_grid_thw"] = out["pixel_values"], out["image_grid_thw"]
     with torch.no_grad():
         f = m.get_image_features(pixel_values=pixels, **kw)
+    deep = getattr(f, "deepstack_features", None)
     f = getattr(f, "pooler_output", f)
     if isinstance(f, (list, tuple)):
         f = torch.cat(list(f), 0)
+    if deep:  # Qwen3-VL: llama.cpp's rows are [merger, deepstack 0, deepstack 1, ...]
+        f = torch.cat([f, *(torch.cat(list(d), 0) for d in deep)], -1)
     return f.reshape(-1, f.shape[-1]).float().numpy()
 
 
@@ -268,10 +303,11 @@ def test_llama_cpp_encodes_image(work, arch):
     img = _image(64)
     got = _mtmd_embeddings(ours / "text-f32.gguf", ours / "mmproj-f32.gguf", img)
     want = _hf_image_features(work[arch], img)
-    if arch == "llava":
+    if arch in EXTRA:
         # Pixtral: llama.cpp puts the [IMG_BREAK] embedding (our added tensor) after each
-        # row of patches but the last; transformers' features are the patches alone
-        side = 64 // 8
+        # row of patches (Mistral 3: of 2x2-merged patches) but the last; transformers'
+        # features are the patches alone
+        side = 64 // 8 // (2 if arch == "mistral3" else 1)
         rows = [got[r * (side + 1) : r * (side + 1) + side] for r in range(side)]
         breaks = got[[r * (side + 1) + side for r in range(side - 1)]]
         from weightsmith.gguf import read
@@ -283,6 +319,47 @@ def test_llama_cpp_encodes_image(work, arch):
     assert got.shape == want.shape
     scale = float(np.abs(want).max())
     assert np.abs(got - want).max() <= TOL[arch] * max(scale, 1.0), np.abs(got - want).max()
+
+
+def test_qwen3vlmoe_text_in_llama_cpp(work):
+    """The fused experts in the Hub's layout (transposed against Qwen3-MoE's): llama.cpp's
+    logits on our text file are transformers' (which transposes them on load)."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    from test_convert_hf_to_gguf import _llama_logits
+    from weightsmith.gguf import read
+
+    ours = work["root"] / "ours" / "qwen3vlmoe"
+    with read(ours / "text-f16.gguf") as f:
+        types = {t.name: t.shape for t in f.tensors}
+    assert types["blk.0.ffn_gate_exps.weight"] == (4, 96, 64)  # [n_expert, n_ff, n_embd]
+    assert types["blk.0.ffn_down_exps.weight"] == (4, 64, 96)
+    tokens = [9707, 11, 1879, 0, 358, 1079, 264, 2272]
+    got = _llama_logits(ours / "text-f32.gguf", tokens)
+    m = AutoModelForImageTextToText.from_pretrained(work["qwen3vlmoe"], dtype=torch.float32)
+    with torch.no_grad():
+        want = m.eval()(input_ids=torch.tensor([tokens])).logits[0].numpy()
+    scale = float(np.abs(want).max())
+    assert np.abs(got - want).max() <= 2e-3 * max(scale, 1.0), np.abs(got - want).max()
+
+
+def test_qwen3vlmoe_transformers_layout_refused(work, tmp_path):
+    """A folder as transformers 5 saves it (experts transposed against the Hub's) would
+    convert to wrong experts: a named error, nothing written."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    src = tmp_path / "q"
+    shutil.copytree(work["qwen3vlmoe"], src)
+    sd = load_file(src / "model.safetensors")
+    for k in [k for k in sd if k.endswith(("experts.gate_up_proj", "experts.down_proj"))]:
+        sd[k] = sd[k].transpose(1, 2).contiguous()
+    save_file(sd, src / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(E.TensorShapeMismatch, match="transformers 5 saves the transpose"):
+        hf_to_gguf(src, tmp_path / "out" / "t.gguf", "f16")
+    assert not (tmp_path / "out").exists()
 
 
 # --------------------------------------------------------------------------- refused
@@ -318,12 +395,21 @@ def test_refused_before_writing(work, tmp_path):
     assert not out.exists()
 
 
-def test_vlm_text_alone_has_no_hf_class(work, tmp_path):
-    """The qwen2vl text GGUF has no HF class of its own: a named error, nothing written."""
+@pytest.mark.parametrize(
+    ("arch", "gguf_arch"),
+    [
+        ("qwen25vl", "qwen2vl"),
+        ("qwen3vl", "qwen3vl"),
+        ("mistral3", "mistral3"),
+        ("qwen3vlmoe", "qwen3vlmoe"),
+    ],
+)
+def test_vlm_text_alone_has_no_hf_class(work, tmp_path, arch, gguf_arch):
+    """These text GGUFs have no HF class of their own: a named error, nothing written."""
     from weightsmith.convert import gguf_to_hf
 
-    with pytest.raises(E.UnknownArchitecture, match="qwen2vl"):
-        gguf_to_hf(work["root"] / "ours" / "qwen25vl" / "text-f16.gguf", tmp_path / "back")
+    with pytest.raises(E.UnknownArchitecture, match=gguf_arch):
+        gguf_to_hf(work["root"] / "ours" / arch / "text-f16.gguf", tmp_path / "back")
     assert not (tmp_path / "back").exists()
 
 

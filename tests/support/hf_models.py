@@ -1529,3 +1529,42 @@ def gemma4moe(folder: Path, *, dtype: str = "bfloat16", seed: int = 41) -> Path:
 
 BUILDERS["gemma4"] = gemma4
 BUILDERS["gemma4moe"] = gemma4moe
+
+
+def nemotronh(folder: Path, *, dtype: str = "bfloat16", seed: int = 26) -> Path:
+    """Nemotron-H (dense): Mamba 2, ReLU^2 MLP and NoPE attention layers ("M-M*-"), an
+    attention head size (32) that is not hidden / heads (64), as Nemotron Nano 9B v2's.
+
+    config.json is written in the Hub's form (``hybrid_override_pattern``, no MoE
+    fields): transformers 5 saves ``layers_block_type`` and the MoE defaults, which the
+    pinned converter misreads (docs/convert-architectures.md)."""
+    from transformers import NemotronHConfig, NemotronHForCausalLM
+
+    vocab = -(_bpe_tokenizer(folder, "gpt-2") // -8) * 8  # llama.cpp pads the token list to 8
+    kinds = {"M": "linear_attention", "*": "full_attention", "-": "mlp"}
+    pattern = "M-M*-"
+    cfg = NemotronHConfig(
+        vocab_size=vocab, hidden_size=256, layers_block_type=[kinds[c] for c in pattern],
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, intermediate_size=512,
+        mlp_hidden_act="relu2", mamba_num_heads=8, mamba_head_dim=64, n_groups=2,
+        ssm_state_size=16, conv_kernel=4, expand=2, max_position_embeddings=256,
+        layer_norm_epsilon=1e-5, bos_token_id=50256, eos_token_id=50256, pad_token_id=None,
+        tie_word_embeddings=False,
+    )  # fmt: skip
+    model = NemotronHForCausalLM(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    c = config(folder)
+    for k in ("layers_block_type", "mtp_layers_block_type", "num_nextn_predict_layers"):
+        c.pop(k)
+    for k in [k for k in c if "expert" in k or k.startswith("moe_")]:
+        c.pop(k)
+    for k in ("n_group", "topk_group", "norm_topk_prob", "routed_scaling_factor",
+              "output_router_logits"):  # fmt: skip
+        c.pop(k)
+    c["hybrid_override_pattern"], c["num_hidden_layers"] = pattern, len(pattern)
+    (folder / "config.json").write_text(json.dumps(c, indent=2))
+    return folder
+
+
+BUILDERS["nemotronh"] = nemotronh

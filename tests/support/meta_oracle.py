@@ -33,6 +33,15 @@ def oracle_script() -> Path:
     return script
 
 
+def oracle_env() -> dict[str, str]:
+    """The environment of a subprocess that imports transformers 4.47.1 (its own
+    tokenizers and hub first; torch, sentencepiece and tiktoken are this environment's)."""
+    site = os.pathsep.join([str(oracle_script().parent / "site"), os.environ.get("PYTHONPATH", "")])
+    # USE_TF/USE_FLAX: 4.47 imports any framework it finds, and only torch is wanted
+    return {**os.environ, "PYTHONPATH": site, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+            "USE_TF": "0", "USE_FLAX": "0", "USE_JAX": "0", "USE_TORCH": "1"}  # fmt: skip
+
+
 def run_oracle(src: Path, dst: Path, generation: str, shards: int) -> Path:
     """Convert ``src`` with transformers' script under transformers 4.47.1; return ``dst``."""
     version = {"3.3": "3.1"}.get(generation, generation)  # the script predates 3.3
@@ -41,13 +50,7 @@ def run_oracle(src: Path, dst: Path, generation: str, shards: int) -> Path:
         sys.executable, str(script), "--input_dir", str(src), "--output_dir", str(dst),
         "--num_shards", str(shards), "--llama_version", version,
     ]  # fmt: skip
-    # the script's own transformers (and the tokenizers and hub it pins) come first;
-    # torch, sentencepiece and tiktoken are the environment's
-    site = os.pathsep.join([str(script.parent / "site"), os.environ.get("PYTHONPATH", "")])
-    # USE_TF/USE_FLAX: 4.47 imports any framework it finds, and only torch is wanted
-    env = {**os.environ, "PYTHONPATH": site, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "USE_TF": "0", "USE_FLAX": "0", "USE_JAX": "0", "USE_TORCH": "1"}  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=oracle_env(), timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"oracle failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return dst

@@ -158,10 +158,127 @@ def qwen25vl(folder: Path, *, dtype: str = "bfloat16", seed: int = 32) -> Path:
     return folder
 
 
+def qwen3vl(folder: Path, *, dtype: str = "bfloat16", seed: int = 33) -> Path:
+    """Qwen3-VL: ViT with a learned position table, fused QKV, Conv3d patches, deepstack
+    mergers after tower layers 1 and 2; the text model is Qwen3 with interleaved MRoPE.
+    Saved as transformers writes it, which is the Hub's layout (``model.visual.*``,
+    ``model.language_model.*``)."""
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    from support.hf_models import _qwen_tokenizer
+
+    vocab = _qwen_tokenizer(folder)
+    text = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                max_position_embeddings=256, rms_norm_eps=1e-6,
+                rope_parameters={"rope_type": "default", "rope_theta": 5000000.0,
+                                 "mrope_section": [2, 3, 3], "mrope_interleaved": True},
+                bos_token_id=None, eos_token_id=151645, tie_word_embeddings=False)  # fmt: skip
+    vision = dict(depth=4, hidden_size=64, intermediate_size=128, num_heads=2, patch_size=8,
+                  spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=64,
+                  num_position_embeddings=64, deepstack_visual_indexes=[1, 2],
+                  hidden_act="gelu_pytorch_tanh")  # fmt: skip
+    cfg = Qwen3VLConfig(text_config=text, vision_config=vision, image_token_id=151655,
+                        video_token_id=151656, vision_start_token_id=151652,
+                        vision_end_token_id=151653, tie_word_embeddings=False)  # fmt: skip
+    model = Qwen3VLForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "Qwen2VLImageProcessor", "patch_size": 8,
+        "temporal_patch_size": 2, "merge_size": 2, "min_pixels": 64 * 64,
+        "max_pixels": 64 * 64, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]},
+        indent=2))  # fmt: skip
+    return folder
+
+
+def qwen3vlmoe(folder: Path, *, dtype: str = "bfloat16", seed: int = 35) -> Path:
+    """Qwen3-VL MoE: Qwen3-VL's tower, a Qwen3-MoE text model (4 experts, top 2) with its
+    experts fused.  transformers 5 saves them in its own layout, the transpose of the
+    Hub's (which it transposes back on load): rewritten here to the Hub's, which the
+    reference converter reads."""
+    from safetensors.torch import load_file, save_file
+    from transformers import Qwen3VLMoeConfig, Qwen3VLMoeForConditionalGeneration
+
+    from support.hf_models import _qwen_tokenizer
+
+    vocab = _qwen_tokenizer(folder)
+    text = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, moe_intermediate_size=96,
+                num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[],
+                num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                max_position_embeddings=256, rms_norm_eps=1e-6,
+                rope_parameters={"rope_type": "default", "rope_theta": 5000000.0,
+                                 "mrope_section": [2, 3, 3], "mrope_interleaved": True},
+                bos_token_id=None, eos_token_id=151645, tie_word_embeddings=False)  # fmt: skip
+    vision = dict(depth=4, hidden_size=64, intermediate_size=128, num_heads=2, patch_size=8,
+                  spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=64,
+                  num_position_embeddings=64, deepstack_visual_indexes=[1, 2],
+                  hidden_act="gelu_pytorch_tanh")  # fmt: skip
+    cfg = Qwen3VLMoeConfig(text_config=text, vision_config=vision, image_token_id=151655,
+                           video_token_id=151656, vision_start_token_id=151652,
+                           vision_end_token_id=151653, tie_word_embeddings=False)  # fmt: skip
+    model = Qwen3VLMoeForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    path = folder / "model.safetensors"
+    sd = load_file(path)
+    for k in [k for k in sd if k.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj"))]:
+        sd[k] = sd[k].transpose(1, 2).contiguous()
+    save_file(sd, path, metadata={"format": "pt"})
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "Qwen2VLImageProcessor", "patch_size": 8,
+        "temporal_patch_size": 2, "merge_size": 2, "min_pixels": 64 * 64,
+        "max_pixels": 64 * 64, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]},
+        indent=2))  # fmt: skip
+    return folder
+
+
+def mistral3(folder: Path, *, dtype: str = "bfloat16", seed: int = 34) -> Path:
+    """Mistral 3 (Mistral Small 3.1 layout): Pixtral tower, RMS-normed 2x2 patch merger,
+    2-layer MLP projector; the text model is Mistral (GGUF ``mistral3``)."""
+    from transformers import (
+        Mistral3Config,
+        Mistral3ForConditionalGeneration,
+        MistralConfig,
+        PixtralVisionConfig,
+    )
+
+    vocab = train_spm(folder)
+    text = MistralConfig(
+        **_text(vocab),
+        sliding_window=None,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e9},
+    )
+    # 3 layers: gguf-py maps linear_2 to mm.2 only in a tower of more than 2 blocks
+    vision = PixtralVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                                 num_attention_heads=2, head_dim=32, image_size=64,
+                                 patch_size=8, hidden_act="silu")  # fmt: skip
+    cfg = Mistral3Config(text_config=text, vision_config=vision, image_token_index=10,
+                         spatial_merge_size=2, projector_hidden_act="gelu",
+                         multimodal_projector_bias=False, vision_feature_layer=-1,
+                         tie_word_embeddings=False)  # fmt: skip
+    model = Mistral3ForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    # llama.cpp's LlavaVisionModel looks the [IMG_BREAK] token up (it must exist)
+    (folder / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": {
+        "12": {"content": "[IMG_BREAK]", "special": True, "lstrip": False, "rstrip": False,
+               "normalized": False, "single_word": False}}}, indent=2))  # fmt: skip
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "PixtralImageProcessor", "patch_size": {"height": 8, "width": 8},
+        "size": {"longest_edge": 64}, "do_normalize": True, "do_rescale": True,
+        "rescale_factor": 1 / 255, **_MEAN_STD}, indent=2))  # fmt: skip
+    return folder
+
+
 BUILDERS: dict[str, Callable[..., Path]] = {
     "gemma3": gemma3_vlm,
     "llava": llava_pixtral,
     "qwen25vl": qwen25vl,
+    "qwen3vl": qwen3vl,
+    "mistral3": mistral3,
+    "qwen3vlmoe": qwen3vlmoe,
 }
 
 

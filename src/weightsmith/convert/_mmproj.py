@@ -166,7 +166,7 @@ def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
         ) from None  # fmt: skip
     by_key: dict[str, H._Source] = {}
     for s in H._sources(d, stack):
-        key = proj.source_key(s.name)
+        key = proj.source_key(s.name, view)
         if key is not None:
             by_key[key] = s
     if not by_key:

@@ -77,13 +77,14 @@ from .gpt import FALCON, GPT2, STABLELM, STARCODER2
 from .gptoss import GPT_OSS
 from .granite import GRANITE, GRANITEMOE
 from .lfm2 import LFM2, LFM2MOE
-from .llama import LLAMA, MISTRAL_NATIVE, SMOLLM3
+from .llama import LLAMA, MISTRAL3, MISTRAL_NATIVE, SMOLLM3
 from .llama4 import LLAMA4
 from .mamba import GRANITEHYBRID, MAMBA, MAMBA2
+from .nemotron import NEMOTRON_H
 from .olmo import OLMO2
 from .phi import PHI3
 from .qwen import QWEN2, QWEN2MOE, QWEN3, QWEN3MOE
-from .qwenvl import QWEN2VL
+from .qwenvl import QWEN2VL, QWEN3VL, QWEN3VLMOE
 from .t5 import T5, T5ENCODER
 
 __all__ = [
@@ -146,7 +147,11 @@ ENTRIES: tuple[Arch, ...] = (
     MAMBA,
     MAMBA2,
     GRANITEHYBRID,
+    NEMOTRON_H,
     QWEN2VL,
+    QWEN3VL,
+    QWEN3VLMOE,
+    MISTRAL3,
     GLM4MOE,
     LLAMA4,
     GEMMA4,

@@ -7,6 +7,8 @@ and emits ``w1``, ``w2``, ``w3`` (gate, down, up) when the last one is read.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ._common import (
     BASE_NAMES,
     BLK,
@@ -84,6 +86,20 @@ LLAMA = Arch(
         "attention_bias": "blk.0.attn_q.bias" in names,
         "mlp_bias": False,
     },
+)
+
+# Mistral3Model (conversion/mistral3.py): the text half of Mistral3ForConditionalGeneration
+# (Mistral Small 3.1) is LlamaModel under its own GGUF name; the vision tower is the
+# projector's (.mmproj).  A "ministral3" text (YaRN + llama_4_scaling rows) and a
+# "mistral4" one (DeepseekV2) are other classes there, not this entry.  No HF class is the
+# text half alone: GGUF -> HF refuses it, as for qwen2vl.
+MISTRAL3 = replace(
+    LLAMA,
+    hf_archs=("Mistral3ForConditionalGeneration",),
+    gguf_arch="mistral3",
+    stacks=[],
+    names=[*BASE_NAMES, *FFN_NORM],
+    model_types={},
 )
 
 # SmolLM3Model: LlamaModel under its own GGUF name (llama.cpp knows its NoPE layers)

@@ -119,8 +119,11 @@ class Projector:
     # a special token whose row of the text embedding the projector carries (Pixtral's
     # [IMG_BREAK]); the embedding is then read under the key TOKEN_SOURCE
     token: str | None = None
+    # a rename that reads the vision view (Qwen3-VL numbers its deepstack mergers by the
+    # tower layer they follow, from ``deepstack_visual_indexes``)
+    renumber: Callable[[str, dict], str] | None = None
 
-    def source_key(self, hf_name: str) -> str | None:
+    def source_key(self, hf_name: str, view: dict | None = None) -> str | None:
         """The name the rules see, or None for a tensor the projector does not read."""
         if self.token is not None and hf_name.endswith(_TEXT_EMBEDDINGS):
             return TOKEN_SOURCE
@@ -128,7 +131,8 @@ class Projector:
             return None
         if not hf_name.startswith(self.keep):
             return None
-        return self.rename(hf_name)
+        name = self.rename(hf_name)
+        return name if self.renumber is None else self.renumber(name, view or {})
 
 
 def _base_force(hf: str, gguf: str, outtype: str) -> str | None:
@@ -234,7 +238,10 @@ def _pixtral_act(act: str) -> Callable[[dict], bool | None]:
 
 
 LLAVA_VISION = Projector(
-    hf_archs=("LlavaForConditionalGeneration",),
+    # Mistral3ForConditionalGeneration (Mistral Small 3.1): the same class in the
+    # reference, plus the RMS norm and 2x2 patch merger before the MLP and a
+    # spatial_merge_size row from the top-level config
+    hf_archs=("LlavaForConditionalGeneration", "Mistral3ForConditionalGeneration"),
     # llama.cpp's Pixtral graph needs the [IMG_BREAK] embedding (v.token_embd.img_break);
     # the pinned converter means to write it but drops the text embedding of an HF
     # checkpoint before it gets there, and mtmd then refuses its file: ours has the row
@@ -493,8 +500,106 @@ GEMMA4_VISION = Projector(
     ),
 )
 
+# --------------------------------------------------------------------------- Qwen3-VL
+
+_DEEPSTACK = "visual.deepstack_merger_list."
+
+
+def _qwen3vl_image_size(v: dict) -> int:
+    """Qwen3VLVisionModel: the image size from the position table when not given."""
+    if "image_size" in v:
+        return v["image_size"]
+    return int(v.get("num_position_embeddings", 2304) ** 0.5 * v.get("patch_size", 16))
+
+
+def _deepstack_flags(v: dict) -> list[bool] | None:
+    flags = [False] * int(v.get("depth") or 0)
+    for i in v.get("deepstack_visual_indexes") or []:
+        flags[i] = True  # an index past the tower: IndexError, named by the planner
+    return flags or None
+
+
+def _deepstack_renumber(name: str, v: dict) -> str:
+    """``deepstack_merger_list.{i}`` -> ``deepstack.{layer}``: the merger's tower layer."""
+    if not name.startswith(_DEEPSTACK):
+        return name
+    i, _, rest = name[len(_DEEPSTACK) :].partition(".")
+    idx = v.get("deepstack_visual_indexes") or []
+    if not i.isdecimal() or int(i) >= len(idx):
+        return name  # no rule names it: an unmapped tensor
+    return f"visual.deepstack.{idx[int(i)]}.{rest}"
+
+
+QWEN3VL_VISION = Projector(
+    hf_archs=("Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration"),
+    # the Hub's checkpoints keep the tower under model.visual. (read as visual.)
+    keep=("model.visual.", "visual."),
+    rename=lambda name: name.removeprefix("model."),
+    renumber=_deepstack_renumber,
+    force=_qwen_force,
+    required=tuple(k for k in BASE_REQUIRED if k != ("image_size",)),
+    entry=Arch(
+        hf_archs=("Qwen3VLForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *(
+                m("vision.image_size", "image_size", value=_qwen3vl_image_size)
+                if isinstance(r, MetaKey) and r.key == "vision.image_size"
+                else r
+                for r in BASE_ROWS
+            ),
+            _const("projector_type", "qwen3vl_merger", VT.STRING),
+            _const("use_gelu", True, VT.BOOL),
+            m("vision.spatial_merge_size", "spatial_merge_size"),
+            # the text model's epsilon, as the reference reads it
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "rms_norm_eps",
+                t=VT.FLOAT32,
+                value=lambda v: (v[GLOBAL].get("text_config") or {}).get("rms_norm_eps", 1e-6),
+            ),
+            m(
+                "vision.is_deepstack_layers",
+                "deepstack_visual_indexes",
+                t=VT.BOOL,
+                value=_deepstack_flags,
+            ),
+        ],
+        names=[
+            NameRule("visual.patch_embed.proj.bias", "v.patch_embd.bias"),
+            *_wb(
+                [
+                    ("visual.pos_embed", "v.position_embd"),
+                    (_QV + "attn.qkv", _VBLK + "attn_qkv"),
+                    (_QV + "attn.proj", _VBLK + "attn_out"),
+                    (_QV + "norm1", _VBLK + "ln1"),
+                    (_QV + "norm2", _VBLK + "ln2"),
+                    (_QV + "mlp.linear_fc1", _VBLK + "ffn_up"),
+                    (_QV + "mlp.linear_fc2", _VBLK + "ffn_down"),
+                    ("visual.merger.norm", "v.post_ln"),
+                    ("visual.merger.linear_fc1", "mm.0"),
+                    ("visual.merger.linear_fc2", "mm.2"),
+                    ("visual.deepstack.{bid}.norm", "v.deepstack.{bid}.norm"),
+                    ("visual.deepstack.{bid}.linear_fc1", "v.deepstack.{bid}.fc1"),
+                    ("visual.deepstack.{bid}.linear_fc2", "v.deepstack.{bid}.fc2"),
+                ]
+            ),
+        ],
+        splits=[
+            Split(
+                "visual.patch_embed.proj.weight",
+                ("v.patch_embd.weight", "v.patch_embd.weight.1"),
+                fn=_conv3d_halves,
+                shapes=lambda s, v: [(s[0], s[1], *s[3:])] * 2,
+            ),
+        ],
+        required=(),
+    ),
+)
+
 #: every projector entry
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION,)
+PROJECTORS += (QWEN3VL_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}

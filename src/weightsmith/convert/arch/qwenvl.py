@@ -1,18 +1,24 @@
-"""Qwen2-VL / Qwen2.5-VL text: conversion/qwenvl.py's ``Qwen2VLModel`` (GGUF ``qwen2vl``).
+"""Qwen2-VL / Qwen2.5-VL / Qwen3-VL text: conversion/qwenvl.py's ``Qwen2VLModel`` (GGUF
+``qwen2vl``) and conversion/qwen3vl.py's ``Qwen3VLTextModel`` (GGUF ``qwen3vl``).
 
-A Qwen2 decoder whose RoPE is split in MRoPE sections (time, height, width): the base
-rows plus ``rope.dimension_sections`` (``mrope_section`` padded to 4, INT32 as gguf-py
-infers it), written before ``rope.freq_base``.  The vision tower is the projector's
+A Qwen2 (Qwen3: with Q/K norms) decoder whose RoPE is split in MRoPE sections (time,
+height, width): the base rows plus ``rope.dimension_sections`` (``mrope_section`` padded
+to 4, INT32 as gguf-py infers it), written before ``rope.freq_base``.  Qwen3-VL adds
+``n_deepstack_layers`` (the vision tower's deepstack count: llama.cpp's input width is
+``n_embd * (1 + n)``) after ``general.file_type``; Qwen3-VL MoE (``qwen3vlmoe``) is the
+same over Qwen3-MoE, its fused experts in the Hub's layout.  The vision tower is the projector's
 (:mod:`.mmproj`).  GGUF -> HF of this text alone is not offered (no HF class is the
-text half of a Qwen2.5-VL).
+text half of a Qwen-VL).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ._common import BASE_NAMES, COMMON, FFN_NORM
-from ._model import VT, Arch, MetaKey, m, rope_parameters
+from ._common import BASE_NAMES, BLK, COMMON, FFN_NORM, QK_NORM
+from ._model import VT, Arch, MetaKey, PlanError, Split, Transform, m, rope_parameters
+from .llama4 import _gate_up, _gate_up_join, _gate_up_shapes, _t, _t_shape
+from .qwen import _EXP, _MOE_NAMES, _MOE_ROWS
 
 
 def _sections(cfg: dict) -> list[int] | None:
@@ -32,4 +38,69 @@ QWEN2VL = Arch(
     meta=_with_sections(list(COMMON)),
     names=[*BASE_NAMES, *FFN_NORM],
     tokenizer={"vocab": "spm_or_gpt2"},
+)
+
+
+def _deepstack_count(cfg: dict) -> int:
+    return len((cfg.get("vision_config") or {}).get("deepstack_visual_indexes") or [])
+
+
+QWEN3VL = Arch(
+    hf_archs=("Qwen3VLForConditionalGeneration",),
+    gguf_arch="qwen3vl",
+    meta=[
+        *_with_sections(list(COMMON)),
+        m("n_deepstack_layers", "_deepstack", value=_deepstack_count),
+    ],
+    names=[*BASE_NAMES, *QK_NORM, *FFN_NORM],
+    tokenizer={"vocab": "spm_or_gpt2"},
+)
+
+
+def _hub_gate_up_shapes(shape: tuple[int, ...], cfg: dict) -> list[tuple[int, ...]]:
+    """The parts' shapes; transformers 5's own layout ``[n_expert, 2 n_ff, n_embd]`` (what
+    it saves) is refused: read as the Hub's it would give wrong experts."""
+    if len(shape) != 3 or shape[1] != cfg.get("hidden_size") or shape[2] % 2:
+        raise PlanError(
+            "expert shape",
+            "mlp.experts.gate_up_proj",
+            f"{list(shape)}: not the Hub's [n_expert, hidden_size={cfg.get('hidden_size')}, "
+            "2 * moe_intermediate_size] (transformers 5 saves the transpose)",
+        )
+    return _gate_up_shapes(shape, cfg)
+
+
+# Qwen3VLMoeTextModel: Qwen3-MoE rows with the sections and the deepstack count; the
+# experts come fused in the Hub's layout, gate_up_proj [n_expert, n_embd, 2 n_ff] (gate
+# and up the halves of the last axis, each transposed) and down_proj [n_expert, n_ff,
+# n_embd] (transposed) -- the transpose of the Qwen3-MoE layout the qwen3moe entry reads
+QWEN3VLMOE = Arch(
+    hf_archs=("Qwen3VLMoeForConditionalGeneration",),
+    gguf_arch="qwen3vlmoe",
+    meta=[
+        *_with_sections(list(_MOE_ROWS)),
+        m("n_deepstack_layers", "_deepstack", value=_deepstack_count),
+    ],
+    names=[*BASE_NAMES, *QK_NORM, *FFN_NORM, *_MOE_NAMES],
+    splits=[
+        Split(
+            _EXP + "gate_up_proj",
+            (BLK + "ffn_gate_exps.weight", BLK + "ffn_up_exps.weight"),
+            fn=_gate_up,
+            shapes=_hub_gate_up_shapes,
+            join=_gate_up_join,
+        ),
+    ],
+    transforms=[
+        Transform(
+            "experts_down_transpose",
+            r"mlp\.experts\.down_proj$",
+            _t,
+            _t,
+            shape=_t_shape,
+            inverse_shape=_t_shape,
+        ),
+    ],
+    required=("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size"),
+    tokenizer={"vocab": "gpt2"},
 )
