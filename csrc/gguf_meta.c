@@ -4,8 +4,9 @@
  * GGUF v1, in the file's byte order) and that many bytes; layout and rules in
  * weightsmith/gguf/_spec.py and _parse.py.  scan() follows the chain of prefixes and records
  * where each string's prefix sits, relative to the array's first byte, in a caller-owned array
- * of count + 1 offsets (the last one is the end): uint32 when the file ends less than 4 GiB
- * past the array's start, else uint64, so they take no more bytes than the prefixes do.  It
+ * of count + 1 offsets (the last one is the end): uint32 unless the strings span 4 GiB or
+ * more, so they take no more bytes than the length prefixes themselves (bar a v1 array of
+ * over 4 GiB: 4-byte prefixes, 8-byte offsets).  It
  * stops at the first string whose prefix or bytes are not all in the buffer or whose length
  * runs past the end of the file, and says where: the caller re-reads that string with its own
  * checks, which name the error (or ask for more bytes of a prefix).  Every length is compared
@@ -52,46 +53,60 @@ static int get_offsets(PyObject *obj, Py_buffer *view, int writable, uint64_t ne
     return (int)view->itemsize;
 }
 
-/* scan(buffer, n, pos, count, file_size, width, big_endian, offsets) -> (strings found, where
- * the next one starts).  buffer[:n] are the bytes at hand (a whole file or a prefix of a
- * file_size-byte file); the strings start at pos.  All of them found: offsets[count] holds
- * the end; fewer: the returned position is the prefix of the first string not found. */
+/* Follow the chain of `count` strings from p[pos] through the bytes at hand p[:n] of a
+ * file_size-byte file (n <= file_size, pos <= n).  Returns how many strings are whole and sets
+ * *at to where the walk stopped: past the last one, or the prefix of the first string not
+ * whole.  With `out`, string i's prefix offset (relative to pos) goes to out[i] and the end to
+ * out[count]; with uint32 items (w4) a walk past 4 GiB stops with *overflow set. */
+static uint64_t walk(const uint8_t *p, uint64_t n, uint64_t file_size, uint64_t pos, uint64_t count,
+                     int width, int big, void *out, int w4, uint64_t *at, int *overflow) {
+    const uint64_t lw = (uint64_t)width;
+    uint64_t i = 0, a = pos; /* invariant: a <= n <= file_size */
+    for (; i <= count; i++) {
+        if (out && w4 && a - pos > UINT32_MAX) {
+            *overflow = 1;
+            break;
+        }
+        if (out) put(out, w4, i, a - pos);
+        if (i == count) break;
+        if (n - a < lw) break; /* the prefix is not all here */
+        uint64_t len = load_len(p + a, width, big), start = a + lw;
+        if (len > file_size - start || len > n - start) break; /* past the file / the bytes */
+        a = start + len;
+    }
+    *at = a;
+    return i;
+}
+
+/* scan(buffer, n, pos, count, file_size, width, big_endian, offsets | None) -> (strings found,
+ * where the walk stopped): see walk().  buffer[:n] are the bytes at hand (a whole file or a
+ * prefix of a file_size-byte file).  The caller scans once without offsets, then, when all
+ * strings were found, allocates count + 1 offsets of the width their span needs and scans
+ * again to fill them: nothing is allocated for strings that are not in the file. */
 static PyObject *py_scan(PyObject *self, PyObject *args) {
     PyObject *src, *dst;
-    Py_buffer buf, off;
+    Py_buffer buf, off = {0};
     unsigned long long n, pos, count, file_size;
-    int width, big;
+    int width, big, w = 0, overflow = 0;
     if (!PyArg_ParseTuple(args, "OKKKKiiO", &src, &n, &pos, &count, &file_size, &width, &big, &dst))
         return NULL;
     if (width != 4 && width != 8) return PyErr_Format(PyExc_ValueError, "width must be 4 or 8");
     if (count >= UINT64_MAX / 8) return PyErr_Format(PyExc_ValueError, "count too large");
     if (PyObject_GetBuffer(src, &buf, PyBUF_SIMPLE) < 0) return NULL;
-    int w = get_offsets(dst, &off, 1, count + 1);
-    if (w < 0) return PyBuffer_Release(&buf), NULL;
+    if (dst != Py_None && (w = get_offsets(dst, &off, 1, count + 1)) < 0)
+        return PyBuffer_Release(&buf), NULL;
     if (n > (uint64_t)buf.len) n = (uint64_t)buf.len; /* never past the buffer */
     if (file_size < n) n = file_size;                 /* nor past the file */
-    if (pos > file_size || (w == 4 && file_size - pos > UINT32_MAX)) {
-        PyBuffer_Release(&off), PyBuffer_Release(&buf);
-        return PyErr_Format(PyExc_ValueError, "offsets: uint32 cannot reach the end of the file");
-    }
-    const uint8_t *p = buf.buf;
-    const uint64_t lw = (uint64_t)width;
-    uint64_t i = 0, at = pos; /* invariant: at <= n, so at - pos fits the offsets */
+    uint64_t found = 0, at = pos;
     Py_BEGIN_ALLOW_THREADS;
-    if (at <= n) {
-        for (; i < count; i++) {
-            put(off.buf, w == 4, i, at - pos);
-            if (n - at < lw) break; /* the prefix is not all here */
-            uint64_t len = load_len(p + at, width, big), start = at + lw;
-            if (len > file_size - start || len > n - start) break; /* past the file / the bytes */
-            at = start + len;
-        }
-        if (i == count) put(off.buf, w == 4, i, at - pos);
-    }
+    if (pos <= n)
+        found =
+            walk(buf.buf, n, file_size, pos, count, width, big, off.buf, w == 4, &at, &overflow);
     Py_END_ALLOW_THREADS;
-    PyBuffer_Release(&off);
+    if (w) PyBuffer_Release(&off);
     PyBuffer_Release(&buf);
-    return Py_BuildValue("(KK)", (unsigned long long)i, (unsigned long long)at);
+    if (overflow) return PyErr_Format(PyExc_ValueError, "offsets: uint32 cannot reach the end");
+    return Py_BuildValue("(KK)", (unsigned long long)found, (unsigned long long)at);
 }
 
 /* decode(buffer, base, offsets, width) -> list of str: string i is the bytes between

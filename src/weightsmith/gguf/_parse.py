@@ -487,21 +487,21 @@ class _Parser:
         return view, MetaType(VT.ARRAY, MetaType(et)), end
 
     def _scan_strings(self, pos: int, count: int, field: str) -> tuple[StringArray, int]:
-        """The ``count`` consecutive strings from ``pos`` and their end, found by one C pass.
+        """The ``count`` consecutive strings from ``pos`` and their end, found by a C pass.
 
         The pass stops at the first string that is not all in the buffer or
         runs past the end of the file; that string is then read again here by
         :meth:`_string_span`, whose checks name the error (or ask for more of
-        a prefix).  Offsets are uint32 when the rest of the file is < 4 GiB,
-        so they never take more bytes than the strings' own length prefixes.
+        a prefix).  Only when every string is there are their offsets stored,
+        by a second pass: uint32 unless the strings span 4 GiB, so never more
+        bytes than their own length prefixes (bar a v1 array of over 4 GiB).
         """
         lw = self.len_s.size
-        wide = self.file_size - pos > 0xFFFF_FFFF
-        offsets = np.empty(count + 1, np.uint64 if wide else np.uint32)
-        got, at = _c.scan(
-            self.mv, self.n, pos, count, self.file_size, lw, self.order == ">", offsets
-        )
+        big = self.order == ">"
+        got, at = _c.scan(self.mv, self.n, pos, count, self.file_size, lw, big, None)
         if got == count:
+            offsets = np.empty(count + 1, np.uint32 if at - pos <= 0xFFFF_FFFF else np.uint64)
+            _c.scan(self.mv, self.n, pos, count, self.file_size, lw, big, offsets)
             return StringArray(self.mv, pos, offsets, lw), at
         try:
             self._string_span(at, f"{field}[{got}]")
