@@ -18,14 +18,20 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
-static uint64_t load_len(const uint8_t *p, int width, int big) {
-    uint64_t v = 0;
-    if (big)
-        for (int k = 0; k < width; k++) v = v << 8 | p[k];
-    else
-        for (int k = width - 1; k >= 0; k--) v = v << 8 | p[k];
-    return v;
+/* A length prefix: one unaligned load (memcpy), byte-swapped when the file's order is not the
+ * machine's.  Inlined into walk() with constant width / order, so each case is one load. */
+static inline uint64_t load_len(const uint8_t *p, int width, int big) {
+    const int swap = big != (__BYTE_ORDER__ == __ORDER_BIG_ENDIAN__);
+    if (width == 4) {
+        uint32_t v;
+        memcpy(&v, p, 4);
+        return swap ? __builtin_bswap32(v) : v;
+    }
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return swap ? __builtin_bswap64(v) : v;
 }
 
 static void put(void *out, int w4, uint64_t i, uint64_t v) {
@@ -58,8 +64,9 @@ static int get_offsets(PyObject *obj, Py_buffer *view, int writable, uint64_t ne
  * *at to where the walk stopped: past the last one, or the prefix of the first string not
  * whole.  With `out`, string i's prefix offset (relative to pos) goes to out[i] and the end to
  * out[count]; with uint32 items (w4) a walk past 4 GiB stops with *overflow set. */
-static uint64_t walk(const uint8_t *p, uint64_t n, uint64_t file_size, uint64_t pos, uint64_t count,
-                     int width, int big, void *out, int w4, uint64_t *at, int *overflow) {
+static inline uint64_t walk(const uint8_t *p, uint64_t n, uint64_t file_size, uint64_t pos,
+                            uint64_t count, int width, int big, void *out, int w4, uint64_t *at,
+                            int *overflow) {
     const uint64_t lw = (uint64_t)width;
     uint64_t i = 0, a = pos; /* invariant: a <= n <= file_size */
     for (; i <= count; i++) {
@@ -99,9 +106,17 @@ static PyObject *py_scan(PyObject *self, PyObject *args) {
     if (file_size < n) n = file_size;                 /* nor past the file */
     uint64_t found = 0, at = pos;
     Py_BEGIN_ALLOW_THREADS;
-    if (pos <= n)
-        found =
-            walk(buf.buf, n, file_size, pos, count, width, big, off.buf, w == 4, &at, &overflow);
+    /* constant width / order / storage per call: each case compiles to its own loop */
+    if (pos <= n) {
+        const uint8_t *p = buf.buf;
+        void *o = off.buf;
+        if (width == 8 && !big && !o)
+            found = walk(p, n, file_size, pos, count, 8, 0, NULL, 0, &at, &overflow);
+        else if (width == 8 && !big && w == 4)
+            found = walk(p, n, file_size, pos, count, 8, 0, o, 1, &at, &overflow);
+        else
+            found = walk(p, n, file_size, pos, count, width, big, o, w == 4, &at, &overflow);
+    }
     Py_END_ALLOW_THREADS;
     if (w) PyBuffer_Release(&off);
     PyBuffer_Release(&buf);
