@@ -12,12 +12,19 @@ Timed, median of several runs:
 * "values": the same, but also converting every value to Python objects
   (gguf-py ``ReaderField.contents()``, ours ``metadata[key]``): 262,144 str.
 
-Run: python benchmarks/bench_gguf.py [--runs N] [--gguf-runs N]
+With ``--real``, the same two tasks on llama.cpp's own vocab files (Gemma 4:
+262,144 tokens and 514,906 merges; Command R; Llama 3 BPE) from the
+llama-cpp-python sdist that scripts/test.sh unpacks.  Each figure is the
+median wall time and the median CPU time of the process (the figure to read
+on a shared, loaded machine).
+
+Run: python benchmarks/bench_gguf.py [--runs N] [--gguf-runs N] [--real] [--no-anchor]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from pathlib import Path
@@ -30,6 +37,10 @@ BENCH_DIR = Path("/tmp/gguf-bench")
 PATH = BENCH_DIR / "vocab262k.gguf"
 N_VOCAB = 262_144
 N_TENSORS = 250
+SDIST = Path(
+    os.environ.get("WEIGHTSMITH_LLAMA_SDIST", Path.home() / ".cache/weightsmith/llama-sdist")
+)
+REAL = ("ggml-vocab-gemma-4.gguf", "ggml-vocab-command-r.gguf", "ggml-vocab-llama-bpe.gguf")
 
 
 def make_file(path: Path = PATH) -> None:
@@ -107,34 +118,52 @@ def gguf_values(path: Path) -> int:
     return n
 
 
-def median_time(fn, path: Path, runs: int) -> float:
-    times = []
+def median_time(fn, path: Path, runs: int) -> tuple[float, float]:
+    """Median wall and median CPU seconds of ``runs`` calls."""
+    wall, cpu = [], []
     for _ in range(runs):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn(path)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return statistics.median(wall), statistics.median(cpu)
+
+
+def real_files() -> list[Path]:
+    models = sorted(SDIST.glob("llama_cpp_python-*/vendor/llama.cpp/models"))
+    return [models[-1] / name for name in REAL if models and (models[-1] / name).exists()]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--gguf-runs", type=int, default=3)
+    ap.add_argument("--real", action="store_true", help="also llama.cpp's vocab files")
+    ap.add_argument("--no-anchor", action="store_true", help="weightsmith only (before/after runs)")
     args = ap.parse_args()
     if not PATH.exists():
         make_file()
-    size = PATH.stat().st_size / 1e6
-    print(f"file: {PATH} ({size:.1f} MB), {N_VOCAB} tokens, {N_TENSORS} tensors")
-    for label, ours, theirs in [
-        ("infos", ours_infos, gguf_infos),
-        ("values", ours_values, gguf_values),
-    ]:
-        ours(PATH)  # warm the page cache
-        a = median_time(ours, PATH, args.runs)
-        b = median_time(theirs, PATH, args.gguf_runs)
-        print(
-            f"{label:7s} weightsmith {a * 1e3:8.1f} ms   gguf-py {b * 1e3:9.1f} ms   ratio {b / a:7.1f}x"
-        )
+    files = [PATH] + (real_files() if args.real else [])
+    if args.real and len(files) == 1:
+        print(f"no llama.cpp vocab files under {SDIST} (scripts/test.sh unpacks them)")
+    for path in files:
+        size = path.stat().st_size / 1e6
+        print(f"file: {path.name} ({size:.1f} MB)")
+        for label, ours, theirs in [
+            ("infos", ours_infos, gguf_infos),
+            ("values", ours_values, gguf_values),
+        ]:
+            ours(path)  # warm the page cache
+            a, ac = median_time(ours, path, args.runs)
+            if args.no_anchor:
+                print(f"  {label:7s} weightsmith {a * 1e3:8.1f} ms (cpu {ac * 1e3:7.1f})")
+                continue
+            b, bc = median_time(theirs, path, args.gguf_runs)
+            print(
+                f"  {label:7s} weightsmith {a * 1e3:8.1f} ms (cpu {ac * 1e3:7.1f})"
+                f"   gguf-py {b * 1e3:9.1f} ms (cpu {bc * 1e3:9.1f})"
+                f"   ratio {b / a:7.1f}x (cpu {bc / ac:7.1f}x)"
+            )
 
 
 if __name__ == "__main__":

@@ -45,10 +45,11 @@ if [ ! -f "$oracle_dir/convert_llama_weights_to_hf.py" ]; then
     cp "$oracle_dir/site/transformers/models/llama/convert_llama_weights_to_hf.py" "$oracle_dir/"
 fi
 
-# The safetensors header validator is C that reads hostile bytes: build a second
-# copy with AddressSanitizer + UBSan (any report aborts) and run the malformed-file
-# cases, the fuzz seed corpora and a short fuzz run on it (a deliberate over-read
-# of one byte past a header is reported: checked by hand).  RLIMIT_AS cannot be
+# The safetensors header validator and the GGUF string-array scan are C that reads
+# hostile bytes: build a second copy with AddressSanitizer + UBSan (any report
+# aborts) and run the malformed-file cases, the fuzz seed corpora and short fuzz
+# runs on it (a deliberate over-read of one byte past a header, or past a GGUF
+# string prefix, is reported: checked by hand).  RLIMIT_AS cannot be
 # combined with ASan's shadow memory, so the corpora are replayed in process.
 if [ "${WEIGHTSMITH_SANITIZE:-1}" = 1 ]; then
     san=$(mktemp -d)
@@ -64,7 +65,11 @@ if [ "${WEIGHTSMITH_SANITIZE:-1}" = 1 ]; then
         python -m pytest -q -p no:cacheprovider tests/test_safetensors_validation.py \
         "tests/test_safetensors_header.py" -k "not hf_written and not whitespace" \
         "tests/test_reliability_fuzz.py::test_seeds_raise_only_named_errors" \
-        "tests/test_reliability_fuzz.py::test_fuzz_smoke[safetensors]"
+        "tests/test_reliability_fuzz.py::test_fuzz_smoke[safetensors]" \
+        tests/test_gguf_hardening.py "tests/test_gguf_oracle.py::test_string_arrays" \
+        "tests/test_gguf_oracle.py::test_string_array_zero_filled_and_indexing" \
+        "tests/test_gguf_oracle.py::test_prefix_parsing_long_string_array" \
+        "tests/test_reliability_fuzz.py::test_fuzz_smoke[gguf]"
 fi
 
 # pytest exits 5 when it collects nothing: that is a failure here, not a pass.

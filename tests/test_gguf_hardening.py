@@ -165,6 +165,45 @@ def test_string_in_array_runs_past_end(tmp_path):
     expect(tmp_path, build([kv("arr", 9, payload)]), E.GGUFStringTooLong, "'arr' array[2]")
 
 
+def _string_array_file(version: int, order: str, strings: list[bytes], tail: bytes) -> tuple:
+    """A one-KV GGUF: key 'arr', a string array declaring len(strings) + 1 strings, the
+    strings, then ``tail`` (the last string, whole or broken) and nothing after it.
+    Returns the bytes and the offset of the tail."""
+    lw = "I" if version == 1 else "Q"
+    n = lambda v: struct.pack(order + lw, v)  # noqa: E731
+    head = b"GGUF" + struct.pack(order + "I", version) + n(0) + n(1)
+    head += n(3) + b"arr" + struct.pack(order + "I", 9) + struct.pack(order + "I", 8)
+    head += n(len(strings) + 1) + b"".join(n(len(x)) + x for x in strings)
+    return head + tail, len(head), n
+
+
+@pytest.mark.parametrize("version,order", [(3, "<"), (3, ">"), (1, "<")])
+def test_string_array_errors_name_the_string_and_its_offset(tmp_path, version, order):
+    """The string that breaks an array is named with its index and the offset of its length."""
+    strings = [b"a" * 10, "\u00e9t\u00e9".encode(), b"", b"\xff\xfe" * 6]
+    _, at, n = _string_array_file(version, order, strings, b"")
+    lw = len(n(0))
+    whole, _, _ = _string_array_file(version, order, strings, n(2) + b"ok")
+    p = tmp_path / "ok.gguf"
+    p.write_bytes(whole)
+    with read(p) as f:
+        assert f.metadata["arr"] == [x.decode("utf-8", "surrogateescape") for x in strings] + ["ok"]
+    # a length past the end of the file
+    data, at, _ = _string_array_file(version, order, strings, n(1000) + b"c")
+    err = expect(tmp_path, data, E.GGUFStringTooLong, ggml_rejects=version == 3)
+    assert (err.field, err.offset, err.found) == ("'arr' array[4]", at, 1000)
+    assert err.expected == f"length <= {len(data) - at - lw}"
+    # a length prefix cut by the end of the file
+    data, at, _ = _string_array_file(version, order, strings, n(1)[:3])
+    err = expect(tmp_path, data, E.GGUFTruncated, ggml_rejects=version == 3)
+    assert (err.field, err.offset, err.found) == ("'arr' array[4] length", at, "3 bytes left")
+    # a prefix of a longer file ending inside the array asks for more, never names an error
+    for cut in range(at - 2 * lw, len(whole)):
+        with pytest.raises(E.NeedMoreData) as ei:
+            parse(whole[:cut], len(whole))
+        assert cut < ei.value.needed <= len(whole)
+
+
 @pytest.mark.parametrize("where", ["value", "element"])
 def test_unknown_value_type(tmp_path, where):
     data = (

@@ -8,9 +8,11 @@ is too short it raises the named :class:`~weightsmith.errors.GGUFError` of the
 field that runs past the end.
 
 Large arrays are never turned into Python objects while parsing: numeric
-arrays become numpy views of the buffer, and string arrays become two int64
-arrays (start, length) found by a vectorised scan of the length prefixes.
-Values turn into Python objects on first access through :class:`Metadata`.
+arrays become numpy views of the buffer, and a string array becomes one array
+of offsets (where each string's length prefix sits), found by one linear pass
+in C (``csrc/gguf_meta.c``) that checks every length against the bytes left.
+Values turn into Python objects on first access through :class:`Metadata`
+(a whole string array by one C decode).
 Every count is checked against the bytes left in the file before anything is
 allocated for it, so no input can make the parser allocate more than the file
 size justifies, and every loop advances through the file, so none can hang.
@@ -27,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from .. import errors as E
+from .._native import gguf_meta as _c
 from ..dtypes import GGML_BY_ID, GGMLType
 from ._spec import (
     DEFAULT_ALIGNMENT,
@@ -49,9 +52,6 @@ from ._spec import (
 __all__ = ["GGUFHeader", "Metadata", "StringArray", "TensorInfo", "parse"]
 
 _N_TYPES = len(GGUFValueType)
-# string arrays are scanned this many bytes at a time (bounds the scan's
-# temporaries to ~10x this, and to ~10x the file for small files)
-_MAX_WINDOW = 8 << 20
 
 
 # --------------------------------------------------------------------------- results
@@ -85,24 +85,32 @@ class TensorInfo:
 class StringArray(Sequence):
     """A GGUF string array decoded lazily: one ``str`` per access, or all at once by :meth:`tolist`.
 
-    Strings are decoded as UTF-8 with ``surrogateescape`` so that arbitrary
-    bytes survive a read / write round trip.
+    Holds the buffer and, per string, where its length prefix sits (relative
+    to the array's first byte; one more entry for the end), as found by the
+    parser.  Strings are decoded as UTF-8 with ``surrogateescape`` so that
+    arbitrary bytes survive a read / write round trip.
     """
 
-    __slots__ = ("_buf", "_cache", "lengths", "starts")
+    __slots__ = ("_base", "_buf", "_cache", "_offsets", "_width")
 
-    def __init__(self, buf: memoryview, starts: np.ndarray, lengths: np.ndarray) -> None:
+    def __init__(self, buf: memoryview, base: int, offsets: np.ndarray, width: int) -> None:
         self._buf = buf
-        self.starts = starts
-        self.lengths = lengths
+        self._base = base
+        self._offsets = offsets
+        self._width = width
         self._cache: list[str] | None = None
 
     def __len__(self) -> int:
-        return len(self.starts)
+        return len(self._offsets) - 1
 
     def raw(self, i: int) -> bytes:
-        s = int(self.starts[i])
-        return bytes(self._buf[s : s + int(self.lengths[i])])
+        """String ``i``'s bytes as stored."""
+        n = len(self)
+        k = i + n if i < 0 else i
+        if not 0 <= k < n:
+            raise IndexError(f"string index {i} out of range ({n} strings)")
+        s = self._base + int(self._offsets[k]) + self._width
+        return bytes(self._buf[s : self._base + int(self._offsets[k + 1])])
 
     def __getitem__(self, i):  # type: ignore[override]
         if self._cache is not None:
@@ -112,51 +120,10 @@ class StringArray(Sequence):
         return self.raw(i).decode("utf-8", "surrogateescape")
 
     def tolist(self) -> list[str]:
-        """Every string, decoded once and cached."""
+        """Every string, decoded once (in C) and cached."""
         if self._cache is None:
-            n = len(self.starts)
-            if n == 0:
-                self._cache = []
-            else:
-                fast = self._decode_joined()
-                if fast is not None:
-                    self._cache = fast
-                    return fast
-                base = int(self.starts[0])
-                end = int(self.starts[-1] + self.lengths[-1])
-                chunk = bytes(self._buf[base:end])
-                rel = (self.starts - base).tolist()
-                ends = (self.starts - base + self.lengths).tolist()
-                self._cache = [
-                    chunk[s:e].decode("utf-8", "surrogateescape") for s, e in zip(rel, ends)
-                ]
+            self._cache = _c.decode(self._buf, self._base, self._offsets, self._width)
         return self._cache
-
-    def _decode_joined(self) -> list[str] | None:
-        """All strings with one decode: NUL-joined, decoded, split.
-
-        Valid only when no string holds a NUL byte (then NUL, an ASCII byte,
-        also keeps a bad UTF-8 sequence from spanning two strings, so the
-        result equals decoding each string alone).  None otherwise.
-        """
-        n = len(self.starts)
-        base = int(self.starts[0])
-        end = int(self.starts[-1] + self.lengths[-1])
-        region = np.frombuffer(self._buf, np.uint8, end - base, base)
-        # drop each length prefix between two strings but its first byte,
-        # which becomes the separator
-        keep = np.ones(end - base, bool)
-        if n > 1:
-            gap = self.starts[1] - self.starts[0] - self.lengths[0]  # the prefix width
-            first = self.starts[:-1] + self.lengths[:-1] - base
-            keep[(first[:, None] + np.arange(1, gap)).ravel()] = False
-        joined = region[keep]
-        if n > 1:
-            joined[np.cumsum(self.lengths[:-1] + 1) - 1] = 0
-        if np.count_nonzero(joined == 0) != n - 1:
-            return None
-        out = joined.tobytes().decode("utf-8", "surrogateescape").split("\x00")
-        return out if len(out) == n else None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.tolist())
@@ -280,7 +247,6 @@ class _Parser:
         self.file_size = len(mv) if file_size is None else int(file_size)
         self.n = min(len(mv), self.file_size)
         self.path = os.fspath(path) if path is not None else None
-        self.u8 = np.frombuffer(mv, np.uint8, self.n) if self.n else np.zeros(0, np.uint8)
         self.remaining_kv = 0
         self.remaining_tensors = 0
 
@@ -504,8 +470,8 @@ class _Parser:
                 found=count,
             )
         if et is VT.STRING:
-            starts, lens, end = self._scan_strings(pos, count, field)
-            return StringArray(self.mv, starts, lens), MetaType(VT.ARRAY, MetaType(et)), end
+            arr, end = self._scan_strings(pos, count, field)
+            return arr, MetaType(VT.ARRAY, MetaType(et)), end
         if et is VT.ARRAY:
             items: list[tuple[Any, MetaType]] = []
             inner: MetaType | None = None
@@ -520,85 +486,34 @@ class _Parser:
         view = np.frombuffer(self.mv, NUMPY[et].newbyteorder(self.order), count, pos)
         return view, MetaType(VT.ARRAY, MetaType(et)), end
 
-    def _scan_strings(self, pos: int, count: int, field: str) -> tuple[np.ndarray, np.ndarray, int]:
-        """Find ``count`` consecutive strings from ``pos``: their starts, lengths and the end.
+    def _scan_strings(self, pos: int, count: int, field: str) -> tuple[StringArray, int]:
+        """The ``count`` consecutive strings from ``pos`` and their end, found by a C pass.
 
-        Each string is a length prefix then its bytes, so boundaries form a
-        chain.  Instead of following it one Python step at a time, take every
-        position whose prefix would read as a length below 256 (the high prefix
-        bytes are zero) as a candidate, and accept the runs of candidates where
-        each one's end is exactly the next one's start: by induction from the
-        first boundary those runs are the true chain.  Strings of 256 bytes or
-        more, or candidates that are not boundaries, break a run; the scan then
-        takes one exact step and carries on, so the result never depends on
-        the guess, only the speed does.
+        The pass stops at the first string that is not all in the buffer or
+        runs past the end of the file; that string is then read again here by
+        :meth:`_string_span`, whose checks name the error (or ask for more of
+        a prefix).  Only when every string is there are their offsets stored,
+        by a second pass: uint32 unless the strings span 4 GiB, so never more
+        bytes than their own length prefixes (bar a v1 array of over 4 GiB).
         """
-        found = [0, pos]  # strings scanned so far, and where the next one starts
+        lw = self.len_s.size
+        big = self.order == ">"
+        got, at = _c.scan(self.mv, self.n, pos, count, self.file_size, lw, big, None)
+        if got == count:
+            offsets = np.empty(count + 1, np.uint32 if at - pos <= 0xFFFF_FFFF else np.uint64)
+            _c.scan(self.mv, self.n, pos, count, self.file_size, lw, big, offsets)
+            return StringArray(self.mv, pos, offsets, lw), at
         try:
-            return self._scan(pos, count, field, found)
+            self._string_span(at, f"{field}[{got}]")
         except E.NeedMoreData as e:
             # a prefix ended inside the array: ask for the rest of it too, guessing
             # the strings still to come are as long as those actually scanned (what
             # the rest of the header needs beyond them is in e.needed's margin)
-            got, at = found
-            per = max((at - pos) / got if got else 0.0, self.len_s.size + 1)
+            per = max((at - pos) / got if got else 0.0, lw + 1)
             margin = max(e.needed - max(at, self.n), 0)
             guess = int(at + (count - got) * per) + margin
             raise E.NeedMoreData(min(self.file_size, max(guess, e.needed))) from None
-
-    def _scan(
-        self, pos: int, count: int, field: str, found: list[int]
-    ) -> tuple[np.ndarray, np.ndarray, int]:
-        starts = np.empty(count, np.int64)
-        lens = np.empty(count, np.int64)
-        lw = self.len_s.size
-        high = 1 if self.order == "<" else 0  # where the lw-1 high prefix bytes start
-        low = 0 if self.order == "<" else lw - 1
-        got = 0
-        win = min(max(4096, count * 24), _MAX_WINDOW)
-        u8 = self.u8
-        empty = np.zeros(0, np.int64)
-        while got < count:
-            win_end = min(self.n, pos + win)
-            m = win_end - pos - lw + 1
-            cand = clen = cnext = bad = empty
-            if m > 0:
-                z = _zero_runs(u8[pos:win_end] == 0, lw - 1)
-                ok = z[high : high + m]
-                # real vocabularies give one candidate per string (~1 in 10
-                # bytes); zero-filled data gives one per byte: step through
-                # such a window exactly instead of holding 8 bytes per byte
-                if np.count_nonzero(ok) <= m // 4:
-                    cand = np.flatnonzero(ok).astype(np.int64) + pos
-                    clen = u8[cand + low].astype(np.int64)
-                    cnext = cand + lw + clen
-                    bad = np.flatnonzero(cnext[:-1] != cand[1:])
-                del z, ok
-            ncand = len(cand)
-            while got < count:
-                found[0], found[1] = got, pos
-                j = int(np.searchsorted(cand, pos))
-                if j < ncand and cand[j] == pos:
-                    b = int(np.searchsorted(bad, j))
-                    last = int(bad[b]) if b < len(bad) else ncand - 1
-                    k = min(last - j + 1, count - got)
-                    starts[got : got + k] = cand[j : j + k] + lw
-                    lens[got : got + k] = clen[j : j + k]
-                    got += k
-                    pos = int(cnext[j + k - 1])
-                    if pos > self.n:  # only the last string of a run can reach past the window
-                        found[0], found[1] = got - 1, pos - lw - int(clen[j + k - 1])
-                        self._string_span(pos - lw - int(clen[j + k - 1]), f"{field}[{got - 1}]")
-                    continue
-                if pos + lw > win_end and win_end < self.n:
-                    break  # past this window: scan the next one
-                s, e = self._string_span(pos, f"{field}[{got}]")
-                starts[got] = s
-                lens[got] = e - s
-                got += 1
-                pos = e
-            win = min(win * 2, _MAX_WINDOW)
-        return starts, lens, pos
+        raise AssertionError(f"string scan stopped at a valid string ({field}[{got}])")
 
     # -- alignment ------------------------------------------------------------
 
@@ -777,15 +692,6 @@ class _Parser:
             )
             prev_off, prev_end, prev_name = rel, rel + nbytes, name
         return tensors
-
-
-def _zero_runs(z: np.ndarray, r: int) -> np.ndarray:
-    """``w[i] = z[i:i+r].all()`` for r in 3..7, by overlapping doubling (2-3 array ops)."""
-    w2 = z[:-1] & z[1:]
-    if r == 3:
-        return w2[:-1] & w2[1:]
-    w4 = w2[:-2] & w2[2:]
-    return w4[: len(w4) - (r - 4)] & w4[r - 4 :]
 
 
 def parse(buf: Any, file_size: int | None = None, path: Any = None) -> GGUFHeader:
