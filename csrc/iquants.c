@@ -1336,22 +1336,49 @@ static void iq1m_pairs_init(void) {
     for (; p < 160; ++p) IQ1M_I1[p] = IQ1M_I2[p] = 16;
 }
 
+/* Exclusive prefix max over the lanes of a: lane l gets the max of lanes < l
+ * (-inf for lane 0).  Max is exact, so the grouping does not matter. */
+WS_AVX512 static inline __m512 excl_prefix_max_x86(__m512 a) {
+    const __m512i ninf = _mm512_castps_si512(_mm512_set1_ps(-INFINITY));
+    __m512i t = _mm512_alignr_epi32(_mm512_castps_si512(a), ninf, 15);
+    t = _mm512_castps_si512(_mm512_max_ps(_mm512_castsi512_ps(t),
+                                          _mm512_castsi512_ps(_mm512_alignr_epi32(t, ninf, 15))));
+    t = _mm512_castps_si512(_mm512_max_ps(_mm512_castsi512_ps(t),
+                                          _mm512_castsi512_ps(_mm512_alignr_epi32(t, ninf, 14))));
+    t = _mm512_castps_si512(_mm512_max_ps(_mm512_castsi512_ps(t),
+                                          _mm512_castsi512_ps(_mm512_alignr_epi32(t, ninf, 12))));
+    t = _mm512_castps_si512(_mm512_max_ps(_mm512_castsi512_ps(t),
+                                          _mm512_castsi512_ps(_mm512_alignr_epi32(t, ninf, 8))));
+    return _mm512_castsi512_ps(t);
+}
+
 /* iq1m_split with the pairs packed sixteen to a vector (AVX-512): every lane
- * computes ggml's expressions for its pair.  The update test
- * sumq2 > 0 && sumqx^2 > best*sumq2 then runs as lane masks: the first passing
- * candidate in ggml's order (pair, then k) is taken, exactly as ggml would, and
- * only the candidates after it are tested again against the new best.  The
- * candidates before it failed against the same best in ggml too. */
+ * computes ggml's expressions for its pair.  ggml's candidates run in the order
+ * (pair, k); a candidate c with sumq2 > 0 "passes" against a best b when
+ * sumqx^2 > fl(b*sumq2), and a passing candidate becomes the new best (a
+ * record) with b = fl(fl(sumqx/sumq2)*sumqx) =: S_c.  Only the last record
+ * decides the result, and the state after a record c is (S_c, c) whatever came
+ * before it.  So instead of replaying every record:
+ *  - passing is monotone in b (sumq2 > 0: fl(b*sumq2) never decreases as b
+ *    grows), and the best in force when c is reached is b or the S of an
+ *    earlier candidate; so if c passes against the max of b and every earlier
+ *    S (NaN counted as +inf), c is certainly a record, and the search jumps to
+ *    the last such c;
+ *  - if there is none, the first candidate that passes against b is the next
+ *    record (those before it fail against the same b, as in ggml).
+ * Either way the jump lands on a record of ggml's own sequence; a vector is
+ * done when nothing after the last record passes against its S. */
 WS_AVX512 static int iq1m_split_x86(const float (*px)[32], const float (*pw)[32], const float *txs,
                                     const float *tws, float *scale, int *besti1, int *besti2) {
     const float p2 = IQ1_XP[2], m2 = IQ1_XM[2];
     const __m512 cp1 = _mm512_set1_ps(IQ1M_CP1), cp2 = _mm512_set1_ps(IQ1M_CP2);
     const __m512 cm1 = _mm512_set1_ps(IQ1M_CM1), cm2 = _mm512_set1_ps(IQ1M_CM2);
-    const __m512 zero = _mm512_setzero_ps();
+    const __m512 zero = _mm512_setzero_ps(), ninf = _mm512_set1_ps(-INFINITY);
+    const __m512 pinf = _mm512_set1_ps(INFINITY);
     __m512 PX[2][2], PW[2][2], TXP[2], TXM[2], TWP[2], TWM[2];
     for (int h = 0; h < 2; ++h) {
-        PX[h][0] = _mm512_loadu_ps(px[h]), PX[h][1] = _mm512_loadu_ps(px[h] + 16);
-        PW[h][0] = _mm512_loadu_ps(pw[h]), PW[h][1] = _mm512_loadu_ps(pw[h] + 16);
+        PX[h][0] = _mm512_loadu_ps(px[h]), PX[h][1] = _mm512_maskz_loadu_ps(1, px[h] + 16);
+        PW[h][0] = _mm512_loadu_ps(pw[h]), PW[h][1] = _mm512_maskz_loadu_ps(1, pw[h] + 16);
         TXP[h] = _mm512_set1_ps(txs[h] * p2), TXM[h] = _mm512_set1_ps(txs[h] * m2);
         TWP[h] = _mm512_set1_ps(tws[h] * p2 * p2), TWM[h] = _mm512_set1_ps(tws[h] * m2 * m2);
     }
@@ -1380,34 +1407,59 @@ WS_AVX512 static int iq1m_split_x86(const float (*px)[32], const float (*pw)[32]
         const __m512 sq2[4] = {_mm512_add_ps(q2_p[0], q2_p[1]), _mm512_add_ps(q2_p[0], q2_m[1]),
                                _mm512_add_ps(q2_m[0], q2_p[1]), _mm512_add_ps(q2_m[0], q2_m[1])};
         __m512 qq[4];
-        __mmask16 pos[4], m[4];
+        __mmask16 alive[4], pass[4]; /* alive: sumq2 > 0 and not before the last record */
         __m512 B = _mm512_set1_ps(best_score);
         for (int k = 0; k < 4; ++k) {
             qq[k] = _mm512_mul_ps(sqx[k], sqx[k]);
-            pos[k] = _mm512_mask_cmp_ps_mask(valid, sq2[k], zero, _CMP_GT_OQ);
-            m[k] = _mm512_mask_cmp_ps_mask(pos[k], qq[k], _mm512_mul_ps(B, sq2[k]), _CMP_GT_OQ);
+            alive[k] = _mm512_mask_cmp_ps_mask(valid, sq2[k], zero, _CMP_GT_OQ);
+            pass[k] =
+                _mm512_mask_cmp_ps_mask(alive[k], qq[k], _mm512_mul_ps(B, sq2[k]), _CMP_GT_OQ);
         }
-        unsigned any = (unsigned)(m[0] | m[1] | m[2] | m[3]);
-        if (!any) continue;
-        float fx[4][16], f2[4][16];
-        for (int k = 0; k < 4; ++k)
-            _mm512_storeu_ps(fx[k], sqx[k]), _mm512_storeu_ps(f2[k], sq2[k]);
-        while (any) {
-            const int l = __builtin_ctz(any);
-            const int k = (m[0] >> l) & 1 ? 0 : (m[1] >> l) & 1 ? 1 : (m[2] >> l) & 1 ? 2 : 3;
-            *scale = fx[k][l] / f2[k][l];
-            best_score = *scale * fx[k][l];
+        if (!(pass[0] | pass[1] | pass[2] | pass[3])) continue;
+        /* the scale and score each candidate would set, ggml's two operations */
+        float fsc[4][16], fs[4][16];
+        __m512 Sx[4]; /* S for the max bound: NaN as +inf */
+        for (int k = 0; k < 4; ++k) {
+            const __m512 sc = _mm512_div_ps(sqx[k], sq2[k]), S = _mm512_mul_ps(sc, sqx[k]);
+            _mm512_storeu_ps(fsc[k], sc), _mm512_storeu_ps(fs[k], S);
+            Sx[k] = _mm512_mask_mov_ps(S, _mm512_cmp_ps_mask(S, S, _CMP_UNORD_Q), pinf);
+        }
+        for (;;) {
+            /* bound_c = max(b, S of the alive candidates before c) */
+            __m512 Sa[4];
+            for (int k = 0; k < 4; ++k) Sa[k] = _mm512_mask_mov_ps(ninf, alive[k], Sx[k]);
+            const __m512 lane_max =
+                _mm512_max_ps(_mm512_max_ps(Sa[0], Sa[1]), _mm512_max_ps(Sa[2], Sa[3]));
+            __m512 bound = _mm512_max_ps(B, excl_prefix_max_x86(lane_max));
+            unsigned sure[4], any_sure = 0;
+            for (int k = 0; k < 4; ++k) {
+                sure[k] = _mm512_mask_cmp_ps_mask(alive[k], qq[k], _mm512_mul_ps(bound, sq2[k]),
+                                                  _CMP_GT_OQ);
+                any_sure |= sure[k];
+                bound = _mm512_max_ps(bound, Sa[k]);
+            }
+            int l, k;
+            if (any_sure) { /* the last certain record */
+                l = 31 - __builtin_clz(any_sure);
+                k = (sure[3] >> l) & 1 ? 3 : (sure[2] >> l) & 1 ? 2 : (sure[1] >> l) & 1 ? 1 : 0;
+            } else { /* the first candidate passing against b */
+                l = __builtin_ctz((unsigned)(pass[0] | pass[1] | pass[2] | pass[3]));
+                k = (pass[0] >> l) & 1 ? 0 : (pass[1] >> l) & 1 ? 1 : (pass[2] >> l) & 1 ? 2 : 3;
+            }
+            *scale = fsc[k][l];
+            best_score = fs[k][l];
             *besti1 = IQ1M_I1[v + l], *besti2 = IQ1M_I2[v + l], best_k = k;
             /* what follows (l, k): lanes after l, and lane l for the later k */
             const __mmask16 after = (__mmask16)(0xffffu << (l + 1));
             B = _mm512_set1_ps(best_score);
-            any = 0;
+            unsigned any = 0;
             for (int kk = 0; kk < 4; ++kk) {
-                const __mmask16 keep = after | (kk > k ? (__mmask16)(1u << l) : 0);
-                m[kk] = _mm512_mask_cmp_ps_mask(pos[kk] & keep, qq[kk], _mm512_mul_ps(B, sq2[kk]),
-                                                _CMP_GT_OQ);
-                any |= m[kk];
+                alive[kk] &= after | (kk > k ? (__mmask16)(1u << l) : 0);
+                pass[kk] = _mm512_mask_cmp_ps_mask(alive[kk], qq[kk], _mm512_mul_ps(B, sq2[kk]),
+                                                   _CMP_GT_OQ);
+                any |= pass[kk];
             }
+            if (!any) break;
         }
     }
     return best_k;
