@@ -1276,9 +1276,50 @@ WS_DISPATCH static void quant_iq1_s(const float *x, const float *qw, uint8_t *ou
 #define IQ1M_CM1 (IQ1_XM[0] * IQ1_XM[0] - IQ1_XM[1] * IQ1_XM[1])
 #define IQ1M_CM2 (IQ1_XM[1] * IQ1_XM[1] - IQ1_XM[2] * IQ1_XM[2])
 
+/* Lane helpers of the portable IQ1_M split search (select, exact max/min). */
+static inline v8f sel8f(v8i m, v8f a, v8f b) { return (v8f)(((v8i)a & m) | ((v8i)b & ~m)); }
+static inline v8i sel8i(v8i m, v8i a, v8i b) { return (a & m) | (b & ~m); }
+static inline v8f max8f(v8f a, v8f b) { return sel8f(a > b, a, b); }
+static inline v8i min8i(v8i a, v8i b) { return sel8i(a < b, a, b); }
+static inline v8i max8i(v8i a, v8i b) { return sel8i(a > b, a, b); }
+static inline int hmin8i(v8i a) {
+    a = min8i(a, __builtin_shuffle(a, (v8i){4, 5, 6, 7, 0, 1, 2, 3}));
+    a = min8i(a, __builtin_shuffle(a, (v8i){2, 3, 0, 1, 6, 7, 4, 5}));
+    return imin_c(a[0], a[1]);
+}
+static inline int hmax8i(v8i a) {
+    a = max8i(a, __builtin_shuffle(a, (v8i){4, 5, 6, 7, 0, 1, 2, 3}));
+    a = max8i(a, __builtin_shuffle(a, (v8i){2, 3, 0, 1, 6, 7, 4, 5}));
+    return imax_c(a[0], a[1]);
+}
+/* lane l: the max of lanes < l (-inf for lane 0); max is exact, any grouping */
+static inline v8f excl_prefix_max8(v8f a) {
+    const v8f n = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                   -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    a = __builtin_shuffle(a, n, (v8i){8, 0, 1, 2, 3, 4, 5, 6});
+    a = max8f(a, __builtin_shuffle(a, n, (v8i){8, 0, 1, 2, 3, 4, 5, 6}));
+    a = max8f(a, __builtin_shuffle(a, n, (v8i){8, 8, 0, 1, 2, 3, 4, 5}));
+    return max8f(a, __builtin_shuffle(a, n, (v8i){8, 8, 8, 8, 0, 1, 2, 3}));
+}
+
 /* ggml's split search of an IQ1_M sub-block over the per-half prefix sums px,
  * pw (17 used, padded to 32) and their totals: (i1, i2) for i1 <= i2 in order,
- * four sign choices k each.  Returns best_k (-1: none) and sets scale, i1, i2. */
+ * four sign choices k each.  Returns best_k (-1: none) and sets scale, i1, i2.
+ *
+ * ggml runs the candidates in the order (pair, k); one with sumq2 > 0 "passes"
+ * against the best b when sumqx^2 > fl(b*sumq2), and a passing candidate c
+ * becomes the new best (a record) with b = fl(fl(sumqx/sumq2)*sumqx) =: S_c.
+ * A sub-block sets ~40 records, and replaying each one (divide, multiply,
+ * re-test: one long dependency chain) was most of the search.  Only the last
+ * record decides the result, and the state after a record c is (S_c, c)
+ * whatever came before it.  So the search jumps from record to record:
+ *  - passing is monotone in b (sumq2 > 0: fl(b*sumq2) never decreases as b
+ *    grows), and the best in force when c is reached is b or the S of an
+ *    earlier candidate; so if c passes against the max of b and every earlier
+ *    S (NaN counted as +inf), c is certainly a record: jump to the last such c;
+ *  - if there is none, the first candidate passing against b is the next
+ *    record (those before it fail against the same b, as in ggml).
+ * A step is done when nothing after the last record passes against its S. */
 WS_INLINE int iq1m_split(const float (*px)[32], const float (*pw)[32], const float *txs,
                          const float *tws, float *scale, int *besti1, int *besti2) {
     const float p2 = IQ1_XP[2], m2 = IQ1_XM[2];
@@ -1307,17 +1348,48 @@ WS_INLINE int iq1m_split(const float (*px)[32], const float (*pw)[32], const flo
             sumq2[3] = q2_m[0] + q2_m[1];
             const int nl = 17 - i2 < 8 ? 17 - i2 : 8;
             if (!any_improves8(sumqx, sumq2, 4, best_score, nl)) continue;
-            for (int l = 0; l < nl; ++l)
+            /* ggml's updates over the candidates t = 4*l + k of this step, by jumps
+             * to records (above) */
+            const v8i lane = {0, 1, 2, 3, 4, 5, 6, 7}, none = {99, 99, 99, 99, 99, 99, 99, 99};
+            const v8f ninf = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                              -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+            v8i alive[4];
+            v8f qq[4], Sx[4];
+            float fsc[4][8], fs[4][8];
+            for (int k = 0; k < 4; ++k) {
+                const v8f sc = sumqx[k] / sumq2[k], sv = sc * sumqx[k];
+                memcpy(fsc[k], &sc, sizeof fsc[k]), memcpy(fs[k], &sv, sizeof fs[k]);
+                alive[k] = (sumq2[k] > 0) & (lane < nl);
+                qq[k] = sumqx[k] * sumqx[k];
+                Sx[k] = sel8f(sv != sv, -ninf, sv); /* NaN as +inf */
+            }
+            for (;;) {
+                const float b = best_score;
+                const v8f B = {b, b, b, b, b, b, b, b};
+                v8i first = none, last = -none;
+                v8f Sa[4];
                 for (int k = 0; k < 4; ++k) {
-                    const float sqx = sumqx[k][l], sq2 = sumq2[k][l];
-                    if (sq2 > 0 && sqx * sqx > best_score * sq2) {
-                        *scale = sqx / sq2;
-                        best_score = *scale * sqx;
-                        *besti1 = i1;
-                        *besti2 = i2 + l;
-                        best_k = k;
-                    }
+                    const v8i code = 4 * lane + k;
+                    first = min8i(first, sel8i(alive[k] & (qq[k] > B * sumq2[k]), code, none));
+                    Sa[k] = sel8f(alive[k], Sx[k], ninf);
                 }
+                const int t_first = hmin8i(first);
+                if (t_first == 99) break;
+                v8f bound =
+                    max8f(B, excl_prefix_max8(max8f(max8f(Sa[0], Sa[1]), max8f(Sa[2], Sa[3]))));
+                for (int k = 0; k < 4; ++k) {
+                    const v8i code = 4 * lane + k;
+                    last = max8i(last, sel8i(alive[k] & (qq[k] > bound * sumq2[k]), code, -none));
+                    bound = max8f(bound, Sa[k]);
+                }
+                const int t_last = hmax8i(last);
+                const int t = t_last >= 0 ? t_last : t_first;
+                const int l = t >> 2, k = t & 3;
+                *scale = fsc[k][l];
+                best_score = fs[k][l];
+                *besti1 = i1, *besti2 = i2 + l, best_k = k;
+                for (int kk = 0; kk < 4; ++kk) alive[kk] &= 4 * lane + kk > t;
+            }
         }
     }
     return best_k;
@@ -1353,21 +1425,8 @@ WS_AVX512 static inline __m512 excl_prefix_max_x86(__m512 a) {
 }
 
 /* iq1m_split with the pairs packed sixteen to a vector (AVX-512): every lane
- * computes ggml's expressions for its pair.  ggml's candidates run in the order
- * (pair, k); a candidate c with sumq2 > 0 "passes" against a best b when
- * sumqx^2 > fl(b*sumq2), and a passing candidate becomes the new best (a
- * record) with b = fl(fl(sumqx/sumq2)*sumqx) =: S_c.  Only the last record
- * decides the result, and the state after a record c is (S_c, c) whatever came
- * before it.  So instead of replaying every record:
- *  - passing is monotone in b (sumq2 > 0: fl(b*sumq2) never decreases as b
- *    grows), and the best in force when c is reached is b or the S of an
- *    earlier candidate; so if c passes against the max of b and every earlier
- *    S (NaN counted as +inf), c is certainly a record, and the search jumps to
- *    the last such c;
- *  - if there is none, the first candidate that passes against b is the next
- *    record (those before it fail against the same b, as in ggml).
- * Either way the jump lands on a record of ggml's own sequence; a vector is
- * done when nothing after the last record passes against its S. */
+ * computes ggml's expressions for its pair, and the updates are resolved by
+ * iq1m_split's jumps to records, on lane masks. */
 WS_AVX512 static int iq1m_split_x86(const float (*px)[32], const float (*pw)[32], const float *txs,
                                     const float *tws, float *scale, int *besti1, int *besti2) {
     const float p2 = IQ1_XP[2], m2 = IQ1_XM[2];
