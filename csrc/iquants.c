@@ -122,13 +122,16 @@ typedef struct {
     float *q;        /* [ngrid*dim] 2*level+1 */
     int32_t *map;    /* [1 << bits*dim]: grid index, or -(1 + offset into nb) */
     uint16_t *nb;    /* per off-grid point: count, then that many grid indices */
-    uint8_t *nbo;    /* [len(nb)*dim]: for entry p of nb, offsets 8*i + level_i into a terms table */
-    uint16_t *nbu;   /* IQ1S only, [len(nb)]: entry p's levels packed 2 bits each (its map key),
-                      * which the AVX-512 neighbour walk unpacks in vector lanes */
+    uint8_t *nbo;    /* not IQ1S, [len(nb)*dim]: for entry p of nb, offsets 8*i + level_i
+                      * into a terms table */
+    uint16_t *nbu;   /* IQ1S only, [len(nb)]: the lists of nb with each entry's levels packed
+                      * 2 bits each (its map key) in place of its index: a fifth of the bytes
+                      * of nb + nbo to walk (the walks were waiting on cache misses) */
 } grid_t;
 
 static grid_t GRIDS[G_COUNT];
 
+static uint8_t IQ1_PREFIX[256]; /* first four packed IQ1 levels l -> l0 + 3*l1 + 9*l2 + 27*l3 */
 static int8_t KVALUES[16];
 static float KVALUES_F[16];
 static uint8_t KSIGNS[128];
@@ -276,30 +279,31 @@ static int build_quant_tables(int gid) {
     free(qT);
     free(dd);
     free(bucket);
-    g->nbo = calloc(used, (size_t)dim);
-    if (!g->nbo) goto fail;
-    for (size_t p = 0; p < used;) { /* a list: its count, then its entries */
-        const int cnt = g->nb[p++];
-        for (int j = 0; j < cnt; ++j, ++p)
-            for (int i = 0; i < dim; ++i) g->nbo[p * dim + i] = (uint8_t)(8 * i + g->lev[g->nb[p] * dim + i]);
-    }
-    if (gid == G_IQ1S) { /* entry byte 0: the candidate's first four levels as one prefix index */
-        for (size_t p = 0; p < used;) {
-            const int cnt = g->nb[p++];
-            for (int j = 0; j < cnt; ++j, ++p) {
-                const int8_t *l = g->lev + g->nb[p] * dim;
-                g->nbo[p * dim] = (uint8_t)(l[0] + 3 * l[1] + 9 * l[2] + 27 * l[3]);
-            }
-        }
-        g->nbu = calloc(used, sizeof(uint16_t));
+    if (gid == G_IQ1S) { /* the IQ1 walks read packed levels, 2 bytes a candidate */
+        g->nbu = malloc(sizeof(uint16_t) * used);
         if (!g->nbu) goto fail;
-        for (size_t p = 0; p < used;) {
-            const int cnt = g->nb[p++];
+        for (size_t p = 0; p < used;) { /* a list: its count, then its entries */
+            const int cnt = g->nb[p];
+            g->nbu[p++] = (uint16_t)cnt;
             for (int j = 0; j < cnt; ++j, ++p) {
                 int u = 0;
                 for (int i = 0; i < dim; ++i) u |= g->lev[g->nb[p] * dim + i] << (2 * i);
                 g->nbu[p] = (uint16_t)u;
             }
+        }
+        for (int u = 0; u < 256; ++u) { /* four packed levels -> base-3 prefix index */
+            int r = 0;
+            for (int i = 3; i >= 0; --i) r = 3 * r + imin_c((u >> 2 * i) & 3, 2);
+            IQ1_PREFIX[u] = (uint8_t)r;
+        }
+    } else {
+        g->nbo = calloc(used, (size_t)dim);
+        if (!g->nbo) goto fail;
+        for (size_t p = 0; p < used;) { /* a list: its count, then its entries */
+            const int cnt = g->nb[p++];
+            for (int j = 0; j < cnt; ++j, ++p)
+                for (int i = 0; i < dim; ++i)
+                    g->nbo[p * dim + i] = (uint8_t)(8 * i + g->lev[g->nb[p] * dim + i]);
         }
     }
 #if WS_HAVE_X86
@@ -1076,23 +1080,23 @@ WS_DISPATCH static int iq1_neighbour(const grid_t *g, int u, const float *xv, co
     for (int d = 0; d < 3; ++d)
         for (int a = 0; a < 27; ++a) p4[a + 27 * d] = p3[a] + e[24 + d];
     const size_t off = (size_t)(-g->map[u] - 1);
-    const uint16_t *nb = g->nb + off;
-    const uint8_t *o = g->nbo + 8 * off;
+    const uint16_t *cu = g->nbu + off; /* count, then packed levels */
+    for (int j = 0; j <= cu[0]; j += 32) __builtin_prefetch(g->nb + off + j); /* for the winner */
     float best = FLT_MAX;
-    int gi = 0;
+    int bj = 0;
     /* With every term >= 0 a sum never falls below its partial sums (rounding
      * to nearest is monotone), so a candidate whose first four already reach
      * the best cannot beat it: skipped without changing the outcome. */
     int nonneg = 1;
     for (int i = 0; i < 8; ++i) nonneg &= w[i] >= 0;
-    for (int j = 1; j <= nb[0]; ++j) {
-        const uint8_t *oj = o + 8 * j;
-        float d2 = p4[oj[0]];
+    for (int j = 1; j <= cu[0]; ++j) {
+        const unsigned uj = cu[j];
+        float d2 = p4[IQ1_PREFIX[uj & 255]];
         if (nonneg && !(d2 < best)) continue;
-        for (int i = 4; i < 8; ++i) d2 += e[oj[i]];
-        if (d2 < best) { best = d2; gi = nb[j]; }
+        for (int i = 4; i < 8; ++i) d2 += e[8 * i + ((uj >> 2 * i) & 3)];
+        if (d2 < best) best = d2, bj = j;
     }
-    return gi;
+    return bj ? g->nb[off + bj] : 0;
 }
 
 #if WS_HAVE_X86
@@ -1120,8 +1124,9 @@ WS_AVX512 static int iq1_neighbour_x86(const grid_t *g, int u, const float *xv, 
         e[h] = _mm512_mul_ps(_mm512_mul_ps(_mm512_permutexvar_ps(at, W), diff), diff);
     }
     const size_t off = (size_t)(-g->map[u] - 1);
-    const int cnt = g->nb[off];
+    const int cnt = g->nbu[off];
     const uint16_t *ci = g->nb + off + 1, *cu = g->nbu + off + 1;
+    for (int j = 0; j <= cnt; j += 32) __builtin_prefetch(g->nb + off + j); /* for the winner */
     __m512 best = _mm512_set1_ps(FLT_MAX);
     __m512i best_j = _mm512_setzero_si512();
     for (int j = 0; j < cnt; j += 16) {
