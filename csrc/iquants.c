@@ -34,6 +34,7 @@
 
 #include "ws_common.h"
 #include "ws_threads.h"
+#include "ws_x86.h"
 
 #define QK_K 256
 #define QK4_NL 32
@@ -121,11 +122,16 @@ typedef struct {
     float *q;        /* [ngrid*dim] 2*level+1 */
     int32_t *map;    /* [1 << bits*dim]: grid index, or -(1 + offset into nb) */
     uint16_t *nb;    /* per off-grid point: count, then that many grid indices */
-    uint8_t *nbo;    /* [len(nb)*dim]: for entry p of nb, offsets 8*i + level_i into a terms table */
+    uint8_t *nbo;    /* not IQ1S, [len(nb)*dim]: for entry p of nb, offsets 8*i + level_i
+                      * into a terms table */
+    uint16_t *nbu;   /* IQ1S only, [len(nb)]: the lists of nb with each entry's levels packed
+                      * 2 bits each (its map key) in place of its index: a fifth of the bytes
+                      * of nb + nbo to walk (the walks were waiting on cache misses) */
 } grid_t;
 
 static grid_t GRIDS[G_COUNT];
 
+static uint8_t IQ1_PREFIX[256]; /* first four packed IQ1 levels l -> l0 + 3*l1 + 9*l2 + 27*l3 */
 static int8_t KVALUES[16];
 static float KVALUES_F[16];
 static uint8_t KSIGNS[128];
@@ -153,9 +159,23 @@ static inline int best_index_iq4nl(float x) {
     return IQ4_F2IDX[i + 512];
 }
 
+#if WS_HAVE_X86
+static void iq1m_pairs_init(void);
+#endif
+
 static void free_quant_tables(grid_t *g) {
-    free(g->lev); free(g->q); free(g->map); free(g->nb); free(g->nbo);
-    g->lev = NULL; g->q = NULL; g->map = NULL; g->nb = NULL; g->nbo = NULL;
+    free(g->lev);
+    free(g->q);
+    free(g->map);
+    free(g->nb);
+    free(g->nbo);
+    free(g->nbu);
+    g->lev = NULL;
+    g->q = NULL;
+    g->map = NULL;
+    g->nb = NULL;
+    g->nbo = NULL;
+    g->nbu = NULL;
 }
 
 /* ggml's iq2xs/iq3xs_init_impl: map and neighbour lists from the grid. */
@@ -259,22 +279,36 @@ static int build_quant_tables(int gid) {
     free(qT);
     free(dd);
     free(bucket);
-    g->nbo = calloc(used, (size_t)dim);
-    if (!g->nbo) goto fail;
-    for (size_t p = 0; p < used;) { /* a list: its count, then its entries */
-        const int cnt = g->nb[p++];
-        for (int j = 0; j < cnt; ++j, ++p)
-            for (int i = 0; i < dim; ++i) g->nbo[p * dim + i] = (uint8_t)(8 * i + g->lev[g->nb[p] * dim + i]);
-    }
-    if (gid == G_IQ1S) { /* entry byte 0: the candidate's first four levels as one prefix index */
-        for (size_t p = 0; p < used;) {
-            const int cnt = g->nb[p++];
+    if (gid == G_IQ1S) { /* the IQ1 walks read packed levels, 2 bytes a candidate */
+        g->nbu = malloc(sizeof(uint16_t) * used);
+        if (!g->nbu) goto fail;
+        for (size_t p = 0; p < used;) { /* a list: its count, then its entries */
+            const int cnt = g->nb[p];
+            g->nbu[p++] = (uint16_t)cnt;
             for (int j = 0; j < cnt; ++j, ++p) {
-                const int8_t *l = g->lev + g->nb[p] * dim;
-                g->nbo[p * dim] = (uint8_t)(l[0] + 3 * l[1] + 9 * l[2] + 27 * l[3]);
+                int u = 0;
+                for (int i = 0; i < dim; ++i) u |= g->lev[g->nb[p] * dim + i] << (2 * i);
+                g->nbu[p] = (uint16_t)u;
             }
         }
+        for (int u = 0; u < 256; ++u) { /* four packed levels -> base-3 prefix index */
+            int r = 0;
+            for (int i = 3; i >= 0; --i) r = 3 * r + imin_c((u >> 2 * i) & 3, 2);
+            IQ1_PREFIX[u] = (uint8_t)r;
+        }
+    } else {
+        g->nbo = calloc(used, (size_t)dim);
+        if (!g->nbo) goto fail;
+        for (size_t p = 0; p < used;) { /* a list: its count, then its entries */
+            const int cnt = g->nb[p++];
+            for (int j = 0; j < cnt; ++j, ++p)
+                for (int i = 0; i < dim; ++i)
+                    g->nbo[p * dim + i] = (uint8_t)(8 * i + g->lev[g->nb[p] * dim + i]);
+        }
     }
+#if WS_HAVE_X86
+    if (gid == G_IQ1S) iq1m_pairs_init();
+#endif
     g->ready = 1;
     return 0;
 fail:
@@ -1046,29 +1080,80 @@ WS_DISPATCH static int iq1_neighbour(const grid_t *g, int u, const float *xv, co
     for (int d = 0; d < 3; ++d)
         for (int a = 0; a < 27; ++a) p4[a + 27 * d] = p3[a] + e[24 + d];
     const size_t off = (size_t)(-g->map[u] - 1);
-    const uint16_t *nb = g->nb + off;
-    const uint8_t *o = g->nbo + 8 * off;
+    const uint16_t *cu = g->nbu + off; /* count, then packed levels */
+    for (int j = 0; j <= cu[0]; j += 32) __builtin_prefetch(g->nb + off + j); /* for the winner */
     float best = FLT_MAX;
-    int gi = 0;
+    int bj = 0;
     /* With every term >= 0 a sum never falls below its partial sums (rounding
      * to nearest is monotone), so a candidate whose first four already reach
      * the best cannot beat it: skipped without changing the outcome. */
     int nonneg = 1;
     for (int i = 0; i < 8; ++i) nonneg &= w[i] >= 0;
-    for (int j = 1; j <= nb[0]; ++j) {
-        const uint8_t *oj = o + 8 * j;
-        float d2 = p4[oj[0]];
+    for (int j = 1; j <= cu[0]; ++j) {
+        const unsigned uj = cu[j];
+        float d2 = p4[IQ1_PREFIX[uj & 255]];
         if (nonneg && !(d2 < best)) continue;
-        for (int i = 4; i < 8; ++i) d2 += e[oj[i]];
-        if (d2 < best) { best = d2; gi = nb[j]; }
+        for (int i = 4; i < 8; ++i) d2 += e[8 * i + ((uj >> 2 * i) & 3)];
+        if (d2 < best) best = d2, bj = j;
     }
-    return gi;
+    return bj ? g->nb[off + bj] : 0;
 }
 
+#if WS_HAVE_X86
+/* iq1_neighbour across the candidates, sixteen per vector (AVX-512): lane 4*i + l
+ * of e[i / 4] holds the term of value i at level l, and a candidate's
+ * d2 = ((0 + t0) + t1) + ... + t7 is summed in ggml's order in its lane from
+ * terms picked by its packed levels (nbu).  Each lane keeps its first strict
+ * minimum; across lanes the smallest value wins, then the earliest candidate:
+ * ggml's first minimum in list order.  d2 < FLT_MAX never holding gives grid
+ * index 0, as the portable walk. */
+WS_AVX512 static int iq1_neighbour_x86(const grid_t *g, int u, const float *xv, const float *w,
+                                       float scale, const float *xx) {
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i three = _mm512_set1_epi32(3);
+    const __m512i at_value = _mm512_srli_epi32(lane, 2);
+    const __m512 X = _mm512_maskz_loadu_ps(0xff, xv), W = _mm512_maskz_loadu_ps(0xff, w);
+    /* scale * xx[l] per lane; l == 3 (no level) reads the zero past the three */
+    const __m512 SQ = _mm512_mul_ps(
+        _mm512_set1_ps(scale),
+        _mm512_permutexvar_ps(_mm512_and_si512(lane, three), _mm512_maskz_loadu_ps(0x7, xx)));
+    __m512 e[2];
+    for (int h = 0; h < 2; ++h) {
+        const __m512i at = _mm512_add_epi32(at_value, _mm512_set1_epi32(4 * h));
+        const __m512 diff = _mm512_sub_ps(SQ, _mm512_permutexvar_ps(at, X));
+        e[h] = _mm512_mul_ps(_mm512_mul_ps(_mm512_permutexvar_ps(at, W), diff), diff);
+    }
+    const size_t off = (size_t)(-g->map[u] - 1);
+    const int cnt = g->nbu[off];
+    const uint16_t *ci = g->nb + off + 1, *cu = g->nbu + off + 1;
+    for (int j = 0; j <= cnt; j += 32) __builtin_prefetch(g->nb + off + j); /* for the winner */
+    __m512 best = _mm512_set1_ps(FLT_MAX);
+    __m512i best_j = _mm512_setzero_si512();
+    for (int j = 0; j < cnt; j += 16) {
+        const __mmask16 m = cnt - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (cnt - j)) - 1);
+        const __m512i U = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, cu + j));
+        __m512 d2 = _mm512_setzero_ps();
+        for (int i = 0; i < 8; ++i) {
+            const __m512i li = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(U, 2 * i), three),
+                                               _mm512_set1_epi32(4 * (i & 3)));
+            d2 = _mm512_add_ps(d2, _mm512_permutexvar_ps(li, e[i >> 2]));
+        }
+        const __mmask16 lt = _mm512_mask_cmp_ps_mask(m, d2, best, _CMP_LT_OQ);
+        best = _mm512_mask_mov_ps(best, lt, d2);
+        best_j = _mm512_mask_mov_epi32(best_j, lt, _mm512_add_epi32(lane, _mm512_set1_epi32(j)));
+    }
+    const float mn = _mm512_reduce_min_ps(best);
+    if (!(mn < FLT_MAX)) return 0;
+    const __mmask16 eq = _mm512_cmp_ps_mask(best, _mm512_set1_ps(mn), _CMP_EQ_OQ);
+    return ci[_mm512_mask_reduce_min_epi32(eq, best_j)];
+}
+#endif
+
 /* grid indices of the 8-groups of levels L (n values), moving off-grid groups;
- * xx(k) the level values of group k.  Returns 1 if all were on the grid. */
-static int iq1_groups(const grid_t *g, int n, const int8_t *L, const float *xb, const float *w, float scale,
-                      const float *const *xx, int *index) {
+ * xx(k) the level values of group k.  Returns 1 if all were on the grid.
+ * x86: the AVX-512 neighbour walk (same result). */
+WS_INLINE int iq1_groups(const grid_t *g, int n, const int8_t *L, const float *xb, const float *w,
+                         float scale, const float *const *xx, int *index, int x86) {
     int all_on = 1;
     for (int k = 0; k < n / 8; ++k) {
         int u = 0;
@@ -1076,10 +1161,16 @@ static int iq1_groups(const grid_t *g, int n, const int8_t *L, const float *xb, 
         int gi = g->map[u];
         if (gi < 0) {
             all_on = 0;
-            gi = iq1_neighbour(g, u, xb + 8 * k, w + 8 * k, scale, xx[k]);
+#if WS_HAVE_X86
+            if (x86)
+                gi = iq1_neighbour_x86(g, u, xb + 8 * k, w + 8 * k, scale, xx[k]);
+            else
+#endif
+                gi = iq1_neighbour(g, u, xb + 8 * k, w + 8 * k, scale, xx[k]);
         }
         index[k] = gi;
     }
+    (void)x86;
     return all_on;
 }
 
@@ -1148,7 +1239,7 @@ WS_DISPATCH static void quant_iq1_s(const float *x, const float *qw, uint8_t *ou
         const float *xx = best_shift == 1 ? IQ1_XP : IQ1_XM;
         const float *xxs[4] = {xx, xx, xx, xx};
         int index[4];
-        if (!iq1_groups(g, 32, L, xb, w, scale, xxs, index)) {
+        if (!iq1_groups(g, 32, L, xb, w, scale, xxs, index, 0)) {
             float sumqx = 0, sumq2 = 0;
             for (int k = 0; k < 4; ++k) {
                 const int8_t *pl = g->lev + 8 * index[k];
@@ -1184,7 +1275,264 @@ WS_DISPATCH static void quant_iq1_s(const float *x, const float *qw, uint8_t *ou
     memcpy(out + 34, qh, 16);
 }
 
-WS_DISPATCH static void quant_iq1_m(const float *x, const float *qw, uint8_t *out) {
+/* IQ1_M's constants of ggml's collapsed split sums (the same float expressions) */
+#define IQ1M_CP1 (IQ1_XP[0] * IQ1_XP[0] - IQ1_XP[1] * IQ1_XP[1])
+#define IQ1M_CP2 (IQ1_XP[1] * IQ1_XP[1] - IQ1_XP[2] * IQ1_XP[2])
+#define IQ1M_CM1 (IQ1_XM[0] * IQ1_XM[0] - IQ1_XM[1] * IQ1_XM[1])
+#define IQ1M_CM2 (IQ1_XM[1] * IQ1_XM[1] - IQ1_XM[2] * IQ1_XM[2])
+
+/* Lane helpers of the portable IQ1_M split search (select, exact max/min). */
+static inline v8f sel8f(v8i m, v8f a, v8f b) { return (v8f)(((v8i)a & m) | ((v8i)b & ~m)); }
+static inline v8i sel8i(v8i m, v8i a, v8i b) { return (a & m) | (b & ~m); }
+static inline v8f max8f(v8f a, v8f b) { return sel8f(a > b, a, b); }
+static inline v8i min8i(v8i a, v8i b) { return sel8i(a < b, a, b); }
+static inline v8i max8i(v8i a, v8i b) { return sel8i(a > b, a, b); }
+static inline int hmin8i(v8i a) {
+    a = min8i(a, __builtin_shuffle(a, (v8i){4, 5, 6, 7, 0, 1, 2, 3}));
+    a = min8i(a, __builtin_shuffle(a, (v8i){2, 3, 0, 1, 6, 7, 4, 5}));
+    return imin_c(a[0], a[1]);
+}
+static inline int hmax8i(v8i a) {
+    a = max8i(a, __builtin_shuffle(a, (v8i){4, 5, 6, 7, 0, 1, 2, 3}));
+    a = max8i(a, __builtin_shuffle(a, (v8i){2, 3, 0, 1, 6, 7, 4, 5}));
+    return imax_c(a[0], a[1]);
+}
+/* lane l: the max of lanes < l (-inf for lane 0); max is exact, any grouping */
+static inline v8f excl_prefix_max8(v8f a) {
+    const v8f n = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                   -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    a = __builtin_shuffle(a, n, (v8i){8, 0, 1, 2, 3, 4, 5, 6});
+    a = max8f(a, __builtin_shuffle(a, n, (v8i){8, 0, 1, 2, 3, 4, 5, 6}));
+    a = max8f(a, __builtin_shuffle(a, n, (v8i){8, 8, 0, 1, 2, 3, 4, 5}));
+    return max8f(a, __builtin_shuffle(a, n, (v8i){8, 8, 8, 8, 0, 1, 2, 3}));
+}
+
+/* ggml's split search of an IQ1_M sub-block over the per-half prefix sums px,
+ * pw (17 used, padded to 32) and their totals: (i1, i2) for i1 <= i2 in order,
+ * four sign choices k each.  Returns best_k (-1: none) and sets scale, i1, i2.
+ *
+ * ggml runs the candidates in the order (pair, k); one with sumq2 > 0 "passes"
+ * against the best b when sumqx^2 > fl(b*sumq2), and a passing candidate c
+ * becomes the new best (a record) with b = fl(fl(sumqx/sumq2)*sumqx) =: S_c.
+ * A sub-block sets ~40 records, and replaying each one (divide, multiply,
+ * re-test: one long dependency chain) was most of the search.  Only the last
+ * record decides the result, and the state after a record c is (S_c, c)
+ * whatever came before it.  So the search jumps from record to record:
+ *  - passing is monotone in b (sumq2 > 0: fl(b*sumq2) never decreases as b
+ *    grows), and the best in force when c is reached is b or the S of an
+ *    earlier candidate; so if c passes against the max of b and every earlier
+ *    S (NaN counted as +inf), c is certainly a record: jump to the last such c;
+ *  - if there is none, the first candidate passing against b is the next
+ *    record (those before it fail against the same b, as in ggml).
+ * A step is done when nothing after the last record passes against its S. */
+WS_INLINE int iq1m_split(const float (*px)[32], const float (*pw)[32], const float *txs,
+                         const float *tws, float *scale, int *besti1, int *besti2) {
+    const float p2 = IQ1_XP[2], m2 = IQ1_XM[2];
+    const float cp1 = IQ1M_CP1, cp2 = IQ1M_CP2, cm1 = IQ1M_CM1, cm2 = IQ1M_CM2;
+    float best_score = -FLT_MAX;
+    int best_k = -1;
+    for (int i1 = 0; i1 <= 16; ++i1) {
+        for (int i2 = i1; i2 <= 16; i2 += 8) {
+            /* eight consecutive i2 in lanes; the sums are ggml's expressions lane by lane */
+            v8f qx_p[2], qx_m[2], q2_p[2], q2_m[2], sumqx[4], sumq2[4];
+            for (int h = 0; h < 2; ++h) {
+                const v8f sx = px[h][i1] + load8(px[h] + i2);
+                const v8f pw2 = load8(pw[h] + i2);
+                qx_p[h] = txs[h] * p2 - sx;
+                qx_m[h] = txs[h] * m2 - sx;
+                q2_p[h] = tws[h] * p2 * p2 + pw[h][i1] * cp1 + pw2 * cp2;
+                q2_m[h] = tws[h] * m2 * m2 + pw[h][i1] * cm1 + pw2 * cm2;
+            }
+            sumqx[0] = qx_p[0] + qx_p[1];
+            sumqx[1] = qx_p[0] + qx_m[1];
+            sumqx[2] = qx_m[0] + qx_p[1];
+            sumqx[3] = qx_m[0] + qx_m[1];
+            sumq2[0] = q2_p[0] + q2_p[1];
+            sumq2[1] = q2_p[0] + q2_m[1];
+            sumq2[2] = q2_m[0] + q2_p[1];
+            sumq2[3] = q2_m[0] + q2_m[1];
+            const int nl = 17 - i2 < 8 ? 17 - i2 : 8;
+            if (!any_improves8(sumqx, sumq2, 4, best_score, nl)) continue;
+            /* ggml's updates over the candidates t = 4*l + k of this step, by jumps
+             * to records (above) */
+            const v8i lane = {0, 1, 2, 3, 4, 5, 6, 7}, none = {99, 99, 99, 99, 99, 99, 99, 99};
+            const v8f ninf = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                              -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+            v8i alive[4];
+            v8f qq[4], Sx[4];
+            float fsc[4][8], fs[4][8];
+            for (int k = 0; k < 4; ++k) {
+                const v8f sc = sumqx[k] / sumq2[k], sv = sc * sumqx[k];
+                memcpy(fsc[k], &sc, sizeof fsc[k]), memcpy(fs[k], &sv, sizeof fs[k]);
+                alive[k] = (sumq2[k] > 0) & (lane < nl);
+                qq[k] = sumqx[k] * sumqx[k];
+                Sx[k] = sel8f(sv != sv, -ninf, sv); /* NaN as +inf */
+            }
+            for (;;) {
+                const float b = best_score;
+                const v8f B = {b, b, b, b, b, b, b, b};
+                v8i first = none, last = -none;
+                v8f Sa[4];
+                for (int k = 0; k < 4; ++k) {
+                    const v8i code = 4 * lane + k;
+                    first = min8i(first, sel8i(alive[k] & (qq[k] > B * sumq2[k]), code, none));
+                    Sa[k] = sel8f(alive[k], Sx[k], ninf);
+                }
+                const int t_first = hmin8i(first);
+                if (t_first == 99) break;
+                v8f bound =
+                    max8f(B, excl_prefix_max8(max8f(max8f(Sa[0], Sa[1]), max8f(Sa[2], Sa[3]))));
+                for (int k = 0; k < 4; ++k) {
+                    const v8i code = 4 * lane + k;
+                    last = max8i(last, sel8i(alive[k] & (qq[k] > bound * sumq2[k]), code, -none));
+                    bound = max8f(bound, Sa[k]);
+                }
+                const int t_last = hmax8i(last);
+                const int t = t_last >= 0 ? t_last : t_first;
+                const int l = t >> 2, k = t & 3;
+                *scale = fsc[k][l];
+                best_score = fs[k][l];
+                *besti1 = i1, *besti2 = i2 + l, best_k = k;
+                for (int kk = 0; kk < 4; ++kk) alive[kk] &= 4 * lane + kk > t;
+            }
+        }
+    }
+    return best_k;
+}
+
+#if WS_HAVE_X86
+/* The 153 (i1, i2) pairs of the split search in ggml's order, padded to ten
+ * vectors of sixteen (filled with the G_IQ1S tables). */
+#define IQ1M_PAIRS 153
+static int32_t IQ1M_I1[160], IQ1M_I2[160];
+
+static void iq1m_pairs_init(void) {
+    int p = 0;
+    for (int i1 = 0; i1 <= 16; ++i1)
+        for (int i2 = i1; i2 <= 16; ++i2) IQ1M_I1[p] = i1, IQ1M_I2[p++] = i2;
+    for (; p < 160; ++p) IQ1M_I1[p] = IQ1M_I2[p] = 16;
+}
+
+/* Exclusive prefix max over the lanes of a: lane l gets the max of lanes < l
+ * (-inf for lane 0).  Max is exact, so the grouping does not matter. */
+WS_AVX512 static inline __m512 excl_prefix_max_x86(__m512 a) {
+    const __m512i ninf = _mm512_castps_si512(_mm512_set1_ps(-INFINITY));
+    __m512i t = _mm512_alignr_epi32(_mm512_castps_si512(a), ninf, 15);
+    t = _mm512_castps_si512(_mm512_max_ps(_mm512_castsi512_ps(t),
+                                          _mm512_castsi512_ps(_mm512_alignr_epi32(t, ninf, 15))));
+    t = _mm512_castps_si512(_mm512_max_ps(_mm512_castsi512_ps(t),
+                                          _mm512_castsi512_ps(_mm512_alignr_epi32(t, ninf, 14))));
+    t = _mm512_castps_si512(_mm512_max_ps(_mm512_castsi512_ps(t),
+                                          _mm512_castsi512_ps(_mm512_alignr_epi32(t, ninf, 12))));
+    t = _mm512_castps_si512(_mm512_max_ps(_mm512_castsi512_ps(t),
+                                          _mm512_castsi512_ps(_mm512_alignr_epi32(t, ninf, 8))));
+    return _mm512_castsi512_ps(t);
+}
+
+/* iq1m_split with the pairs packed sixteen to a vector (AVX-512): every lane
+ * computes ggml's expressions for its pair, and the updates are resolved by
+ * iq1m_split's jumps to records, on lane masks. */
+WS_AVX512 static int iq1m_split_x86(const float (*px)[32], const float (*pw)[32], const float *txs,
+                                    const float *tws, float *scale, int *besti1, int *besti2) {
+    const float p2 = IQ1_XP[2], m2 = IQ1_XM[2];
+    const __m512 cp1 = _mm512_set1_ps(IQ1M_CP1), cp2 = _mm512_set1_ps(IQ1M_CP2);
+    const __m512 cm1 = _mm512_set1_ps(IQ1M_CM1), cm2 = _mm512_set1_ps(IQ1M_CM2);
+    const __m512 zero = _mm512_setzero_ps(), ninf = _mm512_set1_ps(-INFINITY);
+    const __m512 pinf = _mm512_set1_ps(INFINITY);
+    __m512 PX[2][2], PW[2][2], TXP[2], TXM[2], TWP[2], TWM[2];
+    for (int h = 0; h < 2; ++h) {
+        PX[h][0] = _mm512_loadu_ps(px[h]), PX[h][1] = _mm512_maskz_loadu_ps(1, px[h] + 16);
+        PW[h][0] = _mm512_loadu_ps(pw[h]), PW[h][1] = _mm512_maskz_loadu_ps(1, pw[h] + 16);
+        TXP[h] = _mm512_set1_ps(txs[h] * p2), TXM[h] = _mm512_set1_ps(txs[h] * m2);
+        TWP[h] = _mm512_set1_ps(tws[h] * p2 * p2), TWM[h] = _mm512_set1_ps(tws[h] * m2 * m2);
+    }
+    float best_score = -FLT_MAX;
+    int best_k = -1;
+    for (int v = 0; v < 160; v += 16) {
+        const __mmask16 valid =
+            v + 16 <= IQ1M_PAIRS ? (__mmask16)0xffff : (__mmask16)((1u << (IQ1M_PAIRS - v)) - 1);
+        const __m512i I1 = _mm512_loadu_si512(IQ1M_I1 + v), I2 = _mm512_loadu_si512(IQ1M_I2 + v);
+        __m512 qx_p[2], qx_m[2], q2_p[2], q2_m[2];
+        for (int h = 0; h < 2; ++h) {
+            const __m512 x1 = _mm512_permutex2var_ps(PX[h][0], I1, PX[h][1]);
+            const __m512 x2 = _mm512_permutex2var_ps(PX[h][0], I2, PX[h][1]);
+            const __m512 w1 = _mm512_permutex2var_ps(PW[h][0], I1, PW[h][1]);
+            const __m512 w2 = _mm512_permutex2var_ps(PW[h][0], I2, PW[h][1]);
+            const __m512 sx = _mm512_add_ps(x1, x2);
+            qx_p[h] = _mm512_sub_ps(TXP[h], sx);
+            qx_m[h] = _mm512_sub_ps(TXM[h], sx);
+            q2_p[h] = _mm512_add_ps(_mm512_add_ps(TWP[h], _mm512_mul_ps(w1, cp1)),
+                                    _mm512_mul_ps(w2, cp2));
+            q2_m[h] = _mm512_add_ps(_mm512_add_ps(TWM[h], _mm512_mul_ps(w1, cm1)),
+                                    _mm512_mul_ps(w2, cm2));
+        }
+        const __m512 sqx[4] = {_mm512_add_ps(qx_p[0], qx_p[1]), _mm512_add_ps(qx_p[0], qx_m[1]),
+                               _mm512_add_ps(qx_m[0], qx_p[1]), _mm512_add_ps(qx_m[0], qx_m[1])};
+        const __m512 sq2[4] = {_mm512_add_ps(q2_p[0], q2_p[1]), _mm512_add_ps(q2_p[0], q2_m[1]),
+                               _mm512_add_ps(q2_m[0], q2_p[1]), _mm512_add_ps(q2_m[0], q2_m[1])};
+        __m512 qq[4];
+        __mmask16 alive[4], pass[4]; /* alive: sumq2 > 0 and not before the last record */
+        __m512 B = _mm512_set1_ps(best_score);
+        for (int k = 0; k < 4; ++k) {
+            qq[k] = _mm512_mul_ps(sqx[k], sqx[k]);
+            alive[k] = _mm512_mask_cmp_ps_mask(valid, sq2[k], zero, _CMP_GT_OQ);
+            pass[k] =
+                _mm512_mask_cmp_ps_mask(alive[k], qq[k], _mm512_mul_ps(B, sq2[k]), _CMP_GT_OQ);
+        }
+        if (!(pass[0] | pass[1] | pass[2] | pass[3])) continue;
+        /* the scale and score each candidate would set, ggml's two operations */
+        float fsc[4][16], fs[4][16];
+        __m512 Sx[4]; /* S for the max bound: NaN as +inf */
+        for (int k = 0; k < 4; ++k) {
+            const __m512 sc = _mm512_div_ps(sqx[k], sq2[k]), S = _mm512_mul_ps(sc, sqx[k]);
+            _mm512_storeu_ps(fsc[k], sc), _mm512_storeu_ps(fs[k], S);
+            Sx[k] = _mm512_mask_mov_ps(S, _mm512_cmp_ps_mask(S, S, _CMP_UNORD_Q), pinf);
+        }
+        for (;;) {
+            /* bound_c = max(b, S of the alive candidates before c) */
+            __m512 Sa[4];
+            for (int k = 0; k < 4; ++k) Sa[k] = _mm512_mask_mov_ps(ninf, alive[k], Sx[k]);
+            const __m512 lane_max =
+                _mm512_max_ps(_mm512_max_ps(Sa[0], Sa[1]), _mm512_max_ps(Sa[2], Sa[3]));
+            __m512 bound = _mm512_max_ps(B, excl_prefix_max_x86(lane_max));
+            unsigned sure[4], any_sure = 0;
+            for (int k = 0; k < 4; ++k) {
+                sure[k] = _mm512_mask_cmp_ps_mask(alive[k], qq[k], _mm512_mul_ps(bound, sq2[k]),
+                                                  _CMP_GT_OQ);
+                any_sure |= sure[k];
+                bound = _mm512_max_ps(bound, Sa[k]);
+            }
+            int l, k;
+            if (any_sure) { /* the last certain record */
+                l = 31 - __builtin_clz(any_sure);
+                k = (sure[3] >> l) & 1 ? 3 : (sure[2] >> l) & 1 ? 2 : (sure[1] >> l) & 1 ? 1 : 0;
+            } else { /* the first candidate passing against b */
+                l = __builtin_ctz((unsigned)(pass[0] | pass[1] | pass[2] | pass[3]));
+                k = (pass[0] >> l) & 1 ? 0 : (pass[1] >> l) & 1 ? 1 : (pass[2] >> l) & 1 ? 2 : 3;
+            }
+            *scale = fsc[k][l];
+            best_score = fs[k][l];
+            *besti1 = IQ1M_I1[v + l], *besti2 = IQ1M_I2[v + l], best_k = k;
+            /* what follows (l, k): lanes after l, and lane l for the later k */
+            const __mmask16 after = (__mmask16)(0xffffu << (l + 1));
+            B = _mm512_set1_ps(best_score);
+            unsigned any = 0;
+            for (int kk = 0; kk < 4; ++kk) {
+                alive[kk] &= after | (kk > k ? (__mmask16)(1u << l) : 0);
+                pass[kk] = _mm512_mask_cmp_ps_mask(alive[kk], qq[kk], _mm512_mul_ps(B, sq2[kk]),
+                                                   _CMP_GT_OQ);
+                any |= pass[kk];
+            }
+            if (!any) break;
+        }
+    }
+    return best_k;
+}
+#endif
+
+/* One IQ1_M super-block; x86: the AVX-512 split search and neighbour walk
+ * (same bytes). */
+WS_INLINE void iq1m_block(const float *x, const float *qw, uint8_t *out, int x86) {
     const grid_t *g = &GRIDS[G_IQ1S];
     static const uint8_t masks[4] = {0x00, 0x80, 0x08, 0x88};
     memset(out, 0, 56);
@@ -1192,11 +1540,6 @@ WS_DISPATCH static void quant_iq1_m(const float *x, const float *qw, uint8_t *ou
     const float sigma2 = superblock_sigma2(x, 1);
     float scales[16], max_scale = 0;
     int shifts[16];
-    const float p2 = IQ1_XP[2], m2 = IQ1_XM[2];
-    const float cp1 = IQ1_XP[0] * IQ1_XP[0] - IQ1_XP[1] * IQ1_XP[1];
-    const float cp2 = IQ1_XP[1] * IQ1_XP[1] - IQ1_XP[2] * IQ1_XP[2];
-    const float cm1 = IQ1_XM[0] * IQ1_XM[0] - IQ1_XM[1] * IQ1_XM[1];
-    const float cm2 = IQ1_XM[1] * IQ1_XM[1] - IQ1_XM[2] * IQ1_XM[2];
     for (int ib = 0; ib < 16; ++ib) {
         const float *xb = x + 16 * ib;
         float w[16];
@@ -1208,7 +1551,7 @@ WS_DISPATCH static void quant_iq1_m(const float *x, const float *qw, uint8_t *ou
         if (max < GROUP_MAX_EPS_IQ1_M) continue;
         int idx[16];
         sort_index(xb, 16, idx);
-        float px[2][24], pw[2][24];
+        float px[2][32], pw[2][32];
         px[0][0] = px[1][0] = pw[0][0] = pw[1][0] = 0;
         for (int j = 0; j < 16; ++j) {
             const int i = idx[j], h = i < 8 ? 0 : 1;
@@ -1219,37 +1562,16 @@ WS_DISPATCH static void quant_iq1_m(const float *x, const float *qw, uint8_t *ou
         }
         const float txs[2] = {px[0][16], px[1][16]}, tws[2] = {pw[0][16], pw[1][16]};
         for (int h = 0; h < 2; ++h)
-            for (int j = 17; j < 24; ++j) px[h][j] = px[h][16], pw[h][j] = pw[h][16]; /* lane padding */
-        float best_score = -FLT_MAX, scale = max;
-        int besti1 = -1, besti2 = -1, best_k = -1;
-        for (int i1 = 0; i1 <= 16; ++i1) {
-            for (int i2 = i1; i2 <= 16; i2 += 8) {
-                /* eight consecutive i2 in lanes; the sums are ggml's expressions lane by lane */
-                v8f qx_p[2], qx_m[2], q2_p[2], q2_m[2], sumqx[4], sumq2[4];
-                for (int h = 0; h < 2; ++h) {
-                    const v8f sx = px[h][i1] + load8(px[h] + i2);
-                    const v8f pw2 = load8(pw[h] + i2);
-                    qx_p[h] = txs[h] * p2 - sx;
-                    qx_m[h] = txs[h] * m2 - sx;
-                    q2_p[h] = tws[h] * p2 * p2 + pw[h][i1] * cp1 + pw2 * cp2;
-                    q2_m[h] = tws[h] * m2 * m2 + pw[h][i1] * cm1 + pw2 * cm2;
-                }
-                sumqx[0] = qx_p[0] + qx_p[1]; sumqx[1] = qx_p[0] + qx_m[1];
-                sumqx[2] = qx_m[0] + qx_p[1]; sumqx[3] = qx_m[0] + qx_m[1];
-                sumq2[0] = q2_p[0] + q2_p[1]; sumq2[1] = q2_p[0] + q2_m[1];
-                sumq2[2] = q2_m[0] + q2_p[1]; sumq2[3] = q2_m[0] + q2_m[1];
-                const int nl = 17 - i2 < 8 ? 17 - i2 : 8;
-                if (!any_improves8(sumqx, sumq2, 4, best_score, nl)) continue;
-                for (int l = 0; l < nl; ++l)
-                    for (int k = 0; k < 4; ++k) {
-                        const float sqx = sumqx[k][l], sq2 = sumq2[k][l];
-                        if (sq2 > 0 && sqx * sqx > best_score * sq2) {
-                            scale = sqx / sq2; best_score = scale * sqx;
-                            besti1 = i1; besti2 = i2 + l; best_k = k;
-                        }
-                    }
-            }
-        }
+            for (int j = 17; j < 32; ++j)
+                px[h][j] = px[h][16], pw[h][j] = pw[h][16]; /* lane padding */
+        float scale = max;
+        int besti1 = -1, besti2 = -1, best_k;
+#if WS_HAVE_X86
+        if (x86)
+            best_k = iq1m_split_x86(px, pw, txs, tws, &scale, &besti1, &besti2);
+        else
+#endif
+            best_k = iq1m_split(px, pw, txs, tws, &scale, &besti1, &besti2);
         if (besti1 < 0 || besti2 < 0 || best_k < 0) continue;
         int8_t L[16];
         for (int j = 0; j < 16; ++j) L[idx[j]] = (int8_t)(j < besti1 ? 0 : j < besti2 ? 1 : 2);
@@ -1260,7 +1582,7 @@ WS_DISPATCH static void quant_iq1_m(const float *x, const float *qw, uint8_t *ou
         }
         const float *xxs[2] = {best_k < 2 ? IQ1_XP : IQ1_XM, best_k % 2 == 0 ? IQ1_XP : IQ1_XM};
         int index[2];
-        if (!iq1_groups(g, 16, L, xb, w, scale, xxs, index)) {
+        if (!iq1_groups(g, 16, L, xb, w, scale, xxs, index, x86)) {
             float sumqx = 0, sumq2 = 0;
             for (int k = 0; k < 2; ++k) {
                 const int8_t *pl = g->lev + 8 * index[k];
@@ -1308,7 +1630,18 @@ WS_DISPATCH static void quant_iq1_m(const float *x, const float *qw, uint8_t *ou
     sc[2] |= (uint16_t)((s & 0x0f00) << 4);
     sc[3] |= (uint16_t)(s & 0xf000);
     memcpy(out + 48, sc, 8);
+    (void)x86;
 }
+
+WS_DISPATCH static void quant_iq1_m(const float *x, const float *qw, uint8_t *out) {
+    iq1m_block(x, qw, out, 0);
+}
+
+#if WS_HAVE_X86
+WS_AVX512 static void quant_iq1_m_x86(const float *x, const float *qw, uint8_t *out) {
+    iq1m_block(x, qw, out, 1);
+}
+#endif
 
 /* ------------------------------------------------------------------ type table */
 
@@ -1349,7 +1682,12 @@ static quant_fn quantizer(int id) {
     case T_IQ3_S: return quant_iq3_s;
     case T_IQ2_S: return quant_iq2_s;
     case T_IQ4_XS: return quant_iq4_xs;
+#if WS_HAVE_X86
+    case T_IQ1_M:
+        return ws_have_avx512() ? quant_iq1_m_x86 : quant_iq1_m;
+#else
     case T_IQ1_M: return quant_iq1_m;
+#endif
     }
     return NULL;
 }
