@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import math
 import os
-import threading
 import warnings
-from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TypeVar
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
+from ml_dtypes import bfloat16
 
+from .._native import pool as _pool
 from ..dtypes import GGMLType
 from ..errors import (
     ByteCountMismatch,
@@ -48,83 +48,60 @@ from .registry import Codec, codec, types
 
 #: Bytes of temporaries all chunks in flight may use together.
 MEMORY_BUDGET = 64 * 1024 * 1024
-#: Elements a span is not cut below when :func:`run` spreads spans over
-#: threads: a kernel call then costs far more than handing a span to a thread.
-MIN_CHUNK = 1 << 18
 #: Families whose blocks never look at the rest of their row without an
 #: importance matrix: a long row may be cut into block-aligned pieces.
 BLOCKWISE_FAMILIES = frozenset({"plain", "legacy", "ternary", "fp4"})
 BACKENDS = ("auto", "thread", "process", "pool")
 
-T = TypeVar("T")
+
+# --------------------------------------------------------------------------- batches
 
 
-# --------------------------------------------------------------------------- the pool
+#: The pool reads these dtypes itself (0 = float32, 1 = float16, 2 = bfloat16).
+_POOL_SOURCES = {np.dtype(np.float32): 0, np.dtype(np.float16): 1, np.dtype(bfloat16): 2}
 
 
-_pool_lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
-_pool_size = 0
-_pool_pid = 0
+def pool_source(x: np.ndarray) -> tuple[np.ndarray, int]:
+    """``x`` as the pool reads it: (C-contiguous array, source type).  float32,
+    float16 and bfloat16 in native order go as they are (widened unit by unit in
+    the pool's threads); anything else is converted to float32 here."""
+    kind = _POOL_SOURCES.get(x.dtype)
+    if kind is None or not x.flags.c_contiguous:
+        return np.ascontiguousarray(x, dtype=np.float32), 0
+    return (x.view(np.uint16) if kind else x), kind  # bfloat16 has no buffer format
 
 
-def _submit(n: int, fn: Callable[[], None]) -> list[Future]:
-    """Run ``fn`` on ``n`` threads of the shared pool (grown to at least ``n``).
+class Span(NamedTuple):
+    """Rows to quantize in a batch: ``x`` [k, n] (any real dtype) to ``type_name`` into
+    ``out`` (uint8 [k, row bytes]), with ``imatrix`` (checked float32 [n]) or None;
+    ``name`` names the tensor in errors, whose row ``r0`` is the first of ``x``."""
 
-    Submitting under the lock means a pool being replaced by a larger one
-    never receives work after its shutdown.  A pool inherited through
-    ``fork()`` has no threads in the child: it is recognised by its pid and
-    replaced.
-    """
-    global _pool, _pool_size, _pool_pid
-    with _pool_lock:
-        if _pool is None or _pool_size < n or _pool_pid != os.getpid():
-            if _pool is not None and _pool_pid == os.getpid():
-                _pool.shutdown(wait=False)  # its running spans finish
-            _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="weightsmith-quant")
-            _pool_size, _pool_pid = n, os.getpid()
-        return [_pool.submit(fn) for _ in range(n)]
+    type_name: str
+    x: np.ndarray
+    out: np.ndarray
+    imatrix: np.ndarray | None
+    name: str | None
+    r0: int = 0
 
 
-def run(spans: Iterable[T], task: Callable[[T], None], workers: int) -> None:
-    """``task(span)`` for every span, on ``workers`` threads (the caller's included).
-
-    Each task stores its own result.  The first error stops the others from
-    taking new spans and is re-raised here.
-    """
-    spans = list(spans)
-    n = min(workers, len(spans))
-    if n <= 1:
-        for span in spans:
-            task(span)
-        return
-    it = iter(spans)
-    lock = threading.Lock()
-    failed: list[BaseException] = []
-
-    def work() -> None:
-        while True:
-            with lock:
-                span = None if failed else next(it, None)
-            if span is None:
-                return
-            try:
-                task(span)
-            except BaseException as exc:
-                with lock:
-                    failed.append(exc)
-                return
-
-    helpers = _submit(n - 1, work)
-    work()
-    # A helper that has not started yet would find no span left: cancel it
-    # rather than wait until the scheduler runs its thread (on a loaded
-    # machine, a whole time slice).  Running helpers finish their span.
-    for fut in helpers:
-        if not fut.cancel():
-            fut.result()
-    if failed:
-        raise failed[0]
+def quantize_spans(spans: list[Span], workers: int) -> None:
+    """Quantize every span in one call of the kernels' pool (``weightsmith._native.pool``):
+    ``workers`` threads take units of rows of all the spans, the GIL released
+    throughout.  NaN/inf a type cannot store: NonFiniteInput naming the first
+    one of the first span holding any."""
+    entries = []
+    for s in spans:
+        src, kind = pool_source(s.x)
+        kernel = codec(s.type_name).quantize.kernel()
+        entries.append((kernel, src, kind, s.out, s.x.shape[-1], s.imatrix))
+    bad = _pool.quantize(entries, workers)
+    if bad >= 0:
+        s = spans[bad]
+        t = codec(s.type_name).type
+        check_finite(np.asarray(s.x, dtype=np.float32), s.r0, s.name, t)
+        raise NonFiniteInput(  # not reached: check_finite names the value
+            f"{t.name} cannot hold NaN or inf", field=s.name or "x", expected="finite values"
+        )
 
 
 # --------------------------------------------------------------------------- arguments
