@@ -319,6 +319,24 @@ def test_threads_give_the_single_thread_result(qtype: str) -> None:
             assert np.array_equal(got.view(np.uint32), back.view(np.uint32)), (workers, kw)
 
 
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q8_0", "IQ4_XS", "F16", "BF16", "TQ2_0"])
+def test_half_and_other_inputs_give_the_float32_result(qtype: str) -> None:
+    """float16 / bfloat16 rows are widened in the pool's threads, other dtypes and byte
+    orders converted first: the bytes of the same values as float32, any thread count."""
+    import ml_dtypes
+
+    x = _x(48, 512, seed=5)
+    for dtype in (np.float16, ml_dtypes.bfloat16, np.dtype(">f4"), np.float64):
+        y = x.astype(dtype)
+        want = Q.quantize(y.astype(np.float32), qtype)
+        for workers in (1, 2):
+            assert np.array_equal(Q.quantize(y, qtype, workers=workers), want), (dtype, workers)
+    strided = x.astype(np.float16)[::2]
+    assert np.array_equal(Q.quantize(strided, qtype), Q.quantize(strided.astype(np.float32), qtype))
+    ints = (x * 1000).astype(np.int16)
+    assert np.array_equal(Q.quantize(ints, qtype), Q.quantize(ints.astype(np.float32), qtype))
+
+
 def test_threads_on_a_large_tensor_match_one_thread() -> None:
     """Several kernel chunks per thread on 2 and 3 threads: the same bytes as 1 thread."""
     x = _x(512, 512, seed=11)
@@ -425,14 +443,14 @@ def test_one_huge_row_is_cut_into_bounded_pieces(qtype: str, monkeypatch) -> Non
     x = _x(2, 3 * 7 * 1024, seed=3)  # rows of 21504 values (672 blocks of 32)
     want = ggml_ref.quantize(x, qtype)
     seen = []
-    real = quant.quantize_task
+    real = quant.quantize_spans
 
-    def spy(type_name, rows, *args):
-        seen.append(rows.shape)
-        return real(type_name, rows, *args)
+    def spy(spans, workers):
+        seen.extend(s.x.shape for s in spans)
+        return real(spans, workers)
 
     monkeypatch.setattr(quant, "MEMORY_BUDGET", 4096 * codec(qtype).quantize_temp_bytes)
-    monkeypatch.setattr(quant, "quantize_task", spy)
+    monkeypatch.setattr(quant, "quantize_spans", spy)
     assert np.array_equal(Q.quantize(x, qtype), want)
     assert max(r * n for r, n in seen) <= 4096
     x[1, 20000] = np.nan

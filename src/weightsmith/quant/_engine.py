@@ -74,7 +74,8 @@ def pool_source(x: np.ndarray) -> tuple[np.ndarray, int]:
 class Span(NamedTuple):
     """Rows to quantize in a batch: ``x`` [k, n] (any real dtype) to ``type_name`` into
     ``out`` (uint8 [k, row bytes]), with ``imatrix`` (checked float32 [n]) or None;
-    ``name`` names the tensor in errors, whose row ``r0`` is the first of ``x``."""
+    ``name`` names the tensor in errors, whose row ``r0`` is the first of ``x``
+    (``split`` > 1: rows of ``x`` are pieces of the tensor's rows cut that many ways)."""
 
     type_name: str
     x: np.ndarray
@@ -82,6 +83,7 @@ class Span(NamedTuple):
     imatrix: np.ndarray | None
     name: str | None
     r0: int = 0
+    split: int = 1
 
 
 def quantize_spans(spans: list[Span], workers: int) -> None:
@@ -98,7 +100,7 @@ def quantize_spans(spans: list[Span], workers: int) -> None:
     if bad >= 0:
         s = spans[bad]
         t = codec(s.type_name).type
-        check_finite(np.asarray(s.x, dtype=np.float32), s.r0, s.name, t)
+        check_finite(np.asarray(s.x, dtype=np.float32), s.r0, s.name, t, s.split)
         raise NonFiniteInput(  # not reached: check_finite names the value
             f"{t.name} cannot hold NaN or inf", field=s.name or "x", expected="finite values"
         )
@@ -215,7 +217,8 @@ def check_quantizable(c: Codec, x: np.ndarray, name: str | None) -> None:
             expected="at least 1 dimension",
             found="0-d",
         )
-    if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
+    real = np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)
+    if not real and x.dtype != bfloat16:
         raise InvalidQuantShape(
             "not a real-valued array",
             field=name or "x",
@@ -253,35 +256,6 @@ def check_finite(rows: np.ndarray, r0: int, name: str | None, t: GGMLType, split
 # --------------------------------------------------------------------------- tasks
 
 
-def quantize_task(
-    type_name: str,
-    rows: np.ndarray,
-    im: np.ndarray | None,
-    r0: int,
-    name: str | None,
-    split: int = 1,
-    out: np.ndarray | None = None,
-    threads: int = 1,
-) -> np.ndarray:
-    """Quantize one span of rows (float32 [k, n]) on ``threads`` threads; into ``out``
-    when the codec can."""
-    c = codec(type_name)
-    self_check = getattr(c.quantize, "checks_finite", False)
-    if not c.holds_nonfinite and not self_check:
-        check_finite(rows, r0, name, c.type, split)
-    try:
-        with np.errstate(all="ignore"):
-            if out is not None and getattr(c.quantize, "fills_out", False):
-                return c.quantize(rows, im, out=out, threads=threads)
-            q = c.quantize(rows, im, threads=threads)
-    except NonFiniteInput:
-        check_finite(rows, r0, name, c.type, split)  # locate it for the message
-        raise
-    if out is not None:
-        out[...] = q
-    return q
-
-
 def dequantize_task(
     type_name: str, blocks: np.ndarray, out: np.ndarray | None = None, threads: int = 1
 ):
@@ -300,15 +274,16 @@ def dequantize_task(
 
 
 def rows_getter(x: np.ndarray, n: int) -> Callable[[int, int], np.ndarray]:
-    """Rows [r0, r1) of x as C-contiguous float32 [k, n], without copying the tensor."""
+    """Rows [r0, r1) of x as C-contiguous [k, n] in x's dtype, without copying the tensor
+    (a strided x: only those rows are gathered)."""
     lead = x.shape[:-1]
     if x.flags.c_contiguous:
         flat = x.reshape(-1, n)
-        return lambda r0, r1: np.ascontiguousarray(flat[r0:r1], dtype=np.float32)
+        return lambda r0, r1: flat[r0:r1]
 
     def gather(r0: int, r1: int) -> np.ndarray:
         idx = np.unravel_index(np.arange(r0, r1), lead)
-        return np.ascontiguousarray(x[idx], dtype=np.float32)
+        return np.ascontiguousarray(x[idx])
 
     return gather
 
@@ -360,8 +335,8 @@ def quantize(x, type, imatrix, workers, name, chunk_rows_, backend) -> np.ndarra
     get_rows = rows_getter(x.reshape(-1, seg) if split > 1 else x, seg)
     step = chunk_rows(seg, 1, chunk_rows_, c.quantize_temp_bytes)  # one span in flight
     out = np.empty((nrows * split, t.nbytes(seg)), np.uint8)
-    for r0, r1 in spans(nrows * split, step):  # each span on nw threads, in the kernel
-        quantize_task(t.name, get_rows(r0, r1), im, r0, name, split, out[r0:r1], nw)
+    for r0, r1 in spans(nrows * split, step):  # each span on nw threads, in the pool
+        quantize_spans([Span(t.name, get_rows(r0, r1), out[r0:r1], im, name, r0, split)], nw)
     return out.reshape(*lead, row_bytes)
 
 

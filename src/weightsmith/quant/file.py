@@ -44,7 +44,6 @@ from ._engine import (
     check_imatrix,
     chunk_rows,
     quantize_spans,
-    quantize_task,
     spans,
     workers_count,
 )
@@ -420,9 +419,12 @@ class _Span(NamedTuple):
         quantize them to each target type, into ``dests``."""
         src = values.reshape(-1, self.shape[-1])  # a view: only these rows are read
         lo = self.lo - first
-        x = np.ascontiguousarray(src[lo : lo + self.r1 - self.r0], dtype=np.float32)
-        for (_, new), dest in zip(self.targets, dests):
-            quantize_task(new, x, self.weights, self.r0, self.name, 1, dest)
+        x = src[lo : lo + self.r1 - self.r0]
+        work = [
+            Span(new, x, dest, self.weights, self.name, self.r0)
+            for (_, new), dest in zip(self.targets, dests)
+        ]
+        quantize_spans(work, 1)
 
 
 #: Elements of source per cluster task: big enough that a task's work dwarfs
