@@ -63,8 +63,11 @@ static struct {
     void *ctx;
     int64_t count;
     uint32_t nchunks;
-    uint64_t claim;    /* gen << 32 | next chunk (atomic) */
-    uint32_t finished; /* chunks done (atomic) */
+    /* the two counters every chunk updates, each on its own cache line: a
+     * claim or a count must not pull the line of the other (or of the mutex and
+     * the call's fields) away from the thread that reads it next */
+    _Alignas(64) uint64_t claim;    /* gen << 32 | next chunk (atomic) */
+    _Alignas(64) uint32_t finished; /* chunks done (atomic) */
 } ws_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER};
 
 static pthread_once_t ws_pool_once = PTHREAD_ONCE_INIT;
@@ -111,7 +114,16 @@ static void *ws_worker(void *arg) {
                 for (int i = 0; i < 64; ++i) WS_PAUSE();
                 if (ws_now_ns() > until) break;
             }
-            pthread_mutex_lock(&ws_pool.mu);
+            /* A call has just been published by a caller that still holds the
+             * mutex for a few instructions: poll for it rather than sleep in the
+             * kernel and wait for a wake-up (tens of microseconds in a VM). */
+            while (pthread_mutex_trylock(&ws_pool.mu) != 0) {
+                if (ws_now_ns() > until) {
+                    pthread_mutex_lock(&ws_pool.mu);
+                    break;
+                }
+                WS_PAUSE();
+            }
             while (ws_pool.gen == seen) pthread_cond_wait(&ws_pool.go, &ws_pool.mu);
         }
         seen = ws_pool.gen;
