@@ -412,12 +412,18 @@ def test_invalid_backend() -> None:
         Q.quantize(_x(4, 32), "Q4_0", workers=2, backend="gpu")
 
 
-def test_process_backends_are_deprecated_aliases_of_threads() -> None:
+def test_process_backends_are_gone() -> None:
+    """The fork and process-pool backends were removed (issue 16): naming one is an
+    error that says so, not a silent switch to threads."""
     x = _x(8, 64)
     want = Q.quantize(x, "Q4_0")
+    for backend in ("auto", "thread"):
+        assert np.array_equal(Q.quantize(x, "Q4_0", workers=2, backend=backend), want)
     for backend in ("process", "pool"):
-        with pytest.warns(DeprecationWarning, match="threads"):
-            assert np.array_equal(Q.quantize(x, "Q4_0", workers=2, backend=backend), want)
+        with pytest.raises(InvalidWorkers, match="process backends were removed"):
+            Q.quantize(x, "Q4_0", workers=2, backend=backend)
+        with pytest.raises(InvalidWorkers, match="process backends were removed"):
+            Q.dequantize(want, "Q4_0", x.shape, backend=backend)
 
 
 def test_default_chunks_follow_the_memory_budget() -> None:

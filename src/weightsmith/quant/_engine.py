@@ -1,17 +1,21 @@
 """How the quantization API does its work: checks, row chunks and threads.
 
-A tensor is cut into spans of rows (of blocks, when decoding); every span is
-one call of the type's codec on contiguous buffers, writing straight into its
-slice of the output.  With ``workers = k`` one tensor's spans run one after
-the other on the calling thread, and each kernel call splits its span over
-``k`` threads itself (``threads=k``: the calling thread and the kernels' C
-pool, csrc/ws_threads.h), with the GIL released for the whole call -- Python
-threads taking spans paid a GIL hand-over and a wake-up per span, which kept
-two threads near 1.5x on millisecond calls.  :func:`run` hands spans of many
-tensors to a pool of Python threads (quantize_file), each span one
-single-threaded kernel call.  A span's bytes do not depend on which thread
-made them, nor on how the tensor was cut: results never depend on the number
-of threads or the chunk size.
+One thread pool does all the work: the kernel core's C pool
+(``weightsmith._native.pool``, csrc/ws_threads.h), the calling thread plus
+``workers - 1`` pool threads, with the GIL released for the whole call.
+
+Quantizing: :func:`quantize_spans` hands a list of :class:`Span` (rows of
+one tensor, its target type, its output slice) to the pool in one call; the
+pool cuts them into units of whole rows (widening float16/bfloat16 unit by
+unit in the thread that encodes it) and its threads claim units until none is
+left.  :func:`quantize` makes one span per memory-bounded piece of a tensor
+(the converters call it tensor by tensor); ``quantize_file`` makes one per
+tensor and target type of a whole window, so many small tensors keep every
+thread busy, with no Python hand-over per span.  Dequantizing: each span is
+one kernel call that splits itself over the same threads.
+
+A row's bytes do not depend on which thread made them, nor on how the tensor
+was cut: results never depend on the number of threads or the chunk size.
 
 Memory: spans are sized so that the codec's temporaries (registry
 ``*_TEMP_BYTES``, per element) of all spans in flight stay within
@@ -23,7 +27,6 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -51,7 +54,7 @@ MEMORY_BUDGET = 64 * 1024 * 1024
 #: Families whose blocks never look at the rest of their row without an
 #: importance matrix: a long row may be cut into block-aligned pieces.
 BLOCKWISE_FAMILIES = frozenset({"plain", "legacy", "ternary", "fp4"})
-BACKENDS = ("auto", "thread", "process", "pool")
+BACKENDS = ("auto", "thread")
 
 
 # --------------------------------------------------------------------------- batches
@@ -121,19 +124,15 @@ def workers_count(workers: int | None) -> int:
 
 
 def check_backend(backend: str) -> None:
-    """Every backend is the thread pool now; "process" and "pool" are kept as aliases."""
+    """Only the thread pool exists: "auto" and "thread" name it; anything else
+    (the removed "process" and "pool" backends included) is InvalidWorkers."""
     if backend not in BACKENDS:
         raise InvalidWorkers(
-            "bad backend",
+            "bad backend: quantization runs on the kernels' thread pool in this process "
+            "(the process backends were removed)",
             field="backend",
             expected="'auto' or 'thread'",
             found=repr(backend),
-        )
-    if backend in ("process", "pool"):
-        warnings.warn(
-            f"backend={backend!r} is deprecated: quantization runs on threads in this process",
-            DeprecationWarning,
-            stacklevel=4,  # the caller of weightsmith.quant.quantize/dequantize
         )
 
 

@@ -12,8 +12,10 @@ Every family module (``plain``, ``legacy``, ``kquants``, ``iquants``,
   ``fills_out = True`` writes into ``out`` (a C-contiguous uint8 array of that
   shape) when given, and one with ``checks_finite = True`` raises NonFiniteInput
   itself for NaN/inf (the API then skips its own pass over the input)
-* ``threads``: the kernel splits the call over that many threads of its own
-  pool (csrc/ws_threads.h); the bytes never depend on it
+* ``threads``: the kernel splits the call over that many threads of the kernel
+  core's one pool (``weightsmith._native.pool``); the bytes never depend on it
+* every encoder also has ``kernel()``: its row-kernel capsule, which
+  ``weightsmith._native.pool.quantize`` runs in batches (see ``_engine.quantize_spans``)
 
 This module merges them (a type claimed twice is a bug and fails loudly) and
 adds what the families do not know: which types need an importance matrix
