@@ -55,7 +55,6 @@ def _encoder(kernels: ModuleType, name: str, type_size: int, block_size: int):
         return out
 
     quantize.fills_out = True  # type: ignore[attr-defined]
-    quantize.checks_finite = True  # type: ignore[attr-defined]  # the kernel refuses NaN/inf
     quantize.kernel = row_kernel(kernels.kernel, name)  # type: ignore[attr-defined]
     quantize.__name__ = f"quantize_{name.lower()}"
     return quantize
