@@ -1561,7 +1561,9 @@ static PyObject *py_kernel(PyObject *self, PyObject *args) {
     const type_info *t = find_type(id);
     if (!t || !tables_ready(t)) return NULL;
     if (t->grid >= 0 && !GRIDS[t->grid].ready && build_quant_tables(t->grid) < 0) return PyErr_NoMemory();
-    return ws_kernel_capsule(iq_rows, t, t->block_size, t->type_size, 1, t->needs_imatrix);
+    /* grid types cost ~100x more per value: a row is already ~1 ms of work */
+    return ws_kernel_capsule(iq_rows, t, t->block_size, t->type_size, t->grid >= 0 ? 1 : WS_UNIT_ELEMS,
+                             1, t->needs_imatrix);
 }
 
 static PyObject *py_iq4nl_index(PyObject *self, PyObject *args) {

@@ -787,7 +787,8 @@ static PyObject *py_kernel(PyObject *self, PyObject *arg) {
         PyErr_Format(PyExc_ValueError, "kquants: %s has no quantizer", name);
         return NULL;
     }
-    return ws_kernel_capsule(kq_rows, &TYPES[t].quantize, QK_K, TYPES[t].type_size, 1, 0);
+    return ws_kernel_capsule(kq_rows, &TYPES[t].quantize, QK_K, TYPES[t].type_size, WS_UNIT_ELEMS, 1,
+                             0);
 }
 
 static PyMethodDef methods[] = {

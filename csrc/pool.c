@@ -13,8 +13,8 @@
  * all of them run as one call of the pool with the GIL released.  Returns the
  * index of the first span holding a NaN/inf its type cannot store, or -1.
  *
- * Work is cut into units of whole rows (about WS_UNIT_ELEMS values, or
- * `unit_rows` rows) across all spans, and the pool's threads claim units one
+ * Work is cut into units of whole rows (about the kernel's unit_elems values,
+ * or `unit_rows` rows) across all spans, and the pool's threads claim units one
  * at a time: a window of many tensors of several types keeps every thread busy
  * to the end, with no Python hand-over per span.  A unit of a float16/bfloat16
  * (or unaligned float32) span is widened into a per-thread scratch of one unit
@@ -31,11 +31,6 @@
 #include "ws_threads.h"
 
 #include <stdlib.h>
-
-/* Values per unit: a float32 unit (256 KiB) stays in L2 between its widening
- * and its encoding; a unit costs ~0.1-1 ms in the K-quant encoders, far more
- * than claiming it. */
-#define WS_UNIT_ELEMS 65536
 
 enum { SRC_F32 = 0, SRC_F16 = 1, SRC_BF16 = 2 };
 
@@ -185,7 +180,7 @@ static int parse_span(PyObject *item, Py_ssize_t i, span *s, Py_buffer *views, i
         PyErr_Format(PyExc_ValueError, "span %zd: this type needs an importance matrix", i);
         return -1;
     }
-    int64_t per_unit = unit_rows > 0 ? unit_rows : WS_UNIT_ELEMS / n;
+    int64_t per_unit = unit_rows > 0 ? unit_rows : k->unit_elems / n;
     *s = (span){k, views[0].buf, views[1].buf, have_im ? views[2].buf : NULL, n, nrows, row_bytes,
                 per_unit > 0 ? per_unit : 1, kind,
                 kind == SRC_F32 && (uintptr_t)views[0].buf % 4 == 0};

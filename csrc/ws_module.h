@@ -229,7 +229,7 @@ static PyObject *ws_kernel_impl(const ws_codec *table, PyObject *arg) {
         PyErr_Format(PyExc_KeyError, "no encoder kernel for ggml type %s", name);
         return NULL;
     }
-    return ws_kernel_capsule(ws_codec_rows, c, c->block_size, c->type_size, 0, 0);
+    return ws_kernel_capsule(ws_codec_rows, c, c->block_size, c->type_size, WS_UNIT_ELEMS, 0, 0);
 }
 
 static PyObject *ws_type_names(const ws_codec *table) {

@@ -44,9 +44,14 @@ typedef struct {
     const void *arg;    /* the module's entry for the type */
     int64_t block_size; /* values per block */
     int64_t type_size;  /* bytes per block */
+    int64_t unit_elems; /* values a batch unit holds at least (whole rows): ~1 ms of work */
     int check_finite;   /* the caller must refuse NaN/inf first (the kernel does not) */
     int needs_imatrix;  /* ggml asserts an importance matrix */
 } ws_kernel;
+
+/* A unit of ~64K values: 0.1-1 ms in the block and K-quant encoders, far more
+ * than claiming it, and its float32 widening (256 KiB) stays in L2. */
+#define WS_UNIT_ELEMS 65536
 
 #define WS_KERNEL_CAPSULE "weightsmith._native.kernel"
 
@@ -68,10 +73,11 @@ static void ws_kernel_free(PyObject *capsule) {
 
 /* A new capsule for pool.quantize (the module's entry `arg` is static). */
 static PyObject *ws_kernel_capsule(ws_rows_fn rows, const void *arg, int64_t block_size,
-                                   int64_t type_size, int check_finite, int needs_imatrix) {
+                                   int64_t type_size, int64_t unit_elems, int check_finite,
+                                   int needs_imatrix) {
     ws_kernel *k = PyMem_Malloc(sizeof *k);
     if (k == NULL) return PyErr_NoMemory();
-    *k = (ws_kernel){rows, arg, block_size, type_size, check_finite, needs_imatrix};
+    *k = (ws_kernel){rows, arg, block_size, type_size, unit_elems, check_finite, needs_imatrix};
     PyObject *capsule = PyCapsule_New(k, WS_KERNEL_CAPSULE, ws_kernel_free);
     if (capsule == NULL) PyMem_Free(k);
     return capsule;

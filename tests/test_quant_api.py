@@ -337,6 +337,59 @@ def test_half_and_other_inputs_give_the_float32_result(qtype: str) -> None:
     assert np.array_equal(Q.quantize(ints, qtype), Q.quantize(ints.astype(np.float32), qtype))
 
 
+def test_one_pool_batch_of_mixed_spans() -> None:
+    """A batch of spans of several types and source dtypes, on 1-3 threads and with
+    one-row units: each span's bytes are those of quantize() alone; the index of the
+    first span holding NaN comes back whatever the timing; bad spans are refused
+    before anything runs."""
+    import ml_dtypes
+
+    from weightsmith._native import pool
+    from weightsmith.quant._engine import Span, pool_source, quantize_spans
+    from weightsmith.quant.registry import codec
+
+    x = _x(96, 512, seed=12)
+    im = np.linspace(0.5, 2.0, 512, dtype=np.float32)
+    jobs = [("Q4_K", x, None), ("Q5_0", x.astype(np.float16), im), ("IQ4_XS", x, im),
+            ("Q8_0", x.astype(ml_dtypes.bfloat16), None), ("F16", x[:7], None)]  # fmt: skip
+    want = [Q.quantize(v, t, w) for t, v, w in jobs]
+    for workers in (1, 2, 3):
+        outs = [np.empty_like(w) for w in want]
+        quantize_spans([Span(t, v, o, w, t) for (t, v, w), o in zip(jobs, outs)], workers)
+        assert all(np.array_equal(o, w) for o, w in zip(outs, want)), workers
+        entries = []
+        for (t, v, w), o in zip(jobs, outs):
+            src, kind = pool_source(v)
+            entries.append((codec(t).quantize.kernel(), src, kind, o, 512, w))
+        assert pool.quantize(entries, workers, unit_rows=1) == -1
+        assert all(np.array_equal(o, w) for o, w in zip(outs, want)), workers
+    bad = x.copy()
+    bad[50, 7] = np.inf
+    k = codec("Q4_0").quantize.kernel()
+    out = np.empty((96, 16 * 18), np.uint8)
+    spans = [(k, x, 0, out.copy(), 512, None), (k, bad, 0, out.copy(), 512, None),
+             (k, bad, 0, out.copy(), 512, None)]  # fmt: skip
+    for workers in (1, 2, 3):
+        assert pool.quantize(spans, workers, unit_rows=3) == 1
+    with pytest.raises(NonFiniteInput, match="row 50, column 7"):
+        quantize_spans([Span("Q4_K", x, np.empty_like(want[0]), None, "w"),
+                        Span("Q4_K", bad, np.empty_like(want[0]), None, "w")], 2)  # fmt: skip
+    for entry, error in (
+        ((k, x, 0, out[:95], 512, None), ValueError),  # output too small
+        ((k, x, 0, out, 500, None), ValueError),  # row length not a block multiple
+        ((k, x, 3, out, 512, None), ValueError),  # unknown source type
+        ((k, x, 0, out, 512, im[:100]), ValueError),  # imatrix length
+        (
+            (codec("IQ2_XS").quantize.kernel(), x, 0, np.empty((96, 2 * 74), np.uint8), 512, None),
+            ValueError,
+        ),  # an imatrix is required
+        (("not a kernel", x, 0, out, 512, None), (TypeError, ValueError)),
+        ((k, x, 0, out.tobytes(), 512, None), (TypeError, BufferError)),  # read-only output
+    ):
+        with pytest.raises(error):
+            pool.quantize([(k, x, 0, out, 512, None), entry], 2)
+
+
 def test_threads_on_a_large_tensor_match_one_thread() -> None:
     """Several kernel chunks per thread on 2 and 3 threads: the same bytes as 1 thread."""
     x = _x(512, 512, seed=11)
