@@ -33,7 +33,7 @@
 #include <stdlib.h>
 
 #include "ws_common.h"
-#include "ws_threads.h"
+#include "ws_pool.h"
 #include "ws_x86.h"
 
 #define QK_K 256
@@ -1883,6 +1883,27 @@ done:
     return ret;
 }
 
+/* pool.quantize's row kernel; the IQ encoders do not look for NaN/inf (check_finite) */
+static int iq_rows(const void *arg, const float *src, uint8_t *dst, int64_t nrows, int64_t n,
+                   const float *imatrix) {
+    const type_info *t = arg;
+    q_job job = {quantizer(t->id), src, imatrix, dst, n, n / t->block_size, t->type_size, t->block_size};
+    q_part(&job, 0, nrows);
+    return 0;
+}
+
+/* The row kernel of a type, its tables ready (they are read with the GIL released). */
+static PyObject *py_kernel(PyObject *self, PyObject *args) {
+    int id;
+    if (!PyArg_ParseTuple(args, "i", &id)) return NULL;
+    const type_info *t = find_type(id);
+    if (!t || !tables_ready(t)) return NULL;
+    if (t->grid >= 0 && !GRIDS[t->grid].ready && build_quant_tables(t->grid) < 0) return PyErr_NoMemory();
+    /* grid types cost ~100x more per value: a row is already ~1 ms of work */
+    return ws_kernel_capsule(iq_rows, t, t->block_size, t->type_size, t->grid >= 0 ? 1 : WS_UNIT_ELEMS,
+                             1, t->needs_imatrix);
+}
+
 static PyObject *py_iq4nl_index(PyObject *self, PyObject *args) {
     Py_buffer src, dst;
     if (!PyArg_ParseTuple(args, "y*w*", &src, &dst)) return NULL;
@@ -1922,10 +1943,14 @@ static PyMethodDef METHODS[] = {
      "dequantize(ggml_type, blocks, out): decode whole blocks into the float32 buffer out."},
     {"quantize", py_quantize, METH_VARARGS,
      "quantize(ggml_type, rows, out, n_per_row, imatrix_or_None): encode float32 rows into out."},
+    {"kernel", py_kernel, METH_VARARGS, "kernel(ggml_type): the type's row kernel for weightsmith._native.pool"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "iquants", "ggml's IQ quant family, compiled.", -1,
                                     METHODS};
 
-PyMODINIT_FUNC PyInit_iquants(void) { return PyModule_Create(&MODULE); }
+PyMODINIT_FUNC PyInit_iquants(void) {
+    if (ws_pool_import() < 0) return NULL;
+    return PyModule_Create(&MODULE);
+}

@@ -27,7 +27,7 @@
 #include <Python.h>
 
 #include "ws_common.h"
-#include "ws_threads.h"
+#include "ws_pool.h"
 #include "ws_lanes.h"
 
 #define QK_K 256
@@ -769,9 +769,32 @@ static PyObject *py_quantize(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* pool.quantize's row kernel; the K-quant encoders do not look for NaN/inf (check_finite) */
+static int kq_rows(const void *arg, const float *src, uint8_t *dst, int64_t nrows, int64_t n,
+                   const float *imatrix) {
+    const quantize_fn f = *(const quantize_fn *)arg;
+    f(src, dst, nrows * (n / QK_K), imatrix, n / QK_K);
+    return 0;
+}
+
+static PyObject *py_kernel(PyObject *self, PyObject *arg) {
+    (void)self;
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (name == NULL) return NULL;
+    const int t = find_type(name);
+    if (t < 0) return NULL;
+    if (!TYPES[t].quantize) {
+        PyErr_Format(PyExc_ValueError, "kquants: %s has no quantizer", name);
+        return NULL;
+    }
+    return ws_kernel_capsule(kq_rows, &TYPES[t].quantize, QK_K, TYPES[t].type_size, WS_UNIT_ELEMS, 1,
+                             0);
+}
+
 static PyMethodDef methods[] = {
     {"dequantize", py_dequantize, METH_VARARGS, dequantize_doc},
     {"quantize", py_quantize, METH_VARARGS, quantize_doc},
+    {"kernel", py_kernel, METH_O, "kernel(type): the type's row kernel for weightsmith._native.pool"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -788,5 +811,6 @@ PyMODINIT_FUNC PyInit_kquants(void) {
         PyErr_SetString(PyExc_ImportError, "weightsmith._native.kquants needs a little-endian host");
         return NULL;
     }
+    if (ws_pool_import() < 0) return NULL;
     return PyModule_Create(&module);
 }

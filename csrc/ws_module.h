@@ -17,9 +17,12 @@
  *         imatrix: n_per_row float32 or None.  False: the input holds NaN/inf
  *         that the type cannot store (``out`` is then unspecified).
  *
+ *     kernel(type: str) -> capsule
+ *         the type's row kernel for weightsmith._native.pool.quantize
+ *
  * and a tuple TYPES of the names in the table.  Sizes are checked here, once;
- * the kernels run with the GIL released, split over `threads` threads
- * (ws_threads.h) by blocks / rows: the bytes do not depend on the count.
+ * the kernels run with the GIL released, split over `threads` threads of the
+ * one pool (ws_pool.h) by blocks / rows: the bytes do not depend on the count.
  */
 #ifndef WS_MODULE_H
 #define WS_MODULE_H
@@ -29,7 +32,7 @@
 #include <stdint.h>
 
 #include "ws_common.h"
-#include "ws_threads.h"
+#include "ws_pool.h"
 
 /* Decode nblocks blocks of src into nblocks * block_size floats. */
 typedef void (*ws_dequantize_fn)(const uint8_t *restrict src, float *restrict dst, int64_t nblocks);
@@ -211,6 +214,24 @@ static PyObject *ws_quantize_impl(const ws_codec *table, PyObject *args) {
     return result;
 }
 
+/* The table's encoders check NaN/inf themselves (or store them): no check_finite. */
+static int ws_codec_rows(const void *arg, const float *src, uint8_t *dst, int64_t nrows, int64_t n,
+                         const float *imatrix) {
+    return ((const ws_codec *)arg)->quantize(src, dst, nrows, n, imatrix);
+}
+
+static PyObject *ws_kernel_impl(const ws_codec *table, PyObject *arg) {
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (name == NULL) return NULL;
+    const ws_codec *c = ws_find_codec(table, name);
+    if (c == NULL) return NULL;
+    if (c->quantize == NULL) {
+        PyErr_Format(PyExc_KeyError, "no encoder kernel for ggml type %s", name);
+        return NULL;
+    }
+    return ws_kernel_capsule(ws_codec_rows, c, c->block_size, c->type_size, WS_UNIT_ELEMS, 0, 0);
+}
+
 static PyObject *ws_type_names(const ws_codec *table) {
     Py_ssize_t count = 0;
     for (const ws_codec *c = table; c->name != NULL; ++c) ++count;
@@ -241,16 +262,23 @@ static PyObject *ws_type_names(const ws_codec *table) {
         (void)self;                                                                    \
         return ws_quantize_impl(WS_CODECS, args);                                      \
     }                                                                                  \
+    static PyObject *ws_py_kernel(PyObject *self, PyObject *arg) {                     \
+        (void)self;                                                                    \
+        return ws_kernel_impl(WS_CODECS, arg);                                         \
+    }                                                                                  \
     static PyMethodDef ws_methods[] = {                                                \
         {"dequantize", ws_py_dequantize, METH_VARARGS,                                 \
          "dequantize(type, blocks, out, threads=1): decode blocks into float32 out"},  \
         {"quantize", ws_py_quantize, METH_VARARGS,                                     \
          "quantize(type, rows, out, n_per_row, imatrix=None, threads=1) -> False if "  \
          "NaN/inf"},                                                                   \
+        {"kernel", ws_py_kernel, METH_O,                                               \
+         "kernel(type): the type's row kernel for weightsmith._native.pool.quantize"}, \
         {NULL, NULL, 0, NULL}};                                                        \
     static struct PyModuleDef ws_moduledef = {                                         \
         PyModuleDef_HEAD_INIT, #modname, doc, -1, ws_methods, NULL, NULL, NULL, NULL}; \
     PyMODINIT_FUNC PyInit_##modname(void) {                                            \
+        if (ws_pool_import() < 0) return NULL;                                         \
         WS_MODULE_INIT();                                                              \
         PyObject *m = PyModule_Create(&ws_moduledef);                                  \
         if (m == NULL) return NULL;                                                    \

@@ -1,7 +1,10 @@
-/* One kernel call split over threads: ws_parallel(threads, count, grain, fn, ctx)
- * runs fn(ctx, lo, hi) over [0, count) in contiguous chunks of at least
- * `grain` items, on the calling thread and up to threads - 1 workers of a
- * per-module pool, and returns when every chunk is done.  Chunks (rows or
+/* The kernel core's one thread pool, compiled into weightsmith._native.pool only
+ * (csrc/pool.c; the codec modules reach it through csrc/ws_pool.h).
+ *
+ * ws_run(threads, count, grain, per_thread, fn, ctx) runs fn(ctx, lo, hi)
+ * over [0, count) in contiguous chunks of at least `grain` items (at most
+ * `per_thread` chunks per thread), on the calling thread and up to
+ * threads - 1 pool threads, and returns when every chunk is done.  Chunks (rows or
  * blocks) are independent and each is written by exactly one thread, so the
  * bytes never depend on the thread count or on who took which chunk.
  *
@@ -25,6 +28,9 @@
 #include <stdint.h>
 #include <time.h>
 
+#define WS_POOL_IMPL
+#include "ws_pool.h"
+
 #define WS_MAX_THREADS 64
 #define WS_CHUNKS_PER_THREAD 16
 #if defined(__x86_64__) || defined(__i386__)
@@ -32,8 +38,6 @@
 #else
 #define WS_PAUSE() ((void)0)
 #endif
-
-typedef void (*ws_part_fn)(void *ctx, int64_t lo, int64_t hi);
 
 /* How long an idle worker polls for the next call before it sleeps: a call
  * that follows within this time starts at once instead of paying a futex
@@ -59,8 +63,11 @@ static struct {
     void *ctx;
     int64_t count;
     uint32_t nchunks;
-    uint64_t claim;    /* gen << 32 | next chunk (atomic) */
-    uint32_t finished; /* chunks done (atomic) */
+    /* the two counters every chunk updates, each on its own cache line: a
+     * claim or a count must not pull the line of the other (or of the mutex and
+     * the call's fields) away from the thread that reads it next */
+    _Alignas(64) uint64_t claim;    /* gen << 32 | next chunk (atomic) */
+    _Alignas(64) uint32_t finished; /* chunks done (atomic) */
 } ws_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER};
 
 static pthread_once_t ws_pool_once = PTHREAD_ONCE_INIT;
@@ -107,7 +114,16 @@ static void *ws_worker(void *arg) {
                 for (int i = 0; i < 64; ++i) WS_PAUSE();
                 if (ws_now_ns() > until) break;
             }
-            pthread_mutex_lock(&ws_pool.mu);
+            /* A call has just been published by a caller that still holds the
+             * mutex for a few instructions: poll for it rather than sleep in the
+             * kernel and wait for a wake-up (tens of microseconds in a VM). */
+            while (pthread_mutex_trylock(&ws_pool.mu) != 0) {
+                if (ws_now_ns() > until) {
+                    pthread_mutex_lock(&ws_pool.mu);
+                    break;
+                }
+                WS_PAUSE();
+            }
             while (ws_pool.gen == seen) pthread_cond_wait(&ws_pool.go, &ws_pool.mu);
         }
         seen = ws_pool.gen;
@@ -123,7 +139,8 @@ static void *ws_worker(void *arg) {
     return NULL;
 }
 
-static void ws_parallel(int threads, int64_t count, int64_t grain, ws_part_fn fn, void *ctx) {
+static void ws_run(int threads, int64_t count, int64_t grain, int64_t per_thread, ws_part_fn fn,
+                   void *ctx) {
     int64_t n = threads < WS_MAX_THREADS ? threads : WS_MAX_THREADS;
     if (grain < 1) grain = 1;
     if (n > count / grain) n = count / grain;
@@ -155,7 +172,8 @@ static void ws_parallel(int threads, int64_t count, int64_t grain, ws_part_fn fn
 #endif
         ++ws_pool.started;
     }
-    int64_t nchunks = n * WS_CHUNKS_PER_THREAD;
+    int64_t nchunks = n * per_thread;
+    if (nchunks > UINT32_MAX) nchunks = UINT32_MAX;
     if (nchunks > count / grain) nchunks = count / grain;
     const uint32_t gen = ws_pool.gen + 1;
     ws_pool.busy = 1;
@@ -178,6 +196,12 @@ static void ws_parallel(int threads, int64_t count, int64_t grain, ws_part_fn fn
         pthread_cond_wait(&ws_pool.done, &ws_pool.mu);
     ws_pool.busy = 0;
     pthread_mutex_unlock(&ws_pool.mu);
+}
+
+/* One kernel call: a few chunks per thread, so that the caller (already
+ * running) takes more of them while a worker wakes up. */
+static void ws_parallel(int threads, int64_t count, int64_t grain, ws_part_fn fn, void *ctx) {
+    ws_run(threads, count, grain, WS_CHUNKS_PER_THREAD, fn, ctx);
 }
 
 #endif

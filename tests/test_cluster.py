@@ -62,23 +62,33 @@ def local(source, tmp_path_factory):
 
 
 def test_several_types_from_one_read_equal_separate_runs(source, local, tmp_path, monkeypatch):
-    rows_read: dict[str, int] = {}
-    quantize_span = qfile._Span.quantize
+    rows_done: dict[tuple[str, str], int] = {}
+    batches = []
+    quantize_spans = qfile.quantize_spans
 
-    def counting(span, *args, **kw):
-        rows_read[span.name] = rows_read.get(span.name, 0) + span.r1 - span.r0
-        return quantize_span(span, *args, **kw)
+    def counting(spans, workers):
+        batches.append(len(spans))
+        for s in spans:
+            key = (s.name, s.type_name)
+            rows_done[key] = rows_done.get(key, 0) + s.x.shape[0]
+        return quantize_spans(spans, workers)
 
-    monkeypatch.setattr(qfile._Span, "quantize", counting)
+    monkeypatch.setattr(qfile, "quantize_spans", counting)
     results = quantize_files(source, {t: tmp_path / f"{t}.gguf" for t in TYPES}, workers=2)
     for t, result in zip(TYPES, results):
         assert (tmp_path / f"{t}.gguf").read_bytes() == local[t], t
         assert result.bits_per_weight > 0
-    # every row of every quantized tensor was read exactly once, for all three types
+    # one pass over the file: every row of every quantized tensor went to the pool
+    # exactly once for each type, the three types of a window in the same batch
     f = gguf.read(source)
     expected = {t.name: t.shape[0] for t in f.tensors if len(t.shape) == 2}
     f.close()
-    assert rows_read == expected
+    want: dict[tuple[str, str], int] = {}
+    for r in results:  # two outputs may want the same type of a tensor
+        for n, rows in expected.items():
+            want[n, r[n]] = want.get((n, r[n]), 0) + rows
+    assert rows_done == want
+    assert len(batches) == 1  # the model fits one window
 
 
 def test_batch_quantize_names_files_as_the_hub_does(source, local, tmp_path):

@@ -319,6 +319,77 @@ def test_threads_give_the_single_thread_result(qtype: str) -> None:
             assert np.array_equal(got.view(np.uint32), back.view(np.uint32)), (workers, kw)
 
 
+@pytest.mark.parametrize("qtype", ["Q4_K", "Q8_0", "IQ4_XS", "F16", "BF16", "TQ2_0"])
+def test_half_and_other_inputs_give_the_float32_result(qtype: str) -> None:
+    """float16 / bfloat16 rows are widened in the pool's threads, other dtypes and byte
+    orders converted first: the bytes of the same values as float32, any thread count."""
+    import ml_dtypes
+
+    x = _x(48, 512, seed=5)
+    for dtype in (np.float16, ml_dtypes.bfloat16, np.dtype(">f4"), np.float64):
+        y = x.astype(dtype)
+        want = Q.quantize(y.astype(np.float32), qtype)
+        for workers in (1, 2):
+            assert np.array_equal(Q.quantize(y, qtype, workers=workers), want), (dtype, workers)
+    strided = x.astype(np.float16)[::2]
+    assert np.array_equal(Q.quantize(strided, qtype), Q.quantize(strided.astype(np.float32), qtype))
+    ints = (x * 1000).astype(np.int16)
+    assert np.array_equal(Q.quantize(ints, qtype), Q.quantize(ints.astype(np.float32), qtype))
+
+
+def test_one_pool_batch_of_mixed_spans() -> None:
+    """A batch of spans of several types and source dtypes, on 1-3 threads and with
+    one-row units: each span's bytes are those of quantize() alone; the index of the
+    first span holding NaN comes back whatever the timing; bad spans are refused
+    before anything runs."""
+    import ml_dtypes
+
+    from weightsmith._native import pool
+    from weightsmith.quant._engine import Span, pool_source, quantize_spans
+    from weightsmith.quant.registry import codec
+
+    x = _x(96, 512, seed=12)
+    im = np.linspace(0.5, 2.0, 512, dtype=np.float32)
+    jobs = [("Q4_K", x, None), ("Q5_0", x.astype(np.float16), im), ("IQ4_XS", x, im),
+            ("Q8_0", x.astype(ml_dtypes.bfloat16), None), ("F16", x[:7], None)]  # fmt: skip
+    want = [Q.quantize(v, t, w) for t, v, w in jobs]
+    for workers in (1, 2, 3):
+        outs = [np.empty_like(w) for w in want]
+        quantize_spans([Span(t, v, o, w, t) for (t, v, w), o in zip(jobs, outs)], workers)
+        assert all(np.array_equal(o, w) for o, w in zip(outs, want)), workers
+        entries = []
+        for (t, v, w), o in zip(jobs, outs):
+            src, kind = pool_source(v)
+            entries.append((codec(t).quantize.kernel(), src, kind, o, 512, w))
+        assert pool.quantize(entries, workers, unit_rows=1) == -1
+        assert all(np.array_equal(o, w) for o, w in zip(outs, want)), workers
+    bad = x.copy()
+    bad[50, 7] = np.inf
+    k = codec("Q4_0").quantize.kernel()
+    out = np.empty((96, 16 * 18), np.uint8)
+    spans = [(k, x, 0, out.copy(), 512, None), (k, bad, 0, out.copy(), 512, None),
+             (k, bad, 0, out.copy(), 512, None)]  # fmt: skip
+    for workers in (1, 2, 3):
+        assert pool.quantize(spans, workers, unit_rows=3) == 1
+    with pytest.raises(NonFiniteInput, match="row 50, column 7"):
+        quantize_spans([Span("Q4_K", x, np.empty_like(want[0]), None, "w"),
+                        Span("Q4_K", bad, np.empty_like(want[0]), None, "w")], 2)  # fmt: skip
+    for entry, error in (
+        ((k, x, 0, out[:95], 512, None), ValueError),  # output too small
+        ((k, x, 0, out, 500, None), ValueError),  # row length not a block multiple
+        ((k, x, 3, out, 512, None), ValueError),  # unknown source type
+        ((k, x, 0, out, 512, im[:100]), ValueError),  # imatrix length
+        (
+            (codec("IQ2_XS").quantize.kernel(), x, 0, np.empty((96, 2 * 74), np.uint8), 512, None),
+            ValueError,
+        ),  # an imatrix is required
+        (("not a kernel", x, 0, out, 512, None), (TypeError, ValueError)),
+        ((k, x, 0, out.tobytes(), 512, None), (TypeError, BufferError)),  # read-only output
+    ):
+        with pytest.raises(error):
+            pool.quantize([(k, x, 0, out, 512, None), entry], 2)
+
+
 def test_threads_on_a_large_tensor_match_one_thread() -> None:
     """Several kernel chunks per thread on 2 and 3 threads: the same bytes as 1 thread."""
     x = _x(512, 512, seed=11)
@@ -394,12 +465,18 @@ def test_invalid_backend() -> None:
         Q.quantize(_x(4, 32), "Q4_0", workers=2, backend="gpu")
 
 
-def test_process_backends_are_deprecated_aliases_of_threads() -> None:
+def test_process_backends_are_gone() -> None:
+    """The fork and process-pool backends were removed (issue 16): naming one is an
+    error that says so, not a silent switch to threads."""
     x = _x(8, 64)
     want = Q.quantize(x, "Q4_0")
+    for backend in ("auto", "thread"):
+        assert np.array_equal(Q.quantize(x, "Q4_0", workers=2, backend=backend), want)
     for backend in ("process", "pool"):
-        with pytest.warns(DeprecationWarning, match="threads"):
-            assert np.array_equal(Q.quantize(x, "Q4_0", workers=2, backend=backend), want)
+        with pytest.raises(InvalidWorkers, match="process backends were removed"):
+            Q.quantize(x, "Q4_0", workers=2, backend=backend)
+        with pytest.raises(InvalidWorkers, match="process backends were removed"):
+            Q.dequantize(want, "Q4_0", x.shape, backend=backend)
 
 
 def test_default_chunks_follow_the_memory_budget() -> None:
@@ -425,14 +502,14 @@ def test_one_huge_row_is_cut_into_bounded_pieces(qtype: str, monkeypatch) -> Non
     x = _x(2, 3 * 7 * 1024, seed=3)  # rows of 21504 values (672 blocks of 32)
     want = ggml_ref.quantize(x, qtype)
     seen = []
-    real = quant.quantize_task
+    real = quant.quantize_spans
 
-    def spy(type_name, rows, *args):
-        seen.append(rows.shape)
-        return real(type_name, rows, *args)
+    def spy(spans, workers):
+        seen.extend(s.x.shape for s in spans)
+        return real(spans, workers)
 
     monkeypatch.setattr(quant, "MEMORY_BUDGET", 4096 * codec(qtype).quantize_temp_bytes)
-    monkeypatch.setattr(quant, "quantize_task", spy)
+    monkeypatch.setattr(quant, "quantize_spans", spy)
     assert np.array_equal(Q.quantize(x, qtype), want)
     assert max(r * n for r, n in seen) <= 4096
     x[1, 20000] = np.nan

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from support.recipe_models import ModelSpec, write_model, write_nan_model
+from support.recipe_models import ModelSpec, llama_quantize, write_model, write_nan_model
 from weightsmith.errors import NonFiniteInput
 from weightsmith.quant import file as _file
 from weightsmith.quant.file import quantize_file
@@ -28,6 +28,18 @@ def test_workers_write_the_same_file(f32_model, tmp_path, ftype) -> None:
         many = tmp_path / f"w{workers}.gguf"
         assert quantize_file(f32_model, many, ftype, workers=workers) == plan
         assert many.read_bytes() == one.read_bytes()
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_half_precision_sources_match_llama_quantize(tmp_path, dtype) -> None:
+    """f16 / bf16 tensors go to the pool as they are (widened there, unit by unit):
+    the file llama.cpp writes from the same source, with any thread count."""
+    src = tmp_path / f"{dtype}.gguf"
+    write_model(SPEC, src, dtype=dtype)
+    llama_quantize(src, tmp_path / "ref.gguf", "Q4_K_M")
+    for workers in (1, 2):
+        quantize_file(src, tmp_path / f"w{workers}.gguf", "Q4_K_M", workers=workers)
+        assert (tmp_path / f"w{workers}.gguf").read_bytes() == (tmp_path / "ref.gguf").read_bytes()
 
 
 def test_small_windows_write_the_same_file(f32_model, tmp_path, monkeypatch) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import gguf
+import ml_dtypes
 import numpy as np
 
 from weightsmith.gguf import Writer
@@ -81,9 +82,14 @@ FILE_TYPES = [
 
 
 def write_model(
-    spec: ModelSpec, path: Path, seed: int = 0, unit_dim: frozenset = frozenset()
+    spec: ModelSpec,
+    path: Path,
+    seed: int = 0,
+    unit_dim: frozenset = frozenset(),
+    dtype: str = "f32",
 ) -> None:
-    """Write ``spec`` as an f32 GGUF with gguf-py, with the metadata llama.cpp's loader needs.
+    """Write ``spec`` as an f32 (or ``dtype`` "f16" / "bf16") GGUF with gguf-py, with the
+    metadata llama.cpp's loader needs.
 
     Tensors named in ``unit_dim`` get an extra outer dim of 1 (stored dims ``[..., 1]``)."""
     rng = np.random.default_rng(seed)
@@ -96,10 +102,17 @@ def write_model(
     w.add_head_count_kv(spec.n_head_kv)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_dimension_count(spec.n_embd // spec.n_head)
-    w.add_file_type(0)
+    w.add_file_type({"f32": 0, "f16": 1, "bf16": 32}[dtype])
     for name, shape in spec.tensors():
         shape = (1, *shape) if name in unit_dim else shape
-        w.add_tensor(name, (rng.standard_normal(shape) * 0.02).astype(np.float32))
+        x = (rng.standard_normal(shape) * 0.02).astype(np.float32)
+        if dtype == "f16":
+            w.add_tensor(name, x.astype(np.float16))
+        elif dtype == "bf16":
+            half = x.astype(ml_dtypes.bfloat16).view(np.uint8)
+            w.add_tensor(name, half, raw_dtype=gguf.GGMLQuantizationType.BF16)
+        else:
+            w.add_tensor(name, x)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

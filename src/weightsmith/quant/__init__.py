@@ -13,10 +13,10 @@ reference (``ggml_quantize_chunk`` and the type's ``to_float``).
 
 The codecs live in one module per family (plain, legacy, kquants, iquants,
 ternary, fp4), merged by :mod:`.registry`; compiled kernels come from
-``weightsmith._native``.  ``workers=k`` splits each kernel call over ``k``
-threads in this process (``workers=0``: one per CPU), the calling thread and
-the kernels' own pool, with the GIL released for the whole call.  Results never depend on the number of workers or
-the chunk size.  Memory: the codec's temporaries stay within
+``weightsmith._native``.  ``workers=k`` runs the work on ``k`` threads in this
+process (``workers=0``: one per CPU): the calling thread and the kernel core's
+one thread pool, with the GIL released for the whole call.  Results never
+depend on the number of workers or the chunk size.  Memory: the codec's temporaries stay within
 :data:`MEMORY_BUDGET` bytes (64 MiB) whatever the tensor size; only the output
 is allocated in full.  How: :mod:`._engine`.
 """
@@ -55,8 +55,8 @@ def quantize(
     ``imatrix`` is ggml's importance matrix: one non-negative weight per column.
     ``workers`` spreads row chunks over threads (0 = all CPUs).  ``name`` is
     used in error messages.  ``chunk_rows`` overrides the memory-derived
-    chunk size.  ``backend``: "auto" or "thread" (both the thread pool;
-    "process" and "pool" are deprecated aliases of it).
+    chunk size.  ``backend``: "auto" or "thread", both the kernels' thread pool
+    (the only one; any other value is InvalidWorkers).
     """
     return _engine.quantize(x, type, imatrix, workers, name, chunk_rows, backend)
 

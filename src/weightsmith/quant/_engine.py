@@ -1,17 +1,21 @@
 """How the quantization API does its work: checks, row chunks and threads.
 
-A tensor is cut into spans of rows (of blocks, when decoding); every span is
-one call of the type's codec on contiguous buffers, writing straight into its
-slice of the output.  With ``workers = k`` one tensor's spans run one after
-the other on the calling thread, and each kernel call splits its span over
-``k`` threads itself (``threads=k``: the calling thread and the kernels' C
-pool, csrc/ws_threads.h), with the GIL released for the whole call -- Python
-threads taking spans paid a GIL hand-over and a wake-up per span, which kept
-two threads near 1.5x on millisecond calls.  :func:`run` hands spans of many
-tensors to a pool of Python threads (quantize_file), each span one
-single-threaded kernel call.  A span's bytes do not depend on which thread
-made them, nor on how the tensor was cut: results never depend on the number
-of threads or the chunk size.
+One thread pool does all the work: the kernel core's C pool
+(``weightsmith._native.pool``, csrc/ws_threads.h), the calling thread plus
+``workers - 1`` pool threads, with the GIL released for the whole call.
+
+Quantizing: :func:`quantize_spans` hands a list of :class:`Span` (rows of
+one tensor, its target type, its output slice) to the pool in one call; the
+pool cuts them into units of whole rows (widening float16/bfloat16 unit by
+unit in the thread that encodes it) and its threads claim units until none is
+left.  :func:`quantize` makes one span per memory-bounded piece of a tensor
+(the converters call it tensor by tensor); ``quantize_file`` makes one per
+tensor and target type of a whole window, so many small tensors keep every
+thread busy, with no Python hand-over per span.  Dequantizing: each span is
+one kernel call that splits itself over the same threads.
+
+A row's bytes do not depend on which thread made them, nor on how the tensor
+was cut: results never depend on the number of threads or the chunk size.
 
 Memory: spans are sized so that the codec's temporaries (registry
 ``*_TEMP_BYTES``, per element) of all spans in flight stay within
@@ -23,14 +27,13 @@ from __future__ import annotations
 
 import math
 import os
-import threading
-import warnings
-from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TypeVar
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
+from ml_dtypes import bfloat16
 
+from .._native import pool as _pool
 from ..dtypes import GGMLType
 from ..errors import (
     ByteCountMismatch,
@@ -48,83 +51,62 @@ from .registry import Codec, codec, types
 
 #: Bytes of temporaries all chunks in flight may use together.
 MEMORY_BUDGET = 64 * 1024 * 1024
-#: Elements a span is not cut below when :func:`run` spreads spans over
-#: threads: a kernel call then costs far more than handing a span to a thread.
-MIN_CHUNK = 1 << 18
 #: Families whose blocks never look at the rest of their row without an
 #: importance matrix: a long row may be cut into block-aligned pieces.
 BLOCKWISE_FAMILIES = frozenset({"plain", "legacy", "ternary", "fp4"})
-BACKENDS = ("auto", "thread", "process", "pool")
-
-T = TypeVar("T")
+BACKENDS = ("auto", "thread")
 
 
-# --------------------------------------------------------------------------- the pool
+# --------------------------------------------------------------------------- batches
 
 
-_pool_lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
-_pool_size = 0
-_pool_pid = 0
+#: The pool reads these dtypes itself (0 = float32, 1 = float16, 2 = bfloat16).
+_POOL_SOURCES = {np.dtype(np.float32): 0, np.dtype(np.float16): 1, np.dtype(bfloat16): 2}
 
 
-def _submit(n: int, fn: Callable[[], None]) -> list[Future]:
-    """Run ``fn`` on ``n`` threads of the shared pool (grown to at least ``n``).
-
-    Submitting under the lock means a pool being replaced by a larger one
-    never receives work after its shutdown.  A pool inherited through
-    ``fork()`` has no threads in the child: it is recognised by its pid and
-    replaced.
-    """
-    global _pool, _pool_size, _pool_pid
-    with _pool_lock:
-        if _pool is None or _pool_size < n or _pool_pid != os.getpid():
-            if _pool is not None and _pool_pid == os.getpid():
-                _pool.shutdown(wait=False)  # its running spans finish
-            _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="weightsmith-quant")
-            _pool_size, _pool_pid = n, os.getpid()
-        return [_pool.submit(fn) for _ in range(n)]
+def pool_source(x: np.ndarray) -> tuple[np.ndarray, int]:
+    """``x`` as the pool reads it: (C-contiguous array, source type).  float32,
+    float16 and bfloat16 in native order go as they are (widened unit by unit in
+    the pool's threads); anything else is converted to float32 here."""
+    kind = _POOL_SOURCES.get(x.dtype)
+    if kind is None or not x.flags.c_contiguous:
+        return np.ascontiguousarray(x, dtype=np.float32), 0
+    return (x.view(np.uint16) if kind else x), kind  # bfloat16 has no buffer format
 
 
-def run(spans: Iterable[T], task: Callable[[T], None], workers: int) -> None:
-    """``task(span)`` for every span, on ``workers`` threads (the caller's included).
+class Span(NamedTuple):
+    """Rows to quantize in a batch: ``x`` [k, n] (any real dtype) to ``type_name`` into
+    ``out`` (uint8 [k, row bytes]), with ``imatrix`` (checked float32 [n]) or None;
+    ``name`` names the tensor in errors, whose row ``r0`` is the first of ``x``
+    (``split`` > 1: rows of ``x`` are pieces of the tensor's rows cut that many ways)."""
 
-    Each task stores its own result.  The first error stops the others from
-    taking new spans and is re-raised here.
-    """
-    spans = list(spans)
-    n = min(workers, len(spans))
-    if n <= 1:
-        for span in spans:
-            task(span)
-        return
-    it = iter(spans)
-    lock = threading.Lock()
-    failed: list[BaseException] = []
+    type_name: str
+    x: np.ndarray
+    out: np.ndarray
+    imatrix: np.ndarray | None
+    name: str | None
+    r0: int = 0
+    split: int = 1
 
-    def work() -> None:
-        while True:
-            with lock:
-                span = None if failed else next(it, None)
-            if span is None:
-                return
-            try:
-                task(span)
-            except BaseException as exc:
-                with lock:
-                    failed.append(exc)
-                return
 
-    helpers = _submit(n - 1, work)
-    work()
-    # A helper that has not started yet would find no span left: cancel it
-    # rather than wait until the scheduler runs its thread (on a loaded
-    # machine, a whole time slice).  Running helpers finish their span.
-    for fut in helpers:
-        if not fut.cancel():
-            fut.result()
-    if failed:
-        raise failed[0]
+def quantize_spans(spans: list[Span], workers: int) -> None:
+    """Quantize every span in one call of the kernels' pool (``weightsmith._native.pool``):
+    ``workers`` threads take units of rows of all the spans, the GIL released
+    throughout.  NaN/inf a type cannot store: NonFiniteInput naming the first
+    one of the first span holding any."""
+    entries = []
+    for s in spans:
+        src, kind = pool_source(s.x)
+        kernel = codec(s.type_name).quantize.kernel()
+        entries.append((kernel, src, kind, s.out, s.x.shape[-1], s.imatrix))
+    bad = _pool.quantize(entries, workers)
+    if bad >= 0:
+        s = spans[bad]
+        t = codec(s.type_name).type
+        check_finite(np.asarray(s.x, dtype=np.float32), s.r0, s.name, t, s.split)
+        raise NonFiniteInput(  # not reached: check_finite names the value
+            f"{t.name} cannot hold NaN or inf", field=s.name or "x", expected="finite values"
+        )
 
 
 # --------------------------------------------------------------------------- arguments
@@ -142,19 +124,15 @@ def workers_count(workers: int | None) -> int:
 
 
 def check_backend(backend: str) -> None:
-    """Every backend is the thread pool now; "process" and "pool" are kept as aliases."""
+    """Only the thread pool exists: "auto" and "thread" name it; anything else
+    (the removed "process" and "pool" backends included) is InvalidWorkers."""
     if backend not in BACKENDS:
         raise InvalidWorkers(
-            "bad backend",
+            "bad backend: quantization runs on the kernels' thread pool in this process "
+            "(the process backends were removed)",
             field="backend",
             expected="'auto' or 'thread'",
             found=repr(backend),
-        )
-    if backend in ("process", "pool"):
-        warnings.warn(
-            f"backend={backend!r} is deprecated: quantization runs on threads in this process",
-            DeprecationWarning,
-            stacklevel=4,  # the caller of weightsmith.quant.quantize/dequantize
         )
 
 
@@ -238,7 +216,8 @@ def check_quantizable(c: Codec, x: np.ndarray, name: str | None) -> None:
             expected="at least 1 dimension",
             found="0-d",
         )
-    if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
+    real = np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)
+    if not real and x.dtype != bfloat16:
         raise InvalidQuantShape(
             "not a real-valued array",
             field=name or "x",
@@ -276,35 +255,6 @@ def check_finite(rows: np.ndarray, r0: int, name: str | None, t: GGMLType, split
 # --------------------------------------------------------------------------- tasks
 
 
-def quantize_task(
-    type_name: str,
-    rows: np.ndarray,
-    im: np.ndarray | None,
-    r0: int,
-    name: str | None,
-    split: int = 1,
-    out: np.ndarray | None = None,
-    threads: int = 1,
-) -> np.ndarray:
-    """Quantize one span of rows (float32 [k, n]) on ``threads`` threads; into ``out``
-    when the codec can."""
-    c = codec(type_name)
-    self_check = getattr(c.quantize, "checks_finite", False)
-    if not c.holds_nonfinite and not self_check:
-        check_finite(rows, r0, name, c.type, split)
-    try:
-        with np.errstate(all="ignore"):
-            if out is not None and getattr(c.quantize, "fills_out", False):
-                return c.quantize(rows, im, out=out, threads=threads)
-            q = c.quantize(rows, im, threads=threads)
-    except NonFiniteInput:
-        check_finite(rows, r0, name, c.type, split)  # locate it for the message
-        raise
-    if out is not None:
-        out[...] = q
-    return q
-
-
 def dequantize_task(
     type_name: str, blocks: np.ndarray, out: np.ndarray | None = None, threads: int = 1
 ):
@@ -323,15 +273,16 @@ def dequantize_task(
 
 
 def rows_getter(x: np.ndarray, n: int) -> Callable[[int, int], np.ndarray]:
-    """Rows [r0, r1) of x as C-contiguous float32 [k, n], without copying the tensor."""
+    """Rows [r0, r1) of x as C-contiguous [k, n] in x's dtype, without copying the tensor
+    (a strided x: only those rows are gathered)."""
     lead = x.shape[:-1]
     if x.flags.c_contiguous:
         flat = x.reshape(-1, n)
-        return lambda r0, r1: np.ascontiguousarray(flat[r0:r1], dtype=np.float32)
+        return lambda r0, r1: flat[r0:r1]
 
     def gather(r0: int, r1: int) -> np.ndarray:
         idx = np.unravel_index(np.arange(r0, r1), lead)
-        return np.ascontiguousarray(x[idx], dtype=np.float32)
+        return np.ascontiguousarray(x[idx])
 
     return gather
 
@@ -383,8 +334,8 @@ def quantize(x, type, imatrix, workers, name, chunk_rows_, backend) -> np.ndarra
     get_rows = rows_getter(x.reshape(-1, seg) if split > 1 else x, seg)
     step = chunk_rows(seg, 1, chunk_rows_, c.quantize_temp_bytes)  # one span in flight
     out = np.empty((nrows * split, t.nbytes(seg)), np.uint8)
-    for r0, r1 in spans(nrows * split, step):  # each span on nw threads, in the kernel
-        quantize_task(t.name, get_rows(r0, r1), im, r0, name, split, out[r0:r1], nw)
+    for r0, r1 in spans(nrows * split, step):  # each span on nw threads, in the pool
+        quantize_spans([Span(t.name, get_rows(r0, r1), out[r0:r1], im, name, r0, split)], nw)
     return out.reshape(*lead, row_bytes)
 
 

@@ -1,15 +1,18 @@
 """Registry entries (see :mod:`.registry`) made from a compiled family module.
 
 A module of :mod:`weightsmith._native` (``csrc/<family>.c``) exports
-``dequantize(type, blocks, out)`` and ``quantize(type, rows, out, n_per_row,
-imatrix)`` on caller buffers, and ``TYPES``.  :func:`codecs` wraps them as the
-family's ``DEQUANTIZE`` and ``QUANTIZE`` entries: numpy only allocates the
-output and hands over contiguous buffers; the kernel does all the work with
-the GIL released, on ``threads`` threads of the kernels' own pool.
+``dequantize(type, blocks, out)``, ``quantize(type, rows, out, n_per_row,
+imatrix)`` on caller buffers, ``kernel(type)`` and ``TYPES``.  :func:`codecs`
+wraps them as the family's ``DEQUANTIZE`` and ``QUANTIZE`` entries: numpy only
+allocates the output and hands over contiguous buffers; the kernel does all
+the work with the GIL released, on ``threads`` threads of the kernel core's
+one pool (``weightsmith._native.pool``).  Every encoder also carries
+``kernel()``: its row kernel for batches on that pool (:func:`row_kernel`).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from types import ModuleType
 
@@ -52,9 +55,16 @@ def _encoder(kernels: ModuleType, name: str, type_size: int, block_size: int):
         return out
 
     quantize.fills_out = True  # type: ignore[attr-defined]
-    quantize.checks_finite = True  # type: ignore[attr-defined]  # the kernel refuses NaN/inf
+    quantize.kernel = row_kernel(kernels.kernel, name)  # type: ignore[attr-defined]
     quantize.__name__ = f"quantize_{name.lower()}"
     return quantize
+
+
+def row_kernel(make: Callable[[object], object], key: object) -> Callable[[], object]:
+    """``kernel()`` of an encoder: ``make(key)``, the module's row-kernel capsule for
+    ``weightsmith._native.pool.quantize``, made on first use (an IQ type builds its
+    grid tables then, not at import)."""
+    return functools.cache(lambda: make(key))
 
 
 def codecs(kernels: ModuleType, quantizable: tuple[str, ...]) -> tuple[dict, dict]:

@@ -39,7 +39,14 @@ from ..dtypes import GGML, ggml_type
 from ..errors import ClusterSourceMismatch, ImatrixRequired, RequantizeRefused
 from ..progress import ProgressFn
 from . import dequantize, quantize, recipes
-from ._engine import MIN_CHUNK, check_imatrix, chunk_rows, quantize_task, run, spans, workers_count
+from ._engine import (
+    Span,
+    check_imatrix,
+    chunk_rows,
+    quantize_spans,
+    spans,
+    workers_count,
+)
 from .imatrix import Imatrix, for_tensor, read_imatrix
 from .registry import codec
 
@@ -267,9 +274,9 @@ def _tensor_data(
     each plan's type.
 
     Consecutive tensors are quantized together, a window of at most
-    :data:`WINDOW_BYTES` of output at a time: the row spans of all of them go
-    to the thread pool (or the cluster) at once, so a model of many small
-    tensors keeps every worker busy (one tensor of a few spans could not).
+    :data:`WINDOW_BYTES` of output at a time: all of them go to the kernels'
+    pool (or the cluster) at once, so a model of many small tensors keeps every
+    thread busy (one tensor at a time could not).
     """
     nw = workers_count(workers)
 
@@ -327,8 +334,14 @@ def _quantize_window(
     f, window, plans, im: Imatrix | None, nw: int, cluster, data: Mapping[str, _Data]
 ) -> Iterator[tuple]:
     """Quantize the tensors of ``window`` to every plan's type, on ``nw`` threads or on
-    the cluster; yield all of them in order."""
-    spans_: list[_Span] = []
+    the cluster; yield all of them in order.
+
+    Here the whole window is one call of the kernels' pool: one span per tensor
+    (expert), target type, read straight from the file's float16/bfloat16/float32
+    values; the pool's threads take rows of all of them in turn.
+    """
+    local: list[Span] = []
+    cluster_spans: list[_Span] = []
     outs: dict[tuple[int, int], np.ndarray] = {}  # (tensor, plan) -> its output bytes
     for j, t in enumerate(window):
         targets = [(i, p[t.name]) for i, p in enumerate(plans) if p[t.name] != t.ggml_type.name]
@@ -344,24 +357,28 @@ def _quantize_window(
             for _, new in targets:
                 quantize(np.zeros((0, n), np.float32), new, ek, name=t.name)
             weights.append(check_imatrix(ek, n, t.name))
-        temp = max(codec(new).quantize_temp_bytes for _, new in targets)
-        if cluster is None:
-            step = chunk_rows(n, nw, None, temp)
-            cuts = spans(rows, step, nw, max(1, MIN_CHUNK // n))
-        else:  # tasks of about CLUSTER_TASK_ELEMENTS, within the memory budget
-            step = max(1, min(chunk_rows(n, 1, None, temp), CLUSTER_TASK_ELEMENTS // n))
-            cuts = spans(rows, step)
         for i, new in targets:
             outs[j, i] = np.empty((experts * rows, ggml_type(new).nbytes(n)), np.uint8)
-        spans_ += [
+        if cluster is None:
+            values = data[t.name].values.reshape(experts, rows, n)
+            local += [
+                Span(new, values[k], outs[j, i][k * rows : (k + 1) * rows], weights[k], t.name)
+                for k in range(experts)
+                for i, new in targets
+            ]
+            continue
+        # tasks of about CLUSTER_TASK_ELEMENTS, within the memory budget
+        temp = max(codec(new).quantize_temp_bytes for _, new in targets)
+        step = max(1, min(chunk_rows(n, 1, None, temp), CLUSTER_TASK_ELEMENTS // n))
+        cluster_spans += [
             _Span(j, t.name, t.shape, t.ggml_type.name, k, rows, r0, r1, targets, weights[k])
             for k in range(experts)
-            for r0, r1 in cuts
+            for r0, r1 in spans(rows, step)
         ]
     if cluster is None:
-        run(spans_, lambda s: s.quantize(data[s.name].values, s.slices(outs)), nw)
+        quantize_spans(local, nw)
     else:
-        _run_on_cluster(cluster, spans_, outs)
+        _run_on_cluster(cluster, cluster_spans, outs)
     for j, t in enumerate(window):
         yield (
             t,
@@ -402,9 +419,12 @@ class _Span(NamedTuple):
         quantize them to each target type, into ``dests``."""
         src = values.reshape(-1, self.shape[-1])  # a view: only these rows are read
         lo = self.lo - first
-        x = np.ascontiguousarray(src[lo : lo + self.r1 - self.r0], dtype=np.float32)
-        for (_, new), dest in zip(self.targets, dests):
-            quantize_task(new, x, self.weights, self.r0, self.name, 1, dest)
+        x = src[lo : lo + self.r1 - self.r0]
+        work = [
+            Span(new, x, dest, self.weights, self.name, self.r0)
+            for (_, new), dest in zip(self.targets, dests)
+        ]
+        quantize_spans(work, 1)
 
 
 #: Elements of source per cluster task: big enough that a task's work dwarfs

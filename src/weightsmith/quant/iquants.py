@@ -64,6 +64,7 @@ from .._native import iquants as _native
 from ..dtypes import GGML
 from ..errors import ImatrixRequired
 from . import _iq_tables as _t
+from ._kernels import row_kernel
 
 __all__ = ["DEQUANTIZE", "KVALUES_IQ4NL", "QUANTIZE", "best_index_iq4nl"]
 
@@ -148,6 +149,7 @@ def _quantizer(name: str) -> Callable[[np.ndarray, np.ndarray | None], np.ndarra
         return out
 
     quantize.fills_out = True  # type: ignore[attr-defined]
+    quantize.kernel = row_kernel(_native.kernel, t.id)  # type: ignore[attr-defined]
     quantize.__name__ = f"quantize_{name.lower()}"
     quantize.__doc__ = (
         f"float32 rows [nrows, {t.block_size}k] -> {name} bytes [nrows, {t.type_size}k],"

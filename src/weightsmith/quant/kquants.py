@@ -70,6 +70,7 @@ import numpy as np
 
 from .._native import kquants as _kernels
 from ..dtypes import ggml_type
+from ._kernels import row_kernel
 
 __all__ = ["DEQUANTIZE", "QUANTIZE"]
 
@@ -114,6 +115,7 @@ def _encoder(name: str) -> Callable[..., np.ndarray]:
         return out
 
     quantize.fills_out = True  # type: ignore[attr-defined]
+    quantize.kernel = row_kernel(_kernels.kernel, name)  # type: ignore[attr-defined]
     quantize.__name__ = f"quantize_{name.lower()}"
     quantize.__doc__ = (
         f"float32 rows -> {name} blocks (ggml_quantize_chunk; imatrix: one weight per column)."

@@ -10,14 +10,16 @@ Every family module (``plain``, ``legacy``, ``kquants``, ``iquants``,
 * ``QUANTIZE[name](rows: float32 [nrows, n], imatrix: float32 [n] | None, out=None,
   threads=1) -> uint8 [nrows, n // block_size * type_size]``; an encoder with
   ``fills_out = True`` writes into ``out`` (a C-contiguous uint8 array of that
-  shape) when given, and one with ``checks_finite = True`` raises NonFiniteInput
-  itself for NaN/inf (the API then skips its own pass over the input)
-* ``threads``: the kernel splits the call over that many threads of its own
-  pool (csrc/ws_threads.h); the bytes never depend on it
+  shape) when given
+* ``threads``: the kernel splits the call over that many threads of the kernel
+  core's one pool (``weightsmith._native.pool``); the bytes never depend on it
+* every encoder also has ``kernel()``: its row-kernel capsule, which
+  ``weightsmith._native.pool.quantize`` runs in batches (see ``_engine.quantize_spans``);
+  in a batch NaN/inf is refused for every block type (by its kernel, or by the
+  pool before it when the capsule asks) and stored by the plain float types
 
 This module merges them (a type claimed twice is a bug and fails loudly) and
-adds what the families do not know: which types need an importance matrix
-and which can hold NaN/inf.  Type sizes come from :mod:`weightsmith.dtypes`.
+adds what the families do not know: which types need an importance matrix.  Type sizes come from :mod:`weightsmith.dtypes`.
 """
 
 from __future__ import annotations
@@ -38,10 +40,6 @@ FAMILIES = ("plain", "legacy", "kquants", "iquants", "ternary", "fp4")
 
 # ggml_quantize_requires_imatrix(): ggml asserts an imatrix for these.
 REQUIRES_IMATRIX = frozenset({"IQ2_XXS", "IQ2_XS", "IQ1_S"})
-
-# Types whose encoding stores IEEE specials (the plain floats of the dtype
-# table); every block type rejects them.
-HOLDS_NONFINITE = frozenset(t.name for t in GGML.values() if t.is_float)
 
 # Bytes of temporaries per element a codec needs while working on a chunk
 # (upper bounds; benchmarks/bench_quant.py --section memory measures them with
@@ -75,10 +73,6 @@ class Codec:
     @property
     def requires_imatrix(self) -> bool:
         return self.type.name in REQUIRES_IMATRIX
-
-    @property
-    def holds_nonfinite(self) -> bool:
-        return self.type.name in HOLDS_NONFINITE
 
     @property
     def quantize_temp_bytes(self) -> int:
