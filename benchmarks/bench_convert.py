@@ -51,8 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from support.hf_models import _random_init, big_llama, big_mla, big_moe, gemma3_270m, train_spm
 from support.llama_sdist import llama_cpp_root
-from support.vlm_models import _MEAN_STD
-from support.vlm_models import _save as save_vlm
+from support.vlm_models import gemma3_vlm
 
 REF_CHILD = r"""
 import ctypes, os, runpy, sys, json
@@ -162,35 +161,21 @@ def bench_quantize(folder: Path, tmp: Path, threads: list[int], runs: int) -> No
 
 
 def big_vlm(folder: Path) -> tuple[Path, int]:
-    """Gemma 3's vision-language layout (as tests/support/vlm_models.gemma3_vlm, larger)."""
-    from transformers import (
-        Gemma3Config,
-        Gemma3ForConditionalGeneration,
-        Gemma3TextConfig,
-        SiglipVisionConfig,
+    """Gemma 3's vision-language layout (tests/support/vlm_models.gemma3_vlm, larger)."""
+    text = dict(
+        hidden_size=768,
+        intermediate_size=3072,
+        num_hidden_layers=6,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        head_dim=128,
+        max_position_embeddings=4096,
+        sliding_window=512,
+        query_pre_attn_scalar=128,
     )
-
-    vocab = train_spm(folder)
-    text = Gemma3TextConfig(vocab_size=vocab, hidden_size=768, intermediate_size=3072,
-                            num_hidden_layers=6, num_attention_heads=6, num_key_value_heads=2,
-                            head_dim=128, max_position_embeddings=4096, sliding_window=512,
-                            query_pre_attn_scalar=128, bos_token_id=1, eos_token_id=2,
-                            pad_token_id=0)  # fmt: skip
-    vision = SiglipVisionConfig(hidden_size=768, intermediate_size=3072, num_hidden_layers=6,
-                                num_attention_heads=12, image_size=224, patch_size=14,
-                                layer_norm_eps=1e-6, vision_use_head=False)  # fmt: skip
-    cfg = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=64,
-                       image_token_index=5, boi_token_index=6, eoi_token_index=7)  # fmt: skip
-    model = Gemma3ForConditionalGeneration(cfg)
-    _random_init(model, 40)
-    save_vlm(model, folder, "bfloat16", tower="vision_tower.vision_model.")
-    (folder / "preprocessor_config.json").write_text(json.dumps({
-        "image_processor_type": "Gemma3ImageProcessor", "do_normalize": True,
-        "do_rescale": True, "do_resize": True, "resample": 2, "rescale_factor": 1 / 255,
-        "size": {"height": 224, "width": 224}, **_MEAN_STD}))  # fmt: skip
-    (folder / "processor_config.json").write_text(
-        json.dumps({"processor_class": "Gemma3Processor", "image_seq_length": 64})
-    )
+    vision = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=6,
+                  num_attention_heads=12, image_size=224, patch_size=14)  # fmt: skip
+    gemma3_vlm(folder, seed=40, text=text, vision=vision, tokens=64)
     return folder, 3072 * 768
 
 

@@ -68,8 +68,18 @@ def _save(model, folder: Path, dtype: str, tower: str | None = "vision_tower.") 
         hub_layout(folder, lambda k: _hub_name(k, tower))
 
 
-def gemma3_vlm(folder: Path, *, dtype: str = "bfloat16", seed: int = 30) -> Path:
-    """Gemma 3 (SigLIP tower + Gemma 3 projector): 64 px images, 8 px patches, 16 tokens."""
+def gemma3_vlm(
+    folder: Path,
+    *,
+    dtype: str = "bfloat16",
+    seed: int = 30,
+    text: dict | None = None,
+    vision: dict | None = None,
+    tokens: int = 16,
+) -> Path:
+    """Gemma 3 (SigLIP tower + Gemma 3 projector): 64 px images, 8 px patches, 16 tokens.
+
+    ``text`` / ``vision`` override config fields (the benchmarks build a larger one)."""
     from transformers import (
         Gemma3Config,
         Gemma3ForConditionalGeneration,
@@ -78,22 +88,24 @@ def gemma3_vlm(folder: Path, *, dtype: str = "bfloat16", seed: int = 30) -> Path
     )
 
     vocab = train_spm(folder)
-    text = Gemma3TextConfig(**_text(vocab), sliding_window=16, query_pre_attn_scalar=64,
-                            pad_token_id=0)  # fmt: skip
-    vision = SiglipVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                num_attention_heads=2, image_size=64, patch_size=8,
-                                layer_norm_eps=1e-6, vision_use_head=False)  # fmt: skip
-    cfg = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=16,
+    text = Gemma3TextConfig(**{**_text(vocab), "sliding_window": 16, "query_pre_attn_scalar": 64,
+                               "pad_token_id": 0, **(text or {})})  # fmt: skip
+    vision = SiglipVisionConfig(**{"hidden_size": 64, "intermediate_size": 128,
+                                   "num_hidden_layers": 2, "num_attention_heads": 2,
+                                   "image_size": 64, "patch_size": 8, "layer_norm_eps": 1e-6,
+                                   "vision_use_head": False, **(vision or {})})  # fmt: skip
+    cfg = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=tokens,
                        image_token_index=5, boi_token_index=6, eoi_token_index=7)  # fmt: skip
     model = Gemma3ForConditionalGeneration(cfg)
     _random_init(model, seed)
     _save(model, folder, dtype, tower="vision_tower.vision_model.")
+    px = vision.image_size
     (folder / "preprocessor_config.json").write_text(json.dumps({
         "image_processor_type": "Gemma3ImageProcessor", "do_normalize": True,
         "do_rescale": True, "do_resize": True, "resample": 2, "rescale_factor": 1 / 255,
-        "size": {"height": 64, "width": 64}, **_MEAN_STD}, indent=2))  # fmt: skip
+        "size": {"height": px, "width": px}, **_MEAN_STD}, indent=2))  # fmt: skip
     (folder / "processor_config.json").write_text(
-        json.dumps({"processor_class": "Gemma3Processor", "image_seq_length": 16})
+        json.dumps({"processor_class": "Gemma3Processor", "image_seq_length": tokens})
     )
     return folder
 
