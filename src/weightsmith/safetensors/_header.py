@@ -139,7 +139,7 @@ def parse_header(header: bytes | memoryview, file_size: int, path=None) -> Heade
     Never touches the filesystem (the remote reader calls it on bytes).
     """
     n = memoryview(header).nbytes
-    got = _c.parse(header, -1, n, file_size, _max_digits(), 0)
+    got = _c.parse(header, -1, n, file_size, 0)
     return _verdict(got, lambda a, e: bytes(header[a:e]), n, file_size, path)
 
 
@@ -147,12 +147,8 @@ def read_header(fd: int, n: int, file_size: int, path=None, *, window: int = 1 <
     """parse_header for the N header bytes of the open file ``fd``, read
     ``window`` bytes at a time: a big header is never held whole, so a
     broken one costs a window of memory, not its size."""
-    got = _c.parse(None, fd, n, file_size, _max_digits(), window)
+    got = _c.parse(None, fd, n, file_size, window)
     return _verdict(got, lambda a, e: os.pread(fd, e - a, 8 + a), n, file_size, path)
-
-
-def _max_digits() -> int:
-    return sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 0
 
 
 def _verdict(got: tuple, text, n: int, file_size: int, path) -> Header:
@@ -287,8 +283,8 @@ _RULES = {
     for r in (s.split("|") for s in _TABLE.replace("\n    ", "").split("\n")[1:-1])
 }
 _ORDER = list(_RULES)
-_TOP_KIND = ("an object", "a list", "a string", "a int", "a int", "", "a float", "a boolean")
-_TOP_KIND += ("a boolean", "null")  # the kind of a JSON value, by the validator's value type
+# the kind of a JSON value, by the validator's value type (V_OBJ ...)
+_TOP_KIND = ("an object", "a list", "a string", "a int", "a int", "a float", "a boolean", "null")
 _FIELDS = ("dtype", "shape", "data_offsets")
 # CPython json's words for the syntax errors, indexed by the report's y (J_VALUE ... in the C)
 _JSON = "Expecting value|Expecting property name enclosed in double quotes|Expecting ':' delimiter"
