@@ -58,7 +58,8 @@ typedef struct { /* a tensor: its name is names.p[name:name + nlen], its dims di
 } Row;
 
 /* The tensors of a valid header (a capsule's payload): rows in JSON order, indexes of them
- * sorted by name and by offsets.  A rule broken in entry n leaves row n with just its name. */
+ * sorted by name (for duplicates) and by offsets (data order).  A rule broken in entry n leaves row
+ * n with just its name. */
 typedef struct {
     size_t n, cap, nnames, ndims, dcap; /* nnames: n, or n + 1 when a rule broke in entry n */
     Row *rows;
@@ -153,6 +154,9 @@ static size_t utf8_len(P *s) {
 static int bad_utf8(P *s) {
     size_t k = 1;
     while (k && peek(s) >= 0) {
+        uint64_t w; /* ASCII 8 bytes at a time */
+        while (s->pos + 8 <= s->len && !(memcpy(&w, s->p + s->pos, 8), w & 0x8080808080808080u))
+            s->pos += 8;
         while (s->pos < s->len && s->p[s->pos] < 0x80) s->pos++;
         if (s->pos < s->len) s->pos += (k = utf8_len(s));
     }
@@ -253,18 +257,6 @@ static int cmp(const uint8_t *p, size_t n, const uint8_t *q, size_t m) { /* byte
 
 static inline int eq(const uint8_t *p, size_t n, const void *q, size_t m) {
     return n == m && (!n || !memcmp(p, q, n));
-}
-
-static Py_ssize_t find(const Table *t, const uint8_t *p, size_t n) { /* index, or -1 */
-    size_t lo = 0, hi = t->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (cmp(NAME(t, t->byname[mid]), p, n) < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < t->n && !cmp(NAME(t, t->byname[lo]), p, n) ? (Py_ssize_t)t->byname[lo] : -1;
 }
 
 static void table_free(Table *t) {
@@ -477,8 +469,10 @@ static int by_name(const void *x, const void *y) { /* ties in JSON order */
 
 static uint32_t *sorted(const Table *t, size_t n, int (*by)(const void *, const void *)) {
     uint32_t *ix = malloc(n * 4 + 4); /* 0 .. n - 1 in the order of `by`, or NULL */
-    for (size_t k = 0; ix && k < n; k++) ix[k] = (uint32_t)k;
-    if (ix) sorting = t, qsort(ix, n, 4, by);
+    size_t k;
+    for (k = 0; ix && k < n; k++) ix[k] = (uint32_t)k;
+    for (sorting = t, k = 1; ix && k < n && by(ix + k - 1, ix + k) < 0;) k++; /* in order? */
+    if (ix && k < n) qsort(ix, n, 4, by);
     return ix;
 }
 
@@ -567,58 +561,36 @@ static PyObject *py_parse(PyObject *self, PyObject *args) {
     return r;
 }
 
-/* find(table, name) -> (dtype index, shape, begin, end, element count), or None */
-static PyObject *py_find(PyObject *self, PyObject *args) {
-    PyObject *cap, *shape, *d;
-    const char *name;
-    Py_ssize_t n, i;
-    Table *t;
-    uint64_t count = 1;
-    if (!PyArg_ParseTuple(args, "Oy#", &cap, &name, &n)) return NULL;
-    if (!(t = PyCapsule_GetPointer(cap, "st_header"))) return NULL;
-    if ((i = find(t, (const uint8_t *)name, (size_t)n)) < 0) Py_RETURN_NONE;
-    const Row *w = &t->rows[i];
-    const uint64_t *dims = t->dims + w->dims;
-    if (!(shape = PyTuple_New(w->ndims))) return NULL;
-    for (uint32_t k = 0; k < w->ndims; k++) {
-        if (!(d = PyLong_FromUnsignedLongLong(dims[k]))) return Py_DECREF(shape), NULL;
-        PyTuple_SET_ITEM(shape, k, d), count *= dims[k]; /* < 2**64: the rules checked it */
-    }
-    return Py_BuildValue("(iNKKK)", w->dtype, shape, U(w->begin), U(w->end), U(count));
-}
-
-/* plan(table, dtype codes) -> names, codes, shape texts ("2,3"), begins, ends in data order;
- * plan(table, None) -> the names in JSON order */
+/* plan(table, dtype codes, in data order?) -> names, codes, shape texts ("2,3"), begins, ends */
 static PyObject *py_plan(PyObject *self, PyObject *args) {
     PyObject *cap, *codes_, *out[5] = {0};
     Table *t;
     Buf text = {0};
-    if (!PyArg_ParseTuple(args, "OO", &cap, &codes_)) return NULL;
+    int data;
+    if (!PyArg_ParseTuple(args, "OO!p", &cap, &PyTuple_Type, &codes_, &data)) return NULL;
     if (!(t = PyCapsule_GetPointer(cap, "st_header"))) return NULL;
-    int cols = PyTuple_Check(codes_) && PyTuple_GET_SIZE(codes_) >= n_codes ? 5 : 1;
-    for (int k = 0; k < cols; k++)
+    if (PyTuple_GET_SIZE(codes_) < n_codes) return PyErr_Format(PyExc_ValueError, "bad codes");
+    for (int k = 0; k < 5; k++)
         if (!(out[k] = PyList_New((Py_ssize_t)t->n))) goto fail;
     for (size_t k = 0; k < t->n; k++) {
-        const Row *w = &t->rows[cols > 1 ? t->order[k] : k];
-        PyObject *items[5] = {decode(t->names.p + w->name, w->nlen)};
-        for (uint32_t d = text.n = 0; cols > 1 && d < w->ndims; d++) {
-            char num[24];
-            int len = snprintf(num, sizeof num, &",%llu"[!d], U(t->dims[w->dims + d]));
-            if (put(&text, num, (size_t)len)) goto fail;
+        const Row *w = &t->rows[data ? t->order[k] : k];
+        for (uint32_t d = text.n = 0; d < w->ndims; d++) {
+            char num[24], *q = num + 24;
+            for (uint64_t v = t->dims[w->dims + d]; q == num + 24 || v; v /= 10)
+                *--q = '0' + v % 10;
+            if (d) *--q = ',';
+            if (put(&text, q, (size_t)(num + 24 - q))) goto fail;
         }
-        if (cols > 1) {
-            items[1] = Py_NewRef(PyTuple_GET_ITEM(codes_, w->dtype));
-            items[2] =
-                PyUnicode_FromStringAndSize(text.p ? (char *)text.p : "", (Py_ssize_t)text.n);
-            items[3] = PyLong_FromUnsignedLongLong(w->begin);
-            items[4] = PyLong_FromUnsignedLongLong(w->end);
-        }
-        for (int j = 0; j < cols; j++) PyList_SET_ITEM(out[j], (Py_ssize_t)k, items[j]);
-        for (int j = 0; j < cols; j++)
+        PyObject *items[5] = {
+            decode(t->names.p + w->name, w->nlen), Py_NewRef(PyTuple_GET_ITEM(codes_, w->dtype)),
+            PyUnicode_FromStringAndSize(text.p ? (char *)text.p : "", (Py_ssize_t)text.n),
+            PyLong_FromUnsignedLongLong(w->begin), PyLong_FromUnsignedLongLong(w->end)};
+        for (int j = 0; j < 5; j++) PyList_SET_ITEM(out[j], (Py_ssize_t)k, items[j]);
+        for (int j = 0; j < 5; j++)
             if (!items[j]) goto fail;
     }
     free(text.p);
-    return cols > 1 ? Py_BuildValue("(NNNNN)", out[0], out[1], out[2], out[3], out[4]) : out[0];
+    return Py_BuildValue("(NNNNN)", out[0], out[1], out[2], out[3], out[4]);
 fail:
     free(text.p);
     for (int k = 0; k < 5; k++) Py_XDECREF(out[k]);
@@ -639,8 +611,8 @@ static PyObject *py_configure(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"parse", py_parse, METH_VARARGS, "parse(buffer | None, fd, n, file_size, window)"},
-    {"find", py_find, METH_VARARGS, "find(table, name) -> (dtype, shape, begin, end, count)"},
-    {"plan", py_plan, METH_VARARGS, "plan(table, codes) -> names, codes, shapes, begins, ends"},
+    {"plan", py_plan, METH_VARARGS,
+     "plan(table, codes, data order?) -> names, codes, shapes, begins, ends"},
     {"configure", py_configure, METH_VARARGS, "configure(codes, bits)"},
     {NULL, NULL, 0, NULL},
 };

@@ -161,50 +161,40 @@ def _verdict(got: tuple, text, n: int, file_size: int, path) -> Header:
 
 
 class _Tensors(Mapping):
-    """name -> TensorInfo over the validator's tables (JSON order); names
-    and infos are made only when asked for."""
+    """name -> TensorInfo over the validator's tables (JSON order); the columns
+    and infos are made only when asked for, then kept (a memoized header is
+    loaded again and again)."""
 
     def __init__(self, table, count: int, data_size: int) -> None:
-        self._table = table
-        self._count = count
-        self.data_size = data_size
-        self._names: list[str] | None = None
-        self._plan: tuple | None = None
+        self._table, self._count, self.data_size = table, count, data_size
+        self._columns: dict[bool, tuple] = {}
+        self._index: dict[str, int] = {}
         self._made: dict[str, TensorInfo] = {}
 
     def __len__(self) -> int:
         return self._count
 
-    def names(self) -> list[str]:
-        """Every name, in JSON order."""
-        if self._names is None:
-            self._names = _c.plan(self._table, None)
-        return self._names
+    def plan(self, data_order: bool = True) -> tuple[list, list, list, list, list]:
+        """Every tensor in data (or JSON) order: names, dtype codes, shape texts
+        ("2,3", "" for a scalar), begins and ends (for readers that make all tensors)."""
+        if data_order not in self._columns:
+            self._columns[data_order] = _c.plan(self._table, _CODES, data_order)
+        return self._columns[data_order]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.names())
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._made or self.get(name) is not None
+        return iter(self.plan(False)[0])
 
     def __getitem__(self, name: str) -> TensorInfo:
         info = self._made.get(name)
         if info is None:
-            found = type(name) is str and _c.find(
-                self._table, name.encode("utf-8", "surrogatepass")
-            )
-            if not found:
-                raise KeyError(name)
-            code, shape, begin, end, count = found
-            info = self._made[name] = TensorInfo(name, _DTYPES[code], shape, (begin, end), count)
+            names, codes, shapes, begins, ends = self.plan(False)
+            if not self._index:
+                self._index = dict(zip(names, range(len(names))))
+            k = self._index[name]
+            shape = tuple(map(int, shapes[k].split(","))) if shapes[k] else ()
+            dtype, span = SAFETENSORS[codes[k]], (begins[k], ends[k])
+            info = self._made[name] = TensorInfo(name, dtype, shape, span, math.prod(shape))
         return info
-
-    def plan(self) -> tuple[list, list, list, list, list]:
-        """Every tensor in data order: names, dtype codes, shape texts ("2,3",
-        "" for a scalar), begins and ends (for readers that make all tensors)."""
-        if self._plan is None:  # kept: a memoized header is loaded again and again
-            self._plan = _c.plan(self._table, _CODES)
-        return self._plan
 
     def __repr__(self) -> str:
         return f"<{len(self)} tensors>"
