@@ -91,7 +91,7 @@ typedef struct {
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return 0;
     size_t c = *cap ? *cap : 64;
-    while (c < need) c += c / 2;
+    while (c < need) c += c / 2 + 1;
     if (c * elem > grow_limit && need * elem <= grow_limit) c = grow_limit / elem;
     void *q = realloc(*p, c * elem);
     if (!q) return -1;
