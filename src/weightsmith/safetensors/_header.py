@@ -119,14 +119,12 @@ def read_header_size(prefix: bytes, file_size: int, path=None) -> int:
     ``prefix`` may be the whole file or any prefix of at least 8 bytes.
     """
     if file_size < 8:
-        raise _error("too_small", path, file_size=file_size)
+        raise _error(-3, path, file_size=file_size)
     if len(prefix) < 8:
         raise E.NeedMoreData(8)
     n = int.from_bytes(prefix[:8], "little")
     if n > MAX_HEADER_SIZE or 8 + n > file_size:
-        raise _error(
-            "too_large" if n > MAX_HEADER_SIZE else "beyond", path, n=n, file_size=file_size
-        )
+        raise _error(-2 if n > MAX_HEADER_SIZE else -1, path, n=n, file_size=file_size)
     return n
 
 
@@ -155,7 +153,7 @@ def _verdict(got: tuple, text, n: int, file_size: int, path) -> Header:
     if type(got[0]) is int:
         fields = ("name_b", "key_b", "a1", "e1", "a2", "e2", "x", "y")
         report = dict(zip(fields, got[1:]), text=text, n=n, file_size=file_size)
-        raise _error(_ORDER[got[0] - 1], path, **report)
+        raise _error(got[0] - 1, path, **report)
     table, metadata, count = got
     return Header(metadata, _Tensors(table, count, file_size - 8 - n), n)
 
@@ -202,62 +200,52 @@ class _Tensors(Mapping):
 
 # --------------------------------------------------------------------------- errors
 #
-# One row per error: code|class|what|field|offset|expected|found, where a line
-# indented by 4 spaces goes on with the row above.  The first rows are the codes
-# of csrc/st_header.c in its enum's order (E_IO = 1, ...); the fields of its
-# report (name, key, [a1, e1), [a2, e2), x, y: see there) and the names of
-# _DERIVED fill the {} of a row.  A found of one bare {field} keeps its type.
+# One row per error: class|what|field|offset|expected|found, where a line indented
+# by 4 spaces goes on with the row above.  Row i - 1 is code i of csrc/st_header.c's
+# enum (E_IO = 1, ...), the last three are the 8-byte size's.  The fields of a
+# report (name, key, [a1, e1), [a2, e2), x, y: see there) and the names of _DERIVED
+# fill the {} of a row ({T}: "tensor 'name'").  A found of one bare {field} keeps its type.
 _TABLE = r"""
-io|TruncatedData|file ended while reading (did it shrink?)||{at}|{more} more header bytes
-    |end of file
-utf8|HeaderNotUTF8|header is not valid UTF-8|header|{at}|UTF-8|byte 0x{byte:02x}
-not_brace|HeaderNotBrace|header does not begin with '{{'|header|8|'{{'|{first}
-not_object|HeaderNotObject|header is not a JSON object|header|8|a JSON object|{top_kind}
-deep|HeaderTooDeep|header JSON nests too deeply|header|{at}|nesting depth <= {max_depth}
-    |depth {y}
-json|InvalidHeaderJSON|header is not valid JSON ({json})|header|{at}|a JSON object
-    |{chars20!r}
-padding|InvalidHeaderPadding|header padding is not spaces only|header padding|{at}
-    |spaces (0x20)|{chars10!r}
-dup_meta|DuplicateMetadata|__metadata__ appears more than once|__metadata__||at most once|twice
-meta|InvalidMetadata|__metadata__ must map strings to strings|__metadata__||an object|{kind1}
-meta_key|DuplicateMetadataKey|duplicate key in __metadata__|__metadata__[{key!r}]||unique keys
+TruncatedData|file ended while reading (did it shrink?)||{at}|{more} more header bytes|end of file
+HeaderNotUTF8|header is not valid UTF-8|header|{at}|UTF-8|byte 0x{byte:02x}
+HeaderNotBrace|header does not begin with '{{'|header|8|'{{'|{first}
+HeaderNotObject|header is not a JSON object|header|8|a JSON object|{top_kind}
+HeaderTooDeep|header JSON nests too deeply|header|{at}|nesting depth <= {max_depth}|depth {y}
+InvalidHeaderJSON|header is not valid JSON ({json})|header|{at}|a JSON object|{chars20!r}
+InvalidHeaderPadding|header padding is not spaces only|header padding|{at}|spaces (0x20)
+    |{chars10!r}
+DuplicateMetadata|__metadata__ appears more than once|__metadata__||at most once|twice
+InvalidMetadata|__metadata__ must map strings to strings|__metadata__||an object|{kind1}
+DuplicateMetadataKey|duplicate key in __metadata__|__metadata__[{key!r}]||unique keys
     |{key!r} twice
-meta_value|InvalidMetadata|__metadata__ values must be strings|__metadata__[{key!r}]||a string
+InvalidMetadata|__metadata__ values must be strings|__metadata__[{key!r}]||a string|{kind1}
+DuplicateTensorName|tensor name appears more than once|{T}||unique tensor names|{name!r} twice
+InvalidTensorEntry|tensor entry is not an object|{T}||an object with dtype, shape, data_offsets
     |{kind1}
-dup_name|DuplicateTensorName|tensor name appears more than once|tensor {name!r}|
-    |unique tensor names|{name!r} twice
-entry|InvalidTensorEntry|tensor entry is not an object|tensor {name!r}|
-    |an object with dtype, shape, data_offsets|{kind1}
-unknown_field|UnknownTensorField|unknown field in tensor entry|tensor {name!r}|
-    |only dtype, shape, data_offsets|{key!r}
-dup_field|DuplicateTensorField|duplicate field in tensor entry|tensor {name!r}||{key!r} once
-    |{key!r} twice
-missing_field|MissingTensorField|tensor entry lacks a field|tensor {name!r}||a {field!r} field
-    |none
-dtype|UnknownDtype|unknown dtype|tensor {name!r}.dtype||one of {codes}|{value1!r}
-shape|InvalidShape|invalid shape|tensor {name!r}.shape||a list of integers in [0, 2**64)|{dump1}
-count_overflow|SizeOverflow|element count overflows u64|tensor {name!r}.shape|
-    |product of shape < 2**64|{value1}
-offsets|InvalidOffsets|invalid data_offsets|tensor {name!r}.data_offsets|
+UnknownTensorField|unknown field in tensor entry|{T}||only dtype, shape, data_offsets|{key!r}
+DuplicateTensorField|duplicate field in tensor entry|{T}||{key!r} once|{key!r} twice
+MissingTensorField|tensor entry lacks a field|{T}||a {field!r} field|none
+UnknownDtype|unknown dtype|{T}.dtype||one of {codes}|{value1!r}
+InvalidShape|invalid shape|{T}.shape||a list of integers in [0, 2**64)|{dump1}
+SizeOverflow|element count overflows u64|{T}.shape||product of shape < 2**64|{value1}
+InvalidOffsets|invalid data_offsets|{T}.data_offsets|
     |[begin, end], integers in [0, 2**64), begin <= end|{dump1}
-bits_overflow|SizeOverflow|bit size overflows u64|tensor {name!r}.shape|
-    |product of shape x {d.bits} bits < 2**64|{value1}
-misaligned|MisalignedSubByte|sub-byte tensor does not end on a byte boundary|tensor {name!r}.shape
-    ||{count} x {d.bits} bits to be a multiple of 8|{bits} bits
-size|TensorSizeMismatch|byte span does not match dtype and shape|tensor {name!r}|
+SizeOverflow|bit size overflows u64|{T}.shape||product of shape x {d.bits} bits < 2**64
+    |{value1}
+MisalignedSubByte|sub-byte tensor does not end on a byte boundary|{T}.shape|
+    |{count} x {d.bits} bits to be a multiple of 8|{bits} bits
+TensorSizeMismatch|byte span does not match dtype and shape|{T}|
     |{nbytes} bytes ({d.name} x {value1})|{span} bytes (data_offsets [{begin}, {end}])
-hole|DataHole|gap before tensor|tensor {name!r}|{data_at}|data_offsets begin {y}|{x}
-overlap|DataOverlap|tensor overlaps the previous one|tensor {name!r}|{data_at}
-    |data_offsets begin {y}|{x}
-trailing|TrailingBytes|bytes after the last tensor|data section|{data_at}|file size {data_at}
+DataHole|gap before tensor|{T}|{data_at}|data_offsets begin {y}|{x}
+DataOverlap|tensor overlaps the previous one|{T}|{data_at}|data_offsets begin {y}|{x}
+TrailingBytes|bytes after the last tensor|data section|{data_at}|file size {data_at}
     |file size {file_size}
-truncated|TruncatedData|file ends before the last tensor|tensor {name!r}|{file_size}
-    |file size {data_at}|file size {file_size}
-too_small|FileTooSmall|file too small for a safetensors header|header size|0|at least 8 bytes
+TruncatedData|file ends before the last tensor|{T}|{file_size}|file size {data_at}
+    |file size {file_size}
+FileTooSmall|file too small for a safetensors header|header size|0|at least 8 bytes
     |{file_size} bytes
-too_large|HeaderTooLarge|header size too large|header size|0|at most {max_size}|{n}
-beyond|HeaderOutOfBounds|header runs past the end of the file|header size|0
+HeaderTooLarge|header size too large|header size|0|at most {max_size}|{n}
+HeaderOutOfBounds|header runs past the end of the file|header size|0
     |8 + N <= file size {file_size}|8 + {n} = {data_start}
 """
 # the classes of the rows, by name: a row naming another class fails at import
@@ -268,14 +256,10 @@ _C += (E.DuplicateTensorField, E.MissingTensorField, E.UnknownDtype, E.InvalidSh
 _C += (E.InvalidOffsets, E.MisalignedSubByte, E.TensorSizeMismatch, E.DataHole, E.DataOverlap)
 _C += (E.TrailingBytes, E.FileTooSmall, E.HeaderTooLarge, E.HeaderOutOfBounds)
 _CLASSES = {c.__name__: c for c in _C}
-_RULES = {
-    r[0]: (_CLASSES[r[1]], *r[2:])
+_RULES = [
+    (_CLASSES[r[0]], *r[1:])
     for r in (s.split("|") for s in _TABLE.replace("\n    ", "").split("\n")[1:-1])
-}
-_ORDER = list(_RULES)
-# the kind of a JSON value, by the validator's value type (V_OBJ ...)
-_TOP_KIND = ("an object", "a list", "a string", "a int", "a int", "a float", "a boolean", "null")
-_FIELDS = ("dtype", "shape", "data_offsets")
+]
 # CPython json's words for the syntax errors, indexed by the report's y (J_VALUE ... in the C)
 _JSON = "Expecting value|Expecting property name enclosed in double quotes|Expecting ':' delimiter"
 _JSON += "|Expecting ',' delimiter|Unterminated string starting at|Invalid control character at"
@@ -302,14 +286,15 @@ _DERIVED = {
     "first": lambda r: (
         repr(r["text"](0, 4).decode("utf-8", "ignore")[:1]) if r["n"] else "an empty header"
     ),
-    "top_kind": lambda r: _TOP_KIND[r["x"]],
+    "T": lambda r: f"tensor {r['name']!r}",
+    "top_kind": lambda r: _kind(({}, [], "", 0, 0, 0.0, True, None)[r["x"]]),  # by V_OBJ ...
     "json": lambda r: _JSON.split("|")[r["y"]],
     "chars20": lambda r: _chars(r, 20),
     "chars10": lambda r: _chars(r, 10),
     "value1": lambda r: _value(r, "a1", "e1"),
     "kind1": lambda r: _kind(r["value1"]),
     "dump1": lambda r: _dump(r["value1"]),
-    "field": lambda r: _FIELDS[r["x"]],
+    "field": lambda r: ("dtype", "shape", "data_offsets")[r["x"]],
     "d": lambda r: _DTYPES[r["x"]],
     "count": lambda r: math.prod(r["value1"]),
     "bits": lambda r: r["count"] * r["d"].bits,
@@ -333,7 +318,7 @@ class _Report(dict):
         return v
 
 
-def _error(code: str, path, **report) -> E.WeightsmithError:
+def _error(code: int, path, **report) -> E.WeightsmithError:
     """The named error of row ``code`` of _TABLE for a report (``text(a, e)``
     returns the header's bytes [a, e))."""
     cls, what, field, offset, expected, found = _RULES[code]
