@@ -51,9 +51,9 @@ typedef struct {
     Buf name, key;
 } Err;
 
-typedef struct { /* a tensor: its name is names.p[name:name + nlen], its dims dims[dims:...] */
+typedef struct __attribute__((packed)) { /* a tensor; 25 bytes: 1.4M of them in 100 MB */
     uint64_t begin, end;
-    uint32_t name, nlen, dims, ndims;
+    uint32_t name, dims; /* its name and dims start there in names.p and dims, end at the next's */
     uint8_t dtype;
 } Row;
 
@@ -67,7 +67,9 @@ typedef struct {
     uint32_t *byname, *order;
     Buf names;
 } Table;
-#define NAME(t, i) (t)->names.p + (t)->rows[i].name, (size_t)(t)->rows[i].nlen /* 2 arguments */
+#define NEXT(t, i, f, last) ((i) + 1 < (t)->nnames ? (t)->rows[(i) + 1].f : (last))
+#define NAME(t, i) \
+    (t)->names.p + (t)->rows[i].name, NEXT(t, i, name, (t)->names.n) - (t)->rows[i].name
 
 typedef struct { /* the tensor entry being parsed */
     int bad, seen[3], dtype, shape_ev, offs_ok, nofs;
@@ -294,7 +296,6 @@ static int check_entry(P *s) {
     Table *t = s->t;
     Row *w = &t->rows[t->n]; /* its name and dims are in place */
     w->begin = e->ofs[0], w->end = e->ofs[1], w->dtype = (uint8_t)d;
-    w->ndims = (uint32_t)(t->ndims - w->dims);
     return t->n++, 0;
 }
 
@@ -337,8 +338,7 @@ static int top_member(P *s) {
     }
     if (!s->rule.code) { /* a row with its name: duplicates are found after the pass */
         if (grow((void **)&t->rows, &t->cap, t->n + 1, sizeof(Row))) return -1;
-        t->rows[t->n] = (Row){
-            .name = (uint32_t)t->names.n, .nlen = (uint32_t)s->name.n, .dims = (uint32_t)t->ndims};
+        t->rows[t->n] = (Row){.name = (uint32_t)t->names.n, .dims = (uint32_t)t->ndims};
         if (put(&t->names, s->name.p, s->name.n)) return -1;
         t->nnames = t->n + 1;
     }
@@ -573,16 +573,17 @@ static PyObject *py_plan(PyObject *self, PyObject *args) {
     for (int k = 0; k < 5; k++)
         if (!(out[k] = PyList_New((Py_ssize_t)t->n))) goto fail;
     for (size_t k = 0; k < t->n; k++) {
-        const Row *w = &t->rows[data ? t->order[k] : k];
-        for (uint32_t d = text.n = 0; d < w->ndims; d++) {
+        size_t i = data ? t->order[k] : k;
+        const Row *w = &t->rows[i];
+        text.n = 0;
+        for (size_t d = w->dims; d < NEXT(t, i, dims, t->ndims); d++) {
             char num[24], *q = num + 24;
-            for (uint64_t v = t->dims[w->dims + d]; q == num + 24 || v; v /= 10)
-                *--q = '0' + v % 10;
-            if (d) *--q = ',';
+            for (uint64_t v = t->dims[d]; q == num + 24 || v; v /= 10) *--q = '0' + v % 10;
+            if (d > w->dims) *--q = ',';
             if (put(&text, q, (size_t)(num + 24 - q))) goto fail;
         }
         PyObject *items[5] = {
-            decode(t->names.p + w->name, w->nlen), Py_NewRef(PyTuple_GET_ITEM(codes_, w->dtype)),
+            decode(NAME(t, i)), Py_NewRef(PyTuple_GET_ITEM(codes_, w->dtype)),
             PyUnicode_FromStringAndSize(text.p ? (char *)text.p : "", (Py_ssize_t)text.n),
             PyLong_FromUnsignedLongLong(w->begin), PyLong_FromUnsignedLongLong(w->end)};
         for (int j = 0; j < 5; j++) PyList_SET_ITEM(out[j], (Py_ssize_t)k, items[j]);
