@@ -1,14 +1,11 @@
-/* The safetensors header validator, one linear pass in the style of HF's tensor.rs.  Layout,
- * rules and the order in which they are reported: weightsmith/safetensors/_header.py.  The
- * header comes from a buffer or from the file a window at a time (never held whole).  A first
- * scan checks the UTF-8 (tensor.rs's from_utf8); the pass then checks the nesting, the JSON
- * (errors at the offsets of CPython's json: NaN / Infinity are floats there) and the rules, and
- * keeps per tensor a Row.  An error comes back as (code, name, key, a1, e1, a2, e2, x, y): code
- * indexes the enum below (the rows of _TABLE in _header.py), [a, e) are spans of JSON values
- * re-read there for the message, x / y offsets, counts, a dtype index or which JSON error.
- * Strings decode to UTF-8 with lone surrogates as 3-byte sequences (Python's "surrogatepass"),
- * so equal names are equal bytes.  The GIL is held throughout.
- */
+/* The safetensors header validator in the style of HF's tensor.rs: a UTF-8 scan, then one pass
+ * over the JSON (CPython json's errors and offsets: NaN / Infinity are floats there), the nesting
+ * and the rules (their order: weightsmith/safetensors/_header.py), keeping a Row per tensor.  The
+ * header is a buffer or a file read a window at a time (never held whole).  An error comes back as
+ * (code, name, key, a1, e1, a2, e2, x, y): code - 1 is the row of _TABLE in _header.py, [a, e)
+ * spans of JSON values re-read there, x / y offsets, counts, a dtype index or the JSON error.
+ * Strings decode with lone surrogates as 3-byte UTF-8 (Python's "surrogatepass"), so equal names
+ * are equal bytes.  The GIL is held throughout. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
@@ -30,7 +27,6 @@ enum { V_OBJ, V_ARR, V_STR, V_INT, V_BIGINT, V_FLOAT, V_BOOL, V_NULL }; /* _TOP_
 enum { K_ANY, K_TOP, K_META, K_ENTRY, K_SHAPE, K_OFFS };                /* what a container holds */
 
 static char codes[MAX_CODES][16]; /* the dtype registry, from configure() */
-static size_t code_len[MAX_CODES];
 static uint64_t code_bits[MAX_CODES];
 static int n_codes;
 static uint8_t PLAIN[256]; /* bytes a string holds as they are */
@@ -309,14 +305,12 @@ static int meta_member(P *s) { /* a key (in s->key) and its value in __metadata_
     Val v;
     if (copy(&s->mkey, &s->key) || parse_value(s, K_ANY, &v)) return -1;
     if (s->rule.code) return 0;
-    PyObject *k = decode(s->mkey.p, s->mkey.n), *val = NULL;
-    int r = k ? PyDict_Contains(s->meta, k) : -1;
-    if (r == 1)
-        r = rule(s, E_META_KEY, &s->mkey, NULL, NULL, 0);
-    else if (r == 0 && v.type != V_STR)
-        r = rule(s, E_META_VALUE, &s->mkey, v.span, NULL, 0);
-    else if (r == 0)
-        r = (val = decode(s->str.p, s->str.n)) ? PyDict_SetItem(s->meta, k, val) : -1;
+    Py_ssize_t had = PyDict_GET_SIZE(s->meta); /* None stands for a value not a string */
+    PyObject *k = decode(s->mkey.p, s->mkey.n),
+             *val = v.type == V_STR ? decode(s->str.p, s->str.n) : Py_NewRef(Py_None);
+    int r = k && val && PyDict_SetDefault(s->meta, k, val) ? 0 : -1;
+    if (!r && PyDict_GET_SIZE(s->meta) == had) r = rule(s, E_META_KEY, &s->mkey, NULL, NULL, 0);
+    if (!r && !s->rule.code && v.type != V_STR) r = rule(s, E_META_VALUE, &s->mkey, v.span, 0, 0);
     Py_XDECREF(val), Py_XDECREF(k);
     return r;
 }
@@ -368,7 +362,7 @@ static int entry_member(P *s) {
     if (parse_value(s, list && f > 0 ? K_SHAPE + f - 1 : K_ANY, &v)) return -1;
     if (f >= 0) memcpy(e->span[f], v.span, sizeof v.span);
     for (int i = 0; f == 0 && v.type == V_STR && e->dtype < 0 && i < n_codes; i++)
-        if (eq(s->str.p, s->str.n, codes[i], code_len[i])) e->dtype = i;
+        if (eq(s->str.p, s->str.n, codes[i], strnlen(codes[i], 16))) e->dtype = i;
     return 0;
 }
 
@@ -606,7 +600,7 @@ static PyObject *py_configure(PyObject *self, PyObject *args) {
     if (k % 16 || k / 16 > MAX_CODES || nb != k / 2)
         return PyErr_Format(PyExc_ValueError, "bad table");
     memcpy(codes, names, (size_t)k), memcpy(code_bits, bits, (size_t)nb);
-    for (n_codes = 0; n_codes < k / 16; n_codes++) code_len[n_codes] = strnlen(codes[n_codes], 16);
+    n_codes = (int)(k / 16);
     Py_RETURN_NONE;
 }
 

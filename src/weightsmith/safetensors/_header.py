@@ -20,28 +20,24 @@ are little-endian, in C (row-major) order.  Sub-byte types (F4, F6_*) are
 packed: element ``i`` occupies bits ``[i*bits, (i+1)*bits)`` of the span,
 least significant bit first, and a tensor must end on a byte boundary.
 
-Rules enforced here, each with its own exception (see
-:mod:`weightsmith.errors`): file >= 8 bytes; N <= 100,000,000; 8 + N within
-the file; UTF-8; first byte ``{``; padding is spaces only; nesting depth
-bounded; a JSON object; no duplicate keys in the top object, an entry or
-``__metadata__`` (even identical);
-``__metadata__`` at most once and str -> str; tensor entries have exactly
-the three fields; dtype is a known, case-sensitive code; shape entries are
-integers in [0, 2**64); offsets are two integers in [0, 2**64) with
-begin <= end; shape x bits computed without overflow, a whole number of
-bytes, equal to end - begin; sorted by offset the tensors tile the data
-section from 0 with no hole or overlap and end exactly at the end of file.
+Rules enforced here, each with its own exception (see :mod:`weightsmith.errors`):
+file >= 8 bytes; N <= 100,000,000; 8 + N within the file; UTF-8; first byte ``{``;
+padding is spaces only; nesting depth bounded; a JSON object; no duplicate keys in
+the top object, an entry or ``__metadata__`` (even identical); ``__metadata__`` at
+most once and str -> str; tensor entries have exactly the three fields; dtype is a
+known, case-sensitive code; shape entries are integers in [0, 2**64); offsets are
+two integers in [0, 2**64) with begin <= end; shape x bits computed without
+overflow, a whole number of bytes, equal to end - begin; sorted by offset the
+tensors tile the data section from 0 with no hole or overlap and end exactly at
+the end of file.
 
-The compiled validator (``csrc/st_header.c``, one linear pass in the style of
-HF's ``tensor.rs``) reports the first broken rule in this order: invalid UTF-8
-anywhere; the first JSON syntax error (worded as Python's json) or nesting
-past MAX_DEPTH, whichever comes first (as serde_json); padding; duplicate
-names and the entries' rules in JSON order; coverage.  It keeps per tensor its
-name, dtype, dims and offsets in C arrays; this module turns its verdict into
-the named error (one table, ``_TABLE``) and serves the tables as a lazy mapping.
-
-These functions take bytes or an open file, never a path to open: the remote
-reader runs them on ranges fetched over HTTP.
+The validator (``csrc/st_header.c``, in the style of HF's ``tensor.rs``) reports
+the first broken rule in this order: invalid UTF-8 anywhere; the first JSON syntax
+error (worded as Python's json) or nesting past MAX_DEPTH, whichever comes first
+(as serde_json); padding; duplicate names and the entries' rules in JSON order;
+coverage.  This module turns its verdict into the named error (one table,
+``_TABLE``) and serves its tables as a lazy mapping.  It takes bytes or an open
+file, never a path: the remote reader runs it on ranges fetched over HTTP.
 """
 
 from __future__ import annotations
@@ -96,14 +92,11 @@ class Header:
     metadata: dict[str, str] | None
     tensors: Mapping[str, TensorInfo]  # a lazy _Tensors
     header_size: int  # N, padding included
+    data_size: int
 
     @property
     def data_start(self) -> int:
         return 8 + self.header_size
-
-    @property
-    def data_size(self) -> int:
-        return self.tensors.data_size  # type: ignore[attr-defined]
 
     @property
     def file_size(self) -> int:
@@ -155,7 +148,7 @@ def _verdict(got: tuple, text, n: int, file_size: int, path) -> Header:
         report = dict(zip(fields, got[1:]), text=text, n=n, file_size=file_size)
         raise _error(got[0] - 1, path, **report)
     table, metadata, count = got
-    return Header(metadata, _Tensors(table, count, file_size - 8 - n), n)
+    return Header(metadata, _Tensors(table, count), n, file_size - 8 - n)
 
 
 class _Tensors(Mapping):
@@ -163,8 +156,8 @@ class _Tensors(Mapping):
     and infos are made only when asked for, then kept (a memoized header is
     loaded again and again)."""
 
-    def __init__(self, table, count: int, data_size: int) -> None:
-        self._table, self._count, self.data_size = table, count, data_size
+    def __init__(self, table, count: int) -> None:
+        self._table, self._count = table, count
         self._columns: dict[bool, tuple] = {}
         self._index: dict[str, int] = {}
         self._made: dict[str, TensorInfo] = {}
@@ -348,9 +341,7 @@ def _int_or_huge(text: str):
 
 
 def _kind(v) -> str:
-    if isinstance(v, _Huge):
-        return repr(v)
-    kinds = {dict: "an object", list: "a list", bool: "a boolean", str: "a string"}
+    kinds = {dict: "an object", list: "a list", bool: "a boolean", str: "a string", _Huge: str(v)}
     return "null" if v is None else kinds.get(type(v)) or f"a {type(v).__name__}"
 
 
