@@ -228,7 +228,7 @@ SizeOverflow|bit size overflows u64|{T}.shape||product of shape x {d.bits} bits 
 MisalignedSubByte|sub-byte tensor does not end on a byte boundary|{T}.shape|
     |{count} x {d.bits} bits to be a multiple of 8|{bits} bits
 TensorSizeMismatch|byte span does not match dtype and shape|{T}|
-    |{nbytes} bytes ({d.name} x {value1})|{span} bytes (data_offsets [{begin}, {end}])
+    |{nbytes} bytes ({d.name} x {value1})|{span} bytes (data_offsets [{offs[0]}, {offs[1]}])
 DataHole|gap before tensor|{T}|{data_at}|data_offsets begin {y}|{x}
 DataOverlap|tensor overlaps the previous one|{T}|{data_at}|data_offsets begin {y}|{x}
 TrailingBytes|bytes after the last tensor|data section|{data_at}|file size {data_at}
@@ -286,20 +286,16 @@ _DERIVED = {
     "chars10": lambda r: _chars(r, 10),
     "value1": lambda r: _value(r, "a1", "e1"),
     "kind1": lambda r: _kind(r["value1"]),
-    "dump1": lambda r: _dump(r["value1"]),
+    "dump1": lambda r: "an object" if r["kind1"] == "an object" else json.dumps(r["value1"]),
     "field": lambda r: ("dtype", "shape", "data_offsets")[r["x"]],
     "d": lambda r: _DTYPES[r["x"]],
     "count": lambda r: math.prod(r["value1"]),
     "bits": lambda r: r["count"] * r["d"].bits,
     "nbytes": lambda r: r["bits"] >> 3,
-    "begin": lambda r: _value(r, "a2", "e2")[0],
-    "end": lambda r: _value(r, "a2", "e2")[1],
-    "span": lambda r: r["end"] - r["begin"],
+    "offs": lambda r: _value(r, "a2", "e2"),
+    "span": lambda r: r["offs"][1] - r["offs"][0],
     "data_start": lambda r: 8 + r["n"],
     "data_at": lambda r: 8 + r["n"] + r["x"],
-    "max_depth": lambda r: MAX_DEPTH,
-    "max_size": lambda r: MAX_HEADER_SIZE,
-    "codes": lambda r: ", ".join(_CODES),
 }
 
 
@@ -315,7 +311,7 @@ def _error(code: int, path, **report) -> E.WeightsmithError:
     """The named error of row ``code`` of _TABLE for a report (``text(a, e)``
     returns the header's bytes [a, e))."""
     cls, what, field, offset, expected, found = _RULES[code]
-    r = _Report(report)
+    r = _Report(report, max_depth=MAX_DEPTH, max_size=MAX_HEADER_SIZE, codes=", ".join(_CODES))
     bare = found[1:-1] if found[:1] == "{" and found.find("}") == len(found) - 1 else None
     return cls(
         what.format_map(r),
@@ -343,7 +339,3 @@ def _int_or_huge(text: str):
 def _kind(v) -> str:
     kinds = {dict: "an object", list: "a list", bool: "a boolean", str: "a string", _Huge: str(v)}
     return "null" if v is None else kinds.get(type(v)) or f"a {type(v).__name__}"
-
-
-def _dump(v) -> str:
-    return "an object" if isinstance(v, dict) else json.dumps(v)  # a _Huge is its text
