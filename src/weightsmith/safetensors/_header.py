@@ -139,7 +139,7 @@ def read_header(fd: int, n: int, file_size: int, path=None, *, window: int = 1 <
     ``window`` bytes at a time: a big header is never held whole, so a
     broken one costs a window of memory, not its size."""
     got = _c.parse(None, fd, n, file_size, window)
-    return _verdict(got, lambda a, e: os.pread(fd, e - a, 8 + a), n, file_size, path)
+    return _verdict(got, lambda a, e: os.pread(fd, min(e, n) - a, 8 + a), n, file_size, path)
 
 
 def _verdict(got: tuple, text, n: int, file_size: int, path) -> Header:
@@ -259,17 +259,8 @@ _JSON += "|Expecting ',' delimiter|Unterminated string starting at|Invalid contr
 _JSON += r"|Invalid \escape|Invalid \uXXXX escape"
 
 
-def _chars(r, k: int) -> str:
-    """k characters of the (valid UTF-8) header from offset x."""
-    return r["text"](r["x"], min(r["n"], r["x"] + 4 * k)).decode("utf-8", "ignore")[:k]
-
-
-def _value(r, a: str, e: str):
-    """The JSON value at span [a, e) of a report, as json reads it."""
-    return json.loads(r["text"](r[a], r[e]), parse_int=_int_or_huge)
-
-
-# what a message may name, derived from a report on first use
+# what a message may name, derived from a report on first use (text(a, e): the header's
+# valid UTF-8 bytes [a, e), cut at its end; value1 / offs: JSON values as json reads them)
 _DERIVED = {
     "name": lambda r: r["name_b"].decode("utf-8", "surrogatepass"),
     "key": lambda r: r["key_b"].decode("utf-8", "surrogatepass"),
@@ -282,9 +273,9 @@ _DERIVED = {
     "T": lambda r: f"tensor {r['name']!r}",
     "top_kind": lambda r: _kind(({}, [], "", 0, 0, 0.0, True, None)[r["x"]]),  # by V_OBJ ...
     "json": lambda r: _JSON.split("|")[r["y"]],
-    "chars20": lambda r: _chars(r, 20),
-    "chars10": lambda r: _chars(r, 10),
-    "value1": lambda r: _value(r, "a1", "e1"),
+    "chars20": lambda r: r["text"](r["x"], r["x"] + 80).decode("utf-8", "ignore")[:20],
+    "chars10": lambda r: r["text"](r["x"], r["x"] + 40).decode("utf-8", "ignore")[:10],
+    "value1": lambda r: json.loads(r["text"](r["a1"], r["e1"]), parse_int=_int_or_huge),
     "kind1": lambda r: _kind(r["value1"]),
     "dump1": lambda r: "an object" if r["kind1"] == "an object" else json.dumps(r["value1"]),
     "field": lambda r: ("dtype", "shape", "data_offsets")[r["x"]],
@@ -292,7 +283,7 @@ _DERIVED = {
     "count": lambda r: math.prod(r["value1"]),
     "bits": lambda r: r["count"] * r["d"].bits,
     "nbytes": lambda r: r["bits"] >> 3,
-    "offs": lambda r: _value(r, "a2", "e2"),
+    "offs": lambda r: json.loads(r["text"](r["a2"], r["e2"]), parse_int=_int_or_huge),
     "span": lambda r: r["offs"][1] - r["offs"][0],
     "data_start": lambda r: 8 + r["n"],
     "data_at": lambda r: 8 + r["n"] + r["x"],
