@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #define MAX_DEPTH 128
-#define MAX_CODES 64
 
 enum { E_OK, E_IO, E_UTF8, E_NOT_BRACE, E_NOT_OBJECT, E_DEEP, E_JSON, E_PADDING, E_DUP_META };
 enum { E_META = E_DUP_META + 1, E_META_KEY, E_META_VALUE, E_DUP_NAME, E_ENTRY, E_UNKNOWN_FIELD };
@@ -26,9 +25,6 @@ enum { J_VALUE = 64, J_PROP, J_COLON, J_COMMA, J_UNTERM, J_CONTROL, J_ESCAPE, J_
 enum { V_OBJ, V_ARR, V_STR, V_INT, V_BIGINT, V_FLOAT, V_BOOL, V_NULL }; /* _TOP_KIND's order */
 enum { K_ANY, K_TOP, K_META, K_ENTRY, K_SHAPE, K_OFFS };                /* what a container holds */
 
-static char codes[MAX_CODES][16]; /* the dtype registry, from configure() */
-static uint64_t code_bits[MAX_CODES];
-static int n_codes;
 static uint8_t PLAIN[256]; /* bytes a string holds as they are */
 static uint8_t HEX[256];   /* hex digit values; 16 for other bytes */
 static size_t grow_limit;  /* the header's size: no buffer grows past it */
@@ -77,6 +73,9 @@ typedef struct {
     size_t len, pos, window;
     uint64_t base, total;
     int fd, io, seen_meta;
+    Py_ssize_t ncodes, nbits; /* the dtype registry: codes NUL-padded to 16 bytes, their bits */
+    const char *codes;
+    const uint8_t *bits;
     long depth;
     uint8_t *win;
     Err stop, rule;           /* the error that stopped the pass; the first broken rule */
@@ -285,7 +284,7 @@ static int check_entry(P *s) {
     if (e->shape_ev) return rule(s, e->shape_ev, NULL, sh, NULL, 0);
     if (!e->offs_ok || e->nofs != 2 || e->ofs[0] > e->ofs[1])
         return rule(s, E_OFFSETS, NULL, of, NULL, 0);
-    if (__builtin_mul_overflow(e->n, code_bits[d], &bits))
+    if (__builtin_mul_overflow(e->n, (uint64_t)s->bits[d], &bits))
         return rule(s, E_BITS_OVERFLOW, NULL, sh, NULL, d);
     if (bits & 7) return rule(s, E_MISALIGNED, NULL, sh, NULL, d);
     if (bits >> 3 != e->ofs[1] - e->ofs[0]) return rule(s, E_SIZE, NULL, sh, of, d);
@@ -361,8 +360,8 @@ static int entry_member(P *s) {
     if (f == 2) e->offs_ok = list;
     if (parse_value(s, list && f > 0 ? K_SHAPE + f - 1 : K_ANY, &v)) return -1;
     if (f >= 0) memcpy(e->span[f], v.span, sizeof v.span);
-    for (int i = 0; f == 0 && v.type == V_STR && e->dtype < 0 && i < n_codes; i++)
-        if (eq(s->str.p, s->str.n, codes[i], strnlen(codes[i], 16))) e->dtype = i;
+    for (int i = 0; f == 0 && v.type == V_STR && e->dtype < 0 && i < s->ncodes; i++)
+        if (eq(s->str.p, s->str.n, s->codes + 16 * i, strnlen(s->codes + 16 * i, 16))) e->dtype = i;
     return 0;
 }
 
@@ -534,9 +533,11 @@ static PyObject *py_parse(PyObject *self, PyObject *args) {
     Py_buffer view = {0};
     long long n, file_size, window;
     P s = {.fd = -1};
-    if (!PyArg_ParseTuple(args, "OiLLL", &src, &s.fd, &n, &file_size, &window) ||
+    if (!PyArg_ParseTuple(args, "OiLLLy#y#", &src, &s.fd, &n, &file_size, &window, &s.codes,
+                          &s.ncodes, &s.bits, &s.nbits) ||
         (src != Py_None && PyObject_GetBuffer(src, &view, PyBUF_SIMPLE)))
         return NULL;
+    s.ncodes = s.ncodes / 16 < s.nbits ? s.ncodes / 16 : s.nbits;
     s.fd = src == Py_None ? s.fd : -1, s.window = window > 16 ? (size_t)window : 16;
     s.p = view.buf, s.len = (size_t)view.len, s.total = src == Py_None ? (uint64_t)n : s.len;
     grow_limit = s.total > 64 ? (size_t)s.total : 64;
@@ -563,7 +564,6 @@ static PyObject *py_plan(PyObject *self, PyObject *args) {
     int data;
     if (!PyArg_ParseTuple(args, "OO!p", &cap, &PyTuple_Type, &codes_, &data)) return NULL;
     if (!(t = PyCapsule_GetPointer(cap, "st_header"))) return NULL;
-    if (PyTuple_GET_SIZE(codes_) < n_codes) return PyErr_Format(PyExc_ValueError, "bad codes");
     for (int k = 0; k < 5; k++)
         if (!(out[k] = PyList_New((Py_ssize_t)t->n))) goto fail;
     for (size_t k = 0; k < t->n; k++) {
@@ -592,23 +592,11 @@ fail:
     return NULL;
 }
 
-/* configure(dtype codes: 16 bytes each, NUL-padded; their bits: uint64 each) */
-static PyObject *py_configure(PyObject *self, PyObject *args) {
-    const char *names, *bits;
-    Py_ssize_t k, nb;
-    if (!PyArg_ParseTuple(args, "y#y#", &names, &k, &bits, &nb)) return NULL;
-    if (k % 16 || k / 16 > MAX_CODES || nb != k / 2)
-        return PyErr_Format(PyExc_ValueError, "bad table");
-    memcpy(codes, names, (size_t)k), memcpy(code_bits, bits, (size_t)nb);
-    n_codes = (int)(k / 16);
-    Py_RETURN_NONE;
-}
-
 static PyMethodDef methods[] = {
-    {"parse", py_parse, METH_VARARGS, "parse(buffer | None, fd, n, file_size, window)"},
+    {"parse", py_parse, METH_VARARGS,
+     "parse(buffer | None, fd, n, file_size, window, codes, bits)"},
     {"plan", py_plan, METH_VARARGS,
      "plan(table, codes, data order?) -> names, codes, shapes, begins, ends"},
-    {"configure", py_configure, METH_VARARGS, "configure(codes, bits)"},
     {NULL, NULL, 0, NULL},
 };
 

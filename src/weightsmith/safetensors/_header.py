@@ -45,7 +45,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -58,10 +57,8 @@ MAX_HEADER_SIZE = 100_000_000
 MAX_DEPTH = 128  # also in csrc/st_header.c
 _CODES = tuple(SAFETENSORS)
 _DTYPES = tuple(SAFETENSORS.values())
-_c.configure(
-    b"".join(c.encode().ljust(16, b"\0") for c in _CODES),
-    b"".join(d.bits.to_bytes(8, sys.byteorder) for d in _DTYPES),
-)
+# the dtype registry as the validator takes it: codes NUL-padded to 16 bytes, their bits
+_REGISTRY = b"".join(c.encode().ljust(16, b"\0") for c in _CODES), bytes(d.bits for d in _DTYPES)
 
 
 @dataclass(slots=True, repr=False)
@@ -130,7 +127,7 @@ def parse_header(header: bytes | memoryview, file_size: int, path=None) -> Heade
     Never touches the filesystem (the remote reader calls it on bytes).
     """
     n = memoryview(header).nbytes
-    got = _c.parse(header, -1, n, file_size, 0)
+    got = _c.parse(header, -1, n, file_size, 0, *_REGISTRY)
     return _verdict(got, lambda a, e: bytes(header[a:e]), n, file_size, path)
 
 
@@ -138,7 +135,7 @@ def read_header(fd: int, n: int, file_size: int, path=None, *, window: int = 1 <
     """parse_header for the N header bytes of the open file ``fd``, read
     ``window`` bytes at a time: a big header is never held whole, so a
     broken one costs a window of memory, not its size."""
-    got = _c.parse(None, fd, n, file_size, window)
+    got = _c.parse(None, fd, n, file_size, window, *_REGISTRY)
     return _verdict(got, lambda a, e: os.pread(fd, min(e, n) - a, 8 + a), n, file_size, path)
 
 
