@@ -22,7 +22,7 @@ enum { E_DUP_FIELD = E_UNKNOWN_FIELD + 1, E_MISSING_FIELD, E_DTYPE, E_SHAPE, E_C
 enum { E_OFFSETS = E_COUNT_OVERFLOW + 1, E_BITS_OVERFLOW, E_MISALIGNED, E_SIZE, E_HOLE };
 enum { E_OVERLAP = E_HOLE + 1, E_TRAILING, E_TRUNCATED };
 enum { J_VALUE = 64, J_PROP, J_COLON, J_COMMA, J_UNTERM, J_CONTROL, J_ESCAPE, J_UESCAPE };
-enum { V_OBJ, V_ARR, V_STR, V_INT, V_BIGINT, V_FLOAT, V_BOOL, V_NULL }; /* _TOP_KIND's order */
+enum { V_OBJ, V_ARR, V_STR, V_INT, V_BIGINT, V_FLOAT, V_BOOL, V_NULL }; /* top_kind in _header.py */
 enum { K_ANY, K_TOP, K_META, K_ENTRY, K_SHAPE, K_OFFS };                /* what a container holds */
 
 static uint8_t PLAIN[256]; /* bytes a string holds as they are */
