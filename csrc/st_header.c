@@ -50,8 +50,8 @@ typedef struct __attribute__((packed)) { /* a tensor; 25 bytes: 1.4M of them in 
 } Row;
 
 /* The tensors of a valid header (a capsule's payload): rows in JSON order, indexes of them
- * sorted by name (for duplicates) and by offsets (data order).  A rule broken in entry n leaves row
- * n with just its name. */
+ * sorted by name (for duplicates and lookups) and by offsets (data order).  A rule broken in entry
+ * n leaves row n with just its name. */
 typedef struct {
     size_t n, cap, nnames, ndims, dcap; /* nnames: n, or n + 1 when a rule broke in entry n */
     Row *rows;
@@ -556,6 +556,35 @@ static PyObject *py_parse(PyObject *self, PyObject *args) {
     return r;
 }
 
+/* find(table, name) -> (dtype index, shape, begin, end, element count), or None */
+static PyObject *py_find(PyObject *self, PyObject *args) {
+    PyObject *cap, *shape, *d;
+    const uint8_t *name;
+    Py_ssize_t n;
+    Table *t;
+    uint64_t count = 1;
+    if (!PyArg_ParseTuple(args, "Oy#", &cap, &name, &n)) return NULL;
+    if (!(t = PyCapsule_GetPointer(cap, "st_header"))) return NULL;
+    size_t lo = 0, hi = t->n, i; /* bisect the names as duplicates() sorted them */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2, j = t->byname[mid];
+        if (cmp(NAME(t, j), name, (size_t)n) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    i = lo < t->n ? t->byname[lo] : 0;
+    if (lo == t->n || cmp(NAME(t, i), name, (size_t)n)) Py_RETURN_NONE;
+    const Row *w = &t->rows[i];
+    size_t a = w->dims, e = NEXT(t, i, dims, t->ndims);
+    if (!(shape = PyTuple_New((Py_ssize_t)(e - a)))) return NULL;
+    for (size_t k = a; k < e; k++) {
+        if (!(d = PyLong_FromUnsignedLongLong(t->dims[k]))) return Py_DECREF(shape), NULL;
+        PyTuple_SET_ITEM(shape, (Py_ssize_t)(k - a), d), count *= t->dims[k]; /* < 2**64 */
+    }
+    return Py_BuildValue("(iNKKK)", w->dtype, shape, U(w->begin), U(w->end), U(count));
+}
+
 /* plan(table, dtype codes, in data order?) -> names, codes, shape texts ("2,3"), begins, ends */
 static PyObject *py_plan(PyObject *self, PyObject *args) {
     PyObject *cap, *codes_, *out[5] = {0};
@@ -595,6 +624,7 @@ fail:
 static PyMethodDef methods[] = {
     {"parse", py_parse, METH_VARARGS,
      "parse(buffer | None, fd, n, file_size, window, codes, bits)"},
+    {"find", py_find, METH_VARARGS, "find(table, name) -> (dtype, shape, begin, end, count)"},
     {"plan", py_plan, METH_VARARGS,
      "plan(table, codes, data order?) -> names, codes, shapes, begins, ends"},
     {NULL, NULL, 0, NULL},

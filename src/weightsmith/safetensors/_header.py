@@ -149,14 +149,13 @@ def _verdict(got: tuple, text, n: int, file_size: int, path) -> Header:
 
 
 class _Tensors(Mapping):
-    """name -> TensorInfo over the validator's tables (JSON order); the columns
-    and infos are made only when asked for, then kept (a memoized header is
-    loaded again and again)."""
+    """name -> TensorInfo over the validator's tables (JSON order, found by
+    bisection); columns and infos are made only when asked for, then kept (a
+    memoized header is loaded again and again)."""
 
     def __init__(self, table, count: int) -> None:
         self._table, self._count = table, count
         self._columns: dict[bool, tuple] = {}
-        self._index: dict[str, int] = {}
         self._made: dict[str, TensorInfo] = {}
 
     def __len__(self) -> int:
@@ -175,13 +174,13 @@ class _Tensors(Mapping):
     def __getitem__(self, name: str) -> TensorInfo:
         info = self._made.get(name)
         if info is None:
-            names, codes, shapes, begins, ends = self.plan(False)
-            if not self._index:
-                self._index = dict(zip(names, range(len(names))))
-            k = self._index[name]
-            shape = tuple(map(int, shapes[k].split(","))) if shapes[k] else ()
-            dtype, span = SAFETENSORS[codes[k]], (begins[k], ends[k])
-            info = self._made[name] = TensorInfo(name, dtype, shape, span, math.prod(shape))
+            found = type(name) is str and _c.find(
+                self._table, name.encode("utf-8", "surrogatepass")
+            )
+            if not found:
+                raise KeyError(name)
+            code, shape, begin, end, count = found
+            info = self._made[name] = TensorInfo(name, _DTYPES[code], shape, (begin, end), count)
         return info
 
     def __repr__(self) -> str:
