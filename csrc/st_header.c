@@ -585,18 +585,29 @@ static PyObject *py_find(PyObject *self, PyObject *args) {
     return Py_BuildValue("(iNKKK)", w->dtype, shape, U(w->begin), U(w->end), U(count));
 }
 
-/* plan(table, dtype codes, in data order?) -> names, codes, shape texts ("2,3"), begins, ends */
+/* names(table) -> the names in JSON order */
+static PyObject *py_names(PyObject *self, PyObject *cap) {
+    Table *t = PyCapsule_GetPointer(cap, "st_header");
+    PyObject *out = t ? PyList_New((Py_ssize_t)t->n) : NULL, *name;
+    for (size_t k = 0; out && k < t->n; k++)
+        if ((name = decode(NAME(t, k))))
+            PyList_SET_ITEM(out, (Py_ssize_t)k, name);
+        else
+            Py_CLEAR(out);
+    return out;
+}
+
+/* plan(table, dtype codes) -> names, codes, shape texts ("2,3"), begins, ends */
 static PyObject *py_plan(PyObject *self, PyObject *args) {
     PyObject *cap, *codes_, *out[5] = {0};
     Table *t;
     Buf text = {0};
-    int data;
-    if (!PyArg_ParseTuple(args, "OO!p", &cap, &PyTuple_Type, &codes_, &data)) return NULL;
+    if (!PyArg_ParseTuple(args, "OO!", &cap, &PyTuple_Type, &codes_)) return NULL;
     if (!(t = PyCapsule_GetPointer(cap, "st_header"))) return NULL;
     for (int k = 0; k < 5; k++)
         if (!(out[k] = PyList_New((Py_ssize_t)t->n))) goto fail;
     for (size_t k = 0; k < t->n; k++) {
-        size_t i = data ? t->order[k] : k;
+        size_t i = t->order[k];
         const Row *w = &t->rows[i];
         text.n = 0;
         for (size_t d = w->dims; d < NEXT(t, i, dims, t->ndims); d++) {
@@ -625,8 +636,8 @@ static PyMethodDef methods[] = {
     {"parse", py_parse, METH_VARARGS,
      "parse(buffer | None, fd, n, file_size, window, codes, bits)"},
     {"find", py_find, METH_VARARGS, "find(table, name) -> (dtype, shape, begin, end, count)"},
-    {"plan", py_plan, METH_VARARGS,
-     "plan(table, codes, data order?) -> names, codes, shapes, begins, ends"},
+    {"names", py_names, METH_O, "names(table) -> the names in JSON order"},
+    {"plan", py_plan, METH_VARARGS, "plan(table, codes) -> names, codes, shapes, begins, ends"},
     {NULL, NULL, 0, NULL},
 };
 

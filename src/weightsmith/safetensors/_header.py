@@ -155,21 +155,24 @@ class _Tensors(Mapping):
 
     def __init__(self, table, count: int) -> None:
         self._table, self._count = table, count
-        self._columns: dict[bool, tuple] = {}
+        self._names: list[str] | None = None
+        self._plan: tuple | None = None
         self._made: dict[str, TensorInfo] = {}
 
     def __len__(self) -> int:
         return self._count
 
-    def plan(self, data_order: bool = True) -> tuple[list, list, list, list, list]:
-        """Every tensor in data (or JSON) order: names, dtype codes, shape texts
-        ("2,3", "" for a scalar), begins and ends (for readers that make all tensors)."""
-        if data_order not in self._columns:
-            self._columns[data_order] = _c.plan(self._table, _CODES, data_order)
-        return self._columns[data_order]
+    def plan(self) -> tuple[list, list, list, list, list]:
+        """Every tensor in data order: names, dtype codes, shape texts ("2,3",
+        "" for a scalar), begins and ends (for readers that make all tensors)."""
+        if self._plan is None:
+            self._plan = _c.plan(self._table, _CODES)
+        return self._plan
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.plan(False)[0])
+        if self._names is None:
+            self._names = _c.names(self._table)
+        return iter(self._names)
 
     def __getitem__(self, name: str) -> TensorInfo:
         info = self._made.get(name)
