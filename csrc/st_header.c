@@ -1,15 +1,11 @@
-/* The safetensors header validator, one linear pass in the style of HF's tensor.rs.  Layout,
- * rules and the order in which they are reported: weightsmith/safetensors/_header.py.  The
- * pass reads the header from a buffer or from the file a window at a time (a big header is
- * never held whole), checks the UTF-8, the nesting, the JSON (errors at the offsets of CPython's
- * json: NaN / Infinity are floats there) and the rules, and keeps per tensor its name, dtype,
- * dims and offsets.  After the first error it only scans on for invalid UTF-8, which comes first.
- * An error comes back as (code, name, key, a1, e1, a2, e2, x, y): code indexes the enum below
- * (the rows of _TABLE in _header.py), [a, e) are spans of JSON values re-read there for the
- * message, x / y offsets, counts, a dtype index or which JSON error.  Strings decode to UTF-8
- * with lone surrogates as 3-byte sequences (Python's "surrogatepass"), so equal names are equal
- * bytes.  The GIL is held throughout.
- */
+/* The safetensors header validator in the style of HF's tensor.rs: a UTF-8 scan, then one pass
+ * over the JSON (CPython json's errors and offsets: NaN / Infinity are floats there), the nesting
+ * and the rules (their order: weightsmith/safetensors/_header.py), keeping a Row per tensor.  The
+ * header is a buffer or a file read a window at a time (never held whole).  An error comes back as
+ * (code, name, key, a1, e1, a2, e2, x, y): code - 1 is the row of _TABLE in _header.py, [a, e)
+ * spans of JSON values re-read there, x / y offsets, counts, a dtype index or the JSON error.
+ * Strings decode with lone surrogates as 3-byte UTF-8 (Python's "surrogatepass"), so equal names
+ * are equal bytes.  The GIL is held throughout. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
@@ -19,7 +15,6 @@
 #include <unistd.h>
 
 #define MAX_DEPTH 128
-#define MAX_CODES 64
 
 enum { E_OK, E_IO, E_UTF8, E_NOT_BRACE, E_NOT_OBJECT, E_DEEP, E_JSON, E_PADDING, E_DUP_META };
 enum { E_META = E_DUP_META + 1, E_META_KEY, E_META_VALUE, E_DUP_NAME, E_ENTRY, E_UNKNOWN_FIELD };
@@ -27,13 +22,9 @@ enum { E_DUP_FIELD = E_UNKNOWN_FIELD + 1, E_MISSING_FIELD, E_DTYPE, E_SHAPE, E_C
 enum { E_OFFSETS = E_COUNT_OVERFLOW + 1, E_BITS_OVERFLOW, E_MISALIGNED, E_SIZE, E_HOLE };
 enum { E_OVERLAP = E_HOLE + 1, E_TRAILING, E_TRUNCATED };
 enum { J_VALUE = 64, J_PROP, J_COLON, J_COMMA, J_UNTERM, J_CONTROL, J_ESCAPE, J_UESCAPE };
-enum { V_OBJ, V_ARR, V_STR, V_INT, V_BIGINT, V_HUGE, V_FLOAT, V_TRUE, V_FALSE, V_NULL };
-enum { K_ANY, K_TOP, K_META, K_ENTRY, K_SHAPE, K_OFFS }; /* what a container holds */
+enum { V_OBJ, V_ARR, V_STR, V_INT, V_BIGINT, V_FLOAT, V_BOOL, V_NULL }; /* top_kind in _header.py */
+enum { K_ANY, K_TOP, K_META, K_ENTRY, K_SHAPE, K_OFFS };                /* what a container holds */
 
-static char codes[MAX_CODES][16]; /* the dtype registry, from configure() */
-static size_t code_len[MAX_CODES];
-static uint64_t code_bits[MAX_CODES];
-static int n_codes;
 static uint8_t PLAIN[256]; /* bytes a string holds as they are */
 static uint8_t HEX[256];   /* hex digit values; 16 for other bytes */
 static size_t grow_limit;  /* the header's size: no buffer grows past it */
@@ -52,16 +43,25 @@ typedef struct {
     Buf name, key;
 } Err;
 
-/* The tensors of a valid header in JSON order (a capsule's payload): tensor i's name is
- * names.p[name_off[i]:name_off[i + 1]], its dims dims[dims_off[i]:dims_off[i + 1]]. */
+typedef struct __attribute__((packed)) { /* a tensor; 25 bytes: 1.4M of them in 100 MB */
+    uint64_t begin, end;
+    uint32_t name, dims; /* its name and dims start there in names.p and dims, end at the next's */
+    uint8_t dtype;
+} Row;
+
+/* The tensors of a valid header (a capsule's payload): rows in JSON order, indexes of them
+ * sorted by name (for duplicates and lookups) and by offsets (data order).  A rule broken in entry
+ * n leaves row n with just its name. */
 typedef struct {
-    size_t n, cap, dcap, ndims, nnames; /* nnames: n, or n + 1 when a rule broke in entry n */
-    uint64_t *begin, *end, *dims;
-    uint32_t *name_off, *dims_off, *order, *byname; /* data order, name order if not JSON's */
-    uint8_t *dtype;
+    size_t n, cap, nnames, ndims, dcap; /* nnames: n, or n + 1 when a rule broke in entry n */
+    Row *rows;
+    uint64_t *dims;
+    uint32_t *byname, *order;
     Buf names;
-    int sorted; /* names strictly increasing so far: no sort, no duplicate */
 } Table;
+#define NEXT(t, i, f, last) ((i) + 1 < (t)->nnames ? (t)->rows[(i) + 1].f : (last))
+#define NAME(t, i) \
+    (t)->names.p + (t)->rows[i].name, NEXT(t, i, name, (t)->names.n) - (t)->rows[i].name
 
 typedef struct { /* the tensor entry being parsed */
     int bad, seen[3], dtype, shape_ev, offs_ok, nofs;
@@ -72,9 +72,11 @@ typedef struct {
     const uint8_t *p; /* header bytes [base, base + len); the cursor is p[pos] */
     size_t len, pos, window;
     uint64_t base, total;
-    int fd, io, max_digits, seen_meta, utf8;
+    int fd, io, seen_meta;
+    Py_ssize_t ncodes, nbits; /* the dtype registry: codes NUL-padded to 16 bytes, their bits */
+    const char *codes;
+    const uint8_t *bits;
     long depth;
-    uint64_t utf8_at;
     uint8_t *win;
     Err stop, rule;           /* the error that stopped the pass; the first broken rule */
     Buf str, key, name, mkey; /* last string and key, tensor name, metadata key */
@@ -86,7 +88,7 @@ typedef struct {
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return 0;
     size_t c = *cap ? *cap : 64;
-    while (c < need) c += c / 2;
+    while (c < need) c += c / 2 + 1;
     if (c * elem > grow_limit && need * elem <= grow_limit) c = grow_limit / elem;
     void *q = realloc(*p, c * elem);
     if (!q) return -1;
@@ -145,14 +147,21 @@ static size_t utf8_len(P *s) {
     return k;
 }
 
-/* After the error that stopped the pass, the rest of the header: its first invalid UTF-8. */
-static void tail(P *s) {
-    for (int c; !s->utf8 && (c = peek(s)) >= 0;) {
+/* Before the pass, the whole header's UTF-8 (1 at its first invalid byte), then a rewind. */
+static int bad_utf8(P *s) {
+    size_t k = 1;
+    while (k && peek(s) >= 0) {
+        uint64_t w; /* ASCII 8 bytes at a time */
+        while (s->pos + 8 <= s->len && !(memcpy(&w, s->p + s->pos, 8), w & 0x8080808080808080u))
+            s->pos += 8;
         while (s->pos < s->len && s->p[s->pos] < 0x80) s->pos++;
-        size_t k = s->pos < s->len ? utf8_len(s) : 0;
-        if (!k && s->pos < s->len) s->utf8 = 1, s->utf8_at = at(s);
-        s->pos += k;
+        if (s->pos < s->len) s->pos += (k = utf8_len(s));
     }
+    if (!k) fail(s, E_UTF8, at(s));
+    if (!k || s->io) return 1;
+    s->pos = 0;
+    if (s->fd >= 0) s->base = s->len = 0;
+    return 0;
 }
 
 static int hex4(const uint8_t *p, uint32_t *out) { /* 4 hex digits, or 0 */
@@ -169,7 +178,7 @@ static int put_cp(Buf *b, uint32_t c) { /* UTF-8, surrogates included */
     return put(b, u, (size_t)k);
 }
 
-/* A JSON string at the cursor ('"'), decoded into `out`. */
+/* A JSON string at the cursor ('"'), decoded into `out` (its UTF-8 is checked already). */
 static int scan_string(P *s, Buf *out) {
     uint64_t q = at(s);
     s->pos++, out->n = 0;
@@ -181,13 +190,6 @@ static int scan_string(P *s, Buf *out) {
         if ((s->pos = j) == s->len) continue;
         if (s->p[j] == '"') return s->pos++, 0;
         if (s->p[j] < 0x20) return fail(s, J_CONTROL, at(s));
-        if (s->p[j] >= 0x80) {
-            size_t k = utf8_len(s);
-            if (!k) return s->utf8 = 1, s->utf8_at = at(s), fail(s, E_UTF8, at(s));
-            if (put(out, s->p + s->pos, k)) return -1;
-            s->pos += k;
-            continue;
-        }
         size_t have = more(s, 13); /* a backslash: up to two \uXXXX and a byte after */
         const uint8_t *p = s->p + s->pos;
         if (have < 2) return s->pos = s->len, fail(s, J_UNTERM, q);
@@ -227,19 +229,14 @@ static inline int digit_at(P *s, size_t i) {
 static int scan_number(P *s, Val *v) {
     uint64_t start = at(s), u = 0;
     int neg = peek(s) == '-', over = 0;
-    long digits = 0;
     s->pos += (size_t)neg;
     if (!digit_at(s, 0)) return fail(s, J_VALUE, start);
     int first = s->p[s->pos];
     do {
         over |= __builtin_mul_overflow(u, 10, &u);
-        over |= __builtin_add_overflow(u, (uint64_t)(s->p[s->pos] - '0'), &u);
-        digits++, s->pos++;
+        over |= __builtin_add_overflow(u, (uint64_t)(s->p[s->pos++] - '0'), &u);
     } while (first != '0' && digit_at(s, 0));
-    v->u = u;
-    v->type = s->max_digits > 0 && digits > s->max_digits ? V_HUGE
-              : over || (neg && u)                        ? V_BIGINT
-                                                          : V_INT;
+    v->u = u, v->type = over || (neg && u) ? V_BIGINT : V_INT;
     if (peek(s) == '.' && digit_at(s, 1))
         for (v->type = V_FLOAT, s->pos++; digit_at(s, 0);) s->pos++;
     int c = peek(s), sign = more(s, 2) >= 2 && (s->p[s->pos + 1] == '+' || s->p[s->pos + 1] == '-');
@@ -250,9 +247,6 @@ static int scan_number(P *s, Val *v) {
 
 /* Tables --------------------------------------------------------------------------------- */
 
-#define NAME(t, i) ((t)->names.p + (t)->name_off[i])
-#define NAME_LEN(t, i) ((size_t)((t)->name_off[(i) + 1] - (t)->name_off[i]))
-
 static int cmp(const uint8_t *p, size_t n, const uint8_t *q, size_t m) { /* bytewise */
     int c = n && m ? memcmp(p, q, n < m ? n : m) : 0;
     return c ? c : (n > m) - (n < m);
@@ -262,39 +256,9 @@ static inline int eq(const uint8_t *p, size_t n, const void *q, size_t m) {
     return n == m && (!n || !memcmp(p, q, n));
 }
 
-#define BYNAME(t, k) ((t)->byname ? (t)->byname[k] : (k))
-static Py_ssize_t find(const Table *t, const uint8_t *p, size_t n) { /* index, or -1 */
-    size_t lo = 0, hi = t->n, i;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (i = BYNAME(t, mid), cmp(NAME(t, i), NAME_LEN(t, i), p, n) < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    i = lo < t->n ? BYNAME(t, lo) : 0;
-    return lo < t->n && eq(p, n, NAME(t, i), NAME_LEN(t, i)) ? (Py_ssize_t)i : -1;
-}
-
-static int re(void *p, size_t n) { /* realloc *(void **)p to n bytes */
-    void *q = realloc(*(void **)p, n);
-    return q ? (*(void **)p = q, 0) : -1;
-}
-
-static int reserve(Table *t, size_t n) { /* room for n tensors in every column */
-    if (n <= t->cap) return 0;
-    size_t c = t->cap ? t->cap + t->cap / 2 : 64;
-    if (re(&t->begin, c * 8) || re(&t->end, c * 8) || re(&t->dtype, c) ||
-        re(&t->name_off, (c + 1) * 4) || re(&t->dims_off, (c + 1) * 4))
-        return -1;
-    if (!t->cap) t->name_off[0] = t->dims_off[0] = 0;
-    return t->cap = c, 0;
-}
-
 static void table_free(Table *t) {
-    if (!t) return;
-    free(t->begin), free(t->end), free(t->dims), free(t->name_off), free(t->dims_off);
-    free(t->byname), free(t->order), free(t->dtype), free(t->names.p), free(t);
+    if (t) free(t->rows), free(t->dims), free(t->byname), free(t->order), free(t->names.p);
+    free(t);
 }
 
 /* Rules ---------------------------------------------------------------------------------- */
@@ -320,15 +284,14 @@ static int check_entry(P *s) {
     if (e->shape_ev) return rule(s, e->shape_ev, NULL, sh, NULL, 0);
     if (!e->offs_ok || e->nofs != 2 || e->ofs[0] > e->ofs[1])
         return rule(s, E_OFFSETS, NULL, of, NULL, 0);
-    if (__builtin_mul_overflow(e->n, code_bits[d], &bits))
+    if (__builtin_mul_overflow(e->n, (uint64_t)s->bits[d], &bits))
         return rule(s, E_BITS_OVERFLOW, NULL, sh, NULL, d);
     if (bits & 7) return rule(s, E_MISALIGNED, NULL, sh, NULL, d);
     if (bits >> 3 != e->ofs[1] - e->ofs[0]) return rule(s, E_SIZE, NULL, sh, of, d);
     Table *t = s->t;
-    size_t i = t->n; /* its name and columns are in place (top_member) */
-    t->begin[i] = e->ofs[0], t->end[i] = e->ofs[1], t->dtype[i] = (uint8_t)d;
-    t->dims_off[i + 1] = (uint32_t)t->ndims;
-    return t->n = i + 1, 0;
+    Row *w = &t->rows[t->n]; /* its name and dims are in place */
+    w->begin = e->ofs[0], w->end = e->ofs[1], w->dtype = (uint8_t)d;
+    return t->n++, 0;
 }
 
 static int parse_value(P *s, int kind, Val *v);
@@ -341,14 +304,12 @@ static int meta_member(P *s) { /* a key (in s->key) and its value in __metadata_
     Val v;
     if (copy(&s->mkey, &s->key) || parse_value(s, K_ANY, &v)) return -1;
     if (s->rule.code) return 0;
-    PyObject *k = decode(s->mkey.p, s->mkey.n), *val = NULL;
-    int r = k ? PyDict_Contains(s->meta, k) : -1;
-    if (r == 1)
-        r = rule(s, E_META_KEY, &s->mkey, NULL, NULL, 0);
-    else if (r == 0 && v.type != V_STR)
-        r = rule(s, E_META_VALUE, &s->mkey, v.span, NULL, 0);
-    else if (r == 0)
-        r = (val = decode(s->str.p, s->str.n)) ? PyDict_SetItem(s->meta, k, val) : -1;
+    Py_ssize_t had = PyDict_GET_SIZE(s->meta); /* None stands for a value not a string */
+    PyObject *k = decode(s->mkey.p, s->mkey.n),
+             *val = v.type == V_STR ? decode(s->str.p, s->str.n) : Py_NewRef(Py_None);
+    int r = k && val && PyDict_SetDefault(s->meta, k, val) ? 0 : -1;
+    if (!r && PyDict_GET_SIZE(s->meta) == had) r = rule(s, E_META_KEY, &s->mkey, NULL, NULL, 0);
+    if (!r && !s->rule.code && v.type != V_STR) r = rule(s, E_META_VALUE, &s->mkey, v.span, 0, 0);
     Py_XDECREF(val), Py_XDECREF(k);
     return r;
 }
@@ -368,13 +329,11 @@ static int top_member(P *s) {
         if (parse_value(s, K_ANY, &v)) return -1;
         return v.type == V_NULL ? 0 : rule(s, E_META, NULL, v.span, NULL, 0);
     }
-    if (!s->rule.code) {
-        size_t i = t->n;
-        if (reserve(t, i + 1) || put(&t->names, s->name.p, s->name.n)) return -1;
-        t->name_off[i + 1] = (uint32_t)t->names.n, t->nnames = i + 1;
-        int c = i ? cmp(NAME(t, i - 1), NAME_LEN(t, i - 1), NAME(t, i), NAME_LEN(t, i)) : -1;
-        if (!c && rule(s, E_DUP_NAME, NULL, NULL, NULL, 0)) return -1;
-        t->sorted &= c < 0; /* out of order: duplicates are found by sorting, after the pass */
+    if (!s->rule.code) { /* a row with its name: duplicates are found after the pass */
+        if (grow((void **)&t->rows, &t->cap, t->n + 1, sizeof(Row))) return -1;
+        t->rows[t->n] = (Row){.name = (uint32_t)t->names.n, .dims = (uint32_t)t->ndims};
+        if (put(&t->names, s->name.p, s->name.n)) return -1;
+        t->nnames = t->n + 1;
     }
     if (peek(s) != '{') return parse_value(s, K_ANY, &v) ? -1 : rule(s, E_ENTRY, 0, v.span, 0, 0);
     memset(&s->ent, 0, sizeof s->ent);
@@ -401,8 +360,8 @@ static int entry_member(P *s) {
     if (f == 2) e->offs_ok = list;
     if (parse_value(s, list && f > 0 ? K_SHAPE + f - 1 : K_ANY, &v)) return -1;
     if (f >= 0) memcpy(e->span[f], v.span, sizeof v.span);
-    for (int i = 0; f == 0 && v.type == V_STR && e->dtype < 0 && i < n_codes; i++)
-        if (eq(s->str.p, s->str.n, codes[i], code_len[i])) e->dtype = i;
+    for (int i = 0; f == 0 && v.type == V_STR && e->dtype < 0 && i < s->ncodes; i++)
+        if (eq(s->str.p, s->str.n, s->codes + 16 * i, strnlen(s->codes + 16 * i, 16))) e->dtype = i;
     return 0;
 }
 
@@ -467,8 +426,8 @@ static int parse_value(P *s, int kind, Val *v) {
         if (!(r = parse_container(s, kind, c == '{'))) s->depth--; /* an error keeps its depth */
     } else if (c == '"')
         v->type = V_STR, r = scan_string(s, &s->str);
-    else if (!word(s, v, "null", V_NULL) && !word(s, v, "true", V_TRUE) &&
-             !word(s, v, "false", V_FALSE) && !word(s, v, "NaN", V_FLOAT) &&
+    else if (!word(s, v, "null", V_NULL) && !word(s, v, "true", V_BOOL) &&
+             !word(s, v, "false", V_BOOL) && !word(s, v, "NaN", V_FLOAT) &&
              !word(s, v, "Infinity", V_FLOAT) && !word(s, v, "-Infinity", V_FLOAT))
         r = scan_number(s, v);
     v->span[1] = at(s);
@@ -484,77 +443,76 @@ static PyObject *report(const Err *r) {
                          (Py_ssize_t)r->key.n, U(r->a1), U(r->e1), U(r->a2), U(r->e2), U(r->x),
                          U(r->y));
 }
-#define REPORT(code_, x_, y_, name_, n_) \
-    report(&(Err){.code = code_, .x = x_, .y = y_, .name = {(uint8_t *)(name_), n_, 0}})
+static PyObject *verdict(int code, uint64_t x, uint64_t y, const uint8_t *name, size_t n) {
+    return report(&(Err){.code = code, .x = x, .y = y, .name = {(uint8_t *)name, n, 0}});
+}
 
 static const Table *sorting; /* qsort has no context argument; the GIL is held */
 static int by_offsets(const void *x, const void *y) {
-    uint32_t i = *(const uint32_t *)x, j = *(const uint32_t *)y;
-    const uint64_t *b = sorting->begin, *e = sorting->end;
-    if (b[i] != b[j]) return (b[i] > b[j]) - (b[i] < b[j]);
-    return e[i] != e[j] ? (e[i] > e[j]) - (e[i] < e[j]) : (i > j) - (i < j);
+    const Row *a = &sorting->rows[*(const uint32_t *)x], *b = &sorting->rows[*(const uint32_t *)y];
+    if (a->begin != b->begin) return (a->begin > b->begin) - (a->begin < b->begin);
+    return a->end != b->end ? (a->end > b->end) - (a->end < b->end) : (a > b) - (a < b);
 }
 
 static int by_name(const void *x, const void *y) { /* ties in JSON order */
     uint32_t i = *(const uint32_t *)x, j = *(const uint32_t *)y;
-    int c = cmp(NAME(sorting, i), NAME_LEN(sorting, i), NAME(sorting, j), NAME_LEN(sorting, j));
+    int c = cmp(NAME(sorting, i), NAME(sorting, j));
     return c ? c : (i > j) - (i < j);
 }
 
-/* Names out of order: sort an index by name; a name's second occurrence first in JSON order
- * (it comes before any rule broken later: names are entered only while none is). */
+static uint32_t *sorted(const Table *t, size_t n, int (*by)(const void *, const void *)) {
+    uint32_t *ix = malloc(n * 4 + 4); /* 0 .. n - 1 in the order of `by`, or NULL */
+    size_t k;
+    for (k = 0; ix && k < n; k++) ix[k] = (uint32_t)k;
+    for (sorting = t, k = 1; ix && k < n && by(ix + k - 1, ix + k) < 0;) k++; /* in order? */
+    if (ix && k < n) qsort(ix, n, 4, by);
+    return ix;
+}
+
+/* Sorted by name, a name's second occurrence first in JSON order (it comes before any rule
+ * broken later: names are entered only while none is); NULL if no name repeats. */
 static PyObject *duplicates(Table *t) {
-    size_t n = t->nnames, k, dup = SIZE_MAX;
-    if (t->sorted || !(t->byname = malloc(n * 4))) return t->sorted ? NULL : PyErr_NoMemory();
-    for (k = 0; k < n; k++) t->byname[k] = (uint32_t)k;
-    sorting = t;
-    qsort(t->byname, n, 4, by_name);
-    for (k = 1; k < n; k++) {
+    size_t dup = SIZE_MAX;
+    if (!(t->byname = sorted(t, t->nnames, by_name))) return PyErr_NoMemory();
+    for (size_t k = 1; k < t->nnames; k++) {
         uint32_t i = t->byname[k - 1], j = t->byname[k];
-        if (j < dup && eq(NAME(t, i), NAME_LEN(t, i), NAME(t, j), NAME_LEN(t, j))) dup = j;
+        if (j < dup && !cmp(NAME(t, i), NAME(t, j))) dup = j;
     }
-    return dup == SIZE_MAX ? NULL : REPORT(E_DUP_NAME, 0, 0, NAME(t, dup), NAME_LEN(t, dup));
+    return dup == SIZE_MAX ? NULL : verdict(E_DUP_NAME, 0, 0, NAME(t, dup));
 }
 
 /* Sorted by offsets (stably), the tensors must tile [0, data_size): NULL if they do. */
 static PyObject *coverage(Table *t, int64_t data_size) {
     uint64_t pos = 0;
-    size_t i = 0, k = 1;
-    while (k < t->n && t->begin[k] >= t->begin[k - 1] && t->end[k] >= t->end[k - 1]) k++;
-    if (k < t->n) { /* not in data order: sort an index */
-        if (!(t->order = malloc(t->n * 4))) return PyErr_NoMemory();
-        for (k = 0; k < t->n; k++) t->order[k] = (uint32_t)k;
-        sorting = t;
-        qsort(t->order, t->n, 4, by_offsets);
-    }
-    for (k = 0; k < t->n; k++, pos = t->end[i])
-        if (t->begin[i = t->order ? t->order[k] : k] != pos)
-            return REPORT(t->begin[i] > pos ? E_HOLE : E_OVERLAP, t->begin[i], pos, NAME(t, i),
-                          NAME_LEN(t, i));
+    size_t i = 0;
+    if (!(t->order = sorted(t, t->n, by_offsets))) return PyErr_NoMemory();
+    for (size_t k = 0; k < t->n; k++, pos = t->rows[i].end)
+        if (t->rows[i = t->order[k]].begin != pos)
+            return verdict(t->rows[i].begin > pos ? E_HOLE : E_OVERLAP, t->rows[i].begin, pos,
+                           NAME(t, i));
     if (pos <= INT64_MAX && (int64_t)pos == data_size) return NULL;
-    if (pos <= INT64_MAX && (int64_t)pos < data_size) return REPORT(E_TRAILING, pos, 0, "", 0);
-    return REPORT(E_TRUNCATED, pos, 0, t->n ? NAME(t, i) : NULL, t->n ? NAME_LEN(t, i) : 0);
+    if (pos <= INT64_MAX && (int64_t)pos < data_size) return verdict(E_TRAILING, pos, 0, NULL, 0);
+    return t->n ? verdict(E_TRUNCATED, pos, 0, NAME(t, i)) : verdict(E_TRUNCATED, pos, 0, NULL, 0);
 }
 
 static void capsule_free(PyObject *cap) { table_free(PyCapsule_GetPointer(cap, "st_header")); }
 
 static PyObject *run(P *s, int64_t file_size) {
     Val v = {0};
-    int c = peek(s), ok = 0, r = 0;
-    if (c != '{') { /* another JSON value (HeaderNotObject) or not even that (HeaderNotBrace) */
-        skip_ws(s); /* blanks then '{': not a brace, however deep */
+    int c = bad_utf8(s) ? -1 : peek(s), ok = 0, r = 0;
+    if (s->stop.code || s->io) { /* invalid UTF-8, or no header to read */
+    } else if (c != '{') {       /* another JSON value (HeaderNotObject) or not even that */
+        skip_ws(s);              /* blanks then '{': not a brace, however deep */
         if ((c = peek(s)) != '{' && c >= 0 && !(r = parse_value(s, K_ANY, &v)))
             skip_ws(s), ok = peek(s) < 0;
         if ((!r || s->stop.code) && s->stop.code != E_DEEP)
-            s->stop.code = ok && v.type != V_HUGE ? E_NOT_OBJECT : E_NOT_BRACE, s->stop.x = v.type;
+            s->stop.code = ok ? E_NOT_OBJECT : E_NOT_BRACE, s->stop.x = v.type;
     } else if (!(r = parse_value(s, K_TOP, &v))) {
         while ((c = peek(s)) == ' ') s->pos++;
         if (c >= 0) fail(s, E_PADDING, at(s));
     }
     if (PyErr_Occurred() || (r && !s->stop.code)) return PyErr_Occurred() ? 0 : PyErr_NoMemory();
-    if (s->stop.code && !s->utf8) tail(s);
-    if (s->io) return REPORT(E_IO, at(s), 0, "", 0);
-    if (s->utf8) return REPORT(E_UTF8, s->utf8_at, 0, "", 0);
+    if (s->io) return verdict(E_IO, at(s), 0, NULL, 0);
     if (s->stop.code) return report(&s->stop);
     PyObject *bad = duplicates(s->t), *cap;
     if (!bad && !PyErr_Occurred() && s->rule.code) return report(&s->rule);
@@ -568,16 +526,18 @@ static PyObject *run(P *s, int64_t file_size) {
 
 /* Python API ----------------------------------------------------------------------------- */
 
-/* parse(buffer | None, fd, n, file_size, max_digits, window) -> a report (an error) or
+/* parse(buffer | None, fd, n, file_size, window) -> a report (an error) or
  * (table, metadata, tensor count) */
 static PyObject *py_parse(PyObject *self, PyObject *args) {
     PyObject *src, *r = NULL;
     Py_buffer view = {0};
     long long n, file_size, window;
     P s = {.fd = -1};
-    if (!PyArg_ParseTuple(args, "OiLLiL", &src, &s.fd, &n, &file_size, &s.max_digits, &window) ||
+    if (!PyArg_ParseTuple(args, "OiLLLy#y#", &src, &s.fd, &n, &file_size, &window, &s.codes,
+                          &s.ncodes, &s.bits, &s.nbits) ||
         (src != Py_None && PyObject_GetBuffer(src, &view, PyBUF_SIMPLE)))
         return NULL;
+    s.ncodes = s.ncodes / 16 < s.nbits ? s.ncodes / 16 : s.nbits;
     s.fd = src == Py_None ? s.fd : -1, s.window = window > 16 ? (size_t)window : 16;
     s.p = view.buf, s.len = (size_t)view.len, s.total = src == Py_None ? (uint64_t)n : s.len;
     grow_limit = s.total > 64 ? (size_t)s.total : 64;
@@ -587,7 +547,7 @@ static PyObject *py_parse(PyObject *self, PyObject *args) {
     else if (!(s.t = calloc(1, sizeof(Table))) || (s.fd >= 0 && !(s.win = malloc(s.window))))
         PyErr_NoMemory();
     else
-        r = s.total ? (s.t->sorted = 1, run(&s, file_size)) : REPORT(E_NOT_BRACE, 0, 0, "", 0);
+        r = s.total ? run(&s, file_size) : verdict(E_NOT_BRACE, 0, 0, NULL, 0);
     if (src != Py_None) PyBuffer_Release(&view);
     table_free(s.t);
     free(s.win), free(s.str.p), free(s.key.p), free(s.name.p), free(s.mkey.p);
@@ -598,83 +558,86 @@ static PyObject *py_parse(PyObject *self, PyObject *args) {
 
 /* find(table, name) -> (dtype index, shape, begin, end, element count), or None */
 static PyObject *py_find(PyObject *self, PyObject *args) {
-    PyObject *cap, *shape;
-    const char *name;
+    PyObject *cap, *shape, *d;
+    const uint8_t *name;
     Py_ssize_t n;
     Table *t;
     uint64_t count = 1;
     if (!PyArg_ParseTuple(args, "Oy#", &cap, &name, &n)) return NULL;
     if (!(t = PyCapsule_GetPointer(cap, "st_header"))) return NULL;
-    Py_ssize_t i = find(t, (const uint8_t *)name, (size_t)n);
-    if (i < 0) Py_RETURN_NONE;
-    size_t a = t->dims_off[i], e = t->dims_off[i + 1];
+    size_t lo = 0, hi = t->n, i; /* bisect the names as duplicates() sorted them */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2, j = t->byname[mid];
+        if (cmp(NAME(t, j), name, (size_t)n) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    i = lo < t->n ? t->byname[lo] : 0;
+    if (lo == t->n || cmp(NAME(t, i), name, (size_t)n)) Py_RETURN_NONE;
+    const Row *w = &t->rows[i];
+    size_t a = w->dims, e = NEXT(t, i, dims, t->ndims);
     if (!(shape = PyTuple_New((Py_ssize_t)(e - a)))) return NULL;
     for (size_t k = a; k < e; k++) {
-        PyObject *d = PyLong_FromUnsignedLongLong(t->dims[k]);
-        if (!d) return Py_DECREF(shape), NULL;
-        PyTuple_SET_ITEM(shape, (Py_ssize_t)(k - a), d);
-        count *= t->dims[k]; /* < 2**64: the rules checked it */
+        if (!(d = PyLong_FromUnsignedLongLong(t->dims[k]))) return Py_DECREF(shape), NULL;
+        PyTuple_SET_ITEM(shape, (Py_ssize_t)(k - a), d), count *= t->dims[k]; /* < 2**64 */
     }
-    return Py_BuildValue("(iNKKK)", t->dtype[i], shape, U(t->begin[i]), U(t->end[i]), U(count));
+    return Py_BuildValue("(iNKKK)", w->dtype, shape, U(w->begin), U(w->end), U(count));
 }
 
-/* plan(table, dtype codes) -> names, codes, shape texts ("2,3"), begins, ends in data order;
- * plan(table, None) -> the names in JSON order */
+/* names(table) -> the names in JSON order */
+static PyObject *py_names(PyObject *self, PyObject *cap) {
+    Table *t = PyCapsule_GetPointer(cap, "st_header");
+    PyObject *out = t ? PyList_New((Py_ssize_t)t->n) : NULL, *name;
+    for (size_t k = 0; out && k < t->n; k++)
+        if ((name = decode(NAME(t, k))))
+            PyList_SET_ITEM(out, (Py_ssize_t)k, name);
+        else
+            Py_CLEAR(out);
+    return out;
+}
+
+/* plan(table, dtype codes) -> names, codes, shape texts ("2,3"), begins, ends */
 static PyObject *py_plan(PyObject *self, PyObject *args) {
     PyObject *cap, *codes_, *out[5] = {0};
     Table *t;
     Buf text = {0};
-    if (!PyArg_ParseTuple(args, "OO", &cap, &codes_)) return NULL;
+    if (!PyArg_ParseTuple(args, "OO!", &cap, &PyTuple_Type, &codes_)) return NULL;
     if (!(t = PyCapsule_GetPointer(cap, "st_header"))) return NULL;
-    int cols = PyTuple_Check(codes_) ? 5 : 1;
-    for (int k = 0; k < cols; k++)
+    for (int k = 0; k < 5; k++)
         if (!(out[k] = PyList_New((Py_ssize_t)t->n))) goto fail;
     for (size_t k = 0; k < t->n; k++) {
-        size_t i = cols > 1 && t->order ? t->order[k] : k, d = t->dims_off[i];
-        PyObject *items[5] = {decode(NAME(t, i), NAME_LEN(t, i))};
-        for (text.n = 0; cols > 1 && d < t->dims_off[i + 1]; d++) {
-            char num[24];
-            int len = snprintf(num, sizeof num, &",%llu"[d == t->dims_off[i]], U(t->dims[d]));
-            if (put(&text, num, (size_t)len)) goto fail;
+        size_t i = t->order[k];
+        const Row *w = &t->rows[i];
+        text.n = 0;
+        for (size_t d = w->dims; d < NEXT(t, i, dims, t->ndims); d++) {
+            char num[24], *q = num + 24;
+            for (uint64_t v = t->dims[d]; q == num + 24 || v; v /= 10) *--q = '0' + v % 10;
+            if (d > w->dims) *--q = ',';
+            if (put(&text, q, (size_t)(num + 24 - q))) goto fail;
         }
-        if (cols > 1) {
-            int dt = t->dtype[i]; /* the tuple holds every code: see configure() */
-            items[1] =
-                Py_NewRef(dt < PyTuple_GET_SIZE(codes_) ? PyTuple_GET_ITEM(codes_, dt) : Py_None);
-            items[2] =
-                PyUnicode_FromStringAndSize(text.p ? (char *)text.p : "", (Py_ssize_t)text.n);
-            items[3] = PyLong_FromUnsignedLongLong(t->begin[i]);
-            items[4] = PyLong_FromUnsignedLongLong(t->end[i]);
-        }
-        for (int j = 0; j < cols; j++) PyList_SET_ITEM(out[j], (Py_ssize_t)k, items[j]);
-        for (int j = 0; j < cols; j++)
+        PyObject *items[5] = {
+            decode(NAME(t, i)), Py_NewRef(PyTuple_GET_ITEM(codes_, w->dtype)),
+            PyUnicode_FromStringAndSize(text.p ? (char *)text.p : "", (Py_ssize_t)text.n),
+            PyLong_FromUnsignedLongLong(w->begin), PyLong_FromUnsignedLongLong(w->end)};
+        for (int j = 0; j < 5; j++) PyList_SET_ITEM(out[j], (Py_ssize_t)k, items[j]);
+        for (int j = 0; j < 5; j++)
             if (!items[j]) goto fail;
     }
     free(text.p);
-    return cols > 1 ? Py_BuildValue("(NNNNN)", out[0], out[1], out[2], out[3], out[4]) : out[0];
+    return Py_BuildValue("(NNNNN)", out[0], out[1], out[2], out[3], out[4]);
 fail:
     free(text.p);
     for (int k = 0; k < 5; k++) Py_XDECREF(out[k]);
     return NULL;
 }
 
-/* configure(dtype codes: 16 bytes each, NUL-padded; their bits: uint64 each) */
-static PyObject *py_configure(PyObject *self, PyObject *args) {
-    const char *names, *bits;
-    Py_ssize_t k, nb;
-    if (!PyArg_ParseTuple(args, "y#y#", &names, &k, &bits, &nb)) return NULL;
-    if (k % 16 || k / 16 > MAX_CODES || nb != k / 2)
-        return PyErr_Format(PyExc_ValueError, "bad table");
-    memcpy(codes, names, (size_t)k), memcpy(code_bits, bits, (size_t)nb);
-    for (n_codes = 0; n_codes < k / 16; n_codes++) code_len[n_codes] = strnlen(codes[n_codes], 16);
-    Py_RETURN_NONE;
-}
-
 static PyMethodDef methods[] = {
-    {"parse", py_parse, METH_VARARGS, "parse(buffer | None, fd, n, file_size, max_digits, window)"},
+    {"parse", py_parse, METH_VARARGS,
+     "parse(buffer | None, fd, n, file_size, window, codes, bits)"},
     {"find", py_find, METH_VARARGS, "find(table, name) -> (dtype, shape, begin, end, count)"},
+    {"names", py_names, METH_O, "names(table) -> the names in JSON order"},
     {"plan", py_plan, METH_VARARGS, "plan(table, codes) -> names, codes, shapes, begins, ends"},
-    {"configure", py_configure, METH_VARARGS, "configure(codes, bits)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -682,7 +645,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "st_header", NULL, -1
 
 PyMODINIT_FUNC PyInit_st_header(void) {
     for (int c = 0; c < 256; c++) {
-        PLAIN[c] = c >= 0x20 && c < 0x80 && c != '"' && c != '\\';
+        PLAIN[c] = c >= 0x20 && c != '"' && c != '\\';
         HEX[c] = c >= '0' && c <= '9'                 ? c - '0'
                  : (c | 32) >= 'a' && (c | 32) <= 'f' ? (c | 32) - 87
                                                       : 16;

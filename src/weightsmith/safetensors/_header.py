@@ -20,28 +20,24 @@ are little-endian, in C (row-major) order.  Sub-byte types (F4, F6_*) are
 packed: element ``i`` occupies bits ``[i*bits, (i+1)*bits)`` of the span,
 least significant bit first, and a tensor must end on a byte boundary.
 
-Rules enforced here, each with its own exception (see
-:mod:`weightsmith.errors`): file >= 8 bytes; N <= 100,000,000; 8 + N within
-the file; UTF-8; first byte ``{``; padding is spaces only; nesting depth
-bounded; a JSON object; no duplicate keys in the top object, an entry or
-``__metadata__`` (even identical);
-``__metadata__`` at most once and str -> str; tensor entries have exactly
-the three fields; dtype is a known, case-sensitive code; shape entries are
-integers in [0, 2**64); offsets are two integers in [0, 2**64) with
-begin <= end; shape x bits computed without overflow, a whole number of
-bytes, equal to end - begin; sorted by offset the tensors tile the data
-section from 0 with no hole or overlap and end exactly at the end of file.
+Rules enforced here, each with its own exception (see :mod:`weightsmith.errors`):
+file >= 8 bytes; N <= 100,000,000; 8 + N within the file; UTF-8; first byte ``{``;
+padding is spaces only; nesting depth bounded; a JSON object; no duplicate keys in
+the top object, an entry or ``__metadata__`` (even identical); ``__metadata__`` at
+most once and str -> str; tensor entries have exactly the three fields; dtype is a
+known, case-sensitive code; shape entries are integers in [0, 2**64); offsets are
+two integers in [0, 2**64) with begin <= end; shape x bits computed without
+overflow, a whole number of bytes, equal to end - begin; sorted by offset the
+tensors tile the data section from 0 with no hole or overlap and end exactly at
+the end of file.
 
-The compiled validator (``csrc/st_header.c``, one linear pass in the style of
-HF's ``tensor.rs``) reports the first broken rule in this order: invalid UTF-8
-anywhere; the first JSON syntax error (worded as Python's json) or nesting
-past MAX_DEPTH, whichever comes first (as serde_json); padding; duplicate
-names and the entries' rules in JSON order; coverage.  It keeps per tensor its
-name, dtype, dims and offsets in C arrays; this module turns its verdict into
-the named error (one table, ``_TABLE``) and serves the tables as a lazy mapping.
-
-These functions take bytes or an open file, never a path to open: the remote
-reader runs them on ranges fetched over HTTP.
+The validator (``csrc/st_header.c``, in the style of HF's ``tensor.rs``) reports
+the first broken rule in this order: invalid UTF-8 anywhere; the first JSON syntax
+error (worded as Python's json) or nesting past MAX_DEPTH, whichever comes first
+(as serde_json); padding; duplicate names and the entries' rules in JSON order;
+coverage.  This module turns its verdict into the named error (one table,
+``_TABLE``) and serves its tables as a lazy mapping.  It takes bytes or an open
+file, never a path: the remote reader runs it on ranges fetched over HTTP.
 """
 
 from __future__ import annotations
@@ -49,7 +45,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -62,10 +57,8 @@ MAX_HEADER_SIZE = 100_000_000
 MAX_DEPTH = 128  # also in csrc/st_header.c
 _CODES = tuple(SAFETENSORS)
 _DTYPES = tuple(SAFETENSORS.values())
-_c.configure(
-    b"".join(c.encode().ljust(16, b"\0") for c in _CODES),
-    b"".join(d.bits.to_bytes(8, sys.byteorder) for d in _DTYPES),
-)
+# the dtype registry as the validator takes it: codes NUL-padded to 16 bytes, their bits
+_REGISTRY = b"".join(c.encode().ljust(16, b"\0") for c in _CODES), bytes(d.bits for d in _DTYPES)
 
 
 @dataclass(slots=True, repr=False)
@@ -96,14 +89,11 @@ class Header:
     metadata: dict[str, str] | None
     tensors: Mapping[str, TensorInfo]  # a lazy _Tensors
     header_size: int  # N, padding included
+    data_size: int
 
     @property
     def data_start(self) -> int:
         return 8 + self.header_size
-
-    @property
-    def data_size(self) -> int:
-        return self.tensors.data_size  # type: ignore[attr-defined]
 
     @property
     def file_size(self) -> int:
@@ -119,14 +109,12 @@ def read_header_size(prefix: bytes, file_size: int, path=None) -> int:
     ``prefix`` may be the whole file or any prefix of at least 8 bytes.
     """
     if file_size < 8:
-        raise _error("too_small", path, file_size=file_size)
+        raise _error(-3, path, file_size=file_size)
     if len(prefix) < 8:
         raise E.NeedMoreData(8)
     n = int.from_bytes(prefix[:8], "little")
     if n > MAX_HEADER_SIZE or 8 + n > file_size:
-        raise _error(
-            "too_large" if n > MAX_HEADER_SIZE else "beyond", path, n=n, file_size=file_size
-        )
+        raise _error(-2 if n > MAX_HEADER_SIZE else -1, path, n=n, file_size=file_size)
     return n
 
 
@@ -139,7 +127,7 @@ def parse_header(header: bytes | memoryview, file_size: int, path=None) -> Heade
     Never touches the filesystem (the remote reader calls it on bytes).
     """
     n = memoryview(header).nbytes
-    got = _c.parse(header, -1, n, file_size, _max_digits(), 0)
+    got = _c.parse(header, -1, n, file_size, 0, *_REGISTRY)
     return _verdict(got, lambda a, e: bytes(header[a:e]), n, file_size, path)
 
 
@@ -147,31 +135,26 @@ def read_header(fd: int, n: int, file_size: int, path=None, *, window: int = 1 <
     """parse_header for the N header bytes of the open file ``fd``, read
     ``window`` bytes at a time: a big header is never held whole, so a
     broken one costs a window of memory, not its size."""
-    got = _c.parse(None, fd, n, file_size, _max_digits(), window)
-    return _verdict(got, lambda a, e: os.pread(fd, e - a, 8 + a), n, file_size, path)
-
-
-def _max_digits() -> int:
-    return sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 0
+    got = _c.parse(None, fd, n, file_size, window, *_REGISTRY)
+    return _verdict(got, lambda a, e: os.pread(fd, min(e, n) - a, 8 + a), n, file_size, path)
 
 
 def _verdict(got: tuple, text, n: int, file_size: int, path) -> Header:
     if type(got[0]) is int:
         fields = ("name_b", "key_b", "a1", "e1", "a2", "e2", "x", "y")
         report = dict(zip(fields, got[1:]), text=text, n=n, file_size=file_size)
-        raise _error(_ORDER[got[0] - 1], path, **report)
+        raise _error(got[0] - 1, path, **report)
     table, metadata, count = got
-    return Header(metadata, _Tensors(table, count, file_size - 8 - n), n)
+    return Header(metadata, _Tensors(table, count), n, file_size - 8 - n)
 
 
 class _Tensors(Mapping):
-    """name -> TensorInfo over the validator's tables (JSON order); names
-    and infos are made only when asked for."""
+    """name -> TensorInfo over the validator's tables (JSON order, found by
+    bisection); columns and infos are made only when asked for, then kept (a
+    memoized header is loaded again and again)."""
 
-    def __init__(self, table, count: int, data_size: int) -> None:
-        self._table = table
-        self._count = count
-        self.data_size = data_size
+    def __init__(self, table, count: int) -> None:
+        self._table, self._count = table, count
         self._names: list[str] | None = None
         self._plan: tuple | None = None
         self._made: dict[str, TensorInfo] = {}
@@ -179,17 +162,17 @@ class _Tensors(Mapping):
     def __len__(self) -> int:
         return self._count
 
-    def names(self) -> list[str]:
-        """Every name, in JSON order."""
-        if self._names is None:
-            self._names = _c.plan(self._table, None)
-        return self._names
+    def plan(self) -> tuple[list, list, list, list, list]:
+        """Every tensor in data order: names, dtype codes, shape texts ("2,3",
+        "" for a scalar), begins and ends (for readers that make all tensors)."""
+        if self._plan is None:
+            self._plan = _c.plan(self._table, _CODES)
+        return self._plan
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.names())
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._made or self.get(name) is not None
+        if self._names is None:
+            self._names = _c.names(self._table)
+        return iter(self._names)
 
     def __getitem__(self, name: str) -> TensorInfo:
         info = self._made.get(name)
@@ -203,75 +186,58 @@ class _Tensors(Mapping):
             info = self._made[name] = TensorInfo(name, _DTYPES[code], shape, (begin, end), count)
         return info
 
-    def plan(self) -> tuple[list, list, list, list, list]:
-        """Every tensor in data order: names, dtype codes, shape texts ("2,3",
-        "" for a scalar), begins and ends (for readers that make all tensors)."""
-        if self._plan is None:  # kept: a memoized header is loaded again and again
-            self._plan = _c.plan(self._table, _CODES)
-        return self._plan
-
     def __repr__(self) -> str:
         return f"<{len(self)} tensors>"
 
 
 # --------------------------------------------------------------------------- errors
 #
-# One row per error: code|class|what|field|offset|expected|found, where a line
-# indented by 4 spaces goes on with the row above.  The first rows are the codes
-# of csrc/st_header.c in its enum's order (E_IO = 1, ...); the fields of its
-# report (name, key, [a1, e1), [a2, e2), x, y: see there) and the names of
-# _DERIVED fill the {} of a row.  A found of one bare {field} keeps its type.
+# One row per error: class|what|field|offset|expected|found, where a line indented
+# by 4 spaces goes on with the row above.  Row i - 1 is code i of csrc/st_header.c's
+# enum (E_IO = 1, ...), the last three are the 8-byte size's.  The fields of a
+# report (name, key, [a1, e1), [a2, e2), x, y: see there) and the names of _DERIVED
+# fill the {} of a row ({T}: "tensor 'name'").  A found of one bare {field} keeps its type.
 _TABLE = r"""
-io|TruncatedData|file ended while reading (did it shrink?)||{at}|{more} more header bytes
-    |end of file
-utf8|HeaderNotUTF8|header is not valid UTF-8|header|{at}|UTF-8|byte 0x{byte:02x}
-not_brace|HeaderNotBrace|header does not begin with '{{'|header|8|'{{'|{first}
-not_object|HeaderNotObject|header is not a JSON object|header|8|a JSON object|{top_kind}
-deep|HeaderTooDeep|header JSON nests too deeply|header|{at}|nesting depth <= {max_depth}
-    |depth {y}
-json|InvalidHeaderJSON|header is not valid JSON ({json})|header|{at}|a JSON object
-    |{chars20!r}
-padding|InvalidHeaderPadding|header padding is not spaces only|header padding|{at}
-    |spaces (0x20)|{chars10!r}
-dup_meta|DuplicateMetadata|__metadata__ appears more than once|__metadata__||at most once|twice
-meta|InvalidMetadata|__metadata__ must map strings to strings|__metadata__||an object|{kind1}
-meta_key|DuplicateMetadataKey|duplicate key in __metadata__|__metadata__[{key!r}]||unique keys
+TruncatedData|file ended while reading (did it shrink?)||{at}|{more} more header bytes|end of file
+HeaderNotUTF8|header is not valid UTF-8|header|{at}|UTF-8|byte 0x{byte:02x}
+HeaderNotBrace|header does not begin with '{{'|header|8|'{{'|{first}
+HeaderNotObject|header is not a JSON object|header|8|a JSON object|{top_kind}
+HeaderTooDeep|header JSON nests too deeply|header|{at}|nesting depth <= {max_depth}|depth {y}
+InvalidHeaderJSON|header is not valid JSON ({json})|header|{at}|a JSON object|{chars20!r}
+InvalidHeaderPadding|header padding is not spaces only|header padding|{at}|spaces (0x20)
+    |{chars10!r}
+DuplicateMetadata|__metadata__ appears more than once|__metadata__||at most once|twice
+InvalidMetadata|__metadata__ must map strings to strings|__metadata__||an object|{kind1}
+DuplicateMetadataKey|duplicate key in __metadata__|__metadata__[{key!r}]||unique keys
     |{key!r} twice
-meta_value|InvalidMetadata|__metadata__ values must be strings|__metadata__[{key!r}]||a string
+InvalidMetadata|__metadata__ values must be strings|__metadata__[{key!r}]||a string|{kind1}
+DuplicateTensorName|tensor name appears more than once|{T}||unique tensor names|{name!r} twice
+InvalidTensorEntry|tensor entry is not an object|{T}||an object with dtype, shape, data_offsets
     |{kind1}
-dup_name|DuplicateTensorName|tensor name appears more than once|tensor {name!r}|
-    |unique tensor names|{name!r} twice
-entry|InvalidTensorEntry|tensor entry is not an object|tensor {name!r}|
-    |an object with dtype, shape, data_offsets|{kind1}
-unknown_field|UnknownTensorField|unknown field in tensor entry|tensor {name!r}|
-    |only dtype, shape, data_offsets|{key!r}
-dup_field|DuplicateTensorField|duplicate field in tensor entry|tensor {name!r}||{key!r} once
-    |{key!r} twice
-missing_field|MissingTensorField|tensor entry lacks a field|tensor {name!r}||a {field!r} field
-    |none
-dtype|UnknownDtype|unknown dtype|tensor {name!r}.dtype||one of {codes}|{value1!r}
-shape|InvalidShape|invalid shape|tensor {name!r}.shape||a list of integers in [0, 2**64)|{dump1}
-count_overflow|SizeOverflow|element count overflows u64|tensor {name!r}.shape|
-    |product of shape < 2**64|{value1}
-offsets|InvalidOffsets|invalid data_offsets|tensor {name!r}.data_offsets|
+UnknownTensorField|unknown field in tensor entry|{T}||only dtype, shape, data_offsets|{key!r}
+DuplicateTensorField|duplicate field in tensor entry|{T}||{key!r} once|{key!r} twice
+MissingTensorField|tensor entry lacks a field|{T}||a {field!r} field|none
+UnknownDtype|unknown dtype|{T}.dtype||one of {codes}|{value1!r}
+InvalidShape|invalid shape|{T}.shape||a list of integers in [0, 2**64)|{dump1}
+SizeOverflow|element count overflows u64|{T}.shape||product of shape < 2**64|{value1}
+InvalidOffsets|invalid data_offsets|{T}.data_offsets|
     |[begin, end], integers in [0, 2**64), begin <= end|{dump1}
-bits_overflow|SizeOverflow|bit size overflows u64|tensor {name!r}.shape|
-    |product of shape x {d.bits} bits < 2**64|{value1}
-misaligned|MisalignedSubByte|sub-byte tensor does not end on a byte boundary|tensor {name!r}.shape
-    ||{count} x {d.bits} bits to be a multiple of 8|{bits} bits
-size|TensorSizeMismatch|byte span does not match dtype and shape|tensor {name!r}|
-    |{nbytes} bytes ({d.name} x {value1})|{span} bytes (data_offsets [{begin}, {end}])
-hole|DataHole|gap before tensor|tensor {name!r}|{data_at}|data_offsets begin {y}|{x}
-overlap|DataOverlap|tensor overlaps the previous one|tensor {name!r}|{data_at}
-    |data_offsets begin {y}|{x}
-trailing|TrailingBytes|bytes after the last tensor|data section|{data_at}|file size {data_at}
+SizeOverflow|bit size overflows u64|{T}.shape||product of shape x {d.bits} bits < 2**64
+    |{value1}
+MisalignedSubByte|sub-byte tensor does not end on a byte boundary|{T}.shape|
+    |{count} x {d.bits} bits to be a multiple of 8|{bits} bits
+TensorSizeMismatch|byte span does not match dtype and shape|{T}|
+    |{nbytes} bytes ({d.name} x {value1})|{span} bytes (data_offsets [{offs[0]}, {offs[1]}])
+DataHole|gap before tensor|{T}|{data_at}|data_offsets begin {y}|{x}
+DataOverlap|tensor overlaps the previous one|{T}|{data_at}|data_offsets begin {y}|{x}
+TrailingBytes|bytes after the last tensor|data section|{data_at}|file size {data_at}
     |file size {file_size}
-truncated|TruncatedData|file ends before the last tensor|tensor {name!r}|{file_size}
-    |file size {data_at}|file size {file_size}
-too_small|FileTooSmall|file too small for a safetensors header|header size|0|at least 8 bytes
+TruncatedData|file ends before the last tensor|{T}|{file_size}|file size {data_at}
+    |file size {file_size}
+FileTooSmall|file too small for a safetensors header|header size|0|at least 8 bytes
     |{file_size} bytes
-too_large|HeaderTooLarge|header size too large|header size|0|at most {max_size}|{n}
-beyond|HeaderOutOfBounds|header runs past the end of the file|header size|0
+HeaderTooLarge|header size too large|header size|0|at most {max_size}|{n}
+HeaderOutOfBounds|header runs past the end of the file|header size|0
     |8 + N <= file size {file_size}|8 + {n} = {data_start}
 """
 # the classes of the rows, by name: a row naming another class fails at import
@@ -282,31 +248,18 @@ _C += (E.DuplicateTensorField, E.MissingTensorField, E.UnknownDtype, E.InvalidSh
 _C += (E.InvalidOffsets, E.MisalignedSubByte, E.TensorSizeMismatch, E.DataHole, E.DataOverlap)
 _C += (E.TrailingBytes, E.FileTooSmall, E.HeaderTooLarge, E.HeaderOutOfBounds)
 _CLASSES = {c.__name__: c for c in _C}
-_RULES = {
-    r[0]: (_CLASSES[r[1]], *r[2:])
+_RULES = [
+    (_CLASSES[r[0]], *r[1:])
     for r in (s.split("|") for s in _TABLE.replace("\n    ", "").split("\n")[1:-1])
-}
-_ORDER = list(_RULES)
-_TOP_KIND = ("an object", "a list", "a string", "a int", "a int", "", "a float", "a boolean")
-_TOP_KIND += ("a boolean", "null")  # the kind of a JSON value, by the validator's value type
-_FIELDS = ("dtype", "shape", "data_offsets")
+]
 # CPython json's words for the syntax errors, indexed by the report's y (J_VALUE ... in the C)
 _JSON = "Expecting value|Expecting property name enclosed in double quotes|Expecting ':' delimiter"
 _JSON += "|Expecting ',' delimiter|Unterminated string starting at|Invalid control character at"
 _JSON += r"|Invalid \escape|Invalid \uXXXX escape"
 
 
-def _chars(r, k: int) -> str:
-    """k characters of the (valid UTF-8) header from offset x."""
-    return r["text"](r["x"], min(r["n"], r["x"] + 4 * k)).decode("utf-8", "ignore")[:k]
-
-
-def _value(r, a: str, e: str):
-    """The JSON value at span [a, e) of a report, as json reads it."""
-    return json.loads(r["text"](r[a], r[e]), parse_int=_int_or_huge)
-
-
-# what a message may name, derived from a report on first use
+# what a message may name, derived from a report on first use (text(a, e): the header's
+# valid UTF-8 bytes [a, e), cut at its end; value1 / offs: JSON values as json reads them)
 _DERIVED = {
     "name": lambda r: r["name_b"].decode("utf-8", "surrogatepass"),
     "key": lambda r: r["key_b"].decode("utf-8", "surrogatepass"),
@@ -316,26 +269,23 @@ _DERIVED = {
     "first": lambda r: (
         repr(r["text"](0, 4).decode("utf-8", "ignore")[:1]) if r["n"] else "an empty header"
     ),
-    "top_kind": lambda r: _TOP_KIND[r["x"]],
+    "T": lambda r: f"tensor {r['name']!r}",
+    "top_kind": lambda r: _kind(({}, [], "", 0, 0, 0.0, True, None)[r["x"]]),  # by V_OBJ ...
     "json": lambda r: _JSON.split("|")[r["y"]],
-    "chars20": lambda r: _chars(r, 20),
-    "chars10": lambda r: _chars(r, 10),
-    "value1": lambda r: _value(r, "a1", "e1"),
+    "chars20": lambda r: r["text"](r["x"], r["x"] + 80).decode("utf-8", "ignore")[:20],
+    "chars10": lambda r: r["text"](r["x"], r["x"] + 40).decode("utf-8", "ignore")[:10],
+    "value1": lambda r: json.loads(r["text"](r["a1"], r["e1"]), parse_int=_int_or_huge),
     "kind1": lambda r: _kind(r["value1"]),
-    "dump1": lambda r: _dump(r["value1"]),
-    "field": lambda r: _FIELDS[r["x"]],
+    "dump1": lambda r: "an object" if r["kind1"] == "an object" else json.dumps(r["value1"]),
+    "field": lambda r: ("dtype", "shape", "data_offsets")[r["x"]],
     "d": lambda r: _DTYPES[r["x"]],
     "count": lambda r: math.prod(r["value1"]),
     "bits": lambda r: r["count"] * r["d"].bits,
     "nbytes": lambda r: r["bits"] >> 3,
-    "begin": lambda r: _value(r, "a2", "e2")[0],
-    "end": lambda r: _value(r, "a2", "e2")[1],
-    "span": lambda r: r["end"] - r["begin"],
+    "offs": lambda r: json.loads(r["text"](r["a2"], r["e2"]), parse_int=_int_or_huge),
+    "span": lambda r: r["offs"][1] - r["offs"][0],
     "data_start": lambda r: 8 + r["n"],
     "data_at": lambda r: 8 + r["n"] + r["x"],
-    "max_depth": lambda r: MAX_DEPTH,
-    "max_size": lambda r: MAX_HEADER_SIZE,
-    "codes": lambda r: ", ".join(_CODES),
 }
 
 
@@ -347,11 +297,11 @@ class _Report(dict):
         return v
 
 
-def _error(code: str, path, **report) -> E.WeightsmithError:
+def _error(code: int, path, **report) -> E.WeightsmithError:
     """The named error of row ``code`` of _TABLE for a report (``text(a, e)``
     returns the header's bytes [a, e))."""
     cls, what, field, offset, expected, found = _RULES[code]
-    r = _Report(report)
+    r = _Report(report, max_depth=MAX_DEPTH, max_size=MAX_HEADER_SIZE, codes=", ".join(_CODES))
     bare = found[1:-1] if found[:1] == "{" and found.find("}") == len(found) - 1 else None
     return cls(
         what.format_map(r),
@@ -377,11 +327,5 @@ def _int_or_huge(text: str):
 
 
 def _kind(v) -> str:
-    if isinstance(v, _Huge):
-        return repr(v)
-    kinds = {dict: "an object", list: "a list", bool: "a boolean", str: "a string"}
+    kinds = {dict: "an object", list: "a list", bool: "a boolean", str: "a string", _Huge: str(v)}
     return "null" if v is None else kinds.get(type(v)) or f"a {type(v).__name__}"
-
-
-def _dump(v) -> str:
-    return "an object" if isinstance(v, dict) else json.dumps(v)  # a _Huge is its text
