@@ -122,14 +122,16 @@ def _child(args: list[str]) -> tuple[float, float, int]:
 
 
 def run_ref(
-    src: Path, dst: Path, typ: str, inter: str, threads: int, mmproj: str
+    src: Path, dst: Path, typ: str, inter: str, threads: int, mmproj: str = ""
 ) -> tuple[float, float, int]:
     script = str(llama_cpp_root() / "convert_hf_to_gguf.py")
     return _child([sys.executable, "-c", REF_CHILD, script, str(src), str(dst), typ, inter,
                    str(threads), mmproj])  # fmt: skip
 
 
-def run_ours(src: Path, dst: Path, typ: str, workers: int, mmproj: str) -> tuple[float, float, int]:
+def run_ours(
+    src: Path, dst: Path, typ: str, workers: int, mmproj: str = ""
+) -> tuple[float, float, int]:
     return _child([sys.executable, "-c", OURS_CHILD, str(src), str(dst), typ, str(workers), mmproj])
 
 
