@@ -84,6 +84,7 @@ from .nemotron import NEMOTRON_H
 from .olmo import OLMO2
 from .phi import PHI3
 from .qwen import QWEN2, QWEN2MOE, QWEN3, QWEN3MOE
+from .qwen35 import QWEN3NEXT, QWEN35, QWEN35MOE
 from .qwenvl import QWEN2VL, QWEN3VL, QWEN3VLMOE
 from .t5 import T5, T5ENCODER
 
@@ -155,6 +156,9 @@ ENTRIES: tuple[Arch, ...] = (
     GLM4MOE,
     LLAMA4,
     GEMMA4,
+    QWEN35,
+    QWEN35MOE,
+    QWEN3NEXT,
     # encoders (embedding models) and encoder-decoders
     BERT,
     XLMROBERTA,
