@@ -374,7 +374,8 @@ def _entry(hf_archs: tuple[str, ...], gguf_arch: str, model_type: str, mrope: bo
         names=_NAMES,
         transforms=[*(V_REORDER if mrope else []), *DELTANET],
         stacks=_MOE_STACKS,
-        splits=[*_MOE_SPLITS, _QKVZ],
+        # Qwen3-Next's fused in_proj_qkvz (its inverse would claim Qwen3.5's attn_qkv)
+        splits=[*_MOE_SPLITS] if mrope else [*_MOE_SPLITS, _QKVZ],
         defaults=_DEFAULTS,
         required=_REQUIRED,
         tokenizer={"vocab": "gpt2"},
