@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from ._common import BASE_NAMES, BLK, COMMON, GEMMA_NORM, LAYER, QK_NORM, layer_rules, replace_rows
+from ._common import BASE_NAMES, BLK, GEMMA_NORM, LAYER, QK_NORM, layer_rules, replace_rows
 from ._model import VT, Arch, NameRule, Split, Transform, m, rope_parameters
 from .qwen import _MOE_NAMES, _MOE_ROWS, _MOE_SPLITS, _MOE_STACKS
 from .qwenvl import _with_sections
@@ -250,7 +250,9 @@ def _rows(mrope: bool) -> list:
         *replace_rows(
             base,
             block_count=m(
-                "block_count", "num_hidden_layers", value=lambda c: c["num_hidden_layers"] + _n_mtp(c)
+                "block_count",
+                "num_hidden_layers",
+                value=lambda c: c["num_hidden_layers"] + _n_mtp(c),
             ),
         ),
         m("nextn_predict_layers", "_nextn", value=lambda c: _n_mtp(c) or None),
@@ -304,8 +306,7 @@ def _hf_config(mrope: bool):
             "hidden_act": "silu",
             "num_hidden_layers": n,
             "head_dim": hd,
-            "attention_bias": "blk.0.attn_q.bias" in names
-            or f"blk.{n - 1}.attn_q.bias" in names,
+            "attention_bias": any(x.endswith("attn_q.bias") for x in names),
             "linear_value_head_dim": cfg["_ssm_inner"] // cfg["linear_num_value_heads"],
             "rope_parameters": rope,
         }
