@@ -632,3 +632,97 @@ def test_gemma4_tokenizer_must_be_byte_fallback_bpe(work, tmp_path):
     with pytest.raises(E.TokenizerFilesMissing, match=r"tokenizer\.json"):
         hf_to_gguf(src, out, "f16")
     assert not out.exists()
+
+
+# --------------------------------------------------------------------------- gated DeltaNet
+
+
+def test_deltanet_layers_are_exercised(work):
+    """Guard against a vacuous pass: the tiny models have fewer key than value heads (so
+    the V-head reorder is not the identity), DeltaNet and full-attention layers, and an MTP
+    block written as llama.cpp's nextn layer after the trunk; ``ssm_a`` is ``-exp(A_log)``
+    in the tiled head order (computed here from the index arithmetic alone)."""
+    from support.hf_models import config
+    from weightsmith.gguf import read
+
+    for arch in DELTANET:
+        cfg = config(work.model(arch))
+        nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
+        assert nk < nv, arch
+        with read(work.files(arch, "f16")[0]) as f:
+            md, names = f.metadata, {t.name for t in f.tensors}
+        g = md["general.architecture"]
+        assert md[f"{g}.block_count"] == 5 and md[f"{g}.nextn_predict_layers"] == 1, arch
+        assert list(md[f"{g}.attention.recurrent_layers"]) == [True, False, True, False, False]
+        assert {"blk.4.nextn.eh_proj.weight", "blk.4.attn_q.weight", "blk.0.ssm_a"} <= names
+    from safetensors.numpy import load_file
+
+    a_log = load_file(work.model("qwen35") / "model.safetensors")[
+        "model.layers.0.linear_attn.A_log"
+    ]
+    a_log = a_log.astype(np.float32)
+    r = nv // nk
+    tiled = [a_log[k * r + v] for v in range(r) for k in range(nk)]  # v0 of each k, v1 ...
+    got = {x[0]: x for x in _tensors(work.files("qwen35", "f32")[0])}["blk.0.ssm_a"]
+    np.testing.assert_allclose(np.frombuffer(got[3], np.float32), -np.exp(tiled), rtol=1e-6)
+    assert not np.array_equal(tiled, a_log)
+
+
+def test_deltanet_hub_config_forms(work, tmp_path):
+    """The forms the Hub's configs take convert as the reference converts them:
+
+    * Qwen3.5 as published: ``Qwen3_5ForConditionalGeneration`` (``text_config``,
+      ``model.language_model.*`` beside a vision tower, ``mtp.*`` at the top): the text
+      model's file;
+    * a config without ``mrope_section``: Qwen3.5's default sections, written last;
+    * a Qwen3-Next config without ``layer_types``: AutoConfig derives them from
+      ``full_attention_interval`` and drops that field (the reference then writes 4)."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    vlm = tmp_path / "qwen35-vlm"
+    shutil.copytree(work.model("qwen35"), vlm)
+    text = json.loads((vlm / "config.json").read_text())
+    text.pop("architectures")
+    cfg = {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
+           "text_config": text, "vision_config": {"model_type": "qwen3_5", "depth": 1,
+           "hidden_size": 16, "num_heads": 2, "intermediate_size": 32, "out_hidden_size": 64},
+           "tie_word_embeddings": True}  # fmt: skip
+    (vlm / "config.json").write_text(json.dumps(cfg, indent=2))
+    sd = load_file(vlm / "model.safetensors")
+    sd = {k.replace("model.", "model.language_model.", 1): v for k, v in sd.items()}
+    rng = np.random.default_rng(0)
+    sd["model.visual.patch_embed.proj.weight"] = rng.standard_normal((16, 3, 2, 16, 16), np.float32)
+    sd["model.visual.blocks.0.attn.qkv.weight"] = rng.standard_normal((48, 16), np.float32)
+    save_file(sd, vlm / "model.safetensors", metadata={"format": "pt"})
+
+    no_sections = tmp_path / "qwen35-no-sections"
+    shutil.copytree(work.model("qwen35"), no_sections)
+    c = json.loads((no_sections / "config.json").read_text())
+    del c["rope_parameters"]["mrope_section"]
+    (no_sections / "config.json").write_text(json.dumps(c, indent=2))
+
+    no_types = tmp_path / "qwen3next-no-layer-types"
+    shutil.copytree(work.model("qwen3next"), no_types)
+    c = json.loads((no_types / "config.json").read_text())
+    assert c.pop("layer_types") and c["full_attention_interval"] == 2
+    (no_types / "config.json").write_text(json.dumps(c, indent=2))
+
+    folders = [vlm, no_sections, no_types]
+    _run_reference([(str(d), str(tmp_path / f"{d.name}-ref.gguf"), "f16") for d in folders])
+    for d in folders:
+        ours = tmp_path / f"{d.name}.gguf"
+        hf_to_gguf(d, ours, "f16")
+        _same_file(ours, tmp_path / f"{d.name}-ref.gguf")
+    assert _tensors(tmp_path / "qwen35-vlm.gguf") == _tensors(work.files("qwen35", "f16")[0])
+    from weightsmith.gguf import read
+
+    with read(tmp_path / "qwen35-no-sections.gguf") as f:
+        rows = [k for k in f.metadata if k.startswith("qwen35.")]
+        assert rows[-1] == "qwen35.rope.dimension_sections"  # the class's default, last
+        assert list(f.metadata[rows[-1]]) == [11, 11, 10, 0]
+    with read(tmp_path / "qwen3next-no-layer-types.gguf") as f:
+        assert f.metadata["qwen3next.full_attention_interval"] == 4
+        recurrent = list(f.metadata["qwen3next.attention.recurrent_layers"])
+        assert recurrent == [True, False, True, False, False]
