@@ -726,3 +726,24 @@ def test_deltanet_hub_config_forms(work, tmp_path):
         assert f.metadata["qwen3next.full_attention_interval"] == 4
         recurrent = list(f.metadata["qwen3next.attention.recurrent_layers"])
         assert recurrent == [True, False, True, False, False]
+
+
+def test_qwen35_pre_tokenizer(work):
+    """The ``qwen35`` pre-tokenizer GGUF -> HF writes (the fixture's tokenizer.json is built
+    by it) splits as transformers' own Qwen3.5 tokenizer does: letters keep their
+    combining marks, which Qwen2's split (the Qwen3-Next fixture's) cuts off."""
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    def pieces(tk: Tokenizer, text: str) -> list[str]:
+        text = tk.normalizer.normalize_str(text) if tk.normalizer else text
+        return [p for p, _ in tk.pre_tokenizer.pre_tokenize_str(text)]
+
+    ours = Tokenizer.from_file(str(work.model("qwen35") / "tokenizer.json"))
+    theirs = AutoTokenizer.from_pretrained(work.model("qwen35moe"))  # a qwen3_5_moe_text model
+    assert type(theirs).__name__ == "Qwen3_5Tokenizer"
+    qwen2 = Tokenizer.from_file(str(work.model("qwen3next") / "tokenizer.json"))
+    text = "Cafe\u0301 नमस्ते x\u0308y 12345 don't  \n\n tabs\tand ünïcödé!"
+    assert pieces(ours, text) == pieces(theirs.backend_tokenizer, text)
+    assert pieces(ours, text) != pieces(qwen2, text)
+    assert ours.encode(text).ids == theirs(text)["input_ids"]
