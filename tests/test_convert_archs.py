@@ -42,6 +42,9 @@ ARCHS += ["nemotronh"]
 # converter misreads (test_nemotronh_config_spellings).  It is run where it was written
 # to run: on a transformers without NemotronH (4.47.1), which leaves config.json as it is
 REF_ON_TRANSFORMERS_4 = {"nemotronh"}
+# gated DeltaNet hybrids with an MTP block (the GGUF's norms are 1 + w, A is -exp(A_log))
+DELTANET = ["qwen35", "qwen35moe", "qwen3next"]
+ARCHS += DELTANET
 REF_TYPES = ["f32", "f16", "bf16", "q8_0"]
 # llama.cpp (the pinned build) and transformers 5 give different logits for the same tiny
 # DeepSeek-V3 (max 0.69): llama.cpp's own file shows the same gap as ours (docs/
@@ -85,6 +88,7 @@ BPE_VOCAB = {
     "glm4moe",
     "llama4",
     "nemotronh",
+    *DELTANET,
 }
 PROMPTS = {
     "spm": [1, 5, 9, 33, 100, 7, 200, 42],
@@ -206,7 +210,7 @@ def test_round_trip(work, arch, tmp_path):
         orig.pop("lm_head.weight", None)
     assert sorted(got) == sorted(orig)
     # norm + 1 - 1 (Gemma 2), log(-(-exp(A_log))) (the SSMs): not always the identity in float32
-    exact = arch not in ("gemma2", "mamba", "mamba2", "granitehybrid", "nemotronh")
+    exact = arch not in ("gemma2", "mamba", "mamba2", "granitehybrid", "nemotronh", *DELTANET)
     for k, v in orig.items():
         want = v.astype(np.float32)
         if exact:
@@ -628,3 +632,118 @@ def test_gemma4_tokenizer_must_be_byte_fallback_bpe(work, tmp_path):
     with pytest.raises(E.TokenizerFilesMissing, match=r"tokenizer\.json"):
         hf_to_gguf(src, out, "f16")
     assert not out.exists()
+
+
+# --------------------------------------------------------------------------- gated DeltaNet
+
+
+def test_deltanet_layers_are_exercised(work):
+    """Guard against a vacuous pass: the tiny models have fewer key than value heads (so
+    the V-head reorder is not the identity), DeltaNet and full-attention layers, and an MTP
+    block written as llama.cpp's nextn layer after the trunk; ``ssm_a`` is ``-exp(A_log)``
+    in the tiled head order (computed here from the index arithmetic alone)."""
+    from support.hf_models import config
+    from weightsmith.gguf import read
+
+    for arch in DELTANET:
+        cfg = config(work.model(arch))
+        nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
+        assert nk < nv, arch
+        with read(work.files(arch, "f16")[0]) as f:
+            md, names = f.metadata, {t.name for t in f.tensors}
+        g = md["general.architecture"]
+        assert md[f"{g}.block_count"] == 5 and md[f"{g}.nextn_predict_layers"] == 1, arch
+        assert list(md[f"{g}.attention.recurrent_layers"]) == [True, False, True, False, False]
+        assert {"blk.4.nextn.eh_proj.weight", "blk.4.attn_q.weight", "blk.0.ssm_a"} <= names
+    from safetensors.numpy import load_file
+
+    a_log = load_file(work.model("qwen35") / "model.safetensors")[
+        "model.layers.0.linear_attn.A_log"
+    ]
+    a_log = a_log.astype(np.float32)
+    r = nv // nk
+    tiled = [a_log[k * r + v] for v in range(r) for k in range(nk)]  # v0 of each k, v1 ...
+    got = {x[0]: x for x in _tensors(work.files("qwen35", "f32")[0])}["blk.0.ssm_a"]
+    np.testing.assert_allclose(np.frombuffer(got[3], np.float32), -np.exp(tiled), rtol=1e-6)
+    assert not np.array_equal(tiled, a_log)
+
+
+def test_deltanet_hub_config_forms(work, tmp_path):
+    """The forms the Hub's configs take convert as the reference converts them:
+
+    * Qwen3.5 as published: ``Qwen3_5ForConditionalGeneration`` (``text_config``,
+      ``model.language_model.*`` beside a vision tower, ``mtp.*`` at the top): the text
+      model's file;
+    * a config without ``mrope_section``: Qwen3.5's default sections, written last;
+    * a Qwen3-Next config without ``layer_types``: AutoConfig derives them from
+      ``full_attention_interval`` and drops that field (the reference then writes 4)."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    vlm = tmp_path / "qwen35-vlm"
+    shutil.copytree(work.model("qwen35"), vlm)
+    text = json.loads((vlm / "config.json").read_text())
+    text.pop("architectures")
+    cfg = {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
+           "text_config": text, "vision_config": {"model_type": "qwen3_5", "depth": 1,
+           "hidden_size": 16, "num_heads": 2, "intermediate_size": 32, "out_hidden_size": 64},
+           "tie_word_embeddings": True}  # fmt: skip
+    (vlm / "config.json").write_text(json.dumps(cfg, indent=2))
+    sd = load_file(vlm / "model.safetensors")
+    sd = {k.replace("model.", "model.language_model.", 1): v for k, v in sd.items()}
+    rng = np.random.default_rng(0)
+    sd["model.visual.patch_embed.proj.weight"] = rng.standard_normal((16, 3, 2, 16, 16), np.float32)
+    sd["model.visual.blocks.0.attn.qkv.weight"] = rng.standard_normal((48, 16), np.float32)
+    save_file(sd, vlm / "model.safetensors", metadata={"format": "pt"})
+
+    no_sections = tmp_path / "qwen35-no-sections"
+    shutil.copytree(work.model("qwen35"), no_sections)
+    c = json.loads((no_sections / "config.json").read_text())
+    del c["rope_parameters"]["mrope_section"]
+    (no_sections / "config.json").write_text(json.dumps(c, indent=2))
+
+    no_types = tmp_path / "qwen3next-no-layer-types"
+    shutil.copytree(work.model("qwen3next"), no_types)
+    c = json.loads((no_types / "config.json").read_text())
+    assert c.pop("layer_types") and c["full_attention_interval"] == 2
+    (no_types / "config.json").write_text(json.dumps(c, indent=2))
+
+    folders = [vlm, no_sections, no_types]
+    _run_reference([(str(d), str(tmp_path / f"{d.name}-ref.gguf"), "f16") for d in folders])
+    for d in folders:
+        ours = tmp_path / f"{d.name}.gguf"
+        hf_to_gguf(d, ours, "f16")
+        _same_file(ours, tmp_path / f"{d.name}-ref.gguf")
+    assert _tensors(tmp_path / "qwen35-vlm.gguf") == _tensors(work.files("qwen35", "f16")[0])
+    from weightsmith.gguf import read
+
+    with read(tmp_path / "qwen35-no-sections.gguf") as f:
+        rows = [k for k in f.metadata if k.startswith("qwen35.")]
+        assert rows[-1] == "qwen35.rope.dimension_sections"  # the class's default, last
+        assert list(f.metadata[rows[-1]]) == [11, 11, 10, 0]
+    with read(tmp_path / "qwen3next-no-layer-types.gguf") as f:
+        assert f.metadata["qwen3next.full_attention_interval"] == 4
+        recurrent = list(f.metadata["qwen3next.attention.recurrent_layers"])
+        assert recurrent == [True, False, True, False, False]
+
+
+def test_qwen35_pre_tokenizer(work):
+    """The ``qwen35`` pre-tokenizer GGUF -> HF writes (the fixture's tokenizer.json is built
+    by it) splits as transformers' own Qwen3.5 tokenizer does: letters keep their
+    combining marks, which Qwen2's split (the Qwen3-Next fixture's) cuts off."""
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    def pieces(tk: Tokenizer, text: str) -> list[str]:
+        text = tk.normalizer.normalize_str(text) if tk.normalizer else text
+        return [p for p, _ in tk.pre_tokenizer.pre_tokenize_str(text)]
+
+    ours = Tokenizer.from_file(str(work.model("qwen35") / "tokenizer.json"))
+    theirs = AutoTokenizer.from_pretrained(work.model("qwen35moe"))  # a qwen3_5_moe_text model
+    assert type(theirs).__name__ == "Qwen3_5Tokenizer"
+    qwen2 = Tokenizer.from_file(str(work.model("qwen3next") / "tokenizer.json"))
+    text = "Cafe\u0301 नमस्ते x\u0308y 12345 don't  \n\n tabs\tand ünïcödé!"
+    assert pieces(ours, text) == pieces(theirs.backend_tokenizer, text)
+    assert pieces(ours, text) != pieces(qwen2, text)
+    assert ours.encode(text).ids == theirs(text)["input_ids"]

@@ -1568,3 +1568,109 @@ def nemotronh(folder: Path, *, dtype: str = "bfloat16", seed: int = 26) -> Path:
 
 
 BUILDERS["nemotronh"] = nemotronh
+
+
+# --------------------------------------------------------------------------- Qwen3.5 / 3-Next
+
+# hidden 64 (the Hub vocabularies are 150k-250k tokens); gated DeltaNet with 2 key heads
+# and 4 value heads (llama.cpp reorders the V heads when the counts differ), heads of 64
+# (llama.cpp needs key and value heads alike, and 4 x 64 rows keep the k-quants in use);
+# layers linear, full, linear, full (full_attention_interval 2)
+_DELTANET = dict(hidden_size=64, intermediate_size=256, num_hidden_layers=4,
+                 num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                 max_position_embeddings=256, linear_conv_kernel_dim=4,
+                 linear_key_head_dim=64, linear_value_head_dim=64, linear_num_key_heads=2,
+                 linear_num_value_heads=4,
+                 layer_types=["linear_attention", "full_attention"] * 2)  # fmt: skip
+_DELTANET_MOE = dict(moe_intermediate_size=256, shared_expert_intermediate_size=256,
+                     num_experts=4, num_experts_per_tok=2)  # fmt: skip
+# the Hub's form: MRoPE sections (here for 16 rotary dims), a quarter of the head rotated
+_QWEN35_ROPE = {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                "mrope_interleaved": True, "mrope_section": [3, 3, 2]}  # fmt: skip
+
+
+def _with_mtp(folder: Path, seed: int, extra_cfg: dict) -> None:
+    """Add the multi-token-prediction block the Hub checkpoints carry (transformers does
+    not build it: ``mtp.*`` is ignored on load): ``mtp.fc``, its three norms and one full
+    attention layer shaped as the last trunk layer; and the Hub's config fields."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    path = folder / "model.safetensors"
+    sd = load_file(path)
+    c = config(folder)
+    last = f"model.layers.{c['num_hidden_layers'] - 1}."
+    h = c["hidden_size"]
+    rng = np.random.default_rng(seed)
+    dtype = sd["model.norm.weight"].dtype
+
+    def rand(shape):
+        return (rng.standard_normal(shape) * 0.05).astype(dtype)
+
+    mtp = {f"mtp.layers.0.{k[len(last):]}": rand(v.shape) for k, v in sd.items()
+           if k.startswith(last)}  # fmt: skip
+    mtp["mtp.fc.weight"] = rand((h, 2 * h))
+    for n in ("norm", "pre_fc_norm_embedding", "pre_fc_norm_hidden"):
+        mtp[f"mtp.{n}.weight"] = rand((h,))
+    save_file({**sd, **mtp}, path, metadata={"format": "pt"})
+    c.update(extra_cfg)
+    (folder / "config.json").write_text(json.dumps(c, indent=2))
+
+
+def _qwen35_ids(vocab: int) -> dict:
+    # <|endoftext|> of llama.cpp's Qwen3.5 test vocabulary
+    return {"vocab_size": vocab, "bos_token_id": None, "eos_token_id": 151643}
+
+
+def qwen35(folder: Path, *, dtype: str = "bfloat16", seed: int = 25) -> Path:
+    """Qwen3.5 dense (Qwen3_5ForCausalLM) with the Qwen3.5 vocabulary: gated DeltaNet and
+    gated attention, interleaved MRoPE, one MTP block, tied embeddings as the small
+    Qwen3.5 models."""
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    vocab = _bpe_tokenizer(folder, "qwen35")
+    cfg = Qwen3_5TextConfig(rope_parameters=_QWEN35_ROPE, tie_word_embeddings=True,
+                            **_qwen35_ids(vocab), **_DELTANET)  # fmt: skip
+    model = Qwen3_5ForCausalLM(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    _with_mtp(folder, seed, {"mtp_num_hidden_layers": 1, "full_attention_interval": 2})
+    return folder
+
+
+def qwen35moe(folder: Path, *, dtype: str = "bfloat16", seed: int = 26) -> Path:
+    """Qwen3.5 MoE (Qwen3_5MoeForCausalLM): Qwen3.5's layers with routed experts (saved per
+    expert by transformers), a gated shared expert, one MTP block, an untied head."""
+    from transformers import Qwen3_5MoeForCausalLM, Qwen3_5MoeTextConfig
+
+    vocab = _bpe_tokenizer(folder, "qwen35")
+    cfg = Qwen3_5MoeTextConfig(rope_parameters=_QWEN35_ROPE, tie_word_embeddings=False,
+                               **_qwen35_ids(vocab), **_DELTANET, **_DELTANET_MOE)  # fmt: skip
+    model = Qwen3_5MoeForCausalLM(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    _per_expert(folder, _qwen_expert)
+    _with_mtp(folder, seed, {"mtp_num_hidden_layers": 1, "full_attention_interval": 2})
+    return folder
+
+
+def qwen3next(folder: Path, *, dtype: str = "bfloat16", seed: int = 27) -> Path:
+    """Qwen3-Next (Qwen3NextForCausalLM) with the Qwen2 vocabulary: fused ``in_proj_qkvz`` /
+    ``in_proj_ba`` DeltaNet, per-expert tensors and an MTP block without
+    ``mtp_num_hidden_layers`` in the config, as on the Hub."""
+    from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
+
+    vocab = _bpe_tokenizer(folder, "qwen2")
+    rope = {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25}
+    cfg = Qwen3NextConfig(vocab_size=vocab, rope_parameters=rope, tie_word_embeddings=False,
+                          norm_topk_prob=True, bos_token_id=None, eos_token_id=151643,
+                          **_DELTANET, **_DELTANET_MOE)  # fmt: skip
+    model = Qwen3NextForCausalLM(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    _per_expert(folder, _qwen_expert)
+    _with_mtp(folder, seed, {"full_attention_interval": 2})
+    return folder
+
+
+BUILDERS.update(qwen35=qwen35, qwen35moe=qwen35moe, qwen3next=qwen3next)

@@ -499,6 +499,8 @@ def hf_input(
         dense = _dense_sources(d)
         cfg["_dense"] = {s.name: s.shape[::-1] for s in dense}
         sources = dense + sources
+    if arch.from_tensors is not None:
+        cfg = {**cfg, **arch.from_tensors(cfg, [s.name for s in sources])}
     route = arch.tokenizer.get("vocab")
     return ModelInput(
         folder=d,
@@ -577,7 +579,7 @@ def _weight_plan(arch: Arch, sources: list[_Source], cfg: dict, ctx: dict, d: Pa
     """The registry's plan over the sources, as :class:`TensorPlan` rows."""
     by_key: dict[str, _Source] = {}
     for s in sources:
-        key = arch.source_key(s.name)
+        key = arch.source_key(s.name, cfg)
         if key is not None:
             by_key[key] = s
     try:

@@ -15,8 +15,10 @@ in both directions (the data model is :mod:`._model`):
   (:class:`Transform`, value functions), ``packed`` (:class:`Packed`, already-quantized
   data passed through), ``skip`` (not written), ``extra`` (tensors computed from the
   config, written first); ``early_meta`` rows go before ``general.type``; ``renames``
-  (the reference class's own source renames), ``aliases`` (one tensor under several
-  names: the first read wins);
+  (the reference class's own source renames), ``rename`` (a rename that depends on the
+  config, with its inverse: Qwen's MTP block numbered after the trunk), ``aliases`` (one
+  tensor under several names: the first read wins); ``from_tensors`` adds config fields
+  read off the checkpoint's tensor names (Qwen3-Next's MTP layer count);
 * ``pooling`` -- the sentence-transformers pooling type goes into the config
   (:mod:`weightsmith.convert._pooling`) for the encoders' ``pooling_type`` row;
   ``dense`` -- GGUF names of sentence-transformers ``Dense`` module weights, read from
@@ -84,6 +86,7 @@ from .nemotron import NEMOTRON_H
 from .olmo import OLMO2
 from .phi import PHI3
 from .qwen import QWEN2, QWEN2MOE, QWEN3, QWEN3MOE
+from .qwen35 import QWEN3NEXT, QWEN35, QWEN35MOE
 from .qwenvl import QWEN2VL, QWEN3VL, QWEN3VLMOE
 from .t5 import T5, T5ENCODER
 
@@ -155,6 +158,9 @@ ENTRIES: tuple[Arch, ...] = (
     GLM4MOE,
     LLAMA4,
     GEMMA4,
+    QWEN35,
+    QWEN35MOE,
+    QWEN3NEXT,
     # encoders (embedding models) and encoder-decoders
     BERT,
     XLMROBERTA,

@@ -476,6 +476,12 @@ class Arch:
     # ``dense_2`` / ``dense_3``): read from the module folders ``modules.json`` names
     # (:func:`weightsmith.convert._pooling.dense_modules`), written back as such modules
     dense: tuple[str, ...] = ()
+    # a rename that depends on the config, ``(forward(name, cfg), inverse(name, cfg))``,
+    # applied after ``renames`` (Qwen's ``mtp.*`` block numbered after the trunk)
+    rename: tuple[Callable[[str, dict], str], Callable[[str, dict], str]] | None = None
+    # config fields read off the checkpoint's tensor names, ``fn(cfg, names)`` (a layer
+    # count the config does not give)
+    from_tensors: Callable[[dict, list[str]], dict] | None = None
 
     # -- config
 
@@ -506,13 +512,15 @@ class Arch:
 
     # -- names
 
-    def source_key(self, hf_name: str) -> str | None:
+    def source_key(self, hf_name: str, cfg: dict | None = None) -> str | None:
         """The name the rules see (renamed, wrappers stripped); None for other modalities."""
         for rx, rep in self.renames:
             hf_name = re.sub(rx, rep, hf_name)
         for a, b in _WRAPPERS:
             hf_name = hf_name.replace(a, b)
-        return None if _OTHER_MODALITIES.search(hf_name) else hf_name
+        if _OTHER_MODALITIES.search(hf_name):
+            return None
+        return hf_name if self.rename is None or cfg is None else self.rename[0](hf_name, cfg)
 
     def gguf_name(self, hf_name: str) -> str | None:
         for r in self.names:
@@ -672,6 +680,9 @@ class Arch:
                         unmapped.append(name)
                     else:
                         out.append(HfTensor(hf, [name]))
+        if self.rename is not None:
+            for h in out:
+                h.name = self.rename[1](h.name, cfg)
         return out, unmapped
 
 

@@ -93,6 +93,11 @@ _QWEN2_RE = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+# Qwen3.5's: letters with their combining marks
+_QWEN35_RE = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
+    r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 
 # tokenizer.ggml.pre -> (pre-tokenizer recipe, NFC normalizer, BPE ignore_merges)
 #   recipe: "bytelevel" = ByteLevel with GPT-2's own regex,
@@ -109,6 +114,7 @@ BPE_PRE: dict[str, tuple[Any, bool, bool]] = {
     "llama-v3": (("split", _LLAMA3_RE), False, True),
     "qwen2": (("split", _QWEN2_RE), True, False),
     "deepseek-r1-qwen": (("split", _QWEN2_RE), True, False),
+    "qwen35": (("split", _QWEN35_RE), True, False),
     "starcoder": ("digits+bytelevel", False, False),
     "refact": ("digits+bytelevel", False, False),
     "smollm": ("digits+bytelevel", False, False),
