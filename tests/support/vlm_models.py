@@ -170,30 +170,29 @@ def qwen25vl(folder: Path, *, dtype: str = "bfloat16", seed: int = 32) -> Path:
     return folder
 
 
-def qwen3vl(folder: Path, *, dtype: str = "bfloat16", seed: int = 33) -> Path:
-    """Qwen3-VL: ViT with a learned position table, fused QKV, Conv3d patches, deepstack
-    mergers after tower layers 1 and 2; the text model is Qwen3 with interleaved MRoPE.
-    Saved as transformers writes it, which is the Hub's layout (``model.visual.*``,
-    ``model.language_model.*``)."""
-    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+_QWEN3VL_VISION = dict(depth=4, hidden_size=64, intermediate_size=128, num_heads=2,
+                       patch_size=8, spatial_merge_size=2, temporal_patch_size=2,
+                       out_hidden_size=64, num_position_embeddings=64,
+                       deepstack_visual_indexes=[1, 2], hidden_act="gelu_pytorch_tanh")  # fmt: skip
 
+
+def _qwen3vl(folder: Path, config_cls, model_cls, text: dict, dtype: str, seed: int):
+    """A Qwen3-VL(-MoE) model over ``text`` (vocabulary added) and the tiny tower, saved
+    as transformers writes it, with its image processor file; the model."""
     from support.hf_models import _qwen_tokenizer
 
     vocab = _qwen_tokenizer(folder)
-    text = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                max_position_embeddings=256, rms_norm_eps=1e-6,
+    text = dict(vocab_size=vocab, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+                rms_norm_eps=1e-6,
                 rope_parameters={"rope_type": "default", "rope_theta": 5000000.0,
                                  "mrope_section": [2, 3, 3], "mrope_interleaved": True},
-                bos_token_id=None, eos_token_id=151645, tie_word_embeddings=False)  # fmt: skip
-    vision = dict(depth=4, hidden_size=64, intermediate_size=128, num_heads=2, patch_size=8,
-                  spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=64,
-                  num_position_embeddings=64, deepstack_visual_indexes=[1, 2],
-                  hidden_act="gelu_pytorch_tanh")  # fmt: skip
-    cfg = Qwen3VLConfig(text_config=text, vision_config=vision, image_token_id=151655,
-                        video_token_id=151656, vision_start_token_id=151652,
-                        vision_end_token_id=151653, tie_word_embeddings=False)  # fmt: skip
-    model = Qwen3VLForConditionalGeneration(cfg)
+                bos_token_id=None, eos_token_id=151645, tie_word_embeddings=False,
+                **text)  # fmt: skip
+    cfg = config_cls(text_config=text, vision_config=_QWEN3VL_VISION, image_token_id=151655,
+                     video_token_id=151656, vision_start_token_id=151652,
+                     vision_end_token_id=151653, tie_word_embeddings=False)  # fmt: skip
+    model = model_cls(cfg)
     _random_init(model, seed)
     _save(model, folder, dtype, tower=None)
     (folder / "preprocessor_config.json").write_text(json.dumps({
@@ -201,6 +200,18 @@ def qwen3vl(folder: Path, *, dtype: str = "bfloat16", seed: int = 33) -> Path:
         "temporal_patch_size": 2, "merge_size": 2, "min_pixels": 64 * 64,
         "max_pixels": 64 * 64, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]},
         indent=2))  # fmt: skip
+    return model
+
+
+def qwen3vl(folder: Path, *, dtype: str = "bfloat16", seed: int = 33) -> Path:
+    """Qwen3-VL: ViT with a learned position table, fused QKV, Conv3d patches, deepstack
+    mergers after tower layers 1 and 2; the text model is Qwen3 with interleaved MRoPE.
+    Saved as transformers writes it, which is the Hub's layout (``model.visual.*``,
+    ``model.language_model.*``)."""
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    text = dict(hidden_size=64, intermediate_size=128)
+    _qwen3vl(folder, Qwen3VLConfig, Qwen3VLForConditionalGeneration, text, dtype, seed)
     return folder
 
 
@@ -212,36 +223,14 @@ def qwen3vlmoe(folder: Path, *, dtype: str = "bfloat16", seed: int = 35) -> Path
     from safetensors.torch import load_file, save_file
     from transformers import Qwen3VLMoeConfig, Qwen3VLMoeForConditionalGeneration
 
-    from support.hf_models import _qwen_tokenizer
-
-    vocab = _qwen_tokenizer(folder)
-    text = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, moe_intermediate_size=96,
-                num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[],
-                num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                max_position_embeddings=256, rms_norm_eps=1e-6,
-                rope_parameters={"rope_type": "default", "rope_theta": 5000000.0,
-                                 "mrope_section": [2, 3, 3], "mrope_interleaved": True},
-                bos_token_id=None, eos_token_id=151645, tie_word_embeddings=False)  # fmt: skip
-    vision = dict(depth=4, hidden_size=64, intermediate_size=128, num_heads=2, patch_size=8,
-                  spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=64,
-                  num_position_embeddings=64, deepstack_visual_indexes=[1, 2],
-                  hidden_act="gelu_pytorch_tanh")  # fmt: skip
-    cfg = Qwen3VLMoeConfig(text_config=text, vision_config=vision, image_token_id=151655,
-                           video_token_id=151656, vision_start_token_id=151652,
-                           vision_end_token_id=151653, tie_word_embeddings=False)  # fmt: skip
-    model = Qwen3VLMoeForConditionalGeneration(cfg)
-    _random_init(model, seed)
-    _save(model, folder, dtype, tower=None)
+    text = dict(hidden_size=64, intermediate_size=128, moe_intermediate_size=96, num_experts=4,
+                num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[])  # fmt: skip
+    _qwen3vl(folder, Qwen3VLMoeConfig, Qwen3VLMoeForConditionalGeneration, text, dtype, seed)
     path = folder / "model.safetensors"
     sd = load_file(path)
     for k in [k for k in sd if k.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj"))]:
         sd[k] = sd[k].transpose(1, 2).contiguous()
     save_file(sd, path, metadata={"format": "pt"})
-    (folder / "preprocessor_config.json").write_text(json.dumps({
-        "image_processor_type": "Qwen2VLImageProcessor", "patch_size": 8,
-        "temporal_patch_size": 2, "merge_size": 2, "min_pixels": 64 * 64,
-        "max_pixels": 64 * 64, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]},
-        indent=2))  # fmt: skip
     return folder
 
 
