@@ -29,7 +29,7 @@ from support.vlm_models import build
 from weightsmith import errors as E
 from weightsmith.convert import hf_to_gguf
 
-ARCHS = ["gemma3", "llava", "qwen25vl", "qwen3vl", "mistral3", "qwen3vlmoe"]
+ARCHS = ["gemma3", "llava", "qwen25vl", "qwen3vl", "mistral3", "qwen3vlmoe", "qwen35vl"]
 # llama.cpp's image embeddings vs transformers' features, as a fraction of their scale:
 # measured 2.3e-4 (Gemma 3), 2.5e-4 (Pixtral), 3.0e-3 (Qwen2.5-VL's window-attention
 # ViT with 2-D RoPE, in ggml's float32 ops), 3.1e-4 (Qwen3-VL, deepstack features included)
@@ -40,6 +40,7 @@ TOL = {
     "qwen3vl": 1e-3,
     "mistral3": 1e-3,
     "qwen3vlmoe": 1e-3,
+    "qwen35vl": 1e-3,
 }
 TYPES = ["f32", "f16", "bf16", "q8_0"]
 
@@ -279,7 +280,7 @@ def _hf_image_features(folder: Path, img: np.ndarray) -> np.ndarray:
     kw = {}
     if cfg.model_type in ("llava", "mistral3"):
         kw["image_sizes"] = torch.tensor([list(img.shape[:2])])
-    if cfg.model_type in ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"):  # flattened patches
+    if cfg.model_type in ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5"):  # flattened patches
         from transformers import AutoImageProcessor
 
         out = AutoImageProcessor.from_pretrained(folder)(

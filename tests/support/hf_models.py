@@ -1589,20 +1589,22 @@ _QWEN35_ROPE = {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotar
                 "mrope_interleaved": True, "mrope_section": [3, 3, 2]}  # fmt: skip
 
 
-def _with_mtp(folder: Path, seed: int, extra_cfg: dict) -> None:
+def _with_mtp(folder: Path, seed: int, extra_cfg: dict, vlm: bool = False) -> None:
     """Add the multi-token-prediction block the Hub checkpoints carry (transformers does
     not build it: ``mtp.*`` is ignored on load): ``mtp.fc``, its three norms and one full
-    attention layer shaped as the last trunk layer; and the Hub's config fields."""
+    attention layer shaped as the last trunk layer; and the Hub's config fields (``vlm``:
+    in the ``text_config`` of a ConditionalGeneration folder)."""
     import numpy as np
     from safetensors.numpy import load_file, save_file
 
     path = folder / "model.safetensors"
     sd = load_file(path)
-    c = config(folder)
-    last = f"model.layers.{c['num_hidden_layers'] - 1}."
+    top = config(folder)
+    c = top["text_config"] if vlm else top
+    last = f"model.{'language_model.' if vlm else ''}layers.{c['num_hidden_layers'] - 1}."
     h = c["hidden_size"]
     rng = np.random.default_rng(seed)
-    dtype = sd["model.norm.weight"].dtype
+    dtype = sd[last.split("layers.")[0] + "norm.weight"].dtype
 
     def rand(shape):
         return (rng.standard_normal(shape) * 0.05).astype(dtype)
@@ -1614,7 +1616,7 @@ def _with_mtp(folder: Path, seed: int, extra_cfg: dict) -> None:
         mtp[f"mtp.{n}.weight"] = rand((h,))
     save_file({**sd, **mtp}, path, metadata={"format": "pt"})
     c.update(extra_cfg)
-    (folder / "config.json").write_text(json.dumps(c, indent=2))
+    (folder / "config.json").write_text(json.dumps(top, indent=2))
 
 
 def _qwen35_ids(vocab: int) -> dict:

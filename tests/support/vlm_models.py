@@ -273,6 +273,34 @@ def mistral3(folder: Path, *, dtype: str = "bfloat16", seed: int = 34) -> Path:
     return folder
 
 
+def qwen35vl(folder: Path, *, dtype: str = "bfloat16", seed: int = 36) -> Path:
+    """Qwen3.5 as published (Qwen3_5ForConditionalGeneration): the Qwen3-VL tower without
+    deepstack mergers over a tiny Qwen3.5 text model (gated DeltaNet + gated attention)
+    with its MTP block."""
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+    from support.hf_models import _DELTANET, _QWEN35_ROPE, _bpe_tokenizer, _qwen35_ids, _with_mtp
+
+    vocab = _bpe_tokenizer(folder, "qwen35")
+    text = dict(rope_parameters=_QWEN35_ROPE, tie_word_embeddings=True, **_qwen35_ids(vocab),
+                **_DELTANET)  # fmt: skip
+    vision = {k: v for k, v in _QWEN3VL_VISION.items() if k != "deepstack_visual_indexes"}
+    cfg = Qwen3_5Config(text_config=text, vision_config=vision, image_token_id=151655,
+                        video_token_id=151656, vision_start_token_id=151652,
+                        vision_end_token_id=151653, tie_word_embeddings=True)  # fmt: skip
+    model = Qwen3_5ForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    # the reference's Qwen3.5 text model requires the MTP block the Hub's checkpoints carry
+    _with_mtp(folder, seed, {"mtp_num_hidden_layers": 1, "full_attention_interval": 2}, vlm=True)
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "Qwen2VLImageProcessor", "patch_size": 8,
+        "temporal_patch_size": 2, "merge_size": 2, "min_pixels": 64 * 64,
+        "max_pixels": 64 * 64, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]},
+        indent=2))  # fmt: skip
+    return folder
+
+
 BUILDERS: dict[str, Callable[..., Path]] = {
     "gemma3": gemma3_vlm,
     "llava": llava_pixtral,
@@ -280,6 +308,7 @@ BUILDERS: dict[str, Callable[..., Path]] = {
     "qwen3vl": qwen3vl,
     "mistral3": mistral3,
     "qwen3vlmoe": qwen3vlmoe,
+    "qwen35vl": qwen35vl,
 }
 
 

@@ -531,7 +531,13 @@ def _deepstack_renumber(name: str, v: dict) -> str:
 
 
 QWEN3VL_VISION = Projector(
-    hf_archs=("Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration"),
+    hf_archs=(
+        "Qwen3VLForConditionalGeneration",
+        "Qwen3VLMoeForConditionalGeneration",
+        # Qwen3.5's tower is Qwen3-VL's without deepstack mergers (one reference class)
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen3_5MoeForConditionalGeneration",
+    ),
     # the Hub's checkpoints keep the tower under model.visual. (read as visual.)
     keep=("model.visual.", "visual."),
     rename=lambda name: name.removeprefix("model."),
