@@ -68,6 +68,26 @@ def _save(model, folder: Path, dtype: str, tower: str | None = "vision_tower.") 
         hub_layout(folder, lambda k: _hub_name(k, tower))
 
 
+def _pixtral_files(folder: Path) -> None:
+    """The [IMG_BREAK] token (llama.cpp's LlavaVisionModel looks it up: it must exist) and
+    Pixtral's image processor file."""
+    (folder / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": {
+        "12": {"content": "[IMG_BREAK]", "special": True, "lstrip": False, "rstrip": False,
+               "normalized": False, "single_word": False}}}, indent=2))  # fmt: skip
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "PixtralImageProcessor", "patch_size": {"height": 8, "width": 8},
+        "size": {"longest_edge": 64}, "do_normalize": True, "do_rescale": True,
+        "rescale_factor": 1 / 255, **_MEAN_STD}, indent=2))  # fmt: skip
+
+
+def _qwen_vl_processor(folder: Path, mean_std: dict) -> None:
+    """Qwen2-VL's image processor file: 8 px patches, 2 frames, 2x2 merge, 64 x 64 images."""
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "Qwen2VLImageProcessor", "patch_size": 8,
+        "temporal_patch_size": 2, "merge_size": 2, "min_pixels": 64 * 64,
+        "max_pixels": 64 * 64, **mean_std}, indent=2))  # fmt: skip
+
+
 def gemma3_vlm(
     folder: Path,
     *,
@@ -131,14 +151,7 @@ def llava_pixtral(folder: Path, *, dtype: str = "bfloat16", seed: int = 31) -> P
     model = LlavaForConditionalGeneration(cfg)
     _random_init(model, seed)
     _save(model, folder, dtype)
-    # llama.cpp's LlavaVisionModel looks the [IMG_BREAK] token up (it must exist)
-    (folder / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": {
-        "12": {"content": "[IMG_BREAK]", "special": True, "lstrip": False, "rstrip": False,
-               "normalized": False, "single_word": False}}}, indent=2))  # fmt: skip
-    (folder / "preprocessor_config.json").write_text(json.dumps({
-        "image_processor_type": "PixtralImageProcessor", "patch_size": {"height": 8, "width": 8},
-        "size": {"longest_edge": 64}, "do_normalize": True, "do_rescale": True,
-        "rescale_factor": 1 / 255, **_MEAN_STD}, indent=2))  # fmt: skip
+    _pixtral_files(folder)
     return folder
 
 
@@ -163,10 +176,7 @@ def qwen25vl(folder: Path, *, dtype: str = "bfloat16", seed: int = 32) -> Path:
     model = Qwen2_5_VLForConditionalGeneration(cfg)
     _random_init(model, seed)
     _save(model, folder, dtype, tower=None)
-    (folder / "preprocessor_config.json").write_text(json.dumps({
-        "image_processor_type": "Qwen2VLImageProcessor", "patch_size": 8,
-        "temporal_patch_size": 2, "merge_size": 2, "min_pixels": 64 * 64,
-        "max_pixels": 64 * 64, **_MEAN_STD}, indent=2))  # fmt: skip
+    _qwen_vl_processor(folder, _MEAN_STD)
     return folder
 
 
@@ -195,11 +205,7 @@ def _qwen3vl(folder: Path, config_cls, model_cls, text: dict, dtype: str, seed: 
     model = model_cls(cfg)
     _random_init(model, seed)
     _save(model, folder, dtype, tower=None)
-    (folder / "preprocessor_config.json").write_text(json.dumps({
-        "image_processor_type": "Qwen2VLImageProcessor", "patch_size": 8,
-        "temporal_patch_size": 2, "merge_size": 2, "min_pixels": 64 * 64,
-        "max_pixels": 64 * 64, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]},
-        indent=2))  # fmt: skip
+    _qwen_vl_processor(folder, {"image_mean": [0.5] * 3, "image_std": [0.5] * 3})
     return model
 
 
@@ -262,14 +268,7 @@ def mistral3(folder: Path, *, dtype: str = "bfloat16", seed: int = 34) -> Path:
     model = Mistral3ForConditionalGeneration(cfg)
     _random_init(model, seed)
     _save(model, folder, dtype)
-    # llama.cpp's LlavaVisionModel looks the [IMG_BREAK] token up (it must exist)
-    (folder / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": {
-        "12": {"content": "[IMG_BREAK]", "special": True, "lstrip": False, "rstrip": False,
-               "normalized": False, "single_word": False}}}, indent=2))  # fmt: skip
-    (folder / "preprocessor_config.json").write_text(json.dumps({
-        "image_processor_type": "PixtralImageProcessor", "patch_size": {"height": 8, "width": 8},
-        "size": {"longest_edge": 64}, "do_normalize": True, "do_rescale": True,
-        "rescale_factor": 1 / 255, **_MEAN_STD}, indent=2))  # fmt: skip
+    _pixtral_files(folder)
     return folder
 
 
@@ -293,11 +292,7 @@ def qwen35vl(folder: Path, *, dtype: str = "bfloat16", seed: int = 36) -> Path:
     _save(model, folder, dtype, tower=None)
     # the reference's Qwen3.5 text model requires the MTP block the Hub's checkpoints carry
     _with_mtp(folder, seed, {"mtp_num_hidden_layers": 1, "full_attention_interval": 2}, vlm=True)
-    (folder / "preprocessor_config.json").write_text(json.dumps({
-        "image_processor_type": "Qwen2VLImageProcessor", "patch_size": 8,
-        "temporal_patch_size": 2, "merge_size": 2, "min_pixels": 64 * 64,
-        "max_pixels": 64 * 64, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]},
-        indent=2))  # fmt: skip
+    _qwen_vl_processor(folder, {"image_mean": [0.5] * 3, "image_std": [0.5] * 3})
     return folder
 
 
