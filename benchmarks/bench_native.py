@@ -14,7 +14,9 @@ values:
   threads  workers=2 vs workers=1, wall clock, quantize and dequantize
                                                               target >= 1.8x
            beside each: the same pool copying the same float32 matrix, 1 vs 2
-           threads (the bandwidth ceiling of that moment)
+           threads (the bandwidth ceiling of that moment), and the machine's
+           ceiling for the op itself: two independent one-thread calls at once
+           against one alone (no pool involved)
 
 Method: ours and theirs interleaved, median of ``--repeat`` runs.  One-thread
 comparisons use the thread's CPU time (``time.thread_time``): the machine is
@@ -35,6 +37,7 @@ import argparse
 import os
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -155,17 +158,45 @@ def bench_copy(x: np.ndarray, types: list[str], repeat: int) -> None:
         _row([name, med["ours"] * 1e3, med["copy"] * 1e3, ratio, _ok(ratio, 1.5, False)])
 
 
+class _Pair:
+    """Runs a callable on the calling thread and on one other Python thread at the
+    same time (each call releases the GIL inside the kernel), for the machine's
+    two-core ceiling of that callable with no pool involved."""
+
+    def __init__(self) -> None:
+        self._start, self._end = threading.Barrier(2), threading.Barrier(2)
+        self._fn: Callable[[], object] | None = None
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            self._start.wait()
+            self._fn()
+            self._end.wait()
+
+    def __call__(self, fn: Callable[[], object]) -> None:
+        self._fn = fn
+        self._start.wait()
+        fn()
+        self._end.wait()
+
+
 def bench_threads(x: np.ndarray, types: list[str], repeat: int) -> None:
-    """Each row races 1 and 2 threads of the op and, interleaved with them, the same
-    pool copying the same float32 matrix (``dequantize`` of F32: a plain copy of
-    the 8 MiB of output bytes into a fresh array, through the same API and threads).
-    "copy 2/1" is what two threads can gain on this machine at that moment for
-    pure memory traffic: a memory-bound op at or above it is bandwidth-bound, not
-    held back by the pool."""
+    """Each row races 1 and 2 threads of the op and, interleaved with them, two
+    ceilings of that moment:
+
+    * "copy 2/1": the same pool copying the same float32 matrix (``dequantize`` of
+      F32, 8 MiB into a fresh array, same API and threads), 1 vs 2 threads;
+    * "pair 2/1": the op on one thread, k times in a row, against two Python
+      threads each doing the same k calls at once (2 x the work; k makes a side
+      last >= ~4 ms, so the threads' start skew is noise): the throughput two
+      cores give this kernel with no pool and no splitting.  An op whose speed-up
+      reaches its pair ratio loses nothing to the pool."""
     _header(f"two threads vs one on {x.shape[0]}x{x.shape[1]} (wall ms, median)",
-            ["type", "op", "1 thread", "2 threads", "speedup", "copy 2/1", "CPU waits",
-             ">= 1.8x"])  # fmt: skip
+            ["type", "op", "1 thread", "2 threads", "speedup", "copy 2/1", "pair 2/1",
+             "CPU waits", ">= 1.8x"])  # fmt: skip
     xb = x.view(np.uint8)
+    pair = _Pair()
 
     def copy(w: int) -> np.ndarray:
         return Q.dequantize(xb, "F32", x.shape, workers=w)
@@ -178,6 +209,14 @@ def bench_threads(x: np.ndarray, types: list[str], repeat: int) -> None:
             ("dequantize", lambda w: Q.dequantize(raw, name, x.shape, workers=w)),  # noqa: B023
         ):
             assert np.array_equal(fn(1), fn(2)), (name, op)  # never depends on the threads
+            t = time.perf_counter()
+            fn(1)
+            k = max(1, round(0.004 / (time.perf_counter() - t)))
+
+            def serial(fn=fn, k=k) -> None:
+                for _ in range(k):
+                    fn(1)
+
             p0, t0 = _cpu_waiting(), time.perf_counter()
             med = _race(
                 {
@@ -185,6 +224,8 @@ def bench_threads(x: np.ndarray, types: list[str], repeat: int) -> None:
                     "two": lambda: fn(2),  # noqa: B023
                     "copy1": lambda: copy(1),
                     "copy2": lambda: copy(2),
+                    "serial": serial,
+                    "pair": lambda: pair(serial),
                 },
                 repeat,
                 time.perf_counter,
@@ -193,7 +234,8 @@ def bench_threads(x: np.ndarray, types: list[str], repeat: int) -> None:
             waits = "n/a" if p0 is None or p1 is None else f"{(p1 - p0) / (t1 - t0):.0%}"
             ratio = med["one"] / med["two"]
             ceiling = med["copy1"] / med["copy2"]
-            _row([name, op, med["one"] * 1e3, med["two"] * 1e3, ratio, ceiling, waits,
+            machine = 2 * med["serial"] / med["pair"]
+            _row([name, op, med["one"] * 1e3, med["two"] * 1e3, ratio, ceiling, machine, waits,
                   _ok(ratio, 1.8)])  # fmt: skip
 
 
