@@ -757,7 +757,8 @@ def test_qwen35_pre_tokenizer(work):
 def test_jamba_layers_are_exercised(work, tmp_path):
     """Guard against a vacuous pass: the tiny Jamba has Mamba and attention layers, each once
     with experts and once dense (llama.cpp tells them apart by ``head_count_kv`` and the
-    router), the dt / B / C norms, and GGUF -> HF gives the layer periods back."""
+    router), the dt / B / C norms, GQA 4 that llama-quantize does not see, and GGUF -> HF
+    gives the layer periods back."""
     from support.hf_models import config
     from weightsmith.gguf import read
 
@@ -773,10 +774,16 @@ def test_jamba_layers_are_exercised(work, tmp_path):
         assert (f"blk.{i}.ffn_gate_inp.weight" in names) == moe, i
         assert (f"blk.{i}.ffn_gate.weight" in names) == (not moe), i
     # GQA 4, but llama-quantize reads layer 0's (a Mamba layer: 0), so attn_v is not raised
-    types = {x[0]: x[1] for x in _tensors(work.files("jamba", "iq4_xs")[0])}
+    # (to Q5_K); GGUF -> GGUF quantization reads the per-layer array the same way
+    from weightsmith.quant.file import quantize_file
+
+    ours, ref = work.files("jamba", "iq4_xs")
+    types = {x[0]: x[1] for x in _tensors(ours)}
     assert {types[f"blk.{i}.attn_v.weight"] for i in (1, 3)} == {
         int(gguf.GGMLQuantizationType.IQ4_XS)
     }
+    quantize_file(work.files("jamba", "f32")[1], tmp_path / "iq4_xs.gguf", "iq4_xs")
+    assert (tmp_path / "iq4_xs.gguf").read_bytes() == ref.read_bytes()
     gguf_to_hf(work.files("jamba", "f16")[0], tmp_path / "back", dtype="bf16")
     orig, back = config(work.model("jamba")), config(tmp_path / "back")
     for k in ("attn_layer_period", "attn_layer_offset", "expert_layer_period",
@@ -855,3 +862,24 @@ def test_jamba_hub_forms(work, tmp_path):
     fused = _jamba_fused(work.model("jamba"), tmp_path / "fused" / "jamba")
     hf_to_gguf(fused, tmp_path / "fused.gguf", "f16")
     assert (tmp_path / "fused.gguf").read_bytes() == tiny_ref.read_bytes()
+
+
+def test_jamba_tokenizer_must_be_spm_or_byte_fallback_bpe(work, tmp_path):
+    """Jamba without tokenizer.model takes the reference's LlamaHfVocab path only: a
+    byte-level BPE (GPT-2's) or no tokenizer at all fails with a named error before
+    anything is written."""
+    import shutil
+
+    from support.hf_models import _bpe_tokenizer
+    from weightsmith import errors as E
+
+    src = tmp_path / "jamba"
+    shutil.copytree(work.model("jamba"), src)
+    (src / "tokenizer.model").unlink()
+    out = tmp_path / "out.gguf"
+    with pytest.raises(E.TokenizerFilesMissing, match=r"tokenizer\.model or tokenizer\.json"):
+        hf_to_gguf(src, out, "f16")
+    _bpe_tokenizer(src, "gpt-2")
+    with pytest.raises(E.TokenizerInconsistent, match="byte-fallback"):
+        hf_to_gguf(src, out, "f16")
+    assert not out.exists()
