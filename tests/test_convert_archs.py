@@ -45,6 +45,7 @@ REF_ON_TRANSFORMERS_4 = {"nemotronh"}
 # gated DeltaNet hybrids with an MTP block (the GGUF's norms are 1 + w, A is -exp(A_log))
 DELTANET = ["qwen35", "qwen35moe", "qwen3next"]
 ARCHS += DELTANET
+ARCHS += ["jamba"]
 REF_TYPES = ["f32", "f16", "bf16", "q8_0"]
 # llama.cpp (the pinned build) and transformers 5 give different logits for the same tiny
 # DeepSeek-V3 (max 0.69): llama.cpp's own file shows the same gap as ours (docs/
@@ -210,7 +211,8 @@ def test_round_trip(work, arch, tmp_path):
         orig.pop("lm_head.weight", None)
     assert sorted(got) == sorted(orig)
     # norm + 1 - 1 (Gemma 2), log(-(-exp(A_log))) (the SSMs): not always the identity in float32
-    exact = arch not in ("gemma2", "mamba", "mamba2", "granitehybrid", "nemotronh", *DELTANET)
+    exact = arch not in ("gemma2", "mamba", "mamba2", "granitehybrid", "nemotronh", *DELTANET,
+                         "jamba")  # fmt: skip
     for k, v in orig.items():
         want = v.astype(np.float32)
         if exact:
@@ -747,3 +749,137 @@ def test_qwen35_pre_tokenizer(work):
     assert pieces(ours, text) == pieces(theirs.backend_tokenizer, text)
     assert pieces(ours, text) != pieces(qwen2, text)
     assert ours.encode(text).ids == theirs(text)["input_ids"]
+
+
+# --------------------------------------------------------------------------- Jamba
+
+
+def test_jamba_layers_are_exercised(work, tmp_path):
+    """Guard against a vacuous pass: the tiny Jamba has Mamba and attention layers, each once
+    with experts and once dense (llama.cpp tells them apart by ``head_count_kv`` and the
+    router), the dt / B / C norms, GQA 4 that llama-quantize does not see, and GGUF -> HF
+    gives the layer periods back."""
+    from support.hf_models import config
+    from weightsmith.gguf import read
+
+    with read(work.files("jamba", "f16")[0]) as f:
+        md, names = f.metadata, {t.name for t in f.tensors}
+    assert list(md["jamba.attention.head_count_kv"]) == [0, 1, 0, 1]
+    assert md["jamba.expert_count"] == 4 and md["jamba.ssm.time_step_rank"] == 16
+    kinds = [(True, True), (False, False), (True, False), (False, True)]  # (mamba, MoE)
+    for i, (ssm, moe) in enumerate(kinds):
+        for t in ("ssm_dt_norm", "ssm_b_norm", "ssm_c_norm", "ssm_x"):
+            assert (f"blk.{i}.{t}.weight" in names) == ssm, (i, t)
+        assert (f"blk.{i}.attn_q.weight" in names) == (not ssm), i
+        assert (f"blk.{i}.ffn_gate_inp.weight" in names) == moe, i
+        assert (f"blk.{i}.ffn_gate.weight" in names) == (not moe), i
+    # GQA 4, but llama-quantize reads layer 0's (a Mamba layer: 0), so attn_v is not raised
+    # (to Q5_K); GGUF -> GGUF quantization reads the per-layer array the same way
+    from weightsmith.quant.file import quantize_file
+
+    ours, ref = work.files("jamba", "iq4_xs")
+    types = {x[0]: x[1] for x in _tensors(ours)}
+    assert {types[f"blk.{i}.attn_v.weight"] for i in (1, 3)} == {
+        int(gguf.GGMLQuantizationType.IQ4_XS)
+    }
+    quantize_file(work.files("jamba", "f32")[1], tmp_path / "iq4_xs.gguf", "iq4_xs")
+    assert (tmp_path / "iq4_xs.gguf").read_bytes() == ref.read_bytes()
+    gguf_to_hf(work.files("jamba", "f16")[0], tmp_path / "back", dtype="bf16")
+    orig, back = config(work.model("jamba")), config(tmp_path / "back")
+    for k in ("attn_layer_period", "attn_layer_offset", "expert_layer_period",
+              "expert_layer_offset", "num_experts", "num_experts_per_tok", "mamba_dt_rank",
+              "mamba_expand", "mamba_d_state", "mamba_d_conv", "mamba_conv_bias",
+              "mamba_proj_bias", "num_key_value_heads", "rms_norm_eps"):  # fmt: skip
+        assert back[k] == orig[k], k
+
+
+def _jamba_fused(src: Path, dst: Path) -> Path:
+    """The tiny Jamba in transformers 5's own save layout: each MoE layer's experts fused
+    into ``experts.gate_up_proj`` ``[n_expert, 2 * n_ff, n_embd]`` and ``experts.down_proj``."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    shutil.copytree(src, dst)
+    sd = load_file(dst / "model.safetensors")
+    out = {k: v for k, v in sd.items() if ".experts." not in k}
+    for pre in sorted({k.split("experts.")[0] for k in sd if ".experts." in k}):
+        n = sum(1 for k in sd if k.startswith(pre + "experts.") and k.endswith("down_proj.weight"))
+        x = [f"{pre}experts.{i}." for i in range(n)]
+        out[pre + "experts.gate_up_proj"] = np.stack(
+            [np.concatenate([sd[e + "gate_proj.weight"], sd[e + "up_proj.weight"]]) for e in x]
+        )
+        out[pre + "experts.down_proj"] = np.stack([sd[e + "down_proj.weight"] for e in x])
+    save_file(out, dst / "model.safetensors", metadata={"format": "pt"})
+    return dst
+
+
+def test_jamba_hub_forms(work, tmp_path):
+    """The other forms of a Jamba checkpoint convert as the reference converts them, to the
+    tiny model's tensors:
+
+    * Mini-Jamba's names (``.moe.`` for ``.feed_forward.``, ``B_layernorm`` /
+      ``C_layernorm``, ``pre_moe_layernorm``) and a dense layer stored as ``experts.0``,
+      with no ``tokenizer.model``: the byte-fallback BPE tokenizer.json (here the one GGUF
+      -> HF writes) read as LlamaHfVocab, ``add_space_prefix = false``;
+    * transformers 5's own layout (fused experts, which the reference cannot map) gives
+      the reference's file of the per-expert checkpoint, byte for byte."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    from weightsmith.gguf import read
+
+    src = tmp_path / "mini-jamba"
+    shutil.copytree(work.model("jamba"), src)
+    (src / "tokenizer.model").unlink()
+    gguf_to_hf(work.files("jamba", "f32")[0], tmp_path / "back", dtype="f32")
+    for f in (tmp_path / "back").iterdir():
+        if f.name.startswith(("tokenizer", "special_tokens")):
+            shutil.copy(f, src / f.name)
+    assert (src / "tokenizer.json").is_file()
+    sd = load_file(src / "model.safetensors")
+    renames = [("layers.0.feed_forward.", "layers.0.moe."),
+               ("layers.2.feed_forward.", "layers.2.feed_forward.experts.0."),
+               ("mamba.b_layernorm", "mamba.B_layernorm"),
+               ("mamba.c_layernorm", "mamba.C_layernorm"),
+               ("layers.3.pre_ff_layernorm", "layers.3.pre_moe_layernorm")]  # fmt: skip
+    for a, b in renames:
+        sd = {k.replace(a, b): v for k, v in sd.items()}
+    assert "model.layers.2.feed_forward.experts.0.up_proj.weight" in sd
+    save_file(sd, src / "model.safetensors", metadata={"format": "pt"})
+    ours, ref = tmp_path / "ours.gguf", tmp_path / "ref.gguf"
+    _run_reference([(str(src), str(ref), "f16")])
+    hf_to_gguf(src, ours, "f16")
+    _same_file(ours, ref)
+    with read(ours) as f:
+        assert not f.metadata["tokenizer.ggml.add_space_prefix"]
+        assert f.metadata["tokenizer.ggml.model"] == "llama"
+    tiny_ref = work.files("jamba", "f16")[1]
+    assert sorted(_tensors(ours)) == sorted(_tensors(tiny_ref))
+
+    # the same folder name: general.name comes from it
+    fused = _jamba_fused(work.model("jamba"), tmp_path / "fused" / "jamba")
+    hf_to_gguf(fused, tmp_path / "fused.gguf", "f16")
+    assert (tmp_path / "fused.gguf").read_bytes() == tiny_ref.read_bytes()
+
+
+def test_jamba_tokenizer_must_be_spm_or_byte_fallback_bpe(work, tmp_path):
+    """Jamba without tokenizer.model takes the reference's LlamaHfVocab path only: a
+    byte-level BPE (GPT-2's) or no tokenizer at all fails with a named error before
+    anything is written."""
+    import shutil
+
+    from support.hf_models import _bpe_tokenizer
+    from weightsmith import errors as E
+
+    src = tmp_path / "jamba"
+    shutil.copytree(work.model("jamba"), src)
+    (src / "tokenizer.model").unlink()
+    out = tmp_path / "out.gguf"
+    with pytest.raises(E.TokenizerFilesMissing, match=r"tokenizer\.model or tokenizer\.json"):
+        hf_to_gguf(src, out, "f16")
+    _bpe_tokenizer(src, "gpt-2")
+    with pytest.raises(E.TokenizerInconsistent, match="byte-fallback"):
+        hf_to_gguf(src, out, "f16")
+    assert not out.exists()

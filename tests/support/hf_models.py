@@ -1676,3 +1676,29 @@ def qwen3next(folder: Path, *, dtype: str = "bfloat16", seed: int = 27) -> Path:
 
 
 BUILDERS.update(qwen35=qwen35, qwen35moe=qwen35moe, qwen3next=qwen3next)
+
+
+def jamba(folder: Path, *, dtype: str = "bfloat16", seed: int = 28) -> Path:
+    """Jamba: Mamba (1) layers with dt / B / C norms and NoPE attention every second layer
+    from 1, softmax-routed experts every third layer from 0, dense SwiGLU elsewhere, so
+    the four layers are mamba+MoE, attention+dense, mamba+dense, attention+MoE.  GQA 4 (one
+    KV head), as Jamba's 32 / 8: llama-quantize's GQA rules read layer 0, a Mamba layer.
+    Experts per expert (``feed_forward.experts.N.*_proj``), as the Hub's checkpoints."""
+    from transformers import JambaConfig, JambaForCausalLM
+
+    vocab = train_spm(folder)
+    cfg = JambaConfig(vocab_size=vocab, hidden_size=256, intermediate_size=256,
+                      num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=1,
+                      attn_layer_period=2, attn_layer_offset=1, expert_layer_period=3,
+                      expert_layer_offset=0, num_experts=4, num_experts_per_tok=2,
+                      mamba_d_state=16, mamba_d_conv=4, mamba_expand=2, mamba_dt_rank="auto",
+                      max_position_embeddings=256, rms_norm_eps=1e-6, bos_token_id=1,
+                      eos_token_id=2, pad_token_id=0, tie_word_embeddings=False)  # fmt: skip
+    model = JambaForCausalLM(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    _per_expert(folder, _qwen_expert)
+    return folder
+
+
+BUILDERS["jamba"] = jamba

@@ -551,6 +551,7 @@ def plan_input(
     else:
         has_heads = first(cfg, ("num_attention_heads", "n_heads")) is not None
         n_head, n_kv = head_counts(cfg) if has_heads else (1, 1)
+        n_kv = _layer0_kv(arch, cfg, n_kv)
         types = recipe_plan(
             [(tp.name, _ggml_dims(tp.shape)) for tp in tensors],
             ft,
@@ -617,6 +618,16 @@ def _block_count(arch: Arch, cfg: dict) -> int | None:
         if k == f"{arch.gguf_arch}.block_count":
             return v
     return first(cfg, ("num_hidden_layers", "n_layers"))
+
+
+def _layer0_kv(arch: Arch, cfg: dict, n_kv: int) -> int:
+    """The KV head count llama-quantize's GQA rules see: ``n_gqa()`` is layer 0's, so a
+    per-layer ``head_count_kv`` array (hybrids) counts by its first layer (0 on an SSM
+    layer: the rules for GQA >= 4 then stay off, as in llama.cpp)."""
+    for k, v, _ in arch.metadata(cfg):
+        if k == f"{arch.gguf_arch}.attention.head_count_kv" and isinstance(v, list) and v:
+            return int(v[0])
+    return n_kv
 
 
 def _ggml_dims(shape: tuple[int, ...]) -> tuple[int, ...]:

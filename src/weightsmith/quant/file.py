@@ -84,7 +84,8 @@ def _int_kv(meta, key: str, default: int | None) -> int | None:
         return default
     v = meta[key]
     if isinstance(v, (list, tuple)):
-        v = max(v) if v else default
+        # a per-layer array (hybrids' head_count_kv): llama-quantize reads layer 0's
+        v = v[0] if len(v) else default
     return int(v) if v is not None else default
 
 

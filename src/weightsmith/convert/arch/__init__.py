@@ -78,6 +78,7 @@ from .glm import GLM4MOE
 from .gpt import FALCON, GPT2, STABLELM, STARCODER2
 from .gptoss import GPT_OSS
 from .granite import GRANITE, GRANITEMOE
+from .jamba import JAMBA
 from .lfm2 import LFM2, LFM2MOE
 from .llama import LLAMA, MISTRAL3, MISTRAL_NATIVE, SMOLLM3
 from .llama4 import LLAMA4
@@ -161,6 +162,7 @@ ENTRIES: tuple[Arch, ...] = (
     QWEN35,
     QWEN35MOE,
     QWEN3NEXT,
+    JAMBA,
     # encoders (embedding models) and encoder-decoders
     BERT,
     XLMROBERTA,

@@ -15,7 +15,9 @@ architecture (``config["architectures"][0]``):
 * Gemma 4 (``gemma4``): the byte-fallback BPE ``tokenizer.json`` read as "llama-hf",
   written as ``tokenizer.ggml.model = gemma4`` with its merges (:func:`_set_gemma4`);
 * GLM-4 MoE (``_set_vocab_glm``): gpt2, its special ids taken from the added tokens
-  (bos ``[gMASK]``, eot ``<|user|>``, unk ``<|endoftext|>``, eom ``<|observation|>``).
+  (bos ``[gMASK]``, eot ``<|user|>``, unk ``<|endoftext|>``, eom ``<|observation|>``);
+* Jamba (``jamba``): SentencePiece from ``tokenizer.model``, else "llama-hf" with
+  ``add_space_prefix = false`` (no gpt2 fallback: the reference stops there).
 
 Then the special-token part (llama.cpp's ``SpecialVocab``): merges (BPE), token
 ids from tokenizer_config.json's ``<type>_token`` looked up in tokenizer.json's
@@ -70,7 +72,7 @@ SPM_SPACE = "\u2581"
 
 # the reference's vocabulary paths (``set_vocab`` of its model classes); the registry
 # entry of each architecture names its route (``Arch.tokenizer["vocab"]``)
-ROUTES = ("llama", "spm_or_gpt2", "gemma", "gemma4", "gpt2", "phi3", "glm")
+ROUTES = ("llama", "spm_or_gpt2", "gemma", "gemma4", "gpt2", "phi3", "glm", "jamba")
 #: routes kept in modules of their own (encoders: ``bert``, ``t5``), which add their builder
 #: ``(entries, folder, config)`` here when imported (the package ``__init__`` imports them)
 MORE_ROUTES: dict[str, Callable[[_Entries, Path, dict], None]] = {}
@@ -944,6 +946,23 @@ def vocab_metadata(
         if not has_json:
             raise _missing(d, "tokenizer.json")
         _set_gemma4(out, d, config)
+    elif route == "jamba":
+        # JambaModel.set_vocab: SentencePiece, else LlamaHfVocab without a space prefix
+        if has_spm:
+            _set_spm(out, d, config)
+        elif _llama_hf_applies(d):
+            _set_llama_hf(out, d, config)
+            out.add("ggml.add_space_prefix", False, VT.BOOL)
+        elif has_json:
+            raise E.TokenizerInconsistent(
+                "Jamba without tokenizer.model needs a byte-fallback BPE tokenizer.json",
+                path=d / "tokenizer.json",
+                field="model",
+                expected="BPE with byte_fallback and a Sequence decoder",
+                found="another tokenizer",
+            )
+        else:
+            raise _missing(d, "tokenizer.model or tokenizer.json")
     elif route == "gemma":
         if has_spm:
             _set_spm(out, d, config)
