@@ -158,7 +158,10 @@ def _hf_audio_features(folder: Path, pcm: np.ndarray) -> np.ndarray:
 
 def test_llama_cpp_encodes_audio(g4a):
     """mtmd loads our projector (both towers) with our text model and encodes a 1 s
-    waveform into the features transformers computes for it."""
+    waveform (its own mel front end) into the features transformers computes for it
+    (Gemma4AudioFeatureExtractor + get_audio_features): 25 tokens, measured within
+    5.8e-4 of their scale.  The seeded clip bounds move transformers' features by 5.9e-2
+    of it, so bounds mtmd did not find would fail this."""
     root = g4a.parent
     pcm = _pcm(1.0)
     got = _mtmd_embeddings(root / "ours-text-f32.gguf", root / "ours-mmproj-f32.gguf", None, pcm)
