@@ -87,6 +87,17 @@ def test_projector_same_as_reference(g4a, t):
         _same(root / "ours-text-f16.gguf", root / "ref-text-f16.gguf")
 
 
+def test_cli_writes_both(g4a, tmp_path):
+    """``weightsmith convert DIR out.gguf --mmproj``: the same two files as the API."""
+    from weightsmith.cli._main import main
+
+    dst = tmp_path / "g.gguf"
+    assert main(["convert", str(g4a), str(dst), "--type", "q8_0", "--mmproj", "--quiet"]) == 0
+    ref = (g4a.parent / "ref-mmproj-q8_0.gguf").read_bytes()
+    assert (tmp_path / "mmproj-g.gguf").read_bytes() == ref
+    assert dst.read_bytes() == (g4a.parent / "ours-text-q8_0.gguf").read_bytes()
+
+
 def test_projector_contents(g4a):
     """Guard against a vacuous pass: both towers are in the file, typed and shaped as the
     reference's rules say."""
