@@ -212,8 +212,11 @@ def _image(size: int) -> np.ndarray:
     return rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
 
 
-def _mtmd_embeddings(text: Path, mmproj: Path, img: np.ndarray) -> np.ndarray:
-    """llama.cpp's embeddings of ``img`` (HWC uint8) through our projector."""
+def _mtmd_embeddings(
+    text: Path, mmproj: Path, img: np.ndarray | None, pcm: np.ndarray | None = None
+) -> np.ndarray:
+    """llama.cpp's embeddings of ``img`` (HWC uint8), or of ``pcm`` (float32 mono samples
+    at the projector's rate), through our projector."""
     import llama_cpp
     from llama_cpp import mtmd_cpp
 
@@ -226,10 +229,18 @@ def _mtmd_embeddings(text: Path, mmproj: Path, img: np.ndarray) -> np.ndarray:
         ctx = mtmd_cpp.mtmd_init_from_file(str(mmproj).encode(), llm.model, params)
         assert ctx is not None, "mtmd did not load the projector"
         try:
-            assert mtmd_cpp.mtmd_support_vision(ctx)
-            h, w, _ = img.shape
-            buf = (ctypes.c_uint8 * img.size).from_buffer_copy(img.tobytes())
-            bitmap = mtmd_cpp.mtmd_bitmap_init(w, h, buf)
+            if pcm is None:
+                assert mtmd_cpp.mtmd_support_vision(ctx)
+                h, w, _ = img.shape
+                buf = (ctypes.c_uint8 * img.size).from_buffer_copy(img.tobytes())
+                bitmap = mtmd_cpp.mtmd_bitmap_init(w, h, buf)
+                kind = mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_IMAGE
+            else:
+                assert mtmd_cpp.mtmd_support_audio(ctx)
+                samples = np.ascontiguousarray(pcm, dtype=np.float32)
+                data = (ctypes.c_float * samples.size).from_buffer_copy(samples.tobytes())
+                bitmap = mtmd_cpp.mtmd_bitmap_init_from_audio(samples.size, data)
+                kind = mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_AUDIO
             chunks = mtmd_cpp.mtmd_input_chunks_init()
             marker = mtmd_cpp.mtmd_default_marker()
             inp = mtmd_cpp.mtmd_input_text()
@@ -242,10 +253,7 @@ def _mtmd_embeddings(text: Path, mmproj: Path, img: np.ndarray) -> np.ndarray:
             assert mtmd_cpp.mtmd_tokenize(ctx, chunks, ctypes.byref(inp), bitmaps, 1) == 0
             for i in range(mtmd_cpp.mtmd_input_chunks_size(chunks)):
                 chunk = mtmd_cpp.mtmd_input_chunks_get(chunks, i)
-                if (
-                    mtmd_cpp.mtmd_input_chunk_get_type(chunk)
-                    == mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_IMAGE
-                ):
+                if mtmd_cpp.mtmd_input_chunk_get_type(chunk) == kind:
                     n = mtmd_cpp.mtmd_input_chunk_get_n_tokens(chunk)
                     assert mtmd_cpp.mtmd_encode_chunk(ctx, chunk) == 0
                     out = mtmd_cpp.mtmd_get_output_embd(ctx)
@@ -255,7 +263,7 @@ def _mtmd_embeddings(text: Path, mmproj: Path, img: np.ndarray) -> np.ndarray:
                     emb = np.ctypeslib.as_array(out, shape=(n * n_embd,)).copy()
                     break
             else:
-                raise AssertionError("no image chunk")
+                raise AssertionError("no image (or audio) chunk")
             mtmd_cpp.mtmd_input_chunks_free(chunks)
             mtmd_cpp.mtmd_bitmap_free(bitmap)
             return emb.reshape(n, n_embd)

@@ -313,12 +313,15 @@ def build(name: str, folder: Path, **kw) -> Path:
     return BUILDERS[name](folder, **kw)
 
 
-def gemma4_vlm(folder: Path, *, dtype: str = "bfloat16", seed: int = 33) -> Path:
+def gemma4_vlm(
+    folder: Path, *, dtype: str = "bfloat16", seed: int = 33, audio: dict | None = None
+) -> Path:
     """Gemma 4 (its own vision tower: clippable linears, 2-D position table, pooling by 3
-    as llama.cpp fixes it; no audio tower), 8 px patches, saved as transformers 5 saves
-    it (``model.language_model.*``, ``model.vision_tower.*``, ``model.embed_vision.*``:
-    the names the reference reads)."""
+    as llama.cpp fixes it; an audio tower only from ``audio``, Gemma4AudioConfig fields),
+    8 px patches, saved as transformers 5 saves it (``model.language_model.*``,
+    ``model.vision_tower.*``, ``model.embed_vision.*``: the names the reference reads)."""
     from transformers import (
+        Gemma4AudioConfig,
         Gemma4Config,
         Gemma4ForConditionalGeneration,
         Gemma4TextConfig,
@@ -337,7 +340,8 @@ def gemma4_vlm(folder: Path, *, dtype: str = "bfloat16", seed: int = 33) -> Path
                                 num_attention_heads=2, num_key_value_heads=2, head_dim=32,
                                 patch_size=8, pooling_kernel_size=3, position_embedding_size=256,
                                 use_clipped_linears=True)  # fmt: skip
-    cfg = Gemma4Config(text_config=text, vision_config=vision, audio_config=None,
+    audio_cfg = None if audio is None else Gemma4AudioConfig(**audio)
+    cfg = Gemma4Config(text_config=text, vision_config=vision, audio_config=audio_cfg,
                        image_token_id=519, boi_token_id=515, eoi_token_id=516)  # fmt: skip
     model = Gemma4ForConditionalGeneration(cfg)
     _random_init(model, seed)

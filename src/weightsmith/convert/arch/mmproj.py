@@ -21,7 +21,9 @@ and the per-family subclasses are reproduced here as :class:`Projector` entries:
 The rows read the *vision view*: ``vision_config`` at the top level, with the text
 width (``clip.vision.projection_dim``), the image processor's settings
 (``preprocessor_config.json`` then ``processor_config.json``, ``image_processor``
-moved up) and the whole config under the ``mmproj.*`` keys.
+moved up) and the whole config under the ``mmproj.*`` keys; ``mmproj.audio`` is the
+audio config (MmprojModel's ``hparams_audio``: ``whisper_config`` or ``audio_config``),
+which the audio rows (:func:`audio_rows`, written only when it is not empty) read.
 """
 
 from __future__ import annotations
@@ -33,6 +35,14 @@ from typing import Any
 
 from ._common import GEMMA_NORM, PERMUTE_K, PERMUTE_Q
 from ._model import FILE_TYPE, VT, Arch, MetaKey, NameRule, Split, Transform, m
+from .gemma4_audio import (
+    AUDIO_NAMES,
+    AUDIO_PREFIXES,
+    AUDIO_TAIL,
+    AUDIO_TRANSFORMS,
+    audio_force,
+    feed_forward_length,
+)
 
 #: vision-view keys that are not vision_config fields
 TEXT_WIDTH = "mmproj.n_embd_text"
@@ -43,6 +53,7 @@ _TEXT_EMBEDDINGS = ("language_model.model.embed_tokens.weight",
                     "model.language_model.embed_tokens.weight")  # fmt: skip
 PREPROCESSOR = "mmproj.preprocessor"
 GLOBAL = "mmproj.global"
+AUDIO = "mmproj.audio"
 
 #: MmprojModel's layer-count spellings (``n_block_keys``)
 BLOCK_KEYS = (
@@ -58,6 +69,7 @@ def vision_view(cfg: dict, preprocessor: dict) -> dict:
     view[TEXT_WIDTH] = text.get("hidden_size", text.get("n_embd", 0))
     view[PREPROCESSOR] = preprocessor
     view[GLOBAL] = cfg
+    view[AUDIO] = cfg.get("whisper_config" if "whisper_config" in cfg else "audio_config")
     return view
 
 
@@ -103,6 +115,37 @@ BASE_REQUIRED: tuple[tuple[str, ...], ...] = (
 
 def _const(key: str, value: Any, t: VT) -> MetaKey:
     return MetaKey(key, (), t, lambda v: value)
+
+
+def _first(a: dict, keys: tuple[str, ...]) -> Any:
+    """find_aparam: the first key present; a KeyError (named by the planner) otherwise."""
+    for k in keys:
+        if k in a:
+            return a[k]
+    raise KeyError(f"audio_config has none of {list(keys)}")
+
+
+def _audio_row(key: str, fn: Callable[[dict], Any], t: VT = VT.UINT32) -> MetaKey:
+    """A row of the audio config, omitted without one (or with an empty one)."""
+    return m(key, AUDIO, t=t, value=lambda v: fn(v[AUDIO]) if v.get(AUDIO) else None)
+
+
+def audio_rows(ffn: Callable[[dict], int] = lambda a: _first(a, ("intermediate_size",))):
+    """MmprojModel.set_gguf_parameters, audio half (after the vision half); ``ffn`` the
+    feed-forward length, which some classes derive."""
+    return [
+        _audio_row("has_audio_encoder", lambda a: True, VT.BOOL),
+        MetaKey(
+            "audio.projection_dim",
+            (TEXT_WIDTH,),
+            VT.UINT32,
+            lambda v: v[TEXT_WIDTH] if v.get(AUDIO) else None,
+        ),
+        _audio_row("audio.embedding_length", lambda a: _first(a, ("hidden_size",))),
+        _audio_row("audio.feed_forward_length", ffn),
+        _audio_row("audio.block_count", lambda a: _first(a, BLOCK_KEYS)),
+        _audio_row("audio.attention.head_count", lambda a: _first(a, ("num_attention_heads",))),
+    ]
 
 
 @dataclass(frozen=True)
@@ -421,6 +464,8 @@ def _g4_patch_shape(s, v, ctx):
 
 
 def _g4_force(hf: str, gguf: str, outtype: str) -> str | None:
+    if (forced := audio_force(hf)) is not None:
+        return forced
     if "position_embedding_table" in hf:
         return "F32"
     return _base_force(hf, gguf, outtype)
@@ -428,8 +473,8 @@ def _g4_force(hf: str, gguf: str, outtype: str) -> str | None:
 
 GEMMA4_VISION = Projector(
     hf_archs=("Gemma4ForConditionalGeneration",),
-    # the audio tower (``gemma4a``) is not converted
-    keep=(_G4, "model.embed_vision."),
+    # with an audio_config, the audio tower too (``gemma4a``: arch/gemma4_audio.py)
+    keep=(_G4, "model.embed_vision.", *AUDIO_PREFIXES),
     force=_g4_force,
     # Gemma4VisionAudioModel sets image_size (unused by llama.cpp) to 224
     required=tuple(k for k in BASE_REQUIRED if k != ("image_size",)),
@@ -443,6 +488,7 @@ GEMMA4_VISION = Projector(
                 else r
                 for r in BASE_ROWS
             ),
+            *audio_rows(feed_forward_length),
             _const("vision.projector_type", "gemma4v", VT.STRING),
             m(
                 "vision.attention.layer_norm_epsilon",
@@ -450,6 +496,7 @@ GEMMA4_VISION = Projector(
                 t=VT.FLOAT32,
                 value=lambda v: v.get("layer_norm_eps", 1e-6),
             ),
+            *(_audio_row(k, fn, t) for k, fn, t in AUDIO_TAIL),
         ],
         names=[
             NameRule(
@@ -477,8 +524,10 @@ GEMMA4_VISION = Projector(
                     ("self_attn.k_norm", "attn_k_norm"),
                 )
             ),
+            *AUDIO_NAMES,
         ],
         transforms=[
+            *AUDIO_TRANSFORMS,
             Transform(
                 "gemma4_patch_to_conv",
                 r"patch_embedder\.input_proj\.weight$",
