@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ... import errors as E
 from ._common import PERMUTE_K, PERMUTE_Q, replace_rows
 from ._model import VT, Arch, NameRule, Stack, first, m
 from .granite import GRANITE_ROWS
@@ -239,6 +240,18 @@ def _n_mtp(cfg: dict) -> int:
     return cfg.get("num_nextn_predict_layers") or 0
 
 
+def _one_mtp_block(cfg: dict, names: list[str]) -> dict:
+    """The reference folds one MTP block (it asserts ``num_nextn_predict_layers`` is 1)."""
+    if _n_mtp(cfg) > 1:
+        raise E.InvalidModelConfig(
+            "Nemotron-H MTP with more than one block (llama.cpp's converter folds one)",
+            field="num_nextn_predict_layers",
+            expected="0 or 1",
+            found=cfg["num_nextn_predict_layers"],
+        )
+    return {}
+
+
 def _trunk(cfg: dict) -> int:
     return len(layer_kinds(cfg)) or cfg["num_hidden_layers"]
 
@@ -401,6 +414,7 @@ NEMOTRON_H_MOE = Arch(
     # the reference renames the MTP tensors in modify_tensors: its F32 rule misses the MTP
     # block's router (read as block 1), which gets the output type
     late_rename=True,
+    from_tensors=_one_mtp_block,
 )
 
 
