@@ -309,8 +309,6 @@ def _hf_moe(cfg: dict, names: set[str]) -> dict[str, Any]:
         "mlp_hidden_act": "relu2",
         "mamba_hidden_act": "silu",
         "num_nextn_predict_layers": nextn,
-        # not in the file: llama.cpp groups no experts beyond n_group (topk_group of 1)
-        "topk_group": cfg.get("topk_group", 1),
     }
 
 
@@ -323,7 +321,7 @@ _NUM_EXPERTS_PER_TOK = m("expert_used_count", "num_experts_per_tok")
 #: NemotronHConfig's defaults AutoConfig fills in, for the fields the MoE rows read
 _MOE_DEFAULTS: dict[str, Any] = {
     "num_hidden_layers": _n_layers,
-    "_head_dim": lambda c: first(c, ("head_dim", "attention_head_dim")),
+    "_head_dim": lambda c: first(c, ("head_dim", "attention_head_dim")) or 128,
     "intermediate_size": 21504,
     "n_routed_experts": 8,
     "num_experts_per_tok": 2,
