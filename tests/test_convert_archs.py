@@ -46,6 +46,9 @@ REF_ON_TRANSFORMERS_4 = {"nemotronh"}
 DELTANET = ["qwen35", "qwen35moe", "qwen3next"]
 ARCHS += DELTANET
 ARCHS += ["jamba"]
+# Nemotron-H MoE (Nemotron 3 Super's layout: latent experts, shared expert, MTP block); its
+# config.json is transformers 5's, which the reference reads right on transformers 5
+ARCHS += ["nemotronhmoe"]
 REF_TYPES = ["f32", "f16", "bf16", "q8_0"]
 # llama.cpp (the pinned build) and transformers 5 give different logits for the same tiny
 # DeepSeek-V3 (max 0.69): llama.cpp's own file shows the same gap as ours (docs/
@@ -91,6 +94,7 @@ BPE_VOCAB = {
     "nemotronh",
     *DELTANET,
 }
+BPE_VOCAB |= {"nemotronhmoe"}
 PROMPTS = {
     "spm": [1, 5, 9, 33, 100, 7, 200, 42],
     "bpe": [9707, 11, 1879, 0, 358, 1079, 264, 2272],
@@ -212,7 +216,7 @@ def test_round_trip(work, arch, tmp_path):
     assert sorted(got) == sorted(orig)
     # norm + 1 - 1 (Gemma 2), log(-(-exp(A_log))) (the SSMs): not always the identity in float32
     exact = arch not in ("gemma2", "mamba", "mamba2", "granitehybrid", "nemotronh", *DELTANET,
-                         "jamba")  # fmt: skip
+                         "jamba", "nemotronhmoe")  # fmt: skip
     for k, v in orig.items():
         want = v.astype(np.float32)
         if exact:
@@ -237,14 +241,17 @@ def _llama_logits_f32_kv(path: Path, tokens: list[int]) -> np.ndarray:
         llm.close()
 
 
-def _hf_logits(folder: Path, tokens: list[int], rope: dict | None = None) -> np.ndarray:
-    """transformers' logits; ``rope`` entries override the config's ``rope_parameters``."""
+def _hf_logits(folder: Path, tokens: list[int], rope: dict | None = None, **fields) -> np.ndarray:
+    """transformers' logits; ``rope`` entries override the config's ``rope_parameters``,
+    ``fields`` other config fields."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     cfg = AutoConfig.from_pretrained(folder)
     if rope:
         cfg.rope_parameters = {**cfg.rope_parameters, **rope}
+    for k, v in fields.items():
+        setattr(cfg, k, v)
     m = AutoModelForCausalLM.from_pretrained(folder, config=cfg, dtype=torch.float32)
     m.eval()
     with torch.no_grad():
@@ -881,5 +888,100 @@ def test_jamba_tokenizer_must_be_spm_or_byte_fallback_bpe(work, tmp_path):
         hf_to_gguf(src, out, "f16")
     _bpe_tokenizer(src, "gpt-2")
     with pytest.raises(E.TokenizerInconsistent, match="byte-fallback"):
+        hf_to_gguf(src, out, "f16")
+    assert not out.exists()
+
+
+# --------------------------------------------------------------------------- Nemotron-H MoE
+
+
+def test_nemotronhmoe_layers_are_exercised(work):
+    """Guard against a vacuous pass: the tiny Nemotron-H MoE file is ``nemotron_h_moe``
+    with experts at the ``E`` layers and the MTP block after the trunk (attention and MoE
+    at once); its routed experts are 3-D, in the latent size and quantized; the latent
+    projections, the shared expert and the router bias (the checkpoint's buffer) are there."""
+    from safetensors.numpy import load_file
+
+    from weightsmith.gguf import read
+
+    with read(work.files("nemotronhmoe", "f16")[0]) as f:
+        md, names = f.metadata, {t.name for t in f.tensors}
+    assert md["general.architecture"] == "nemotron_h_moe"
+    g = "nemotron_h_moe"
+    assert md[f"{g}.block_count"] == 6 and md[f"{g}.nextn_predict_layers"] == 1
+    assert list(md[f"{g}.feed_forward_length"]) == [0, 256, 0, 0, 256, 256]
+    assert list(md[f"{g}.attention.head_count_kv"]) == [0, 0, 0, 2, 0, 2]
+    assert md[f"{g}.moe_latent_size"] == 128 and md[f"{g}.expert_count"] == 4
+    mtp = {"nextn.eh_proj.weight", "nextn.enorm.weight", "nextn.hnorm.weight",
+           "nextn.shared_head_norm.weight", "attn_q.weight", "post_attention_norm.weight",
+           "ffn_latent_down.weight", "ffn_up_exps.weight", "exp_probs_b.bias"}  # fmt: skip
+    assert {f"blk.5.{n}" for n in mtp} <= names
+    assert {"blk.1.ffn_latent_up.weight", "blk.4.ffn_down_shexp.weight", "blk.0.ssm_a"} <= names
+    q = {x[0]: x for x in _tensors(work.files("nemotronhmoe", "q4_k_m")[0])}
+    _, tid, dims, _ = q["blk.1.ffn_down_exps.weight"]
+    assert list(dims) == [256, 128, 4] and tid not in (0, 1)  # n_ff, latent, experts
+    src = load_file(work.model("nemotronhmoe") / "model.safetensors")
+    bias = src["backbone.layers.4.mixer.gate.e_score_correction_bias"].astype(np.float32)
+    assert np.abs(bias).max() > 0.05  # not the zeros transformers initialises
+    got = {x[0]: x for x in _tensors(work.files("nemotronhmoe", "f32")[0])}[
+        "blk.4.exp_probs_b.bias"
+    ]
+    np.testing.assert_array_equal(np.frombuffer(got[3], np.float32), bias)
+
+
+def test_nemotronhmoe_nano_and_hub_config(work, tmp_path):
+    """The Nemotron 3 Nano layout (no latent projections, no MTP block; here with group
+    routing: 2 groups of 2 experts, 1 used) converts as the reference converts it, and
+    llama.cpp runs ours as it runs the reference's and as transformers runs the original;
+    the Hub's config form (``hybrid_override_pattern`` with ``E``, ``num_hidden_layers``)
+    gives the file transformers 5's form (``layers_block_type``) gives."""
+    import shutil
+
+    from support.hf_models import build
+
+    nano = build("nemotronhmoe", tmp_path / "nano", latent=None, mtp=False, n_group=2,
+                 topk_group=1)  # fmt: skip
+    ref, ours = tmp_path / "nano-ref.gguf", tmp_path / "nano.gguf"
+    _run_reference([(str(nano), str(ref), "f32")])
+    hf_to_gguf(nano, ours, "f32")
+    _same_file(ours, ref)
+    names = {x[0] for x in _tensors(ours)}
+    assert "blk.1.ffn_up_exps.weight" in names and not any("latent" in n for n in names)
+    tokens = _prompt("nemotronhmoe")
+    got = _llama_logits(ours, tokens)
+    np.testing.assert_array_equal(got, _llama_logits(ref, tokens))
+    hf = _hf_logits(nano, tokens)
+    bound = 2e-3 * max(float(np.abs(hf).max()), 1.0)
+    assert np.abs(got - hf).max() <= bound
+    # the groups matter: without them transformers' logits move far (2.9 at scale 3.6)
+    ungrouped = _hf_logits(nano, tokens, n_group=1, topk_group=1)
+    assert np.abs(got - ungrouped).max() > 100 * bound
+
+    hub = tmp_path / "nemotronhmoe"  # general.name is the folder name
+    shutil.copytree(work.model("nemotronhmoe"), hub)
+    c = json.loads((hub / "config.json").read_text())
+    kinds = {"linear_attention": "M", "full_attention": "*", "mlp": "-", "moe": "E"}
+    c["hybrid_override_pattern"] = "".join(kinds[k] for k in c.pop("layers_block_type"))
+    c["num_hidden_layers"] = len(c["hybrid_override_pattern"])
+    (hub / "config.json").write_text(json.dumps(c, indent=2))
+    hf_to_gguf(hub, tmp_path / "hub.gguf", "f16")
+    want = work.files("nemotronhmoe", "f16")[1]
+    assert (tmp_path / "hub.gguf").read_bytes() == want.read_bytes()
+
+
+def test_nemotronhmoe_one_mtp_block(work, tmp_path):
+    """More than one MTP block (the reference asserts one) is a named error before any
+    output is written."""
+    import shutil
+
+    from weightsmith import errors as E
+
+    src = tmp_path / "nemotronhmoe"
+    shutil.copytree(work.model("nemotronhmoe"), src)
+    c = json.loads((src / "config.json").read_text())
+    c["num_nextn_predict_layers"] = 2
+    (src / "config.json").write_text(json.dumps(c, indent=2))
+    out = tmp_path / "out.gguf"
+    with pytest.raises(E.InvalidModelConfig, match="num_nextn_predict_layers"):
         hf_to_gguf(src, out, "f16")
     assert not out.exists()

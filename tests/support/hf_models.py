@@ -1702,3 +1702,85 @@ def jamba(folder: Path, *, dtype: str = "bfloat16", seed: int = 28) -> Path:
 
 
 BUILDERS["jamba"] = jamba
+
+
+# --------------------------------------------------------------------------- Nemotron-H MoE
+
+
+def _nemotronh_mtp(folder: Path, seed: int, pattern: str) -> None:
+    """Add the Nemotron 3 Super MTP block (transformers does not build it: ``mtp.*`` is
+    ignored on load) as llama.cpp's converter reads it: ``mtp.layers.0`` the input fusion
+    (``enorm``, ``hnorm``, ``eh_proj``) and an attention sub-layer, ``mtp.layers.1`` a MoE
+    sub-layer and the head's ``final_layernorm``; shaped as the trunk's attention and
+    last MoE layer."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    path = folder / "model.safetensors"
+    sd = load_file(path)
+    h = config(folder)["hidden_size"]
+    rng = np.random.default_rng(seed)
+    dtype = sd["backbone.norm_f.weight"].dtype
+
+    def rand(shape, like=None):
+        base = 1.0 if len(shape) == 1 else 0.0
+        x = rng.standard_normal(shape) * 0.05 + base
+        return x.astype(like if like is not None else dtype)
+
+    mtp: dict = {}
+    for part, kind in (("0", "*"), ("1", "E")):
+        src = f"backbone.layers.{pattern.rindex(kind)}."
+        for k, v in sd.items():
+            if k.startswith(src):
+                mtp[f"mtp.layers.{part}.{k[len(src) :]}"] = rand(v.shape, v.dtype)
+    for k in ("enorm", "hnorm"):
+        mtp[f"mtp.layers.0.{k}.weight"] = rand((h,))
+    mtp["mtp.layers.0.eh_proj.weight"] = rand((h, 2 * h))
+    mtp["mtp.layers.1.final_layernorm.weight"] = rand((h,))
+    save_file({**sd, **mtp}, path, metadata={"format": "pt"})
+
+
+def nemotronhmoe(
+    folder: Path, *, dtype: str = "bfloat16", seed: int = 28, latent: int | None = 128,
+    mtp: bool = True, **kw,
+) -> Path:  # fmt: skip
+    """Nemotron-H MoE (the Nemotron 3 layout, tiny): Mamba 2, NoPE attention and MoE layers
+    ("MEM*E"), 4 routed ReLU^2 experts (top 2 of a sigmoid router with a score-correction
+    bias, normalised and scaled by 2.5) beside one shared expert.  ``latent``: the routed
+    experts work in a latent space of that size behind ``fc1`` / ``fc2`` projections, and
+    ``mtp``: one MTP block follows the trunk, as Nemotron 3 Super (``latent=None,
+    mtp=False`` is Nemotron 3 Nano).  ``kw`` overrides config fields (``n_group``,
+    ``topk_group``: group routing).  config.json is transformers 5's (``layers_block_type``,
+    which the pinned converter reads right for a MoE model).  The router bias is a
+    buffer: given random values here (zeros would not show it)."""
+    import torch
+    from transformers import NemotronHConfig, NemotronHForCausalLM
+
+    vocab = -(_bpe_tokenizer(folder, "gpt-2") // -8) * 8  # llama.cpp pads the token list to 8
+    kinds = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
+    pattern = "MEM*E"
+    fields = dict(
+        vocab_size=vocab, hidden_size=256, layers_block_type=[kinds[c] for c in pattern],
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, intermediate_size=512,
+        mlp_hidden_act="relu2", mamba_num_heads=8, mamba_head_dim=64, n_groups=2,
+        ssm_state_size=16, conv_kernel=4, expand=2, max_position_embeddings=256,
+        layer_norm_epsilon=1e-5, n_routed_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=256, moe_shared_expert_intermediate_size=256,
+        n_shared_experts=1, moe_latent_size=latent, routed_scaling_factor=2.5,
+        norm_topk_prob=True, n_group=1, topk_group=1, num_nextn_predict_layers=int(mtp),
+        bos_token_id=50256, eos_token_id=50256, pad_token_id=None, tie_word_embeddings=False,
+    )  # fmt: skip
+    model = NemotronHForCausalLM(NemotronHConfig(**{**fields, **kw}))
+    _random_init(model, seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, b in sorted(model.named_buffers()):
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(torch.randn(b.shape, generator=g) * 0.1)
+    _save(model, folder, dtype)
+    if mtp:
+        _nemotronh_mtp(folder, seed, pattern)
+    return folder
+
+
+BUILDERS["nemotronhmoe"] = nemotronhmoe

@@ -103,6 +103,7 @@ from .arch import (
     PlanError,
     first,
     head_counts,
+    layer_of,
     lookup,
     supported,
 )
@@ -371,15 +372,16 @@ _ALWAYS_F32 = re.compile(
 )
 
 
-def _is_quantizable_weight(name: str, ndim: int) -> bool:
-    """The reference converter's rule for tensors that get the output type."""
-    if ndim <= 1 or name.endswith("_norm.weight") or _ALWAYS_F32.search(name):
+def _is_quantizable_weight(name: str, ndim: int, f32_list: bool = True) -> bool:
+    """The reference converter's rule for tensors that get the output type (``f32_list``:
+    its list of always-F32 tensors applies)."""
+    if ndim <= 1 or name.endswith("_norm.weight") or (f32_list and _ALWAYS_F32.search(name)):
         return False
     return name.endswith(".weight")
 
 
-def _outtype_type(ot: str, name: str, shape: tuple[int, ...]) -> str:
-    if not _is_quantizable_weight(name, len(shape)):
+def _outtype_type(ot: str, name: str, shape: tuple[int, ...], f32_list: bool = True) -> str:
+    if not _is_quantizable_weight(name, len(shape), f32_list):
         return "F32"
     t = _OUTTYPES[ot]
     if t == "Q8_0" and shape[-1] % 32:
@@ -541,7 +543,10 @@ def plan_input(
 
     if ft is None:
         for tp in tensors:
-            tp.type = "F32" if tp.source is None else _outtype_type(ot, tp.name, tp.shape)
+            if tp.source is None:
+                tp.type = "F32"
+            else:
+                tp.type = _outtype_type(ot, tp.name, tp.shape, _f32_list_applies(arch, tp))
             if tp.raw is not None:  # packed data is written as it is, whatever the outtype
                 tp.type = tp.raw.ggml
         file_type_id = FILE_TYPES[_OUTTYPES[ot]].id
@@ -569,6 +574,12 @@ def plan_input(
         file_type_id = ft.id
         type_name = ft.name.lower()
     return _Plan(m, arch, cfg, ctx, tensors, type_name, file_type_id, vocab)
+
+
+def _f32_list_applies(arch: Arch, tp: TensorPlan) -> bool:
+    """The reference matches its always-F32 list by the block id of the name it read:
+    with a late rename (:attr:`Arch.late_rename`) a tensor moved to another block misses it."""
+    return not arch.late_rename or layer_of(tp.hf_name or "") == layer_of(tp.name)
 
 
 def _quant_method(cfg: dict) -> Any:

@@ -83,7 +83,7 @@ from .lfm2 import LFM2, LFM2MOE
 from .llama import LLAMA, MISTRAL3, MISTRAL_NATIVE, SMOLLM3
 from .llama4 import LLAMA4
 from .mamba import GRANITEHYBRID, MAMBA, MAMBA2
-from .nemotron import NEMOTRON_H
+from .nemotron import NEMOTRON_H, NEMOTRON_H_MOE, has_experts
 from .olmo import OLMO2
 from .phi import PHI3
 from .qwen import QWEN2, QWEN2MOE, QWEN3, QWEN3MOE
@@ -172,12 +172,14 @@ ENTRIES: tuple[Arch, ...] = (
     T5ENCODER,
     GEMMA_EMBEDDING,
     NOMIC_BERT_MOE,
+    NEMOTRON_H_MOE,
 )
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)
 VARIANTS: dict[str, list[tuple[Callable[[dict], bool], Arch]]] = {
     "NomicBertModel": [(lambda cfg: bool(cfg.get("moe_every_n_layers")), NOMIC_BERT_MOE)],
+    "NemotronHForCausalLM": [(has_experts, NEMOTRON_H_MOE)],
 }
 _VARIANT_ENTRIES = [a for vs in VARIANTS.values() for _, a in vs]
 

@@ -482,6 +482,10 @@ class Arch:
     # config fields read off the checkpoint's tensor names, ``fn(cfg, names)`` (a layer
     # count the config does not give)
     from_tensors: Callable[[dict, list[str]], dict] | None = None
+    # True: the reference does ``rename`` in modify_tensors, after it took the block id
+    # from the name as read; its always-F32 rules (``ffn_gate_inp`` ...) match that block
+    # id, so a tensor renamed into another block gets the output type (Nemotron-H's MTP)
+    late_rename: bool = False
 
     # -- config
 
