@@ -556,16 +556,29 @@ static PyObject *py_parse(PyObject *self, PyObject *args) {
     return r;
 }
 
-/* find(table, name) -> (dtype index, shape, begin, end, element count), or None */
+/* Tensor i as (name, dtypes[its dtype], shape, (begin, end)) */
+static PyObject *row(const Table *t, size_t i, PyObject *dtypes) {
+    const Row *w = &t->rows[i];
+    size_t a = w->dims, e = NEXT(t, i, dims, t->ndims);
+    PyObject *shape = PyTuple_New((Py_ssize_t)(e - a)), *d;
+    for (size_t k = a; shape && k < e; k++)
+        if ((d = PyLong_FromUnsignedLongLong(t->dims[k])))
+            PyTuple_SET_ITEM(shape, (Py_ssize_t)(k - a), d);
+        else
+            Py_CLEAR(shape);
+    return Py_BuildValue("(NON(KK))", decode(NAME(t, i)), PyTuple_GetItem(dtypes, w->dtype), shape,
+                         U(w->begin), U(w->end));
+}
+
+/* find(table, name, dtypes) -> the row of that name, or None */
 static PyObject *py_find(PyObject *self, PyObject *args) {
-    PyObject *cap, *shape, *d;
+    PyObject *cap, *dtypes;
     const uint8_t *name;
     Py_ssize_t n;
     Table *t;
-    uint64_t count = 1;
-    if (!PyArg_ParseTuple(args, "Oy#", &cap, &name, &n)) return NULL;
+    if (!PyArg_ParseTuple(args, "Oy#O", &cap, &name, &n, &dtypes)) return NULL;
     if (!(t = PyCapsule_GetPointer(cap, "st_header"))) return NULL;
-    size_t lo = 0, hi = t->n, i; /* bisect the names as duplicates() sorted them */
+    size_t lo = 0, hi = t->n; /* bisect the names as duplicates() sorted them */
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2, j = t->byname[mid];
         if (cmp(NAME(t, j), name, (size_t)n) < 0)
@@ -573,71 +586,34 @@ static PyObject *py_find(PyObject *self, PyObject *args) {
         else
             hi = mid;
     }
-    i = lo < t->n ? t->byname[lo] : 0;
-    if (lo == t->n || cmp(NAME(t, i), name, (size_t)n)) Py_RETURN_NONE;
-    const Row *w = &t->rows[i];
-    size_t a = w->dims, e = NEXT(t, i, dims, t->ndims);
-    if (!(shape = PyTuple_New((Py_ssize_t)(e - a)))) return NULL;
-    for (size_t k = a; k < e; k++) {
-        if (!(d = PyLong_FromUnsignedLongLong(t->dims[k]))) return Py_DECREF(shape), NULL;
-        PyTuple_SET_ITEM(shape, (Py_ssize_t)(k - a), d), count *= t->dims[k]; /* < 2**64 */
-    }
-    return Py_BuildValue("(iNKKK)", w->dtype, shape, U(w->begin), U(w->end), U(count));
+    if (lo == t->n || cmp(NAME(t, t->byname[lo]), name, (size_t)n)) Py_RETURN_NONE;
+    return row(t, t->byname[lo], dtypes);
 }
 
-/* names(table) -> the names in JSON order */
-static PyObject *py_names(PyObject *self, PyObject *cap) {
-    Table *t = PyCapsule_GetPointer(cap, "st_header");
-    PyObject *out = t ? PyList_New((Py_ssize_t)t->n) : NULL, *name;
-    for (size_t k = 0; out && k < t->n; k++)
-        if ((name = decode(NAME(t, k))))
-            PyList_SET_ITEM(out, (Py_ssize_t)k, name);
+/* rows(table, dtypes | None, data order) -> every row (None: every name), in JSON or data order */
+static PyObject *py_rows(PyObject *self, PyObject *args) {
+    PyObject *cap, *dtypes, *out, *x;
+    int by_data;
+    Table *t;
+    if (!PyArg_ParseTuple(args, "OOp", &cap, &dtypes, &by_data)) return NULL;
+    if (!(t = PyCapsule_GetPointer(cap, "st_header"))) return NULL;
+    out = PyList_New((Py_ssize_t)t->n);
+    for (size_t k = 0, i; out && k < t->n; k++) {
+        i = by_data ? t->order[k] : k;
+        if ((x = dtypes == Py_None ? decode(NAME(t, i)) : row(t, i, dtypes)))
+            PyList_SET_ITEM(out, (Py_ssize_t)k, x);
         else
             Py_CLEAR(out);
-    return out;
-}
-
-/* plan(table, dtype codes) -> names, codes, shape texts ("2,3"), begins, ends */
-static PyObject *py_plan(PyObject *self, PyObject *args) {
-    PyObject *cap, *codes_, *out[5] = {0};
-    Table *t;
-    Buf text = {0};
-    if (!PyArg_ParseTuple(args, "OO!", &cap, &PyTuple_Type, &codes_)) return NULL;
-    if (!(t = PyCapsule_GetPointer(cap, "st_header"))) return NULL;
-    for (int k = 0; k < 5; k++)
-        if (!(out[k] = PyList_New((Py_ssize_t)t->n))) goto fail;
-    for (size_t k = 0; k < t->n; k++) {
-        size_t i = t->order[k];
-        const Row *w = &t->rows[i];
-        text.n = 0;
-        for (size_t d = w->dims; d < NEXT(t, i, dims, t->ndims); d++) {
-            char num[24], *q = num + 24;
-            for (uint64_t v = t->dims[d]; q == num + 24 || v; v /= 10) *--q = '0' + v % 10;
-            if (d > w->dims) *--q = ',';
-            if (put(&text, q, (size_t)(num + 24 - q))) goto fail;
-        }
-        PyObject *items[5] = {
-            decode(NAME(t, i)), Py_NewRef(PyTuple_GET_ITEM(codes_, w->dtype)),
-            PyUnicode_FromStringAndSize(text.p ? (char *)text.p : "", (Py_ssize_t)text.n),
-            PyLong_FromUnsignedLongLong(w->begin), PyLong_FromUnsignedLongLong(w->end)};
-        for (int j = 0; j < 5; j++) PyList_SET_ITEM(out[j], (Py_ssize_t)k, items[j]);
-        for (int j = 0; j < 5; j++)
-            if (!items[j]) goto fail;
     }
-    free(text.p);
-    return Py_BuildValue("(NNNNN)", out[0], out[1], out[2], out[3], out[4]);
-fail:
-    free(text.p);
-    for (int k = 0; k < 5; k++) Py_XDECREF(out[k]);
-    return NULL;
+    return out;
 }
 
 static PyMethodDef methods[] = {
     {"parse", py_parse, METH_VARARGS,
      "parse(buffer | None, fd, n, file_size, window, codes, bits)"},
-    {"find", py_find, METH_VARARGS, "find(table, name) -> (dtype, shape, begin, end, count)"},
-    {"names", py_names, METH_O, "names(table) -> the names in JSON order"},
-    {"plan", py_plan, METH_VARARGS, "plan(table, codes) -> names, codes, shapes, begins, ends"},
+    {"find", py_find, METH_VARARGS,
+     "find(table, name, dtypes) -> (name, dtype, shape, (begin, end))"},
+    {"rows", py_rows, METH_VARARGS, "rows(table, dtypes | None, data order) -> rows or names"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -469,59 +469,52 @@ class safe_open:
             out[t.name] = a.reshape(t.shape) if len(t.shape) != 1 else a
         return out
 
-    def _np_views_plan(self, plan) -> dict[str, np.ndarray]:
-        # Header from the fast parse: no TensorInfo objects at all.  Each run
-        # of tensors of one dtype is viewed as that dtype once; a tensor is
+    def _np_views_plan(self, plan: list[tuple]) -> dict[str, np.ndarray]:
+        # Header from the validator's rows: no TensorInfo objects at all.  Each
+        # run of tensors of one dtype is viewed as that dtype once; a tensor is
         # then one slice of it (plus a reshape if it is not 1-D).
-        names, codes, shapes, begins, ends = plan
-        base, start, out = self._base, self._start, []
-        i, k = 0, len(names)
+        base, start, out = self._base, self._start, {}
+        i, k = 0, len(plan)
         while i < k:
-            code = codes[i]
+            code = plan[i][1]
             d = SAFETENSORS[code]
             j = i + 1
-            while j < k and codes[j] == code:
+            while j < k and plan[j][1] == code:
                 j += 1
             if d.packed:
                 hdr = self._header.tensors
-                out.extend(self._tensor(hdr[names[m]]) for m in range(i, j))
+                out.update((r[0], self._tensor(hdr[r[0]])) for r in plan[i:j])
                 i = j
                 continue
             size = d.itemsize
-            b0 = begins[i]
-            typed = base[start + b0 : start + ends[j - 1]].view(d.numpy)
-            for m in range(i, j):
-                a = typed[(begins[m] - b0) // size : (ends[m] - b0) // size]
-                shape = shapes[m]
-                if "," in shape or not shape:  # not 1-D
-                    a = a.reshape(tuple(map(int, shape.split(","))) if shape else ())
-                out.append(a)
+            b0 = plan[i][3][0]
+            typed = base[start + b0 : start + plan[j - 1][3][1]].view(d.numpy)
+            for name, _, shape, (b, e) in plan[i:j]:
+                a = typed[(b - b0) // size : (e - b0) // size]
+                out[name] = a.reshape(shape) if len(shape) != 1 else a
             i = j
-        return dict(zip(names, out))
+        return out
 
-    def _pt_views_plan(self, plan) -> dict[str, Any]:
-        # As _pt_views, from the fast-parse arrays.  Each tensor gets its own
+    def _pt_views_plan(self, plan: list[tuple]) -> dict[str, Any]:
+        # As _pt_views, from the validator's rows.  Each tensor gets its own
         # from_numpy (so its own storage, exactly its bytes: torch.save of
         # one tensor writes that tensor, not its neighbours).
 
         from_numpy = tg.torch().from_numpy
         plans = tg.view_plans()
-        names, codes, shapes, begins, ends = plan
-        base, start, out = self._base, self._start, []
+        base, start, out = self._base, self._start, {}
         hdr = self._header.tensors
-        for name, code, shape, b, e in zip(names, codes, shapes, begins, ends):
+        for name, code, shape, (b, e) in plan:
             p = plans.get(code)
             off = start + b
             if p is None or b == e or off % p[2]:
-                out.append(self._tensor(hdr[name]))
+                out[name] = self._tensor(hdr[name])
                 continue
             x = from_numpy(base[off : start + e].view(p[0]))
             if p[1] is not None:
                 x = x.view(p[1])
-            if "," in shape or not shape:  # not 1-D
-                x = x.reshape(tuple(map(int, shape.split(","))) if shape else ())
-            out.append(x)
-        return dict(zip(names, out))
+            out[name] = x.reshape(shape) if len(shape) != 1 else x
+        return out
 
     def _pt_views(self, infos: list[TensorInfo]) -> dict[str, Any]:
         # Same for torch: numpy slice -> torch.from_numpy, with dtype work
