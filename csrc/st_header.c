@@ -556,23 +556,24 @@ static PyObject *py_parse(PyObject *self, PyObject *args) {
     return r;
 }
 
-/* Tensor i as (name, dtypes[its dtype], shape, (begin, end)) */
-static PyObject *row(const Table *t, size_t i, PyObject *dtypes) {
+/* Tensor i into out[k : k + 5]: name, dtypes[its dtype], shape, begin, end */
+static void row(const Table *t, size_t i, PyObject *dtypes, PyObject *out, Py_ssize_t k) {
     const Row *w = &t->rows[i];
     size_t a = w->dims, e = NEXT(t, i, dims, t->ndims);
-    PyObject *shape = PyTuple_New((Py_ssize_t)(e - a)), *d;
-    for (size_t k = a; shape && k < e; k++)
-        if ((d = PyLong_FromUnsignedLongLong(t->dims[k])))
-            PyTuple_SET_ITEM(shape, (Py_ssize_t)(k - a), d);
-        else
-            Py_CLEAR(shape);
-    return Py_BuildValue("(NON(KK))", decode(NAME(t, i)), PyTuple_GetItem(dtypes, w->dtype), shape,
-                         U(w->begin), U(w->end));
+    PyObject *shape = PyTuple_New((Py_ssize_t)(e - a)), *d = PyTuple_GetItem(dtypes, w->dtype);
+    for (size_t j = a; shape && j < e; j++) /* a NULL item (no memory) is seen by the caller */
+        PyTuple_SET_ITEM(shape, (Py_ssize_t)(j - a), PyLong_FromUnsignedLongLong(t->dims[j]));
+    if (shape) PyObject_GC_UnTrack(shape); /* ints only: never in a cycle, as CPython does */
+    PyList_SET_ITEM(out, k, decode(NAME(t, i)));
+    PyList_SET_ITEM(out, k + 1, Py_XNewRef(d));
+    PyList_SET_ITEM(out, k + 2, shape);
+    PyList_SET_ITEM(out, k + 3, PyLong_FromUnsignedLongLong(w->begin));
+    PyList_SET_ITEM(out, k + 4, PyLong_FromUnsignedLongLong(w->end));
 }
 
-/* find(table, name, dtypes) -> the row of that name, or None */
+/* find(table, name, dtypes) -> [name, dtype, shape, begin, end], or None */
 static PyObject *py_find(PyObject *self, PyObject *args) {
-    PyObject *cap, *dtypes;
+    PyObject *cap, *dtypes, *out;
     const uint8_t *name;
     Py_ssize_t n;
     Table *t;
@@ -587,24 +588,26 @@ static PyObject *py_find(PyObject *self, PyObject *args) {
             hi = mid;
     }
     if (lo == t->n || cmp(NAME(t, t->byname[lo]), name, (size_t)n)) Py_RETURN_NONE;
-    return row(t, t->byname[lo], dtypes);
+    if ((out = PyList_New(5))) row(t, t->byname[lo], dtypes, out, 0);
+    if (PyErr_Occurred()) Py_CLEAR(out);
+    return out;
 }
 
-/* rows(table, dtypes | None, data order) -> every row (None: every name), in JSON or data order */
+/* rows(table, dtypes) -> every row in data order, one flat list (5 items a row);
+ * rows(table, None) -> the names in JSON order */
 static PyObject *py_rows(PyObject *self, PyObject *args) {
-    PyObject *cap, *dtypes, *out, *x;
-    int by_data;
+    PyObject *cap, *dtypes, *out;
     Table *t;
-    if (!PyArg_ParseTuple(args, "OOp", &cap, &dtypes, &by_data)) return NULL;
+    if (!PyArg_ParseTuple(args, "OO", &cap, &dtypes)) return NULL;
     if (!(t = PyCapsule_GetPointer(cap, "st_header"))) return NULL;
-    out = PyList_New((Py_ssize_t)t->n);
-    for (size_t k = 0, i; out && k < t->n; k++) {
-        i = by_data ? t->order[k] : k;
-        if ((x = dtypes == Py_None ? decode(NAME(t, i)) : row(t, i, dtypes)))
-            PyList_SET_ITEM(out, (Py_ssize_t)k, x);
+    int names = dtypes == Py_None;
+    out = PyList_New((Py_ssize_t)t->n * (names ? 1 : 5));
+    for (size_t k = 0; out && k < t->n; k++)
+        if (names)
+            PyList_SET_ITEM(out, (Py_ssize_t)k, decode(NAME(t, k)));
         else
-            Py_CLEAR(out);
-    }
+            row(t, t->order[k], dtypes, out, (Py_ssize_t)k * 5);
+    if (PyErr_Occurred()) Py_CLEAR(out);
     return out;
 }
 
@@ -612,8 +615,8 @@ static PyMethodDef methods[] = {
     {"parse", py_parse, METH_VARARGS,
      "parse(buffer | None, fd, n, file_size, window, codes, bits)"},
     {"find", py_find, METH_VARARGS,
-     "find(table, name, dtypes) -> (name, dtype, shape, (begin, end))"},
-    {"rows", py_rows, METH_VARARGS, "rows(table, dtypes | None, data order) -> rows or names"},
+     "find(table, name, dtypes) -> [name, dtype, shape, begin, end]"},
+    {"rows", py_rows, METH_VARARGS, "rows(table, dtypes | None) -> rows, or names"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -156,22 +156,22 @@ class _Tensors(Mapping):
     def __init__(self, table, count: int) -> None:
         self._table, self._count = table, count
         self._names: list[str] | None = None
-        self._plan: list[tuple] | None = None
+        self._plan: list | None = None
         self._made: dict[str, TensorInfo] = {}
 
     def __len__(self) -> int:
         return self._count
 
-    def plan(self) -> list[tuple[str, str, tuple[int, ...], tuple[int, int]]]:
-        """Every tensor in data order as (name, dtype code, shape, data_offsets),
-        for readers that make all tensors."""
+    def plan(self) -> list:
+        """Every tensor in data order, five items each: name, dtype code, shape,
+        begin, end (one flat list: for readers that make all tensors)."""
         if self._plan is None:
-            self._plan = _c.rows(self._table, _CODES, True)
+            self._plan = _c.rows(self._table, _CODES)
         return self._plan
 
     def __iter__(self) -> Iterator[str]:
         if self._names is None:
-            self._names = _c.rows(self._table, None, False)
+            self._names = _c.rows(self._table, None)
         return iter(self._names)
 
     def __getitem__(self, name: str) -> TensorInfo:
@@ -182,7 +182,7 @@ class _Tensors(Mapping):
             )
             if not found:
                 raise KeyError(name)
-            info = self._made[name] = TensorInfo(*found, math.prod(found[2]))
+            info = self._made[name] = TensorInfo(*found[:3], tuple(found[3:]), math.prod(found[2]))
         return info
 
     def __repr__(self) -> str:

@@ -469,52 +469,54 @@ class safe_open:
             out[t.name] = a.reshape(t.shape) if len(t.shape) != 1 else a
         return out
 
-    def _np_views_plan(self, plan: list[tuple]) -> dict[str, np.ndarray]:
-        # Header from the validator's rows: no TensorInfo objects at all.  Each
-        # run of tensors of one dtype is viewed as that dtype once; a tensor is
+    def _np_views_plan(self, plan) -> dict[str, np.ndarray]:
+        # Header from the validator's rows: no TensorInfo objects at all.  Each run
+        # of tensors of one dtype is viewed as that dtype once; a tensor is
         # then one slice of it (plus a reshape if it is not 1-D).
-        base, start, out = self._base, self._start, {}
-        i, k = 0, len(plan)
+        names, codes, shapes, begins, ends = (plan[k::5] for k in range(5))
+        base, start, out = self._base, self._start, []
+        i, k = 0, len(names)
         while i < k:
-            code = plan[i][1]
+            code = codes[i]
             d = SAFETENSORS[code]
             j = i + 1
-            while j < k and plan[j][1] == code:
+            while j < k and codes[j] == code:
                 j += 1
             if d.packed:
                 hdr = self._header.tensors
-                out.update((r[0], self._tensor(hdr[r[0]])) for r in plan[i:j])
+                out.extend(self._tensor(hdr[names[m]]) for m in range(i, j))
                 i = j
                 continue
             size = d.itemsize
-            b0 = plan[i][3][0]
-            typed = base[start + b0 : start + plan[j - 1][3][1]].view(d.numpy)
-            for name, _, shape, (b, e) in plan[i:j]:
-                a = typed[(b - b0) // size : (e - b0) // size]
-                out[name] = a.reshape(shape) if len(shape) != 1 else a
+            b0 = begins[i]
+            typed = base[start + b0 : start + ends[j - 1]].view(d.numpy)
+            for m in range(i, j):
+                a = typed[(begins[m] - b0) // size : (ends[m] - b0) // size]
+                out.append(a if len(shapes[m]) == 1 else a.reshape(shapes[m]))
             i = j
-        return out
+        return dict(zip(names, out))
 
-    def _pt_views_plan(self, plan: list[tuple]) -> dict[str, Any]:
+    def _pt_views_plan(self, plan) -> dict[str, Any]:
         # As _pt_views, from the validator's rows.  Each tensor gets its own
         # from_numpy (so its own storage, exactly its bytes: torch.save of
         # one tensor writes that tensor, not its neighbours).
 
         from_numpy = tg.torch().from_numpy
         plans = tg.view_plans()
-        base, start, out = self._base, self._start, {}
+        base, start, out, names = self._base, self._start, [], plan[::5]
         hdr = self._header.tensors
-        for name, code, shape, (b, e) in plan:
+        it = iter(plan)
+        for name, code, shape, b, e in zip(it, it, it, it, it):
             p = plans.get(code)
             off = start + b
             if p is None or b == e or off % p[2]:
-                out[name] = self._tensor(hdr[name])
+                out.append(self._tensor(hdr[name]))
                 continue
             x = from_numpy(base[off : start + e].view(p[0]))
             if p[1] is not None:
                 x = x.view(p[1])
-            out[name] = x.reshape(shape) if len(shape) != 1 else x
-        return out
+            out.append(x if len(shape) == 1 else x.reshape(shape))
+        return dict(zip(names, out))
 
     def _pt_views(self, infos: list[TensorInfo]) -> dict[str, Any]:
         # Same for torch: numpy slice -> torch.from_numpy, with dtype work
