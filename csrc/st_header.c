@@ -571,6 +571,10 @@ static void row(const Table *t, size_t i, PyObject *dtypes, PyObject *out, Py_ss
     PyList_SET_ITEM(out, k + 4, PyLong_FromUnsignedLongLong(w->end));
 }
 
+static int by_key(const void *key, const void *x) { /* a name (a Buf) against row *x's */
+    return cmp(((const Buf *)key)->p, ((const Buf *)key)->n, NAME(sorting, *(const uint32_t *)x));
+}
+
 /* find(table, name, dtypes) -> [name, dtype, shape, begin, end], or None */
 static PyObject *py_find(PyObject *self, PyObject *args) {
     PyObject *cap, *dtypes, *out;
@@ -579,16 +583,10 @@ static PyObject *py_find(PyObject *self, PyObject *args) {
     Table *t;
     if (!PyArg_ParseTuple(args, "Oy#O", &cap, &name, &n, &dtypes)) return NULL;
     if (!(t = PyCapsule_GetPointer(cap, "st_header"))) return NULL;
-    size_t lo = 0, hi = t->n; /* bisect the names as duplicates() sorted them */
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2, j = t->byname[mid];
-        if (cmp(NAME(t, j), name, (size_t)n) < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    if (lo == t->n || cmp(NAME(t, t->byname[lo]), name, (size_t)n)) Py_RETURN_NONE;
-    if ((out = PyList_New(5))) row(t, t->byname[lo], dtypes, out, 0);
+    sorting = t; /* the names as duplicates() sorted them; a valid table has no two alike */
+    const uint32_t *i = bsearch(&(Buf){(uint8_t *)name, (size_t)n, 0}, t->byname, t->n, 4, by_key);
+    if (!i) Py_RETURN_NONE;
+    if ((out = PyList_New(5))) row(t, *i, dtypes, out, 0);
     if (PyErr_Occurred()) Py_CLEAR(out);
     return out;
 }
