@@ -556,88 +556,65 @@ static PyObject *py_parse(PyObject *self, PyObject *args) {
     return r;
 }
 
-/* find(table, name) -> (dtype index, shape, begin, end, element count), or None */
+/* Tensor i into out[k : k + 5]: name, dtypes[its dtype], shape, begin, end */
+static void row(const Table *t, size_t i, PyObject *dtypes, PyObject *out, Py_ssize_t k) {
+    const Row *w = &t->rows[i];
+    size_t a = w->dims, e = NEXT(t, i, dims, t->ndims);
+    PyObject *shape = PyTuple_New((Py_ssize_t)(e - a)), *d = PyTuple_GetItem(dtypes, w->dtype);
+    for (size_t j = a; shape && j < e; j++) /* a NULL item (no memory) is seen by the caller */
+        PyTuple_SET_ITEM(shape, (Py_ssize_t)(j - a), PyLong_FromUnsignedLongLong(t->dims[j]));
+    if (shape) PyObject_GC_UnTrack(shape); /* ints only: never in a cycle, as CPython does */
+    PyList_SET_ITEM(out, k, decode(NAME(t, i)));
+    PyList_SET_ITEM(out, k + 1, Py_XNewRef(d));
+    PyList_SET_ITEM(out, k + 2, shape);
+    PyList_SET_ITEM(out, k + 3, PyLong_FromUnsignedLongLong(w->begin));
+    PyList_SET_ITEM(out, k + 4, PyLong_FromUnsignedLongLong(w->end));
+}
+
+static int by_key(const void *key, const void *x) { /* a name (a Buf) against row *x's */
+    return cmp(((const Buf *)key)->p, ((const Buf *)key)->n, NAME(sorting, *(const uint32_t *)x));
+}
+
+/* find(table, name, dtypes) -> [name, dtype, shape, begin, end], or None */
 static PyObject *py_find(PyObject *self, PyObject *args) {
-    PyObject *cap, *shape, *d;
+    PyObject *cap, *dtypes, *out;
     const uint8_t *name;
     Py_ssize_t n;
     Table *t;
-    uint64_t count = 1;
-    if (!PyArg_ParseTuple(args, "Oy#", &cap, &name, &n)) return NULL;
+    if (!PyArg_ParseTuple(args, "Oy#O", &cap, &name, &n, &dtypes)) return NULL;
     if (!(t = PyCapsule_GetPointer(cap, "st_header"))) return NULL;
-    size_t lo = 0, hi = t->n, i; /* bisect the names as duplicates() sorted them */
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2, j = t->byname[mid];
-        if (cmp(NAME(t, j), name, (size_t)n) < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    i = lo < t->n ? t->byname[lo] : 0;
-    if (lo == t->n || cmp(NAME(t, i), name, (size_t)n)) Py_RETURN_NONE;
-    const Row *w = &t->rows[i];
-    size_t a = w->dims, e = NEXT(t, i, dims, t->ndims);
-    if (!(shape = PyTuple_New((Py_ssize_t)(e - a)))) return NULL;
-    for (size_t k = a; k < e; k++) {
-        if (!(d = PyLong_FromUnsignedLongLong(t->dims[k]))) return Py_DECREF(shape), NULL;
-        PyTuple_SET_ITEM(shape, (Py_ssize_t)(k - a), d), count *= t->dims[k]; /* < 2**64 */
-    }
-    return Py_BuildValue("(iNKKK)", w->dtype, shape, U(w->begin), U(w->end), U(count));
-}
-
-/* names(table) -> the names in JSON order */
-static PyObject *py_names(PyObject *self, PyObject *cap) {
-    Table *t = PyCapsule_GetPointer(cap, "st_header");
-    PyObject *out = t ? PyList_New((Py_ssize_t)t->n) : NULL, *name;
-    for (size_t k = 0; out && k < t->n; k++)
-        if ((name = decode(NAME(t, k))))
-            PyList_SET_ITEM(out, (Py_ssize_t)k, name);
-        else
-            Py_CLEAR(out);
+    sorting = t; /* the names as duplicates() sorted them; a valid table has no two alike */
+    const uint32_t *i = bsearch(&(Buf){(uint8_t *)name, (size_t)n, 0}, t->byname, t->n, 4, by_key);
+    if (!i) Py_RETURN_NONE;
+    if ((out = PyList_New(5))) row(t, *i, dtypes, out, 0);
+    if (PyErr_Occurred()) Py_CLEAR(out);
     return out;
 }
 
-/* plan(table, dtype codes) -> names, codes, shape texts ("2,3"), begins, ends */
-static PyObject *py_plan(PyObject *self, PyObject *args) {
-    PyObject *cap, *codes_, *out[5] = {0};
+/* rows(table, dtypes) -> every row in data order, one flat list (5 items a row);
+ * rows(table, None) -> the names in JSON order */
+static PyObject *py_rows(PyObject *self, PyObject *args) {
+    PyObject *cap, *dtypes, *out;
     Table *t;
-    Buf text = {0};
-    if (!PyArg_ParseTuple(args, "OO!", &cap, &PyTuple_Type, &codes_)) return NULL;
+    if (!PyArg_ParseTuple(args, "OO", &cap, &dtypes)) return NULL;
     if (!(t = PyCapsule_GetPointer(cap, "st_header"))) return NULL;
-    for (int k = 0; k < 5; k++)
-        if (!(out[k] = PyList_New((Py_ssize_t)t->n))) goto fail;
-    for (size_t k = 0; k < t->n; k++) {
-        size_t i = t->order[k];
-        const Row *w = &t->rows[i];
-        text.n = 0;
-        for (size_t d = w->dims; d < NEXT(t, i, dims, t->ndims); d++) {
-            char num[24], *q = num + 24;
-            for (uint64_t v = t->dims[d]; q == num + 24 || v; v /= 10) *--q = '0' + v % 10;
-            if (d > w->dims) *--q = ',';
-            if (put(&text, q, (size_t)(num + 24 - q))) goto fail;
-        }
-        PyObject *items[5] = {
-            decode(NAME(t, i)), Py_NewRef(PyTuple_GET_ITEM(codes_, w->dtype)),
-            PyUnicode_FromStringAndSize(text.p ? (char *)text.p : "", (Py_ssize_t)text.n),
-            PyLong_FromUnsignedLongLong(w->begin), PyLong_FromUnsignedLongLong(w->end)};
-        for (int j = 0; j < 5; j++) PyList_SET_ITEM(out[j], (Py_ssize_t)k, items[j]);
-        for (int j = 0; j < 5; j++)
-            if (!items[j]) goto fail;
-    }
-    free(text.p);
-    return Py_BuildValue("(NNNNN)", out[0], out[1], out[2], out[3], out[4]);
-fail:
-    free(text.p);
-    for (int k = 0; k < 5; k++) Py_XDECREF(out[k]);
-    return NULL;
+    int names = dtypes == Py_None;
+    out = PyList_New((Py_ssize_t)t->n * (names ? 1 : 5));
+    for (size_t k = 0; out && k < t->n; k++)
+        if (names)
+            PyList_SET_ITEM(out, (Py_ssize_t)k, decode(NAME(t, k)));
+        else
+            row(t, t->order[k], dtypes, out, (Py_ssize_t)k * 5);
+    if (PyErr_Occurred()) Py_CLEAR(out);
+    return out;
 }
 
 static PyMethodDef methods[] = {
     {"parse", py_parse, METH_VARARGS,
      "parse(buffer | None, fd, n, file_size, window, codes, bits)"},
-    {"find", py_find, METH_VARARGS, "find(table, name) -> (dtype, shape, begin, end, count)"},
-    {"names", py_names, METH_O, "names(table) -> the names in JSON order"},
-    {"plan", py_plan, METH_VARARGS, "plan(table, codes) -> names, codes, shapes, begins, ends"},
+    {"find", py_find, METH_VARARGS,
+     "find(table, name, dtypes) -> [name, dtype, shape, begin, end]"},
+    {"rows", py_rows, METH_VARARGS, "rows(table, dtypes | None) -> rows, or names"},
     {NULL, NULL, 0, NULL},
 };
 

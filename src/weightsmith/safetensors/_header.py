@@ -150,40 +150,39 @@ def _verdict(got: tuple, text, n: int, file_size: int, path) -> Header:
 
 class _Tensors(Mapping):
     """name -> TensorInfo over the validator's tables (JSON order, found by
-    bisection); columns and infos are made only when asked for, then kept (a
-    memoized header is loaded again and again)."""
+    bisection); names, the plan and infos are made only when asked for, then
+    kept (a memoized header is loaded again and again)."""
 
     def __init__(self, table, count: int) -> None:
         self._table, self._count = table, count
         self._names: list[str] | None = None
-        self._plan: tuple | None = None
+        self._plan: list | None = None
         self._made: dict[str, TensorInfo] = {}
 
     def __len__(self) -> int:
         return self._count
 
-    def plan(self) -> tuple[list, list, list, list, list]:
-        """Every tensor in data order: names, dtype codes, shape texts ("2,3",
-        "" for a scalar), begins and ends (for readers that make all tensors)."""
+    def plan(self) -> list:
+        """Every tensor in data order, five items each: name, dtype code, shape,
+        begin, end (one flat list: for readers that make all tensors)."""
         if self._plan is None:
-            self._plan = _c.plan(self._table, _CODES)
+            self._plan = _c.rows(self._table, _CODES)
         return self._plan
 
     def __iter__(self) -> Iterator[str]:
         if self._names is None:
-            self._names = _c.names(self._table)
+            self._names = _c.rows(self._table, None)
         return iter(self._names)
 
     def __getitem__(self, name: str) -> TensorInfo:
         info = self._made.get(name)
         if info is None:
             found = type(name) is str and _c.find(
-                self._table, name.encode("utf-8", "surrogatepass")
+                self._table, name.encode("utf-8", "surrogatepass"), _DTYPES
             )
             if not found:
                 raise KeyError(name)
-            code, shape, begin, end, count = found
-            info = self._made[name] = TensorInfo(name, _DTYPES[code], shape, (begin, end), count)
+            info = self._made[name] = TensorInfo(*found[:3], tuple(found[3:]), math.prod(found[2]))
         return info
 
     def __repr__(self) -> str:

@@ -470,10 +470,10 @@ class safe_open:
         return out
 
     def _np_views_plan(self, plan) -> dict[str, np.ndarray]:
-        # Header from the fast parse: no TensorInfo objects at all.  Each run
+        # Header from the validator's rows: no TensorInfo objects at all.  Each run
         # of tensors of one dtype is viewed as that dtype once; a tensor is
         # then one slice of it (plus a reshape if it is not 1-D).
-        names, codes, shapes, begins, ends = plan
+        names, codes, shapes, begins, ends = (plan[k::5] for k in range(5))
         base, start, out = self._base, self._start, []
         i, k = 0, len(names)
         while i < k:
@@ -492,24 +492,21 @@ class safe_open:
             typed = base[start + b0 : start + ends[j - 1]].view(d.numpy)
             for m in range(i, j):
                 a = typed[(begins[m] - b0) // size : (ends[m] - b0) // size]
-                shape = shapes[m]
-                if "," in shape or not shape:  # not 1-D
-                    a = a.reshape(tuple(map(int, shape.split(","))) if shape else ())
-                out.append(a)
+                out.append(a if len(shapes[m]) == 1 else a.reshape(shapes[m]))
             i = j
         return dict(zip(names, out))
 
     def _pt_views_plan(self, plan) -> dict[str, Any]:
-        # As _pt_views, from the fast-parse arrays.  Each tensor gets its own
+        # As _pt_views, from the validator's rows.  Each tensor gets its own
         # from_numpy (so its own storage, exactly its bytes: torch.save of
         # one tensor writes that tensor, not its neighbours).
 
         from_numpy = tg.torch().from_numpy
         plans = tg.view_plans()
-        names, codes, shapes, begins, ends = plan
-        base, start, out = self._base, self._start, []
+        base, start, out, names = self._base, self._start, [], plan[::5]
         hdr = self._header.tensors
-        for name, code, shape, b, e in zip(names, codes, shapes, begins, ends):
+        it = iter(plan)
+        for name, code, shape, b, e in zip(it, it, it, it, it):
             p = plans.get(code)
             off = start + b
             if p is None or b == e or off % p[2]:
@@ -518,9 +515,7 @@ class safe_open:
             x = from_numpy(base[off : start + e].view(p[0]))
             if p[1] is not None:
                 x = x.view(p[1])
-            if "," in shape or not shape:  # not 1-D
-                x = x.reshape(tuple(map(int, shape.split(","))) if shape else ())
-            out.append(x)
+            out.append(x if len(shape) == 1 else x.reshape(shape))
         return dict(zip(names, out))
 
     def _pt_views(self, infos: list[TensorInfo]) -> dict[str, Any]:
