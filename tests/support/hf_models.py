@@ -1784,3 +1784,103 @@ def nemotronhmoe(
 
 
 BUILDERS["nemotronhmoe"] = nemotronhmoe
+
+
+# the tiny Gemma 4 text shape shared by the variants below (the ``gemma4`` builder's, without
+# per-layer embeddings, which neither the Unified text model nor an assistant has)
+_GEMMA4_TEXT = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                    global_head_dim=128, max_position_embeddings=256, sliding_window=16,
+                    layer_types=["sliding_attention", "full_attention"] * 2,
+                    final_logit_softcapping=30.0, bos_token_id=2, eos_token_id=1,
+                    pad_token_id=0)  # fmt: skip
+#: generation_config.json ``suppress_tokens`` of the Unified model (written by the reference)
+GEMMA4_SUPPRESS = [5, 9, 33]
+# transformers 5's Gemma4UnifiedTextConfig has no MoE fields, but the pinned reference reads
+# ``moe_intermediate_size`` unconditionally (KeyError without it): the Unified fixtures carry
+# it as null, as a config saved with the MoE fields (test_gemma4_unified_without_moe_key)
+_NO_MOE = {"moe_intermediate_size": None}
+
+
+def gemma4unified(folder: Path, *, dtype: str = "bfloat16", seed: int = 42) -> Path:
+    """Gemma4UnifiedForConditionalGeneration (the encoder-free multimodal Gemma 4): the
+    text model with the last two layers sharing KV and a double-wide MLP, beside tiny
+    vision and audio embedders; ``generation_config.json`` carries ``suppress_tokens``."""
+    from transformers import Gemma4UnifiedConfig, Gemma4UnifiedForConditionalGeneration
+
+    vocab = gemma4_tokenizer(folder)
+    text = {**_GEMMA4_TEXT, "vocab_size": vocab, "num_kv_shared_layers": 2,
+            "use_double_wide_mlp": True, **_NO_MOE}  # fmt: skip
+    cfg = Gemma4UnifiedConfig(
+        text_config=text,
+        vision_config={
+            "patch_size": 2,
+            "pooling_kernel_size": 2,
+            "mm_embed_dim": 32,
+            "mm_posemb_size": 8,
+            "output_proj_dims": 256,
+        },
+        audio_config={"audio_embed_dim": 16},
+    )
+    model = Gemma4UnifiedForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    gen = json.loads((folder / "generation_config.json").read_text())
+    gen["suppress_tokens"] = GEMMA4_SUPPRESS
+    (folder / "generation_config.json").write_text(json.dumps(gen, indent=2))
+    return folder
+
+
+def _gemma4_assistant(folder: Path, seed: int, unified: bool, ordered: bool) -> Path:
+    """A Gemma 4 MTP drafter: a 2-layer Gemma 4 text model (hidden 128) whose layers all
+    take their KV from the target, with projections from and to the target's hidden size
+    (256, the ``gemma4`` fixture's).  ``ordered``: with the ordered (centroid-masked)
+    embedding of the E2B/E4B assistants, its token order a seeded permutation."""
+    import torch
+    import transformers as tf
+
+    vocab = gemma4_tokenizer(folder)
+    text = {**_GEMMA4_TEXT, "vocab_size": vocab, "hidden_size": 128, "intermediate_size": 256,
+            "num_hidden_layers": 2, "layer_types": ["sliding_attention", "full_attention"],
+            "num_kv_shared_layers": 2}  # fmt: skip
+    if unified:
+        conf = tf.Gemma4UnifiedAssistantConfig(
+            text_config={**text, **_NO_MOE, "model_type": "gemma4_unified_text"},
+            backbone_hidden_size=256,
+            use_ordered_embeddings=ordered, num_centroids=_centroids(vocab),
+            centroid_intermediate_top_k=2,
+        )  # fmt: skip
+        model = tf.Gemma4UnifiedAssistantForCausalLM(conf)
+    else:
+        text.update(hidden_size_per_layer_input=0, vocab_size_per_layer_input=0)
+        conf = tf.Gemma4AssistantConfig(
+            text_config={**text, "model_type": "gemma4_text"}, backbone_hidden_size=256,
+            use_ordered_embeddings=ordered, num_centroids=_centroids(vocab),
+            centroid_intermediate_top_k=2,
+        )  # fmt: skip
+        model = tf.Gemma4AssistantForCausalLM(conf)
+    _random_init(model, seed)
+    if ordered:
+        g = torch.Generator().manual_seed(seed)
+        model.masked_embedding.token_ordering.copy_(torch.randperm(vocab, generator=g))
+    return _save(model, folder, "bfloat16")
+
+
+def _centroids(vocab: int) -> int:
+    """The smallest centroid count from 4 up that divides the vocabulary (the masked
+    embedding splits it into equal clusters; the top 2 of them then leave tokens out)."""
+    return next(k for k in range(4, vocab + 1) if vocab % k == 0)
+
+
+def gemma4assistant(folder: Path, *, seed: int = 43) -> Path:
+    """Gemma4AssistantForCausalLM (the drafter of the 31B / 26B-A4B layout: plain LM head)."""
+    return _gemma4_assistant(folder, seed, unified=False, ordered=False)
+
+
+def gemma4unifiedassistant(folder: Path, *, seed: int = 44) -> Path:
+    """Gemma4UnifiedAssistantForCausalLM with the ordered embedding (E2B/E4B style)."""
+    return _gemma4_assistant(folder, seed, unified=True, ordered=True)
+
+
+BUILDERS.update(gemma4unified=gemma4unified, gemma4assistant=gemma4assistant,
+                gemma4unifiedassistant=gemma4unifiedassistant)  # fmt: skip

@@ -589,6 +589,6 @@ def gguf_to_hf(
         if gen:
             _write_json(folder / "generation_config.json", gen)
             names.append("generation_config.json")
-        _write_json(folder / "config.json", cfg)
+        _write_json(folder / "config.json", cfg if entry.hf_wrap is None else entry.hf_wrap(cfg))
         names.append("config.json")
     return [Path(dst_folder) / n for n in names]

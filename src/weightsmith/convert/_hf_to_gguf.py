@@ -147,6 +147,27 @@ def _read_config(d: Path) -> dict:
     return cfg
 
 
+def _suppress_tokens(d: Any) -> list[int] | None:
+    """``generation_config.json``'s ``suppress_tokens`` (None without the file or field)."""
+    p = d / "generation_config.json"
+    if not p.is_file():
+        return None
+    gen = read_json(p, E.InvalidModelConfig, "generation_config.json", expected="a JSON object")
+    v = gen.get("suppress_tokens") if isinstance(gen, dict) else None
+    ids = isinstance(v, list) and all(
+        isinstance(x, int) and not isinstance(x, bool) and -(2**31) <= x < 2**31 for x in v
+    )
+    if v is not None and not ids:
+        raise E.InvalidModelConfig(
+            "suppress_tokens is not a list of token ids",
+            path=p,
+            field="suppress_tokens",
+            expected="a list of int32 token ids",
+            found=v,
+        )
+    return v
+
+
 def _arch(cfg: dict, path: Path) -> Arch:
     archs = cfg.get("architectures")
     if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
@@ -503,6 +524,8 @@ def hf_input(
         sources = dense + sources
     if arch.from_tensors is not None:
         cfg = {**cfg, **arch.from_tensors(cfg, [s.name for s in sources])}
+    if arch.suppress_tokens:
+        cfg = {**cfg, "_suppress_tokens": _suppress_tokens(d)}
     route = arch.tokenizer.get("vocab")
     return ModelInput(
         folder=d,

@@ -19,6 +19,9 @@ in both directions (the data model is :mod:`._model`):
   config, with its inverse: Qwen's MTP block numbered after the trunk), ``aliases`` (one
   tensor under several names: the first read wins); ``from_tensors`` adds config fields
   read off the checkpoint's tensor names (Qwen3-Next's MTP layer count);
+  ``suppress_tokens`` puts ``generation_config.json``'s ``suppress_tokens`` into the
+  config (Gemma 4 Unified writes them as ``tokenizer.ggml.suppress_tokens``, a
+  :class:`MetaKey` with ``absolute`` set: written under its key as it is);
 * ``pooling`` -- the sentence-transformers pooling type goes into the config
   (:mod:`weightsmith.convert._pooling`) for the encoders' ``pooling_type`` row;
   ``dense`` -- GGUF names of sentence-transformers ``Dense`` module weights, read from
@@ -26,7 +29,9 @@ in both directions (the data model is :mod:`._model`):
 * ``tokenizer`` -- the vocabulary route of :mod:`weightsmith.convert.tokenizer`
   (``{"vocab": "llama" | "gpt2" | "spm_or_gpt2" | "gemma" | "gemma4" | "phi3" | "bert" | "t5" |
   "glm"}``);
-* ``model_types`` / ``hf_config`` -- what GGUF -> HF adds to ``config.json``.
+* ``model_types`` / ``hf_config`` -- what GGUF -> HF adds to ``config.json``;
+  ``hf_wrap`` reshapes the finished ``config.json`` (a Gemma 4 assistant's text fields
+  go under ``text_config``).
 
 :meth:`Arch.plan` gives the output tensors in llama.cpp's order;
 :meth:`Arch.inverse_plan` the HF tensors of a GGUF file.  Adding an architecture
@@ -73,7 +78,7 @@ from .bert import BERT, MODERNBERT, NOMIC_BERT, NOMIC_BERT_MOE, XLMROBERTA
 from .deepseek import DEEPSEEK2
 from .embeddinggemma import GEMMA_EMBEDDING
 from .gemma import GEMMA2, GEMMA3
-from .gemma4 import GEMMA4
+from .gemma4 import GEMMA4, GEMMA4_ASSISTANT, GEMMA4_UNIFIED
 from .glm import GLM4MOE
 from .gpt import FALCON, GPT2, STABLELM, STARCODER2
 from .gptoss import GPT_OSS
@@ -159,6 +164,8 @@ ENTRIES: tuple[Arch, ...] = (
     GLM4MOE,
     LLAMA4,
     GEMMA4,
+    GEMMA4_UNIFIED,
+    GEMMA4_ASSISTANT,
     QWEN35,
     QWEN35MOE,
     QWEN3NEXT,

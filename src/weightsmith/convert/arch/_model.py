@@ -137,7 +137,9 @@ class MetaKey:
     writes ``fields[0]``).  ``value`` overrides the lookup with a function of the
     whole config (returning None omits the key), for derived or defaulted values;
     ``inverse`` maps the GGUF value back (default: as is).  ``general`` rows are
-    written under ``general.`` instead of the arch prefix.
+    written under ``general.`` instead of the arch prefix, ``absolute`` ones under
+    ``key`` as it is (a ``tokenizer.ggml.*`` key a model class writes with its
+    hyperparameters).
     """
 
     key: str
@@ -146,6 +148,7 @@ class MetaKey:
     value: Callable[[dict], Any] | None = None
     general: bool = False
     inverse: Callable[[Any], Any] | None = None
+    absolute: bool = False
 
     def get(self, cfg: dict) -> Any:
         if self.value is not None:
@@ -153,6 +156,8 @@ class MetaKey:
         return first(cfg, self.fields)
 
     def full_key(self, arch: str) -> str:
+        if self.absolute:
+            return self.key
         return f"general.{self.key}" if self.general else f"{arch}.{self.key}"
 
     def back(self, v: Any) -> Any:
@@ -463,6 +468,9 @@ class Arch:
     # fields GGUF does not carry, as a function of the rebuilt config and the tensor names
     model_types: dict[str, str] = field(default_factory=dict)
     hf_config: Callable[[dict, set[str]], dict] = field(default=lambda cfg, names: {})
+    # GGUF -> HF: the finished config.json as written, reshaped (a Gemma 4 assistant's text
+    # model fields go under ``text_config``); the flat form stays the converter's own view
+    hf_wrap: Callable[[dict], dict] | None = None
     # the reference class's own filter_tensors renames, ``(regex, replacement)`` applied to
     # every source name before the rules (BERT's ``bert.`` prefix, LayerNorm gamma/beta)
     renames: tuple[tuple[str, str], ...] = ()
@@ -486,6 +494,9 @@ class Arch:
     # from the name as read; its always-F32 rules (``ffn_gate_inp`` ...) match that block
     # id, so a tensor renamed into another block gets the output type (Nemotron-H's MTP)
     late_rename: bool = False
+    # True: ``generation_config.json``'s ``suppress_tokens`` go into the config as
+    # ``_suppress_tokens`` (Gemma 4 Unified writes them with its hyperparameters)
+    suppress_tokens: bool = False
 
     # -- config
 

@@ -44,16 +44,22 @@ GGUF -> HF writes ``Gemma4ForCausalLM`` (``gemma4_text``): ``layer_types``,
 ``head_dim`` / ``global_head_dim``, the KV heads and the MLP width back from the
 arrays.  ``partial_rotary_factor`` of the full layers is not in the metadata
 (only in ``rope_freqs``' values); every Gemma 4 uses 0.25, which is written.
+
+Two variants reuse these rows (:data:`GEMMA4_UNIFIED`, :data:`GEMMA4_ASSISTANT`): the
+text half of Gemma 4 Unified (no per-layer embeddings, ``suppress_tokens`` from
+``generation_config.json``) and the MTP drafter (GGUF ``gemma4-assistant``: every
+layer reads the target's KV; projections from and to the target's hidden size).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from ._common import BASE_NAMES, BLK, GEMMA_EMBED_ROWS, LAYER, QK_NORM, layer_rules
-from ._model import VT, Arch, NameRule, first, m, rope_parameters
+from ._common import BASE_NAMES, BLK, GEMMA_EMBED_ROWS, LAYER, QK_NORM, layer_rules, replace_rows
+from ._model import VT, Arch, MetaKey, NameRule, first, m, rope_parameters
 from .gemma import GEMMA3
 
 _SLIDING = "sliding_attention"
@@ -194,7 +200,20 @@ def _hf_config(cfg: dict, names: set[str]) -> dict:
             not s and f"blk.{i}.attn_v.weight" not in names
             for i, s in enumerate(swa[:first_shared])
         )
+    if _unified_text(out, names):
+        out.update(architectures=["Gemma4UnifiedForCausalLM"], model_type="gemma4_unified_text")
     return out
+
+
+def _unified_text(out: dict, names: set[str]) -> bool:
+    """The Unified text layout (no per-layer embeddings, no experts) with KV-shared layers:
+    transformers 5's Gemma4ForCausalLM cannot run it (its KV-shared path slices the absent
+    per-layer inputs), Gemma4UnifiedForCausalLM, the same computation, can."""
+    return (
+        out["num_kv_shared_layers"] > 0
+        and "per_layer_token_embd.weight" not in names
+        and not out["enable_moe_block"]
+    )
 
 
 _NAMES = [
@@ -229,6 +248,33 @@ _NAMES = [
     NameRule("model.per_layer_projection_norm.weight", "per_layer_proj_norm.weight"),
 ]
 
+# Gemma4TextConfig's defaults, as AutoConfig fills them before llama.cpp reads them
+_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 262_144,
+    "hidden_size": 2304,
+    "intermediate_size": 9216,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "max_position_embeddings": 131_072,
+    "rms_norm_eps": 1e-6,
+    "sliding_window": 512,
+    "hidden_size_per_layer_input": 256,
+    "num_kv_shared_layers": 0,
+    "use_double_wide_mlp": False,
+    "attention_k_eq_v": False,
+    "layer_types": _layer_types,
+    "rope_parameters": lambda cfg: {
+        _SLIDING: {"rope_type": "default", "rope_theta": 10_000.0},
+        _FULL: {
+            "rope_type": "proportional",
+            "partial_rotary_factor": 0.25,
+            "rope_theta": 1_000_000.0,
+        },
+    },
+}
+
 GEMMA4 = Arch(
     hf_archs=("Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"),
     gguf_arch="gemma4",
@@ -238,33 +284,134 @@ GEMMA4 = Arch(
     vocab_rows=True,
     extra={"rope_freqs.weight": _rope_freqs},
     required=("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size"),
-    # Gemma4TextConfig's defaults, as AutoConfig fills them before llama.cpp reads them
-    defaults={
-        "vocab_size": 262_144,
-        "hidden_size": 2304,
-        "intermediate_size": 9216,
-        "num_hidden_layers": 30,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 4,
-        "head_dim": 256,
-        "max_position_embeddings": 131_072,
-        "rms_norm_eps": 1e-6,
-        "sliding_window": 512,
-        "hidden_size_per_layer_input": 256,
-        "num_kv_shared_layers": 0,
-        "use_double_wide_mlp": False,
-        "attention_k_eq_v": False,
-        "layer_types": _layer_types,
-        "rope_parameters": lambda cfg: {
-            _SLIDING: {"rope_type": "default", "rope_theta": 10_000.0},
-            _FULL: {
-                "rope_type": "proportional",
-                "partial_rotary_factor": 0.25,
-                "rope_theta": 1_000_000.0,
-            },
-        },
-    },
+    defaults=_DEFAULTS,
     tokenizer={"vocab": "gemma4"},
     model_types={"Gemma4ForCausalLM": "gemma4_text"},
     hf_config=_hf_config,
+)
+
+
+# --------------------------------------------------------------------------- Gemma 4 Unified
+
+
+def _suppress_tokens(cfg: dict) -> list[int] | None:
+    # gguf-py refuses an empty array (the reference then fails); we write no key
+    return cfg.get("_suppress_tokens") or None
+
+
+_SUPPRESS = MetaKey(
+    "tokenizer.ggml.suppress_tokens", ("_suppress_tokens",), VT.INT32, _suppress_tokens,
+    absolute=True,
+)  # fmt: skip
+
+# Gemma4UnifiedTextConfig: no per-layer embeddings or MoE fields at all, a longer context
+# and window than Gemma4TextConfig's
+_UNIFIED_DEFAULTS = {
+    **{k: v for k, v in _DEFAULTS.items() if k != "hidden_size_per_layer_input"},
+    "max_position_embeddings": 262_144,
+    "sliding_window": 1024,
+}
+
+#: ``Gemma4UnifiedForConditionalGeneration`` (conversion/gemma.py ``Gemma4UnifiedModel``):
+#: the text half is Gemma 4 text without per-layer embeddings; ``generation_config.json``'s
+#: ``suppress_tokens`` are written last among the hyperparameters.  Its GGUF is ``gemma4``:
+#: GGUF -> HF gives ``Gemma4UnifiedForCausalLM`` where the layout needs it (KV-shared
+#: layers, see ``_unified_text``), else ``Gemma4ForCausalLM``; the text class converts
+#: too (the reference registers the composite class alone).
+GEMMA4_UNIFIED = replace(
+    GEMMA4,
+    hf_archs=("Gemma4UnifiedForConditionalGeneration", "Gemma4UnifiedForCausalLM"),
+    meta=[*_ROWS, _SUPPRESS],
+    defaults=_UNIFIED_DEFAULTS,
+    suppress_tokens=True,
+    model_types={},
+)
+
+
+# --------------------------------------------------------------------------- assistant (MTP)
+
+
+def _for_unified(gemma4: Any, unified: Any):
+    """A default that depends on the assistant's class (its text config's class)."""
+
+    def get(cfg: dict) -> Any:
+        archs = cfg.get("architectures") or [""]
+        return unified if "Unified" in str(archs[0]) else gemma4
+
+    return get
+
+
+_ASSISTANT_DEFAULTS = {
+    **{k: v for k, v in _DEFAULTS.items() if k != "num_kv_shared_layers"},
+    # transformers refuses an assistant with per-layer embeddings; the Unified text config
+    # has no such field, which the reference reads as 0
+    "hidden_size_per_layer_input": 0,
+    "max_position_embeddings": _for_unified(131_072, 262_144),
+    "sliding_window": _for_unified(512, 1024),
+    "backbone_hidden_size": _for_unified(1536, 3840),
+    # the assistant's config class shares every layer's KV (0 or missing: all layers)
+    "num_kv_shared_layers": lambda cfg: cfg.get("num_hidden_layers", 30),
+}
+
+_ASSISTANT_ROWS = [
+    *replace_rows(
+        _ROWS,
+        attention__shared_kv_layers=m(
+            "attention.shared_kv_layers",
+            "num_kv_shared_layers",
+            value=lambda cfg: cfg.get("num_kv_shared_layers") or cfg["num_hidden_layers"],
+        ),
+    ),
+    m("embedding_length_out", "backbone_hidden_size"),
+    m("nextn_predict_layers", "_nextn_predict_layers", value=lambda cfg: cfg["num_hidden_layers"]),
+]
+
+#: config.json fields of the assistant class itself; the rest is its ``text_config``
+_ASSISTANT_TOP = (
+    "architectures", "model_type", "backbone_hidden_size", "tie_word_embeddings", "dtype",
+    "torch_dtype",
+)  # fmt: skip
+
+
+def _assistant_hf_config(cfg: dict, names: set[str]) -> dict:
+    out = {**_hf_config(cfg, names), "vocab_size_per_layer_input": 0}
+    # its text model is run one draft token at a time, which Gemma4TextModel runs
+    out.pop("architectures", None)
+    out.pop("model_type", None)
+    return out
+
+
+def _assistant_nest(cfg: dict) -> dict:
+    text = {k: v for k, v in cfg.items() if k not in _ASSISTANT_TOP}
+    text["model_type"] = "gemma4_text"
+    text["tie_word_embeddings"] = cfg.get("tie_word_embeddings", True)
+    top = {k: cfg[k] for k in _ASSISTANT_TOP if k in cfg}
+    # the reference drops the ordered-embedding tensors: the plain LM head is what is left
+    return {**top, "use_ordered_embeddings": False, "text_config": text}
+
+
+#: ``Gemma4AssistantForCausalLM`` / ``Gemma4UnifiedAssistantForCausalLM``, the MTP drafter
+#: (conversion/gemma.py ``Gemma4AssistantModel``, GGUF ``gemma4-assistant``): Gemma 4 text
+#: layers whose KV all come from the target model (no K/V projections), with
+#: ``pre_projection`` / ``post_projection`` to and from the target's hidden size
+#: (``embedding_length_out``) and every layer counted as a nextn layer.  The ordered
+#: embedding (``masked_embedding.*``) is not converted, as the reference skips it.
+GEMMA4_ASSISTANT = replace(
+    GEMMA4,
+    hf_archs=("Gemma4AssistantForCausalLM", "Gemma4UnifiedAssistantForCausalLM"),
+    gguf_arch="gemma4-assistant",
+    meta=_ASSISTANT_ROWS,
+    names=[
+        *_NAMES,
+        NameRule("pre_projection.weight", "nextn.pre_projection.weight"),
+        NameRule("post_projection.weight", "nextn.post_projection.weight"),
+    ],
+    skip=(*GEMMA4.skip, r"masked_embedding"),
+    defaults=_ASSISTANT_DEFAULTS,
+    model_types={
+        "Gemma4AssistantForCausalLM": "gemma4_assistant",
+        "Gemma4UnifiedAssistantForCausalLM": "gemma4_unified_assistant",
+    },
+    hf_config=_assistant_hf_config,
+    hf_wrap=_assistant_nest,
 )
