@@ -356,6 +356,7 @@ def test_granitehybrid_experts_and_bamba(work, tmp_path):
         assert {f"blk.{b}.ffn_gate_inp.weight", f"blk.{b}.ffn_up_shexp.weight",
                 f"blk.{b}.ffn_down_shexp.weight"} <= set(moe)  # fmt: skip
         assert f"blk.{b}.ffn_gate.weight" not in moe
+        assert moe[f"blk.{b}.ffn_gate_inp.weight"][1] == 0  # the router stays F32
     with read(work.files("granitehybridmoe", "f16")[0]) as f:
         md = f.metadata
         assert md["granitehybrid.expert_count"] == 4 and md["granitehybrid.expert_used_count"] == 2
@@ -373,6 +374,26 @@ def test_granitehybrid_experts_and_bamba(work, tmp_path):
         gguf_to_hf(work.files(arch, "f16")[0], back, dtype="f32")
         cfg = json.loads((back / "config.json").read_text())
         assert cfg["architectures"] == [cls], arch
+
+
+def test_bamba_config_without_attn_rotary_emb(work, tmp_path):
+    """Bamba's config.json as transformers 5 saves it (no ``attn_rotary_emb``): the whole
+    head is written as the rotary size, by the reference as by us."""
+    import shutil
+
+    from weightsmith.gguf import read
+
+    src = tmp_path / "bamba"
+    shutil.copytree(work.model("bamba"), src)
+    cfg = json.loads((src / "config.json").read_text())
+    del cfg["attn_rotary_emb"]
+    (src / "config.json").write_text(json.dumps(cfg, indent=2))
+    ours, ref = tmp_path / "ours.gguf", tmp_path / "ref.gguf"
+    _run_reference([(str(src), str(ref), "f16")])
+    hf_to_gguf(src, ours, "f16")
+    _same_file(ours, ref)
+    with read(ours) as f:
+        assert f.metadata["granitehybrid.rope.dimension_count"] == 64
 
 
 def test_bamba_gap_is_the_whole_head_permutation(work, tmp_path):
