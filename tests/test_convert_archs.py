@@ -376,6 +376,45 @@ def test_granitehybrid_experts_and_bamba(work, tmp_path):
         assert cfg["architectures"] == [cls], arch
 
 
+def test_granitehybrid_attention_only(tmp_path):
+    """GraniteMoeHybrid without SSM layers (granite-4.0-micro's layout: attention layers
+    with the shared MLP, RoPE) is a plain ``granite`` file, byte-identical to the
+    reference's at f16 and f32; llama.cpp runs it as transformers does, and GGUF -> HF
+    gives the GraniteMoeHybrid folder back (same tensors, same logits)."""
+    from safetensors.numpy import load_file
+
+    from support.hf_models import granitehybrid
+    from weightsmith.gguf import read
+
+    src = tmp_path / "micro"
+    src.mkdir()
+    granitehybrid(src, seed=30, num_hidden_layers=2, layer_types=["attention"] * 2,
+                  position_embedding_type="rope")  # fmt: skip
+    _run_reference([(str(src), str(tmp_path / f"ref-{t}.gguf"), t) for t in ("f16", "f32")])
+    for t in ("f16", "f32"):
+        hf_to_gguf(src, tmp_path / f"ours-{t}.gguf", t)
+        _same_file(tmp_path / f"ours-{t}.gguf", tmp_path / f"ref-{t}.gguf")
+    ours = tmp_path / "ours-f32.gguf"
+    with read(ours) as f:
+        assert f.metadata["general.architecture"] == "granite"
+        assert list(f.metadata["granite.attention.head_count_kv"]) == [2, 2]
+    tokens = _prompt("granitehybrid")
+    hf = _hf_logits(src, tokens)
+    assert np.abs(_llama_logits(ours, tokens) - hf).max() <= 2e-3 * max(np.abs(hf).max(), 1.0)
+    back = tmp_path / "back"
+    gguf_to_hf(ours, back, dtype="f32")
+    cfg = json.loads((back / "config.json").read_text())
+    assert cfg["architectures"] == ["GraniteMoeHybridForCausalLM"]
+    assert cfg["layer_types"] == ["attention"] * 2
+    orig = load_file(src / "model.safetensors")
+    got = load_file(back / "model.safetensors")
+    assert sorted(got) == sorted(orig)
+    for k, v in orig.items():
+        np.testing.assert_array_equal(got[k], v.astype(np.float32), err_msg=k)
+    np.testing.assert_allclose(_hf_logits(back, tokens), hf, rtol=0,
+                               atol=1e-4 * max(1.0, float(np.abs(hf).max())))  # fmt: skip
+
+
 def test_bamba_config_without_attn_rotary_emb(work, tmp_path):
     """Bamba's config.json as transformers 5 saves it (no ``attn_rotary_emb``): the whole
     head is written as the rotary size, by the reference as by us."""

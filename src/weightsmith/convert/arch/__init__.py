@@ -96,11 +96,15 @@ from .llama4 import LLAMA4
 from .mamba import (
     BAMBA,
     GRANITEHYBRID,
+    GRANITEHYBRID_AS_GRANITE,
+    GRANITEHYBRID_AS_GRANITEMOE,
     GRANITEHYBRID_MOE,
     MAMBA,
     MAMBA2,
+    attention_only,
     hybrid_has_experts,
     is_bamba,
+    is_granitehybrid_file,
 )
 from .nemotron import NEMOTRON_H, NEMOTRON_H_MOE, has_experts
 from .olmo import OLMO2
@@ -198,6 +202,8 @@ ENTRIES: tuple[Arch, ...] = (
     # more layouts of GraniteHybridModel's granitehybrid files
     GRANITEHYBRID_MOE,
     BAMBA,
+    GRANITEHYBRID_AS_GRANITE,
+    GRANITEHYBRID_AS_GRANITEMOE,
 )
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
@@ -206,9 +212,19 @@ VARIANTS: dict[str, list[tuple[Callable[[dict], bool], Arch]]] = {
     "NomicBertModel": [(lambda cfg: bool(cfg.get("moe_every_n_layers")), NOMIC_BERT_MOE)],
     "NemotronHForCausalLM": [(has_experts, NEMOTRON_H_MOE)],
     # Granite 4.0-H with experts (the reference reads config.json as written: no
-    # AutoConfig default of 8 experts)
+    # AutoConfig default of 8 experts); without SSM layers (granite-4.0-micro) a plain
+    # Granite file, granitemoe when the config names experts per token
     "GraniteMoeHybridForCausalLM": [
-        (lambda cfg: bool(cfg.get("num_local_experts")), GRANITEHYBRID_MOE)
+        (
+            lambda cfg: (
+                attention_only(cfg)
+                and bool(cfg.get("num_experts_per_tok"))
+                and bool(cfg.get("num_local_experts"))
+            ),
+            GRANITEHYBRID_AS_GRANITEMOE,
+        ),
+        (attention_only, GRANITEHYBRID_AS_GRANITE),
+        (lambda cfg: bool(cfg.get("num_local_experts")), GRANITEHYBRID_MOE),
     ],
 }
 _VARIANT_ENTRIES = [a for vs in VARIANTS.values() for _, a in vs]
@@ -218,6 +234,8 @@ _VARIANT_ENTRIES = [a for vs in VARIANTS.values() for _, a in vs]
 #: (Bamba and Granite 4.0-H with experts are ``granitehybrid`` files too)
 GGUF_VARIANTS: dict[str, list[tuple[Callable[[Mapping[str, Any]], bool], Arch]]] = {
     "granitehybrid": [(is_bamba, BAMBA), (hybrid_has_experts, GRANITEHYBRID_MOE)],
+    "granite": [(is_granitehybrid_file, GRANITEHYBRID_AS_GRANITE)],
+    "granitemoe": [(is_granitehybrid_file, GRANITEHYBRID_AS_GRANITEMOE)],
 }
 _GGUF_VARIANT_ENTRIES = [a for vs in GGUF_VARIANTS.values() for _, a in vs]
 

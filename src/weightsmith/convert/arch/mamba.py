@@ -397,6 +397,27 @@ BAMBA = replace(
 )
 
 
+# A GraniteMoeHybrid config without SSM layers (granite-4.0-micro) is written by the same
+# class under llama.cpp's plain Granite architectures (the rows, ssm.* included, and the
+# names unchanged): ``granitemoe`` when the config names experts per token, else ``granite``
+GRANITEHYBRID_AS_GRANITE = replace(GRANITEHYBRID, gguf_arch="granite")
+GRANITEHYBRID_AS_GRANITEMOE = replace(GRANITEHYBRID_MOE, gguf_arch="granitemoe")
+
+
+def attention_only(cfg: dict) -> bool:
+    """A GraniteMoeHybrid config.json whose layers are all attention."""
+    n = cfg.get("num_hidden_layers")
+    if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+        return False  # left to the config check's named error
+    return not any(_mamba_layers(cfg))
+
+
+def is_granitehybrid_file(md: Mapping[str, Any]) -> bool:
+    """A ``granite`` / ``granitemoe`` file written by GraniteHybridModel: it has the SSM rows."""
+    arch = md.get("general.architecture")
+    return f"{arch}.ssm.conv_kernel" in md
+
+
 # --------------------------------------------------------------------------- Mamba (1)
 
 MAMBA = Arch(
