@@ -10,7 +10,9 @@ by the config (:data:`~weightsmith.convert.arch.VARIANTS`); GGUF -> HF tells the
 apart by the file's metadata (:data:`~weightsmith.convert.arch.GGUF_VARIANTS`): Bamba is
 the one with RoPE (the reference switches RoPE on for ``BambaForCausalLM`` only, and a
 Granite hybrid without SSM layers is written as ``granite``), the expert form the one
-with a non-zero ``expert_count``.
+with a non-zero ``expert_count``.  That last layout (granite-4.0-micro: attention layers
+only) has two entries of its own, the hybrid ones under the ``granite`` / ``granitemoe``
+names, told apart from GraniteForCausalLM's files by their ``ssm.*`` rows.
 
 Mamba (1) keeps ``A = -exp(A_log)`` as ``[d_inner, d_state]`` and has ``x_proj`` and a
 full ``dt_proj``; a separate ``lm_head`` equal to the embedding is dropped by llama.cpp
