@@ -41,6 +41,7 @@ ARCHS += ["gemma4", "gemma4moe"]
 ARCHS += ["gemma4unified"]
 TEXT_HALF = {"gemma4unified": "model.language_model."}
 ARCHS += ["nemotronh"]
+ARCHS += ["granitehybridmoe", "bamba"]
 # the pinned converter reads config.json through transformers' AutoConfig; transformers 5's
 # NemotronHConfig rewrites the Hub's config (layers_block_type, MoE defaults) into one the
 # converter misreads (test_nemotronh_config_spellings).  It is run where it was written
@@ -67,6 +68,11 @@ LLAMA_CPP_DIFFERS_FROM_TRANSFORMERS = {"deepseek3"}
 HF_RUNS_AS_LLAMA_CPP = {"gptoss": {"truncate": True}, "gptoss_mxfp4": {"truncate": True}}
 LLAMA_CPP_DIFFERS_FROM_TRANSFORMERS |= {"gptoss_mxfp4"}
 LLAMA_CPP_GAP_BOUND = {"gptoss_mxfp4": 4e-3}
+# Bamba rotates half of each head (rotate-half pairs inside that half); the reference
+# permutes Q/K over the whole head, so llama.cpp rotates other pairs: 0.23 at scale 2.8,
+# for its own file as for ours (test_bamba_gap_is_the_whole_head_permutation)
+LLAMA_CPP_DIFFERS_FROM_TRANSFORMERS |= {"bamba"}
+LLAMA_CPP_GAP_BOUND["bamba"] = 0.12
 # Gemma 4 scales attention by 1 (Q and K are RMS-normed): the pinned llama.cpp's default
 # f16 KV cache then moves the tiny model's logits by 0.014 (scale 3.6) from transformers',
 # for its own file as for ours; with an f32 cache the gap is 0.0034, inside the bound
@@ -224,7 +230,7 @@ def test_round_trip(work, arch, tmp_path):
     assert sorted(got) == sorted(orig)
     # norm + 1 - 1 (Gemma 2), log(-(-exp(A_log))) (the SSMs): not always the identity in float32
     exact = arch not in ("gemma2", "mamba", "mamba2", "granitehybrid", "nemotronh", *DELTANET,
-                         "jamba", "nemotronhmoe")  # fmt: skip
+                         "jamba", "nemotronhmoe", "granitehybridmoe", "bamba")  # fmt: skip
     for k, v in orig.items():
         want = v.astype(np.float32)
         if exact:
@@ -334,6 +340,130 @@ def test_granitehybrid_layer_types_spellings(work, tmp_path):
     (src / "config.json").write_text(json.dumps(cfg))
     hf_to_gguf(src, tmp_path / "o.gguf", "f16")
     assert (tmp_path / "o.gguf").read_bytes() == work.files("granitehybrid", "f16")[1].read_bytes()
+
+
+def test_granitehybrid_experts_and_bamba(work, tmp_path):
+    """Guard against a vacuous pass: the expert form's file holds 3-D experts (quantized
+    at q4_k_m), the router and the shared MLP as the shared expert, and no dense FFN;
+    Bamba's has RoPE on over half of each head and its own norms.  GGUF -> HF gives each
+    back as its own HF class (the three layouts are one GGUF architecture)."""
+    from weightsmith.gguf import read
+
+    moe = {x[0]: x for x in _tensors(work.files("granitehybridmoe", "q4_k_m")[0])}
+    for b in range(4):
+        _, tid, dims, _ = moe[f"blk.{b}.ffn_gate_exps.weight"]
+        assert list(dims) == [256, 256, 4] and tid not in (0, 1)
+        assert {f"blk.{b}.ffn_gate_inp.weight", f"blk.{b}.ffn_up_shexp.weight",
+                f"blk.{b}.ffn_down_shexp.weight"} <= set(moe)  # fmt: skip
+        assert f"blk.{b}.ffn_gate.weight" not in moe
+        assert moe[f"blk.{b}.ffn_gate_inp.weight"][1] == 0  # the router stays F32
+    with read(work.files("granitehybridmoe", "f16")[0]) as f:
+        md = f.metadata
+        assert md["granitehybrid.expert_count"] == 4 and md["granitehybrid.expert_used_count"] == 2
+        assert md["granitehybrid.rope.scaling.finetuned"] is False
+    with read(work.files("bamba", "f16")[0]) as f:
+        md = f.metadata
+        assert md["granitehybrid.rope.scaling.finetuned"] is True
+        assert md["granitehybrid.rope.dimension_count"] == 32  # of 64
+        assert md["granitehybrid.context_length"] == 256
+        assert list(md["granitehybrid.attention.head_count_kv"]) == [0, 2, 0, 2]
+        assert "granitehybrid.expert_count" not in md
+    for arch, cls in (("granitehybridmoe", "GraniteMoeHybridForCausalLM"),
+                      ("bamba", "BambaForCausalLM")):  # fmt: skip
+        back = tmp_path / arch
+        gguf_to_hf(work.files(arch, "f16")[0], back, dtype="f32")
+        cfg = json.loads((back / "config.json").read_text())
+        assert cfg["architectures"] == [cls], arch
+
+
+def test_granitehybrid_attention_only(tmp_path):
+    """GraniteMoeHybrid without SSM layers (granite-4.0-micro's layout: attention layers
+    with the shared MLP, RoPE) is a plain ``granite`` file, byte-identical to the
+    reference's at f16 and f32; llama.cpp runs it as transformers does, and GGUF -> HF
+    gives the GraniteMoeHybrid folder back (same tensors, same logits)."""
+    from safetensors.numpy import load_file
+
+    from support.hf_models import granitehybrid
+    from weightsmith.gguf import read
+
+    src = tmp_path / "micro"
+    src.mkdir()
+    granitehybrid(src, seed=30, num_hidden_layers=2, layer_types=["attention"] * 2,
+                  position_embedding_type="rope")  # fmt: skip
+    _run_reference([(str(src), str(tmp_path / f"ref-{t}.gguf"), t) for t in ("f16", "f32")])
+    for t in ("f16", "f32"):
+        hf_to_gguf(src, tmp_path / f"ours-{t}.gguf", t)
+        _same_file(tmp_path / f"ours-{t}.gguf", tmp_path / f"ref-{t}.gguf")
+    ours = tmp_path / "ours-f32.gguf"
+    with read(ours) as f:
+        assert f.metadata["general.architecture"] == "granite"
+        assert list(f.metadata["granite.attention.head_count_kv"]) == [2, 2]
+    tokens = _prompt("granitehybrid")
+    hf = _hf_logits(src, tokens)
+    assert np.abs(_llama_logits(ours, tokens) - hf).max() <= 2e-3 * max(np.abs(hf).max(), 1.0)
+    back = tmp_path / "back"
+    gguf_to_hf(ours, back, dtype="f32")
+    cfg = json.loads((back / "config.json").read_text())
+    assert cfg["architectures"] == ["GraniteMoeHybridForCausalLM"]
+    assert cfg["layer_types"] == ["attention"] * 2
+    orig = load_file(src / "model.safetensors")
+    got = load_file(back / "model.safetensors")
+    assert sorted(got) == sorted(orig)
+    for k, v in orig.items():
+        np.testing.assert_array_equal(got[k], v.astype(np.float32), err_msg=k)
+    np.testing.assert_allclose(_hf_logits(back, tokens), hf, rtol=0,
+                               atol=1e-4 * max(1.0, float(np.abs(hf).max())))  # fmt: skip
+
+
+def test_bamba_config_without_attn_rotary_emb(work, tmp_path):
+    """Bamba's config.json as transformers 5 saves it (no ``attn_rotary_emb``): the whole
+    head is written as the rotary size, by the reference as by us."""
+    import shutil
+
+    from weightsmith.gguf import read
+
+    src = tmp_path / "bamba"
+    shutil.copytree(work.model("bamba"), src)
+    cfg = json.loads((src / "config.json").read_text())
+    del cfg["attn_rotary_emb"]
+    (src / "config.json").write_text(json.dumps(cfg, indent=2))
+    ours, ref = tmp_path / "ours.gguf", tmp_path / "ref.gguf"
+    _run_reference([(str(src), str(ref), "f16")])
+    hf_to_gguf(src, ours, "f16")
+    _same_file(ours, ref)
+    with read(ours) as f:
+        assert f.metadata["granitehybrid.rope.dimension_count"] == 64
+
+
+def test_bamba_gap_is_the_whole_head_permutation(work, tmp_path):
+    """Bamba's llama.cpp logits differ from transformers' because the reference permutes
+    Q/K for a rotation of the whole head where Bamba rotates half of it: our file (the
+    reference's, byte for byte) with Q/K re-permuted for the rotated half alone gives
+    transformers' logits within the harness's bound; as written it does not."""
+    import shutil
+
+    from weightsmith.convert.arch import permute_rope, unpermute_rope
+
+    ours = work.files("bamba", "f32")[0]
+    fixed = tmp_path / "half-head.gguf"
+    shutil.copy(ours, fixed)
+    cfg = json.loads((work.model("bamba") / "config.json").read_text())
+    hd = cfg["hidden_size"] // cfg["num_attention_heads"]
+    rot = cfg["attn_rotary_emb"]
+    assert rot == hd // 2
+    r = gguf.GGUFReader(fixed, "r+")
+    for t in r.tensors:
+        if t.name.endswith(("attn_q.weight", "attn_k.weight")):
+            n = cfg["num_attention_heads" if "attn_q" in t.name else "num_key_value_heads"]
+            w = unpermute_rope(np.array(t.data), n).reshape(n, hd, -1)
+            w[:, :rot] = permute_rope(w[:, :rot].reshape(n * rot, -1), n).reshape(n, rot, -1)
+            t.data[...] = w.reshape(t.data.shape)
+    del r
+    tokens = _prompt("bamba")
+    hf = _hf_logits(work.model("bamba"), tokens)
+    bound = 2e-3 * max(float(np.abs(hf).max()), 1.0)
+    assert np.abs(_llama_logits(fixed, tokens) - hf).max() <= bound
+    assert np.abs(_llama_logits(ours, tokens) - hf).max() > 10 * bound
 
 
 CARD = """---

@@ -1390,13 +1390,14 @@ def mamba2(folder: Path, *, dtype: str = "bfloat16", seed: int = 21) -> Path:
 BUILDERS["mamba2"] = mamba2
 
 
-def granitehybrid(folder: Path, *, dtype: str = "bfloat16", seed: int = 22) -> Path:
+def granitehybrid(folder: Path, *, dtype: str = "bfloat16", seed: int = 22, **kw) -> Path:
     """Granite 4 hybrid (GraniteMoeHybrid without experts: Mamba 2 and attention layers,
-    each with the shared MLP), NoPE as the Granite 4.0-H models."""
+    each with the shared MLP), NoPE as the Granite 4.0-H models; ``kw`` overrides config
+    fields."""
     from transformers import GraniteMoeHybridConfig, GraniteMoeHybridForCausalLM
 
     vocab = train_spm(folder)
-    cfg = GraniteMoeHybridConfig(
+    fields = dict(
         vocab_size=vocab, hidden_size=256, intermediate_size=512, shared_intermediate_size=512,
         num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
         layer_types=["mamba", "attention", "mamba", "attention"], num_local_experts=0,
@@ -1406,6 +1407,7 @@ def granitehybrid(folder: Path, *, dtype: str = "bfloat16", seed: int = 22) -> P
         residual_multiplier=0.22, logits_scaling=8.0, bos_token_id=1, eos_token_id=2,
         pad_token_id=0, tie_word_embeddings=True,
     )  # fmt: skip
+    cfg = GraniteMoeHybridConfig(**{**fields, **kw})
     model = GraniteMoeHybridForCausalLM(cfg)
     _random_init(model, seed)
     _save(model, folder, dtype)
@@ -1884,3 +1886,40 @@ def gemma4unifiedassistant(folder: Path, *, seed: int = 44) -> Path:
 
 BUILDERS.update(gemma4unified=gemma4unified, gemma4assistant=gemma4assistant,
                 gemma4unifiedassistant=gemma4unifiedassistant)  # fmt: skip
+
+
+# --------------------------------------------------------------------------- Granite 4.0-H MoE, Bamba
+
+
+def granitehybridmoe(folder: Path, *, dtype: str = "bfloat16", seed: int = 28) -> Path:
+    """Granite 4 hybrid with experts (granite-4.0-h-tiny / -small layout): 4 experts of
+    256, 2 per token, beside the shared MLP (256) in every layer; NoPE."""
+    return granitehybrid(folder, dtype=dtype, seed=seed, intermediate_size=256,
+                         shared_intermediate_size=256, num_local_experts=4,
+                         num_experts_per_tok=2)  # fmt: skip
+
+
+def bamba(folder: Path, *, dtype: str = "bfloat16", seed: int = 29) -> Path:
+    """Bamba: Mamba 2 layers with attention at layers 1 and 3 (``attn_layer_indices``),
+    RoPE over half of each head (transformers' BambaConfig fixes the factor at 0.5; the
+    Hub's configs say so in ``attn_rotary_emb``, which config.json gets here), a gated MLP
+    in every layer, an untied head as Bamba-9B's."""
+    from transformers import BambaConfig, BambaForCausalLM
+
+    vocab = train_spm(folder)
+    cfg = BambaConfig(vocab_size=vocab, hidden_size=256, intermediate_size=512,
+                      num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                      attn_layer_indices=[1, 3], mamba_n_heads=8, mamba_d_head=64,
+                      mamba_n_groups=2, mamba_d_state=16, mamba_d_conv=4, mamba_expand=2,
+                      max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
+                      pad_token_id=0, tie_word_embeddings=False)  # fmt: skip
+    model = BambaForCausalLM(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    c = config(folder)
+    c["attn_rotary_emb"] = 256 // 4 // 2
+    (folder / "config.json").write_text(json.dumps(c, indent=2))
+    return folder
+
+
+BUILDERS.update(granitehybridmoe=granitehybridmoe, bamba=bamba)

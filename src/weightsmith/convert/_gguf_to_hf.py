@@ -122,7 +122,7 @@ def _entry(md: Mapping[str, Any], path: Path):
     arch = md.get("general.architecture")
     vocab = md.get("tokenizer.ggml.model")
     entry = (
-        by_gguf_arch(arch, vocab if isinstance(vocab, str) else None)
+        by_gguf_arch(arch, vocab if isinstance(vocab, str) else None, md)
         if isinstance(arch, str)
         else None
     )

@@ -259,7 +259,8 @@ def _registry_pair(a: str, b: str, ra: Any, rb: Any) -> _Pair | None:
     hf_dir = _hf_dir_of(a if hf_is_a else b)
     if hf_dir is None:
         return None
-    arch = by_gguf_arch(str(gg.files[0].metadata.get("general.architecture", "")))
+    md = gg.files[0].metadata
+    arch = by_gguf_arch(str(md.get("general.architecture", "")), metadata=md)
     if arch is None:
         return None
     return _Pair(hf_dir, hf, gg, arch, hf_is_a)

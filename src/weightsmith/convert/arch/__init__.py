@@ -39,11 +39,17 @@ means adding one entry to :data:`ENTRIES`; the values reproduce llama.cpp's mode
 classes (``conversion/*.py``) and the tests compare against it byte for byte.
 :data:`MISTRAL_NATIVE` is the one entry outside :data:`ENTRIES`: Mistral's original
 layout (``params.json`` as the config, Meta-style names), which no HF class names.
+
+One HF class may need another entry by its config (:data:`VARIANTS`: nomic-bert with
+experts), and one GGUF architecture may come from several entries (:data:`GGUF_VARIANTS`:
+``granitehybrid`` from Granite 4.0-H dense, with experts, and Bamba), told apart by the
+file's metadata in the GGUF -> HF direction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ._common import (
     COMMON,
@@ -87,7 +93,19 @@ from .jamba import JAMBA
 from .lfm2 import LFM2, LFM2MOE
 from .llama import LLAMA, MISTRAL3, MISTRAL_NATIVE, SMOLLM3
 from .llama4 import LLAMA4
-from .mamba import GRANITEHYBRID, MAMBA, MAMBA2
+from .mamba import (
+    BAMBA,
+    GRANITEHYBRID,
+    GRANITEHYBRID_AS_GRANITE,
+    GRANITEHYBRID_AS_GRANITEMOE,
+    GRANITEHYBRID_MOE,
+    MAMBA,
+    MAMBA2,
+    attention_only,
+    hybrid_has_experts,
+    is_bamba,
+    is_granitehybrid_file,
+)
 from .nemotron import NEMOTRON_H, NEMOTRON_H_MOE, has_experts
 from .olmo import OLMO2
 from .phi import PHI3
@@ -101,6 +119,7 @@ __all__ = [
     "ENTRIES",
     "FILE_TYPE",
     "GEMMA_NORM",
+    "GGUF_VARIANTS",
     "MISTRAL_NATIVE",
     "PERMUTE_K",
     "PERMUTE_Q",
@@ -180,6 +199,11 @@ ENTRIES: tuple[Arch, ...] = (
     GEMMA_EMBEDDING,
     NOMIC_BERT_MOE,
     NEMOTRON_H_MOE,
+    # more layouts of GraniteHybridModel's granitehybrid files
+    GRANITEHYBRID_MOE,
+    BAMBA,
+    GRANITEHYBRID_AS_GRANITE,
+    GRANITEHYBRID_AS_GRANITEMOE,
 )
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
@@ -187,8 +211,33 @@ ENTRIES: tuple[Arch, ...] = (
 VARIANTS: dict[str, list[tuple[Callable[[dict], bool], Arch]]] = {
     "NomicBertModel": [(lambda cfg: bool(cfg.get("moe_every_n_layers")), NOMIC_BERT_MOE)],
     "NemotronHForCausalLM": [(has_experts, NEMOTRON_H_MOE)],
+    # Granite 4.0-H with experts (the reference reads config.json as written: no
+    # AutoConfig default of 8 experts); without SSM layers (granite-4.0-micro) a plain
+    # Granite file, granitemoe when the config names experts per token
+    "GraniteMoeHybridForCausalLM": [
+        (
+            lambda cfg: (
+                attention_only(cfg)
+                and bool(cfg.get("num_experts_per_tok"))
+                and bool(cfg.get("num_local_experts"))
+            ),
+            GRANITEHYBRID_AS_GRANITEMOE,
+        ),
+        (attention_only, GRANITEHYBRID_AS_GRANITE),
+        (lambda cfg: bool(cfg.get("num_local_experts")), GRANITEHYBRID_MOE),
+    ],
 }
 _VARIANT_ENTRIES = [a for vs in VARIANTS.values() for _, a in vs]
+
+#: GGUF architectures written by several entries, for GGUF -> HF: ``(test of the file's
+#: metadata, entry)`` pairs tried in order before the other entries of that name
+#: (Bamba and Granite 4.0-H with experts are ``granitehybrid`` files too)
+GGUF_VARIANTS: dict[str, list[tuple[Callable[[Mapping[str, Any]], bool], Arch]]] = {
+    "granitehybrid": [(is_bamba, BAMBA), (hybrid_has_experts, GRANITEHYBRID_MOE)],
+    "granite": [(is_granitehybrid_file, GRANITEHYBRID_AS_GRANITE)],
+    "granitemoe": [(is_granitehybrid_file, GRANITEHYBRID_AS_GRANITEMOE)],
+}
+_GGUF_VARIANT_ENTRIES = [a for vs in GGUF_VARIANTS.values() for _, a in vs]
 
 #: HF architecture name -> entry
 REGISTRY: dict[str, Arch] = {
@@ -208,13 +257,21 @@ def lookup(hf_arch: str, cfg: dict | None = None) -> Arch | None:
     return REGISTRY.get(hf_arch)
 
 
-def by_gguf_arch(name: str, ggml_vocab: str | None = None) -> Arch | None:
+def by_gguf_arch(
+    name: str, ggml_vocab: str | None = None, metadata: Mapping[str, Any] | None = None
+) -> Arch | None:
     """The entry for a ``general.architecture`` value (for the GGUF -> HF direction).
 
-    Entries sharing one (BERT and XLM-RoBERTa are both ``bert``) differ by vocabulary:
-    the one whose tokenizer route writes ``tokenizer.ggml.model = ggml_vocab``
-    (``tokenizer["ggml"]``) wins, else the first."""
-    same = [a for a in ENTRIES if a.gguf_arch == name]
+    With the file's ``metadata``, a :data:`GGUF_VARIANTS` entry whose test holds wins.
+    Other entries sharing one (BERT and XLM-RoBERTa are both ``bert``) differ by
+    vocabulary: the one whose tokenizer route writes ``tokenizer.ggml.model =
+    ggml_vocab`` (``tokenizer["ggml"]``) wins, else the first."""
+    for test, entry in GGUF_VARIANTS.get(name, []) if metadata is not None else []:
+        if test(metadata):
+            return entry
+    same = [
+        a for a in ENTRIES if a.gguf_arch == name and all(a is not v for v in _GGUF_VARIANT_ENTRIES)
+    ]
     for a in same:
         if ggml_vocab is not None and a.tokenizer.get("ggml") == ggml_vocab:
             return a

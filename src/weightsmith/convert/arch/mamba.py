@@ -1,5 +1,18 @@
-"""Mamba, Mamba 2 and the Granite 4 hybrid: conversion/mamba.py's ``MambaModel`` and
-``Mamba2Model``, conversion/granite.py's ``GraniteHybridModel``.
+"""Mamba, Mamba 2, the Granite 4 hybrid and Bamba: conversion/mamba.py's ``MambaModel``
+and ``Mamba2Model``, conversion/granite.py's ``GraniteHybridModel``.
+
+``GraniteHybridModel`` converts three layouts into one GGUF architecture
+(``granitehybrid``), so three entries write it: Granite 4.0-H dense (the shared MLP is
+the layer's feed-forward), Granite 4.0-H with experts (``num_local_experts`` > 0: the
+fused ``input_linear`` experts split into gate/up, the router, and the shared MLP as the
+shared expert) and Bamba (``feed_forward.*``, RoPE).  HF -> GGUF picks the expert entry
+by the config (:data:`~weightsmith.convert.arch.VARIANTS`); GGUF -> HF tells the three
+apart by the file's metadata (:data:`~weightsmith.convert.arch.GGUF_VARIANTS`): Bamba is
+the one with RoPE (the reference switches RoPE on for ``BambaForCausalLM`` only, and a
+Granite hybrid without SSM layers is written as ``granite``), the expert form the one
+with a non-zero ``expert_count``.  That last layout (granite-4.0-micro: attention layers
+only) has two entries of its own, the hybrid ones under the ``granite`` / ``granitemoe``
+names, told apart from GraniteForCausalLM's files by their ``ssm.*`` rows.
 
 Mamba (1) keeps ``A = -exp(A_log)`` as ``[d_inner, d_state]`` and has ``x_proj`` and a
 full ``dt_proj``; a separate ``lm_head`` equal to the embedding is dropped by llama.cpp
@@ -15,6 +28,10 @@ float32 ``exp`` may round differently); its inverse ``log(-A)`` is not exact.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -193,29 +210,83 @@ def _hybrid_inner(cfg: dict) -> int:
     return first(cfg, ("expand", "num_heads", "mamba_expand", "mamba_num_heads")) * d_model
 
 
-def _hybrid_hf(cfg: dict, names: set[str]) -> dict:
+def _any(names: set[str], suffix: str) -> bool:
+    # layer 0 may be of either kind: any layer that has the tensor says it
+    return any(n.endswith(suffix) for n in names)
+
+
+def _ssm_hf(cfg: dict, names: set[str]) -> dict:
+    """The config fields of the SSM layers and the attention heads, both HF classes."""
     kv = [int(x) for x in cfg["num_key_value_heads"]]
     inner, n_heads = cfg["mamba_d_inner"], cfg["mamba_n_heads"]
     return {
-        "layer_types": ["mamba" if n == 0 else "attention" for n in kv],
         "num_key_value_heads": max(kv),
         "mamba_expand": inner // cfg["hidden_size"],
         "mamba_d_head": inner // n_heads,
-        "mamba_conv_bias": "blk.0.ssm_conv1d.bias" in names,
-        "mamba_proj_bias": "blk.0.ssm_in.bias" in names,
-        "num_local_experts": 0,
-        "num_experts_per_tok": 0,
+        "mamba_conv_bias": _any(names, ".ssm_conv1d.bias"),
+        "mamba_proj_bias": _any(names, ".ssm_in.bias"),
         "hidden_act": "silu",
-        "attention_bias": "blk.0.attn_q.bias" in names,
+        "attention_bias": _any(names, ".attn_q.bias"),
     }
 
 
+def _hybrid_hf(cfg: dict, names: set[str]) -> dict:
+    kv = [int(x) for x in cfg["num_key_value_heads"]]
+    return {
+        **_ssm_hf(cfg, names),
+        "layer_types": ["mamba" if n == 0 else "attention" for n in kv],
+        # the dense form's file says 0 experts (the reference writes the config's 0)
+        "num_local_experts": cfg.get("num_local_experts") or 0,
+        "num_experts_per_tok": cfg.get("num_experts_per_tok") or 0,
+    }
+
+
+def _bamba_hf(cfg: dict, names: set[str]) -> dict:
+    kv = [int(x) for x in cfg["num_key_value_heads"]]
+    return {
+        **_ssm_hf(cfg, names),
+        "attn_layer_indices": [i for i, n in enumerate(kv) if n],
+        # rope.dimension_count is the rotary part (attn_rotary_emb), not the head size
+        # BambaAttention reads from head_dim
+        "head_dim": cfg["hidden_size"] // cfg["num_attention_heads"],
+        "attn_rotary_emb": cfg.get("_attn_rotary_emb"),
+        "mlp_bias": _any(names, ".ffn_gate.bias"),
+    }
+
+
+def is_bamba(md: Mapping[str, Any]) -> bool:
+    """A ``granitehybrid`` file written from Bamba: the one with RoPE on (a Granite hybrid
+    with SSM layers is NoPE; one without is written as ``granite``)."""
+    return bool(md.get("granitehybrid.rope.scaling.finetuned"))
+
+
+def hybrid_has_experts(md: Mapping[str, Any]) -> bool:
+    """A ``granitehybrid`` file of Granite 4.0-H with experts (tiny, small)."""
+    return bool(md.get("granitehybrid.expert_count"))
+
+
 _SSM = LAYER + "mamba."
+_MOE = LAYER + "block_sparse_moe."
+_SHARED = LAYER + "shared_mlp."
+# the Mamba 2 mixer rules every granitehybrid layout shares
+_HYBRID_SSM_NAMES = [
+    NameRule(_SSM + "A_log", BLK + "ssm_a"),
+    NameRule(_SSM + "D", BLK + "ssm_d"),
+    NameRule(_SSM + "conv1d.weight", BLK + "ssm_conv1d.weight"),
+    NameRule(_SSM + "conv1d.bias", BLK + "ssm_conv1d.bias"),
+    NameRule(_SSM + "dt_bias", BLK + "ssm_dt.bias"),
+    NameRule(_SSM + "in_proj.weight", BLK + "ssm_in.weight"),
+    NameRule(_SSM + "in_proj.bias", BLK + "ssm_in.bias"),
+    NameRule(_SSM + "norm.weight", BLK + "ssm_norm.weight"),
+    NameRule(_SSM + "out_proj.weight", BLK + "ssm_out.weight"),
+    NameRule(_SSM + "out_proj.bias", BLK + "ssm_out.bias"),
+]
+_GRANITE_FFN_NORM = NameRule(LAYER + "post_attention_layernorm.weight", BLK + "ffn_norm.weight")
 GRANITEHYBRID = Arch(
     hf_archs=("GraniteMoeHybridForCausalLM",),
     gguf_arch="granitehybrid",
-    # GraniteMoeModel's rows, the ssm.* rows, then head_count_kv (per layer) and, without
-    # RoPE, context_length re-set in place
+    # GraniteMoeModel's rows, the ssm.* rows, then Bamba's rotary size, head_count_kv (per
+    # layer) and, without RoPE, context_length re-set in place
     meta=[
         *GRANITE_ROWS,
         m(
@@ -242,6 +313,12 @@ GRANITEHYBRID = Arch(
             "mamba_n_heads",
             value=lambda c: first(c, ("n_heads", "num_heads", "mamba_n_heads", "mamba_num_heads")),
         ),
+        # Bamba's config says how much of the head is rotated; "_": back only for Bamba
+        m(
+            "rope.dimension_count",
+            "_attn_rotary_emb",
+            value=lambda c: c.get("attn_rotary_emb") or None,
+        ),
         m("attention.head_count_kv", "num_key_value_heads", t=VT.INT32, value=_hybrid_kv),
         m(
             "rope.scaling.finetuned",
@@ -258,26 +335,13 @@ GRANITEHYBRID = Arch(
     ],
     # the shared MLP's rules before the base ones: ffn_down goes back to output_linear
     names=[
-        NameRule(LAYER + "shared_mlp.output_linear.weight", BLK + "ffn_down.weight"),
+        NameRule(_SHARED + "output_linear.weight", BLK + "ffn_down.weight"),
         *BASE_NAMES,
-        NameRule(LAYER + "post_attention_layernorm.weight", BLK + "ffn_norm.weight"),
-        NameRule(_SSM + "A_log", BLK + "ssm_a"),
-        NameRule(_SSM + "D", BLK + "ssm_d"),
-        NameRule(_SSM + "conv1d.weight", BLK + "ssm_conv1d.weight"),
-        NameRule(_SSM + "conv1d.bias", BLK + "ssm_conv1d.bias"),
-        NameRule(_SSM + "dt_bias", BLK + "ssm_dt.bias"),
-        NameRule(_SSM + "in_proj.weight", BLK + "ssm_in.weight"),
-        NameRule(_SSM + "in_proj.bias", BLK + "ssm_in.bias"),
-        NameRule(_SSM + "norm.weight", BLK + "ssm_norm.weight"),
-        NameRule(_SSM + "out_proj.weight", BLK + "ssm_out.weight"),
-        NameRule(_SSM + "out_proj.bias", BLK + "ssm_out.bias"),
+        _GRANITE_FFN_NORM,
+        *_HYBRID_SSM_NAMES,
     ],
     splits=[
-        Split(
-            LAYER + "shared_mlp.input_linear.weight",
-            (BLK + "ffn_gate.weight", BLK + "ffn_up.weight"),
-            -2,
-        )
+        Split(_SHARED + "input_linear.weight", (BLK + "ffn_gate.weight", BLK + "ffn_up.weight"), -2)
     ],
     transforms=[PERMUTE_Q, PERMUTE_K, *_TRANSFORMS],
     ignored=("head_dim",),
@@ -286,6 +350,74 @@ GRANITEHYBRID = Arch(
     model_types={"GraniteMoeHybridForCausalLM": "granitemoehybrid"},
     hf_config=_hybrid_hf,
 )
+# Granite 4.0-H tiny / small: GraniteMoeModel's expert split (the fused ``input_linear``
+# ``[n_expert, 2 n_ff, n_embd]`` into gate and up halves), the router, and the shared MLP
+# written as the shared expert (``*_shexp``) where the dense form writes it as the FFN
+GRANITEHYBRID_MOE = replace(
+    GRANITEHYBRID,
+    names=[
+        NameRule(_MOE + "router.layer.weight", BLK + "ffn_gate_inp.weight"),
+        NameRule(_MOE + "output_linear.weight", BLK + "ffn_down_exps.weight"),
+        NameRule(_SHARED + "output_linear.weight", BLK + "ffn_down_shexp.weight"),
+        *BASE_NAMES,
+        _GRANITE_FFN_NORM,
+        *_HYBRID_SSM_NAMES,
+    ],
+    splits=[
+        Split(
+            _MOE + "input_linear.weight",
+            (BLK + "ffn_gate_exps.weight", BLK + "ffn_up_exps.weight"),
+            -2,
+        ),
+        Split(
+            _SHARED + "input_linear.weight",
+            (BLK + "ffn_gate_shexp.weight", BLK + "ffn_up_shexp.weight"),
+            -2,
+        ),
+    ],
+)
+# Bamba: the same class and rows (no multipliers in its config, RoPE on); its own
+# feed-forward and norm names, which gguf-py maps as Jamba's, before the base rules so
+# GGUF -> HF gives them back
+BAMBA = replace(
+    GRANITEHYBRID,
+    hf_archs=("BambaForCausalLM",),
+    names=[
+        NameRule("model.final_layernorm.weight", "output_norm.weight"),
+        NameRule(LAYER + "pre_ff_layernorm.weight", BLK + "ffn_norm.weight"),
+        *(
+            NameRule(LAYER + f"feed_forward.{w}_proj.{k}", BLK + f"ffn_{w}.{k}")
+            for w in ("gate", "up", "down")
+            for k in ("weight", "bias")
+        ),
+        *BASE_NAMES,
+        *_HYBRID_SSM_NAMES,
+    ],
+    splits=[],
+    model_types={"BambaForCausalLM": "bamba"},
+    hf_config=_bamba_hf,
+)
+
+
+# A GraniteMoeHybrid config without SSM layers (granite-4.0-micro) is written by the same
+# class under llama.cpp's plain Granite architectures (the rows, ssm.* included, and the
+# names unchanged): ``granitemoe`` when the config names experts per token, else ``granite``
+GRANITEHYBRID_AS_GRANITE = replace(GRANITEHYBRID, gguf_arch="granite")
+GRANITEHYBRID_AS_GRANITEMOE = replace(GRANITEHYBRID_MOE, gguf_arch="granitemoe")
+
+
+def attention_only(cfg: dict) -> bool:
+    """A GraniteMoeHybrid config.json whose layers are all attention."""
+    n = cfg.get("num_hidden_layers")
+    if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+        return False  # left to the config check's named error
+    return not any(_mamba_layers(cfg))
+
+
+def is_granitehybrid_file(md: Mapping[str, Any]) -> bool:
+    """A ``granite`` / ``granitemoe`` file written by GraniteHybridModel: it has the SSM rows."""
+    arch = md.get("general.architecture")
+    return f"{arch}.ssm.conv_kernel" in md
 
 
 # --------------------------------------------------------------------------- Mamba (1)
