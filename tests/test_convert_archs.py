@@ -53,6 +53,8 @@ ARCHS += ["jamba"]
 # Nemotron-H MoE (Nemotron 3 Super's layout: latent experts, shared expert, MTP block); its
 # config.json is transformers 5's, which the reference reads right on transformers 5
 ARCHS += ["nemotronhmoe"]
+# parallel attention + Mamba 2 hybrid; its muP multipliers are folded into the weights
+ARCHS += ["falconh1"]
 REF_TYPES = ["f32", "f16", "bf16", "q8_0"]
 # llama.cpp (the pinned build) and transformers 5 give different logits for the same tiny
 # DeepSeek-V3 (max 0.69): llama.cpp's own file shows the same gap as ours (docs/
@@ -100,6 +102,7 @@ BPE_VOCAB = {
     *DELTANET,
 }
 BPE_VOCAB |= {"nemotronhmoe"}
+BPE_VOCAB |= {"falconh1"}
 PROMPTS = {
     "spm": [1, 5, 9, 33, 100, 7, 200, 42],
     "bpe": [9707, 11, 1879, 0, 358, 1079, 264, 2272],
@@ -222,9 +225,14 @@ def test_round_trip(work, arch, tmp_path):
     if cfg["tie_word_embeddings"]:
         orig.pop("lm_head.weight", None)
     assert sorted(got) == sorted(orig)
+    if arch in FOLDED:
+        # the GGUF keeps the weights times the multipliers, and GGUF -> HF writes them
+        # with multipliers of 1: the original, folded here in float64
+        orig = FOLDED[arch](orig, json.loads((src / "config.json").read_text()))
+        assert all(cfg[k] == 1.0 for k in ("embedding_multiplier", "key_multiplier"))
     # norm + 1 - 1 (Gemma 2), log(-(-exp(A_log))) (the SSMs): not always the identity in float32
     exact = arch not in ("gemma2", "mamba", "mamba2", "granitehybrid", "nemotronh", *DELTANET,
-                         "jamba", "nemotronhmoe")  # fmt: skip
+                         "jamba", "nemotronhmoe", *FOLDED)  # fmt: skip
     for k, v in orig.items():
         want = v.astype(np.float32)
         if exact:
@@ -234,6 +242,44 @@ def test_round_trip(work, arch, tmp_path):
     tokens = _prompt(arch)
     a, b = _hf_logits(src, tokens), _hf_logits(back, tokens)
     np.testing.assert_allclose(b, a, rtol=0, atol=1e-4 * max(1.0, float(np.abs(a).max())))
+
+
+def _falcon_h1_folded(sd: dict[str, np.ndarray], cfg: dict) -> dict[str, np.ndarray]:
+    """Falcon-H1's weights times its muP multipliers (float64, then float32), as its
+    modeling code applies them: the embedding's and lm_head's, the MLP's gate/down,
+    attention in (Q, K, V; K also times ``key_multiplier``) and out, the mixer's in
+    (times ``ssm_multipliers`` per z, x, B, C, dt row block) and out."""
+    gate, down = cfg["mlp_multipliers"]
+    att_in = cfg["attention_in_multiplier"]
+    factor = {
+        "model.embed_tokens.weight": cfg["embedding_multiplier"],
+        "lm_head.weight": cfg["lm_head_multiplier"],
+        "feed_forward.gate_proj.weight": gate,
+        "feed_forward.down_proj.weight": down,
+        "self_attn.q_proj.weight": att_in,
+        "self_attn.k_proj.weight": att_in * cfg["key_multiplier"],
+        "self_attn.v_proj.weight": att_in,
+        "self_attn.o_proj.weight": cfg["attention_out_multiplier"],
+        "mamba.out_proj.weight": cfg["ssm_out_multiplier"],
+    }
+    d, gs = cfg["mamba_d_ssm"], cfg["mamba_n_groups"] * cfg["mamba_d_state"]
+    sizes = [d, d, gs, gs, cfg["mamba_n_heads"]]
+    rows = np.repeat(np.array(cfg["ssm_multipliers"], np.float64), sizes)[:, None]
+    out = {}
+    for k, v in sd.items():
+        x = v.astype(np.float64)
+        if k.endswith("mamba.in_proj.weight"):
+            assert x.shape[0] == sum(sizes), k
+            x = x * cfg["ssm_in_multiplier"] * rows
+        for suffix, f in factor.items():
+            if k.endswith(suffix):
+                x = x * f
+        out[k] = x.astype(np.float32)
+    return out
+
+
+# architectures whose GGUF holds the weights with multipliers folded in: the fold
+FOLDED = {"falconh1": _falcon_h1_folded}
 
 
 def _llama_logits_f32_kv(path: Path, tokens: list[int]) -> np.ndarray:
@@ -1232,3 +1278,46 @@ def test_assistant_round_trip(work, arch, tmp_path):
         assert scored.sum(-1).min() > 0 and scored.sum(-1).max() < l0.shape[-1]
     atol = 1e-4 * max(1.0, float(np.abs(l1).max()))
     np.testing.assert_allclose(l1[scored], l0[scored], rtol=0, atol=atol)
+
+
+# --------------------------------------------------------------------------- Falcon-H1
+
+_MUP = ["embedding_multiplier", "lm_head_multiplier", "key_multiplier",
+        "attention_in_multiplier", "attention_out_multiplier", "ssm_in_multiplier",
+        "ssm_out_multiplier"]  # fmt: skip
+
+
+def test_falconh1_multipliers_are_folded(work):
+    """Guard against a vacuous pass: the tiny Falcon-H1's muP multipliers are none of them 1,
+    and the reference's f32 file (ours is byte-identical to it) holds the weights times
+    them, as :func:`_falcon_h1_folded` computes them from the modeling code's formulas."""
+    from safetensors.numpy import load_file
+
+    from support.hf_models import config
+
+    src = work.model("falconh1")
+    cfg = config(src)
+    mults = [cfg[k] for k in _MUP] + cfg["mlp_multipliers"] + cfg["ssm_multipliers"]
+    assert len(mults) == 14 and all(x != 1.0 for x in mults)
+    orig = {k: v.astype(np.float32) for k, v in load_file(src / "model.safetensors").items()}
+    want = _falcon_h1_folded(orig, cfg)
+    got = {x[0]: x for x in _tensors(work.files("falconh1", "f32")[1])}
+    pairs = {
+        "token_embd.weight": "model.embed_tokens.weight",
+        "output.weight": "lm_head.weight",
+        "blk.1.attn_q.weight": "model.layers.1.self_attn.q_proj.weight",
+        "blk.1.attn_k.weight": "model.layers.1.self_attn.k_proj.weight",
+        "blk.1.attn_output.weight": "model.layers.1.self_attn.o_proj.weight",
+        "blk.0.ffn_gate.weight": "model.layers.0.feed_forward.gate_proj.weight",
+        "blk.0.ffn_down.weight": "model.layers.0.feed_forward.down_proj.weight",
+        "blk.0.ssm_in.weight": "model.layers.0.mamba.in_proj.weight",
+        "blk.0.ssm_out.weight": "model.layers.0.mamba.out_proj.weight",
+    }
+    for g, h in pairs.items():
+        _, _, _, data = got[g]
+        a = np.frombuffer(data, np.float32).reshape(want[h].shape)
+        np.testing.assert_allclose(a, want[h], rtol=1e-6, atol=0, err_msg=g)
+        assert not np.allclose(a, orig[h], rtol=1e-3, atol=0), g
+    # the one tensor the multipliers leave alone, in the GGUF's column layout
+    _, _, _, data = got["blk.0.ssm_d"]
+    np.testing.assert_array_equal(np.frombuffer(data, np.float32), orig["model.layers.0.mamba.D"])

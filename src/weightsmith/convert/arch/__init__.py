@@ -77,6 +77,7 @@ from ._model import (
 from .bert import BERT, MODERNBERT, NOMIC_BERT, NOMIC_BERT_MOE, XLMROBERTA
 from .deepseek import DEEPSEEK2
 from .embeddinggemma import GEMMA_EMBEDDING
+from .falcon_h1 import FALCON_H1
 from .gemma import GEMMA2, GEMMA3
 from .gemma4 import GEMMA4, GEMMA4_ASSISTANT, GEMMA4_UNIFIED
 from .glm import GLM4MOE
@@ -180,6 +181,8 @@ ENTRIES: tuple[Arch, ...] = (
     GEMMA_EMBEDDING,
     NOMIC_BERT_MOE,
     NEMOTRON_H_MOE,
+    # hybrids added with issue 15 section 4
+    FALCON_H1,
 )
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
