@@ -55,6 +55,8 @@ ARCHS += ["jamba"]
 ARCHS += ["nemotronhmoe"]
 # parallel attention + Mamba 2 hybrid; its muP multipliers are folded into the weights
 ARCHS += ["falconh1"]
+# Mamba (1) with RMS norms on dt / B / C (llama.cpp's mamba with ssm.dt_b_c_rms)
+ARCHS += ["falconmamba"]
 REF_TYPES = ["f32", "f16", "bf16", "q8_0"]
 # llama.cpp (the pinned build) and transformers 5 give different logits for the same tiny
 # DeepSeek-V3 (max 0.69): llama.cpp's own file shows the same gap as ours (docs/
@@ -232,7 +234,7 @@ def test_round_trip(work, arch, tmp_path):
         assert all(cfg[k] == 1.0 for k in ("embedding_multiplier", "key_multiplier"))
     # norm + 1 - 1 (Gemma 2), log(-(-exp(A_log))) (the SSMs): not always the identity in float32
     exact = arch not in ("gemma2", "mamba", "mamba2", "granitehybrid", "nemotronh", *DELTANET,
-                         "jamba", "nemotronhmoe", *FOLDED)  # fmt: skip
+                         "jamba", "nemotronhmoe", *FOLDED, "falconmamba")  # fmt: skip
     for k, v in orig.items():
         want = v.astype(np.float32)
         if exact:
@@ -1321,3 +1323,19 @@ def test_falconh1_multipliers_are_folded(work):
     # the one tensor the multipliers leave alone, in the GGUF's column layout
     _, _, _, data = got["blk.0.ssm_d"]
     np.testing.assert_array_equal(np.frombuffer(data, np.float32), orig["model.layers.0.mamba.D"])
+
+
+def test_falconmamba_is_mamba_with_dt_b_c_rms(work, tmp_path):
+    """FalconMamba is llama.cpp's ``mamba`` with ``ssm.dt_b_c_rms`` set (plain Mamba's is
+    false), and that flag is what GGUF -> HF reads back into the FalconMamba class."""
+    from weightsmith.gguf import read
+
+    for arch, flag, cls in (("falconmamba", True, "FalconMambaForCausalLM"),
+                            ("mamba", False, "MambaForCausalLM")):  # fmt: skip
+        path = work.files(arch, "f16")[0]
+        with read(path) as f:
+            assert f.metadata["general.architecture"] == "mamba"
+            assert f.metadata["mamba.ssm.dt_b_c_rms"] is flag, arch
+        gguf_to_hf(path, tmp_path / arch, dtype="f32")
+        cfg = json.loads((tmp_path / arch / "config.json").read_text())
+        assert cfg["architectures"] == [cls], arch

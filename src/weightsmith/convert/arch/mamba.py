@@ -290,8 +290,13 @@ GRANITEHYBRID = Arch(
 
 # --------------------------------------------------------------------------- Mamba (1)
 
+_PLAIN_MAMBA = {"architectures": ["MambaForCausalLM"], "model_type": "mamba"}
+# the norms' own epsilon (``mixer_rms_eps``) is not in the file (llama.cpp uses the
+# layer norms' one): transformers' default, every published FalconMamba's, is kept
+_FALCON_MAMBA = {"architectures": ["FalconMambaForCausalLM"], "model_type": "falcon_mamba"}
+
 MAMBA = Arch(
-    hf_archs=("MambaForCausalLM", "MambaLMHeadModel"),
+    hf_archs=("MambaForCausalLM", "MambaLMHeadModel", "FalconMambaForCausalLM"),
     gguf_arch="mamba",
     meta=[
         m("context_length", "_context", value=lambda cfg: 2**20),
@@ -353,11 +358,13 @@ MAMBA = Arch(
     ],
     required=("hidden_size", "num_hidden_layers", "vocab_size"),
     tokenizer={"vocab": "llama"},
-    model_types={"MambaForCausalLM": "mamba"},
+    model_types={"MambaForCausalLM": "mamba", "FalconMambaForCausalLM": "falcon_mamba"},
     hf_config=lambda cfg, names: {
         "expand": cfg["intermediate_size"] // cfg["hidden_size"],
         "use_conv_bias": "blk.0.ssm_conv1d.bias" in names,
         "use_bias": "blk.0.ssm_in.bias" in names,
         "residual_in_fp32": True,
+        # the RMS norms on dt / B / C are what makes a Mamba file FalconMamba's
+        **(_FALCON_MAMBA if cfg.get("_dt_b_c_rms") else _PLAIN_MAMBA),
     },
 )
