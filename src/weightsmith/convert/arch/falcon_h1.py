@@ -38,7 +38,7 @@ is always the ``tokenizer.json`` BPE (``gpt2``), unpadded.
 GGUF -> HF writes the folded weights as they are and every multiplier as 1 (the GGUF does
 not keep them; the model computes the same function), ``mamba_rms_norm`` from the
 presence of ``ssm_norm``, and ``mamba_norm_before_gate = False`` (llama.cpp gates, then
-norms, as every published Falcon-H1 config says).
+norms).
 """
 
 from __future__ import annotations
