@@ -1339,3 +1339,33 @@ def test_falconmamba_is_mamba_with_dt_b_c_rms(work, tmp_path):
         gguf_to_hf(path, tmp_path / arch, dtype="f32")
         cfg = json.loads((tmp_path / arch / "config.json").read_text())
         assert cfg["architectures"] == [cls], arch
+
+
+def test_mamba_head_copy_of_the_embedding_is_dropped(work, tmp_path):
+    """A Mamba checkpoint that stores its tied head as a copy of the embedding: the
+    reference compares the data and writes no ``output.weight`` (llama.cpp reuses the
+    embedding); ours gives the same file, and GGUF -> HF a tied model.  A head differing
+    in one value is kept."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    src = tmp_path / "falconmamba-tied"
+    shutil.copytree(work.model("falconmamba"), src)
+    sd = load_file(src / "model.safetensors")
+    sd["lm_head.weight"] = sd["backbone.embeddings.weight"].copy()
+    save_file(sd, src / "model.safetensors", metadata={"format": "pt"})
+    near = tmp_path / "falconmamba-near"
+    shutil.copytree(src, near)
+    sd["lm_head.weight"][3, 5] += 1
+    save_file(sd, near / "model.safetensors", metadata={"format": "pt"})
+    folders = [src, near]
+    _run_reference([(str(d), str(tmp_path / f"{d.name}-ref.gguf"), "f16") for d in folders])
+    for d in folders:
+        ours = tmp_path / f"{d.name}.gguf"
+        hf_to_gguf(d, ours, "f16")
+        _same_file(ours, tmp_path / f"{d.name}-ref.gguf")
+    assert "output.weight" not in {x[0] for x in _tensors(tmp_path / "falconmamba-tied.gguf")}
+    assert "output.weight" in {x[0] for x in _tensors(tmp_path / "falconmamba-near.gguf")}
+    gguf_to_hf(tmp_path / "falconmamba-tied.gguf", tmp_path / "back", dtype="f32")
+    assert json.loads((tmp_path / "back" / "config.json").read_text())["tie_word_embeddings"]

@@ -22,6 +22,8 @@ in both directions (the data model is :mod:`._model`):
   ``suppress_tokens`` puts ``generation_config.json``'s ``suppress_tokens`` into the
   config (Gemma 4 Unified writes them as ``tokenizer.ggml.suppress_tokens``, a
   :class:`MetaKey` with ``absolute`` set: written under its key as it is);
+  ``drop_if_same`` drops a tensor whose values repeat another's (Mamba's ``lm_head``
+  stored as a copy of the embedding: the one rule that reads data before the plan);
 * ``pooling`` -- the sentence-transformers pooling type goes into the config
   (:mod:`weightsmith.convert._pooling`) for the encoders' ``pooling_type`` row;
   ``dense`` -- GGUF names of sentence-transformers ``Dense`` module weights, read from

@@ -2,8 +2,8 @@
 ``Mamba2Model``, conversion/granite.py's ``GraniteHybridModel``.
 
 Mamba (1) keeps ``A = -exp(A_log)`` as ``[d_inner, d_state]`` and has ``x_proj`` and a
-full ``dt_proj``; a separate ``lm_head`` equal to the embedding is dropped by llama.cpp
-(a data test this entry does not make: transformers 5 does not save a tied head).
+full ``dt_proj``; a separate ``lm_head`` equal to the embedding is dropped, as llama.cpp
+drops it (a comparison of the data: ``drop_if_same``).
 
 Per layer the mixer's ``A_log`` becomes ``A = -exp(A_log)`` and, like ``D``, a column
 ``[n_head, 1]``; the conv weight ``[C, 1, K]`` is squeezed to ``[C, K]`` (F32 at every
@@ -357,6 +357,7 @@ MAMBA = Arch(
         _TRANSFORMS[2],  # conv squeeze
     ],
     required=("hidden_size", "num_hidden_layers", "vocab_size"),
+    drop_if_same=(("lm_head.weight", "backbone.embeddings.weight"),),
     tokenizer={"vocab": "llama"},
     model_types={"MambaForCausalLM": "mamba", "FalconMambaForCausalLM": "falcon_mamba"},
     hf_config=lambda cfg, names: {
