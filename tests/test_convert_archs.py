@@ -1369,3 +1369,40 @@ def test_mamba_head_copy_of_the_embedding_is_dropped(work, tmp_path):
     assert "output.weight" in {x[0] for x in _tensors(tmp_path / "falconmamba-near.gguf")}
     gguf_to_hf(tmp_path / "falconmamba-tied.gguf", tmp_path / "back", dtype="f32")
     assert json.loads((tmp_path / "back" / "config.json").read_text())["tie_word_embeddings"]
+
+
+def test_falconh1_hub_config_and_in_proj_bias(work, tmp_path):
+    """Falcon-H1's config.json as the Hub's (top-level ``rope_theta``, no
+    ``rope_parameters``) converts as the reference converts it, to the same file as
+    transformers 5's form; a mixer ``in_proj`` bias, which the reference cannot convert,
+    is a named error before anything is written."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    from weightsmith import errors as E
+
+    hub = tmp_path / "falconh1-hub"
+    shutil.copytree(work.model("falconh1"), hub)
+    c = json.loads((hub / "config.json").read_text())
+    c["rope_theta"] = c.pop("rope_parameters")["rope_theta"]
+    (hub / "config.json").write_text(json.dumps(c, indent=2))
+    _run_reference([(str(hub), str(tmp_path / "ref.gguf"), "f16")])
+    hf_to_gguf(hub, tmp_path / "ours.gguf", "f16")
+    _same_file(tmp_path / "ours.gguf", tmp_path / "ref.gguf")
+    # the folder's name goes into general.name: the rows and tensors are the same
+    five = work.files("falconh1", "f16")[0]
+    assert _tensors(tmp_path / "ours.gguf") == _tensors(five)
+    rows = {k: v for k, v in _kvs(tmp_path / "ours.gguf").items() if k.startswith("falcon-h1.")}
+    assert rows == {k: v for k, v in _kvs(five).items() if k.startswith("falcon-h1.")}
+    assert len(rows) == 16
+
+    bias = tmp_path / "falconh1-bias"
+    shutil.copytree(work.model("falconh1"), bias)
+    sd = load_file(bias / "model.safetensors")
+    sd["model.layers.0.mamba.in_proj.bias"] = np.zeros(1096, sd["lm_head.weight"].dtype)
+    save_file(sd, bias / "model.safetensors", metadata={"format": "pt"})
+    out = tmp_path / "bias.gguf"
+    with pytest.raises(E.UnmappedTensor, match=r"mamba\.in_proj\.bias"):
+        hf_to_gguf(bias, out, "f16")
+    assert not out.exists()
