@@ -292,7 +292,7 @@ GRANITEHYBRID = Arch(
 
 _PLAIN_MAMBA = {"architectures": ["MambaForCausalLM"], "model_type": "mamba"}
 # the norms' own epsilon (``mixer_rms_eps``) is not in the file (llama.cpp uses the
-# layer norms' one): transformers' default, every published FalconMamba's, is kept
+# layer norms' one): transformers' default (1e-6) is kept
 _FALCON_MAMBA = {"architectures": ["FalconMambaForCausalLM"], "model_type": "falcon_mamba"}
 
 MAMBA = Arch(
