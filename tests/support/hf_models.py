@@ -1900,7 +1900,7 @@ _FALCON_H1_MUP = dict(
 def falconh1(folder: Path, *, dtype: str = "bfloat16", seed: int = 42) -> Path:
     """Falcon-H1 (attention and a Mamba 2 mixer side by side in each of 2 layers, then a
     SwiGLU MLP): 4 heads of 64 (2 KV), 8 SSM heads of 64 in 2 groups, the gated RMS norm
-    after the gate as the Hub's configs say (``mamba_rms_norm``, not
+    after the gate as llama.cpp computes it (``mamba_rms_norm``, not
     ``mamba_norm_before_gate``), RoPE theta 1e11, and muP multipliers."""
     from transformers import FalconH1Config, FalconH1ForCausalLM
 
