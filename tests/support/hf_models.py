@@ -1884,6 +1884,8 @@ def gemma4unifiedassistant(folder: Path, *, seed: int = 44) -> Path:
 
 BUILDERS.update(gemma4unified=gemma4unified, gemma4assistant=gemma4assistant,
                 gemma4unifiedassistant=gemma4unifiedassistant)  # fmt: skip
+
+
 # --------------------------------------------------------------------------- Falcon-H1
 
 # muP multipliers of the Falcon-H1 kind (none a power of two where the tiny model could
