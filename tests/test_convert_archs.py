@@ -54,6 +54,10 @@ ARCHS += ["jamba"]
 # Nemotron-H MoE (Nemotron 3 Super's layout: latent experts, shared expert, MTP block); its
 # config.json is transformers 5's, which the reference reads right on transformers 5
 ARCHS += ["nemotronhmoe"]
+# parallel attention + Mamba 2 hybrid; its muP multipliers are folded into the weights
+ARCHS += ["falconh1"]
+# Mamba (1) with RMS norms on dt / B / C (llama.cpp's mamba with ssm.dt_b_c_rms)
+ARCHS += ["falconmamba"]
 REF_TYPES = ["f32", "f16", "bf16", "q8_0"]
 # llama.cpp (the pinned build) and transformers 5 give different logits for the same tiny
 # DeepSeek-V3 (max 0.69): llama.cpp's own file shows the same gap as ours (docs/
@@ -106,6 +110,7 @@ BPE_VOCAB = {
     *DELTANET,
 }
 BPE_VOCAB |= {"nemotronhmoe"}
+BPE_VOCAB |= {"falconh1"}
 PROMPTS = {
     "spm": [1, 5, 9, 33, 100, 7, 200, 42],
     "bpe": [9707, 11, 1879, 0, 358, 1079, 264, 2272],
@@ -228,9 +233,15 @@ def test_round_trip(work, arch, tmp_path):
     if cfg["tie_word_embeddings"]:
         orig.pop("lm_head.weight", None)
     assert sorted(got) == sorted(orig)
+    if arch in FOLDED:
+        # the GGUF keeps the weights times the multipliers, and GGUF -> HF writes them
+        # with multipliers of 1: the original, folded here in float64
+        orig = FOLDED[arch](orig, json.loads((src / "config.json").read_text()))
+        assert all(cfg[k] == 1.0 for k in ("embedding_multiplier", "key_multiplier"))
     # norm + 1 - 1 (Gemma 2), log(-(-exp(A_log))) (the SSMs): not always the identity in float32
     exact = arch not in ("gemma2", "mamba", "mamba2", "granitehybrid", "nemotronh", *DELTANET,
-                         "jamba", "nemotronhmoe", "granitehybridmoe", "bamba")  # fmt: skip
+                         "jamba", "nemotronhmoe", "granitehybridmoe", "bamba", *FOLDED,
+                         "falconmamba")  # fmt: skip
     for k, v in orig.items():
         want = v.astype(np.float32)
         if exact:
@@ -240,6 +251,44 @@ def test_round_trip(work, arch, tmp_path):
     tokens = _prompt(arch)
     a, b = _hf_logits(src, tokens), _hf_logits(back, tokens)
     np.testing.assert_allclose(b, a, rtol=0, atol=1e-4 * max(1.0, float(np.abs(a).max())))
+
+
+def _falcon_h1_folded(sd: dict[str, np.ndarray], cfg: dict) -> dict[str, np.ndarray]:
+    """Falcon-H1's weights times its muP multipliers (float64, then float32), as its
+    modeling code applies them: the embedding's and lm_head's, the MLP's gate/down,
+    attention in (Q, K, V; K also times ``key_multiplier``) and out, the mixer's in
+    (times ``ssm_multipliers`` per z, x, B, C, dt row block) and out."""
+    gate, down = cfg["mlp_multipliers"]
+    att_in = cfg["attention_in_multiplier"]
+    factor = {
+        "model.embed_tokens.weight": cfg["embedding_multiplier"],
+        "lm_head.weight": cfg["lm_head_multiplier"],
+        "feed_forward.gate_proj.weight": gate,
+        "feed_forward.down_proj.weight": down,
+        "self_attn.q_proj.weight": att_in,
+        "self_attn.k_proj.weight": att_in * cfg["key_multiplier"],
+        "self_attn.v_proj.weight": att_in,
+        "self_attn.o_proj.weight": cfg["attention_out_multiplier"],
+        "mamba.out_proj.weight": cfg["ssm_out_multiplier"],
+    }
+    d, gs = cfg["mamba_d_ssm"], cfg["mamba_n_groups"] * cfg["mamba_d_state"]
+    sizes = [d, d, gs, gs, cfg["mamba_n_heads"]]
+    rows = np.repeat(np.array(cfg["ssm_multipliers"], np.float64), sizes)[:, None]
+    out = {}
+    for k, v in sd.items():
+        x = v.astype(np.float64)
+        if k.endswith("mamba.in_proj.weight"):
+            assert x.shape[0] == sum(sizes), k
+            x = x * cfg["ssm_in_multiplier"] * rows
+        for suffix, f in factor.items():
+            if k.endswith(suffix):
+                x = x * f
+        out[k] = x.astype(np.float32)
+    return out
+
+
+# architectures whose GGUF holds the weights with multipliers folded in: the fold
+FOLDED = {"falconh1": _falcon_h1_folded}
 
 
 def _llama_logits_f32_kv(path: Path, tokens: list[int]) -> np.ndarray:
@@ -1362,3 +1411,129 @@ def test_assistant_round_trip(work, arch, tmp_path):
         assert scored.sum(-1).min() > 0 and scored.sum(-1).max() < l0.shape[-1]
     atol = 1e-4 * max(1.0, float(np.abs(l1).max()))
     np.testing.assert_allclose(l1[scored], l0[scored], rtol=0, atol=atol)
+
+
+# --------------------------------------------------------------------------- Falcon-H1
+
+_MUP = ["embedding_multiplier", "lm_head_multiplier", "key_multiplier",
+        "attention_in_multiplier", "attention_out_multiplier", "ssm_in_multiplier",
+        "ssm_out_multiplier"]  # fmt: skip
+
+
+def test_falconh1_multipliers_are_folded(work):
+    """Guard against a vacuous pass: the tiny Falcon-H1's muP multipliers are none of them 1,
+    and the reference's f32 file (ours is byte-identical to it) holds the weights times
+    them, as :func:`_falcon_h1_folded` computes them from the modeling code's formulas."""
+    from safetensors.numpy import load_file
+
+    from support.hf_models import config
+
+    src = work.model("falconh1")
+    cfg = config(src)
+    mults = [cfg[k] for k in _MUP] + cfg["mlp_multipliers"] + cfg["ssm_multipliers"]
+    assert len(mults) == 14 and all(x != 1.0 for x in mults)
+    orig = {k: v.astype(np.float32) for k, v in load_file(src / "model.safetensors").items()}
+    want = _falcon_h1_folded(orig, cfg)
+    got = {x[0]: x for x in _tensors(work.files("falconh1", "f32")[1])}
+    pairs = {
+        "token_embd.weight": "model.embed_tokens.weight",
+        "output.weight": "lm_head.weight",
+        "blk.1.attn_q.weight": "model.layers.1.self_attn.q_proj.weight",
+        "blk.1.attn_k.weight": "model.layers.1.self_attn.k_proj.weight",
+        "blk.1.attn_output.weight": "model.layers.1.self_attn.o_proj.weight",
+        "blk.0.ffn_gate.weight": "model.layers.0.feed_forward.gate_proj.weight",
+        "blk.0.ffn_down.weight": "model.layers.0.feed_forward.down_proj.weight",
+        "blk.0.ssm_in.weight": "model.layers.0.mamba.in_proj.weight",
+        "blk.0.ssm_out.weight": "model.layers.0.mamba.out_proj.weight",
+    }
+    for g, h in pairs.items():
+        _, _, _, data = got[g]
+        a = np.frombuffer(data, np.float32).reshape(want[h].shape)
+        np.testing.assert_allclose(a, want[h], rtol=1e-6, atol=0, err_msg=g)
+        assert not np.allclose(a, orig[h], rtol=1e-3, atol=0), g
+    # the one tensor the multipliers leave alone, in the GGUF's column layout
+    _, _, _, data = got["blk.0.ssm_d"]
+    np.testing.assert_array_equal(np.frombuffer(data, np.float32), orig["model.layers.0.mamba.D"])
+
+
+def test_falconmamba_is_mamba_with_dt_b_c_rms(work, tmp_path):
+    """FalconMamba is llama.cpp's ``mamba`` with ``ssm.dt_b_c_rms`` set (plain Mamba's is
+    false), and that flag is what GGUF -> HF reads back into the FalconMamba class."""
+    from weightsmith.gguf import read
+
+    for arch, flag, cls in (("falconmamba", True, "FalconMambaForCausalLM"),
+                            ("mamba", False, "MambaForCausalLM")):  # fmt: skip
+        path = work.files(arch, "f16")[0]
+        with read(path) as f:
+            assert f.metadata["general.architecture"] == "mamba"
+            assert f.metadata["mamba.ssm.dt_b_c_rms"] is flag, arch
+        gguf_to_hf(path, tmp_path / arch, dtype="f32")
+        cfg = json.loads((tmp_path / arch / "config.json").read_text())
+        assert cfg["architectures"] == [cls], arch
+
+
+def test_mamba_head_copy_of_the_embedding_is_dropped(work, tmp_path):
+    """A Mamba checkpoint that stores its tied head as a copy of the embedding: the
+    reference compares the data and writes no ``output.weight`` (llama.cpp reuses the
+    embedding); ours gives the same file, and GGUF -> HF a tied model.  A head differing
+    in one value is kept."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    src = tmp_path / "falconmamba-tied"
+    shutil.copytree(work.model("falconmamba"), src)
+    sd = load_file(src / "model.safetensors")
+    sd["lm_head.weight"] = sd["backbone.embeddings.weight"].copy()
+    save_file(sd, src / "model.safetensors", metadata={"format": "pt"})
+    near = tmp_path / "falconmamba-near"
+    shutil.copytree(src, near)
+    sd["lm_head.weight"][3, 5] += 1
+    save_file(sd, near / "model.safetensors", metadata={"format": "pt"})
+    folders = [src, near]
+    _run_reference([(str(d), str(tmp_path / f"{d.name}-ref.gguf"), "f16") for d in folders])
+    for d in folders:
+        ours = tmp_path / f"{d.name}.gguf"
+        hf_to_gguf(d, ours, "f16")
+        _same_file(ours, tmp_path / f"{d.name}-ref.gguf")
+    assert "output.weight" not in {x[0] for x in _tensors(tmp_path / "falconmamba-tied.gguf")}
+    assert "output.weight" in {x[0] for x in _tensors(tmp_path / "falconmamba-near.gguf")}
+    gguf_to_hf(tmp_path / "falconmamba-tied.gguf", tmp_path / "back", dtype="f32")
+    assert json.loads((tmp_path / "back" / "config.json").read_text())["tie_word_embeddings"]
+
+
+def test_falconh1_hub_config_and_in_proj_bias(work, tmp_path):
+    """Falcon-H1's config.json as the Hub's (top-level ``rope_theta``, no
+    ``rope_parameters``) converts as the reference converts it, to the same file as
+    transformers 5's form; a mixer ``in_proj`` bias, which the reference cannot convert,
+    is a named error before anything is written."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    from weightsmith import errors as E
+
+    hub = tmp_path / "falconh1-hub"
+    shutil.copytree(work.model("falconh1"), hub)
+    c = json.loads((hub / "config.json").read_text())
+    c["rope_theta"] = c.pop("rope_parameters")["rope_theta"]
+    (hub / "config.json").write_text(json.dumps(c, indent=2))
+    _run_reference([(str(hub), str(tmp_path / "ref.gguf"), "f16")])
+    hf_to_gguf(hub, tmp_path / "ours.gguf", "f16")
+    _same_file(tmp_path / "ours.gguf", tmp_path / "ref.gguf")
+    # the folder's name goes into general.name: the rows and tensors are the same
+    five = work.files("falconh1", "f16")[0]
+    assert _tensors(tmp_path / "ours.gguf") == _tensors(five)
+    rows = {k: v for k, v in _kvs(tmp_path / "ours.gguf").items() if k.startswith("falcon-h1.")}
+    assert rows == {k: v for k, v in _kvs(five).items() if k.startswith("falcon-h1.")}
+    assert len(rows) == 16
+
+    bias = tmp_path / "falconh1-bias"
+    shutil.copytree(work.model("falconh1"), bias)
+    sd = load_file(bias / "model.safetensors")
+    sd["model.layers.0.mamba.in_proj.bias"] = np.zeros(1096, sd["lm_head.weight"].dtype)
+    save_file(sd, bias / "model.safetensors", metadata={"format": "pt"})
+    out = tmp_path / "bias.gguf"
+    with pytest.raises(E.UnmappedTensor, match=r"mamba\.in_proj\.bias"):
+        hf_to_gguf(bias, out, "f16")
+    assert not out.exists()

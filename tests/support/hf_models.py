@@ -1923,3 +1923,60 @@ def bamba(folder: Path, *, dtype: str = "bfloat16", seed: int = 29) -> Path:
 
 
 BUILDERS.update(granitehybridmoe=granitehybridmoe, bamba=bamba)
+
+
+# --------------------------------------------------------------------------- Falcon-H1
+
+# muP multipliers of the Falcon-H1 kind (none a power of two where the tiny model could
+# hide a rounding): the reference folds every one into a weight
+_FALCON_H1_MUP = dict(
+    embedding_multiplier=5.656854249492381, lm_head_multiplier=0.0390625,
+    mlp_multipliers=[0.8838834764831844, 0.5859375], key_multiplier=0.390625,
+    attention_in_multiplier=0.8, attention_out_multiplier=0.9375, ssm_in_multiplier=1.25,
+    ssm_out_multiplier=0.23570226039551587,
+    ssm_multipliers=[0.3535533905932738, 0.25, 0.7071067811865476, 0.5, 0.3535533905932738],
+)  # fmt: skip
+
+
+def falconh1(folder: Path, *, dtype: str = "bfloat16", seed: int = 42) -> Path:
+    """Falcon-H1 (attention and a Mamba 2 mixer side by side in each of 2 layers, then a
+    SwiGLU MLP): 4 heads of 64 (2 KV), 8 SSM heads of 64 in 2 groups, the gated RMS norm
+    after the gate as llama.cpp computes it (``mamba_rms_norm``, not
+    ``mamba_norm_before_gate``), RoPE theta 1e11, and muP multipliers."""
+    from transformers import FalconH1Config, FalconH1ForCausalLM
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    cfg = FalconH1Config(
+        vocab_size=vocab, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=64, mamba_d_ssm=512,
+        mamba_n_heads=8, mamba_d_head=64, mamba_n_groups=2, mamba_d_state=16, mamba_d_conv=4,
+        mamba_expand=2, mamba_conv_bias=True, mamba_proj_bias=False, mamba_rms_norm=True,
+        mamba_norm_before_gate=False, max_position_embeddings=256,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e11}, rms_norm_eps=1e-5,
+        bos_token_id=50256, eos_token_id=50256, pad_token_id=None, tie_word_embeddings=False,
+        **_FALCON_H1_MUP,
+    )  # fmt: skip
+    model = FalconH1ForCausalLM(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+BUILDERS["falconh1"] = falconh1
+
+
+def falconmamba(folder: Path, *, dtype: str = "bfloat16", seed: int = 43) -> Path:
+    """FalconMamba: Mamba (1) with weightless RMS norms on dt, B and C, an untied head;
+    the norms' epsilon (``mixer_rms_eps``) and the layer norms' are transformers' defaults,
+    as in tiiuae/falcon-mamba-7b."""
+    from transformers import FalconMambaConfig, FalconMambaForCausalLM
+
+    vocab = train_spm(folder)  # 512 pieces: a multiple of 8, so llama.cpp pads nothing
+    cfg = FalconMambaConfig(vocab_size=vocab, hidden_size=256, num_hidden_layers=2,
+                            state_size=16, expand=2, conv_kernel=4, bos_token_id=1,
+                            eos_token_id=2, pad_token_id=0, tie_word_embeddings=False)  # fmt: skip
+    model = FalconMambaForCausalLM(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+BUILDERS["falconmamba"] = falconmamba

@@ -518,6 +518,7 @@ def hf_input(
     if sources is None:
         sources = _sources(d, stack, repo)
     sources = dequantize_sources(sources, cfg, d)
+    sources = _drop_copies(arch, sources)
     if arch.dense:  # written first, as the reference's extra tensors
         dense = _dense_sources(d)
         cfg["_dense"] = {s.name: s.shape[::-1] for s in dense}
@@ -537,6 +538,21 @@ def hf_input(
         n_vocab=lambda vocab: _n_vocab(d, vocab),
         streamed=repo is not None,
     )
+
+
+def _drop_copies(arch: Arch, sources: list[_Source]) -> list[_Source]:
+    """``sources`` without those the entry drops when they repeat another's values
+    (``Arch.drop_if_same``), compared as the reference does: widened to float32, and
+    only when the other one is read first (the reference keeps the first it reads)."""
+    at = {s.name: i for i, s in enumerate(sources)}
+    drop = set()
+    for name, other in arch.drop_if_same:
+        if name not in at or other not in at or at[other] > at[name]:
+            continue
+        a, b = sources[at[name]], sources[at[other]]
+        if a.shape == b.shape and np.array_equal(_widen(a.load()), _widen(b.load())):
+            drop.add(name)
+    return [s for s in sources if s.name not in drop]
 
 
 def _plan(

@@ -22,6 +22,8 @@ in both directions (the data model is :mod:`._model`):
   ``suppress_tokens`` puts ``generation_config.json``'s ``suppress_tokens`` into the
   config (Gemma 4 Unified writes them as ``tokenizer.ggml.suppress_tokens``, a
   :class:`MetaKey` with ``absolute`` set: written under its key as it is);
+  ``drop_if_same`` drops a tensor whose values repeat another's (Mamba's ``lm_head``
+  stored as a copy of the embedding: the one rule that reads data before the plan);
 * ``pooling`` -- the sentence-transformers pooling type goes into the config
   (:mod:`weightsmith.convert._pooling`) for the encoders' ``pooling_type`` row;
   ``dense`` -- GGUF names of sentence-transformers ``Dense`` module weights, read from
@@ -83,6 +85,7 @@ from ._model import (
 from .bert import BERT, MODERNBERT, NOMIC_BERT, NOMIC_BERT_MOE, XLMROBERTA
 from .deepseek import DEEPSEEK2
 from .embeddinggemma import GEMMA_EMBEDDING
+from .falcon_h1 import FALCON_H1
 from .gemma import GEMMA2, GEMMA3
 from .gemma4 import GEMMA4, GEMMA4_ASSISTANT, GEMMA4_UNIFIED
 from .glm import GLM4MOE
@@ -204,6 +207,8 @@ ENTRIES: tuple[Arch, ...] = (
     BAMBA,
     GRANITEHYBRID_AS_GRANITE,
     GRANITEHYBRID_AS_GRANITEMOE,
+    # hybrids added with issue 15 section 4
+    FALCON_H1,
 )
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the

@@ -497,6 +497,10 @@ class Arch:
     # True: ``generation_config.json``'s ``suppress_tokens`` go into the config as
     # ``_suppress_tokens`` (Gemma 4 Unified writes them with its hyperparameters)
     suppress_tokens: bool = False
+    # ``(name, other)`` HF tensors: ``name`` is not converted when its values equal
+    # ``other``'s (the reference compares the data: Mamba's head stored as a copy of the
+    # embedding is dropped, llama.cpp then reuses the embedding)
+    drop_if_same: tuple[tuple[str, str], ...] = ()
 
     # -- config
 

@@ -15,8 +15,8 @@ only) has two entries of its own, the hybrid ones under the ``granite`` / ``gran
 names, told apart from GraniteForCausalLM's files by their ``ssm.*`` rows.
 
 Mamba (1) keeps ``A = -exp(A_log)`` as ``[d_inner, d_state]`` and has ``x_proj`` and a
-full ``dt_proj``; a separate ``lm_head`` equal to the embedding is dropped by llama.cpp
-(a data test this entry does not make: transformers 5 does not save a tied head).
+full ``dt_proj``; a separate ``lm_head`` equal to the embedding is dropped, as llama.cpp
+drops it (a comparison of the data: ``drop_if_same``).
 
 Per layer the mixer's ``A_log`` becomes ``A = -exp(A_log)`` and, like ``D``, a column
 ``[n_head, 1]``; the conv weight ``[C, 1, K]`` is squeezed to ``[C, K]`` (F32 at every
@@ -422,8 +422,13 @@ def is_granitehybrid_file(md: Mapping[str, Any]) -> bool:
 
 # --------------------------------------------------------------------------- Mamba (1)
 
+_PLAIN_MAMBA = {"architectures": ["MambaForCausalLM"], "model_type": "mamba"}
+# the norms' own epsilon (``mixer_rms_eps``) is not in the file (llama.cpp uses the
+# layer norms' one): transformers' default (1e-6) is kept
+_FALCON_MAMBA = {"architectures": ["FalconMambaForCausalLM"], "model_type": "falcon_mamba"}
+
 MAMBA = Arch(
-    hf_archs=("MambaForCausalLM", "MambaLMHeadModel"),
+    hf_archs=("MambaForCausalLM", "MambaLMHeadModel", "FalconMambaForCausalLM"),
     gguf_arch="mamba",
     meta=[
         m("context_length", "_context", value=lambda cfg: 2**20),
@@ -484,12 +489,15 @@ MAMBA = Arch(
         _TRANSFORMS[2],  # conv squeeze
     ],
     required=("hidden_size", "num_hidden_layers", "vocab_size"),
+    drop_if_same=(("lm_head.weight", "backbone.embeddings.weight"),),
     tokenizer={"vocab": "llama"},
-    model_types={"MambaForCausalLM": "mamba"},
+    model_types={"MambaForCausalLM": "mamba", "FalconMambaForCausalLM": "falcon_mamba"},
     hf_config=lambda cfg, names: {
         "expand": cfg["intermediate_size"] // cfg["hidden_size"],
         "use_conv_bias": "blk.0.ssm_conv1d.bias" in names,
         "use_bias": "blk.0.ssm_in.bias" in names,
         "residual_in_fp32": True,
+        # the RMS norms on dt / B / C are what makes a Mamba file FalconMamba's
+        **(_FALCON_MAMBA if cfg.get("_dt_b_c_rms") else _PLAIN_MAMBA),
     },
 )
