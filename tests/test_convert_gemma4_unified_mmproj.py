@@ -11,12 +11,15 @@ the 640-sample frame, so the fixture uses those:
 * llama.cpp's multimodal runtime (mtmd in llama-cpp-python 0.3.36, which has both graphs)
   loads ours and encodes an image and a waveform into transformers' own
   ``get_image_features`` / ``get_audio_features`` for the same pixels and samples, and
-  into exactly what it computes from the reference's file.
+  into exactly what it computes from the reference's file;
+* a config without ``audio_config`` is refused with a named error, nothing written (the
+  reference asserts one: there is no file to match).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +27,7 @@ import pytest
 
 from support.hf_models import gemma4unified
 from test_convert_mmproj import TYPES, _mtmd_embeddings, _reference, _same
+from weightsmith import errors as E
 from weightsmith.convert import hf_to_gguf
 
 P = 6  # model patch: patch_size 2 x pooling_kernel_size 3 (mtmd's fixed merge)
@@ -165,3 +169,16 @@ def test_llama_cpp_encodes_image_and_audio(g4u):
     ref = root / "ref-mmproj-f32.gguf"
     np.testing.assert_array_equal(_mtmd_embeddings(text, ref, img), got_v)
     np.testing.assert_array_equal(_mtmd_embeddings(text, ref, None, pcm), got_a)
+
+
+def test_without_audio_config_refused(g4u, tmp_path):
+    """``audio_config: null``: the reference's class asserts an audio config, so ours
+    names the field before writing anything."""
+    src = tmp_path / "model"
+    shutil.copytree(g4u, src)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["audio_config"] = None
+    (src / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(E.InvalidModelConfig, match=r"audio_config\.audio_embed_dim"):
+        hf_to_gguf(src, tmp_path / "out" / "t.gguf", "f16", mmproj=tmp_path / "out" / "m.gguf")
+    assert not (tmp_path / "out").exists()

@@ -161,6 +161,9 @@ class Projector:
     rename: Callable[[str], str] = lambda name: name
     drop: tuple[str, ...] = ()
     required: tuple[tuple[str, ...], ...] = BASE_REQUIRED
+    # audio_config fields the entry needs (one of each tuple); non-empty: no audio_config
+    # is refused (Gemma 4 Unified: the reference asserts one)
+    audio_required: tuple[tuple[str, ...], ...] = ()
     # a special token whose row of the text embedding the projector carries (Pixtral's
     # [IMG_BREAK]); the embedding is then read under the key TOKEN_SOURCE
     token: str | None = None
@@ -583,6 +586,7 @@ GEMMA4_UNIFIED = Projector(
     keep=(_G4U, "model.embed_vision.", "model.embed_audio."),
     force=_g4_force,
     required=(("patch_size",), ("pooling_kernel_size",), ("mm_embed_dim",)),
+    audio_required=(("audio_embed_dim",),),
     entry=Arch(
         hf_archs=("Gemma4UnifiedForConditionalGeneration",),
         gguf_arch="clip",
