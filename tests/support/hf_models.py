@@ -1804,10 +1804,18 @@ GEMMA4_SUPPRESS = [5, 9, 33]
 _NO_MOE = {"moe_intermediate_size": None}
 
 
-def gemma4unified(folder: Path, *, dtype: str = "bfloat16", seed: int = 42) -> Path:
+def gemma4unified(
+    folder: Path,
+    *,
+    dtype: str = "bfloat16",
+    seed: int = 42,
+    vision: dict | None = None,
+    audio: dict | None = None,
+) -> Path:
     """Gemma4UnifiedForConditionalGeneration (the encoder-free multimodal Gemma 4): the
     text model with the last two layers sharing KV and a double-wide MLP, beside tiny
-    vision and audio embedders; ``generation_config.json`` carries ``suppress_tokens``."""
+    vision and audio embedders (``vision`` / ``audio``: config fields over the defaults
+    here); ``generation_config.json`` carries ``suppress_tokens``."""
     from transformers import Gemma4UnifiedConfig, Gemma4UnifiedForConditionalGeneration
 
     vocab = gemma4_tokenizer(folder)
@@ -1821,8 +1829,9 @@ def gemma4unified(folder: Path, *, dtype: str = "bfloat16", seed: int = 42) -> P
             "mm_embed_dim": 32,
             "mm_posemb_size": 8,
             "output_proj_dims": 256,
+            **(vision or {}),
         },
-        audio_config={"audio_embed_dim": 16},
+        audio_config={"audio_embed_dim": 16, **(audio or {})},
     )
     model = Gemma4UnifiedForConditionalGeneration(cfg)
     _random_init(model, seed)

@@ -82,6 +82,14 @@ def _projector(cfg: dict, path: Path) -> Projector:
                 "vision hyperparameter missing",
                 path=path, field="vision_config." + keys[0], expected="a value", found=None,
             )  # fmt: skip
+    ac = cfg.get("audio_config")
+    for keys in proj.audio_required:
+        if not isinstance(ac, dict) or not any(k in ac for k in keys):
+            raise E.InvalidModelConfig(
+                "audio hyperparameter missing (this projector always has an audio part)",
+                path=path, field="audio_config." + keys[0], expected="a value",
+                found=ac if not isinstance(ac, dict) else None,
+            )  # fmt: skip
     return proj
 
 

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
+import numpy as np
+
 from ._common import GEMMA_NORM, PERMUTE_K, PERMUTE_Q
 from ._model import FILE_TYPE, VT, Arch, MetaKey, NameRule, Split, Transform, m
 from .gemma4_audio import (
@@ -159,6 +161,9 @@ class Projector:
     rename: Callable[[str], str] = lambda name: name
     drop: tuple[str, ...] = ()
     required: tuple[tuple[str, ...], ...] = BASE_REQUIRED
+    # audio_config fields the entry needs (one of each tuple); non-empty: no audio_config
+    # is refused (Gemma 4 Unified: the reference asserts one)
+    audio_required: tuple[tuple[str, ...], ...] = ()
     # a special token whose row of the text embedding the projector carries (Pixtral's
     # [IMG_BREAK]); the embedding is then read under the key TOKEN_SOURCE
     token: str | None = None
@@ -549,6 +554,126 @@ GEMMA4_VISION = Projector(
     ),
 )
 
+# ------------------------------------------------------------ Gemma 4 Unified (gemma4uv/ua)
+# Gemma4UnifiedForConditionalGeneration has no vision or audio encoder: an image is cut
+# into model patches of p = patch_size x pooling_kernel_size pixels, each flattened
+# channel-last (RGBRGB..), layer-normed, projected to ``mm_embed_dim`` (``patch_dense``),
+# layer-normed again, given a factorised 2-D position embedding (``pos_embedding``
+# [posemb, 2, dim]) and ``pos_norm``; audio is raw waveform frames of ``audio_embed_dim``
+# samples.  Both go through ``embed_*.embedding_projection`` into the text width.  The
+# reference (Gemma4UnifiedVisionAudioModel) writes them as gemma4v/gemma4a's file with:
+#
+# * sizes: the vision width is ``mm_embed_dim``, the audio width ``audio_embed_dim``;
+#   feed-forward length, block count and head count 0 for both towers; image size 224;
+# * ``patch_dense.weight`` columns and ``patch_ln1`` reordered from channel-last to
+#   channel-first (ggml's im2col gives RR..GG..BB..): GGUF column i is HF column
+#   ``row * p * 3 + col * 3 + ch`` for ``ch, row, col`` = i's channel-first position;
+# * ``pos_embedding`` [posemb, 2, dim] -> [2, posemb, dim]; ``pos_norm`` -> ``v.patch_norm.3``.
+
+_G4U = "model.vision_embedder."
+
+
+def _g4u_perm(v: dict) -> np.ndarray:
+    """GGUF column i (channel-first) -> the HF column (channel-last) it takes."""
+    p = v.get("model_patch_size") or v["patch_size"] * v["pooling_kernel_size"]
+    i = np.arange(p * p * 3)
+    ch, row, col = i // (p * p), (i % (p * p)) // p, i % p
+    return row * p * 3 + col * 3 + ch
+
+
+GEMMA4_UNIFIED = Projector(
+    hf_archs=("Gemma4UnifiedForConditionalGeneration",),
+    keep=(_G4U, "model.embed_vision.", "model.embed_audio."),
+    force=_g4_force,
+    required=(("patch_size",), ("pooling_kernel_size",), ("mm_embed_dim",)),
+    audio_required=(("audio_embed_dim",),),
+    entry=Arch(
+        hf_archs=("Gemma4UnifiedForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *(
+                {
+                    "vision.image_size": _const("vision.image_size", 224, VT.UINT32),
+                    "vision.embedding_length": m("vision.embedding_length", "mm_embed_dim"),
+                    "vision.feed_forward_length": _const(
+                        "vision.feed_forward_length", 0, VT.UINT32
+                    ),
+                    "vision.block_count": _const("vision.block_count", 0, VT.UINT32),
+                    "vision.attention.head_count": _const(
+                        "vision.attention.head_count", 0, VT.UINT32
+                    ),
+                }.get(r.key, r)
+                if isinstance(r, MetaKey)
+                else r
+                for r in BASE_ROWS
+            ),
+            *(
+                {
+                    "audio.embedding_length": _audio_row(
+                        "audio.embedding_length", lambda a: a["audio_embed_dim"]
+                    ),
+                    "audio.block_count": _audio_row("audio.block_count", lambda a: 0),
+                    "audio.attention.head_count": _audio_row(
+                        "audio.attention.head_count", lambda a: 0
+                    ),
+                }.get(r.key, r)
+                for r in audio_rows(lambda a: 0)
+            ),
+            _const("vision.projector_type", "gemma4uv", VT.STRING),
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "layer_norm_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v.get("layer_norm_eps", 1e-6),
+            ),
+            *(
+                _audio_row(k, (lambda a: "gemma4ua") if k == "audio.projector_type" else fn, t)
+                for k, fn, t in AUDIO_TAIL
+            ),
+        ],
+        names=[
+            NameRule(
+                "model.embed_vision.embedding_projection.weight", "mm.input_projection.weight"
+            ),
+            NameRule(
+                "model.embed_audio.embedding_projection.weight", "mm.a.input_projection.weight"
+            ),
+            NameRule(_G4U + "pos_embedding", "v.position_embd.weight"),
+            *_wb(
+                [
+                    (_G4U + "patch_dense", "v.patch_embd"),
+                    (_G4U + "patch_ln1", "v.patch_norm.1"),
+                    (_G4U + "patch_ln2", "v.patch_norm.2"),
+                    (_G4U + "pos_norm", "v.patch_norm.3"),
+                ]
+            ),
+        ],
+        transforms=[
+            Transform(
+                "gemma4uv_patch_columns_chw",
+                r"patch_dense\.weight$",
+                lambda x, v, ctx: x[:, _g4u_perm(v)],
+                lambda x, v, ctx: x[:, np.argsort(_g4u_perm(v))],
+            ),
+            Transform(
+                "gemma4uv_patch_ln1_chw",
+                r"patch_ln1\.(weight|bias)$",
+                lambda x, v, ctx: x[_g4u_perm(v)],
+                lambda x, v, ctx: x[np.argsort(_g4u_perm(v))],
+            ),
+            Transform(
+                "gemma4uv_pos_embedding_axes",
+                r"pos_embedding$",
+                lambda x, v, ctx: x.transpose(1, 0, 2),
+                lambda x, v, ctx: x.transpose(1, 0, 2),
+                shape=lambda s, v, ctx: (s[1], s[0], s[2]),
+                inverse_shape=lambda s, v, ctx: (s[1], s[0], s[2]),
+            ),
+        ],
+        required=(),
+    ),
+)
+
 # --------------------------------------------------------------------------- Qwen3-VL
 
 _DEEPSTACK = "visual.deepstack_merger_list."
@@ -654,7 +779,7 @@ QWEN3VL_VISION = Projector(
 
 #: every projector entry
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
-PROJECTORS += (GEMMA4_VISION,)
+PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
 PROJECTORS += (QWEN3VL_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
