@@ -40,6 +40,25 @@ GRANITE_ROWS = [
     ),
 ]
 _MOE = LAYER + "block_sparse_moe."
+_SHARED = LAYER + "shared_mlp."
+#: GraniteMoeModel's experts (the fused ``input_linear`` ``[n_expert, 2 n_ff, n_embd]``
+#: split into gate and up halves), router and shared MLP as the shared expert; Granite
+#: 4.0-H with experts (arch/mamba.py) has the same
+GRANITE_MOE_NAMES = [
+    NameRule(_MOE + "router.layer.weight", BLK + "ffn_gate_inp.weight"),
+    NameRule(_MOE + "output_linear.weight", BLK + "ffn_down_exps.weight"),
+    NameRule(_SHARED + "output_linear.weight", BLK + "ffn_down_shexp.weight"),
+]
+GRANITE_MOE_SPLITS = [
+    Split(
+        _MOE + "input_linear.weight", (BLK + "ffn_gate_exps.weight", BLK + "ffn_up_exps.weight"), -2
+    ),
+    Split(
+        _SHARED + "input_linear.weight",
+        (BLK + "ffn_gate_shexp.weight", BLK + "ffn_up_shexp.weight"),
+        -2,
+    ),
+]
 
 
 def _hf(cfg: dict, names: set[str]) -> dict:
@@ -72,22 +91,9 @@ GRANITEMOE = Arch(
     names=[
         *BASE_NAMES,
         *FFN_NORM,
-        NameRule(_MOE + "router.layer.weight", BLK + "ffn_gate_inp.weight"),
-        NameRule(_MOE + "output_linear.weight", BLK + "ffn_down_exps.weight"),
-        NameRule(LAYER + "shared_mlp.output_linear.weight", BLK + "ffn_down_shexp.weight"),
+        *GRANITE_MOE_NAMES,
     ],
-    splits=[
-        Split(
-            _MOE + "input_linear.weight",
-            (BLK + "ffn_gate_exps.weight", BLK + "ffn_up_exps.weight"),
-            -2,
-        ),
-        Split(
-            LAYER + "shared_mlp.input_linear.weight",
-            (BLK + "ffn_gate_shexp.weight", BLK + "ffn_up_shexp.weight"),
-            -2,
-        ),
-    ],
+    splits=GRANITE_MOE_SPLITS,
     transforms=[PERMUTE_Q, PERMUTE_K],
     extra={"rope_freqs.weight": llama3_rope_freqs},
     ignored=("head_dim",),

@@ -37,7 +37,7 @@ import numpy as np
 
 from ._common import BASE_NAMES, BLK, LAYER, PERMUTE_K, PERMUTE_Q
 from ._model import FILE_TYPE, VT, Arch, NameRule, Split, Transform, first, m
-from .granite import GRANITE_ROWS
+from .granite import GRANITE_MOE_NAMES, GRANITE_MOE_SPLITS, GRANITE_ROWS
 
 
 def _d_inner(cfg: dict) -> int:
@@ -266,7 +266,6 @@ def hybrid_has_experts(md: Mapping[str, Any]) -> bool:
 
 
 _SSM = LAYER + "mamba."
-_MOE = LAYER + "block_sparse_moe."
 _SHARED = LAYER + "shared_mlp."
 # the Mamba 2 mixer rules every granitehybrid layout shares
 _HYBRID_SSM_NAMES = [
@@ -350,31 +349,12 @@ GRANITEHYBRID = Arch(
     model_types={"GraniteMoeHybridForCausalLM": "granitemoehybrid"},
     hf_config=_hybrid_hf,
 )
-# Granite 4.0-H tiny / small: GraniteMoeModel's expert split (the fused ``input_linear``
-# ``[n_expert, 2 n_ff, n_embd]`` into gate and up halves), the router, and the shared MLP
-# written as the shared expert (``*_shexp``) where the dense form writes it as the FFN
+# Granite 4.0-H tiny / small: GraniteMoeModel's experts, router and shared expert
+# (``*_shexp``), where the dense form writes the shared MLP as the FFN
 GRANITEHYBRID_MOE = replace(
     GRANITEHYBRID,
-    names=[
-        NameRule(_MOE + "router.layer.weight", BLK + "ffn_gate_inp.weight"),
-        NameRule(_MOE + "output_linear.weight", BLK + "ffn_down_exps.weight"),
-        NameRule(_SHARED + "output_linear.weight", BLK + "ffn_down_shexp.weight"),
-        *BASE_NAMES,
-        _GRANITE_FFN_NORM,
-        *_HYBRID_SSM_NAMES,
-    ],
-    splits=[
-        Split(
-            _MOE + "input_linear.weight",
-            (BLK + "ffn_gate_exps.weight", BLK + "ffn_up_exps.weight"),
-            -2,
-        ),
-        Split(
-            _SHARED + "input_linear.weight",
-            (BLK + "ffn_gate_shexp.weight", BLK + "ffn_up_shexp.weight"),
-            -2,
-        ),
-    ],
+    names=[*GRANITE_MOE_NAMES, *BASE_NAMES, _GRANITE_FFN_NORM, *_HYBRID_SSM_NAMES],
+    splits=GRANITE_MOE_SPLITS,
 )
 # Bamba: the same class and rows (no multipliers in its config, RoPE on); its own
 # feed-forward and norm names, which gguf-py maps as Jamba's, before the base rules so
