@@ -39,6 +39,12 @@ GRANITE_ROWS = [
         value=lambda c: c.get("logits_scaling") or None,
     ),
 ]
+#: GraniteMoeShared's row (0 / absent: no shared MLP); every Granite-derived class writes it
+GRANITE_SHARED_FF = m(
+    "expert_shared_feed_forward_length",
+    "shared_intermediate_size",
+    value=lambda c: c.get("shared_intermediate_size") or None,
+)
 _MOE = LAYER + "block_sparse_moe."
 _SHARED = LAYER + "shared_mlp."
 #: GraniteMoeModel's experts (the fused ``input_linear`` ``[n_expert, 2 n_ff, n_embd]``
@@ -82,11 +88,7 @@ GRANITEMOE = Arch(
     gguf_arch="granitemoe",
     meta=[
         *GRANITE_ROWS,
-        m(
-            "expert_shared_feed_forward_length",
-            "shared_intermediate_size",
-            value=lambda c: c.get("shared_intermediate_size") or None,
-        ),
+        GRANITE_SHARED_FF,
     ],
     names=[
         *BASE_NAMES,

@@ -37,7 +37,7 @@ import numpy as np
 
 from ._common import BASE_NAMES, BLK, LAYER, PERMUTE_K, PERMUTE_Q
 from ._model import FILE_TYPE, VT, Arch, NameRule, Split, Transform, first, m
-from .granite import GRANITE_MOE_NAMES, GRANITE_MOE_SPLITS, GRANITE_ROWS
+from .granite import GRANITE_MOE_NAMES, GRANITE_MOE_SPLITS, GRANITE_ROWS, GRANITE_SHARED_FF
 
 
 def _d_inner(cfg: dict) -> int:
@@ -288,11 +288,7 @@ GRANITEHYBRID = Arch(
     # layer) and, without RoPE, context_length re-set in place
     meta=[
         *GRANITE_ROWS,
-        m(
-            "expert_shared_feed_forward_length",
-            "shared_intermediate_size",
-            value=lambda c: c.get("shared_intermediate_size") or None,
-        ),
+        GRANITE_SHARED_FF,
         m(
             "ssm.conv_kernel",
             "mamba_d_conv",

@@ -48,7 +48,7 @@ from typing import Any
 from ... import errors as E
 from ._common import PERMUTE_K, PERMUTE_Q, replace_rows
 from ._model import VT, Arch, NameRule, Stack, first, m
-from .granite import GRANITE_ROWS
+from .granite import GRANITE_ROWS, GRANITE_SHARED_FF
 from .mamba import MAMBA2
 
 #: layer kinds: pattern characters, and the list spellings of transformers 5 and the Hub
@@ -170,11 +170,7 @@ NEMOTRON_H = Arch(
     # "_" fields are read by hf_config and not written to config.json
     meta=[
         *GRANITE_ROWS,
-        m(
-            "expert_shared_feed_forward_length",
-            "shared_intermediate_size",
-            value=lambda c: c.get("shared_intermediate_size") or None,
-        ),
+        GRANITE_SHARED_FF,
         *_ssm_rows(),
         *_nope_rows(_per_layer("*", ("num_key_value_heads", "n_head_kv"))),
         # in place of the scalar row
