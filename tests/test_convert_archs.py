@@ -1537,3 +1537,15 @@ def test_falconh1_hub_config_and_in_proj_bias(work, tmp_path):
     with pytest.raises(E.UnmappedTensor, match=r"mamba\.in_proj\.bias"):
         hf_to_gguf(bias, out, "f16")
     assert not out.exists()
+
+
+def test_ssm_a_of_a_float16_checkpoint(tmp_path):
+    """``A = -exp(A_log)`` is computed on the tensor as the reference holds it: a float16
+    checkpoint's in float16 (bfloat16 is widened to float32 first), then stored F32.
+    Mamba 1 and Mamba 2 checkpoints saved in float16 give the reference's file."""
+    folders = [build(arch, tmp_path / arch, dtype="float16") for arch in ("mamba", "mamba2")]
+    _run_reference([(str(d), str(tmp_path / f"{d.name}-ref.gguf"), "f32") for d in folders])
+    for d in folders:
+        ours = tmp_path / f"{d.name}.gguf"
+        hf_to_gguf(d, ours, "f32")
+        _same_file(ours, tmp_path / f"{d.name}-ref.gguf")

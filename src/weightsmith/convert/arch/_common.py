@@ -253,6 +253,27 @@ GEMMA_NORMS = layer_rules(
 # --------------------------------------------------------------------------- transforms
 
 
+def reference_math(
+    x: np.ndarray, with_torch: Callable[[Any, Any], Any], with_numpy: Callable[[np.ndarray], Any]
+) -> np.ndarray:
+    """An elementwise value transform (``-exp``, ``softplus``) computed as the reference
+    converter computes it: on the tensor as it holds it (float16 and float32 kept, any
+    other type widened to float32) and with torch's kernels when torch is importable --
+    torch's exp is not numpy's in the last bit, and the files must be byte-identical.
+    ``with_torch(torch, tensor)`` and ``with_numpy(array)`` give the same function."""
+    x = np.ascontiguousarray(x if x.dtype in (np.float16, np.float32) else x.astype(np.float32))
+    try:
+        import torch
+    except ImportError:
+        return np.asarray(with_numpy(x), dtype=x.dtype)
+    return with_torch(torch, torch.from_numpy(x)).numpy()
+
+
+def neg_exp(x: np.ndarray, cfg: dict, ctx: dict) -> np.ndarray:
+    """SSM ``A_log`` -> ``A = -exp(A_log)`` (Mamba, Mamba 2, Jamba, gated DeltaNet)."""
+    return reference_math(x, lambda torch, t: -torch.exp(t), lambda a: -np.exp(a))
+
+
 def permute_rope(x: np.ndarray, n_head: int) -> np.ndarray:
     """HF's rotate-half Q/K rows -> ggml's interleaved pairs (llama.cpp's ``permute``)."""
     r = x.shape[0]

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from ._common import reference_math
 from ._model import VT, NameRule, Transform
 
 AUDIO_PREFIXES = ("model.audio_tower.", "model.embed_audio.")
@@ -103,11 +104,12 @@ AUDIO_NAMES: list[NameRule] = [
 
 
 def _softplus(x: np.ndarray, cfg: dict, ctx: dict) -> np.ndarray:
-    try:
-        import torch
-    except ImportError:  # torch's rule: x above 20 as is (numpy's rounding may differ)
-        return np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20)))).astype(x.dtype)
-    return torch.nn.functional.softplus(torch.from_numpy(np.ascontiguousarray(x))).numpy()
+    # torch's rule: x above 20 as is
+    return reference_math(
+        x,
+        lambda torch, t: torch.nn.functional.softplus(t),
+        lambda a: np.where(a > 20, a, np.log1p(np.exp(np.minimum(a, 20)))),
+    )
 
 
 def _softplus_inverse(x: np.ndarray, cfg: dict, ctx: dict) -> np.ndarray:

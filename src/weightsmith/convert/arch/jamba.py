@@ -34,9 +34,9 @@ from __future__ import annotations
 import numpy as np
 
 from ... import errors as E
-from ._common import BLK, LAYER
+from ._common import BLK, LAYER, neg_exp
 from ._model import FILE_TYPE, VT, Arch, NameRule, Split, Stack, Transform, first, m
-from .mamba import _TRANSFORMS, _neg_exp
+from .mamba import _TRANSFORMS
 
 
 def _d_model(cfg: dict) -> int:
@@ -195,7 +195,7 @@ JAMBA = Arch(
         Transform(
             "ssm_a_neg_exp",
             r"mamba\.A_log$",
-            _neg_exp,
+            neg_exp,
             lambda x, cfg, ctx: np.log(-x.astype(np.float32)),
             exact=False,
         ),

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ._common import BASE_NAMES, BLK, LAYER, PERMUTE_K, PERMUTE_Q
+from ._common import BASE_NAMES, BLK, LAYER, PERMUTE_K, PERMUTE_Q, neg_exp
 from ._model import FILE_TYPE, VT, Arch, NameRule, Split, Transform, first, m
 from .granite import GRANITE_MOE_NAMES, GRANITE_MOE_SPLITS, GRANITE_ROWS, GRANITE_SHARED_FF
 
@@ -54,15 +54,6 @@ def _or(keys: tuple[str, ...], default):
     return lambda cfg: first(cfg, keys) or default
 
 
-def _neg_exp(x: np.ndarray, cfg: dict, ctx: dict) -> np.ndarray:
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    try:
-        import torch
-    except ImportError:
-        return -np.exp(x)
-    return (-torch.exp(torch.from_numpy(x))).numpy()
-
-
 def _column(shape: tuple[int, ...], cfg: dict, ctx: dict) -> tuple[int, ...]:
     return (*shape, 1)
 
@@ -79,7 +70,7 @@ _TRANSFORMS = [
     Transform(
         "ssm_a_neg_exp",
         r"(mixer|mamba)\.A_log$",
-        lambda x, cfg, ctx: _neg_exp(x, cfg, ctx).reshape(*x.shape, 1),
+        lambda x, cfg, ctx: neg_exp(x, cfg, ctx).reshape(*x.shape, 1),
         lambda x, cfg, ctx: np.log(-x.astype(np.float32)).reshape(x.shape[:-1]),
         shape=_column,
         exact=False,
@@ -458,7 +449,7 @@ MAMBA = Arch(
         Transform(
             "ssm_a_neg_exp",
             r"mixer\.A_log$",
-            _neg_exp,
+            neg_exp,
             lambda x, cfg, ctx: np.log(-x.astype(np.float32)),
             exact=False,
         ),

@@ -39,7 +39,16 @@ from typing import Any
 
 import numpy as np
 
-from ._common import BASE_NAMES, BLK, GEMMA_NORM, LAYER, QK_NORM, layer_rules, replace_rows
+from ._common import (
+    BASE_NAMES,
+    BLK,
+    GEMMA_NORM,
+    LAYER,
+    QK_NORM,
+    layer_rules,
+    neg_exp,
+    replace_rows,
+)
 from ._model import VT, Arch, NameRule, Split, Transform, m, rope_parameters
 from .qwen import _MOE_NAMES, _MOE_ROWS, _MOE_SPLITS, _MOE_STACKS
 from .qwenvl import _with_sections
@@ -152,15 +161,6 @@ V_REORDER = [
 ]
 
 
-def _neg_exp(x: np.ndarray, cfg: dict, ctx: dict) -> np.ndarray:
-    # torch's exp in the tensor's own type (f16 stays f16), as the reference computes it
-    try:
-        import torch
-    except ImportError:
-        return -np.exp(x)
-    return (-torch.exp(torch.from_numpy(np.ascontiguousarray(x)))).numpy()
-
-
 DELTANET = [
     Transform(
         "conv_squeeze",
@@ -173,7 +173,7 @@ DELTANET = [
     Transform(
         "ssm_a_neg_exp",
         r"linear_attn\.A_log$",
-        _neg_exp,
+        neg_exp,
         lambda x, cfg, ctx: np.log(-x.astype(np.float32)),
         exact=False,
     ),
