@@ -42,6 +42,9 @@ TOL = {
     "qwen3vlmoe": 1e-3,
     "qwen35vl": 1e-3,
 }
+# more projectors, one line each
+ARCHS += ["qwen35vlmoe"]
+TOL["qwen35vlmoe"] = 1e-3
 TYPES = ["f32", "f16", "bf16", "q8_0"]
 
 _DRIVER = textwrap.dedent(
@@ -288,7 +291,9 @@ def _hf_image_features(folder: Path, img: np.ndarray) -> np.ndarray:
     kw = {}
     if cfg.model_type in ("llava", "mistral3"):
         kw["image_sizes"] = torch.tensor([list(img.shape[:2])])
-    if cfg.model_type in ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5"):  # flattened patches
+    if cfg.model_type in (
+        "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"
+    ):  # fmt: skip  # flattened patches
         from transformers import AutoImageProcessor
 
         out = AutoImageProcessor.from_pretrained(folder)(
