@@ -45,6 +45,8 @@ TOL = {
 # more projectors, one line each
 ARCHS += ["qwen35vlmoe"]
 TOL["qwen35vlmoe"] = 1e-3
+ARCHS += ["qwen2vl"]
+TOL["qwen2vl"] = 1e-3
 TYPES = ["f32", "f16", "bf16", "q8_0"]
 
 _DRIVER = textwrap.dedent(
@@ -292,7 +294,7 @@ def _hf_image_features(folder: Path, img: np.ndarray) -> np.ndarray:
     if cfg.model_type in ("llava", "mistral3"):
         kw["image_sizes"] = torch.tensor([list(img.shape[:2])])
     if cfg.model_type in (
-        "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"
+        "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "qwen2_vl"
     ):  # fmt: skip  # flattened patches
         from transformers import AutoImageProcessor
 

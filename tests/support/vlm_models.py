@@ -390,3 +390,32 @@ def qwen35vlmoe(folder: Path, *, dtype: str = "bfloat16", seed: int = 37) -> Pat
 
 
 BUILDERS["qwen35vlmoe"] = qwen35vlmoe
+
+
+def qwen2vl(folder: Path, *, dtype: str = "bfloat16", seed: int = 38) -> Path:
+    """Qwen2-VL (v1): a ViT of LayerNorms and a GELU-quick MLP (``embed_dim`` wide, its
+    ``hidden_size`` the merger's output), Conv3d patches, fused QKV, 2-D RoPE, no window
+    attention; the text model is Qwen2 with MRoPE sections."""
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+    from support.hf_models import _qwen_tokenizer
+
+    vocab = _qwen_tokenizer(folder)
+    text = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
+                                 "mrope_section": [2, 3, 3]},
+                bos_token_id=None, eos_token_id=151643, tie_word_embeddings=True)  # fmt: skip
+    # 3 blocks: gguf-py names merger.mlp.2 mm.2 only in a tower of more than 2 blocks
+    vision = dict(depth=3, embed_dim=64, hidden_size=64, mlp_ratio=2, num_heads=2, patch_size=8,
+                  spatial_merge_size=2, temporal_patch_size=2)  # fmt: skip
+    cfg = Qwen2VLConfig(text_config=text, vision_config=vision, image_token_id=151655,
+                        video_token_id=151656, vision_start_token_id=151652)  # fmt: skip
+    model = Qwen2VLForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    _qwen_vl_processor(folder, _MEAN_STD)
+    return folder
+
+
+BUILDERS["qwen2vl"] = qwen2vl

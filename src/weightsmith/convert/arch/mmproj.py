@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ._common import GEMMA_NORM, PERMUTE_K, PERMUTE_Q
+from ._common import GEMMA_NORM, PERMUTE_K, PERMUTE_Q, replace_rows
 from ._model import FILE_TYPE, VT, Arch, MetaKey, NameRule, Split, Transform, m
 from .gemma4_audio import (
     AUDIO_NAMES,
@@ -777,9 +777,66 @@ QWEN3VL_VISION = Projector(
     ),
 )
 
+# --------------------------------------------------------------------------- Qwen2-VL
+
+# Qwen2VLVisionModel with a qwen2_vl config: the vision config's ``embed_dim`` is the
+# tower width and its ``hidden_size`` the merger's output, which the reference writes as
+# the feed-forward length (the tower's MLP is ``mlp_ratio`` wider; llama.cpp reads the
+# widths off the tensors); LayerNorms, a GELU-quick MLP (fc1 / fc2), no window attention
+QWEN2VL_VISION = Projector(
+    hf_archs=("Qwen2VLForConditionalGeneration",),
+    keep=("visual.",),
+    force=_qwen_force,
+    required=(
+        ("patch_size",),
+        ("embed_dim",),
+        ("hidden_size",),
+        ("depth",),
+        ("num_heads",),
+    ),
+    entry=Arch(
+        hf_archs=("Qwen2VLForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *replace_rows(
+                BASE_ROWS,
+                vision__image_size=m(
+                    "vision.image_size", "image_size", value=lambda v: v.get("image_size", 560)
+                ),
+                vision__embedding_length=m("vision.embedding_length", "embed_dim"),
+                vision__feed_forward_length=m("vision.feed_forward_length", "hidden_size"),
+                vision__block_count=m("vision.block_count", "depth"),
+                vision__attention__head_count=m("vision.attention.head_count", "num_heads"),
+            ),
+            _const("projector_type", "qwen2vl_merger", VT.STRING),
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "rms_norm_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v[GLOBAL].get("rms_norm_eps", 1e-6),
+            ),
+        ],
+        names=_wb(
+            [
+                (_QV + "attn.proj", _VBLK + "attn_out"),
+                (_QV + "norm1", _VBLK + "ln1"),
+                (_QV + "norm2", _VBLK + "ln2"),
+                (_QV + "mlp.fc1", _VBLK + "ffn_up"),
+                (_QV + "mlp.fc2", _VBLK + "ffn_down"),
+                ("visual.merger.ln_q", "v.post_ln"),
+                ("visual.merger.mlp.0", "mm.0"),
+                ("visual.merger.mlp.2", "mm.2"),
+            ]
+        ),
+        splits=QWEN25VL_VISION.entry.splits,
+        required=(),
+    ),
+)
+
 #: every projector entry
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
 PROJECTORS += (QWEN3VL_VISION,)
+PROJECTORS += (QWEN2VL_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
