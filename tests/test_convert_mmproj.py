@@ -47,6 +47,8 @@ ARCHS += ["qwen35vlmoe"]
 TOL["qwen35vlmoe"] = 1e-3
 ARCHS += ["qwen2vl"]
 TOL["qwen2vl"] = 1e-3
+ARCHS += ["smolvlm"]
+TOL["smolvlm"] = 1e-3
 TYPES = ["f32", "f16", "bf16", "q8_0"]
 
 _DRIVER = textwrap.dedent(
@@ -293,6 +295,8 @@ def _hf_image_features(folder: Path, img: np.ndarray) -> np.ndarray:
     kw = {}
     if cfg.model_type in ("llava", "mistral3"):
         kw["image_sizes"] = torch.tensor([list(img.shape[:2])])
+    if cfg.model_type in ("idefics3", "smolvlm"):  # [batch, images, C, H, W]
+        pixels = pixels[:, None]
     if cfg.model_type in (
         "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "qwen2_vl"
     ):  # fmt: skip  # flattened patches

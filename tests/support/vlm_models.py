@@ -419,3 +419,36 @@ def qwen2vl(folder: Path, *, dtype: str = "bfloat16", seed: int = 38) -> Path:
 
 
 BUILDERS["qwen2vl"] = qwen2vl
+
+
+def smolvlm(folder: Path, *, dtype: str = "bfloat16", seed: int = 39) -> Path:
+    """SmolVLM (SmolVLMForConditionalGeneration; Idefics3's layout): a SigLIP tower
+    (``model.vision_model.*``), pixel shuffle by 2 and one linear projection
+    (``model.connector.*``), 64 px images of 8 px patches (16 tokens); the text model is
+    Llama under ``model.text_model.*``, its config naming ``VLlama3ForCausalLM`` as the
+    Hub's SmolVLM configs do (the reference's text class is chosen by it)."""
+    from transformers import LlamaConfig, SmolVLMConfig, SmolVLMForConditionalGeneration
+    from transformers.models.smolvlm import SmolVLMVisionConfig
+
+    vocab = train_spm(folder)
+    text = LlamaConfig(**_text(vocab), tie_word_embeddings=False)
+    vision = SmolVLMVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                 num_attention_heads=2, image_size=64, patch_size=8)  # fmt: skip
+    cfg = SmolVLMConfig(text_config=text, vision_config=vision, scale_factor=2, image_token_id=10,
+                        tie_word_embeddings=False)  # fmt: skip
+    model = SmolVLMForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    top = json.loads((folder / "config.json").read_text())
+    top["text_config"]["architectures"] = ["VLlama3ForCausalLM"]
+    (folder / "config.json").write_text(json.dumps(top, indent=2))
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "SmolVLMImageProcessor", "do_convert_rgb": True,
+        "do_image_splitting": False, "do_normalize": True, "do_pad": True, "do_rescale": True,
+        "do_resize": True, "max_image_size": {"longest_edge": 64}, "resample": 1,
+        "rescale_factor": 1 / 255, "size": {"longest_edge": 64},
+        "image_mean": [0.5] * 3, "image_std": [0.5] * 3}, indent=2))  # fmt: skip
+    return folder
+
+
+BUILDERS["smolvlm"] = smolvlm

@@ -833,10 +833,101 @@ QWEN2VL_VISION = Projector(
     ),
 )
 
+# --------------------------------------------------------------------------- SmolVLM
+
+_IDF = "model.vision_model."
+_IDF_LAYER = _IDF + "encoder.layers.{bid}."
+#: SmolVLMModel: SmolVLM2's vision configs may leave these out (transformers' defaults)
+_SMOLVLM_DEFAULTS = {"hidden_size": 1152, "num_attention_heads": 16, "intermediate_size": 3072}
+
+
+def _smolvlm_param(key: str) -> Callable[[dict], Any]:
+    def get(v: dict) -> Any:
+        if key in v:
+            return v[key]
+        if v.get("model_type") == "smolvlm_vision":
+            return _SMOLVLM_DEFAULTS[key]
+        raise KeyError(f"vision_config.{key}")
+
+    return get
+
+
+def _smolvlm_force(hf: str, gguf: str, outtype: str) -> str | None:
+    if ".embeddings." in hf:
+        return "F32"
+    return _base_force(hf, gguf, outtype)
+
+
+def _longest_edge(v: dict) -> int:
+    """The image processor's ``size.longest_edge``, else the tower's image size."""
+    size = v[PREPROCESSOR].get("size")
+    edge = size.get("longest_edge") if isinstance(size, dict) else None
+    return v["image_size"] if edge is None else edge
+
+
+# SmolVLMModel (Idefics3 and SmolVLM: a SigLIP tower, pixel shuffle by scale_factor and
+# one linear projection, mm.model.fc)
+SMOLVLM_VISION = Projector(
+    hf_archs=("Idefics3ForConditionalGeneration", "SmolVLMForConditionalGeneration"),
+    keep=(_IDF, "model.connector."),
+    force=_smolvlm_force,
+    required=(("image_size",), ("patch_size",), BLOCK_KEYS),
+    entry=Arch(
+        hf_archs=("Idefics3ForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *replace_rows(
+                BASE_ROWS,
+                vision__embedding_length=m(
+                    "vision.embedding_length", value=_smolvlm_param("hidden_size")
+                ),
+                vision__feed_forward_length=m(
+                    "vision.feed_forward_length", value=_smolvlm_param("intermediate_size")
+                ),
+                vision__attention__head_count=m(
+                    "vision.attention.head_count", value=_smolvlm_param("num_attention_heads")
+                ),
+            ),
+            _const("projector_type", "idefics3", VT.STRING),
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "layer_norm_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v.get("layer_norm_eps", 1e-5),
+            ),
+            m(
+                "vision.projector.scale_factor",
+                "scale_factor",
+                value=lambda v: v[GLOBAL].get("scale_factor", 2),
+            ),
+            _const("use_gelu", True, VT.BOOL),
+            m("vision.preproc_image_size", PREPROCESSOR, value=_longest_edge),
+        ],
+        names=_wb(
+            [
+                (_IDF + "embeddings.patch_embedding", "v.patch_embd"),
+                (_IDF + "embeddings.position_embedding", "v.position_embd"),
+                (_IDF + "post_layernorm", "v.post_ln"),
+                (_IDF_LAYER + "self_attn.q_proj", _VBLK + "attn_q"),
+                (_IDF_LAYER + "self_attn.k_proj", _VBLK + "attn_k"),
+                (_IDF_LAYER + "self_attn.v_proj", _VBLK + "attn_v"),
+                (_IDF_LAYER + "self_attn.out_proj", _VBLK + "attn_out"),
+                (_IDF_LAYER + "layer_norm1", _VBLK + "ln1"),
+                (_IDF_LAYER + "layer_norm2", _VBLK + "ln2"),
+                (_IDF_LAYER + "mlp.fc1", _VBLK + "ffn_up"),
+                (_IDF_LAYER + "mlp.fc2", _VBLK + "ffn_down"),
+                ("model.connector.modality_projection.proj", "mm.model.fc"),
+            ]
+        ),
+        required=(),
+    ),
+)
+
 #: every projector entry
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
 PROJECTORS += (QWEN3VL_VISION,)
 PROJECTORS += (QWEN2VL_VISION,)
+PROJECTORS += (SMOLVLM_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
