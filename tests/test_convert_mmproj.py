@@ -49,6 +49,10 @@ ARCHS += ["qwen2vl"]
 TOL["qwen2vl"] = 1e-3
 ARCHS += ["smolvlm"]
 TOL["smolvlm"] = 1e-3
+ARCHS += ["lfm2vl"]
+TOL["lfm2vl"] = 1e-3
+# the image side llama.cpp encodes as one tile, unresized (LFM2-VL: 64 tokens at least)
+IMAGE_SIZE = {"lfm2vl": 256}
 TYPES = ["f32", "f16", "bf16", "q8_0"]
 
 _DRIVER = textwrap.dedent(
@@ -297,6 +301,15 @@ def _hf_image_features(folder: Path, img: np.ndarray) -> np.ndarray:
         kw["image_sizes"] = torch.tensor([list(img.shape[:2])])
     if cfg.model_type in ("idefics3", "smolvlm"):  # [batch, images, C, H, W]
         pixels = pixels[:, None]
+    if cfg.model_type == "lfm2_vl":
+        # NaFlex input (its image processor needs torchvision): the patches row by row,
+        # each flattened channel-last, with their grid and an all-ones mask
+        p = cfg.vision_config.patch_size
+        c, h, w = pixels.shape[1:]
+        pixels = pixels.reshape(1, c, h // p, p, w // p, p).permute(0, 2, 4, 3, 5, 1)
+        pixels = pixels.reshape(1, (h // p) * (w // p), p * p * c)
+        kw["spatial_shapes"] = torch.tensor([[h // p, w // p]])
+        kw["pixel_attention_mask"] = torch.ones(1, pixels.shape[1], dtype=torch.bool)
     if cfg.model_type in (
         "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "qwen2_vl"
     ):  # fmt: skip  # flattened patches
@@ -320,7 +333,7 @@ def _hf_image_features(folder: Path, img: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("arch", ARCHS)
 def test_llama_cpp_encodes_image(work, arch):
     ours = work["root"] / "ours" / arch
-    img = _image(64)
+    img = _image(IMAGE_SIZE.get(arch, 64))
     got = _mtmd_embeddings(ours / "text-f32.gguf", ours / "mmproj-f32.gguf", img)
     want = _hf_image_features(work[arch], img)
     if arch in EXTRA:

@@ -452,3 +452,48 @@ def smolvlm(folder: Path, *, dtype: str = "bfloat16", seed: int = 39) -> Path:
 
 
 BUILDERS["smolvlm"] = smolvlm
+
+
+def lfm2vl(folder: Path, *, dtype: str = "bfloat16", seed: int = 40) -> Path:
+    """LFM2-VL: a SigLIP2 NaFlex tower (16 px patches as a linear layer, a 16 x 16
+    position grid, 3 layers: gguf-py names ``linear_2`` ``mm.2`` only past 2 blocks),
+    pixel unshuffle by 2, LayerNorm + 2-layer MLP; the text model is LFM2, its config
+    naming ``Lfm2ForCausalLM`` as the Hub's LFM2-VL configs do (the reference's text
+    class is chosen by it)."""
+    from transformers import Lfm2VlConfig, Lfm2VlForConditionalGeneration
+
+    from support.hf_models import _bpe_tokenizer
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    text = dict(model_type="lfm2", vocab_size=vocab, hidden_size=64, intermediate_size=256,
+                num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                max_position_embeddings=256, conv_L_cache=3,
+                layer_types=["conv", "full_attention", "conv", "full_attention"],
+                bos_token_id=50256, eos_token_id=50256, pad_token_id=None,
+                tie_word_embeddings=True)  # fmt: skip
+    vision = dict(model_type="siglip2_vision_model", hidden_size=64, intermediate_size=128,
+                  num_hidden_layers=3, num_attention_heads=2, patch_size=16, num_patches=256,
+                  vision_use_head=False, layer_norm_eps=1e-6)  # fmt: skip
+    cfg = Lfm2VlConfig(text_config=text, vision_config=vision, projector_hidden_size=64,
+                       downsample_factor=2, image_token_id=10, tie_word_embeddings=True)  # fmt: skip
+    model = Lfm2VlForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    # transformers 5 drops the SigLIP2 tower's vision_model. level (and reads it back):
+    # the Hub's names have it, and the reference reads those
+    tower = "model.vision_tower."
+    hub_layout(folder, lambda k: k.replace(tower, tower + "vision_model.", 1))
+    top = json.loads((folder / "config.json").read_text())
+    top["text_config"]["architectures"] = ["Lfm2ForCausalLM"]
+    (folder / "config.json").write_text(json.dumps(top, indent=2))
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "Lfm2VlImageProcessor", "do_image_splitting": False,
+        "do_normalize": True, "do_rescale": True, "do_resize": True, "downsample_factor": 2,
+        "encoder_patch_size": 16, "max_image_tokens": 256, "min_image_tokens": 64,
+        "max_num_patches": 1024, "rescale_factor": 1 / 255, "tile_size": 512,
+        "use_thumbnail": False, "image_mean": [0.5] * 3, "image_std": [0.5] * 3},
+        indent=2))  # fmt: skip
+    return folder
+
+
+BUILDERS["lfm2vl"] = lfm2vl

@@ -923,11 +923,103 @@ SMOLVLM_VISION = Projector(
     ),
 )
 
+# --------------------------------------------------------------------------- LFM2-VL
+
+_LFM2_TOWER = "vision_tower.vision_model."
+#: LFM2VLModel reshapes the patch embedding as 16 x 16 x 3 pixels, whatever the config
+_LFM2_PATCH = 16
+
+
+def _lfm2_patch_size(v: dict) -> int:
+    if v["patch_size"] != _LFM2_PATCH:
+        raise ValueError(f"patch_size {v['patch_size']}: llama.cpp's LFM2-VL reads 16")
+    return v["patch_size"]
+
+
+def _lfm2_blocks(v: dict) -> int:
+    """The tower layers up to ``vision_feature_layer`` (Python's notation: -1 the last)."""
+    drop = -(v[GLOBAL].get("vision_feature_layer", -1) + 1)
+    return next(v[k] for k in BLOCK_KEYS if k in v) - drop
+
+
+def _patch_to_conv(x, v, ctx):
+    # [n_embd, p * p * 3] (patch pixels channel-last) -> a Conv2d kernel [n_embd, 3, p, p]
+    return x.reshape(x.shape[0], _LFM2_PATCH, _LFM2_PATCH, 3).transpose(0, 3, 1, 2)
+
+
+# LFM2VLModel: a SigLIP2 (NaFlex) tower whose patch embedding is a linear layer over
+# channel-last pixels, written as a Conv2d kernel; pixel unshuffle by downsample_factor,
+# then LayerNorm and a 2-layer GELU MLP.  The image size is not in the config: 256, as
+# the reference sets it
+LFM2VL_VISION = Projector(
+    hf_archs=("Lfm2VlForConditionalGeneration",),
+    keep=(
+        "model.vision_tower.",
+        "model.multi_modal_projector.",
+        "vision_tower.",
+        "multi_modal_projector.",
+    ),
+    rename=lambda name: name.removeprefix("model."),
+    force=_base_force,
+    required=(*(k for k in BASE_REQUIRED if k != ("image_size",)), ("layer_norm_eps",)),
+    entry=Arch(
+        hf_archs=("Lfm2VlForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *replace_rows(
+                BASE_ROWS,
+                vision__image_size=_const("vision.image_size", 256, VT.UINT32),
+                vision__patch_size=m("vision.patch_size", "patch_size", value=_lfm2_patch_size),
+                # the reference writes the count twice, the second (in place) this one
+                vision__block_count=m("vision.block_count", *BLOCK_KEYS, value=_lfm2_blocks),
+            ),
+            _const("projector_type", "lfm2", VT.STRING),
+            m("vision.attention.layer_norm_epsilon", "layer_norm_eps", t=VT.FLOAT32),
+            m(
+                "vision.projector.scale_factor",
+                "downsample_factor",
+                value=lambda v: v[GLOBAL].get("downsample_factor", 2),
+            ),
+            _const("use_gelu", True, VT.BOOL),
+        ],
+        names=_wb(
+            [
+                (_LFM2_TOWER + "embeddings.patch_embedding", "v.patch_embd"),
+                (_LFM2_TOWER + "embeddings.position_embedding", "v.position_embd"),
+                (_LFM2_TOWER + "post_layernorm", "v.post_ln"),
+                (_LFM2_TOWER + "encoder.layers.{bid}.self_attn.q_proj", _VBLK + "attn_q"),
+                (_LFM2_TOWER + "encoder.layers.{bid}.self_attn.k_proj", _VBLK + "attn_k"),
+                (_LFM2_TOWER + "encoder.layers.{bid}.self_attn.v_proj", _VBLK + "attn_v"),
+                (_LFM2_TOWER + "encoder.layers.{bid}.self_attn.out_proj", _VBLK + "attn_out"),
+                (_LFM2_TOWER + "encoder.layers.{bid}.layer_norm1", _VBLK + "ln1"),
+                (_LFM2_TOWER + "encoder.layers.{bid}.layer_norm2", _VBLK + "ln2"),
+                (_LFM2_TOWER + "encoder.layers.{bid}.mlp.fc1", _VBLK + "ffn_up"),
+                (_LFM2_TOWER + "encoder.layers.{bid}.mlp.fc2", _VBLK + "ffn_down"),
+                ("multi_modal_projector.layer_norm", "mm.input_norm"),
+                ("multi_modal_projector.linear_1", "mm.1"),
+                ("multi_modal_projector.linear_2", "mm.2"),
+            ]
+        ),
+        transforms=[
+            Transform(
+                "lfm2_patch_to_conv",
+                r"embeddings\.patch_embedding\.weight$",
+                _patch_to_conv,
+                lambda x, v, ctx: x.transpose(0, 2, 3, 1).reshape(x.shape[0], -1),
+                shape=lambda s, v, ctx: (s[0], 3, _LFM2_PATCH, _LFM2_PATCH),
+                inverse_shape=lambda s, v, ctx: (s[0], s[1] * s[2] * s[3]),
+            ),
+        ],
+        required=(),
+    ),
+)
+
 #: every projector entry
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
 PROJECTORS += (QWEN3VL_VISION,)
 PROJECTORS += (QWEN2VL_VISION,)
 PROJECTORS += (SMOLVLM_VISION,)
+PROJECTORS += (LFM2VL_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
