@@ -497,3 +497,44 @@ def lfm2vl(folder: Path, *, dtype: str = "bfloat16", seed: int = 40) -> Path:
 
 
 BUILDERS["lfm2vl"] = lfm2vl
+
+
+def llama4vl(folder: Path, *, dtype: str = "bfloat16", seed: int = 41) -> Path:
+    """Llama 4 with its vision tower (Llama4ForConditionalGeneration, the Hub's names:
+    ``vision_model.*``, ``multi_modal_projector.*``, ``language_model.*``): a ViT over
+    unfolded 8 px patches of 64 px images with a class embedding, pixel shuffle by 0.5
+    and the 2-layer adapter MLP (the tower's MLP width is 4 x its width, as Scout's: the
+    adapter reads the shuffled features through it); the text model is a tiny Llama 4 MoE."""
+    from transformers import Llama4Config, Llama4ForConditionalGeneration
+
+    from support.hf_models import _bpe_tokenizer
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 16.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 1.0,
+            "original_max_position_embeddings": 8192}  # fmt: skip
+    text = dict(vocab_size=vocab, hidden_size=64, intermediate_size=64, intermediate_size_mlp=128,
+                num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                num_local_experts=4, num_experts_per_tok=1, interleave_moe_layer_step=2,
+                max_position_embeddings=16384, rope_parameters=rope, tie_word_embeddings=False,
+                bos_token_id=50256, eos_token_id=50256, pad_token_id=None)  # fmt: skip
+    # 3 layers: gguf-py names vision_adapter.mlp.fc2 only in a tower of more than 2 blocks
+    vision = dict(hidden_size=64, intermediate_size=256, num_hidden_layers=3,
+                  num_attention_heads=2, image_size=64, patch_size=8, vision_output_dim=128,
+                  projector_input_dim=128, projector_output_dim=128, pixel_shuffle_ratio=0.5,
+                  norm_eps=1e-5, hidden_act="gelu")  # fmt: skip
+    cfg = Llama4Config(text_config=text, vision_config=vision, image_token_index=200,
+                       boi_token_index=201, eoi_token_index=202,
+                       tie_word_embeddings=False)  # fmt: skip
+    model = Llama4ForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "Llama4ImageProcessorFast", "do_normalize": True,
+        "do_rescale": True, "do_resize": True, "max_patches": 1, "resize_to_max_canvas": False,
+        "rescale_factor": 1 / 255, "size": {"height": 64, "width": 64},
+        "image_mean": [0.5] * 3, "image_std": [0.5] * 3}, indent=2))  # fmt: skip
+    return folder
+
+
+BUILDERS["llama4vl"] = llama4vl

@@ -1014,6 +1014,78 @@ LFM2VL_VISION = Projector(
     ),
 )
 
+# --------------------------------------------------------------------------- Llama 4
+
+_L4 = "vision_model."
+_L4_LAYER = _L4 + "model.layers.{bid}."
+
+
+def _llama4_gelu(v: dict) -> bool:
+    if v.get("hidden_act") != "gelu":  # the reference asserts it
+        raise ValueError(f"hidden_act {v.get('hidden_act')!r}: llama.cpp's Llama 4 tower is GELU")
+    return True
+
+
+# Llama4VisionModel: a ViT over unfolded patches (a linear patch embedding, kept 2-D), a
+# class embedding, 2-D RoPE computed at run time, pixel shuffle and a 2-layer MLP
+# adapter (mm.model.mlp.*), then one linear projection (multi_modal_projector.linear_1,
+# mm.model.fc despite its number).  One deliberate difference from the pinned
+# converter: its gguf-py also maps ``vision_model.model.layers.{bid}.
+# post_attention_layernorm`` for Gemma 4 (``attn_post_norm``), and that later entry
+# wins, so its file has no ``ln2``: llama.cpp's ViT graph then normalises the attention
+# output and not the FFN input, and its image embeddings are wrong.  Ours names the
+# norm ``ln2`` (what the converter wrote before Gemma 4's mapping): same tensors, types
+# and data under that name
+LLAMA4_VISION = Projector(
+    hf_archs=("Llama4ForConditionalGeneration",),
+    keep=(_L4, "multi_modal_projector."),
+    # the position table is a bare parameter: read as a .weight, as the reference does
+    rename=lambda name: name + ".weight" if name.endswith("positional_embedding_vlm") else name,
+    force=_base_force,
+    required=(*BASE_REQUIRED, ("norm_eps",), ("pixel_shuffle_ratio",)),
+    entry=Arch(
+        hf_archs=("Llama4ForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *BASE_ROWS,
+            _const("projector_type", "llama4", VT.STRING),
+            m("vision.attention.layer_norm_epsilon", "norm_eps", t=VT.FLOAT32),
+            m(
+                "vision.projector.scale_factor",
+                "pixel_shuffle_ratio",
+                value=lambda v: int(1.0 / v["pixel_shuffle_ratio"]),
+            ),
+            MetaKey("use_gelu", ("hidden_act",), VT.BOOL, _llama4_gelu),
+        ],
+        names=[
+            NameRule(_L4 + "class_embedding", "v.class_embd"),
+            NameRule("multi_modal_projector.linear_1.weight", "mm.model.fc.weight"),
+            *_wb(
+                [
+                    (_L4 + "patch_embedding.linear", "v.patch_embd"),
+                    (_L4 + "positional_embedding_vlm", "v.position_embd"),
+                    (_L4 + "layernorm_pre", "v.pre_ln"),
+                    (_L4 + "layernorm_post", "v.post_ln"),
+                    (_L4_LAYER + "self_attn.q_proj", _VBLK + "attn_q"),
+                    (_L4_LAYER + "self_attn.k_proj", _VBLK + "attn_k"),
+                    (_L4_LAYER + "self_attn.v_proj", _VBLK + "attn_v"),
+                    (_L4_LAYER + "self_attn.o_proj", _VBLK + "attn_out"),
+                    (_L4_LAYER + "input_layernorm", _VBLK + "ln1"),
+                    # the pre-FFN norm: ln2, which llama.cpp's ViT graph reads there (the
+                    # pinned gguf-py maps the name to Gemma 4's attn_post_norm: see
+                    # LLAMA4_VISION)
+                    (_L4_LAYER + "post_attention_layernorm", _VBLK + "ln2"),
+                    (_L4_LAYER + "mlp.fc1", _VBLK + "ffn_up"),
+                    (_L4_LAYER + "mlp.fc2", _VBLK + "ffn_down"),
+                    (_L4 + "vision_adapter.mlp.fc1", "mm.model.mlp.1"),
+                    (_L4 + "vision_adapter.mlp.fc2", "mm.model.mlp.2"),
+                ]
+            ),
+        ],
+        required=(),
+    ),
+)
+
 #: every projector entry
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
@@ -1021,5 +1093,6 @@ PROJECTORS += (QWEN3VL_VISION,)
 PROJECTORS += (QWEN2VL_VISION,)
 PROJECTORS += (SMOLVLM_VISION,)
 PROJECTORS += (LFM2VL_VISION,)
+PROJECTORS += (LLAMA4_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
