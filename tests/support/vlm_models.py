@@ -354,3 +354,187 @@ def gemma4_vlm(
 
 
 BUILDERS["gemma4"] = gemma4_vlm
+
+
+# --------------------------------------------------------------------------- more projectors
+
+
+def qwen35vlmoe(folder: Path, *, dtype: str = "bfloat16", seed: int = 37) -> Path:
+    """Qwen3.5 MoE as published (Qwen3_5MoeForConditionalGeneration): the Qwen3.5 tower
+    over a tiny Qwen3.5 MoE text model (experts per expert, as transformers 5 saves this
+    class) with its MTP block."""
+    from transformers import Qwen3_5MoeConfig, Qwen3_5MoeForConditionalGeneration
+
+    from support.hf_models import (
+        _DELTANET,
+        _DELTANET_MOE,
+        _QWEN35_ROPE,
+        _bpe_tokenizer,
+        _qwen35_ids,
+        _with_mtp,
+    )
+
+    vocab = _bpe_tokenizer(folder, "qwen35")
+    text = dict(rope_parameters=_QWEN35_ROPE, tie_word_embeddings=False, **_qwen35_ids(vocab),
+                **_DELTANET, **_DELTANET_MOE)  # fmt: skip
+    vision = {k: v for k, v in _QWEN3VL_VISION.items() if k != "deepstack_visual_indexes"}
+    cfg = Qwen3_5MoeConfig(text_config=text, vision_config=vision, image_token_id=151655,
+                           video_token_id=151656, vision_start_token_id=151652,
+                           vision_end_token_id=151653, tie_word_embeddings=False)  # fmt: skip
+    model = Qwen3_5MoeForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    _with_mtp(folder, seed, {"mtp_num_hidden_layers": 1, "full_attention_interval": 2}, vlm=True)
+    _qwen_vl_processor(folder, {"image_mean": [0.5] * 3, "image_std": [0.5] * 3})
+    return folder
+
+
+BUILDERS["qwen35vlmoe"] = qwen35vlmoe
+
+
+def qwen2vl(folder: Path, *, dtype: str = "bfloat16", seed: int = 38) -> Path:
+    """Qwen2-VL (v1): a ViT of LayerNorms and a GELU-quick MLP (``embed_dim`` wide, its
+    ``hidden_size`` the merger's output), Conv3d patches, fused QKV, 2-D RoPE, no window
+    attention; the text model is Qwen2 with MRoPE sections."""
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+    from support.hf_models import _qwen_tokenizer
+
+    vocab = _qwen_tokenizer(folder)
+    text = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
+                                 "mrope_section": [2, 3, 3]},
+                bos_token_id=None, eos_token_id=151643, tie_word_embeddings=True)  # fmt: skip
+    # 3 blocks: gguf-py names merger.mlp.2 mm.2 only in a tower of more than 2 blocks
+    vision = dict(depth=3, embed_dim=64, hidden_size=64, mlp_ratio=2, num_heads=2, patch_size=8,
+                  spatial_merge_size=2, temporal_patch_size=2)  # fmt: skip
+    cfg = Qwen2VLConfig(text_config=text, vision_config=vision, image_token_id=151655,
+                        video_token_id=151656, vision_start_token_id=151652)  # fmt: skip
+    model = Qwen2VLForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    _qwen_vl_processor(folder, _MEAN_STD)
+    return folder
+
+
+BUILDERS["qwen2vl"] = qwen2vl
+
+
+def smolvlm(folder: Path, *, dtype: str = "bfloat16", seed: int = 39) -> Path:
+    """SmolVLM (SmolVLMForConditionalGeneration; Idefics3's layout): a SigLIP tower
+    (``model.vision_model.*``), pixel shuffle by 2 and one linear projection
+    (``model.connector.*``), 64 px images of 8 px patches (16 tokens); the text model is
+    Llama under ``model.text_model.*``, its config naming ``VLlama3ForCausalLM`` as the
+    Hub's SmolVLM configs do (the reference's text class is chosen by it)."""
+    from transformers import LlamaConfig, SmolVLMConfig, SmolVLMForConditionalGeneration
+    from transformers.models.smolvlm import SmolVLMVisionConfig
+
+    vocab = train_spm(folder)
+    text = LlamaConfig(**_text(vocab), tie_word_embeddings=False)
+    vision = SmolVLMVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                 num_attention_heads=2, image_size=64, patch_size=8)  # fmt: skip
+    cfg = SmolVLMConfig(text_config=text, vision_config=vision, scale_factor=2, image_token_id=10,
+                        tie_word_embeddings=False)  # fmt: skip
+    model = SmolVLMForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    top = json.loads((folder / "config.json").read_text())
+    top["text_config"]["architectures"] = ["VLlama3ForCausalLM"]
+    (folder / "config.json").write_text(json.dumps(top, indent=2))
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "SmolVLMImageProcessor", "do_convert_rgb": True,
+        "do_image_splitting": False, "do_normalize": True, "do_pad": True, "do_rescale": True,
+        "do_resize": True, "max_image_size": {"longest_edge": 64}, "resample": 1,
+        "rescale_factor": 1 / 255, "size": {"longest_edge": 64},
+        "image_mean": [0.5] * 3, "image_std": [0.5] * 3}, indent=2))  # fmt: skip
+    return folder
+
+
+BUILDERS["smolvlm"] = smolvlm
+
+
+def lfm2vl(folder: Path, *, dtype: str = "bfloat16", seed: int = 40) -> Path:
+    """LFM2-VL: a SigLIP2 NaFlex tower (16 px patches as a linear layer, a 16 x 16
+    position grid, 3 layers: gguf-py names ``linear_2`` ``mm.2`` only past 2 blocks),
+    pixel unshuffle by 2, LayerNorm + 2-layer MLP; the text model is LFM2, its config
+    naming ``Lfm2ForCausalLM`` as the Hub's LFM2-VL configs do (the reference's text
+    class is chosen by it)."""
+    from transformers import Lfm2VlConfig, Lfm2VlForConditionalGeneration
+
+    from support.hf_models import _bpe_tokenizer
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    text = dict(model_type="lfm2", vocab_size=vocab, hidden_size=64, intermediate_size=256,
+                num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                max_position_embeddings=256, conv_L_cache=3,
+                layer_types=["conv", "full_attention", "conv", "full_attention"],
+                bos_token_id=50256, eos_token_id=50256, pad_token_id=None,
+                tie_word_embeddings=True)  # fmt: skip
+    vision = dict(model_type="siglip2_vision_model", hidden_size=64, intermediate_size=128,
+                  num_hidden_layers=3, num_attention_heads=2, patch_size=16, num_patches=256,
+                  vision_use_head=False, layer_norm_eps=1e-6)  # fmt: skip
+    cfg = Lfm2VlConfig(text_config=text, vision_config=vision, projector_hidden_size=64,
+                       downsample_factor=2, image_token_id=10, tie_word_embeddings=True)  # fmt: skip
+    model = Lfm2VlForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    # transformers 5 drops the SigLIP2 tower's vision_model. level (and reads it back):
+    # the Hub's names have it, and the reference reads those
+    tower = "model.vision_tower."
+    hub_layout(folder, lambda k: k.replace(tower, tower + "vision_model.", 1))
+    top = json.loads((folder / "config.json").read_text())
+    top["text_config"]["architectures"] = ["Lfm2ForCausalLM"]
+    (folder / "config.json").write_text(json.dumps(top, indent=2))
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "Lfm2VlImageProcessor", "do_image_splitting": False,
+        "do_normalize": True, "do_rescale": True, "do_resize": True, "downsample_factor": 2,
+        "encoder_patch_size": 16, "max_image_tokens": 256, "min_image_tokens": 64,
+        "max_num_patches": 1024, "rescale_factor": 1 / 255, "tile_size": 512,
+        "use_thumbnail": False, "image_mean": [0.5] * 3, "image_std": [0.5] * 3},
+        indent=2))  # fmt: skip
+    return folder
+
+
+BUILDERS["lfm2vl"] = lfm2vl
+
+
+def llama4vl(folder: Path, *, dtype: str = "bfloat16", seed: int = 41) -> Path:
+    """Llama 4 with its vision tower (Llama4ForConditionalGeneration, the Hub's names:
+    ``vision_model.*``, ``multi_modal_projector.*``, ``language_model.*``): a ViT over
+    unfolded 8 px patches of 64 px images with a class embedding, pixel shuffle by 0.5
+    and the 2-layer adapter MLP (the tower's MLP width is 4 x its width, as Scout's: the
+    adapter reads the shuffled features through it); the text model is a tiny Llama 4 MoE."""
+    from transformers import Llama4Config, Llama4ForConditionalGeneration
+
+    from support.hf_models import _bpe_tokenizer
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 16.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 1.0,
+            "original_max_position_embeddings": 8192}  # fmt: skip
+    text = dict(vocab_size=vocab, hidden_size=64, intermediate_size=64, intermediate_size_mlp=128,
+                num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                num_local_experts=4, num_experts_per_tok=1, interleave_moe_layer_step=2,
+                max_position_embeddings=16384, rope_parameters=rope, tie_word_embeddings=False,
+                bos_token_id=50256, eos_token_id=50256, pad_token_id=None)  # fmt: skip
+    # 3 layers: gguf-py names vision_adapter.mlp.fc2 only in a tower of more than 2 blocks
+    vision = dict(hidden_size=64, intermediate_size=256, num_hidden_layers=3,
+                  num_attention_heads=2, image_size=64, patch_size=8, vision_output_dim=128,
+                  projector_input_dim=128, projector_output_dim=128, pixel_shuffle_ratio=0.5,
+                  norm_eps=1e-5, hidden_act="gelu")  # fmt: skip
+    cfg = Llama4Config(text_config=text, vision_config=vision, image_token_index=200,
+                       boi_token_index=201, eoi_token_index=202,
+                       tie_word_embeddings=False)  # fmt: skip
+    model = Llama4ForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "Llama4ImageProcessorFast", "do_normalize": True,
+        "do_rescale": True, "do_resize": True, "max_patches": 1, "resize_to_max_canvas": False,
+        "rescale_factor": 1 / 255, "size": {"height": 64, "width": 64},
+        "image_mean": [0.5] * 3, "image_std": [0.5] * 3}, indent=2))  # fmt: skip
+    return folder
+
+
+BUILDERS["llama4vl"] = llama4vl

@@ -145,9 +145,13 @@ def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
     tensors, or a vision tensor the entry cannot name.
     """
     d = Path(src)
-    cfg = H._read_config(d)
+    H._read_config(d)  # the folder and config.json checks
     cfg_path = d / "config.json"
-    proj = _projector(cfg, cfg_path)
+    # the class reads the config as written (text_config not merged up): the top-level
+    # architecture (a text_config may name its own: SmolVLM's VLlama3ForCausalLM), and
+    # Qwen2.5-VL's vision norm epsilon is the top-level rms_norm_eps or 1e-6
+    raw = read_json(cfg_path, E.InvalidModelConfig, "config.json", expected="a JSON object")
+    proj = _projector(raw, cfg_path)
     pre = _preprocessor(d)
     for key in ("image_mean", "image_std"):
         if not isinstance(pre.get(key), list):
@@ -158,9 +162,6 @@ def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
                 expected="a list of 3 floats in preprocessor_config.json or processor_config.json",
                 found=pre.get(key),
             )
-    # the class reads the config as written (text_config not merged up): Qwen2.5-VL's
-    # vision norm epsilon is the top-level rms_norm_eps or 1e-6, not the text model's
-    raw = read_json(cfg_path, E.InvalidModelConfig, "config.json", expected="a JSON object")
     view = vision_view(raw, pre)
     if proj.token is not None:
         view[TOKEN_ID] = _token_id(d, proj.token)

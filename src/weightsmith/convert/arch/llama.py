@@ -46,6 +46,11 @@ def _autoconfig_head_dim(cfg: dict) -> int | None:
     return hidden // heads if heads > 0 else None
 
 
+def _vllama3_heads(cfg: dict) -> int | None:
+    """SmolVLM2's text config may leave the head count out: 32, as LlamaModel sets it."""
+    return 32 if (cfg.get("architectures") or [""])[0] == "VLlama3ForCausalLM" else None
+
+
 LLAMA = Arch(
     # LlavaForConditionalGeneration: the text half of a LLaVA (Pixtral) checkpoint
     hf_archs=(
@@ -54,6 +59,8 @@ LLAMA = Arch(
         "MistralForCausalLM",
         "MixtralForCausalLM",
         "LlavaForConditionalGeneration",
+        # the text_config architecture of SmolVLM / Idefics3 (model.text_model.* names)
+        "VLlama3ForCausalLM",
     ),
     gguf_arch="llama",
     meta=[
@@ -73,7 +80,9 @@ LLAMA = Arch(
     ],
     transforms=[PERMUTE_Q, PERMUTE_K],
     extra={"rope_freqs.weight": llama3_rope_freqs},
-    defaults={"head_dim": _autoconfig_head_dim},
+    defaults={"head_dim": _autoconfig_head_dim, "num_attention_heads": _vllama3_heads},
+    # LlamaModel.filter_tensors: SmolVLM's text model is under model.text_model.
+    renames=((r"text_model\.", ""),),
     tokenizer={"vocab": "llama"},
     model_types={
         "LlamaForCausalLM": "llama",

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ._common import GEMMA_NORM, PERMUTE_K, PERMUTE_Q
+from ._common import GEMMA_NORM, PERMUTE_K, PERMUTE_Q, replace_rows
 from ._model import FILE_TYPE, VT, Arch, MetaKey, NameRule, Split, Transform, m
 from .gemma4_audio import (
     AUDIO_NAMES,
@@ -777,9 +777,322 @@ QWEN3VL_VISION = Projector(
     ),
 )
 
+# --------------------------------------------------------------------------- Qwen2-VL
+
+# Qwen2VLVisionModel with a qwen2_vl config: the vision config's ``embed_dim`` is the
+# tower width and its ``hidden_size`` the merger's output, which the reference writes as
+# the feed-forward length (the tower's MLP is ``mlp_ratio`` wider; llama.cpp reads the
+# widths off the tensors); LayerNorms, a GELU-quick MLP (fc1 / fc2), no window attention
+QWEN2VL_VISION = Projector(
+    hf_archs=("Qwen2VLForConditionalGeneration",),
+    keep=("visual.",),
+    force=_qwen_force,
+    required=(
+        ("patch_size",),
+        ("embed_dim",),
+        ("hidden_size",),
+        ("depth",),
+        ("num_heads",),
+    ),
+    entry=Arch(
+        hf_archs=("Qwen2VLForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *replace_rows(
+                BASE_ROWS,
+                vision__image_size=m(
+                    "vision.image_size", "image_size", value=lambda v: v.get("image_size", 560)
+                ),
+                vision__embedding_length=m("vision.embedding_length", "embed_dim"),
+                vision__feed_forward_length=m("vision.feed_forward_length", "hidden_size"),
+                vision__block_count=m("vision.block_count", "depth"),
+                vision__attention__head_count=m("vision.attention.head_count", "num_heads"),
+            ),
+            _const("projector_type", "qwen2vl_merger", VT.STRING),
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "rms_norm_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v[GLOBAL].get("rms_norm_eps", 1e-6),
+            ),
+        ],
+        names=_wb(
+            [
+                (_QV + "attn.proj", _VBLK + "attn_out"),
+                (_QV + "norm1", _VBLK + "ln1"),
+                (_QV + "norm2", _VBLK + "ln2"),
+                (_QV + "mlp.fc1", _VBLK + "ffn_up"),
+                (_QV + "mlp.fc2", _VBLK + "ffn_down"),
+                ("visual.merger.ln_q", "v.post_ln"),
+                ("visual.merger.mlp.0", "mm.0"),
+                ("visual.merger.mlp.2", "mm.2"),
+            ]
+        ),
+        splits=QWEN25VL_VISION.entry.splits,
+        required=(),
+    ),
+)
+
+# --------------------------------------------------------------------------- SmolVLM
+
+_IDF = "model.vision_model."
+_IDF_LAYER = _IDF + "encoder.layers.{bid}."
+#: SmolVLMModel: SmolVLM2's vision configs may leave these out (transformers' defaults)
+_SMOLVLM_DEFAULTS = {"hidden_size": 1152, "num_attention_heads": 16, "intermediate_size": 3072}
+
+
+def _smolvlm_param(key: str) -> Callable[[dict], Any]:
+    def get(v: dict) -> Any:
+        if key in v:
+            return v[key]
+        if v.get("model_type") == "smolvlm_vision":
+            return _SMOLVLM_DEFAULTS[key]
+        raise KeyError(f"vision_config.{key}")
+
+    return get
+
+
+def _smolvlm_force(hf: str, gguf: str, outtype: str) -> str | None:
+    if ".embeddings." in hf:
+        return "F32"
+    return _base_force(hf, gguf, outtype)
+
+
+def _longest_edge(v: dict) -> int:
+    """The image processor's ``size.longest_edge``, else the tower's image size."""
+    size = v[PREPROCESSOR].get("size")
+    edge = size.get("longest_edge") if isinstance(size, dict) else None
+    return v["image_size"] if edge is None else edge
+
+
+# SmolVLMModel (Idefics3 and SmolVLM: a SigLIP tower, pixel shuffle by scale_factor and
+# one linear projection, mm.model.fc)
+SMOLVLM_VISION = Projector(
+    hf_archs=("Idefics3ForConditionalGeneration", "SmolVLMForConditionalGeneration"),
+    keep=(_IDF, "model.connector."),
+    force=_smolvlm_force,
+    required=(("image_size",), ("patch_size",), BLOCK_KEYS),
+    entry=Arch(
+        hf_archs=("Idefics3ForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *replace_rows(
+                BASE_ROWS,
+                vision__embedding_length=m(
+                    "vision.embedding_length", value=_smolvlm_param("hidden_size")
+                ),
+                vision__feed_forward_length=m(
+                    "vision.feed_forward_length", value=_smolvlm_param("intermediate_size")
+                ),
+                vision__attention__head_count=m(
+                    "vision.attention.head_count", value=_smolvlm_param("num_attention_heads")
+                ),
+            ),
+            _const("projector_type", "idefics3", VT.STRING),
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "layer_norm_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v.get("layer_norm_eps", 1e-5),
+            ),
+            m(
+                "vision.projector.scale_factor",
+                "scale_factor",
+                value=lambda v: v[GLOBAL].get("scale_factor", 2),
+            ),
+            _const("use_gelu", True, VT.BOOL),
+            m("vision.preproc_image_size", PREPROCESSOR, value=_longest_edge),
+        ],
+        names=_wb(
+            [
+                (_IDF + "embeddings.patch_embedding", "v.patch_embd"),
+                (_IDF + "embeddings.position_embedding", "v.position_embd"),
+                (_IDF + "post_layernorm", "v.post_ln"),
+                (_IDF_LAYER + "self_attn.q_proj", _VBLK + "attn_q"),
+                (_IDF_LAYER + "self_attn.k_proj", _VBLK + "attn_k"),
+                (_IDF_LAYER + "self_attn.v_proj", _VBLK + "attn_v"),
+                (_IDF_LAYER + "self_attn.out_proj", _VBLK + "attn_out"),
+                (_IDF_LAYER + "layer_norm1", _VBLK + "ln1"),
+                (_IDF_LAYER + "layer_norm2", _VBLK + "ln2"),
+                (_IDF_LAYER + "mlp.fc1", _VBLK + "ffn_up"),
+                (_IDF_LAYER + "mlp.fc2", _VBLK + "ffn_down"),
+                ("model.connector.modality_projection.proj", "mm.model.fc"),
+            ]
+        ),
+        required=(),
+    ),
+)
+
+# --------------------------------------------------------------------------- LFM2-VL
+
+_LFM2_TOWER = "vision_tower.vision_model."
+#: LFM2VLModel reshapes the patch embedding as 16 x 16 x 3 pixels, whatever the config
+_LFM2_PATCH = 16
+
+
+def _lfm2_patch_size(v: dict) -> int:
+    if v["patch_size"] != _LFM2_PATCH:
+        raise ValueError(f"patch_size {v['patch_size']}: llama.cpp's LFM2-VL reads 16")
+    return v["patch_size"]
+
+
+def _lfm2_blocks(v: dict) -> int:
+    """The tower layers up to ``vision_feature_layer`` (Python's notation: -1 the last)."""
+    drop = -(v[GLOBAL].get("vision_feature_layer", -1) + 1)
+    return next(v[k] for k in BLOCK_KEYS if k in v) - drop
+
+
+def _patch_to_conv(x, v, ctx):
+    # [n_embd, p * p * 3] (patch pixels channel-last) -> a Conv2d kernel [n_embd, 3, p, p]
+    return x.reshape(x.shape[0], _LFM2_PATCH, _LFM2_PATCH, 3).transpose(0, 3, 1, 2)
+
+
+# LFM2VLModel: a SigLIP2 (NaFlex) tower whose patch embedding is a linear layer over
+# channel-last pixels, written as a Conv2d kernel; pixel unshuffle by downsample_factor,
+# then LayerNorm and a 2-layer GELU MLP.  The image size is not in the config: 256, as
+# the reference sets it
+LFM2VL_VISION = Projector(
+    hf_archs=("Lfm2VlForConditionalGeneration",),
+    keep=(
+        "model.vision_tower.",
+        "model.multi_modal_projector.",
+        "vision_tower.",
+        "multi_modal_projector.",
+    ),
+    rename=lambda name: name.removeprefix("model."),
+    force=_base_force,
+    required=(*(k for k in BASE_REQUIRED if k != ("image_size",)), ("layer_norm_eps",)),
+    entry=Arch(
+        hf_archs=("Lfm2VlForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *replace_rows(
+                BASE_ROWS,
+                vision__image_size=_const("vision.image_size", 256, VT.UINT32),
+                vision__patch_size=m("vision.patch_size", "patch_size", value=_lfm2_patch_size),
+                # the reference writes the count twice, the second (in place) this one
+                vision__block_count=m("vision.block_count", *BLOCK_KEYS, value=_lfm2_blocks),
+            ),
+            _const("projector_type", "lfm2", VT.STRING),
+            m("vision.attention.layer_norm_epsilon", "layer_norm_eps", t=VT.FLOAT32),
+            m(
+                "vision.projector.scale_factor",
+                "downsample_factor",
+                value=lambda v: v[GLOBAL].get("downsample_factor", 2),
+            ),
+            _const("use_gelu", True, VT.BOOL),
+        ],
+        names=_wb(
+            [
+                (_LFM2_TOWER + "embeddings.patch_embedding", "v.patch_embd"),
+                (_LFM2_TOWER + "embeddings.position_embedding", "v.position_embd"),
+                (_LFM2_TOWER + "post_layernorm", "v.post_ln"),
+                (_LFM2_TOWER + "encoder.layers.{bid}.self_attn.q_proj", _VBLK + "attn_q"),
+                (_LFM2_TOWER + "encoder.layers.{bid}.self_attn.k_proj", _VBLK + "attn_k"),
+                (_LFM2_TOWER + "encoder.layers.{bid}.self_attn.v_proj", _VBLK + "attn_v"),
+                (_LFM2_TOWER + "encoder.layers.{bid}.self_attn.out_proj", _VBLK + "attn_out"),
+                (_LFM2_TOWER + "encoder.layers.{bid}.layer_norm1", _VBLK + "ln1"),
+                (_LFM2_TOWER + "encoder.layers.{bid}.layer_norm2", _VBLK + "ln2"),
+                (_LFM2_TOWER + "encoder.layers.{bid}.mlp.fc1", _VBLK + "ffn_up"),
+                (_LFM2_TOWER + "encoder.layers.{bid}.mlp.fc2", _VBLK + "ffn_down"),
+                ("multi_modal_projector.layer_norm", "mm.input_norm"),
+                ("multi_modal_projector.linear_1", "mm.1"),
+                ("multi_modal_projector.linear_2", "mm.2"),
+            ]
+        ),
+        transforms=[
+            Transform(
+                "lfm2_patch_to_conv",
+                r"embeddings\.patch_embedding\.weight$",
+                _patch_to_conv,
+                lambda x, v, ctx: x.transpose(0, 2, 3, 1).reshape(x.shape[0], -1),
+                shape=lambda s, v, ctx: (s[0], 3, _LFM2_PATCH, _LFM2_PATCH),
+                inverse_shape=lambda s, v, ctx: (s[0], s[1] * s[2] * s[3]),
+            ),
+        ],
+        required=(),
+    ),
+)
+
+# --------------------------------------------------------------------------- Llama 4
+
+_L4 = "vision_model."
+_L4_LAYER = _L4 + "model.layers.{bid}."
+
+
+def _llama4_gelu(v: dict) -> bool:
+    if v.get("hidden_act") != "gelu":  # the reference asserts it
+        raise ValueError(f"hidden_act {v.get('hidden_act')!r}: llama.cpp's Llama 4 tower is GELU")
+    return True
+
+
+# Llama4VisionModel: a ViT over unfolded patches (a linear patch embedding, kept 2-D), a
+# class embedding, 2-D RoPE computed at run time, pixel shuffle and a 2-layer MLP
+# adapter (mm.model.mlp.*), then one linear projection (multi_modal_projector.linear_1,
+# mm.model.fc despite its number).  One deliberate difference from the pinned
+# converter: its gguf-py also maps ``vision_model.model.layers.{bid}.
+# post_attention_layernorm`` for Gemma 4 (``attn_post_norm``), and that later entry
+# wins, so its file has no ``ln2``: llama.cpp's ViT graph then normalises the attention
+# output and not the FFN input, and its image embeddings are wrong.  Ours names the
+# norm ``ln2`` (what the converter wrote before Gemma 4's mapping): same tensors, types
+# and data under that name
+LLAMA4_VISION = Projector(
+    hf_archs=("Llama4ForConditionalGeneration",),
+    keep=(_L4, "multi_modal_projector."),
+    # the position table is a bare parameter: read as a .weight, as the reference does
+    rename=lambda name: name + ".weight" if name.endswith("positional_embedding_vlm") else name,
+    force=_base_force,
+    required=(*BASE_REQUIRED, ("norm_eps",), ("pixel_shuffle_ratio",)),
+    entry=Arch(
+        hf_archs=("Llama4ForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *BASE_ROWS,
+            _const("projector_type", "llama4", VT.STRING),
+            m("vision.attention.layer_norm_epsilon", "norm_eps", t=VT.FLOAT32),
+            m(
+                "vision.projector.scale_factor",
+                "pixel_shuffle_ratio",
+                value=lambda v: int(1.0 / v["pixel_shuffle_ratio"]),
+            ),
+            MetaKey("use_gelu", ("hidden_act",), VT.BOOL, _llama4_gelu),
+        ],
+        names=[
+            NameRule(_L4 + "class_embedding", "v.class_embd"),
+            NameRule("multi_modal_projector.linear_1.weight", "mm.model.fc.weight"),
+            *_wb(
+                [
+                    (_L4 + "patch_embedding.linear", "v.patch_embd"),
+                    (_L4 + "positional_embedding_vlm", "v.position_embd"),
+                    (_L4 + "layernorm_pre", "v.pre_ln"),
+                    (_L4 + "layernorm_post", "v.post_ln"),
+                    (_L4_LAYER + "self_attn.q_proj", _VBLK + "attn_q"),
+                    (_L4_LAYER + "self_attn.k_proj", _VBLK + "attn_k"),
+                    (_L4_LAYER + "self_attn.v_proj", _VBLK + "attn_v"),
+                    (_L4_LAYER + "self_attn.o_proj", _VBLK + "attn_out"),
+                    (_L4_LAYER + "input_layernorm", _VBLK + "ln1"),
+                    # the pre-FFN norm: ln2, which llama.cpp's ViT graph reads there (the
+                    # pinned gguf-py maps the name to Gemma 4's attn_post_norm: see
+                    # LLAMA4_VISION)
+                    (_L4_LAYER + "post_attention_layernorm", _VBLK + "ln2"),
+                    (_L4_LAYER + "mlp.fc1", _VBLK + "ffn_up"),
+                    (_L4_LAYER + "mlp.fc2", _VBLK + "ffn_down"),
+                    (_L4 + "vision_adapter.mlp.fc1", "mm.model.mlp.1"),
+                    (_L4 + "vision_adapter.mlp.fc2", "mm.model.mlp.2"),
+                ]
+            ),
+        ],
+        required=(),
+    ),
+)
+
 #: every projector entry
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
 PROJECTORS += (QWEN3VL_VISION,)
+PROJECTORS += (QWEN2VL_VISION,)
+PROJECTORS += (SMOLVLM_VISION,)
+PROJECTORS += (LFM2VL_VISION,)
+PROJECTORS += (LLAMA4_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
