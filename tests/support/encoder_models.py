@@ -189,3 +189,42 @@ def nomic_bert_moe(folder: Path, *, seed: int = 36) -> Path:
                   p + "mlp.experts.bias": np.zeros(n_embd, np.float32)}  # fmt: skip
     save_file(t, folder / "model.safetensors", metadata={"format": "pt"})
     return folder
+
+
+def roberta(folder: Path, *, seed: int = 37) -> Path:
+    """A tiny RobertaModel: llama.cpp's GPT-2 byte-level BPE as tokenizer.json, RoBERTa's
+    padding id 1 (positions start at 2), mean pooling."""
+    from transformers import RobertaConfig, RobertaModel
+
+    from .hf_models import _bpe_tokenizer
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    _mean_pooling(folder, 64)
+    cfg = RobertaConfig(
+        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, max_position_embeddings=66, type_vocab_size=1, pad_token_id=1,
+        bos_token_id=50256, eos_token_id=50256,
+    )  # fmt: skip
+    model = RobertaModel(cfg, add_pooling_layer=False)
+    _random_init(model, seed)
+    return _save(model, folder, "float32")
+
+
+def distilbert(folder: Path, *, masked_lm: bool = False, seed: int = 38) -> Path:
+    """A tiny DistilBertModel (or DistilBertForMaskedLM: ``distilbert.`` prefix, ``vocab_*``
+    head) with MiniLM's WordPiece tokenizer, mean pooling."""
+    import shutil
+
+    from transformers import DistilBertConfig, DistilBertForMaskedLM, DistilBertModel
+
+    from .hf_models import minilm_dir
+
+    src = minilm_dir()
+    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+        shutil.copy(src / f, folder / f)
+    _mean_pooling(folder, 64)
+    cfg = DistilBertConfig(vocab_size=30522, dim=64, hidden_dim=128, n_layers=2, n_heads=4,
+                           max_position_embeddings=128)  # fmt: skip
+    model = (DistilBertForMaskedLM if masked_lm else DistilBertModel)(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, "float32")

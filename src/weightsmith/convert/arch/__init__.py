@@ -30,7 +30,7 @@ in both directions (the data model is :mod:`._model`):
   (and written back to) the module folders;
 * ``tokenizer`` -- the vocabulary route of :mod:`weightsmith.convert.tokenizer`
   (``{"vocab": "llama" | "gpt2" | "spm_or_gpt2" | "gemma" | "gemma4" | "phi3" | "bert" | "t5" |
-  "glm"}``);
+  "glm" | "roberta" | ...}``);
 * ``model_types`` / ``hf_config`` -- what GGUF -> HF adds to ``config.json``;
   ``hf_wrap`` reshapes the finished ``config.json`` (a Gemma 4 assistant's text fields
   go under ``text_config``).
@@ -82,7 +82,15 @@ from ._model import (
     layer_of,
     rope_parameters,
 )
-from .bert import BERT, MODERNBERT, NOMIC_BERT, NOMIC_BERT_MOE, XLMROBERTA
+from .bert import (
+    BERT,
+    DISTILBERT,
+    MODERNBERT,
+    NOMIC_BERT,
+    NOMIC_BERT_MOE,
+    ROBERTA,
+    XLMROBERTA,
+)
 from .deepseek import DEEPSEEK2
 from .embeddinggemma import GEMMA_EMBEDDING
 from .falcon_h1 import FALCON_H1
@@ -195,6 +203,8 @@ ENTRIES: tuple[Arch, ...] = (
     # encoders (embedding models) and encoder-decoders
     BERT,
     XLMROBERTA,
+    ROBERTA,
+    DISTILBERT,
     MODERNBERT,
     NOMIC_BERT,
     T5,

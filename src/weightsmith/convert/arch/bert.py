@@ -14,7 +14,9 @@ start after the padding id; llama.cpp counts from 0) and the context length as m
 its vocabulary is the Unigram ``sentencepiece.bpe.model`` in fairseq's id order
 (route ``xlmroberta``).  Both share ``general.architecture = bert``: GGUF -> HF
 rebuilds an XLM-RoBERTa when the vocabulary is Unigram (``tokenizer.ggml.model = t5``),
-else a BERT.
+else a BERT.  RoBERTa (``RobertaModel``) cuts its positions the same way, with a
+byte-level BPE vocabulary (``tokenizer.ggml.model = gpt2``, which GGUF -> HF maps back
+to RoBERTa).  DistilBERT is BERT's graph under other tensor names, without token types.
 
 nomic-bert (``NomicBertModel``, remote code: dense SwiGLU with a fused ``Wqkv`` and
 RoPE) and ModernBERT (``modern-bert``: fused ``Wqkv``, GeGLU, alternating local and
@@ -154,6 +156,71 @@ XLMROBERTA = Arch(
     tokenizer={"vocab": "xlmroberta", "ggml": "t5"},
     model_types={"XLMRobertaModel": "xlm-roberta"},
     hf_config=_xlmr_hf_config,
+)
+
+
+#: RoBERTa (``RobertaModel``): XLM-RoBERTa's tensors and position cut, but the reference's
+#: own class: a byte-level BPE ``tokenizer.json`` (route ``roberta``: GPT-2's vocabulary
+#: and the token-type count), no LoRA renames
+ROBERTA = Arch(
+    hf_archs=("RobertaModel",),
+    gguf_arch="bert",
+    meta=XLMROBERTA.meta,
+    names=BERT_NAMES,
+    transforms=[ROBERTA_POSITIONS],
+    skip=BERT.skip,
+    renames=((r"^roberta\.", ""), *BERT.renames),
+    # RobertaConfig's defaults
+    defaults={**XLMROBERTA.defaults, "vocab_size": 50265},
+    pooling=True,
+    tokenizer={"vocab": "roberta", "ggml": "gpt2"},
+    model_types={"RobertaModel": "roberta"},
+    hf_config=_xlmr_hf_config,
+)
+
+
+_DL = "transformer.layer.{bid}."
+
+#: DistilBERT (``DistilBertModel`` / ``DistilBertForMaskedLM``): BERT's graph under other
+#: names, no token types; the reference writes ``layer_norm_epsilon`` 1e-12 first (the
+#: config has no such field) and drops the ``distilbert.`` prefix and the MLM head
+#: (``vocab_*``)
+DISTILBERT = Arch(
+    hf_archs=("DistilBertModel", "DistilBertForMaskedLM"),
+    gguf_arch="bert",
+    meta=[
+        m("attention.layer_norm_epsilon", "_eps", t=VT.FLOAT32, value=lambda c: 1e-12),
+        *COMMON,
+        *ENCODER_ROWS,
+    ],
+    names=[
+        *BERT_NAMES[:2],
+        *_wb("embeddings.LayerNorm", "token_embd_norm"),
+        *_wb(_DL + "attention.q_lin", _B + "attn_q"),
+        *_wb(_DL + "attention.k_lin", _B + "attn_k"),
+        *_wb(_DL + "attention.v_lin", _B + "attn_v"),
+        *_wb(_DL + "attention.out_lin", _B + "attn_output"),
+        *_wb(_DL + "sa_layer_norm", _B + "attn_output_norm"),
+        *_wb(_DL + "ffn.lin1", _B + "ffn_up"),
+        *_wb(_DL + "ffn.lin2", _B + "ffn_down"),
+        *_wb(_DL + "output_layer_norm", _B + "layer_output_norm"),
+    ],
+    skip=(*BERT.skip, r"^vocab_"),
+    renames=((r"^distilbert\.", ""), *BERT.renames),
+    required=("dim", "n_layers", "n_heads", "hidden_dim", "vocab_size"),
+    # DistilBertConfig's defaults
+    defaults={
+        "vocab_size": 30522,
+        "dim": 768,
+        "n_layers": 6,
+        "n_heads": 12,
+        "hidden_dim": 3072,
+        "max_position_embeddings": 512,
+        "pad_token_id": 0,
+    },
+    pooling=True,
+    tokenizer={"vocab": "bert"},
+    model_types={"DistilBertModel": "distilbert", "DistilBertForMaskedLM": "distilbert"},
 )
 
 

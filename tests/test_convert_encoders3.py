@@ -1,0 +1,138 @@
+"""RoBERTa and DistilBERT against llama.cpp (the reference's conversion/bert.py classes).
+
+* HF -> GGUF byte-identical to the pinned ``convert_hf_to_gguf.py`` at f32 / f16 / bf16 /
+  q8_0 (RoBERTa: the ``pad_token_id + 1`` position rows cut, GPT-2's byte-level BPE from
+  tokenizer.json; DistilBERT: its own tensor names, no token types, the MLM head and
+  ``distilbert.`` prefix of ``DistilBertForMaskedLM`` dropped);
+* llama-cpp-python (``embedding=True``) embeds with our file exactly as with the
+  reference's, and as transformers' model (mean pooling) on the same token ids;
+* GGUF -> HF (RoBERTa): transformers loads the folder with the same hidden states and
+  the tokenizer tokenizes as the original.
+
+All reference conversions run in one subprocess.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from support.encoder_models import distilbert, roberta
+from test_convert_archs import _same_file
+from test_convert_encoders_more import _run_reference
+from weightsmith.convert import gguf_to_hf, hf_to_gguf
+
+TYPES = ["f32", "f16", "bf16", "q8_0"]
+FILES = [(a, t) for a in ("roberta", "distilbert") for t in TYPES] + [("distilbert_mlm", "f32")]
+# no '"' (GPT-2's id 1, RoBERTa's padding id here: transformers would count it as padding)
+TEXT = "The quick brown fox jumps over the lazy dog, again and again and again."
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("encoders3")
+    builders = {
+        "roberta": roberta,
+        "distilbert": distilbert,
+        "distilbert_mlm": lambda p: distilbert(p, masked_lm=True),
+    }
+    models = {}
+    for name, build in builders.items():
+        (root / "models" / name).mkdir(parents=True)
+        models[name] = build(root / "models" / name)
+    ref, ours = root / "ref", root / "ours"
+    ref.mkdir()
+    ours.mkdir()
+    _run_reference([(str(models[a]), str(ref / f"{a}-{t}.gguf"), t, []) for a, t in FILES])
+    for a, t in FILES:
+        hf_to_gguf(models[a], ours / f"{a}-{t}.gguf", t)
+    return {"models": models, "ref": ref, "ours": ours}
+
+
+@pytest.mark.parametrize(("arch", "t"), FILES)
+def test_same_as_reference(work, arch, t):
+    _same_file(work["ours"] / f"{arch}-{t}.gguf", work["ref"] / f"{arch}-{t}.gguf")
+
+
+def test_metadata_is_real(work):
+    """Guard against a vacuous pass: the cut positions, the vocabularies, DistilBERT's
+    epsilon and missing token types."""
+    from weightsmith.gguf import read
+
+    with read(work["ours"] / "roberta-f16.gguf") as f:
+        md = f.metadata
+        assert md["general.architecture"] == "bert" and md["bert.pooling_type"] == 1
+        assert md["bert.context_length"] == 64  # 66 - (pad 1 + 1)
+        assert f.tensor("position_embd.weight").shape == (64, 64)
+        assert md["tokenizer.ggml.model"] == "gpt2" and md["tokenizer.ggml.token_type_count"] == 1
+        assert len(md["tokenizer.ggml.merges"]) > 1000
+    for name in ("distilbert-q8_0.gguf", "distilbert_mlm-f32.gguf"):
+        with read(work["ours"] / name) as f:
+            md = f.metadata
+            assert md["bert.attention.layer_norm_epsilon"] == pytest.approx(1e-12)
+            assert md["bert.block_count"] == 2 and md["bert.feed_forward_length"] == 128
+            assert md["tokenizer.ggml.model"] == "bert"
+            names = [t.name for t in f.tensors]
+            assert "token_types.weight" not in names and len(names) == 4 + 2 * 16
+            assert not any(n.startswith(("vocab_", "distilbert")) for n in names)
+
+
+def _llama_embed(path: Path) -> tuple[list[int], np.ndarray]:
+    import llama_cpp
+
+    llm = llama_cpp.Llama(model_path=str(path), embedding=True, n_ctx=64, n_threads=2,
+                          verbose=False)  # fmt: skip
+    try:
+        ids = llm.tokenize(TEXT.encode(), add_bos=True, special=False)
+        return ids, np.array(llm.embed(TEXT, normalize=False), dtype=np.float32)
+    finally:
+        llm.close()
+
+
+def _hf_mean(folder: Path, ids: list[int]) -> np.ndarray:
+    import torch
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(folder, dtype=torch.float32).eval()
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([ids])).last_hidden_state[0].mean(0).numpy()
+
+
+@pytest.mark.parametrize("arch", ["roberta", "distilbert", "distilbert_mlm"])
+def test_embeddings_in_llama_cpp(work, arch):
+    """Ours embeds as the reference's file, bit for bit, and as transformers on the same
+    ids (RoBERTa counts positions from pad + 1, llama.cpp from 0 on the cut table)."""
+    ids, got = _llama_embed(work["ours"] / f"{arch}-f32.gguf")
+    ids_ref, ref = _llama_embed(work["ref"] / f"{arch}-f32.gguf")
+    assert ids == ids_ref and len(ids) > 10
+    np.testing.assert_array_equal(got, ref)
+    if arch.startswith("distilbert"):
+        assert ids[0] == 101 and ids[-1] == 102  # [CLS] ... [SEP]
+    want = _hf_mean(work["models"][arch], ids)
+    assert np.abs(got - want).max() <= 1e-3 * np.abs(want).max()
+
+
+def test_roberta_round_trip(work, tmp_path):
+    """GGUF (f32) -> HF: every tensor back (the position rows before pad + 1, never looked
+    up, as zeros), the same hidden states, the same tokens."""
+    import torch
+    from safetensors.numpy import load_file
+    from transformers import AutoModel, AutoTokenizer
+
+    src, back = work["models"]["roberta"], tmp_path / "back"
+    gguf_to_hf(work["ours"] / "roberta-f32.gguf", back, dtype="f32")
+    orig, got = load_file(src / "model.safetensors"), load_file(back / "model.safetensors")
+    assert sorted(got) == sorted(orig)
+    pos = "embeddings.position_embeddings.weight"
+    assert not got[pos][:2].any()
+    got[pos][:2] = orig[pos][:2]
+    for k, v in orig.items():
+        np.testing.assert_array_equal(got[k], v, err_msg=k)
+    assert AutoTokenizer.from_pretrained(back)(TEXT) == AutoTokenizer.from_pretrained(src)(TEXT)
+    x = torch.tensor([AutoTokenizer.from_pretrained(src)(TEXT)["input_ids"]])
+    with torch.no_grad():
+        a = AutoModel.from_pretrained(src).eval()(input_ids=x).last_hidden_state
+        b = AutoModel.from_pretrained(back).eval()(input_ids=x).last_hidden_state
+    np.testing.assert_array_equal(b.numpy(), a.numpy())
