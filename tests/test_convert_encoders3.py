@@ -6,8 +6,9 @@
   ``distilbert.`` prefix of ``DistilBertForMaskedLM`` dropped);
 * llama-cpp-python (``embedding=True``) embeds with our file exactly as with the
   reference's, and as transformers' model (mean pooling) on the same token ids;
-* GGUF -> HF (RoBERTa): transformers loads the folder with the same hidden states and
-  the tokenizer tokenizes as the original.
+* GGUF -> HF: transformers loads the folder (RoBERTa; DistilBERT, told from BERT by
+  its missing token types) with the same hidden states and the tokenizer tokenizes as
+  the original.
 
 All reference conversions run in one subprocess.
 """
@@ -114,20 +115,30 @@ def test_embeddings_in_llama_cpp(work, arch):
     assert np.abs(got - want).max() <= 1e-3 * np.abs(want).max()
 
 
-def test_roberta_round_trip(work, tmp_path):
-    """GGUF (f32) -> HF: every tensor back (the position rows before pad + 1, never looked
-    up, as zeros), the same hidden states, the same tokens."""
+@pytest.mark.parametrize("arch", ["roberta", "distilbert_mlm"])
+def test_round_trip(work, arch, tmp_path):
+    """GGUF (f32) -> HF: every tensor llama.cpp keeps comes back (RoBERTa's position rows
+    before pad + 1, never looked up, as zeros; DistilBERT as a DistilBertModel, not a
+    BertModel with invented token types), the same hidden states, the same tokens."""
+    import json
+
     import torch
     from safetensors.numpy import load_file
     from transformers import AutoModel, AutoTokenizer
 
-    src, back = work["models"]["roberta"], tmp_path / "back"
-    gguf_to_hf(work["ours"] / "roberta-f32.gguf", back, dtype="f32")
+    src, back = work["models"][arch], tmp_path / "back"
+    gguf_to_hf(work["ours"] / f"{arch}-f32.gguf", back, dtype="f32")
     orig, got = load_file(src / "model.safetensors"), load_file(back / "model.safetensors")
+    if arch == "distilbert_mlm":  # the embedding model: no MLM head, no prefix
+        orig = {k[11:]: v for k, v in orig.items() if k.startswith("distilbert.")}
+        assert json.loads((back / "config.json").read_text())["architectures"] == [
+            "DistilBertModel"
+        ]
     assert sorted(got) == sorted(orig)
     pos = "embeddings.position_embeddings.weight"
-    assert not got[pos][:2].any()
-    got[pos][:2] = orig[pos][:2]
+    if arch == "roberta":
+        assert not got[pos][:2].any()
+        got[pos][:2] = orig[pos][:2]
     for k, v in orig.items():
         np.testing.assert_array_equal(got[k], v, err_msg=k)
     assert AutoTokenizer.from_pretrained(back)(TEXT) == AutoTokenizer.from_pretrained(src)(TEXT)

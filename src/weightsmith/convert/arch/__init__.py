@@ -273,17 +273,30 @@ def lookup(hf_arch: str, cfg: dict | None = None) -> Arch | None:
 
 
 def by_gguf_arch(
-    name: str, ggml_vocab: str | None = None, metadata: Mapping[str, Any] | None = None
+    name: str,
+    ggml_vocab: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    tensor_names: set[str] | None = None,
 ) -> Arch | None:
     """The entry for a ``general.architecture`` value (for the GGUF -> HF direction).
 
     With the file's ``metadata``, a :data:`GGUF_VARIANTS` entry whose test holds wins.
-    Other entries sharing one (BERT and XLM-RoBERTa are both ``bert``) differ by
-    vocabulary: the one whose tokenizer route writes ``tokenizer.ggml.model =
+    A ``bert`` file with a WordPiece vocabulary and no ``token_types.weight`` (given
+    ``tensor_names``) is a DistilBERT: a BertModel would invent random segment embeddings
+    for it.  Other entries sharing one (BERT, XLM-RoBERTa, RoBERTa are all ``bert``)
+    differ by vocabulary: the one whose tokenizer route writes ``tokenizer.ggml.model =
     ggml_vocab`` (``tokenizer["ggml"]``) wins, else the first."""
     for test, entry in GGUF_VARIANTS.get(name, []) if metadata is not None else []:
         if test(metadata):
             return entry
+    if (
+        name == "bert"
+        and ggml_vocab in (None, "bert")
+        and tensor_names is not None
+        and "token_embd.weight" in tensor_names
+        and "token_types.weight" not in tensor_names
+    ):
+        return DISTILBERT
     same = [
         a for a in ENTRIES if a.gguf_arch == name and all(a is not v for v in _GGUF_VARIANT_ENTRIES)
     ]

@@ -190,7 +190,13 @@ DISTILBERT = Arch(
     gguf_arch="bert",
     meta=[
         m("attention.layer_norm_epsilon", "_eps", t=VT.FLOAT32, value=lambda c: 1e-12),
-        *COMMON,
+        # TextModel's rows, under DistilBertConfig's names (GGUF -> HF writes these)
+        m("block_count", "n_layers"),
+        COMMON[1],
+        m("embedding_length", "dim"),
+        m("feed_forward_length", "hidden_dim"),
+        m("attention.head_count", "n_heads"),
+        *COMMON[5:],
         *ENCODER_ROWS,
     ],
     names=[
