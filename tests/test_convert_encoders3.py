@@ -1,4 +1,5 @@
-"""RoBERTa and DistilBERT against llama.cpp (the reference's conversion/bert.py classes).
+"""RoBERTa, DistilBERT and the RoBERTa-family rerankers against llama.cpp (the
+reference's conversion/bert.py classes).
 
 * HF -> GGUF byte-identical to the pinned ``convert_hf_to_gguf.py`` at f32 / f16 / bf16 /
   q8_0 (RoBERTa: the ``pad_token_id + 1`` position rows cut, GPT-2's byte-level BPE from
@@ -6,6 +7,9 @@
   ``distilbert.`` prefix of ``DistilBertForMaskedLM`` dropped);
 * llama-cpp-python (``embedding=True``) embeds with our file exactly as with the
   reference's, and as transformers' model (mean pooling) on the same token ids;
+* rerankers (``XLMRobertaForSequenceClassification`` as bge-reranker,
+  ``RobertaForSequenceClassification``): the head as ``cls`` / ``cls.output`` and the
+  labels; llama-cpp-python's RANK pooling scores as transformers' logit;
 * GGUF -> HF: transformers loads the folder (RoBERTa; DistilBERT, told from BERT by
   its missing token types) with the same hidden states and the tokenizer tokenizes as
   the original.
@@ -20,13 +24,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support.encoder_models import distilbert, roberta
+from support.encoder_models import distilbert, reranker, roberta
 from test_convert_archs import _same_file
 from test_convert_encoders_more import _run_reference
 from weightsmith.convert import gguf_to_hf, hf_to_gguf
 
 TYPES = ["f32", "f16", "bf16", "q8_0"]
 FILES = [(a, t) for a in ("roberta", "distilbert") for t in TYPES] + [("distilbert_mlm", "f32")]
+RERANKERS = ["rerank_xlmr", "rerank_roberta"]
+FILES += [(a, t) for a in RERANKERS for t in ("f32", "q8_0")]
 # no '"' (GPT-2's id 1, RoBERTa's padding id here: transformers would count it as padding)
 TEXT = "The quick brown fox jumps over the lazy dog, again and again and again."
 
@@ -38,6 +44,8 @@ def work(tmp_path_factory) -> dict:
         "roberta": roberta,
         "distilbert": distilbert,
         "distilbert_mlm": lambda p: distilbert(p, masked_lm=True),
+        "rerank_xlmr": lambda p: reranker(p, "xlmroberta"),
+        "rerank_roberta": lambda p: reranker(p, "roberta"),
     }
     models = {}
     for name, build in builders.items():
@@ -78,6 +86,53 @@ def test_metadata_is_real(work):
             names = [t.name for t in f.tensors]
             assert "token_types.weight" not in names and len(names) == 4 + 2 * 16
             assert not any(n.startswith(("vocab_", "distilbert")) for n in names)
+
+
+def test_reranker_head_is_written(work):
+    """The classification head as llama.cpp's ``cls`` / ``cls.output``, the one label; no
+    pooling type in the file (the reference writes none without modules.json: the caller
+    asks for RANK)."""
+    from weightsmith.gguf import read
+
+    for arch in RERANKERS:
+        with read(work["ours"] / f"{arch}-q8_0.gguf") as f:
+            md = f.metadata
+            assert md["bert.classifier.output_labels"] == ["LABEL_0"]
+            assert "bert.pooling_type" not in md
+            assert f.tensor("cls.weight").shape == (64, 64)
+            assert f.tensor("cls.output.weight").shape == (1, 64)
+            assert f.tensor("cls.output.bias").shape == (1,)
+
+
+def _llama_rank(path: Path) -> tuple[list[int], float]:
+    import llama_cpp
+
+    llm = llama_cpp.Llama(model_path=str(path), embedding=True, n_ctx=64, n_threads=2,
+                          pooling_type=llama_cpp.LLAMA_POOLING_TYPE_RANK,
+                          verbose=False)  # fmt: skip
+    try:
+        ids = llm.tokenize(TEXT.encode(), add_bos=True, special=False)
+        # RANK pooling leaves one score per label first (the rest of the row is unset)
+        return ids, float(llm.embed(TEXT, normalize=False)[0])
+    finally:
+        llm.close()
+
+
+@pytest.mark.parametrize("arch", RERANKERS)
+def test_reranker_score_in_llama_cpp(work, arch):
+    """llama.cpp's RANK score on our file is the reference file's, bit for bit, and
+    transformers' logit on the same ids (classifier.dense, tanh, out_proj on <s>)."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    ids, got = _llama_rank(work["ours"] / f"{arch}-f32.gguf")
+    assert (ids, got) == _llama_rank(work["ref"] / f"{arch}-f32.gguf")
+    model = AutoModelForSequenceClassification.from_pretrained(work["models"][arch]).eval()
+    with torch.no_grad():
+        want = float(model(input_ids=torch.tensor([ids])).logits[0, 0])
+    assert abs(got - want) <= 1e-3 * max(1.0, abs(want)), (got, want)
+    _, q8 = _llama_rank(work["ours"] / f"{arch}-q8_0.gguf")
+    assert abs(q8 - want) <= 0.05 * max(1.0, abs(want)), (q8, want)
 
 
 def _llama_embed(path: Path) -> tuple[list[int], np.ndarray]:

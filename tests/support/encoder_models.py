@@ -228,3 +228,29 @@ def distilbert(folder: Path, *, masked_lm: bool = False, seed: int = 38) -> Path
     model = (DistilBertForMaskedLM if masked_lm else DistilBertModel)(cfg)
     _random_init(model, seed)
     return _save(model, folder, "float32")
+
+
+def reranker(folder: Path, family: str, *, seed: int = 39) -> Path:
+    """A tiny cross-encoder (bge-reranker's layout: ``*ForSequenceClassification`` with one
+    label): ``family`` ``xlmroberta`` (Unigram sentencepiece.bpe.model) or ``roberta``
+    (GPT-2 BPE)."""
+    import transformers
+
+    from .hf_models import _bpe_tokenizer
+
+    if family == "xlmroberta":
+        vocab = train_unigram(folder, name="sentencepiece.bpe.model", ids=(-1, 2, 0, 1)) + 2
+        bos = eos = None
+        cls = "XLMRoberta"
+    else:
+        vocab, bos, cls = _bpe_tokenizer(folder, "gpt-2"), 50256, "Roberta"
+        eos = bos
+    cfg = getattr(transformers, cls + "Config")(
+        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, max_position_embeddings=66, type_vocab_size=1, pad_token_id=1,
+        bos_token_id=0 if bos is None else bos, eos_token_id=2 if eos is None else eos,
+        num_labels=1,
+    )  # fmt: skip
+    model = getattr(transformers, cls + "ForSequenceClassification")(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, "float32")

@@ -60,6 +60,28 @@ BERT_NAMES = [
     *_wb(_L + "output.LayerNorm", _B + "layer_output_norm"),
 ]
 
+
+def _output_labels(cfg: dict) -> list[str] | None:
+    """A classifier's labels in id order, as BertModel writes them: none for the two
+    ``LABEL_0`` / ``LABEL_1`` placeholders AutoConfig invents."""
+    labels = cfg.get("id2label")
+    if not isinstance(labels, dict) or not labels:
+        return None
+    labels = {int(k): v for k, v in labels.items()}
+    if len(labels) == 2 and labels.get(0) == "LABEL_0":
+        return None
+    return [v for _, v in sorted(labels.items())]
+
+
+#: a reranker's (``*ForSequenceClassification``) labels, after the pooling type
+CLASSIFIER_LABELS = m(
+    "classifier.output_labels", "_output_labels", t=VT.STRING, value=_output_labels
+)
+
+#: RoBERTa's classification head (``classifier.dense`` then ``classifier.out_proj``),
+#: llama.cpp's ``cls`` / ``cls.output`` (its RANK pooling applies them, with a tanh)
+ROBERTA_HEAD = [*_wb("classifier.dense", "cls"), *_wb("classifier.out_proj", "cls.output")]
+
 #: after TextModel's rows: BertModel.set_gguf_parameters
 ENCODER_ROWS = [
     m("attention.causal", "is_causal", t=VT.BOOL, value=lambda c: False),
@@ -138,10 +160,10 @@ def _xlmr_hf_config(cfg: dict, names: set[str]) -> dict:
 
 
 XLMROBERTA = Arch(
-    hf_archs=("XLMRobertaModel",),
+    hf_archs=("XLMRobertaModel", "XLMRobertaForSequenceClassification"),
     gguf_arch="bert",
-    meta=[COMMON[0], _ROBERTA_CTX, *COMMON[2:], *ENCODER_ROWS],
-    names=BERT_NAMES,
+    meta=[COMMON[0], _ROBERTA_CTX, *COMMON[2:], *ENCODER_ROWS, CLASSIFIER_LABELS],
+    names=[*BERT_NAMES, *ROBERTA_HEAD],
     transforms=[ROBERTA_POSITIONS],
     skip=BERT.skip,
     renames=(
@@ -163,10 +185,10 @@ XLMROBERTA = Arch(
 #: own class: a byte-level BPE ``tokenizer.json`` (route ``roberta``: GPT-2's vocabulary
 #: and the token-type count), no LoRA renames
 ROBERTA = Arch(
-    hf_archs=("RobertaModel",),
+    hf_archs=("RobertaModel", "RobertaForSequenceClassification"),
     gguf_arch="bert",
     meta=XLMROBERTA.meta,
-    names=BERT_NAMES,
+    names=XLMROBERTA.names,
     transforms=[ROBERTA_POSITIONS],
     skip=BERT.skip,
     renames=((r"^roberta\.", ""), *BERT.renames),
