@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support.encoder_models import distilbert, reranker, roberta
+from support.encoder_models import bert_reranker, distilbert, reranker, roberta
 from test_convert_archs import _same_file
 from test_convert_encoders_more import _run_reference
 from weightsmith.convert import gguf_to_hf, hf_to_gguf
@@ -33,6 +33,7 @@ TYPES = ["f32", "f16", "bf16", "q8_0"]
 FILES = [(a, t) for a in ("roberta", "distilbert") for t in TYPES] + [("distilbert_mlm", "f32")]
 RERANKERS = ["rerank_xlmr", "rerank_roberta"]
 FILES += [(a, t) for a in RERANKERS for t in ("f32", "q8_0")]
+FILES += [("rerank_bert", "f32"), ("rerank_bert2", "f32")]
 # no '"' (GPT-2's id 1, RoBERTa's padding id here: transformers would count it as padding)
 TEXT = "The quick brown fox jumps over the lazy dog, again and again and again."
 
@@ -46,6 +47,8 @@ def work(tmp_path_factory) -> dict:
         "distilbert_mlm": lambda p: distilbert(p, masked_lm=True),
         "rerank_xlmr": lambda p: reranker(p, "xlmroberta"),
         "rerank_roberta": lambda p: reranker(p, "roberta"),
+        "rerank_bert": bert_reranker,  # one label: the classifier is cls.output
+        "rerank_bert2": lambda p: bert_reranker(p, labels=2),  # placeholders: cls
     }
     models = {}
     for name, build in builders.items():
@@ -133,6 +136,37 @@ def test_reranker_score_in_llama_cpp(work, arch):
     assert abs(got - want) <= 1e-3 * max(1.0, abs(want)), (got, want)
     _, q8 = _llama_rank(work["ours"] / f"{arch}-q8_0.gguf")
     assert abs(q8 - want) <= 0.05 * max(1.0, abs(want)), (q8, want)
+
+
+def test_bert_reranker_as_the_reference_leaves_it(work):
+    """BertForSequenceClassification, pinned as the reference converts it: the pooler
+    (dense + tanh before the classifier) is dropped, so llama.cpp's RANK score is the
+    classifier on the [CLS] state alone, not transformers' logit; with AutoConfig's two
+    placeholder labels the classifier becomes ``cls`` and llama.cpp refuses the file."""
+    import llama_cpp
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    from weightsmith.gguf import read
+
+    with read(work["ours"] / "rerank_bert-f32.gguf") as f:
+        assert f.metadata["bert.classifier.output_labels"] == ["LABEL_0"]
+        assert "cls.weight" not in f and f.tensor("cls.output.weight").shape == (1, 64)
+    with read(work["ours"] / "rerank_bert2-f32.gguf") as f:
+        assert "bert.classifier.output_labels" not in f.metadata
+        assert f.tensor("cls.weight").shape == (2, 64) and "cls.output.weight" not in f
+    ids, got = _llama_rank(work["ours"] / "rerank_bert-f32.gguf")
+    assert (ids, got) == _llama_rank(work["ref"] / "rerank_bert-f32.gguf")
+    model = AutoModelForSequenceClassification.from_pretrained(work["models"]["rerank_bert"])
+    with torch.no_grad():
+        out = model.eval()(input_ids=torch.tensor([ids]), output_hidden_states=True)
+        no_pooler = float(model.classifier(out.hidden_states[-1][0, 0])[0])
+    assert abs(got - no_pooler) <= 1e-3 * max(1.0, abs(no_pooler)), (got, no_pooler)
+    assert abs(got - float(out.logits[0, 0])) > 0.05  # the pooler mattered
+    for where in ("ours", "ref"):
+        with pytest.raises(ValueError, match="Failed to load model"):
+            llama_cpp.Llama(model_path=str(work[where] / "rerank_bert2-f32.gguf"),
+                            embedding=True, verbose=False)  # fmt: skip
 
 
 def _llama_embed(path: Path) -> tuple[list[int], np.ndarray]:

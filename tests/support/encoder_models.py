@@ -254,3 +254,23 @@ def reranker(folder: Path, family: str, *, seed: int = 39) -> Path:
     model = getattr(transformers, cls + "ForSequenceClassification")(cfg)
     _random_init(model, seed)
     return _save(model, folder, "float32")
+
+
+def bert_reranker(folder: Path, *, labels: int = 1, seed: int = 40) -> Path:
+    """A tiny BertForSequenceClassification (ms-marco cross-encoders' layout: ``bert.``
+    prefix, pooler, one ``classifier`` layer) with MiniLM's WordPiece tokenizer."""
+    import shutil
+
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from .hf_models import minilm_dir
+
+    src = minilm_dir()
+    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+        shutil.copy(src / f, folder / f)
+    cfg = BertConfig(vocab_size=30522, hidden_size=64, intermediate_size=128,
+                     num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=128,
+                     num_labels=labels)  # fmt: skip
+    model = BertForSequenceClassification(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, "float32")

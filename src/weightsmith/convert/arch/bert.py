@@ -88,11 +88,26 @@ ENCODER_ROWS = [
     m("pooling_type", "_pooling_type", value=lambda c: c.get("_pooling_type")),
 ]
 
+
+def _bert_head(name: str, cfg: dict) -> str:
+    """BertForSequenceClassification's one ``classifier`` layer: the output projection
+    (``cls.output``) when the config names labels, else llama.cpp's ``cls``, as the
+    reference decides (it drops the pooler either way)."""
+    if name.startswith("classifier.") and _output_labels(cfg):
+        return "classifier.out_proj." + name.removeprefix("classifier.")
+    return name
+
+
 BERT = Arch(
-    hf_archs=("BertModel", "BertForMaskedLM"),
+    hf_archs=("BertModel", "BertForMaskedLM", "BertForSequenceClassification"),
     gguf_arch="bert",
-    meta=[*COMMON, *ENCODER_ROWS],
-    names=BERT_NAMES,
+    meta=[*COMMON, *ENCODER_ROWS, CLASSIFIER_LABELS],
+    names=[
+        *BERT_NAMES,
+        *_wb("classifier", "cls"),
+        *_wb("classifier.out_proj", "cls.output"),
+    ],
+    rename=(_bert_head, lambda name, cfg: name),
     skip=(
         r"^embeddings\.position_ids$",
         r"^pooler\.dense\.",
