@@ -9,7 +9,9 @@ reference's conversion/bert.py classes).
   reference's, and as transformers' model (mean pooling) on the same token ids;
 * rerankers (``XLMRobertaForSequenceClassification`` as bge-reranker,
   ``RobertaForSequenceClassification``): the head as ``cls`` / ``cls.output`` and the
-  labels; llama-cpp-python's RANK pooling scores as transformers' logit;
+  labels; llama-cpp-python's RANK pooling scores as transformers' logit.
+  ``BertForSequenceClassification`` is pinned as the reference leaves it (pooler
+  dropped), ``ModernBertForSequenceClassification`` checked by file and metadata only;
 * GGUF -> HF: transformers loads the folder (RoBERTa; DistilBERT, told from BERT by
   its missing token types) with the same hidden states and the tokenizer tokenizes as
   the original.
@@ -24,7 +26,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support.encoder_models import bert_reranker, distilbert, reranker, roberta
+from support.encoder_models import (
+    bert_reranker,
+    distilbert,
+    modernbert_reranker,
+    reranker,
+    roberta,
+)
 from test_convert_archs import _same_file
 from test_convert_encoders_more import _run_reference
 from weightsmith.convert import gguf_to_hf, hf_to_gguf
@@ -34,6 +42,7 @@ FILES = [(a, t) for a in ("roberta", "distilbert") for t in TYPES] + [("distilbe
 RERANKERS = ["rerank_xlmr", "rerank_roberta"]
 FILES += [(a, t) for a in RERANKERS for t in ("f32", "q8_0")]
 FILES += [("rerank_bert", "f32"), ("rerank_bert2", "f32")]
+FILES += [("rerank_modernbert", t) for t in ("f32", "q8_0")]
 # no '"' (GPT-2's id 1, RoBERTa's padding id here: transformers would count it as padding)
 TEXT = "The quick brown fox jumps over the lazy dog, again and again and again."
 
@@ -49,6 +58,7 @@ def work(tmp_path_factory) -> dict:
         "rerank_roberta": lambda p: reranker(p, "roberta"),
         "rerank_bert": bert_reranker,  # one label: the classifier is cls.output
         "rerank_bert2": lambda p: bert_reranker(p, labels=2),  # placeholders: cls
+        "rerank_modernbert": modernbert_reranker,
     }
     models = {}
     for name, build in builders.items():
@@ -105,6 +115,23 @@ def test_reranker_head_is_written(work):
             assert f.tensor("cls.weight").shape == (64, 64)
             assert f.tensor("cls.output.weight").shape == (1, 64)
             assert f.tensor("cls.output.bias").shape == (1,)
+
+
+def test_modernbert_reranker_head_is_written(work):
+    """ModernBertForSequenceClassification: head.dense / head.norm / classifier as
+    ``cls`` / ``cls.norm`` / ``cls.output``, CLS classifier pooling, the label.  The
+    pinned llama.cpp refuses ModernBERT files (test_convert_encoders.py pins that), so
+    no score is compared."""
+    from weightsmith.gguf import read
+
+    with read(work["ours"] / "rerank_modernbert-q8_0.gguf") as f:
+        md = f.metadata
+        assert md["general.architecture"] == "modern-bert"
+        assert md["modern-bert.classifier.pooling_type"] == 2
+        assert md["modern-bert.classifier.output_labels"] == ["LABEL_0"]
+        assert [t.name for t in f.tensors if t.name.startswith("cls")] == [
+            "cls.output.bias", "cls.output.weight", "cls.weight", "cls.norm.weight"
+        ]  # fmt: skip
 
 
 def _llama_rank(path: Path) -> tuple[list[int], float]:

@@ -274,3 +274,22 @@ def bert_reranker(folder: Path, *, labels: int = 1, seed: int = 40) -> Path:
     model = BertForSequenceClassification(cfg)
     _random_init(model, seed)
     return _save(model, folder, "float32")
+
+
+def modernbert_reranker(folder: Path, *, seed: int = 41) -> Path:
+    """A tiny ModernBertForSequenceClassification with one label (gte-reranker-modernbert's
+    layout: ``model.`` prefix, ``head.dense`` / ``head.norm``, ``classifier``)."""
+    from transformers import ModernBertConfig, ModernBertForSequenceClassification
+
+    from .hf_models import _bpe_tokenizer
+
+    vocab, eot = _bpe_tokenizer(folder, "gpt-2"), 50256
+    cfg = ModernBertConfig(
+        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+        num_attention_heads=4, max_position_embeddings=128, local_attention=16,
+        global_attn_every_n_layers=3, pad_token_id=eot, bos_token_id=eot, eos_token_id=eot,
+        cls_token_id=eot, sep_token_id=eot, num_labels=1,
+    )  # fmt: skip
+    model = ModernBertForSequenceClassification(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, "float32")

@@ -290,7 +290,7 @@ def _modernbert_hf_config(cfg: dict, names: set[str]) -> dict:
 
 
 MODERNBERT = Arch(
-    hf_archs=("ModernBertModel",),
+    hf_archs=("ModernBertModel", "ModernBertForSequenceClassification"),
     gguf_arch="modern-bert",
     meta=[
         *COMMON,
@@ -301,6 +301,7 @@ MODERNBERT = Arch(
             value=lambda c: _CLASSIFIER_POOLING.get(c.get("classifier_pooling")),
             inverse={v: k for k, v in _CLASSIFIER_POOLING.items()}.get,
         ),
+        CLASSIFIER_LABELS,
         m("attention.sliding_window", "local_attention"),
         m("attention.sliding_window_pattern", "global_attn_every_n_layers"),
         m("rope.scaling.type", "_rope_scaling", t=VT.STRING, value=lambda c: "none"),
@@ -317,8 +318,13 @@ MODERNBERT = Arch(
         *_wb(_MB + "mlp_norm", _B + "ffn_norm"),
         *_wb(_MB + "mlp.Wi", _B + "ffn_up"),
         *_wb(_MB + "mlp.Wo", _B + "ffn_down"),
+        # ModernBertForSequenceClassification's head: dense, norm, then the classifier
+        *_wb("head.dense", "cls"),
+        *_wb("head.norm", "cls.norm"),
+        *_wb("classifier.out_proj", "cls.output"),
     ],
     renames=((r"^model\.", ""),),
+    rename=(_bert_head, lambda name, cfg: name),
     # ModernBertConfig's defaults (AutoConfig fills them in)
     defaults={
         "vocab_size": 50368,
