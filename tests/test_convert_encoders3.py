@@ -1,5 +1,5 @@
-"""RoBERTa, DistilBERT and the RoBERTa-family rerankers against llama.cpp (the
-reference's conversion/bert.py classes).
+"""RoBERTa, DistilBERT, EuroBERT and the rerankers against llama.cpp (the reference's
+conversion/bert.py classes).
 
 * HF -> GGUF byte-identical to the pinned ``convert_hf_to_gguf.py`` at f32 / f16 / bf16 /
   q8_0 (RoBERTa: the ``pad_token_id + 1`` position rows cut, GPT-2's byte-level BPE from
@@ -29,6 +29,7 @@ import pytest
 from support.encoder_models import (
     bert_reranker,
     distilbert,
+    eurobert,
     modernbert_reranker,
     reranker,
     roberta,
@@ -38,7 +39,8 @@ from test_convert_encoders_more import _run_reference
 from weightsmith.convert import gguf_to_hf, hf_to_gguf
 
 TYPES = ["f32", "f16", "bf16", "q8_0"]
-FILES = [(a, t) for a in ("roberta", "distilbert") for t in TYPES] + [("distilbert_mlm", "f32")]
+FILES = [(a, t) for a in ("roberta", "distilbert", "eurobert") for t in TYPES]
+FILES += [("distilbert_mlm", "f32")]
 RERANKERS = ["rerank_xlmr", "rerank_roberta"]
 FILES += [(a, t) for a in RERANKERS for t in ("f32", "q8_0")]
 FILES += [("rerank_bert", "f32"), ("rerank_bert2", "f32")]
@@ -59,6 +61,7 @@ def work(tmp_path_factory) -> dict:
         "rerank_bert": bert_reranker,  # one label: the classifier is cls.output
         "rerank_bert2": lambda p: bert_reranker(p, labels=2),  # placeholders: cls
         "rerank_modernbert": modernbert_reranker,
+        "eurobert": eurobert,
     }
     models = {}
     for name, build in builders.items():
@@ -99,6 +102,31 @@ def test_metadata_is_real(work):
             names = [t.name for t in f.tensors]
             assert "token_types.weight" not in names and len(names) == 4 + 2 * 16
             assert not any(n.startswith(("vocab_", "distilbert")) for n in names)
+
+
+def test_eurobert_metadata_and_late_pooling_refused(work, tmp_path):
+    """EuroBERT: bidirectional, RoPE type none, both poolings, no BOS added; the config
+    default ``classifier_pooling = late`` is refused as the reference refuses it."""
+    import json
+    import shutil
+
+    from weightsmith import errors as E
+    from weightsmith.gguf import read
+
+    with read(work["ours"] / "eurobert-q8_0.gguf") as f:
+        md = f.metadata
+        assert md["eurobert.attention.causal"] is False
+        assert md["eurobert.rope.scaling.type"] == "none"
+        assert md["eurobert.pooling_type"] == 1 and md["eurobert.classifier.pooling_type"] == 1
+        assert md["tokenizer.ggml.add_bos_token"] is False
+        assert f.tensor("blk.0.attn_k.weight").shape == (32, 64)  # GQA: 2 of 4 heads
+    bad = shutil.copytree(work["models"]["eurobert"], tmp_path / "late")
+    cfg = json.loads((bad / "config.json").read_text())
+    del cfg["classifier_pooling"]  # EuroBertConfig's default: late
+    (bad / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(E.InvalidModelConfig, match="classifier_pooling"):
+        hf_to_gguf(bad, tmp_path / "late.gguf", "f32")
+    assert not (tmp_path / "late.gguf").exists()
 
 
 def test_reranker_head_is_written(work):
@@ -217,7 +245,7 @@ def _hf_mean(folder: Path, ids: list[int]) -> np.ndarray:
         return model(input_ids=torch.tensor([ids])).last_hidden_state[0].mean(0).numpy()
 
 
-@pytest.mark.parametrize("arch", ["roberta", "distilbert", "distilbert_mlm"])
+@pytest.mark.parametrize("arch", ["roberta", "distilbert", "distilbert_mlm", "eurobert"])
 def test_embeddings_in_llama_cpp(work, arch):
     """Ours embeds as the reference's file, bit for bit, and as transformers on the same
     ids (RoBERTa counts positions from pad + 1, llama.cpp from 0 on the cut table)."""
@@ -231,7 +259,7 @@ def test_embeddings_in_llama_cpp(work, arch):
     assert np.abs(got - want).max() <= 1e-3 * np.abs(want).max()
 
 
-@pytest.mark.parametrize("arch", ["roberta", "distilbert_mlm"])
+@pytest.mark.parametrize("arch", ["roberta", "distilbert_mlm", "eurobert"])
 def test_round_trip(work, arch, tmp_path):
     """GGUF (f32) -> HF: every tensor llama.cpp keeps comes back (RoBERTa's position rows
     before pad + 1, never looked up, as zeros; DistilBERT as a DistilBertModel, not a
@@ -250,6 +278,8 @@ def test_round_trip(work, arch, tmp_path):
         assert json.loads((back / "config.json").read_text())["architectures"] == [
             "DistilBertModel"
         ]
+    if arch == "eurobert":  # written with Llama's "model." prefix; transformers strips it
+        got = {k.removeprefix("model."): v for k, v in got.items()}
     assert sorted(got) == sorted(orig)
     pos = "embeddings.position_embeddings.weight"
     if arch == "roberta":

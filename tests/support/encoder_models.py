@@ -293,3 +293,24 @@ def modernbert_reranker(folder: Path, *, seed: int = 41) -> Path:
     model = ModernBertForSequenceClassification(cfg)
     _random_init(model, seed)
     return _save(model, folder, "float32")
+
+
+def eurobert(folder: Path, *, seed: int = 42) -> Path:
+    """A tiny EuroBertModel (Llama-like layers, bidirectional, GQA) with llama.cpp's
+    GPT-2 BPE, mean pooling (``classifier_pooling`` mean: the reference refuses the
+    config default ``late``)."""
+    from transformers import EuroBertConfig, EuroBertModel
+
+    from .hf_models import _bpe_tokenizer
+
+    vocab, eot = _bpe_tokenizer(folder, "gpt-2"), 50256
+    _mean_pooling(folder, 64)
+    cfg = EuroBertConfig(
+        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+        pad_token_id=eot, bos_token_id=eot, eos_token_id=eot, mask_token_id=eot,
+        classifier_pooling="mean",
+    )  # fmt: skip
+    model = EuroBertModel(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, "float32")

@@ -85,6 +85,7 @@ from ._model import (
 from .bert import (
     BERT,
     DISTILBERT,
+    EUROBERT,
     MODERNBERT,
     NOMIC_BERT,
     NOMIC_BERT_MOE,
@@ -205,6 +206,7 @@ ENTRIES: tuple[Arch, ...] = (
     XLMROBERTA,
     ROBERTA,
     DISTILBERT,
+    EUROBERT,
     MODERNBERT,
     NOMIC_BERT,
     T5,

@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import errors as E
-from ._common import COMMON
+from ._common import BASE_NAMES, COMMON, FFN_NORM
 from ._model import VT, Arch, NameRule, Transform, first, m
 
 _L = "encoder.layer.{bid}."
@@ -268,6 +268,30 @@ DISTILBERT = Arch(
 
 
 _CLASSIFIER_POOLING = {"mean": 1, "cls": 2}
+
+
+def _classifier_pooling(cfg: dict) -> int | None:
+    """The pooling before a classification head; the reference refuses any but cls / mean
+    (EuroBERT's default ``late`` included)."""
+    mode = cfg.get("classifier_pooling")
+    if mode is None:
+        return None
+    if mode not in _CLASSIFIER_POOLING:
+        raise E.InvalidModelConfig(
+            "classifier pooling llama.cpp does not have",
+            field="classifier_pooling",
+            expected="cls or mean",
+            found=repr(mode),
+        )
+    return _CLASSIFIER_POOLING[mode]
+
+
+CLASSIFIER_POOLING = m(
+    "classifier.pooling_type",
+    "classifier_pooling",
+    value=_classifier_pooling,
+    inverse={v: k for k, v in _CLASSIFIER_POOLING.items()}.get,
+)
 _MB = "layers.{bid}."
 
 
@@ -295,12 +319,7 @@ MODERNBERT = Arch(
     meta=[
         *COMMON,
         *ENCODER_ROWS,
-        m(
-            "classifier.pooling_type",
-            "classifier_pooling",
-            value=lambda c: _CLASSIFIER_POOLING.get(c.get("classifier_pooling")),
-            inverse={v: k for k, v in _CLASSIFIER_POOLING.items()}.get,
-        ),
+        CLASSIFIER_POOLING,
         CLASSIFIER_LABELS,
         m("attention.sliding_window", "local_attention"),
         m("attention.sliding_window_pattern", "global_attn_every_n_layers"),
@@ -453,4 +472,45 @@ NOMIC_BERT_MOE = Arch(
     pooling=True,
     tokenizer={"vocab": "nomic"},
     model_types={"NomicBertModel": "nomic_bert"},
+)
+
+
+#: EuroBERT (``EuroBertModel``): Llama's tensors (no Q/K permutation: llama.cpp's
+#: ``eurobert`` graph rotates in NeoX order) without the ``model.`` prefix some
+#: checkpoints lack, bidirectional, default RoPE written as ``none``, a GPT-2 BPE
+#: vocabulary without BOS; the sentence-transformers pooling
+EUROBERT = Arch(
+    hf_archs=("EuroBertModel",),
+    gguf_arch="eurobert",
+    meta=[
+        *COMMON,
+        m("attention.causal", "is_causal", t=VT.BOOL, value=lambda c: False),
+        m("rope.scaling.type", "_rope_scaling", t=VT.STRING, value=lambda c: "none"),
+        ENCODER_ROWS[1],
+        CLASSIFIER_POOLING,
+    ],
+    names=[*BASE_NAMES, *FFN_NORM],
+    renames=((r"^(?!model\.)", "model."),),
+    # EuroBertConfig's defaults
+    defaults={
+        "vocab_size": 128256,
+        "hidden_size": 768,
+        "intermediate_size": 3072,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 12,
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-5,
+        "head_dim": 64,
+        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+        "classifier_pooling": "late",
+    },
+    pooling=True,
+    tokenizer={"vocab": "eurobert"},
+    model_types={"EuroBertModel": "eurobert"},
+    # the GGUF's "none" is llama.cpp's word for default RoPE
+    hf_config=lambda cfg, names: {
+        "rope_scaling": None,
+        "rope_parameters": {"rope_type": "default", "rope_theta": cfg.get("rope_theta")},
+    },
 )

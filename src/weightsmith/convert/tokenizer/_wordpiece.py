@@ -75,6 +75,12 @@ def set_roberta(out: _Entries, d: Path, config: dict) -> None:
     out.add("ggml.token_type_count", config.get("type_vocab_size", 1), VT.UINT32)
 
 
+def set_eurobert(out: _Entries, d: Path, config: dict) -> None:
+    """EuroBERT (route ``eurobert``): ``add_bos_token`` false first, then ``gpt2``."""
+    out.add("ggml.add_bos_token", False, VT.BOOL)
+    _set_gpt2(out, d, config)
+
+
 def set_nomic(out: _Entries, d: Path, config: dict) -> None:
     """nomic-bert: WordPiece as BERT, or XLM-RoBERTa's Unigram vocabulary when
     tokenizer.json says Unigram (nomic-embed-text-v2-moe), as the reference decides."""
@@ -90,3 +96,4 @@ MORE_ROUTES["bert"] = set_bert
 MORE_ROUTES["nomic"] = set_nomic
 MORE_ROUTES["modernbert"] = set_modernbert
 MORE_ROUTES["roberta"] = set_roberta
+MORE_ROUTES["eurobert"] = set_eurobert
