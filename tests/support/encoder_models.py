@@ -189,3 +189,128 @@ def nomic_bert_moe(folder: Path, *, seed: int = 36) -> Path:
                   p + "mlp.experts.bias": np.zeros(n_embd, np.float32)}  # fmt: skip
     save_file(t, folder / "model.safetensors", metadata={"format": "pt"})
     return folder
+
+
+def roberta(folder: Path, *, seed: int = 37) -> Path:
+    """A tiny RobertaModel: llama.cpp's GPT-2 byte-level BPE as tokenizer.json, RoBERTa's
+    padding id 1 (positions start at 2), mean pooling."""
+    from transformers import RobertaConfig, RobertaModel
+
+    from .hf_models import _bpe_tokenizer
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    _mean_pooling(folder, 64)
+    cfg = RobertaConfig(
+        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, max_position_embeddings=66, type_vocab_size=1, pad_token_id=1,
+        bos_token_id=50256, eos_token_id=50256,
+    )  # fmt: skip
+    model = RobertaModel(cfg, add_pooling_layer=False)
+    _random_init(model, seed)
+    return _save(model, folder, "float32")
+
+
+def distilbert(folder: Path, *, masked_lm: bool = False, seed: int = 38) -> Path:
+    """A tiny DistilBertModel (or DistilBertForMaskedLM: ``distilbert.`` prefix, ``vocab_*``
+    head) with MiniLM's WordPiece tokenizer, mean pooling."""
+    import shutil
+
+    from transformers import DistilBertConfig, DistilBertForMaskedLM, DistilBertModel
+
+    from .hf_models import minilm_dir
+
+    src = minilm_dir()
+    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+        shutil.copy(src / f, folder / f)
+    _mean_pooling(folder, 64)
+    cfg = DistilBertConfig(vocab_size=30522, dim=64, hidden_dim=128, n_layers=2, n_heads=4,
+                           max_position_embeddings=128)  # fmt: skip
+    model = (DistilBertForMaskedLM if masked_lm else DistilBertModel)(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, "float32")
+
+
+def reranker(folder: Path, family: str, *, seed: int = 39) -> Path:
+    """A tiny cross-encoder (bge-reranker's layout: ``*ForSequenceClassification`` with one
+    label): ``family`` ``xlmroberta`` (Unigram sentencepiece.bpe.model) or ``roberta``
+    (GPT-2 BPE)."""
+    import transformers
+
+    from .hf_models import _bpe_tokenizer
+
+    if family == "xlmroberta":
+        vocab = train_unigram(folder, name="sentencepiece.bpe.model", ids=(-1, 2, 0, 1)) + 2
+        bos = eos = None
+        cls = "XLMRoberta"
+    else:
+        vocab, bos, cls = _bpe_tokenizer(folder, "gpt-2"), 50256, "Roberta"
+        eos = bos
+    cfg = getattr(transformers, cls + "Config")(
+        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, max_position_embeddings=66, type_vocab_size=1, pad_token_id=1,
+        bos_token_id=0 if bos is None else bos, eos_token_id=2 if eos is None else eos,
+        num_labels=1,
+    )  # fmt: skip
+    model = getattr(transformers, cls + "ForSequenceClassification")(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, "float32")
+
+
+def bert_reranker(folder: Path, *, labels: int = 1, seed: int = 40) -> Path:
+    """A tiny BertForSequenceClassification (ms-marco cross-encoders' layout: ``bert.``
+    prefix, pooler, one ``classifier`` layer) with MiniLM's WordPiece tokenizer."""
+    import shutil
+
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from .hf_models import minilm_dir
+
+    src = minilm_dir()
+    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+        shutil.copy(src / f, folder / f)
+    cfg = BertConfig(vocab_size=30522, hidden_size=64, intermediate_size=128,
+                     num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=128,
+                     num_labels=labels)  # fmt: skip
+    model = BertForSequenceClassification(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, "float32")
+
+
+def modernbert_reranker(folder: Path, *, seed: int = 41) -> Path:
+    """A tiny ModernBertForSequenceClassification with one label (gte-reranker-modernbert's
+    layout: ``model.`` prefix, ``head.dense`` / ``head.norm``, ``classifier``)."""
+    from transformers import ModernBertConfig, ModernBertForSequenceClassification
+
+    from .hf_models import _bpe_tokenizer
+
+    vocab, eot = _bpe_tokenizer(folder, "gpt-2"), 50256
+    cfg = ModernBertConfig(
+        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+        num_attention_heads=4, max_position_embeddings=128, local_attention=16,
+        global_attn_every_n_layers=3, pad_token_id=eot, bos_token_id=eot, eos_token_id=eot,
+        cls_token_id=eot, sep_token_id=eot, num_labels=1,
+    )  # fmt: skip
+    model = ModernBertForSequenceClassification(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, "float32")
+
+
+def eurobert(folder: Path, *, seed: int = 42) -> Path:
+    """A tiny EuroBertModel (Llama-like layers, bidirectional, GQA) with llama.cpp's
+    GPT-2 BPE, mean pooling (``classifier_pooling`` mean: the reference refuses the
+    config default ``late``)."""
+    from transformers import EuroBertConfig, EuroBertModel
+
+    from .hf_models import _bpe_tokenizer
+
+    vocab, eot = _bpe_tokenizer(folder, "gpt-2"), 50256
+    _mean_pooling(folder, 64)
+    cfg = EuroBertConfig(
+        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+        pad_token_id=eot, bos_token_id=eot, eos_token_id=eot, mask_token_id=eot,
+        classifier_pooling="mean",
+    )  # fmt: skip
+    model = EuroBertModel(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, "float32")

@@ -118,11 +118,11 @@ def _norm_dtype(dtype: str | DType) -> DType:
 # --------------------------------------------------------------------------- config.json
 
 
-def _entry(md: Mapping[str, Any], path: Path):
+def _entry(md: Mapping[str, Any], path: Path, tensor_names: set[str]):
     arch = md.get("general.architecture")
     vocab = md.get("tokenizer.ggml.model")
     entry = (
-        by_gguf_arch(arch, vocab if isinstance(vocab, str) else None, md)
+        by_gguf_arch(arch, vocab if isinstance(vocab, str) else None, md, tensor_names)
         if isinstance(arch, str)
         else None
     )
@@ -255,7 +255,7 @@ def build_config(
     dtype = _norm_dtype(dtype)
     md = f.metadata
     path = path or f.path
-    entry = _entry(md, path)
+    entry = _entry(md, path, {t.name for t in f.tensors})
     cfg, key_of = _metadata_config(entry, md)
     missing = _missing_keys(entry, md, key_of)
     if missing:
@@ -572,7 +572,8 @@ def gguf_to_hf(
         if isinstance(pooling, int) and not isinstance(pooling, bool):
             dense = [t for t in entry.dense if t in f]
             dims = [tuple(int(n) for n in f.tensor(t).shape[::-1]) for t in dense]
-            st_files = sentence_transformers_files(pooling, cfg["hidden_size"], dims)
+            width = int(f.tensor("token_embd.weight").shape[1])  # DistilBERT calls it dim
+            st_files = sentence_transformers_files(pooling, width, dims)
             for name, content in st_files.items():
                 (folder / name).parent.mkdir(parents=True, exist_ok=True)
                 _write_json(folder / name, content)

@@ -30,7 +30,7 @@ in both directions (the data model is :mod:`._model`):
   (and written back to) the module folders;
 * ``tokenizer`` -- the vocabulary route of :mod:`weightsmith.convert.tokenizer`
   (``{"vocab": "llama" | "gpt2" | "spm_or_gpt2" | "gemma" | "gemma4" | "phi3" | "bert" | "t5" |
-  "glm"}``);
+  "glm" | "roberta" | ...}``);
 * ``model_types`` / ``hf_config`` -- what GGUF -> HF adds to ``config.json``;
   ``hf_wrap`` reshapes the finished ``config.json`` (a Gemma 4 assistant's text fields
   go under ``text_config``).
@@ -82,7 +82,16 @@ from ._model import (
     layer_of,
     rope_parameters,
 )
-from .bert import BERT, MODERNBERT, NOMIC_BERT, NOMIC_BERT_MOE, XLMROBERTA
+from .bert import (
+    BERT,
+    DISTILBERT,
+    EUROBERT,
+    MODERNBERT,
+    NOMIC_BERT,
+    NOMIC_BERT_MOE,
+    ROBERTA,
+    XLMROBERTA,
+)
 from .deepseek import DEEPSEEK2
 from .embeddinggemma import GEMMA_EMBEDDING
 from .falcon_h1 import FALCON_H1
@@ -195,6 +204,9 @@ ENTRIES: tuple[Arch, ...] = (
     # encoders (embedding models) and encoder-decoders
     BERT,
     XLMROBERTA,
+    ROBERTA,
+    DISTILBERT,
+    EUROBERT,
     MODERNBERT,
     NOMIC_BERT,
     T5,
@@ -263,17 +275,30 @@ def lookup(hf_arch: str, cfg: dict | None = None) -> Arch | None:
 
 
 def by_gguf_arch(
-    name: str, ggml_vocab: str | None = None, metadata: Mapping[str, Any] | None = None
+    name: str,
+    ggml_vocab: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    tensor_names: set[str] | None = None,
 ) -> Arch | None:
     """The entry for a ``general.architecture`` value (for the GGUF -> HF direction).
 
     With the file's ``metadata``, a :data:`GGUF_VARIANTS` entry whose test holds wins.
-    Other entries sharing one (BERT and XLM-RoBERTa are both ``bert``) differ by
-    vocabulary: the one whose tokenizer route writes ``tokenizer.ggml.model =
+    A ``bert`` file with a WordPiece vocabulary and no ``token_types.weight`` (given
+    ``tensor_names``) is a DistilBERT: a BertModel would invent random segment embeddings
+    for it.  Other entries sharing one (BERT, XLM-RoBERTa, RoBERTa are all ``bert``)
+    differ by vocabulary: the one whose tokenizer route writes ``tokenizer.ggml.model =
     ggml_vocab`` (``tokenizer["ggml"]``) wins, else the first."""
     for test, entry in GGUF_VARIANTS.get(name, []) if metadata is not None else []:
         if test(metadata):
             return entry
+    if (
+        name == "bert"
+        and ggml_vocab in (None, "bert")
+        and tensor_names is not None
+        and "token_embd.weight" in tensor_names
+        and "token_types.weight" not in tensor_names
+    ):
+        return DISTILBERT
     same = [
         a for a in ENTRIES if a.gguf_arch == name and all(a is not v for v in _GGUF_VARIANT_ENTRIES)
     ]

@@ -14,7 +14,9 @@ start after the padding id; llama.cpp counts from 0) and the context length as m
 its vocabulary is the Unigram ``sentencepiece.bpe.model`` in fairseq's id order
 (route ``xlmroberta``).  Both share ``general.architecture = bert``: GGUF -> HF
 rebuilds an XLM-RoBERTa when the vocabulary is Unigram (``tokenizer.ggml.model = t5``),
-else a BERT.
+else a BERT.  RoBERTa (``RobertaModel``) cuts its positions the same way, with a
+byte-level BPE vocabulary (``tokenizer.ggml.model = gpt2``, which GGUF -> HF maps back
+to RoBERTa).  DistilBERT is BERT's graph under other tensor names, without token types.
 
 nomic-bert (``NomicBertModel``, remote code: dense SwiGLU with a fused ``Wqkv`` and
 RoPE) and ModernBERT (``modern-bert``: fused ``Wqkv``, GeGLU, alternating local and
@@ -32,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import errors as E
-from ._common import COMMON
+from ._common import BASE_NAMES, COMMON, FFN_NORM
 from ._model import VT, Arch, NameRule, Transform, first, m
 
 _L = "encoder.layer.{bid}."
@@ -58,17 +60,54 @@ BERT_NAMES = [
     *_wb(_L + "output.LayerNorm", _B + "layer_output_norm"),
 ]
 
+
+def _output_labels(cfg: dict) -> list[str] | None:
+    """A classifier's labels in id order, as BertModel writes them: none for the two
+    ``LABEL_0`` / ``LABEL_1`` placeholders AutoConfig invents."""
+    labels = cfg.get("id2label")
+    if not isinstance(labels, dict) or not labels:
+        return None
+    labels = {int(k): v for k, v in labels.items()}
+    if len(labels) == 2 and labels.get(0) == "LABEL_0":
+        return None
+    return [v for _, v in sorted(labels.items())]
+
+
+#: a reranker's (``*ForSequenceClassification``) labels, after the pooling type
+CLASSIFIER_LABELS = m(
+    "classifier.output_labels", "_output_labels", t=VT.STRING, value=_output_labels
+)
+
+#: RoBERTa's classification head (``classifier.dense`` then ``classifier.out_proj``),
+#: llama.cpp's ``cls`` / ``cls.output`` (its RANK pooling applies them, with a tanh)
+ROBERTA_HEAD = [*_wb("classifier.dense", "cls"), *_wb("classifier.out_proj", "cls.output")]
+
 #: after TextModel's rows: BertModel.set_gguf_parameters
 ENCODER_ROWS = [
     m("attention.causal", "is_causal", t=VT.BOOL, value=lambda c: False),
     m("pooling_type", "_pooling_type", value=lambda c: c.get("_pooling_type")),
 ]
 
+
+def _bert_head(name: str, cfg: dict) -> str:
+    """BertForSequenceClassification's one ``classifier`` layer: the output projection
+    (``cls.output``) when the config names labels, else llama.cpp's ``cls``, as the
+    reference decides (it drops the pooler either way)."""
+    if name.startswith("classifier.") and _output_labels(cfg):
+        return "classifier.out_proj." + name.removeprefix("classifier.")
+    return name
+
+
 BERT = Arch(
-    hf_archs=("BertModel", "BertForMaskedLM"),
+    hf_archs=("BertModel", "BertForMaskedLM", "BertForSequenceClassification"),
     gguf_arch="bert",
-    meta=[*COMMON, *ENCODER_ROWS],
-    names=BERT_NAMES,
+    meta=[*COMMON, *ENCODER_ROWS, CLASSIFIER_LABELS],
+    names=[
+        *BERT_NAMES,
+        *_wb("classifier", "cls"),
+        *_wb("classifier.out_proj", "cls.output"),
+    ],
+    rename=(_bert_head, lambda name, cfg: name),
     skip=(
         r"^embeddings\.position_ids$",
         r"^pooler\.dense\.",
@@ -136,10 +175,10 @@ def _xlmr_hf_config(cfg: dict, names: set[str]) -> dict:
 
 
 XLMROBERTA = Arch(
-    hf_archs=("XLMRobertaModel",),
+    hf_archs=("XLMRobertaModel", "XLMRobertaForSequenceClassification"),
     gguf_arch="bert",
-    meta=[COMMON[0], _ROBERTA_CTX, *COMMON[2:], *ENCODER_ROWS],
-    names=BERT_NAMES,
+    meta=[COMMON[0], _ROBERTA_CTX, *COMMON[2:], *ENCODER_ROWS, CLASSIFIER_LABELS],
+    names=[*BERT_NAMES, *ROBERTA_HEAD],
     transforms=[ROBERTA_POSITIONS],
     skip=BERT.skip,
     renames=(
@@ -157,7 +196,102 @@ XLMROBERTA = Arch(
 )
 
 
+#: RoBERTa (``RobertaModel``): XLM-RoBERTa's tensors and position cut, but the reference's
+#: own class: a byte-level BPE ``tokenizer.json`` (route ``roberta``: GPT-2's vocabulary
+#: and the token-type count), no LoRA renames
+ROBERTA = Arch(
+    hf_archs=("RobertaModel", "RobertaForSequenceClassification"),
+    gguf_arch="bert",
+    meta=XLMROBERTA.meta,
+    names=XLMROBERTA.names,
+    transforms=[ROBERTA_POSITIONS],
+    skip=BERT.skip,
+    renames=((r"^roberta\.", ""), *BERT.renames),
+    # RobertaConfig's defaults
+    defaults={**XLMROBERTA.defaults, "vocab_size": 50265},
+    pooling=True,
+    tokenizer={"vocab": "roberta", "ggml": "gpt2"},
+    model_types={"RobertaModel": "roberta"},
+    hf_config=_xlmr_hf_config,
+)
+
+
+_DL = "transformer.layer.{bid}."
+
+#: DistilBERT (``DistilBertModel`` / ``DistilBertForMaskedLM``): BERT's graph under other
+#: names, no token types; the reference writes ``layer_norm_epsilon`` 1e-12 first (the
+#: config has no such field) and drops the ``distilbert.`` prefix and the MLM head
+#: (``vocab_*``)
+DISTILBERT = Arch(
+    hf_archs=("DistilBertModel", "DistilBertForMaskedLM"),
+    gguf_arch="bert",
+    meta=[
+        m("attention.layer_norm_epsilon", "_eps", t=VT.FLOAT32, value=lambda c: 1e-12),
+        # TextModel's rows, under DistilBertConfig's names (GGUF -> HF writes these)
+        m("block_count", "n_layers"),
+        COMMON[1],
+        m("embedding_length", "dim"),
+        m("feed_forward_length", "hidden_dim"),
+        m("attention.head_count", "n_heads"),
+        *COMMON[5:],
+        *ENCODER_ROWS,
+    ],
+    names=[
+        *BERT_NAMES[:2],
+        *_wb("embeddings.LayerNorm", "token_embd_norm"),
+        *_wb(_DL + "attention.q_lin", _B + "attn_q"),
+        *_wb(_DL + "attention.k_lin", _B + "attn_k"),
+        *_wb(_DL + "attention.v_lin", _B + "attn_v"),
+        *_wb(_DL + "attention.out_lin", _B + "attn_output"),
+        *_wb(_DL + "sa_layer_norm", _B + "attn_output_norm"),
+        *_wb(_DL + "ffn.lin1", _B + "ffn_up"),
+        *_wb(_DL + "ffn.lin2", _B + "ffn_down"),
+        *_wb(_DL + "output_layer_norm", _B + "layer_output_norm"),
+    ],
+    skip=(*BERT.skip, r"^vocab_"),
+    renames=((r"^distilbert\.", ""), *BERT.renames),
+    required=("dim", "n_layers", "n_heads", "hidden_dim", "vocab_size"),
+    # DistilBertConfig's defaults
+    defaults={
+        "vocab_size": 30522,
+        "dim": 768,
+        "n_layers": 6,
+        "n_heads": 12,
+        "hidden_dim": 3072,
+        "max_position_embeddings": 512,
+        "pad_token_id": 0,
+    },
+    pooling=True,
+    tokenizer={"vocab": "bert"},
+    model_types={"DistilBertModel": "distilbert", "DistilBertForMaskedLM": "distilbert"},
+)
+
+
 _CLASSIFIER_POOLING = {"mean": 1, "cls": 2}
+
+
+def _classifier_pooling(cfg: dict) -> int | None:
+    """The pooling before a classification head; the reference refuses any but cls / mean
+    (EuroBERT's default ``late`` included)."""
+    mode = cfg.get("classifier_pooling")
+    if mode is None:
+        return None
+    if mode not in _CLASSIFIER_POOLING:
+        raise E.InvalidModelConfig(
+            "classifier pooling llama.cpp does not have",
+            field="classifier_pooling",
+            expected="cls or mean",
+            found=repr(mode),
+        )
+    return _CLASSIFIER_POOLING[mode]
+
+
+CLASSIFIER_POOLING = m(
+    "classifier.pooling_type",
+    "classifier_pooling",
+    value=_classifier_pooling,
+    inverse={v: k for k, v in _CLASSIFIER_POOLING.items()}.get,
+)
 _MB = "layers.{bid}."
 
 
@@ -180,17 +314,13 @@ def _modernbert_hf_config(cfg: dict, names: set[str]) -> dict:
 
 
 MODERNBERT = Arch(
-    hf_archs=("ModernBertModel",),
+    hf_archs=("ModernBertModel", "ModernBertForSequenceClassification"),
     gguf_arch="modern-bert",
     meta=[
         *COMMON,
         *ENCODER_ROWS,
-        m(
-            "classifier.pooling_type",
-            "classifier_pooling",
-            value=lambda c: _CLASSIFIER_POOLING.get(c.get("classifier_pooling")),
-            inverse={v: k for k, v in _CLASSIFIER_POOLING.items()}.get,
-        ),
+        CLASSIFIER_POOLING,
+        CLASSIFIER_LABELS,
         m("attention.sliding_window", "local_attention"),
         m("attention.sliding_window_pattern", "global_attn_every_n_layers"),
         m("rope.scaling.type", "_rope_scaling", t=VT.STRING, value=lambda c: "none"),
@@ -207,8 +337,13 @@ MODERNBERT = Arch(
         *_wb(_MB + "mlp_norm", _B + "ffn_norm"),
         *_wb(_MB + "mlp.Wi", _B + "ffn_up"),
         *_wb(_MB + "mlp.Wo", _B + "ffn_down"),
+        # ModernBertForSequenceClassification's head: dense, norm, then the classifier
+        *_wb("head.dense", "cls"),
+        *_wb("head.norm", "cls.norm"),
+        *_wb("classifier.out_proj", "cls.output"),
     ],
     renames=((r"^model\.", ""),),
+    rename=(_bert_head, lambda name, cfg: name),
     # ModernBertConfig's defaults (AutoConfig fills them in)
     defaults={
         "vocab_size": 50368,
@@ -337,4 +472,45 @@ NOMIC_BERT_MOE = Arch(
     pooling=True,
     tokenizer={"vocab": "nomic"},
     model_types={"NomicBertModel": "nomic_bert"},
+)
+
+
+#: EuroBERT (``EuroBertModel``): Llama's tensors (no Q/K permutation: llama.cpp's
+#: ``eurobert`` graph rotates in NeoX order) without the ``model.`` prefix some
+#: checkpoints lack, bidirectional, default RoPE written as ``none``, a GPT-2 BPE
+#: vocabulary without BOS; the sentence-transformers pooling
+EUROBERT = Arch(
+    hf_archs=("EuroBertModel",),
+    gguf_arch="eurobert",
+    meta=[
+        *COMMON,
+        m("attention.causal", "is_causal", t=VT.BOOL, value=lambda c: False),
+        m("rope.scaling.type", "_rope_scaling", t=VT.STRING, value=lambda c: "none"),
+        ENCODER_ROWS[1],
+        CLASSIFIER_POOLING,
+    ],
+    names=[*BASE_NAMES, *FFN_NORM],
+    renames=((r"^(?!model\.)", "model."),),
+    # EuroBertConfig's defaults
+    defaults={
+        "vocab_size": 128256,
+        "hidden_size": 768,
+        "intermediate_size": 3072,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 12,
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-5,
+        "head_dim": 64,
+        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+        "classifier_pooling": "late",
+    },
+    pooling=True,
+    tokenizer={"vocab": "eurobert"},
+    model_types={"EuroBertModel": "eurobert"},
+    # the GGUF's "none" is llama.cpp's word for default RoPE
+    hf_config=lambda cfg, names: {
+        "rope_scaling": None,
+        "rope_parameters": {"rope_type": "default", "rope_theta": cfg.get("rope_theta")},
+    },
 )

@@ -65,6 +65,22 @@ def set_modernbert(out: _Entries, d: Path, config: dict) -> None:
     _set_gpt2(out, d, config)
 
 
+def set_roberta(out: _Entries, d: Path, config: dict) -> None:
+    """RoBERTa (route ``roberta``): GPT-2's byte-level BPE from ``tokenizer.json``, then the
+    token-type count, as the reference's ``RobertaModel.set_vocab``; WordPiece without it."""
+    if not (d / "tokenizer.json").is_file():
+        set_bert(out, d, config)
+        return
+    _set_gpt2(out, d, config)
+    out.add("ggml.token_type_count", config.get("type_vocab_size", 1), VT.UINT32)
+
+
+def set_eurobert(out: _Entries, d: Path, config: dict) -> None:
+    """EuroBERT (route ``eurobert``): ``add_bos_token`` false first, then ``gpt2``."""
+    out.add("ggml.add_bos_token", False, VT.BOOL)
+    _set_gpt2(out, d, config)
+
+
 def set_nomic(out: _Entries, d: Path, config: dict) -> None:
     """nomic-bert: WordPiece as BERT, or XLM-RoBERTa's Unigram vocabulary when
     tokenizer.json says Unigram (nomic-embed-text-v2-moe), as the reference decides."""
@@ -79,3 +95,5 @@ def set_nomic(out: _Entries, d: Path, config: dict) -> None:
 MORE_ROUTES["bert"] = set_bert
 MORE_ROUTES["nomic"] = set_nomic
 MORE_ROUTES["modernbert"] = set_modernbert
+MORE_ROUTES["roberta"] = set_roberta
+MORE_ROUTES["eurobert"] = set_eurobert
