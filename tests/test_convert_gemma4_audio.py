@@ -29,7 +29,7 @@ import pytest
 
 from support.llama_sdist import llama_cpp_root
 from support.vlm_models import build
-from test_convert_mmproj import TYPES, _mtmd_embeddings, _reference, _same
+from test_convert_mmproj import TYPES, _mtmd_embeddings, _same, convert_both
 from weightsmith import errors as E
 from weightsmith.convert import hf_to_gguf
 
@@ -70,12 +70,7 @@ def g4a(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("gemma4-audio")
     src = build("gemma4", root / "model", seed=34, audio=AUDIO)
     _finite_bounds(src, 35)
-    jobs = [[str(src), "--outfile", str(root / "ref-text-f16.gguf"), "--outtype", "f16"]]
-    for t in TYPES:
-        jobs.append([str(src), "--outfile", str(root / f"ref-mmproj-{t}.gguf"), "--outtype", t,
-                     "--mmproj"])  # fmt: skip
-        hf_to_gguf(src, root / f"ours-text-{t}.gguf", t, mmproj=root / f"ours-mmproj-{t}.gguf")
-    _reference(jobs)
+    convert_both(src, root)
     return src
 
 

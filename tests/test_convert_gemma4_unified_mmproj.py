@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from support.hf_models import gemma4unified
-from test_convert_mmproj import TYPES, _mtmd_embeddings, _reference, _same
+from test_convert_mmproj import TYPES, _mtmd_embeddings, _same, convert_both
 from weightsmith import errors as E
 from weightsmith.convert import hf_to_gguf
 
@@ -49,12 +49,7 @@ def g4u(tmp_path_factory) -> Path:
         "image_processor_type": "Gemma4UnifiedImageProcessor", "patch_size": 2,
         "pooling_kernel_size": 3, "max_soft_tokens": 280,
         "image_mean": [0.0, 0.0, 0.0], "image_std": [1.0, 1.0, 1.0]}))  # fmt: skip
-    jobs = []
-    for t in TYPES:
-        jobs.append([str(src), "--outfile", str(root / f"ref-mmproj-{t}.gguf"), "--outtype", t,
-                     "--mmproj"])  # fmt: skip
-        hf_to_gguf(src, root / f"ours-text-{t}.gguf", t, mmproj=root / f"ours-mmproj-{t}.gguf")
-    _reference(jobs)
+    convert_both(src, root, text_ref=False)
     return src
 
 

@@ -77,6 +77,19 @@ def _reference(jobs: list[list[str]]) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
 
 
+def convert_both(src: Path, root: Path, text_ref: bool = True) -> None:
+    """Beside ``src`` in ``root``: the reference's projector at each type (``ref-mmproj-T``,
+    and its text f16 as ``ref-text-f16`` when ``text_ref``) and ours (``ours-text-T``,
+    ``ours-mmproj-T``), the reference's runs in one batch."""
+    jobs = [[str(src), "--outfile", str(root / "ref-text-f16.gguf"), "--outtype", "f16"]]
+    jobs = jobs if text_ref else []
+    for t in TYPES:
+        jobs.append([str(src), "--outfile", str(root / f"ref-mmproj-{t}.gguf"), "--outtype", t,
+                     "--mmproj"])  # fmt: skip
+        hf_to_gguf(src, root / f"ours-text-{t}.gguf", t, mmproj=root / f"ours-mmproj-{t}.gguf")
+    _reference(jobs)
+
+
 @pytest.fixture(scope="module")
 def work(tmp_path_factory) -> dict:
     """Per arch: the model folder; the reference's text f16 and projectors; ours."""
@@ -515,12 +528,7 @@ def gemma4(tmp_path_factory) -> Path:
     ours (``ref-*`` / ``ours-*`` beside the model folder)."""
     root = tmp_path_factory.mktemp("gemma4-mmproj")
     src = build("gemma4", root / "model")
-    jobs = [[str(src), "--outfile", str(root / "ref-text-f16.gguf"), "--outtype", "f16"]]
-    for t in TYPES:
-        jobs.append([str(src), "--outfile", str(root / f"ref-mmproj-{t}.gguf"), "--outtype", t,
-                     "--mmproj"])  # fmt: skip
-        hf_to_gguf(src, root / f"ours-text-{t}.gguf", t, mmproj=root / f"ours-mmproj-{t}.gguf")
-    _reference(jobs)
+    convert_both(src, root)
     return src
 
 
