@@ -385,6 +385,32 @@ def _qwen_force(hf: str, gguf: str, outtype: str) -> str | None:
     return _base_force(hf, gguf, outtype)
 
 
+# the rows and names Qwen2-VL and Qwen2.5-VL share: the image size is not in their vision
+# config (560, as llama.cpp's class sets), the epsilon is the text model's
+_QWEN_IMAGE_SIZE = m("vision.image_size", "image_size", value=lambda v: v.get("image_size", 560))
+_QWEN_EPS = m(
+    "vision.attention.layer_norm_epsilon",
+    "rms_norm_eps",
+    t=VT.FLOAT32,
+    value=lambda v: v[GLOBAL].get("rms_norm_eps", 1e-6),
+)
+
+
+def _qwen_names(mlp: list[tuple[str, str]]) -> list:
+    """A Qwen2(.5)-VL block's rules with its MLP's (hf, gguf) suffixes, and the merger's."""
+    return _wb(
+        [
+            (_QV + "attn.proj", _VBLK + "attn_out"),
+            (_QV + "norm1", _VBLK + "ln1"),
+            (_QV + "norm2", _VBLK + "ln2"),
+            *((_QV + hf, _VBLK + gguf) for hf, gguf in mlp),
+            ("visual.merger.ln_q", "v.post_ln"),
+            ("visual.merger.mlp.0", "mm.0"),
+            ("visual.merger.mlp.2", "mm.2"),
+        ]
+    )
+
+
 QWEN25VL_VISION = Projector(
     hf_archs=("Qwen2_5_VLForConditionalGeneration",),
     keep=("visual.",),
@@ -395,33 +421,17 @@ QWEN25VL_VISION = Projector(
         hf_archs=("Qwen2_5_VLForConditionalGeneration",),
         gguf_arch="clip",
         meta=[
-            *(
-                m("vision.image_size", "image_size", value=lambda v: v.get("image_size", 560))
-                if isinstance(r, MetaKey) and r.key == "vision.image_size"
-                else r
-                for r in BASE_ROWS
-            ),
+            *replace_rows(BASE_ROWS, vision__image_size=_QWEN_IMAGE_SIZE),
             _const("projector_type", "qwen2.5vl_merger", VT.STRING),
             _const("use_silu", True, VT.BOOL),
             m("vision.n_wa_pattern", "fullatt_block_indexes", value=_wa_pattern),
-            m(
-                "vision.attention.layer_norm_epsilon",
-                "rms_norm_eps",
-                t=VT.FLOAT32,
-                value=lambda v: v[GLOBAL].get("rms_norm_eps", 1e-6),
-            ),
+            _QWEN_EPS,
         ],
-        names=_wb(
+        names=_qwen_names(
             [
-                (_QV + "attn.proj", _VBLK + "attn_out"),
-                (_QV + "norm1", _VBLK + "ln1"),
-                (_QV + "norm2", _VBLK + "ln2"),
-                (_QV + "mlp.gate_proj", _VBLK + "ffn_gate"),
-                (_QV + "mlp.up_proj", _VBLK + "ffn_up"),
-                (_QV + "mlp.down_proj", _VBLK + "ffn_down"),
-                ("visual.merger.ln_q", "v.post_ln"),
-                ("visual.merger.mlp.0", "mm.0"),
-                ("visual.merger.mlp.2", "mm.2"),
+                ("mlp.gate_proj", "ffn_gate"),
+                ("mlp.up_proj", "ffn_up"),
+                ("mlp.down_proj", "ffn_down"),
             ]
         ),
         splits=[
@@ -800,34 +810,16 @@ QWEN2VL_VISION = Projector(
         meta=[
             *replace_rows(
                 BASE_ROWS,
-                vision__image_size=m(
-                    "vision.image_size", "image_size", value=lambda v: v.get("image_size", 560)
-                ),
+                vision__image_size=_QWEN_IMAGE_SIZE,
                 vision__embedding_length=m("vision.embedding_length", "embed_dim"),
                 vision__feed_forward_length=m("vision.feed_forward_length", "hidden_size"),
                 vision__block_count=m("vision.block_count", "depth"),
                 vision__attention__head_count=m("vision.attention.head_count", "num_heads"),
             ),
             _const("projector_type", "qwen2vl_merger", VT.STRING),
-            m(
-                "vision.attention.layer_norm_epsilon",
-                "rms_norm_eps",
-                t=VT.FLOAT32,
-                value=lambda v: v[GLOBAL].get("rms_norm_eps", 1e-6),
-            ),
+            _QWEN_EPS,
         ],
-        names=_wb(
-            [
-                (_QV + "attn.proj", _VBLK + "attn_out"),
-                (_QV + "norm1", _VBLK + "ln1"),
-                (_QV + "norm2", _VBLK + "ln2"),
-                (_QV + "mlp.fc1", _VBLK + "ffn_up"),
-                (_QV + "mlp.fc2", _VBLK + "ffn_down"),
-                ("visual.merger.ln_q", "v.post_ln"),
-                ("visual.merger.mlp.0", "mm.0"),
-                ("visual.merger.mlp.2", "mm.2"),
-            ]
-        ),
+        names=_qwen_names([("mlp.fc1", "ffn_up"), ("mlp.fc2", "ffn_down")]),
         splits=QWEN25VL_VISION.entry.splits,
         required=(),
     ),
