@@ -157,6 +157,16 @@ def work(tmp_path_factory) -> _Work:
     return _Work(tmp_path_factory.mktemp("archs"))
 
 
+def _same_as_reference_f16(src: Path, tmp_path: Path) -> Path:
+    """Convert ``src`` to f16 with ours and with the reference; the two files must be one
+    byte for byte.  Returns ours."""
+    ours, ref = tmp_path / "ours.gguf", tmp_path / "ref.gguf"
+    _run_reference([(str(src), str(ref), "f16")])
+    hf_to_gguf(src, ours, "f16")
+    _same_file(ours, ref)
+    return ours
+
+
 def _same_file(ours: Path, ref: Path) -> None:
     ko, kr = _kvs(ours), _kvs(ref)
     assert list(ko) == list(kr)  # same keys in the same order
@@ -476,10 +486,7 @@ def test_bamba_config_without_attn_rotary_emb(work, tmp_path):
     cfg = json.loads((src / "config.json").read_text())
     del cfg["attn_rotary_emb"]
     (src / "config.json").write_text(json.dumps(cfg, indent=2))
-    ours, ref = tmp_path / "ours.gguf", tmp_path / "ref.gguf"
-    _run_reference([(str(src), str(ref), "f16")])
-    hf_to_gguf(src, ours, "f16")
-    _same_file(ours, ref)
+    ours = _same_as_reference_f16(src, tmp_path)
     with read(ours) as f:
         assert f.metadata["granitehybrid.rope.dimension_count"] == 64
 
@@ -695,10 +702,7 @@ def test_llama4_text_half_of_conditional_generation(work, tmp_path):
     sd["vision_model.patch_embedding.linear.weight"] = rng.standard_normal((16, 48), np.float32)
     sd["multi_modal_projector.linear_1.weight"] = rng.standard_normal((256, 16), np.float32)
     save_file(sd, src / "model.safetensors", metadata={"format": "pt"})
-    ours, ref = tmp_path / "ours.gguf", tmp_path / "ref.gguf"
-    _run_reference([(str(src), str(ref), "f16")])
-    hf_to_gguf(src, ours, "f16")
-    _same_file(ours, ref)
+    ours = _same_as_reference_f16(src, tmp_path)
     text_only = _tensors(work.files("llama4", "f16")[0])
     assert _tensors(ours) == text_only
 
@@ -712,10 +716,7 @@ def test_llama_config_without_head_dim(tmp_path):
     cfg = json.loads((src / "config.json").read_text())
     assert cfg.pop("head_dim") == 64
     (src / "config.json").write_text(json.dumps(cfg, indent=2))
-    ours, ref = tmp_path / "ours.gguf", tmp_path / "ref.gguf"
-    _run_reference([(str(src), str(ref), "f16")])
-    hf_to_gguf(src, ours, "f16")
-    _same_file(ours, ref)
+    ours = _same_as_reference_f16(src, tmp_path)
     from weightsmith.gguf import read
 
     with read(ours) as f:
@@ -755,10 +756,7 @@ def test_gemma4_text_half_of_conditional_generation(work, tmp_path):
         (256, 16), np.float32
     )
     save_file(sd, src / "model.safetensors", metadata={"format": "pt"})
-    ours, ref = tmp_path / "ours.gguf", tmp_path / "ref.gguf"
-    _run_reference([(str(src), str(ref), "f16")])
-    hf_to_gguf(src, ours, "f16")
-    _same_file(ours, ref)
+    ours = _same_as_reference_f16(src, tmp_path)
     assert _tensors(ours) == _tensors(work.files("gemma4", "f16")[0])
 
 
@@ -1042,10 +1040,7 @@ def test_jamba_hub_forms(work, tmp_path):
         sd = {k.replace(a, b): v for k, v in sd.items()}
     assert "model.layers.2.feed_forward.experts.0.up_proj.weight" in sd
     save_file(sd, src / "model.safetensors", metadata={"format": "pt"})
-    ours, ref = tmp_path / "ours.gguf", tmp_path / "ref.gguf"
-    _run_reference([(str(src), str(ref), "f16")])
-    hf_to_gguf(src, ours, "f16")
-    _same_file(ours, ref)
+    ours = _same_as_reference_f16(src, tmp_path)
     with read(ours) as f:
         assert not f.metadata["tokenizer.ggml.add_space_prefix"]
         assert f.metadata["tokenizer.ggml.model"] == "llama"

@@ -272,28 +272,48 @@ def mistral3(folder: Path, *, dtype: str = "bfloat16", seed: int = 34) -> Path:
     return folder
 
 
-def qwen35vl(folder: Path, *, dtype: str = "bfloat16", seed: int = 36) -> Path:
-    """Qwen3.5 as published (Qwen3_5ForConditionalGeneration): the Qwen3-VL tower without
-    deepstack mergers over a tiny Qwen3.5 text model (gated DeltaNet + gated attention)
-    with its MTP block."""
-    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+def _qwen35_vlm(folder: Path, dtype: str, seed: int, moe: bool) -> Path:
+    """Qwen3.5 (MoE) as published: the Qwen3-VL tower without deepstack mergers over a
+    tiny Qwen3.5 text model (gated DeltaNet + gated attention; with ``moe``, experts per
+    expert as transformers 5 saves this class) with its MTP block."""
+    import transformers
 
-    from support.hf_models import _DELTANET, _QWEN35_ROPE, _bpe_tokenizer, _qwen35_ids, _with_mtp
+    from support.hf_models import (
+        _DELTANET,
+        _DELTANET_MOE,
+        _QWEN35_ROPE,
+        _bpe_tokenizer,
+        _qwen35_ids,
+        _with_mtp,
+    )
 
+    kind = "Qwen3_5Moe" if moe else "Qwen3_5"
     vocab = _bpe_tokenizer(folder, "qwen35")
-    text = dict(rope_parameters=_QWEN35_ROPE, tie_word_embeddings=True, **_qwen35_ids(vocab),
-                **_DELTANET)  # fmt: skip
+    tied = not moe
+    text = dict(rope_parameters=_QWEN35_ROPE, tie_word_embeddings=tied, **_qwen35_ids(vocab),
+                **_DELTANET, **(_DELTANET_MOE if moe else {}))  # fmt: skip
     vision = {k: v for k, v in _QWEN3VL_VISION.items() if k != "deepstack_visual_indexes"}
-    cfg = Qwen3_5Config(text_config=text, vision_config=vision, image_token_id=151655,
-                        video_token_id=151656, vision_start_token_id=151652,
-                        vision_end_token_id=151653, tie_word_embeddings=True)  # fmt: skip
-    model = Qwen3_5ForConditionalGeneration(cfg)
+    cfg = getattr(transformers, kind + "Config")(
+        text_config=text, vision_config=vision, image_token_id=151655, video_token_id=151656,
+        vision_start_token_id=151652, vision_end_token_id=151653, tie_word_embeddings=tied,
+    )  # fmt: skip
+    model = getattr(transformers, kind + "ForConditionalGeneration")(cfg)
     _random_init(model, seed)
     _save(model, folder, dtype, tower=None)
     # the reference's Qwen3.5 text model requires the MTP block the Hub's checkpoints carry
     _with_mtp(folder, seed, {"mtp_num_hidden_layers": 1, "full_attention_interval": 2}, vlm=True)
     _qwen_vl_processor(folder, {"image_mean": [0.5] * 3, "image_std": [0.5] * 3})
     return folder
+
+
+def qwen35vl(folder: Path, *, dtype: str = "bfloat16", seed: int = 36) -> Path:
+    """Qwen3_5ForConditionalGeneration, tied head."""
+    return _qwen35_vlm(folder, dtype, seed, moe=False)
+
+
+def qwen35vlmoe(folder: Path, *, dtype: str = "bfloat16", seed: int = 37) -> Path:
+    """Qwen3_5MoeForConditionalGeneration, untied head."""
+    return _qwen35_vlm(folder, dtype, seed, moe=True)
 
 
 BUILDERS: dict[str, Callable[..., Path]] = {
@@ -357,36 +377,6 @@ BUILDERS["gemma4"] = gemma4_vlm
 
 
 # --------------------------------------------------------------------------- more projectors
-
-
-def qwen35vlmoe(folder: Path, *, dtype: str = "bfloat16", seed: int = 37) -> Path:
-    """Qwen3.5 MoE as published (Qwen3_5MoeForConditionalGeneration): the Qwen3.5 tower
-    over a tiny Qwen3.5 MoE text model (experts per expert, as transformers 5 saves this
-    class) with its MTP block."""
-    from transformers import Qwen3_5MoeConfig, Qwen3_5MoeForConditionalGeneration
-
-    from support.hf_models import (
-        _DELTANET,
-        _DELTANET_MOE,
-        _QWEN35_ROPE,
-        _bpe_tokenizer,
-        _qwen35_ids,
-        _with_mtp,
-    )
-
-    vocab = _bpe_tokenizer(folder, "qwen35")
-    text = dict(rope_parameters=_QWEN35_ROPE, tie_word_embeddings=False, **_qwen35_ids(vocab),
-                **_DELTANET, **_DELTANET_MOE)  # fmt: skip
-    vision = {k: v for k, v in _QWEN3VL_VISION.items() if k != "deepstack_visual_indexes"}
-    cfg = Qwen3_5MoeConfig(text_config=text, vision_config=vision, image_token_id=151655,
-                           video_token_id=151656, vision_start_token_id=151652,
-                           vision_end_token_id=151653, tie_word_embeddings=False)  # fmt: skip
-    model = Qwen3_5MoeForConditionalGeneration(cfg)
-    _random_init(model, seed)
-    _save(model, folder, dtype, tower=None)
-    _with_mtp(folder, seed, {"mtp_num_hidden_layers": 1, "full_attention_interval": 2}, vlm=True)
-    _qwen_vl_processor(folder, {"image_mean": [0.5] * 3, "image_std": [0.5] * 3})
-    return folder
 
 
 BUILDERS["qwen35vlmoe"] = qwen35vlmoe
