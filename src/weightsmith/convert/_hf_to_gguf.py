@@ -595,7 +595,7 @@ def plan_input(
     else:
         has_heads = first(cfg, ("num_attention_heads", "n_heads")) is not None
         n_head, n_kv = head_counts(cfg) if has_heads else (1, 1)
-        n_kv = _layer0_kv(arch, cfg, n_kv)
+        n_kv = _arch_kv(arch, cfg, "attention.head_count_kv", n_kv)
         types = recipe_plan(
             [(tp.name, _ggml_dims(tp.shape)) for tp in tensors],
             ft,
@@ -664,20 +664,16 @@ def _weight_plan(arch: Arch, sources: list[_Source], cfg: dict, ctx: dict, d: Pa
 
 def _block_count(arch: Arch, cfg: dict) -> int | None:
     """The GGUF ``block_count`` (llama-quantize's layer count: GLM's MTP blocks count)."""
+    return _arch_kv(arch, cfg, "block_count", first(cfg, ("num_hidden_layers", "n_layers")))
+
+
+def _arch_kv(arch: Arch, cfg: dict, key: str, default: Any) -> Any:
+    """The value the output file gives ``<arch>.<key>``, as llama-quantize will read it
+    (a hybrid's per-layer ``head_count_kv`` array stays an array: the recipe reads it)."""
     for k, v, _ in arch.metadata(cfg):
-        if k == f"{arch.gguf_arch}.block_count":
+        if k == f"{arch.gguf_arch}.{key}":
             return v
-    return first(cfg, ("num_hidden_layers", "n_layers"))
-
-
-def _layer0_kv(arch: Arch, cfg: dict, n_kv: int) -> int:
-    """The KV head count llama-quantize's GQA rules see: ``n_gqa()`` is layer 0's, so a
-    per-layer ``head_count_kv`` array (hybrids) counts by its first layer (0 on an SSM
-    layer: the rules for GQA >= 4 then stay off, as in llama.cpp)."""
-    for k, v, _ in arch.metadata(cfg):
-        if k == f"{arch.gguf_arch}.attention.head_count_kv" and isinstance(v, list) and v:
-            return int(v[0])
-    return n_kv
+    return default
 
 
 def _ggml_dims(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -28,7 +28,7 @@ import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -79,14 +79,10 @@ def _loader_order(t) -> tuple[int, bytes]:
     return (int(m.group(1)) if m else -1, t.name.encode())
 
 
-def _int_kv(meta, key: str, default: int | None) -> int | None:
-    if key not in meta:
-        return default
-    v = meta[key]
-    if isinstance(v, (list, tuple)):
-        # a per-layer array (hybrids' head_count_kv): llama-quantize reads layer 0's
-        v = v[0] if len(v) else default
-    return int(v) if v is not None else default
+def _int_kv(meta, key: str, default: Any) -> Any:
+    """An integer KV as it is stored (a per-layer array stays a list: the recipe reads it)."""
+    v = meta.get(key, default)
+    return [int(x) for x in v] if isinstance(v, (list, tuple)) else None if v is None else int(v)
 
 
 class QuantizeResult(dict):

@@ -430,14 +430,18 @@ def _fallback(new: str, ncols: int) -> str:
     return out if ncols % GGML[out].block_size == 0 else "F16"
 
 
+def _layer0(v: int | Sequence[int]) -> int:
+    return int(v[0] if len(v) else 0) if isinstance(v, Sequence) else int(v)
+
+
 def plan(
     tensors: Iterable[tuple[str, Sequence[int]]],
     ftype: str | int | FileType,
     *,
     arch: str = "llama",
     n_layer: int | None = None,
-    n_head: int = 1,
-    n_head_kv: int | None = None,
+    n_head: int | Sequence[int] = 1,
+    n_head_kv: int | Sequence[int] | None = None,
     n_expert: int = 0,
     has_imatrix: bool = False,
     source_types: dict[str, str] | None = None,
@@ -447,14 +451,17 @@ def plan(
     ``tensors`` are ``(gguf_name, shape)`` with numpy-order shapes (the row
     length is the last dim).  ``n_layer`` defaults to the number of ``blk.N``
     layers seen.  Tensors that are not quantized keep ``source_types[name]``
-    (default F32).  The result is a :class:`Plan` (a dict that also lists the
+    (default F32).  ``n_head`` / ``n_head_kv`` may be per-layer arrays (hybrids):
+    llama.cpp's ``n_gqa()`` is layer 0's, so a hybrid whose layer 0 is SSM (KV heads 0)
+    gets no GQA upgrades.  The result is a :class:`Plan` (a dict that also lists the
     fallbacks).
     """
     ft = file_type(ftype)
     items = sorted(((n, tuple(s)) for n, s in tensors), key=lambda t: (_layer_of(t[0]), t[0]))
     if n_layer is None:
         n_layer = 1 + max((_layer_of(n) for n, _ in items), default=-1)
-    n_head_kv = n_head if n_head_kv is None else n_head_kv
+    n_head = _layer0(n_head)
+    n_head_kv = n_head if n_head_kv is None else _layer0(n_head_kv)
     cats = [_category(n) for n, _ in items]
     st = _State(
         ftype=ft.name,
