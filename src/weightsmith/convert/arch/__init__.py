@@ -96,6 +96,7 @@ from .deepseek import DEEPSEEK2
 from .embeddinggemma import GEMMA_EMBEDDING
 from .falcon_h1 import FALCON_H1
 from .gemma import GEMMA2, GEMMA3
+from .gemma3n import GEMMA3N
 from .gemma4 import GEMMA4, GEMMA4_ASSISTANT, GEMMA4_UNIFIED
 from .glm import GLM4MOE
 from .gpt import FALCON, GPT2, STABLELM, STARCODER2
@@ -221,6 +222,8 @@ ENTRIES: tuple[Arch, ...] = (
     GRANITEHYBRID_AS_GRANITEMOE,
     # hybrids added with issue 15 section 4
     FALCON_H1,
+    # Gemma 3n text (AltUp, LAuReL, per-layer embeddings)
+    GEMMA3N,
 )
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the

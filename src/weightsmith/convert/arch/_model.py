@@ -216,11 +216,18 @@ class Stack:
 
     def match(self, name: str) -> tuple[int, int] | None:
         mt = _rx(self.hf).match(name)
-        return None if mt is None else (int(mt["bid"]), int(mt["xid"]))
+        return None if mt is None else (_bid(mt), int(mt["xid"]))
 
     def inverse_match(self, name: str) -> int | None:
         mt = _rx(self.gguf).match(name)
-        return None if mt is None else int(mt["bid"])
+        return None if mt is None else _bid(mt)
+
+
+def _bid(mt: re.Match[str]) -> int:
+    """The layer number of a match; -1 for a whole-model tensor (Gemma 3n's AltUp
+    projections stack without one)."""
+    bid = mt.groupdict().get("bid")
+    return -1 if bid is None else int(bid)
 
 
 @dataclass(frozen=True)
