@@ -1680,3 +1680,23 @@ def test_gemma3n_sparsity_scale_is_torchs():
     normal = torch.distributions.normal.Normal(0, 1)
     want = [normal.icdf(torch.tensor(s, dtype=torch.float32)).item() for s in grid]
     assert [sparsity_scale(s) for s in grid] == want
+
+
+def test_gemma3n_altup_streams_other_than_4_are_refused(work, tmp_path):
+    """The reference asserts 4 AltUp streams; a config naming another count is refused
+    with InvalidModelConfig before any output, where the reference stops too."""
+    import shutil
+
+    from weightsmith import errors as E
+
+    src = tmp_path / "gemma3n"
+    shutil.copytree(work.model("gemma3n"), src)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["altup_num_inputs"] = 2
+    (src / "config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "o.gguf"
+    with pytest.raises(E.InvalidModelConfig, match="altup_num_inputs"):
+        hf_to_gguf(src, out, "f16")
+    assert not out.exists()
+    with pytest.raises(AssertionError, match="altup"):
+        _run_reference([(str(src), str(tmp_path / "ref.gguf"), "f16")])

@@ -206,6 +206,12 @@ def _positive_int(cfg: dict, key: str, path: Path) -> int:
 def _check_config(cfg: dict, arch: Arch, path: Path) -> None:
     for key in arch.required:
         _positive_int(cfg, key, path)
+    for key, want in arch.fixed.items():
+        if cfg.get(key) != want:
+            raise E.InvalidModelConfig(
+                "the reference converter accepts only this value",
+                path=path, field=key, expected=want, found=cfg.get(key),
+            )  # fmt: skip
     n_head = cfg.get("num_attention_heads")
     if n_head is not None:
         _positive_int(cfg, "num_attention_heads", path)

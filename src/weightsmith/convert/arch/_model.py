@@ -508,6 +508,9 @@ class Arch:
     # ``other``'s (the reference compares the data: Mamba's head stored as a copy of the
     # embedding is dropped, llama.cpp then reuses the embedding)
     drop_if_same: tuple[tuple[str, str], ...] = ()
+    # config values the reference asserts (it converts nothing else): another value is
+    # refused before any output (Gemma 3n's 4 AltUp streams)
+    fixed: dict[str, Any] = field(default_factory=dict)
 
     # -- config
 

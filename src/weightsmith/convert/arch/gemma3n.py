@@ -46,7 +46,7 @@ from .gemma import GEMMA3
 
 _SLIDING = "sliding_attention"
 _FULL = "full_attention"
-_N_ALTUP_PROJ = 3  # altup_num_inputs - 1: the reference accepts 4 streams only
+_N_ALTUP_PROJ = 3  # altup_num_inputs - 1: the reference accepts 4 streams only (``fixed``)
 
 
 def sparsity_scale(s: float) -> float:
@@ -231,6 +231,7 @@ GEMMA3N = Arch(
     transforms=[PAD_EMBEDDINGS],
     # intermediate_size is one width per layer (a list) in the config class
     required=("hidden_size", "num_hidden_layers", "vocab_size"),
+    fixed={"altup_num_inputs": 4},
     defaults=_DEFAULTS,
     tokenizer={"vocab": "gemma3n"},
     model_types={"Gemma3nForCausalLM": "gemma3n_text"},
