@@ -1700,3 +1700,24 @@ def test_gemma3n_altup_streams_other_than_4_are_refused(work, tmp_path):
     assert not out.exists()
     with pytest.raises(AssertionError, match="altup"):
         _run_reference([(str(src), str(tmp_path / "ref.gguf"), "f16")])
+
+
+def test_gemma3n_gguf_without_the_per_layer_arrays(work, tmp_path):
+    """A ``gemma3n`` GGUF without ``sliding_window_pattern`` or ``feed_forward_length``
+    (llama.cpp then takes every 5th layer as full, the config class's default too) still
+    converts back: the default layer types, the MLP widths off ``ffn_up``; transformers
+    gives the original's logits."""
+    from weightsmith.gguf import edit
+
+    src = work.files("gemma3n", "f32")[0]
+    bare = edit(src, remove=["gemma3n.attention.sliding_window_pattern",
+                             "gemma3n.feed_forward_length"], out=tmp_path / "bare.gguf")  # fmt: skip
+    back = tmp_path / "back"
+    gguf_to_hf(bare, back, dtype="f32")
+    cfg = json.loads((back / "config.json").read_text())
+    want = json.loads((work.model("gemma3n") / "config.json").read_text())["layer_types"]
+    assert cfg["layer_types"] == want  # the tiny model uses the default pattern
+    assert cfg["intermediate_size"] == [128] * cfg["num_hidden_layers"]
+    tokens = _prompt("gemma3n")
+    a, b = _hf_logits(work.model("gemma3n"), tokens), _hf_logits(back, tokens)
+    np.testing.assert_allclose(b, a, rtol=0, atol=1e-4 * max(1.0, float(np.abs(a).max())))

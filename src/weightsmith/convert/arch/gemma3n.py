@@ -29,7 +29,9 @@ GGUF -> HF writes ``Gemma3nForCausalLM`` (``gemma3n_text``).  Not in the metadat
 ``laurel_rank`` (read off ``laurel_l``'s shape) and ``vocab_size_per_layer_input``:
 the file keeps the padded per-layer table, so it is written as ``vocab_size`` -- the
 zero rows then give ids past the original per-layer vocabulary a zero per-layer input,
-as llama.cpp computes, where the original model used row 0.
+as llama.cpp computes, where the original model used row 0.  A file without the
+sliding-window pattern gets the config class's layer types (every 5th layer full, as
+llama.cpp falls back to); without ``feed_forward_length``, the widths of ``ffn_up``.
 """
 
 from __future__ import annotations
@@ -206,17 +208,32 @@ _DEFAULTS: dict[str, Any] = {
 def _hf_config(cfg: dict, names: set[str]) -> dict:
     shapes = cfg.get("_shapes") or {}
     laurel = shapes.get("blk.0.laurel_l.weight")
+    swa = cfg.get("_swa_pattern")
     out: dict[str, Any] = {
         "hidden_activation": "gelu_pytorch_tanh",
-        "layer_types": [_SLIDING if s else _FULL for s in cfg["_swa_pattern"]],
+        # without the pattern llama.cpp takes every 5th layer as full, as the config class
+        "layer_types": (
+            [_SLIDING if s else _FULL for s in swa] if swa is not None else _layer_types(cfg)
+        ),
         "rope_parameters": {
             _FULL: {"rope_type": "default", "rope_theta": cfg.get("rope_theta", 1_000_000.0)},
-            _SLIDING: {"rope_type": "default", "rope_theta": cfg.get("rope_local_base_freq")},
+            _SLIDING: {
+                "rope_type": "default",
+                "rope_theta": cfg.get("rope_local_base_freq", 10_000.0),
+            },
         },
         # the per-layer table as the file keeps it: padded to the vocabulary
         "vocab_size_per_layer_input": cfg["vocab_size"],
-        "intermediate_size": [int(x) for x in cfg["intermediate_size"]],
     }
+    ff = cfg.get("intermediate_size")
+    n = cfg["num_hidden_layers"]
+    ups = [shapes.get(f"blk.{i}.ffn_up.weight") for i in range(n)]
+    if isinstance(ff, (list, tuple)) or hasattr(ff, "tolist"):
+        out["intermediate_size"] = [int(x) for x in ff]
+    elif isinstance(ff, int):
+        out["intermediate_size"] = [ff] * n
+    elif all(u is not None for u in ups):  # no key: the widths are the tensors' rows
+        out["intermediate_size"] = [int(u[0]) for u in ups]
     if laurel is not None:
         out["laurel_rank"] = int(laurel[0])  # numpy order: [rank, n_embd]
     return out
