@@ -58,6 +58,11 @@ ARCHS += ["nemotronhmoe"]
 ARCHS += ["falconh1"]
 # Mamba (1) with RMS norms on dt / B / C (llama.cpp's mamba with ssm.dt_b_c_rms)
 ARCHS += ["falconmamba"]
+# Gemma 3n text (AltUp, LAuReL, per-layer embeddings, activation sparsity); the GGUF keeps
+# its per-layer embedding padded with zero rows to vocab_size, as the reference writes it,
+# and GGUF -> HF gives that table back (PADDED_ROWS)
+ARCHS += ["gemma3n"]
+PADDED_ROWS = {"gemma3n": ("model.embed_tokens_per_layer.weight",)}
 REF_TYPES = ["f32", "f16", "bf16", "q8_0"]
 # llama.cpp (the pinned build) and transformers 5 give different logits for the same tiny
 # DeepSeek-V3 (max 0.69): llama.cpp's own file shows the same gap as ours (docs/
@@ -82,6 +87,31 @@ LLAMA_CPP_GAP_BOUND["bamba"] = 0.12
 # for its own file as for ours; with an f32 cache the gap is 0.0034, inside the bound
 LLAMA_CPP_F32_KV = {"gemma4", "gemma4moe"}
 LLAMA_CPP_F32_KV |= {"gemma4unified"}
+# Two runtime differences of the pinned llama.cpp's gemma3n graph, not conversion ones (its
+# own file and ours give the same logits): its activation sparsity cuts at mean + 1.6448534
+# x the sample std (n - 1) where transformers takes the population std (n); over the tiny
+# model's 128-wide MLP that moves the logits by 0.66 (scale 1.4), so transformers is run
+# with the quantile that gives llama.cpp's cutoff (HF_FIELDS_AS_LLAMA_CPP).  Its GELU reads
+# an f16 table: 0.0115 left (f32 KV cache, scale 1.55), pinned below a bound;
+# test_gemma3n_gap_is_the_gelu_table shows it is that table
+LLAMA_CPP_F32_KV |= {"gemma3n"}
+LLAMA_CPP_DIFFERS_FROM_TRANSFORMERS |= {"gemma3n"}
+LLAMA_CPP_GAP_BOUND["gemma3n"] = 0.01
+
+
+def _gemma3n_sparsity_as_llama_cpp(src: Path) -> dict:
+    """The activation sparsity whose population-std cutoff is llama.cpp's sample-std one."""
+    import math
+    from statistics import NormalDist
+
+    cfg = json.loads((src / "config.json").read_text())
+    q = [1.6448533535003662 * math.sqrt(n / (n - 1)) for n in cfg["intermediate_size"]]
+    pattern = [NormalDist().cdf(x) if p > 0 else p
+               for p, x in zip(cfg["activation_sparsity_pattern"], q)]  # fmt: skip
+    return {"activation_sparsity_pattern": pattern}
+
+
+HF_FIELDS_AS_LLAMA_CPP = {"gemma3n": _gemma3n_sparsity_as_llama_cpp}
 QUANT_TYPES = ["q4_k_m", "iq4_xs"]
 # MXFP4 experts: llama_model_quantize refuses to requantize them unless allowed; with
 # --allow-requantize it dequantizes them (exactly) and quantizes the floats, as we do
@@ -211,7 +241,10 @@ def test_llama_cpp_logits(work, arch):
     ours = run(ours_f32, tokens)
     ref = run(ref_f32, tokens)
     np.testing.assert_array_equal(ours, ref)
-    hf = _hf_logits(work.model(arch), tokens, HF_RUNS_AS_LLAMA_CPP.get(arch))
+    fields = (
+        HF_FIELDS_AS_LLAMA_CPP[arch](work.model(arch)) if arch in HF_FIELDS_AS_LLAMA_CPP else {}
+    )
+    hf = _hf_logits(work.model(arch), tokens, HF_RUNS_AS_LLAMA_CPP.get(arch), **fields)
     scale = float(np.abs(hf).max())
     gap = np.abs(ours - hf).max()
     if arch in LLAMA_CPP_DIFFERS_FROM_TRANSFORMERS:
@@ -239,6 +272,10 @@ def test_round_trip(work, arch, tmp_path):
         orig = _hf_weights(src)
         assert not any(k.endswith(("_blocks", "_scales")) for k in orig)
     got = load_file(back / "model.safetensors")
+    for k in PADDED_ROWS.get(arch, ()):
+        v, rows = orig[k], got[k].shape[0]
+        assert rows > v.shape[0] and not got[k][v.shape[0] :].any(), k
+        orig[k] = np.concatenate([v, np.zeros((rows - v.shape[0], *v.shape[1:]), v.dtype)])
     cfg = json.loads((back / "config.json").read_text())
     if cfg["tie_word_embeddings"]:
         orig.pop("lm_head.weight", None)
@@ -1544,3 +1581,143 @@ def test_ssm_a_of_a_float16_checkpoint(tmp_path):
         ours = tmp_path / f"{d.name}.gguf"
         hf_to_gguf(d, ours, "f32")
         _same_file(ours, tmp_path / f"{d.name}-ref.gguf")
+
+
+def test_gemma3n_gap_is_the_gelu_table(work):
+    """Gemma 3n's remaining llama.cpp gap (LLAMA_CPP_GAP_BOUND) is ggml's GELU, which looks
+    the f16-rounded input up in an f16 table: transformers with that GELU (and llama.cpp's
+    sparsity cutoff) gives our file's logits within the harness's usual bound."""
+    import torch
+
+    class F16TableGelu(torch.nn.Module):
+        def forward(self, x):
+            y = torch.nn.functional.gelu(x.half().float(), approximate="tanh").half().float()
+            return torch.where(x <= -10, torch.zeros_like(x), torch.where(x >= 10, x, y))
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    src, tokens = work.model("gemma3n"), _prompt("gemma3n")
+    ours = _llama_logits_f32_kv(work.files("gemma3n", "f32")[0], tokens)
+    cfg = AutoConfig.from_pretrained(src)
+    for k, v in _gemma3n_sparsity_as_llama_cpp(src).items():
+        setattr(cfg, k, v)
+    m = AutoModelForCausalLM.from_pretrained(src, config=cfg, dtype=torch.float32).eval()
+    with torch.no_grad():
+        plain = m(torch.tensor([tokens])).logits[0].numpy()
+        swapped = [mod for mod in m.modules() if hasattr(mod, "act_fn")]
+        assert len(swapped) == 2 * cfg.num_hidden_layers  # each layer's MLP and gate
+        for mod in swapped:
+            mod.act_fn = F16TableGelu()
+        table = m(torch.tensor([tokens])).logits[0].numpy()
+    bound = 2e-3 * max(float(np.abs(table).max()), 1.0)
+    assert np.abs(ours - table).max() <= bound
+    assert np.abs(ours - plain).max() > 2 * bound
+
+
+def test_gemma3n_text_half_of_conditional_generation(work, tmp_path):
+    """Gemma 3n as the Hub publishes it (Gemma3nForConditionalGeneration: ``text_config``,
+    ``model.language_model.`` tensors beside the vision and audio towers and their
+    embedders): the text half converts exactly as the reference converts it, and as the
+    text model alone."""
+    src = _gemma3n_conditional(work, tmp_path)
+    ours = _same_as_reference_f16(src, tmp_path)
+    assert _tensors(ours) == _tensors(work.files("gemma3n", "f16")[0])
+
+
+def test_gemma3n_projector_is_refused_before_any_output(work, tmp_path):
+    """Gemma 3n's projector (MobileNetV5 vision + conformer audio) is not converted: asked
+    for one, convert names the class and writes neither file (see
+    docs/convert-architectures.md for why it is not done)."""
+    from weightsmith import errors as E
+
+    src = _gemma3n_conditional(work, tmp_path)
+    out, proj = tmp_path / "text.gguf", tmp_path / "mmproj.gguf"
+    with pytest.raises(E.UnknownArchitecture, match="Gemma3nForConditionalGeneration"):
+        hf_to_gguf(src, out, "f16", mmproj=proj)
+    assert not out.exists() and not proj.exists()
+
+
+def _gemma3n_conditional(work, tmp_path: Path) -> Path:
+    """The ``gemma3n`` model as the Hub lays out Gemma3nForConditionalGeneration, with a few
+    vision and audio tensors beside the text."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    src = tmp_path / "gemma3n-vlm"
+    shutil.copytree(work.model("gemma3n"), src)
+    text = json.loads((src / "config.json").read_text())
+    text.pop("architectures")
+    cfg = {"architectures": ["Gemma3nForConditionalGeneration"], "model_type": "gemma3n",
+           "text_config": text, "vision_config": {"model_type": "gemma3n_vision"},
+           "audio_config": {"model_type": "gemma3n_audio"}}  # fmt: skip
+    (src / "config.json").write_text(json.dumps(cfg, indent=2))
+    sd = {
+        k.replace("model.", "model.language_model.", 1): v
+        for k, v in load_file(src / "model.safetensors").items()
+    }
+    rng = np.random.default_rng(0)
+    for name, shape in (
+        ("model.vision_tower.timm_model.conv_stem.conv.weight", (8, 3, 3, 3)),
+        ("model.embed_vision.embedding.weight", (4, 16)),
+        ("model.embed_vision.hard_embedding_norm.weight", (16,)),
+        ("model.audio_tower.subsample_conv_projection.conv_0.conv.weight", (8, 1, 3, 3)),
+        ("model.embed_audio.embedding_projection.weight", (64, 16)),
+    ):
+        sd[name] = rng.standard_normal(shape).astype(np.float32)
+    save_file(sd, src / "model.safetensors", metadata={"format": "pt"})
+    return src
+
+
+def test_gemma3n_sparsity_scale_is_torchs():
+    """``activation_sparsity_scale`` without torch: the reference's float32
+    ``Normal(0, 1).icdf`` values, bit for bit, over a 0.001 grid of [0, 1]."""
+    import torch
+
+    from weightsmith.convert.arch.gemma3n import sparsity_scale
+
+    grid = [i / 1000 for i in range(1001)]
+    normal = torch.distributions.normal.Normal(0, 1)
+    want = [normal.icdf(torch.tensor(s, dtype=torch.float32)).item() for s in grid]
+    assert [sparsity_scale(s) for s in grid] == want
+
+
+def test_gemma3n_altup_streams_other_than_4_are_refused(work, tmp_path):
+    """The reference asserts 4 AltUp streams; a config naming another count is refused
+    with InvalidModelConfig before any output, where the reference stops too."""
+    import shutil
+
+    from weightsmith import errors as E
+
+    src = tmp_path / "gemma3n"
+    shutil.copytree(work.model("gemma3n"), src)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["altup_num_inputs"] = 2
+    (src / "config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "o.gguf"
+    with pytest.raises(E.InvalidModelConfig, match="altup_num_inputs"):
+        hf_to_gguf(src, out, "f16")
+    assert not out.exists()
+    with pytest.raises(AssertionError, match="altup"):
+        _run_reference([(str(src), str(tmp_path / "ref.gguf"), "f16")])
+
+
+def test_gemma3n_gguf_without_the_per_layer_arrays(work, tmp_path):
+    """A ``gemma3n`` GGUF without ``sliding_window_pattern`` or ``feed_forward_length``
+    (llama.cpp then takes every 5th layer as full, the config class's default too) still
+    converts back: the default layer types, the MLP widths off ``ffn_up``; transformers
+    gives the original's logits."""
+    from weightsmith.gguf import edit
+
+    src = work.files("gemma3n", "f32")[0]
+    bare = edit(src, remove=["gemma3n.attention.sliding_window_pattern",
+                             "gemma3n.feed_forward_length"], out=tmp_path / "bare.gguf")  # fmt: skip
+    back = tmp_path / "back"
+    gguf_to_hf(bare, back, dtype="f32")
+    cfg = json.loads((back / "config.json").read_text())
+    want = json.loads((work.model("gemma3n") / "config.json").read_text())["layer_types"]
+    assert cfg["layer_types"] == want  # the tiny model uses the default pattern
+    assert cfg["intermediate_size"] == [128] * cfg["num_hidden_layers"]
+    tokens = _prompt("gemma3n")
+    a, b = _hf_logits(work.model("gemma3n"), tokens), _hf_logits(back, tokens)
+    np.testing.assert_allclose(b, a, rtol=0, atol=1e-4 * max(1.0, float(np.abs(a).max())))

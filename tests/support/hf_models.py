@@ -1989,3 +1989,50 @@ def falconmamba(folder: Path, *, dtype: str = "bfloat16", seed: int = 43) -> Pat
 
 
 BUILDERS["falconmamba"] = falconmamba
+
+
+def gemma3n(folder: Path, *, dtype: str = "bfloat16", seed: int = 60, **kw) -> Path:
+    """Gemma 3n text, tiny where the pinned llama.cpp lets it be: its runtime fixes the
+    Hub's per-layer input width (256), LAuReL rank (64), 4 AltUp streams, KV-shared
+    layers from layer 20 on and activation sparsity (0.95) on the first 10 layers, so the
+    model has 22 layers (the last two sharing KV) of width 64, the config's default layer
+    types (every 5th full), and a per-layer vocabulary 16 rows shorter than the model's
+    (as the Hub's 262144 of 262400).  ``kw`` overrides config fields."""
+    from transformers import Gemma3nForCausalLM, Gemma3nTextConfig
+
+    vocab = train_spm(folder)
+    n = 22
+    fields = dict(vocab_size=vocab + 16, vocab_size_per_layer_input=vocab, hidden_size=64,
+                  intermediate_size=128, num_hidden_layers=n, num_attention_heads=2,
+                  num_key_value_heads=1, head_dim=32, max_position_embeddings=256,
+                  sliding_window=16, hidden_size_per_layer_input=256, num_kv_shared_layers=2,
+                  laurel_rank=64, activation_sparsity_pattern=[0.95] * 10 + [0.0] * (n - 10),
+                  bos_token_id=1, eos_token_id=2, pad_token_id=0)  # fmt: skip
+    cfg = Gemma3nTextConfig(**{**fields, **kw})
+    model = Gemma3nForCausalLM(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    _gemma3n_shared_kv_weights(folder, cfg, seed)
+    return folder
+
+
+def _gemma3n_shared_kv_weights(folder: Path, cfg, seed: int) -> None:
+    """Give the KV-shared layers the K/V projections and K norm the Hub's checkpoints carry
+    (transformers 5 neither makes nor uses them; the pinned llama.cpp requires them)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "model.safetensors"
+    sd = load_file(path)
+    dt = sd["model.norm.weight"].dtype
+    g = torch.Generator().manual_seed(seed + 1)
+    kv, hd, h = cfg.num_key_value_heads * cfg.head_dim, cfg.head_dim, cfg.hidden_size
+    for i in range(cfg.num_hidden_layers - cfg.num_kv_shared_layers, cfg.num_hidden_layers):
+        pre = f"model.layers.{i}.self_attn."
+        for name, shape in (("k_proj.weight", (kv, h)), ("v_proj.weight", (kv, h))):
+            sd[pre + name] = (torch.randn(shape, generator=g) * 0.05).to(dt)
+        sd[pre + "k_norm.weight"] = (torch.randn((hd,), generator=g) * 0.05 + 1.0).to(dt)
+    save_file(sd, path, metadata={"format": "pt"})
+
+
+BUILDERS["gemma3n"] = gemma3n

@@ -295,7 +295,11 @@ def build_config(
     if "token_types.weight" in f:  # BERT's segment embeddings: their rows are the count
         out["type_vocab_size"] = int(f.tensor("token_types.weight").shape[0])
     # the hook also sees the vocabulary size (Gemma 4's per-layer embedding has as many rows)
-    out.update(entry.hf_config({**cfg, "vocab_size": out["vocab_size"]}, tensor_names))
+    # and the tensors' shapes (numpy order): Gemma 3n's LAuReL rank is only a shape
+    shapes = {t.name: tuple(int(d) for d in t.shape) for t in f.tensors}
+    out.update(
+        entry.hf_config({**cfg, "vocab_size": out["vocab_size"], "_shapes": shapes}, tensor_names)
+    )
     out = {k: v for k, v in out.items() if not k.startswith("_")}
     rs = out.get("rope_scaling")
     if isinstance(rs, dict) and "type" in rs:

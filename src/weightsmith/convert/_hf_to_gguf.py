@@ -206,6 +206,12 @@ def _positive_int(cfg: dict, key: str, path: Path) -> int:
 def _check_config(cfg: dict, arch: Arch, path: Path) -> None:
     for key in arch.required:
         _positive_int(cfg, key, path)
+    for key, want in arch.fixed.items():
+        if cfg.get(key) != want:
+            raise E.InvalidModelConfig(
+                "the reference converter accepts only this value",
+                path=path, field=key, expected=want, found=cfg.get(key),
+            )  # fmt: skip
     n_head = cfg.get("num_attention_heads")
     if n_head is not None:
         _positive_int(cfg, "num_attention_heads", path)
@@ -389,7 +395,7 @@ class TensorPlan:
 # tensors the reference converter always writes in F32 (``prepare_tensors``)
 _ALWAYS_F32 = re.compile(
     r"(^|\.)(ffn_gate_inp|ffn_gate_inp_shexp|position_embd|token_types|ssm_conv1d|"
-    r"shortconv\.conv)\.weight$"
+    r"shortconv\.conv|altup_correct_coef|altup_predict_coef)\.weight$"
 )
 
 

@@ -24,6 +24,8 @@ in both directions (the data model is :mod:`._model`):
   :class:`MetaKey` with ``absolute`` set: written under its key as it is);
   ``drop_if_same`` drops a tensor whose values repeat another's (Mamba's ``lm_head``
   stored as a copy of the embedding: the one rule that reads data before the plan);
+  ``fixed`` config values are the only ones the reference converts (it asserts them:
+  Gemma 3n's 4 AltUp streams), anything else is refused before any output;
 * ``pooling`` -- the sentence-transformers pooling type goes into the config
   (:mod:`weightsmith.convert._pooling`) for the encoders' ``pooling_type`` row;
   ``dense`` -- GGUF names of sentence-transformers ``Dense`` module weights, read from
@@ -96,6 +98,7 @@ from .deepseek import DEEPSEEK2
 from .embeddinggemma import GEMMA_EMBEDDING
 from .falcon_h1 import FALCON_H1
 from .gemma import GEMMA2, GEMMA3
+from .gemma3n import GEMMA3N
 from .gemma4 import GEMMA4, GEMMA4_ASSISTANT, GEMMA4_UNIFIED
 from .glm import GLM4MOE
 from .gpt import FALCON, GPT2, STABLELM, STARCODER2
@@ -221,6 +224,8 @@ ENTRIES: tuple[Arch, ...] = (
     GRANITEHYBRID_AS_GRANITEMOE,
     # hybrids added with issue 15 section 4
     FALCON_H1,
+    # Gemma 3n text (AltUp, LAuReL, per-layer embeddings)
+    GEMMA3N,
 )
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the

@@ -216,11 +216,18 @@ class Stack:
 
     def match(self, name: str) -> tuple[int, int] | None:
         mt = _rx(self.hf).match(name)
-        return None if mt is None else (int(mt["bid"]), int(mt["xid"]))
+        return None if mt is None else (_bid(mt), int(mt["xid"]))
 
     def inverse_match(self, name: str) -> int | None:
         mt = _rx(self.gguf).match(name)
-        return None if mt is None else int(mt["bid"])
+        return None if mt is None else _bid(mt)
+
+
+def _bid(mt: re.Match[str]) -> int:
+    """The layer number of a match; -1 for a whole-model tensor (Gemma 3n's AltUp
+    projections stack without one)."""
+    bid = mt.groupdict().get("bid")
+    return -1 if bid is None else int(bid)
 
 
 @dataclass(frozen=True)
@@ -501,6 +508,9 @@ class Arch:
     # ``other``'s (the reference compares the data: Mamba's head stored as a copy of the
     # embedding is dropped, llama.cpp then reuses the embedding)
     drop_if_same: tuple[tuple[str, str], ...] = ()
+    # config values the reference asserts (it converts nothing else): another value is
+    # refused before any output (Gemma 3n's 4 AltUp streams)
+    fixed: dict[str, Any] = field(default_factory=dict)
 
     # -- config
 

@@ -72,7 +72,7 @@ SPM_SPACE = "\u2581"
 
 # the reference's vocabulary paths (``set_vocab`` of its model classes); the registry
 # entry of each architecture names its route (``Arch.tokenizer["vocab"]``)
-ROUTES = ("llama", "spm_or_gpt2", "gemma", "gemma4", "gpt2", "phi3", "glm", "jamba")
+ROUTES = ("llama", "spm_or_gpt2", "gemma", "gemma4", "gpt2", "phi3", "glm", "jamba", "gemma3n")
 #: routes kept in modules of their own (encoders: ``bert``, ``t5``), which add their builder
 #: ``(entries, folder, config)`` here when imported (the package ``__init__`` imports them)
 MORE_ROUTES: dict[str, Callable[[_Entries, Path, dict], None]] = {}
@@ -963,7 +963,11 @@ def vocab_metadata(
             )
         else:
             raise _missing(d, "tokenizer.model or tokenizer.json")
-    elif route == "gemma":
+    elif route in ("gemma", "gemma3n"):
+        if route == "gemma3n":
+            # Gemma3NModel.set_vocab hides vocab_size_per_layer_input (the per-layer table's
+            # rows) so that the vocabulary is padded to vocab_size
+            config = {k: v for k, v in config.items() if k != "vocab_size_per_layer_input"}
         if has_spm:
             _set_spm(out, d, config)
             out.add("ggml.add_space_prefix", False, VT.BOOL)
