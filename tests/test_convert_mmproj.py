@@ -53,6 +53,8 @@ ARCHS += ["lfm2vl"]
 TOL["lfm2vl"] = 1e-3
 ARCHS += ["llama4vl"]
 TOL["llama4vl"] = 1e-3
+ARCHS += ["lightonocr"]
+TOL["lightonocr"] = 1e-3
 # the image side llama.cpp encodes as one tile, unresized (LFM2-VL: 64 tokens at least)
 IMAGE_SIZE = {"lfm2vl": 256}
 TYPES = ["f32", "f16", "bf16", "q8_0"]
@@ -332,7 +334,7 @@ def _hf_image_features(folder: Path, img: np.ndarray) -> np.ndarray:
     m = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32)
     m.eval()
     kw = {}
-    if cfg.model_type in ("llava", "mistral3"):
+    if cfg.model_type in ("llava", "mistral3", "lighton_ocr"):
         kw["image_sizes"] = torch.tensor([list(img.shape[:2])])
     if cfg.model_type in ("idefics3", "smolvlm"):  # [batch, images, C, H, W]
         pixels = pixels[:, None]

@@ -528,3 +528,47 @@ def llama4vl(folder: Path, *, dtype: str = "bfloat16", seed: int = 41) -> Path:
 
 
 BUILDERS["llama4vl"] = llama4vl
+
+
+# --------------------------------------------------------------------------- OCR VLMs
+
+
+def lightonocr(folder: Path, *, dtype: str = "bfloat16", seed: int = 42) -> Path:
+    """LightOnOCR (LightOnOcrForConditionalGeneration): a Pixtral tower, an RMS-normed 2x2
+    patch merger and a bias-free 2-layer GELU MLP over a tiny Qwen3 text model (tied
+    head).  transformers 5 saves the Hub's names (``model.vision_encoder.*``,
+    ``model.vision_projection.*``, ``model.language_model.*``); the config names the
+    architecture as the Hub's does (``LightOnOCRForConditionalGeneration``: the class
+    the reference registers) and its text ``Qwen3ForCausalLM`` (the reference's text
+    class is chosen by it)."""
+    from transformers import LightOnOcrConfig, LightOnOcrForConditionalGeneration
+
+    from support.hf_models import _qwen_tokenizer
+
+    vocab = _qwen_tokenizer(folder)
+    text = dict(model_type="qwen3", vocab_size=vocab, hidden_size=64, intermediate_size=128,
+                num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                max_position_embeddings=256, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                bos_token_id=None, eos_token_id=151645)  # fmt: skip
+    # 3 layers: gguf-py maps linear_2 to mm.2 only in a tower of more than 2 blocks
+    vision = dict(model_type="pixtral", hidden_size=64, intermediate_size=128,
+                  num_hidden_layers=3, num_attention_heads=2, head_dim=32, image_size=64,
+                  patch_size=8, hidden_act="silu")  # fmt: skip
+    cfg = LightOnOcrConfig(text_config=text, vision_config=vision, spatial_merge_size=2,
+                           image_token_id=151655, tie_word_embeddings=True)  # fmt: skip
+    model = LightOnOcrForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    top = json.loads((folder / "config.json").read_text())
+    top["architectures"] = ["LightOnOCRForConditionalGeneration"]
+    top["text_config"]["architectures"] = ["Qwen3ForCausalLM"]
+    (folder / "config.json").write_text(json.dumps(top, indent=2))
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "PixtralImageProcessorFast", "patch_size": 8,
+        "size": {"longest_edge": 64}, "do_normalize": True, "do_rescale": True,
+        "rescale_factor": 1 / 255, **_MEAN_STD}, indent=2))  # fmt: skip
+    return folder
+
+
+BUILDERS["lightonocr"] = lightonocr

@@ -29,7 +29,7 @@ which the audio rows (:func:`audio_rows`, written only when it is not empty) rea
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Any
 
@@ -1078,6 +1078,40 @@ LLAMA4_VISION = Projector(
     ),
 )
 
+# --------------------------------------------------------------------------- LightOnOCR
+
+_LIGHTON_RENAMES = (
+    ("model.vision_encoder.", _PIX),
+    ("model.vision_projection.", "multi_modal_projector."),
+)
+
+
+def _lighton_rename(name: str) -> str:
+    for old, new in _LIGHTON_RENAMES:
+        name = name.replace(old, new)
+    return name
+
+
+# LightOnOCRVisionModel (conversion/lighton_ocr.py): Mistral 3's Pixtral tower, RMS norm,
+# 2x2 patch merger and MLP under transformers' LightOnOcr names, renamed to LLaVA's first;
+# no [IMG_BREAK] row (mtmd's lightonocr graph has no row breaks); the projector type
+# ``lightonocr`` overwrites ``pixtral`` in place (one key, the second value)
+LIGHTONOCR_VISION = Projector(
+    hf_archs=("LightOnOCRForConditionalGeneration",),
+    keep=("model.vision_encoder.", "model.vision_projection.", *LLAVA_VISION.keep),
+    rename=_lighton_rename,
+    force=_base_force,
+    entry=replace(
+        LLAVA_VISION.entry,
+        hf_archs=("LightOnOCRForConditionalGeneration",),
+        meta=replace_rows(
+            LLAVA_VISION.entry.meta,
+            projector_type=_const("projector_type", "lightonocr", VT.STRING),
+        ),
+        splits=[],
+    ),
+)
+
 #: every projector entry
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
@@ -1086,5 +1120,6 @@ PROJECTORS += (QWEN2VL_VISION,)
 PROJECTORS += (SMOLVLM_VISION,)
 PROJECTORS += (LFM2VL_VISION,)
 PROJECTORS += (LLAMA4_VISION,)
+PROJECTORS += (LIGHTONOCR_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
