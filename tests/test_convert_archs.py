@@ -58,6 +58,8 @@ ARCHS += ["nemotronhmoe"]
 ARCHS += ["falconh1"]
 # Mamba (1) with RMS norms on dt / B / C (llama.cpp's mamba with ssm.dt_b_c_rms)
 ARCHS += ["falconmamba"]
+# ERNIE 4.5 (dense): the text of PaddleOCR-VL
+ARCHS += ["ernie4_5"]
 REF_TYPES = ["f32", "f16", "bf16", "q8_0"]
 # llama.cpp (the pinned build) and transformers 5 give different logits for the same tiny
 # DeepSeek-V3 (max 0.69): llama.cpp's own file shows the same gap as ours (docs/

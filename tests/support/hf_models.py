@@ -1989,3 +1989,28 @@ def falconmamba(folder: Path, *, dtype: str = "bfloat16", seed: int = 43) -> Pat
 
 
 BUILDERS["falconmamba"] = falconmamba
+
+
+def ernie4_5(folder: Path, *, dtype: str = "bfloat16", seed: int = 44) -> Path:
+    """ERNIE 4.5 (dense, ``Ernie4_5ForCausalLM``): Llama's layout with interleaved RoPE
+    pairs, tied head, SentencePiece vocabulary; tokenizer_config.json says
+    ``add_prefix_space: false`` as ERNIE-4.5-0.3B's does (the reference writes it)."""
+    import json
+
+    from transformers import Ernie4_5Config, Ernie4_5ForCausalLM
+
+    vocab = train_spm(folder)
+    cfg = Ernie4_5Config(vocab_size=vocab, hidden_size=256, intermediate_size=512,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=64, max_position_embeddings=256, rms_norm_eps=1e-5,
+                         rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+                         bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                         tie_word_embeddings=True)  # fmt: skip
+    model = Ernie4_5ForCausalLM(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    (folder / "tokenizer_config.json").write_text(json.dumps({"add_prefix_space": False}))
+    return folder
+
+
+BUILDERS["ernie4_5"] = ernie4_5

@@ -94,6 +94,7 @@ from .bert import (
 )
 from .deepseek import DEEPSEEK2
 from .embeddinggemma import GEMMA_EMBEDDING
+from .ernie import ERNIE4_5
 from .falcon_h1 import FALCON_H1
 from .gemma import GEMMA2, GEMMA3
 from .gemma4 import GEMMA4, GEMMA4_ASSISTANT, GEMMA4_UNIFIED
@@ -222,6 +223,8 @@ ENTRIES: tuple[Arch, ...] = (
     # hybrids added with issue 15 section 4
     FALCON_H1,
 )
+# the text of the OCR VLMs (issue 15 section 3)
+ENTRIES += (ERNIE4_5,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)
