@@ -1546,3 +1546,30 @@ def test_ssm_a_of_a_float16_checkpoint(tmp_path):
         ours = tmp_path / f"{d.name}.gguf"
         hf_to_gguf(d, ours, "f32")
         _same_file(ours, tmp_path / f"{d.name}-ref.gguf")
+
+
+def test_ernie4_5_fused_paddle_layout_refused(work, tmp_path):
+    """ERNIE 4.5 as the Paddle checkpoints store it (``qkv_proj``, ``up_gate_proj``
+    fused): not read (transformers' class has the projections apart, so GGUF -> HF could
+    not give them back); a named error naming the tensor, nothing written."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    from weightsmith import errors as E
+
+    src = tmp_path / "fused"
+    shutil.copytree(work.model("ernie4_5"), src)
+    sd = load_file(src / "model.safetensors")
+    for i in range(2):
+        att, mlp = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
+        sd[att + "qkv_proj.weight"] = np.concatenate(
+            [sd.pop(att + x + "_proj.weight") for x in "qkv"]
+        )
+        sd[mlp + "up_gate_proj.weight"] = np.concatenate(
+            [sd.pop(mlp + "gate_proj.weight"), sd.pop(mlp + "up_proj.weight")]
+        )
+    save_file(sd, src / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(E.UnmappedTensor, match=r"up_gate_proj|qkv_proj"):
+        hf_to_gguf(src, tmp_path / "out" / "x.gguf", "f16")
+    assert not (tmp_path / "out").exists()
