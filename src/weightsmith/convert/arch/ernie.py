@@ -12,8 +12,11 @@ tower left to the projector (:mod:`.mmproj`).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ._common import BASE_NAMES, COMMON, FFN_NORM
 from ._model import Arch
+from .qwenvl import _with_sections
 
 ERNIE4_5 = Arch(
     hf_archs=("Ernie4_5ForCausalLM", "Ernie4_5_ForCausalLM"),
@@ -27,4 +30,16 @@ ERNIE4_5 = Arch(
         "hidden_act": "silu",
         "use_bias": "blk.0.attn_q.bias" in names,
     },
+)
+
+# PaddleOCRModel: the text of PaddleOCRVLForConditionalGeneration (the Hub's flat config,
+# or transformers 5's text_config merged up), TextModel's rows with the M-RoPE sections
+# before rope.freq_base; the tower (``visual.``) and projector (``mlp_AR.``) are other
+# modalities here.  No HF class is this text alone: GGUF -> HF refuses it, as qwen2vl
+PADDLEOCR = replace(
+    ERNIE4_5,
+    hf_archs=("PaddleOCRVLForConditionalGeneration",),
+    gguf_arch="paddleocr",
+    meta=_with_sections(list(COMMON)),
+    model_types={},
 )
