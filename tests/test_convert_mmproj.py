@@ -660,3 +660,22 @@ def test_cli_writes_both_ocr(work, tmp_path):
             ours / "mmproj-q8_0.gguf"
         ).read_bytes()
         assert dst.read_bytes() == (ours / "text-q8_0.gguf").read_bytes()
+
+
+def test_lightonocr_transformers_spelling_refused(work, tmp_path):
+    """transformers 5's own config (``LightOnOcrForConditionalGeneration``, no
+    ``text_config.architectures``) names a class the reference has neither a text nor a
+    projector conversion for: a named error, nothing written (the Hub's config, which
+    the tiny folder copies, converts)."""
+    import shutil
+
+    src = tmp_path / "l"
+    shutil.copytree(work["lightonocr"], src)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["architectures"] = ["LightOnOcrForConditionalGeneration"]
+    del cfg["text_config"]["architectures"]
+    (src / "config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "out"
+    with pytest.raises(E.UnknownArchitecture, match="LightOnOcrForConditionalGeneration"):
+        hf_to_gguf(src, out / "t.gguf", "f16", mmproj=out / "m.gguf")
+    assert not out.exists()
