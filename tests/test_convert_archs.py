@@ -60,6 +60,7 @@ ARCHS += ["falconh1"]
 ARCHS += ["falconmamba"]
 # ERNIE 4.5 (dense): the text of PaddleOCR-VL
 ARCHS += ["ernie4_5"]
+ARCHS += ["ernie4_5_moe"]
 REF_TYPES = ["f32", "f16", "bf16", "q8_0"]
 # llama.cpp (the pinned build) and transformers 5 give different logits for the same tiny
 # DeepSeek-V3 (max 0.69): llama.cpp's own file shows the same gap as ours (docs/
@@ -1573,3 +1574,28 @@ def test_ernie4_5_fused_paddle_layout_refused(work, tmp_path):
     with pytest.raises(E.UnmappedTensor, match=r"up_gate_proj|qkv_proj"):
         hf_to_gguf(src, tmp_path / "out" / "x.gguf", "f16")
     assert not (tmp_path / "out").exists()
+
+
+def test_ernie4_5_moe_mtp_block_not_converted(work, tmp_path):
+    """The Hub's ERNIE 4.5 MoE checkpoints carry an MTP block (``model.mtp_block.N``,
+    ``mtp_emb_norm``, ``mtp_hidden_norm``, ``mtp_linear_proj``), which the reference
+    leaves out: with one added, ours is still the reference's file byte for byte, and has
+    the same tensors as without it."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    src = tmp_path / "mtp"
+    shutil.copytree(work.model("ernie4_5_moe"), src)
+    sd = load_file(src / "model.safetensors")
+    rng = np.random.default_rng(5)
+    w = sd["model.layers.0.self_attn.q_proj.weight"]
+    for k in ("mtp_block.0.self_attn.q_proj.weight", "mtp_linear_proj.0.weight"):
+        sd["model." + k] = rng.standard_normal(w.shape).astype(w.dtype)
+    for k in ("mtp_emb_norm.0.weight", "mtp_hidden_norm.0.weight"):
+        sd["model." + k] = rng.standard_normal(w.shape[1:]).astype(w.dtype)
+    save_file(sd, src / "model.safetensors", metadata={"format": "pt"})
+    ours = _same_as_reference_f16(src, tmp_path)
+    names = [x[0] for x in _tensors(ours)]
+    assert names == [x[0] for x in _tensors(work.files("ernie4_5_moe", "f16")[0])]
+    assert not any("mtp" in n or "nextn" in n for n in names)

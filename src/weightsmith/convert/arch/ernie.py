@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ._common import BASE_NAMES, COMMON, FFN_NORM
-from ._model import Arch
+from ._common import BASE_NAMES, BLK, COMMON, FFN_NORM, LAYER
+from ._model import Arch, NameRule, Stack, m
 from .qwenvl import _with_sections
 
 ERNIE4_5 = Arch(
@@ -42,4 +42,68 @@ PADDLEOCR = replace(
     gguf_arch="paddleocr",
     meta=_with_sections(list(COMMON)),
     model_types={},
+)
+
+
+def _shexp_ff(cfg: dict) -> int | None:
+    """Ernie4_5MoeModel's shared-expert width: ``intermediate_size // num_key_value_heads``
+    (the reference's formula: it equals ``moe_intermediate_size * moe_num_shared_experts``
+    in the published models, which is what transformers builds), with shared experts."""
+    shared, ff, kv = (cfg.get(k) for k in ("moe_num_shared_experts", "intermediate_size",
+                                            "num_key_value_heads"))  # fmt: skip
+    return ff // kv if shared and ff is not None and kv else None
+
+
+_MOE = LAYER + "mlp."
+
+# Ernie4_5MoeModel: the dense rows, then the expert rows (after general.file_type, as
+# the reference adds them); per-expert gate / up / down stacked (emitted in that order
+# when a layer's last expert is read); the router (F32), its score-correction bias
+# (``moe_statics``) and the shared experts; the MTP block of the Hub's checkpoints is
+# not converted (as the reference)
+ERNIE4_5_MOE = Arch(
+    hf_archs=("Ernie4_5_MoeForCausalLM",),
+    gguf_arch="ernie4_5-moe",
+    meta=[
+        *COMMON,
+        m("expert_count", "moe_num_experts"),
+        m("expert_used_count", "moe_k"),
+        m("interleave_moe_layer_step", "moe_layer_interval"),
+        m("leading_dense_block_count", "moe_layer_start_index"),
+        m("expert_feed_forward_length", "moe_intermediate_size"),
+        m("expert_shared_count", "moe_num_shared_experts"),
+        m("expert_shared_feed_forward_length", "_shexp_ff", value=_shexp_ff),
+    ],
+    names=[
+        *BASE_NAMES,
+        *FFN_NORM,
+        NameRule(_MOE + "gate.weight", BLK + "ffn_gate_inp.weight"),
+        NameRule(_MOE + "moe_statics.e_score_correction_bias", BLK + "exp_probs_b.bias"),
+        NameRule(_MOE + "shared_experts.gate_proj.weight", BLK + "ffn_gate_shexp.weight"),
+        NameRule(_MOE + "shared_experts.up_proj.weight", BLK + "ffn_up_shexp.weight"),
+        NameRule(_MOE + "shared_experts.down_proj.weight", BLK + "ffn_down_shexp.weight"),
+    ],
+    stacks=[
+        Stack(
+            _MOE + f"experts.{{xid}}.{w}_proj.weight",
+            BLK + f"ffn_{w}_exps.weight",
+            lambda cfg: cfg["moe_num_experts"],
+        )
+        for w in ("gate", "up", "down")
+    ],
+    skip=(
+        *ERNIE4_5.skip,
+        r"^model\.mtp_block\.\d+",
+        r"^model\.mtp_emb_norm\.\d+",
+        r"^model\.mtp_hidden_norm\.\d+",
+        r"^model\.mtp_linear_proj\.\d+",
+    ),
+    renames=ERNIE4_5.renames,
+    required=(*Arch.__dataclass_fields__["required"].default, "moe_num_experts", "moe_k"),
+    tokenizer={"vocab": "ernie"},
+    model_types={"Ernie4_5_MoeForCausalLM": "ernie4_5_moe"},
+    hf_config=lambda cfg, names: {
+        "hidden_act": "silu",
+        "use_bias": "blk.0.attn_q.bias" in names,
+    },
 )
