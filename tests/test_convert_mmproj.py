@@ -679,3 +679,24 @@ def test_lightonocr_transformers_spelling_refused(work, tmp_path):
     with pytest.raises(E.UnknownArchitecture, match="LightOnOcrForConditionalGeneration"):
         hf_to_gguf(src, out / "t.gguf", "f16", mmproj=out / "m.gguf")
     assert not out.exists()
+
+
+def test_lightonocr_text_back_to_hf(work, tmp_path):
+    """GGUF -> HF of LightOnOCR's text file (a plain ``qwen3`` GGUF): a Qwen3ForCausalLM
+    whose logits are the VLM's own for the same tokens (the vision part has no way back:
+    see docs/convert-architectures.md)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    from weightsmith.convert import gguf_to_hf
+
+    back = tmp_path / "back"
+    gguf_to_hf(work["root"] / "ours" / "lightonocr" / "text-f32.gguf", back, dtype="f32")
+    assert json.loads((back / "config.json").read_text())["architectures"] == ["Qwen3ForCausalLM"]
+    tokens = torch.tensor([[1, 5, 9, 33, 100, 7, 200, 42]])
+    with torch.no_grad():
+        got = AutoModelForCausalLM.from_pretrained(back).eval()(input_ids=tokens).logits
+        vlm = AutoModelForImageTextToText.from_pretrained(work["lightonocr"], dtype=torch.float32)
+        want = vlm.eval()(input_ids=tokens).logits
+    scale = float(want.abs().max())
+    assert float((got - want).abs().max()) <= 1e-4 * max(scale, 1.0)
