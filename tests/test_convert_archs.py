@@ -63,6 +63,9 @@ ARCHS += ["falconmamba"]
 # and GGUF -> HF gives that table back (PADDED_ROWS)
 ARCHS += ["gemma3n"]
 PADDED_ROWS = {"gemma3n": ("model.embed_tokens_per_layer.weight",)}
+# ERNIE 4.5 (dense): the text of PaddleOCR-VL
+ARCHS += ["ernie4_5"]
+ARCHS += ["ernie4_5_moe"]
 REF_TYPES = ["f32", "f16", "bf16", "q8_0"]
 # llama.cpp (the pinned build) and transformers 5 give different logits for the same tiny
 # DeepSeek-V3 (max 0.69): llama.cpp's own file shows the same gap as ours (docs/
@@ -1721,3 +1724,55 @@ def test_gemma3n_gguf_without_the_per_layer_arrays(work, tmp_path):
     tokens = _prompt("gemma3n")
     a, b = _hf_logits(work.model("gemma3n"), tokens), _hf_logits(back, tokens)
     np.testing.assert_allclose(b, a, rtol=0, atol=1e-4 * max(1.0, float(np.abs(a).max())))
+
+
+def test_ernie4_5_fused_paddle_layout_refused(work, tmp_path):
+    """ERNIE 4.5 as the Paddle checkpoints store it (``qkv_proj``, ``up_gate_proj``
+    fused): not read (transformers' class has the projections apart, so GGUF -> HF could
+    not give them back); a named error naming the tensor, nothing written."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    from weightsmith import errors as E
+
+    src = tmp_path / "fused"
+    shutil.copytree(work.model("ernie4_5"), src)
+    sd = load_file(src / "model.safetensors")
+    for i in range(2):
+        att, mlp = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
+        sd[att + "qkv_proj.weight"] = np.concatenate(
+            [sd.pop(att + x + "_proj.weight") for x in "qkv"]
+        )
+        sd[mlp + "up_gate_proj.weight"] = np.concatenate(
+            [sd.pop(mlp + "gate_proj.weight"), sd.pop(mlp + "up_proj.weight")]
+        )
+    save_file(sd, src / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(E.UnmappedTensor, match=r"up_gate_proj|qkv_proj"):
+        hf_to_gguf(src, tmp_path / "out" / "x.gguf", "f16")
+    assert not (tmp_path / "out").exists()
+
+
+def test_ernie4_5_moe_mtp_block_not_converted(work, tmp_path):
+    """The Hub's ERNIE 4.5 MoE checkpoints carry an MTP block (``model.mtp_block.N``,
+    ``mtp_emb_norm``, ``mtp_hidden_norm``, ``mtp_linear_proj``), which the reference's
+    class filters out: with one added, ours is byte for byte the file without it (the
+    same folder name, so the same general.name), which is the reference's."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    src = tmp_path / "ernie4_5_moe"
+    shutil.copytree(work.model("ernie4_5_moe"), src)
+    sd = load_file(src / "model.safetensors")
+    rng = np.random.default_rng(5)
+    w = sd["model.layers.0.self_attn.q_proj.weight"]
+    for k in ("mtp_block.0.self_attn.q_proj.weight", "mtp_linear_proj.0.weight"):
+        sd["model." + k] = rng.standard_normal(w.shape).astype(w.dtype)
+    for k in ("mtp_emb_norm.0.weight", "mtp_hidden_norm.0.weight"):
+        sd["model." + k] = rng.standard_normal(w.shape[1:]).astype(w.dtype)
+    save_file(sd, src / "model.safetensors", metadata={"format": "pt"})
+    hf_to_gguf(src, tmp_path / "ours.gguf", "f16")
+    ours, ref = work.files("ernie4_5_moe", "f16")
+    _same_file(ours, ref)
+    assert (tmp_path / "ours.gguf").read_bytes() == ours.read_bytes()

@@ -53,6 +53,10 @@ ARCHS += ["lfm2vl"]
 TOL["lfm2vl"] = 1e-3
 ARCHS += ["llama4vl"]
 TOL["llama4vl"] = 1e-3
+ARCHS += ["lightonocr"]
+TOL["lightonocr"] = 1e-3
+ARCHS += ["paddleocrvl"]
+TOL["paddleocrvl"] = 1e-3
 # the image side llama.cpp encodes as one tile, unresized (LFM2-VL: 64 tokens at least)
 IMAGE_SIZE = {"lfm2vl": 256}
 TYPES = ["f32", "f16", "bf16", "q8_0"]
@@ -332,7 +336,7 @@ def _hf_image_features(folder: Path, img: np.ndarray) -> np.ndarray:
     m = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32)
     m.eval()
     kw = {}
-    if cfg.model_type in ("llava", "mistral3"):
+    if cfg.model_type in ("llava", "mistral3", "lighton_ocr"):
         kw["image_sizes"] = torch.tensor([list(img.shape[:2])])
     if cfg.model_type in ("idefics3", "smolvlm"):  # [batch, images, C, H, W]
         pixels = pixels[:, None]
@@ -346,7 +350,8 @@ def _hf_image_features(folder: Path, img: np.ndarray) -> np.ndarray:
         kw["spatial_shapes"] = torch.tensor([[h // p, w // p]])
         kw["pixel_attention_mask"] = torch.ones(1, pixels.shape[1], dtype=torch.bool)
     if cfg.model_type in (
-        "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "qwen2_vl"
+        "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "qwen2_vl",
+        "paddleocr_vl",
     ):  # fmt: skip  # flattened patches
         from transformers import AutoImageProcessor
 
@@ -559,3 +564,139 @@ def test_gemma4_projector_runs_in_mtmd(gemma4):
     assert types["v.blk.1.attn_q.input_max"] == ("F32", (1,))
     got = _mtmd_embeddings(root / "ours-text-f32.gguf", root / "ours-mmproj-f32.gguf", _image(64))
     assert got.shape == (81, 256) and np.isfinite(got).all() and np.abs(got).max() > 0
+
+
+# --------------------------------------------------------------------------- OCR VLMs
+
+
+def test_paddleocr_projector_contents(work, tmp_path):
+    """PaddleOCR-VL: the Hub checkpoint's packed-sequence position table and SigLIP head
+    are in the folder and not in the projector; the image size is the square root of
+    ``max_pixels``; the text GGUF carries the M-RoPE sections and has no HF class of its
+    own (a named error, nothing written)."""
+    from safetensors import safe_open
+
+    from weightsmith.convert import gguf_to_hf
+    from weightsmith.gguf import read
+
+    src, ours = work["paddleocrvl"], work["root"] / "ours" / "paddleocrvl"
+    with safe_open(src / "model.safetensors", "np") as f:
+        keys = set(f.keys())
+    assert "visual.vision_model.head.probe" in keys
+    assert "visual.vision_model.embeddings.packing_position_embedding.weight" in keys
+    with read(ours / "mmproj-q8_0.gguf") as f:
+        md = f.metadata
+        types = {t.name: (t.ggml_type.name, t.shape) for t in f.tensors}
+    assert md["clip.projector_type"] == "paddleocr" and md["clip.vision.image_size"] == 64
+    assert md["clip.vision.image_min_pixels"] == md["clip.vision.image_max_pixels"] == 4096
+    assert types["v.position_embd.weight"] == ("F32", (64, 64))
+    assert types["mm.1.weight"][0] == "Q8_0" and types["mm.input_norm.bias"][0] == "F32"
+    assert len(types) == 2 + 1 + 2 + 3 * 16 + 6  # patch, position, post_ln, blocks, mm
+    with read(ours / "text-f16.gguf") as f:
+        md = f.metadata
+    assert md["general.architecture"] == "paddleocr"
+    assert list(md["paddleocr.rope.dimension_sections"]) == [2, 3, 3, 0]
+    with pytest.raises(E.UnknownArchitecture, match="paddleocr"):
+        gguf_to_hf(ours / "text-f16.gguf", tmp_path / "back")
+    assert not (tmp_path / "back").exists()
+
+
+def test_paddleocr_needs_the_pixel_bounds(work, tmp_path):
+    """The projector's image size and bounds come from the image processor's
+    ``min_pixels`` / ``max_pixels`` (the reference fails without them), and its class from
+    ``vision_config.architectures``: without either, a named error before any file is
+    written."""
+    import shutil
+
+    src = tmp_path / "p"
+    shutil.copytree(work["paddleocrvl"], src)
+    pre = json.loads((src / "preprocessor_config.json").read_text())
+    del pre["min_pixels"]
+    (src / "preprocessor_config.json").write_text(json.dumps(pre))
+    out = tmp_path / "out"
+    with pytest.raises(E.InvalidModelConfig, match="min_pixels"):
+        hf_to_gguf(src, out / "t.gguf", "f16", mmproj=out / "m.gguf")
+    assert not out.exists()
+    # the vision config naming no class (as transformers 5 saves it): the top-level class
+    # has no projector entry, in the reference as here
+    shutil.copy(work["paddleocrvl"] / "preprocessor_config.json", src)
+    cfg = json.loads((src / "config.json").read_text())
+    del cfg["vision_config"]["architectures"]
+    (src / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(E.UnknownArchitecture, match="PaddleOCRVLForConditionalGeneration"):
+        hf_to_gguf(src, out / "t.gguf", "f16", mmproj=out / "m.gguf")
+    assert not out.exists()
+
+
+def test_paddleocr_text_in_llama_cpp(work):
+    """llama.cpp runs our ``paddleocr`` text file (M-RoPE; text positions are equal in
+    every section) with transformers' logits for the same tokens."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    from test_convert_hf_to_gguf import _llama_logits
+
+    ours = work["root"] / "ours" / "paddleocrvl"
+    tokens = [1, 5, 9, 33, 100, 7, 200, 42]
+    got = _llama_logits(ours / "text-f32.gguf", tokens)
+    m = AutoModelForImageTextToText.from_pretrained(work["paddleocrvl"], dtype=torch.float32)
+    with torch.no_grad():
+        want = m.eval()(input_ids=torch.tensor([tokens])).logits[0].numpy()
+    scale = float(np.abs(want).max())
+    assert np.abs(got - want).max() <= 2e-3 * max(scale, 1.0), np.abs(got - want).max()
+
+
+def test_cli_writes_both_ocr(work, tmp_path):
+    """``weightsmith convert DIR out.gguf --mmproj`` on the OCR VLMs: the two files the
+    API wrote (the same folder names, so the same general.name)."""
+    from weightsmith.cli._main import main
+
+    for arch in ("lightonocr", "paddleocrvl"):
+        dst = tmp_path / arch / "t.gguf"
+        assert main(["convert", str(work[arch]), str(dst), "--type", "q8_0", "--mmproj",
+                     "--quiet"]) == 0  # fmt: skip
+        ours = work["root"] / "ours" / arch
+        assert (dst.parent / "mmproj-t.gguf").read_bytes() == (
+            ours / "mmproj-q8_0.gguf"
+        ).read_bytes()
+        assert dst.read_bytes() == (ours / "text-q8_0.gguf").read_bytes()
+
+
+def test_lightonocr_transformers_spelling_refused(work, tmp_path):
+    """transformers 5's own config (``LightOnOcrForConditionalGeneration``, no
+    ``text_config.architectures``) names a class the reference has neither a text nor a
+    projector conversion for: a named error, nothing written (the Hub's config, which
+    the tiny folder copies, converts)."""
+    import shutil
+
+    src = tmp_path / "l"
+    shutil.copytree(work["lightonocr"], src)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["architectures"] = ["LightOnOcrForConditionalGeneration"]
+    del cfg["text_config"]["architectures"]
+    (src / "config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "out"
+    with pytest.raises(E.UnknownArchitecture, match="LightOnOcrForConditionalGeneration"):
+        hf_to_gguf(src, out / "t.gguf", "f16", mmproj=out / "m.gguf")
+    assert not out.exists()
+
+
+def test_lightonocr_text_back_to_hf(work, tmp_path):
+    """GGUF -> HF of LightOnOCR's text file (a plain ``qwen3`` GGUF): a Qwen3ForCausalLM
+    whose logits are the VLM's own for the same tokens (the vision part has no way back:
+    see docs/convert-architectures.md)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    from weightsmith.convert import gguf_to_hf
+
+    back = tmp_path / "back"
+    gguf_to_hf(work["root"] / "ours" / "lightonocr" / "text-f32.gguf", back, dtype="f32")
+    assert json.loads((back / "config.json").read_text())["architectures"] == ["Qwen3ForCausalLM"]
+    tokens = torch.tensor([[1, 5, 9, 33, 100, 7, 200, 42]])
+    with torch.no_grad():
+        got = AutoModelForCausalLM.from_pretrained(back).eval()(input_ids=tokens).logits
+        vlm = AutoModelForImageTextToText.from_pretrained(work["lightonocr"], dtype=torch.float32)
+        want = vlm.eval()(input_ids=tokens).logits
+    scale = float(want.abs().max())
+    assert float((got - want).abs().max()) <= 1e-4 * max(scale, 1.0)

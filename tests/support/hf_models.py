@@ -2036,3 +2036,57 @@ def _gemma3n_shared_kv_weights(folder: Path, cfg, seed: int) -> None:
 
 
 BUILDERS["gemma3n"] = gemma3n
+
+
+def ernie4_5(folder: Path, *, dtype: str = "bfloat16", seed: int = 44) -> Path:
+    """ERNIE 4.5 (dense, ``Ernie4_5ForCausalLM``): Llama's layout with interleaved RoPE
+    pairs, tied head, SentencePiece vocabulary; tokenizer_config.json says
+    ``add_prefix_space: false`` as ERNIE-4.5-0.3B's does (the reference writes it)."""
+    import json
+
+    from transformers import Ernie4_5Config, Ernie4_5ForCausalLM
+
+    vocab = train_spm(folder)
+    cfg = Ernie4_5Config(vocab_size=vocab, hidden_size=256, intermediate_size=512,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=64, max_position_embeddings=256, rms_norm_eps=1e-5,
+                         rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+                         bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                         tie_word_embeddings=True)  # fmt: skip
+    model = Ernie4_5ForCausalLM(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    (folder / "tokenizer_config.json").write_text(json.dumps({"add_prefix_space": False}))
+    return folder
+
+
+BUILDERS["ernie4_5"] = ernie4_5
+
+
+def ernie4_5_moe(folder: Path, *, dtype: str = "bfloat16", seed: int = 45) -> Path:
+    """ERNIE 4.5 MoE (``Ernie4_5_MoeForCausalLM``): a dense first layer, then 4 experts
+    (top 2) with a score-correction bias and 2 shared experts, per expert as
+    transformers 5 saves them (the Hub's layout); ``intermediate_size //
+    num_key_value_heads`` equals the shared experts' width, as in the published models
+    (the reference writes that quotient)."""
+    import json
+
+    from transformers import Ernie4_5_MoeConfig, Ernie4_5_MoeForCausalLM
+
+    vocab = train_spm(folder)
+    cfg = Ernie4_5_MoeConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128,
+                             num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                             head_dim=16, max_position_embeddings=256, rms_norm_eps=1e-5,
+                             rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+                             moe_intermediate_size=32, moe_k=2, moe_num_experts=4,
+                             moe_num_shared_experts=2, moe_layer_start_index=1,
+                             moe_layer_interval=1, bos_token_id=1, eos_token_id=2,
+                             pad_token_id=0, tie_word_embeddings=False)  # fmt: skip
+    model = Ernie4_5_MoeForCausalLM(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    (folder / "tokenizer_config.json").write_text(json.dumps({"add_prefix_space": False}))
+    return folder
+
+
+BUILDERS["ernie4_5_moe"] = ernie4_5_moe

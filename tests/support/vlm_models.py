@@ -528,3 +528,122 @@ def llama4vl(folder: Path, *, dtype: str = "bfloat16", seed: int = 41) -> Path:
 
 
 BUILDERS["llama4vl"] = llama4vl
+
+
+# --------------------------------------------------------------------------- OCR VLMs
+
+
+def lightonocr(folder: Path, *, dtype: str = "bfloat16", seed: int = 42) -> Path:
+    """LightOnOCR (LightOnOcrForConditionalGeneration): a Pixtral tower, an RMS-normed 2x2
+    patch merger and a bias-free 2-layer GELU MLP over a tiny Qwen3 text model (tied
+    head).  transformers 5 saves the Hub's names (``model.vision_encoder.*``,
+    ``model.vision_projection.*``, ``model.language_model.*``); the config names the
+    architecture as the Hub's does (``LightOnOCRForConditionalGeneration``: the class
+    the reference registers) and its text ``Qwen3ForCausalLM`` (the reference's text
+    class is chosen by it)."""
+    from transformers import LightOnOcrConfig, LightOnOcrForConditionalGeneration
+
+    # a 512-piece SentencePiece vocabulary (Qwen3's route reads it) instead of Qwen's
+    # 151k BPE: the same projector, a text file 300 times smaller
+    vocab = train_spm(folder)
+    text = dict(model_type="qwen3", vocab_size=vocab, hidden_size=64, intermediate_size=128,
+                num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                max_position_embeddings=256, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                bos_token_id=1, eos_token_id=2)  # fmt: skip
+    # 3 layers: gguf-py maps linear_2 to mm.2 only in a tower of more than 2 blocks
+    vision = dict(model_type="pixtral", hidden_size=64, intermediate_size=128,
+                  num_hidden_layers=3, num_attention_heads=2, head_dim=32, image_size=64,
+                  patch_size=8, hidden_act="silu")  # fmt: skip
+    cfg = LightOnOcrConfig(text_config=text, vision_config=vision, spatial_merge_size=2,
+                           image_token_id=10, tie_word_embeddings=True)  # fmt: skip
+    model = LightOnOcrForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    top = json.loads((folder / "config.json").read_text())
+    top["architectures"] = ["LightOnOCRForConditionalGeneration"]
+    top["text_config"]["architectures"] = ["Qwen3ForCausalLM"]
+    (folder / "config.json").write_text(json.dumps(top, indent=2))
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "PixtralImageProcessorFast", "patch_size": 8,
+        "size": {"longest_edge": 64}, "do_normalize": True, "do_rescale": True,
+        "rescale_factor": 1 / 255, **_MEAN_STD}, indent=2))  # fmt: skip
+    return folder
+
+
+BUILDERS["lightonocr"] = lightonocr
+
+
+def paddleocrvl(folder: Path, *, dtype: str = "bfloat16", seed: int = 43) -> Path:
+    """PaddleOCR-VL (PaddleOCRVLForConditionalGeneration): a SigLIP-style tower with 2-D
+    RoPE (``visual.vision_model.*``), a 2x2 merge and the ``mlp_AR`` projector (LayerNorm,
+    GELU MLP) over a tiny ERNIE 4.5 text model with M-RoPE sections (``model.*``).
+    Written in the Hub's layout: the config flat as PaddlePaddle/PaddleOCR-VL's (text
+    fields at the top, ``rope_scaling.mrope_section``, the vision config naming
+    ``PaddleOCRVisionModel``, the class the reference registers), the tensors under the
+    Hub's names (transformers 5 reads both); a SentencePiece vocabulary holding the
+    image markers mtmd's ``paddleocr`` graph looks up; 64 px images of 8 px patches
+    (``min_pixels = max_pixels = 64 * 64``: the reference's image size is its square
+    root, and mtmd keeps a 64 x 64 image as it is)."""
+    import torch
+    from transformers import PaddleOCRVLConfig, PaddleOCRVLForConditionalGeneration
+
+    from support.hf_models import _random_init, train_spm
+
+    vocab = train_spm(folder)
+    text = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                max_position_embeddings=256, rms_norm_eps=1e-5, use_bias=False,
+                rope_parameters={"rope_type": "default", "rope_theta": 500000.0,
+                                 "mrope_section": [2, 3, 3]},
+                bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                tie_word_embeddings=False)  # fmt: skip
+    # 3 layers: gguf-py maps mlp_AR.linear_2 to mm.2 only in a tower of more than 2 blocks
+    vision = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                  num_attention_heads=2, image_size=64, patch_size=8, spatial_merge_size=2,
+                  layer_norm_eps=1e-6, hidden_act="gelu_pytorch_tanh")  # fmt: skip
+    cfg = PaddleOCRVLConfig(text_config=text, vision_config=vision, image_token_id=10,
+                            video_token_id=11, vision_start_token_id=12, vision_end_token_id=13,
+                            tie_word_embeddings=False)  # fmt: skip
+    model = PaddleOCRVLForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    # the Hub's flat config (transformers 5 nests the text fields under text_config)
+    saved = json.loads((folder / "config.json").read_text())
+    top = {k: v for k, v in saved.items() if k not in ("text_config", "vision_config")}
+    flat = {
+        k: v for k, v in saved["text_config"].items() if k not in ("model_type", "rope_parameters")
+    }
+    rope = saved["text_config"]["rope_parameters"]
+    flat["rope_theta"] = rope["rope_theta"]
+    flat["rope_scaling"] = {"mrope_section": rope["mrope_section"], "rope_type": "default",
+                            "type": "default"}  # fmt: skip
+    vc = {k: v for k, v in saved["vision_config"].items() if k != "rope_parameters"}
+    vc.update(architectures=["PaddleOCRVisionModel"], model_type="paddleocr_vl")
+    hub = {**top, **flat, "use_3d_rope": True, "rope_is_neox_style": True, "vision_config": vc}
+    (folder / "config.json").write_text(json.dumps(hub, indent=2))
+    # two tensor groups of the Hub's checkpoints that transformers ignores on load and the
+    # reference drops: the packed-sequence position table and the SigLIP pooling head
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "model.safetensors"
+    sd = load_file(path)
+    g = torch.Generator().manual_seed(seed)
+    emb = "visual.vision_model.embeddings."
+    sd[emb + "packing_position_embedding.weight"] = torch.randn(32, 64, generator=g).to(
+        getattr(torch, dtype)
+    )
+    sd["visual.vision_model.head.probe"] = torch.randn(1, 1, 64, generator=g).to(
+        getattr(torch, dtype)
+    )
+    save_file(sd, path, metadata={"format": "pt"})
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "PaddleOCRVLImageProcessor", "do_convert_rgb": True,
+        "do_normalize": True, "do_rescale": True, "do_resize": True, "resample": 3,
+        "rescale_factor": 1 / 255, "patch_size": 8, "merge_size": 2, "temporal_patch_size": 1,
+        "min_pixels": 64 * 64, "max_pixels": 64 * 64, "image_mean": [0.5] * 3,
+        "image_std": [0.5] * 3}, indent=2))  # fmt: skip
+    return folder
+
+
+BUILDERS["paddleocrvl"] = paddleocrvl

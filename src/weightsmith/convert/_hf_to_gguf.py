@@ -689,7 +689,8 @@ def _ggml_dims(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _n_expert(cfg: dict) -> int:
-    for k in ("num_local_experts", "num_experts", "n_routed_experts"):
+    # llama-quantize reads expert_count; ERNIE 4.5 MoE's config spells it moe_num_experts
+    for k in ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"):
         v = cfg.get(k)
         if isinstance(v, int) and not isinstance(v, bool):
             return v

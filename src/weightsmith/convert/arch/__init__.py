@@ -96,6 +96,7 @@ from .bert import (
 )
 from .deepseek import DEEPSEEK2
 from .embeddinggemma import GEMMA_EMBEDDING
+from .ernie import ERNIE4_5, ERNIE4_5_MOE, PADDLEOCR
 from .falcon_h1 import FALCON_H1
 from .gemma import GEMMA2, GEMMA3
 from .gemma3n import GEMMA3N
@@ -227,6 +228,8 @@ ENTRIES: tuple[Arch, ...] = (
     # Gemma 3n text (AltUp, LAuReL, per-layer embeddings)
     GEMMA3N,
 )
+# the text of the OCR VLMs (issue 15 section 3)
+ENTRIES += (ERNIE4_5, PADDLEOCR, ERNIE4_5_MOE)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)

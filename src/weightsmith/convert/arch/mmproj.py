@@ -28,8 +28,9 @@ which the audio rows (:func:`audio_rows`, written only when it is not empty) rea
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Any
 
@@ -1078,6 +1079,117 @@ LLAMA4_VISION = Projector(
     ),
 )
 
+# --------------------------------------------------------------------------- LightOnOCR
+
+_LIGHTON_RENAMES = (
+    ("model.vision_encoder.", _PIX),
+    ("model.vision_projection.", "multi_modal_projector."),
+)
+
+
+def _lighton_rename(name: str) -> str:
+    for old, new in _LIGHTON_RENAMES:
+        name = name.replace(old, new)
+    return name
+
+
+# LightOnOCRVisionModel (conversion/lighton_ocr.py): Mistral 3's Pixtral tower, RMS norm,
+# 2x2 patch merger and MLP under transformers' LightOnOcr names, renamed to LLaVA's first;
+# no [IMG_BREAK] row (mtmd's lightonocr graph has no row breaks); the projector type
+# ``lightonocr`` overwrites ``pixtral`` in place (one key, the second value)
+LIGHTONOCR_VISION = Projector(
+    hf_archs=("LightOnOCRForConditionalGeneration",),
+    keep=("model.vision_encoder.", "model.vision_projection.", *LLAVA_VISION.keep),
+    rename=_lighton_rename,
+    force=_base_force,
+    entry=replace(
+        LLAVA_VISION.entry,
+        hf_archs=("LightOnOCRForConditionalGeneration",),
+        meta=replace_rows(
+            LLAVA_VISION.entry.meta,
+            projector_type=_const("projector_type", "lightonocr", VT.STRING),
+        ),
+        splits=[],
+    ),
+)
+
+# --------------------------------------------------------------------------- PaddleOCR-VL
+
+_PADDLE = "visual.vision_model."
+_PADDLE_LAYER = _PADDLE + "encoder.layers.{bid}."
+
+
+def _pixels(key: str) -> Callable[[dict], int]:
+    """The image processor's ``min_pixels`` / ``max_pixels`` (the reference reads both)."""
+
+    def get(v: dict) -> int:
+        n = v[PREPROCESSOR].get(key)
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            raise KeyError(f"preprocessor_config.json {key} (a positive integer): {n!r}")
+        return n
+
+    return get
+
+
+# PaddleOCRVisionModel (conversion/ernie.py; the vision config names this class, which is
+# how the reference picks it): a SigLIP-style tower (2-D RoPE computed at run time, so
+# no permutation) under ``visual.vision_model.``, and the ``mlp_AR`` projector (LayerNorm,
+# GELU MLP over 2x2-merged patches).  The image size is the square root of the image
+# processor's ``max_pixels`` (the config's is not written); the epsilon row reads
+# ``rms_norm_eps`` from the vision config, which has none: 1e-6, as the reference.  The
+# packed-sequence position table and the SigLIP pooling head of the Hub's checkpoints
+# are not read
+PADDLEOCR_VISION = Projector(
+    hf_archs=("PaddleOCRVisionModel",),
+    keep=(_PADDLE, "mlp_AR."),
+    drop=("packing_position_embedding", "vision_model.head."),
+    force=_base_force,
+    required=tuple(k for k in BASE_REQUIRED if k != ("image_size",)),
+    entry=Arch(
+        hf_archs=("PaddleOCRVisionModel",),
+        gguf_arch="clip",
+        meta=[
+            *replace_rows(
+                BASE_ROWS,
+                vision__image_size=m(
+                    "vision.image_size",
+                    PREPROCESSOR,
+                    value=lambda v: math.isqrt(_pixels("max_pixels")(v)),
+                ),
+            ),
+            _const("projector_type", "paddleocr", VT.STRING),
+            m("vision.image_max_pixels", PREPROCESSOR, value=_pixels("max_pixels")),
+            m("vision.image_min_pixels", PREPROCESSOR, value=_pixels("min_pixels")),
+            _const("use_gelu", True, VT.BOOL),
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "rms_norm_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v.get("rms_norm_eps", 1e-6),
+            ),
+        ],
+        names=_wb(
+            [
+                (_PADDLE + "embeddings.patch_embedding", "v.patch_embd"),
+                (_PADDLE + "embeddings.position_embedding", "v.position_embd"),
+                (_PADDLE + "post_layernorm", "v.post_ln"),
+                (_PADDLE_LAYER + "self_attn.q_proj", _VBLK + "attn_q"),
+                (_PADDLE_LAYER + "self_attn.k_proj", _VBLK + "attn_k"),
+                (_PADDLE_LAYER + "self_attn.v_proj", _VBLK + "attn_v"),
+                (_PADDLE_LAYER + "self_attn.out_proj", _VBLK + "attn_out"),
+                (_PADDLE_LAYER + "layer_norm1", _VBLK + "ln1"),
+                (_PADDLE_LAYER + "layer_norm2", _VBLK + "ln2"),
+                (_PADDLE_LAYER + "mlp.fc1", _VBLK + "ffn_up"),
+                (_PADDLE_LAYER + "mlp.fc2", _VBLK + "ffn_down"),
+                ("mlp_AR.pre_norm", "mm.input_norm"),
+                ("mlp_AR.linear_1", "mm.1"),
+                ("mlp_AR.linear_2", "mm.2"),
+            ]
+        ),
+        required=(),
+    ),
+)
+
 #: every projector entry
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
@@ -1086,5 +1198,7 @@ PROJECTORS += (QWEN2VL_VISION,)
 PROJECTORS += (SMOLVLM_VISION,)
 PROJECTORS += (LFM2VL_VISION,)
 PROJECTORS += (LLAMA4_VISION,)
+PROJECTORS += (LIGHTONOCR_VISION,)
+PROJECTORS += (PADDLEOCR_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}

@@ -16,6 +16,8 @@ architecture (``config["architectures"][0]``):
   written as ``tokenizer.ggml.model = gemma4`` with its merges (:func:`_set_gemma4`);
 * GLM-4 MoE (``_set_vocab_glm``): gpt2, its special ids taken from the added tokens
   (bos ``[gMASK]``, eot ``<|user|>``, unk ``<|endoftext|>``, eom ``<|observation|>``);
+* ERNIE 4.5 (``ernie``): SentencePiece from ``tokenizer.model``, then ``add_space_prefix``
+  from tokenizer_config.json's ``add_prefix_space``;
 * Jamba (``jamba``): SentencePiece from ``tokenizer.model``, else "llama-hf" with
   ``add_space_prefix = false`` (no gpt2 fallback: the reference stops there).
 
@@ -72,7 +74,18 @@ SPM_SPACE = "\u2581"
 
 # the reference's vocabulary paths (``set_vocab`` of its model classes); the registry
 # entry of each architecture names its route (``Arch.tokenizer["vocab"]``)
-ROUTES = ("llama", "spm_or_gpt2", "gemma", "gemma4", "gpt2", "phi3", "glm", "jamba", "gemma3n")
+ROUTES = (
+    "llama",
+    "spm_or_gpt2",
+    "gemma",
+    "gemma4",
+    "gpt2",
+    "phi3",
+    "glm",
+    "jamba",
+    "gemma3n",
+    "ernie",
+)
 #: routes kept in modules of their own (encoders: ``bert``, ``t5``), which add their builder
 #: ``(entries, folder, config)`` here when imported (the package ``__init__`` imports them)
 MORE_ROUTES: dict[str, Callable[[_Entries, Path, dict], None]] = {}
@@ -963,6 +976,14 @@ def vocab_metadata(
             )
         else:
             raise _missing(d, "tokenizer.model or tokenizer.json")
+    elif route == "ernie":
+        # Ernie4_5Model.set_vocab: SentencePiece only, then the space-prefix flag (after it)
+        if not has_spm:
+            raise _missing(d, "tokenizer.model")
+        _set_spm(out, d, config)
+        cfg = _json_if(d / "tokenizer_config.json") or {}
+        if (prefix := cfg.get("add_prefix_space")) is not None:
+            out.add("ggml.add_space_prefix", prefix, VT.BOOL)
     elif route in ("gemma", "gemma3n"):
         if route == "gemma3n":
             # Gemma3NModel.set_vocab hides vocab_size_per_layer_input (the per-layer table's
