@@ -647,3 +647,37 @@ def paddleocrvl(folder: Path, *, dtype: str = "bfloat16", seed: int = 43) -> Pat
 
 
 BUILDERS["paddleocrvl"] = paddleocrvl
+
+
+def janus(folder: Path, *, dtype: str = "bfloat16", seed: int = 42) -> Path:
+    """Janus-Pro (JanusForConditionalGeneration, the Hub's transformers layout: ``model.*``
+    names): a SigLIP-like tower (``model.vision_model.*``, the attention output named
+    ``projection_layer``; 64 px images of 8 px patches, 64 tokens) and the 2-layer GELU
+    aligner (``model.aligner.*``); the text model is Llama.  The image-generation half
+    (VQ model, generation embeddings/aligner/head) is there as in the Hub's checkpoints,
+    shrunk: both converters leave it out.  The vision config has no intermediate_size,
+    as the Hub's: the MLP width is ``mlp_ratio`` x the width (the reference derives it)."""
+    from transformers import JanusConfig, JanusForConditionalGeneration, LlamaConfig
+
+    vocab = train_spm(folder)
+    text = LlamaConfig(**_text(vocab), tie_word_embeddings=False)
+    vision = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=64,
+                  patch_size=8, mlp_ratio=2.0, projection_dim=256, num_image_tokens=64,
+                  hidden_act="gelu", layer_norm_eps=1e-6)  # fmt: skip
+    vq = dict(embed_dim=8, num_embeddings=32, latent_channels=32, base_channels=32,
+              channel_multiplier=[1, 1], num_res_blocks=1, num_patches=8, projection_dim=256,
+              image_token_embed_dim=256)  # fmt: skip
+    cfg = JanusConfig(text_config=text, vision_config=vision, vq_config=vq, image_token_id=10,
+                      tie_word_embeddings=False)  # fmt: skip
+    model = JanusForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "JanusImageProcessor", "do_normalize": True,
+        "do_rescale": True, "do_resize": True, "do_pad": True, "min_size": 14,
+        "resample": 3, "rescale_factor": 1 / 255, "size": {"height": 64, "width": 64},
+        "image_mean": [0.5] * 3, "image_std": [0.5] * 3}, indent=2))  # fmt: skip
+    return folder
+
+
+BUILDERS["janus"] = janus

@@ -1190,6 +1190,84 @@ PADDLEOCR_VISION = Projector(
     ),
 )
 
+# --------------------------------------------------------------------------- Janus-Pro
+
+_JV = "vision_model."
+_JV_LAYER = _JV + "encoder.layers.{bid}."
+#: the aligner's hidden layers named (mm.1, mm.2, ...): gguf-py numbers them after fc1
+_JANUS_ALIGNER_MAX = 8
+
+
+def _janus_ffn(v: dict) -> int:
+    """JanusProVisionModel: the Hub's vision config has no intermediate_size; the MLP is
+    ``round(hidden_size * mlp_ratio)`` wide (Python's round, as the reference)."""
+    if "intermediate_size" in v:
+        return v["intermediate_size"]
+    return round(v["hidden_size"] * v["mlp_ratio"])
+
+
+def _janus_act(act: str) -> Callable[[dict], bool | None]:
+    return lambda v: True if str(v.get("hidden_act", "")).lower() == act else None
+
+
+# JanusProVisionModel (conversion/januspro.py): a SigLIP ViT (the attention output named
+# projection_layer) and the aligner MLP (fc1 -> mm.0, hidden_layers.{i} -> mm.{i+1});
+# the image-generation half (VQ model, generation_*) is not read
+JANUS_VISION = Projector(
+    hf_archs=("JanusForConditionalGeneration",),
+    keep=("model.vision_model.", "vision_model.", "model.aligner.", "aligner."),
+    rename=lambda name: name.removeprefix("model."),
+    force=_base_force,
+    required=(
+        *(k for k in BASE_REQUIRED if k != ("intermediate_size", "vt_intermediate_size")),
+        ("intermediate_size", "mlp_ratio"),
+    ),
+    entry=Arch(
+        hf_archs=("JanusForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *replace_rows(
+                BASE_ROWS,
+                vision__feed_forward_length=m(
+                    "vision.feed_forward_length", "intermediate_size", value=_janus_ffn
+                ),
+            ),
+            _const("projector_type", "janus_pro", VT.STRING),
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "layer_norm_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v.get("layer_norm_eps", 1e-6),
+            ),
+            MetaKey("use_gelu", ("hidden_act",), VT.BOOL, _janus_act("gelu")),
+            MetaKey("use_silu", ("hidden_act",), VT.BOOL, _janus_act("silu")),
+        ],
+        names=[
+            *_wb(
+                [
+                    (_JV + "embeddings.patch_embedding", "v.patch_embd"),
+                    (_JV + "embeddings.position_embedding", "v.position_embd"),
+                    (_JV + "post_layernorm", "v.post_ln"),
+                    (_JV_LAYER + "self_attn.q_proj", _VBLK + "attn_q"),
+                    (_JV_LAYER + "self_attn.k_proj", _VBLK + "attn_k"),
+                    (_JV_LAYER + "self_attn.v_proj", _VBLK + "attn_v"),
+                    (_JV_LAYER + "self_attn.projection_layer", _VBLK + "attn_out"),
+                    (_JV_LAYER + "layer_norm1", _VBLK + "ln1"),
+                    (_JV_LAYER + "layer_norm2", _VBLK + "ln2"),
+                    (_JV_LAYER + "mlp.fc1", _VBLK + "ffn_up"),
+                    (_JV_LAYER + "mlp.fc2", _VBLK + "ffn_down"),
+                    ("aligner.fc1", "mm.0"),
+                    *(
+                        (f"aligner.hidden_layers.{i}", f"mm.{i + 1}")
+                        for i in range(_JANUS_ALIGNER_MAX)
+                    ),
+                ]
+            ),
+        ],
+        required=(),
+    ),
+)
+
 #: every projector entry
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
@@ -1200,5 +1278,6 @@ PROJECTORS += (LFM2VL_VISION,)
 PROJECTORS += (LLAMA4_VISION,)
 PROJECTORS += (LIGHTONOCR_VISION,)
 PROJECTORS += (PADDLEOCR_VISION,)
+PROJECTORS += (JANUS_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
