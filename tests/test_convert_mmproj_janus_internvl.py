@@ -15,20 +15,27 @@ import numpy as np
 import pytest
 
 from support.vlm_models import build
-from test_convert_mmproj import TYPES, _image, _mtmd_embeddings, _same
-from test_convert_mmproj import convert_both as _convert_both
+from test_convert_mmproj import TYPES, _image, _mtmd_embeddings, _reference, _same
+from weightsmith.convert import hf_to_gguf
 
-ARCHS = ["janus"]
+ARCHS = ["janus", "internvl"]
 
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory) -> dict[str, Path]:
-    """Per arch: the model folder, with the reference's files and ours beside it."""
-    out = {}
+    """Per arch: the model folder, with the reference's files (``ref-mmproj-T``,
+    ``ref-text-f16``) and ours (``ours-text-T``, ``ours-mmproj-T``) beside it; the
+    reference's runs of both archs in one process."""
+    out, jobs = {}, []
     for arch in ARCHS:
         root = tmp_path_factory.mktemp(arch)
-        out[arch] = build(arch, root / "model")
-        _convert_both(out[arch], root)
+        src = out[arch] = build(arch, root / "model")
+        jobs.append([str(src), "--outfile", str(root / "ref-text-f16.gguf"), "--outtype", "f16"])
+        for t in TYPES:
+            jobs.append([str(src), "--outfile", str(root / f"ref-mmproj-{t}.gguf"),
+                         "--outtype", t, "--mmproj"])  # fmt: skip
+            hf_to_gguf(src, root / f"ours-text-{t}.gguf", t, mmproj=root / f"ours-mmproj-{t}.gguf")
+    _reference(jobs)
     return out
 
 
@@ -65,20 +72,56 @@ def test_janus_contents(folders):
     assert "output.weight" in names and len(names) == 21  # no vision/generation tensor
 
 
-def _hf_image_features(folder: Path, img: np.ndarray) -> np.ndarray:
+def test_internvl_contents(folders):
+    """The OpenGVLab layout as llama.cpp wants it: the fused QKV split in three, the layer
+    scales and position table as .weight tensors, mlp1 as mm.model.mlp.{0,1,3}, the tile
+    limits and the pixel-shuffle factor from the top-level config."""
+    from weightsmith.gguf import read
+
+    root = folders["internvl"].parent
+    with read(root / "ours-mmproj-q8_0.gguf") as f:
+        md = f.metadata
+        types = {t.name: (t.ggml_type.name, t.shape) for t in f.tensors}
+    assert md["clip.projector_type"] == "internvl" and md["clip.use_gelu"] is True
+    assert md["clip.vision.projector.scale_factor"] == 2  # 1 / downsample_ratio 0.5
+    assert (md["clip.vision.preproc_min_tiles"], md["clip.vision.preproc_max_tiles"]) == (1, 12)
+    assert md["clip.vision.projection_dim"] == 64  # llm_config's hidden_size
+    assert types["v.class_embd"] == ("F32", (1, 1, 64))
+    assert types["v.position_embd.weight"] == ("F32", (1, 65, 64))
+    assert types["v.blk.3.ls2.weight"] == ("F32", (64,))
+    assert types["v.blk.0.attn_k.weight"] == ("Q8_0", (64, 64))
+    assert types["v.blk.0.attn_v.bias"] == ("F32", (64,))
+    assert types["mm.model.mlp.1.weight"] == ("Q8_0", (64, 256))
+    assert {"mm.model.mlp.0.bias", "mm.model.mlp.3.weight"} <= set(types)
+    with read(root / "ours-text-f16.gguf") as f:
+        assert f.metadata["general.architecture"] == "qwen2"
+        assert not any(t.name.startswith(("v.", "mm.")) for t in f.tensors)
+
+
+def _hf_image_features(folder: Path, img: np.ndarray, cls_last: bool = False) -> np.ndarray:
     """transformers' features of ``img`` (HWC uint8, already the tower's size): the
-    pixels normalised as the image processor does, then ``get_image_features``."""
+    pixels normalised as the image processor does, then ``get_image_features``.
+
+    ``cls_last``: InternViT's position table in the order llama.cpp's InternVL graph
+    adds it (see test_internvl_mtmd_position_rows)."""
     import json
 
     import torch
     from transformers import AutoModelForImageTextToText
 
+    # InternVL: transformers reads its own (-hf) layout, saved beside the OpenGVLab folder
+    hf = folder.with_name(folder.name + "-hf")
+    folder = hf if hf.is_dir() else folder
     pre = json.loads((folder / "preprocessor_config.json").read_text())
     x = (img.astype(np.float32) / 255.0 - np.float32(pre["image_mean"])) / np.float32(
         pre["image_std"]
     )
     pixels = torch.from_numpy(np.ascontiguousarray(x.transpose(2, 0, 1)[None]))
     m = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32).eval()
+    if cls_last:
+        pe = m.model.vision_tower.embeddings.position_embeddings
+        with torch.no_grad():  # [cls, p0, p1, ...] -> the rows llama.cpp adds to them
+            pe.copy_(torch.cat([pe[:, -1:], pe[:, :-1]], 1))
     with torch.no_grad():
         # Janus keeps it on the inner model (JanusModel), not the generation class
         f = m.model.get_image_features(pixel_values=pixels)
@@ -91,7 +134,24 @@ def test_llama_cpp_encodes_image(folders, arch):
     root = folders[arch].parent
     img = _image(64)
     got = _mtmd_embeddings(root / "ours-text-f32.gguf", root / "ours-mmproj-f32.gguf", img)
-    want = _hf_image_features(folders[arch], img)
+    want = _hf_image_features(folders[arch], img, cls_last=arch == "internvl")
     assert got.shape == want.shape
     scale = float(np.abs(want).max())
     assert np.abs(got - want).max() <= 1e-3 * max(scale, 1.0), np.abs(got - want).max()
+
+
+def test_internvl_mtmd_position_rows(folders):
+    """Why the InternVL comparison reorders the position table: llama.cpp's graph
+    (tools/mtmd/models/internvl.cpp) appends the CLS token after the patches and adds the
+    table's rows in order, so patch i gets InternViT's row of patch i - 1 (the CLS's row
+    for patch 0) and the CLS the last patch's.  Against transformers' own features (CLS
+    first) the embeddings are off by more than 0.5 % of their scale (measured 0.046 at
+    2.75 for this tiny model, whose random table is small against the patches); with the
+    rows moved as llama.cpp uses them, within 1e-3 (measured 7e-4).  The projector file
+    is the reference's byte for byte: the difference is the runtime's."""
+    root = folders["internvl"].parent
+    img = _image(64)
+    got = _mtmd_embeddings(root / "ours-text-f32.gguf", root / "ours-mmproj-f32.gguf", img)
+    want = _hf_image_features(folders["internvl"], img)
+    assert got.shape == want.shape
+    assert np.abs(got - want).max() > 5e-3 * float(np.abs(want).max())

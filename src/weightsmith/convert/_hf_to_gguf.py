@@ -142,6 +142,8 @@ def _read_config(d: Path) -> dict:
             "config.json is not an object", path=p, expected="a JSON object",
             found=type(cfg).__name__,
         )  # fmt: skip
+    if isinstance(cfg.get("llm_config"), dict):  # InternVL's, as the reference renames it
+        cfg = {**cfg, "text_config": cfg["llm_config"]}
     if isinstance(cfg.get("text_config"), dict):  # as the reference: text_config to the top
         cfg = {**cfg, **cfg["text_config"]}
     return cfg

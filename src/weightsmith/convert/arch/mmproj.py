@@ -67,7 +67,9 @@ BLOCK_KEYS = (
 
 def vision_view(cfg: dict, preprocessor: dict) -> dict:
     """The dict the ``clip.*`` rows read (see the module docstring)."""
-    text = {**cfg, **(cfg.get("text_config") or {})}
+    # InternVL's text config is llm_config (the reference reads it as text_config)
+    text_config = cfg.get("llm_config") if isinstance(cfg.get("llm_config"), dict) else None
+    text = {**cfg, **(text_config or cfg.get("text_config") or {})}
     view = dict(cfg.get("vision_config") or {})
     view[TEXT_WIDTH] = text.get("hidden_size", text.get("n_embd", 0))
     view[PREPROCESSOR] = preprocessor
@@ -1268,6 +1270,104 @@ JANUS_VISION = Projector(
     ),
 )
 
+# --------------------------------------------------------------------------- InternVL
+
+_IV = "vision_model."
+_IV_LAYER = _IV + "encoder.layers.{bid}."
+
+
+def _first_of(key: str) -> Callable[[dict], Any]:
+    """InternVisionModel: an image or patch size given as a list is its first entry."""
+    return lambda v: v[key][0] if isinstance(v[key], list) else v[key]
+
+
+def _internvl_act(act: str) -> Callable[[dict], bool | None]:
+    def get(v: dict) -> bool | None:
+        if v["hidden_act"] not in ("silu", "gelu"):  # the reference raises
+            raise ValueError(f"hidden_act {v['hidden_act']!r}: InternVL's tower is GELU or SiLU")
+        return True if v["hidden_act"] == act else None
+
+    return get
+
+
+def _internvl_scale(v: dict) -> int:
+    ratio = v[GLOBAL].get("downsample_ratio")
+    if ratio is None:  # the reference asserts it
+        raise ValueError("downsample_ratio missing from config.json")
+    return int(1.0 / ratio)
+
+
+def _internvl_tiles(key: str) -> Callable[[dict], int | None]:
+    # older checkpoints have none: not written (mtmd then uses 1 and 12)
+    return lambda v: v[GLOBAL].get(key, 0) or None
+
+
+def _internvl_rename(name: str) -> str:
+    """InternVisionModel.filter_tensors: the layer scales and the position table are bare
+    parameters, read as ``.weight``s (the CLS token keeps its name)."""
+    if (".ls" in name or ".lambda_" in name or "position_embedding" in name) and not (
+        name.endswith(".weight")
+    ):
+        return name + ".weight"
+    return name
+
+
+# InternVisionModel (conversion/internvl.py), OpenGVLab's InternVL 2.5 / 3 layout: the
+# config names InternVLChatModel (text in llm_config) and its vision_config
+# InternVisionModel, which picks this entry.  An InternViT (CLS token, fused QKV split in
+# three, layer scales ls1/ls2), pixel shuffle by 1 / downsample_ratio, then mlp1 (LayerNorm
+# + 2-layer GELU MLP) as mm.model.mlp.{0,1,3}.  Intern-S1's model.vision_tower.* layout is
+# not read (its tensors are not under these prefixes: refused as no vision tensors)
+INTERNVL_VISION = Projector(
+    hf_archs=("InternVisionModel",),
+    keep=(_IV, "mlp1."),
+    rename=_internvl_rename,
+    force=_qwen_force,
+    required=(*BASE_REQUIRED, ("layer_norm_eps",), ("hidden_act",)),
+    entry=Arch(
+        hf_archs=("InternVisionModel",),
+        gguf_arch="clip",
+        meta=[
+            *replace_rows(
+                BASE_ROWS,
+                vision__image_size=m("vision.image_size", value=_first_of("image_size")),
+                vision__patch_size=m("vision.patch_size", value=_first_of("patch_size")),
+            ),
+            _const("projector_type", "internvl", VT.STRING),
+            m("vision.attention.layer_norm_epsilon", "layer_norm_eps", t=VT.FLOAT32),
+            MetaKey("use_silu", ("hidden_act",), VT.BOOL, _internvl_act("silu")),
+            MetaKey("use_gelu", ("hidden_act",), VT.BOOL, _internvl_act("gelu")),
+            m("vision.projector.scale_factor", value=_internvl_scale),
+            m("vision.preproc_min_tiles", value=_internvl_tiles("min_dynamic_patch")),
+            m("vision.preproc_max_tiles", value=_internvl_tiles("max_dynamic_patch")),
+        ],
+        names=[
+            NameRule(_IV + "embeddings.class_embedding", "v.class_embd"),
+            NameRule(_IV + "embeddings.position_embedding.weight", "v.position_embd.weight"),
+            NameRule(_IV_LAYER + "ls1.weight", _VBLK + "ls1.weight"),
+            NameRule(_IV_LAYER + "ls2.weight", _VBLK + "ls2.weight"),
+            *_wb(
+                [
+                    (_IV + "embeddings.patch_embedding", "v.patch_embd"),
+                    (_IV_LAYER + "attn.proj", _VBLK + "attn_out"),
+                    (_IV_LAYER + "attn.q_norm", _VBLK + "attn_q_norm"),
+                    (_IV_LAYER + "attn.k_norm", _VBLK + "attn_k_norm"),
+                    (_IV_LAYER + "norm1", _VBLK + "ln1"),
+                    (_IV_LAYER + "norm2", _VBLK + "ln2"),
+                    (_IV_LAYER + "mlp.fc1", _VBLK + "ffn_up"),
+                    (_IV_LAYER + "mlp.fc2", _VBLK + "ffn_down"),
+                    ("mlp1.{bid}", "mm.model.mlp.{bid}"),
+                ]
+            ),
+        ],
+        splits=[
+            Split(_IV_LAYER + f"attn.qkv{s}", tuple(_VBLK + f"attn_{x}{s}" for x in "qkv"), 0)
+            for s in (".weight", ".bias")
+        ],
+        required=(),
+    ),
+)
+
 #: every projector entry
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
@@ -1279,5 +1379,6 @@ PROJECTORS += (LLAMA4_VISION,)
 PROJECTORS += (LIGHTONOCR_VISION,)
 PROJECTORS += (PADDLEOCR_VISION,)
 PROJECTORS += (JANUS_VISION,)
+PROJECTORS += (INTERNVL_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
