@@ -15,10 +15,12 @@ import numpy as np
 import pytest
 
 from support.vlm_models import build
+from test_convert_hf_to_gguf import _llama_logits, _llama_quantize
 from test_convert_mmproj import TYPES, _image, _mtmd_embeddings, _reference, _same
 from weightsmith.convert import hf_to_gguf
 
 ARCHS = ["janus", "internvl"]
+QUANT_TYPES = ["q4_k_m", "iq4_xs"]
 
 
 @pytest.fixture(scope="module")
@@ -30,12 +32,16 @@ def folders(tmp_path_factory) -> dict[str, Path]:
     for arch in ARCHS:
         root = tmp_path_factory.mktemp(arch)
         src = out[arch] = build(arch, root / "model")
-        jobs.append([str(src), "--outfile", str(root / "ref-text-f16.gguf"), "--outtype", "f16"])
         for t in TYPES:
+            jobs.append([str(src), "--outfile", str(root / f"ref-text-{t}.gguf"), "--outtype", t])
             jobs.append([str(src), "--outfile", str(root / f"ref-mmproj-{t}.gguf"),
                          "--outtype", t, "--mmproj"])  # fmt: skip
             hf_to_gguf(src, root / f"ours-text-{t}.gguf", t, mmproj=root / f"ours-mmproj-{t}.gguf")
     _reference(jobs)
+    for arch in ARCHS:  # the llama-quantize types: the reference's f32 file quantized
+        root = out[arch].parent
+        for t in QUANT_TYPES:
+            _llama_quantize(root / "ref-text-f32.gguf", root / f"ref-text-{t}.gguf", t)
     return out
 
 
@@ -46,10 +52,71 @@ def test_projector_same_as_reference(folders, arch, t):
     _same(root / f"ours-mmproj-{t}.gguf", root / f"ref-mmproj-{t}.gguf")
 
 
+@pytest.mark.parametrize("t", TYPES + QUANT_TYPES)
 @pytest.mark.parametrize("arch", ARCHS)
-def test_text_same_as_reference(folders, arch):
+def test_text_same_as_reference(folders, arch, t):
+    """The text GGUF: the reference's text conversion byte for byte (f32 ... q8_0), and
+    for the llama-quantize types its f32 file through ``llama_model_quantize``."""
     root = folders[arch].parent
-    _same(root / "ours-text-f16.gguf", root / "ref-text-f16.gguf")
+    ours = root / f"ours-text-{t}.gguf"
+    if t in QUANT_TYPES:
+        hf_to_gguf(folders[arch], ours, t)
+    _same(ours, root / f"ref-text-{t}.gguf")
+
+
+#: the text model's prompt (both tiny models have a SentencePiece vocabulary of 512)
+PROMPT = {"janus": [1, 5, 9, 33, 100, 7, 200, 42], "internvl": [1, 5, 9, 33, 100, 7, 200, 42]}
+#: the original's text tensors by the names of a text-only checkpoint
+TEXT_NAMES = {"janus": (("model.language_model.", "model."), ("lm_head.", "lm_head.")),
+              "internvl": (("language_model.model.", "model."),
+                           ("language_model.lm_head.", "lm_head."))}  # fmt: skip
+
+
+def _hf_text_logits(folder: Path, tokens: list[int]) -> np.ndarray:
+    """transformers' logits of the whole VLM (InternVL: its -hf twin) on text alone."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    hf = folder.with_name(folder.name + "-hf")
+    m = AutoModelForImageTextToText.from_pretrained(hf if hf.is_dir() else folder,
+                                                    dtype=torch.float32).eval()  # fmt: skip
+    with torch.no_grad():
+        return m(input_ids=torch.tensor([tokens])).logits[0].numpy()
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_text_in_llama_cpp_and_back(folders, arch, tmp_path):
+    """llama.cpp's logits on our text file equal those on the reference's and are
+    transformers' (within 2e-3 of their scale); GGUF -> HF gives the text model
+    (LlamaForCausalLM / Qwen2ForCausalLM) with the original's text tensors exactly and
+    its logits (within 1e-4)."""
+    import torch
+    from safetensors.numpy import load_file
+    from transformers import AutoModelForCausalLM
+
+    from weightsmith.convert import gguf_to_hf
+
+    root, tokens = folders[arch].parent, PROMPT[arch]
+    ours = _llama_logits(root / "ours-text-f32.gguf", tokens)
+    np.testing.assert_array_equal(ours, _llama_logits(root / "ref-text-f32.gguf", tokens))
+    want = _hf_text_logits(folders[arch], tokens)
+    scale = max(float(np.abs(want).max()), 1.0)
+    assert np.abs(ours - want).max() <= 2e-3 * scale, np.abs(ours - want).max()
+    back = tmp_path / "back"
+    gguf_to_hf(root / "ours-text-f32.gguf", back, dtype="f32")
+    orig = {}
+    for k, v in load_file(folders[arch] / "model.safetensors").items():
+        for a, b in TEXT_NAMES[arch]:
+            if k.startswith(a):
+                orig[b + k[len(a) :]] = v
+    got = load_file(back / "model.safetensors")
+    assert sorted(got) == sorted(orig)
+    for k, v in orig.items():
+        np.testing.assert_array_equal(got[k], v.astype(np.float32), err_msg=k)
+    m = AutoModelForCausalLM.from_pretrained(back, dtype=torch.float32).eval()
+    with torch.no_grad():
+        again = m(input_ids=torch.tensor([tokens])).logits[0].numpy()
+    np.testing.assert_allclose(again, want, rtol=0, atol=1e-4 * scale)
 
 
 def test_janus_contents(folders):

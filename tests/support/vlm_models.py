@@ -709,17 +709,16 @@ def internvl(folder: Path, *, dtype: str = "bfloat16", seed: int = 43) -> Path:
     reference reads.  Built with transformers' InternVLForConditionalGeneration (the
     ``-hf`` layout, saved beside as ``<folder>-hf`` for the features) and renamed: an
     InternViT (CLS token, layer scales, QKV biases; 64 px images of 8 px patches), pixel
-    shuffle by 0.5, LayerNorm + 2-layer GELU MLP; the text model is Qwen2."""
+    shuffle by 0.5, LayerNorm + 2-layer GELU MLP; the text model is Qwen2 (with a SentencePiece vocabulary of 512)."""
     import torch
     from safetensors.torch import load_file, save_file
     from transformers import InternVLConfig, InternVLForConditionalGeneration
 
-    from support.hf_models import _qwen_tokenizer
-
-    vocab = _qwen_tokenizer(folder)
+    # a SentencePiece vocabulary (Qwen2's text class reads one first), for a tiny embedding
+    vocab = train_spm(folder)
     text = dict(model_type="qwen2", vocab_size=vocab, hidden_size=64, intermediate_size=128,
                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                max_position_embeddings=256, bos_token_id=None, eos_token_id=151643,
+                max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
                 rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
                 tie_word_embeddings=False)  # fmt: skip
     # 4 layers: gguf-py names mlp1.{bid} only for bid below the block count (mlp1.3)
