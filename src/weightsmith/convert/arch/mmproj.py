@@ -1202,14 +1202,17 @@ _JANUS_ALIGNER_MAX = 8
 
 def _janus_ffn(v: dict) -> int:
     """JanusProVisionModel: the Hub's vision config has no intermediate_size; the MLP is
-    ``round(hidden_size * mlp_ratio)`` wide (Python's round, as the reference)."""
+    ``round(hidden_size * mlp_ratio)`` wide (Python's round, as the reference), the
+    ratio JanusVisionConfig's default 4.0 when absent (the reference reads the config
+    through transformers' AutoConfig, which fills it in)."""
     if "intermediate_size" in v:
         return v["intermediate_size"]
-    return round(v["hidden_size"] * v["mlp_ratio"])
+    return round(v["hidden_size"] * v.get("mlp_ratio", 4.0))
 
 
 def _janus_act(act: str) -> Callable[[dict], bool | None]:
-    return lambda v: True if str(v.get("hidden_act", "")).lower() == act else None
+    # JanusVisionConfig's default activation is GELU (AutoConfig fills it in)
+    return lambda v: True if str(v.get("hidden_act", "gelu")).lower() == act else None
 
 
 # JanusProVisionModel (conversion/januspro.py): a SigLIP ViT (the attention output named
@@ -1220,10 +1223,7 @@ JANUS_VISION = Projector(
     keep=("model.vision_model.", "vision_model.", "model.aligner.", "aligner."),
     rename=lambda name: name.removeprefix("model."),
     force=_base_force,
-    required=(
-        *(k for k in BASE_REQUIRED if k != ("intermediate_size", "vt_intermediate_size")),
-        ("intermediate_size", "mlp_ratio"),
-    ),
+    required=tuple(k for k in BASE_REQUIRED if k != ("intermediate_size", "vt_intermediate_size")),
     entry=Arch(
         hf_archs=("JanusForConditionalGeneration",),
         gguf_arch="clip",
