@@ -289,3 +289,15 @@ def test_janus_config_defaults(folders, tmp_path):
     with read(tmp_path / "m.gguf") as f:
         assert f.metadata["clip.vision.feed_forward_length"] == 256  # 64 x 4.0
         assert f.metadata["clip.use_gelu"] is True
+
+
+def test_cli_writes_both(folders, tmp_path):
+    """``weightsmith convert DIR out.gguf --mmproj``: the same two files as the API's."""
+    from weightsmith.cli._main import main
+
+    root = folders["internvl"].parent
+    dst = tmp_path / "i.gguf"
+    assert main(["convert", str(folders["internvl"]), str(dst), "--type", "f16", "--mmproj",
+                 "--quiet"]) == 0  # fmt: skip
+    assert (tmp_path / "mmproj-i.gguf").read_bytes() == (root / "ours-mmproj-f16.gguf").read_bytes()
+    assert dst.read_bytes() == (root / "ours-text-f16.gguf").read_bytes()
