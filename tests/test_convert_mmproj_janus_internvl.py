@@ -19,7 +19,7 @@ from test_convert_hf_to_gguf import _llama_logits, _llama_quantize
 from test_convert_mmproj import TYPES, _image, _mtmd_embeddings, _reference, _same
 from weightsmith.convert import hf_to_gguf
 
-ARCHS = ["janus", "internvl"]
+ARCHS = ["janus", "internvl", "internvl_qwen3"]
 QUANT_TYPES = ["q4_k_m", "iq4_xs"]
 
 
@@ -64,12 +64,13 @@ def test_text_same_as_reference(folders, arch, t):
     _same(ours, root / f"ref-text-{t}.gguf")
 
 
-#: the text model's prompt (both tiny models have a SentencePiece vocabulary of 512)
-PROMPT = {"janus": [1, 5, 9, 33, 100, 7, 200, 42], "internvl": [1, 5, 9, 33, 100, 7, 200, 42]}
+#: the text models' prompt (the tiny models all have a SentencePiece vocabulary of 512)
+PROMPT = [1, 5, 9, 33, 100, 7, 200, 42]
 #: the original's text tensors by the names of a text-only checkpoint
 TEXT_NAMES = {"janus": (("model.language_model.", "model."), ("lm_head.", "lm_head.")),
               "internvl": (("language_model.model.", "model."),
                            ("language_model.lm_head.", "lm_head."))}  # fmt: skip
+TEXT_NAMES["internvl_qwen3"] = TEXT_NAMES["internvl"]
 
 
 def _hf_text_logits(folder: Path, tokens: list[int]) -> np.ndarray:
@@ -96,7 +97,7 @@ def test_text_in_llama_cpp_and_back(folders, arch, tmp_path):
 
     from weightsmith.convert import gguf_to_hf
 
-    root, tokens = folders[arch].parent, PROMPT[arch]
+    root, tokens = folders[arch].parent, PROMPT
     ours = _llama_logits(root / "ours-text-f32.gguf", tokens)
     np.testing.assert_array_equal(ours, _llama_logits(root / "ref-text-f32.gguf", tokens))
     want = _hf_text_logits(folders[arch], tokens)
@@ -201,7 +202,7 @@ def test_llama_cpp_encodes_image(folders, arch):
     root = folders[arch].parent
     img = _image(64)
     got = _mtmd_embeddings(root / "ours-text-f32.gguf", root / "ours-mmproj-f32.gguf", img)
-    want = _hf_image_features(folders[arch], img, cls_last=arch == "internvl")
+    want = _hf_image_features(folders[arch], img, cls_last=arch.startswith("internvl"))
     assert got.shape == want.shape
     scale = float(np.abs(want).max())
     assert np.abs(got - want).max() <= 1e-3 * max(scale, 1.0), np.abs(got - want).max()

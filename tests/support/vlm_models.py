@@ -702,21 +702,24 @@ _INTERNVL_NAMES = (
 )  # fmt: skip
 
 
-def internvl(folder: Path, *, dtype: str = "bfloat16", seed: int = 43) -> Path:
+def internvl(
+    folder: Path, *, dtype: str = "bfloat16", seed: int = 43, text_model: str = "qwen2"
+) -> Path:
     """InternVL 2.5 / 3 in OpenGVLab's layout (``InternVLChatModel``: ``llm_config``,
     a ``vision_config`` naming ``InternVisionModel``; ``vision_model.*`` with the fused
     ``attn.qkv``, ``ls1``/``ls2``, ``mlp1.*``, ``language_model.*``), which is what the
     reference reads.  Built with transformers' InternVLForConditionalGeneration (the
     ``-hf`` layout, saved beside as ``<folder>-hf`` for the features) and renamed: an
     InternViT (CLS token, layer scales, QKV biases; 64 px images of 8 px patches), pixel
-    shuffle by 0.5, LayerNorm + 2-layer GELU MLP; the text model is Qwen2 (with a SentencePiece vocabulary of 512)."""
+    shuffle by 0.5, LayerNorm + 2-layer GELU MLP; the text model is ``text_model`` (Qwen2
+    as InternVL 2.5 / 3, or Qwen3 as 3.5) with a SentencePiece vocabulary of 512."""
     import torch
     from safetensors.torch import load_file, save_file
     from transformers import InternVLConfig, InternVLForConditionalGeneration
 
     # a SentencePiece vocabulary (Qwen2's text class reads one first), for a tiny embedding
     vocab = train_spm(folder)
-    text = dict(model_type="qwen2", vocab_size=vocab, hidden_size=64, intermediate_size=128,
+    text = dict(model_type=text_model, vocab_size=vocab, hidden_size=64, intermediate_size=128,
                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                 max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
                 rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
@@ -744,7 +747,8 @@ def internvl(folder: Path, *, dtype: str = "bfloat16", seed: int = 43) -> Path:
         assert k.startswith(("vision_model.", "mlp1.", "language_model.")), k
         out[k] = v.contiguous()
     save_file(out, folder / "model.safetensors", metadata={"format": "pt"})
-    llm = {**model.config.text_config.to_dict(), "architectures": ["Qwen2ForCausalLM"]}
+    text_class = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[text_model]
+    llm = {**model.config.text_config.to_dict(), "architectures": [text_class]}
     vc = model.config.vision_config
     top = {
         "architectures": ["InternVLChatModel"], "model_type": "internvl_chat",
@@ -774,3 +778,5 @@ def internvl(folder: Path, *, dtype: str = "bfloat16", seed: int = 43) -> Path:
 
 
 BUILDERS["internvl"] = internvl
+# InternVL 3.5's text model: Qwen3 (QK norms)
+BUILDERS["internvl_qwen3"] = lambda folder, **kw: internvl(folder, text_model="qwen3", **kw)
