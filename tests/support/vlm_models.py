@@ -647,3 +647,136 @@ def paddleocrvl(folder: Path, *, dtype: str = "bfloat16", seed: int = 43) -> Pat
 
 
 BUILDERS["paddleocrvl"] = paddleocrvl
+
+
+def janus(folder: Path, *, dtype: str = "bfloat16", seed: int = 42) -> Path:
+    """Janus-Pro (JanusForConditionalGeneration, the Hub's transformers layout: ``model.*``
+    names): a SigLIP-like tower (``model.vision_model.*``, the attention output named
+    ``projection_layer``; 64 px images of 8 px patches, 64 tokens) and the 2-layer GELU
+    aligner (``model.aligner.*``); the text model is Llama.  The image-generation half
+    (VQ model, generation embeddings/aligner/head) is there as in the Hub's checkpoints,
+    shrunk: both converters leave it out.  The vision config has no intermediate_size,
+    as the Hub's: the MLP width is ``mlp_ratio`` x the width (the reference derives it)."""
+    from transformers import JanusConfig, JanusForConditionalGeneration, LlamaConfig
+
+    vocab = train_spm(folder)
+    text = LlamaConfig(**_text(vocab), tie_word_embeddings=False)
+    vision = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=64,
+                  patch_size=8, mlp_ratio=2.0, projection_dim=256, num_image_tokens=64,
+                  hidden_act="gelu", layer_norm_eps=1e-6)  # fmt: skip
+    vq = dict(embed_dim=8, num_embeddings=32, latent_channels=32, base_channels=32,
+              channel_multiplier=[1, 1], num_res_blocks=1, num_patches=8, projection_dim=256,
+              image_token_embed_dim=256)  # fmt: skip
+    cfg = JanusConfig(text_config=text, vision_config=vision, vq_config=vq, image_token_id=10,
+                      tie_word_embeddings=False)  # fmt: skip
+    model = JanusForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "JanusImageProcessor", "do_normalize": True,
+        "do_rescale": True, "do_resize": True, "do_pad": True, "min_size": 14,
+        "resample": 3, "rescale_factor": 1 / 255, "size": {"height": 64, "width": 64},
+        "image_mean": [0.5] * 3, "image_std": [0.5] * 3}, indent=2))  # fmt: skip
+    return folder
+
+
+BUILDERS["janus"] = janus
+
+
+#: InternVL: the names transformers 5 saves (its -hf layout, ``model.`` dropped) ->
+#: OpenGVLab's; the tower's q/k/v are fused into ``attn.qkv`` first
+_INTERNVL_NAMES = (
+    ("vision_tower.embeddings.cls_token", "vision_model.embeddings.class_embedding"),
+    ("vision_tower.embeddings.position_embeddings", "vision_model.embeddings.position_embedding"),
+    ("vision_tower.embeddings.patch_embeddings.projection.",
+     "vision_model.embeddings.patch_embedding."),
+    ("vision_tower.encoder.layer.", "vision_model.encoder.layers."),
+    (".lambda_1", ".ls1"),
+    (".lambda_2", ".ls2"),
+    (".attention.projection_layer.", ".attn.proj."),
+    (".layernorm_before.", ".norm1."),
+    (".layernorm_after.", ".norm2."),
+    ("multi_modal_projector.layer_norm.", "mlp1.0."),
+    ("multi_modal_projector.linear_1.", "mlp1.1."),
+    ("multi_modal_projector.linear_2.", "mlp1.3."),
+)  # fmt: skip
+
+
+def internvl(
+    folder: Path, *, dtype: str = "bfloat16", seed: int = 43, text_model: str = "qwen2"
+) -> Path:
+    """InternVL 2.5 / 3 in OpenGVLab's layout (``InternVLChatModel``: ``llm_config``,
+    a ``vision_config`` naming ``InternVisionModel``; ``vision_model.*`` with the fused
+    ``attn.qkv``, ``ls1``/``ls2``, ``mlp1.*``, ``language_model.*``), which is what the
+    reference reads.  Built with transformers' InternVLForConditionalGeneration (the
+    ``-hf`` layout, saved beside as ``<folder>-hf`` for the features) and renamed: an
+    InternViT (CLS token, layer scales, QKV biases; 64 px images of 8 px patches), pixel
+    shuffle by 0.5, LayerNorm + 2-layer GELU MLP; the text model is ``text_model`` (Qwen2
+    as InternVL 2.5 / 3, or Qwen3 as 3.5) with a SentencePiece vocabulary of 512."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import InternVLConfig, InternVLForConditionalGeneration
+
+    # a SentencePiece vocabulary (Qwen2's text class reads one first), for a tiny embedding
+    vocab = train_spm(folder)
+    text = dict(model_type=text_model, vocab_size=vocab, hidden_size=64, intermediate_size=128,
+                num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
+                rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                tie_word_embeddings=False)  # fmt: skip
+    # 4 layers: gguf-py names mlp1.{bid} only for bid below the block count (mlp1.3)
+    vision = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                  num_attention_heads=2, image_size=[64, 64], patch_size=[8, 8],
+                  attention_bias=True, hidden_act="gelu", layer_norm_eps=1e-6)  # fmt: skip
+    cfg = InternVLConfig(text_config=text, vision_config=vision, downsample_ratio=0.5,
+                         image_token_id=151667, tie_word_embeddings=False)  # fmt: skip
+    model = InternVLForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    hf = folder.with_name(folder.name + "-hf")
+    _save(model, hf, dtype, tower=None)
+    sd = load_file(hf / "model.safetensors")
+    out = {}
+    for k, v in sd.items():
+        if ".attention.k_proj." in k or ".attention.v_proj." in k:
+            continue
+        if ".attention.q_proj." in k:  # OpenGVLab's fused [q; k; v]
+            v = torch.cat([v, sd[k.replace("q_proj", "k_proj")], sd[k.replace("q_proj", "v_proj")]])
+            k = k.replace(".attention.q_proj.", ".attn.qkv.")
+        for a, b in _INTERNVL_NAMES:
+            k = k.replace(a, b)
+        assert k.startswith(("vision_model.", "mlp1.", "language_model.")), k
+        out[k] = v.contiguous()
+    save_file(out, folder / "model.safetensors", metadata={"format": "pt"})
+    text_class = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[text_model]
+    llm = {**model.config.text_config.to_dict(), "architectures": [text_class]}
+    vc = model.config.vision_config
+    top = {
+        "architectures": ["InternVLChatModel"], "model_type": "internvl_chat",
+        "downsample_ratio": 0.5, "dynamic_image_size": True, "force_image_size": 64,
+        "min_dynamic_patch": 1, "max_dynamic_patch": 12, "ps_version": "v2",
+        "select_layer": -1, "template": "internvl2_5", "use_thumbnail": True,
+        "torch_dtype": dtype, "llm_config": llm,
+        "vision_config": {
+            "architectures": ["InternVisionModel"], "model_type": "intern_vit_6b",
+            "hidden_size": vc.hidden_size, "intermediate_size": vc.intermediate_size,
+            "num_hidden_layers": vc.num_hidden_layers,
+            "num_attention_heads": vc.num_attention_heads, "image_size": 64,
+            "patch_size": 8, "num_channels": 3, "hidden_act": "gelu",
+            "layer_norm_eps": vc.layer_norm_eps, "norm_type": "layer_norm",
+            "qkv_bias": True, "qk_normalization": False, "drop_path_rate": 0.0,
+            "dropout": 0.0, "attention_dropout": 0.0, "initializer_factor": 1.0,
+            "initializer_range": 0.02, "use_flash_attn": False,
+        },
+    }  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(top, indent=2))
+    pre = {"crop_size": 64, "do_center_crop": True, "do_normalize": True, "do_resize": True,
+           "image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225],
+           "resample": 3, "size": 64}  # fmt: skip
+    (folder / "preprocessor_config.json").write_text(json.dumps(pre, indent=2))
+    (hf / "preprocessor_config.json").write_text(json.dumps(pre, indent=2))
+    return folder
+
+
+BUILDERS["internvl"] = internvl
+# InternVL 3.5's text model: Qwen3 (QK norms)
+BUILDERS["internvl_qwen3"] = lambda folder, **kw: internvl(folder, text_model="qwen3", **kw)

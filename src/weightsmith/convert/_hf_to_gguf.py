@@ -142,6 +142,12 @@ def _read_config(d: Path) -> dict:
             "config.json is not an object", path=p, expected="a JSON object",
             found=type(cfg).__name__,
         )  # fmt: skip
+    if isinstance(cfg.get("llm_config"), dict):
+        # InternVL's text config: the reference renames it text_config and merges it up for
+        # the hyperparameters, but its SpecialVocab reads config.json as written (no
+        # text_config there), so the special-token ids stay the top level's
+        llm = {k: v for k, v in cfg["llm_config"].items() if not k.endswith("_token_id")}
+        return {**cfg, **llm}
     if isinstance(cfg.get("text_config"), dict):  # as the reference: text_config to the top
         cfg = {**cfg, **cfg["text_config"]}
     return cfg

@@ -107,7 +107,7 @@ from .gptoss import GPT_OSS
 from .granite import GRANITE, GRANITEMOE
 from .jamba import JAMBA
 from .lfm2 import LFM2, LFM2MOE
-from .llama import LLAMA, MISTRAL3, MISTRAL_NATIVE, SMOLLM3
+from .llama import JANUS, LLAMA, MISTRAL3, MISTRAL_NATIVE, SMOLLM3
 from .llama4 import LLAMA4
 from .mamba import (
     BAMBA,
@@ -227,6 +227,8 @@ ENTRIES: tuple[Arch, ...] = (
     FALCON_H1,
     # Gemma 3n text (AltUp, LAuReL, per-layer embeddings)
     GEMMA3N,
+    # the text half of VLMs whose text file is another class's architecture
+    JANUS,
 )
 # the text of the OCR VLMs (issue 15 section 3)
 ENTRIES += (ERNIE4_5, PADDLEOCR, ERNIE4_5_MOE)

@@ -191,3 +191,19 @@ MISTRAL_NATIVE = Arch(
     extra={"rope_freqs.weight": llama3_rope_freqs},
     required=("dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "hidden_dim", "vocab_size"),
 )
+
+# JanusProModel (conversion/januspro.py): the text half of Janus-Pro is a LlamaModel file
+# (``llama``); the vision tower and aligner are the projector's (.mmproj), and the
+# image-generation half (VQ model, generation embeddings, aligner and head) is dropped.
+# GGUF -> HF gives the file back as a LlamaForCausalLM (the ``llama`` entry).
+JANUS = replace(
+    LLAMA,
+    hf_archs=("JanusForConditionalGeneration",),
+    stacks=[],
+    names=[*BASE_NAMES, *FFN_NORM],
+    skip=(
+        *LLAMA.skip,
+        r"^model\.(aligner|vqmodel|generation_embeddings|generation_aligner|generation_head)\.",
+    ),
+    model_types={},
+)

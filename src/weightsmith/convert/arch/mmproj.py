@@ -67,7 +67,9 @@ BLOCK_KEYS = (
 
 def vision_view(cfg: dict, preprocessor: dict) -> dict:
     """The dict the ``clip.*`` rows read (see the module docstring)."""
-    text = {**cfg, **(cfg.get("text_config") or {})}
+    # InternVL's text config is llm_config (the reference reads it as text_config)
+    text_config = cfg.get("llm_config") if isinstance(cfg.get("llm_config"), dict) else None
+    text = {**cfg, **(text_config or cfg.get("text_config") or {})}
     view = dict(cfg.get("vision_config") or {})
     view[TEXT_WIDTH] = text.get("hidden_size", text.get("n_embd", 0))
     view[PREPROCESSOR] = preprocessor
@@ -1190,6 +1192,182 @@ PADDLEOCR_VISION = Projector(
     ),
 )
 
+# --------------------------------------------------------------------------- Janus-Pro
+
+_JV = "vision_model."
+_JV_LAYER = _JV + "encoder.layers.{bid}."
+#: the aligner's hidden layers named (mm.1, mm.2, ...): gguf-py numbers them after fc1
+_JANUS_ALIGNER_MAX = 8
+
+
+def _janus_ffn(v: dict) -> int:
+    """JanusProVisionModel: the Hub's vision config has no intermediate_size; the MLP is
+    ``round(hidden_size * mlp_ratio)`` wide (Python's round, as the reference), the
+    ratio JanusVisionConfig's default 4.0 when absent (the reference reads the config
+    through transformers' AutoConfig, which fills it in)."""
+    if "intermediate_size" in v:
+        return v["intermediate_size"]
+    return round(v["hidden_size"] * v.get("mlp_ratio", 4.0))
+
+
+def _janus_act(act: str) -> Callable[[dict], bool | None]:
+    # JanusVisionConfig's default activation is GELU (AutoConfig fills it in)
+    return lambda v: True if str(v.get("hidden_act", "gelu")).lower() == act else None
+
+
+# JanusProVisionModel (conversion/januspro.py): a SigLIP ViT (the attention output named
+# projection_layer) and the aligner MLP (fc1 -> mm.0, hidden_layers.{i} -> mm.{i+1});
+# the image-generation half (VQ model, generation_*) is not read
+JANUS_VISION = Projector(
+    hf_archs=("JanusForConditionalGeneration",),
+    keep=("model.vision_model.", "vision_model.", "model.aligner.", "aligner."),
+    rename=lambda name: name.removeprefix("model."),
+    force=_base_force,
+    required=tuple(k for k in BASE_REQUIRED if k != ("intermediate_size", "vt_intermediate_size")),
+    entry=Arch(
+        hf_archs=("JanusForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *replace_rows(
+                BASE_ROWS,
+                vision__feed_forward_length=m(
+                    "vision.feed_forward_length", "intermediate_size", value=_janus_ffn
+                ),
+            ),
+            _const("projector_type", "janus_pro", VT.STRING),
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "layer_norm_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v.get("layer_norm_eps", 1e-6),
+            ),
+            MetaKey("use_gelu", ("hidden_act",), VT.BOOL, _janus_act("gelu")),
+            MetaKey("use_silu", ("hidden_act",), VT.BOOL, _janus_act("silu")),
+        ],
+        names=[
+            *_wb(
+                [
+                    (_JV + "embeddings.patch_embedding", "v.patch_embd"),
+                    (_JV + "embeddings.position_embedding", "v.position_embd"),
+                    (_JV + "post_layernorm", "v.post_ln"),
+                    (_JV_LAYER + "self_attn.q_proj", _VBLK + "attn_q"),
+                    (_JV_LAYER + "self_attn.k_proj", _VBLK + "attn_k"),
+                    (_JV_LAYER + "self_attn.v_proj", _VBLK + "attn_v"),
+                    (_JV_LAYER + "self_attn.projection_layer", _VBLK + "attn_out"),
+                    (_JV_LAYER + "layer_norm1", _VBLK + "ln1"),
+                    (_JV_LAYER + "layer_norm2", _VBLK + "ln2"),
+                    (_JV_LAYER + "mlp.fc1", _VBLK + "ffn_up"),
+                    (_JV_LAYER + "mlp.fc2", _VBLK + "ffn_down"),
+                    ("aligner.fc1", "mm.0"),
+                    *(
+                        (f"aligner.hidden_layers.{i}", f"mm.{i + 1}")
+                        for i in range(_JANUS_ALIGNER_MAX)
+                    ),
+                ]
+            ),
+        ],
+        required=(),
+    ),
+)
+
+# --------------------------------------------------------------------------- InternVL
+
+_IV = "vision_model."
+_IV_LAYER = _IV + "encoder.layers.{bid}."
+
+
+def _first_of(key: str) -> Callable[[dict], Any]:
+    """InternVisionModel: an image or patch size given as a list is its first entry."""
+    return lambda v: v[key][0] if isinstance(v[key], list) else v[key]
+
+
+def _internvl_act(act: str) -> Callable[[dict], bool | None]:
+    def get(v: dict) -> bool | None:
+        if v["hidden_act"] not in ("silu", "gelu"):  # the reference raises
+            raise ValueError(f"hidden_act {v['hidden_act']!r}: InternVL's tower is GELU or SiLU")
+        return True if v["hidden_act"] == act else None
+
+    return get
+
+
+def _internvl_scale(v: dict) -> int:
+    ratio = v[GLOBAL].get("downsample_ratio")
+    if ratio is None:  # the reference asserts it
+        raise ValueError("downsample_ratio missing from config.json")
+    return int(1.0 / ratio)
+
+
+def _internvl_tiles(key: str) -> Callable[[dict], int | None]:
+    # older checkpoints have none: not written (mtmd then uses 1 and 12)
+    return lambda v: v[GLOBAL].get(key, 0) or None
+
+
+def _internvl_rename(name: str) -> str:
+    """InternVisionModel.filter_tensors: the layer scales and the position table are bare
+    parameters, read as ``.weight``s (the CLS token keeps its name)."""
+    if (".ls" in name or ".lambda_" in name or "position_embedding" in name) and not (
+        name.endswith(".weight")
+    ):
+        return name + ".weight"
+    return name
+
+
+# InternVisionModel (conversion/internvl.py), OpenGVLab's InternVL 2.5 / 3 layout: the
+# config names InternVLChatModel (text in llm_config) and its vision_config
+# InternVisionModel, which picks this entry.  An InternViT (CLS token, fused QKV split in
+# three, layer scales ls1/ls2), pixel shuffle by 1 / downsample_ratio, then mlp1 (LayerNorm
+# + 2-layer GELU MLP) as mm.model.mlp.{0,1,3}.  Intern-S1's model.vision_tower.* layout is
+# not read (its tensors are not under these prefixes: refused as no vision tensors)
+INTERNVL_VISION = Projector(
+    hf_archs=("InternVisionModel",),
+    keep=(_IV, "mlp1."),
+    rename=_internvl_rename,
+    force=_qwen_force,
+    required=(*BASE_REQUIRED, ("layer_norm_eps",), ("hidden_act",)),
+    entry=Arch(
+        hf_archs=("InternVisionModel",),
+        gguf_arch="clip",
+        meta=[
+            *replace_rows(
+                BASE_ROWS,
+                vision__image_size=m("vision.image_size", value=_first_of("image_size")),
+                vision__patch_size=m("vision.patch_size", value=_first_of("patch_size")),
+            ),
+            _const("projector_type", "internvl", VT.STRING),
+            m("vision.attention.layer_norm_epsilon", "layer_norm_eps", t=VT.FLOAT32),
+            MetaKey("use_silu", ("hidden_act",), VT.BOOL, _internvl_act("silu")),
+            MetaKey("use_gelu", ("hidden_act",), VT.BOOL, _internvl_act("gelu")),
+            m("vision.projector.scale_factor", value=_internvl_scale),
+            m("vision.preproc_min_tiles", value=_internvl_tiles("min_dynamic_patch")),
+            m("vision.preproc_max_tiles", value=_internvl_tiles("max_dynamic_patch")),
+        ],
+        names=[
+            NameRule(_IV + "embeddings.class_embedding", "v.class_embd"),
+            NameRule(_IV + "embeddings.position_embedding.weight", "v.position_embd.weight"),
+            NameRule(_IV_LAYER + "ls1.weight", _VBLK + "ls1.weight"),
+            NameRule(_IV_LAYER + "ls2.weight", _VBLK + "ls2.weight"),
+            *_wb(
+                [
+                    (_IV + "embeddings.patch_embedding", "v.patch_embd"),
+                    (_IV_LAYER + "attn.proj", _VBLK + "attn_out"),
+                    (_IV_LAYER + "attn.q_norm", _VBLK + "attn_q_norm"),
+                    (_IV_LAYER + "attn.k_norm", _VBLK + "attn_k_norm"),
+                    (_IV_LAYER + "norm1", _VBLK + "ln1"),
+                    (_IV_LAYER + "norm2", _VBLK + "ln2"),
+                    (_IV_LAYER + "mlp.fc1", _VBLK + "ffn_up"),
+                    (_IV_LAYER + "mlp.fc2", _VBLK + "ffn_down"),
+                    ("mlp1.{bid}", "mm.model.mlp.{bid}"),
+                ]
+            ),
+        ],
+        splits=[
+            Split(_IV_LAYER + f"attn.qkv{s}", tuple(_VBLK + f"attn_{x}{s}" for x in "qkv"), 0)
+            for s in (".weight", ".bias")
+        ],
+        required=(),
+    ),
+)
+
 #: every projector entry
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
@@ -1200,5 +1378,7 @@ PROJECTORS += (LFM2VL_VISION,)
 PROJECTORS += (LLAMA4_VISION,)
 PROJECTORS += (LIGHTONOCR_VISION,)
 PROJECTORS += (PADDLEOCR_VISION,)
+PROJECTORS += (JANUS_VISION,)
+PROJECTORS += (INTERNVL_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
