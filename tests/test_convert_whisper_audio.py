@@ -1,0 +1,130 @@
+"""Whisper-encoder audio projectors (conversion/ultravox.py) in the ``--mmproj`` file.
+
+A tiny seeded ``VoxtralForConditionalGeneration`` (transformers 5's classes: a 3-layer
+Whisper encoder of width 64, 128 mel bins, its outputs stacked by 4 into a 2-layer MLP;
+a Llama text model):
+
+* our projector is ``convert_hf_to_gguf.py --mmproj``'s file byte for byte at f32, f16,
+  bf16 and q8_0 (an audio-only clip file), and the text file beside it too;
+* llama.cpp's multimodal runtime (mtmd in llama-cpp-python 0.3.36) loads it with our
+  text file; it cannot encode Voxtral audio at all (a token-count abort, pinned here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support.audio_models import voxtral
+from test_convert_mmproj import TYPES, _same, convert_both
+from weightsmith import errors as E
+from weightsmith.convert import hf_to_gguf
+
+SAMPLE_RATE = 16000
+
+
+@pytest.fixture(scope="module")
+def vox(tmp_path_factory) -> Path:
+    """The tiny Voxtral; the reference's projector at each type and text f16, and ours
+    (``ref-*`` / ``ours-*`` beside the model folder)."""
+    root = tmp_path_factory.mktemp("voxtral")
+    src = voxtral(root / "model")
+    convert_both(src, root)
+    return src
+
+
+@pytest.mark.parametrize("t", TYPES)
+def test_voxtral_same_as_reference(vox, t):
+    root = vox.parent
+    _same(root / f"ours-mmproj-{t}.gguf", root / f"ref-mmproj-{t}.gguf")
+    if t == "f16":
+        _same(root / "ours-text-f16.gguf", root / "ref-text-f16.gguf")
+
+
+def test_voxtral_contents(vox):
+    """Guard against a vacuous pass: an audio-only file, the Whisper rows and types."""
+    from weightsmith.gguf import read
+
+    with read(vox.parent / "ours-mmproj-q8_0.gguf") as f:
+        md = f.metadata
+        types = {t.name: (t.ggml_type.name, t.shape) for t in f.tensors}
+    assert md["clip.has_audio_encoder"] is True and "clip.has_vision_encoder" not in md
+    assert md["clip.projector_type"] == "voxtral"
+    assert md["clip.audio.projection_dim"] == 256 and md["clip.audio.embedding_length"] == 64
+    assert md["clip.audio.feed_forward_length"] == 256 and md["clip.audio.block_count"] == 3
+    assert md["clip.audio.num_mel_bins"] == 128
+    assert md["clip.audio.projector.stack_factor"] == 4
+    assert not any(n.startswith("v.") for n in types)
+    # conv weights F16 at every type, their biases a [C, 1] column
+    assert types["a.conv1d.1.weight"] == ("F16", (64, 128, 3))
+    assert types["a.conv1d.2.bias"] == ("F32", (64, 1))
+    assert types["a.position_embd.weight"] == ("F32", (1500, 64))
+    assert types["mm.a.mlp.1.weight"] == ("Q8_0", (256, 256))
+    assert types["a.blk.2.attn_k.weight"][0] == "Q8_0" and "a.blk.2.attn_k.bias" not in types
+    with read(vox.parent / "ours-mmproj-f32.gguf") as f:
+        assert f.tensor("a.conv1d.2.weight").ggml_type.name == "F16"
+
+
+def test_cli_writes_both(vox, tmp_path):
+    """``weightsmith convert DIR out.gguf --mmproj``: the same two files as the API."""
+    from weightsmith.cli._main import main
+
+    dst = tmp_path / "v.gguf"
+    assert main(["convert", str(vox), str(dst), "--type", "q8_0", "--mmproj", "--quiet"]) == 0
+    assert (tmp_path / "mmproj-v.gguf").read_bytes() == (
+        vox.parent / "ref-mmproj-q8_0.gguf"
+    ).read_bytes()
+    assert dst.read_bytes() == (vox.parent / "ours-text-q8_0.gguf").read_bytes()
+
+
+_MTMD_RUN = """
+import sys
+from pathlib import Path
+from test_convert_mmproj import _mtmd_embeddings
+from test_convert_gemma4_audio import _pcm
+e = _mtmd_embeddings(Path(sys.argv[1]), Path(sys.argv[2]), None, _pcm(1.0))
+print("tokens", e.shape[0])
+"""
+
+
+def _mtmd_in_subprocess(text: Path, mmproj: Path) -> subprocess.CompletedProcess:
+    """_mtmd_embeddings of 1 s of audio in a child process (a GGML abort kills it)."""
+    tests = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent / "src"), str(tests)])}
+    return subprocess.run([sys.executable, "-c", _MTMD_RUN, str(text), str(mmproj)],
+                          capture_output=True, text=True, env=env)  # fmt: skip
+
+
+def test_voxtral_mtmd_loads_but_cannot_encode(vox):
+    """mtmd 0.3.36 loads our Voxtral projector (all 54 tensors, the ``voxtral`` graph) with
+    our text model, but cannot encode any Voxtral audio: its graph average-pools the 1500
+    encoder frames to 750 before stacking them by 4 (188 tokens) while it counts 187
+    (3000 frames / 4 / 2 / 2), and it aborts on the mismatch.  transformers' Voxtral
+    does not pool (375 tokens per 30 s window), so there are no llama.cpp embeddings to
+    compare.  The reference's file (byte-identical to ours) does the same."""
+    root = vox.parent
+    for mmproj in (root / "ours-mmproj-f32.gguf", root / "ref-mmproj-f32.gguf"):
+        r = _mtmd_in_subprocess(root / "ours-text-f32.gguf", mmproj)
+        assert "load_tensors: loaded 54 tensors" in r.stderr, r.stderr[-3000:]
+        assert r.returncode != 0, r.stdout
+        assert "expected output 187 tokens, got 188" in r.stderr, r.stderr[-3000:]
+
+
+def test_audio_config_missing_refused(vox, tmp_path):
+    """An audio projector without its audio config: a named error, nothing written."""
+    src = tmp_path / "model"
+    src.mkdir()
+    for p in vox.iterdir():
+        (src / p.name).symlink_to(p)
+    cfg = json.loads((vox / "config.json").read_text())
+    del cfg["audio_config"]["num_mel_bins"]
+    (src / "config.json").unlink()
+    (src / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(E.InvalidModelConfig, match="num_mel_bins"):
+        hf_to_gguf(src, tmp_path / "out" / "t.gguf", "f16", mmproj=tmp_path / "out" / "m.gguf")
+    assert not (tmp_path / "out").exists()
