@@ -1,13 +1,16 @@
 """Whisper-encoder audio projectors (conversion/ultravox.py) in the ``--mmproj`` file.
 
-A tiny seeded ``VoxtralForConditionalGeneration`` (transformers 5's classes: a 3-layer
-Whisper encoder of width 64, 128 mel bins, its outputs stacked by 4 into a 2-layer MLP;
-a Llama text model):
+Tiny seeded models with transformers 5's classes (a 3-layer Whisper encoder of width 64,
+128 mel bins, 1500 positions): ``VoxtralForConditionalGeneration`` (outputs stacked by 4
+into a 2-layer MLP; a Llama text model) and ``Qwen2AudioForConditionalGeneration``
+(Whisper's own field names, average pooling, one linear projector; a Qwen2 text model):
 
 * our projector is ``convert_hf_to_gguf.py --mmproj``'s file byte for byte at f32, f16,
   bf16 and q8_0 (an audio-only clip file), and the text file beside it too;
-* llama.cpp's multimodal runtime (mtmd in llama-cpp-python 0.3.36) loads it with our
-  text file; it cannot encode Voxtral audio at all (a token-count abort, pinned here).
+* llama.cpp's multimodal runtime (mtmd in llama-cpp-python 0.3.36) loads Qwen2-Audio's
+  with our text file and encodes a waveform into the features transformers computes for
+  the same samples; it loads Voxtral's but cannot encode Voxtral audio at all (a
+  token-count abort, pinned here).
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from support.audio_models import voxtral
-from test_convert_mmproj import TYPES, _same, convert_both
+from support.audio_models import qwen2audio, voxtral
+from test_convert_gemma4_audio import _pcm
+from test_convert_mmproj import TYPES, _mtmd_embeddings, _same, convert_both
 from weightsmith import errors as E
 from weightsmith.convert import hf_to_gguf
 
@@ -38,9 +43,19 @@ def vox(tmp_path_factory) -> Path:
     return src
 
 
+@pytest.fixture(scope="module")
+def q2a(tmp_path_factory) -> Path:
+    """The tiny Qwen2-Audio, converted as ``vox``."""
+    root = tmp_path_factory.mktemp("qwen2audio")
+    src = qwen2audio(root / "model")
+    convert_both(src, root)
+    return src
+
+
 @pytest.mark.parametrize("t", TYPES)
-def test_voxtral_same_as_reference(vox, t):
-    root = vox.parent
+@pytest.mark.parametrize("model", ["vox", "q2a"])
+def test_same_as_reference(request, model, t):
+    root = request.getfixturevalue(model).parent
     _same(root / f"ours-mmproj-{t}.gguf", root / f"ref-mmproj-{t}.gguf")
     if t == "f16":
         _same(root / "ours-text-f16.gguf", root / "ref-text-f16.gguf")
@@ -113,6 +128,47 @@ def test_voxtral_mtmd_loads_but_cannot_encode(vox):
         assert "load_tensors: loaded 54 tensors" in r.stderr, r.stderr[-3000:]
         assert r.returncode != 0, r.stdout
         assert "expected output 187 tokens, got 188" in r.stderr, r.stderr[-3000:]
+
+
+def test_qwen2audio_contents(q2a):
+    """Whisper's own field names read as the sizes; one linear projector with its bias."""
+    from weightsmith.gguf import read
+
+    with read(q2a.parent / "ours-mmproj-bf16.gguf") as f:
+        md = f.metadata
+        types = {t.name: (t.ggml_type.name, t.shape) for t in f.tensors}
+    assert md["clip.projector_type"] == "qwen2a" and "clip.audio.projector.stack_factor" not in md
+    assert md["clip.audio.embedding_length"] == 64 and md["clip.audio.feed_forward_length"] == 128
+    assert md["clip.audio.block_count"] == 3 and md["clip.audio.attention.head_count"] == 2
+    assert types["mm.a.fc.weight"] == ("BF16", (256, 64)) and types["mm.a.fc.bias"][0] == "F32"
+    assert types["a.conv1d.1.weight"][0] == "F16" and types["a.blk.0.ffn_up.weight"][0] == "BF16"
+
+
+def _hf_qwen2audio_features(folder: Path, pcm: np.ndarray) -> np.ndarray:
+    import torch
+    from transformers import Qwen2AudioForConditionalGeneration, WhisperFeatureExtractor
+
+    fe = WhisperFeatureExtractor(feature_size=128, sampling_rate=SAMPLE_RATE)
+    inp = fe([pcm], sampling_rate=SAMPLE_RATE, return_tensors="pt")
+    m = Qwen2AudioForConditionalGeneration.from_pretrained(folder, dtype=torch.float32)
+    m.eval()
+    with torch.no_grad():
+        h = m.model.audio_tower(inp["input_features"]).last_hidden_state
+        return m.model.multi_modal_projector(h)[0].float().numpy()
+
+
+def test_qwen2audio_llama_cpp_encodes_audio(q2a):
+    """mtmd loads our Qwen2-Audio projector with our text model and encodes a 1 s
+    waveform (its Whisper mel front end, padded to the 30 s window) into the features
+    transformers computes for it (WhisperFeatureExtractor, the audio tower with its
+    average pooling, the projector): 750 tokens, measured within 3.9e-5 of their scale."""
+    root = q2a.parent
+    pcm = _pcm(1.0)
+    got = _mtmd_embeddings(root / "ours-text-f32.gguf", root / "ours-mmproj-f32.gguf", None, pcm)
+    want = _hf_qwen2audio_features(q2a, pcm)
+    assert got.shape == want.shape == (750, 256), (got.shape, want.shape)
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert err < 1e-3, err
 
 
 def test_audio_config_missing_refused(vox, tmp_path):

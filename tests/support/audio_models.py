@@ -34,3 +34,21 @@ def voxtral(folder: Path, *, dtype: str = "bfloat16", seed: int = 50) -> Path:
     _random_init(model, seed)
     model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
     return folder
+
+
+def qwen2audio(folder: Path, *, dtype: str = "bfloat16", seed: int = 51) -> Path:
+    """Qwen2-Audio: a Whisper encoder (Whisper's own field names: ``d_model``, ...)
+    average-pooled by 2 before its final norm, one linear projector; a Qwen2 text model."""
+    import torch
+    from transformers import Qwen2AudioConfig, Qwen2AudioForConditionalGeneration, Qwen2Config
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = train_spm(folder)
+    audio = dict(d_model=64, encoder_ffn_dim=128, encoder_layers=3, encoder_attention_heads=2,
+                 **WHISPER)  # fmt: skip
+    cfg = Qwen2AudioConfig(audio_config=audio, text_config=Qwen2Config(**_text(vocab)),
+                           audio_token_index=10)  # fmt: skip
+    model = Qwen2AudioForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
+    return folder

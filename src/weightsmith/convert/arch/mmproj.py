@@ -1464,6 +1464,14 @@ VOXTRAL_AUDIO = _whisper(
     stack_factor=lambda v: 4,
 )
 
+# WhisperEncoderModel (Qwen2-Audio): the encoder average-pools by 2 before its final norm
+# (mtmd's graph knows it by the projector type), then one linear projection
+QWEN2AUDIO_AUDIO = _whisper(
+    "Qwen2AudioForConditionalGeneration",
+    "qwen2a",
+    [("multi_modal_projector.linear", "mm.a.fc")],
+)
+
 #: every projector entry
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
@@ -1477,5 +1485,6 @@ PROJECTORS += (PADDLEOCR_VISION,)
 PROJECTORS += (JANUS_VISION,)
 PROJECTORS += (INTERNVL_VISION,)
 PROJECTORS += (VOXTRAL_AUDIO,)
+PROJECTORS += (QWEN2AUDIO_AUDIO,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}

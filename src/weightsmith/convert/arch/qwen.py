@@ -40,7 +40,8 @@ _MOE_ROWS = [
 _SILU = {"hidden_act": "silu"}
 
 QWEN2 = Arch(
-    hf_archs=("Qwen2ForCausalLM",),
+    # the text half of Qwen2-Audio (its audio tower is the projector's: whisper_audio.py)
+    hf_archs=("Qwen2ForCausalLM", "Qwen2AudioForConditionalGeneration"),
     gguf_arch="qwen2",
     meta=list(COMMON),
     names=[*BASE_NAMES, *FFN_NORM],
