@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support.audio_models import qwen2audio, voxtral
+from support.audio_models import glmasr, qwen2audio, voxtral
+from support.llama_sdist import llama_cpp_root
 from test_convert_gemma4_audio import _pcm
 from test_convert_mmproj import TYPES, _mtmd_embeddings, _same, convert_both
 from weightsmith import errors as E
@@ -184,3 +185,27 @@ def test_audio_config_missing_refused(vox, tmp_path):
     with pytest.raises(E.InvalidModelConfig, match="num_mel_bins"):
         hf_to_gguf(src, tmp_path / "out" / "t.gguf", "f16", mmproj=tmp_path / "out" / "m.gguf")
     assert not (tmp_path / "out").exists()
+
+
+def test_glmasr_transformers_layout_refused(tmp_path):
+    """GLM-ASR as transformers 5.24 saves it (``GlmAsrForConditionalGeneration``, the
+    layout the Hub's GLM-ASR-Nano-2512 carries since its 2025-12-27 update): the pinned
+    converter registers only the older custom-code ``GlmasrModel`` layout
+    (``audio_encoder.whisper.*``, ``whisper_config``, ``merge_factor``), which
+    transformers cannot build, and refuses this one (text and projector: its class
+    lookup by ``architectures[0]`` fails); ours refuses it with a named error before writing anything.  (mtmd's ``glma``
+    graph also reads a learned position table, a pre-projector norm and begin/end
+    embeddings that this layout does not have: its encoder uses partial RoPE.)"""
+    src = glmasr(tmp_path / "model")
+    out = tmp_path / "out"
+    with pytest.raises(E.UnknownArchitecture, match="GlmAsrForConditionalGeneration"):
+        hf_to_gguf(src, out / "t.gguf", "f16", mmproj=out / "m.gguf")
+    assert not out.exists()
+    # the projector run (the text run stops at the same architecture lookup)
+    ref = tmp_path / "ref.gguf"
+    r = subprocess.run([sys.executable, str(llama_cpp_root() / "convert_hf_to_gguf.py"), str(src),
+                        "--outfile", str(ref), "--outtype", "f16", "--mmproj"],
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode != 0, r.stderr[-2000:]
+    assert "Model GlmAsrForConditionalGeneration is not supported" in r.stderr, r.stderr[-2000:]
+    assert not ref.exists()

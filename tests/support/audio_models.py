@@ -52,3 +52,22 @@ def qwen2audio(folder: Path, *, dtype: str = "bfloat16", seed: int = 51) -> Path
     _random_init(model, seed)
     model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
     return folder
+
+
+def glmasr(folder: Path, *, dtype: str = "bfloat16", seed: int = 52) -> Path:
+    """GLM-ASR as transformers 5 saves it (GlmAsrForConditionalGeneration, the Hub's
+    layout since 2025-12-27): a Whisper-shaped encoder with partial RoPE (no position
+    table), a 2-layer MLP over frames merged by 4; a Llama text model."""
+    import torch
+    from transformers import GlmAsrConfig, GlmAsrForConditionalGeneration, LlamaConfig
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = train_spm(folder)
+    audio = dict(hidden_size=64, intermediate_size=256, num_hidden_layers=3,
+                 num_attention_heads=2, num_mel_bins=128)  # fmt: skip
+    cfg = GlmAsrConfig(audio_config=audio, text_config=LlamaConfig(**_text(vocab)),
+                       audio_token_id=10)  # fmt: skip
+    model = GlmAsrForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
+    return folder
