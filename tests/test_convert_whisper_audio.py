@@ -2,14 +2,15 @@
 
 Tiny seeded models with transformers 5's classes (a 3-layer Whisper encoder of width 64,
 128 mel bins, 1500 positions): ``VoxtralForConditionalGeneration`` (outputs stacked by 4
-into a 2-layer MLP; a Llama text model) and ``Qwen2AudioForConditionalGeneration``
-(Whisper's own field names, average pooling, one linear projector; a Qwen2 text model):
+into a 2-layer MLP; a Llama text model), ``Qwen2AudioForConditionalGeneration``
+(Whisper's own field names, average pooling, one linear projector; a Qwen2 text model)
+and ``AudioFlamingo3ForConditionalGeneration`` (pooled, a 2-layer MLP; Qwen2 text):
 
 * our projector is ``convert_hf_to_gguf.py --mmproj``'s file byte for byte at f32, f16,
   bf16 and q8_0 (an audio-only clip file), and the text file beside it too;
 * llama.cpp's multimodal runtime (mtmd in llama-cpp-python 0.3.36) loads Qwen2-Audio's
-  with our text file and encodes a waveform into the features transformers computes for
-  the same samples; it loads Voxtral's but cannot encode Voxtral audio at all (a
+  and Audio Flamingo 3's with our text file and encodes a waveform into the features
+  transformers computes for the same samples; it loads Voxtral's but cannot encode Voxtral audio at all (a
   token-count abort, pinned here).
 """
 
@@ -24,37 +25,58 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support.audio_models import glmasr, qwen2audio, voxtral
+from support.audio_models import audioflamingo3, glmasr, qwen2audio, voxtral
 from support.llama_sdist import llama_cpp_root
 from test_convert_gemma4_audio import _pcm
-from test_convert_mmproj import TYPES, _mtmd_embeddings, _same, convert_both
+from test_convert_mmproj import TYPES, _mtmd_embeddings, _reference, _same
 from weightsmith import errors as E
 from weightsmith.convert import hf_to_gguf
 
 SAMPLE_RATE = 16000
 
 
-@pytest.fixture(scope="module")
-def vox(tmp_path_factory) -> Path:
-    """The tiny Voxtral; the reference's projector at each type and text f16, and ours
-    (``ref-*`` / ``ours-*`` beside the model folder)."""
-    root = tmp_path_factory.mktemp("voxtral")
-    src = voxtral(root / "model")
-    convert_both(src, root)
-    return src
+#: fixture name -> builder
+BUILDERS = {"vox": voxtral, "q2a": qwen2audio, "af3": audioflamingo3}
 
 
 @pytest.fixture(scope="module")
-def q2a(tmp_path_factory) -> Path:
-    """The tiny Qwen2-Audio, converted as ``vox``."""
-    root = tmp_path_factory.mktemp("qwen2audio")
-    src = qwen2audio(root / "model")
-    convert_both(src, root)
-    return src
+def models(tmp_path_factory) -> dict[str, Path]:
+    """Each tiny model; beside its folder the reference's projector at each type and its
+    text f16 (``ref-*``), and ours (``ours-*``).  The reference's runs go in one batch
+    (torch loads once)."""
+    out, jobs = {}, []
+    for name, build in BUILDERS.items():
+        root = tmp_path_factory.mktemp(name)
+        src = out[name] = build(root / "model")
+        jobs.append([str(src), "--outfile", str(root / "ref-text-f16.gguf"), "--outtype", "f16"])
+        for t in TYPES:
+            jobs.append([str(src), "--outfile", str(root / f"ref-mmproj-{t}.gguf"),
+                         "--outtype", t, "--mmproj"])  # fmt: skip
+            hf_to_gguf(src, root / f"ours-text-{t}.gguf", t, mmproj=root / f"ours-mmproj-{t}.gguf")
+    _reference(jobs)
+    return out
+
+
+@pytest.fixture(scope="module")
+def vox(models) -> Path:
+    """The tiny Voxtral."""
+    return models["vox"]
+
+
+@pytest.fixture(scope="module")
+def q2a(models) -> Path:
+    """The tiny Qwen2-Audio."""
+    return models["q2a"]
+
+
+@pytest.fixture(scope="module")
+def af3(models) -> Path:
+    """The tiny Audio Flamingo 3."""
+    return models["af3"]
 
 
 @pytest.mark.parametrize("t", TYPES)
-@pytest.mark.parametrize("model", ["vox", "q2a"])
+@pytest.mark.parametrize("model", ["vox", "q2a", "af3"])
 def test_same_as_reference(request, model, t):
     root = request.getfixturevalue(model).parent
     _same(root / f"ours-mmproj-{t}.gguf", root / f"ref-mmproj-{t}.gguf")
@@ -122,13 +144,12 @@ def test_voxtral_mtmd_loads_but_cannot_encode(vox):
     encoder frames to 750 before stacking them by 4 (188 tokens) while it counts 187
     (3000 frames / 4 / 2 / 2), and it aborts on the mismatch.  transformers' Voxtral
     does not pool (375 tokens per 30 s window), so there are no llama.cpp embeddings to
-    compare.  The reference's file (byte-identical to ours) does the same."""
+    compare.  (The reference's file is byte-identical to ours: it fails alike.)"""
     root = vox.parent
-    for mmproj in (root / "ours-mmproj-f32.gguf", root / "ref-mmproj-f32.gguf"):
-        r = _mtmd_in_subprocess(root / "ours-text-f32.gguf", mmproj)
-        assert "load_tensors: loaded 54 tensors" in r.stderr, r.stderr[-3000:]
-        assert r.returncode != 0, r.stdout
-        assert "expected output 187 tokens, got 188" in r.stderr, r.stderr[-3000:]
+    r = _mtmd_in_subprocess(root / "ours-text-f32.gguf", root / "ours-mmproj-f32.gguf")
+    assert "load_tensors: loaded 54 tensors" in r.stderr, r.stderr[-3000:]
+    assert r.returncode != 0, r.stdout
+    assert "expected output 187 tokens, got 188" in r.stderr, r.stderr[-3000:]
 
 
 def test_qwen2audio_contents(q2a):
@@ -167,6 +188,45 @@ def test_qwen2audio_llama_cpp_encodes_audio(q2a):
     pcm = _pcm(1.0)
     got = _mtmd_embeddings(root / "ours-text-f32.gguf", root / "ours-mmproj-f32.gguf", None, pcm)
     want = _hf_qwen2audio_features(q2a, pcm)
+    assert got.shape == want.shape == (750, 256), (got.shape, want.shape)
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert err < 1e-3, err
+
+
+def test_audioflamingo3_contents(af3):
+    """Conv weights F32 even at f16 (its class's rule), the MLP's biases kept."""
+    from weightsmith.gguf import read
+
+    with read(af3.parent / "ours-mmproj-f16.gguf") as f:
+        md = f.metadata
+        types = {t.name: (t.ggml_type.name, t.shape) for t in f.tensors}
+    assert md["clip.projector_type"] == "musicflamingo"
+    assert types["a.conv1d.1.weight"] == ("F32", (64, 128, 3))
+    assert types["mm.a.mlp.1.weight"] == ("F16", (256, 64)) and "mm.a.mlp.2.bias" in types
+
+
+def _hf_audioflamingo3_features(folder: Path, pcm: np.ndarray) -> np.ndarray:
+    import torch
+    from transformers import AudioFlamingo3ForConditionalGeneration, WhisperFeatureExtractor
+
+    fe = WhisperFeatureExtractor(feature_size=128, sampling_rate=SAMPLE_RATE)
+    feats = fe([pcm], sampling_rate=SAMPLE_RATE, return_tensors="pt")["input_features"]
+    m = AudioFlamingo3ForConditionalGeneration.from_pretrained(folder, dtype=torch.float32)
+    m.eval()
+    # the whole 30 s window attended (mtmd masks no frame)
+    mask = torch.ones(feats.shape[0], feats.shape[-1], dtype=torch.long)
+    with torch.no_grad():
+        return m.get_audio_features(feats, mask).pooler_output.float().numpy()
+
+
+def test_audioflamingo3_llama_cpp_encodes_audio(af3):
+    """mtmd (its ``musicflamingo`` graph) encodes 1 s of audio with our projector into
+    transformers' ``get_audio_features`` over the whole 30 s window: 750 tokens, measured
+    within 3.3e-5 of their scale (3.5)."""
+    root = af3.parent
+    pcm = _pcm(1.0)
+    got = _mtmd_embeddings(root / "ours-text-f32.gguf", root / "ours-mmproj-f32.gguf", None, pcm)
+    want = _hf_audioflamingo3_features(af3, pcm)
     assert got.shape == want.shape == (750, 256), (got.shape, want.shape)
     err = float(np.abs(got - want).max() / np.abs(want).max())
     assert err < 1e-3, err

@@ -71,3 +71,25 @@ def glmasr(folder: Path, *, dtype: str = "bfloat16", seed: int = 52) -> Path:
     _random_init(model, seed)
     model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
     return folder
+
+
+def audioflamingo3(folder: Path, *, dtype: str = "bfloat16", seed: int = 53) -> Path:
+    """Audio Flamingo 3: Qwen2-Audio's pooled Whisper encoder (``hidden_size`` spelling),
+    a 2-layer GELU MLP with biases; a Qwen2 text model."""
+    import torch
+    from transformers import (
+        AudioFlamingo3Config,
+        AudioFlamingo3ForConditionalGeneration,
+        Qwen2Config,
+    )
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = train_spm(folder)
+    audio = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                 num_attention_heads=2, **WHISPER)  # fmt: skip
+    cfg = AudioFlamingo3Config(audio_config=audio, text_config=Qwen2Config(**_text(vocab)),
+                               audio_token_id=10)  # fmt: skip
+    model = AudioFlamingo3ForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
+    return folder

@@ -1428,12 +1428,14 @@ def _whisper(
     projector_type: str,
     mm: list[tuple[str, str]],
     stack_factor: Callable[[dict], int | None] = lambda v: None,
+    conv_type: str = "F16",
 ) -> Projector:
-    """An audio-only Whisper-encoder projector; ``mm`` its projector linears."""
+    """An audio-only Whisper-encoder projector; ``mm`` its projector linears, ``conv_type``
+    the type its conv weights are forced to."""
     return Projector(
         hf_archs=(hf_arch,),
         keep=(WHISPER_PREFIX, "multi_modal_projector."),
-        force=whisper_force,
+        force=lambda hf, gguf, outtype: whisper_force(hf, conv_type),
         vision=False,
         required=(),
         audio_required=_WHISPER_REQUIRED,
@@ -1472,6 +1474,18 @@ QWEN2AUDIO_AUDIO = _whisper(
     [("multi_modal_projector.linear", "mm.a.fc")],
 )
 
+# AudioFlamingo3WhisperEncoderModel: Qwen2-Audio's pooled encoder, a 2-layer GELU MLP
+# with biases; its conv weights F32 at every type (trained in bf16: not narrowed to f16)
+AUDIOFLAMINGO3_AUDIO = _whisper(
+    "AudioFlamingo3ForConditionalGeneration",
+    "musicflamingo",
+    [
+        ("multi_modal_projector.linear_1", "mm.a.mlp.1"),
+        ("multi_modal_projector.linear_2", "mm.a.mlp.2"),
+    ],
+    conv_type="F32",
+)
+
 #: every projector entry
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
@@ -1486,5 +1500,6 @@ PROJECTORS += (JANUS_VISION,)
 PROJECTORS += (INTERNVL_VISION,)
 PROJECTORS += (VOXTRAL_AUDIO,)
 PROJECTORS += (QWEN2AUDIO_AUDIO,)
+PROJECTORS += (AUDIOFLAMINGO3_AUDIO,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}

@@ -40,8 +40,13 @@ _MOE_ROWS = [
 _SILU = {"hidden_act": "silu"}
 
 QWEN2 = Arch(
-    # the text half of Qwen2-Audio (its audio tower is the projector's: whisper_audio.py)
-    hf_archs=("Qwen2ForCausalLM", "Qwen2AudioForConditionalGeneration"),
+    # the text halves of Qwen2-Audio and Audio Flamingo 3 (their audio towers are the
+    # projector's: whisper_audio.py)
+    hf_archs=(
+        "Qwen2ForCausalLM",
+        "Qwen2AudioForConditionalGeneration",
+        "AudioFlamingo3ForConditionalGeneration",
+    ),
     gguf_arch="qwen2",
     meta=list(COMMON),
     names=[*BASE_NAMES, *FFN_NORM],

@@ -20,7 +20,7 @@ in :mod:`.mmproj`:
 * values -- the two conv biases ``[C]`` stored as ``[C, 1]`` (the reference's
   ``unsqueeze(-1)``: ggml adds them to a ``[T, C]`` activation).
 * types -- the reference's ``tensor_force_quant``: a conv weight (``.conv`` and
-  ``.weight`` in the HF name) is F16 at every output type.
+  ``.weight`` in the HF name) is F16 at every output type (F32 for Audio Flamingo 3).
 
 The pinned gguf-py names ``audio_tower.conv{bid}`` through its block-numbered map, which
 holds as many numbers as the tower has layers: its converter refuses a tower of fewer
@@ -89,8 +89,9 @@ def projector_names(pairs: list[tuple[str, str]]) -> list[NameRule]:
     return _wb(pairs)
 
 
-def whisper_force(hf: str, gguf: str, outtype: str) -> str | None:
-    """WhisperEncoderModel.tensor_force_quant: conv weights F16."""
+def whisper_force(hf: str, conv_type: str) -> str | None:
+    """WhisperEncoderModel.tensor_force_quant: conv weights ``conv_type`` (F16; Audio
+    Flamingo 3's class says F32)."""
     if ".conv" in hf and ".weight" in hf:
-        return "F16"
+        return conv_type
     return None
