@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -313,3 +314,17 @@ def test_glmasr_transformers_layout_refused(tmp_path):
     assert r.returncode != 0, r.stderr[-2000:]
     assert "Model GlmAsrForConditionalGeneration is not supported" in r.stderr, r.stderr[-2000:]
     assert not ref.exists()
+
+
+def test_no_audio_tensors_refused(vox, tmp_path):
+    """The audio tower and projector under names the entry does not read (``model.*``):
+    a named error, nothing written."""
+    from support.vlm_models import hub_layout
+
+    src = tmp_path / "model"
+    shutil.copytree(vox, src)
+    hub_layout(src, lambda k: k if k.startswith("language_model.") else "model." + k)
+    out = tmp_path / "out"
+    with pytest.raises(E.MissingModelFile, match="no audio tower tensors"):
+        hf_to_gguf(src, out / "t.gguf", "f16", mmproj=out / "m.gguf")
+    assert not out.exists()

@@ -142,9 +142,10 @@ def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
     """The projector file's plan (tensors, types, config view), from the headers alone.
 
     Raises the named errors of a folder that has no projector to write: no
-    ``vision_config``, an architecture without a projector entry, a missing vision
-    hyperparameter, no image mean/std (``preprocessor_config.json``), no vision
-    tensors, or a vision tensor the entry cannot name.
+    ``vision_config`` (an audio-only entry: no audio config field it reads), an
+    architecture without a projector entry, a missing vision hyperparameter, no image
+    mean/std (``preprocessor_config.json``, vision entries), no tower tensors, or a
+    tower tensor the entry cannot name.
     """
     d = Path(src)
     H._read_config(d)  # the folder and config.json checks
@@ -182,7 +183,7 @@ def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
             by_key[key] = s
     if not by_key:
         raise E.MissingModelFile(
-            "no vision tower tensors in the weights",
+            f"no {'vision' if proj.vision else 'audio'} tower tensors in the weights",
             path=d,
             expected="tensors under " + ", ".join(proj.keep),
             found="none",
