@@ -60,14 +60,15 @@ def _preprocessor(d: Path) -> dict:
 
 def _projector(cfg: dict, path: Path) -> Projector:
     vc = cfg.get("vision_config")
-    if not isinstance(vc, dict):
+    # as get_model_architecture: the vision config's own architecture first
+    archs = (vc if isinstance(vc, dict) else {}).get("architectures") or cfg.get("architectures")
+    name = archs[0] if isinstance(archs, list) and archs else None
+    proj = MMPROJ_REGISTRY.get(name) if isinstance(name, str) else None
+    if not isinstance(vc, dict) and (proj is None or proj.vision):
         raise E.InvalidModelConfig(
             "the model has no vision tower to write a projector from",
             path=path, field="vision_config", expected="an object", found=vc,
         )  # fmt: skip
-    archs = vc.get("architectures") or cfg.get("architectures")  # as get_model_architecture
-    name = archs[0] if isinstance(archs, list) and archs else None
-    proj = MMPROJ_REGISTRY.get(name) if isinstance(name, str) else None
     if proj is None:
         raise E.UnknownArchitecture(
             "no vision projector conversion for this architecture",
@@ -77,17 +78,18 @@ def _projector(cfg: dict, path: Path) -> Projector:
             found=name,
         )
     for keys in proj.required:
-        if not any(k in vc for k in keys):
+        if not any(k in (vc or {}) for k in keys):
             raise E.InvalidModelConfig(
                 "vision hyperparameter missing",
                 path=path, field="vision_config." + keys[0], expected="a value", found=None,
             )  # fmt: skip
-    ac = cfg.get("audio_config")
+    akey = "whisper_config" if "whisper_config" in cfg else "audio_config"  # MmprojModel's
+    ac = cfg.get(akey)
     for keys in proj.audio_required:
         if not isinstance(ac, dict) or not any(k in ac for k in keys):
             raise E.InvalidModelConfig(
                 "audio hyperparameter missing (this projector always has an audio part)",
-                path=path, field="audio_config." + keys[0], expected="a value",
+                path=path, field=f"{akey}.{keys[0]}", expected="a value",
                 found=ac if not isinstance(ac, dict) else None,
             )  # fmt: skip
     return proj
@@ -140,9 +142,10 @@ def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
     """The projector file's plan (tensors, types, config view), from the headers alone.
 
     Raises the named errors of a folder that has no projector to write: no
-    ``vision_config``, an architecture without a projector entry, a missing vision
-    hyperparameter, no image mean/std (``preprocessor_config.json``), no vision
-    tensors, or a vision tensor the entry cannot name.
+    ``vision_config`` (an audio-only entry: no audio config field it reads), an
+    architecture without a projector entry, a missing vision hyperparameter, no image
+    mean/std (``preprocessor_config.json``, vision entries), no tower tensors, or a
+    tower tensor the entry cannot name.
     """
     d = Path(src)
     H._read_config(d)  # the folder and config.json checks
@@ -153,7 +156,7 @@ def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
     raw = read_json(cfg_path, E.InvalidModelConfig, "config.json", expected="a JSON object")
     proj = _projector(raw, cfg_path)
     pre = _preprocessor(d)
-    for key in ("image_mean", "image_std"):
+    for key in ("image_mean", "image_std") if proj.vision else ():
         if not isinstance(pre.get(key), list):
             raise E.MissingModelFile(
                 "the image processor settings are missing",
@@ -180,7 +183,7 @@ def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
             by_key[key] = s
     if not by_key:
         raise E.MissingModelFile(
-            "no vision tower tensors in the weights",
+            f"no {'vision' if proj.vision else 'audio'} tower tensors in the weights",
             path=d,
             expected="tensors under " + ", ".join(proj.keep),
             found="none",

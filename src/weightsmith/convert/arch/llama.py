@@ -61,6 +61,8 @@ LLAMA = Arch(
         "LlavaForConditionalGeneration",
         # the text_config architecture of SmolVLM / Idefics3 (model.text_model.* names)
         "VLlama3ForCausalLM",
+        # the text half of Voxtral (its audio tower is the projector's: whisper_audio.py)
+        "VoxtralForConditionalGeneration",
     ),
     gguf_arch="llama",
     meta=[

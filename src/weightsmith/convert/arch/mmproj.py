@@ -16,7 +16,10 @@ and the per-family subclasses are reproduced here as :class:`Projector` entries:
 * ``force`` -- the subclass's ``tensor_force_quant``: ``force(hf_name, gguf_name,
   outtype)`` gives a ggml type that overrides the output type (or None); 1-D
   tensors, ``*_norm.weight``, ``v.position_embd.weight`` and non-``.weight`` tensors
-  are F32 whatever it says, as in ``prepare_tensors``.
+  are F32 whatever it says, as in ``prepare_tensors``;
+* ``vision`` -- False for an audio-only projector (MmprojModel's ``has_vision_encoder``
+  off: the Whisper-encoder classes of :mod:`.whisper_audio`): no ``vision_config`` and
+  no image processor settings needed, ``audio_required`` lists the audio fields.
 
 The rows read the *vision view*: ``vision_config`` at the top level, with the text
 width (``clip.vision.projection_dim``), the image processor's settings
@@ -45,6 +48,14 @@ from .gemma4_audio import (
     AUDIO_TRANSFORMS,
     audio_force,
     feed_forward_length,
+)
+from .whisper_audio import (
+    WHISPER_NAMES,
+    WHISPER_PREFIX,
+    WHISPER_TRANSFORMS,
+    projector_names,
+    whisper_fill,
+    whisper_force,
 )
 
 #: vision-view keys that are not vision_config fields
@@ -130,14 +141,21 @@ def _first(a: dict, keys: tuple[str, ...]) -> Any:
     raise KeyError(f"audio_config has none of {list(keys)}")
 
 
-def _audio_row(key: str, fn: Callable[[dict], Any], t: VT = VT.UINT32) -> MetaKey:
-    """A row of the audio config, omitted without one (or with an empty one)."""
-    return m(key, AUDIO, t=t, value=lambda v: fn(v[AUDIO]) if v.get(AUDIO) else None)
+def _audio_row(
+    key: str, fn: Callable[[dict], Any], t: VT = VT.UINT32, fill: Callable[[dict], dict] = dict
+) -> MetaKey:
+    """A row of the audio config (``fill``: the class's field fixes), omitted without one
+    (or with an empty one)."""
+    return m(key, AUDIO, t=t, value=lambda v: fn(fill(v[AUDIO])) if v.get(AUDIO) else None)
 
 
-def audio_rows(ffn: Callable[[dict], int] = lambda a: _first(a, ("intermediate_size",))):
+def audio_rows(
+    ffn: Callable[[dict], int] = lambda a: _first(a, ("intermediate_size",)),
+    fill: Callable[[dict], dict] = dict,
+):
     """MmprojModel.set_gguf_parameters, audio half (after the vision half); ``ffn`` the
-    feed-forward length, which some classes derive."""
+    feed-forward length, which some classes derive; ``fill`` the class's own field
+    names moved to the ones the rows read (Whisper's ``d_model``, ...)."""
     return [
         _audio_row("has_audio_encoder", lambda a: True, VT.BOOL),
         MetaKey(
@@ -146,10 +164,14 @@ def audio_rows(ffn: Callable[[dict], int] = lambda a: _first(a, ("intermediate_s
             VT.UINT32,
             lambda v: v[TEXT_WIDTH] if v.get(AUDIO) else None,
         ),
-        _audio_row("audio.embedding_length", lambda a: _first(a, ("hidden_size",))),
-        _audio_row("audio.feed_forward_length", ffn),
-        _audio_row("audio.block_count", lambda a: _first(a, BLOCK_KEYS)),
-        _audio_row("audio.attention.head_count", lambda a: _first(a, ("num_attention_heads",))),
+        _audio_row("audio.embedding_length", lambda a: _first(a, ("hidden_size",)), fill=fill),
+        _audio_row("audio.feed_forward_length", ffn, fill=fill),
+        _audio_row("audio.block_count", lambda a: _first(a, BLOCK_KEYS), fill=fill),
+        _audio_row(
+            "audio.attention.head_count",
+            lambda a: _first(a, ("num_attention_heads",)),
+            fill=fill,
+        ),
     ]
 
 
@@ -173,6 +195,8 @@ class Projector:
     # a rename that reads the vision view (Qwen3-VL numbers its deepstack mergers by the
     # tower layer they follow, from ``deepstack_visual_indexes``)
     renumber: Callable[[str, dict], str] | None = None
+    # False: an audio-only projector (no vision_config, no image processor settings)
+    vision: bool = True
 
     def source_key(self, hf_name: str, view: dict | None = None) -> str | None:
         """The name the rules see, or None for a tensor the projector does not read."""
@@ -1368,6 +1392,100 @@ INTERNVL_VISION = Projector(
     ),
 )
 
+
+# ------------------------------------------------------------- Whisper audio (ultravox.py)
+
+
+def _whisper_tail(projector_type: str, stack_factor: Callable[[dict], int | None]) -> list:
+    """WhisperEncoderModel's rows after the audio sizes: the projector type (a subclass
+    writes its own over the base's, in place), mel bins, epsilon, then the subclass's
+    stack factor (None: none)."""
+    return [
+        _const("projector_type", projector_type, VT.STRING),
+        _audio_row("audio.num_mel_bins", lambda a: a["num_mel_bins"], fill=whisper_fill),
+        _audio_row(
+            "audio.attention.layer_norm_epsilon",
+            lambda a: a.get("layer_norm_eps", 1e-5),
+            VT.FLOAT32,
+            fill=whisper_fill,
+        ),
+        m("audio.projector.stack_factor", value=stack_factor),
+    ]
+
+
+#: the audio config fields WhisperEncoderModel reads (one of each tuple)
+_WHISPER_REQUIRED = (
+    ("hidden_size", "d_model"),
+    ("intermediate_size", "encoder_ffn_dim"),
+    BLOCK_KEYS,
+    ("num_attention_heads", "encoder_attention_heads"),
+    ("num_mel_bins",),
+)
+
+
+def _whisper(
+    hf_arch: str,
+    projector_type: str,
+    mm: list[tuple[str, str]],
+    stack_factor: Callable[[dict], int | None] = lambda v: None,
+    conv_type: str = "F16",
+) -> Projector:
+    """An audio-only Whisper-encoder projector; ``mm`` its projector linears, ``conv_type``
+    the type its conv weights are forced to."""
+    return Projector(
+        hf_archs=(hf_arch,),
+        keep=(WHISPER_PREFIX, "multi_modal_projector."),
+        force=lambda hf, gguf, outtype: whisper_force(hf, conv_type),
+        vision=False,
+        required=(),
+        audio_required=_WHISPER_REQUIRED,
+        entry=Arch(
+            hf_archs=(hf_arch,),
+            gguf_arch="clip",
+            meta=[
+                FILE_TYPE,
+                *audio_rows(lambda a: _first(a, ("intermediate_size",)), fill=whisper_fill),
+                *_whisper_tail(projector_type, stack_factor),
+            ],
+            names=[*WHISPER_NAMES, *projector_names(mm)],
+            transforms=WHISPER_TRANSFORMS,
+            required=(),
+        ),
+    )
+
+
+# VoxtralWhisperEncoderModel: the encoder's outputs stacked by 4 (hard-coded: Voxtral's
+# intermediate_size is 4 x its width) into a 2-layer GELU MLP
+VOXTRAL_AUDIO = _whisper(
+    "VoxtralForConditionalGeneration",
+    "voxtral",
+    [
+        ("multi_modal_projector.linear_1", "mm.a.mlp.1"),
+        ("multi_modal_projector.linear_2", "mm.a.mlp.2"),
+    ],
+    stack_factor=lambda v: 4,
+)
+
+# WhisperEncoderModel (Qwen2-Audio): the encoder average-pools by 2 before its final norm
+# (mtmd's graph knows it by the projector type), then one linear projection
+QWEN2AUDIO_AUDIO = _whisper(
+    "Qwen2AudioForConditionalGeneration",
+    "qwen2a",
+    [("multi_modal_projector.linear", "mm.a.fc")],
+)
+
+# AudioFlamingo3WhisperEncoderModel: Qwen2-Audio's pooled encoder, a 2-layer GELU MLP
+# with biases; its conv weights F32 at every type (trained in bf16: not narrowed to f16)
+AUDIOFLAMINGO3_AUDIO = _whisper(
+    "AudioFlamingo3ForConditionalGeneration",
+    "musicflamingo",
+    [
+        ("multi_modal_projector.linear_1", "mm.a.mlp.1"),
+        ("multi_modal_projector.linear_2", "mm.a.mlp.2"),
+    ],
+    conv_type="F32",
+)
+
 #: every projector entry
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
@@ -1380,5 +1498,8 @@ PROJECTORS += (LIGHTONOCR_VISION,)
 PROJECTORS += (PADDLEOCR_VISION,)
 PROJECTORS += (JANUS_VISION,)
 PROJECTORS += (INTERNVL_VISION,)
+PROJECTORS += (VOXTRAL_AUDIO,)
+PROJECTORS += (QWEN2AUDIO_AUDIO,)
+PROJECTORS += (AUDIOFLAMINGO3_AUDIO,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}

@@ -40,7 +40,13 @@ _MOE_ROWS = [
 _SILU = {"hidden_act": "silu"}
 
 QWEN2 = Arch(
-    hf_archs=("Qwen2ForCausalLM",),
+    # the text halves of Qwen2-Audio and Audio Flamingo 3 (their audio towers are the
+    # projector's: whisper_audio.py)
+    hf_archs=(
+        "Qwen2ForCausalLM",
+        "Qwen2AudioForConditionalGeneration",
+        "AudioFlamingo3ForConditionalGeneration",
+    ),
     gguf_arch="qwen2",
     meta=list(COMMON),
     names=[*BASE_NAMES, *FFN_NORM],

@@ -1,0 +1,95 @@
+"""Tiny random audio-language model folders with a Whisper-style encoder.
+
+Built with transformers' own config and model classes (seeded), saved as transformers 5
+saves them, which for these classes is the Hub's layout (``audio_tower.*``,
+``multi_modal_projector.*``, ``language_model.*``).  The audio tower: 2 layers of width
+64, 128 mel bins, 1500 positions (the 30 s window Whisper's front ends pad to); the text
+model is vlm_models' tiny one over a SentencePiece vocabulary.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from support.hf_models import _random_init, train_spm
+from support.vlm_models import _text
+
+#: the Whisper encoder fields every builder shares
+WHISPER = dict(num_mel_bins=128, max_source_positions=1500)
+
+
+def voxtral(folder: Path, *, dtype: str = "bfloat16", seed: int = 50) -> Path:
+    """Voxtral: a Whisper encoder whose outputs are stacked by 4 (``intermediate_size``
+    = 4 x the width, as the projector reads them) into a 2-layer GELU MLP (no biases)."""
+    import torch
+    from transformers import LlamaConfig, VoxtralConfig, VoxtralForConditionalGeneration
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = train_spm(folder)
+    audio = dict(hidden_size=64, intermediate_size=256, num_hidden_layers=3,
+                 num_attention_heads=2, **WHISPER)  # fmt: skip
+    cfg = VoxtralConfig(audio_config=audio, text_config=LlamaConfig(**_text(vocab)),
+                        audio_token_id=10)  # fmt: skip
+    model = VoxtralForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
+    return folder
+
+
+def qwen2audio(folder: Path, *, dtype: str = "bfloat16", seed: int = 51) -> Path:
+    """Qwen2-Audio: a Whisper encoder (Whisper's own field names: ``d_model``, ...)
+    average-pooled by 2 before its final norm, one linear projector; a Qwen2 text model."""
+    import torch
+    from transformers import Qwen2AudioConfig, Qwen2AudioForConditionalGeneration, Qwen2Config
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = train_spm(folder)
+    audio = dict(d_model=64, encoder_ffn_dim=128, encoder_layers=3, encoder_attention_heads=2,
+                 **WHISPER)  # fmt: skip
+    cfg = Qwen2AudioConfig(audio_config=audio, text_config=Qwen2Config(**_text(vocab)),
+                           audio_token_index=10)  # fmt: skip
+    model = Qwen2AudioForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
+    return folder
+
+
+def glmasr(folder: Path, *, dtype: str = "bfloat16", seed: int = 52) -> Path:
+    """GLM-ASR as transformers 5 saves it (GlmAsrForConditionalGeneration, the Hub's
+    layout since 2025-12-27): a Whisper-shaped encoder with partial RoPE (no position
+    table), a 2-layer MLP over frames merged by 4; a Llama text model."""
+    import torch
+    from transformers import GlmAsrConfig, GlmAsrForConditionalGeneration, LlamaConfig
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = train_spm(folder)
+    audio = dict(hidden_size=64, intermediate_size=256, num_hidden_layers=3,
+                 num_attention_heads=2, num_mel_bins=128)  # fmt: skip
+    cfg = GlmAsrConfig(audio_config=audio, text_config=LlamaConfig(**_text(vocab)),
+                       audio_token_id=10)  # fmt: skip
+    model = GlmAsrForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
+    return folder
+
+
+def audioflamingo3(folder: Path, *, dtype: str = "bfloat16", seed: int = 53) -> Path:
+    """Audio Flamingo 3: Qwen2-Audio's pooled Whisper encoder (``hidden_size`` spelling),
+    a 2-layer GELU MLP with biases; a Qwen2 text model."""
+    import torch
+    from transformers import (
+        AudioFlamingo3Config,
+        AudioFlamingo3ForConditionalGeneration,
+        Qwen2Config,
+    )
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = train_spm(folder)
+    audio = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                 num_attention_heads=2, **WHISPER)  # fmt: skip
+    cfg = AudioFlamingo3Config(audio_config=audio, text_config=Qwen2Config(**_text(vocab)),
+                               audio_token_id=10)  # fmt: skip
+    model = AudioFlamingo3ForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
+    return folder
