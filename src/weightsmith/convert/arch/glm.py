@@ -1,4 +1,13 @@
-"""GLM-4.5 / GLM-4.6 MoE: conversion/glm.py ``Glm4MoeModel`` (GGUF ``glm4moe``).
+"""GLM-4 (dense) and GLM-4.5 / GLM-4.6 MoE: conversion/glm.py ``Glm4Model`` (GGUF
+``glm4``) and ``Glm4MoeModel`` (GGUF ``glm4moe``).
+
+GLM-4-0414 (``glm4``): TextModel's rows then ``rope.dimension_count`` (``head_dim *
+partial_rotary_factor``, interleaved pairs as llama.cpp's normal RoPE runs them: no Q/K
+permutation), the fused ``mlp.gate_up_proj`` kept as ``ffn_up`` (gate rows first), and
+four norms a layer: ``input_layernorm`` (``attn_norm``), ``post_self_attn_layernorm``
+(``post_attention_norm``), ``post_attention_layernorm`` (``ffn_norm``) and
+``post_mlp_layernorm`` (``post_ffw_norm``).  Its vocabulary is the ``glm4`` route (GLM
+Edge's special tokens: eos, unk and bos ``<|endoftext|>``, eot ``<|user|>``).
 
 Sigmoid-gated experts in groups with a score-correction bias (``exp_probs_b``), shared
 experts, the first ``first_k_dense_replace`` layers dense, partial NeoX RoPE (no Q/K
@@ -113,4 +122,41 @@ GLM4MOE = Arch(
     tokenizer={"vocab": "glm"},
     model_types={"Glm4MoeForCausalLM": "glm4_moe"},
     hf_config=_hf_config,
+)
+
+
+def _glm4_hf_config(cfg: dict, names: set[str]) -> dict[str, Any]:
+    hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    # Glm4Config's pad_token_id default (151329) is past a small vocabulary; the GGUF's
+    # padding id, if any, replaces this None
+    return {
+        "hidden_act": "silu",
+        "pad_token_id": None,
+        "attention_bias": "blk.0.attn_q.bias" in names,
+        "partial_rotary_factor": cfg.get("_rope_dimension_count", hd // 2) / hd,
+    }
+
+
+#: the dense layer: the fused rule first, so GGUF -> HF maps ffn_up back to gate_up_proj
+GLM4_LAYER = [
+    NameRule(LAYER + "mlp.gate_up_proj.weight", BLK + "ffn_up.weight"),
+    *BASE_NAMES,
+    *layer_rules(
+        [
+            ("post_self_attn_layernorm", "post_attention_norm"),
+            ("post_attention_layernorm", "ffn_norm"),
+            ("post_mlp_layernorm", "post_ffw_norm"),
+        ]
+    ),
+]
+
+GLM4 = Arch(
+    hf_archs=("Glm4ForCausalLM",),
+    gguf_arch="glm4",
+    meta=[*COMMON, m("rope.dimension_count", "_rope_dimension_count", value=_rope_dim)],
+    names=GLM4_LAYER,
+    required=("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size"),
+    tokenizer={"vocab": "glm4"},
+    model_types={"Glm4ForCausalLM": "glm4"},
+    hf_config=_glm4_hf_config,
 )
