@@ -9,6 +9,13 @@ four norms a layer: ``input_layernorm`` (``attn_norm``), ``post_self_attn_layern
 ``post_mlp_layernorm`` (``post_ffw_norm``).  Its vocabulary is the ``glm4`` route (GLM
 Edge's special tokens: eos, unk and bos ``<|endoftext|>``, eot ``<|user|>``).
 
+GLM-4V's text half (``Glm4vForConditionalGeneration``, also ``glm4``) is the same model
+with its RoPE in MRoPE sections: the ``rope.dimension_sections`` row (before
+``rope.freq_base``) and, since llama.cpp's M-RoPE kernel rotates NeoX halves, the rotated
+part of each Q/K head (weights and biases) reordered from interleaved pairs to halves
+(``normal_to_neox``: even rows, then odd rows, the unrotated rest kept).  GGUF -> HF of
+that file is not offered (:data:`GLM4V_TEXT` has no HF class: the sections say which it is).
+
 Sigmoid-gated experts in groups with a score-correction bias (``exp_probs_b``), shared
 experts, the first ``first_k_dense_replace`` layers dense, partial NeoX RoPE (no Q/K
 permutation: the HF rotary is rotate-half already; ``rope.dimension_count`` is
@@ -26,6 +33,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ._common import (
     BASE_NAMES,
     BLK,
@@ -36,7 +45,7 @@ from ._common import (
     layer_rules,
     replace_rows,
 )
-from ._model import VT, Arch, NameRule, full_rope, head_dim, m
+from ._model import VT, Arch, MetaKey, NameRule, Transform, full_rope, head_counts, head_dim, m
 
 
 def _n_routed(cfg: dict) -> int:
@@ -137,6 +146,54 @@ def _glm4_hf_config(cfg: dict, names: set[str]) -> dict[str, Any]:
     }
 
 
+def _sections(cfg: dict) -> list[int] | None:
+    sec = full_rope(cfg).get("mrope_section")
+    return None if sec is None else [*sec, 0, 0, 0, 0][:4]
+
+
+def _neox_order(n_rows: int, cfg: dict) -> np.ndarray:
+    """Glm4Model.normal_to_neox as a row order: per head, the rotated rows' even ones,
+    then their odd ones, then the unrotated rest."""
+    hd = head_dim(cfg)
+    rot = _rope_dim(cfg)
+    if rot % 2 or n_rows % hd:
+        raise ValueError(f"{n_rows} rows are not heads of {hd} with {rot} rotated (even)")
+    one = np.concatenate([np.arange(0, rot, 2), np.arange(1, rot, 2), np.arange(rot, hd)])
+    return (np.arange(n_rows // hd)[:, None] * hd + one).reshape(-1)
+
+
+def _neox(which: int, back: bool = False):
+    """Q (``which`` 0) or K (1) rows to NeoX order (``back``: from it), for M-RoPE only."""
+
+    def fn(x: np.ndarray, cfg: dict, ctx: dict) -> np.ndarray:
+        if _sections(cfg) is None:  # the reference permutes for M-RoPE only
+            return x
+        heads = head_counts(cfg)[which]
+        if x.shape[0] != heads * head_dim(cfg):
+            raise ValueError(f"{x.shape[0]} rows are not {heads} heads of {head_dim(cfg)}")
+        order = _neox_order(x.shape[0], cfg)
+        return x[np.argsort(order) if back else order]
+
+    return fn
+
+
+def _with_sections(rows: list) -> list:
+    """TextModel's rows with ``rope.dimension_sections`` before ``rope.freq_base`` (written
+    when the config has ``mrope_section``)."""
+    at = next(i for i, r in enumerate(rows) if isinstance(r, MetaKey) and r.key == "rope.freq_base")
+    row = m("rope.dimension_sections", "_mrope_section", t=VT.INT32, value=_sections)
+    return [*rows[:at], row, *rows[at:]]
+
+
+_GLM4_ROWS = _with_sections(
+    [*COMMON, m("rope.dimension_count", "_rope_dimension_count", value=_rope_dim)]
+)
+#: Glm4Model.modify_tensors: Q/K to NeoX order when the RoPE is in sections
+_GLM4_TRANSFORMS = [
+    Transform("neox_q", r"q_proj\.(weight|bias)$", _neox(0), _neox(0, back=True)),
+    Transform("neox_k", r"k_proj\.(weight|bias)$", _neox(1), _neox(1, back=True)),
+]
+
 #: the dense layer: the fused rule first, so GGUF -> HF maps ffn_up back to gate_up_proj
 GLM4_LAYER = [
     NameRule(LAYER + "mlp.gate_up_proj.weight", BLK + "ffn_up.weight"),
@@ -153,10 +210,28 @@ GLM4_LAYER = [
 GLM4 = Arch(
     hf_archs=("Glm4ForCausalLM",),
     gguf_arch="glm4",
-    meta=[*COMMON, m("rope.dimension_count", "_rope_dimension_count", value=_rope_dim)],
+    meta=_GLM4_ROWS,
     names=GLM4_LAYER,
+    transforms=_GLM4_TRANSFORMS,
     required=("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size"),
     tokenizer={"vocab": "glm4"},
     model_types={"Glm4ForCausalLM": "glm4"},
     hf_config=_glm4_hf_config,
 )
+
+
+# the same reference class for GLM-4V; its file has no HF class of its own
+GLM4V_TEXT = Arch(
+    hf_archs=("Glm4vForConditionalGeneration",),
+    gguf_arch="glm4",
+    meta=_GLM4_ROWS,
+    names=GLM4_LAYER,
+    transforms=_GLM4_TRANSFORMS,
+    required=("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size"),
+    tokenizer={"vocab": "glm4"},
+)
+
+
+def has_sections(md) -> bool:
+    """A ``glm4`` GGUF written from GLM-4V (its RoPE in sections)."""
+    return "glm4.rope.dimension_sections" in md

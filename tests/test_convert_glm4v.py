@@ -1,0 +1,114 @@
+"""GLM-4V (``Glm4vForConditionalGeneration``): its projector (``glm4v``) and text half
+(``glm4`` with M-RoPE sections) against llama.cpp's converter and runtime.
+
+* both files byte-identical to ``convert_hf_to_gguf.py`` (``--mmproj`` at f32, f16, bf16,
+  q8_0; the text file at f16);
+* llama.cpp's mtmd (llama-cpp-python 0.3.36) loads our projector with our text file and
+  encodes an image into the features transformers' ``get_image_features`` gives;
+* llama.cpp's logits on our text file equal transformers' (text-only input: the three
+  M-RoPE positions are equal, so the Q/K reorder to NeoX halves is what is checked);
+* the text file alone has no HF class: GGUF -> HF refuses it before writing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from support.vlm_models import build
+from test_convert_mmproj import TYPES, _image, _mtmd_embeddings, _same, convert_both
+from weightsmith import errors as E
+
+# the prompt's ids are inside the tiny GPT-2 + GLM vocabulary
+TOKENS = [9707, 11, 1879, 0, 358, 1079, 264, 2272]
+
+
+@pytest.fixture(scope="module")
+def glm4v(tmp_path_factory) -> Path:
+    """The tiny GLM-4V; the reference's projectors and text f16 and ours beside it."""
+    root = tmp_path_factory.mktemp("glm4v")
+    src = build("glm4v", root / "model")
+    convert_both(src, root)
+    return src
+
+
+@pytest.mark.parametrize("t", TYPES)
+def test_glm4v_same_as_reference(glm4v, t):
+    root = glm4v.parent
+    _same(root / f"ours-mmproj-{t}.gguf", root / f"ref-mmproj-{t}.gguf")
+    if t == "f16":
+        _same(root / "ours-text-f16.gguf", root / "ref-text-f16.gguf")
+
+
+def test_glm4v_contents(glm4v):
+    """Guard against a vacuous pass: what the files say and hold."""
+    from weightsmith.gguf import read
+
+    root = glm4v.parent
+    with read(root / "ours-mmproj-q8_0.gguf") as f:
+        md = f.metadata
+        types = {t.name: (t.ggml_type.name, t.shape) for t in f.tensors}
+    assert md["clip.projector_type"] == "glm4v" and md["clip.use_silu"] is True
+    assert "clip.use_gelu" not in md
+    assert types["mm.patch_merger.weight"] == ("F32", (128, 64, 2, 2))  # forced F32
+    assert types["v.patch_embd.weight.1"] == ("F32", (64, 3, 8, 8))
+    assert types["v.blk.1.attn_qkv.weight"] == ("Q8_0", (192, 64))
+    assert {"mm.model.fc.weight", "mm.gate.weight", "mm.post_norm.bias", "v.norm_embd.weight",
+            "v.post_ln.weight", "v.position_embd.weight"} <= set(types)  # fmt: skip
+    with read(root / "ours-mmproj-f16.gguf") as f:
+        assert {t.name: t.ggml_type.name for t in f.tensors}["mm.patch_merger.weight"] == "F16"
+    with read(root / "ours-text-f16.gguf") as f:
+        md = f.metadata
+    assert md["general.architecture"] == "glm4"
+    assert list(md["glm4.rope.dimension_sections"]) == [2, 3, 3, 0]
+    assert md["glm4.rope.dimension_count"] == 16
+
+
+def _hf_features(folder: Path, img: np.ndarray) -> np.ndarray:
+    import torch
+    from transformers import AutoImageProcessor, AutoModelForImageTextToText
+
+    out = AutoImageProcessor.from_pretrained(folder)(images=[img], return_tensors="pt",
+                                                     do_resize=False)  # fmt: skip
+    m = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32).eval()
+    with torch.no_grad():
+        f = m.get_image_features(pixel_values=out["pixel_values"],
+                                 image_grid_thw=out["image_grid_thw"])  # fmt: skip
+    f = getattr(f, "pooler_output", f)
+    if isinstance(f, (list, tuple)):
+        f = torch.cat(list(f), 0)
+    return f.reshape(-1, f.shape[-1]).float().numpy()
+
+
+def test_glm4v_llama_cpp_encodes_image(glm4v):
+    root = glm4v.parent
+    img = _image(64)
+    got = _mtmd_embeddings(root / "ours-text-f32.gguf", root / "ours-mmproj-f32.gguf", img)
+    want = _hf_features(glm4v, img)
+    assert got.shape == want.shape == (16, 128)
+    scale = float(np.abs(want).max())
+    assert np.abs(got - want).max() <= 1e-3 * max(scale, 1.0), np.abs(got - want).max()
+
+
+def test_glm4v_text_in_llama_cpp(glm4v):
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    from test_convert_hf_to_gguf import _llama_logits
+
+    got = _llama_logits(glm4v.parent / "ours-text-f32.gguf", TOKENS)
+    m = AutoModelForImageTextToText.from_pretrained(glm4v, dtype=torch.float32).eval()
+    with torch.no_grad():
+        want = m(input_ids=torch.tensor([TOKENS])).logits[0].numpy()
+    scale = float(np.abs(want).max())
+    assert np.abs(got - want).max() <= 2e-3 * max(scale, 1.0), np.abs(got - want).max()
+
+
+def test_glm4v_text_alone_has_no_hf_class(glm4v, tmp_path):
+    from weightsmith.convert import gguf_to_hf
+
+    with pytest.raises(E.UnknownArchitecture, match="glm4"):
+        gguf_to_hf(glm4v.parent / "ours-text-f16.gguf", tmp_path / "back")
+    assert not (tmp_path / "back").exists()
