@@ -1,12 +1,14 @@
-"""GLM-4V (``Glm4vForConditionalGeneration``): its projector (``glm4v``) and text half
-(``glm4`` with M-RoPE sections) against llama.cpp's converter and runtime.
+"""GLM-4V (``Glm4vForConditionalGeneration``) and GLM-4.5V (``Glm4vMoeForConditionalGeneration``):
+their projector (``glm4v``) and text halves (``glm4`` / ``glm4moe`` with M-RoPE sections)
+against llama.cpp's converter and runtime.
 
 * both files byte-identical to ``convert_hf_to_gguf.py`` (``--mmproj`` at f32, f16, bf16,
   q8_0; the text file at f16);
 * llama.cpp's mtmd (llama-cpp-python 0.3.36) loads our projector with our text file and
   encodes an image into the features transformers' ``get_image_features`` gives;
 * llama.cpp's logits on our text file equal transformers' (text-only input: the three
-  M-RoPE positions are equal, so the Q/K reorder to NeoX halves is what is checked);
+  M-RoPE positions are equal, so for GLM-4V the Q/K reorder to NeoX halves is what is
+  checked; GLM-4.5V's text model rotates NeoX halves already);
 * the text file alone has no HF class: GGUF -> HF refuses it before writing.
 """
 
@@ -25,28 +27,34 @@ from weightsmith import errors as E
 TOKENS = [9707, 11, 1879, 0, 358, 1079, 264, 2272]
 
 
+ARCHS = ["glm4v", "glm4vmoe"]
+
+
 @pytest.fixture(scope="module")
-def glm4v(tmp_path_factory) -> Path:
-    """The tiny GLM-4V; the reference's projectors and text f16 and ours beside it."""
-    root = tmp_path_factory.mktemp("glm4v")
-    src = build("glm4v", root / "model")
-    convert_both(src, root)
-    return src
+def models(tmp_path_factory) -> dict[str, Path]:
+    """Per arch, the tiny model; the reference's projectors and text f16 and ours beside it."""
+    out = {}
+    for arch in ARCHS:
+        root = tmp_path_factory.mktemp(arch)
+        out[arch] = build(arch, root / "model")
+        convert_both(out[arch], root)
+    return out
 
 
 @pytest.mark.parametrize("t", TYPES)
-def test_glm4v_same_as_reference(glm4v, t):
-    root = glm4v.parent
+@pytest.mark.parametrize("arch", ARCHS)
+def test_same_as_reference(models, arch, t):
+    root = models[arch].parent
     _same(root / f"ours-mmproj-{t}.gguf", root / f"ref-mmproj-{t}.gguf")
     if t == "f16":
         _same(root / "ours-text-f16.gguf", root / "ref-text-f16.gguf")
 
 
-def test_glm4v_contents(glm4v):
+def test_contents(models):
     """Guard against a vacuous pass: what the files say and hold."""
     from weightsmith.gguf import read
 
-    root = glm4v.parent
+    root = models["glm4v"].parent
     with read(root / "ours-mmproj-q8_0.gguf") as f:
         md = f.metadata
         types = {t.name: (t.ggml_type.name, t.shape) for t in f.tensors}
@@ -64,6 +72,12 @@ def test_glm4v_contents(glm4v):
     assert md["general.architecture"] == "glm4"
     assert list(md["glm4.rope.dimension_sections"]) == [2, 3, 3, 0]
     assert md["glm4.rope.dimension_count"] == 16
+    with read(models["glm4vmoe"].parent / "ours-text-f16.gguf") as f:
+        md = f.metadata
+        types = {t.name: t.shape for t in f.tensors}
+    assert md["general.architecture"] == "glm4moe" and md["glm4moe.expert_count"] == 4
+    assert list(md["glm4moe.rope.dimension_sections"]) == [2, 3, 3, 0]
+    assert types["blk.1.ffn_gate_exps.weight"] == (4, 64, 128)
 
 
 def _hf_features(folder: Path, img: np.ndarray) -> np.ndarray:
@@ -82,33 +96,37 @@ def _hf_features(folder: Path, img: np.ndarray) -> np.ndarray:
     return f.reshape(-1, f.shape[-1]).float().numpy()
 
 
-def test_glm4v_llama_cpp_encodes_image(glm4v):
-    root = glm4v.parent
+@pytest.mark.parametrize("arch", ARCHS)
+def test_llama_cpp_encodes_image(models, arch):
+    root = models[arch].parent
     img = _image(64)
     got = _mtmd_embeddings(root / "ours-text-f32.gguf", root / "ours-mmproj-f32.gguf", img)
-    want = _hf_features(glm4v, img)
+    want = _hf_features(models[arch], img)
     assert got.shape == want.shape == (16, 128)
     scale = float(np.abs(want).max())
     assert np.abs(got - want).max() <= 1e-3 * max(scale, 1.0), np.abs(got - want).max()
 
 
-def test_glm4v_text_in_llama_cpp(glm4v):
+@pytest.mark.parametrize("arch", ARCHS)
+def test_text_in_llama_cpp(models, arch):
     import torch
     from transformers import AutoModelForImageTextToText
 
     from test_convert_hf_to_gguf import _llama_logits
 
-    got = _llama_logits(glm4v.parent / "ours-text-f32.gguf", TOKENS)
-    m = AutoModelForImageTextToText.from_pretrained(glm4v, dtype=torch.float32).eval()
+    got = _llama_logits(models[arch].parent / "ours-text-f32.gguf", TOKENS)
+    m = AutoModelForImageTextToText.from_pretrained(models[arch], dtype=torch.float32).eval()
     with torch.no_grad():
         want = m(input_ids=torch.tensor([TOKENS])).logits[0].numpy()
     scale = float(np.abs(want).max())
     assert np.abs(got - want).max() <= 2e-3 * max(scale, 1.0), np.abs(got - want).max()
 
 
-def test_glm4v_text_alone_has_no_hf_class(glm4v, tmp_path):
+@pytest.mark.parametrize(("arch", "gguf_arch"), [("glm4v", "glm4"), ("glm4vmoe", "glm4moe")])
+def test_text_alone_has_no_hf_class(models, tmp_path, arch, gguf_arch):
+    """The reordered Q/K (GLM-4V) and the sections say these are no GLM-4 (MoE) files."""
     from weightsmith.convert import gguf_to_hf
 
-    with pytest.raises(E.UnknownArchitecture, match="glm4"):
-        gguf_to_hf(glm4v.parent / "ours-text-f16.gguf", tmp_path / "back")
+    with pytest.raises(E.UnknownArchitecture, match=gguf_arch):
+        gguf_to_hf(models[arch].parent / "ours-text-f16.gguf", tmp_path / "back")
     assert not (tmp_path / "back").exists()

@@ -827,3 +827,30 @@ def glm4v(folder: Path, *, dtype: str = "bfloat16", seed: int = 48) -> Path:
 
 
 BUILDERS["glm4v"] = glm4v
+
+
+def glm4vmoe(folder: Path, *, dtype: str = "bfloat16", seed: int = 49) -> Path:
+    """GLM-4.5V: GLM-4V's tower over a GLM-4.5 MoE text model (a dense first layer, 4
+    sigmoid-routed experts per expert with a correction bias, a shared expert, q/k/v
+    biases, half-rotary RoPE in M-RoPE sections, already in NeoX order).  transformers 5
+    saves the experts one by one, as the Hub's checkpoints have them."""
+    from transformers import Glm4vMoeConfig, Glm4vMoeForConditionalGeneration
+
+    from support.hf_models import _glm_tokenizer
+
+    vocab = _glm_tokenizer(folder)
+    text = {**_GLM4V_TEXT, "vocab_size": vocab, "moe_intermediate_size": 64,
+            "n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1,
+            "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1,
+            "routed_scaling_factor": 2.5, "norm_topk_prob": True}  # fmt: skip
+    cfg = Glm4vMoeConfig(text_config=text, vision_config=_GLM4V_VISION, image_token_id=10,
+                         video_token_id=11, image_start_token_id=12, image_end_token_id=13,
+                         tie_word_embeddings=False)  # fmt: skip
+    model = Glm4vMoeForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    _glm4v_processor(folder)
+    return folder
+
+
+BUILDERS["glm4vmoe"] = glm4vmoe

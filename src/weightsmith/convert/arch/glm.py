@@ -15,6 +15,8 @@ with its RoPE in MRoPE sections: the ``rope.dimension_sections`` row (before
 part of each Q/K head (weights and biases) reordered from interleaved pairs to halves
 (``normal_to_neox``: even rows, then odd rows, the unrotated rest kept).  GGUF -> HF of
 that file is not offered (:data:`GLM4V_TEXT` has no HF class: the sections say which it is).
+GLM-4.5V's (``Glm4vMoeForConditionalGeneration``, ``glm4moe``) is GLM-4.5's with the
+sections row only: its text model rotates NeoX halves already; refused by GGUF -> HF too.
 
 Sigmoid-gated experts in groups with a score-correction bias (``exp_probs_b``), shared
 experts, the first ``first_k_dense_replace`` layers dense, partial NeoX RoPE (no Q/K
@@ -31,6 +33,7 @@ counts them in ``block_count`` and writes them as ``blk.N.nextn.*``.  GGUF -> HF
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -232,6 +235,16 @@ GLM4V_TEXT = Arch(
 )
 
 
+# Glm4MoeModel for GLM-4.5V: GLM-4.5's rows with the sections (no Q/K reorder: this text
+# model rotates NeoX halves already); its file has no HF class of its own
+GLM4VMOE_TEXT = replace(
+    GLM4MOE,
+    hf_archs=("Glm4vMoeForConditionalGeneration",),
+    meta=_with_sections(_ROWS),
+    model_types={},
+)
+
+
 def has_sections(md) -> bool:
-    """A ``glm4`` GGUF written from GLM-4V (its RoPE in sections)."""
-    return "glm4.rope.dimension_sections" in md
+    """A ``glm4`` / ``glm4moe`` GGUF written from GLM-4V / GLM-4.5V (RoPE in sections)."""
+    return f"{md.get('general.architecture')}.rope.dimension_sections" in md
