@@ -1,6 +1,7 @@
-"""GLM-4V (``Glm4vForConditionalGeneration``) and GLM-4.5V (``Glm4vMoeForConditionalGeneration``):
-their projector (``glm4v``) and text halves (``glm4`` / ``glm4moe`` with M-RoPE sections)
-against llama.cpp's converter and runtime.
+"""GLM-4V (``Glm4vForConditionalGeneration``), GLM-4.5V (``Glm4vMoeForConditionalGeneration``)
+and GLM-OCR (``GlmOcrForConditionalGeneration``): their projector (``glm4v``) and text
+halves (``glm4`` / ``glm4moe`` with M-RoPE sections; GLM-OCR's with its MTP block) against
+llama.cpp's converter and runtime.
 
 * both files byte-identical to ``convert_hf_to_gguf.py`` (``--mmproj`` at f32, f16, bf16,
   q8_0; the text file at f16);
@@ -27,7 +28,7 @@ from weightsmith import errors as E
 TOKENS = [9707, 11, 1879, 0, 358, 1079, 264, 2272]
 
 
-ARCHS = ["glm4v", "glm4vmoe"]
+ARCHS = ["glm4v", "glm4vmoe", "glmocr"]
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +79,15 @@ def test_contents(models):
     assert md["general.architecture"] == "glm4moe" and md["glm4moe.expert_count"] == 4
     assert list(md["glm4moe.rope.dimension_sections"]) == [2, 3, 3, 0]
     assert types["blk.1.ffn_gate_exps.weight"] == (4, 64, 128)
+    with read(models["glmocr"].parent / "ours-mmproj-f16.gguf") as f:
+        names = {t.name for t in f.tensors}
+    assert {"v.blk.1.attn_q_norm.weight", "v.blk.1.attn_qkv.bias", "v.blk.1.ffn_up.bias"} <= names
+    assert "v.position_embd.weight" not in names and "v.norm_embd.weight" not in names
+    with read(models["glmocr"].parent / "ours-text-f16.gguf") as f:
+        md = f.metadata
+        names = {t.name for t in f.tensors}
+    assert md["glm4.block_count"] == 3 and md["glm4.nextn_predict_layers"] == 1
+    assert {"blk.2.nextn.eh_proj.weight", "blk.2.attn_q.weight"} <= names
 
 
 def _hf_features(folder: Path, img: np.ndarray) -> np.ndarray:
@@ -122,7 +132,9 @@ def test_text_in_llama_cpp(models, arch):
     assert np.abs(got - want).max() <= 2e-3 * max(scale, 1.0), np.abs(got - want).max()
 
 
-@pytest.mark.parametrize(("arch", "gguf_arch"), [("glm4v", "glm4"), ("glm4vmoe", "glm4moe")])
+@pytest.mark.parametrize(
+    ("arch", "gguf_arch"), [("glm4v", "glm4"), ("glm4vmoe", "glm4moe"), ("glmocr", "glm4")]
+)
 def test_text_alone_has_no_hf_class(models, tmp_path, arch, gguf_arch):
     """The reordered Q/K (GLM-4V) and the sections say these are no GLM-4 (MoE) files."""
     from weightsmith.convert import gguf_to_hf

@@ -854,3 +854,45 @@ def glm4vmoe(folder: Path, *, dtype: str = "bfloat16", seed: int = 49) -> Path:
 
 
 BUILDERS["glm4vmoe"] = glm4vmoe
+
+
+def glmocr(folder: Path, *, dtype: str = "bfloat16", seed: int = 50) -> Path:
+    """GLM-OCR: GLM-4V's tower with biases, per-head Q/K RMS norms, no position table and
+    no norm after the patch convolution, over a GLM-4 text model without attention biases
+    and with one multi-token-prediction block after the trunk (``layers.2``: transformers
+    does not build it; written here as the Hub's checkpoint carries it)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import GlmOcrConfig, GlmOcrForConditionalGeneration
+
+    from support.hf_models import _glm_tokenizer
+
+    vocab = _glm_tokenizer(folder)
+    text = {**_GLM4V_TEXT, "vocab_size": vocab, "num_nextn_predict_layers": 1}
+    vision = {**_GLM4V_VISION, "attention_bias": True}
+    cfg = GlmOcrConfig(text_config=text, vision_config=vision, image_token_id=10,
+                       video_token_id=11, image_start_token_id=12, image_end_token_id=13,
+                       tie_word_embeddings=False)  # fmt: skip
+    model = GlmOcrForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    _glm4v_processor(folder)
+    path = folder / "model.safetensors"
+    sd = load_file(path)
+    g = torch.Generator().manual_seed(seed + 1000)
+    h, pre = text["hidden_size"], "model.language_model.layers."
+
+    def rnd(*shape: int, one: bool = False):
+        x = torch.randn(shape, generator=g) * 0.05 + (1.0 if one else 0.0)
+        return x.to(getattr(torch, dtype))
+
+    mtp = {k.replace("layers.1.", "layers.2."): rnd(*v.shape, one=v.ndim == 1)
+           for k, v in sd.items() if k.startswith(pre + "1.")}  # fmt: skip
+    mtp |= {pre + "2.eh_proj.weight": rnd(h, 2 * h), pre + "2.enorm.weight": rnd(h, one=True),
+            pre + "2.hnorm.weight": rnd(h, one=True),
+            pre + "2.shared_head.norm.weight": rnd(h, one=True)}  # fmt: skip
+    save_file({**sd, **mtp}, path, metadata={"format": "pt"})
+    return folder
+
+
+BUILDERS["glmocr"] = glmocr

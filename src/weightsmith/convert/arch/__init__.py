@@ -101,7 +101,7 @@ from .falcon_h1 import FALCON_H1
 from .gemma import GEMMA2, GEMMA3
 from .gemma3n import GEMMA3N
 from .gemma4 import GEMMA4, GEMMA4_ASSISTANT, GEMMA4_UNIFIED
-from .glm import GLM4, GLM4MOE, GLM4V_TEXT, GLM4VMOE_TEXT, has_sections
+from .glm import GLM4, GLM4MOE, GLM4V_TEXT, GLM4VMOE_TEXT, GLMOCR_TEXT, has_sections
 from .gpt import FALCON, GPT2, STABLELM, STARCODER2
 from .gptoss import GPT_OSS
 from .granite import GRANITE, GRANITEMOE
@@ -232,8 +232,8 @@ ENTRIES: tuple[Arch, ...] = (
 )
 # the text of the OCR VLMs (issue 15 section 3)
 ENTRIES += (ERNIE4_5, PADDLEOCR, ERNIE4_5_MOE)
-# GLM-4-0414 dense; GLM-4V's and GLM-4.5V's text halves
-ENTRIES += (GLM4, GLM4V_TEXT, GLM4VMOE_TEXT)
+# GLM-4-0414 dense; GLM-4V's, GLM-4.5V's and GLM-OCR's text halves
+ENTRIES += (GLM4, GLM4V_TEXT, GLM4VMOE_TEXT, GLMOCR_TEXT)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)

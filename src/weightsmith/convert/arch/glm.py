@@ -15,6 +15,9 @@ with its RoPE in MRoPE sections: the ``rope.dimension_sections`` row (before
 part of each Q/K head (weights and biases) reordered from interleaved pairs to halves
 (``normal_to_neox``: even rows, then odd rows, the unrotated rest kept).  GGUF -> HF of
 that file is not offered (:data:`GLM4V_TEXT` has no HF class: the sections say which it is).
+GLM-OCR's (``GlmOcrForConditionalGeneration``, ``glm4``: ``GlmOCRModel``) is GLM-4V's
+plus its multi-token-prediction block after the trunk, counted in ``block_count`` and
+written as ``blk.N.nextn.*`` with ``nextn_predict_layers`` last, as for GLM-4.5.
 GLM-4.5V's (``Glm4vMoeForConditionalGeneration``, ``glm4moe``) is GLM-4.5's with the
 sections row only: its text model rotates NeoX halves already; refused by GGUF -> HF too.
 
@@ -248,3 +251,29 @@ GLM4VMOE_TEXT = replace(
 def has_sections(md) -> bool:
     """A ``glm4`` / ``glm4moe`` GGUF written from GLM-4V / GLM-4.5V (RoPE in sections)."""
     return f"{md.get('general.architecture')}.rope.dimension_sections" in md
+
+
+#: the multi-token-prediction block's own tensors (GLM-4.5 and GLM-OCR)
+_NEXTN = layer_rules(
+    [
+        ("eh_proj", "nextn.eh_proj"),
+        ("embed_tokens", "nextn.embed_tokens"),
+        ("enorm", "nextn.enorm"),
+        ("hnorm", "nextn.hnorm"),
+        ("shared_head.head", "nextn.shared_head_head"),
+        ("shared_head.norm", "nextn.shared_head_norm"),
+    ]
+)
+
+# GlmOCRModel: GLM-4V's text half with the MTP blocks counted and their count last
+GLMOCR_TEXT = replace(
+    GLM4V_TEXT,
+    hf_archs=("GlmOcrForConditionalGeneration",),
+    meta=[
+        *replace_rows(
+            _GLM4_ROWS, block_count=m("block_count", "num_hidden_layers", value=_block_count)
+        ),
+        m("nextn_predict_layers", "num_nextn_predict_layers"),
+    ],
+    names=[*GLM4_LAYER, *_NEXTN],
+)

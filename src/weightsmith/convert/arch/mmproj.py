@@ -1498,7 +1498,8 @@ def _glm_act(act: str) -> Callable[[dict], bool | None]:
 # Glm4VVisionModel (a Qwen3VLVisionModel subclass): MmprojModel's rows, the image size
 # from the position table when not given, then its own; the tower as Qwen3-VL's (Conv3d
 # split in two Conv2d kernels, fused QKV), its MLP SwiGLU, a Conv2d 2x2 downsample
-# (``mm.patch_merger``, F16 at f16 else F32) and a SwiGLU merger mapped by gguf-py
+# (``mm.patch_merger``, F16 at f16 else F32) and a SwiGLU merger mapped by gguf-py;
+# GLM-OCR's tower adds biases and per-head Q/K norms, and has no position table
 GLM4V_VISION = Projector(
     hf_archs=(
         "Glm4vForConditionalGeneration",
@@ -1540,6 +1541,9 @@ GLM4V_VISION = Projector(
                     ("visual.downsample", "mm.patch_merger"),
                     (_GV + "attn.qkv", _VBLK + "attn_qkv"),
                     (_GV + "attn.proj", _VBLK + "attn_out"),
+                    # GLM-OCR's per-head Q/K norms
+                    (_GV + "attn.q_norm", _VBLK + "attn_q_norm"),
+                    (_GV + "attn.k_norm", _VBLK + "attn_k_norm"),
                     (_GV + "norm1", _VBLK + "ln1"),
                     (_GV + "norm2", _VBLK + "ln2"),
                     (_GV + "mlp.gate_proj", _VBLK + "ffn_gate"),
