@@ -142,3 +142,22 @@ def test_text_alone_has_no_hf_class(models, tmp_path, arch, gguf_arch):
     with pytest.raises(E.UnknownArchitecture, match=gguf_arch):
         gguf_to_hf(models[arch].parent / "ours-text-f16.gguf", tmp_path / "back")
     assert not (tmp_path / "back").exists()
+
+
+def test_odd_rotated_part_refused(models, tmp_path):
+    """Q/K heads whose rotated part is odd cannot be reordered to NeoX halves: a named
+    error naming the heads, before any file is written."""
+    import json
+    import shutil
+
+    from weightsmith.convert import hf_to_gguf
+
+    src = tmp_path / "bad"
+    shutil.copytree(models["glm4v"], src)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["text_config"]["rope_parameters"]["partial_rotary_factor"] = 0.3  # 9 of 32 rotated
+    (src / "config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "out"
+    with pytest.raises(E.TensorShapeMismatch, match="9 of them rotated"):
+        hf_to_gguf(src, out / "t.gguf", "f16", mmproj=out / "m.gguf")
+    assert not out.exists()

@@ -51,7 +51,18 @@ from ._common import (
     layer_rules,
     replace_rows,
 )
-from ._model import VT, Arch, MetaKey, NameRule, Transform, full_rope, head_counts, head_dim, m
+from ._model import (
+    VT,
+    Arch,
+    MetaKey,
+    NameRule,
+    PlanError,
+    Transform,
+    full_rope,
+    head_counts,
+    head_dim,
+    m,
+)
 
 
 def _n_routed(cfg: dict) -> int:
@@ -194,10 +205,37 @@ def _with_sections(rows: list) -> list:
 _GLM4_ROWS = _with_sections(
     [*COMMON, m("rope.dimension_count", "_rope_dimension_count", value=_rope_dim)]
 )
+
+
+def _neox_shape(which: int):
+    """The shape unchanged, once the rows are checked to be heads with an even rotated
+    part (the reference raises there too): a named error before anything is written."""
+
+    def fn(shape: tuple[int, ...], cfg: dict, ctx: dict) -> tuple[int, ...]:
+        if _sections(cfg) is not None:
+            heads, hd, rot = head_counts(cfg)[which], head_dim(cfg), _rope_dim(cfg)
+            if shape[0] != heads * hd or rot % 2:
+                raise PlanError(
+                    "rope heads",
+                    "q_proj" if which == 0 else "k_proj",
+                    f"{shape[0]} rows for {heads} heads of {hd}, {rot} of them rotated "
+                    "(M-RoPE reorders an even rotated part per head)",
+                )
+        return shape
+
+    return fn
+
+
 #: Glm4Model.modify_tensors: Q/K to NeoX order when the RoPE is in sections
 _GLM4_TRANSFORMS = [
-    Transform("neox_q", r"q_proj\.(weight|bias)$", _neox(0), _neox(0, back=True)),
-    Transform("neox_k", r"k_proj\.(weight|bias)$", _neox(1), _neox(1, back=True)),
+    Transform(
+        f"neox_{w}",
+        rf"{w}_proj\.(weight|bias)$",
+        _neox(i),
+        _neox(i, back=True),
+        shape=_neox_shape(i),
+    )
+    for i, w in enumerate("qk")
 ]
 
 #: the dense layer: the fused rule first, so GGUF -> HF maps ffn_up back to gate_up_proj
