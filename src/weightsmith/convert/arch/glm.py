@@ -98,6 +98,18 @@ _ROWS = [
 
 _MLP = LAYER + "mlp."
 
+#: the multi-token-prediction block's own tensors (GLM-4.5 and GLM-OCR)
+_NEXTN = layer_rules(
+    [
+        ("eh_proj", "nextn.eh_proj"),
+        ("embed_tokens", "nextn.embed_tokens"),
+        ("enorm", "nextn.enorm"),
+        ("hnorm", "nextn.hnorm"),
+        ("shared_head.head", "nextn.shared_head_head"),
+        ("shared_head.norm", "nextn.shared_head_norm"),
+    ]
+)
+
 
 def _hf_config(cfg: dict, names: set[str]) -> dict[str, Any]:
     nextn = cfg.get("num_nextn_predict_layers", 0)
@@ -126,15 +138,9 @@ GLM4MOE = Arch(
                 ("mlp.shared_experts.gate_proj", "ffn_gate_shexp"),
                 ("mlp.shared_experts.up_proj", "ffn_up_shexp"),
                 ("mlp.shared_experts.down_proj", "ffn_down_shexp"),
-                # the multi-token-prediction blocks past the trunk
-                ("eh_proj", "nextn.eh_proj"),
-                ("embed_tokens", "nextn.embed_tokens"),
-                ("enorm", "nextn.enorm"),
-                ("hnorm", "nextn.hnorm"),
-                ("shared_head.head", "nextn.shared_head_head"),
-                ("shared_head.norm", "nextn.shared_head_norm"),
             ]
         ),
+        *_NEXTN,
         NameRule(_MLP + "gate.e_score_correction_bias", BLK + "exp_probs_b.bias"),
     ],
     stacks=expert_stacks(_n_routed),
@@ -290,18 +296,6 @@ def has_sections(md) -> bool:
     """A ``glm4`` / ``glm4moe`` GGUF written from GLM-4V / GLM-4.5V (RoPE in sections)."""
     return f"{md.get('general.architecture')}.rope.dimension_sections" in md
 
-
-#: the multi-token-prediction block's own tensors (GLM-4.5 and GLM-OCR)
-_NEXTN = layer_rules(
-    [
-        ("eh_proj", "nextn.eh_proj"),
-        ("embed_tokens", "nextn.embed_tokens"),
-        ("enorm", "nextn.enorm"),
-        ("hnorm", "nextn.hnorm"),
-        ("shared_head.head", "nextn.shared_head_head"),
-        ("shared_head.norm", "nextn.shared_head_norm"),
-    ]
-)
 
 # GlmOCRModel: GLM-4V's text half with the MTP blocks counted and their count last
 GLMOCR_TEXT = replace(
