@@ -161,3 +161,29 @@ def test_odd_rotated_part_refused(models, tmp_path):
     with pytest.raises(E.TensorShapeMismatch, match="9 of them rotated"):
         hf_to_gguf(src, out / "t.gguf", "f16", mmproj=out / "m.gguf")
     assert not out.exists()
+
+
+def test_hub_config_spelling(models, tmp_path):
+    """The Hub's GLM-4.1V config spells the RoPE the transformers 4 way (``rope_scaling``
+    with ``type`` and ``mrope_section``, ``rope_theta`` and ``partial_rotary_factor`` at
+    the top of ``text_config``): the same text file as the reference's for transformers
+    5's spelling (and the reference's own for this spelling, measured once: identical)."""
+    import json
+    import shutil
+
+    from weightsmith.convert import hf_to_gguf
+
+    src = tmp_path / "model"  # the same folder name: the same general.name
+    shutil.copytree(models["glm4v"], src)
+    cfg = json.loads((src / "config.json").read_text())
+    text = cfg["text_config"]
+    rp = text.pop("rope_parameters")
+    text["rope_scaling"] = {"type": "default", "mrope_section": rp["mrope_section"]}
+    text["rope_theta"], text["partial_rotary_factor"] = (
+        rp["rope_theta"],
+        rp["partial_rotary_factor"],
+    )
+    (src / "config.json").write_text(json.dumps(cfg))
+    hf_to_gguf(src, tmp_path / "t.gguf", "f16")
+    ref = models["glm4v"].parent / "ref-text-f16.gguf"
+    assert (tmp_path / "t.gguf").read_bytes() == ref.read_bytes()
