@@ -66,6 +66,8 @@ PADDED_ROWS = {"gemma3n": ("model.embed_tokens_per_layer.weight",)}
 # ERNIE 4.5 (dense): the text of PaddleOCR-VL
 ARCHS += ["ernie4_5"]
 ARCHS += ["ernie4_5_moe"]
+# GLM-4-0414 dense (glm4): fused gate_up, four norms a layer, half-rotary interleaved RoPE
+ARCHS += ["glm4"]
 REF_TYPES = ["f32", "f16", "bf16", "q8_0"]
 # llama.cpp (the pinned build) and transformers 5 give different logits for the same tiny
 # DeepSeek-V3 (max 0.69): llama.cpp's own file shows the same gap as ours (docs/
@@ -144,6 +146,7 @@ BPE_VOCAB = {
 }
 BPE_VOCAB |= {"nemotronhmoe"}
 BPE_VOCAB |= {"falconh1"}
+BPE_VOCAB |= {"glm4"}
 PROMPTS = {
     "spm": [1, 5, 9, 33, 100, 7, 200, 42],
     "bpe": [9707, 11, 1879, 0, 358, 1079, 264, 2272],

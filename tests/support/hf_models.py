@@ -2090,3 +2090,25 @@ def ernie4_5_moe(folder: Path, *, dtype: str = "bfloat16", seed: int = 45) -> Pa
 
 
 BUILDERS["ernie4_5_moe"] = ernie4_5_moe
+
+
+def glm4(folder: Path, *, dtype: str = "bfloat16", seed: int = 47) -> Path:
+    """GLM-4-0414 (dense): fused ``gate_up_proj``, q/k/v biases, four norms per layer
+    (``post_self_attn_layernorm`` and ``post_mlp_layernorm`` after the sublayers),
+    half-rotary interleaved RoPE; GPT-2's BPE with GLM's added tokens."""
+    from transformers import Glm4Config, Glm4ForCausalLM
+
+    vocab = _glm_tokenizer(folder)
+    cfg = Glm4Config(vocab_size=vocab, hidden_size=256, intermediate_size=512,
+                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                     head_dim=64, max_position_embeddings=256, rms_norm_eps=1e-5,
+                     rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                      "partial_rotary_factor": 0.5},
+                     attention_bias=True, tie_word_embeddings=False, bos_token_id=None,
+                     eos_token_id=50256, pad_token_id=None)  # fmt: skip
+    model = Glm4ForCausalLM(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+BUILDERS["glm4"] = glm4

@@ -780,3 +780,119 @@ def internvl(
 BUILDERS["internvl"] = internvl
 # InternVL 3.5's text model: Qwen3 (QK norms)
 BUILDERS["internvl_qwen3"] = lambda folder, **kw: internvl(folder, text_model="qwen3", **kw)
+
+
+# --------------------------------------------------------------------------- GLM-4V
+
+
+def _glm4v_processor(folder: Path) -> None:
+    """GLM-4V's image processor file: 8 px patches, 2 frames, 2x2 merge, 64 x 64 images."""
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "Glm4vImageProcessor", "patch_size": 8,
+        "temporal_patch_size": 2, "merge_size": 2,
+        "size": {"shortest_edge": 64 * 64, "longest_edge": 64 * 64}, **_MEAN_STD}, indent=2))  # fmt: skip
+
+
+_GLM4V_VISION = dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=2, patch_size=8,
+                     image_size=64, spatial_merge_size=2, temporal_patch_size=2,
+                     out_hidden_size=128, rms_norm_eps=1e-5, hidden_act="silu")  # fmt: skip
+# the text model: 4 heads of 32, half of each rotated, in MRoPE sections [2, 3, 3]
+_GLM4V_TEXT = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                   max_position_embeddings=256, rms_norm_eps=1e-5,
+                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                    "mrope_section": [2, 3, 3], "partial_rotary_factor": 0.5},
+                   bos_token_id=None, eos_token_id=50256, pad_token_id=None)  # fmt: skip
+
+
+def glm4v(folder: Path, *, dtype: str = "bfloat16", seed: int = 48) -> Path:
+    """GLM-4.1V: a ViT (Conv3d patches, RMS norms, SwiGLU, 2-D RoPE, a learned position
+    table resized to the image) with a Conv2d 2x2 downsample and a SwiGLU merger, over a
+    GLM-4 text model whose half-rotary RoPE is in MRoPE sections.  Saved as transformers
+    writes it, which is the Hub's layout (``model.visual.*``, ``model.language_model.*``)."""
+    from transformers import Glm4vConfig, Glm4vForConditionalGeneration
+
+    from support.hf_models import _glm_tokenizer
+
+    vocab = _glm_tokenizer(folder)
+    cfg = Glm4vConfig(text_config={**_GLM4V_TEXT, "vocab_size": vocab},
+                      vision_config=_GLM4V_VISION, image_token_id=10, video_token_id=11,
+                      image_start_token_id=12, image_end_token_id=13,
+                      tie_word_embeddings=False)  # fmt: skip
+    model = Glm4vForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    _glm4v_processor(folder)
+    return folder
+
+
+BUILDERS["glm4v"] = glm4v
+
+
+def glm4vmoe(folder: Path, *, dtype: str = "bfloat16", seed: int = 49) -> Path:
+    """GLM-4.5V: GLM-4V's tower over a GLM-4.5 MoE text model (a dense first layer, 4
+    sigmoid-routed experts per expert with a correction bias, a shared expert, q/k/v
+    biases, half-rotary RoPE in M-RoPE sections, already in NeoX order).  transformers 5
+    saves the experts one by one, as the Hub's checkpoints have them."""
+    from transformers import Glm4vMoeConfig, Glm4vMoeForConditionalGeneration
+
+    from support.hf_models import _glm_tokenizer
+
+    vocab = _glm_tokenizer(folder)
+    text = {**_GLM4V_TEXT, "vocab_size": vocab, "moe_intermediate_size": 64,
+            "n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1,
+            "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1,
+            "routed_scaling_factor": 2.5, "norm_topk_prob": True}  # fmt: skip
+    cfg = Glm4vMoeConfig(text_config=text, vision_config=_GLM4V_VISION, image_token_id=10,
+                         video_token_id=11, image_start_token_id=12, image_end_token_id=13,
+                         tie_word_embeddings=False)  # fmt: skip
+    model = Glm4vMoeForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    _glm4v_processor(folder)
+    return folder
+
+
+BUILDERS["glm4vmoe"] = glm4vmoe
+
+
+def glmocr(folder: Path, *, dtype: str = "bfloat16", seed: int = 50) -> Path:
+    """GLM-OCR: GLM-4V's tower with biases, per-head Q/K RMS norms, no position table and
+    no norm after the patch convolution, over a GLM-4 text model without attention biases
+    and with one multi-token-prediction block after the trunk (``layers.2``: transformers
+    does not build it; written here as the Hub's checkpoint carries it)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import GlmOcrConfig, GlmOcrForConditionalGeneration
+
+    from support.hf_models import _glm_tokenizer
+
+    vocab = _glm_tokenizer(folder)
+    text = {**_GLM4V_TEXT, "vocab_size": vocab, "num_nextn_predict_layers": 1}
+    vision = {**_GLM4V_VISION, "attention_bias": True}
+    cfg = GlmOcrConfig(text_config=text, vision_config=vision, image_token_id=10,
+                       video_token_id=11, image_start_token_id=12, image_end_token_id=13,
+                       tie_word_embeddings=False)  # fmt: skip
+    model = GlmOcrForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    _glm4v_processor(folder)
+    path = folder / "model.safetensors"
+    sd = load_file(path)
+    g = torch.Generator().manual_seed(seed + 1000)
+    h, pre = text["hidden_size"], "model.language_model.layers."
+
+    def rnd(*shape: int, one: bool = False):
+        x = torch.randn(shape, generator=g) * 0.05 + (1.0 if one else 0.0)
+        return x.to(getattr(torch, dtype))
+
+    mtp = {k.replace("layers.1.", "layers.2."): rnd(*v.shape, one=v.ndim == 1)
+           for k, v in sd.items() if k.startswith(pre + "1.")}  # fmt: skip
+    mtp |= {pre + "2.eh_proj.weight": rnd(h, 2 * h), pre + "2.enorm.weight": rnd(h, one=True),
+            pre + "2.hnorm.weight": rnd(h, one=True),
+            pre + "2.shared_head.norm.weight": rnd(h, one=True)}  # fmt: skip
+    save_file({**sd, **mtp}, path, metadata={"format": "pt"})
+    return folder
+
+
+BUILDERS["glmocr"] = glmocr

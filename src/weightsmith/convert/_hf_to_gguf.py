@@ -658,11 +658,16 @@ def _weight_plan(arch: Arch, sources: list[_Source], cfg: dict, ctx: dict, d: Pa
                 expected=f"a {arch.gguf_arch} weight",
                 found=f"{name} {exc.detail}".strip(),
             ) from None
+        experts = "expert" in exc.kind
         raise E.TensorShapeMismatch(
-            f"experts do not stack ({exc.kind})",
+            f"experts do not stack ({exc.kind})"
+            if experts
+            else f"tensor does not fit the config ({exc.kind})",
             path=d,
             field=f"tensor {name!r}",
-            expected="every expert of a layer present, all of one shape",
+            expected="every expert of a layer present, all of one shape"
+            if experts
+            else "the shape the config's heads give",
             found=exc.detail,
         ) from None
     plans = []

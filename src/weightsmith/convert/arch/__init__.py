@@ -32,7 +32,7 @@ in both directions (the data model is :mod:`._model`):
   (and written back to) the module folders;
 * ``tokenizer`` -- the vocabulary route of :mod:`weightsmith.convert.tokenizer`
   (``{"vocab": "llama" | "gpt2" | "spm_or_gpt2" | "gemma" | "gemma4" | "phi3" | "bert" | "t5" |
-  "glm" | "roberta" | ...}``);
+  "glm" | "glm4" | "roberta" | ...}``);
 * ``model_types`` / ``hf_config`` -- what GGUF -> HF adds to ``config.json``;
   ``hf_wrap`` reshapes the finished ``config.json`` (a Gemma 4 assistant's text fields
   go under ``text_config``).
@@ -101,7 +101,7 @@ from .falcon_h1 import FALCON_H1
 from .gemma import GEMMA2, GEMMA3
 from .gemma3n import GEMMA3N
 from .gemma4 import GEMMA4, GEMMA4_ASSISTANT, GEMMA4_UNIFIED
-from .glm import GLM4MOE
+from .glm import GLM4, GLM4MOE, GLM4V_TEXT, GLM4VMOE_TEXT, GLMOCR_TEXT, has_sections
 from .gpt import FALCON, GPT2, STABLELM, STARCODER2
 from .gptoss import GPT_OSS
 from .granite import GRANITE, GRANITEMOE
@@ -232,6 +232,8 @@ ENTRIES: tuple[Arch, ...] = (
 )
 # the text of the OCR VLMs (issue 15 section 3)
 ENTRIES += (ERNIE4_5, PADDLEOCR, ERNIE4_5_MOE)
+# GLM-4-0414 dense; GLM-4V's, GLM-4.5V's and GLM-OCR's text halves
+ENTRIES += (GLM4, GLM4V_TEXT, GLM4VMOE_TEXT, GLMOCR_TEXT)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)
@@ -263,6 +265,9 @@ GGUF_VARIANTS: dict[str, list[tuple[Callable[[Mapping[str, Any]], bool], Arch]]]
     "granitehybrid": [(is_bamba, BAMBA), (hybrid_has_experts, GRANITEHYBRID_MOE)],
     "granite": [(is_granitehybrid_file, GRANITEHYBRID_AS_GRANITE)],
     "granitemoe": [(is_granitehybrid_file, GRANITEHYBRID_AS_GRANITEMOE)],
+    # GLM-4V's text half: Q/K reordered for M-RoPE, no HF class of its own (refused)
+    "glm4": [(has_sections, GLM4V_TEXT)],
+    "glm4moe": [(has_sections, GLM4VMOE_TEXT)],
 }
 _GGUF_VARIANT_ENTRIES = [a for vs in GGUF_VARIANTS.values() for _, a in vs]
 

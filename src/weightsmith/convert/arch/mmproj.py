@@ -1486,6 +1486,82 @@ AUDIOFLAMINGO3_AUDIO = _whisper(
     conv_type="F32",
 )
 
+# --------------------------------------------------------------------------- GLM-4V
+
+_GV = "visual.blocks.{bid}."
+
+
+def _glm_act(act: str) -> Callable[[dict], bool | None]:
+    return lambda v: True if str(v.get("hidden_act", "")).lower() == act else None
+
+
+# Glm4VVisionModel (a Qwen3VLVisionModel subclass): MmprojModel's rows, the image size
+# from the position table when not given, then its own; the tower as Qwen3-VL's (Conv3d
+# split in two Conv2d kernels, fused QKV), its MLP SwiGLU, a Conv2d 2x2 downsample
+# (``mm.patch_merger``, F16 at f16 else F32) and a SwiGLU merger mapped by gguf-py;
+# GLM-OCR's tower adds biases and per-head Q/K norms, and has no position table
+GLM4V_VISION = Projector(
+    hf_archs=(
+        "Glm4vForConditionalGeneration",
+        "Glm4vMoeForConditionalGeneration",
+        "GlmOcrForConditionalGeneration",
+    ),
+    keep=("model.visual.", "visual."),
+    rename=lambda name: name.removeprefix("model."),
+    force=_qwen_force,
+    required=tuple(k for k in BASE_REQUIRED if k != ("image_size",)),
+    entry=Arch(
+        hf_archs=("Glm4vForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *(
+                m("vision.image_size", "image_size", value=_qwen3vl_image_size)
+                if isinstance(r, MetaKey) and r.key == "vision.image_size"
+                else r
+                for r in BASE_ROWS
+            ),
+            _const("projector_type", "glm4v", VT.STRING),
+            MetaKey("use_gelu", ("hidden_act",), VT.BOOL, _glm_act("gelu")),
+            MetaKey("use_silu", ("hidden_act",), VT.BOOL, _glm_act("silu")),
+            # the vision config's own epsilon here (Qwen3-VL reads the text model's)
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "rms_norm_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v.get("rms_norm_eps", 1e-5),
+            ),
+        ],
+        names=[
+            NameRule("visual.patch_embed.proj.bias", "v.patch_embd.bias"),
+            *_wb(
+                [
+                    ("visual.embeddings.position_embedding", "v.position_embd"),
+                    ("visual.post_conv_layernorm", "v.norm_embd"),
+                    ("visual.post_layernorm", "v.post_ln"),
+                    ("visual.downsample", "mm.patch_merger"),
+                    (_GV + "attn.qkv", _VBLK + "attn_qkv"),
+                    (_GV + "attn.proj", _VBLK + "attn_out"),
+                    # GLM-OCR's per-head Q/K norms
+                    (_GV + "attn.q_norm", _VBLK + "attn_q_norm"),
+                    (_GV + "attn.k_norm", _VBLK + "attn_k_norm"),
+                    (_GV + "norm1", _VBLK + "ln1"),
+                    (_GV + "norm2", _VBLK + "ln2"),
+                    (_GV + "mlp.gate_proj", _VBLK + "ffn_gate"),
+                    (_GV + "mlp.up_proj", _VBLK + "ffn_up"),
+                    (_GV + "mlp.down_proj", _VBLK + "ffn_down"),
+                    ("visual.merger.proj", "mm.model.fc"),
+                    ("visual.merger.post_projection_norm", "mm.post_norm"),
+                    ("visual.merger.gate_proj", "mm.gate"),
+                    ("visual.merger.up_proj", "mm.up"),
+                    ("visual.merger.down_proj", "mm.down"),
+                ]
+            ),
+        ],
+        splits=QWEN3VL_VISION.entry.splits,
+        required=(),
+    ),
+)
+
 #: every projector entry
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
@@ -1501,5 +1577,6 @@ PROJECTORS += (INTERNVL_VISION,)
 PROJECTORS += (VOXTRAL_AUDIO,)
 PROJECTORS += (QWEN2AUDIO_AUDIO,)
 PROJECTORS += (AUDIOFLAMINGO3_AUDIO,)
+PROJECTORS += (GLM4V_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}

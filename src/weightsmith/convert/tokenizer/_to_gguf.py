@@ -16,6 +16,8 @@ architecture (``config["architectures"][0]``):
   written as ``tokenizer.ggml.model = gemma4`` with its merges (:func:`_set_gemma4`);
 * GLM-4 MoE (``_set_vocab_glm``): gpt2, its special ids taken from the added tokens
   (bos ``[gMASK]``, eot ``<|user|>``, unk ``<|endoftext|>``, eom ``<|observation|>``);
+  GLM-4 dense and GLM-4V (``glm4``, ``Glm4Model.set_vocab``): the same with eos, unk and
+  bos ``<|endoftext|>``, eot ``<|user|>``;
 * ERNIE 4.5 (``ernie``): SentencePiece from ``tokenizer.model``, then ``add_space_prefix``
   from tokenizer_config.json's ``add_prefix_space``;
 * Jamba (``jamba``): SentencePiece from ``tokenizer.model``, else "llama-hf" with
@@ -82,6 +84,7 @@ ROUTES = (
     "gpt2",
     "phi3",
     "glm",
+    "glm4",
     "jamba",
     "gemma3n",
     "ernie",
@@ -805,16 +808,29 @@ _GLM_SPECIALS = (
     ("unk", "<|endoftext|>"),
     ("eom", "<|observation|>"),
 )
+#: Glm4Model.set_vocab's (GLM Edge's) special tokens, in its order
+_GLM4_SPECIALS = (
+    ("eos", "<|endoftext|>"),
+    ("eot", "<|user|>"),
+    ("unk", "<|endoftext|>"),
+    ("bos", "<|endoftext|>"),
+)
 
 
-def _set_glm(out: _Entries, d: Path, config: dict, pre: str | None = None) -> None:
+def _set_glm(
+    out: _Entries,
+    d: Path,
+    config: dict,
+    pre: str | None = None,
+    specials: tuple[tuple[str, str], ...] = _GLM_SPECIALS,
+) -> None:
     tokens, types, pre, hf = _gpt2_vocab(d, config, pre)
     out.add("ggml.model", "gpt2", VT.STRING)
     out.add("ggml.pre", pre, VT.STRING)
     out.add("ggml.tokens", tokens, VT.STRING)
     out.add("ggml.token_type", types, VT.INT32)
     special = _SpecialVocab(d, config, load_merges=True)
-    for typ, text in _GLM_SPECIALS:
+    for typ, text in specials:
         if text not in hf.added_vocab:
             raise E.TokenizerInconsistent(
                 f"GLM tokenizer without its {typ} token",
@@ -951,10 +967,10 @@ def vocab_metadata(
             _set_spm(out, d, config, phi3=True)
         else:
             raise _missing(d, "tokenizer.model (or a GPT2Tokenizer tokenizer.json)")
-    elif route == "glm":
+    elif route in ("glm", "glm4"):
         if not has_json:
             raise _missing(d, "tokenizer.json")
-        _set_glm(out, d, config, pre)
+        _set_glm(out, d, config, pre, _GLM_SPECIALS if route == "glm" else _GLM4_SPECIALS)
     elif route == "gemma4":
         if not has_json:
             raise _missing(d, "tokenizer.json")
