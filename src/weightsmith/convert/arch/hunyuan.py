@@ -9,6 +9,10 @@ place, then ``rope.scaling.type = none`` and factor 1; for ``dynamic`` also a 25
 original and actual context (overwriting ``context_length`` in place), asserting theta
 10000 and a config context of 32k or 256k.  GGUF -> HF writes the stretched base as a
 plain ``rope_theta`` (the same frequencies as transformers' ``ntk_alpha``).
+
+HunyuanVL's text model (``HUNYUAN_VL``, GGUF ``hunyuan_vl``) is the same layout under
+``model.language_model.``; under XD-RoPE its class re-sets the base to theta and adds
+alpha, the config context and the sections (see the entry).  Its projector is not here.
 """
 
 from __future__ import annotations
@@ -101,4 +105,70 @@ HUNYUAN_DENSE = Arch(
     # TextModel's scaling rows read back as ``rope_scaling`` type none: the stretched base
     # alone is the RoPE (transformers' default type)
     hf_config=lambda cfg, names: {"hidden_act": "silu", "rope_scaling": None},
+)
+
+
+def _xdrope(cfg: dict) -> bool:
+    """HunyuanVL's XD-RoPE: ``xdrope``, or transformers 5's spelling of it (``dynamic``
+    with an ``mrope_section``), which the reference renames back before reading."""
+    rp = full_rope(cfg)
+    return _rope_type(cfg) == "xdrope" or (_rope_type(cfg) == "dynamic" and "mrope_section" in rp)
+
+
+def _vl_value(dense: Any, xd: Any) -> Any:
+    """A row of the VL text model: ``xd(cfg)`` under XD-RoPE, else the dense model's."""
+    return lambda cfg: xd(cfg) if _xdrope(cfg) else dense(cfg)
+
+
+def _xd_sections(cfg: dict) -> list[int] | None:
+    rp = full_rope(cfg)
+    sec = rp.get("xdrope_section", rp.get("mrope_section"))
+    return None if sec is None else [*sec, 0, 0, 0, 0][:4]
+
+
+def _vl_rows() -> list:
+    rows = replace_rows(
+        COMMON,
+        context_length=m(
+            "context_length",
+            "max_position_embeddings",
+            value=_vl_value(_context, lambda c: c.get("max_position_embeddings")),
+        ),
+        rope__freq_base=m(
+            "rope.freq_base",
+            "rope_theta",
+            t=VT.FLOAT32,
+            value=_vl_value(_freq_base, lambda c: full_rope(c).get("rope_theta")),
+        ),
+    )
+    # TextModel writes the sections (from mrope_section) just before the base; the VL
+    # class re-sets them, in place, from xdrope_section
+    at = next(i for i, r in enumerate(rows) if getattr(r, "key", None) == "rope.freq_base")
+    rows.insert(at, m("rope.dimension_sections", "_xd_sections", t=VT.INT32, value=_xd_sections))
+    return [
+        *rows,
+        m("rope.scaling.type", "_ntk_type", t=VT.STRING,
+          value=lambda c: "none" if _ntk(c) or _xdrope(c) else None),
+        m("rope.scaling.factor", "_ntk_factor", t=VT.FLOAT32,
+          value=_vl_value(lambda c: 1 if _ntk(c) else None,
+                          lambda c: float(full_rope(c).get("factor", 1)))),
+        m("rope.scaling.alpha", "_xd_alpha", t=VT.FLOAT32,
+          value=lambda c: float(full_rope(c)["alpha"]) if _xdrope(c) else None),
+        m("rope.scaling.original_context_length", "_ntk_orig",
+          value=_vl_value(lambda c: _CTX_256K if _rope_type(c) == "dynamic" else None,
+                          lambda c: c.get("max_position_embeddings"))),
+    ]  # fmt: skip
+
+
+#: the text model of HunyuanVL (``HunYuanVLForConditionalGeneration``, llama.cpp's
+#: ``HunyuanVLTextModel``, GGUF ``hunyuan_vl``): the dense entry's tensors under
+#: ``model.language_model.``, the vision tower skipped; with XD-RoPE the base is
+#: theta itself, then ``rope.scaling.alpha``, the config context as both context rows and
+#: the sections as ``rope.dimension_sections``
+HUNYUAN_VL = Arch(
+    hf_archs=("HunYuanVLForConditionalGeneration",),
+    gguf_arch="hunyuan_vl",
+    meta=_vl_rows(),
+    names=HUNYUAN_DENSE.names,
+    tokenizer={"vocab": "hunyuan"},
 )
