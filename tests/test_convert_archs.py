@@ -68,6 +68,8 @@ ARCHS += ["ernie4_5"]
 ARCHS += ["ernie4_5_moe"]
 # GLM-4-0414 dense (glm4): fused gate_up, four norms a layer, half-rotary interleaved RoPE
 ARCHS += ["glm4"]
+# HunYuan dense (the text half of HunyuanVL): Q/K norms, NTK-alpha RoPE as a stretched base
+ARCHS += ["hunyuan_dense"]
 REF_TYPES = ["f32", "f16", "bf16", "q8_0"]
 # llama.cpp (the pinned build) and transformers 5 give different logits for the same tiny
 # DeepSeek-V3 (max 0.69): llama.cpp's own file shows the same gap as ours (docs/
@@ -147,6 +149,7 @@ BPE_VOCAB = {
 BPE_VOCAB |= {"nemotronhmoe"}
 BPE_VOCAB |= {"falconh1"}
 BPE_VOCAB |= {"glm4"}
+BPE_VOCAB |= {"hunyuan_dense"}
 PROMPTS = {
     "spm": [1, 5, 9, 33, 100, 7, 200, 42],
     "bpe": [9707, 11, 1879, 0, 358, 1079, 264, 2272],

@@ -314,3 +314,55 @@ def eurobert(folder: Path, *, seed: int = 42) -> Path:
     model = EuroBertModel(cfg)
     _random_init(model, seed)
     return _save(model, folder, "float32")
+
+
+def distilbert_reranker(folder: Path, *, seed: int = 43) -> Path:
+    """A tiny DistilBertForSequenceClassification with one label (``distilbert.`` prefix,
+    ``pre_classifier`` then ReLU then ``classifier``) and MiniLM's WordPiece tokenizer."""
+    import shutil
+
+    from transformers import DistilBertConfig, DistilBertForSequenceClassification
+
+    from .hf_models import minilm_dir
+
+    src = minilm_dir()
+    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+        shutil.copy(src / f, folder / f)
+    cfg = DistilBertConfig(vocab_size=30522, dim=64, hidden_dim=128, n_layers=2, n_heads=4,
+                           max_position_embeddings=128, num_labels=1)  # fmt: skip
+    model = DistilBertForSequenceClassification(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, "float32")
+
+
+def camembert(folder: Path, *, unigram: bool = False, seed: int = 44) -> Path:
+    """A tiny CamembertModel (RoBERTa's layout without a prefix: padding id 1, positions
+    from 2), mean pooling.  Tokenizer: MiniLM's WordPiece (one llama.cpp's converter
+    fingerprints), or with ``unigram`` CamemBERT's own kind, a SentencePiece Unigram
+    ``sentencepiece.bpe.model`` saved by CamembertTokenizer (``tokenizer.json`` too)."""
+    import shutil
+
+    from transformers import CamembertConfig, CamembertModel
+
+    from .hf_models import minilm_dir
+
+    if unigram:
+        from transformers import CamembertTokenizer
+
+        n = train_unigram(folder, name="sentencepiece.bpe.model", ids=(-1, 2, 0, 1))
+        CamembertTokenizer(str(folder / "sentencepiece.bpe.model")).save_pretrained(folder)
+        vocab = n + 4
+    else:
+        src = minilm_dir()
+        for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                  "vocab.txt"):  # fmt: skip
+            shutil.copy(src / f, folder / f)
+        vocab = 30522
+    _mean_pooling(folder, 64)
+    cfg = CamembertConfig(
+        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, max_position_embeddings=66, type_vocab_size=1,
+    )  # fmt: skip
+    model = CamembertModel(cfg, add_pooling_layer=False)
+    _random_init(model, seed)
+    return _save(model, folder, "float32")

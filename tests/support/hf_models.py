@@ -2112,3 +2112,62 @@ def glm4(folder: Path, *, dtype: str = "bfloat16", seed: int = 47) -> Path:
 
 
 BUILDERS["glm4"] = glm4
+
+
+def hunyuan_dense(folder: Path, *, dtype: str = "bfloat16", seed: int = 60) -> Path:
+    """A tiny HunYuanDenseV1ForCausalLM (Hunyuan-4B's layout: Q/K RMS norms, RoPE
+    ``dynamic`` with ``alpha`` 1000 over a 32k config context), Qwen's BPE; ``eod_token_id``
+    and generation_config.json's EOS list as the published configs have them (both are
+    written over the tokenizer's EOS / EOT by the reference)."""
+    from transformers import GenerationConfig, HunYuanDenseV1Config, HunYuanDenseV1ForCausalLM
+
+    vocab = _qwen_tokenizer(folder)
+    cfg = HunYuanDenseV1Config(
+        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        max_position_embeddings=32768, tie_word_embeddings=False, bos_token_id=None,
+        eos_token_id=151643, pad_token_id=None, eod_token_id=151645,
+        rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 1000.0,
+                         "factor": 1.0},
+    )  # fmt: skip
+    model = HunYuanDenseV1ForCausalLM(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    GenerationConfig(eos_token_id=[151645, 151643]).save_pretrained(folder)
+    return folder
+
+
+BUILDERS["hunyuan_dense"] = hunyuan_dense
+
+
+def hunyuan_vl(folder: Path, *, dtype: str = "float32", seed: int = 61) -> Path:
+    """A tiny HunYuanVLForConditionalGeneration (HunyuanOCR's classes): the HunYuan dense
+    text model with XD-RoPE (``xdrope`` alpha 1000, four sections; transformers 5 saves it
+    as ``dynamic`` + ``mrope_section``) and a 2-layer vision tower, Qwen's BPE.  Saved in
+    transformers 5's layout (``model.language_model.*``, ``model.vision_tower.*``)."""
+    from transformers import HunYuanVLConfig, HunYuanVLForConditionalGeneration
+
+    vocab = _qwen_tokenizer(folder)
+    rope = {"rope_type": "xdrope", "rope_theta": 10000.0, "alpha": 1000.0,
+            "xdrope_section": [2, 2, 2, 2], "factor": 1.0}  # fmt: skip
+    cfg = HunYuanVLConfig(
+        text_config=dict(
+            vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            max_position_embeddings=256, eos_token_id=151643, eod_token_id=151645,
+            bos_token_id=None, pad_token_id=None, rope_parameters=rope,
+            tie_word_embeddings=False,  # the reference reads the text config's
+        ),
+        vision_config=dict(
+            hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=2,
+            num_hidden_layers=2, out_hidden_size=64, text_hidden_size=64, patch_size=16,
+            max_image_size=64, min_image_size=32,
+        ),
+        tie_word_embeddings=False,
+    )  # fmt: skip
+    model = HunYuanVLForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+BUILDERS["hunyuan_vl"] = hunyuan_vl

@@ -142,7 +142,8 @@ def _hf_arch(entry: Any, md: Mapping[str, Any], names: set[str] | None = None) -
     """The HF class: the entry's first, or a sibling sharing its GGUF layout whose model
     type the file names (llama.cpp writes Mistral as ``llama``; ``general.name`` keeps it),
     or whose experts the file has (Mixtral is ``llama`` with ``ffn_*_exps``; DeepSeek-V3
-    is ``deepseek2`` with ``exp_probs_b``; UMT5 is ``t5`` with a bias in every block)."""
+    is ``deepseek2`` with ``exp_probs_b``; UMT5 is ``t5`` with a bias in every block), or
+    whose classification head it has (a DistilBERT reranker's ``cls.output``)."""
     if names and any(n.endswith("_exps.weight") for n in names) and entry.stacks:
         for cls in entry.hf_archs:
             if entry.model_types.get(cls) == "mixtral":
@@ -157,6 +158,11 @@ def _hf_arch(entry: Any, md: Mapping[str, Any], names: set[str] | None = None) -
     if names and "enc.blk.1.attn_rel_b.weight" in names:
         for cls in entry.hf_archs:
             if entry.model_types.get(cls) == "umt5":
+                return cls
+    # a reranker's head (llama.cpp's cls.output) where the entry can rebuild its HF class
+    if names and "cls.output.weight" in names:
+        for cls in entry.hf_archs:
+            if cls.endswith("ForSequenceClassification") and cls in entry.model_types:
                 return cls
     name = " ".join(str(md.get(k, "")) for k in ("general.basename", "general.name")).lower()
     for cls in entry.hf_archs[1:]:

@@ -105,6 +105,7 @@ from .glm import GLM4, GLM4MOE, GLM4V_TEXT, GLM4VMOE_TEXT, GLMOCR_TEXT, has_sect
 from .gpt import FALCON, GPT2, STABLELM, STARCODER2
 from .gptoss import GPT_OSS
 from .granite import GRANITE, GRANITEMOE
+from .hunyuan import HUNYUAN_DENSE, HUNYUAN_VL
 from .jamba import JAMBA
 from .lfm2 import LFM2, LFM2MOE
 from .llama import JANUS, LLAMA, MISTRAL3, MISTRAL_NATIVE, SMOLLM3
@@ -234,6 +235,8 @@ ENTRIES: tuple[Arch, ...] = (
 ENTRIES += (ERNIE4_5, PADDLEOCR, ERNIE4_5_MOE)
 # GLM-4-0414 dense; GLM-4V's, GLM-4.5V's and GLM-OCR's text halves
 ENTRIES += (GLM4, GLM4V_TEXT, GLM4VMOE_TEXT, GLMOCR_TEXT)
+# HunYuan dense, the text half of HunyuanVL (issue 15 section 3)
+ENTRIES += (HUNYUAN_DENSE, HUNYUAN_VL)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)

@@ -17,6 +17,9 @@ rebuilds an XLM-RoBERTa when the vocabulary is Unigram (``tokenizer.ggml.model =
 else a BERT.  RoBERTa (``RobertaModel``) cuts its positions the same way, with a
 byte-level BPE vocabulary (``tokenizer.ggml.model = gpt2``, which GGUF -> HF maps back
 to RoBERTa).  DistilBERT is BERT's graph under other tensor names, without token types.
+CamemBERT (``CamembertModel``) is BERT itself here, as in the reference: no position cut
+(llama.cpp then counts its positions from 0, not from ``pad_token_id + 1``) and the
+WordPiece route, which refuses its SentencePiece tokenizer for want of a fingerprint.
 
 nomic-bert (``NomicBertModel``, remote code: dense SwiGLU with a fused ``Wqkv`` and
 RoPE) and ModernBERT (``modern-bert``: fused ``Wqkv``, GeGLU, alternating local and
@@ -99,7 +102,13 @@ def _bert_head(name: str, cfg: dict) -> str:
 
 
 BERT = Arch(
-    hf_archs=("BertModel", "BertForMaskedLM", "BertForSequenceClassification"),
+    hf_archs=(
+        "BertModel",
+        "BertForMaskedLM",
+        "BertForSequenceClassification",
+        # the reference converts CamemBERT as BERT: tensors, WordPiece route, no position cut
+        "CamembertModel",
+    ),
     gguf_arch="bert",
     meta=[*COMMON, *ENCODER_ROWS, CLASSIFIER_LABELS],
     names=[
@@ -218,12 +227,29 @@ ROBERTA = Arch(
 
 _DL = "transformer.layer.{bid}."
 
-#: DistilBERT (``DistilBertModel`` / ``DistilBertForMaskedLM``): BERT's graph under other
-#: names, no token types; the reference writes ``layer_norm_epsilon`` 1e-12 first (the
-#: config has no such field) and drops the ``distilbert.`` prefix and the MLM head
-#: (``vocab_*``)
+
+def _distilbert_hf_config(cfg: dict, names: set[str]) -> dict:
+    """A reranker's labels back as ``id2label`` / ``label2id`` (the GGUF keeps their names
+    only; ids are their order)."""
+    labels = cfg.get("_output_labels")
+    if "cls.output.weight" not in names or not labels:
+        return {}
+    return {
+        "id2label": {str(i): v for i, v in enumerate(labels)},
+        "label2id": {v: i for i, v in enumerate(labels)},
+    }
+
+
+#: DistilBERT (``DistilBertModel`` / ``DistilBertForMaskedLM`` /
+#: ``DistilBertForSequenceClassification``): BERT's graph under other names, no token
+#: types; the reference writes ``layer_norm_epsilon`` 1e-12 first (the config has no such
+#: field) and drops the ``distilbert.`` prefix and the MLM head (``vocab_*``).  A
+#: reranker's ``pre_classifier`` is llama.cpp's ``cls`` and its ``classifier`` ``cls.output``
+#: (with AutoConfig's placeholder labels it would be a second ``cls``: the reference fails
+#: on the duplicate, ours names the unmapped tensor), as for BERT; llama.cpp applies a tanh
+#: between them where DistilBERT has a ReLU (the reference writes no activation)
 DISTILBERT = Arch(
-    hf_archs=("DistilBertModel", "DistilBertForMaskedLM"),
+    hf_archs=("DistilBertModel", "DistilBertForMaskedLM", "DistilBertForSequenceClassification"),
     gguf_arch="bert",
     meta=[
         m("attention.layer_norm_epsilon", "_eps", t=VT.FLOAT32, value=lambda c: 1e-12),
@@ -235,6 +261,7 @@ DISTILBERT = Arch(
         m("attention.head_count", "n_heads"),
         *COMMON[5:],
         *ENCODER_ROWS,
+        CLASSIFIER_LABELS,
     ],
     names=[
         *BERT_NAMES[:2],
@@ -247,7 +274,11 @@ DISTILBERT = Arch(
         *_wb(_DL + "ffn.lin1", _B + "ffn_up"),
         *_wb(_DL + "ffn.lin2", _B + "ffn_down"),
         *_wb(_DL + "output_layer_norm", _B + "layer_output_norm"),
+        *_wb("pre_classifier", "cls"),
+        *_wb("classifier.out_proj", "cls.output"),
     ],
+    # GGUF -> HF: DistilBertForSequenceClassification's one ``classifier`` layer again
+    rename=(_bert_head, lambda name, cfg: name.replace("classifier.out_proj.", "classifier.")),
     skip=(*BERT.skip, r"^vocab_"),
     renames=((r"^distilbert\.", ""), *BERT.renames),
     required=("dim", "n_layers", "n_heads", "hidden_dim", "vocab_size"),
@@ -263,7 +294,12 @@ DISTILBERT = Arch(
     },
     pooling=True,
     tokenizer={"vocab": "bert"},
-    model_types={"DistilBertModel": "distilbert", "DistilBertForMaskedLM": "distilbert"},
+    model_types={
+        "DistilBertModel": "distilbert",
+        "DistilBertForMaskedLM": "distilbert",
+        "DistilBertForSequenceClassification": "distilbert",
+    },
+    hf_config=_distilbert_hf_config,
 )
 
 

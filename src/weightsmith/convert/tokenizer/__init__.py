@@ -25,6 +25,7 @@ extras imported on first use; GGUF -> HF needs neither.
 from __future__ import annotations
 
 from ._from_gguf import hf_tokenizer_files, tokenizer_json_from_vocab_gguf, write_hf_tokenizer
+from ._hunyuan import set_hunyuan as set_hunyuan  # registers the hunyuan route
 from ._meta import meta_tokenizer_metadata
 from ._tekken import tekken_metadata
 from ._to_gguf import TokenType, vocab_metadata
