@@ -33,10 +33,18 @@ def _with_sections(rows: list[Any]) -> list[Any]:
 
 
 QWEN2VL = Arch(
-    hf_archs=("Qwen2_5_VLForConditionalGeneration", "Qwen2VLForConditionalGeneration"),
+    # Qwen2.5-Omni: the Hub's config names the class Qwen2_5OmniModel (transformers 5's
+    # Qwen2_5OmniForConditionalGeneration is not the reference's, which refuses it); its
+    # text model is the thinker's, under ``thinker.`` (``thinker_config.text_config``)
+    hf_archs=(
+        "Qwen2_5_VLForConditionalGeneration",
+        "Qwen2VLForConditionalGeneration",
+        "Qwen2_5OmniModel",
+    ),
     gguf_arch="qwen2vl",
     meta=_with_sections(list(COMMON)),
     names=[*BASE_NAMES, *FFN_NORM],
+    renames=((r"^thinker\.", ""),),
     tokenizer={"vocab": "spm_or_gpt2"},
 )
 
