@@ -236,3 +236,204 @@ def test_refused_before_writing(omni, tmp_path):
     with pytest.raises(E.InvalidModelConfig, match="audio_config"):
         hf_to_gguf(src, out / "t.gguf", "f16", mmproj=out / "m.gguf")
     assert not out.exists()
+
+
+# --------------------------------------------------------------------------- Qwen3-Omni
+
+
+def _hub_visual(k: str) -> str:
+    return "visual." + k[len("thinker.visual.") :] if k.startswith("thinker.visual.") else k
+
+
+def _flat(src: Path, dst: Path) -> None:
+    """A copy of ``src`` without deepstack mergers (config and tensors)."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.safetensors"))
+    cfg = json.loads((dst / "config.json").read_text())
+    cfg["thinker_config"]["vision_config"]["deepstack_visual_indexes"] = []
+    (dst / "config.json").write_text(json.dumps(cfg, indent=2))
+    sd = load_file(src / "model.safetensors")
+    keep = {k: v for k, v in sd.items() if ".merger_list." not in k}
+    save_file(keep, dst / "model.safetensors", metadata={"format": "pt"})
+
+
+@pytest.fixture(scope="module")
+def omni3(tmp_path_factory) -> Path:
+    """The tiny Qwen3-Omni MoE (Hub layout: ``thinker.visual.*``) and a copy of it with the
+    tower saved as ``visual.*`` (``alt/model``: the layout the pinned reference's
+    projector class converts); the reference's text f16 (of the Hub layout) and
+    projectors (of the copy) at each type, and ours of the Hub layout; the reference's
+    ``--mmproj`` of the Hub layout last in the same process (it fails: its stderr is
+    kept as ``ref-hub-layout.log``)."""
+    import subprocess
+    import sys
+
+    from support.llama_sdist import llama_cpp_root
+    from support.vlm_models import hub_layout
+    from test_convert_mmproj import _DRIVER
+
+    root = tmp_path_factory.mktemp("qwen3omni")
+    src = build("qwen3omni", root / "model")
+    alt = root / "alt" / "model"
+    shutil.copytree(src, alt)
+    hub_layout(alt, _hub_visual)
+    jobs = [[str(src), "--outfile", str(root / "ref-text-f16.gguf"), "--outtype", "f16"]]
+    for t in TYPES:
+        jobs.append([str(alt), "--outfile", str(root / f"ref-mmproj-{t}.gguf"), "--outtype", t,
+                     "--mmproj"])  # fmt: skip
+        hf_to_gguf(src, root / f"ours-text-{t}.gguf", t, mmproj=root / f"ours-mmproj-{t}.gguf")
+    jobs.append([str(src), "--outfile", str(root / "ref-hub-layout.gguf"), "--outtype", "f16",
+                 "--mmproj"])  # fmt: skip
+    script = str(llama_cpp_root() / "convert_hf_to_gguf.py")
+    r = subprocess.run([sys.executable, "-c", _DRIVER, script, json.dumps(jobs)],
+                       capture_output=True, text=True)  # fmt: skip
+    (root / "ref-hub-layout.log").write_text(f"returncode {r.returncode}\n{r.stderr}")
+    return src
+
+
+@pytest.fixture(scope="module")
+def omni3_flat(omni3) -> tuple:
+    """The same Qwen3-Omni without its deepstack mergers (the one mtmd 0.3.36 can load:
+    see test_qwen3omni_deepstack_not_in_mtmd), converted by ours at f32, and
+    transformers' model of it."""
+    import torch
+    from transformers import Qwen3OmniMoeForConditionalGeneration
+
+    src = omni3.parent / "flat" / "model"
+    _flat(omni3, src)
+    hf_to_gguf(src, src.parent / "ours-text-f32.gguf", "f32",
+               mmproj=src.parent / "ours-mmproj-f32.gguf")  # fmt: skip
+    m = Qwen3OmniMoeForConditionalGeneration.from_pretrained(src, dtype=torch.float32)
+    return src, m.eval()
+
+
+@pytest.mark.parametrize("t", TYPES)
+def test_qwen3omni_same_as_reference(omni3, t):
+    """Our projector of the Hub's layout is the reference's of the same weights (saved
+    as ``visual.*``) byte for byte; the text file (the thinker's ``qwen3vlmoe``) is the
+    reference's of the Hub's layout."""
+    root = omni3.parent
+    _same(root / f"ours-mmproj-{t}.gguf", root / f"ref-mmproj-{t}.gguf")
+    if t == "f16":
+        _same(root / "ours-text-f16.gguf", root / "ref-text-f16.gguf")
+
+
+def test_qwen3omni_reference_fails_on_hub_layout(omni3, tmp_path):
+    """Why ours is compared with the reference's file of the ``visual.*`` copy: the
+    pinned converter renames the Hub's ``thinker.visual.*`` to ``model.visual.*`` and
+    stops at the first vision tensor (no file); ours reads the same tensors under either
+    name and writes the same file."""
+    root = omni3.parent
+    log = (root / "ref-hub-layout.log").read_text()
+    assert not log.startswith("returncode 0") and "Can not map tensor 'model.visual." in log
+    assert not (root / "ref-hub-layout.gguf").exists()
+    assert (root / "ref-mmproj-q8_0.gguf").exists()  # the jobs before it ran
+    dst = tmp_path / "alt"
+    dst.mkdir()
+    hf_to_gguf(omni3.parent / "alt" / "model", dst / "t.gguf", "f16", mmproj=dst / "m.gguf")
+    assert (dst / "m.gguf").read_bytes() == (omni3.parent / "ours-mmproj-f16.gguf").read_bytes()
+
+
+def test_qwen3omni_contents(omni3):
+    """Guard against a vacuous pass: both towers, the deepstack mergers named by their
+    tower layer, the audio convs F16 at q8_0; the text file's BOS and EOS the
+    ``<|im_end|>`` id and no deepstack width."""
+    from weightsmith.gguf import read
+
+    with read(omni3.parent / "ours-mmproj-q8_0.gguf") as f:
+        md = f.metadata
+        types = {t.name: (t.ggml_type.name, t.shape) for t in f.tensors}
+        first = f.tensors[0].name
+    assert md["clip.vision.projector_type"] == "qwen3vl_merger"
+    assert md["clip.audio.projector_type"] == "qwen3a" and "clip.projector_type" not in md
+    assert list(md["clip.vision.is_deepstack_layers"]) == [False, True, True, False]
+    assert md["clip.audio.block_count"] == 2 and md["clip.audio.num_mel_bins"] == 128
+    assert first == "a.position_embd.weight"
+    assert types["a.position_embd.weight"] == ("F32", (1500, 64))
+    assert types["a.conv2d.1.weight"] == ("F16", (32, 1, 3, 3))
+    assert types["a.conv2d.3.bias"] == ("F32", (32, 1, 1))
+    assert types["a.conv_out.weight"] == ("F16", (64, 512))
+    assert types["mm.a.mlp.2.weight"][0] == types["v.deepstack.2.fc1.weight"][0] == "Q8_0"
+    assert types["v.deepstack.1.norm.weight"] == ("F32", (256,)) and "mm.0.weight" in types
+    with read(omni3.parent / "ours-text-f16.gguf") as f:
+        md = f.metadata
+        names = {t.name for t in f.tensors}
+    assert md["general.architecture"] == "qwen3vlmoe" and md["qwen3vlmoe.n_deepstack_layers"] == 0
+    assert md["tokenizer.ggml.bos_token_id"] == md["tokenizer.ggml.eos_token_id"] == 151645
+    assert "blk.1.ffn_gate_exps.weight" in names
+
+
+def test_qwen3omni_deepstack_not_in_mtmd(omni3):
+    """mtmd 0.3.36 does not load a Qwen3-Omni projector whose tower has deepstack mergers
+    (every Hub Qwen3-Omni: layers 8, 16, 24): it wants the vision output width
+    (``n_embd x (1 + deepstack)``) equal to the audio one (``n_embd``), and the reference's
+    file (ours) has both.  The runtime's limit, not the file's: the same tower without
+    mergers loads and runs (test_qwen3omni_llama_cpp_*)."""
+    root = omni3.parent
+    with pytest.raises(AssertionError, match="did not load"):
+        _mtmd_embeddings(root / "ours-text-f32.gguf", root / "ours-mmproj-f32.gguf", _image(64))
+
+
+def test_qwen3omni_llama_cpp_image(omni3_flat):
+    """mtmd encodes a 64 x 64 image through our projector into the 16 merged-patch
+    features transformers' thinker gives: measured 4.4e-4 of their scale."""
+    import torch
+    from transformers import AutoImageProcessor
+
+    src, m = omni3_flat
+    img = _image(64)
+    got = _mtmd_embeddings(src.parent / "ours-text-f32.gguf", src.parent / "ours-mmproj-f32.gguf",
+                           img)  # fmt: skip
+    px = AutoImageProcessor.from_pretrained(src)(images=[img], return_tensors="pt",
+                                                 do_resize=False)  # fmt: skip
+    with torch.no_grad():
+        f = m.thinker.get_image_features(
+            pixel_values=px["pixel_values"], image_grid_thw=px["image_grid_thw"]
+        ).pooler_output
+    want = torch.cat(list(f), 0).float().numpy() if isinstance(f, (list, tuple)) else f.numpy()
+    assert got.shape == want.shape == (16, 64)
+    assert np.abs(got - want).max() <= 1e-3 * float(np.abs(want).max())
+
+
+def test_qwen3omni_llama_cpp_audio(omni3_flat):
+    """mtmd (``qwen3a``: Whisper's mel, 100-frame chunks through the Conv2d stack, 13
+    tokens each) encodes a 2 s waveform into the 26 features transformers' thinker
+    gives for its 200 mel frames (WhisperFeatureExtractor, no padding): measured 2.4e-4
+    of their scale.  mtmd keeps one mel frame more (``n_samples / hop + 1``, which
+    Whisper's extractor drops): a third chunk of that frame and padding, 13 more tokens."""
+    import torch
+    from transformers import WhisperFeatureExtractor
+
+    src, m = omni3_flat
+    pcm = _pcm(2.0)
+    got = _mtmd_embeddings(src.parent / "ours-text-f32.gguf", src.parent / "ours-mmproj-f32.gguf",
+                           None, pcm)  # fmt: skip
+    x = WhisperFeatureExtractor(feature_size=128)(
+        pcm, sampling_rate=SAMPLE_RATE, return_attention_mask=True, truncation=False,
+        padding="longest", return_tensors="pt",
+    )  # fmt: skip
+    assert x["input_features"].shape[-1] == 200
+    with torch.no_grad():
+        f = m.thinker.get_audio_features(
+            x["input_features"], feature_attention_mask=x["attention_mask"]
+        ).pooler_output
+    want = (torch.cat(list(f), 0) if isinstance(f, (list, tuple)) else f).float().numpy()
+    assert want.shape == (26, 64) and got.shape == (39, 64)
+    assert np.abs(got[:26] - want).max() <= 1e-3 * float(np.abs(want).max())
+
+
+def test_qwen3omni_llama_cpp_text_logits(omni3_flat):
+    """llama.cpp's logits on our text file (Qwen3-VL-MoE: the Hub's per-expert tensors
+    stacked) are the thinker's."""
+    import torch
+
+    from test_convert_hf_to_gguf import _llama_logits
+
+    src, m = omni3_flat
+    tokens = [9707, 11, 1879, 0, 358, 1079, 264, 2272]
+    got = _llama_logits(src.parent / "ours-text-f32.gguf", tokens)
+    with torch.no_grad():
+        want = m.thinker(input_ids=torch.tensor([tokens])).logits[0].numpy()
+    scale = float(np.abs(want).max())
+    assert np.abs(got - want).max() <= 2e-3 * max(scale, 1.0), np.abs(got - want).max()

@@ -53,6 +53,8 @@ from .gemma4_audio import (
     audio_force,
     feed_forward_length,
 )
+from .qwen_omni_audio import AUDIO3_NAMES as OMNI_AUDIO3_NAMES
+from .qwen_omni_audio import AUDIO3_TRANSFORMS as OMNI_AUDIO3_TRANSFORMS
 from .qwen_omni_audio import AUDIO_NAMES as OMNI_AUDIO_NAMES
 from .qwen_omni_audio import AUDIO_TAIL as OMNI_AUDIO_TAIL
 from .qwen_omni_audio import AUDIO_TRANSFORMS as OMNI_AUDIO_TRANSFORMS
@@ -1639,6 +1641,64 @@ QWEN25OMNI_VISION = Projector(
     ),
 )
 
+# --------------------------------------------------------------------------- Qwen3-Omni
+
+#: Qwen3OmniMmprojModel's merger spellings -> Qwen3-VL's (``merger_list`` the deepstack)
+_OMNI3_MERGER = ((".ln_q", ".norm"), (".mlp.0", ".linear_fc1"), (".mlp.2", ".linear_fc2"))
+
+
+def _omni3_rename(name: str) -> str:
+    name = name.removeprefix("thinker.").removeprefix("model.")
+    if name.startswith(("visual.merger.", "visual.merger_list.")):
+        name = name.replace("visual.merger_list.", _DEEPSTACK, 1)
+        for a, b in _OMNI3_MERGER:
+            name = name.replace(a, b)
+    return name
+
+
+_QWEN3VL_ROWS = QWEN3VL_VISION.entry.meta
+
+# Qwen3OmniMmprojModel: the thinker's Qwen3-VL tower (its merger spelled ln_q / mlp.0 /
+# mlp.2, the deepstack mergers ``merger_list``) and a Whisper-style audio encoder with
+# Conv2d sub-sampling (``qwen3a``: arch/qwen_omni_audio.py) in one file.  Rows: the vision
+# base, the audio half (and mel bins, epsilon), Qwen3-VL's without its projector type,
+# then ``clip.vision.projector_type`` and ``clip.audio.projector_type`` (the reference
+# writes the base rows twice: in place).  One deliberate difference: the pinned
+# reference renames the Hub's ``thinker.visual.*`` to ``model.visual.*``, which its
+# tensor map does not know (it stops at the first vision tensor, nothing written); ours
+# reads them as ``visual.*``, and its file is the reference's for the same checkpoint
+# with the tower saved as ``visual.*`` (which the reference converts)
+QWEN3OMNI_VISION = Projector(
+    hf_archs=("Qwen3OmniMoeForConditionalGeneration",),
+    keep=("thinker.visual.", "thinker." + OMNI_AUDIO, "model.visual.", "visual.", OMNI_AUDIO),
+    rename=_omni3_rename,
+    renumber=_deepstack_renumber,
+    force=_omni_force,
+    required=QWEN3VL_VISION.required,
+    audio_required=_OMNI_AUDIO_KEYS,
+    entry=Arch(
+        hf_archs=("Qwen3OmniMoeForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *_QWEN3VL_ROWS[: len(BASE_ROWS)],
+            *audio_rows(fill=omni_audio_fill),
+            *(_audio_row(k, fn, t) for k, fn, t in OMNI_AUDIO_TAIL),
+            *(
+                r
+                for r in _QWEN3VL_ROWS[len(BASE_ROWS) :]
+                if not (isinstance(r, MetaKey) and r.key == "projector_type")
+            ),
+            _const("vision.projector_type", "qwen3vl_merger", VT.STRING),
+            _audio_row("audio.projector_type", lambda a: "qwen3a", VT.STRING),
+        ],
+        names=[*OMNI_AUDIO3_NAMES, *QWEN3VL_VISION.entry.names],
+        splits=QWEN3VL_VISION.entry.splits,
+        transforms=OMNI_AUDIO3_TRANSFORMS,
+        extra={POSITION_EMBD: lambda v: sinusoids(v[AUDIO]["d_model"])},
+        required=(),
+    ),
+)
+
 #: every projector entry
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
@@ -1656,5 +1716,6 @@ PROJECTORS += (QWEN2AUDIO_AUDIO,)
 PROJECTORS += (AUDIOFLAMINGO3_AUDIO,)
 PROJECTORS += (GLM4V_VISION,)
 PROJECTORS += (QWEN25OMNI_VISION,)
+PROJECTORS += (QWEN3OMNI_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}

@@ -55,24 +55,44 @@ AUDIO_TAIL: tuple[tuple[str, Callable[[dict], Any], VT], ...] = (
 
 _AL = OMNI_AUDIO + "layers.{bid}."
 _AB = "a.blk.{bid}."
-AUDIO_NAMES = [
-    NameRule(h + s, g + s)
-    for h, g in (
+#: the encoder blocks, the same in both generations
+_BLOCKS = (
+    (_AL + "self_attn.q_proj", _AB + "attn_q"),
+    (_AL + "self_attn.k_proj", _AB + "attn_k"),
+    (_AL + "self_attn.v_proj", _AB + "attn_v"),
+    (_AL + "self_attn.out_proj", _AB + "attn_out"),
+    (_AL + "self_attn_layer_norm", _AB + "ln1"),
+    (_AL + "final_layer_norm", _AB + "ln2"),
+    (_AL + "fc1", _AB + "ffn_up"),
+    (_AL + "fc2", _AB + "ffn_down"),
+    (OMNI_AUDIO + "ln_post", "a.post_ln"),
+)
+
+
+def _wb(pairs) -> list[NameRule]:
+    return [NameRule(h + s, g + s) for h, g in pairs for s in (".weight", ".bias")]
+
+
+AUDIO_NAMES = _wb(
+    [
         (OMNI_AUDIO + "conv1", "a.conv1d.1"),
         (OMNI_AUDIO + "conv2", "a.conv1d.2"),
-        (_AL + "self_attn.q_proj", _AB + "attn_q"),
-        (_AL + "self_attn.k_proj", _AB + "attn_k"),
-        (_AL + "self_attn.v_proj", _AB + "attn_v"),
-        (_AL + "self_attn.out_proj", _AB + "attn_out"),
-        (_AL + "self_attn_layer_norm", _AB + "ln1"),
-        (_AL + "final_layer_norm", _AB + "ln2"),
-        (_AL + "fc1", _AB + "ffn_up"),
-        (_AL + "fc2", _AB + "ffn_down"),
-        (OMNI_AUDIO + "ln_post", "a.post_ln"),
+        *_BLOCKS,
         (OMNI_AUDIO + "proj", "mm.a.fc"),
-    )
-    for s in (".weight", ".bias")
-]
+    ]
+)
+#: Qwen3-Omni's encoder (``qwen3a``): three Conv2d sub-sampling layers and a linear
+#: ``conv_out`` over their flattened output, the blocks as Qwen2.5-Omni's, a 2-layer
+#: output MLP (``proj1`` / ``proj2`` -> ``mm.a.mlp.1`` / ``.2``)
+AUDIO3_NAMES = _wb(
+    [
+        *((OMNI_AUDIO + f"conv2d{i}", f"a.conv2d.{i}") for i in (1, 2, 3)),
+        (OMNI_AUDIO + "conv_out", "a.conv_out"),
+        *_BLOCKS,
+        (OMNI_AUDIO + "proj1", "mm.a.mlp.1"),
+        (OMNI_AUDIO + "proj2", "mm.a.mlp.2"),
+    ]
+)
 
 AUDIO_TRANSFORMS = [
     Transform(
@@ -81,6 +101,19 @@ AUDIO_TRANSFORMS = [
         lambda x, v, ctx: x.reshape(-1, 1),
         lambda x, v, ctx: x.reshape(-1),
         shape=lambda s, v, ctx: (s[0], 1),
+        inverse_shape=lambda s, v, ctx: (s[0],),
+    ),
+]
+
+
+#: Qwen3-Omni: the Conv2d biases ``[C]`` written ``[C, 1, 1]``
+AUDIO3_TRANSFORMS = [
+    Transform(
+        "audio_conv2d_bias_column",
+        r"audio_tower\.conv2d[123]\.bias$",
+        lambda x, v, ctx: x.reshape(-1, 1, 1),
+        lambda x, v, ctx: x.reshape(-1),
+        shape=lambda s, v, ctx: (s[0], 1, 1),
         inverse_shape=lambda s, v, ctx: (s[0],),
     ),
 ]
