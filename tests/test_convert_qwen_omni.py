@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from support.vlm_models import build
-from test_convert_mmproj import TYPES, _image, _mtmd_embeddings, _same, convert_both
+from test_convert_mmproj import TYPES, _image, _mtmd_embeddings, _same
 from weightsmith import errors as E
 from weightsmith.convert import hf_to_gguf
 
@@ -35,11 +35,19 @@ SAMPLE_RATE = 16000
 
 @pytest.fixture(scope="module")
 def omni(tmp_path_factory) -> Path:
-    """The tiny Qwen2.5-Omni; the reference's projector at each type and its text f16,
-    and ours (``ref-*`` / ``ours-*`` beside the model folder)."""
+    """The tiny Qwen2.5-Omni; the reference's projector at each type and its text f16 and
+    f32, and ours (``ref-*`` / ``ours-*`` beside the model folder)."""
+    from test_convert_mmproj import _reference
+
     root = tmp_path_factory.mktemp("qwen25omni")
     src = build("qwen25omni", root / "model")
-    convert_both(src, root)
+    jobs = [[str(src), "--outfile", str(root / f"ref-text-{t}.gguf"), "--outtype", t]
+            for t in ("f16", "f32")]  # fmt: skip
+    for t in TYPES:
+        jobs.append([str(src), "--outfile", str(root / f"ref-mmproj-{t}.gguf"), "--outtype", t,
+                     "--mmproj"])  # fmt: skip
+        hf_to_gguf(src, root / f"ours-text-{t}.gguf", t, mmproj=root / f"ours-mmproj-{t}.gguf")
+    _reference(jobs)
     return src
 
 
@@ -262,7 +270,7 @@ def _flat(src: Path, dst: Path) -> None:
 def omni3(tmp_path_factory) -> Path:
     """The tiny Qwen3-Omni MoE (Hub layout: ``thinker.visual.*``) and a copy of it with the
     tower saved as ``visual.*`` (``alt/model``: the layout the pinned reference's
-    projector class converts); the reference's text f16 (of the Hub layout) and
+    projector class converts); the reference's text f16 and f32 (of the Hub layout) and
     projectors (of the copy) at each type, and ours of the Hub layout; the reference's
     ``--mmproj`` of the Hub layout last in the same process (it fails: its stderr is
     kept as ``ref-hub-layout.log``)."""
@@ -278,7 +286,8 @@ def omni3(tmp_path_factory) -> Path:
     alt = root / "alt" / "model"
     shutil.copytree(src, alt)
     hub_layout(alt, _hub_visual)
-    jobs = [[str(src), "--outfile", str(root / "ref-text-f16.gguf"), "--outtype", "f16"]]
+    jobs = [[str(src), "--outfile", str(root / f"ref-text-{t}.gguf"), "--outtype", t]
+            for t in ("f16", "f32")]  # fmt: skip
     for t in TYPES:
         jobs.append([str(alt), "--outfile", str(root / f"ref-mmproj-{t}.gguf"), "--outtype", t,
                      "--mmproj"])  # fmt: skip
@@ -437,3 +446,22 @@ def test_qwen3omni_llama_cpp_text_logits(omni3_flat):
         want = m.thinker(input_ids=torch.tensor([tokens])).logits[0].numpy()
     scale = float(np.abs(want).max())
     assert np.abs(got - want).max() <= 2e-3 * max(scale, 1.0), np.abs(got - want).max()
+
+
+# --------------------------------------------------------------------------- both
+
+
+@pytest.mark.parametrize(
+    ("model", "t"), [("omni", "q4_k_m"), ("omni3", "q4_k_m"), ("omni3", "iq4_xs")]
+)
+def test_text_same_as_llama_quantize(request, model, t, tmp_path):
+    """Our text file at a llama-quantize type is ``llama_model_quantize`` of the
+    reference's f32 file, byte for byte (the thinker's Qwen2 / Qwen3-MoE tensors; the
+    i-quant on the MoE one, whose stacked experts it quantizes slab by slab)."""
+    from test_convert_hf_to_gguf import _llama_quantize
+
+    src = request.getfixturevalue(model)
+    ref = tmp_path / "ref.gguf"
+    _llama_quantize(src.parent / "ref-text-f32.gguf", ref, t)
+    hf_to_gguf(src, tmp_path / "ours.gguf", t)
+    _same(tmp_path / "ours.gguf", ref)
