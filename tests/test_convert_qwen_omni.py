@@ -1,19 +1,24 @@
-"""Qwen2.5-Omni (``Qwen2_5OmniModel``, the Hub's class name) against llama.cpp.
+"""Qwen2.5-Omni (``Qwen2_5OmniModel``, the Hub's class name) and Qwen3-Omni MoE
+(``Qwen3OmniMoeForConditionalGeneration``) against llama.cpp.
 
-A tiny seeded Qwen2.5-Omni thinker (tests/support/vlm_models.py ``qwen25omni``: a
-Qwen2.5-VL tower, a 2-layer Whisper-style audio encoder, the Qwen2 text model with
-MRoPE sections, all under ``thinker.``):
+Tiny seeded thinkers (tests/support/vlm_models.py ``qwen25omni`` / ``qwen3omni``: a
+Qwen2.5-VL / Qwen3-VL tower, a 2-layer Whisper-style audio encoder, the Qwen2 / Qwen3-VL-
+MoE text model with MRoPE sections, all under ``thinker.`` as on the Hub; no talker):
 
-* ``--mmproj``: our projector (both towers in one clip file, ``qwen2.5o``) is
-  ``convert_hf_to_gguf.py --mmproj``'s file byte for byte at f32, f16, bf16 and q8_0;
-  the text file (``qwen2vl``, the thinker's) is the reference's at f16;
+* ``--mmproj``: our projector (both towers in one clip file: ``qwen2.5o``;
+  ``qwen3vl_merger`` + ``qwen3a``) is ``convert_hf_to_gguf.py --mmproj``'s file byte for
+  byte at f32, f16, bf16 and q8_0 (Qwen3-Omni: of the same weights with the tower saved
+  as ``visual.*``, the layout the reference converts; on the Hub's it stops, pinned);
+  the text file is the reference's at f16 and ``llama_model_quantize``'s of its f32;
 * llama.cpp's multimodal runtime (mtmd in llama-cpp-python 0.3.36) loads our projector
   with our text model and encodes an image, and a waveform, into the features
-  transformers' thinker gives (``get_image_features``, ``get_audio_features``);
-  llama.cpp's logits on our text file are the thinker's;
-* transformers 5's own class name (``Qwen2_5OmniForConditionalGeneration``, which the
-  reference does not register) and a thinker without an audio tower are refused with
-  named errors before anything is written.
+  transformers' thinker gives (``get_image_features``, ``get_audio_features``; the
+  window differences of mtmd's audio runtime measured and pinned); it refuses a
+  Qwen3-Omni with deepstack mergers (pinned); llama.cpp's logits on our text files are
+  the thinker's;
+* transformers 5's own class name for Qwen2.5-Omni (which the reference does not
+  register) and a thinker without an audio tower are refused with named errors before
+  anything is written.
 """
 
 from __future__ import annotations
