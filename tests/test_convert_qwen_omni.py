@@ -470,3 +470,15 @@ def test_text_same_as_llama_quantize(request, model, t, tmp_path):
     _llama_quantize(src.parent / "ref-text-f32.gguf", ref, t)
     hf_to_gguf(src, tmp_path / "ours.gguf", t)
     _same(tmp_path / "ours.gguf", ref)
+
+
+@pytest.mark.parametrize(("model", "gguf_arch"), [("omni", "qwen2vl"), ("omni3", "qwen3vlmoe")])
+def test_text_alone_has_no_hf_class(request, model, gguf_arch, tmp_path):
+    """GGUF -> HF: the thinker's text file has no HF class of its own (as the VL models'
+    text files): a named error, nothing written."""
+    from weightsmith.convert import gguf_to_hf
+
+    src = request.getfixturevalue(model)
+    with pytest.raises(E.UnknownArchitecture, match=gguf_arch):
+        gguf_to_hf(src.parent / "ours-text-f16.gguf", tmp_path / "back")
+    assert not (tmp_path / "back").exists()
