@@ -896,3 +896,81 @@ def glmocr(folder: Path, *, dtype: str = "bfloat16", seed: int = 50) -> Path:
 
 
 BUILDERS["glmocr"] = glmocr
+
+
+def qwen25omni(folder: Path, *, dtype: str = "bfloat16", seed: int = 42) -> Path:
+    """Qwen2.5-Omni's thinker (no talker: ``enable_audio_output=False``): a Qwen2.5-VL
+    tower with separate attention q / k / v, a 2-layer Whisper-style audio encoder and
+    the Qwen2 text model with MRoPE sections, all under ``thinker.`` as on the Hub; the
+    config names the Hub's class, ``Qwen2_5OmniModel`` (the one the reference registers)."""
+    from transformers import Qwen2_5OmniConfig, Qwen2_5OmniForConditionalGeneration
+
+    from support.hf_models import _qwen_tokenizer
+
+    vocab = _qwen_tokenizer(folder)
+    text = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
+                                 "mrope_section": [2, 3, 3]},
+                tie_word_embeddings=False)  # fmt: skip
+    vision = dict(depth=4, hidden_size=64, intermediate_size=128, num_heads=2, patch_size=8,
+                  spatial_merge_size=2, temporal_patch_size=2, window_size=32,
+                  out_hidden_size=64, fullatt_block_indexes=[1, 3])  # fmt: skip
+    audio = dict(num_mel_bins=128, encoder_layers=2, encoder_attention_heads=2,
+                 encoder_ffn_dim=128, d_model=64, output_dim=64)  # fmt: skip
+    cfg = Qwen2_5OmniConfig(
+        thinker_config=dict(text_config=text, vision_config=vision, audio_config=audio),
+        enable_audio_output=False,
+    )
+    model = Qwen2_5OmniForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    path = folder / "config.json"
+    saved = json.loads(path.read_text())
+    path.write_text(json.dumps({**saved, "architectures": ["Qwen2_5OmniModel"]}, indent=2))
+    _qwen_vl_processor(folder, _MEAN_STD)
+    # transformers' from_pretrained insists on the talker's speaker table: an empty one
+    import torch
+
+    torch.save({}, folder / "spk_dict.pt")
+    return folder
+
+
+BUILDERS["qwen25omni"] = qwen25omni
+
+
+def qwen3omni(
+    folder: Path, *, dtype: str = "bfloat16", seed: int = 43, deepstack: tuple = (1, 2)
+) -> Path:
+    """Qwen3-Omni MoE's thinker (no talker): the Qwen3-VL tower (deepstack mergers after
+    the ``deepstack`` layers), a 2-layer Whisper-style audio encoder with Conv2d
+    sub-sampling, and the Qwen3-VL-MoE text model (4 experts, saved one tensor each as on
+    the Hub), all under ``thinker.``."""
+    from transformers import Qwen3OmniMoeConfig, Qwen3OmniMoeForConditionalGeneration
+
+    from support.hf_models import _qwen_tokenizer
+
+    vocab = _qwen_tokenizer(folder)
+    text = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128,
+                moe_intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16, num_experts=4, num_experts_per_tok=2,
+                max_position_embeddings=256,
+                rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
+                                 "mrope_section": [2, 3, 3], "mrope_interleaved": True},
+                tie_word_embeddings=False)  # fmt: skip
+    vision = {**_QWEN3VL_VISION, "deepstack_visual_indexes": list(deepstack)}
+    audio = dict(num_mel_bins=128, encoder_layers=2, encoder_attention_heads=2,
+                 encoder_ffn_dim=128, d_model=64, output_dim=64,
+                 downsample_hidden_size=32)  # fmt: skip
+    cfg = Qwen3OmniMoeConfig(
+        thinker_config=dict(text_config=text, vision_config=vision, audio_config=audio),
+        enable_audio_output=False,
+    )
+    model = Qwen3OmniMoeForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    _qwen_vl_processor(folder, _MEAN_STD)
+    return folder
+
+
+BUILDERS["qwen3omni"] = qwen3omni

@@ -148,8 +148,15 @@ def _read_config(d: Path) -> dict:
         # text_config there), so the special-token ids stay the top level's
         llm = {k: v for k, v in cfg["llm_config"].items() if not k.endswith("_token_id")}
         return {**cfg, **llm}
+    thinker = cfg.get("thinker_config")
+    if isinstance(thinker, dict) and isinstance(thinker.get("text_config"), dict):
+        # Qwen2.5-Omni / Qwen3-Omni: the text model is the thinker's (as the reference)
+        cfg = {**cfg, "text_config": thinker["text_config"]}
     if isinstance(cfg.get("text_config"), dict):  # as the reference: text_config to the top
+        top = cfg.get("architectures")
         cfg = {**cfg, **cfg["text_config"]}
+        if cfg.get("architectures") is None:  # a null one does not name the class
+            cfg["architectures"] = top
     return cfg
 
 

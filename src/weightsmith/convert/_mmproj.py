@@ -31,7 +31,14 @@ from ..quant.recipes import FILE_TYPES
 from . import _hf_to_gguf as H  # a module import: _hf_to_gguf imports this module too
 from ._model_card import provenance_rows
 from .arch import FILE_TYPE, PlanError
-from .arch.mmproj import MMPROJ_REGISTRY, TOKEN_ID, TOKEN_SOURCE, Projector, vision_view
+from .arch.mmproj import (
+    MMPROJ_REGISTRY,
+    TOKEN_ID,
+    TOKEN_SOURCE,
+    Projector,
+    towers,
+    vision_view,
+)
 
 VT = GGUFValueType
 
@@ -59,7 +66,7 @@ def _preprocessor(d: Path) -> dict:
 
 
 def _projector(cfg: dict, path: Path) -> Projector:
-    vc = cfg.get("vision_config")
+    vc = towers(cfg).get("vision_config")
     # as get_model_architecture: the vision config's own architecture first
     archs = (vc if isinstance(vc, dict) else {}).get("architectures") or cfg.get("architectures")
     name = archs[0] if isinstance(archs, list) and archs else None
@@ -84,7 +91,7 @@ def _projector(cfg: dict, path: Path) -> Projector:
                 path=path, field="vision_config." + keys[0], expected="a value", found=None,
             )  # fmt: skip
     akey = "whisper_config" if "whisper_config" in cfg else "audio_config"  # MmprojModel's
-    ac = cfg.get(akey)
+    ac = towers(cfg).get(akey)
     for keys in proj.audio_required:
         if not isinstance(ac, dict) or not any(k in ac for k in keys):
             raise E.InvalidModelConfig(
@@ -128,8 +135,8 @@ def _mmproj_type(type: str, kept: list[H._Source]) -> str:
 
 
 def _type_of(proj: Projector, tp: H.TensorPlan, ot: str) -> str:
-    """prepare_tensors' choice for a projector tensor."""
-    forced = proj.force(tp.pieces[0][1].hf, tp.name, ot)
+    """prepare_tensors' choice for a projector tensor (an extra one by its GGUF name)."""
+    forced = proj.force(tp.pieces[0][1].hf if tp.pieces else tp.name, tp.name, ot)
     if len(tp.shape) <= 1 or tp.name.endswith("_norm.weight"):
         return "F32"
     if forced is not None:
@@ -211,6 +218,12 @@ def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
         ) from None
     ot = _mmproj_type(type, list(by_key.values()))
     tensors = []
+    for gname, fn in proj.entry.extra.items():  # computed from the config, written first
+        arr = fn(view)
+        if arr is not None:
+            tp = H.TensorPlan(gname, arr.shape, "F32", make=lambda a=arr: a)
+            tp.type = _type_of(proj, tp, ot)
+            tensors.append(tp)
     for o in outs:
         pieces = [(by_key[p.hf], p) for p in o.pieces]
         tp = H.TensorPlan(o.name, o.shape, "F32", source=pieces[0][0], hf_name=pieces[0][0].name,

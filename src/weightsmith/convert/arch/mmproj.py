@@ -26,7 +26,11 @@ width (``clip.vision.projection_dim``), the image processor's settings
 (``preprocessor_config.json`` then ``processor_config.json``, ``image_processor``
 moved up) and the whole config under the ``mmproj.*`` keys; ``mmproj.audio`` is the
 audio config (MmprojModel's ``hparams_audio``: ``whisper_config`` or ``audio_config``),
-which the audio rows (:func:`audio_rows`, written only when it is not empty) read.
+which the audio rows (:func:`audio_rows`, written only when it is not empty) read.  A
+Qwen omni config keeps both tower configs and its ``text_config`` under
+``thinker_config`` (:func:`towers`, :func:`with_thinker`).  The entry's ``extra``
+tensors (computed from the view: Qwen2.5-Omni's audio position table) are written
+first, typed by the same rules under their GGUF name.
 """
 
 from __future__ import annotations
@@ -49,6 +53,14 @@ from .gemma4_audio import (
     audio_force,
     feed_forward_length,
 )
+from .qwen_omni_audio import AUDIO3_NAMES as OMNI_AUDIO3_NAMES
+from .qwen_omni_audio import AUDIO3_TRANSFORMS as OMNI_AUDIO3_TRANSFORMS
+from .qwen_omni_audio import AUDIO_NAMES as OMNI_AUDIO_NAMES
+from .qwen_omni_audio import AUDIO_TAIL as OMNI_AUDIO_TAIL
+from .qwen_omni_audio import AUDIO_TRANSFORMS as OMNI_AUDIO_TRANSFORMS
+from .qwen_omni_audio import OMNI_AUDIO, POSITION_EMBD, sinusoids
+from .qwen_omni_audio import audio_fill as omni_audio_fill
+from .qwen_omni_audio import audio_force as omni_audio_force
 from .whisper_audio import (
     WHISPER_NAMES,
     WHISPER_PREFIX,
@@ -76,16 +88,35 @@ BLOCK_KEYS = (
 )  # fmt: skip
 
 
+def with_thinker(cfg: dict) -> dict:
+    """The config as the reference loads it: a Qwen omni model's ``thinker_config.
+    text_config`` is its ``text_config``."""
+    thinker = cfg.get("thinker_config")
+    if isinstance(thinker, dict) and isinstance(thinker.get("text_config"), dict):
+        return {**cfg, "text_config": thinker["text_config"]}
+    return cfg
+
+
+def towers(cfg: dict) -> dict:
+    """The dict holding ``vision_config`` / ``audio_config``: a Qwen omni model's
+    ``thinker_config`` (its classes' get_vision_config / get_audio_config), else the
+    config itself."""
+    thinker = cfg.get("thinker_config")
+    return thinker if isinstance(thinker, dict) else cfg
+
+
 def vision_view(cfg: dict, preprocessor: dict) -> dict:
     """The dict the ``clip.*`` rows read (see the module docstring)."""
+    cfg = with_thinker(cfg)
     # InternVL's text config is llm_config (the reference reads it as text_config)
     text_config = cfg.get("llm_config") if isinstance(cfg.get("llm_config"), dict) else None
     text = {**cfg, **(text_config or cfg.get("text_config") or {})}
-    view = dict(cfg.get("vision_config") or {})
+    view = dict(towers(cfg).get("vision_config") or {})
     view[TEXT_WIDTH] = text.get("hidden_size", text.get("n_embd", 0))
     view[PREPROCESSOR] = preprocessor
     view[GLOBAL] = cfg
-    view[AUDIO] = cfg.get("whisper_config" if "whisper_config" in cfg else "audio_config")
+    audio = "whisper_config" if "whisper_config" in cfg else "audio_config"
+    view[AUDIO] = towers(cfg).get(audio)
     return view
 
 
@@ -1562,6 +1593,112 @@ GLM4V_VISION = Projector(
     ),
 )
 
+# --------------------------------------------------------------------------- Qwen2.5-Omni
+
+_OMNI_AUDIO_KEYS = (("d_model",), ("encoder_ffn_dim",), ("encoder_attention_heads",),
+                    ("num_mel_bins",), BLOCK_KEYS)  # fmt: skip
+
+
+def _omni_force(hf: str, gguf: str, outtype: str) -> str | None:
+    return omni_audio_force(hf) or _qwen_force(hf, gguf, outtype)
+
+
+# Qwen25OmniModel: the thinker's Qwen2.5-VL tower (separate attention q / k / v, not a
+# fused qkv) and its Whisper-style audio encoder (arch/qwen_omni_audio.py) in one file,
+# projector type ``qwen2.5o``; both towers under ``thinker.`` in the Hub's checkpoints,
+# their configs in ``thinker_config``.  The rows: the vision base, the audio half (and
+# its mel bins and epsilon), then Qwen2.5-VL's (the projector type written twice by the
+# reference: once in place)
+QWEN25OMNI_VISION = Projector(
+    hf_archs=("Qwen2_5OmniModel",),
+    keep=("thinker.visual.", "thinker." + OMNI_AUDIO, "visual.", OMNI_AUDIO),
+    rename=lambda name: name.removeprefix("thinker."),
+    drop=("audio_bos_eos_token",),
+    force=_omni_force,
+    required=QWEN25VL_VISION.required,
+    audio_required=_OMNI_AUDIO_KEYS,
+    entry=Arch(
+        hf_archs=("Qwen2_5OmniModel",),
+        gguf_arch="clip",
+        meta=[
+            *replace_rows(BASE_ROWS, vision__image_size=_QWEN_IMAGE_SIZE),
+            *audio_rows(fill=omni_audio_fill),
+            *(_audio_row(k, fn, t) for k, fn, t in OMNI_AUDIO_TAIL),
+            _const("projector_type", "qwen2.5o", VT.STRING),
+            _const("use_silu", True, VT.BOOL),
+            m("vision.n_wa_pattern", "fullatt_block_indexes", value=_wa_pattern),
+            _QWEN_EPS,
+        ],
+        names=[
+            *OMNI_AUDIO_NAMES,
+            *QWEN25VL_VISION.entry.names,
+            *_wb([(_QV + f"attn.{x}", _VBLK + f"attn_{x}") for x in "qkv"]),
+        ],
+        splits=QWEN25VL_VISION.entry.splits,
+        transforms=OMNI_AUDIO_TRANSFORMS,
+        extra={POSITION_EMBD: lambda v: sinusoids(v[AUDIO]["d_model"])},
+        required=(),
+    ),
+)
+
+# --------------------------------------------------------------------------- Qwen3-Omni
+
+#: Qwen3OmniMmprojModel's merger spellings -> Qwen3-VL's (``merger_list`` the deepstack)
+_OMNI3_MERGER = ((".ln_q", ".norm"), (".mlp.0", ".linear_fc1"), (".mlp.2", ".linear_fc2"))
+
+
+def _omni3_rename(name: str) -> str:
+    name = name.removeprefix("thinker.").removeprefix("model.")
+    if name.startswith(("visual.merger.", "visual.merger_list.")):
+        name = name.replace("visual.merger_list.", _DEEPSTACK, 1)
+        for a, b in _OMNI3_MERGER:
+            name = name.replace(a, b)
+    return name
+
+
+_QWEN3VL_ROWS = QWEN3VL_VISION.entry.meta
+
+# Qwen3OmniMmprojModel: the thinker's Qwen3-VL tower (its merger spelled ln_q / mlp.0 /
+# mlp.2, the deepstack mergers ``merger_list``) and a Whisper-style audio encoder with
+# Conv2d sub-sampling (``qwen3a``: arch/qwen_omni_audio.py) in one file.  Rows: the vision
+# base, the audio half (and mel bins, epsilon), Qwen3-VL's without its projector type,
+# then ``clip.vision.projector_type`` and ``clip.audio.projector_type`` (the reference
+# writes the base rows twice: in place).  One deliberate difference: the pinned
+# reference renames the Hub's ``thinker.visual.*`` to ``model.visual.*``, which its
+# tensor map does not know (it stops at the first vision tensor, nothing written); ours
+# reads them as ``visual.*``, and its file is the reference's for the same checkpoint
+# with the tower saved as ``visual.*`` (which the reference converts)
+QWEN3OMNI_VISION = Projector(
+    hf_archs=("Qwen3OmniMoeForConditionalGeneration",),
+    keep=("thinker.visual.", "thinker." + OMNI_AUDIO, "model.visual.", "visual.", OMNI_AUDIO),
+    rename=_omni3_rename,
+    renumber=_deepstack_renumber,
+    force=_omni_force,
+    required=QWEN3VL_VISION.required,
+    audio_required=_OMNI_AUDIO_KEYS,
+    entry=Arch(
+        hf_archs=("Qwen3OmniMoeForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *_QWEN3VL_ROWS[: len(BASE_ROWS)],
+            *audio_rows(fill=omni_audio_fill),
+            *(_audio_row(k, fn, t) for k, fn, t in OMNI_AUDIO_TAIL),
+            *(
+                r
+                for r in _QWEN3VL_ROWS[len(BASE_ROWS) :]
+                if not (isinstance(r, MetaKey) and r.key == "projector_type")
+            ),
+            _const("vision.projector_type", "qwen3vl_merger", VT.STRING),
+            _audio_row("audio.projector_type", lambda a: "qwen3a", VT.STRING),
+        ],
+        names=[*OMNI_AUDIO3_NAMES, *QWEN3VL_VISION.entry.names],
+        splits=QWEN3VL_VISION.entry.splits,
+        transforms=OMNI_AUDIO3_TRANSFORMS,
+        extra={POSITION_EMBD: lambda v: sinusoids(v[AUDIO]["d_model"])},
+        required=(),
+    ),
+)
+
 #: every projector entry
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
@@ -1578,5 +1715,7 @@ PROJECTORS += (VOXTRAL_AUDIO,)
 PROJECTORS += (QWEN2AUDIO_AUDIO,)
 PROJECTORS += (AUDIOFLAMINGO3_AUDIO,)
 PROJECTORS += (GLM4V_VISION,)
+PROJECTORS += (QWEN25OMNI_VISION,)
+PROJECTORS += (QWEN3OMNI_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}

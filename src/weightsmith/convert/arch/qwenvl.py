@@ -13,12 +13,13 @@ text half of a Qwen-VL).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from ._common import BASE_NAMES, BLK, COMMON, FFN_NORM, QK_NORM
 from ._model import VT, Arch, MetaKey, PlanError, Split, Transform, m, rope_parameters
 from .llama4 import _gate_up, _gate_up_join, _gate_up_shapes, _t, _t_shape
-from .qwen import _EXP, _MOE_NAMES, _MOE_ROWS
+from .qwen import _EXP, _MOE_NAMES, _MOE_ROWS, _MOE_STACKS
 
 
 def _sections(cfg: dict) -> list[int] | None:
@@ -33,10 +34,18 @@ def _with_sections(rows: list[Any]) -> list[Any]:
 
 
 QWEN2VL = Arch(
-    hf_archs=("Qwen2_5_VLForConditionalGeneration", "Qwen2VLForConditionalGeneration"),
+    # Qwen2.5-Omni: the Hub's config names the class Qwen2_5OmniModel (transformers 5's
+    # Qwen2_5OmniForConditionalGeneration is not the reference's, which refuses it); its
+    # text model is the thinker's, under ``thinker.`` (``thinker_config.text_config``)
+    hf_archs=(
+        "Qwen2_5_VLForConditionalGeneration",
+        "Qwen2VLForConditionalGeneration",
+        "Qwen2_5OmniModel",
+    ),
     gguf_arch="qwen2vl",
     meta=_with_sections(list(COMMON)),
     names=[*BASE_NAMES, *FFN_NORM],
+    renames=((r"^thinker\.", ""),),
     tokenizer={"vocab": "spm_or_gpt2"},
 )
 
@@ -103,4 +112,21 @@ QWEN3VLMOE = Arch(
     ],
     required=("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size"),
     tokenizer={"vocab": "gpt2"},
+)
+
+
+# Qwen3OmniMoeTextModel: the thinker's Qwen3-VL-MoE text model (``thinker.`` dropped, its
+# config ``thinker_config.text_config``), the Hub's experts one tensor each (stacked as
+# Qwen3-MoE's), ``n_deepstack_layers`` 0 (its deepstack is not in the text model's input),
+# BOS and EOS both ``<|im_end|>``
+QWEN3OMNIMOE = replace(
+    QWEN3VLMOE,
+    hf_archs=("Qwen3OmniMoeForConditionalGeneration",),
+    meta=[
+        *_with_sections(list(_MOE_ROWS)),
+        m("n_deepstack_layers", "_deepstack", value=lambda cfg: 0),
+    ],
+    stacks=_MOE_STACKS,
+    renames=((r"thinker\.", ""),),
+    tokenizer={"vocab": "qwen3omni"},
 )

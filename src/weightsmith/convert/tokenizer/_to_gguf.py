@@ -1024,3 +1024,18 @@ def vocab_metadata(
                 "tokenizer.json" if route != "spm_or_gpt2" else "tokenizer.model or tokenizer.json",
             )
     return out.items()
+
+
+def _set_qwen3_omni(out: _Entries, d: Path, config: dict) -> None:
+    """Qwen3OmniMoeTextModel.set_vocab: the GPT-2 vocabulary, then BOS and EOS both the
+    ``<|im_end|>`` id of ``tokenizer_config.json``'s ``added_tokens_decoder`` (in place)."""
+    _set_gpt2(out, d, config)
+    tok_cfg = _json_if(d / "tokenizer_config.json") or {}
+    for tid, tok in (tok_cfg.get("added_tokens_decoder") or {}).items():
+        if isinstance(tok, dict) and tok.get("content") == "<|im_end|>" and str(tid).isdecimal():
+            out.add("ggml.bos_token_id", int(tid), VT.UINT32)
+            out.add("ggml.eos_token_id", int(tid), VT.UINT32)
+            break
+
+
+MORE_ROUTES["qwen3omni"] = _set_qwen3_omni
