@@ -974,3 +974,71 @@ def qwen3omni(
 
 
 BUILDERS["qwen3omni"] = qwen3omni
+# --------------------------------------------------------------------------- Granite Speech
+
+#: GraniteSpeechEncoderConfig fields: 160 inputs (80 mel bins, two frames stacked: what
+#: llama.cpp's front end gives), a 4-layer conformer of width 64 in blocks of 20 frames
+GRANITE_SPEECH_ENCODER = dict(
+    input_dim=160,
+    num_layers=4,
+    hidden_dim=64,
+    feedforward_mult=4,
+    num_heads=2,
+    dim_head=32,
+    output_dim=48,
+    context_size=20,
+    max_pos_emb=64,
+    conv_kernel_size=5,
+    conv_expansion_factor=2,
+)
+
+
+def granite_speech(
+    folder: Path, *, dtype: str = "bfloat16", seed: int = 50, plus: bool = False
+) -> Path:
+    """Granite Speech (``plus``: Granite Speech Plus, encoder layers 2 concatenated to the
+    output): the tiny Granite text model, the conformer above and a two-layer Q-Former
+    (mtmd 0.3.36 reads two) of the encoder's width (its queries at that width), windows
+    of 15 frames, 3 queries each; every weight and the batch norms' running statistics
+    seeded.  transformers 5 saves the Hub's names (``encoder.*``, ``projector.*``,
+    ``language_model.model.*``); ``text_config.architectures`` picks the text class, as
+    on the Hub."""
+    import torch
+    from transformers import (
+        Blip2QFormerConfig,
+        GraniteConfig,
+        GraniteSpeechConfig,
+        GraniteSpeechForConditionalGeneration,
+        GraniteSpeechPlusConfig,
+        GraniteSpeechPlusForConditionalGeneration,
+    )
+
+    vocab = train_spm(folder)
+    text = GraniteConfig(**_text(vocab), attention_multiplier=0.0625,
+                         embedding_multiplier=12.0, residual_multiplier=0.22, logits_scaling=8.0,
+                         tie_word_embeddings=True, architectures=["GraniteForCausalLM"])  # fmt: skip
+    enc = dict(GRANITE_SPEECH_ENCODER, cat_hidden_layers=[2]) if plus else GRANITE_SPEECH_ENCODER
+    width = enc["hidden_dim"] * (2 if plus else 1)
+    proj = Blip2QFormerConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                              intermediate_size=128, encoder_hidden_size=width,
+                              cross_attention_frequency=1)  # fmt: skip
+    config_cls = GraniteSpeechPlusConfig if plus else GraniteSpeechConfig
+    model_cls = (GraniteSpeechPlusForConditionalGeneration if plus
+                 else GraniteSpeechForConditionalGeneration)  # fmt: skip
+    cfg = config_cls(text_config=text, encoder_config=dict(enc),
+                     projector_config=proj, audio_token_index=vocab - 1, downsample_rate=5,
+                     window_size=15, has_lora_adapter=False)  # fmt: skip
+    model = model_cls(cfg)
+    _random_init(model, seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, b in sorted(model.named_buffers()):
+            if name.endswith("running_mean"):
+                b.copy_(torch.randn(b.shape, generator=g) * 0.1)
+            elif name.endswith("running_var"):
+                b.copy_(torch.rand(b.shape, generator=g) + 0.5)
+    model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
+    return folder
+
+
+BUILDERS["granite_speech"] = granite_speech

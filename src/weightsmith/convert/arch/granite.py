@@ -67,6 +67,17 @@ GRANITE_MOE_SPLITS = [
 ]
 
 
+#: GraniteModel.filter_tensors: the audio encoder (Granite Speech) and the image side
+#: (Granite 4 Vision) of a multimodal checkpoint are not text tensors
+GRANITE_SKIP = (
+    *LLAMA.skip,
+    r"^encoder\.",
+    r"image_",
+    r"layerwise_projectors",
+    r"spatial_projectors",
+)
+
+
 def _hf(cfg: dict, names: set[str]) -> dict:
     return {"hidden_act": "silu", "attention_bias": "blk.0.attn_q.bias" in names, "mlp_bias": False}
 
@@ -79,6 +90,7 @@ GRANITE = Arch(
     transforms=[PERMUTE_Q, PERMUTE_K],
     extra={"rope_freqs.weight": llama3_rope_freqs},
     ignored=("head_dim",),
+    skip=GRANITE_SKIP,
     tokenizer={"vocab": "llama"},
     model_types={"GraniteForCausalLM": "granite"},
     hf_config=_hf,
@@ -100,6 +112,7 @@ GRANITEMOE = Arch(
     extra={"rope_freqs.weight": llama3_rope_freqs},
     ignored=("head_dim",),
     required=("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size"),
+    skip=GRANITE_SKIP,
     tokenizer={"vocab": "llama"},
     model_types={"GraniteMoeForCausalLM": "granitemoe"},
     hf_config=_hf,

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from . import granite_speech as GS
 from ._common import GEMMA_NORM, PERMUTE_K, PERMUTE_Q, replace_rows
 from ._model import FILE_TYPE, VT, Arch, MetaKey, NameRule, Split, Transform, m
 from .gemma4_audio import (
@@ -228,6 +229,13 @@ class Projector:
     renumber: Callable[[str, dict], str] | None = None
     # False: an audio-only projector (no vision_config, no image processor settings)
     vision: bool = True
+    # where the audio config is (``audio_required`` is checked there); None: MmprojModel's
+    # (``whisper_config``, else ``audio_config``)
+    audio_key: str | None = None
+    # source tensors folded into new ones: ``(member templates, output templates,
+    # fn(*members) -> outputs)``, written (shaped as the first member) when the last
+    # member is read, as the reference buffers them (Granite Speech's batch norms)
+    fold: tuple[tuple[str, ...], tuple[str, ...], Callable[..., Any]] | None = None
 
     def source_key(self, hf_name: str, view: dict | None = None) -> str | None:
         """The name the rules see, or None for a tensor the projector does not read."""
@@ -1699,6 +1707,42 @@ QWEN3OMNI_VISION = Projector(
     ),
 )
 
+# --------------------------------------------------------------------------- Granite Speech
+
+
+def _granite_speech_force(hf: str, gguf: str, outtype: str) -> str | None:
+    return GS.force(hf) or _base_force(hf, gguf, outtype)
+
+
+# GraniteSpeechMmprojModel (and GraniteSpeechPlus: the same plus feature_layers): an
+# audio-only projector, see arch/granite_speech.py
+GRANITE_SPEECH = Projector(
+    hf_archs=(
+        "GraniteSpeechForConditionalGeneration",
+        "GraniteSpeechPlusForConditionalGeneration",
+    ),
+    keep=("encoder.", "projector."),
+    drop=GS.DROP,
+    force=_granite_speech_force,
+    required=(),
+    vision=False,
+    audio_key="encoder_config",
+    audio_required=GS.REQUIRED,
+    fold=(*GS.BATCH_NORM_FOLD, GS.fold_batch_norm),
+    entry=Arch(
+        hf_archs=("GraniteSpeechForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            FILE_TYPE,
+            *(MetaKey(k, (), t, fn) for k, fn, t in GS.rows(GLOBAL, TEXT_WIDTH)),
+        ],
+        names=GS.NAMES,
+        splits=GS.SPLITS,
+        transforms=GS.TRANSFORMS,
+        required=(),
+    ),
+)
+
 #: every projector entry
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
@@ -1717,5 +1761,6 @@ PROJECTORS += (AUDIOFLAMINGO3_AUDIO,)
 PROJECTORS += (GLM4V_VISION,)
 PROJECTORS += (QWEN25OMNI_VISION,)
 PROJECTORS += (QWEN3OMNI_VISION,)
+PROJECTORS += (GRANITE_SPEECH,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
