@@ -2,7 +2,8 @@
 
 A tiny seeded ``GraniteSpeechForConditionalGeneration`` (tests/support/vlm_models.py:
 a 4-layer conformer of width 64, a one-layer Q-Former, seeded batch-norm statistics)
-and its Plus form (encoder layer 2 concatenated to the output):
+and its Plus form (the input projection's and encoder layer 1's outputs concatenated to
+the last layer's, ``cat_hidden_layers = [0, 1]``):
 
 * our projector is ``convert_hf_to_gguf.py --mmproj``'s file byte for byte at f32,
   f16, bf16 and q8_0 (the batch norms folded where the reference writes them, the
@@ -26,7 +27,14 @@ import pytest
 
 from support.vlm_models import build
 from test_convert_gemma4_audio import _pcm
-from test_convert_mmproj import TYPES, _mtmd_embeddings, _same, _same_renamed, convert_both
+from test_convert_mmproj import (
+    TYPES,
+    _mtmd_embeddings,
+    _reference,
+    _same,
+    _same_renamed,
+    convert_both,
+)
 from weightsmith import errors as E
 from weightsmith.convert import hf_to_gguf
 
@@ -184,3 +192,63 @@ def test_bad_batch_norm_refused(gs, tmp_path, change):
     with pytest.raises(err, match="running_var" if change == "drop" else r"\[128\]"):
         hf_to_gguf(src, tmp_path / "out" / "t.gguf", "f16", mmproj=tmp_path / "out" / "m.gguf")
     assert not (tmp_path / "out").exists()
+
+
+# --------------------------------------------------------------------------- Plus
+
+
+@pytest.fixture(scope="module")
+def gsp(tmp_path_factory) -> Path:
+    """The tiny Granite Speech Plus; the reference's projector at f32 and f16, and ours."""
+    root = tmp_path_factory.mktemp("granite-speech-plus")
+    src = build("granite_speech", root / "model", seed=51, cat=[0, 1])
+    jobs = []
+    for t in ("f32", "f16"):
+        jobs.append([str(src), "--outfile", str(root / f"ref-mmproj-{t}.gguf"), "--outtype", t,
+                     "--mmproj"])  # fmt: skip
+        hf_to_gguf(src, root / f"ours-text-{t}.gguf", t, mmproj=root / f"ours-mmproj-{t}.gguf")
+    _reference(jobs)
+    return src
+
+
+@pytest.mark.parametrize("t", ["f32", "f16"])
+def test_plus_projector_same_as_reference(gsp, t):
+    """Granite Speech Plus: the same file rules plus ``clip.audio.feature_layer``."""
+    from weightsmith.gguf import read
+
+    root = gsp.parent
+    _same_renamed(root / f"ours-mmproj-{t}.gguf", root / f"ref-mmproj-{t}.gguf", *RENAMED)
+    with read(root / f"ours-mmproj-{t}.gguf") as f:
+        assert f.metadata["clip.audio.feature_layer"] == [0, 1]
+        shapes = {x.name: x.shape for x in f.tensors}
+    assert shapes["a.proj_blk.1.cross_attn_k.weight"] == (64, 192)  # 3 x 64 concatenated
+
+
+def test_plus_llama_cpp_encodes_audio(gsp):
+    """mtmd concatenates the same encoder layers as transformers: the 1 s waveform's 12
+    tokens measured within 1.8e-4 of the scale (2.9)."""
+    root = gsp.parent
+    pcm = _pcm(1.0)
+    got = _mtmd_embeddings(root / "ours-text-f32.gguf", root / "ours-mmproj-f32.gguf", None, pcm)
+    want = _hf_audio_features(gsp, pcm)
+    assert got.shape == want.shape == (12, 256), (got.shape, want.shape)
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert err < 1e-3, err
+
+
+def test_plus_middle_layer_differs_in_transformers(gsp, tmp_path):
+    """Not ours: with the middle encoder layer (num_layers // 2, where the CTC branch is
+    added) among ``cat_hidden_layers``, transformers 5.24 adds that branch in place to the
+    tensor it has already kept for the concatenation, mtmd 0.3.36 keeps the layer's output
+    before it; the two runtimes then differ (measured 7.6e-2 of the scale with [2])."""
+    src = tmp_path / "model"
+    shutil.copytree(gsp, src)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["encoder_config"]["cat_hidden_layers"] = [1, 2]  # same width: the same weights
+    (src / "config.json").write_text(json.dumps(cfg))
+    hf_to_gguf(src, tmp_path / "t.gguf", "f32", mmproj=tmp_path / "m.gguf")
+    pcm = _pcm(1.0)
+    got = _mtmd_embeddings(tmp_path / "t.gguf", tmp_path / "m.gguf", None, pcm)
+    want = _hf_audio_features(src, pcm)
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert err > 1e-2, err

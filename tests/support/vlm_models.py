@@ -994,10 +994,10 @@ GRANITE_SPEECH_ENCODER = dict(
 
 
 def granite_speech(
-    folder: Path, *, dtype: str = "bfloat16", seed: int = 50, plus: bool = False
+    folder: Path, *, dtype: str = "bfloat16", seed: int = 50, cat: list[int] | None = None
 ) -> Path:
-    """Granite Speech (``plus``: Granite Speech Plus, encoder layers 2 concatenated to the
-    output): the tiny Granite text model, the conformer above and a two-layer Q-Former
+    """Granite Speech (``cat``: Granite Speech Plus, those encoder layers' outputs
+    concatenated to the last, ``cat_hidden_layers``): the tiny Granite text model, the conformer above and a two-layer Q-Former
     (mtmd 0.3.36 reads two) of the encoder's width (its queries at that width), windows
     of 15 frames, 3 queries each; every weight and the batch norms' running statistics
     seeded.  transformers 5 saves the Hub's names (``encoder.*``, ``projector.*``,
@@ -1017,13 +1017,13 @@ def granite_speech(
     text = GraniteConfig(**_text(vocab), attention_multiplier=0.0625,
                          embedding_multiplier=12.0, residual_multiplier=0.22, logits_scaling=8.0,
                          tie_word_embeddings=True, architectures=["GraniteForCausalLM"])  # fmt: skip
-    enc = dict(GRANITE_SPEECH_ENCODER, cat_hidden_layers=[2]) if plus else GRANITE_SPEECH_ENCODER
-    width = enc["hidden_dim"] * (2 if plus else 1)
+    enc = dict(GRANITE_SPEECH_ENCODER, cat_hidden_layers=cat) if cat else GRANITE_SPEECH_ENCODER
+    width = enc["hidden_dim"] * (len(cat) + 1 if cat else 1)
     proj = Blip2QFormerConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
                               intermediate_size=128, encoder_hidden_size=width,
                               cross_attention_frequency=1)  # fmt: skip
-    config_cls = GraniteSpeechPlusConfig if plus else GraniteSpeechConfig
-    model_cls = (GraniteSpeechPlusForConditionalGeneration if plus
+    config_cls = GraniteSpeechPlusConfig if cat else GraniteSpeechConfig
+    model_cls = (GraniteSpeechPlusForConditionalGeneration if cat
                  else GraniteSpeechForConditionalGeneration)  # fmt: skip
     cfg = config_cls(text_config=text, encoder_config=dict(enc),
                      projector_config=proj, audio_token_index=vocab - 1, downsample_rate=5,

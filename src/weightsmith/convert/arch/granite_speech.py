@@ -17,7 +17,7 @@ frames, ``window_size / downsample_rate`` queries each.  What this module gives 
   ``attention.head_count``), then ``clip.projector_type = granite_speech``, the mel bins,
   the norm epsilon (1e-5, fixed), chunk size, conv kernel, ``max_pos_emb`` and the
   projector's window, downsample rate and head count; Granite Speech Plus adds
-  ``audio.feature_layers`` (``cat_hidden_layers``: the encoder layers concatenated
+  ``audio.feature_layer`` (``cat_hidden_layers``: the encoder layers concatenated
   before the projector, whose input width must then be ``hidden_dim * (n + 1)``).
 * names -- ``encoder.*`` / ``projector.*`` -> ``a.*`` as gguf-py's tensor map names them;
   the fused ``attn.to_kv`` split into ``attn_k`` and ``attn_v`` halves.
@@ -175,7 +175,7 @@ def rows(glob: str, text_width: str) -> list[tuple[str, Callable[[dict], Any], V
             lambda v: p(v)["projector_config"]["num_attention_heads"],
             VT.UINT32,
         ),
-        ("audio.feature_layers", lambda v: _feature_layers(e(v), p(v)), VT.INT32),
+        ("audio.feature_layer", lambda v: _feature_layers(e(v), p(v)), VT.INT32),
     ]
 
 
