@@ -1042,3 +1042,50 @@ def granite_speech(
 
 
 BUILDERS["granite_speech"] = granite_speech
+
+
+# --------------------------------------------------------------------------- Granite 4 Vision
+
+
+def granite4_vision(folder: Path, *, dtype: str = "bfloat16", seed: int = 52) -> Path:
+    """Granite 4 Vision: a 6-layer SigLIP tower of width 64 (8 px patches, 64 px images),
+    two layerwise projectors (vision layers -1 and 2 into text layers 0 and 1) and the
+    four spatial ones (text layers 2..5), Window Q-Formers of one layer downsampling
+    4 x 4 windows to 2 x 2 queries (``downsample_rate`` "2/4"), the tiny Granite text
+    model with 6 layers, anyres pinpoints 64 x 64 and 64 x 128, every patch feature kept
+    (``full``: SigLIP has no class token).  The tower is saved
+    under the Hub's ``model.vision_tower.vision_model.*`` (transformers 5 saves
+    ``model.vision_tower.*`` and reads both); the reference numbers its projector
+    blocks by the tower's layer count, so the tower has as many layers as there are
+    projectors."""
+    import torch
+    from transformers import Granite4VisionConfig, Granite4VisionForConditionalGeneration
+
+    vocab = train_spm(folder)
+    text = dict(_text(vocab), model_type="granite4_vision_text", num_hidden_layers=6,
+                attention_multiplier=0.0625, embedding_multiplier=12.0,
+                residual_multiplier=0.22, logits_scaling=8.0,
+                architectures=["GraniteForCausalLM"])  # fmt: skip
+    vision = dict(model_type="siglip_vision_model", hidden_size=64, intermediate_size=128,
+                  num_hidden_layers=6, num_attention_heads=2, image_size=64, patch_size=8)  # fmt: skip
+    qformer = dict(hidden_size=64, num_hidden_layers=1, num_attention_heads=2,
+                   intermediate_size=128, encoder_hidden_size=64)  # fmt: skip
+    cfg = Granite4VisionConfig(text_config=text, vision_config=vision, qformer_config=qformer,
+                               image_token_index=vocab - 1, downsample_rate="2/4",
+                               spatial_target_layers=[2, 3, 4, 5],
+                               deepstack_layer_map=[[-1, 0], [2, 1]],
+                               image_grid_pinpoints=[[64, 64], [64, 128]],
+                               vision_feature_layer=-1,
+                               vision_feature_select_strategy="full")  # fmt: skip
+    model = Granite4VisionForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
+    hub_layout(
+        folder, lambda k: k.replace("model.vision_tower.", "model.vision_tower.vision_model.", 1)
+    )
+    (folder / "preprocessor_config.json").write_text(json.dumps(
+        {"image_mean": [0.5] * 3, "image_std": [0.5] * 3}, indent=2))  # fmt: skip
+    return folder
+
+
+BUILDERS["granite4_vision"] = granite4_vision

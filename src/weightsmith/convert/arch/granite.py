@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ._common import BASE_NAMES, BLK, FFN_NORM, LAYER, PERMUTE_K, PERMUTE_Q, llama3_rope_freqs
 from ._model import VT, Arch, NameRule, Split, m
+from .granite4_vision import deepstack_mapping
 from .llama import LLAMA
 
 # GraniteModel.set_gguf_parameters: the Llama rows, then the multipliers
@@ -38,6 +39,8 @@ GRANITE_ROWS = [
         t=VT.FLOAT32,
         value=lambda c: c.get("logits_scaling") or None,
     ),
+    # Granite 4 Vision's text: which projector's features each layer adds
+    m("deepstack_mapping", "deepstack_layer_map", t=VT.INT32, value=deepstack_mapping),
 ]
 #: GraniteMoeShared's row (0 / absent: no shared MLP); every Granite-derived class writes it
 GRANITE_SHARED_FF = m(

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from . import granite4_vision as G4V
 from . import granite_speech as GS
 from ._common import GEMMA_NORM, PERMUTE_K, PERMUTE_Q, replace_rows
 from ._model import FILE_TYPE, VT, Arch, MetaKey, NameRule, Split, Transform, m
@@ -1743,6 +1744,58 @@ GRANITE_SPEECH = Projector(
     ),
 )
 
+# --------------------------------------------------------------------------- Granite 4 Vision
+
+# Granite4VisionMmprojModel: a SigLIP tower (the Hub's ``model.vision_tower.vision_model.*``)
+# and Window Q-Former projectors, see arch/granite4_vision.py
+GRANITE4_VISION = Projector(
+    hf_archs=("Granite4VisionForConditionalGeneration",),
+    keep=("model.",),
+    drop=("vision_model.head", "language_model."),
+    renumber=lambda name, v: G4V.renumber(name, v, GLOBAL),
+    force=_base_force,
+    entry=Arch(
+        hf_archs=("Granite4VisionForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *BASE_ROWS,
+            _const("projector_type", "granite4_vision", VT.STRING),
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "layer_norm_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v.get("layer_norm_eps", 1e-6),
+            ),
+            _const("use_gelu", True, VT.BOOL),
+            m("vision.preproc_image_size", "image_size", value=lambda v: v.get("image_size", 384)),
+            m("vision.projector.query_side", GLOBAL, value=lambda v: G4V.sides(v[GLOBAL])[0]),
+            m("vision.projector.window_side", GLOBAL, value=lambda v: G4V.sides(v[GLOBAL])[1]),
+            m(
+                "vision.feature_layer",
+                GLOBAL,
+                t=VT.INT32,
+                value=lambda v: [e[0] for e in G4V.projector_map(v[GLOBAL])],
+            ),
+            m(
+                "vision.projector.spatial_offsets",
+                GLOBAL,
+                t=VT.INT32,
+                value=lambda v: [
+                    j if k == "spatial" else -1 for _, _, k, j in G4V.projector_map(v[GLOBAL])
+                ],
+            ),
+            m(
+                "vision.image_grid_pinpoints",
+                GLOBAL,
+                t=VT.INT32,
+                value=lambda v: G4V.pinpoints(v[GLOBAL]),
+            ),
+        ],
+        names=[*SIGLIP_NAMES, *G4V.PROJECTOR_NAMES],
+        required=(),
+    ),
+)
+
 #: every projector entry
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
@@ -1762,5 +1815,6 @@ PROJECTORS += (GLM4V_VISION,)
 PROJECTORS += (QWEN25OMNI_VISION,)
 PROJECTORS += (QWEN3OMNI_VISION,)
 PROJECTORS += (GRANITE_SPEECH,)
+PROJECTORS += (GRANITE4_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
