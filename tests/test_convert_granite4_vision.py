@@ -75,6 +75,25 @@ def test_projector_contents(g4v):
         assert not any(t.name.startswith("v.") or "proj" in t.name for t in f.tensors)
 
 
+def test_text_back_to_hf(g4v, tmp_path):
+    """The ``granite`` text file (its ``deepstack_mapping`` row aside) converts back to a
+    GraniteForCausalLM folder that transformers loads, with the text logits of the
+    original model (no image: nothing injected) exactly."""
+    import torch
+    from transformers import AutoModelForCausalLM, Granite4VisionForConditionalGeneration
+
+    from weightsmith.convert import gguf_to_hf
+
+    gguf_to_hf(g4v.parent / "ours-text-f32.gguf", tmp_path / "hf")
+    back = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
+    orig = Granite4VisionForConditionalGeneration.from_pretrained(g4v, dtype=torch.float32)
+    assert type(back).__name__ == "GraniteForCausalLM"
+    ids = torch.tensor([[1, 5, 9, 30, 100, 7]])
+    with torch.no_grad():
+        a, b = back(ids).logits, orig.eval()(input_ids=ids).logits
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 def _hf_features(folder: Path, img: np.ndarray) -> np.ndarray:
     """transformers' projector features of a 64 x 64 image, concatenated in block order
     (by text layer) as mtmd lays them side by side: the base image and its one anyres

@@ -153,6 +153,27 @@ def test_llama_cpp_encodes_audio(gs):
     assert err < 1e-3, err
 
 
+def test_text_back_to_hf(gs, tmp_path):
+    """The ``granite`` text file converts back to a GraniteForCausalLM folder that
+    transformers loads; its logits are the speech model's text logits divided by
+    ``logits_scaling`` (8) exactly: transformers 5.24's GraniteSpeechForConditionalGeneration
+    leaves that division out (GraniteForCausalLM and llama.cpp's ``logit_scale`` do it)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForSpeechSeq2Seq
+
+    from weightsmith.convert import gguf_to_hf
+
+    gguf_to_hf(gs.parent / "ours-text-f32.gguf", tmp_path / "hf")
+    back = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
+    orig = AutoModelForSpeechSeq2Seq.from_pretrained(gs, dtype=torch.float32).eval()
+    assert type(back).__name__ == "GraniteForCausalLM"
+    ids = torch.tensor([[1, 5, 9, 30, 100, 7]])
+    with torch.no_grad():
+        a, b = back(ids).logits, orig(input_ids=ids).logits
+    assert orig.config.text_config.logits_scaling == 8.0
+    torch.testing.assert_close(a * 8.0, b, rtol=0, atol=0)
+
+
 def test_reference_projector_refused_by_mtmd(gs):
     """Why ours names the folded batch norms conv_norm: mtmd 0.3.36 does not load the
     reference's file (it looks for a.blk.0.conv_norm.weight)."""
