@@ -85,6 +85,7 @@ def test_text_back_to_hf(g4v, tmp_path):
     from weightsmith.convert import gguf_to_hf
 
     gguf_to_hf(g4v.parent / "ours-text-f32.gguf", tmp_path / "hf")
+    assert "deepstack_layer_map" not in (tmp_path / "hf" / "config.json").read_text()
     back = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32).eval()
     orig = Granite4VisionForConditionalGeneration.from_pretrained(g4v, dtype=torch.float32)
     assert type(back).__name__ == "GraniteForCausalLM"

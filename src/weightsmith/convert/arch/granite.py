@@ -40,7 +40,8 @@ GRANITE_ROWS = [
         value=lambda c: c.get("logits_scaling") or None,
     ),
     # Granite 4 Vision's text: which projector's features each layer adds
-    m("deepstack_mapping", "deepstack_layer_map", t=VT.INT32, value=deepstack_mapping),
+    # (derived: no HF field of the text model; GGUF -> HF drops it)
+    m("deepstack_mapping", "_deepstack_mapping", t=VT.INT32, value=deepstack_mapping),
 ]
 #: GraniteMoeShared's row (0 / absent: no shared MLP); every Granite-derived class writes it
 GRANITE_SHARED_FF = m(
