@@ -974,3 +974,118 @@ def qwen3omni(
 
 
 BUILDERS["qwen3omni"] = qwen3omni
+# --------------------------------------------------------------------------- Granite Speech
+
+#: GraniteSpeechEncoderConfig fields: 160 inputs (80 mel bins, two frames stacked: what
+#: llama.cpp's front end gives), a 4-layer conformer of width 64 in blocks of 20 frames
+GRANITE_SPEECH_ENCODER = dict(
+    input_dim=160,
+    num_layers=4,
+    hidden_dim=64,
+    feedforward_mult=4,
+    num_heads=2,
+    dim_head=32,
+    output_dim=48,
+    context_size=20,
+    max_pos_emb=64,
+    conv_kernel_size=5,
+    conv_expansion_factor=2,
+)
+
+
+def granite_speech(
+    folder: Path, *, dtype: str = "bfloat16", seed: int = 50, cat: list[int] | None = None
+) -> Path:
+    """Granite Speech (``cat``: Granite Speech Plus, those encoder layers' outputs
+    concatenated to the last, ``cat_hidden_layers``): the tiny Granite text model, the conformer above and a two-layer Q-Former
+    (mtmd 0.3.36 reads two) of the encoder's width (its queries at that width), windows
+    of 15 frames, 3 queries each; every weight and the batch norms' running statistics
+    seeded.  transformers 5 saves the Hub's names (``encoder.*``, ``projector.*``,
+    ``language_model.model.*``); ``text_config.architectures`` picks the text class, as
+    on the Hub."""
+    import torch
+    from transformers import (
+        Blip2QFormerConfig,
+        GraniteConfig,
+        GraniteSpeechConfig,
+        GraniteSpeechForConditionalGeneration,
+        GraniteSpeechPlusConfig,
+        GraniteSpeechPlusForConditionalGeneration,
+    )
+
+    vocab = train_spm(folder)
+    text = GraniteConfig(**_text(vocab), attention_multiplier=0.0625,
+                         embedding_multiplier=12.0, residual_multiplier=0.22, logits_scaling=8.0,
+                         tie_word_embeddings=True, architectures=["GraniteForCausalLM"])  # fmt: skip
+    enc = dict(GRANITE_SPEECH_ENCODER, cat_hidden_layers=cat) if cat else GRANITE_SPEECH_ENCODER
+    width = enc["hidden_dim"] * (len(cat) + 1 if cat else 1)
+    proj = Blip2QFormerConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                              intermediate_size=128, encoder_hidden_size=width,
+                              cross_attention_frequency=1)  # fmt: skip
+    config_cls = GraniteSpeechPlusConfig if cat else GraniteSpeechConfig
+    model_cls = (GraniteSpeechPlusForConditionalGeneration if cat
+                 else GraniteSpeechForConditionalGeneration)  # fmt: skip
+    cfg = config_cls(text_config=text, encoder_config=dict(enc),
+                     projector_config=proj, audio_token_index=vocab - 1, downsample_rate=5,
+                     window_size=15, has_lora_adapter=False)  # fmt: skip
+    model = model_cls(cfg)
+    _random_init(model, seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, b in sorted(model.named_buffers()):
+            if name.endswith("running_mean"):
+                b.copy_(torch.randn(b.shape, generator=g) * 0.1)
+            elif name.endswith("running_var"):
+                b.copy_(torch.rand(b.shape, generator=g) + 0.5)
+    model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
+    return folder
+
+
+BUILDERS["granite_speech"] = granite_speech
+
+
+# --------------------------------------------------------------------------- Granite 4 Vision
+
+
+def granite4_vision(folder: Path, *, dtype: str = "bfloat16", seed: int = 52) -> Path:
+    """Granite 4 Vision: a 6-layer SigLIP tower of width 64 (8 px patches, 64 px images),
+    two layerwise projectors (vision layers -1 and 2 into text layers 0 and 1) and the
+    four spatial ones (text layers 2..5), Window Q-Formers of one layer downsampling
+    4 x 4 windows to 2 x 2 queries (``downsample_rate`` "2/4"), the tiny Granite text
+    model with 6 layers, anyres pinpoints 64 x 64 and 64 x 128, every patch feature kept
+    (``full``: SigLIP has no class token).  The tower is saved
+    under the Hub's ``model.vision_tower.vision_model.*`` (transformers 5 saves
+    ``model.vision_tower.*`` and reads both); the reference numbers its projector
+    blocks by the tower's layer count, so the tower has as many layers as there are
+    projectors."""
+    import torch
+    from transformers import Granite4VisionConfig, Granite4VisionForConditionalGeneration
+
+    vocab = train_spm(folder)
+    text = dict(_text(vocab), model_type="granite4_vision_text", num_hidden_layers=6,
+                attention_multiplier=0.0625, embedding_multiplier=12.0,
+                residual_multiplier=0.22, logits_scaling=8.0,
+                architectures=["GraniteForCausalLM"])  # fmt: skip
+    vision = dict(model_type="siglip_vision_model", hidden_size=64, intermediate_size=128,
+                  num_hidden_layers=6, num_attention_heads=2, image_size=64, patch_size=8)  # fmt: skip
+    qformer = dict(hidden_size=64, num_hidden_layers=1, num_attention_heads=2,
+                   intermediate_size=128, encoder_hidden_size=64)  # fmt: skip
+    cfg = Granite4VisionConfig(text_config=text, vision_config=vision, qformer_config=qformer,
+                               image_token_index=vocab - 1, downsample_rate="2/4",
+                               spatial_target_layers=[2, 3, 4, 5],
+                               deepstack_layer_map=[[-1, 0], [2, 1]],
+                               image_grid_pinpoints=[[64, 64], [64, 128]],
+                               vision_feature_layer=-1,
+                               vision_feature_select_strategy="full")  # fmt: skip
+    model = Granite4VisionForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
+    hub_layout(
+        folder, lambda k: k.replace("model.vision_tower.", "model.vision_tower.vision_model.", 1)
+    )
+    (folder / "preprocessor_config.json").write_text(json.dumps(
+        {"image_mean": [0.5] * 3, "image_std": [0.5] * 3}, indent=2))  # fmt: skip
+    return folder
+
+
+BUILDERS["granite4_vision"] = granite4_vision

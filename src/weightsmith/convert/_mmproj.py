@@ -21,6 +21,7 @@ Everything is planned (and every input checked) by :func:`plan_mmproj` before
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -84,13 +85,15 @@ def _projector(cfg: dict, path: Path) -> Projector:
             expected="one of " + ", ".join(sorted(MMPROJ_REGISTRY)),
             found=name,
         )
+    vc = vc if isinstance(vc, dict) else {}
     for keys in proj.required:
         if not any(k in (vc or {}) for k in keys):
             raise E.InvalidModelConfig(
                 "vision hyperparameter missing",
                 path=path, field="vision_config." + keys[0], expected="a value", found=None,
             )  # fmt: skip
-    akey = "whisper_config" if "whisper_config" in cfg else "audio_config"  # MmprojModel's
+    # MmprojModel's (whisper_config, else audio_config), unless the entry names its own
+    akey = proj.audio_key or ("whisper_config" if "whisper_config" in cfg else "audio_config")
     ac = towers(cfg).get(akey)
     for keys in proj.audio_required:
         if not isinstance(ac, dict) or not any(k in ac for k in keys):
@@ -134,15 +137,69 @@ def _mmproj_type(type: str, kept: list[H._Source]) -> str:
     return t if t in H._OUTTYPES else "f16"
 
 
-def _type_of(proj: Projector, tp: H.TensorPlan, ot: str) -> str:
-    """prepare_tensors' choice for a projector tensor (an extra one by its GGUF name)."""
-    forced = proj.force(tp.pieces[0][1].hf if tp.pieces else tp.name, tp.name, ot)
+def _type_of(proj: Projector, tp: H.TensorPlan, ot: str, hf: str | None = None) -> str:
+    """prepare_tensors' choice for a projector tensor (``hf``: its source key; an extra
+    one by its GGUF name)."""
+    if hf is None:
+        hf = tp.pieces[0][1].hf if tp.pieces else tp.name
+    forced = proj.force(hf, tp.name, ot)
     if len(tp.shape) <= 1 or tp.name.endswith("_norm.weight"):
         return "F32"
     if forced is not None:
         return forced
     # position embeddings and non-.weight tensors F32, Q8_0's F16 fallback: as the text file
     return H._outtype_type(ot, tp.name, tp.shape)
+
+
+def _fold_groups(
+    proj: Projector, by_key: dict[str, H._Source], d: Path
+) -> tuple[list[tuple[list[str], list[str]]], set[str]]:
+    """The projector's fold groups present in the source: ``[(member keys, GGUF names)]``
+    and every member key; a group with a member missing (UnmappedTensor) or members of
+    different shapes (TensorShapeMismatch) is named."""
+    if proj.fold is None:
+        return [], set()
+    members, names, _ = proj.fold
+    groups: dict[str, dict] = {}
+    for k in by_key:
+        for t in members:
+            fields = _fields(t, k)
+            if fields is not None:
+                groups.setdefault(fields["bid"], {})[t] = k
+    out, folded = [], set()
+    for bid, got in groups.items():
+        if len(got) != len(members):
+            missing = [t.format(bid=bid) for t in members if t not in got]
+            raise E.UnmappedTensor(
+                "a folded tensor group is incomplete",
+                path=d,
+                field=f"tensor {next(iter(got.values()))!r}",
+                expected="all of " + ", ".join(t.format(bid=bid) for t in members),
+                found="missing " + ", ".join(missing),
+            )
+        keys = [got[t] for t in members]
+        shapes = [list(by_key[k].shape) for k in keys]
+        if any(sh != shapes[0] for sh in shapes):
+            raise E.TensorShapeMismatch(
+                "folded tensors of different shapes",
+                path=d,
+                field=f"tensor {keys[0]!r}",
+                expected=f"{shapes[0]} for all of " + ", ".join(keys),
+                found=str(shapes),
+            )
+        out.append((keys, [n.format(bid=bid) for n in names]))
+        folded.update(keys)
+    return out, folded
+
+
+def _fields(template: str, name: str) -> dict | None:
+    mt = re.fullmatch(re.escape(template).replace(r"\{bid\}", r"(?P<bid>\d+)"), name)
+    return None if mt is None else mt.groupdict()
+
+
+def _fold_data(proj: Projector, srcs: list[H._Source]) -> list:
+    assert proj.fold is not None
+    return proj.fold[2](*(H._widen(s.load()) for s in srcs))
 
 
 def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
@@ -205,8 +262,11 @@ def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
                 expected=f"a 2-D embedding with row {view[TOKEN_ID]}",
                 found=None if emb is None else list(emb.shape),
             )
+    folds, folded = _fold_groups(proj, by_key, d)
     try:
-        outs = proj.entry.plan([(k, s.shape) for k, s in by_key.items()], view, {})
+        outs = proj.entry.plan(
+            [(k, s.shape) for k, s in by_key.items() if k not in folded], view, {}
+        )
     except PlanError as exc:
         src_ = by_key.get(exc.name)
         raise E.UnmappedTensor(
@@ -224,11 +284,24 @@ def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
             tp = H.TensorPlan(gname, arr.shape, "F32", make=lambda a=arr: a)
             tp.type = _type_of(proj, tp, ot)
             tensors.append(tp)
+    order = {k: i for i, k in enumerate(by_key)}
+    placed: list[tuple[int, H.TensorPlan, str]] = []
     for o in outs:
         pieces = [(by_key[p.hf], p) for p in o.pieces]
         tp = H.TensorPlan(o.name, o.shape, "F32", source=pieces[0][0], hf_name=pieces[0][0].name,
                         pieces=pieces, stacked=o.stacked)  # fmt: skip
-        tp.type = _type_of(proj, tp, ot)
+        placed.append((order[o.pieces[0].hf], tp, o.pieces[0].hf))
+    for members, names in folds:
+        srcs = [by_key[k] for k in members]
+        at = max(order[k] for k in members)  # written when the last member is read
+        for j, gname in enumerate(names):
+            make = lambda srcs=srcs, j=j: _fold_data(proj, srcs)[j]  # noqa: E731
+            tp = H.TensorPlan(gname, tuple(srcs[0].shape), "F32", source=srcs[0],
+                              hf_name=srcs[0].name, make=make)  # fmt: skip
+            placed.append((at, tp, members[0]))
+    placed.sort(key=lambda x: x[0])  # stable: a fold's outputs in their own order
+    for _, tp, hf in placed:
+        tp.type = _type_of(proj, tp, ot, hf)
         tensors.append(tp)
     # no ModelInput: the text file's metadata path (_metadata) is not taken for this plan
     return H._Plan(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ._common import BASE_NAMES, BLK, FFN_NORM, LAYER, PERMUTE_K, PERMUTE_Q, llama3_rope_freqs
 from ._model import VT, Arch, NameRule, Split, m
+from .granite4_vision import deepstack_mapping
 from .llama import LLAMA
 
 # GraniteModel.set_gguf_parameters: the Llama rows, then the multipliers
@@ -38,6 +39,9 @@ GRANITE_ROWS = [
         t=VT.FLOAT32,
         value=lambda c: c.get("logits_scaling") or None,
     ),
+    # Granite 4 Vision's text: which projector's features each layer adds
+    # (derived: no HF field of the text model; GGUF -> HF drops it)
+    m("deepstack_mapping", "_deepstack_mapping", t=VT.INT32, value=deepstack_mapping),
 ]
 #: GraniteMoeShared's row (0 / absent: no shared MLP); every Granite-derived class writes it
 GRANITE_SHARED_FF = m(
@@ -67,6 +71,17 @@ GRANITE_MOE_SPLITS = [
 ]
 
 
+#: GraniteModel.filter_tensors: the audio encoder (Granite Speech) and the image side
+#: (Granite 4 Vision) of a multimodal checkpoint are not text tensors
+GRANITE_SKIP = (
+    *LLAMA.skip,
+    r"^encoder\.",
+    r"image_",
+    r"layerwise_projectors",
+    r"spatial_projectors",
+)
+
+
 def _hf(cfg: dict, names: set[str]) -> dict:
     return {"hidden_act": "silu", "attention_bias": "blk.0.attn_q.bias" in names, "mlp_bias": False}
 
@@ -79,6 +94,7 @@ GRANITE = Arch(
     transforms=[PERMUTE_Q, PERMUTE_K],
     extra={"rope_freqs.weight": llama3_rope_freqs},
     ignored=("head_dim",),
+    skip=GRANITE_SKIP,
     tokenizer={"vocab": "llama"},
     model_types={"GraniteForCausalLM": "granite"},
     hf_config=_hf,
@@ -100,6 +116,7 @@ GRANITEMOE = Arch(
     extra={"rope_freqs.weight": llama3_rope_freqs},
     ignored=("head_dim",),
     required=("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size"),
+    skip=GRANITE_SKIP,
     tokenizer={"vocab": "llama"},
     model_types={"GraniteMoeForCausalLM": "granitemoe"},
     hf_config=_hf,

@@ -43,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from . import granite4_vision as G4V
+from . import granite_speech as GS
 from ._common import GEMMA_NORM, PERMUTE_K, PERMUTE_Q, replace_rows
 from ._model import FILE_TYPE, VT, Arch, MetaKey, NameRule, Split, Transform, m
 from .gemma4_audio import (
@@ -228,6 +230,13 @@ class Projector:
     renumber: Callable[[str, dict], str] | None = None
     # False: an audio-only projector (no vision_config, no image processor settings)
     vision: bool = True
+    # where the audio config is (``audio_required`` is checked there); None: MmprojModel's
+    # (``whisper_config``, else ``audio_config``)
+    audio_key: str | None = None
+    # source tensors folded into new ones: ``(member templates, output templates,
+    # fn(*members) -> outputs)``, written (shaped as the first member) when the last
+    # member is read, as the reference buffers them (Granite Speech's batch norms)
+    fold: tuple[tuple[str, ...], tuple[str, ...], Callable[..., Any]] | None = None
 
     def source_key(self, hf_name: str, view: dict | None = None) -> str | None:
         """The name the rules see, or None for a tensor the projector does not read."""
@@ -1699,6 +1708,94 @@ QWEN3OMNI_VISION = Projector(
     ),
 )
 
+# --------------------------------------------------------------------------- Granite Speech
+
+
+def _granite_speech_force(hf: str, gguf: str, outtype: str) -> str | None:
+    return GS.force(hf) or _base_force(hf, gguf, outtype)
+
+
+# GraniteSpeechMmprojModel (and GraniteSpeechPlus: the same plus feature_layers): an
+# audio-only projector, see arch/granite_speech.py
+GRANITE_SPEECH = Projector(
+    hf_archs=(
+        "GraniteSpeechForConditionalGeneration",
+        "GraniteSpeechPlusForConditionalGeneration",
+    ),
+    keep=("encoder.", "projector."),
+    drop=GS.DROP,
+    force=_granite_speech_force,
+    required=(),
+    vision=False,
+    audio_key="encoder_config",
+    audio_required=GS.REQUIRED,
+    fold=(*GS.BATCH_NORM_FOLD, GS.fold_batch_norm),
+    entry=Arch(
+        hf_archs=("GraniteSpeechForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            FILE_TYPE,
+            *(MetaKey(k, (), t, fn) for k, fn, t in GS.rows(GLOBAL, TEXT_WIDTH)),
+        ],
+        names=GS.NAMES,
+        splits=GS.SPLITS,
+        transforms=GS.TRANSFORMS,
+        required=(),
+    ),
+)
+
+# --------------------------------------------------------------------------- Granite 4 Vision
+
+# Granite4VisionMmprojModel: a SigLIP tower (the Hub's ``model.vision_tower.vision_model.*``)
+# and Window Q-Former projectors, see arch/granite4_vision.py
+GRANITE4_VISION = Projector(
+    hf_archs=("Granite4VisionForConditionalGeneration",),
+    keep=("model.",),
+    drop=("vision_model.head", "language_model."),
+    renumber=lambda name, v: G4V.renumber(name, v, GLOBAL),
+    force=_base_force,
+    entry=Arch(
+        hf_archs=("Granite4VisionForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *BASE_ROWS,
+            _const("projector_type", "granite4_vision", VT.STRING),
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "layer_norm_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v.get("layer_norm_eps", 1e-6),
+            ),
+            _const("use_gelu", True, VT.BOOL),
+            m("vision.preproc_image_size", "image_size", value=lambda v: v.get("image_size", 384)),
+            m("vision.projector.query_side", GLOBAL, value=lambda v: G4V.sides(v[GLOBAL])[0]),
+            m("vision.projector.window_side", GLOBAL, value=lambda v: G4V.sides(v[GLOBAL])[1]),
+            m(
+                "vision.feature_layer",
+                GLOBAL,
+                t=VT.INT32,
+                value=lambda v: [e[0] for e in G4V.projector_map(v[GLOBAL])],
+            ),
+            m(
+                "vision.projector.spatial_offsets",
+                GLOBAL,
+                t=VT.INT32,
+                value=lambda v: [
+                    j if k == "spatial" else -1 for _, _, k, j in G4V.projector_map(v[GLOBAL])
+                ],
+            ),
+            m(
+                "vision.image_grid_pinpoints",
+                GLOBAL,
+                t=VT.INT32,
+                value=lambda v: G4V.pinpoints(v[GLOBAL]),
+            ),
+        ],
+        names=[*SIGLIP_NAMES, *G4V.PROJECTOR_NAMES],
+        required=(),
+    ),
+)
+
 #: every projector entry
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
@@ -1717,5 +1814,7 @@ PROJECTORS += (AUDIOFLAMINGO3_AUDIO,)
 PROJECTORS += (GLM4V_VISION,)
 PROJECTORS += (QWEN25OMNI_VISION,)
 PROJECTORS += (QWEN3OMNI_VISION,)
+PROJECTORS += (GRANITE_SPEECH,)
+PROJECTORS += (GRANITE4_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
