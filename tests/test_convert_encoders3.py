@@ -35,7 +35,7 @@ from support.encoder_models import (
     roberta,
 )
 from test_convert_archs import _same_file
-from test_convert_encoders_more import _run_reference
+from test_convert_encoders_more import build_and_convert
 from weightsmith.convert import gguf_to_hf, hf_to_gguf
 
 TYPES = ["f32", "f16", "bf16", "q8_0"]
@@ -63,17 +63,7 @@ def work(tmp_path_factory) -> dict:
         "rerank_modernbert": modernbert_reranker,
         "eurobert": eurobert,
     }
-    models = {}
-    for name, build in builders.items():
-        (root / "models" / name).mkdir(parents=True)
-        models[name] = build(root / "models" / name)
-    ref, ours = root / "ref", root / "ours"
-    ref.mkdir()
-    ours.mkdir()
-    _run_reference([(str(models[a]), str(ref / f"{a}-{t}.gguf"), t, []) for a, t in FILES])
-    for a, t in FILES:
-        hf_to_gguf(models[a], ours / f"{a}-{t}.gguf", t)
-    return {"models": models, "ref": ref, "ours": ours}
+    return build_and_convert(root, builders, FILES)
 
 
 @pytest.mark.parametrize(("arch", "t"), FILES)

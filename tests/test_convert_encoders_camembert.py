@@ -32,7 +32,7 @@ import pytest
 from support.encoder_models import camembert, distilbert_reranker
 from support.llama_sdist import llama_cpp_root
 from test_convert_archs import _same_file
-from test_convert_encoders_more import _run_reference
+from test_convert_encoders_more import build_and_convert
 from weightsmith import errors as E
 from weightsmith.convert import gguf_to_hf, hf_to_gguf
 
@@ -45,17 +45,7 @@ TEXT = "The quick brown fox jumps over the lazy dog, again and again and again."
 def work(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("encoders_camembert")
     builders = {"camembert": camembert, "rerank_distilbert": distilbert_reranker}
-    models = {}
-    for name, build in builders.items():
-        (root / "models" / name).mkdir(parents=True)
-        models[name] = build(root / "models" / name)
-    ref, ours = root / "ref", root / "ours"
-    ref.mkdir()
-    ours.mkdir()
-    _run_reference([(str(models[a]), str(ref / f"{a}-{t}.gguf"), t, []) for a, t in FILES])
-    for a, t in FILES:
-        hf_to_gguf(models[a], ours / f"{a}-{t}.gguf", t)
-    return {"root": root, "models": models, "ref": ref, "ours": ours}
+    return build_and_convert(root, builders, FILES)
 
 
 @pytest.mark.parametrize(("arch", "t"), FILES)

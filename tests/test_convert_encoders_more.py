@@ -71,6 +71,22 @@ def _run_reference(jobs: list[tuple[str, str, str, list[str]]]) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
 
 
+def build_and_convert(root: Path, builders: dict, files: list[tuple[str, str]]) -> dict:
+    """Each tiny model built under root/models, then every (model, type) of ``files``
+    converted by the reference into root/ref and by us into root/ours."""
+    models = {}
+    for name, make in builders.items():
+        (root / "models" / name).mkdir(parents=True)
+        models[name] = make(root / "models" / name)
+    ref, ours = root / "ref", root / "ours"
+    ref.mkdir()
+    ours.mkdir()
+    _run_reference([(str(models[a]), str(ref / f"{a}-{t}.gguf"), t, []) for a, t in files])
+    for a, t in files:
+        hf_to_gguf(models[a], ours / f"{a}-{t}.gguf", t)
+    return {"root": root, "models": models, "ref": ref, "ours": ours}
+
+
 DENSE_FLAG = ["--sentence-transformers-dense-modules"]
 T5_FAMILY_FILES = [(a, t) for a in ("mt5", "umt5") for t in ("f32", "f16", "q8_0")]
 T5_FAMILY_FILES += [("umt5_model", "f16")]

@@ -18,6 +18,7 @@ from ._common import (
     GEMMA_NORMS,
     QK_NORM,
     defaulted,
+    layer_rules,
 )
 from ._model import FILE_TYPE, VT, Arch, full_rope, m
 
@@ -127,3 +128,21 @@ GEMMA3 = Arch(
         "query_pre_attn_scalar": _query_scalar(cfg, 62),
     },
 )
+
+
+#: the layer names Gemma 3n and Gemma 4 share: the sandwich norms and the per-layer input
+#: (PLE) gate and projection
+GEMMA_PLE_NAMES = [
+    *BASE_NAMES,
+    *QK_NORM,
+    *layer_rules(
+        [
+            ("post_attention_layernorm", "post_attention_norm"),
+            ("pre_feedforward_layernorm", "ffn_norm"),
+            ("post_feedforward_layernorm", "post_ffw_norm"),
+            ("per_layer_input_gate", "inp_gate"),
+            ("per_layer_projection", "proj"),
+            ("post_per_layer_input_norm", "post_norm"),
+        ]
+    ),
+]

@@ -42,9 +42,9 @@ from typing import Any
 
 import numpy as np
 
-from ._common import BASE_NAMES, BLK, LAYER, QK_NORM, layer_rules, replace_rows
+from ._common import BLK, LAYER, layer_rules, replace_rows
 from ._model import VT, Arch, NameRule, Stack, Transform, m
-from .gemma import GEMMA3
+from .gemma import GEMMA3, GEMMA_PLE_NAMES
 
 _SLIDING = "sliding_attention"
 _FULL = "full_attention"
@@ -122,16 +122,9 @@ PAD_EMBEDDINGS = Transform(
 )
 
 _NAMES = [
-    *BASE_NAMES,
-    *QK_NORM,
+    *GEMMA_PLE_NAMES,
     *layer_rules(
         [
-            ("post_attention_layernorm", "post_attention_norm"),
-            ("pre_feedforward_layernorm", "ffn_norm"),
-            ("post_feedforward_layernorm", "post_ffw_norm"),
-            ("per_layer_input_gate", "inp_gate"),
-            ("per_layer_projection", "proj"),
-            ("post_per_layer_input_norm", "post_norm"),
             ("altup.correction_coefs", "altup_correct_coef"),
             ("altup.prediction_coefs", "altup_predict_coef"),
             ("altup.modality_router", "altup_router"),

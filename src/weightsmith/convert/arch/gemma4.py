@@ -58,9 +58,9 @@ from typing import Any
 
 import numpy as np
 
-from ._common import BASE_NAMES, BLK, GEMMA_EMBED_ROWS, LAYER, QK_NORM, layer_rules, replace_rows
+from ._common import BLK, GEMMA_EMBED_ROWS, LAYER, layer_rules, replace_rows
 from ._model import VT, Arch, MetaKey, NameRule, first, m, rope_parameters
-from .gemma import GEMMA3
+from .gemma import GEMMA3, GEMMA_PLE_NAMES
 
 _SLIDING = "sliding_attention"
 _FULL = "full_attention"
@@ -217,18 +217,7 @@ def _unified_text(out: dict, names: set[str]) -> bool:
 
 
 _NAMES = [
-    *BASE_NAMES,
-    *QK_NORM,
-    *layer_rules(
-        [
-            ("post_attention_layernorm", "post_attention_norm"),
-            ("pre_feedforward_layernorm", "ffn_norm"),
-            ("post_feedforward_layernorm", "post_ffw_norm"),
-            ("per_layer_input_gate", "inp_gate"),
-            ("per_layer_projection", "proj"),
-            ("post_per_layer_input_norm", "post_norm"),
-        ]
-    ),
+    *GEMMA_PLE_NAMES,
     NameRule(LAYER + "layer_scalar", BLK + "layer_output_scale.weight"),
     # the MoE block beside the dense MLP: experts kept fused, router scales as ``.scale``
     *layer_rules(

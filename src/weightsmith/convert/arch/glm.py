@@ -271,15 +271,7 @@ GLM4 = Arch(
 
 
 # the same reference class for GLM-4V; its file has no HF class of its own
-GLM4V_TEXT = Arch(
-    hf_archs=("Glm4vForConditionalGeneration",),
-    gguf_arch="glm4",
-    meta=_GLM4_ROWS,
-    names=GLM4_LAYER,
-    transforms=_GLM4_TRANSFORMS,
-    required=("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size"),
-    tokenizer={"vocab": "glm4"},
-)
+GLM4V_TEXT = replace(GLM4, hf_archs=("Glm4vForConditionalGeneration",), model_types={})
 
 
 # Glm4MoeModel for GLM-4.5V: GLM-4.5's rows with the sections (no Q/K reorder: this text

@@ -160,6 +160,8 @@ BASE_REQUIRED: tuple[tuple[str, ...], ...] = (
     BLOCK_KEYS,
     ("num_attention_heads", "num_heads", "heads", "vt_num_attention_heads"),
 )
+#: BASE_REQUIRED for towers whose image size has a default (derived or the reference's)
+NO_IMAGE_SIZE = BASE_REQUIRED[1:]
 
 
 def _const(key: str, value: Any, t: VT) -> MetaKey:
@@ -483,7 +485,7 @@ QWEN25VL_VISION = Projector(
     keep=("visual.",),
     force=_qwen_force,
     # the image size is not in Qwen2.5-VL's vision config: 560 as llama.cpp's class sets
-    required=tuple(k for k in BASE_REQUIRED if k != ("image_size",)),
+    required=NO_IMAGE_SIZE,
     entry=Arch(
         hf_archs=("Qwen2_5_VLForConditionalGeneration",),
         gguf_arch="clip",
@@ -559,7 +561,7 @@ GEMMA4_VISION = Projector(
     keep=(_G4, "model.embed_vision.", *AUDIO_PREFIXES),
     force=_g4_force,
     # Gemma4VisionAudioModel sets image_size (unused by llama.cpp) to 224
-    required=tuple(k for k in BASE_REQUIRED if k != ("image_size",)),
+    required=NO_IMAGE_SIZE,
     entry=Arch(
         hf_archs=("Gemma4ForConditionalGeneration",),
         gguf_arch="clip",
@@ -763,6 +765,15 @@ def _qwen3vl_image_size(v: dict) -> int:
     return int(v.get("num_position_embeddings", 2304) ** 0.5 * v.get("patch_size", 16))
 
 
+#: MmprojModel's rows with that image size (Qwen3VLVisionModel and its subclasses)
+_QWEN3VL_BASE_ROWS = [
+    m("vision.image_size", "image_size", value=_qwen3vl_image_size)
+    if isinstance(r, MetaKey) and r.key == "vision.image_size"
+    else r
+    for r in BASE_ROWS
+]
+
+
 def _deepstack_flags(v: dict) -> list[bool] | None:
     flags = [False] * int(v.get("depth") or 0)
     for i in v.get("deepstack_visual_indexes") or []:
@@ -794,17 +805,12 @@ QWEN3VL_VISION = Projector(
     rename=lambda name: name.removeprefix("model."),
     renumber=_deepstack_renumber,
     force=_qwen_force,
-    required=tuple(k for k in BASE_REQUIRED if k != ("image_size",)),
+    required=NO_IMAGE_SIZE,
     entry=Arch(
         hf_archs=("Qwen3VLForConditionalGeneration",),
         gguf_arch="clip",
         meta=[
-            *(
-                m("vision.image_size", "image_size", value=_qwen3vl_image_size)
-                if isinstance(r, MetaKey) and r.key == "vision.image_size"
-                else r
-                for r in BASE_ROWS
-            ),
+            *_QWEN3VL_BASE_ROWS,
             _const("projector_type", "qwen3vl_merger", VT.STRING),
             _const("use_gelu", True, VT.BOOL),
             m("vision.spatial_merge_size", "spatial_merge_size"),
@@ -1020,7 +1026,7 @@ LFM2VL_VISION = Projector(
     ),
     rename=lambda name: name.removeprefix("model."),
     force=_base_force,
-    required=(*(k for k in BASE_REQUIRED if k != ("image_size",)), ("layer_norm_eps",)),
+    required=(*NO_IMAGE_SIZE, ("layer_norm_eps",)),
     entry=Arch(
         hf_archs=("Lfm2VlForConditionalGeneration",),
         gguf_arch="clip",
@@ -1210,7 +1216,7 @@ PADDLEOCR_VISION = Projector(
     keep=(_PADDLE, "mlp_AR."),
     drop=("packing_position_embedding", "vision_model.head."),
     force=_base_force,
-    required=tuple(k for k in BASE_REQUIRED if k != ("image_size",)),
+    required=NO_IMAGE_SIZE,
     entry=Arch(
         hf_archs=("PaddleOCRVisionModel",),
         gguf_arch="clip",
@@ -1549,17 +1555,12 @@ GLM4V_VISION = Projector(
     keep=("model.visual.", "visual."),
     rename=lambda name: name.removeprefix("model."),
     force=_qwen_force,
-    required=tuple(k for k in BASE_REQUIRED if k != ("image_size",)),
+    required=NO_IMAGE_SIZE,
     entry=Arch(
         hf_archs=("Glm4vForConditionalGeneration",),
         gguf_arch="clip",
         meta=[
-            *(
-                m("vision.image_size", "image_size", value=_qwen3vl_image_size)
-                if isinstance(r, MetaKey) and r.key == "vision.image_size"
-                else r
-                for r in BASE_ROWS
-            ),
+            *_QWEN3VL_BASE_ROWS,
             _const("projector_type", "glm4v", VT.STRING),
             MetaKey("use_gelu", ("hidden_act",), VT.BOOL, _glm_act("gelu")),
             MetaKey("use_silu", ("hidden_act",), VT.BOOL, _glm_act("silu")),
