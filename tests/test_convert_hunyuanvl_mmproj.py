@@ -24,12 +24,12 @@ import numpy as np
 import pytest
 
 from support.vlm_models import build
-from test_convert_mmproj import TYPES, _image, _mtmd_embeddings, _reference, _same
+from test_convert_mmproj import TYPES, _mtmd_embeddings, _reference, _same
 from weightsmith import errors as E
 from weightsmith.convert import hf_to_gguf
 
 # mtmd's image embeddings vs transformers' features, as a fraction of their scale:
-# measured 1.6e-4 (3.3e-4 at a scale of 2.06)
+# measured 1.6e-4 (3.3e-4 at a scale of 2.06; oblong images up to 4.0e-4)
 TOL = 1e-3
 
 
@@ -135,12 +135,17 @@ def _hf_image_features(folder, img: np.ndarray) -> np.ndarray:
     return torch.cat(list(f.pooler_output), 0).float().numpy()
 
 
-def test_llama_cpp_encodes_image(hv):
-    img = _image(64)
+@pytest.mark.parametrize("hw", [(64, 64), (32, 64), (64, 32)])
+def test_llama_cpp_encodes_image(hv, hw):
+    """Square and both oblong images (the learned 4 x 4 position grid resized to 2 x 4 /
+    4 x 2: bilinear in transformers, mtmd's own on the CPU)."""
+    h, w = hw
+    img = np.random.default_rng(7).integers(0, 256, (h, w, 3), dtype=np.uint8)
     got = _mtmd_embeddings(hv / "ours-text-f32.gguf", hv / "ours-mmproj-f32.gguf", img)
     want = _hf_image_features(hv / "hub", img)
-    # 2 x 2 merged tokens, a newline after each row, begin and end
-    assert want.shape == (2 * 3 + 2, 64)
+    # the merged tokens (2 x 2 at most), a newline after each row, begin and end
+    rows, cols = h // 32, w // 32
+    assert want.shape == (rows * (cols + 1) + 2, 64)
     assert got.shape == want.shape
     scale = float(np.abs(want).max())
     assert np.abs(got - want).max() <= TOL * max(scale, 1.0), np.abs(got - want).max()
