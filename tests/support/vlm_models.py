@@ -1089,3 +1089,54 @@ def granite4_vision(folder: Path, *, dtype: str = "bfloat16", seed: int = 52) ->
 
 
 BUILDERS["granite4_vision"] = granite4_vision
+
+
+def hunyuanvl_files(folder: Path) -> None:
+    """HunyuanOCR's image processor file (the reference reads its pixel bounds): 16 px
+    patches, 2x2 merge, 64 x 64 images at most."""
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "HunYuanVLImageProcessor", "patch_size": 16,
+        "temporal_patch_size": 1, "merge_size": 2, "min_pixels": 32 * 32,
+        "max_pixels": 64 * 64, **_MEAN_STD}, indent=2))  # fmt: skip
+
+
+def hunyuanvl(folder: Path, *, dtype: str = "float32", seed: int = 62) -> Path:
+    """HunyuanVL (HunyuanOCR's classes): hf_models' tiny ``hunyuan_vl`` text with a
+    3-layer vision tower (the reference maps the merger's ``perceive.proj.2`` through the
+    tower's block numbers: with 2 layers it cannot name it), and the image processor
+    file.  transformers 5.24 saves it in the Hub's layout (its ``hunyuan_vl`` load renames
+    run backwards on save): text ``model.*``, tower ``vit.*`` with Megatron MLP / norm
+    names and the merger as ``perceive`` (convolutions ``proj.0`` / ``proj.2``), the
+    only names the reference's projector reads.  64 px images at most, 16 px patches:
+    4 x 4 patches, 2 x 2 merged tokens."""
+    import torch
+    from transformers import HunYuanVLConfig, HunYuanVLForConditionalGeneration
+
+    from support.hf_models import _qwen_tokenizer
+
+    vocab = _qwen_tokenizer(folder)
+    rope = {"rope_type": "xdrope", "rope_theta": 10000.0, "alpha": 1000.0,
+            "xdrope_section": [2, 2, 2, 2], "factor": 1.0}  # fmt: skip
+    cfg = HunYuanVLConfig(
+        text_config=dict(
+            vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            max_position_embeddings=256, eos_token_id=151643, eod_token_id=151645,
+            bos_token_id=None, pad_token_id=None, rope_parameters=rope,
+            tie_word_embeddings=False,
+        ),
+        vision_config=dict(
+            hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=2,
+            num_hidden_layers=3, out_hidden_size=64, text_hidden_size=64, patch_size=16,
+            max_image_size=64, min_image_size=32,
+        ),
+        tie_word_embeddings=False,
+    )  # fmt: skip
+    model = HunYuanVLForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
+    hunyuanvl_files(folder)
+    return folder
+
+
+BUILDERS["hunyuanvl"] = hunyuanvl

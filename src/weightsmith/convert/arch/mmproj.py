@@ -1798,6 +1798,104 @@ GRANITE4_VISION = Projector(
 )
 
 #: every projector entry
+# --------------------------------------------------------------------------- HunyuanVL
+
+_HV = "vit."
+_HV_LAYER = _HV + "layers.{bid}."
+_HV_MERGER = _HV + "perceive."
+
+
+def _hunyuanvl_force(hf: str, gguf: str, outtype: str) -> str | None:
+    # the merger's two convolutions (mm.0 / mm.2) kept F16 at f16, else F32 (the
+    # reference: BF16 im2col on Metal)
+    if gguf.startswith(("mm.0.", "mm.2.")) and gguf.endswith(".weight"):
+        return "F16" if outtype == "f16" else "F32"
+    return _base_force(hf, gguf, outtype)
+
+
+# HunyuanVLVisionModel (conversion/hunyuan.py): the Hub's ``vit.*`` tower alone (HunyuanOCR,
+# and what transformers 5.24 saves; its in-memory ``model.vision_tower.*`` names are not
+# read: no tower tensor is a named error), a ViT with LayerNorms and
+# a GELU MLP under Megatron names, then the ``perceive`` merger: RMS norm, a 2x2 conv, GELU,
+# a 1x1 conv, the row newline, a linear into the text width, the begin / end rows and a
+# final RMS norm.  The image size row is ``max_image_size`` (the config has no
+# ``image_size``; 2048 without either); the position table loses its class-token row 0;
+# the pixel bounds come from the image processor file (both required)
+HUNYUANVL_VISION = Projector(
+    hf_archs=("HunYuanVLForConditionalGeneration",),
+    keep=(_HV,),
+    force=_hunyuanvl_force,
+    required=tuple(k for k in BASE_REQUIRED if k != ("image_size",)),
+    entry=Arch(
+        hf_archs=("HunYuanVLForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *replace_rows(
+                BASE_ROWS,
+                vision__image_size=m(
+                    "vision.image_size",
+                    "image_size",
+                    "max_image_size",
+                    value=lambda v: v.get("image_size", v.get("max_image_size", 2048)),
+                ),
+            ),
+            _const("projector_type", "hunyuanvl", VT.STRING),
+            _const("use_gelu", True, VT.BOOL),
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "rms_norm_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v.get("rms_norm_eps", 1e-5),
+            ),
+            m(
+                "vision.spatial_merge_size",
+                "spatial_merge_size",
+                value=lambda v: v.get("spatial_merge_size", 2),
+            ),
+            m("vision.image_min_pixels", PREPROCESSOR, value=_pixels("min_pixels")),
+            m("vision.image_max_pixels", PREPROCESSOR, value=_pixels("max_pixels")),
+        ],
+        names=[
+            *_wb(
+                [
+                    (_HV + "embeddings.patch_embedding", "v.patch_embd"),
+                    (_HV + "embeddings.position_embedding", "v.position_embd"),
+                    (_HV_LAYER + "self_attn.q_proj", _VBLK + "attn_q"),
+                    (_HV_LAYER + "self_attn.k_proj", _VBLK + "attn_k"),
+                    (_HV_LAYER + "self_attn.v_proj", _VBLK + "attn_v"),
+                    (_HV_LAYER + "self_attn.o_proj", _VBLK + "attn_out"),
+                    (_HV_LAYER + "input_layernorm", _VBLK + "ln1"),
+                    (_HV_LAYER + "post_attention_layernorm", _VBLK + "ln2"),
+                    (_HV_LAYER + "mlp.dense_h_to_4h", _VBLK + "ffn_up"),
+                    (_HV_LAYER + "mlp.dense_4h_to_h", _VBLK + "ffn_down"),
+                    (_HV_MERGER + "before_rms", "mm.pre_norm"),
+                    (_HV_MERGER + "after_rms", "mm.post_norm"),
+                    (_HV_MERGER + "proj.0", "mm.0"),
+                    (_HV_MERGER + "proj.2", "mm.2"),
+                    (_HV_MERGER + "mlp", "mm.model.fc"),
+                ]
+            ),
+            NameRule(_HV_MERGER + "image_newline", "v.image_newline"),
+            NameRule(_HV_MERGER + "image_begin", "mm.image_begin"),
+            NameRule(_HV_MERGER + "image_end", "mm.image_end"),
+            # gguf-py's spelling (V_ENC_EMBD_VSEP)
+            NameRule(_HV_MERGER + "image_sep", "v.view_seperator"),
+        ],
+        transforms=[
+            Transform(
+                "hunyuanvl_drop_cls_position",
+                r"embeddings\.position_embedding\.weight$",
+                lambda x, v, ctx: x[1:],
+                lambda x, v, ctx: x,
+                shape=lambda s, v, ctx: (s[0] - 1, *s[1:]),
+                exact=False,
+            ),
+        ],
+        required=(),
+    ),
+)
+
+
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
 PROJECTORS += (QWEN3VL_VISION,)
@@ -1817,5 +1915,6 @@ PROJECTORS += (QWEN25OMNI_VISION,)
 PROJECTORS += (QWEN3OMNI_VISION,)
 PROJECTORS += (GRANITE_SPEECH,)
 PROJECTORS += (GRANITE4_VISION,)
+PROJECTORS += (HUNYUANVL_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
