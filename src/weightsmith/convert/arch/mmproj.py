@@ -1825,7 +1825,7 @@ HUNYUANVL_VISION = Projector(
     hf_archs=("HunYuanVLForConditionalGeneration",),
     keep=(_HV,),
     force=_hunyuanvl_force,
-    required=tuple(k for k in BASE_REQUIRED if k != ("image_size",)),
+    required=NO_IMAGE_SIZE,
     entry=Arch(
         hf_archs=("HunYuanVLForConditionalGeneration",),
         gguf_arch="clip",
