@@ -12,7 +12,10 @@ layers and its 2-layer output MLP) and a copy in the layout of Qwen's own releas
   ``<|im_end|>``) is the reference's at f16 and ``llama_model_quantize``'s of its f32;
 * llama.cpp's multimodal runtime (mtmd in llama-cpp-python 0.3.36) loads our projector
   with our text file and encodes 1 s of audio into the features transformers gives;
-  llama.cpp's logits on our text file are the reference file's and transformers'.
+  llama.cpp's logits on our text file are the reference file's and transformers';
+* pinned: a text config without ``mrope_section`` gives a ``qwen3vl`` file llama.cpp
+  cannot load (the reference's too); a config without ``audio_config`` is refused with
+  a named error before anything is written.
 """
 
 from __future__ import annotations
@@ -225,3 +228,21 @@ def test_text_without_sections_not_in_llama_cpp(asr, tmp_path):
     with pytest.raises(AssertionError, match="returned"):
         _llama_quantize(root / "ours-flat-f16.gguf", tmp_path / "q.gguf", "q8_0")
     _llama_quantize(root / "ours-text-f16.gguf", tmp_path / "q.gguf", "q8_0")
+
+
+def test_no_audio_config_refused_before_writing(asr, tmp_path):
+    """A Qwen3-ASR config without ``audio_config`` (the reference's class needs one):
+    a named error naming it, nothing written."""
+    src = tmp_path / "model"
+    src.mkdir()
+    for p in asr.iterdir():
+        (src / p.name).symlink_to(p)
+    cfg = json.loads((asr / "config.json").read_text())
+    (src / "config.json").unlink()
+    (src / "config.json").write_text(
+        json.dumps({k: v for k, v in cfg.items() if k != "audio_config"})
+    )
+    out = tmp_path / "out"
+    with pytest.raises(E.InvalidModelConfig, match="audio_config"):
+        hf_to_gguf(src, out / "t.gguf", "f16", mmproj=out / "m.gguf")
+    assert not out.exists()
