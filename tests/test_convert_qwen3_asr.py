@@ -9,7 +9,8 @@ layers and its 2-layer output MLP) and a copy in the layout of Qwen's own releas
   ``convert_hf_to_gguf.py --mmproj``'s of the Qwen layout byte for byte at f32, f16,
   bf16 and q8_0 (the reference stops on transformers' layout: pinned), ours of the Qwen
   layout the same file; the text file (``qwen3vl``, ChatML template, BOS = EOS =
-  ``<|im_end|>``) is the reference's at f16 and ``llama_model_quantize``'s of its f32;
+  ``<|im_end|>``) is the reference's at the same four types and ``llama_model_quantize``'s
+  of its f32 at q4_k_m;
 * llama.cpp's multimodal runtime (mtmd in llama-cpp-python 0.3.36) loads our projector
   with our text file and encodes 1 s of audio into the features transformers gives;
   llama.cpp's logits on our text file are the reference file's and transformers';
@@ -52,7 +53,7 @@ def _without_sections(src: Path, dst: Path) -> Path:
 @pytest.fixture(scope="module")
 def asr(tmp_path_factory) -> Path:
     """The tiny Qwen3-ASR (transformers' layout) and its Qwen-layout copy
-    (``qwen/model``); the reference's text f16 and f32 (transformers' layout), its
+    (``qwen/model``); the reference's text at each type (transformers' layout), its
     projectors at each type (Qwen layout) and ours (``ref-*`` / ``ours-*``); the
     reference's ``--mmproj`` of transformers' layout last (it fails: its stderr kept as
     ``ref-hf-layout.log``)."""
@@ -62,7 +63,7 @@ def asr(tmp_path_factory) -> Path:
     src = build("qwen3asr", root / "model")
     qwen = qwen3asr_qwen_layout(src, root / "qwen" / "model")
     jobs = [[str(src), "--outfile", str(root / f"ref-text-{t}.gguf"), "--outtype", t]
-            for t in ("f16", "f32")]  # fmt: skip
+            for t in TYPES]  # fmt: skip
     for t in TYPES:
         jobs.append([str(qwen), "--outfile", str(root / f"ref-mmproj-{t}.gguf"), "--outtype", t,
                      "--mmproj"])  # fmt: skip
@@ -92,8 +93,7 @@ def hf_model(asr):
 def test_same_as_reference(asr, t):
     root = asr.parent
     _same(root / f"ours-mmproj-{t}.gguf", root / f"ref-mmproj-{t}.gguf")
-    if t == "f16":
-        _same(root / "ours-text-f16.gguf", root / "ref-text-f16.gguf")
+    _same(root / f"ours-text-{t}.gguf", root / f"ref-text-{t}.gguf")
 
 
 def test_reference_fails_on_transformers_layout(asr, tmp_path):
