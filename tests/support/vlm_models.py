@@ -1140,3 +1140,70 @@ def hunyuanvl(folder: Path, *, dtype: str = "float32", seed: int = 62) -> Path:
 
 
 BUILDERS["hunyuanvl"] = hunyuanvl
+
+
+# --------------------------------------------------------------------------- Qwen3-ASR
+
+
+def qwen3asr(folder: Path, *, dtype: str = "bfloat16", seed: int = 53) -> Path:
+    """Qwen3-ASR as transformers 5 saves it (``Qwen3ASRForConditionalGeneration``): the
+    Qwen3 text model under ``model.language_model.``, Qwen3-Omni's audio encoder (Conv2d
+    sub-sampling) under ``model.audio_tower.``, its two output layers as
+    ``model.multi_modal_projector.linear_1`` / ``linear_2``, tied embeddings; the text
+    RoPE with MRoPE sections (Qwen's release has them; transformers' Qwen3 ignores them,
+    llama.cpp's ``qwen3vl`` cannot load a file without them).  Four
+    encoder layers: the reference's tensor map knows ``audio_tower.conv2d{1,2,3}`` only
+    below the block count (with two layers it cannot name ``conv2d2``)."""
+    from transformers import Qwen3ASRConfig, Qwen3ASRForConditionalGeneration
+
+    from support.hf_models import _qwen_tokenizer
+
+    vocab = _qwen_tokenizer(folder)
+    text = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                max_position_embeddings=256,
+                rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
+                                 "mrope_section": [2, 3, 3], "mrope_interleaved": True},
+                )  # fmt: skip
+    audio = dict(num_mel_bins=128, encoder_layers=4, encoder_attention_heads=2,
+                 encoder_ffn_dim=128, d_model=64, output_dim=64,
+                 downsample_hidden_size=32)  # fmt: skip
+    model = Qwen3ASRForConditionalGeneration(Qwen3ASRConfig(text_config=text, audio_config=audio))
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    return folder
+
+
+BUILDERS["qwen3asr"] = qwen3asr
+
+#: transformers 5's Qwen3-ASR names -> Qwen's own release (``thinker.``; the output
+#: layers inside the audio tower as ``proj1`` / ``proj2``, as Qwen3-Omni's)
+_QWEN3ASR_QWEN_NAMES = (
+    ("model.audio_tower.", "thinker.audio_tower."),
+    ("model.multi_modal_projector.linear_1.", "thinker.audio_tower.proj1."),
+    ("model.multi_modal_projector.linear_2.", "thinker.audio_tower.proj2."),
+    ("model.language_model.", "thinker.model."),
+    ("lm_head.", "thinker.lm_head."),
+)
+
+
+def qwen3asr_qwen_layout(src: Path, dst: Path) -> Path:
+    """A copy of a :func:`qwen3asr` folder in the layout of Qwen's own Qwen3-ASR release
+    (the one the reference's projector class reads): the towers' and text configs under
+    ``thinker_config``, the tensors renamed by ``_QWEN3ASR_QWEN_NAMES``."""
+    import shutil
+
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.safetensors"))
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["thinker_config"] = {k: cfg.pop(k) for k in ("audio_config", "text_config")}
+    (dst / "config.json").write_text(json.dumps(cfg, indent=2))
+
+    def rename(k: str) -> str:
+        for a, b in _QWEN3ASR_QWEN_NAMES:
+            if k.startswith(a):
+                return b + k[len(a) :]
+        return k
+
+    shutil.copy(src / "model.safetensors", dst / "model.safetensors")
+    hub_layout(dst, rename)
+    return dst

@@ -128,7 +128,7 @@ from .olmo import OLMO2
 from .phi import PHI3
 from .qwen import QWEN2, QWEN2MOE, QWEN3, QWEN3MOE
 from .qwen35 import QWEN3NEXT, QWEN35, QWEN35MOE
-from .qwenvl import QWEN2VL, QWEN3OMNIMOE, QWEN3VL, QWEN3VLMOE
+from .qwenvl import QWEN2VL, QWEN3ASR, QWEN3OMNIMOE, QWEN3VL, QWEN3VLMOE
 from .t5 import T5, T5ENCODER
 
 __all__ = [
@@ -239,6 +239,8 @@ ENTRIES += (GLM4, GLM4V_TEXT, GLM4VMOE_TEXT, GLMOCR_TEXT)
 ENTRIES += (HUNYUAN_DENSE, HUNYUAN_VL)
 # the Qwen3-Omni thinker's text (qwen3vlmoe, as Qwen3-VL-MoE's; issue 15 section 3)
 ENTRIES += (QWEN3OMNIMOE,)
+# Qwen3-ASR's text (qwen3vl, as Qwen3-VL's; issue 15 section 3)
+ENTRIES += (QWEN3ASR,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)

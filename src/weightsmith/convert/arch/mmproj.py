@@ -1709,6 +1709,60 @@ QWEN3OMNI_VISION = Projector(
     ),
 )
 
+# --------------------------------------------------------------------------- Qwen3-ASR
+
+#: transformers 5's spellings of Qwen3-ASR's audio output layers -> Qwen's own (in the tower)
+_ASR_PROJECTOR = (
+    ("multi_modal_projector.linear_1.", OMNI_AUDIO + "proj1."),
+    ("multi_modal_projector.linear_2.", OMNI_AUDIO + "proj2."),
+)
+
+
+def _qwen3asr_rename(name: str) -> str:
+    name = name.removeprefix("thinker.").removeprefix("model.")
+    for a, b in _ASR_PROJECTOR:
+        if name.startswith(a):
+            return b + name[len(a) :]
+    return name
+
+
+# Qwen3ASRMmprojModel: Qwen3OmniMmprojModel with the vision half off -- Qwen3-Omni's audio
+# encoder alone (``qwen3a``, arch/qwen_omni_audio.py): the base row, the audio half (and
+# mel bins, epsilon), ``clip.audio.projector_type``.  The pinned reference reads only
+# the layout of Qwen's own release (configs under ``thinker_config``, tensors under
+# ``thinker.``, output layers ``audio_tower.proj1`` / ``proj2``); on transformers 5's
+# (``audio_config`` at the top, ``model.audio_tower.*``, ``model.multi_modal_projector.
+# linear_1`` / ``linear_2``) it stops at ``thinker_config``.  Ours reads both and writes
+# the same file for the same weights
+QWEN3ASR_AUDIO = Projector(
+    hf_archs=("Qwen3ASRForConditionalGeneration",),
+    keep=(
+        "thinker." + OMNI_AUDIO,
+        "model." + OMNI_AUDIO,
+        "model.multi_modal_projector.",
+        OMNI_AUDIO,
+    ),
+    rename=_qwen3asr_rename,
+    force=_omni_force,
+    required=(),
+    vision=False,
+    audio_required=_OMNI_AUDIO_KEYS,
+    entry=Arch(
+        hf_archs=("Qwen3ASRForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            FILE_TYPE,
+            *audio_rows(fill=omni_audio_fill),
+            *(_audio_row(k, fn, t) for k, fn, t in OMNI_AUDIO_TAIL),
+            _audio_row("audio.projector_type", lambda a: "qwen3a", VT.STRING),
+        ],
+        names=OMNI_AUDIO3_NAMES,
+        transforms=OMNI_AUDIO3_TRANSFORMS,
+        extra={POSITION_EMBD: lambda v: sinusoids(v[AUDIO]["d_model"])},
+        required=(),
+    ),
+)
+
 # --------------------------------------------------------------------------- Granite Speech
 
 
@@ -1916,5 +1970,6 @@ PROJECTORS += (QWEN3OMNI_VISION,)
 PROJECTORS += (GRANITE_SPEECH,)
 PROJECTORS += (GRANITE4_VISION,)
 PROJECTORS += (HUNYUANVL_VISION,)
+PROJECTORS += (QWEN3ASR_AUDIO,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}

@@ -130,3 +130,20 @@ QWEN3OMNIMOE = replace(
     renames=((r"thinker\.", ""),),
     tokenizer={"vocab": "qwen3omni"},
 )
+
+
+# Qwen3ASRTextModel: Qwen3-ASR's text model is a Qwen3 (transformers' ``text_config`` of
+# model_type qwen3, under ``model.language_model.``; Qwen's own release keeps it under
+# ``thinker.`` with ``thinker_config``) written as Qwen3-VL's: the sections row when the
+# config has ``mrope_section`` (the Qwen3-ASR configs do not), ``n_deepstack_layers`` 0,
+# the ChatML template and BOS / EOS both ``<|im_end|>`` (tokenizer route ``qwen3asr``)
+QWEN3ASR = replace(
+    QWEN3VL,
+    hf_archs=("Qwen3ASRForConditionalGeneration",),
+    meta=[
+        *_with_sections(list(COMMON)),
+        m("n_deepstack_layers", "_deepstack", value=lambda cfg: 0),
+    ],
+    renames=((r"^thinker\.", ""),),
+    tokenizer={"vocab": "qwen3asr"},
+)

@@ -1030,6 +1030,12 @@ def _set_qwen3_omni(out: _Entries, d: Path, config: dict) -> None:
     """Qwen3OmniMoeTextModel.set_vocab: the GPT-2 vocabulary, then BOS and EOS both the
     ``<|im_end|>`` id of ``tokenizer_config.json``'s ``added_tokens_decoder`` (in place)."""
     _set_gpt2(out, d, config)
+    _im_end_bos_eos(out, d)
+
+
+def _im_end_bos_eos(out: _Entries, d: Path) -> None:
+    """BOS and EOS both the ``<|im_end|>`` id of ``tokenizer_config.json``'s
+    ``added_tokens_decoder`` (in place)."""
     tok_cfg = _json_if(d / "tokenizer_config.json") or {}
     for tid, tok in (tok_cfg.get("added_tokens_decoder") or {}).items():
         if isinstance(tok, dict) and tok.get("content") == "<|im_end|>" and str(tid).isdecimal():
@@ -1039,3 +1045,21 @@ def _set_qwen3_omni(out: _Entries, d: Path, config: dict) -> None:
 
 
 MORE_ROUTES["qwen3omni"] = _set_qwen3_omni
+
+#: Qwen3ASRTextModel's chat template (plain ChatML), written over the folder's
+QWEN3_ASR_CHAT_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def _set_qwen3_asr(out: _Entries, d: Path, config: dict) -> None:
+    """Qwen3ASRTextModel.set_vocab: the GPT-2 vocabulary, the ChatML template above (in
+    place of the folder's), then BOS and EOS as Qwen3-Omni's (``<|im_end|>``)."""
+    _set_gpt2(out, d, config)
+    out.add("chat_template", QWEN3_ASR_CHAT_TEMPLATE, VT.STRING)
+    _im_end_bos_eos(out, d)
+
+
+MORE_ROUTES["qwen3asr"] = _set_qwen3_asr
