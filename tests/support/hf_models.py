@@ -2140,6 +2140,28 @@ def hunyuan_dense(folder: Path, *, dtype: str = "bfloat16", seed: int = 60) -> P
 BUILDERS["hunyuan_dense"] = hunyuan_dense
 
 
+def hunyuan_vl_text(vocab: int) -> dict:
+    """The tiny HunyuanVL's text config (XD-RoPE, alpha 1000, four sections)."""
+    rope = {"rope_type": "xdrope", "rope_theta": 10000.0, "alpha": 1000.0,
+            "xdrope_section": [2, 2, 2, 2], "factor": 1.0}  # fmt: skip
+    return dict(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=256,
+        eos_token_id=151643,
+        eod_token_id=151645,
+        bos_token_id=None,
+        pad_token_id=None,
+        rope_parameters=rope,
+        tie_word_embeddings=False,  # the reference reads the text config's
+    )
+
+
 def hunyuan_vl(folder: Path, *, dtype: str = "float32", seed: int = 61) -> Path:
     """A tiny HunYuanVLForConditionalGeneration (HunyuanOCR's classes): the HunYuan dense
     text model with XD-RoPE (``xdrope`` alpha 1000, four sections; transformers 5 saves it
@@ -2147,17 +2169,8 @@ def hunyuan_vl(folder: Path, *, dtype: str = "float32", seed: int = 61) -> Path:
     transformers 5's layout (``model.language_model.*``, ``model.vision_tower.*``)."""
     from transformers import HunYuanVLConfig, HunYuanVLForConditionalGeneration
 
-    vocab = _qwen_tokenizer(folder)
-    rope = {"rope_type": "xdrope", "rope_theta": 10000.0, "alpha": 1000.0,
-            "xdrope_section": [2, 2, 2, 2], "factor": 1.0}  # fmt: skip
     cfg = HunYuanVLConfig(
-        text_config=dict(
-            vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-            max_position_embeddings=256, eos_token_id=151643, eod_token_id=151645,
-            bos_token_id=None, pad_token_id=None, rope_parameters=rope,
-            tie_word_embeddings=False,  # the reference reads the text config's
-        ),
+        text_config=hunyuan_vl_text(_qwen_tokenizer(folder)),
         vision_config=dict(
             hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=2,
             num_hidden_layers=2, out_hidden_size=64, text_hidden_size=64, patch_size=16,

@@ -1112,19 +1112,10 @@ def hunyuanvl(folder: Path, *, dtype: str = "float32", seed: int = 62) -> Path:
     import torch
     from transformers import HunYuanVLConfig, HunYuanVLForConditionalGeneration
 
-    from support.hf_models import _qwen_tokenizer
+    from support.hf_models import _qwen_tokenizer, hunyuan_vl_text
 
-    vocab = _qwen_tokenizer(folder)
-    rope = {"rope_type": "xdrope", "rope_theta": 10000.0, "alpha": 1000.0,
-            "xdrope_section": [2, 2, 2, 2], "factor": 1.0}  # fmt: skip
     cfg = HunYuanVLConfig(
-        text_config=dict(
-            vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-            max_position_embeddings=256, eos_token_id=151643, eod_token_id=151645,
-            bos_token_id=None, pad_token_id=None, rope_parameters=rope,
-            tie_word_embeddings=False,
-        ),
+        text_config=hunyuan_vl_text(_qwen_tokenizer(folder)),
         vision_config=dict(
             hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=2,
             num_hidden_layers=3, out_hidden_size=64, text_hidden_size=64, patch_size=16,
