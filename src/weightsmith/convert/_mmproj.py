@@ -87,7 +87,7 @@ def _projector(cfg: dict, path: Path) -> Projector:
         )
     vc = vc if isinstance(vc, dict) else {}
     for keys in proj.required:
-        if not any(k in (vc or {}) for k in keys):
+        if not any(k in vc for k in keys):
             raise E.InvalidModelConfig(
                 "vision hyperparameter missing",
                 path=path, field="vision_config." + keys[0], expected="a value", found=None,
@@ -294,8 +294,14 @@ def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
     for members, names in folds:
         srcs = [by_key[k] for k in members]
         at = max(order[k] for k in members)  # written when the last member is read
+        folded_once: dict = {}  # the group's members are read and folded once for all
         for j, gname in enumerate(names):
-            make = lambda srcs=srcs, j=j: _fold_data(proj, srcs)[j]  # noqa: E731
+
+            def make(srcs=srcs, j=j, memo=folded_once) -> Any:
+                if "out" not in memo:
+                    memo["out"] = _fold_data(proj, srcs)
+                return memo["out"][j]
+
             tp = H.TensorPlan(gname, tuple(srcs[0].shape), "F32", source=srcs[0],
                               hf_name=srcs[0].name, make=make)  # fmt: skip
             placed.append((at, tp, members[0]))
