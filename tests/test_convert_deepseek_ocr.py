@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support.deepseek_ocr_models import MEAN_STD, deepseek_ocr2
+from support.deepseek_ocr_models import MEAN_STD, deepseek_ocr2, unlimited_ocr
 from test_convert_hf_to_gguf import _llama_logits, _llama_quantize
 from test_convert_mmproj import TYPES, _reference, _same
 from weightsmith import errors as E
@@ -70,6 +70,19 @@ def ds(tmp_path_factory) -> Path:
     src = deepseek_ocr2(root)
     unl = _unlimited(root)
     jobs = [[str(unl), "--outfile", str(root / "ref-unlimited-f16.gguf"), "--outtype", "f16"]]
+    # Unlimited-OCR itself (its own tiny model and projector)
+    uocr = unlimited_ocr(root / "uocr")
+    jobs.append([str(uocr), "--outfile", str(root / "ref-uocr-text-f16.gguf"), "--outtype",
+                 "f16"])  # fmt: skip
+    for t in TYPES:
+        jobs.append([str(uocr), "--outfile", str(root / f"ref-uocr-mmproj-{t}.gguf"),
+                     "--outtype", t, "--mmproj"])  # fmt: skip
+    hf_to_gguf(uocr, root / "ours-uocr-text-f16.gguf", "f16",
+               mmproj=root / "ours-uocr-mmproj-f16.gguf")  # fmt: skip
+    hf_to_gguf(uocr, root / "ours-uocr-text-f32.gguf", "f32",
+               mmproj=root / "ours-uocr-mmproj-f32.gguf")  # fmt: skip
+    for t in ("bf16", "q8_0"):
+        hf_to_gguf(uocr, root / "t.gguf", t, mmproj=root / f"ours-uocr-mmproj-{t}.gguf")
     for t in TYPES:
         jobs.append([str(src), "--outfile", str(root / f"ref-text-{t}.gguf"), "--outtype", t])
         jobs.append([str(src), "--outfile", str(root / f"ref-mmproj-{t}.gguf"), "--outtype", t,
@@ -213,10 +226,12 @@ def _mtmd_image_rows(text: Path, mmproj: Path, img: np.ndarray) -> np.ndarray:
         llm.close()
 
 
-def _hf_image_features(folder: Path, img: np.ndarray, grid: tuple[int, int]) -> np.ndarray:
+def _hf_image_features(
+    folder: Path, img: np.ndarray, grid: tuple[int, int], tile: int = 768
+) -> np.ndarray:
     """transformers' features of the pixels mtmd's preprocessor makes of ``img``: the
     1024 view (fitted, Pillow bicubic, centred on grey 127) and the ``grid`` (columns,
-    rows) of 768 tiles of the image resized to it."""
+    rows) of ``tile``-pixel tiles of the image resized to it."""
     import torch
     from PIL import Image
     from transformers import AutoModelForImageTextToText
@@ -234,15 +249,17 @@ def _hf_image_features(folder: Path, img: np.ndarray, grid: tuple[int, int]) -> 
     view.paste(Image.fromarray(img).resize((nw, nh), Image.BICUBIC),
                (round((1024 - nw) / 2), round((1024 - nh) / 2)))  # fmt: skip
     cols, rows = grid
-    big = Image.fromarray(img).resize((768 * cols, 768 * rows), Image.BICUBIC)
-    tiles = [big.crop((c * 768, r * 768, c * 768 + 768, r * 768 + 768))
+    big = Image.fromarray(img).resize((tile * cols, tile * rows), Image.BICUBIC)
+    tiles = [big.crop((c * tile, r * tile, c * tile + tile, r * tile + tile))
              for r in range(rows) for c in range(cols)]  # fmt: skip
     m = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32).eval()
+    kw = {"patches_grid": [[cols, rows]]} if tile != 768 else {}  # Unlimited-OCR's rows
     with torch.no_grad():
         f = m.model.get_image_features(
             pixel_values=pixels(view)[None],
             pixel_values_local=torch.stack([pixels(t) for t in tiles]),
             num_local_patches=[len(tiles)],
+            **kw,
         )
     return torch.cat(list(f.pooler_output), 0).float().numpy()
 
@@ -300,3 +317,62 @@ def test_unlimited_ocr_text(ds, tmp_path):
     _same(tmp_path / "ours.gguf", ds / "ref-unlimited-f16.gguf")
     with read(tmp_path / "ours.gguf") as f:
         assert f.metadata["deepseek2-ocr.attention.sliding_window"] == 128
+
+
+# --------------------------------------------------------------------------- Unlimited-OCR
+
+
+@pytest.mark.parametrize("t", TYPES)
+def test_unlimited_projector_same_as_reference(ds, t):
+    """Unlimited-OCR's projector (``deepseekocr``: SAM ViT-B, DeepSeek-OCR's CLIP-L over the
+    SAM features, the projector over both, newline row and view separator, up to 32
+    tiles) is the reference's file byte for byte; the text beside it too."""
+    _same(ds / f"ours-uocr-mmproj-{t}.gguf", ds / f"ref-uocr-mmproj-{t}.gguf")
+    if t == "f16":
+        _same(ds / "ours-uocr-text-f16.gguf", ds / "ref-uocr-text-f16.gguf")
+
+
+def test_unlimited_contents_and_text(ds):
+    """The CLIP rows as the reference merges them (image 224, patch 14, feed-forward
+    length 4 x heads, scale factor 1); llama.cpp's logits on the text are transformers'
+    (its reference sliding window of 128 covers the prompt)."""
+    from weightsmith.gguf import read
+
+    with read(ds / "ours-uocr-mmproj-q8_0.gguf") as f:
+        md = f.metadata
+        types = {t.name: (t.ggml_type.name, t.shape) for t in f.tensors}
+    assert md["clip.projector_type"] == "deepseekocr" and md["clip.vision.preproc_max_tiles"] == 32
+    assert (md["clip.vision.image_size"], md["clip.vision.patch_size"]) == (224, 14)
+    assert md["clip.vision.feed_forward_length"] == 8 and md["clip.vision.block_count"] == 4
+    assert md["clip.vision.projector.scale_factor"] == 1
+    assert types["v.position_embd.weight"] == ("F32", (257, 32))
+    assert types["v.class_embd"][0] == "F32" and types["v.blk.3.attn_qkv.weight"][0] == "Q8_0"
+    assert types["mm.model.fc.weight"] == ("Q8_0", (64, 64)) and "v.image_newline" in types
+    with read(ds / "ours-uocr-text-f16.gguf") as f:
+        assert f.metadata["deepseek2-ocr.attention.sliding_window"] == 128
+    got = _llama_logits(ds / "ours-uocr-text-f32.gguf", PROMPT)
+    want = _hf_text_logits(ds / "uocr" / "hf", PROMPT)
+    scale = max(float(np.abs(want).max()), 1.0)
+    assert np.abs(got - want).max() <= 2e-3 * scale, np.abs(got - want).max()
+
+
+def test_unlimited_llama_cpp_encodes_image(ds):
+    """mtmd encodes an 800 x 400 image as one row of two 640 tiles (10 x 10 tokens each,
+    a newline after each row) and the 1024 view (16 rows of 16 + newline, the view
+    separator).  The view and every newline are transformers' features within 1e-3 of
+    their scale (measured 4.9e-5); the tile tokens are not (measured 1.8e-2): mtmd 0.3.36
+    resizes the CLIP position table for a 640 tile (16 x 16 -> 10 x 10) as the flat
+    ``[n_embd, 256]`` matrix (``ggml_interpolate`` over the channel and position axes, as
+    its source reads) where transformers resizes the grid -- a runtime fault, pinned."""
+    img = np.random.default_rng(7).integers(0, 256, (400, 800, 3), dtype=np.uint8)
+    got = _mtmd_image_rows(ds / "ours-uocr-text-f32.gguf", ds / "ours-uocr-mmproj-f32.gguf", img)
+    want = _hf_image_features(ds / "uocr" / "hf", img, (2, 1), tile=640)
+    assert want.shape == (10 * 21 + 16 * 17 + 1, 64)
+    assert got.shape == want.shape
+    scale = max(float(np.abs(want).max()), 1.0)
+    tiles = np.zeros(len(want), bool)
+    tiles[:210] = True
+    tiles[20:210:21] = False  # the tile rows' newlines
+    err = np.abs(got - want).max(1)
+    assert err[~tiles].max() <= TOL * scale, err[~tiles].max()
+    assert err[tiles].max() > 1e-2 * scale, err[tiles].max()

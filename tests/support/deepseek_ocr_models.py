@@ -141,3 +141,78 @@ def deepseek_ocr2(folder: Path, *, dtype: str = "bfloat16", seed: int = 71) -> P
         {"processor_class": "DeepseekVLV2Processor", "patch_size": 16, "downsample_ratio": 4,
          "normalize": True, **MEAN_STD}))  # fmt: skip
     return hub
+
+
+# Unlimited-OCR: DeepSeek-OCR's SAM + CLIP-L towers; CLIP reads SAM's 16 x 16 features as
+# its patches (position table 16 x 16 + 1), 4 layers at least (the neck, as above); the
+# projector reads both concatenated (CLIP width + SAM's last channels)
+U_SAM = {**SAM, "downsample_channels": [32, 32]}
+U_CLIP = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=2,
+              image_size=224, patch_size=14)  # fmt: skip
+U_TEXT = {k: v for k, v in TEXT.items() if k != "mlp_layer_types"}
+
+
+def unlimited_hub_config(hf_cfg: dict) -> dict:
+    """transformers' Unlimited-OCR config.json -> the Hub's (DeepSeek-OCR's layout: the
+    CLIP-L under ``width.clip-l-14-224``, the text window ``sliding_window_size``)."""
+    t = hf_cfg["text_config"]
+    mlp_types = ["dense"] + ["sparse"] * (t["num_hidden_layers"] - 1)  # first_k_dense_replace 1
+    no_encoder = dict.fromkeys(("num_hidden_layers", "intermediate_size", "num_attention_heads",
+                                "hidden_size"), 0)  # fmt: skip
+    out = hub_config({
+        **hf_cfg,
+        "text_config": {**t, "mlp_layer_types": mlp_types},
+        "vision_config": {**hf_cfg["vision_config"], "encoder_config": no_encoder},
+    })  # fmt: skip
+    clip = hf_cfg["vision_config"]["encoder_config"]
+    out["architectures"] = ["UnlimitedOCRForCausalLM"]
+    v = out["vision_config"]
+    for k in ("layers", "intermediate_size", "num_attention_heads"):
+        del v[k]
+    v["model_name"] = "deeplip_b_l"
+    del v["width"]["qwen2-0-5b"]
+    v["width"]["clip-l-14-224"] = {
+        "heads": clip["num_attention_heads"],
+        "image_size": clip["image_size"],
+        "layers": clip["num_hidden_layers"],
+        "patch_size": clip["patch_size"],
+        "width": clip["hidden_size"],
+    }
+    out["projector_config"]["input_dim"] = clip["hidden_size"] + (
+        hf_cfg["vision_config"]["sam_config"]["downsample_channels"][-1])  # fmt: skip
+    out["language_config"]["sliding_window_size"] = hf_cfg["text_config"]["sliding_window"]
+    return out
+
+
+def unlimited_ocr(folder: Path, *, dtype: str = "bfloat16", seed: int = 72) -> Path:
+    """As :func:`deepseek_ocr2`, for ``UnlimitedOcrForConditionalGeneration``."""
+    import torch
+    from transformers import UnlimitedOcrConfig, UnlimitedOcrForConditionalGeneration
+
+    hf, hub = folder / "hf", folder / "hub"
+    hub.mkdir(parents=True)
+    vocab = _bpe_tokenizer(hub, "gpt-2")
+    cfg = UnlimitedOcrConfig(
+        vision_config={"sam_config": U_SAM, "encoder_config": U_CLIP},
+        text_config={
+            **U_TEXT,
+            "vocab_size": vocab,
+            "bos_token_id": 50256,
+            "eos_token_id": 50256,
+            "sliding_window": 128,
+        },
+        image_token_id=vocab - 1,
+    )
+    model = UnlimitedOcrForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    model.to(getattr(torch, dtype)).save_pretrained(hf, safe_serialization=True)
+    for f in hub.iterdir():
+        shutil.copy(f, hf / f.name)
+    (hf / "preprocessor_config.json").write_text(json.dumps(MEAN_STD))
+    shutil.copy(hf / "model.safetensors", hub / "model.safetensors")
+    hf_cfg = json.loads((hf / "config.json").read_text())
+    (hub / "config.json").write_text(json.dumps(unlimited_hub_config(hf_cfg), indent=2))
+    (hub / "processor_config.json").write_text(json.dumps(
+        {"processor_class": "DeepseekVLV2Processor", "patch_size": 16, "downsample_ratio": 4,
+         "normalize": True, **MEAN_STD}))  # fmt: skip
+    return hub

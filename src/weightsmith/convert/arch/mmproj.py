@@ -1961,14 +1961,30 @@ _DQ_LAYER = _DQ + "model.model.layers.{bid}."
 _VSAM = "v.sam."
 
 
-def _dsocr_tower(key: str, default: Any = None) -> Callable[[dict], Any]:
-    """A tower row of DeepseekOCRVisionModel.get_vision_config: the Hub's vision config
-    keeps the towers under ``width`` (``sam_vit_b``, ``qwen2-0-5b``); the Qwen2 encoder's
-    layer count, width and heads are fixed in its code (24, 4864, 14), which the
-    reference assumes where the config gives none."""
-    if key == "hidden_size":
-        return lambda v: v["width"]["qwen2-0-5b"]["dim"]
-    return lambda v: v.get(key, default)
+def _dsocr_vision(v: dict, ocr2: bool) -> dict:
+    """The vision config as DeepseekOCRVisionModel.get_vision_config (and the OCR-2
+    subclass) leaves it: the Hub's keeps the towers under ``width``; DeepSeek-OCR's CLIP-L
+    (``clip-l-14-224``) is merged up (its image and patch size, layers, heads, width;
+    the feed-forward length becomes 4 x heads, as the reference writes it); OCR-2's width
+    is the Qwen2 encoder's, whose layers, feed-forward length, heads and patch size the
+    reference takes as 24, 4864, 14 and 16 where the config gives none."""
+    out = dict(v)
+    width = out["width"]
+    clip = width.get("clip-l-14-224") if isinstance(width, dict) else None
+    if clip is not None:
+        out.update(clip)
+    if isinstance(out["width"], int):
+        out["hidden_size"] = out["width"]
+    if out.get("heads") is not None:
+        out["num_heads"] = out["heads"]
+        out["intermediate_size"] = out["heads"] * 4
+    if ocr2:
+        out["hidden_size"] = width["qwen2-0-5b"]["dim"]
+        for k, d in (("layers", 24), ("patch_size", 16), ("intermediate_size", 4864),
+                     ("num_attention_heads", 14)):  # fmt: skip
+            if out.get(k) is None:
+                out[k] = d
+    return out
 
 
 def _dsocr_sam(key: str) -> Callable[[dict], Any]:
@@ -2040,28 +2056,41 @@ _VIEW_SEPERATOR = Transform(
 )
 
 
-def _dsocr_scale_factor(v: dict) -> int | None:
-    # as Gemma 3's: only a test model's (not 4) is written
-    n_per_side = int(v[PREPROCESSOR].get("image_seq_length", 256) ** 0.5)
-    f = (v["image_size"] // _dsocr_tower("patch_size", 16)(v)) // n_per_side
-    return f if f > 0 and f != 4 else None
+def _dsocr_scale_factor(ocr2: bool) -> Callable[[dict], int | None]:
+    def get(v: dict) -> int | None:
+        # as Gemma 3's: only a value other than 4 is written
+        vc = _dsocr_vision(v, ocr2)
+        n_per_side = int(v[PREPROCESSOR].get("image_seq_length", 256) ** 0.5)
+        f = (vc["image_size"] // vc["patch_size"]) // n_per_side
+        return f if f > 0 and f != 4 else None
+
+    return get
 
 
-def _dsocr_rows(projector_type: str, max_tiles: int, extra: list) -> list:
+def _dsocr_row(key: str, ocr2: bool, fields: tuple[str, ...]) -> MetaKey:
+    """A MmprojModel base row read (first field present) from the merged vision config."""
+    return m(key, value=lambda v: next(_dsocr_vision(v, ocr2)[f] for f in fields
+                                      if f in _dsocr_vision(v, ocr2)))  # fmt: skip
+
+
+def _dsocr_rows(projector_type: str, max_tiles: int, ocr2: bool, extra: list) -> list:
     """DeepseekOCRVisionModel.set_gguf_parameters (``extra``: a subclass's rows after)."""
     return [
         *replace_rows(
             BASE_ROWS,
-            vision__patch_size=m("vision.patch_size", value=_dsocr_tower("patch_size", 16)),
-            vision__embedding_length=m(
-                "vision.embedding_length", value=_dsocr_tower("hidden_size")
+            vision__image_size=_dsocr_row("vision.image_size", ocr2, ("image_size",)),
+            vision__patch_size=_dsocr_row("vision.patch_size", ocr2, ("patch_size",)),
+            vision__embedding_length=_dsocr_row(
+                "vision.embedding_length", ocr2, ("hidden_size", "width", "vt_hidden_size")
             ),
-            vision__feed_forward_length=m(
-                "vision.feed_forward_length", value=_dsocr_tower("intermediate_size", 4864)
+            vision__feed_forward_length=_dsocr_row(
+                "vision.feed_forward_length", ocr2, ("intermediate_size", "vt_intermediate_size")
             ),
-            vision__block_count=m("vision.block_count", value=_dsocr_tower("layers", 24)),
-            vision__attention__head_count=m(
-                "vision.attention.head_count", value=_dsocr_tower("num_attention_heads", 14)
+            vision__block_count=_dsocr_row("vision.block_count", ocr2, BLOCK_KEYS),
+            vision__attention__head_count=_dsocr_row(
+                "vision.attention.head_count",
+                ocr2,
+                ("num_attention_heads", "num_heads", "heads", "vt_num_attention_heads"),
             ),
         ),
         _const("projector_type", projector_type, VT.STRING),
@@ -2069,11 +2098,11 @@ def _dsocr_rows(projector_type: str, max_tiles: int, extra: list) -> list:
             "vision.attention.layer_norm_epsilon",
             "layer_norm_eps",
             t=VT.FLOAT32,
-            value=lambda v: v.get("layer_norm_eps", 1e-6),
+            value=lambda v: _dsocr_vision(v, ocr2).get("layer_norm_eps", 1e-6),
         ),
         _const("use_gelu", True, VT.BOOL),
-        m("vision.projector.scale_factor", value=_dsocr_scale_factor),
-        m("vision.window_size", value=lambda v: v.get("window_size", 14)),
+        m("vision.projector.scale_factor", value=_dsocr_scale_factor(ocr2)),
+        m("vision.window_size", value=lambda v: _dsocr_vision(v, ocr2).get("window_size", 14)),
         _const("vision.preproc_min_tiles", 2, VT.UINT32),
         _const("vision.preproc_max_tiles", max_tiles, VT.UINT32),
         m("vision.sam.block_count", value=_dsocr_sam("layers")),
@@ -2082,6 +2111,46 @@ def _dsocr_rows(projector_type: str, max_tiles: int, extra: list) -> list:
         *extra,
     ]
 
+
+_DCLIP = "model.vision_model."
+_DCLIP_LAYER = _DCLIP + "transformer.layers.{bid}."
+#: DeepSeek-OCR's CLIP-L: no patch embedding of its own (SAM's features are its patches),
+#: the class row and position table, the fused QKV kept fused
+_DSOCR_CLIP = [
+    NameRule(_DCLIP + "embeddings.class_embedding", "v.class_embd"),
+    NameRule(_DCLIP + "embeddings.position_embedding.weight", "v.position_embd.weight"),
+    *_wb(
+        [
+            (_DCLIP + "pre_layrnorm", "v.pre_ln"),
+            (_DCLIP_LAYER + "self_attn.qkv_proj", _VBLK + "attn_qkv"),
+            (_DCLIP_LAYER + "self_attn.out_proj", _VBLK + "attn_out"),
+            (_DCLIP_LAYER + "layer_norm1", _VBLK + "ln1"),
+            (_DCLIP_LAYER + "layer_norm2", _VBLK + "ln2"),
+            (_DCLIP_LAYER + "mlp.fc1", _VBLK + "ffn_up"),
+            (_DCLIP_LAYER + "mlp.fc2", _VBLK + "ffn_down"),
+        ]
+    ),
+]
+
+# UnlimitedOCRVisionModel (conversion/deepseek.py: DeepseekOCRVisionModel, up to 32 tiles),
+# the Hub's Unlimited-OCR layout (what transformers 5.24 saves too): SAM ViT-B, then
+# DeepSeek-OCR's CLIP-L over the SAM features (its rows from ``clip-l-14-224``), the linear
+# projector over both concatenated, the newline row and the view separator
+UNLIMITEDOCR_VISION = Projector(
+    hf_archs=("UnlimitedOCRForCausalLM",),
+    keep=(_SAM, _DCLIP, "model.projector.", "model.image_newline", "model.view_seperator"),
+    rename=_dsocr_rename,
+    force=_dsocr_force,
+    required=(("image_size",), ("width",)),
+    entry=Arch(
+        hf_archs=("UnlimitedOCRForCausalLM",),
+        gguf_arch="clip",
+        meta=_dsocr_rows("deepseekocr", 32, False, []),
+        names=[*_SAM_NAMES, *_DSOCR_CLIP],
+        transforms=[_VIEW_SEPERATOR],
+        required=(),
+    ),
+)
 
 # DeepseekOCR2VisionModel (conversion/deepseek.py), the Hub's DeepSeek-OCR-2 layout (what
 # transformers 5.24 saves too): SAM ViT-B with its neck and two stride-2 convolutions,
@@ -2098,7 +2167,7 @@ DEEPSEEKOCR2_VISION = Projector(
         hf_archs=("DeepseekOCR2ForCausalLM",),
         gguf_arch="clip",
         meta=_dsocr_rows(
-            "deepseekocr2", 6, [_const("vision.attention.head_count_kv", 2, VT.UINT32)]
+            "deepseekocr2", 6, True, [_const("vision.attention.head_count_kv", 2, VT.UINT32)]
         ),
         names=[*_SAM_NAMES, *_wb(_DSOCR2_ENCODER)],
         transforms=[_VIEW_SEPERATOR],
@@ -2129,5 +2198,6 @@ PROJECTORS += (GRANITE4_VISION,)
 PROJECTORS += (HUNYUANVL_VISION,)
 PROJECTORS += (QWEN3ASR_AUDIO,)
 PROJECTORS += (DEEPSEEKOCR2_VISION,)
+PROJECTORS += (UNLIMITEDOCR_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
