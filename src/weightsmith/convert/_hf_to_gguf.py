@@ -148,6 +148,11 @@ def _read_config(d: Path) -> dict:
         # text_config there), so the special-token ids stay the top level's
         llm = {k: v for k, v in cfg["llm_config"].items() if not k.endswith("_token_id")}
         return {**cfg, **llm}
+    if isinstance(cfg.get("language_config"), dict):
+        # DeepSeek-OCR's text config: the reference renames it text_config; its text class
+        # tells DeepSeek-V2's OCR form by the top-level class (kept beside the merged one)
+        cfg = {**cfg, "text_config": cfg["language_config"],
+               "_top_architectures": cfg.get("architectures")}  # fmt: skip
     thinker = cfg.get("thinker_config")
     if isinstance(thinker, dict) and isinstance(thinker.get("text_config"), dict):
         # Qwen2.5-Omni / Qwen3-Omni: the text model is the thinker's (as the reference)

@@ -94,7 +94,7 @@ from .bert import (
     ROBERTA,
     XLMROBERTA,
 )
-from .deepseek import DEEPSEEK2
+from .deepseek import DEEPSEEK2, DEEPSEEK2OCR, is_ocr
 from .embeddinggemma import GEMMA_EMBEDDING
 from .ernie import ERNIE4_5, ERNIE4_5_MOE, PADDLEOCR
 from .falcon_h1 import FALCON_H1
@@ -241,6 +241,8 @@ ENTRIES += (HUNYUAN_DENSE, HUNYUAN_VL)
 ENTRIES += (QWEN3OMNIMOE,)
 # Qwen3-ASR's text (qwen3vl, as Qwen3-VL's; issue 15 section 3)
 ENTRIES += (QWEN3ASR,)
+# DeepSeek-OCR's text (DeepSeek-V2 without MLA; issue 15 section 3)
+ENTRIES += (DEEPSEEK2OCR,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)
@@ -263,6 +265,13 @@ VARIANTS: dict[str, list[tuple[Callable[[dict], bool], Arch]]] = {
         (lambda cfg: bool(cfg.get("num_local_experts")), GRANITEHYBRID_MOE),
     ],
 }
+# DeepSeek-OCR: language_config names DeepSeek-V2 (or V3), the top-level class the OCR model
+VARIANTS["DeepseekV2ForCausalLM"] = [(is_ocr, DEEPSEEK2OCR)]
+VARIANTS["DeepseekV3ForCausalLM"] = [(is_ocr, DEEPSEEK2OCR)]
+# ... and its own text classes where language_config names none (a variant entry is
+# not in REGISTRY: these are found here)
+VARIANTS["DeepseekOCRForCausalLM"] = [(lambda cfg: True, DEEPSEEK2OCR)]
+VARIANTS["UnlimitedOCRForCausalLM"] = [(lambda cfg: True, DEEPSEEK2OCR)]
 _VARIANT_ENTRIES = [a for vs in VARIANTS.values() for _, a in vs]
 
 #: GGUF architectures written by several entries, for GGUF -> HF: ``(test of the file's

@@ -10,10 +10,12 @@ have a dense MLP; V3's sigmoid router adds ``exp_probs_b``.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ._common import BASE_NAMES, BLK, COMMON, FFN_NORM, LAYER, expert_stacks, replace_rows
-from ._model import FILE_TYPE, VT, Arch, NameRule, Split, full_rope, m
+from ._model import FILE_TYPE, VT, Arch, MetaKey, NameRule, Split, full_rope, m
 
 
 def _kv_heads(cfg: dict) -> int:
@@ -164,4 +166,90 @@ DEEPSEEK2 = Arch(
         "qk_nope_head_dim": cfg["qk_head_dim"] - cfg["qk_rope_head_dim"],
         "head_dim": cfg["qk_rope_head_dim"],
     },
+)
+
+
+#: the top-level classes whose DeepSeek-V2 text is ``deepseek2-ocr`` (DeepseekV2Model's
+#: ``origin_hf_arch`` test)
+OCR_ARCHS = ("DeepseekOCRForCausalLM", "DeepseekOCR2ForCausalLM", "UnlimitedOCRForCausalLM")
+
+
+def is_ocr(cfg: dict) -> bool:
+    """A DeepSeek-OCR checkpoint: its config.json's top-level class is an OCR one (the
+    text class, from ``language_config``, is DeepSeek-V2's)."""
+    top = cfg.get("_top_architectures") or []
+    return bool(top) and top[0] in OCR_ARCHS
+
+
+def _sliding_window(cfg: dict):
+    # Unlimited-OCR's window, written for the record (llama.cpp's decoder ignores it)
+    return cfg.get("sliding_window_size") or cfg.get("sliding_window") or None
+
+
+# DeepseekV2Model for the OCR checkpoints: plain multi-head attention (no MLA: no latent
+# rows, real KV heads, q/k/v/o projections as they are), the rest as DeepSeek-V2's; the
+# rope dimension row is qk_rope_head_dim as given (0 on the Hub's: llama.cpp's OCR graph
+# ropes the whole head), the default chat template written with the architecture.  No
+# HF class of its own (transformers' DeepSeek-V2 is MLA only): GGUF -> HF refuses it
+_OCR_ROWS = [
+    *replace_rows(
+        COMMON,
+        attention__layer_norm_rms_epsilon=m(
+            "attention.layer_norm_rms_epsilon",
+            "rms_norm_eps",
+            t=VT.FLOAT32,
+            value=lambda c: c.get("rms_norm_eps", 1e-6),
+        ),
+    ),
+    m("leading_dense_block_count", "first_k_dense_replace", value=_leading_dense),
+    m("vocab_size", "vocab_size"),
+    m("attention.q_lora_rank", "q_lora_rank"),
+    m(
+        "expert_feed_forward_length",
+        "moe_intermediate_size",
+        value=lambda c: c.get("moe_intermediate_size", c.get("intermediate_size")),
+    ),
+    m("expert_count", "n_routed_experts"),
+    m("expert_shared_count", "n_shared_experts", value=lambda c: c.get("n_shared_experts", 0)),
+    m("expert_weights_scale", "routed_scaling_factor", t=VT.FLOAT32),
+    m(
+        "expert_weights_norm",
+        "norm_topk_prob",
+        t=VT.BOOL,
+        value=lambda c: True if c.get("norm_topk_prob") else None,
+    ),
+    m("rope.dimension_count", "qk_rope_head_dim"),
+    m("attention.sliding_window", "sliding_window_size", "sliding_window", value=_sliding_window),
+    m(
+        "rope.scaling.yarn_log_multiplier",
+        "_yarn_log_multiplier",
+        t=VT.FLOAT32,
+        value=_yarn_log_mul,
+    ),
+]
+assert FILE_TYPE in _OCR_ROWS
+
+DEEPSEEK2OCR = replace(
+    DEEPSEEK2,
+    # the reference's text classes of these names (DeepSeek-OCR-2's is not one: its text
+    # converts only through language_config's DeepSeek-V2 class, see VARIANTS)
+    hf_archs=("DeepseekOCRForCausalLM", "UnlimitedOCRForCausalLM"),
+    gguf_arch="deepseek2-ocr",
+    meta=_OCR_ROWS,
+    early_meta=[
+        MetaKey(
+            "tokenizer.chat_template",
+            (),
+            VT.STRING,
+            lambda c: "{% for m in messages %}{{m['content']}}{% endfor %}",
+            absolute=True,
+        )
+    ],
+    splits=[],
+    # the vision towers (DeepseekV2Model.filter_tensors); the projector and the view
+    # separator are other-modality names already
+    skip=(*DEEPSEEK2.skip, r"(^|\.)sam_model\.", r"(^|\.)qwen2_model\."),
+    required=("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size"),
+    model_types={},
+    hf_config=lambda cfg, names: {},
 )

@@ -112,7 +112,9 @@ def vision_view(cfg: dict, preprocessor: dict) -> dict:
     cfg = with_thinker(cfg)
     # InternVL's text config is llm_config (the reference reads it as text_config)
     text_config = cfg.get("llm_config") if isinstance(cfg.get("llm_config"), dict) else None
-    text = {**cfg, **(text_config or cfg.get("text_config") or {})}
+    # DeepSeek-OCR's text config is language_config (the reference reads it as text_config)
+    text_config = text_config or cfg.get("text_config") or cfg.get("language_config")
+    text = {**cfg, **(text_config or {})}
     view = dict(towers(cfg).get("vision_config") or {})
     view[TEXT_WIDTH] = text.get("hidden_size", text.get("n_embd", 0))
     view[PREPROCESSOR] = preprocessor
@@ -1950,6 +1952,230 @@ HUNYUANVL_VISION = Projector(
 )
 
 
+# --------------------------------------------------------------------------- DeepSeek-OCR
+
+_SAM = "model.sam_model."
+_SAM_LAYER = _SAM + "blocks.{bid}."
+_DQ = "model.qwen2_model."
+_DQ_LAYER = _DQ + "model.model.layers.{bid}."
+_VSAM = "v.sam."
+
+
+def _dsocr_vision(v: dict, ocr2: bool) -> dict:
+    """The vision config as DeepseekOCRVisionModel.get_vision_config (and the OCR-2
+    subclass) leaves it: the Hub's keeps the towers under ``width``; DeepSeek-OCR's CLIP-L
+    (``clip-l-14-224``) is merged up (its image and patch size, layers, heads, width;
+    the feed-forward length becomes 4 x heads, as the reference writes it); OCR-2's width
+    is the Qwen2 encoder's, whose layers, feed-forward length, heads and patch size the
+    reference takes as 24, 4864, 14 and 16 where the config gives none."""
+    out = dict(v)
+    width = out["width"]
+    clip = width.get("clip-l-14-224") if isinstance(width, dict) else None
+    if clip is not None:
+        out.update(clip)
+    if isinstance(out["width"], int):
+        out["hidden_size"] = out["width"]
+    if out.get("heads") is not None:
+        out["num_heads"] = out["heads"]
+        out["intermediate_size"] = out["heads"] * 4
+    if ocr2:
+        out["hidden_size"] = width["qwen2-0-5b"]["dim"]
+        for k, d in (("layers", 24), ("patch_size", 16), ("intermediate_size", 4864),
+                     ("num_attention_heads", 14)):  # fmt: skip
+            if out.get(k) is None:
+                out[k] = d
+    return out
+
+
+def _dsocr_sam(key: str) -> Callable[[dict], Any]:
+    return lambda v: v["width"]["sam_vit_b"][key]
+
+
+def _dsocr_force(hf: str, gguf: str, outtype: str) -> str | None:
+    # the SAM tables, neck and downsampling convolutions stay F32 (the reference's list)
+    if any(k in hf for k in (".embeddings.", "pos_embed", ".rel_pos_h", ".rel_pos_w", ".neck.",
+                             ".net_")):  # fmt: skip
+        return "F32"
+    return _base_force(hf, gguf, outtype)
+
+
+def _dsocr_rename(name: str) -> str:
+    """DeepseekOCRVisionModel.filter_tensors: SAM's bare position parameters are read as
+    ``.weight`` tensors."""
+    if name.endswith(("pos_embed", "rel_pos_h", "rel_pos_w")):
+        return name + ".weight"
+    return name
+
+
+_DSOCR2_ENCODER = [
+    (_DQ_LAYER + "self_attn.q_proj", _VBLK + "attn_q"),
+    (_DQ_LAYER + "self_attn.k_proj", _VBLK + "attn_k"),
+    (_DQ_LAYER + "self_attn.v_proj", _VBLK + "attn_v"),
+    (_DQ_LAYER + "self_attn.o_proj", _VBLK + "attn_out"),
+    (_DQ_LAYER + "input_layernorm", _VBLK + "ln1"),
+    (_DQ_LAYER + "post_attention_layernorm", _VBLK + "ln2"),
+    (_DQ_LAYER + "mlp.up_proj", _VBLK + "ffn_up"),
+    (_DQ_LAYER + "mlp.gate_proj", _VBLK + "ffn_gate"),
+    (_DQ_LAYER + "mlp.down_proj", _VBLK + "ffn_down"),
+    (_DQ + "model.model.norm", "v.post_ln"),
+    (_DQ + "query_768", "v.resample_query_768"),
+    (_DQ + "query_1024", "v.resample_query_1024"),
+]
+#: SAM ViT-B (shared by DeepSeek-OCR, Unlimited-OCR and DeepSeek-OCR-2), then the linear
+#: projector, the newline row and the view separator (gguf-py's spelling)
+_SAM_NAMES = [
+    *_wb(
+        [
+            (_SAM + "patch_embed.proj", _VSAM + "patch_embd"),
+            (_SAM_LAYER + "attn.qkv", _VSAM + "blk.{bid}.attn.qkv"),
+            (_SAM_LAYER + "attn.proj", _VSAM + "blk.{bid}.attn.out"),
+            (_SAM_LAYER + "mlp.lin1", _VSAM + "blk.{bid}.mlp.lin1"),
+            (_SAM_LAYER + "mlp.lin2", _VSAM + "blk.{bid}.mlp.lin2"),
+            (_SAM_LAYER + "norm1", _VSAM + "blk.{bid}.pre_ln"),
+            (_SAM_LAYER + "norm2", _VSAM + "blk.{bid}.post_ln"),
+            *((f"{_SAM}neck.{i}", f"{_VSAM}neck.{i}") for i in range(4)),
+            (_SAM + "net_2", _VSAM + "net_2"),
+            (_SAM + "net_3", _VSAM + "net_3"),
+            ("model.projector.layers", "mm.model.fc"),
+        ]
+    ),
+    NameRule(_SAM + "pos_embed.weight", _VSAM + "pos_embd.weight"),
+    NameRule(_SAM_LAYER + "attn.rel_pos_h.weight", _VSAM + "blk.{bid}.attn.pos_h.weight"),
+    NameRule(_SAM_LAYER + "attn.rel_pos_w.weight", _VSAM + "blk.{bid}.attn.pos_w.weight"),
+    NameRule("model.image_newline", "v.image_newline"),
+    NameRule("model.view_seperator", "v.view_seperator"),
+]
+#: the separator is unsqueezed to one row (``[1, n_embd]``)
+_VIEW_SEPERATOR = Transform(
+    "deepseekocr_view_seperator_row",
+    r"view_seperator$",
+    lambda x, v, ctx: x.reshape(1, *x.shape),
+    lambda x, v, ctx: x.reshape(x.shape[1:]),
+    shape=lambda s, v, ctx: (1, *s),
+    inverse_shape=lambda s, v, ctx: s[1:],
+)
+
+
+def _dsocr_scale_factor(ocr2: bool) -> Callable[[dict], int | None]:
+    def get(v: dict) -> int | None:
+        # as Gemma 3's: only a value other than 4 is written
+        vc = _dsocr_vision(v, ocr2)
+        n_per_side = int(v[PREPROCESSOR].get("image_seq_length", 256) ** 0.5)
+        f = (vc["image_size"] // vc["patch_size"]) // n_per_side
+        return f if f > 0 and f != 4 else None
+
+    return get
+
+
+def _dsocr_row(key: str, ocr2: bool, fields: tuple[str, ...]) -> MetaKey:
+    """A MmprojModel base row read (first field present) from the merged vision config."""
+    return m(key, value=lambda v: next(_dsocr_vision(v, ocr2)[f] for f in fields
+                                      if f in _dsocr_vision(v, ocr2)))  # fmt: skip
+
+
+def _dsocr_rows(projector_type: str, max_tiles: int, ocr2: bool, extra: list) -> list:
+    """DeepseekOCRVisionModel.set_gguf_parameters (``extra``: a subclass's rows after)."""
+    return [
+        *replace_rows(
+            BASE_ROWS,
+            vision__image_size=_dsocr_row("vision.image_size", ocr2, ("image_size",)),
+            vision__patch_size=_dsocr_row("vision.patch_size", ocr2, ("patch_size",)),
+            vision__embedding_length=_dsocr_row(
+                "vision.embedding_length", ocr2, ("hidden_size", "width", "vt_hidden_size")
+            ),
+            vision__feed_forward_length=_dsocr_row(
+                "vision.feed_forward_length", ocr2, ("intermediate_size", "vt_intermediate_size")
+            ),
+            vision__block_count=_dsocr_row("vision.block_count", ocr2, BLOCK_KEYS),
+            vision__attention__head_count=_dsocr_row(
+                "vision.attention.head_count",
+                ocr2,
+                ("num_attention_heads", "num_heads", "heads", "vt_num_attention_heads"),
+            ),
+        ),
+        _const("projector_type", projector_type, VT.STRING),
+        m(
+            "vision.attention.layer_norm_epsilon",
+            "layer_norm_eps",
+            t=VT.FLOAT32,
+            value=lambda v: _dsocr_vision(v, ocr2).get("layer_norm_eps", 1e-6),
+        ),
+        _const("use_gelu", True, VT.BOOL),
+        m("vision.projector.scale_factor", value=_dsocr_scale_factor(ocr2)),
+        m("vision.window_size", value=lambda v: _dsocr_vision(v, ocr2).get("window_size", 14)),
+        _const("vision.preproc_min_tiles", 2, VT.UINT32),
+        _const("vision.preproc_max_tiles", max_tiles, VT.UINT32),
+        m("vision.sam.block_count", value=_dsocr_sam("layers")),
+        m("vision.sam.embedding_length", value=_dsocr_sam("width")),
+        m("vision.sam.head_count", value=_dsocr_sam("heads")),
+        *extra,
+    ]
+
+
+_DCLIP = "model.vision_model."
+_DCLIP_LAYER = _DCLIP + "transformer.layers.{bid}."
+#: DeepSeek-OCR's CLIP-L: no patch embedding of its own (SAM's features are its patches),
+#: the class row and position table, the fused QKV kept fused
+_DSOCR_CLIP = [
+    NameRule(_DCLIP + "embeddings.class_embedding", "v.class_embd"),
+    NameRule(_DCLIP + "embeddings.position_embedding.weight", "v.position_embd.weight"),
+    *_wb(
+        [
+            (_DCLIP + "pre_layrnorm", "v.pre_ln"),
+            (_DCLIP_LAYER + "self_attn.qkv_proj", _VBLK + "attn_qkv"),
+            (_DCLIP_LAYER + "self_attn.out_proj", _VBLK + "attn_out"),
+            (_DCLIP_LAYER + "layer_norm1", _VBLK + "ln1"),
+            (_DCLIP_LAYER + "layer_norm2", _VBLK + "ln2"),
+            (_DCLIP_LAYER + "mlp.fc1", _VBLK + "ffn_up"),
+            (_DCLIP_LAYER + "mlp.fc2", _VBLK + "ffn_down"),
+        ]
+    ),
+]
+
+# UnlimitedOCRVisionModel (conversion/deepseek.py: DeepseekOCRVisionModel, up to 32 tiles),
+# the Hub's Unlimited-OCR layout (what transformers 5.24 saves too): SAM ViT-B, then
+# DeepSeek-OCR's CLIP-L over the SAM features (its rows from ``clip-l-14-224``), the linear
+# projector over both concatenated, the newline row and the view separator
+UNLIMITEDOCR_VISION = Projector(
+    hf_archs=("UnlimitedOCRForCausalLM",),
+    keep=(_SAM, _DCLIP, "model.projector.", "model.image_newline", "model.view_seperator"),
+    rename=_dsocr_rename,
+    force=_dsocr_force,
+    required=(("image_size",), ("width",)),
+    entry=Arch(
+        hf_archs=("UnlimitedOCRForCausalLM",),
+        gguf_arch="clip",
+        meta=_dsocr_rows("deepseekocr", 32, False, []),
+        names=[*_SAM_NAMES, *_DSOCR_CLIP],
+        transforms=[_VIEW_SEPERATOR],
+        required=(),
+    ),
+)
+
+# DeepseekOCR2VisionModel (conversion/deepseek.py), the Hub's DeepSeek-OCR-2 layout (what
+# transformers 5.24 saves too): SAM ViT-B with its neck and two stride-2 convolutions,
+# then a Qwen2 decoder run as an encoder over the SAM features and learned queries (144
+# for a 768 tile, 256 for the 1024 view; GQA with 2 KV heads, fixed in the reference),
+# the linear projector and the view separator; the text model's tensors are not read
+DEEPSEEKOCR2_VISION = Projector(
+    hf_archs=("DeepseekOCR2ForCausalLM",),
+    keep=(_SAM, _DQ, "model.projector.", "model.image_newline", "model.view_seperator"),
+    rename=_dsocr_rename,
+    force=_dsocr_force,
+    required=(("image_size",), ("width",)),
+    entry=Arch(
+        hf_archs=("DeepseekOCR2ForCausalLM",),
+        gguf_arch="clip",
+        meta=_dsocr_rows(
+            "deepseekocr2", 6, True, [_const("vision.attention.head_count_kv", 2, VT.UINT32)]
+        ),
+        names=[*_SAM_NAMES, *_wb(_DSOCR2_ENCODER)],
+        transforms=[_VIEW_SEPERATOR],
+        required=(),
+    ),
+)
+
+
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
 PROJECTORS += (QWEN3VL_VISION,)
@@ -1971,5 +2197,7 @@ PROJECTORS += (GRANITE_SPEECH,)
 PROJECTORS += (GRANITE4_VISION,)
 PROJECTORS += (HUNYUANVL_VISION,)
 PROJECTORS += (QWEN3ASR_AUDIO,)
+PROJECTORS += (DEEPSEEKOCR2_VISION,)
+PROJECTORS += (UNLIMITEDOCR_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
