@@ -30,7 +30,7 @@ def muse_glimmer(folder: Path, *, dtype: str = "bfloat16", seed: int = 70) -> Pa
     """4 text layers (3 sliding with RoPE, the last full and NoPE, as the config's
     default pattern), attention output gate, scaleless QK norm times ``qk_scale_factor``,
     logit softcap; a 2-layer vision tower of width 64 (8 px patches, 4 x 4 position
-    table, 2 x 2 merge) and the 3-linear projector."""
+    table, 2 x 2 merge) and the 3-linear projector (its input the 2 x 2 merged tower width, 256)."""
     from transformers import MuseGlimmerConfig, MuseGlimmerForConditionalGeneration
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -43,8 +43,15 @@ def muse_glimmer(folder: Path, *, dtype: str = "bfloat16", seed: int = 70) -> Pa
         vision_config=dict(patch_size=8, pos_emb_height=4, pos_emb_width=4,
                            num_attention_heads=2, num_hidden_layers=2, hidden_size=64,
                            intermediate_size=128),
-        out_hidden_size=64, projector_hidden_size=64, tie_word_embeddings=False,
+        out_hidden_size=256, projector_hidden_size=64, tie_word_embeddings=False,
     )  # fmt: skip
     model = MuseGlimmerForConditionalGeneration(cfg)
     _random_init(model, seed)
-    return _save(model, folder, dtype)
+    _save(model, folder, dtype)
+    # MuseGlimmerImageProcessor's settings for this tower, written by hand: the class
+    # needs torchvision, which is not a dependency here (the reference reads the mean/std)
+    pre = {"image_processor_type": "MuseGlimmerImageProcessor", "image_mean": [0.5] * 3,
+           "image_std": [0.5] * 3, "patch_size": 8, "temporal_patch_size": 2,
+           "merge_size": 2, "max_image_tokens": 64}  # fmt: skip
+    (folder / "preprocessor_config.json").write_text(json.dumps(pre, indent=2))
+    return folder

@@ -101,3 +101,82 @@ MUSE_GLIMMER = Arch(
     defaults={**_DEFAULTS, "layer_types": _layer_types},
     tokenizer={"vocab": "muse_glimmer"},
 )
+
+
+# --------------------------------------------------------------------------- projector
+
+#: the projector's sources (MuseGlimmerVisionModel.filter_tensors)
+VISION_KEEP = ("model.vision_tower.", "model.vision_adapter.", "model.vision_projection.")
+_VT = "model.vision_tower."
+_VL = _VT + "layers.{bid}."
+
+
+def _wb(pairs: list[tuple[str, str]]) -> list[NameRule]:
+    return [NameRule(h + s, g + s) for h, g in pairs for s in (".weight", ".bias")]
+
+
+#: the vision tower and the 3-linear projector (``mm.0`` .. ``mm.2``) under gguf-py's names
+VISION_NAMES = _wb(
+    [
+        (_VT + "patch_embedder.patch_embedding", "v.patch_embd"),
+        (_VT + "patch_embedder.position_embedding_table", "v.position_embd"),
+        (_VT + "ln_pre", "v.pre_ln"),
+        (_VT + "ln_post", "v.post_ln"),
+        (_VL + "attn.q_proj", "v.blk.{bid}.attn_q"),
+        (_VL + "attn.k_proj", "v.blk.{bid}.attn_k"),
+        (_VL + "attn.v_proj", "v.blk.{bid}.attn_v"),
+        (_VL + "attn.proj", "v.blk.{bid}.attn_out"),
+        (_VL + "norm1", "v.blk.{bid}.ln1"),
+        (_VL + "norm2", "v.blk.{bid}.ln2"),
+        (_VL + "mlp.fc1", "v.blk.{bid}.ffn_up"),
+        (_VL + "mlp.fc2", "v.blk.{bid}.ffn_down"),
+        ("model.vision_adapter.fc1", "mm.0"),
+        ("model.vision_adapter.fc2", "mm.1"),
+        ("model.vision_projection", "mm.2"),
+    ]
+)
+
+
+def nominal_image_size(v: dict) -> int:
+    """The ``clip.vision.image_size`` the reference writes for this dynamic-size tower:
+    position table side x patch x merge."""
+    return v["pos_emb_height"] * v["patch_size"] * v["merge_size"]
+
+
+def _patch_slabs(x: np.ndarray, v: dict, ctx: dict) -> np.ndarray:
+    """``[n_embd, pt * 3 * p * p]`` -> the Conv2d kernel ``[n_embd, 3, p, p]``: the
+    ``patch_temporal`` slabs summed (a still image repeats its frame), in float32 and
+    rounded once to the tensor's type, as torch's ``sum`` does."""
+    pt, p = int(v["patch_temporal"]), int(v["patch_size"])
+    dtype = x.dtype if x.dtype in (np.float16, np.float32) else np.float32
+    slabs = x.astype(np.float32).reshape(x.shape[0], pt, 3, p, p)
+    acc = slabs[:, 0].copy()
+    for k in range(1, pt):
+        acc += slabs[:, k]
+    return acc.astype(dtype)
+
+
+def _patch_slabs_shape(s: tuple[int, ...], v: dict, ctx: dict) -> tuple[int, ...]:
+    p = int(v["patch_size"])
+    return (s[0], 3, p, p)
+
+
+PATCH_SLABS = Transform(
+    "muse_glimmer_patch_slabs",
+    r"patch_embedder\.patch_embedding\.weight$",
+    _patch_slabs,
+    lambda x, v, ctx: x,  # a projector is converted one way only
+    shape=_patch_slabs_shape,
+    exact=False,
+)
+
+VISION_ROWS_AFTER_BASE = [
+    m("projector_type", "_projector_type", t=VT.STRING, value=lambda v: "muse-glimmer"),
+    m(
+        "vision.attention.layer_norm_epsilon",
+        "layer_norm_eps",
+        t=VT.FLOAT32,
+        value=lambda v: float(v["layer_norm_eps"]),
+    ),
+    m("vision.spatial_merge_size", "merge_size", value=lambda v: int(v["merge_size"])),
+]
