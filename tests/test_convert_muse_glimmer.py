@@ -203,3 +203,15 @@ def test_mtmd_image_features(mg, hf_model):
     scale = float(np.abs(clamped).max())
     assert np.abs(got - clamped).max() <= 1e-3 * max(scale, 1.0)
     assert np.abs(got - zeros).max() > 2e-3 * max(scale, 1.0)
+
+
+def test_cli_writes_both(mg, tmp_path):
+    """``weightsmith convert DIR out.gguf --mmproj``: the reference's two files."""
+    from weightsmith.cli._main import main
+
+    dst = tmp_path / "g.gguf"
+    assert main(["convert", str(mg), str(dst), "--type", "q8_0", "--mmproj", "--quiet"]) == 0
+    assert (tmp_path / "mmproj-g.gguf").read_bytes() == (
+        mg.parent / "ref-mmproj-q8_0.gguf"
+    ).read_bytes()
+    assert dst.read_bytes() == (mg.parent / "ref-q8_0.gguf").read_bytes()
