@@ -215,3 +215,16 @@ def test_cli_writes_both(mg, tmp_path):
         mg.parent / "ref-mmproj-q8_0.gguf"
     ).read_bytes()
     assert dst.read_bytes() == (mg.parent / "ref-q8_0.gguf").read_bytes()
+
+
+def test_needs_the_image_processor_file(mg, tmp_path):
+    """Without the image processor's mean / std (the reference stops on a KeyError) a
+    named error comes before any file is written; the weights are linked, not copied."""
+    src = tmp_path / "model"
+    src.mkdir()
+    for f in mg.iterdir():
+        if f.name != "preprocessor_config.json":
+            (src / f.name).symlink_to(f)
+    with pytest.raises(E.MissingModelFile, match="image_mean"):
+        hf_to_gguf(src, tmp_path / "t.gguf", "f16", mmproj=tmp_path / "m.gguf")
+    assert not (tmp_path / "t.gguf").exists() and not (tmp_path / "m.gguf").exists()
