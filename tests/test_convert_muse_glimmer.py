@@ -1,6 +1,6 @@
 """Muse Glimmer (``MuseGlimmerForConditionalGeneration``) text against llama.cpp.
 
-A tiny seeded model as transformers 5.24 saves it (tests/support/muse_glimmer_models.py:
+A tiny seeded model as transformers 5.24 saves it (tests/support.muse_dots_pocket_models.py:
 4 text layers, 3 sliding with RoPE and the last full without, attention output gate,
 scaleless QK norm times ``qk_scale_factor``, logit softcap; a 2-layer vision tower):
 
@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support.muse_glimmer_models import muse_glimmer
+from support.muse_dots_pocket_models import muse_glimmer
 from test_convert_archs import _same_file
 from test_convert_hf_to_gguf import _llama_logits, _llama_quantize
 from test_convert_mmproj import _mtmd_embeddings, _reference, _same
