@@ -17,11 +17,13 @@ Ours refuses both with ``UnknownArchitecture`` before any output.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from safetensors import safe_open
 
 from support.llama_sdist import llama_cpp_root
 from support.muse_dots_pocket_models import dots3_note, pocket_tts
@@ -36,10 +38,6 @@ def _reference(src: Path, out: Path, *extra: str) -> subprocess.CompletedProcess
 
 
 def test_dots3_note_transformers_layout(tmp_path):
-    import json
-
-    from safetensors import safe_open
-
     src = dots3_note(tmp_path / "model")
     cfg = json.loads((src / "config.json").read_text())
     assert "num_hidden_layers" not in cfg and "per_layer_config" in cfg["text_config"]

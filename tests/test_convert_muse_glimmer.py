@@ -9,6 +9,8 @@ scaleless QK norm times ``qk_scale_factor``, logit softcap; a 2-layer vision tow
 * llama.cpp's logits on our f32 equal those on the reference's, and transformers' own
   (12 tokens: past the sliding window of 8);
 * GGUF -> HF: the text alone has no HF class (a named error, nothing written);
+* EOT without ``<|eot|>`` in the tokenizer: the unknown token of tokenizer_config.json,
+  else none, as the reference (byte-identical files);
 * ``--mmproj``: the projector (``muse-glimmer``: Q/K permuted, the two temporal slabs of
   the patch embedding summed into a Conv2d kernel, the 3-linear projector) is the
   reference's byte for byte at the same four types;
@@ -22,21 +24,46 @@ scaleless QK norm times ``qk_scale_factor``, logit softcap; a 2-layer vision tow
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import gguf
 import numpy as np
 import pytest
+from safetensors.numpy import load_file
 
 from support.muse_dots_pocket_models import muse_glimmer
 from test_convert_archs import _same_file
 from test_convert_hf_to_gguf import _llama_logits, _llama_quantize
 from test_convert_mmproj import _mtmd_embeddings, _reference, _same
 from weightsmith import errors as E
+from weightsmith.cli._main import main
 from weightsmith.convert import gguf_to_hf, hf_to_gguf
+from weightsmith.gguf import read
 
 TYPES = ["f32", "f16", "bf16", "q8_0"]
 QUANT = ["q4_k_m"]
 TOKENS = [9707, 11, 1879, 0, 358, 1079, 264, 2272, 50, 60, 70, 80]
+
+
+def _without_eot(mg: Path, dst: Path, unk_in_config: bool) -> Path:
+    """A copy of the model whose tokenizer has no ``<|eot|>`` (weights linked); with an
+    ``unk_token`` in special_tokens_map.json always, in tokenizer_config.json if asked."""
+
+    dst.mkdir()
+    for f in mg.iterdir():
+        if f.name not in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+            (dst / f.name).symlink_to(f)
+    tj = json.loads((mg / "tokenizer.json").read_text())
+    tj["added_tokens"] = [t for t in tj["added_tokens"] if t["content"] != "<|eot|>"]
+    (dst / "tokenizer.json").write_text(json.dumps(tj))
+    tc = json.loads((mg / "tokenizer_config.json").read_text())
+    if unk_in_config:
+        tc["unk_token"] = "<|endoftext|>"
+    (dst / "tokenizer_config.json").write_text(json.dumps(tc))
+    stm = {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>"}
+    (dst / "special_tokens_map.json").write_text(json.dumps(stm))
+    return dst
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +75,10 @@ def mg(tmp_path_factory) -> Path:
     jobs = [[str(src), "--outfile", str(root / f"ref-{t}.gguf"), "--outtype", t] for t in TYPES]
     jobs += [[str(src), "--outfile", str(root / f"ref-mmproj-{t}.gguf"), "--outtype", t,
               "--mmproj"] for t in TYPES]  # fmt: skip
+    for unk in (0, 1):  # test_eot_without_the_token's folders
+        other = _without_eot(src, root / f"no-eot-{unk}", bool(unk))
+        jobs.append([str(other), "--outfile", str(root / f"ref-no-eot-{unk}.gguf"), "--outtype",
+                     "f16"])  # fmt: skip
     _reference(jobs)
     for t in QUANT:
         _llama_quantize(root / "ref-f32.gguf", root / f"ref-{t}.gguf", t)
@@ -74,11 +105,6 @@ def test_text_same_as_reference(mg, t):
 def test_text_contents(mg):
     """Guard against a vacuous pass: the synthesized Q/K norms, the norms + 1 (not the
     final one), the gate, the pattern and softcap rows."""
-    import gguf
-    from safetensors.numpy import load_file
-
-    from weightsmith.gguf import read
-
     sd = load_file(mg / "model.safetensors")
     with read(mg.parent / "ours-f32.gguf") as f:
         md = f.metadata
@@ -123,11 +149,6 @@ def test_projector_same_as_reference(mg, t):
 def test_projector_contents(mg):
     """Guard against a vacuous pass: the summed patch kernel (F16 at f16), the nominal
     image size, the projector rows."""
-    import gguf
-    from safetensors.numpy import load_file
-
-    from weightsmith.gguf import read
-
     with read(mg.parent / "ours-mmproj-f16.gguf") as f:
         md = f.metadata
         types = {x.name: x.ggml_type.name for x in f.tensors}
@@ -207,7 +228,6 @@ def test_mtmd_image_features(mg, hf_model):
 
 def test_cli_writes_both(mg, tmp_path):
     """``weightsmith convert DIR out.gguf --mmproj``: the reference's two files."""
-    from weightsmith.cli._main import main
 
     dst = tmp_path / "g.gguf"
     assert main(["convert", str(mg), str(dst), "--type", "q8_0", "--mmproj", "--quiet"]) == 0
@@ -228,3 +248,16 @@ def test_needs_the_image_processor_file(mg, tmp_path):
     with pytest.raises(E.MissingModelFile, match="image_mean"):
         hf_to_gguf(src, tmp_path / "t.gguf", "f16", mmproj=tmp_path / "m.gguf")
     assert not (tmp_path / "t.gguf").exists() and not (tmp_path / "m.gguf").exists()
+
+
+def test_eot_without_the_token(mg):
+    """No ``<|eot|>``: EOT is what transformers' ``convert_tokens_to_ids`` gives, the
+    unknown token of tokenizer_config.json (special_tokens_map.json's is not read), else
+    none -- the reference's files, byte for byte."""
+    root = mg.parent
+    for unk, eot in ((0, None), (1, 50256)):
+        ours = root / f"ours-no-eot-{unk}.gguf"
+        hf_to_gguf(root / f"no-eot-{unk}", ours, "f16")
+        _same_file(ours, root / f"ref-no-eot-{unk}.gguf")
+        with read(ours) as f:
+            assert f.metadata.get("tokenizer.ggml.eot_token_id") == eot
