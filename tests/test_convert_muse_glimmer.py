@@ -5,7 +5,7 @@ A tiny seeded model as transformers 5.24 saves it (tests/support.muse_dots_pocke
 scaleless QK norm times ``qk_scale_factor``, logit softcap; a 2-layer vision tower):
 
 * the text file (GGUF ``muse-glimmer``) is ``convert_hf_to_gguf.py``'s byte for byte at
-  f32, f16, bf16 and q8_0, and ``llama_model_quantize``'s of its f32 at q4_k_m;
+  f32, f16, bf16 and q8_0, and ``llama_model_quantize``'s of its f32 at q4_k_m and iq4_xs;
 * llama.cpp's logits on our f32 equal those on the reference's, and transformers' own
   (12 tokens: past the sliding window of 8);
 * GGUF -> HF: the text alone has no HF class (a named error, nothing written);
@@ -42,7 +42,7 @@ from weightsmith.convert import gguf_to_hf, hf_to_gguf
 from weightsmith.gguf import read
 
 TYPES = ["f32", "f16", "bf16", "q8_0"]
-QUANT = ["q4_k_m"]
+QUANT = ["q4_k_m", "iq4_xs"]
 TOKENS = [9707, 11, 1879, 0, 358, 1079, 264, 2272, 50, 60, 70, 80]
 
 
