@@ -123,6 +123,7 @@ from .mamba import (
     is_bamba,
     is_granitehybrid_file,
 )
+from .muse_glimmer import MUSE_GLIMMER
 from .nemotron import NEMOTRON_H, NEMOTRON_H_MOE, has_experts
 from .olmo import OLMO2
 from .phi import PHI3
@@ -243,6 +244,8 @@ ENTRIES += (QWEN3OMNIMOE,)
 ENTRIES += (QWEN3ASR,)
 # DeepSeek-OCR's text (DeepSeek-V2 without MLA; issue 15 section 3)
 ENTRIES += (DEEPSEEK2OCR,)
+# Muse Glimmer's text (issue 15 section 3)
+ENTRIES += (MUSE_GLIMMER,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)

@@ -55,6 +55,13 @@ from .gemma4_audio import (
     audio_force,
     feed_forward_length,
 )
+from .muse_glimmer import (
+    PATCH_SLABS,
+    VISION_KEEP,
+    VISION_NAMES,
+    VISION_ROWS_AFTER_BASE,
+    nominal_image_size,
+)
 from .qwen_omni_audio import AUDIO3_NAMES as OMNI_AUDIO3_NAMES
 from .qwen_omni_audio import AUDIO3_TRANSFORMS as OMNI_AUDIO3_TRANSFORMS
 from .qwen_omni_audio import AUDIO_NAMES as OMNI_AUDIO_NAMES
@@ -2176,6 +2183,40 @@ DEEPSEEKOCR2_VISION = Projector(
 )
 
 
+# MuseGlimmerVisionModel (conversion/muse_glimmer.py): a dynamic-size tower written with
+# its nominal image size (position table side x patch x merge), Q/K (weights and biases)
+# permuted to ggml's interleaved RoPE pairs, the ``patch_temporal`` slabs of the patch
+# embedding summed into a Conv2d kernel, and the 3-linear projector as mm.0 .. mm.2
+MUSE_GLIMMER_VISION = Projector(
+    hf_archs=("MuseGlimmerForConditionalGeneration",),
+    keep=VISION_KEEP,
+    force=_base_force,
+    required=(
+        *NO_IMAGE_SIZE,
+        ("pos_emb_height",),
+        ("merge_size",),
+        ("patch_temporal",),
+        ("layer_norm_eps",),
+    ),
+    entry=Arch(
+        hf_archs=("MuseGlimmerForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *replace_rows(
+                BASE_ROWS,
+                vision__image_size=m(
+                    "vision.image_size", "pos_emb_height", value=nominal_image_size
+                ),
+            ),
+            *VISION_ROWS_AFTER_BASE,
+        ],
+        names=VISION_NAMES,
+        transforms=[PERMUTE_Q, PERMUTE_K, PATCH_SLABS],
+        required=(),
+    ),
+)
+
+
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
 PROJECTORS += (QWEN3VL_VISION,)
@@ -2199,5 +2240,6 @@ PROJECTORS += (HUNYUANVL_VISION,)
 PROJECTORS += (QWEN3ASR_AUDIO,)
 PROJECTORS += (DEEPSEEKOCR2_VISION,)
 PROJECTORS += (UNLIMITEDOCR_VISION,)
+PROJECTORS += (MUSE_GLIMMER_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}

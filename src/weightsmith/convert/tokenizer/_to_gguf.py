@@ -1063,3 +1063,22 @@ def _set_qwen3_asr(out: _Entries, d: Path, config: dict) -> None:
 
 
 MORE_ROUTES["qwen3asr"] = _set_qwen3_asr
+
+
+def _set_muse_glimmer(out: _Entries, d: Path, config: dict) -> None:
+    """MuseGlimmerModel.set_vocab: the GPT-2 vocabulary, then EOT the id transformers'
+    ``convert_tokens_to_ids("<|eot|>")`` gives: the token's, else the unknown token's
+    (transformers 5 takes it from tokenizer_config.json, not special_tokens_map.json;
+    none when it names none in the vocabulary)."""
+    _set_gpt2(out, d, config)
+    hf = _HFTokenizer(d)
+    tid = hf.vocab.get("<|eot|>")
+    if tid is None:
+        unk = hf.config.get("unk_token")
+        unk = unk.get("content") if isinstance(unk, dict) else unk
+        tid = hf.vocab.get(unk) if isinstance(unk, str) else None
+    if tid is not None:
+        out.add("ggml.eot_token_id", tid, VT.UINT32)
+
+
+MORE_ROUTES["muse_glimmer"] = _set_muse_glimmer
