@@ -1,0 +1,292 @@
+"""A text GGUF and its projector (``mmproj``) GGUF -> one ``*ForConditionalGeneration`` folder.
+
+The inverse of ``hf_to_gguf(..., mmproj=...)`` (:mod:`._mmproj`), driven by the same
+projector entries (:mod:`.arch.mmproj`) the way text GGUF -> HF is driven by the text
+registry; nothing here keeps a second table of tensor names or transforms:
+
+* tensors -- the projector entry's inverse plan (names, splits such as Qwen's fused
+  QKV and Conv3d halves, transforms such as Pixtral's Q/K permutation or Gemma 3's
+  ``norm + 1``) gives each vision tensor under the Hub name the forward direction
+  reads; :attr:`VisionBack.rename` turns that into the name transformers 5 loads (the
+  text weights move under ``model.language_model.``).  Both files' tensors stream into
+  one safetensors set (:func:`._gguf_to_hf.write_weights`).  Tensors the projector
+  carries as a copy of text data (Pixtral's ``v.token_embd.img_break``, a row of the
+  text embedding) are not read;
+* ``config.json`` -- ``text_config`` is what text GGUF -> HF writes for the text file;
+  ``vision_config`` is every ``clip.*`` row of the entry written back to the field it
+  came from (``MetaKey.fields[0]``, or the family's spelling in
+  :attr:`VisionBack.fields`), plus the values GGUF does not keep: each family's
+  :attr:`VisionBack.restore` gives the ones llama.cpp's runtime hard-codes (which are
+  transformers' defaults) and those implied by the tensors' shapes;
+* ``preprocessor_config.json`` (and ``processor_config.json`` where the processor
+  reads one) -- the image processor settings from the ``clip.vision.*`` rows;
+* the tokenizer, generation config and model card -- as text GGUF -> HF writes them.
+
+Everything is checked before a byte is written: the projector must be a clip file
+(``general.architecture``), of a projector type with an entry here, whose projection
+width (``clip.vision.projection_dim``) is the text model's width
+(:class:`~weightsmith.errors.ProjectorMismatch` otherwise).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import errors as E
+from ..dtypes import DType
+from ..gguf import GGUFFile
+from . import _gguf_to_hf as G  # a module import: _gguf_to_hf imports this module too
+from .arch import MetaKey
+from .arch.mmproj import (
+    LLAVA_VISION,
+    Projector,
+)
+
+__all__ = ["VISION_BACK", "VisionBack", "vlm_parts"]
+
+_CLIP = "clip."
+
+
+def _tokens(text_md: Mapping[str, Any]) -> dict[str, int]:
+    toks = text_md.get("tokenizer.ggml.tokens")
+    return {t: i for i, t in enumerate(toks)} if isinstance(toks, list) else {}
+
+
+def _token_ids(fields: dict[str, str]) -> Callable[[dict[str, int]], dict[str, int]]:
+    """Config fields -> token strings: each id found in the text GGUF's vocabulary (a
+    token it lacks keeps the config class's default)."""
+    return lambda vocab: {f: vocab[t] for f, t in fields.items() if t in vocab}
+
+
+_REQUIRED = (
+    "image_size",
+    "patch_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_hidden_layers",
+)
+
+
+@dataclass(frozen=True)
+class VisionBack:
+    """The per-family pieces of projector -> ``vision_config`` (see the module docstring).
+
+    ``fields``: ``clip.*`` row key (without ``clip.``) -> the vision config field it is
+    written to, None for a row no vision config field holds (read by ``restore``);
+    ``restore(md, vision, shapes)`` -> ``(vision_config additions, top-level additions)``
+    from the projector's metadata, the rows' vision config and the tensor shapes;
+    ``text(text_cfg, text_md)`` -> text config fixes; ``tokens(vocab)`` -> the token id
+    fields found in the text vocabulary; ``preprocessor(vision, md)`` -> the processor
+    files; ``text_archs`` the text GGUF architectures it pairs with; ``copies`` projector
+    tensors that copy text data (not read back)."""
+
+    hf_arch: str
+    model_type: str
+    projector: Projector
+    projector_types: tuple[str, ...]
+    vision_model_type: str
+    text_model_type: str | None
+    fields: dict[str, str | None]
+    restore: Callable[[Mapping[str, Any], dict, dict], tuple[dict, dict]]
+    preprocessor: Callable[[dict, Mapping[str, Any]], dict[str, dict]]
+    rename: Callable[[str], str] = lambda name: "model." + name
+    text: Callable[[dict, Mapping[str, Any]], dict] = lambda cfg, md: {}
+    tokens: Callable[[dict[str, int]], dict[str, int]] = lambda vocab: {}
+    # a text model of another GGUF architecture is not this family's
+    text_archs: tuple[str, ...] = ()
+    # GGUF tensors that copy text data (not read back)
+    copies: frozenset[str] = field(default_factory=frozenset)
+    # vision config fields the rows must give (restore reads them)
+    required: tuple[str, ...] = _REQUIRED
+
+
+def _mean_std(md: Mapping[str, Any]) -> dict:
+    return {
+        "image_mean": [_f(x) for x in md[_CLIP + "vision.image_mean"]],
+        "image_std": [_f(x) for x in md[_CLIP + "vision.image_std"]],
+    }
+
+
+def _f(v: Any) -> Any:
+    """A float32 metadata value as the decimal it was written from."""
+    return float(str(np.float32(v))) if isinstance(v, float) else v
+
+
+# --------------------------------------------------------------------------- mechanism
+
+
+def _family(text: GGUFFile, proj: GGUFFile, path: Path) -> VisionBack:
+    md = proj.metadata
+    arch = md.get("general.architecture")
+    if arch != "clip":
+        raise E.ProjectorMismatch(
+            "not a projector GGUF",
+            path=path,
+            field="general.architecture",
+            expected="'clip'",
+            found=repr(arch) if arch is not None else "no such key",
+        )
+    ptype = md.get(_CLIP + "projector_type", md.get(_CLIP + "vision.projector_type"))
+    text_arch = text.metadata.get("general.architecture")
+    known = [b for b in VISION_BACK if ptype in b.projector_types]
+    for b in known:
+        if text_arch in b.text_archs:
+            return b
+    raise E.ProjectorMismatch(
+        "no GGUF -> HF conversion for this projector with this text model",
+        path=path,
+        field="clip.projector_type",
+        expected=" or ".join(
+            f"{t!r} with a {a!r} text model"
+            for b in VISION_BACK
+            for t in b.projector_types
+            for a in b.text_archs
+        ),
+        found=f"{ptype!r} with a {text_arch!r} text model",
+    )
+
+
+def _vision_config(back: VisionBack, md: Mapping[str, Any]) -> dict:
+    """The ``clip.*`` rows of the entry, each written back to its vision config field."""
+    out: dict[str, Any] = {}
+    for row in back.projector.entry.meta:
+        if not isinstance(row, MetaKey) or not row.fields:
+            continue
+        key = row.full_key("clip")
+        name = key[len(_CLIP) :]
+        target = back.fields.get(name, row.fields[0])
+        if target is None or target.startswith("mmproj.") or key not in md:
+            continue
+        out.setdefault(target, row.back(_f(md[key])))
+    return out
+
+
+def vlm_parts(
+    text: GGUFFile, proj: GGUFFile, dtype: DType, text_path: Path, proj_path: Path
+) -> tuple[Any, dict, dict, list[G.Part], list, dict[str, dict]]:
+    """``(text entry, config.json, generation_config.json, parts, tensor plan, processor
+    files)`` of the ``*ForConditionalGeneration`` folder of ``text`` + ``proj``; every
+    check done, nothing written."""
+    back = _family(text, proj, proj_path)
+    md = proj.metadata
+    entry, text_cfg, gen = G.build_config(
+        text, dtype, path=text_path, text_model_type=back.text_model_type
+    )
+    width = md.get(_CLIP + "vision.projection_dim")
+    if width != text_cfg["hidden_size"]:
+        raise E.ProjectorMismatch(
+            "the projector's output width is not the text model's",
+            path=proj_path,
+            field="clip.vision.projection_dim",
+            expected=text_cfg["hidden_size"],
+            found=width if width is not None else "no such key",
+        )
+    shapes = {t.name: tuple(int(d) for d in t.shape) for t in proj.tensors}
+    vision = _vision_config(back, md)
+    missing = [f for f in back.required if f not in vision]
+    if missing:
+        raise E.MissingGGUFMetadata(
+            "projector metadata needed for vision_config is missing",
+            path=proj_path,
+            field="clip.vision.*",
+            expected="rows for " + ", ".join(missing),
+            found="none of them" if len(missing) > 1 else "no such key",
+        )
+    v_more, top = back.restore(md, vision, shapes)
+    vision = {"model_type": back.vision_model_type, **vision, **v_more}
+    text_cfg.update(back.text(text_cfg, text.metadata))
+    dt = {k: text_cfg.pop(k) for k in ("dtype", "torch_dtype")}
+    text_cfg.pop("architectures", None)
+    cfg = {
+        "architectures": [back.hf_arch],
+        "model_type": back.model_type,
+        "text_config": text_cfg,
+        "vision_config": vision,
+        **top,
+        **back.tokens(_tokens(text.metadata)),
+        "tie_word_embeddings": text_cfg.get("tie_word_embeddings", False),
+        **dt,
+    }
+    parts = [
+        G.Part(text, entry, text_cfg, text_path),
+        G.Part(proj, back.projector.entry, vision, proj_path),
+    ]
+
+    def text_name(name: str) -> str:
+        return (
+            "model.language_model." + name[len("model.") :] if name.startswith("model.") else name
+        )
+
+    plan = G.plan_tensors(parts[0], 0, text_name) + G.plan_tensors(
+        parts[1], 1, back.rename, back.copies
+    )
+    return entry, dict(sorted(cfg.items())), gen, parts, plan, back.preprocessor(vision, md)
+
+
+# --------------------------------------------------------------------------- LLaVA (Pixtral)
+
+
+def _pixtral_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # llama.cpp's Pixtral graph: head_dim = width / heads and RoPE base 10000, both
+    # hard-coded, as PixtralVisionConfig's defaults; the MLP's act from use_silu/use_gelu
+    act = "silu" if md.get(_CLIP + "use_silu") else "gelu"
+    v = {"hidden_act": act, "head_dim": vision["hidden_size"] // vision["num_attention_heads"]}
+    # every tower layer feeds the projector (the feature layer is the last), no CLS token
+    top = {
+        "vision_feature_layer": -1,
+        "vision_feature_select_strategy": "full",
+        "projector_hidden_act": "gelu",  # llama.cpp's Pixtral projector MLP
+        "multimodal_projector_bias": "mm.1.bias" in shapes,
+    }
+    if (n := md.get(_CLIP + "vision.spatial_merge_size")) is not None:
+        top["spatial_merge_size"] = n
+    return v, top
+
+
+def _pixtral_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    p = vision["patch_size"]
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "PixtralImageProcessor",
+            "patch_size": {"height": p, "width": p},
+            "size": {"longest_edge": vision["image_size"]},
+            "do_normalize": True,
+            "do_rescale": True,
+            "rescale_factor": 1 / 255,
+            **_mean_std(md),
+        }
+    }
+
+
+_PIXTRAL_FIELDS: dict[str, str | None] = {
+    "vision.block_count": "num_hidden_layers",
+    "vision.attention.layer_norm_epsilon": None,  # hard-coded 1e-5 in modeling_pixtral
+    "use_silu": None,
+    "use_gelu": None,
+    "vision.spatial_merge_size": None,  # a top-level field of Mistral3Config
+}
+_IMG_BREAK = frozenset({"v.token_embd.img_break"})
+
+LLAVA_BACK = VisionBack(
+    hf_arch="LlavaForConditionalGeneration",
+    model_type="llava",
+    projector=LLAVA_VISION,
+    projector_types=("pixtral",),
+    vision_model_type="pixtral",
+    text_model_type=None,
+    text_archs=("llama",),
+    fields=_PIXTRAL_FIELDS,
+    restore=_pixtral_restore,
+    preprocessor=_pixtral_pre,
+    tokens=_token_ids({"image_token_index": "[IMG]"}),
+    copies=_IMG_BREAK,
+)
+
+#: the families whose projector converts back, in the order they are tried
+VISION_BACK: tuple[VisionBack, ...] = (LLAVA_BACK,)
