@@ -43,6 +43,7 @@ from ..gguf import GGUFFile
 from . import _gguf_to_hf as G  # a module import: _gguf_to_hf imports this module too
 from .arch import MetaKey
 from .arch.mmproj import (
+    GEMMA3_VISION,
     LLAVA_VISION,
     Projector,
 )
@@ -290,3 +291,71 @@ LLAVA_BACK = VisionBack(
 
 #: the families whose projector converts back, in the order they are tried
 VISION_BACK: tuple[VisionBack, ...] = (LLAVA_BACK,)
+
+
+# --------------------------------------------------------------------------- Gemma 3
+
+
+def _gemma3_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # the pooling factor is written only when it is not llama.cpp's default of 4
+    factor = md.get(_CLIP + "vision.projector.scale_factor", 4)
+    side = vision["image_size"] // vision["patch_size"] // factor
+    return {"vision_use_head": False}, {"mm_tokens_per_image": side * side}
+
+
+def _gemma3_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    px = vision["image_size"]
+    side = (
+        vision["image_size"]
+        // vision["patch_size"]
+        // md.get(_CLIP + "vision.projector.scale_factor", 4)
+    )
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "Gemma3ImageProcessor",
+            "do_normalize": True,
+            "do_rescale": True,
+            "do_resize": True,
+            "resample": 2,
+            "rescale_factor": 1 / 255,
+            "size": {"height": px, "width": px},
+            **_mean_std(md),
+        },
+        "processor_config.json": {
+            "processor_class": "Gemma3Processor",
+            "image_seq_length": side * side,
+        },
+    }
+
+
+def _gemma3_rename(name: str) -> str:
+    # the Hub's (and transformers') parameter name, which the forward rename undoes
+    return "model." + name.replace("mm_input_projection.weight", "mm_input_projection_weight")
+
+
+GEMMA3_BACK = VisionBack(
+    hf_arch="Gemma3ForConditionalGeneration",
+    model_type="gemma3",
+    projector=GEMMA3_VISION,
+    projector_types=("gemma3",),
+    vision_model_type="siglip_vision_model",
+    text_model_type=None,
+    text_archs=("gemma3",),
+    fields={
+        "vision.block_count": "num_hidden_layers",
+        "use_gelu": None,  # SigLIP's gelu_pytorch_tanh, the config default
+        "vision.projector.scale_factor": None,
+    },
+    restore=_gemma3_restore,
+    preprocessor=_gemma3_pre,
+    rename=_gemma3_rename,
+    tokens=_token_ids(
+        {
+            "image_token_index": "<image_soft_token>",
+            "boi_token_index": "<start_of_image>",
+            "eoi_token_index": "<end_of_image>",
+        }
+    ),
+)
+
+VISION_BACK += (GEMMA3_BACK,)
