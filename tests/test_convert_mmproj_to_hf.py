@@ -29,6 +29,7 @@ from weightsmith.convert import gguf_to_hf, hf_to_gguf
 
 ARCHS = ["llava"]
 ARCHS += ["gemma3"]
+ARCHS += ["mistral3"]
 TYPES = ["f32", "f16"]
 # the tensors whose f32 round trip is not bit-exact, and why (see the module docstring)
 PLUS_ONE = ("soft_emb_norm.weight", "layernorm.weight", "norm.weight", "q_norm.weight",

@@ -359,3 +359,23 @@ GEMMA3_BACK = VisionBack(
 )
 
 VISION_BACK += (GEMMA3_BACK,)
+
+
+# --------------------------------------------------------------------------- Mistral 3
+
+MISTRAL3_BACK = VisionBack(
+    hf_arch="Mistral3ForConditionalGeneration",
+    model_type="mistral3",
+    projector=LLAVA_VISION,
+    projector_types=("pixtral",),
+    vision_model_type="pixtral",
+    text_model_type="mistral",
+    text_archs=("mistral3",),
+    fields=_PIXTRAL_FIELDS,
+    restore=_pixtral_restore,
+    preprocessor=_pixtral_pre,
+    tokens=_token_ids({"image_token_index": "[IMG]"}),
+    copies=_IMG_BREAK,
+)
+
+VISION_BACK += (MISTRAL3_BACK,)
