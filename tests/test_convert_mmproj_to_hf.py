@@ -30,6 +30,7 @@ from weightsmith.convert import gguf_to_hf, hf_to_gguf
 ARCHS = ["llava"]
 ARCHS += ["gemma3"]
 ARCHS += ["mistral3"]
+ARCHS += ["qwen25vl"]
 TYPES = ["f32", "f16"]
 # the tensors whose f32 round trip is not bit-exact, and why (see the module docstring)
 PLUS_ONE = ("soft_emb_norm.weight", "layernorm.weight", "norm.weight", "q_norm.weight",
@@ -171,6 +172,19 @@ def test_processor_settings(work, arch):
                 np.testing.assert_allclose(got, want, rtol=1e-6)
             else:
                 assert got == want, k
+
+
+def test_qwen25vl_processor_same_pixels(work):
+    """transformers' Qwen2-VL image processor from our folder gives the original's pixels."""
+    from transformers import AutoImageProcessor
+
+    img = np.random.default_rng(3).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    outs = [
+        AutoImageProcessor.from_pretrained(d)(images=[img], return_tensors="np", do_resize=False)
+        for d in (work["qwen25vl"], work["root"] / "qwen25vl" / "back-f32")
+    ]
+    np.testing.assert_array_equal(outs[0]["image_grid_thw"], outs[1]["image_grid_thw"])
+    np.testing.assert_allclose(outs[0]["pixel_values"], outs[1]["pixel_values"], atol=1e-6)
 
 
 def test_mismatched_projector_is_refused(work, tmp_path):

@@ -45,6 +45,7 @@ from .arch import MetaKey
 from .arch.mmproj import (
     GEMMA3_VISION,
     LLAVA_VISION,
+    QWEN25VL_VISION,
     Projector,
 )
 
@@ -379,3 +380,76 @@ MISTRAL3_BACK = VisionBack(
 )
 
 VISION_BACK += (MISTRAL3_BACK,)
+
+
+# --------------------------------------------------------------------------- Qwen2.5-VL
+
+
+def _qwen25_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    n = md[_CLIP + "vision.n_wa_pattern"]
+    depth = vision["depth"]
+    v = {
+        "out_hidden_size": md[_CLIP + "vision.projection_dim"],
+        "fullatt_block_indexes": list(range(n - 1, depth, n)),
+        # llama.cpp's qwen2.5vl graph hard-codes these (its window: 112 px unless a
+        # clip.vision.window_size row says otherwise): Qwen2.5-VL's defaults
+        "window_size": md.get(_CLIP + "vision.window_size", 112),
+        "spatial_merge_size": 2,
+        # the Conv3d kernel was written as one Conv2d per temporal slice
+        "temporal_patch_size": sum(1 for k in shapes if k.startswith("v.patch_embd.weight")),
+        "hidden_act": "silu",
+        "in_channels": 3,
+    }
+    return v, {}
+
+
+def _qwen25_text(cfg: dict, md: Mapping[str, Any]) -> dict:
+    # the MRoPE sections (the text rows keep them only under a derived field)
+    sections = [int(s) for s in md.get("qwen2vl.rope.dimension_sections", []) if s]
+    rope = {"rope_type": "default", "rope_theta": cfg.get("rope_theta", 1000000.0)}
+    return {"rope_parameters": {**rope, "mrope_section": sections}}
+
+
+def _qwen25_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "Qwen2VLImageProcessor",
+            "patch_size": vision["patch_size"],
+            "temporal_patch_size": vision["temporal_patch_size"],
+            "merge_size": vision["spatial_merge_size"],
+            **_mean_std(md),
+        }
+    }
+
+
+QWEN25VL_BACK = VisionBack(
+    hf_arch="Qwen2_5_VLForConditionalGeneration",
+    model_type="qwen2_5_vl",
+    projector=QWEN25VL_VISION,
+    projector_types=("qwen2.5vl_merger",),
+    vision_model_type="qwen2_5_vl_vision",
+    text_model_type="qwen2_5_vl_text",
+    text_archs=("qwen2vl",),
+    fields={
+        "vision.block_count": "depth",
+        "vision.attention.head_count": "num_heads",
+        "vision.image_size": None,  # not a Qwen2.5-VL vision field (dynamic resolution)
+        "vision.attention.layer_norm_epsilon": None,  # the text model's, as written
+        "vision.n_wa_pattern": None,
+        "use_silu": None,
+    },
+    restore=_qwen25_restore,
+    required=("patch_size", "hidden_size", "intermediate_size", "num_heads", "depth"),
+    preprocessor=_qwen25_pre,
+    text=_qwen25_text,
+    tokens=_token_ids(
+        {
+            "image_token_id": "<|image_pad|>",
+            "video_token_id": "<|video_pad|>",
+            "vision_start_token_id": "<|vision_start|>",
+            "vision_end_token_id": "<|vision_end|>",
+        }
+    ),
+)
+
+VISION_BACK += (QWEN25VL_BACK,)

@@ -522,6 +522,7 @@ QWEN25VL_VISION = Projector(
                 ("v.patch_embd.weight", "v.patch_embd.weight.1"),
                 fn=_conv3d_halves,
                 shapes=lambda s, v: [(s[0], s[1], *s[3:])] * 2,
+                join=lambda parts, v: np.stack(parts, axis=2),
             ),
         ],
         required=(),
