@@ -31,6 +31,9 @@ ARCHS = ["llava"]
 ARCHS += ["gemma3"]
 ARCHS += ["mistral3"]
 ARCHS += ["qwen25vl"]
+ARCHS += ["qwen2vl"]
+#: the families given pixels as flattened patches, with their image processor checked
+QWEN = ("qwen25vl", "qwen2vl")
 TYPES = ["f32", "f16"]
 # the tensors whose f32 round trip is not bit-exact, and why (see the module docstring)
 PLUS_ONE = ("soft_emb_norm.weight", "layernorm.weight", "norm.weight", "q_norm.weight",
@@ -99,7 +102,7 @@ def _pixels(arch: str, model, seed: int = 0) -> dict:
     import torch
 
     g = torch.Generator().manual_seed(seed)
-    if arch == "qwen25vl":  # flattened patches: 64 x 64 px, 8 px patches, 2 frames
+    if arch in QWEN:  # flattened patches: 64 x 64 px, 8 px patches, 2 frames
         v = model.config.vision_config
         n = v.in_channels * v.temporal_patch_size * v.patch_size**2
         return {
@@ -174,14 +177,15 @@ def test_processor_settings(work, arch):
                 assert got == want, k
 
 
-def test_qwen25vl_processor_same_pixels(work):
+@pytest.mark.parametrize("arch", [a for a in ARCHS if a in QWEN])
+def test_qwen_processor_same_pixels(work, arch):
     """transformers' Qwen2-VL image processor from our folder gives the original's pixels."""
     from transformers import AutoImageProcessor
 
     img = np.random.default_rng(3).integers(0, 256, (64, 64, 3), dtype=np.uint8)
     outs = [
         AutoImageProcessor.from_pretrained(d)(images=[img], return_tensors="np", do_resize=False)
-        for d in (work["qwen25vl"], work["root"] / "qwen25vl" / "back-f32")
+        for d in (work[arch], work["root"] / arch / "back-f32")
     ]
     np.testing.assert_array_equal(outs[0]["image_grid_thw"], outs[1]["image_grid_thw"])
     np.testing.assert_allclose(outs[0]["pixel_values"], outs[1]["pixel_values"], atol=1e-6)
@@ -207,7 +211,7 @@ def test_mismatched_projector_is_refused(work, tmp_path):
         assert not dst.exists()
 
 
-@pytest.mark.parametrize("arch", [a for a in ARCHS if a in ("mistral3", "qwen25vl")])
+@pytest.mark.parametrize("arch", [a for a in ARCHS if a in ("mistral3", *QWEN)])
 def test_text_alone_still_refused(work, arch, tmp_path):
     """``qwen2vl`` and ``mistral3`` text GGUFs have no HF class alone: refused without
     their projector, before any output."""

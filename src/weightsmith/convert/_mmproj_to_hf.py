@@ -45,6 +45,7 @@ from .arch import MetaKey
 from .arch.mmproj import (
     GEMMA3_VISION,
     LLAVA_VISION,
+    QWEN2VL_VISION,
     QWEN25VL_VISION,
     Projector,
 )
@@ -453,3 +454,44 @@ QWEN25VL_BACK = VisionBack(
 )
 
 VISION_BACK += (QWEN25VL_BACK,)
+
+
+# --------------------------------------------------------------------------- Qwen2-VL
+
+
+def _qwen2_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # the MLP's width is only a shape: mlp_ratio = fc1 rows / embed_dim (numpy order)
+    rows = shapes["v.blk.0.ffn_up.weight"][0]
+    ratio = rows / vision["embed_dim"]
+    v = {
+        "mlp_ratio": int(ratio) if ratio == int(ratio) else ratio,
+        # mtmd's qwen2vl graph hard-codes the 2 x 2 merge: Qwen2-VL's default
+        "spatial_merge_size": 2,
+        "temporal_patch_size": sum(1 for k in shapes if k.startswith("v.patch_embd.weight")),
+        "in_channels": 3,
+    }
+    return v, {}
+
+
+QWEN2VL_BACK = VisionBack(
+    hf_arch="Qwen2VLForConditionalGeneration",
+    model_type="qwen2_vl",
+    projector=QWEN2VL_VISION,
+    projector_types=("qwen2vl_merger",),
+    vision_model_type="qwen2_vl_vision",
+    text_model_type="qwen2_vl_text",
+    text_archs=("qwen2vl",),
+    # the rows already name Qwen2-VL's fields (embed_dim, hidden_size = the merger's
+    # output, depth, num_heads)
+    fields={
+        "vision.image_size": None,
+        "vision.attention.layer_norm_epsilon": None,
+    },
+    restore=_qwen2_restore,
+    required=("patch_size", "embed_dim", "hidden_size", "num_heads", "depth"),
+    preprocessor=_qwen25_pre,
+    text=_qwen25_text,
+    tokens=QWEN25VL_BACK.tokens,
+)
+
+VISION_BACK += (QWEN2VL_BACK,)
