@@ -46,6 +46,7 @@ from .arch.mmproj import (
     GEMMA3_VISION,
     LLAVA_VISION,
     QWEN2VL_VISION,
+    QWEN3VL_VISION,
     QWEN25VL_VISION,
     Projector,
 )
@@ -82,6 +83,7 @@ class VisionBack:
 
     ``fields``: ``clip.*`` row key (without ``clip.``) -> the vision config field it is
     written to, None for a row no vision config field holds (read by ``restore``);
+    ``rename(name, md)`` -> the name transformers loads, from the rules' name;
     ``restore(md, vision, shapes)`` -> ``(vision_config additions, top-level additions)``
     from the projector's metadata, the rows' vision config and the tensor shapes;
     ``text(text_cfg, text_md)`` -> text config fixes; ``tokens(vocab)`` -> the token id
@@ -98,7 +100,7 @@ class VisionBack:
     fields: dict[str, str | None]
     restore: Callable[[Mapping[str, Any], dict, dict], tuple[dict, dict]]
     preprocessor: Callable[[dict, Mapping[str, Any]], dict[str, dict]]
-    rename: Callable[[str], str] = lambda name: "model." + name
+    rename: Callable[[str, Mapping[str, Any]], str] = lambda name, md: "model." + name
     text: Callable[[dict, Mapping[str, Any]], dict] = lambda cfg, md: {}
     tokens: Callable[[dict[str, int]], dict[str, int]] = lambda vocab: {}
     # a text model of another GGUF architecture is not this family's
@@ -227,7 +229,7 @@ def vlm_parts(
         )
 
     plan = G.plan_tensors(parts[0], 0, text_name) + G.plan_tensors(
-        parts[1], 1, back.rename, back.copies
+        parts[1], 1, lambda name: back.rename(name, md), back.copies
     )
     return entry, dict(sorted(cfg.items())), gen, parts, plan, back.preprocessor(vision, md)
 
@@ -330,7 +332,7 @@ def _gemma3_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
     }
 
 
-def _gemma3_rename(name: str) -> str:
+def _gemma3_rename(name: str, md: Mapping[str, Any]) -> str:
     # the Hub's (and transformers') parameter name, which the forward rename undoes
     return "model." + name.replace("mm_input_projection.weight", "mm_input_projection_weight")
 
@@ -495,3 +497,68 @@ QWEN2VL_BACK = VisionBack(
 )
 
 VISION_BACK += (QWEN2VL_BACK,)
+
+
+# --------------------------------------------------------------------------- Qwen3-VL
+
+
+def _qwen3_deepstack(md: Mapping[str, Any]) -> list[int]:
+    return [i for i, f in enumerate(md.get(_CLIP + "vision.is_deepstack_layers") or []) if f]
+
+
+def _qwen3_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    v = {
+        "out_hidden_size": md[_CLIP + "vision.projection_dim"],
+        # the learned position table's rows (numpy order [rows, width])
+        "num_position_embeddings": shapes["v.position_embd.weight"][0],
+        "deepstack_visual_indexes": _qwen3_deepstack(md),
+        "temporal_patch_size": sum(1 for k in shapes if k.startswith("v.patch_embd.weight")),
+        "in_channels": 3,
+        # mtmd's qwen3vl graph: tanh-approximated GELU, as Qwen3-VL's default
+        "hidden_act": "gelu_pytorch_tanh",
+    }
+    return v, {}
+
+
+def _qwen3_text(cfg: dict, md: Mapping[str, Any]) -> dict:
+    # llama.cpp's qwen3vl runs its MRoPE sections interleaved (Qwen3-VL's layout)
+    sections = [int(s) for s in md.get("qwen3vl.rope.dimension_sections", []) if s]
+    rope = {"rope_type": "default", "rope_theta": cfg.get("rope_theta", 5000000.0)}
+    return {"rope_parameters": {**rope, "mrope_section": sections, "mrope_interleaved": True}}
+
+
+def _qwen3_rename(name: str, md: Mapping[str, Any]) -> str:
+    # the forward rename numbers a deepstack merger by the tower layer it follows: back
+    # to its place in deepstack_merger_list
+    pre = "visual.deepstack."
+    if name.startswith(pre):
+        layer, _, rest = name[len(pre) :].partition(".")
+        name = f"visual.deepstack_merger_list.{_qwen3_deepstack(md).index(int(layer))}.{rest}"
+    return "model." + name
+
+
+QWEN3VL_BACK = VisionBack(
+    hf_arch="Qwen3VLForConditionalGeneration",
+    model_type="qwen3_vl",
+    projector=QWEN3VL_VISION,
+    projector_types=("qwen3vl_merger",),
+    vision_model_type="qwen3_vl_vision",
+    text_model_type="qwen3_vl_text",
+    text_archs=("qwen3vl",),
+    fields={
+        "vision.block_count": "depth",
+        "vision.attention.head_count": "num_heads",
+        "vision.image_size": None,  # from the position table (num_position_embeddings)
+        "vision.attention.layer_norm_epsilon": None,  # the text model's
+        "vision.is_deepstack_layers": None,
+        "use_gelu": None,
+    },
+    restore=_qwen3_restore,
+    required=("patch_size", "hidden_size", "intermediate_size", "num_heads", "depth"),
+    preprocessor=_qwen25_pre,
+    text=_qwen3_text,
+    rename=_qwen3_rename,
+    tokens=QWEN25VL_BACK.tokens,
+)
+
+VISION_BACK += (QWEN3VL_BACK,)
