@@ -216,8 +216,8 @@ def test_mismatched_projector_is_refused(work, tmp_path):
 
 @pytest.mark.parametrize("arch", [a for a in ARCHS if a in ("mistral3", *QWEN)])
 def test_text_alone_still_refused(work, arch, tmp_path):
-    """``qwen2vl``, ``qwen3vl`` and ``mistral3`` text GGUFs have no HF class alone: refused without
-    their projector, before any output."""
+    """``qwen2vl``, ``qwen3vl`` and ``mistral3`` text GGUFs have no HF class alone:
+    refused without their projector, before any output."""
     with pytest.raises(E.UnknownArchitecture):
         gguf_to_hf(work["root"] / arch / "text-f32.gguf", tmp_path / arch)
     assert not (tmp_path / arch).exists()
