@@ -194,6 +194,37 @@ def test_qwen_processor_same_pixels(work, arch):
     np.testing.assert_allclose(outs[0]["pixel_values"], outs[1]["pixel_values"], atol=1e-6)
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_folder_converts_forward_again(work, arch, tmp_path):
+    """The folder is in the Hub's layout: HF -> GGUF of it gives our GGUF pair again
+    (every hyperparameter, tensor name, type and value; Gemma 3's norms within the
+    1 ulp of their ``+ 1`` round trip; the tokenizer is text GGUF -> HF's, not compared)."""
+    from weightsmith.gguf import read
+
+    d = work["root"] / arch
+    text, proj = tmp_path / "text.gguf", tmp_path / "mmproj.gguf"
+    # without the tokenizer: the tiny Gemma vocabulary's tokenizer.json written back is
+    # not one llama.cpp's table knows (text GGUF -> HF's, not this module's)
+    hf_to_gguf(d / "back-f32", text, "f32", mmproj=proj, tokenizer=False)
+    for ours, first in ((text, d / "text-f32.gguf"), (proj, d / "mmproj-f32.gguf")):
+        with read(ours) as a, read(first) as b:
+            # the hyperparameters (provenance and the tokenizer are text GGUF -> HF's)
+            skip = ("general.", "tokenizer.")
+            md_a = {k: v for k, v in a.metadata.items() if not k.startswith(skip)}
+            md_b = {k: v for k, v in b.metadata.items() if not k.startswith(skip)}
+            assert md_a == md_b
+            assert [(t.name, t.ggml_type, tuple(t.shape)) for t in a.tensors] == [
+                (t.name, t.ggml_type, tuple(t.shape)) for t in b.tensors
+            ]
+            for t in b.tensors:
+                x, y = np.asarray(a.numpy(t.name)), np.asarray(b.numpy(t.name))
+                if arch == "gemma3" and t.name.endswith("norm.weight"):
+                    ulp = np.float32(2.0**-23) * np.abs(y)
+                    assert np.all(np.abs(x - y) <= ulp), t.name
+                else:
+                    np.testing.assert_array_equal(x, y, err_msg=t.name)
+
+
 def test_mismatched_projector_is_refused(work, tmp_path):
     from weightsmith.gguf import edit
 

@@ -7,8 +7,11 @@ registry; nothing here keeps a second table of tensor names or transforms:
 * tensors -- the projector entry's inverse plan (names, splits such as Qwen's fused
   QKV and Conv3d halves, transforms such as Pixtral's Q/K permutation or Gemma 3's
   ``norm + 1``) gives each vision tensor under the Hub name the forward direction
-  reads; :attr:`VisionBack.rename` turns that into the name transformers 5 loads (the
-  text weights move under ``model.language_model.``).  Both files' tensors stream into
+  reads; :attr:`VisionBack.rename` undoes the forward direction's own renames, and the
+  text weights go where the Hub's checkpoints of the family keep them
+  (:attr:`VisionBack.text_rename`: under ``language_model.`` for LLaVA, Mistral 3 and
+  Gemma 3).  The folder is in the Hub's layout, which transformers 5 loads and both
+  converters read: it converts forward again (tested).  Both files' tensors stream into
   one safetensors set (:func:`._gguf_to_hf.write_weights`).  Tensors the projector
   carries as a copy of text data (Pixtral's ``v.token_embd.img_break``, a row of the
   text embedding) are not read;
@@ -83,7 +86,8 @@ class VisionBack:
 
     ``fields``: ``clip.*`` row key (without ``clip.``) -> the vision config field it is
     written to, None for a row no vision config field holds (read by ``restore``);
-    ``rename(name, md)`` -> the name transformers loads, from the rules' name;
+    ``rename(name, md)`` -> the Hub's name from the rules' name; ``text_rename`` the
+    text model's name (``model.layers...``) -> the Hub checkpoints' name;
     ``restore(md, vision, shapes)`` -> ``(vision_config additions, top-level additions)``
     from the projector's metadata, the rows' vision config and the tensor shapes;
     ``text(text_cfg, text_md)`` -> text config fixes; ``tokens(vocab)`` -> the token id
@@ -100,7 +104,8 @@ class VisionBack:
     fields: dict[str, str | None]
     restore: Callable[[Mapping[str, Any], dict, dict], tuple[dict, dict]]
     preprocessor: Callable[[dict, Mapping[str, Any]], dict[str, dict]]
-    rename: Callable[[str, Mapping[str, Any]], str] = lambda name, md: "model." + name
+    rename: Callable[[str, Mapping[str, Any]], str] = lambda name, md: name
+    text_rename: Callable[[str], str] = lambda name: "language_model." + name
     text: Callable[[dict, Mapping[str, Any]], dict] = lambda cfg, md: {}
     tokens: Callable[[dict[str, int]], dict[str, int]] = lambda vocab: {}
     # a text model of another GGUF architecture is not this family's
@@ -223,12 +228,7 @@ def vlm_parts(
         G.Part(proj, back.projector.entry, vision, proj_path),
     ]
 
-    def text_name(name: str) -> str:
-        return (
-            "model.language_model." + name[len("model.") :] if name.startswith("model.") else name
-        )
-
-    plan = G.plan_tensors(parts[0], 0, text_name) + G.plan_tensors(
+    plan = G.plan_tensors(parts[0], 0, back.text_rename) + G.plan_tensors(
         parts[1], 1, lambda name: back.rename(name, md), back.copies
     )
     return entry, dict(sorted(cfg.items())), gen, parts, plan, back.preprocessor(vision, md)
@@ -334,7 +334,7 @@ def _gemma3_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
 
 def _gemma3_rename(name: str, md: Mapping[str, Any]) -> str:
     # the Hub's (and transformers') parameter name, which the forward rename undoes
-    return "model." + name.replace("mm_input_projection.weight", "mm_input_projection_weight")
+    return name.replace("mm_input_projection.weight", "mm_input_projection_weight")
 
 
 GEMMA3_BACK = VisionBack(
@@ -442,6 +442,7 @@ QWEN25VL_BACK = VisionBack(
         "use_silu": None,
     },
     restore=_qwen25_restore,
+    text_rename=lambda name: name,  # the Hub's Qwen2.5-VL: model.* and visual.*
     required=("patch_size", "hidden_size", "intermediate_size", "num_heads", "depth"),
     preprocessor=_qwen25_pre,
     text=_qwen25_text,
@@ -490,6 +491,7 @@ QWEN2VL_BACK = VisionBack(
         "vision.attention.layer_norm_epsilon": None,
     },
     restore=_qwen2_restore,
+    text_rename=lambda name: name,
     required=("patch_size", "embed_dim", "hidden_size", "num_heads", "depth"),
     preprocessor=_qwen25_pre,
     text=_qwen25_text,
@@ -534,7 +536,7 @@ def _qwen3_rename(name: str, md: Mapping[str, Any]) -> str:
     if name.startswith(pre):
         layer, _, rest = name[len(pre) :].partition(".")
         name = f"visual.deepstack_merger_list.{_qwen3_deepstack(md).index(int(layer))}.{rest}"
-    return "model." + name
+    return "model." + name  # the Hub's Qwen3-VL keeps the tower under model.visual.
 
 
 QWEN3VL_BACK = VisionBack(
@@ -558,6 +560,7 @@ QWEN3VL_BACK = VisionBack(
     preprocessor=_qwen25_pre,
     text=_qwen3_text,
     rename=_qwen3_rename,
+    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
     tokens=QWEN25VL_BACK.tokens,
 )
 
