@@ -245,6 +245,18 @@ def test_mismatched_projector_is_refused(work, tmp_path):
         assert not dst.exists()
 
 
+def test_projector_without_a_needed_row_is_refused(work, tmp_path):
+    from weightsmith.gguf import edit
+
+    d = work["root"] / "llava"
+    for key in ("clip.vision.image_mean", "clip.vision.block_count"):
+        proj = edit(d / "mmproj-f32.gguf", remove=[key], out=tmp_path / "p.gguf")
+        with pytest.raises(E.MissingGGUFMetadata) as ei:
+            gguf_to_hf(d / "text-f32.gguf", tmp_path / "out", mmproj=proj)
+        assert key in str(ei.value)
+        assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("arch", [a for a in ARCHS if a in ("mistral3", *QWEN)])
 def test_text_alone_still_refused(work, arch, tmp_path):
     """``qwen2vl``, ``qwen3vl`` and ``mistral3`` text GGUFs have no HF class alone:

@@ -162,19 +162,22 @@ def _family(text: GGUFFile, proj: GGUFFile, path: Path) -> VisionBack:
     )
 
 
-def _vision_config(back: VisionBack, md: Mapping[str, Any]) -> dict:
-    """The ``clip.*`` rows of the entry, each written back to its vision config field."""
+def _vision_config(back: VisionBack, md: Mapping[str, Any]) -> tuple[dict, dict[str, str]]:
+    """The ``clip.*`` rows of the entry, each written back to its vision config field;
+    also field -> the GGUF key it is read from."""
     out: dict[str, Any] = {}
+    key_of: dict[str, str] = {}
     for row in back.projector.entry.meta:
         if not isinstance(row, MetaKey) or not row.fields:
             continue
         key = row.full_key("clip")
-        name = key[len(_CLIP) :]
-        target = back.fields.get(name, row.fields[0])
-        if target is None or target.startswith("mmproj.") or key not in md:
+        target = back.fields.get(key[len(_CLIP) :], row.fields[0])
+        if target is None or target.startswith("mmproj."):
             continue
-        out.setdefault(target, row.back(_f(md[key])))
-    return out
+        key_of.setdefault(target, key)
+        if key in md:
+            out.setdefault(target, row.back(_f(md[key])))
+    return out, key_of
 
 
 def vlm_parts(
@@ -198,18 +201,28 @@ def vlm_parts(
             found=width if width is not None else "no such key",
         )
     shapes = {t.name: tuple(int(d) for d in t.shape) for t in proj.tensors}
-    vision = _vision_config(back, md)
-    missing = [f for f in back.required if f not in vision]
+    vision, key_of = _vision_config(back, md)
+    missing = [key_of.get(f, f) for f in back.required if f not in vision]
     if missing:
         raise E.MissingGGUFMetadata(
             "projector metadata needed for vision_config is missing",
             path=proj_path,
             field="clip.vision.*",
-            expected="rows for " + ", ".join(missing),
+            expected="keys " + ", ".join(missing),
             found="none of them" if len(missing) > 1 else "no such key",
         )
-    v_more, top = back.restore(md, vision, shapes)
-    vision = {"model_type": back.vision_model_type, **vision, **v_more}
+    try:  # the rows and tensors the family's restore and processor file read
+        v_more, top = back.restore(md, vision, shapes)
+        vision = {"model_type": back.vision_model_type, **vision, **v_more}
+        processor = back.preprocessor(vision, md)
+    except KeyError as exc:
+        raise E.MissingGGUFMetadata(
+            "the projector lacks a row or tensor its vision config needs",
+            path=proj_path,
+            field=str(exc.args[0]),
+            expected="present",
+            found="no such key or tensor",
+        ) from None
     text_cfg.update(back.text(text_cfg, text.metadata))
     dt = {k: text_cfg.pop(k) for k in ("dtype", "torch_dtype")}
     text_cfg.pop("architectures", None)
@@ -231,7 +244,7 @@ def vlm_parts(
     plan = G.plan_tensors(parts[0], 0, back.text_rename) + G.plan_tensors(
         parts[1], 1, lambda name: back.rename(name, md), back.copies
     )
-    return entry, dict(sorted(cfg.items())), gen, parts, plan, back.preprocessor(vision, md)
+    return entry, dict(sorted(cfg.items())), gen, parts, plan, processor
 
 
 # --------------------------------------------------------------------------- LLaVA (Pixtral)
