@@ -172,6 +172,7 @@ The catalogue, in pipeline order (bases in parentheses)::
       MissingGGUFMetadata (ConvertError): Metadata keys that config.json needs are absent (all of them are listed)
       MissingGGUFTensor (ConvertError): A tensor the architecture requires is absent (all of them are listed)
       UnsupportedTargetDtype (ConvertError): A dtype to convert or cast tensors to that is not one of the float codes allowed there
+      ProjectorMismatch (ConvertError): A projector GGUF that does not fit the text GGUF (not clip, unknown type, other width)
       UnsupportedComparison (ConvertError): Values to compare from files we do not read values from (remote, PyTorch)
       UnknownLlamaGeneration (ConvertError): A Meta original checkpoint whose Llama generation is neither given nor recognisable
       ParamsShapeMismatch (ConvertError): Meta's or Mistral's ``params.json`` (or its tokenizer) contradicts the shapes of the checkpoint's tensors
@@ -827,6 +828,10 @@ class MissingGGUFTensor(ConvertError):
 
 class UnsupportedTargetDtype(ConvertError):
     """A dtype to convert or cast tensors to that is not one of the float codes allowed there."""
+
+
+class ProjectorMismatch(ConvertError):
+    """A projector GGUF that does not fit the text GGUF (not clip, unknown type, other width)."""
 
 
 class UnsupportedComparison(ConvertError):

@@ -307,10 +307,15 @@ def cmd_convert(args: argparse.Namespace) -> int:
             raise UsageError("convert: --ray applies to HF folder -> GGUF (and to quantize)")
         kw["ray"] = args.ray
     if getattr(args, "mmproj", None) is not None:  # "" is --mmproj without a path
-        if fn is not hf_to_gguf:
-            raise UsageError("convert: --mmproj applies to HF folder -> GGUF")
-        out = Path(args.dst)
-        kw["mmproj"] = args.mmproj or str(out.with_name("mmproj-" + out.name))
+        if fn is gguf_to_hf:  # the projector GGUF read back with the text one
+            if not args.mmproj:
+                raise UsageError("convert: GGUF -> HF: --mmproj needs the projector GGUF's path")
+            kw["mmproj"] = args.mmproj
+        elif fn is hf_to_gguf:
+            out = Path(args.dst)
+            kw["mmproj"] = args.mmproj or str(out.with_name("mmproj-" + out.name))
+        else:
+            raise UsageError("convert: --mmproj applies to HF folder <-> GGUF")
     result = call_with_progress(fn, args.src, target, description="convert", quiet=args.quiet, **kw)
     _report_conversion(args, result, target)
     return 0

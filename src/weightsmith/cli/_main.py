@@ -137,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
         const="",
         metavar="PATH",
         help="HF -> GGUF of a vision-language model: also write its vision projector "
-        "(default path: mmproj-<DST name> beside DST)",
+        "(default path: mmproj-<DST name> beside DST); GGUF -> HF: the projector GGUF "
+        "to read with the text GGUF (one *ForConditionalGeneration folder)",
     )
     p.add_argument(
         "--llama-version",

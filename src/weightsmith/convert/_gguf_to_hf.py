@@ -74,6 +74,7 @@ from ..safetensors import (
     split_shards,
     write_index,
 )
+from . import _mmproj_to_hf as V  # a module import: it imports this module too
 from ._model_card import card_text
 from ._pooling import sentence_transformers_files
 from .arch import FILE_TYPE, REGISTRY, HfTensor, by_gguf_arch, llama3_rope_freqs
@@ -255,9 +256,17 @@ def _llama3_rope(entry: Any, cfg: dict, freqs: np.ndarray) -> dict | None:
 
 
 def build_config(
-    f: GGUFFile, dtype: str | DType = "bf16", *, path: Path | None = None
+    f: GGUFFile,
+    dtype: str | DType = "bf16",
+    *,
+    path: Path | None = None,
+    text_model_type: str | None = None,
 ) -> tuple[Any, dict, dict]:
-    """``(registry entry, config.json, generation_config.json)`` for the GGUF ``f``."""
+    """``(registry entry, config.json, generation_config.json)`` for the GGUF ``f``.
+
+    ``text_model_type``: the file is the text half of a vision-language model whose
+    text config has this ``model_type`` (a text GGUF with no HF class alone, such as
+    ``qwen2vl``, then converts); no ``architectures`` is written."""
     dtype = _norm_dtype(dtype)
     md = f.metadata
     path = path or f.path
@@ -282,15 +291,19 @@ def build_config(
         )
     tensor_names = {t.name for t in f.tensors}
     hf_arch = _hf_arch(entry, md, tensor_names)
-    if hf_arch not in entry.model_types:  # e.g. the text half of a VLM (qwen2vl)
+    out: dict[str, Any]
+    if text_model_type is not None:
+        out = {"model_type": text_model_type}
+    elif hf_arch in entry.model_types:
+        out = {"architectures": [hf_arch], "model_type": entry.model_types[hf_arch]}
+    else:  # e.g. the text half of a VLM (qwen2vl): only with its projector
         raise E.UnknownArchitecture(
-            "no HF model class for this GGUF architecture alone",
+            "no HF model class for this GGUF architecture alone (give its projector)",
             path=path,
             field="general.architecture",
             expected="an architecture with an HF class of its own",
             found=entry.gguf_arch,
         )
-    out: dict[str, Any] = {"architectures": [hf_arch], "model_type": entry.model_types[hf_arch]}
     out.update(cfg)
     if out["model_type"] in ("mistral", "mixtral"):
         # llama.cpp runs a `llama` GGUF with full attention; MistralConfig would default to
@@ -341,17 +354,38 @@ def build_config(
 
 
 @dataclass
+class Part:
+    """One GGUF of a folder being written: the file, its registry entry (a text
+    :class:`~.arch.Arch`, or a projector's), the config its transforms read, its path."""
+
+    f: GGUFFile
+    entry: Any
+    cfg: dict
+    path: Path
+
+
+@dataclass
 class _Out:
-    """One HF tensor: its name, shape, and how it is read (registry ``HfTensor``)."""
+    """One HF tensor: its name as written, its shape, how it is read (registry
+    ``HfTensor``, whose ``name`` the entry's transforms match), and from which part."""
 
     hf: str
     shape: tuple[int, ...]
     src: HfTensor
+    part: int = 0
 
 
-def _plan_tensors(f: GGUFFile, entry: Any, cfg: dict, path: Path) -> list[_Out]:
-    """Every HF tensor written, in file order, from the registry's inverse plan."""
-    shapes = {t.name: tuple(int(d) for d in t.shape) for t in f.tensors}
+def plan_tensors(
+    part: Part,
+    index: int = 0,
+    rename: Callable[[str], str] = lambda name: name,
+    skip: frozenset[str] = frozenset(),
+) -> list[_Out]:
+    """Every HF tensor written from ``part`` (the ``index``-th of the folder), in file
+    order, from the registry's inverse plan; ``rename`` gives the name written (the
+    rules' name stays the one transforms match), ``skip`` GGUF tensors not read."""
+    f, entry, cfg, path = part.f, part.entry, part.cfg, part.path
+    shapes = {t.name: tuple(int(d) for d in t.shape) for t in f.tensors if t.name not in skip}
     hf, unmapped = entry.inverse_plan(list(shapes.items()), cfg)
     if unmapped:
         raise E.UnmappedTensor(
@@ -372,7 +406,7 @@ def _plan_tensors(f: GGUFFile, entry: Any, cfg: dict, path: Path) -> list[_Out]:
             for t in reversed(entry.transforms_for(h.name)):
                 if t.inverse_shape is not None:
                     shape = t.inverse_shape(shape, cfg, {})
-        plan.append(_Out(h.name, shape, h))
+        plan.append(_Out(rename(h.name), shape, h, index))
     return plan
 
 
@@ -415,11 +449,10 @@ def _read_f32(f: GGUFFile, files: list[BinaryIO], name: str, slab: int | None = 
     return x if dt == np.float32 else x.astype(np.float32)
 
 
-def _hf_values(
-    f: GGUFFile, files: list[BinaryIO], entry: Any, out: _Out, cfg: dict, path: Path
-) -> np.ndarray:
+def _hf_values(part: Part, files: list[BinaryIO], out: _Out) -> np.ndarray:
     """float32 values of one HF tensor: its GGUF source(s) read (a slab of a stacked
     tensor, or split parts joined), then the registry's inverse transforms."""
+    f, entry, cfg, path = part.f, part.entry, part.cfg, part.path
     h = out.src
     if h.expert is not None:
         x = _read_f32(f, files, h.sources[0], slab=h.expert)
@@ -427,7 +460,7 @@ def _hf_values(
         x = h.join([_read_f32(f, files, s) for s in h.sources], cfg)
     else:
         x = _read_f32(f, files, h.sources[0])
-    for tr in reversed(entry.transforms_for(out.hf)):
+    for tr in reversed(entry.transforms_for(h.name)):
         try:
             x = tr.inverse(x, cfg, {})
         except ValueError as exc:  # a reshape that the head counts do not fit
@@ -441,24 +474,23 @@ def _hf_values(
     return np.asarray(x, np.float32)
 
 
-def _cast(x: np.ndarray, np_name: str) -> np.ndarray:
+def cast(x: np.ndarray, np_name: str) -> np.ndarray:
+    """float32 values as ``np_name`` (``bfloat16`` rounded to nearest even, as torch does)."""
     if np_name == "bfloat16":
-        return x.astype(ml_dtypes.bfloat16)  # round to nearest even, as torch does
+        return x.astype(ml_dtypes.bfloat16)
     return x.astype(np_name, copy=False)
 
 
-def _write_weights(
-    f: GGUFFile,
-    entry: Any,
-    cfg: dict,
+def write_weights(
+    parts: list[Part],
+    plan: list[_Out],
     folder: Path,
     dtype: DType,
     max_shard_size: int | str,
     progress: Callable | None,
-    path: Path,
 ) -> list[str]:
+    """The safetensors file(s) of ``plan`` (tensors of ``parts``) in ``folder``; their names."""
     code, np_name, itemsize = dtype.name, dtype.numpy.name, dtype.itemsize
-    plan = _plan_tensors(f, entry, cfg, path)
     sizes = {o.hf: math.prod(o.shape) * itemsize for o in plan}
     shards = split_shards([(o.hf, sizes[o.hf]) for o in plan], parse_size(max_shard_size))
     names = shard_names(len(shards))
@@ -473,10 +505,9 @@ def _write_weights(
             progress(done[0], total, done[1], len(plan))
 
     with contextlib.ExitStack() as stack:
-        files = [stack.enter_context(open(p, "rb")) for p in f.paths]
+        files = [_files_of(p.f, stack) for p in parts]
         for fname, members in zip(names, shards):
-            dest = folder / fname
-            _write_shard(f, files, entry, cfg, dest, members, by_hf, code, np_name, path, tick)
+            _write_shard(parts, files, folder / fname, members, by_hf, code, np_name, tick)
     if len(names) > 1:
         write_index(
             folder / INDEX_NAME,
@@ -489,16 +520,13 @@ def _write_weights(
 
 
 def _write_shard(
-    f: GGUFFile,
-    files: list[BinaryIO],
-    entry: Any,
-    cfg: dict,
+    parts: list[Part],
+    files: list[list[BinaryIO]],
     dest: Path,
     members: list[str],
     by_hf: dict[str, _Out],
     code: str,
     np_name: str,
-    path: Path,
     tick: Callable[[str], None],
 ) -> None:
     """One safetensors file: header first, then each tensor read, inverted, cast, written."""
@@ -506,16 +534,16 @@ def _write_shard(
     with StreamWriter(dest, specs, {"format": "pt"}) as w:
         for hf in members:
             out = by_hf[hf]
-            x = _hf_values(f, files, entry, out, cfg, path)
+            x = _hf_values(parts[out.part], files[out.part], out)
             if tuple(x.shape) != out.shape:
                 raise E.TensorShapeMismatch(
                     "inverse transform changed the shape",
-                    path=path,
+                    path=parts[out.part].path,
                     field=f"tensor {out.src.sources[0]!r}",
                     expected=list(out.shape),
                     found=list(x.shape),
                 )
-            y = _cast(x, np_name)
+            y = cast(x, np_name)
             del x  # the float32 copy goes before the write, so two copies at most
             w.write(hf, np.ascontiguousarray(y))
             del y
@@ -527,7 +555,7 @@ def _files_of(f: GGUFFile, stack: contextlib.ExitStack) -> list[BinaryIO]:
     return [stack.enter_context(open(p, "rb")) for p in f.paths]
 
 
-def _write_json(path: Path, obj: Any, *, sort_keys: bool = False) -> None:
+def write_json(path: Path, obj: Any, *, sort_keys: bool = False) -> None:
     text = json.dumps(obj, indent=2, sort_keys=sort_keys, ensure_ascii=False) + "\n"
     with atomic_output(path) as out:
         out.write(text.encode("utf-8"))  # UTF-8 whatever the locale (token strings)
@@ -544,6 +572,7 @@ def gguf_to_hf(
     progress: Callable[[int, int | None, int | None, int | None], None] | None = None,
     *,
     tokenizer: bool = True,
+    mmproj: str | os.PathLike[str] | None = None,
 ) -> list[Path]:
     """Write the Hugging Face folder of the GGUF model ``src`` (a file, or any shard of a
     split set) into ``dst_folder``; return the paths written.
@@ -552,13 +581,28 @@ def gguf_to_hf(
     dequantized first).  ``max_shard_size``: as in ``save_pretrained`` (``"5GB"``, bytes).
     ``progress(bytes_done, bytes_total, tensors_done, tensors_total)`` is called after
     each tensor.  ``tokenizer=False`` skips the tokenizer files (a GGUF without
-    ``tokenizer.ggml.*`` keys then converts too).
+    ``tokenizer.ggml.*`` keys then converts too).  ``mmproj``: the text GGUF's vision
+    projector (``general.architecture = clip``); the folder is then the whole
+    ``*ForConditionalGeneration`` model (:mod:`._mmproj_to_hf`).
     """
     dtype = _norm_dtype(dtype)
     parse_size(max_shard_size)  # a bad size fails before any work
     src = Path(src)
     with read(src) as f, contextlib.ExitStack() as stack:
-        entry, cfg, gen = build_config(f, dtype, path=src)
+        inputs = tuple(f.paths)
+        extra_files: dict[str, Any] = {}
+        if mmproj is None:
+            entry, cfg, gen = build_config(f, dtype, path=src)
+            part = Part(f, entry, cfg, src)
+            parts, plan = [part], plan_tensors(part)
+            out_cfg = cfg if entry.hf_wrap is None else entry.hf_wrap(cfg)
+        else:
+            proj_path = Path(mmproj)
+            proj = stack.enter_context(read(proj_path))
+            entry, out_cfg, gen, parts, plan, extra_files = V.vlm_parts(
+                f, proj, dtype, src, proj_path
+            )
+            inputs += tuple(proj.paths)
         if tokenizer and "tokenizer.ggml.model" not in f.metadata:
             raise E.MissingGGUFMetadata(
                 "no tokenizer in the GGUF (pass tokenizer=False to convert the weights only)",
@@ -572,10 +616,13 @@ def gguf_to_hf(
         if tokenizer:
             tok_files = hf_tokenizer_files(f.metadata, where=os.fspath(src))
         # the whole folder appears at once, replacing an older one as a whole
-        folder = stack.enter_context(atomic_folder(dst_folder, inputs=tuple(f.paths)))
-        names = _write_weights(f, entry, cfg, folder, dtype, max_shard_size, progress, src)
+        folder = stack.enter_context(atomic_folder(dst_folder, inputs=inputs))
+        names = write_weights(parts, plan, folder, dtype, max_shard_size, progress)
+        for name, content in extra_files.items():  # a VLM's processor files
+            write_json(folder / name, content)
+            names.append(name)
         for name, content in tok_files.items():
-            _write_json(folder / name, content)
+            write_json(folder / name, content)
         names += list(tok_files)
         # an embedding model's pooling as sentence-transformers modules
         pooling = f.metadata.get(f"{entry.gguf_arch}.pooling_type")
@@ -586,11 +633,11 @@ def gguf_to_hf(
             st_files = sentence_transformers_files(pooling, width, dims)
             for name, content in st_files.items():
                 (folder / name).parent.mkdir(parents=True, exist_ok=True)
-                _write_json(folder / name, content)
+                write_json(folder / name, content)
                 names.append(name)
             for k, t in enumerate(dense):  # the Dense weights beside their config.json
                 name = f"{2 + k}_Dense/model.safetensors"
-                x = _cast(_read_f32(f, _files_of(f, stack), t), dtype.numpy.name)
+                x = cast(_read_f32(f, _files_of(f, stack), t), dtype.numpy.name)
                 save_file({"linear.weight": np.ascontiguousarray(x)}, folder / name)
                 names.append(name)
         card = card_text(f.metadata)
@@ -598,8 +645,8 @@ def gguf_to_hf(
             (folder / "README.md").write_text(card, encoding="utf-8")
             names.append("README.md")
         if gen:
-            _write_json(folder / "generation_config.json", gen)
+            write_json(folder / "generation_config.json", gen)
             names.append("generation_config.json")
-        _write_json(folder / "config.json", cfg if entry.hf_wrap is None else entry.hf_wrap(cfg))
+        write_json(folder / "config.json", out_cfg)
         names.append("config.json")
     return [Path(dst_folder) / n for n in names]

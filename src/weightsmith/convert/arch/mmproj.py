@@ -457,6 +457,11 @@ def _conv3d_halves(x, v):
     return [x[:, :, 0], x[:, :, 1]]
 
 
+def _conv3d_join(parts, v):
+    # the inverse (GGUF -> HF): the Conv2d kernels stacked on the temporal axis
+    return np.stack(parts, axis=2)
+
+
 def _qwen_force(hf: str, gguf: str, outtype: str) -> str | None:
     if ".position_embd." in gguf:
         return "F32"
@@ -522,6 +527,7 @@ QWEN25VL_VISION = Projector(
                 ("v.patch_embd.weight", "v.patch_embd.weight.1"),
                 fn=_conv3d_halves,
                 shapes=lambda s, v: [(s[0], s[1], *s[3:])] * 2,
+                join=_conv3d_join,
             ),
         ],
         required=(),
@@ -863,6 +869,7 @@ QWEN3VL_VISION = Projector(
                 ("v.patch_embd.weight", "v.patch_embd.weight.1"),
                 fn=_conv3d_halves,
                 shapes=lambda s, v: [(s[0], s[1], *s[3:])] * 2,
+                join=_conv3d_join,
             ),
         ],
         required=(),

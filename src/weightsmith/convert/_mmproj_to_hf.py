@@ -1,0 +1,580 @@
+"""A text GGUF and its projector (``mmproj``) GGUF -> one ``*ForConditionalGeneration`` folder.
+
+The inverse of ``hf_to_gguf(..., mmproj=...)`` (:mod:`._mmproj`), driven by the same
+projector entries (:mod:`.arch.mmproj`) the way text GGUF -> HF is driven by the text
+registry; nothing here keeps a second table of tensor names or transforms:
+
+* tensors -- the projector entry's inverse plan (names, splits such as Qwen's fused
+  QKV and Conv3d halves, transforms such as Pixtral's Q/K permutation or Gemma 3's
+  ``norm + 1``) gives each vision tensor under the Hub name the forward direction
+  reads; :attr:`VisionBack.rename` undoes the forward direction's own renames, and the
+  text weights go where the Hub's checkpoints of the family keep them
+  (:attr:`VisionBack.text_rename`: under ``language_model.`` for LLaVA, Mistral 3 and
+  Gemma 3).  The folder is in the Hub's layout, which transformers 5 loads and both
+  converters read: it converts forward again (tested).  Both files' tensors stream into
+  one safetensors set (:func:`._gguf_to_hf.write_weights`).  Tensors the projector
+  carries as a copy of text data (Pixtral's ``v.token_embd.img_break``, a row of the
+  text embedding) are not read;
+* ``config.json`` -- ``text_config`` is what text GGUF -> HF writes for the text file;
+  ``vision_config`` is every ``clip.*`` row of the entry written back to the field it
+  came from (``MetaKey.fields[0]``, or the family's spelling in
+  :attr:`VisionBack.fields`), plus the values GGUF does not keep: each family's
+  :attr:`VisionBack.restore` gives the ones llama.cpp's runtime hard-codes (which are
+  transformers' defaults) and those implied by the tensors' shapes;
+* ``preprocessor_config.json`` (and ``processor_config.json`` where the processor
+  reads one) -- the image processor settings from the ``clip.vision.*`` rows;
+* the tokenizer, generation config and model card -- as text GGUF -> HF writes them.
+
+Everything is checked before a byte is written: the projector must be a clip file
+(``general.architecture``), of a projector type with an entry here, whose projection
+width (``clip.vision.projection_dim``) is the text model's width
+(:class:`~weightsmith.errors.ProjectorMismatch` otherwise).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import errors as E
+from ..dtypes import DType
+from ..gguf import GGUFFile
+from . import _gguf_to_hf as G  # a module import: _gguf_to_hf imports this module too
+from .arch import MetaKey
+from .arch.mmproj import (
+    GEMMA3_VISION,
+    LLAVA_VISION,
+    QWEN2VL_VISION,
+    QWEN3VL_VISION,
+    QWEN25VL_VISION,
+    Projector,
+)
+
+__all__ = ["VISION_BACK", "VisionBack", "vlm_parts"]
+
+_CLIP = "clip."
+
+
+def _tokens(text_md: Mapping[str, Any]) -> dict[str, int]:
+    toks = text_md.get("tokenizer.ggml.tokens")
+    return {t: i for i, t in enumerate(toks)} if isinstance(toks, list) else {}
+
+
+def _token_ids(fields: dict[str, str]) -> Callable[[dict[str, int]], dict[str, int]]:
+    """Config fields -> token strings: each id found in the text GGUF's vocabulary (a
+    token it lacks keeps the config class's default)."""
+    return lambda vocab: {f: vocab[t] for f, t in fields.items() if t in vocab}
+
+
+_REQUIRED = (
+    "image_size",
+    "patch_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_hidden_layers",
+)
+
+
+@dataclass(frozen=True)
+class VisionBack:
+    """The per-family pieces of projector -> ``vision_config`` (see the module docstring).
+
+    ``fields``: ``clip.*`` row key (without ``clip.``) -> the vision config field it is
+    written to, None for a row no vision config field holds (read by ``restore``);
+    ``rename(name, md)`` -> the Hub's name from the rules' name; ``text_rename`` the
+    text model's name (``model.layers...``) -> the Hub checkpoints' name;
+    ``restore(md, vision, shapes)`` -> ``(vision_config additions, top-level additions)``
+    from the projector's metadata, the rows' vision config and the tensor shapes;
+    ``text(text_cfg, text_md)`` -> text config fixes; ``tokens(vocab)`` -> the token id
+    fields found in the text vocabulary; ``preprocessor(vision, md)`` -> the processor
+    files; ``text_archs`` the text GGUF architectures it pairs with; ``copies`` projector
+    tensors that copy text data (not read back)."""
+
+    hf_arch: str
+    model_type: str
+    projector: Projector
+    projector_types: tuple[str, ...]
+    vision_model_type: str
+    text_model_type: str | None
+    fields: dict[str, str | None]
+    restore: Callable[[Mapping[str, Any], dict, dict], tuple[dict, dict]]
+    preprocessor: Callable[[dict, Mapping[str, Any]], dict[str, dict]]
+    rename: Callable[[str, Mapping[str, Any]], str] = lambda name, md: name
+    text_rename: Callable[[str], str] = lambda name: "language_model." + name
+    text: Callable[[dict, Mapping[str, Any]], dict] = lambda cfg, md: {}
+    tokens: Callable[[dict[str, int]], dict[str, int]] = lambda vocab: {}
+    # a text model of another GGUF architecture is not this family's
+    text_archs: tuple[str, ...] = ()
+    # GGUF tensors that copy text data (not read back)
+    copies: frozenset[str] = field(default_factory=frozenset)
+    # vision config fields the rows must give (restore reads them)
+    required: tuple[str, ...] = _REQUIRED
+
+
+def _mean_std(md: Mapping[str, Any]) -> dict:
+    return {
+        "image_mean": [_f(x) for x in md[_CLIP + "vision.image_mean"]],
+        "image_std": [_f(x) for x in md[_CLIP + "vision.image_std"]],
+    }
+
+
+def _f(v: Any) -> Any:
+    """A float32 metadata value as the decimal it was written from."""
+    return float(str(np.float32(v))) if isinstance(v, float) else v
+
+
+# --------------------------------------------------------------------------- mechanism
+
+
+def _family(text: GGUFFile, proj: GGUFFile, path: Path) -> VisionBack:
+    md = proj.metadata
+    arch = md.get("general.architecture")
+    if arch != "clip":
+        raise E.ProjectorMismatch(
+            "not a projector GGUF",
+            path=path,
+            field="general.architecture",
+            expected="'clip'",
+            found=repr(arch) if arch is not None else "no such key",
+        )
+    ptype = md.get(_CLIP + "projector_type", md.get(_CLIP + "vision.projector_type"))
+    text_arch = text.metadata.get("general.architecture")
+    known = [b for b in VISION_BACK if ptype in b.projector_types]
+    for b in known:
+        if text_arch in b.text_archs:
+            return b
+    raise E.ProjectorMismatch(
+        "no GGUF -> HF conversion for this projector with this text model",
+        path=path,
+        field="clip.projector_type",
+        expected=" or ".join(
+            f"{t!r} with a {a!r} text model"
+            for b in VISION_BACK
+            for t in b.projector_types
+            for a in b.text_archs
+        ),
+        found=f"{ptype!r} with a {text_arch!r} text model",
+    )
+
+
+def _vision_config(back: VisionBack, md: Mapping[str, Any]) -> tuple[dict, dict[str, str]]:
+    """The ``clip.*`` rows of the entry, each written back to its vision config field;
+    also field -> the GGUF key it is read from."""
+    out: dict[str, Any] = {}
+    key_of: dict[str, str] = {}
+    for row in back.projector.entry.meta:
+        if not isinstance(row, MetaKey) or not row.fields:
+            continue
+        key = row.full_key("clip")
+        target = back.fields.get(key[len(_CLIP) :], row.fields[0])
+        if target is None or target.startswith("mmproj."):
+            continue
+        key_of.setdefault(target, key)
+        if key in md:
+            out.setdefault(target, row.back(_f(md[key])))
+    return out, key_of
+
+
+def vlm_parts(
+    text: GGUFFile, proj: GGUFFile, dtype: DType, text_path: Path, proj_path: Path
+) -> tuple[Any, dict, dict, list[G.Part], list, dict[str, dict]]:
+    """``(text entry, config.json, generation_config.json, parts, tensor plan, processor
+    files)`` of the ``*ForConditionalGeneration`` folder of ``text`` + ``proj``; every
+    check done, nothing written."""
+    back = _family(text, proj, proj_path)
+    md = proj.metadata
+    entry, text_cfg, gen = G.build_config(
+        text, dtype, path=text_path, text_model_type=back.text_model_type
+    )
+    width = md.get(_CLIP + "vision.projection_dim")
+    if width != text_cfg["hidden_size"]:
+        raise E.ProjectorMismatch(
+            "the projector's output width is not the text model's",
+            path=proj_path,
+            field="clip.vision.projection_dim",
+            expected=text_cfg["hidden_size"],
+            found=width if width is not None else "no such key",
+        )
+    shapes = {t.name: tuple(int(d) for d in t.shape) for t in proj.tensors}
+    vision, key_of = _vision_config(back, md)
+    missing = [key_of.get(f, f) for f in back.required if f not in vision]
+    if missing:
+        raise E.MissingGGUFMetadata(
+            "projector metadata needed for vision_config is missing",
+            path=proj_path,
+            field="clip.vision.*",
+            expected="keys " + ", ".join(missing),
+            found="none of them" if len(missing) > 1 else "no such key",
+        )
+    try:  # the rows and tensors the family's restore and processor file read
+        v_more, top = back.restore(md, vision, shapes)
+        vision = {"model_type": back.vision_model_type, **vision, **v_more}
+        processor = back.preprocessor(vision, md)
+    except KeyError as exc:
+        raise E.MissingGGUFMetadata(
+            "the projector lacks a row or tensor its vision config needs",
+            path=proj_path,
+            field=str(exc.args[0]),
+            expected="present",
+            found="no such key or tensor",
+        ) from None
+    text_cfg.update(back.text(text_cfg, text.metadata))
+    dt = {k: text_cfg.pop(k) for k in ("dtype", "torch_dtype")}
+    text_cfg.pop("architectures", None)
+    cfg = {
+        "architectures": [back.hf_arch],
+        "model_type": back.model_type,
+        "text_config": text_cfg,
+        "vision_config": vision,
+        **top,
+        **back.tokens(_tokens(text.metadata)),
+        "tie_word_embeddings": text_cfg.get("tie_word_embeddings", False),
+        **dt,
+    }
+    parts = [
+        G.Part(text, entry, text_cfg, text_path),
+        G.Part(proj, back.projector.entry, vision, proj_path),
+    ]
+
+    plan = G.plan_tensors(parts[0], 0, back.text_rename) + G.plan_tensors(
+        parts[1], 1, lambda name: back.rename(name, md), back.copies
+    )
+    return entry, dict(sorted(cfg.items())), gen, parts, plan, processor
+
+
+# --------------------------------------------------------------------------- LLaVA (Pixtral)
+
+
+def _pixtral_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # llama.cpp's Pixtral graph: head_dim = width / heads and RoPE base 10000, both
+    # hard-coded, as PixtralVisionConfig's defaults; the MLP's act from use_silu/use_gelu
+    act = "silu" if md.get(_CLIP + "use_silu") else "gelu"
+    v = {"hidden_act": act, "head_dim": vision["hidden_size"] // vision["num_attention_heads"]}
+    # every tower layer feeds the projector (the feature layer is the last), no CLS token
+    top = {
+        "vision_feature_layer": -1,
+        "vision_feature_select_strategy": "full",
+        "projector_hidden_act": "gelu",  # llama.cpp's Pixtral projector MLP
+        "multimodal_projector_bias": "mm.1.bias" in shapes,
+    }
+    if (n := md.get(_CLIP + "vision.spatial_merge_size")) is not None:
+        top["spatial_merge_size"] = n
+    return v, top
+
+
+def _pixtral_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    p = vision["patch_size"]
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "PixtralImageProcessor",
+            "patch_size": {"height": p, "width": p},
+            "size": {"longest_edge": vision["image_size"]},
+            "do_normalize": True,
+            "do_rescale": True,
+            "rescale_factor": 1 / 255,
+            **_mean_std(md),
+        }
+    }
+
+
+_PIXTRAL_FIELDS: dict[str, str | None] = {
+    "vision.block_count": "num_hidden_layers",
+    "vision.attention.layer_norm_epsilon": None,  # hard-coded 1e-5 in modeling_pixtral
+    "use_silu": None,
+    "use_gelu": None,
+    "vision.spatial_merge_size": None,  # a top-level field of Mistral3Config
+}
+_IMG_BREAK = frozenset({"v.token_embd.img_break"})
+
+LLAVA_BACK = VisionBack(
+    hf_arch="LlavaForConditionalGeneration",
+    model_type="llava",
+    projector=LLAVA_VISION,
+    projector_types=("pixtral",),
+    vision_model_type="pixtral",
+    text_model_type=None,
+    text_archs=("llama",),
+    fields=_PIXTRAL_FIELDS,
+    restore=_pixtral_restore,
+    preprocessor=_pixtral_pre,
+    tokens=_token_ids({"image_token_index": "[IMG]"}),
+    copies=_IMG_BREAK,
+)
+
+#: the families whose projector converts back, in the order they are tried
+VISION_BACK: tuple[VisionBack, ...] = (LLAVA_BACK,)
+
+
+# --------------------------------------------------------------------------- Gemma 3
+
+
+def _gemma3_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # the pooling factor is written only when it is not llama.cpp's default of 4
+    factor = md.get(_CLIP + "vision.projector.scale_factor", 4)
+    side = vision["image_size"] // vision["patch_size"] // factor
+    return {"vision_use_head": False}, {"mm_tokens_per_image": side * side}
+
+
+def _gemma3_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    px = vision["image_size"]
+    side = (
+        vision["image_size"]
+        // vision["patch_size"]
+        // md.get(_CLIP + "vision.projector.scale_factor", 4)
+    )
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "Gemma3ImageProcessor",
+            "do_normalize": True,
+            "do_rescale": True,
+            "do_resize": True,
+            "resample": 2,
+            "rescale_factor": 1 / 255,
+            "size": {"height": px, "width": px},
+            **_mean_std(md),
+        },
+        "processor_config.json": {
+            "processor_class": "Gemma3Processor",
+            "image_seq_length": side * side,
+        },
+    }
+
+
+def _gemma3_rename(name: str, md: Mapping[str, Any]) -> str:
+    # the Hub's (and transformers') parameter name, which the forward rename undoes
+    return name.replace("mm_input_projection.weight", "mm_input_projection_weight")
+
+
+GEMMA3_BACK = VisionBack(
+    hf_arch="Gemma3ForConditionalGeneration",
+    model_type="gemma3",
+    projector=GEMMA3_VISION,
+    projector_types=("gemma3",),
+    vision_model_type="siglip_vision_model",
+    text_model_type=None,
+    text_archs=("gemma3",),
+    fields={
+        "vision.block_count": "num_hidden_layers",
+        "use_gelu": None,  # SigLIP's gelu_pytorch_tanh, the config default
+        "vision.projector.scale_factor": None,
+    },
+    restore=_gemma3_restore,
+    preprocessor=_gemma3_pre,
+    rename=_gemma3_rename,
+    tokens=_token_ids(
+        {
+            "image_token_index": "<image_soft_token>",
+            "boi_token_index": "<start_of_image>",
+            "eoi_token_index": "<end_of_image>",
+        }
+    ),
+)
+
+VISION_BACK += (GEMMA3_BACK,)
+
+
+# --------------------------------------------------------------------------- Mistral 3
+
+MISTRAL3_BACK = VisionBack(
+    hf_arch="Mistral3ForConditionalGeneration",
+    model_type="mistral3",
+    projector=LLAVA_VISION,
+    projector_types=("pixtral",),
+    vision_model_type="pixtral",
+    text_model_type="mistral",
+    text_archs=("mistral3",),
+    fields=_PIXTRAL_FIELDS,
+    restore=_pixtral_restore,
+    preprocessor=_pixtral_pre,
+    tokens=_token_ids({"image_token_index": "[IMG]"}),
+    copies=_IMG_BREAK,
+)
+
+VISION_BACK += (MISTRAL3_BACK,)
+
+
+# --------------------------------------------------------------------------- Qwen2.5-VL
+
+
+def _qwen25_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    n = md[_CLIP + "vision.n_wa_pattern"]
+    depth = vision["depth"]
+    v = {
+        "out_hidden_size": md[_CLIP + "vision.projection_dim"],
+        "fullatt_block_indexes": list(range(n - 1, depth, n)),
+        # llama.cpp's qwen2.5vl graph hard-codes these (its window: 112 px unless a
+        # clip.vision.window_size row says otherwise): Qwen2.5-VL's defaults
+        "window_size": md.get(_CLIP + "vision.window_size", 112),
+        "spatial_merge_size": 2,
+        # the Conv3d kernel was written as one Conv2d per temporal slice
+        "temporal_patch_size": sum(1 for k in shapes if k.startswith("v.patch_embd.weight")),
+        "hidden_act": "silu",
+        "in_channels": 3,
+    }
+    return v, {}
+
+
+def _qwen25_text(cfg: dict, md: Mapping[str, Any]) -> dict:
+    # the MRoPE sections (the text rows keep them only under a derived field)
+    sections = [int(s) for s in md.get("qwen2vl.rope.dimension_sections", []) if s]
+    rope = {"rope_type": "default", "rope_theta": cfg.get("rope_theta", 1000000.0)}
+    return {"rope_parameters": {**rope, "mrope_section": sections}}
+
+
+def _qwen25_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "Qwen2VLImageProcessor",
+            "patch_size": vision["patch_size"],
+            "temporal_patch_size": vision["temporal_patch_size"],
+            "merge_size": vision["spatial_merge_size"],
+            **_mean_std(md),
+        }
+    }
+
+
+QWEN25VL_BACK = VisionBack(
+    hf_arch="Qwen2_5_VLForConditionalGeneration",
+    model_type="qwen2_5_vl",
+    projector=QWEN25VL_VISION,
+    projector_types=("qwen2.5vl_merger",),
+    vision_model_type="qwen2_5_vl_vision",
+    text_model_type="qwen2_5_vl_text",
+    text_archs=("qwen2vl",),
+    fields={
+        "vision.block_count": "depth",
+        "vision.attention.head_count": "num_heads",
+        "vision.image_size": None,  # not a Qwen2.5-VL vision field (dynamic resolution)
+        "vision.attention.layer_norm_epsilon": None,  # the text model's, as written
+        "vision.n_wa_pattern": None,
+        "use_silu": None,
+    },
+    restore=_qwen25_restore,
+    text_rename=lambda name: name,  # the Hub's Qwen2.5-VL: model.* and visual.*
+    required=("patch_size", "hidden_size", "intermediate_size", "num_heads", "depth"),
+    preprocessor=_qwen25_pre,
+    text=_qwen25_text,
+    tokens=_token_ids(
+        {
+            "image_token_id": "<|image_pad|>",
+            "video_token_id": "<|video_pad|>",
+            "vision_start_token_id": "<|vision_start|>",
+            "vision_end_token_id": "<|vision_end|>",
+        }
+    ),
+)
+
+VISION_BACK += (QWEN25VL_BACK,)
+
+
+# --------------------------------------------------------------------------- Qwen2-VL
+
+
+def _qwen2_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # the MLP's width is only a shape: mlp_ratio = fc1 rows / embed_dim (numpy order)
+    rows = shapes["v.blk.0.ffn_up.weight"][0]
+    ratio = rows / vision["embed_dim"]
+    v = {
+        "mlp_ratio": int(ratio) if ratio == int(ratio) else ratio,
+        # mtmd's qwen2vl graph hard-codes the 2 x 2 merge: Qwen2-VL's default
+        "spatial_merge_size": 2,
+        "temporal_patch_size": sum(1 for k in shapes if k.startswith("v.patch_embd.weight")),
+        "in_channels": 3,
+    }
+    return v, {}
+
+
+QWEN2VL_BACK = VisionBack(
+    hf_arch="Qwen2VLForConditionalGeneration",
+    model_type="qwen2_vl",
+    projector=QWEN2VL_VISION,
+    projector_types=("qwen2vl_merger",),
+    vision_model_type="qwen2_vl_vision",
+    text_model_type="qwen2_vl_text",
+    text_archs=("qwen2vl",),
+    # the rows already name Qwen2-VL's fields (embed_dim, hidden_size = the merger's
+    # output, depth, num_heads)
+    fields={
+        "vision.image_size": None,
+        "vision.attention.layer_norm_epsilon": None,
+    },
+    restore=_qwen2_restore,
+    text_rename=lambda name: name,
+    required=("patch_size", "embed_dim", "hidden_size", "num_heads", "depth"),
+    preprocessor=_qwen25_pre,
+    text=_qwen25_text,
+    tokens=QWEN25VL_BACK.tokens,
+)
+
+VISION_BACK += (QWEN2VL_BACK,)
+
+
+# --------------------------------------------------------------------------- Qwen3-VL
+
+
+def _qwen3_deepstack(md: Mapping[str, Any]) -> list[int]:
+    return [i for i, f in enumerate(md.get(_CLIP + "vision.is_deepstack_layers") or []) if f]
+
+
+def _qwen3_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    v = {
+        "out_hidden_size": md[_CLIP + "vision.projection_dim"],
+        # the learned position table's rows (numpy order [rows, width])
+        "num_position_embeddings": shapes["v.position_embd.weight"][0],
+        "deepstack_visual_indexes": _qwen3_deepstack(md),
+        "temporal_patch_size": sum(1 for k in shapes if k.startswith("v.patch_embd.weight")),
+        "in_channels": 3,
+        # mtmd's qwen3vl graph: tanh-approximated GELU, as Qwen3-VL's default
+        "hidden_act": "gelu_pytorch_tanh",
+    }
+    return v, {}
+
+
+def _qwen3_text(cfg: dict, md: Mapping[str, Any]) -> dict:
+    # llama.cpp's qwen3vl runs its MRoPE sections interleaved (Qwen3-VL's layout)
+    sections = [int(s) for s in md.get("qwen3vl.rope.dimension_sections", []) if s]
+    rope = {"rope_type": "default", "rope_theta": cfg.get("rope_theta", 5000000.0)}
+    return {"rope_parameters": {**rope, "mrope_section": sections, "mrope_interleaved": True}}
+
+
+def _qwen3_rename(name: str, md: Mapping[str, Any]) -> str:
+    # the forward rename numbers a deepstack merger by the tower layer it follows: back
+    # to its place in deepstack_merger_list
+    pre = "visual.deepstack."
+    if name.startswith(pre):
+        layer, _, rest = name[len(pre) :].partition(".")
+        name = f"visual.deepstack_merger_list.{_qwen3_deepstack(md).index(int(layer))}.{rest}"
+    return "model." + name  # the Hub's Qwen3-VL keeps the tower under model.visual.
+
+
+QWEN3VL_BACK = VisionBack(
+    hf_arch="Qwen3VLForConditionalGeneration",
+    model_type="qwen3_vl",
+    projector=QWEN3VL_VISION,
+    projector_types=("qwen3vl_merger",),
+    vision_model_type="qwen3_vl_vision",
+    text_model_type="qwen3_vl_text",
+    text_archs=("qwen3vl",),
+    fields={
+        "vision.block_count": "depth",
+        "vision.attention.head_count": "num_heads",
+        "vision.image_size": None,  # from the position table (num_position_embeddings)
+        "vision.attention.layer_norm_epsilon": None,  # the text model's
+        "vision.is_deepstack_layers": None,
+        "use_gelu": None,
+    },
+    restore=_qwen3_restore,
+    required=("patch_size", "hidden_size", "intermediate_size", "num_heads", "depth"),
+    preprocessor=_qwen25_pre,
+    text=_qwen3_text,
+    rename=_qwen3_rename,
+    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
+    tokens=QWEN25VL_BACK.tokens,
+)
+
+VISION_BACK += (QWEN3VL_BACK,)

@@ -1,0 +1,282 @@
+"""GGUF -> HF of a vision-language model: the text GGUF and its projector GGUF back
+into one ``*ForConditionalGeneration`` folder (``gguf_to_hf(..., mmproj=...)``).
+
+For each tiny random VLM (tests/support/vlm_models.py, float32, built once per module):
+original folder -> our GGUF pair (f32, and f16) -> our HF folder, then
+
+* transformers 5 loads the folder with no missing, unexpected or mismatched keys;
+* every tensor equals the original's: bit for bit from the f32 pair, except where
+  the forward conversion itself rounds (Gemma 3's ``norm + 1`` added and taken off
+  again in float32: 1 ulp of ``1 + w``; its input projection, which the reference
+  stores F16 at every type); from the f16 pair, at most the f16 rounding apart;
+* ``get_image_features`` on the same pixels and the text logits on the same ids
+  equal the original model's;
+* a projector that does not fit the text GGUF is a named error before anything is
+  written, and the CLI converts the pair with one call.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from support.vlm_models import build
+from weightsmith import errors as E
+from weightsmith.convert import gguf_to_hf, hf_to_gguf
+
+ARCHS = ["llava"]
+ARCHS += ["gemma3"]
+ARCHS += ["mistral3"]
+ARCHS += ["qwen25vl"]
+ARCHS += ["qwen2vl"]
+ARCHS += ["qwen3vl"]
+#: the families given pixels as flattened patches, with their image processor checked
+QWEN = ("qwen25vl", "qwen2vl", "qwen3vl")
+TYPES = ["f32", "f16"]
+# the tensors whose f32 round trip is not bit-exact, and why (see the module docstring)
+PLUS_ONE = ("soft_emb_norm.weight", "layernorm.weight", "norm.weight", "q_norm.weight",
+            "k_norm.weight")  # fmt: skip
+F16_ALWAYS = ("mm_input_projection_weight",)
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> dict:
+    """Per arch: the original folder; per type, our GGUF pair and the folder back."""
+    root = tmp_path_factory.mktemp("vlm_back")
+    out: dict = {"root": root}
+    for arch in ARCHS:
+        src = build(arch, root / arch / "src", dtype="float32")
+        out[arch] = src
+        for t in TYPES:
+            text, proj = root / arch / f"text-{t}.gguf", root / arch / f"mmproj-{t}.gguf"
+            hf_to_gguf(src, text, t, mmproj=proj)
+            gguf_to_hf(text, root / arch / f"back-{t}", "f32", mmproj=proj)
+    return out
+
+
+_MODELS: dict = {}
+
+
+def _model(folder: Path):
+    """The model of ``folder`` in float32 (loaded once), with transformers' loading info."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    if folder not in _MODELS:
+        m, info = AutoModelForImageTextToText.from_pretrained(
+            folder, dtype=torch.float32, output_loading_info=True
+        )
+        _MODELS[folder] = (m.eval(), info)
+    return _MODELS[folder]
+
+
+@pytest.mark.parametrize("t", TYPES)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_loads_with_every_tensor(work, arch, t):
+    back, info = _model(work["root"] / arch / f"back-{t}")
+    orig, _ = _model(work[arch])
+    assert type(back) is type(orig)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    assert not info["mismatched_keys"] and not info["error_msgs"], info
+    want = {k: v.numpy() for k, v in orig.state_dict().items()}
+    got = {k: v.numpy() for k, v in back.state_dict().items()}
+    assert set(got) == set(want)
+    for k, w in want.items():
+        g = got[k]
+        assert g.shape == w.shape, k
+        ulp = np.float32(2.0**-23) * (1 + np.abs(w))  # (w + 1) - 1 in float32
+        f16 = w.astype(np.float16).astype(np.float32)
+        if t == "f32" and k.endswith(F16_ALWAYS):
+            np.testing.assert_array_equal(g, f16, err_msg=k)
+        elif t == "f32" and arch == "gemma3" and k.endswith(PLUS_ONE):
+            assert np.all(np.abs(g - w) <= ulp), k
+        elif t == "f32":
+            np.testing.assert_array_equal(g, w, err_msg=k)
+        else:  # f16 where the type rules store F16, the exact (or + 1) values elsewhere
+            assert np.all(np.abs(g - w) <= np.abs(f16 - w) + ulp), k
+
+
+def _pixels(arch: str, model, seed: int = 0) -> dict:
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    if arch in QWEN:  # flattened patches: 64 x 64 px, 8 px patches, 2 frames
+        v = model.config.vision_config
+        n = v.in_channels * v.temporal_patch_size * v.patch_size**2
+        return {
+            "pixel_values": torch.randn(64, n, generator=g),
+            "image_grid_thw": torch.tensor([[1, 8, 8]]),
+        }
+    kw = {"pixel_values": torch.randn(1, 3, 64, 64, generator=g)}
+    if arch in ("llava", "mistral3"):
+        kw["image_sizes"] = torch.tensor([[64, 64]])
+    return kw
+
+
+def _features(arch: str, model, kw: dict):
+    import torch
+
+    with torch.no_grad():
+        f = model.get_image_features(**kw)
+    deep = getattr(f, "deepstack_features", None)  # Qwen3-VL's, compared too
+    f = getattr(f, "pooler_output", f)
+    if isinstance(f, (list, tuple)):
+        f = torch.cat(list(f), 0)
+    if deep:
+        f = torch.cat([f, *(torch.cat(list(d), 0) if isinstance(d, (list, tuple)) else d
+                            for d in deep)], -1)  # fmt: skip
+    return f.reshape(-1, f.shape[-1]).numpy()
+
+
+# measured largest gaps over the outputs' scale (f32 pair): Gemma 3's features 1.7e-4
+# (its F16 input projection); all other features and every logit 0
+@pytest.mark.parametrize("arch", ARCHS)
+def test_same_image_features_and_logits(work, arch):
+    import torch
+
+    orig, _ = _model(work[arch])
+    back, _ = _model(work["root"] / arch / "back-f32")
+    kw = _pixels(arch, orig)
+    want, got = _features(arch, orig, kw), _features(arch, back, kw)
+    assert got.shape == want.shape
+    if arch == "qwen25vl":
+        # no GGUF row keeps Qwen2.5-VL's attention window (the tiny model's is 32 px):
+        # llama.cpp runs 112 px, the default our folder restores, so the features are
+        # the original's with its window set to 112, and differ from its own
+        assert np.abs(got - want).max() > 1e-4 * np.abs(want).max()
+        assert back.config.vision_config.window_size == 112
+        own = orig.model.visual.window_size
+        orig.model.visual.window_size = 112
+        try:
+            want = _features(arch, orig, kw)
+        finally:
+            orig.model.visual.window_size = own
+    tol = 2e-4 if arch == "gemma3" else 0.0
+    gap = float(np.abs(got - want).max())
+    assert gap <= tol * float(np.abs(want).max()), gap
+    ids = torch.randint(0, 200, (1, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        lw = orig(input_ids=ids).logits.numpy()
+        lg = back(input_ids=ids).logits.numpy()
+    tol = 1e-5 if arch == "gemma3" else 0.0
+    gap = float(np.abs(lg - lw).max())
+    assert gap <= tol * float(np.abs(lw).max()), gap
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_processor_settings(work, arch):
+    """The image processor file carries the projector's mean/std and patch size."""
+    ours = json.loads((work["root"] / arch / "back-f32" / "preprocessor_config.json").read_text())
+    ref = json.loads((work[arch] / "preprocessor_config.json").read_text())
+    for k in ("image_processor_type", "patch_size", "image_mean", "image_std"):
+        if k in ref:
+            got, want = ours[k], ref[k]
+            if k in ("image_mean", "image_std"):
+                np.testing.assert_allclose(got, want, rtol=1e-6)
+            else:
+                assert got == want, k
+
+
+@pytest.mark.parametrize("arch", [a for a in ARCHS if a in QWEN])
+def test_qwen_processor_same_pixels(work, arch):
+    """transformers' Qwen2-VL image processor from our folder gives the original's pixels."""
+    from transformers import AutoImageProcessor
+
+    img = np.random.default_rng(3).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    outs = [
+        AutoImageProcessor.from_pretrained(d)(images=[img], return_tensors="np", do_resize=False)
+        for d in (work[arch], work["root"] / arch / "back-f32")
+    ]
+    np.testing.assert_array_equal(outs[0]["image_grid_thw"], outs[1]["image_grid_thw"])
+    np.testing.assert_allclose(outs[0]["pixel_values"], outs[1]["pixel_values"], atol=1e-6)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_folder_converts_forward_again(work, arch, tmp_path):
+    """The folder is in the Hub's layout: HF -> GGUF of it gives our GGUF pair again
+    (every hyperparameter, tensor name, type and value; Gemma 3's norms within the
+    1 ulp of their ``+ 1`` round trip; the tokenizer is text GGUF -> HF's, not compared)."""
+    from weightsmith.gguf import read
+
+    d = work["root"] / arch
+    text, proj = tmp_path / "text.gguf", tmp_path / "mmproj.gguf"
+    # without the tokenizer: the tiny Gemma vocabulary's tokenizer.json written back is
+    # not one llama.cpp's table knows (text GGUF -> HF's, not this module's)
+    hf_to_gguf(d / "back-f32", text, "f32", mmproj=proj, tokenizer=False)
+    for ours, first in ((text, d / "text-f32.gguf"), (proj, d / "mmproj-f32.gguf")):
+        with read(ours) as a, read(first) as b:
+            # the hyperparameters (provenance and the tokenizer are text GGUF -> HF's)
+            skip = ("general.", "tokenizer.")
+            md_a = {k: v for k, v in a.metadata.items() if not k.startswith(skip)}
+            md_b = {k: v for k, v in b.metadata.items() if not k.startswith(skip)}
+            assert md_a == md_b
+            assert [(t.name, t.ggml_type, tuple(t.shape)) for t in a.tensors] == [
+                (t.name, t.ggml_type, tuple(t.shape)) for t in b.tensors
+            ]
+            for t in b.tensors:
+                x, y = np.asarray(a.numpy(t.name)), np.asarray(b.numpy(t.name))
+                if arch == "gemma3" and t.name.endswith("norm.weight"):
+                    ulp = np.float32(2.0**-23) * np.abs(y)
+                    assert np.all(np.abs(x - y) <= ulp), t.name
+                else:
+                    np.testing.assert_array_equal(x, y, err_msg=t.name)
+
+
+def test_mismatched_projector_is_refused(work, tmp_path):
+    from weightsmith.gguf import edit
+
+    d = work["root"] / "llava"
+    text, proj = d / "text-f32.gguf", d / "mmproj-f32.gguf"
+    cases = [(text, "general.architecture")]  # not a clip file
+    for n, (key, value) in enumerate([
+        ("clip.projector_type", "gemma3"),  # a known projector, not of this text model
+        ("clip.projector_type", "no-such-projector"),
+        ("clip.vision.projection_dim", 512),  # another text width
+    ]):  # fmt: skip
+        cases.append((edit(proj, {key: value}, out=tmp_path / f"bad-{n}.gguf"), key))
+    for path, field in cases:
+        dst = tmp_path / "out"
+        with pytest.raises(E.ProjectorMismatch) as ei:
+            gguf_to_hf(text, dst, mmproj=path)
+        assert ei.value.field == field, (path, ei.value)
+        assert not dst.exists()
+
+
+def test_projector_without_a_needed_row_is_refused(work, tmp_path):
+    from weightsmith.gguf import edit
+
+    d = work["root"] / "llava"
+    for key in ("clip.vision.image_mean", "clip.vision.block_count"):
+        proj = edit(d / "mmproj-f32.gguf", remove=[key], out=tmp_path / "p.gguf")
+        with pytest.raises(E.MissingGGUFMetadata) as ei:
+            gguf_to_hf(d / "text-f32.gguf", tmp_path / "out", mmproj=proj)
+        assert key in str(ei.value)
+        assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("arch", [a for a in ARCHS if a in ("mistral3", *QWEN)])
+def test_text_alone_still_refused(work, arch, tmp_path):
+    """``qwen2vl``, ``qwen3vl`` and ``mistral3`` text GGUFs have no HF class alone:
+    refused without their projector, before any output."""
+    with pytest.raises(E.UnknownArchitecture):
+        gguf_to_hf(work["root"] / arch / "text-f32.gguf", tmp_path / arch)
+    assert not (tmp_path / arch).exists()
+
+
+def test_cli_converts_the_pair(work, tmp_path, capsys):
+    from weightsmith.cli import main
+
+    d = work["root"] / "llava"
+    out = tmp_path / "back"
+    rc = main(["convert", str(d / "text-f16.gguf"), str(out), "--mmproj", str(d / "mmproj-f16.gguf"),
+               "--type", "f32"])  # fmt: skip
+    assert rc == 0
+    ref = d / "back-f16"
+    for name in ("model.safetensors", "config.json", "preprocessor_config.json"):
+        assert (out / name).read_bytes() == (ref / name).read_bytes(), name
+    # --mmproj without a path is an HF -> GGUF default; here it needs the projector
+    assert main(["convert", str(d / "text-f16.gguf"), str(tmp_path / "x"), "--mmproj"]) != 0
+    assert not (tmp_path / "x").exists()
