@@ -80,7 +80,7 @@ def _mxfp4(g: np.random.Generator, rows: int, cols: int):
     """Random MXFP4 data ``(packed int8 [rows, cols / 2], scale uint8 [rows, cols / 32],
     float32 values [rows, cols])``."""
     codes = g.integers(0, 16, size=(rows, cols), dtype=np.uint8)
-    scale = g.integers(123, 127, size=(rows, cols // 32), dtype=np.uint8)
+    scale = g.integers(118, 122, size=(rows, cols // 32), dtype=np.uint8)
     values = E2M1[codes] * np.exp2(np.repeat(scale, 32, axis=1).astype(np.float32) - 127)
     packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).view(np.int8)
     return packed, scale, values.astype(np.float32)
@@ -108,11 +108,11 @@ def config(vocab: int) -> dict:
         "hidden_size": 64,
         "moe_intermediate_size": 32,
         "num_hidden_layers": 3,
-        "num_nextn_predict_layers": 0,
+        "num_nextn_predict_layers": 1,
         "num_attention_heads": 4,
         "num_key_value_heads": 1,
-        "head_dim": 32,
-        "qk_rope_head_dim": 8,
+        "head_dim": 64,
+        "qk_rope_head_dim": 16,
         "q_lora_rank": 32,
         "o_groups": 2,
         "o_lora_rank": 16,
@@ -125,11 +125,11 @@ def config(vocab: int) -> dict:
         "swiglu_limit": 10.0,
         "num_hash_layers": 1,
         "sliding_window": 8,
-        "compress_ratios": [0, 4, 128],
+        "compress_ratios": [0, 4, 128, 0],  # the Hub's lists the MTP layer too
         "compress_rope_theta": 160000.0,
         "rope_theta": 10000.0,
         "index_n_heads": 2,
-        "index_head_dim": 16,
+        "index_head_dim": 64,
         "index_topk": 4,
         "hc_mult": 4,
         "hc_sinkhorn_iters": 20,
@@ -146,9 +146,19 @@ def config(vocab: int) -> dict:
 CHAT_TEMPLATE = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
 
 
-def deepseek4(folder: Path, *, seed: int = 41, chat_template: bool = True):
+def deepseek4(
+    folder: Path,
+    *,
+    seed: int = 41,
+    chat_template: bool = True,
+    dense: str = "bfloat16",
+    fp8: bool = True,
+    **overrides,
+):
     """Write the tiny checkpoint into ``folder``; returns ``(folder, model)`` with
-    ``model`` the transformers ``DeepseekV4ForCausalLM`` holding the same values."""
+    ``model`` the transformers ``DeepseekV4ForCausalLM`` holding the same values.
+    ``dense="float32"``: every float tensor but the experts stored float32 (written F32),
+    ``fp8=False``: no float8 weight; ``overrides``: config.json fields."""
     import torch
     from safetensors.torch import save_file
     from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
@@ -159,7 +169,7 @@ def deepseek4(folder: Path, *, seed: int = 41, chat_template: bool = True):
         tc = json.loads((folder / "tokenizer_config.json").read_text())
         tc["chat_template"] = CHAT_TEMPLATE
         (folder / "tokenizer_config.json").write_text(json.dumps(tc, indent=2))
-    raw_cfg = config(vocab)
+    raw_cfg = {**config(vocab), **overrides}
     (folder / "config.json").write_text(json.dumps(raw_cfg, indent=2))
     cfg = DeepseekV4Config.from_pretrained(folder)
     model = DeepseekV4ForCausalLM(cfg).eval()
@@ -193,11 +203,11 @@ def deepseek4(folder: Path, *, seed: int = 41, chat_template: bool = True):
             v = torch.randn(p.shape, generator=tg) * 0.05 + (1.0 if p.ndim == 1 else 0.0)
             if raw.endswith("hc_scale") or re.search(r"hc_(attn|ffn)_scale$", raw):
                 v = v.abs()
-            if _F32.search(raw):
+            if _F32.search(raw) or dense == "float32":
                 p.copy_(v)
                 out[raw] = v.numpy().astype(np.float32)
                 continue
-            if raw == FP8_WEIGHT:
+            if raw == FP8_WEIGHT and fp8:
                 q, scale, vals = _fp8(v.numpy().astype(np.float32), g)
                 p.copy_(torch.from_numpy(vals))
                 out[raw] = q
@@ -206,6 +216,15 @@ def deepseek4(folder: Path, *, seed: int = 41, chat_template: bool = True):
             b = v.to(torch.bfloat16)
             p.copy_(b.float())
             out[raw] = b
+    # what the published checkpoint has and the text file leaves out: the hash layers'
+    # router bias (they route by tid2eid) and the MTP block
+    for b in range(cfg.mlp_layer_types.count("hash_moe")):
+        out[f"layers.{b}.ffn.gate.bias"] = g.standard_normal(cfg.n_routed_experts).astype(np.float32)
+    for k in ("enorm.weight", "hnorm.weight", "norm.weight"):
+        out[f"mtp.0.{k}"] = g.standard_normal(cfg.hidden_size).astype(np.float32)
+    out["mtp.0.e_proj.weight"] = torch.from_numpy(
+        g.standard_normal((cfg.hidden_size, cfg.hidden_size)).astype(np.float32)
+    ).to(torch.bfloat16)
     save_file({k: _torch(v) for k, v in out.items()}, folder / "model.safetensors")
     return folder, model
 

@@ -409,6 +409,9 @@ class TensorPlan:
     pieces: list[tuple[_Source, Piece]] = field(default_factory=list)
     stacked: bool = False
     raw: Packed | None = None  # already-quantized blocks + scales (registry ``Packed``)
+    # the type the reference's f32 file holds it in, when llama-quantize then reads
+    # those values (a source-typed Q8_0 tensor: its values rounded through Q8_0 first)
+    via: str | None = None
 
 
 # tensors the reference converter always writes in F32 (``prepare_tensors``)
@@ -640,11 +643,28 @@ def plan_input(
         )
         for tp in tensors:
             tp.type = types[tp.name]
+            if arch.source_type is not None and tp.source is not None:
+                _as_in_f32_file(arch, tp)
         # llama-quantize writes the tensors sorted by layer number (-1 outside blocks), then name
         tensors.sort(key=lambda tp: (_layer(tp.name), tp.name))
         file_type_id = ft.id
         type_name = ft.name.lower()
     return _Plan(m, arch, cfg, ctx, tensors, type_name, file_type_id, vocab)
+
+
+def _as_in_f32_file(arch: Arch, tp: TensorPlan) -> None:
+    """llama-quantize reads the reference's f32 file, where a source-typed tensor (the
+    entry's ``source_type``) is already BF16 / Q8_0 / I32 / MXFP4: a tensor it does not
+    quantize keeps that type, one it quantizes starts from those values."""
+    assert arch.source_type is not None and tp.source is not None
+    base = tp.raw.ggml if tp.raw is not None else None
+    base = base or arch.source_type(tp.name, tp.source.dtype, len(tp.shape))
+    if base in (None, "F32"):
+        return
+    if tp.type == "F32":
+        tp.type = base
+    elif base == "Q8_0":
+        tp.via = base
 
 
 def _f32_list_applies(arch: Arch, tp: TensorPlan) -> bool:
@@ -850,6 +870,8 @@ def _tensor_slabs(tp: TensorPlan, p: _Plan, only: int | None = None) -> Iterator
     want = tp.shape[1:] if tp.stacked else tp.shape
     for src, piece in tp.pieces if only is None else tp.pieces[only : only + 1]:
         x = _piece_data(src, piece, p)
+        if tp.via is not None:
+            x = dequantize(quantize(np.ascontiguousarray(x, np.float32), tp.via), tp.via, x.shape)
         if tuple(x.shape) != tuple(want):
             raise E.TensorShapeMismatch(
                 "tensor data disagrees with its header",
