@@ -181,8 +181,12 @@ def deepseek4(
             raw = raw_name(name)
             if name.endswith("tid2eid"):
                 ids = torch.from_numpy(
-                    np.stack([g.permutation(cfg.n_routed_experts)[: p.shape[1]]
-                              for _ in range(p.shape[0])])  # fmt: skip
+                    np.stack(
+                        [
+                            g.permutation(cfg.n_routed_experts)[: p.shape[1]]
+                            for _ in range(p.shape[0])
+                        ]
+                    )
                 )
                 p.copy_(ids)
                 out[raw] = ids.numpy().astype(np.int32)
@@ -191,9 +195,9 @@ def deepseek4(
                 pre = raw.rsplit(".", 1)[0]  # layers.N.ffn.experts
                 for e in range(p.shape[0]):
                     rows, cols = p.shape[1], p.shape[2]
-                    parts = (("w1", "w3") if name.endswith("gate_up_proj") else ("w2",))
+                    parts = ("w1", "w3") if name.endswith("gate_up_proj") else ("w2",)
                     vals = []
-                    for k, w in enumerate(parts):
+                    for w in parts:
                         packed, scale, v = _mxfp4(g, rows // len(parts), cols)
                         out[f"{pre}.{e}.{w}.weight"] = packed
                         out[f"{pre}.{e}.{w}.scale"] = scale
@@ -219,7 +223,9 @@ def deepseek4(
     # what the published checkpoint has and the text file leaves out: the hash layers'
     # router bias (they route by tid2eid) and the MTP block
     for b in range(cfg.mlp_layer_types.count("hash_moe")):
-        out[f"layers.{b}.ffn.gate.bias"] = g.standard_normal(cfg.n_routed_experts).astype(np.float32)
+        out[f"layers.{b}.ffn.gate.bias"] = g.standard_normal(cfg.n_routed_experts).astype(
+            np.float32
+        )
     for k in ("enorm.weight", "hnorm.weight", "norm.weight"):
         out[f"mtp.0.{k}"] = g.standard_normal(cfg.hidden_size).astype(np.float32)
     out["mtp.0.e_proj.weight"] = torch.from_numpy(

@@ -149,10 +149,15 @@ DEEPSEEK4 = Arch(
         *[NameRule(_L + h, _B + g) for h, g in _PAIRS],
     ],
     packed=[
-        Packed(_EXP + f"{w}", (_B + f"ffn_{g}_exps.weight",), repack_mxfp4_rows,
-               suffixes=(".weight", ".scale"), count=lambda c: c["n_routed_experts"])
+        Packed(
+            _EXP + f"{w}",
+            (_B + f"ffn_{g}_exps.weight",),
+            repack_mxfp4_rows,
+            suffixes=(".weight", ".scale"),
+            count=lambda c: c["n_routed_experts"],
+        )
         for w, g in (("w1", "gate"), ("w2", "down"), ("w3", "up"))
-    ],  # fmt: skip
+    ],
     skip=(r"^mtp\.", r"^(vision|aligner|image_)"),
     skip_cfg=_hash_bias,
     front=(r"ffn_gate_tid2eid", r"_exps\."),
