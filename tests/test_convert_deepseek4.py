@@ -151,3 +151,23 @@ def test_gguf_to_hf_is_refused(work, tmp_path):
     with pytest.raises(E.UnknownArchitecture, match="deepseek4"):
         gguf_to_hf(work.ours("f32"), tmp_path / "back")
     assert not (tmp_path / "back").exists()
+
+
+def test_transformers_has_no_flash_vision_tower():
+    """DeepSeek-V4 Flash vision (the reference's ``DeepseekV4FlashVisionModel``, switched on
+    by ``vision_n_layers > 0``) cannot be built tiny here: transformers 5.24 keeps the
+    ``vision_*`` fields of such a config but its ``DeepseekV4ForCausalLM`` has no vision
+    tower, aligner or image sentinels, and no other class of the model type builds them."""
+    from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
+
+    cfg = DeepseekV4Config(
+        vocab_size=64, hidden_size=64, moe_intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=4, head_dim=64, q_lora_rank=32, n_routed_experts=4,
+        num_experts_per_tok=2, o_groups=2, o_lora_rank=16, index_n_heads=2,
+        index_head_dim=64, index_topk=4, hc_mult=4, vision_n_layers=2, vision_dim=32,
+        vision_n_heads=2, vision_inter_dim=64, vision_patch_size=14,
+        vision_downsample_ratio=3, vision_min_pixels=3136,
+    )  # fmt: skip
+    assert cfg.vision_n_layers == 2
+    names = [n for n, _ in DeepseekV4ForCausalLM(cfg).named_parameters()]
+    assert names and not any(("vision" in n or "aligner" in n or "image" in n) for n in names)
