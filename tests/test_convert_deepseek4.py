@@ -82,7 +82,8 @@ def test_same_as_reference(work, t):
 
 def test_layout_is_what_it_claims(work):
     """Guard against a vacuous pass: MXFP4 experts, the FP8 weight as Q8_0, BF16 matrices,
-    the I32 routing table, the tokenizer's chat template; no MTP, no hash-layer bias."""
+    the I32 routing table, the tokenizer's chat template; no MTP, no hash-layer bias, the
+    image-token bias but no vision tensor."""
     import gguf
 
     tensors = _tensors(work.ours("f32"))
@@ -92,6 +93,7 @@ def test_layout_is_what_it_claims(work):
     assert types["blk.1.attn_q_b.weight"] == "BF16"
     assert types["blk.0.ffn_gate_tid2eid.weight"] == "I32"
     assert "blk.0.exp_probs_b.bias" not in types and "blk.1.exp_probs_b.bias" in types
+    assert "blk.0.exp_probs_b_vl.bias" in types and not any(n.startswith("v.") for n in types)
     assert not any("nextn" in n for n in types)
     assert [x[0] for x in tensors][:4] == [
         "blk.0.ffn_gate_tid2eid.weight",

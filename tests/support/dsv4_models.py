@@ -226,6 +226,14 @@ def deepseek4(
         out[f"layers.{b}.ffn.gate.bias"] = g.standard_normal(cfg.n_routed_experts).astype(
             np.float32
         )
+    # and a few of a Flash vision checkpoint's: the hash layers' image-token router bias
+    # (written), the vision tower's, aligner's and sentinels' tensors (left to mmproj)
+    for b in range(cfg.mlp_layer_types.count("hash_moe")):
+        out[f"layers.{b}.ffn.gate.bias_vl"] = g.standard_normal(cfg.n_routed_experts).astype(
+            np.float32
+        )
+    for k in ("vision.norm.weight", "aligner.w1.bias", "image_newline", "image_start"):
+        out[k] = g.standard_normal(cfg.hidden_size).astype(np.float32)
     for k in ("enorm.weight", "hnorm.weight", "norm.weight"):
         out[f"mtp.0.{k}"] = g.standard_normal(cfg.hidden_size).astype(np.float32)
     out["mtp.0.e_proj.weight"] = torch.from_numpy(
