@@ -173,3 +173,20 @@ def test_transformers_has_no_flash_vision_tower():
     assert cfg.vision_n_layers == 2
     names = [n for n, _ in DeepseekV4ForCausalLM(cfg).named_parameters()]
     assert names and not any(("vision" in n or "aligner" in n or "image" in n) for n in names)
+
+
+@pytest.mark.parametrize("field", ["compress_ratios", "num_hash_layers", "qk_rope_head_dim"])
+def test_missing_hub_field_is_refused(work, tmp_path, field):
+    """The Hub config's fields transformers 5 folds away have no default: a config without
+    one is refused by name before any output (the reference dies of a KeyError)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for f in work.src.iterdir():
+        (src / f.name).symlink_to(f)
+    cfg = json.loads((work.src / "config.json").read_text())
+    del cfg[field]
+    (src / "config.json").unlink()
+    (src / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(E.InvalidModelConfig, match=field):
+        hf_to_gguf(src, tmp_path / "out.gguf", "f32")
+    assert not (tmp_path / "out.gguf").exists()

@@ -225,6 +225,12 @@ def _positive_int(cfg: dict, key: str, path: Path) -> int:
 def _check_config(cfg: dict, arch: Arch, path: Path) -> None:
     for key in arch.required:
         _positive_int(cfg, key, path)
+    for key in arch.present:
+        if cfg.get(key) is None:
+            raise E.InvalidModelConfig(
+                "a hyperparameter the reference converter needs is missing",
+                path=path, field=key, expected="a value", found="no such field",
+            )  # fmt: skip
     for key, want in arch.fixed.items():
         if cfg.get(key) != want:
             raise E.InvalidModelConfig(

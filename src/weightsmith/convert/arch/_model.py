@@ -523,6 +523,9 @@ class Arch:
     # config values the reference asserts (it converts nothing else): another value is
     # refused before any output (Gemma 3n's 4 AltUp streams)
     fixed: dict[str, Any] = field(default_factory=dict)
+    # config.json fields of any value the reference reads without a default (refused
+    # before any output when missing: DeepSeek-V4's ``compress_ratios``)
+    present: tuple[str, ...] = ()
     # HF tensors not converted for this config (exact names, a function of the config:
     # DeepSeek-V4's hash layers' unused router bias)
     skip_cfg: Callable[[dict], tuple[str, ...]] | None = None

@@ -170,6 +170,8 @@ DEEPSEEK4 = Arch(
         "hc_mult",
         "qk_rope_head_dim",
     ),
+    # the Hub config's legacy fields, which transformers 5 folds away (no default)
+    present=("compress_ratios", "num_hash_layers"),
     # DeepseekV4Config's defaults, which the reference reads through AutoConfig
     defaults={
         "max_position_embeddings": 1048576,
