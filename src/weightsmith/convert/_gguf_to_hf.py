@@ -271,7 +271,7 @@ def build_config(
     md = f.metadata
     path = path or f.path
     entry = _entry(md, path, {t.name for t in f.tensors})
-    if not entry.model_types:  # DeepSeek-V4: transformers reads DeepSeek's own layout only
+    if not entry.hf_back:  # DeepSeek-V4: transformers reads DeepSeek's own layout only
         raise E.UnknownArchitecture(
             "GGUF -> HF is not done for this GGUF architecture",
             path=path,

@@ -526,6 +526,9 @@ class Arch:
     # config.json fields of any value the reference reads without a default (refused
     # before any output when missing: DeepSeek-V4's ``compress_ratios``)
     present: tuple[str, ...] = ()
+    # False: GGUF -> HF is refused by name before reading the metadata (DeepSeek-V4:
+    # transformers reads only DeepSeek's own layout, which the inverse does not write)
+    hf_back: bool = True
     # HF tensors not converted for this config (exact names, a function of the config:
     # DeepSeek-V4's hash layers' unused router bias)
     skip_cfg: Callable[[dict], tuple[str, ...]] | None = None

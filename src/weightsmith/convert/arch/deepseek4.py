@@ -172,6 +172,7 @@ DEEPSEEK4 = Arch(
     ),
     # the Hub config's legacy fields, which transformers 5 folds away (no default)
     present=("compress_ratios", "num_hash_layers"),
+    hf_back=False,
     # DeepseekV4Config's defaults, which the reference reads through AutoConfig
     defaults={
         "max_position_embeddings": 1048576,
