@@ -13,6 +13,11 @@ are not written; the weight keeps its place in the read order.
 Streaming: a weight is dequantized when it is read, in place in its float32 copy,
 one row block at a time; the scale (one float per 16 Ki elements) is the only
 extra memory.  Shapes are checked from the headers before anything is written.
+DeepSeek-V4's own layout (no ``quantization_config`` needed, the registry entry says
+``e8m0_scales``): a float8 ``X.weight`` beside ``X.scale``, E8M0 (a power of two,
+``2 ** (byte - 127)``), one per 128 x 128 block: the same product, exact in float32.
+The weight keeps its source dtype (the entry's types read it).
+
 Other ``quant_method`` values are not handled here: their tensors (``qweight``,
 ``blocks``, ...) are refused by the registry as unmapped, or read by the entry.
 """
@@ -27,7 +32,7 @@ import numpy as np
 
 from .. import errors as E
 
-__all__ = ["dequantize_sources", "fp8_dequantize"]
+__all__ = ["dequantize_sources", "e8m0_dequantize_sources", "fp8_dequantize"]
 
 _SCALE = "_scale_inv"
 _UNUSED = (".activation_scale", "_activation_scale")
@@ -132,6 +137,40 @@ def dequantize_sources(sources: list, cfg: dict, path: Path) -> list:
         sc = scales.get(s.name)
         if sc is not None:
             load = lambda w=s.load, c=sc.load: fp8_dequantize(w(), c(), block)  # noqa: E731
+            s = dataclasses.replace(s, load=load)
+        out.append(s)
+    return out
+
+
+_E8M0_BLOCK = (128, 128)
+
+
+def e8m0_dequantize_sources(sources: list, path: Path) -> list:
+    """``sources`` with float8 weights beside an E8M0 ``.scale`` (DeepSeek-V4) dequantized
+    on load and those scales left out; other ``.scale`` tensors (MXFP4 experts') stay."""
+    by_name = {s.name: s for s in sources}
+    scales = {}
+    for s in sources:
+        w = by_name.get(s.name[: -len(".scale")] + ".weight") if s.name.endswith(".scale") else None
+        if w is None or not w.dtype.startswith(("F8_E4M3", "F8_E5M2")):
+            continue
+        if not _scale_shape_ok(w.shape, s.shape, _E8M0_BLOCK):
+            raise E.TensorShapeMismatch(
+                "E8M0 scale does not fit its float8 weight",
+                path=path,
+                field=f"tensor {s.name!r}",
+                expected=f"one scale per block {list(_E8M0_BLOCK)} of {list(w.shape)}",
+                found=list(s.shape),
+            )
+        scales[w.name] = s
+    drop = {s.name for s in scales.values()}
+    out = []
+    for s in sources:
+        if s.name in drop:
+            continue
+        sc = scales.get(s.name)
+        if sc is not None:
+            load = lambda w=s.load, c=sc.load: fp8_dequantize(w(), c(), _E8M0_BLOCK)  # noqa: E731
             s = dataclasses.replace(s, load=load)
         out.append(s)
     return out

@@ -271,6 +271,14 @@ def build_config(
     md = f.metadata
     path = path or f.path
     entry = _entry(md, path, {t.name for t in f.tensors})
+    if not entry.hf_back:  # DeepSeek-V4: transformers reads DeepSeek's own layout only
+        raise E.UnknownArchitecture(
+            "GGUF -> HF is not done for this GGUF architecture",
+            path=path,
+            field="general.architecture",
+            expected="an architecture with an HF layout the converter writes",
+            found=entry.gguf_arch,
+        )
     cfg, key_of = _metadata_config(entry, md)
     missing = _missing_keys(entry, md, key_of)
     if missing:

@@ -92,11 +92,12 @@ from ..quant.recipes import FILE_TYPES, file_type
 from ..quant.recipes import plan as recipe_plan
 from ..safetensors import Checkpoint, load, open_checkpoint, read_index, safe_open
 from . import _mmproj
-from ._dequant import dequantize_sources
+from ._dequant import dequantize_sources, e8m0_dequantize_sources
 from ._model_card import provenance_rows
 from ._pooling import dense_modules, module_files, pooling_type
 from .arch import (
     FILE_TYPE,
+    SLOT,
     Arch,
     Packed,
     Piece,
@@ -224,6 +225,12 @@ def _positive_int(cfg: dict, key: str, path: Path) -> int:
 def _check_config(cfg: dict, arch: Arch, path: Path) -> None:
     for key in arch.required:
         _positive_int(cfg, key, path)
+    for key in arch.present:
+        if cfg.get(key) is None:
+            raise E.InvalidModelConfig(
+                "a hyperparameter the reference converter needs is missing",
+                path=path, field=key, expected="a value", found="no such field",
+            )  # fmt: skip
     for key, want in arch.fixed.items():
         if cfg.get(key) != want:
             raise E.InvalidModelConfig(
@@ -408,6 +415,9 @@ class TensorPlan:
     pieces: list[tuple[_Source, Piece]] = field(default_factory=list)
     stacked: bool = False
     raw: Packed | None = None  # already-quantized blocks + scales (registry ``Packed``)
+    # the type the reference's f32 file holds it in, when llama-quantize then reads
+    # those values (a source-typed Q8_0 tensor: its values rounded through Q8_0 first)
+    via: str | None = None
 
 
 # tensors the reference converter always writes in F32 (``prepare_tensors``)
@@ -542,6 +552,8 @@ def hf_input(
     if sources is None:
         sources = _sources(d, stack, repo)
     sources = dequantize_sources(sources, cfg, d)
+    if arch.e8m0_scales:
+        sources = e8m0_dequantize_sources(sources, d)
     sources = _drop_copies(arch, sources)
     if arch.dense:  # written first, as the reference's extra tensors
         dense = _dense_sources(d)
@@ -610,11 +622,16 @@ def plan_input(
                 tp.type = "F32"
             else:
                 tp.type = _outtype_type(ot, tp.name, tp.shape, _f32_list_applies(arch, tp))
+                if arch.source_type is not None:
+                    st = arch.source_type(tp.name, tp.source.dtype, len(tp.shape))
+                    tp.type = st or tp.type
             if tp.raw is not None:  # packed data is written as it is, whatever the outtype
                 tp.type = tp.raw.ggml
         file_type_id = FILE_TYPES[_OUTTYPES[ot]].id
         if ot in ("f32", "f16", "bf16") and _quant_method(cfg) == "mxfp4":
             file_type_id = FILE_TYPES["MXFP4_MOE"].id  # as the reference labels such files
+        if arch.file_type is not None:
+            file_type_id = FILE_TYPES[arch.file_type].id
         type_name = ot
     else:
         has_heads = first(cfg, ("num_attention_heads", "n_heads")) is not None
@@ -632,11 +649,28 @@ def plan_input(
         )
         for tp in tensors:
             tp.type = types[tp.name]
+            if arch.source_type is not None and tp.source is not None:
+                _as_in_f32_file(arch, tp)
         # llama-quantize writes the tensors sorted by layer number (-1 outside blocks), then name
         tensors.sort(key=lambda tp: (_layer(tp.name), tp.name))
         file_type_id = ft.id
         type_name = ft.name.lower()
     return _Plan(m, arch, cfg, ctx, tensors, type_name, file_type_id, vocab)
+
+
+def _as_in_f32_file(arch: Arch, tp: TensorPlan) -> None:
+    """llama-quantize reads the reference's f32 file, where a source-typed tensor (the
+    entry's ``source_type``) is already BF16 / Q8_0 / I32 / MXFP4: a tensor it does not
+    quantize keeps that type, one it quantizes starts from those values."""
+    assert arch.source_type is not None and tp.source is not None
+    base = tp.raw.ggml if tp.raw is not None else None
+    base = base or arch.source_type(tp.name, tp.source.dtype, len(tp.shape))
+    if base in (None, "F32"):
+        return
+    if tp.type == "F32":
+        tp.type = base
+    elif base == "Q8_0":
+        tp.via = base
 
 
 def _f32_list_applies(arch: Arch, tp: TensorPlan) -> bool:
@@ -767,15 +801,28 @@ def _metadata(p: _Plan, name: str | None) -> list[tuple[str, Any, Any]]:
     rows.extend(p.vocab)
     if quantized:
         rows += [qversion, file_type]
-    return rows
+    return _fill_slots(rows)
+
+
+def _fill_slots(rows: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any]]:
+    """A later row of a :data:`SLOT` row's key takes the slot's place (the reference
+    overwrites that key in place); a slot nobody fills is dropped."""
+    slots = {k: i for i, (k, v, _) in enumerate(rows) if v is SLOT}
+    out: list[tuple[str, Any, Any] | None] = list(rows)
+    for i, (k, v, t) in enumerate(rows):
+        if k in slots and v is not SLOT:
+            out[slots.pop(k)] = (k, v, t)
+            out[i] = None
+    return [r for r in out if r is not None and r[1] is not SLOT]
 
 
 # --------------------------------------------------------------------------- data
 
 
 def _widen(x: np.ndarray) -> np.ndarray:
-    """The reference keeps float16/float32 and widens everything else to float32."""
-    if x.dtype in (np.float16, np.float32):
+    """The reference keeps float16/float32 and widens everything else to float32
+    (integers are kept: DeepSeek-V4's routing tables are written as I32)."""
+    if x.dtype in (np.float16, np.float32) or x.dtype.kind in "iu":
         return x
     return x.astype(np.float32)
 
@@ -783,6 +830,8 @@ def _widen(x: np.ndarray) -> np.ndarray:
 def _encode(x: np.ndarray, t: str, im: Imatrix | None, workers: int | None, name: str):
     if t == "F32":
         return np.ascontiguousarray(x, dtype=np.float32)
+    if t == "I32":
+        return np.ascontiguousarray(x, dtype=np.int32)
     if t == "F16":
         return np.ascontiguousarray(x.astype(np.float16))
     return quantize_tensor(np.ascontiguousarray(x, dtype=np.float32), t, name, im, workers)
@@ -797,9 +846,13 @@ def _piece_data(src: _Source, piece: Piece, p: _Plan) -> np.ndarray:
 
 
 def _raw_bytes(tp: TensorPlan, p: _Plan) -> np.ndarray:
-    """The ggml bytes of a packed tensor: blocks and scales read as stored, repacked."""
-    (bsrc, bpiece), (ssrc, spiece) = tp.pieces
-    data = tp.raw.repack(bpiece.apply(p.load(bsrc)), spiece.apply(p.load(ssrc)))
+    """The ggml bytes of a packed tensor: blocks and scales read as stored, repacked
+    (per-expert pairs stacked)."""
+    parts = []
+    for k in range(0, len(tp.pieces), 2):
+        (bsrc, bpiece), (ssrc, spiece) = tp.pieces[k : k + 2]
+        parts.append(tp.raw.repack(bpiece.apply(p.load(bsrc)), spiece.apply(p.load(ssrc))))
+    data = parts[0] if len(parts) == 1 else np.stack(parts)
     want = GGML[tp.raw.ggml].nbytes(math.prod(tp.shape))
     if data.dtype != np.uint8 or data.nbytes != want:
         raise E.TensorShapeMismatch(
@@ -823,6 +876,8 @@ def _tensor_slabs(tp: TensorPlan, p: _Plan, only: int | None = None) -> Iterator
     want = tp.shape[1:] if tp.stacked else tp.shape
     for src, piece in tp.pieces if only is None else tp.pieces[only : only + 1]:
         x = _piece_data(src, piece, p)
+        if tp.via is not None:
+            x = dequantize(quantize(np.ascontiguousarray(x, np.float32), tp.via), tp.via, x.shape)
         if tuple(x.shape) != tuple(want):
             raise E.TensorShapeMismatch(
                 "tensor data disagrees with its header",

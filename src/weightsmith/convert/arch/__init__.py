@@ -66,6 +66,7 @@ from ._common import (
 )
 from ._model import (
     FILE_TYPE,
+    SLOT,
     Arch,
     HfTensor,
     MetaKey,
@@ -95,6 +96,7 @@ from .bert import (
     XLMROBERTA,
 )
 from .deepseek import DEEPSEEK2, DEEPSEEK2OCR, is_ocr
+from .deepseek4 import DEEPSEEK4
 from .embeddinggemma import GEMMA_EMBEDDING
 from .ernie import ERNIE4_5, ERNIE4_5_MOE, PADDLEOCR
 from .falcon_h1 import FALCON_H1
@@ -142,6 +144,7 @@ __all__ = [
     "PERMUTE_K",
     "PERMUTE_Q",
     "REGISTRY",
+    "SLOT",
     "VARIANTS",
     "Arch",
     "HfTensor",
@@ -246,6 +249,8 @@ ENTRIES += (QWEN3ASR,)
 ENTRIES += (DEEPSEEK2OCR,)
 # Muse Glimmer's text (issue 15 section 3)
 ENTRIES += (MUSE_GLIMMER,)
+# DeepSeek-V4 in DeepSeek's own layout (MXFP4 experts, FP8 + E8M0 weights, hyper-connections)
+ENTRIES += (DEEPSEEK4,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)

@@ -43,6 +43,8 @@ VT = GGUFValueType
 
 #: placeholder row: ``general.file_type`` goes here in the metadata order
 FILE_TYPE = "file_type"
+#: the value of a :attr:`MetaKey.slot` row: the place of a key written later
+SLOT = object()
 
 
 # --------------------------------------------------------------------------- config helpers
@@ -139,7 +141,9 @@ class MetaKey:
     ``inverse`` maps the GGUF value back (default: as is).  ``general`` rows are
     written under ``general.`` instead of the arch prefix, ``absolute`` ones under
     ``key`` as it is (a ``tokenizer.ggml.*`` key a model class writes with its
-    hyperparameters).
+    hyperparameters).  A ``slot`` row writes nothing itself: it holds the place in the
+    order of a key written later (the reference sets a default there that a later row
+    overwrites in place: DeepSeek-V4's chat template).
     """
 
     key: str
@@ -149,6 +153,7 @@ class MetaKey:
     general: bool = False
     inverse: Callable[[Any], Any] | None = None
     absolute: bool = False
+    slot: bool = False
 
     def get(self, cfg: dict) -> Any:
         if self.value is not None:
@@ -305,6 +310,11 @@ class Packed:
     the ggml bytes ``[..., rows, n_blocks * ggml block size]``; ``values`` is the number
     of values per block.  Several ``gguf`` names split the rows into parts (every n-th
     with ``interleave``, else consecutive), as :class:`Split` does for float weights.
+
+    Per-expert sources (``count`` experts, ``{xid}`` in ``hf``; DeepSeek-V4's
+    ``.weight`` ``[rows, cols / 2]`` + ``.scale`` ``[rows, cols / 32]``, ``suffixes``) are
+    stacked per layer into one ``[n_expert, rows, cols]`` tensor, emitted in rule order
+    when the layer's last one is read, as :class:`Stack` does for float experts.
     """
 
     hf: str
@@ -313,11 +323,13 @@ class Packed:
     ggml: str = "MXFP4"
     values: int = 32
     interleave: bool = False
+    suffixes: tuple[str, str] = ("_blocks", "_scales")
+    count: Callable[[dict], int] | None = None
 
     def match(self, name: str) -> tuple[str, dict] | None:
         """``("blocks" | "scales", template fields)`` if ``name`` is one of the sources."""
-        for part in ("blocks", "scales"):
-            mt = _rx(self.hf + "_" + part).match(name)
+        for part, suf in zip(("blocks", "scales"), self.suffixes):
+            mt = _rx(self.hf + suf).match(name)
             if mt is not None:
                 return part, mt.groupdict()
         return None
@@ -511,6 +523,29 @@ class Arch:
     # config values the reference asserts (it converts nothing else): another value is
     # refused before any output (Gemma 3n's 4 AltUp streams)
     fixed: dict[str, Any] = field(default_factory=dict)
+    # config.json fields of any value the reference reads without a default (refused
+    # before any output when missing: DeepSeek-V4's ``compress_ratios``)
+    present: tuple[str, ...] = ()
+    # False: GGUF -> HF is refused by name before reading the metadata (DeepSeek-V4:
+    # transformers reads only DeepSeek's own layout, which the inverse does not write)
+    hf_back: bool = True
+    # HF tensors not converted for this config (exact names, a function of the config:
+    # DeepSeek-V4's hash layers' unused router bias)
+    skip_cfg: Callable[[dict], tuple[str, ...]] | None = None
+    # GGUF name patterns (``search``ed) of tensors the reference writes before all others,
+    # grouped by pattern, then by layer, then in plan order (DeepSeek-V4 generates its
+    # routing tables and MXFP4 experts first)
+    front: tuple[str, ...] = ()
+    # the type a tensor is written in by its source's dtype, whatever the output type,
+    # ``fn(gguf name, safetensors dtype, ndim)`` (None: the usual rules); the reference's
+    # ``tensor_force_quant`` by source dtype (DeepSeek-V4)
+    source_type: Callable[[str, str, int], str | None] | None = None
+    # True: FP8 weights with an E8M0 ``.scale`` per 128 x 128 block (DeepSeek-V4's own
+    # layout, no ``quantization_config`` needed) are dequantized on read
+    e8m0_scales: bool = False
+    # the ``general.file_type`` the reference labels every output with (DeepSeek-V4:
+    # MXFP4_MOE), for the f32 / f16 / bf16 / q8_0 output types
+    file_type: str | None = None
 
     # -- config
 
@@ -533,6 +568,9 @@ class Arch:
                 out[FILE_TYPE] = (None, VT.UINT32)
                 continue
             assert isinstance(row, MetaKey)
+            if row.slot:
+                out[row.full_key(self.gguf_arch)] = (SLOT, row.type)
+                continue
             v = row.get(cfg)
             if v is not None:
                 # a later row for the same key replaces the value in place, as gguf-py does
@@ -590,8 +628,9 @@ class Arch:
         pending: dict[tuple[str, int], dict[int, dict[int, str]]] = {}
         packed_seen: set[str] = set()
         alias_seen = False
+        skip_names = set(self.skip_cfg(cfg)) if self.skip_cfg is not None else set()
         for name, shape in sources:
-            if self.skipped(name):
+            if self.skipped(name) or name in skip_names:
                 continue
             if name in self.aliases:
                 if alias_seen:
@@ -599,7 +638,7 @@ class Arch:
                 alias_seen = True
             if self._stack_member(name, cfg, pending, shapes, out):
                 continue
-            if self._packed_member(name, shapes, packed_seen, raw):
+            if self._packed_member(name, shapes, packed_seen, raw, cfg, pending):
                 continue
             for sp in self.splits:
                 parts = sp.forward(name)
@@ -622,15 +661,30 @@ class Arch:
             raise PlanError("missing experts", f"layer {bid} group {group}", f"read {have}")
         if packed_seen:
             raise PlanError("unmapped", sorted(packed_seen)[0], "(blocks without scales)")
-        return raw + out
+        return self._front(raw + out)
 
-    def _packed_member(self, name, shapes, seen, out) -> bool:
-        """A packed source: its tensors are planned once blocks and scales are both read."""
-        for pk in self.packed:
+    def _front(self, outs: list[OutTensor]) -> list[OutTensor]:
+        if not self.front:
+            return outs
+
+        def group(o: OutTensor) -> int:
+            return next((i for i, p in enumerate(self.front) if re.search(p, o.name)), -1)
+
+        first = [(group(o), layer_of(o.name) or 0, i, o) for i, o in enumerate(outs)]
+        head = sorted((g, b, i) for g, b, i, _ in first if g >= 0)
+        return [outs[i] for _, _, i in head] + [o for g, _, _, o in first if g < 0]
+
+    def _packed_member(self, name, shapes, seen, out, cfg=None, pending=None) -> bool:
+        """A packed source: its tensors are planned once blocks and scales are both read
+        (per-expert ones: once every expert of every per-expert rule of the layer is)."""
+        for i, pk in enumerate(self.packed):
             hit = pk.match(name)
             if hit is None:
                 continue
             part, fields = hit
+            if pk.count is not None:
+                self._packed_expert(i, name, part, fields, shapes, cfg, pending, out)
+                return True
             blocks = name[: -len(part)] + "blocks"
             other = name[: -len(part)] + ("scales" if part == "blocks" else "blocks")
             if other not in seen:
@@ -644,6 +698,37 @@ class Arch:
                 out.append(OutTensor(g, shape, pieces, raw=pk))
             return True
         return False
+
+    def _packed_expert(self, i, name, part, fields, shapes, cfg, pending, out) -> None:
+        pk = self.packed[i]
+        bid, xid = int(fields.get("bid", -1)), int(fields["xid"])
+        n = pk.count(cfg)
+        if xid >= n:
+            raise PlanError("unmapped", name, f"(expert {xid} of {n})")
+        rules = [j for j, p in enumerate(self.packed) if p.count is not None]
+        slot = pending.setdefault(("packed", bid), {j: {} for j in rules})
+        slot[i].setdefault(xid, {})[part] = name
+        full = all(
+            len(slot[j]) == self.packed[j].count(cfg) and all(len(v) == 2 for v in slot[j].values())
+            for j in rules
+        )
+        if not full:
+            return
+        del pending[("packed", bid)]
+        for j in rules:
+            p = self.packed[j]
+            pieces, shape = [], None
+            for x in range(len(slot[j])):
+                b, s = slot[j][x]["blocks"], slot[j][x]["scales"]
+                bs, ss = shapes[b], shapes[s]
+                if len(bs) != 2 or tuple(ss) != (bs[0], bs[1] * 2 // p.values):
+                    raise PlanError("packed shape", b, f"blocks {list(bs)} scales {list(ss)}")
+                if shape is not None and (bs[0], bs[1] * 2) != shape:
+                    raise PlanError("expert shape", b, f"{list(bs)} != {list(shape)}")
+                shape = (bs[0], bs[1] * 2)
+                pieces += [Piece(b), Piece(s)]
+            g = p.gguf[0].format(bid=bid)
+            out.append(OutTensor(g, (len(slot[j]), *shape), pieces, True, raw=p))
 
     def _stack_member(self, name, cfg, pending, shapes, out) -> bool:
         for i, st in enumerate(self.stacks):

@@ -1,0 +1,204 @@
+"""DeepSeek-V4: conversion/deepseek.py ``DeepseekV4Model`` (GGUF ``deepseek4``).
+
+The reference reads the checkpoint as DeepSeek publishes it, not as transformers 5
+saves it: DeepSeek's names (``embed.weight``, ``layers.N.attn.wq_a.weight``, ...) and
+the Hub's ``config.json`` (``compress_ratios``, ``num_hash_layers``, ``qk_rope_head_dim``,
+which transformers' config folds into ``layer_types`` / ``mlp_layer_types``).
+
+* Routed experts are MXFP4: per expert ``w1`` (gate), ``w2`` (down), ``w3`` (up) as
+  ``.weight`` ``[out, in / 2]`` (two E2M1 codes a byte, element ``2i`` low) and
+  ``.scale`` E8M0 ``[out, in / 32]``.  They are repacked into ggml MXFP4 without a float
+  round trip (the byte layout is gpt-oss's, :func:`.gptoss.repack_mxfp4`) and stacked
+  per layer, gate, down, up; they come first in the file, after the hash layers'
+  routing tables ``ffn_gate_tid2eid`` (int32 ``[vocab, top_k]``).
+* Other FP8 (e4m3) weights with an E8M0 ``.scale`` per 128 x 128 block are dequantized
+  on read (:func:`weightsmith.convert._dequant.e8m0_dequantize_sources`) and written
+  Q8_0 whatever the output type; float32 sources stay F32, bfloat16 matrices BF16 (the
+  reference's ``tensor_force_quant`` by source dtype).  So every ``--outtype`` gives the
+  same file, labelled ``MXFP4_MOE``.
+* The hash layers' router bias ``ffn.gate.bias`` is not written (they route by
+  ``tid2eid``); ``ffn.gate.bias_vl`` (image tokens) is.  The MTP block (``mtp.*``) and
+  the vision tower are not part of the text file.
+* The reference puts llama.cpp's bundled DeepSeek-V4 chat template right after
+  ``general.architecture``, overwritten there by the tokenizer's own: the key keeps
+  that place, with the tokenizer's template (none is written without one).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._common import COMMON
+from ._model import VT, Arch, MetaKey, NameRule, Packed, m
+from .gptoss import repack_mxfp4
+
+_L = "layers.{bid}."
+_B = "blk.{bid}."
+
+
+def repack_mxfp4_rows(packed: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """DeepSeek's MXFP4 ``packed [rows, cols / 2]`` + ``scale [rows, cols / 32]`` -> ggml
+    bytes ``[rows, cols / 32 * 17]`` (gpt-oss's layout with the blocks as one row)."""
+    p = np.ascontiguousarray(packed).view(np.uint8)
+    s = np.ascontiguousarray(scale).view(np.uint8)
+    return repack_mxfp4(p.reshape(*p.shape[:-1], -1, 16), s)
+
+
+def _n_layers(cfg: dict) -> int:
+    return cfg["num_hidden_layers"]
+
+
+def _clamp(cfg: dict) -> list[float]:
+    return [float(cfg["swiglu_limit"])] * _n_layers(cfg)
+
+
+_ROWS = [
+    *COMMON,
+    m("rope.dimension_count", "qk_rope_head_dim"),
+    m("attention.q_lora_rank", "q_lora_rank"),
+    m("attention.sliding_window", "sliding_window"),
+    m("expert_feed_forward_length", "moe_intermediate_size"),
+    m("expert_shared_count", "n_shared_experts"),
+    m("expert_weights_scale", "routed_scaling_factor", t=VT.FLOAT32),
+    m("expert_weights_norm", "norm_topk_prob", t=VT.BOOL),
+    m("swiglu_clamp_exp", "swiglu_limit", t=VT.FLOAT32, value=_clamp),
+    m("swiglu_clamp_shexp", "swiglu_limit", t=VT.FLOAT32, value=_clamp),
+    m("attention.indexer.head_count", "index_n_heads"),
+    m("attention.indexer.key_length", "index_head_dim"),
+    m("attention.indexer.top_k", "index_topk"),
+    m("attention.output_group_count", "o_groups"),
+    m("attention.output_lora_rank", "o_lora_rank"),
+    m("attention.compress_ratios", "compress_ratios", t=VT.INT32),
+    m("attention.compress_rope_freq_base", "compress_rope_theta", t=VT.FLOAT32),
+    m("hyper_connection.count", "hc_mult"),
+    m("hyper_connection.sinkhorn_iterations", "hc_sinkhorn_iters"),
+    m("hyper_connection.epsilon", "hc_eps", t=VT.FLOAT32),
+    m("hash_layer_count", "num_hash_layers"),
+    m("embedding_length_out", "hc_mult", value=lambda c: c["hidden_size"] * c["hc_mult"]),
+]
+
+_PAIRS = [
+    ("hc_attn_fn", "hc_attn_fn.weight"),
+    ("hc_attn_base", "hc_attn_base.weight"),
+    ("hc_attn_scale", "hc_attn_scale.weight"),
+    ("hc_ffn_fn", "hc_ffn_fn.weight"),
+    ("hc_ffn_base", "hc_ffn_base.weight"),
+    ("hc_ffn_scale", "hc_ffn_scale.weight"),
+    ("attn.attn_sink", "attn_sinks.weight"),
+    ("attn.wq_a.weight", "attn_q_a.weight"),
+    ("attn.wq_b.weight", "attn_q_b.weight"),
+    ("attn.q_norm.weight", "attn_q_a_norm.weight"),
+    ("attn.wkv.weight", "attn_kv.weight"),
+    ("attn.kv_norm.weight", "attn_kv_a_norm.weight"),
+    ("attn.wo_a.weight", "attn_output_a.weight"),
+    ("attn.wo_b.weight", "attn_output_b.weight"),
+    ("attn.compressor.ape", "attn_compressor_ape.weight"),
+    ("attn.compressor.wkv.weight", "attn_compressor_kv.weight"),
+    ("attn.compressor.wgate.weight", "attn_compressor_gate.weight"),
+    ("attn.compressor.norm.weight", "attn_compressor_norm.weight"),
+    ("attn.indexer.wq_b.weight", "indexer.attn_q_b.weight"),
+    ("attn.indexer.weights_proj.weight", "indexer.proj.weight"),
+    ("attn.indexer.compressor.ape", "indexer_compressor_ape.weight"),
+    ("attn.indexer.compressor.wkv.weight", "indexer_compressor_kv.weight"),
+    ("attn.indexer.compressor.wgate.weight", "indexer_compressor_gate.weight"),
+    ("attn.indexer.compressor.norm.weight", "indexer_compressor_norm.weight"),
+    ("attn_norm.weight", "attn_norm.weight"),
+    ("ffn_norm.weight", "ffn_norm.weight"),
+    ("ffn.gate.weight", "ffn_gate_inp.weight"),
+    ("ffn.gate.bias", "exp_probs_b.bias"),
+    ("ffn.gate.bias_vl", "exp_probs_b_vl.bias"),
+    ("ffn.gate.tid2eid", "ffn_gate_tid2eid.weight"),
+    ("ffn.shared_experts.w1.weight", "ffn_gate_shexp.weight"),
+    ("ffn.shared_experts.w2.weight", "ffn_down_shexp.weight"),
+    ("ffn.shared_experts.w3.weight", "ffn_up_shexp.weight"),
+]
+
+
+def _hash_bias(cfg: dict) -> tuple[str, ...]:
+    return tuple(f"layers.{b}.ffn.gate.bias" for b in range(cfg.get("num_hash_layers", 0)))
+
+
+def source_type(name: str, dtype: str, ndim: int) -> str | None:
+    """The reference's ``tensor_force_quant``: the type a source of ``dtype`` is written in
+    whatever the output type (None: the usual rules)."""
+    if dtype.startswith("F8_E4M3") or dtype.startswith("F8_E5M2"):
+        return "Q8_0" if ndim >= 2 else None
+    if name.endswith("ffn_gate_tid2eid.weight"):
+        return "I32"
+    if dtype == "F32":
+        return "F32"
+    if dtype == "BF16" and ndim >= 2:
+        return "BF16"
+    return None
+
+
+_EXP = _L + "ffn.experts.{xid}."
+
+DEEPSEEK4 = Arch(
+    hf_archs=("DeepseekV4ForCausalLM",),
+    gguf_arch="deepseek4",
+    meta=_ROWS,
+    early_meta=[MetaKey("tokenizer.chat_template", (), VT.STRING, absolute=True, slot=True)],
+    names=[
+        NameRule("embed.weight", "token_embd.weight"),
+        NameRule("norm.weight", "output_norm.weight"),
+        NameRule("head.weight", "output.weight"),
+        NameRule("hc_head_fn", "output_hc_fn.weight"),
+        NameRule("hc_head_base", "output_hc_base.weight"),
+        NameRule("hc_head_scale", "output_hc_scale.weight"),
+        *[NameRule(_L + h, _B + g) for h, g in _PAIRS],
+    ],
+    packed=[
+        Packed(
+            _EXP + f"{w}",
+            (_B + f"ffn_{g}_exps.weight",),
+            repack_mxfp4_rows,
+            suffixes=(".weight", ".scale"),
+            count=lambda c: c["n_routed_experts"],
+        )
+        for w, g in (("w1", "gate"), ("w2", "down"), ("w3", "up"))
+    ],
+    skip=(r"^mtp\.", r"^(vision|aligner|image_)"),
+    skip_cfg=_hash_bias,
+    front=(r"ffn_gate_tid2eid", r"_exps\."),
+    required=(
+        "hidden_size",
+        "num_attention_heads",
+        "num_hidden_layers",
+        "vocab_size",
+        "n_routed_experts",
+        "hc_mult",
+        "qk_rope_head_dim",
+    ),
+    # the Hub config's legacy fields, which transformers 5 folds away (no default)
+    present=("compress_ratios", "num_hash_layers"),
+    hf_back=False,
+    # DeepseekV4Config's defaults, which the reference reads through AutoConfig
+    defaults={
+        "max_position_embeddings": 1048576,
+        "num_key_value_heads": 1,
+        "head_dim": 512,
+        "q_lora_rank": 1024,
+        "num_experts_per_tok": 6,
+        "n_shared_experts": 1,
+        "scoring_func": "sqrtsoftplus",
+        "norm_topk_prob": True,
+        "routed_scaling_factor": 1.5,
+        "rope_theta": 10000.0,
+        "compress_rope_theta": 160000.0,
+        "hc_sinkhorn_iters": 20,
+        "hc_eps": 1.0e-6,
+        "swiglu_limit": 10.0,
+        "sliding_window": 128,
+        "o_groups": 8,
+        "o_lora_rank": 1024,
+        "index_n_heads": 64,
+        "index_head_dim": 128,
+        "index_topk": 512,
+        "rms_norm_eps": 1.0e-6,
+    },
+    source_type=source_type,
+    e8m0_scales=True,
+    file_type="MXFP4_MOE",
+    tokenizer={"vocab": "gpt2"},
+)
