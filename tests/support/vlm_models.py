@@ -1198,3 +1198,68 @@ def qwen3asr_qwen_layout(src: Path, dst: Path) -> Path:
     shutil.copy(src / "model.safetensors", dst / "model.safetensors")
     hub_layout(dst, rename)
     return dst
+
+
+# --------------------------------------------------------------------------- Kimi-K2.5
+
+#: transformers 5.24's save of Kimi-K2.5 -> the Hub's names (its load renames run
+#: backwards on save, but not all: the text layers come out as ``blocks``, the patch
+#: embedding under ``encoder.``, the projector's norm under ``model.``)
+_KIMI_HUB_NAMES = (
+    ("language_model.model.blocks.", "language_model.model.layers."),
+    ("vision_tower.encoder.patch_embed.", "vision_tower.patch_embed."),
+    ("model.mm_projector.", "mm_projector."),
+)
+
+
+def kimi_hub_name(k: str) -> str:
+    for a, b in _KIMI_HUB_NAMES:
+        if k.startswith(a):
+            return b + k[len(a) :]
+    return k
+
+
+def kimik25(folder: Path, *, dtype: str = "bfloat16", seed: int = 70) -> Path:
+    """Kimi-K2.5 (Kimi_K25ForConditionalGeneration) in the Hub's layout: hf_models' tiny
+    DeepSeek-V3 text (4 experts, a dense first layer, MLA) under ``language_model.``, a
+    3-layer MoonViT3d tower of width 64 (8 px patches; the reference names the projector's
+    ``proj.2`` through the tower's block numbers: with 2 layers it cannot), the real
+    model's 64 x 64 position table (the size the reference writes without the Hub's
+    ``init_pos_emb_*`` fields), 2x2 merging.  config.json names the Hub's class,
+    ``KimiK25ForConditionalGeneration`` (the reference's; transformers' is
+    ``Kimi_K25ForConditionalGeneration`` and it loads either); the image processor file
+    limits an image to 256 patches (``in_patch_limit``: mtmd's warm-up image is that size)."""
+    import torch
+    from transformers import Kimi_K25Config, Kimi_K25ForConditionalGeneration
+
+    from support.hf_models import _bpe_tokenizer
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    text = dict(model_type="deepseek_v3", vocab_size=vocab, hidden_size=256,
+                intermediate_size=512, moe_intermediate_size=256, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4,
+                n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1,
+                q_lora_rank=64, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16,
+                v_head_dim=32, n_group=1, topk_group=1, max_position_embeddings=256,
+                bos_token_id=50256, eos_token_id=50256, tie_word_embeddings=False)  # fmt: skip
+    vision = dict(patch_size=8, pos_emb_height=64, pos_emb_width=64, pos_emb_time=4,
+                  num_attention_heads=2, num_hidden_layers=3, hidden_size=64,
+                  intermediate_size=128, merge_kernel_size=[2, 2])  # fmt: skip
+    cfg = Kimi_K25Config(text_config=text, vision_config=vision, projection_hidden_size=64,
+                         tie_word_embeddings=False, image_token_id=vocab - 1)  # fmt: skip
+    model = Kimi_K25ForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
+    hub_layout(folder, kimi_hub_name)
+    path = folder / "config.json"
+    saved = json.loads(path.read_text())
+    path.write_text(json.dumps({**saved, "architectures": ["KimiK25ForConditionalGeneration"]},
+                               indent=2))  # fmt: skip
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "Kimi_K25ImageProcessor", "patch_size": 8, "merge_size": 2,
+        "image_mean": [0.5] * 3, "image_std": [0.5] * 3,
+        "media_proc_cfg": {"in_patch_limit": 256}}, indent=2))  # fmt: skip
+    return folder
+
+
+BUILDERS["kimik25"] = kimik25

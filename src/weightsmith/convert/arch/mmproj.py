@@ -45,6 +45,7 @@ import numpy as np
 
 from . import granite4_vision as G4V
 from . import granite_speech as GS
+from . import kimik25 as K25
 from ._common import GEMMA_NORM, PERMUTE_K, PERMUTE_Q, replace_rows
 from ._model import FILE_TYPE, VT, Arch, MetaKey, NameRule, Split, Transform, m
 from .gemma4_audio import (
@@ -2224,6 +2225,90 @@ MUSE_GLIMMER_VISION = Projector(
 )
 
 
+# --------------------------------------------------------------------------- Kimi-K2.5
+
+
+def _kimi_patch(v: dict) -> int:
+    return v.get("patch_size", 14)
+
+
+def _kimi_pixels(v: dict, patches: int) -> int:
+    return patches * _kimi_patch(v) ** 2
+
+
+# KimiK25Model (conversion/kimivl.py; see .kimik25): the image size row is the position
+# table's height (``init_pos_emb_height``, the Hub's remote-code spelling, else 64) in
+# pixels; the table sizes go under ``vision.pos_emb_*`` (no ``clip.`` prefix, as the
+# reference writes them); the epsilon is ``projector_ln_eps`` (else 1e-5); the pixel
+# bounds are 8 patches and the image processor's ``in_patch_limit`` patches (else 16384)
+KIMIK25_VISION = Projector(
+    hf_archs=("KimiK25ForConditionalGeneration",),
+    # transformers 5.24 saves the projector's norm as ``model.mm_projector.pre_norm``: read,
+    # so that it is refused by name (the reference cannot name it either)
+    keep=(K25.TOWER, "mm_projector.", "model.mm_projector."),
+    force=_base_force,
+    required=NO_IMAGE_SIZE,
+    entry=Arch(
+        hf_archs=("KimiK25ForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *replace_rows(
+                BASE_ROWS,
+                vision__image_size=m(
+                    "vision.image_size",
+                    "init_pos_emb_height",
+                    value=lambda v: v.get("init_pos_emb_height", 64) * _kimi_patch(v),
+                ),
+            ),
+            _const("projector_type", "kimik25", VT.STRING),
+            *(
+                MetaKey(
+                    f"vision.pos_emb_{k}",
+                    (f"init_pos_emb_{k}",),
+                    VT.UINT32,
+                    lambda v, k=k, d=d: v.get(f"init_pos_emb_{k}", d),
+                    absolute=True,
+                )
+                for k, d in (("height", 64), ("width", 64), ("time", 4))
+            ),
+            MetaKey(
+                "use_gelu",
+                ("projector_hidden_act",),
+                VT.BOOL,
+                lambda v: v.get("projector_hidden_act", "gelu") == "gelu",
+            ),
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "projector_ln_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v.get("projector_ln_eps", 1e-5),
+            ),
+            m(
+                "vision.projector.scale_factor",
+                "merge_kernel_size",
+                value=lambda v: v.get("merge_kernel_size", (2, 2))[0],
+            ),
+            m("vision.image_min_pixels", "patch_size", value=lambda v: _kimi_pixels(v, 8)),
+            m(
+                "vision.image_max_pixels",
+                PREPROCESSOR,
+                value=lambda v: _kimi_pixels(v, v[PREPROCESSOR].get("in_patch_limit", 16384)),
+            ),
+        ],
+        names=K25.NAMES,
+        transforms=[
+            Transform(
+                "kimik25_split_rope",
+                r"\.wqkv\.(weight|bias)$",
+                K25.split_rope,
+                K25.interleaved_rope,
+            )
+        ],
+        required=(),
+    ),
+)
+
+
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
 PROJECTORS += (QWEN3VL_VISION,)
@@ -2248,5 +2333,6 @@ PROJECTORS += (QWEN3ASR_AUDIO,)
 PROJECTORS += (DEEPSEEKOCR2_VISION,)
 PROJECTORS += (UNLIMITEDOCR_VISION,)
 PROJECTORS += (MUSE_GLIMMER_VISION,)
+PROJECTORS += (KIMIK25_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
