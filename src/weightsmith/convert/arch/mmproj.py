@@ -46,6 +46,7 @@ import numpy as np
 from . import granite4_vision as G4V
 from . import granite_speech as GS
 from . import kimik25 as K25
+from . import minimax as MM3
 from ._common import GEMMA_NORM, PERMUTE_K, PERMUTE_Q, replace_rows
 from ._model import FILE_TYPE, VT, Arch, MetaKey, NameRule, Split, Transform, m
 from .gemma4_audio import (
@@ -2309,6 +2310,88 @@ KIMIK25_VISION = Projector(
 )
 
 
+# --------------------------------------------------------------------------- MiniMax-M3 VL
+
+_MM3 = "vision_tower.vision_model."
+_MM3_LAYER = _MM3 + "encoder.layers.{bid}."
+
+
+def _minimax_m3_type(v: dict) -> str:
+    MM3.vision_head_dim(v)  # the reference asserts the head width: refused before output
+    return "minimax_m3"
+
+
+# MiniMaxM3VisionModel (conversion/minimax.py): a CLIP-style ViT (pre-LayerNorm ``pre_layrnorm``,
+# LayerNorm blocks, GELU MLP) with a Conv3d patch embedding (split into one Conv2d kernel per
+# temporal slice, as Qwen2.5-VL's) and 3-D RoPE: Q / K rows reordered per head
+# (:func:`.minimax.vision_qk`; the reference asserts 80-wide heads); the projector
+# ``multi_modal_projector.linear_1`` / ``linear_2`` -> ``mm.1`` / ``mm.2`` and the patch-merge
+# MLP ``patch_merge_mlp.linear_1`` / ``linear_2`` -> ``mm.merger.fc1`` / ``fc2``; the epsilon
+# is ``layer_norm_eps`` (1e-5 without), the merge size
+# ``img_token_compression_config.spatial_merge_size`` (2 without)
+MINIMAXM3_VISION = Projector(
+    hf_archs=("MiniMaxM3SparseForConditionalGeneration", "MiniMaxM3VLForConditionalGeneration"),
+    keep=("vision_tower.", "multi_modal_projector.", "patch_merge_mlp."),
+    force=_base_force,
+    entry=Arch(
+        hf_archs=("MiniMaxM3SparseForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *BASE_ROWS,
+            MetaKey("projector_type", ("hidden_size",), VT.STRING, _minimax_m3_type),
+            _const("use_gelu", True, VT.BOOL),
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "layer_norm_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v.get("layer_norm_eps", 1e-5),
+            ),
+            m(
+                "vision.spatial_merge_size",
+                "img_token_compression_config",
+                value=lambda v: int(
+                    (v.get("img_token_compression_config") or {}).get("spatial_merge_size", 2)
+                ),
+            ),
+        ],
+        names=_wb(
+            [
+                ("multi_modal_projector.linear_1", "mm.1"),
+                ("multi_modal_projector.linear_2", "mm.2"),
+                ("patch_merge_mlp.linear_1", "mm.merger.fc1"),
+                ("patch_merge_mlp.linear_2", "mm.merger.fc2"),
+                (_MM3 + "pre_layrnorm", "v.pre_ln"),
+                (_MM3_LAYER + "self_attn.q_proj", _VBLK + "attn_q"),
+                (_MM3_LAYER + "self_attn.k_proj", _VBLK + "attn_k"),
+                (_MM3_LAYER + "self_attn.v_proj", _VBLK + "attn_v"),
+                (_MM3_LAYER + "self_attn.out_proj", _VBLK + "attn_out"),
+                (_MM3_LAYER + "layer_norm1", _VBLK + "ln1"),
+                (_MM3_LAYER + "layer_norm2", _VBLK + "ln2"),
+                (_MM3_LAYER + "mlp.fc1", _VBLK + "ffn_up"),
+                (_MM3_LAYER + "mlp.fc2", _VBLK + "ffn_down"),
+            ]
+        ),
+        splits=[
+            Split(
+                _MM3 + "embeddings.patch_embedding.weight",
+                ("v.patch_embd.weight", "v.patch_embd.weight.1"),
+                fn=_conv3d_halves,
+                shapes=lambda s, v: [(s[0], s[1], *s[3:])] * 2,
+            ),
+        ],
+        transforms=[
+            Transform(
+                "minimax_m3_vision_qk",
+                r"self_attn\.[qk]_proj\.(weight|bias)$",
+                MM3.vision_qk,
+                MM3.vision_qk_back,
+            )
+        ],
+        required=(),
+    ),
+)
+
+
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
 PROJECTORS += (QWEN3VL_VISION,)
@@ -2334,5 +2417,6 @@ PROJECTORS += (DEEPSEEKOCR2_VISION,)
 PROJECTORS += (UNLIMITEDOCR_VISION,)
 PROJECTORS += (MUSE_GLIMMER_VISION,)
 PROJECTORS += (KIMIK25_VISION,)
+PROJECTORS += (MINIMAXM3_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
