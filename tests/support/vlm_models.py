@@ -1198,3 +1198,132 @@ def qwen3asr_qwen_layout(src: Path, dst: Path) -> Path:
     shutil.copy(src / "model.safetensors", dst / "model.safetensors")
     hub_layout(dst, rename)
     return dst
+
+
+# --------------------------------------------------------------------------- Kimi-K2.5
+
+#: transformers 5.24's save of Kimi-K2.5 -> the Hub's names (its load renames run
+#: backwards on save, but not all: the text layers come out as ``blocks``, the patch
+#: embedding under ``encoder.``, the projector's norm under ``model.``)
+_KIMI_HUB_NAMES = (
+    ("language_model.model.blocks.", "language_model.model.layers."),
+    ("vision_tower.encoder.patch_embed.", "vision_tower.patch_embed."),
+    ("model.mm_projector.", "mm_projector."),
+)
+
+
+def kimi_hub_name(k: str) -> str:
+    for a, b in _KIMI_HUB_NAMES:
+        if k.startswith(a):
+            return b + k[len(a) :]
+    return k
+
+
+def kimik25(folder: Path, *, dtype: str = "bfloat16", seed: int = 70) -> Path:
+    """Kimi-K2.5 (Kimi_K25ForConditionalGeneration) in the Hub's layout: hf_models' tiny
+    DeepSeek-V3 text (4 experts, a dense first layer, MLA) under ``language_model.``, a
+    3-layer MoonViT3d tower of width 64 (8 px patches; the reference names the projector's
+    ``proj.2`` through the tower's block numbers: with 2 layers it cannot), the real
+    model's 64 x 64 position table (the size the reference writes without the Hub's
+    ``init_pos_emb_*`` fields), 2x2 merging.  config.json names the Hub's class,
+    ``KimiK25ForConditionalGeneration`` (the reference's; transformers' is
+    ``Kimi_K25ForConditionalGeneration`` and it loads either); the image processor file
+    limits an image to 256 patches (``in_patch_limit``: mtmd's warm-up image is that size)."""
+    import torch
+    from transformers import Kimi_K25Config, Kimi_K25ForConditionalGeneration
+
+    from support.hf_models import _bpe_tokenizer
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    text = dict(model_type="deepseek_v3", vocab_size=vocab, hidden_size=256,
+                intermediate_size=512, moe_intermediate_size=256, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4,
+                n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1,
+                q_lora_rank=64, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16,
+                v_head_dim=32, n_group=1, topk_group=1, max_position_embeddings=256,
+                bos_token_id=50256, eos_token_id=50256, tie_word_embeddings=False)  # fmt: skip
+    vision = dict(patch_size=8, pos_emb_height=64, pos_emb_width=64, pos_emb_time=4,
+                  num_attention_heads=2, num_hidden_layers=3, hidden_size=64,
+                  intermediate_size=128, merge_kernel_size=[2, 2])  # fmt: skip
+    cfg = Kimi_K25Config(text_config=text, vision_config=vision, projection_hidden_size=64,
+                         tie_word_embeddings=False, image_token_id=vocab - 1)  # fmt: skip
+    model = Kimi_K25ForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
+    hub_layout(folder, kimi_hub_name)
+    path = folder / "config.json"
+    saved = json.loads(path.read_text())
+    path.write_text(json.dumps({**saved, "architectures": ["KimiK25ForConditionalGeneration"]},
+                               indent=2))  # fmt: skip
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "Kimi_K25ImageProcessor", "patch_size": 8, "merge_size": 2,
+        "image_mean": [0.5] * 3, "image_std": [0.5] * 3,
+        "media_proc_cfg": {"in_patch_limit": 256}}, indent=2))  # fmt: skip
+    return folder
+
+
+BUILDERS["kimik25"] = kimik25
+
+
+# --------------------------------------------------------------------------- MiniMax-M3 VL
+
+#: MiniMax-M3's Hub config fields the reference reads and transformers 5.24's config class
+#: drops or renames (``MiniMaxM3VLTextConfig`` pops ``sparse_attention_config`` and
+#: ``moe_layer_freq`` into its own fields); the values are the tiny text model's
+MINIMAX_M3_HUB_FIELDS = {
+    "n_shared_experts": 1,
+    "moe_layer_freq": [0, 1, 1],
+    "scoring_func": "sigmoid",
+    "sparse_attention_config": {
+        "sparse_num_index_heads": 2, "sparse_index_dim": 32, "sparse_topk_blocks": 2,
+        "sparse_block_size": 4, "sparse_local_block": 1, "sparse_attention_freq": [0, 1, 1],
+    },
+}  # fmt: skip
+
+
+def minimaxm3(folder: Path, *, dtype: str = "bfloat16", seed: int = 71) -> Path:
+    """MiniMax-M3 VL (MiniMaxM3SparseForConditionalGeneration; transformers 5.24 saves the
+    Hub's layout: ``language_model.model.*`` with per-expert ``block_sparse_moe`` weights,
+    ``vision_tower.vision_model.*``, ``multi_modal_projector.*``, ``patch_merge_mlp.*``).
+    Text: 3 layers of width 256 (a dense first layer, then 4 experts, top 2, and a shared
+    expert; the last two with the lightning indexer: blocks of 4, top 2, 1 local), GQA 4 / 2
+    heads of 64, RoPE over 32 of them (``rotary_dim``, and ``partial_rotary_factor`` 0.5:
+    transformers rotates by the latter, llama.cpp by the former), the GPT-2 vocabulary.
+    Tower: 3 layers of width 160 (two 80-wide heads: the reference asserts 80), 8 px
+    patches, 2 frames, 2x2 merging.  config.json gets the Hub's text fields
+    (:data:`MINIMAX_M3_HUB_FIELDS`), and the image processor file the normalisation."""
+    import torch
+    from transformers import MiniMaxM3SparseForConditionalGeneration, MiniMaxM3VLConfig
+
+    from support.hf_models import _bpe_tokenizer
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    text = dict(vocab_size=vocab, hidden_size=256, intermediate_size=256, num_hidden_layers=3,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                max_position_embeddings=256, num_experts_per_tok=2, num_local_experts=4,
+                dense_intermediate_size=512, shared_intermediate_size=256, rotary_dim=32,
+                rope_parameters={"rope_type": "default", "rope_theta": 5000000.0,
+                                 "partial_rotary_factor": 0.5},
+                mlp_layer_types=["dense", "sparse", "sparse"],
+                layer_types=["full_attention", "minimax_m3_sparse", "minimax_m3_sparse"],
+                index_n_heads=2, index_head_dim=32, index_block_size=4, index_topk_blocks=2,
+                index_local_blocks=1, bos_token_id=50256, eos_token_id=50256)  # fmt: skip
+    vision = dict(hidden_size=160, intermediate_size=256, num_hidden_layers=3,
+                  num_attention_heads=2, image_size=64, patch_size=8)  # fmt: skip
+    cfg = MiniMaxM3VLConfig(text_config=text, vision_config=vision, projector_hidden_size=256,
+                            image_token_index=vocab - 1)  # fmt: skip
+    model = MiniMaxM3SparseForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
+    path = folder / "config.json"
+    saved = json.loads(path.read_text())
+    saved["text_config"].update(MINIMAX_M3_HUB_FIELDS)
+    path.write_text(json.dumps(saved, indent=2))
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "MiniMaxM3VLImageProcessor", "patch_size": 8,
+        "temporal_patch_size": 2, "merge_size": 2, "image_mean": [0.5] * 3,
+        "image_std": [0.5] * 3}, indent=2))  # fmt: skip
+    return folder
+
+
+BUILDERS["minimaxm3"] = minimaxm3

@@ -125,6 +125,7 @@ from .mamba import (
     is_bamba,
     is_granitehybrid_file,
 )
+from .minimax import MINIMAX_M3
 from .muse_glimmer import MUSE_GLIMMER
 from .nemotron import NEMOTRON_H, NEMOTRON_H_MOE, has_experts
 from .olmo import OLMO2
@@ -251,6 +252,8 @@ ENTRIES += (DEEPSEEK2OCR,)
 ENTRIES += (MUSE_GLIMMER,)
 # DeepSeek-V4 in DeepSeek's own layout (MXFP4 experts, FP8 + E8M0 weights, hyper-connections)
 ENTRIES += (DEEPSEEK4,)
+# MiniMax-M3 (the text of MiniMax-M3 VL; issue 15 section 3)
+ENTRIES += (MINIMAX_M3,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)

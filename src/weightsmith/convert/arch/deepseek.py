@@ -122,7 +122,8 @@ _ROWS = [
 assert FILE_TYPE in _ROWS
 
 DEEPSEEK2 = Arch(
-    hf_archs=("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"),
+    # Kimi-K2.5's text half is DeepSeek-V3 (its vision tower is not read here)
+    hf_archs=("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration"),
     gguf_arch="deepseek2",
     meta=_ROWS,
     names=[

@@ -45,6 +45,8 @@ import numpy as np
 
 from . import granite4_vision as G4V
 from . import granite_speech as GS
+from . import kimik25 as K25
+from . import minimax as MM3
 from ._common import GEMMA_NORM, PERMUTE_K, PERMUTE_Q, replace_rows
 from ._model import FILE_TYPE, VT, Arch, MetaKey, NameRule, Split, Transform, m
 from .gemma4_audio import (
@@ -2224,6 +2226,172 @@ MUSE_GLIMMER_VISION = Projector(
 )
 
 
+# --------------------------------------------------------------------------- Kimi-K2.5
+
+
+def _kimi_patch(v: dict) -> int:
+    return v.get("patch_size", 14)
+
+
+def _kimi_pixels(v: dict, patches: int) -> int:
+    return patches * _kimi_patch(v) ** 2
+
+
+# KimiK25Model (conversion/kimivl.py; see .kimik25): the image size row is the position
+# table's height (``init_pos_emb_height``, the Hub's remote-code spelling, else 64) in
+# pixels; the table sizes go under ``vision.pos_emb_*`` (no ``clip.`` prefix, as the
+# reference writes them); the epsilon is ``projector_ln_eps`` (else 1e-5); the pixel
+# bounds are 8 patches and the image processor's ``in_patch_limit`` patches (else 16384)
+KIMIK25_VISION = Projector(
+    hf_archs=("KimiK25ForConditionalGeneration",),
+    # transformers 5.24 saves the projector's norm as ``model.mm_projector.pre_norm``: read,
+    # so that it is refused by name (the reference cannot name it either)
+    keep=(K25.TOWER, "mm_projector.", "model.mm_projector."),
+    force=_base_force,
+    required=NO_IMAGE_SIZE,
+    entry=Arch(
+        hf_archs=("KimiK25ForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *replace_rows(
+                BASE_ROWS,
+                vision__image_size=m(
+                    "vision.image_size",
+                    "init_pos_emb_height",
+                    value=lambda v: v.get("init_pos_emb_height", 64) * _kimi_patch(v),
+                ),
+            ),
+            _const("projector_type", "kimik25", VT.STRING),
+            *(
+                MetaKey(
+                    f"vision.pos_emb_{k}",
+                    (f"init_pos_emb_{k}",),
+                    VT.UINT32,
+                    lambda v, k=k, d=d: v.get(f"init_pos_emb_{k}", d),
+                    absolute=True,
+                )
+                for k, d in (("height", 64), ("width", 64), ("time", 4))
+            ),
+            MetaKey(
+                "use_gelu",
+                ("projector_hidden_act",),
+                VT.BOOL,
+                lambda v: v.get("projector_hidden_act", "gelu") == "gelu",
+            ),
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "projector_ln_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v.get("projector_ln_eps", 1e-5),
+            ),
+            m(
+                "vision.projector.scale_factor",
+                "merge_kernel_size",
+                value=lambda v: v.get("merge_kernel_size", (2, 2))[0],
+            ),
+            m("vision.image_min_pixels", "patch_size", value=lambda v: _kimi_pixels(v, 8)),
+            m(
+                "vision.image_max_pixels",
+                PREPROCESSOR,
+                value=lambda v: _kimi_pixels(v, v[PREPROCESSOR].get("in_patch_limit", 16384)),
+            ),
+        ],
+        names=K25.NAMES,
+        transforms=[
+            Transform(
+                "kimik25_split_rope",
+                r"\.wqkv\.(weight|bias)$",
+                K25.split_rope,
+                K25.interleaved_rope,
+            )
+        ],
+        required=(),
+    ),
+)
+
+
+# --------------------------------------------------------------------------- MiniMax-M3 VL
+
+_MM3 = "vision_tower.vision_model."
+_MM3_LAYER = _MM3 + "encoder.layers.{bid}."
+
+
+def _minimax_m3_type(v: dict) -> str:
+    MM3.vision_head_dim(v)  # the reference asserts the head width: refused before output
+    return "minimax_m3"
+
+
+# MiniMaxM3VisionModel (conversion/minimax.py): a CLIP-style ViT (pre-LayerNorm ``pre_layrnorm``,
+# LayerNorm blocks, GELU MLP) with a Conv3d patch embedding (split into one Conv2d kernel per
+# temporal slice, as Qwen2.5-VL's) and 3-D RoPE: Q / K rows reordered per head
+# (:func:`.minimax.vision_qk`; the reference asserts 80-wide heads); the projector
+# ``multi_modal_projector.linear_1`` / ``linear_2`` -> ``mm.1`` / ``mm.2`` and the patch-merge
+# MLP ``patch_merge_mlp.linear_1`` / ``linear_2`` -> ``mm.merger.fc1`` / ``fc2``; the epsilon
+# is ``layer_norm_eps`` (1e-5 without), the merge size
+# ``img_token_compression_config.spatial_merge_size`` (2 without)
+MINIMAXM3_VISION = Projector(
+    hf_archs=("MiniMaxM3SparseForConditionalGeneration", "MiniMaxM3VLForConditionalGeneration"),
+    keep=("vision_tower.", "multi_modal_projector.", "patch_merge_mlp."),
+    force=_base_force,
+    entry=Arch(
+        hf_archs=("MiniMaxM3SparseForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *BASE_ROWS,
+            MetaKey("projector_type", ("hidden_size",), VT.STRING, _minimax_m3_type),
+            _const("use_gelu", True, VT.BOOL),
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "layer_norm_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v.get("layer_norm_eps", 1e-5),
+            ),
+            m(
+                "vision.spatial_merge_size",
+                "img_token_compression_config",
+                value=lambda v: int(
+                    (v.get("img_token_compression_config") or {}).get("spatial_merge_size", 2)
+                ),
+            ),
+        ],
+        names=_wb(
+            [
+                ("multi_modal_projector.linear_1", "mm.1"),
+                ("multi_modal_projector.linear_2", "mm.2"),
+                ("patch_merge_mlp.linear_1", "mm.merger.fc1"),
+                ("patch_merge_mlp.linear_2", "mm.merger.fc2"),
+                (_MM3 + "pre_layrnorm", "v.pre_ln"),
+                (_MM3_LAYER + "self_attn.q_proj", _VBLK + "attn_q"),
+                (_MM3_LAYER + "self_attn.k_proj", _VBLK + "attn_k"),
+                (_MM3_LAYER + "self_attn.v_proj", _VBLK + "attn_v"),
+                (_MM3_LAYER + "self_attn.out_proj", _VBLK + "attn_out"),
+                (_MM3_LAYER + "layer_norm1", _VBLK + "ln1"),
+                (_MM3_LAYER + "layer_norm2", _VBLK + "ln2"),
+                (_MM3_LAYER + "mlp.fc1", _VBLK + "ffn_up"),
+                (_MM3_LAYER + "mlp.fc2", _VBLK + "ffn_down"),
+            ]
+        ),
+        splits=[
+            Split(
+                _MM3 + "embeddings.patch_embedding.weight",
+                ("v.patch_embd.weight", "v.patch_embd.weight.1"),
+                fn=_conv3d_halves,
+                shapes=lambda s, v: [(s[0], s[1], *s[3:])] * 2,
+            ),
+        ],
+        transforms=[
+            Transform(
+                "minimax_m3_vision_qk",
+                r"self_attn\.[qk]_proj\.(weight|bias)$",
+                MM3.vision_qk,
+                MM3.vision_qk_back,
+            )
+        ],
+        required=(),
+    ),
+)
+
+
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
 PROJECTORS += (QWEN3VL_VISION,)
@@ -2248,5 +2416,7 @@ PROJECTORS += (QWEN3ASR_AUDIO,)
 PROJECTORS += (DEEPSEEKOCR2_VISION,)
 PROJECTORS += (UNLIMITEDOCR_VISION,)
 PROJECTORS += (MUSE_GLIMMER_VISION,)
+PROJECTORS += (KIMIK25_VISION,)
+PROJECTORS += (MINIMAXM3_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
