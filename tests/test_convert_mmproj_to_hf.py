@@ -33,6 +33,7 @@ ARCHS += ["mistral3"]
 ARCHS += ["qwen25vl"]
 ARCHS += ["qwen2vl"]
 ARCHS += ["qwen3vl"]
+ARCHS += ["smolvlm"]
 #: the families given pixels as flattened patches, with their image processor checked
 QWEN = ("qwen25vl", "qwen2vl", "qwen3vl")
 TYPES = ["f32", "f16"]
@@ -111,6 +112,8 @@ def _pixels(arch: str, model, seed: int = 0) -> dict:
             "image_grid_thw": torch.tensor([[1, 8, 8]]),
         }
     kw = {"pixel_values": torch.randn(1, 3, 64, 64, generator=g)}
+    if arch == "smolvlm":  # [batch, images, C, H, W]
+        kw["pixel_values"] = kw["pixel_values"][:, None]
     if arch in ("llava", "mistral3"):
         kw["image_sizes"] = torch.tensor([[64, 64]])
     return kw

@@ -51,6 +51,7 @@ from .arch.mmproj import (
     QWEN2VL_VISION,
     QWEN3VL_VISION,
     QWEN25VL_VISION,
+    SMOLVLM_VISION,
     Projector,
 )
 
@@ -223,9 +224,9 @@ def vlm_parts(
             expected="present",
             found="no such key or tensor",
         ) from None
+    text_cfg.pop("architectures", None)  # the family's text() may name one (SmolVLM's)
     text_cfg.update(back.text(text_cfg, text.metadata))
     dt = {k: text_cfg.pop(k) for k in ("dtype", "torch_dtype")}
-    text_cfg.pop("architectures", None)
     cfg = {
         "architectures": [back.hf_arch],
         "model_type": back.model_type,
@@ -578,3 +579,62 @@ QWEN3VL_BACK = VisionBack(
 )
 
 VISION_BACK += (QWEN3VL_BACK,)
+
+
+# --------------------------------------------------------------------------- SmolVLM / Idefics3
+
+
+def _smolvlm_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # the pixel shuffle factor is a top-level field; the tower's act is llama.cpp's GELU
+    # (tanh), SmolVLM's default gelu_pytorch_tanh, and its 3 channels the default too
+    return {}, {"scale_factor": md[_CLIP + "vision.projector.scale_factor"]}
+
+
+def _smolvlm_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    tile = vision["image_size"]
+    edge = md.get(_CLIP + "vision.preproc_image_size", tile)
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "SmolVLMImageProcessor",
+            "do_convert_rgb": True,
+            # an image resized past one tile is split into tiles of the tower's size
+            "do_image_splitting": edge > tile,
+            "do_normalize": True,
+            "do_pad": True,
+            "do_rescale": True,
+            "do_resize": True,
+            "max_image_size": {"longest_edge": tile},
+            "resample": 1,
+            "rescale_factor": 1 / 255,
+            "size": {"longest_edge": edge},
+            **_mean_std(md),
+        }
+    }
+
+
+# one projector type for both classes (the same modules and names): written back as
+# SmolVLM, whose text config is any text model (Idefics3's is Llama only)
+SMOLVLM_BACK = VisionBack(
+    hf_arch="SmolVLMForConditionalGeneration",
+    model_type="smolvlm",
+    projector=SMOLVLM_VISION,
+    projector_types=("idefics3",),
+    vision_model_type="smolvlm_vision",
+    text_model_type=None,
+    text_archs=("llama",),
+    fields={
+        "vision.block_count": "num_hidden_layers",
+        "vision.projector.scale_factor": None,
+        "use_gelu": None,
+    },
+    restore=_smolvlm_restore,
+    preprocessor=_smolvlm_pre,
+    # the Hub's (and transformers') names: model.text_model.*, lm_head at the top
+    text_rename=lambda name: name.replace("model.", "model.text_model.", 1),
+    # the text config's class as the Hub's SmolVLM configs name it: both converters
+    # choose the text model by it
+    text=lambda cfg, md: {"architectures": ["VLlama3ForCausalLM"]},
+    tokens=_token_ids({"image_token_id": "<image>"}),
+)
+
+VISION_BACK += (SMOLVLM_BACK,)
