@@ -34,6 +34,7 @@ ARCHS += ["qwen25vl"]
 ARCHS += ["qwen2vl"]
 ARCHS += ["qwen3vl"]
 ARCHS += ["smolvlm"]
+ARCHS += ["lfm2vl"]
 #: the families given pixels as flattened patches, with their image processor checked
 QWEN = ("qwen25vl", "qwen2vl", "qwen3vl")
 TYPES = ["f32", "f16"]
@@ -114,6 +115,11 @@ def _pixels(arch: str, model, seed: int = 0) -> dict:
     kw = {"pixel_values": torch.randn(1, 3, 64, 64, generator=g)}
     if arch == "smolvlm":  # [batch, images, C, H, W]
         kw["pixel_values"] = kw["pixel_values"][:, None]
+    if arch == "lfm2vl":  # NaFlex: 16 px patches row by row, each channel-last
+        x = kw["pixel_values"].reshape(1, 3, 4, 16, 4, 16).permute(0, 2, 4, 3, 5, 1)
+        kw = {"pixel_values": x.reshape(1, 16, 16 * 16 * 3),
+              "spatial_shapes": torch.tensor([[4, 4]]),
+              "pixel_attention_mask": torch.ones(1, 16, dtype=torch.bool)}  # fmt: skip
     if arch in ("llava", "mistral3"):
         kw["image_sizes"] = torch.tensor([[64, 64]])
     return kw

@@ -47,6 +47,7 @@ from . import _gguf_to_hf as G  # a module import: _gguf_to_hf imports this modu
 from .arch import MetaKey
 from .arch.mmproj import (
     GEMMA3_VISION,
+    LFM2VL_VISION,
     LLAVA_VISION,
     QWEN2VL_VISION,
     QWEN3VL_VISION,
@@ -638,3 +639,64 @@ SMOLVLM_BACK = VisionBack(
 )
 
 VISION_BACK += (SMOLVLM_BACK,)
+
+
+# --------------------------------------------------------------------------- LFM2-VL
+
+
+def _lfm2vl_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # the SigLIP2 position grid's cells are the table's rows (numpy order [rows, width]);
+    # no head tensors: the tower ends at its post-LayerNorm
+    v = {"num_patches": shapes["v.position_embd.weight"][0], "vision_use_head": False}
+    # the projector: its hidden width and layout are the tensors' (numpy [out, in])
+    top = {
+        "downsample_factor": md[_CLIP + "vision.projector.scale_factor"],
+        "projector_hidden_size": shapes["mm.1.weight"][0],
+        "projector_bias": "mm.1.bias" in shapes,
+        "projector_use_layernorm": "mm.input_norm.weight" in shapes,
+        "projector_hidden_act": "gelu",  # llama.cpp's lfm2 projector MLP (use_gelu)
+    }
+    return v, top
+
+
+def _lfm2vl_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "Lfm2VlImageProcessor",
+            "encoder_patch_size": vision["patch_size"],
+            "downsample_factor": md[_CLIP + "vision.projector.scale_factor"],
+            "do_normalize": True,
+            "do_rescale": True,
+            "rescale_factor": 1 / 255,
+            **_mean_std(md),
+        }
+    }
+
+
+LFM2VL_BACK = VisionBack(
+    hf_arch="Lfm2VlForConditionalGeneration",
+    model_type="lfm2_vl",
+    projector=LFM2VL_VISION,
+    projector_types=("lfm2",),
+    vision_model_type="siglip2_vision_model",
+    text_model_type=None,
+    text_archs=("lfm2",),
+    fields={
+        "vision.image_size": None,  # llama.cpp's constant 256, not a SigLIP2 field
+        "vision.block_count": "num_hidden_layers",
+        "vision.projector.scale_factor": None,  # a top-level field (downsample_factor)
+        "use_gelu": None,  # the tower's gelu_pytorch_tanh, the config default
+    },
+    required=_REQUIRED[1:],  # no image size: its row is a constant
+    restore=_lfm2vl_restore,
+    preprocessor=_lfm2vl_pre,
+    # the Hub's names: model.vision_tower.vision_model.*, model.multi_modal_projector.*
+    rename=lambda name, md: "model." + name,
+    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
+    # the text config's class as the Hub's LFM2-VL configs name it (the reference's
+    # converter chooses the text model by it)
+    text=lambda cfg, md: {"architectures": ["Lfm2ForCausalLM"]},
+    tokens=_token_ids({"image_token_id": "<image>"}),
+)
+
+VISION_BACK += (LFM2VL_BACK,)
