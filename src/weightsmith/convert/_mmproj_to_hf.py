@@ -48,6 +48,7 @@ from .arch import MetaKey
 from .arch.mmproj import (
     GEMMA3_VISION,
     LFM2VL_VISION,
+    LLAMA4_VISION,
     LLAVA_VISION,
     QWEN2VL_VISION,
     QWEN3VL_VISION,
@@ -700,3 +701,71 @@ LFM2VL_BACK = VisionBack(
 )
 
 VISION_BACK += (LFM2VL_BACK,)
+
+
+# --------------------------------------------------------------------------- Llama 4
+
+
+def _llama4_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # numpy order [out, in]: the adapter MLP's widths and the projection's input width
+    # are only shapes; the shuffle ratio is the row's factor inverted (int(1 / ratio))
+    v = {
+        "pixel_shuffle_ratio": 1 / md[_CLIP + "vision.projector.scale_factor"],
+        "projector_input_dim": shapes["mm.model.mlp.1.weight"][0],
+        "projector_output_dim": shapes["mm.model.mlp.2.weight"][0],
+        "vision_output_dim": shapes["mm.model.fc.weight"][1],
+        "multi_modal_projector_bias": "mm.model.fc.bias" in shapes,
+        # the reference refuses any other act (use_gelu); llama.cpp's graph hard-codes
+        # the RoPE base 10000, feature layer -1 and the CLS-less "default" selection,
+        # Llama4VisionConfig's defaults
+        "hidden_act": "gelu",
+    }
+    return v, {}
+
+
+def _llama4_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    px = vision["image_size"]
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "Llama4ImageProcessorFast",  # the Hub's
+            "size": {"height": px, "width": px},
+            "do_normalize": True,
+            "do_rescale": True,
+            "do_resize": True,
+            "rescale_factor": 1 / 255,
+            **_mean_std(md),
+        }
+    }
+
+
+def _llama4_rename(name: str, md: Mapping[str, Any]) -> str:
+    # the position table is a bare parameter, read forward as a .weight
+    return name.removesuffix(".weight") if "positional_embedding_vlm" in name else name
+
+
+LLAMA4_BACK = VisionBack(
+    hf_arch="Llama4ForConditionalGeneration",
+    model_type="llama4",
+    projector=LLAMA4_VISION,
+    projector_types=("llama4",),
+    vision_model_type="llama4_vision_model",
+    text_model_type=None,
+    text_archs=("llama4",),
+    fields={
+        "vision.block_count": "num_hidden_layers",
+        "vision.projector.scale_factor": None,  # pixel_shuffle_ratio, inverted
+        "use_gelu": None,
+    },
+    restore=_llama4_restore,
+    preprocessor=_llama4_pre,
+    rename=_llama4_rename,
+    tokens=_token_ids(
+        {
+            "image_token_index": "<|image|>",
+            "boi_token_index": "<|image_start|>",
+            "eoi_token_index": "<|image_end|>",
+        }
+    ),
+)
+
+VISION_BACK += (LLAMA4_BACK,)
