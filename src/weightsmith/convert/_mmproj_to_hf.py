@@ -47,10 +47,13 @@ from . import _gguf_to_hf as G  # a module import: _gguf_to_hf imports this modu
 from .arch import MetaKey
 from .arch.mmproj import (
     GEMMA3_VISION,
+    LFM2VL_VISION,
+    LLAMA4_VISION,
     LLAVA_VISION,
     QWEN2VL_VISION,
     QWEN3VL_VISION,
     QWEN25VL_VISION,
+    SMOLVLM_VISION,
     Projector,
 )
 
@@ -223,9 +226,9 @@ def vlm_parts(
             expected="present",
             found="no such key or tensor",
         ) from None
+    text_cfg.pop("architectures", None)  # the family's text() may name one (SmolVLM's)
     text_cfg.update(back.text(text_cfg, text.metadata))
     dt = {k: text_cfg.pop(k) for k in ("dtype", "torch_dtype")}
-    text_cfg.pop("architectures", None)
     cfg = {
         "architectures": [back.hf_arch],
         "model_type": back.model_type,
@@ -578,3 +581,191 @@ QWEN3VL_BACK = VisionBack(
 )
 
 VISION_BACK += (QWEN3VL_BACK,)
+
+
+# --------------------------------------------------------------------------- SmolVLM / Idefics3
+
+
+def _smolvlm_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # the pixel shuffle factor is a top-level field; the tower's act is llama.cpp's GELU
+    # (tanh), SmolVLM's default gelu_pytorch_tanh, and its 3 channels the default too
+    return {}, {"scale_factor": md[_CLIP + "vision.projector.scale_factor"]}
+
+
+def _smolvlm_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    tile = vision["image_size"]
+    edge = md.get(_CLIP + "vision.preproc_image_size", tile)
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "SmolVLMImageProcessor",
+            "do_convert_rgb": True,
+            # an image resized past one tile is split into tiles of the tower's size
+            "do_image_splitting": edge > tile,
+            "do_normalize": True,
+            "do_pad": True,
+            "do_rescale": True,
+            "do_resize": True,
+            "max_image_size": {"longest_edge": tile},
+            "resample": 1,
+            "rescale_factor": 1 / 255,
+            "size": {"longest_edge": edge},
+            **_mean_std(md),
+        }
+    }
+
+
+# one projector type for both classes (the same modules and names): written back as
+# SmolVLM, whose text config is any text model (Idefics3's is Llama only)
+SMOLVLM_BACK = VisionBack(
+    hf_arch="SmolVLMForConditionalGeneration",
+    model_type="smolvlm",
+    projector=SMOLVLM_VISION,
+    projector_types=("idefics3",),
+    vision_model_type="smolvlm_vision",
+    text_model_type=None,
+    text_archs=("llama",),
+    fields={
+        "vision.block_count": "num_hidden_layers",
+        "vision.projector.scale_factor": None,
+        "use_gelu": None,
+    },
+    restore=_smolvlm_restore,
+    preprocessor=_smolvlm_pre,
+    # the Hub's (and transformers') names: model.text_model.*, lm_head at the top
+    text_rename=lambda name: name.replace("model.", "model.text_model.", 1),
+    # the text config's class as the Hub's SmolVLM configs name it: both converters
+    # choose the text model by it
+    text=lambda cfg, md: {"architectures": ["VLlama3ForCausalLM"]},
+    tokens=_token_ids({"image_token_id": "<image>"}),
+)
+
+VISION_BACK += (SMOLVLM_BACK,)
+
+
+# --------------------------------------------------------------------------- LFM2-VL
+
+
+def _lfm2vl_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # the SigLIP2 position grid's cells are the table's rows (numpy order [rows, width]);
+    # no head tensors: the tower ends at its post-LayerNorm
+    v = {"num_patches": shapes["v.position_embd.weight"][0], "vision_use_head": False}
+    # the projector: its hidden width and layout are the tensors' (numpy [out, in])
+    top = {
+        "downsample_factor": md[_CLIP + "vision.projector.scale_factor"],
+        "projector_hidden_size": shapes["mm.1.weight"][0],
+        "projector_bias": "mm.1.bias" in shapes,
+        "projector_use_layernorm": "mm.input_norm.weight" in shapes,
+        "projector_hidden_act": "gelu",  # llama.cpp's lfm2 projector MLP (use_gelu)
+    }
+    return v, top
+
+
+def _lfm2vl_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "Lfm2VlImageProcessor",
+            "encoder_patch_size": vision["patch_size"],
+            "downsample_factor": md[_CLIP + "vision.projector.scale_factor"],
+            "do_normalize": True,
+            "do_rescale": True,
+            "rescale_factor": 1 / 255,
+            **_mean_std(md),
+        }
+    }
+
+
+LFM2VL_BACK = VisionBack(
+    hf_arch="Lfm2VlForConditionalGeneration",
+    model_type="lfm2_vl",
+    projector=LFM2VL_VISION,
+    projector_types=("lfm2",),
+    vision_model_type="siglip2_vision_model",
+    text_model_type=None,
+    text_archs=("lfm2",),
+    fields={
+        "vision.image_size": None,  # llama.cpp's constant 256, not a SigLIP2 field
+        "vision.block_count": "num_hidden_layers",
+        "vision.projector.scale_factor": None,  # a top-level field (downsample_factor)
+        "use_gelu": None,  # the tower's gelu_pytorch_tanh, the config default
+    },
+    required=_REQUIRED[1:],  # no image size: its row is a constant
+    restore=_lfm2vl_restore,
+    preprocessor=_lfm2vl_pre,
+    # the Hub's names: model.vision_tower.vision_model.*, model.multi_modal_projector.*
+    rename=lambda name, md: "model." + name,
+    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
+    # the text config's class as the Hub's LFM2-VL configs name it (the reference's
+    # converter chooses the text model by it)
+    text=lambda cfg, md: {"architectures": ["Lfm2ForCausalLM"]},
+    tokens=_token_ids({"image_token_id": "<image>"}),
+)
+
+VISION_BACK += (LFM2VL_BACK,)
+
+
+# --------------------------------------------------------------------------- Llama 4
+
+
+def _llama4_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # numpy order [out, in]: the adapter MLP's widths and the projection's input width
+    # are only shapes; the shuffle ratio is the row's factor inverted (int(1 / ratio))
+    v = {
+        "pixel_shuffle_ratio": 1 / md[_CLIP + "vision.projector.scale_factor"],
+        "projector_input_dim": shapes["mm.model.mlp.1.weight"][0],
+        "projector_output_dim": shapes["mm.model.mlp.2.weight"][0],
+        "vision_output_dim": shapes["mm.model.fc.weight"][1],
+        "multi_modal_projector_bias": "mm.model.fc.bias" in shapes,
+        # the reference refuses any other act (use_gelu); llama.cpp's graph hard-codes
+        # the RoPE base 10000, feature layer -1 and the CLS-less "default" selection,
+        # Llama4VisionConfig's defaults
+        "hidden_act": "gelu",
+    }
+    return v, {}
+
+
+def _llama4_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    px = vision["image_size"]
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "Llama4ImageProcessorFast",  # the Hub's
+            "size": {"height": px, "width": px},
+            "do_normalize": True,
+            "do_rescale": True,
+            "do_resize": True,
+            "rescale_factor": 1 / 255,
+            **_mean_std(md),
+        }
+    }
+
+
+def _llama4_rename(name: str, md: Mapping[str, Any]) -> str:
+    # the position table is a bare parameter, read forward as a .weight
+    return name.removesuffix(".weight") if "positional_embedding_vlm" in name else name
+
+
+LLAMA4_BACK = VisionBack(
+    hf_arch="Llama4ForConditionalGeneration",
+    model_type="llama4",
+    projector=LLAMA4_VISION,
+    projector_types=("llama4",),
+    vision_model_type="llama4_vision_model",
+    text_model_type=None,
+    text_archs=("llama4",),
+    fields={
+        "vision.block_count": "num_hidden_layers",
+        "vision.projector.scale_factor": None,  # pixel_shuffle_ratio, inverted
+        "use_gelu": None,
+    },
+    restore=_llama4_restore,
+    preprocessor=_llama4_pre,
+    rename=_llama4_rename,
+    tokens=_token_ids(
+        {
+            "image_token_index": "<|image|>",
+            "boi_token_index": "<|image_start|>",
+            "eoi_token_index": "<|image_end|>",
+        }
+    ),
+)
+
+VISION_BACK += (LLAMA4_BACK,)

@@ -962,13 +962,17 @@ SMOLVLM_VISION = Projector(
             *replace_rows(
                 BASE_ROWS,
                 vision__embedding_length=m(
-                    "vision.embedding_length", value=_smolvlm_param("hidden_size")
+                    "vision.embedding_length", "hidden_size", value=_smolvlm_param("hidden_size")
                 ),
                 vision__feed_forward_length=m(
-                    "vision.feed_forward_length", value=_smolvlm_param("intermediate_size")
+                    "vision.feed_forward_length",
+                    "intermediate_size",
+                    value=_smolvlm_param("intermediate_size"),
                 ),
                 vision__attention__head_count=m(
-                    "vision.attention.head_count", value=_smolvlm_param("num_attention_heads")
+                    "vision.attention.head_count",
+                    "num_attention_heads",
+                    value=_smolvlm_param("num_attention_heads"),
                 ),
             ),
             _const("projector_type", "idefics3", VT.STRING),
