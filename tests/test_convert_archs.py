@@ -73,6 +73,8 @@ ARCHS += ["hunyuan_dense"]
 # EXAONE 4.0: the 1.2B layout (RoPE on every layer) and the 32B one (64 layers: the pinned
 # llama.cpp runs the sliding-window / global-NoPE hybrid only at that depth)
 ARCHS += ["exaone4", "exaone4_swa"]
+# K-EXAONE's layout (exaone-moe): sigmoid-routed experts with a correction bias, shared expert
+ARCHS += ["exaone_moe"]
 REF_TYPES = ["f32", "f16", "bf16", "q8_0"]
 # llama.cpp (the pinned build) and transformers 5 give different logits for the same tiny
 # DeepSeek-V3 (max 0.69): llama.cpp's own file shows the same gap as ours (docs/
@@ -156,7 +158,7 @@ BPE_VOCAB |= {"nemotronhmoe"}
 BPE_VOCAB |= {"falconh1"}
 BPE_VOCAB |= {"glm4"}
 BPE_VOCAB |= {"hunyuan_dense"}
-BPE_VOCAB |= {"exaone4", "exaone4_swa"}
+BPE_VOCAB |= {"exaone4", "exaone4_swa", "exaone_moe"}
 PROMPTS = {
     "spm": [1, 5, 9, 33, 100, 7, 200, 42],
     "bpe": [9707, 11, 1879, 0, 358, 1079, 264, 2272],

@@ -1,4 +1,5 @@
-"""EXAONE 4.0 and the text half of EXAONE 4.5: conversion/exaone.py (GGUF ``exaone4``).
+"""EXAONE 4.0, the text half of EXAONE 4.5 (GGUF ``exaone4``) and K-EXAONE (GGUF
+``exaone-moe``): conversion/exaone.py.
 
 EXAONE 4.0 (``Exaone4ForCausalLM``) is OLMo 2's layer: Q/K RMS norms over each head, an
 RMS norm after the attention and one after the MLP, no pre-norms; RoPE is NeoX-style (no
@@ -29,8 +30,19 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ._common import BASE_NAMES, COMMON, QK_NORM, layer_rules, llama3_rope_freqs, replace_rows
-from ._model import VT, Arch, m
+from ._common import (
+    BASE_NAMES,
+    BLK,
+    COMMON,
+    FFN_NORM,
+    LAYER,
+    QK_NORM,
+    expert_stacks,
+    layer_rules,
+    llama3_rope_freqs,
+    replace_rows,
+)
+from ._model import VT, Arch, NameRule, first, m
 
 _SLIDING, _FULL = "sliding_attention", "full_attention"
 
@@ -115,19 +127,101 @@ def _n_nextn(cfg: dict) -> int:
     return int(cfg.get("num_nextn_predict_layers") or 0)
 
 
+#: EXAONE 4.0's rows with the MTP blocks counted in ``block_count`` (the 4.5 text and
+#: the MoE classes set the reference's block count so)
+_ROWS_WITH_MTP = replace_rows(
+    EXAONE4.meta,
+    block_count=m(
+        "block_count",
+        "num_hidden_layers",
+        value=lambda c: c["num_hidden_layers"] + _n_nextn(c),
+    ),
+)
+
 EXAONE4_5_TEXT = replace(
     EXAONE4,
     hf_archs=("Exaone4_5_ForConditionalGeneration",),
     meta=[
-        *replace_rows(
-            EXAONE4.meta,
-            block_count=m(
-                "block_count",
-                "num_hidden_layers",
-                value=lambda c: c["num_hidden_layers"] + _n_nextn(c),
-            ),
-        ),
+        *_ROWS_WITH_MTP,
         m("nextn_predict_layers", "num_nextn_predict_layers", value=lambda c: _n_nextn(c) or None),
     ],
     model_types={},
+)
+
+
+# ExaoneMoEModel (K-EXAONE, ``ExaoneMoeForCausalLM``): EXAONE 4.0's attention and rows with
+# pre-norms (``input_layernorm`` -> ``attn_norm``, ``post_attention_layernorm`` ->
+# ``ffn_norm``), dense lead layers, then sigmoid-routed experts (per expert, stacked
+# ``down``, ``gate``, ``up`` when a layer's last one is read) with a correction bias and
+# shared experts; its rows after the window ones, ``rope.scaling.type`` ``none`` last
+_MOE = LAYER + "mlp."
+
+
+def _lead_dense(cfg: dict) -> int:
+    return int(first(cfg, ("first_k_dense_replace", "first_last_k_dense_replace")) or 0)
+
+
+def _moe_hf_config(cfg: dict, names: set[str]) -> dict:
+    n = cfg["num_hidden_layers"]
+    lead = cfg.get("first_k_dense_replace", 0)
+    return {
+        **_hf_config(cfg, names),
+        "mlp_layer_types": ["dense" if i < lead else "sparse" for i in range(n)],
+        "rope_scaling": None,  # the GGUF's "none" is llama.cpp's word for default RoPE
+    }
+
+
+EXAONE_MOE = Arch(
+    hf_archs=("ExaoneMoeForCausalLM", "ExaoneMoEForCausalLM"),
+    gguf_arch="exaone-moe",
+    meta=[
+        *replace_rows(
+            _ROWS_WITH_MTP,
+            expert_count=m("expert_count", "num_experts", value=lambda c: c.get("num_experts")),
+        ),
+        m("expert_feed_forward_length", "moe_intermediate_size"),
+        m("expert_shared_count", "num_shared_experts"),
+        m(
+            "expert_shared_feed_forward_length",
+            "_shared_ff",
+            value=lambda c: c["moe_intermediate_size"] * c["num_shared_experts"],
+        ),
+        m("expert_weights_scale", "routed_scaling_factor", t=VT.FLOAT32),
+        m("expert_weights_norm", "norm_topk_prob", t=VT.BOOL),
+        m("leading_dense_block_count", "first_k_dense_replace", value=_lead_dense),
+        m("nextn_predict_layers", "num_nextn_predict_layers", value=_n_nextn),
+        m("rope.scaling.type", "_rope_scaling", t=VT.STRING, value=lambda c: "none"),
+    ],
+    names=[
+        *BASE_NAMES,
+        *QK_NORM,
+        *FFN_NORM,
+        NameRule(_MOE + "gate.weight", BLK + "ffn_gate_inp.weight"),
+        NameRule(_MOE + "e_score_correction_bias", BLK + "exp_probs_b.bias"),
+        NameRule(_MOE + "gate.e_score_correction_bias", BLK + "exp_probs_b.bias"),
+        *(
+            NameRule(_MOE + f"shared_experts.{w}_proj.weight", BLK + f"ffn_{w}_shexp.weight")
+            for w in ("gate", "up", "down")
+        ),
+    ],
+    stacks=expert_stacks(lambda c: c["num_experts"]),
+    extra={"rope_freqs.weight": _llama3_freqs},
+    # ExaoneMoeConfig's defaults, as AutoConfig fills them before the reference reads them
+    defaults={
+        "sliding_window": 4096,
+        "sliding_window_pattern": 4,
+        "layer_types": _layer_types,
+        "first_k_dense_replace": 1,
+        "moe_intermediate_size": 1024,
+        "num_experts": 64,
+        "num_experts_per_tok": 8,
+        "num_shared_experts": 1,
+        "norm_topk_prob": True,
+        "routed_scaling_factor": 2.5,
+        "n_group": 1,
+        "topk_group": 1,
+    },
+    tokenizer={"vocab": "gpt2"},
+    model_types={"ExaoneMoeForCausalLM": "exaone_moe"},
+    hf_config=_moe_hf_config,
 )
