@@ -2186,6 +2186,11 @@ def hunyuan_vl(folder: Path, *, dtype: str = "float32", seed: int = 61) -> Path:
 BUILDERS["hunyuan_vl"] = hunyuan_vl
 
 
+def _gpt2_tokenizer(folder: Path) -> int:
+    # GPT-2's BPE: a third of Qwen's vocabulary, so a third of the embedding bytes
+    return _bpe_tokenizer(folder, "gpt-2")
+
+
 def _exaone4_cfg(vocab: int, **kw):
     from transformers import Exaone4Config
 
@@ -2195,7 +2200,7 @@ def _exaone4_cfg(vocab: int, **kw):
     fields = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                   max_position_embeddings=256, rms_norm_eps=1e-5, rope_parameters=rope,
-                  bos_token_id=None, eos_token_id=151643, pad_token_id=None,
+                  bos_token_id=None, eos_token_id=50256, pad_token_id=None,
                   tie_word_embeddings=False)  # fmt: skip
     return Exaone4Config(**{**fields, **kw})
 
@@ -2203,10 +2208,10 @@ def _exaone4_cfg(vocab: int, **kw):
 def exaone4(folder: Path, *, dtype: str = "bfloat16", seed: int = 70) -> Path:
     """EXAONE 4.0 (the 1.2B layout, tiny): Q/K RMS norms, norms after the attention and
     the MLP (no pre-norms), Llama 3 RoPE on every layer (``sliding_window`` null, all
-    layers full attention), Qwen's BPE."""
+    layers full attention), GPT-2's BPE."""
     from transformers import Exaone4ForCausalLM
 
-    cfg = _exaone4_cfg(_qwen_tokenizer(folder), sliding_window=None,
+    cfg = _exaone4_cfg(_gpt2_tokenizer(folder), sliding_window=None,
                        layer_types=["full_attention"] * 2)  # fmt: skip
     model = Exaone4ForCausalLM(cfg)
     _random_init(model, seed)
@@ -2219,7 +2224,7 @@ def exaone4_swa(folder: Path, *, dtype: str = "bfloat16", seed: int = 71) -> Pat
     (window 4, RoPE) then one full layer without RoPE, from ``sliding_window_pattern`` 4."""
     from transformers import Exaone4ForCausalLM
 
-    cfg = _exaone4_cfg(_qwen_tokenizer(folder), hidden_size=32, intermediate_size=64,
+    cfg = _exaone4_cfg(_gpt2_tokenizer(folder), hidden_size=32, intermediate_size=64,
                        num_hidden_layers=64, num_attention_heads=2, num_key_value_heads=1,
                        sliding_window=4, sliding_window_pattern=4)  # fmt: skip
     model = Exaone4ForCausalLM(cfg)
@@ -2240,7 +2245,7 @@ def exaone_moe(folder: Path, *, dtype: str = "bfloat16", seed: int = 73) -> Path
     import torch
     from transformers import ExaoneMoeConfig, ExaoneMoeForCausalLM
 
-    cfg = ExaoneMoeConfig(vocab_size=_qwen_tokenizer(folder), hidden_size=64,
+    cfg = ExaoneMoeConfig(vocab_size=_gpt2_tokenizer(folder), hidden_size=64,
                           intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
                           num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
                           rms_norm_eps=1e-5, sliding_window=4, sliding_window_pattern=4,
@@ -2248,7 +2253,7 @@ def exaone_moe(folder: Path, *, dtype: str = "bfloat16", seed: int = 73) -> Path
                           first_k_dense_replace=1, moe_intermediate_size=32, num_experts=4,
                           num_experts_per_tok=2, num_shared_experts=1, norm_topk_prob=True,
                           routed_scaling_factor=2.5, n_group=1, topk_group=1,
-                          bos_token_id=None, eos_token_id=151643, pad_token_id=None,
+                          bos_token_id=None, eos_token_id=50256, pad_token_id=None,
                           tie_word_embeddings=False, scoring_func="sigmoid")  # fmt: skip
     model = ExaoneMoeForCausalLM(cfg)
     _random_init(model, seed)

@@ -1334,13 +1334,13 @@ def exaone4_5(folder: Path, *, dtype: str = "bfloat16", seed: int = 72) -> Path:
     with grouped-query attention (4 heads, 2 KV heads: one fused QKV of q + 2 kv rows),
     Conv3d patches, 2x2 patch merger, windows of 2 x 2 merged patches (full attention in
     blocks 1 and 3), over the tiny EXAONE 4.0 text model (1.2B layout: RoPE on every
-    layer), Qwen's BPE.  Saved as transformers 5 writes it
+    layer), GPT-2's BPE.  Saved as transformers 5 writes it
     (``model.visual.*``, ``model.language_model.*``: the names the reference reads)."""
     from transformers import Exaone4_5_Config, Exaone4_5_ForConditionalGeneration
 
-    from support.hf_models import _exaone4_cfg, _qwen_tokenizer
+    from support.hf_models import _exaone4_cfg, _gpt2_tokenizer
 
-    text = _exaone4_cfg(_qwen_tokenizer(folder), sliding_window=None,
+    text = _exaone4_cfg(_gpt2_tokenizer(folder), sliding_window=None,
                         layer_types=["full_attention"] * 2).to_dict()  # fmt: skip
     vision = dict(depth=4, hidden_size=64, intermediate_size=128, num_heads=4,
                   num_key_value_heads=2, patch_size=8, spatial_merge_size=2,
