@@ -70,6 +70,11 @@ ARCHS += ["ernie4_5_moe"]
 ARCHS += ["glm4"]
 # HunYuan dense (the text half of HunyuanVL): Q/K norms, NTK-alpha RoPE as a stretched base
 ARCHS += ["hunyuan_dense"]
+# EXAONE 4.0: the 1.2B layout (RoPE on every layer) and the 32B one (64 layers: the pinned
+# llama.cpp runs the sliding-window / global-NoPE hybrid only at that depth)
+ARCHS += ["exaone4", "exaone4_swa"]
+# K-EXAONE's layout (exaone-moe): sigmoid-routed experts with a correction bias, shared expert
+ARCHS += ["exaone_moe"]
 REF_TYPES = ["f32", "f16", "bf16", "q8_0"]
 # llama.cpp (the pinned build) and transformers 5 give different logits for the same tiny
 # DeepSeek-V3 (max 0.69): llama.cpp's own file shows the same gap as ours (docs/
@@ -104,6 +109,10 @@ LLAMA_CPP_F32_KV |= {"gemma4unified"}
 LLAMA_CPP_F32_KV |= {"gemma3n"}
 LLAMA_CPP_DIFFERS_FROM_TRANSFORMERS |= {"gemma3n"}
 LLAMA_CPP_GAP_BOUND["gemma3n"] = 0.01
+# EXAONE 4.0's 64 narrow layers (Q/K-normed): the default f16 KV cache moves the logits by
+# 0.0027 (scale 1.33, just past the bound) from transformers', for the reference's file as
+# for ours; with an f32 cache the gap is 4e-6
+LLAMA_CPP_F32_KV |= {"exaone4_swa"}
 
 
 def _gemma3n_sparsity_as_llama_cpp(src: Path) -> dict:
@@ -150,6 +159,7 @@ BPE_VOCAB |= {"nemotronhmoe"}
 BPE_VOCAB |= {"falconh1"}
 BPE_VOCAB |= {"glm4"}
 BPE_VOCAB |= {"hunyuan_dense"}
+BPE_VOCAB |= {"exaone4", "exaone4_swa", "exaone_moe"}
 PROMPTS = {
     "spm": [1, 5, 9, 33, 100, 7, 200, 42],
     "bpe": [9707, 11, 1879, 0, 358, 1079, 264, 2272],

@@ -2184,3 +2184,87 @@ def hunyuan_vl(folder: Path, *, dtype: str = "float32", seed: int = 61) -> Path:
 
 
 BUILDERS["hunyuan_vl"] = hunyuan_vl
+
+
+def _gpt2_tokenizer(folder: Path) -> int:
+    # GPT-2's BPE: a third of Qwen's vocabulary, so a third of the embedding bytes
+    return _bpe_tokenizer(folder, "gpt-2")
+
+
+def _exaone4_cfg(vocab: int, **kw):
+    from transformers import Exaone4Config
+
+    rope = {"rope_type": "llama3", "rope_theta": 1000000.0, "factor": 16.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64}  # fmt: skip
+    fields = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                  max_position_embeddings=256, rms_norm_eps=1e-5, rope_parameters=rope,
+                  bos_token_id=None, eos_token_id=50256, pad_token_id=None,
+                  tie_word_embeddings=False)  # fmt: skip
+    return Exaone4Config(**{**fields, **kw})
+
+
+def exaone4(folder: Path, *, dtype: str = "bfloat16", seed: int = 70) -> Path:
+    """EXAONE 4.0 (the 1.2B layout, tiny): Q/K RMS norms, norms after the attention and
+    the MLP (no pre-norms), Llama 3 RoPE on every layer (``sliding_window`` null, all
+    layers full attention), GPT-2's BPE."""
+    from transformers import Exaone4ForCausalLM
+
+    cfg = _exaone4_cfg(_gpt2_tokenizer(folder), sliding_window=None,
+                       layer_types=["full_attention"] * 2)  # fmt: skip
+    model = Exaone4ForCausalLM(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+def exaone4_swa(folder: Path, *, dtype: str = "bfloat16", seed: int = 71) -> Path:
+    """EXAONE 4.0 (the 32B layout, tiny): the pinned llama.cpp runs the hybrid attention
+    only for 64 layers (the 32B's count), so 64 narrow layers: three sliding-window layers
+    (window 4, RoPE) then one full layer without RoPE, from ``sliding_window_pattern`` 4."""
+    from transformers import Exaone4ForCausalLM
+
+    cfg = _exaone4_cfg(_gpt2_tokenizer(folder), hidden_size=32, intermediate_size=64,
+                       num_hidden_layers=64, num_attention_heads=2, num_key_value_heads=1,
+                       sliding_window=4, sliding_window_pattern=4)  # fmt: skip
+    model = Exaone4ForCausalLM(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+BUILDERS["exaone4"] = exaone4
+BUILDERS["exaone4_swa"] = exaone4_swa
+
+
+def exaone_moe(folder: Path, *, dtype: str = "bfloat16", seed: int = 73) -> Path:
+    """K-EXAONE's layout (ExaoneMoeForCausalLM), tiny: EXAONE 4.0 attention (Q/K norms,
+    window 4 on three layers of four, the fourth full without RoPE) with pre-norms, a dense
+    first layer, then 4 sigmoid-routed experts (top 2, correction bias) and a shared
+    expert, per expert as the Hub's checkpoints (and the reference) have them; the config
+    names its ``scoring_func`` as the published one does (ExaoneMoeConfig has no field)."""
+    import torch
+    from transformers import ExaoneMoeConfig, ExaoneMoeForCausalLM
+
+    cfg = ExaoneMoeConfig(vocab_size=_gpt2_tokenizer(folder), hidden_size=64,
+                          intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                          num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+                          rms_norm_eps=1e-5, sliding_window=4, sliding_window_pattern=4,
+                          rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                          first_k_dense_replace=1, moe_intermediate_size=32, num_experts=4,
+                          num_experts_per_tok=2, num_shared_experts=1, norm_topk_prob=True,
+                          routed_scaling_factor=2.5, n_group=1, topk_group=1,
+                          bos_token_id=None, eos_token_id=50256, pad_token_id=None,
+                          tie_word_embeddings=False, scoring_func="sigmoid")  # fmt: skip
+    model = ExaoneMoeForCausalLM(cfg)
+    _random_init(model, seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():  # the correction bias is a buffer _random_init leaves at zero
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(torch.randn(b.shape, generator=g) * 0.05)
+    _save(model, folder, dtype)
+    _per_expert(folder, _qwen_expert)
+    return folder
+
+
+BUILDERS["exaone_moe"] = exaone_moe

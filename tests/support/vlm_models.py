@@ -1327,3 +1327,34 @@ def minimaxm3(folder: Path, *, dtype: str = "bfloat16", seed: int = 71) -> Path:
 
 
 BUILDERS["minimaxm3"] = minimaxm3
+
+
+def exaone4_5(folder: Path, *, dtype: str = "bfloat16", seed: int = 72) -> Path:
+    """EXAONE 4.5 (Exaone4_5_ForConditionalGeneration): Qwen2.5-VL's window-attention ViT
+    with grouped-query attention (4 heads, 2 KV heads: one fused QKV of q + 2 kv rows),
+    Conv3d patches, 2x2 patch merger, windows of 2 x 2 merged patches (full attention in
+    blocks 1 and 3), over the tiny EXAONE 4.0 text model (1.2B layout: RoPE on every
+    layer), GPT-2's BPE.  Saved as transformers 5 writes it
+    (``model.visual.*``, ``model.language_model.*``: the names the reference reads)."""
+    from transformers import Exaone4_5_Config, Exaone4_5_ForConditionalGeneration
+
+    from support.hf_models import _exaone4_cfg, _gpt2_tokenizer
+
+    text = _exaone4_cfg(_gpt2_tokenizer(folder), sliding_window=None,
+                        layer_types=["full_attention"] * 2).to_dict()  # fmt: skip
+    vision = dict(depth=4, hidden_size=64, intermediate_size=128, num_heads=4,
+                  num_key_value_heads=2, patch_size=8, spatial_merge_size=2,
+                  temporal_patch_size=2, window_size=32, out_hidden_size=64,
+                  fullatt_block_indexes=[1, 3])  # fmt: skip
+    cfg = Exaone4_5_Config(text_config=text, vision_config=vision, tie_word_embeddings=False)
+    model = Exaone4_5_ForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    _qwen_vl_processor(folder, _MEAN_STD)
+    # down to 32 x 32 px, so neither runtime resizes a 32 x 64 image
+    pre = json.loads((folder / "preprocessor_config.json").read_text())
+    (folder / "preprocessor_config.json").write_text(json.dumps({**pre, "min_pixels": 32 * 32}))
+    return folder
+
+
+BUILDERS["exaone4_5"] = exaone4_5

@@ -99,6 +99,7 @@ from .deepseek import DEEPSEEK2, DEEPSEEK2OCR, is_ocr
 from .deepseek4 import DEEPSEEK4
 from .embeddinggemma import GEMMA_EMBEDDING
 from .ernie import ERNIE4_5, ERNIE4_5_MOE, PADDLEOCR
+from .exaone import EXAONE4, EXAONE4_5_TEXT, EXAONE_MOE
 from .falcon_h1 import FALCON_H1
 from .gemma import GEMMA2, GEMMA3
 from .gemma3n import GEMMA3N
@@ -254,6 +255,10 @@ ENTRIES += (MUSE_GLIMMER,)
 ENTRIES += (DEEPSEEK4,)
 # MiniMax-M3 (the text of MiniMax-M3 VL; issue 15 section 3)
 ENTRIES += (MINIMAX_M3,)
+# EXAONE 4.0 and EXAONE 4.5's text half (exaone4)
+ENTRIES += (EXAONE4, EXAONE4_5_TEXT)
+# K-EXAONE (exaone-moe)
+ENTRIES += (EXAONE_MOE,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)

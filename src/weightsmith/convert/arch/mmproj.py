@@ -2396,6 +2396,62 @@ MINIMAXM3_VISION = Projector(
 )
 
 
+# --------------------------------------------------------------------------- EXAONE 4.5
+
+_EXAONE_MLP = [
+    ("mlp.gate_proj", "ffn_gate"),
+    ("mlp.up_proj", "ffn_up"),
+    ("mlp.down_proj", "ffn_down"),
+]
+
+
+def _exaone_wa_pattern(v: dict) -> int | None:
+    # written only with window attention (Exaone4_5VisionModel: an empty or absent list
+    # writes no row)
+    return _wa_pattern(v) if v.get("fullatt_block_indexes") else None
+
+
+# Exaone4_5VisionModel (conversion/exaone.py): Qwen2.5-VL's tower (``model.visual.`` as
+# transformers 5 saves it, read as ``visual.``) with grouped-query attention: the fused
+# QKV (q rows, then k and v of the KV heads) is kept whole (``attn_qkv``: mtmd splits it
+# by the head counts), and the rows are the class's own: the image processor's pixel
+# bounds, the KV head count, the vision config's epsilon (else the top level's, else
+# 1e-6), its window size and, with window attention, the full-attention period
+EXAONE4_5_VISION = Projector(
+    hf_archs=("Exaone4_5_ForConditionalGeneration",),
+    keep=("model.visual.", "visual."),
+    rename=lambda name: name.replace("model.visual.", "visual.", 1),
+    force=_qwen_force,
+    required=NO_IMAGE_SIZE,
+    entry=Arch(
+        hf_archs=("Exaone4_5_ForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *replace_rows(BASE_ROWS, vision__image_size=_QWEN_IMAGE_SIZE),
+            _const("projector_type", "exaone4_5", VT.STRING),
+            _const("use_silu", True, VT.BOOL),
+            m("vision.image_min_pixels", PREPROCESSOR, value=_pixels("min_pixels")),
+            m("vision.image_max_pixels", PREPROCESSOR, value=_pixels("max_pixels")),
+            m("vision.attention.head_count_kv", "num_key_value_heads"),
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "rms_norm_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v.get("rms_norm_eps", v[GLOBAL].get("rms_norm_eps", 1e-6)),
+            ),
+            m("vision.window_size", "window_size"),
+            m("vision.n_wa_pattern", "fullatt_block_indexes", value=_exaone_wa_pattern),
+        ],
+        names=[
+            *_qwen_names(_EXAONE_MLP),
+            *_wb([(_QV + "attn.qkv", _VBLK + "attn_qkv")]),
+        ],
+        splits=[QWEN25VL_VISION.entry.splits[-1]],
+        required=(),
+    ),
+)
+
+
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
 PROJECTORS += (QWEN3VL_VISION,)
@@ -2422,5 +2478,6 @@ PROJECTORS += (UNLIMITEDOCR_VISION,)
 PROJECTORS += (MUSE_GLIMMER_VISION,)
 PROJECTORS += (KIMIK25_VISION,)
 PROJECTORS += (MINIMAXM3_VISION,)
+PROJECTORS += (EXAONE4_5_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
