@@ -1327,3 +1327,42 @@ def minimaxm3(folder: Path, *, dtype: str = "bfloat16", seed: int = 71) -> Path:
 
 
 BUILDERS["minimaxm3"] = minimaxm3
+# --------------------------------------------------------------------------- MiniCPM-V 4.6
+
+
+def minicpmv46_files(folder: Path, **pre) -> None:
+    """MiniCPM-V 4.6's image processor file: 128 px slices (``scale_resolution``), 8 px
+    patches, ``pre`` over it (``downsample_mode``)."""
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "MiniCPMV4_6ImageProcessorPil", "image_mean": [0.5] * 3,
+        "image_std": [0.5] * 3, "scale_resolution": 128, "patch_size": 8, "max_slice_nums": 9,
+        "slice_mode": True, "downsample_mode": "16x", **pre}, indent=2))  # fmt: skip
+
+
+def minicpmv46(folder: Path, *, dtype: str = "bfloat16", seed: int = 70) -> Path:
+    """MiniCPM-V 4.6 (MiniCPMV4_6ForConditionalGeneration) as transformers 5.24 saves it
+    (the names the reference reads): a tiny Qwen3.5 text (hf_models' DeltaNet sizes, tied
+    embeddings) with the Hub's MTP block and ``mtp_num_hidden_layers``; a 3-layer SigLIP
+    tower of width 64, 8 px patches, its window merger after layer 1.  The vision
+    ``image_size`` is 560 = 70 x 8: mtmd hard-codes SigLIP's 70 x 70 position buckets."""
+    import torch
+    from transformers import MiniCPMV4_6Config, MiniCPMV4_6ForConditionalGeneration
+
+    from support.hf_models import _DELTANET, _QWEN35_ROPE, _bpe_tokenizer, _qwen35_ids, _with_mtp
+
+    vocab = _bpe_tokenizer(folder, "qwen35")
+    text = dict(model_type="qwen3_5_text", rope_parameters=_QWEN35_ROPE,
+                tie_word_embeddings=True, **_qwen35_ids(vocab), **_DELTANET)  # fmt: skip
+    vision = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                  num_attention_heads=2, patch_size=8, image_size=560)  # fmt: skip
+    cfg = MiniCPMV4_6Config(text_config=text, vision_config=vision, insert_layer_id=1,
+                            tie_word_embeddings=True)  # fmt: skip
+    model = MiniCPMV4_6ForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
+    _with_mtp(folder, seed, {"mtp_num_hidden_layers": 1}, vlm=True)
+    minicpmv46_files(folder)
+    return folder
+
+
+BUILDERS["minicpmv46"] = minicpmv46

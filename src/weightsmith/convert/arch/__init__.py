@@ -125,6 +125,7 @@ from .mamba import (
     is_bamba,
     is_granitehybrid_file,
 )
+from .minicpmv import MINICPMV46_TEXT
 from .minimax import MINIMAX_M3
 from .muse_glimmer import MUSE_GLIMMER
 from .nemotron import NEMOTRON_H, NEMOTRON_H_MOE, has_experts
@@ -254,6 +255,8 @@ ENTRIES += (MUSE_GLIMMER,)
 ENTRIES += (DEEPSEEK4,)
 # MiniMax-M3 (the text of MiniMax-M3 VL; issue 15 section 3)
 ENTRIES += (MINIMAX_M3,)
+# MiniCPM-V 4.6's text (qwen35 without its MTP tensors; issue 15 section 3)
+ENTRIES += (MINICPMV46_TEXT,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)

@@ -46,6 +46,7 @@ import numpy as np
 from . import granite4_vision as G4V
 from . import granite_speech as GS
 from . import kimik25 as K25
+from . import minicpmv as MCV
 from . import minimax as MM3
 from ._common import GEMMA_NORM, PERMUTE_K, PERMUTE_Q, replace_rows
 from ._model import FILE_TYPE, VT, Arch, MetaKey, NameRule, Split, Transform, m
@@ -239,8 +240,9 @@ class Projector:
     # [IMG_BREAK]); the embedding is then read under the key TOKEN_SOURCE
     token: str | None = None
     # a rename that reads the vision view (Qwen3-VL numbers its deepstack mergers by the
-    # tower layer they follow, from ``deepstack_visual_indexes``)
-    renumber: Callable[[str, dict], str] | None = None
+    # tower layer they follow, from ``deepstack_visual_indexes``); None: not read (MiniCPM-V
+    # 4.6 leaves its window merger out in ``4x`` mode)
+    renumber: Callable[[str, dict], str | None] | None = None
     # False: an audio-only projector (no vision_config, no image processor settings)
     vision: bool = True
     # where the audio config is (``audio_required`` is checked there); None: MmprojModel's
@@ -2392,6 +2394,60 @@ MINIMAXM3_VISION = Projector(
 )
 
 
+# --------------------------------------------------------------------------- MiniCPM-V 4.6
+
+# MiniCPMV4_6VisionModel (conversion/minicpm.py, names in arch/minicpmv.py): the image
+# size row is the image processor's ``scale_resolution`` (the slice size mtmd cuts images
+# to; the vision config's ``image_size`` is the 70 x 70 position-bucket grid), the window
+# merger's layer goes into ``wa_layer_indexes``; the image processor's ``downsample_mode``
+# gives the scale factor (``4x``: 2, the window merger left out; ``16x``: 4)
+MINICPMV46_VISION = Projector(
+    hf_archs=("MiniCPMV4_6ForConditionalGeneration",),
+    keep=MCV.KEEP,
+    force=_base_force,
+    renumber=lambda name, v: MCV.drop_4x(name, v.get(PREPROCESSOR, {})),
+    entry=Arch(
+        hf_archs=("MiniCPMV4_6ForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *replace_rows(
+                BASE_ROWS,
+                vision__image_size=m(
+                    "vision.image_size",
+                    "image_size",
+                    value=lambda v: (
+                        int(v[PREPROCESSOR]["scale_resolution"])
+                        if v[PREPROCESSOR].get("scale_resolution") is not None
+                        else v["image_size"]
+                    ),
+                ),
+            ),
+            _const("projector_type", "minicpmv4_6", VT.STRING),
+            m(
+                "vision.projector.scale_factor",
+                PREPROCESSOR,
+                value=lambda v: MCV.scale_factor(v[PREPROCESSOR]),
+            ),
+            m(
+                "vision.wa_layer_indexes",
+                GLOBAL,
+                t=VT.INT32,
+                value=lambda v: MCV.insert_layer(v[GLOBAL], v),
+            ),
+            _const("use_gelu", True, VT.BOOL),
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "layer_norm_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v.get("layer_norm_eps", 1e-6),
+            ),
+        ],
+        names=MCV.VISION_NAMES,
+        required=(),
+    ),
+)
+
+
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
 PROJECTORS += (QWEN3VL_VISION,)
@@ -2418,5 +2474,6 @@ PROJECTORS += (UNLIMITEDOCR_VISION,)
 PROJECTORS += (MUSE_GLIMMER_VISION,)
 PROJECTORS += (KIMIK25_VISION,)
 PROJECTORS += (MINIMAXM3_VISION,)
+PROJECTORS += (MINICPMV46_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
