@@ -1366,3 +1366,66 @@ def minicpmv46(folder: Path, *, dtype: str = "bfloat16", seed: int = 70) -> Path
 
 
 BUILDERS["minicpmv46"] = minicpmv46
+
+
+# --------------------------------------------------------------------------- Youtu-VL
+
+#: the tiny tower: 4 layers, full attention in layers 1 and 3, windows of 2 x 2 merged
+#: tokens (32 px)
+YOUTUVL_VISION = dict(
+    hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=2,
+    patch_size=8, spatial_merge_size=2, window_size=32, fullatt_block_indexes=[1, 3],
+    hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6,
+)  # fmt: skip
+
+
+def youtuvl(folder: Path, *, seed: int = 72) -> Path:
+    """Youtu-VL (``YoutuVLForConditionalGeneration``, remote code: transformers 5.24 has
+    no class for it, only Youtu-LLM's text): hf_models' tiny Youtu-LLM text (saved by
+    YoutuForCausalLM, top-level config as the Hub's) plus seeded bf16 tensors for the
+    SigLIP2 tower (``siglip2.vision_model.*``, the linear patch embedding of 8 x 8 x 3
+    pixels) and the Qwen2.5-VL-style merger (``merger.ln_q``, ``merger.mlp.0`` / ``.2``)
+    under the names the reference's tensor map gives for Youtu-VL, and the vision config
+    fields its class reads."""
+    import numpy as np
+    from ml_dtypes import bfloat16
+    from safetensors.numpy import load_file, save_file
+
+    from support.hf_models import youtu
+
+    youtu(folder, dtype="bfloat16", seed=seed)
+    rng = np.random.default_rng(seed)
+    v, n_text = YOUTUVL_VISION, 256
+    h, ff, p = v["hidden_size"], v["intermediate_size"], v["patch_size"]
+    merged = h * v["spatial_merge_size"] ** 2
+    shapes: dict[str, tuple[int, ...]] = {}
+    tower = "siglip2.vision_model."
+    for wb, shape in (("embeddings.patch_embedding", (h, 3 * p * p)), ("post_layernorm", (h,))):
+        shapes[tower + wb + ".weight"], shapes[tower + wb + ".bias"] = shape, shape[:1]
+    for i in range(v["num_hidden_layers"]):
+        layer = f"{tower}encoder.layers.{i}."
+        for name, shape in (("layer_norm1", (h,)), ("layer_norm2", (h,)),
+                            ("self_attn.q_proj", (h, h)), ("self_attn.k_proj", (h, h)),
+                            ("self_attn.v_proj", (h, h)), ("self_attn.out_proj", (h, h)),
+                            ("mlp.fc1", (ff, h)), ("mlp.fc2", (h, ff))):  # fmt: skip
+            shapes[layer + name + ".weight"], shapes[layer + name + ".bias"] = shape, shape[:1]
+    shapes["merger.ln_q.weight"] = (h,)
+    for name, shape in (("merger.mlp.0", (merged, merged)), ("merger.mlp.2", (n_text, merged))):
+        shapes[name + ".weight"], shapes[name + ".bias"] = shape, shape[:1]
+    sd = load_file(folder / "model.safetensors")
+    for k, shape in shapes.items():
+        scale = 1.0 if len(shape) == 1 and "norm" in k else 1.0 / np.sqrt(shape[-1])
+        base = 1.0 if len(shape) == 1 and "norm" in k and k.endswith(".weight") else 0.0
+        sd[k] = (base + rng.standard_normal(shape) * scale * 0.5).astype(bfloat16)
+    save_file(sd, folder / "model.safetensors", metadata={"format": "pt"})
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.update(architectures=["YoutuVLForConditionalGeneration"], model_type="youtu_vl",
+               vision_config=dict(v, model_type="siglip2_vision_model"))  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "YoutuVLImageProcessor", "patch_size": 8, "merge_size": 2,
+        "min_pixels": 32 * 32, "max_pixels": 128 * 128, **_MEAN_STD}, indent=2))  # fmt: skip
+    return folder
+
+
+BUILDERS["youtuvl"] = youtuvl

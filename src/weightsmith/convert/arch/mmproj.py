@@ -2448,6 +2448,99 @@ MINICPMV46_VISION = Projector(
 )
 
 
+# --------------------------------------------------------------------------- Youtu-VL
+
+_YV = "siglip2.vision_model."
+_YV_LAYER = _YV + "encoder.layers.{bid}."
+
+
+def _youtuvl_act(act: str) -> Callable[[dict], bool | None]:
+    """``use_gelu`` / ``use_silu`` by the vision ``hidden_act`` (GELU by default); another
+    activation is a ValueError, as in the reference."""
+
+    def get(v: dict) -> bool | None:
+        a = str(v.get("hidden_act", "gelu_pytorch_tanh")).lower()
+        if a not in ("gelu", "gelu_pytorch_tanh", "gelu_fast", "gelu_new", "gelu_accurate", "silu"):
+            raise ValueError(f"hidden_act {a!r} (Youtu-VL: a GELU or SiLU)")
+        return True if (a == "silu") == (act == "silu") else None
+
+    return get
+
+
+def _fullatt_layers(v: dict) -> list[int]:
+    full = v.get("fullatt_block_indexes")
+    if not isinstance(full, list):
+        raise KeyError("fullatt_block_indexes (the full-attention layers) is required")
+    return full
+
+
+# YoutuVLVisionModel (conversion/youtuvl.py): a SigLIP2 tower (``siglip2.vision_model.*``,
+# its patch embedding a linear layer over channel-last patch pixels, 2-D RoPE computed at
+# run time) with Qwen2.5-VL's window attention, and a Qwen2.5-VL merger (``merger.ln_q``
+# RMS norm, ``mlp.0`` / ``mlp.2``); image size 560 when absent; the window size and the
+# explicit full-attention layers (``wa_layer_indexes``) from the vision config.  The
+# SigLIP2 position table, which the reference's tensor map cannot name (it skips it),
+# is not read
+YOUTUVL_VISION = Projector(
+    hf_archs=("YoutuVLForConditionalGeneration",),
+    keep=(_YV, "merger."),
+    drop=(_YV + "embeddings.position_embedding.",),
+    force=_base_force,
+    required=NO_IMAGE_SIZE,
+    entry=Arch(
+        hf_archs=("YoutuVLForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *replace_rows(
+                BASE_ROWS,
+                vision__image_size=m(
+                    "vision.image_size", "image_size", value=lambda v: v.get("image_size", 560)
+                ),
+            ),
+            _const("projector_type", "youtuvl", VT.STRING),
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "layer_norm_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v.get("layer_norm_eps", 1e-6),
+            ),
+            MetaKey("use_gelu", ("hidden_act",), VT.BOOL, _youtuvl_act("gelu")),
+            MetaKey("use_silu", ("hidden_act",), VT.BOOL, _youtuvl_act("silu")),
+            m(
+                "vision.spatial_merge_size",
+                "spatial_merge_size",
+                value=lambda v: v.get("spatial_merge_size", 2),
+            ),
+            m("vision.window_size", "window_size"),
+            m(
+                "vision.wa_layer_indexes",
+                "fullatt_block_indexes",
+                t=VT.INT32,
+                value=_fullatt_layers,
+            ),
+        ],
+        names=_wb(
+            [
+                (_YV + "embeddings.patch_embedding", "v.patch_embd"),
+                (_YV + "post_layernorm", "v.post_ln"),
+                (_YV_LAYER + "self_attn.q_proj", _VBLK + "attn_q"),
+                (_YV_LAYER + "self_attn.k_proj", _VBLK + "attn_k"),
+                (_YV_LAYER + "self_attn.v_proj", _VBLK + "attn_v"),
+                (_YV_LAYER + "self_attn.out_proj", _VBLK + "attn_out"),
+                (_YV_LAYER + "layer_norm1", _VBLK + "ln1"),
+                (_YV_LAYER + "layer_norm2", _VBLK + "ln2"),
+                (_YV_LAYER + "mlp.fc1", _VBLK + "ffn_up"),
+                (_YV_LAYER + "mlp.fc2", _VBLK + "ffn_down"),
+                ("merger.ln_q", "mm.input_norm"),
+                ("merger.mlp.0", "mm.0"),
+                ("merger.mlp.2", "mm.2"),
+            ]
+        ),
+        required=(),
+    ),
+)
+
+
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
 PROJECTORS += (QWEN3VL_VISION,)
@@ -2475,5 +2568,6 @@ PROJECTORS += (MUSE_GLIMMER_VISION,)
 PROJECTORS += (KIMIK25_VISION,)
 PROJECTORS += (MINIMAXM3_VISION,)
 PROJECTORS += (MINICPMV46_VISION,)
+PROJECTORS += (YOUTUVL_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
