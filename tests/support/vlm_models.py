@@ -1429,3 +1429,36 @@ def youtuvl(folder: Path, *, seed: int = 72) -> Path:
 
 
 BUILDERS["youtuvl"] = youtuvl
+
+
+# --------------------------------------------------------------------------- Step3-VL
+
+
+def step3p7(folder: Path, *, dtype: str = "bfloat16", seed: int = 73) -> Path:
+    """Step-3.7 (Step3p7ForConditionalGeneration) as transformers 5.24 saves it: a 2-layer
+    Step3.5 text (a dense layer, then 4 experts + a shared one; gated attention) under
+    ``model.*``, a 2-layer Step3-VL tower under ``vision_model.*`` (fused ``in_proj``,
+    layer scales) with its two downsampling convolutions and ``vit_large_projector``.
+    The pinned reference converts neither half of it (tests/test_convert_step3vl.py)."""
+    import torch
+    from transformers import Step3p7Config, Step3p7ForConditionalGeneration
+
+    from support.hf_models import _bpe_tokenizer
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    text = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                max_position_embeddings=256, moe_intermediate_size=32, n_routed_experts=4,
+                num_experts_per_tok=2, share_expert_dim=32, bos_token_id=50256,
+                eos_token_id=50256, mlp_layer_types=["dense", "sparse"])  # fmt: skip
+    vision = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=2, image_size=56, patch_size=14,
+                  max_position_embeddings=16)  # fmt: skip
+    model = Step3p7ForConditionalGeneration(Step3p7Config(text_config=text, vision_config=vision))
+    _random_init(model, seed)
+    model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
+    (folder / "preprocessor_config.json").write_text(json.dumps(_MEAN_STD, indent=2))
+    return folder
+
+
+BUILDERS["step3p7"] = step3p7
