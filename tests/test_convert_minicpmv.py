@@ -252,3 +252,19 @@ def test_bad_downsample_mode_refused(mc, tmp_path):
         hf_to_gguf(src, out / "t.gguf", "f16", mmproj=out / "m.gguf")
     assert not out.exists()
     shutil.rmtree(src)
+
+
+def test_second_merger_round_refused(mc, tmp_path):
+    """``merger_times`` > 1 adds ``model.merger.mlp.1.*``, which gguf-py (the reference's
+    names) has no name for: a named error, nothing written."""
+    from safetensors.numpy import load_file, save_file
+
+    src = _variant(mc / "hub", tmp_path / "m2")
+    sd = load_file(mc / "hub" / "model.safetensors")
+    sd["model.merger.mlp.1.linear_1.weight"] = sd["model.merger.mlp.0.linear_1.weight"]
+    (src / "model.safetensors").unlink()
+    save_file(sd, src / "model.safetensors", metadata={"format": "pt"})
+    out = tmp_path / "out"
+    with pytest.raises(E.UnmappedTensor, match=r"model\.merger\.mlp\.1\.linear_1\.weight"):
+        hf_to_gguf(src, out / "t.gguf", "f16", mmproj=out / "m.gguf")
+    assert not out.exists()

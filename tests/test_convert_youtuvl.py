@@ -150,3 +150,27 @@ def test_refused_before_writing(yv, tmp_path, edit, field):
     with pytest.raises(E.InvalidModelConfig, match=field):
         hf_to_gguf(src, out / "t.gguf", "f16", mmproj=out / "m.gguf")
     assert not out.exists()
+
+
+def test_unknown_tower_tensor_refused(yv, tmp_path):
+    """A tower tensor the reference's map cannot name (it skips those) is refused by name;
+    the SigLIP2 position table is the one left out knowingly."""
+    from safetensors.numpy import load_file, save_file
+
+    src = tmp_path / "hub"  # general.name comes from the folder
+    src.mkdir()
+    for f in (yv / "hub").iterdir():
+        if f.name != "model.safetensors":
+            (src / f.name).symlink_to(f)
+    sd = load_file(yv / "hub" / "model.safetensors")
+    h = sd["siglip2.vision_model.post_layernorm.weight"]
+    sd["siglip2.vision_model.embeddings.position_embedding.weight"] = np.stack([h] * 4)
+    save_file(sd, src / "model.safetensors", metadata={"format": "pt"})
+    hf_to_gguf(src, tmp_path / "t.gguf", "f16", mmproj=tmp_path / "m.gguf")
+    assert (tmp_path / "m.gguf").read_bytes() == (yv / "ours-mmproj-f16.gguf").read_bytes()
+    sd["siglip2.vision_model.head.probe"] = h[None]
+    save_file(sd, src / "model.safetensors", metadata={"format": "pt"})
+    out = tmp_path / "out"
+    with pytest.raises(E.UnmappedTensor, match=r"head\.probe"):
+        hf_to_gguf(src, out / "t.gguf", "f16", mmproj=out / "m.gguf")
+    assert not out.exists()
