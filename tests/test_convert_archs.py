@@ -160,6 +160,9 @@ BPE_VOCAB |= {"falconh1"}
 BPE_VOCAB |= {"glm4"}
 BPE_VOCAB |= {"hunyuan_dense"}
 BPE_VOCAB |= {"exaone4", "exaone4_swa", "exaone_moe"}
+# Youtu-LLM (deepseek2: multi-head latent attention, dense MLP, tied head)
+ARCHS += ["youtu"]
+BPE_VOCAB |= {"youtu"}
 PROMPTS = {
     "spm": [1, 5, 9, 33, 100, 7, 200, 42],
     "bpe": [9707, 11, 1879, 0, 358, 1079, 264, 2272],

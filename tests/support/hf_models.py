@@ -2268,3 +2268,24 @@ def exaone_moe(folder: Path, *, dtype: str = "bfloat16", seed: int = 73) -> Path
 
 
 BUILDERS["exaone_moe"] = exaone_moe
+
+
+def youtu(folder: Path, *, dtype: str = "bfloat16", seed: int = 71) -> Path:
+    """Youtu-LLM (YoutuForCausalLM): DeepSeek-V3's multi-head latent attention with a
+    dense SiLU MLP in every layer, interleaved RoPE on the rope part, tied embeddings as
+    Youtu-LLM-2B; GPT-2's BPE (the reference's DeepseekV2Model reads it as ``gpt2``)."""
+    from transformers import YoutuConfig, YoutuForCausalLM
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    cfg = YoutuConfig(
+        vocab_size=vocab, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=4, q_lora_rank=64, kv_lora_rank=64,
+        qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32, max_position_embeddings=256,
+        bos_token_id=50256, eos_token_id=50256, tie_word_embeddings=True,
+    )  # fmt: skip
+    model = YoutuForCausalLM(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+BUILDERS["youtu"] = youtu

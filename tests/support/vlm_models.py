@@ -1358,3 +1358,138 @@ def exaone4_5(folder: Path, *, dtype: str = "bfloat16", seed: int = 72) -> Path:
 
 
 BUILDERS["exaone4_5"] = exaone4_5
+# --------------------------------------------------------------------------- MiniCPM-V 4.6
+
+
+def minicpmv46_files(folder: Path, **pre) -> None:
+    """MiniCPM-V 4.6's image processor file: 128 px slices (``scale_resolution``), 8 px
+    patches, ``pre`` over it (``downsample_mode``)."""
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "MiniCPMV4_6ImageProcessorPil", "image_mean": [0.5] * 3,
+        "image_std": [0.5] * 3, "scale_resolution": 128, "patch_size": 8, "max_slice_nums": 9,
+        "slice_mode": True, "downsample_mode": "16x", **pre}, indent=2))  # fmt: skip
+
+
+def minicpmv46(folder: Path, *, dtype: str = "bfloat16", seed: int = 70) -> Path:
+    """MiniCPM-V 4.6 (MiniCPMV4_6ForConditionalGeneration) as transformers 5.24 saves it
+    (the names the reference reads): a tiny Qwen3.5 text (hf_models' DeltaNet sizes, tied
+    embeddings) with the Hub's MTP block and ``mtp_num_hidden_layers``; a 3-layer SigLIP
+    tower of width 64, 8 px patches, its window merger after layer 1.  The vision
+    ``image_size`` is 560 = 70 x 8: mtmd hard-codes SigLIP's 70 x 70 position buckets."""
+    import torch
+    from transformers import MiniCPMV4_6Config, MiniCPMV4_6ForConditionalGeneration
+
+    from support.hf_models import _DELTANET, _QWEN35_ROPE, _bpe_tokenizer, _qwen35_ids, _with_mtp
+
+    vocab = _bpe_tokenizer(folder, "qwen35")
+    text = dict(model_type="qwen3_5_text", rope_parameters=_QWEN35_ROPE,
+                tie_word_embeddings=True, **_qwen35_ids(vocab), **_DELTANET)  # fmt: skip
+    vision = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                  num_attention_heads=2, patch_size=8, image_size=560)  # fmt: skip
+    cfg = MiniCPMV4_6Config(text_config=text, vision_config=vision, insert_layer_id=1,
+                            tie_word_embeddings=True)  # fmt: skip
+    model = MiniCPMV4_6ForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
+    _with_mtp(folder, seed, {"mtp_num_hidden_layers": 1}, vlm=True)
+    minicpmv46_files(folder)
+    return folder
+
+
+BUILDERS["minicpmv46"] = minicpmv46
+
+
+# --------------------------------------------------------------------------- Youtu-VL
+
+#: the tiny tower: 4 layers, full attention in layers 1 and 3, windows of 2 x 2 merged
+#: tokens (32 px)
+YOUTUVL_VISION = dict(
+    hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=2,
+    patch_size=8, spatial_merge_size=2, window_size=32, fullatt_block_indexes=[1, 3],
+    hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6,
+)  # fmt: skip
+
+
+def youtuvl(folder: Path, *, seed: int = 72) -> Path:
+    """Youtu-VL (``YoutuVLForConditionalGeneration``, remote code: transformers 5.24 has
+    no class for it, only Youtu-LLM's text): hf_models' tiny Youtu-LLM text (saved by
+    YoutuForCausalLM, top-level config as the Hub's) plus seeded bf16 tensors for the
+    SigLIP2 tower (``siglip2.vision_model.*``, the linear patch embedding of 8 x 8 x 3
+    pixels) and the Qwen2.5-VL-style merger (``merger.ln_q``, ``merger.mlp.0`` / ``.2``)
+    under the names the reference's tensor map gives for Youtu-VL, and the vision config
+    fields its class reads."""
+    import numpy as np
+    from ml_dtypes import bfloat16
+    from safetensors.numpy import load_file, save_file
+
+    from support.hf_models import youtu
+
+    youtu(folder, dtype="bfloat16", seed=seed)
+    rng = np.random.default_rng(seed)
+    v, n_text = YOUTUVL_VISION, 256
+    h, ff, p = v["hidden_size"], v["intermediate_size"], v["patch_size"]
+    merged = h * v["spatial_merge_size"] ** 2
+    shapes: dict[str, tuple[int, ...]] = {}
+    tower = "siglip2.vision_model."
+    for wb, shape in (("embeddings.patch_embedding", (h, 3 * p * p)), ("post_layernorm", (h,))):
+        shapes[tower + wb + ".weight"], shapes[tower + wb + ".bias"] = shape, shape[:1]
+    for i in range(v["num_hidden_layers"]):
+        layer = f"{tower}encoder.layers.{i}."
+        for name, shape in (("layer_norm1", (h,)), ("layer_norm2", (h,)),
+                            ("self_attn.q_proj", (h, h)), ("self_attn.k_proj", (h, h)),
+                            ("self_attn.v_proj", (h, h)), ("self_attn.out_proj", (h, h)),
+                            ("mlp.fc1", (ff, h)), ("mlp.fc2", (h, ff))):  # fmt: skip
+            shapes[layer + name + ".weight"], shapes[layer + name + ".bias"] = shape, shape[:1]
+    shapes["merger.ln_q.weight"] = (h,)
+    for name, shape in (("merger.mlp.0", (merged, merged)), ("merger.mlp.2", (n_text, merged))):
+        shapes[name + ".weight"], shapes[name + ".bias"] = shape, shape[:1]
+    sd = load_file(folder / "model.safetensors")
+    for k, shape in shapes.items():
+        scale = 1.0 if len(shape) == 1 and "norm" in k else 1.0 / np.sqrt(shape[-1])
+        base = 1.0 if len(shape) == 1 and "norm" in k and k.endswith(".weight") else 0.0
+        sd[k] = (base + rng.standard_normal(shape) * scale * 0.5).astype(bfloat16)
+    save_file(sd, folder / "model.safetensors", metadata={"format": "pt"})
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.update(architectures=["YoutuVLForConditionalGeneration"], model_type="youtu_vl",
+               vision_config=dict(v, model_type="siglip2_vision_model"))  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    (folder / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "YoutuVLImageProcessor", "patch_size": 8, "merge_size": 2,
+        "min_pixels": 32 * 32, "max_pixels": 128 * 128, **_MEAN_STD}, indent=2))  # fmt: skip
+    return folder
+
+
+BUILDERS["youtuvl"] = youtuvl
+
+
+# --------------------------------------------------------------------------- Step3-VL
+
+
+def step3p7(folder: Path, *, dtype: str = "bfloat16", seed: int = 73) -> Path:
+    """Step-3.7 (Step3p7ForConditionalGeneration) as transformers 5.24 saves it: a 2-layer
+    Step3.5 text (a dense layer, then 4 experts + a shared one; gated attention) under
+    ``model.*``, a 2-layer Step3-VL tower under ``vision_model.*`` (fused ``in_proj``,
+    layer scales) with its two downsampling convolutions and ``vit_large_projector``.
+    The pinned reference converts neither half of it (tests/test_convert_step3vl.py)."""
+    import torch
+    from transformers import Step3p7Config, Step3p7ForConditionalGeneration
+
+    from support.hf_models import _bpe_tokenizer
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    text = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                max_position_embeddings=256, moe_intermediate_size=32, n_routed_experts=4,
+                num_experts_per_tok=2, share_expert_dim=32, bos_token_id=50256,
+                eos_token_id=50256, mlp_layer_types=["dense", "sparse"])  # fmt: skip
+    vision = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=2, image_size=56, patch_size=14,
+                  max_position_embeddings=16)  # fmt: skip
+    model = Step3p7ForConditionalGeneration(Step3p7Config(text_config=text, vision_config=vision))
+    _random_init(model, seed)
+    model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
+    (folder / "preprocessor_config.json").write_text(json.dumps(_MEAN_STD, indent=2))
+    return folder
+
+
+BUILDERS["step3p7"] = step3p7

@@ -126,6 +126,7 @@ from .mamba import (
     is_bamba,
     is_granitehybrid_file,
 )
+from .minicpmv import MINICPMV46_TEXT
 from .minimax import MINIMAX_M3
 from .muse_glimmer import MUSE_GLIMMER
 from .nemotron import NEMOTRON_H, NEMOTRON_H_MOE, has_experts
@@ -135,6 +136,7 @@ from .qwen import QWEN2, QWEN2MOE, QWEN3, QWEN3MOE
 from .qwen35 import QWEN3NEXT, QWEN35, QWEN35MOE
 from .qwenvl import QWEN2VL, QWEN3ASR, QWEN3OMNIMOE, QWEN3VL, QWEN3VLMOE
 from .t5 import T5, T5ENCODER
+from .youtu import YOUTU, is_dense
 
 __all__ = [
     "COMMON",
@@ -259,6 +261,10 @@ ENTRIES += (MINIMAX_M3,)
 ENTRIES += (EXAONE4, EXAONE4_5_TEXT)
 # K-EXAONE (exaone-moe)
 ENTRIES += (EXAONE_MOE,)
+# MiniCPM-V 4.6's text (qwen35 without its MTP tensors; issue 15 section 3)
+ENTRIES += (MINICPMV46_TEXT,)
+# Youtu-LLM and Youtu-VL's text (deepseek2, dense MLA; issue 15 section 3)
+ENTRIES += (YOUTU,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)
@@ -300,6 +306,8 @@ GGUF_VARIANTS: dict[str, list[tuple[Callable[[Mapping[str, Any]], bool], Arch]]]
     # GLM-4V's text half: Q/K reordered for M-RoPE, no HF class of its own (refused)
     "glm4": [(has_sections, GLM4V_TEXT)],
     "glm4moe": [(has_sections, GLM4VMOE_TEXT)],
+    # Youtu: deepseek2's multi-head latent attention without experts
+    "deepseek2": [(is_dense, YOUTU)],
 }
 _GGUF_VARIANT_ENTRIES = [a for vs in GGUF_VARIANTS.values() for _, a in vs]
 

@@ -46,6 +46,7 @@ import numpy as np
 from . import granite4_vision as G4V
 from . import granite_speech as GS
 from . import kimik25 as K25
+from . import minicpmv as MCV
 from . import minimax as MM3
 from ._common import GEMMA_NORM, PERMUTE_K, PERMUTE_Q, replace_rows
 from ._model import FILE_TYPE, VT, Arch, MetaKey, NameRule, Split, Transform, m
@@ -239,8 +240,9 @@ class Projector:
     # [IMG_BREAK]); the embedding is then read under the key TOKEN_SOURCE
     token: str | None = None
     # a rename that reads the vision view (Qwen3-VL numbers its deepstack mergers by the
-    # tower layer they follow, from ``deepstack_visual_indexes``)
-    renumber: Callable[[str, dict], str] | None = None
+    # tower layer they follow, from ``deepstack_visual_indexes``); None: not read (MiniCPM-V
+    # 4.6 leaves its window merger out in ``4x`` mode)
+    renumber: Callable[[str, dict], str | None] | None = None
     # False: an audio-only projector (no vision_config, no image processor settings)
     vision: bool = True
     # where the audio config is (``audio_required`` is checked there); None: MmprojModel's
@@ -2452,6 +2454,153 @@ EXAONE4_5_VISION = Projector(
 )
 
 
+# --------------------------------------------------------------------------- MiniCPM-V 4.6
+
+# MiniCPMV4_6VisionModel (conversion/minicpm.py, names in arch/minicpmv.py): the image
+# size row is the image processor's ``scale_resolution`` (the slice size mtmd cuts images
+# to; the vision config's ``image_size`` is the 70 x 70 position-bucket grid), the window
+# merger's layer goes into ``wa_layer_indexes``; the image processor's ``downsample_mode``
+# gives the scale factor (``4x``: 2, the window merger left out; ``16x``: 4)
+MINICPMV46_VISION = Projector(
+    hf_archs=("MiniCPMV4_6ForConditionalGeneration",),
+    keep=MCV.KEEP,
+    force=_base_force,
+    renumber=lambda name, v: MCV.drop_4x(name, v.get(PREPROCESSOR, {})),
+    entry=Arch(
+        hf_archs=("MiniCPMV4_6ForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *replace_rows(
+                BASE_ROWS,
+                vision__image_size=m(
+                    "vision.image_size",
+                    "image_size",
+                    value=lambda v: (
+                        int(v[PREPROCESSOR]["scale_resolution"])
+                        if v[PREPROCESSOR].get("scale_resolution") is not None
+                        else v["image_size"]
+                    ),
+                ),
+            ),
+            _const("projector_type", "minicpmv4_6", VT.STRING),
+            m(
+                "vision.projector.scale_factor",
+                PREPROCESSOR,
+                value=lambda v: MCV.scale_factor(v[PREPROCESSOR]),
+            ),
+            m(
+                "vision.wa_layer_indexes",
+                GLOBAL,
+                t=VT.INT32,
+                value=lambda v: MCV.insert_layer(v[GLOBAL], v),
+            ),
+            _const("use_gelu", True, VT.BOOL),
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "layer_norm_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v.get("layer_norm_eps", 1e-6),
+            ),
+        ],
+        names=MCV.VISION_NAMES,
+        required=(),
+    ),
+)
+
+
+# --------------------------------------------------------------------------- Youtu-VL
+
+_YV = "siglip2.vision_model."
+_YV_LAYER = _YV + "encoder.layers.{bid}."
+
+
+def _youtuvl_act(act: str) -> Callable[[dict], bool | None]:
+    """``use_gelu`` / ``use_silu`` by the vision ``hidden_act`` (GELU by default); another
+    activation is a ValueError, as in the reference."""
+
+    def get(v: dict) -> bool | None:
+        a = str(v.get("hidden_act", "gelu_pytorch_tanh")).lower()
+        if a not in ("gelu", "gelu_pytorch_tanh", "gelu_fast", "gelu_new", "gelu_accurate", "silu"):
+            raise ValueError(f"hidden_act {a!r} (Youtu-VL: a GELU or SiLU)")
+        return True if (a == "silu") == (act == "silu") else None
+
+    return get
+
+
+def _fullatt_layers(v: dict) -> list[int]:
+    full = v.get("fullatt_block_indexes")
+    if not isinstance(full, list):
+        raise KeyError("fullatt_block_indexes (the full-attention layers) is required")
+    return full
+
+
+# YoutuVLVisionModel (conversion/youtuvl.py): a SigLIP2 tower (``siglip2.vision_model.*``,
+# its patch embedding a linear layer over channel-last patch pixels, 2-D RoPE computed at
+# run time) with Qwen2.5-VL's window attention, and a Qwen2.5-VL merger (``merger.ln_q``
+# RMS norm, ``mlp.0`` / ``mlp.2``); image size 560 when absent; the window size and the
+# explicit full-attention layers (``wa_layer_indexes``) from the vision config.  The
+# SigLIP2 position table, which the reference's tensor map cannot name (it skips it),
+# is not read
+YOUTUVL_VISION = Projector(
+    hf_archs=("YoutuVLForConditionalGeneration",),
+    keep=(_YV, "merger."),
+    drop=(_YV + "embeddings.position_embedding.",),
+    force=_base_force,
+    required=NO_IMAGE_SIZE,
+    entry=Arch(
+        hf_archs=("YoutuVLForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *replace_rows(
+                BASE_ROWS,
+                vision__image_size=m(
+                    "vision.image_size", "image_size", value=lambda v: v.get("image_size", 560)
+                ),
+            ),
+            _const("projector_type", "youtuvl", VT.STRING),
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "layer_norm_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v.get("layer_norm_eps", 1e-6),
+            ),
+            MetaKey("use_gelu", ("hidden_act",), VT.BOOL, _youtuvl_act("gelu")),
+            MetaKey("use_silu", ("hidden_act",), VT.BOOL, _youtuvl_act("silu")),
+            m(
+                "vision.spatial_merge_size",
+                "spatial_merge_size",
+                value=lambda v: v.get("spatial_merge_size", 2),
+            ),
+            m("vision.window_size", "window_size"),
+            m(
+                "vision.wa_layer_indexes",
+                "fullatt_block_indexes",
+                t=VT.INT32,
+                value=_fullatt_layers,
+            ),
+        ],
+        names=_wb(
+            [
+                (_YV + "embeddings.patch_embedding", "v.patch_embd"),
+                (_YV + "post_layernorm", "v.post_ln"),
+                (_YV_LAYER + "self_attn.q_proj", _VBLK + "attn_q"),
+                (_YV_LAYER + "self_attn.k_proj", _VBLK + "attn_k"),
+                (_YV_LAYER + "self_attn.v_proj", _VBLK + "attn_v"),
+                (_YV_LAYER + "self_attn.out_proj", _VBLK + "attn_out"),
+                (_YV_LAYER + "layer_norm1", _VBLK + "ln1"),
+                (_YV_LAYER + "layer_norm2", _VBLK + "ln2"),
+                (_YV_LAYER + "mlp.fc1", _VBLK + "ffn_up"),
+                (_YV_LAYER + "mlp.fc2", _VBLK + "ffn_down"),
+                ("merger.ln_q", "mm.input_norm"),
+                ("merger.mlp.0", "mm.0"),
+                ("merger.mlp.2", "mm.2"),
+            ]
+        ),
+        required=(),
+    ),
+)
+
+
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
 PROJECTORS += (QWEN3VL_VISION,)
@@ -2479,5 +2628,7 @@ PROJECTORS += (MUSE_GLIMMER_VISION,)
 PROJECTORS += (KIMIK25_VISION,)
 PROJECTORS += (MINIMAXM3_VISION,)
 PROJECTORS += (EXAONE4_5_VISION,)
+PROJECTORS += (MINICPMV46_VISION,)
+PROJECTORS += (YOUTUVL_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
