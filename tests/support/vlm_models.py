@@ -1327,3 +1327,31 @@ def minimaxm3(folder: Path, *, dtype: str = "bfloat16", seed: int = 71) -> Path:
 
 
 BUILDERS["minimaxm3"] = minimaxm3
+
+
+# --------------------------------------------------------------------------- Qwen4-Exp
+
+
+def qwen4exp_vl(folder: Path, *, dtype: str = "bfloat16", seed: int = 63) -> Path:
+    """Qwen4-Exp (Qwen4ExpForConditionalGeneration): the Qwen3-VL tower without deepstack
+    mergers over the tiny Qwen4-Exp text model of hf_models (hyper-connections, a QSA
+    indexer, experts saved one by one as transformers 5 does).  Saved as transformers
+    writes it (``model.visual.*``, ``model.language_model.*``)."""
+    from transformers import Qwen4ExpConfig, Qwen4ExpForConditionalGeneration
+
+    from support.hf_models import QWEN4EXP_TEXT, _bpe_tokenizer, _qwen35_ids
+
+    vocab = _bpe_tokenizer(folder, "qwen35")
+    vision = {k: v for k, v in _QWEN3VL_VISION.items() if k != "deepstack_visual_indexes"}
+    cfg = Qwen4ExpConfig(text_config={**QWEN4EXP_TEXT, **_qwen35_ids(vocab)},
+                         vision_config=vision, image_token_id=151655, video_token_id=151656,
+                         vision_start_token_id=151652, vision_end_token_id=151653,
+                         tie_word_embeddings=False)  # fmt: skip
+    model = Qwen4ExpForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    _qwen_vl_processor(folder, {"image_mean": [0.5] * 3, "image_std": [0.5] * 3})
+    return folder
+
+
+BUILDERS["qwen4exp_vl"] = qwen4exp_vl

@@ -131,6 +131,7 @@ from .nemotron import NEMOTRON_H, NEMOTRON_H_MOE, has_experts
 from .olmo import OLMO2
 from .phi import PHI3
 from .qwen import QWEN2, QWEN2MOE, QWEN3, QWEN3MOE
+from .qwen4exp import QWEN4EXP
 from .qwen35 import QWEN3NEXT, QWEN35, QWEN35MOE
 from .qwenvl import QWEN2VL, QWEN3ASR, QWEN3OMNIMOE, QWEN3VL, QWEN3VLMOE
 from .t5 import T5, T5ENCODER
@@ -254,6 +255,8 @@ ENTRIES += (MUSE_GLIMMER,)
 ENTRIES += (DEEPSEEK4,)
 # MiniMax-M3 (the text of MiniMax-M3 VL; issue 15 section 3)
 ENTRIES += (MINIMAX_M3,)
+# Qwen4-Exp (Qwen3.5-MoE + hyper-connections + QSA indexer; issue 15 section 3)
+ENTRIES += (QWEN4EXP,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)

@@ -2224,6 +2224,8 @@ MUSE_GLIMMER_VISION = Projector(
         required=(),
     ),
 )
+# Qwen4-Exp: the reference's Qwen4ExpVisionModel is Qwen3VLVisionModel unchanged
+QWEN4EXP_VISION = replace(QWEN3VL_VISION, hf_archs=("Qwen4ExpForConditionalGeneration",))
 
 
 # --------------------------------------------------------------------------- Kimi-K2.5
@@ -2418,5 +2420,6 @@ PROJECTORS += (UNLIMITEDOCR_VISION,)
 PROJECTORS += (MUSE_GLIMMER_VISION,)
 PROJECTORS += (KIMIK25_VISION,)
 PROJECTORS += (MINIMAXM3_VISION,)
+PROJECTORS += (QWEN4EXP_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
