@@ -104,6 +104,7 @@ from .gemma import GEMMA2, GEMMA3
 from .gemma3n import GEMMA3N
 from .gemma4 import GEMMA4, GEMMA4_ASSISTANT, GEMMA4_UNIFIED
 from .glm import GLM4, GLM4MOE, GLM4V_TEXT, GLM4VMOE_TEXT, GLMOCR_TEXT, has_sections
+from .glm5next import GLM5NEXT_TEXT
 from .gpt import FALCON, GPT2, STABLELM, STARCODER2
 from .gptoss import GPT_OSS
 from .granite import GRANITE, GRANITEMOE
@@ -257,6 +258,8 @@ ENTRIES += (DEEPSEEK4,)
 ENTRIES += (MINIMAX_M3,)
 # Qwen4-Exp (Qwen3.5-MoE + hyper-connections + QSA indexer; issue 15 section 3)
 ENTRIES += (QWEN4EXP,)
+# GLM-5-Next's text half (KDA + nope-only MLA with a DSA indexer, mHC, MoE)
+ENTRIES += (GLM5NEXT_TEXT,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)
