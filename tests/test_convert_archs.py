@@ -75,6 +75,8 @@ ARCHS += ["hunyuan_dense"]
 ARCHS += ["exaone4", "exaone4_swa"]
 # K-EXAONE's layout (exaone-moe): sigmoid-routed experts with a correction bias, shared expert
 ARCHS += ["exaone_moe"]
+# Qwen4-Exp: Qwen3.5-MoE's layers with hyper-connections and a QSA indexer (1 + w norms)
+ARCHS += ["qwen4exp"]
 REF_TYPES = ["f32", "f16", "bf16", "q8_0"]
 # llama.cpp (the pinned build) and transformers 5 give different logits for the same tiny
 # DeepSeek-V3 (max 0.69): llama.cpp's own file shows the same gap as ours (docs/
@@ -113,6 +115,11 @@ LLAMA_CPP_GAP_BOUND["gemma3n"] = 0.01
 # 0.0027 (scale 1.33, just past the bound) from transformers', for the reference's file as
 # for ours; with an f32 cache the gap is 4e-6
 LLAMA_CPP_F32_KV |= {"exaone4_swa"}
+# the pinned llama.cpp's qwen4exp graph and transformers 5.24 disagree on the tiny model
+# from the first token on (2.5 at scale 2.0); the reference's file gives exactly our logits.
+# Where they part was not located (docs/convert-architectures.md); the gap is pinned
+LLAMA_CPP_DIFFERS_FROM_TRANSFORMERS |= {"qwen4exp"}
+LLAMA_CPP_GAP_BOUND["qwen4exp"] = 1.5
 
 
 def _gemma3n_sparsity_as_llama_cpp(src: Path) -> dict:
@@ -163,6 +170,7 @@ BPE_VOCAB |= {"exaone4", "exaone4_swa", "exaone_moe"}
 # Youtu-LLM (deepseek2: multi-head latent attention, dense MLP, tied head)
 ARCHS += ["youtu"]
 BPE_VOCAB |= {"youtu"}
+BPE_VOCAB |= {"qwen4exp"}
 PROMPTS = {
     "spm": [1, 5, 9, 33, 100, 7, 200, 42],
     "bpe": [9707, 11, 1879, 0, 358, 1079, 264, 2272],
@@ -310,7 +318,7 @@ def test_round_trip(work, arch, tmp_path):
     # norm + 1 - 1 (Gemma 2), log(-(-exp(A_log))) (the SSMs): not always the identity in float32
     exact = arch not in ("gemma2", "mamba", "mamba2", "granitehybrid", "nemotronh", *DELTANET,
                          "jamba", "nemotronhmoe", "granitehybridmoe", "bamba", *FOLDED,
-                         "falconmamba")  # fmt: skip
+                         "falconmamba", "qwen4exp")  # fmt: skip
     for k, v in orig.items():
         want = v.astype(np.float32)
         if exact:

@@ -2289,3 +2289,30 @@ def youtu(folder: Path, *, dtype: str = "bfloat16", seed: int = 71) -> Path:
 
 
 BUILDERS["youtu"] = youtu
+
+
+# --------------------------------------------------------------------------- Qwen4-Exp
+
+# Qwen3.5-MoE's tiny layers plus 2 hyper-connection streams of rank 16 and a QSA indexer
+# (2 heads of 32, one key head) on the two full-attention layers; no PLE layers
+QWEN4EXP_TEXT = dict(
+    rope_parameters=_QWEN35_ROPE, tie_word_embeddings=False, **_DELTANET, **_DELTANET_MOE,
+    hc_count=2, hc_lowrank=16, indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=32,
+    indexer_budget=16, indexer_compress_ratio=4,
+)  # fmt: skip
+
+
+def qwen4exp(folder: Path, *, dtype: str = "bfloat16", seed: int = 62) -> Path:
+    """Qwen4-Exp (Qwen4ExpForCausalLM) with the Qwen3.5 vocabulary: Qwen3.5-MoE's gated
+    DeltaNet / gated attention layers with hyper-connections instead of layer norms and a
+    QSA indexer on the full-attention layers, saved per expert as transformers 5 does."""
+    from transformers import Qwen4ExpForCausalLM, Qwen4ExpTextConfig
+
+    vocab = _bpe_tokenizer(folder, "qwen35")
+    cfg = Qwen4ExpTextConfig(**_qwen35_ids(vocab), **QWEN4EXP_TEXT)
+    model = Qwen4ExpForCausalLM(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+BUILDERS["qwen4exp"] = qwen4exp

@@ -1493,3 +1493,87 @@ def step3p7(folder: Path, *, dtype: str = "bfloat16", seed: int = 73) -> Path:
 
 
 BUILDERS["step3p7"] = step3p7
+
+
+# --------------------------------------------------------------------------- Qwen4-Exp
+
+
+def qwen4exp_vl(folder: Path, *, dtype: str = "bfloat16", seed: int = 63) -> Path:
+    """Qwen4-Exp (Qwen4ExpForConditionalGeneration): the Qwen3-VL tower without deepstack
+    mergers over the tiny Qwen4-Exp text model of hf_models (hyper-connections, a QSA
+    indexer, experts saved one by one as transformers 5 does).  Saved as transformers
+    writes it (``model.visual.*``, ``model.language_model.*``)."""
+    from transformers import Qwen4ExpConfig, Qwen4ExpForConditionalGeneration
+
+    from support.hf_models import QWEN4EXP_TEXT, _bpe_tokenizer, _qwen35_ids
+
+    vocab = _bpe_tokenizer(folder, "qwen35")
+    vision = {k: v for k, v in _QWEN3VL_VISION.items() if k != "deepstack_visual_indexes"}
+    cfg = Qwen4ExpConfig(text_config={**QWEN4EXP_TEXT, **_qwen35_ids(vocab)},
+                         vision_config=vision, image_token_id=151655, video_token_id=151656,
+                         vision_start_token_id=151652, vision_end_token_id=151653,
+                         tie_word_embeddings=False)  # fmt: skip
+    model = Qwen4ExpForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    _qwen_vl_processor(folder, {"image_mean": [0.5] * 3, "image_std": [0.5] * 3})
+    return folder
+
+
+BUILDERS["qwen4exp_vl"] = qwen4exp_vl
+
+
+# --------------------------------------------------------------------------- GLM-5-Next
+
+# 4 layers: KDA, KDA, KDA, nope-only MLA + DSA indexer (transformers' default schedule);
+# mHC with 4 streams (llama.cpp 0.3.36 runs no other count); a dense first layer, then 4
+# sigmoid-routed experts with a shared one
+_GLM5NEXT_TEXT = dict(hidden_size=128, intermediate_size=256, moe_intermediate_size=64,
+                      num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4,
+                      n_shared_experts=1, n_routed_experts=4, num_experts_per_tok=2,
+                      kv_lora_rank=32, q_lora_rank=64, qk_rope_head_dim=0, v_head_dim=32,
+                      qk_nope_head_dim=32, index_topk=16, index_head_dim=32, index_n_heads=2,
+                      linear_head_dim=32, linear_num_heads=4,
+                      mlp_layer_types=["dense", "sparse", "sparse", "sparse"], hc_mult=4,
+                      index_kpool=4, max_position_embeddings=256, eos_token_id=50256,
+                      pad_token_id=None, bos_token_id=None)  # fmt: skip
+
+
+def glm5next(folder: Path, *, dtype: str = "bfloat16", seed: int = 64) -> Path:
+    """GLM-5-Next (Glm5NextForConditionalGeneration): GLM-4V's tower with per-head Q/K
+    norms and no position table, over a text model of KDA linear-attention layers and
+    nope-only MLA layers with a DSA indexer, mHC hyper-connections and experts.  Saved as
+    transformers writes it, then its text config in the Hub's spelling, which the
+    reference reads (``linear_attn_config``, ``mla_use_nope``, ``first_k_dense_replace``;
+    transformers reads it back)."""
+    from transformers import Glm5NextConfig, Glm5NextForConditionalGeneration
+
+    from support.hf_models import _glm_tokenizer
+
+    vocab = _glm_tokenizer(folder)
+    vision = {**_GLM4V_VISION, "projection_intermediate_size": 128}
+    cfg = Glm5NextConfig(text_config={**_GLM5NEXT_TEXT, "vocab_size": vocab},
+                         vision_config=vision, image_token_id=10, video_token_id=11,
+                         image_start_token_id=12, image_end_token_id=13,
+                         video_start_token_id=14, video_end_token_id=15)  # fmt: skip
+    model = Glm5NextForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype, tower=None)
+    top = json.loads((folder / "config.json").read_text())
+    t = top["text_config"]
+    t["linear_attn_config"] = {
+        "head_dim": t.pop("linear_head_dim"), "num_heads": t.pop("linear_num_heads"),
+        "short_conv_kernel_size": t.pop("linear_conv_kernel_dim"),
+        "gate_lower_bound": t.pop("linear_lower_bound"),
+    }  # fmt: skip
+    t.update(mla_use_nope=True, first_k_dense_replace=1)
+    (folder / "config.json").write_text(json.dumps(top, indent=2))
+    _glm4v_processor(folder)
+    # the image budget the reference writes as pixel bounds: 4 to 16 merged tokens
+    pre = json.loads((folder / "preprocessor_config.json").read_text())
+    pre.update(min_image_tokens=4, max_image_tokens=16)
+    (folder / "preprocessor_config.json").write_text(json.dumps(pre, indent=2))
+    return folder
+
+
+BUILDERS["glm5next"] = glm5next

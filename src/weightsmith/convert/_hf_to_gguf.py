@@ -423,7 +423,7 @@ class TensorPlan:
 # tensors the reference converter always writes in F32 (``prepare_tensors``)
 _ALWAYS_F32 = re.compile(
     r"(^|\.)(ffn_gate_inp|ffn_gate_inp_shexp|position_embd|token_types|ssm_conv1d|"
-    r"shortconv\.conv|altup_correct_coef|altup_predict_coef)\.weight$"
+    r"shortconv\.conv|altup_correct_coef|altup_predict_coef|ssm_conv1d_[qkv]|indexer\.proj)\.weight$"
 )
 
 

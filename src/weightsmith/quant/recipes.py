@@ -145,6 +145,17 @@ _NEVER_QUANTIZED = (
     "mm.a.code_embd",
 )
 _NEVER_QUANTIZED_EXACT = ("position_embd.weight", "token_types.weight")
+# ... and per architecture (GLM-5-Next's mHC, indexer, KDA gates and MLA tensors)
+_NEVER_QUANTIZED_ARCH = {
+    "glm5-next": (
+        "hc_", "indexer.attn_q_b", "indexer.attn_k", "indexer.proj", "indexer_compressor_gate",
+        "indexer_compressor_ape", "ssm_f_a.weight", "ssm_f_b.weight", "ssm_g_a.weight",
+        "ssm_g_b.weight", "ssm_beta.weight", "attn_kv_a_mqa.weight", "attn_k_b.weight",
+        "attn_v_b.weight",
+    ),
+}  # fmt: skip
+# tensors llama_tensor_get_type_impl keeps at Q8_0 at least (any quantized type -> Q8_0)
+_Q8_0_FLOOR = {"glm5-next": ("attn_q_a", "attn_q_b", "nextn.eh_proj")}
 
 
 def file_type(name: str | int | FileType) -> FileType:
@@ -168,13 +179,15 @@ def file_type(name: str | int | FileType) -> FileType:
     )
 
 
-def allows_quantization(name: str, shape: Sequence[int]) -> bool:
-    """Whether llama-quantize would quantize this tensor at all."""
+def allows_quantization(name: str, shape: Sequence[int], arch: str = "") -> bool:
+    """Whether llama-quantize would quantize this tensor at all (``arch``: the GGUF
+    architecture, for its own exceptions)."""
     if len(shape) < 2 or not name.endswith("weight"):
         return False
     if name in _NEVER_QUANTIZED_EXACT:
         return False
-    return not any(s in name for s in _NEVER_QUANTIZED)
+    never = (*_NEVER_QUANTIZED, *_NEVER_QUANTIZED_ARCH.get(arch, ()))
+    return not any(s in name for s in never)
 
 
 def _category(name: str) -> str:
@@ -383,6 +396,8 @@ def _attn_output_type(st: _State, new: str) -> str:
 def _adjust(st: _State, new: str, name: str, ncols: int, n_planes: int) -> str:
     """llama_tensor_get_type_impl: the file type's per-category adjustments."""
     ft, cat = st.ftype, _category(name)
+    if any(s in name for s in _Q8_0_FLOOR.get(st.arch, ())):
+        return "Q8_0"
     if cat == "output" or (st.tied and cat == "token_embd"):
         return _output_type(st, new, ncols)
     if ft == "MXFP4_MOE":
@@ -479,7 +494,7 @@ def plan(
     default = ft.default
     out = Plan()
     for name, shape in items:
-        if not allows_quantization(name, shape):
+        if not allows_quantization(name, shape, arch):
             out[name] = source_types.get(name, "F32")
             continue
         new = default

@@ -105,6 +105,7 @@ from .gemma import GEMMA2, GEMMA3
 from .gemma3n import GEMMA3N
 from .gemma4 import GEMMA4, GEMMA4_ASSISTANT, GEMMA4_UNIFIED
 from .glm import GLM4, GLM4MOE, GLM4V_TEXT, GLM4VMOE_TEXT, GLMOCR_TEXT, has_sections
+from .glm5next import GLM5NEXT_TEXT
 from .gpt import FALCON, GPT2, STABLELM, STARCODER2
 from .gptoss import GPT_OSS
 from .granite import GRANITE, GRANITEMOE
@@ -133,6 +134,7 @@ from .nemotron import NEMOTRON_H, NEMOTRON_H_MOE, has_experts
 from .olmo import OLMO2
 from .phi import PHI3
 from .qwen import QWEN2, QWEN2MOE, QWEN3, QWEN3MOE
+from .qwen4exp import QWEN4EXP
 from .qwen35 import QWEN3NEXT, QWEN35, QWEN35MOE
 from .qwenvl import QWEN2VL, QWEN3ASR, QWEN3OMNIMOE, QWEN3VL, QWEN3VLMOE
 from .t5 import T5, T5ENCODER
@@ -265,6 +267,10 @@ ENTRIES += (EXAONE_MOE,)
 ENTRIES += (MINICPMV46_TEXT,)
 # Youtu-LLM and Youtu-VL's text (deepseek2, dense MLA; issue 15 section 3)
 ENTRIES += (YOUTU,)
+# Qwen4-Exp (Qwen3.5-MoE + hyper-connections + QSA indexer; issue 15 section 3)
+ENTRIES += (QWEN4EXP,)
+# GLM-5-Next's text half (KDA + nope-only MLA with a DSA indexer, mHC, MoE)
+ENTRIES += (GLM5NEXT_TEXT,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)

@@ -2230,6 +2230,8 @@ MUSE_GLIMMER_VISION = Projector(
         required=(),
     ),
 )
+# Qwen4-Exp: the reference's Qwen4ExpVisionModel is Qwen3VLVisionModel unchanged
+QWEN4EXP_VISION = replace(QWEN3VL_VISION, hf_archs=("Qwen4ExpForConditionalGeneration",))
 
 
 # --------------------------------------------------------------------------- Kimi-K2.5
@@ -2601,6 +2603,54 @@ YOUTUVL_VISION = Projector(
 )
 
 
+def _glm5v_pixels(key: str) -> Callable[[dict], int | None]:
+    """Glm5NextVisionModel's image budget: ``min_image_tokens`` / ``max_image_tokens`` of
+    the image processor times the pixels of one merged token (patch 14, merge 2 when
+    not given)."""
+
+    def fn(v: dict) -> int | None:
+        pc = v[PREPROCESSOR]
+        tokens = pc.get(key)
+        if tokens is None:
+            return None
+        return int(tokens) * (int(pc.get("patch_size", 14)) * int(pc.get("merge_size", 2))) ** 2
+
+    return fn
+
+
+# GLM-5-Next (Glm5NextVisionModel, a Glm4VVisionModel): GLM-4V's tower and rows with the
+# projector type glm5v, then the merge size, the SwiGLU clamp and the image budget
+GLM5NEXT_VISION = replace(
+    GLM4V_VISION,
+    hf_archs=("Glm5NextForConditionalGeneration",),
+    entry=replace(
+        GLM4V_VISION.entry,
+        hf_archs=("Glm5NextForConditionalGeneration",),
+        meta=[
+            *(
+                _const("projector_type", "glm5v", VT.STRING)
+                if isinstance(r, MetaKey) and r.key == "projector_type"
+                else r
+                for r in GLM4V_VISION.entry.meta
+            ),
+            m(
+                "vision.spatial_merge_size",
+                "spatial_merge_size",
+                value=lambda v: int(v.get("spatial_merge_size", 2)),
+            ),
+            m(
+                "vision.swiglu_clamp",
+                "swiglu_limit",
+                t=VT.FLOAT32,
+                value=lambda v: None if v.get("swiglu_limit") is None else float(v["swiglu_limit"]),
+            ),
+            m("vision.image_min_pixels", PREPROCESSOR, value=_glm5v_pixels("min_image_tokens")),
+            m("vision.image_max_pixels", PREPROCESSOR, value=_glm5v_pixels("max_image_tokens")),
+        ],
+    ),
+)
+
+
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
 PROJECTORS += (QWEN3VL_VISION,)
@@ -2630,5 +2680,7 @@ PROJECTORS += (MINIMAXM3_VISION,)
 PROJECTORS += (EXAONE4_5_VISION,)
 PROJECTORS += (MINICPMV46_VISION,)
 PROJECTORS += (YOUTUVL_VISION,)
+PROJECTORS += (QWEN4EXP_VISION,)
+PROJECTORS += (GLM5NEXT_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
