@@ -36,6 +36,7 @@ ARCHS += ["qwen3vl"]
 ARCHS += ["smolvlm"]
 ARCHS += ["lfm2vl"]
 ARCHS += ["llama4vl"]
+ARCHS += ["gemma4"]
 #: the families given pixels as flattened patches, with their image processor checked
 QWEN = ("qwen25vl", "qwen2vl", "qwen3vl")
 TYPES = ["f32", "f16"]
@@ -99,7 +100,9 @@ def test_loads_with_every_tensor(work, arch, t):
         elif t == "f32":
             np.testing.assert_array_equal(g, w, err_msg=k)
         else:  # f16 where the type rules store F16, the exact (or + 1) values elsewhere
-            assert np.all(np.abs(g - w) <= np.abs(f16 - w) + ulp), k
+            fin = np.isfinite(w)  # Gemma 4's unset clip bounds are +-inf: kept as such
+            np.testing.assert_array_equal(g[~fin], w[~fin], err_msg=k)
+            assert np.all(np.abs(g[fin] - w[fin]) <= np.abs(f16[fin] - w[fin]) + ulp[fin]), k
 
 
 def _pixels(arch: str, model, seed: int = 0) -> dict:
@@ -112,6 +115,14 @@ def _pixels(arch: str, model, seed: int = 0) -> dict:
         return {
             "pixel_values": torch.randn(64, n, generator=g),
             "image_grid_thw": torch.tensor([[1, 8, 8]]),
+        }
+    if arch == "gemma4":  # flattened 8 px patches of a 48 x 48 image, (x, y) positions
+        v = model.config.vision_config
+        n = 48 // v.patch_size
+        xy = torch.stack(torch.meshgrid(torch.arange(n), torch.arange(n), indexing="xy"), -1)
+        return {
+            "pixel_values": torch.rand(1, n * n, 3 * v.patch_size**2, generator=g),
+            "image_position_ids": xy.reshape(1, n * n, 2),
         }
     kw = {"pixel_values": torch.randn(1, 3, 64, 64, generator=g)}
     if arch == "smolvlm":  # [batch, images, C, H, W]
@@ -257,6 +268,19 @@ def test_mismatched_projector_is_refused(work, tmp_path):
             gguf_to_hf(text, dst, mmproj=path)
         assert ei.value.field == field, (path, ei.value)
         assert not dst.exists()
+
+
+def test_audio_projector_is_refused(work, tmp_path):
+    """No audio tower converts back yet: a projector with one (Gemma 4's gemma4a half)
+    is refused, naming the row, before anything is written."""
+    from weightsmith.gguf import edit
+
+    d = work["root"] / "gemma4"
+    proj = edit(d / "mmproj-f32.gguf", {"clip.has_audio_encoder": True}, out=tmp_path / "a.gguf")
+    with pytest.raises(E.ProjectorMismatch) as ei:
+        gguf_to_hf(d / "text-f32.gguf", tmp_path / "out", mmproj=proj)
+    assert ei.value.field == "clip.has_audio_encoder"
+    assert not (tmp_path / "out").exists()
 
 
 def test_projector_without_a_needed_row_is_refused(work, tmp_path):

@@ -27,8 +27,9 @@ registry; nothing here keeps a second table of tensor names or transforms:
 
 Everything is checked before a byte is written: the projector must be a clip file
 (``general.architecture``), of a projector type with an entry here, whose projection
-width (``clip.vision.projection_dim``) is the text model's width
-(:class:`~weightsmith.errors.ProjectorMismatch` otherwise).
+width (``clip.vision.projection_dim``) is the text model's width, with no audio encoder
+(``clip.has_audio_encoder``: no audio tower converts back yet);
+:class:`~weightsmith.errors.ProjectorMismatch` otherwise.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from . import _gguf_to_hf as G  # a module import: _gguf_to_hf imports this modu
 from .arch import MetaKey
 from .arch.mmproj import (
     GEMMA3_VISION,
+    GEMMA4_VISION,
     LFM2VL_VISION,
     LLAMA4_VISION,
     LLAVA_VISION,
@@ -194,6 +196,15 @@ def vlm_parts(
     entry, text_cfg, gen = G.build_config(
         text, dtype, path=text_path, text_model_type=back.text_model_type
     )
+    if md.get(_CLIP + "has_audio_encoder"):
+        # the audio towers (Gemma 4's conformer, ...) have no way back yet
+        raise E.ProjectorMismatch(
+            "no GGUF -> HF conversion for a projector with an audio encoder",
+            path=proj_path,
+            field="clip.has_audio_encoder",
+            expected="a vision-only projector",
+            found="an audio encoder too",
+        )
     width = md.get(_CLIP + "vision.projection_dim")
     if width != text_cfg["hidden_size"]:
         raise E.ProjectorMismatch(
@@ -769,3 +780,67 @@ LLAMA4_BACK = VisionBack(
 )
 
 VISION_BACK += (LLAMA4_BACK,)
+
+
+# --------------------------------------------------------------------------- Gemma 4
+
+
+def _gemma4_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    head_dim = shapes["v.blk.0.attn_q_norm.weight"][0]  # the per-head Q norm's width
+    v = {
+        "head_dim": head_dim,
+        "num_key_value_heads": shapes["v.blk.0.attn_k.weight"][0] // head_dim,
+        # the 2-D position table [2, size, width] (numpy order)
+        "position_embedding_size": shapes["v.position_embd.weight"][1],
+        # mtmd's gemma4v pools by 3 unless the scale factor row says otherwise
+        "pooling_kernel_size": md.get(_CLIP + "vision.projector.scale_factor", 3),
+        # Gemma4ClippableLinear's bounds are tensors: present or not
+        "use_clipped_linears": "v.blk.0.attn_q.input_max" in shapes,
+    }
+    return v, {}
+
+
+def _gemma4_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "Gemma4ImageProcessor",
+            "patch_size": vision["patch_size"],
+            "pooling_kernel_size": vision["pooling_kernel_size"],
+            "max_soft_tokens": 280,  # not kept by GGUF: the processor's default
+            "do_normalize": True,
+            "do_rescale": True,
+            "rescale_factor": 1 / 255,
+            "resample": 3,  # bicubic, as mtmd's gemma4v resizes
+            **_mean_std(md),
+        }
+    }
+
+
+GEMMA4_BACK = VisionBack(
+    hf_arch="Gemma4ForConditionalGeneration",
+    model_type="gemma4",
+    projector=GEMMA4_VISION,
+    projector_types=("gemma4v",),
+    vision_model_type="gemma4_vision",
+    text_model_type="gemma4_text",
+    text_archs=("gemma4",),
+    fields={
+        "vision.block_count": "num_hidden_layers",
+        "vision.image_size": None,  # the reference's placeholder 224, no Gemma 4 field
+        "vision.attention.layer_norm_epsilon": "rms_norm_eps",
+    },
+    restore=_gemma4_restore,
+    required=_REQUIRED[1:],
+    preprocessor=_gemma4_pre,
+    # the Hub's Gemma 4 (transformers 5's names): model.language_model.*
+    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
+    tokens=_token_ids(
+        {
+            "image_token_id": "<|image|>",
+            "boi_token_id": "<|image>",  # mtmd's gemma4v image brackets
+            "eoi_token_id": "<image|>",
+        }
+    ),
+)
+
+VISION_BACK += (GEMMA4_BACK,)
