@@ -37,8 +37,10 @@ ARCHS += ["smolvlm"]
 ARCHS += ["lfm2vl"]
 ARCHS += ["llama4vl"]
 ARCHS += ["gemma4"]
+ARCHS += ["qwen3vlmoe"]
 #: the families given pixels as flattened patches, with their image processor checked
 QWEN = ("qwen25vl", "qwen2vl", "qwen3vl")
+QWEN += ("qwen3vlmoe",)
 TYPES = ["f32", "f16"]
 # the tensors whose f32 round trip is not bit-exact, and why (see the module docstring)
 PLUS_ONE = ("soft_emb_norm.weight", "layernorm.weight", "norm.weight", "q_norm.weight",

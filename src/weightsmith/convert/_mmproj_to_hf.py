@@ -35,7 +35,7 @@ width (``clip.vision.projection_dim``) is the text model's width, with no audio 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -551,7 +551,8 @@ def _qwen3_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[d
 
 def _qwen3_text(cfg: dict, md: Mapping[str, Any]) -> dict:
     # llama.cpp's qwen3vl runs its MRoPE sections interleaved (Qwen3-VL's layout)
-    sections = [int(s) for s in md.get("qwen3vl.rope.dimension_sections", []) if s]
+    arch = md.get("general.architecture")  # qwen3vl, or qwen3vlmoe
+    sections = [int(s) for s in md.get(f"{arch}.rope.dimension_sections", []) if s]
     rope = {"rope_type": "default", "rope_theta": cfg.get("rope_theta", 5000000.0)}
     return {"rope_parameters": {**rope, "mrope_section": sections, "mrope_interleaved": True}}
 
@@ -844,3 +845,21 @@ GEMMA4_BACK = VisionBack(
 )
 
 VISION_BACK += (GEMMA4_BACK,)
+
+
+# --------------------------------------------------------------------------- Qwen3-VL-MoE
+
+# Qwen3-VL's tower and projector over a Qwen3-VL-MoE text model: the text registry's
+# inverse plan writes the fused experts in the Hub's layout (gate_up_proj [n_expert,
+# n_embd, 2 n_ff], down_proj [n_expert, n_ff, n_embd]), which transformers 5 transposes
+# into its own on load, as it does the Hub's checkpoints
+QWEN3VLMOE_BACK = replace(
+    QWEN3VL_BACK,
+    hf_arch="Qwen3VLMoeForConditionalGeneration",
+    model_type="qwen3_vl_moe",
+    vision_model_type="qwen3_vl_moe_vision",
+    text_model_type="qwen3_vl_moe_text",
+    text_archs=("qwen3vlmoe",),
+)
+
+VISION_BACK += (QWEN3VLMOE_BACK,)
