@@ -863,3 +863,44 @@ QWEN3VLMOE_BACK = replace(
 )
 
 VISION_BACK += (QWEN3VLMOE_BACK,)
+
+
+# --------------------------------------------------------------------------- Qwen3.5
+
+
+def _qwen35_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # Qwen3-VL's values, without deepstack (no Qwen3.5 vision config field: its tower
+    # has no deepstack mergers, and the reference writes every flag false)
+    v, top = _qwen3_restore(md, vision, shapes)
+    v.pop("deepstack_visual_indexes")
+    return v, top
+
+
+def _qwen35_text_rename(name: str) -> str:
+    # the Hub's Qwen3.5: model.language_model.*; the MTP block (mtp.*) and the head stay
+    return "model.language_model." + name[len("model.") :] if name.startswith("model.") else name
+
+
+# Qwen3-VL's tower without deepstack over a Qwen3.5 text model (gated DeltaNet layers,
+# the MTP block); the text config (MRoPE sections, interleaved) is text GGUF -> HF's
+QWEN35VL_BACK = replace(
+    QWEN3VL_BACK,
+    hf_arch="Qwen3_5ForConditionalGeneration",
+    model_type="qwen3_5",
+    vision_model_type="qwen3_5_vision",
+    text_model_type="qwen3_5_text",
+    text_archs=("qwen35",),
+    restore=_qwen35_restore,
+    text=lambda cfg, md: {},
+    text_rename=_qwen35_text_rename,
+)
+QWEN35VLMOE_BACK = replace(
+    QWEN35VL_BACK,
+    hf_arch="Qwen3_5MoeForConditionalGeneration",
+    model_type="qwen3_5_moe",
+    vision_model_type="qwen3_5_moe_vision",
+    text_model_type="qwen3_5_moe_text",
+    text_archs=("qwen35moe",),
+)
+
+VISION_BACK += (QWEN35VL_BACK, QWEN35VLMOE_BACK)
