@@ -36,8 +36,15 @@ ARCHS += ["qwen3vl"]
 ARCHS += ["smolvlm"]
 ARCHS += ["lfm2vl"]
 ARCHS += ["llama4vl"]
+ARCHS += ["gemma4"]
+ARCHS += ["qwen3vlmoe"]
+ARCHS += ["qwen35vl", "qwen35vlmoe"]
 #: the families given pixels as flattened patches, with their image processor checked
 QWEN = ("qwen25vl", "qwen2vl", "qwen3vl")
+QWEN += ("qwen3vlmoe",)
+QWEN += ("qwen35vl", "qwen35vlmoe")
+#: Qwen3.5's text (gated DeltaNet): RMS norms stored + 1, A_log as -exp(A_log) (1 ulp)
+QWEN35 = ("qwen35vl", "qwen35vlmoe")
 TYPES = ["f32", "f16"]
 # the tensors whose f32 round trip is not bit-exact, and why (see the module docstring)
 PLUS_ONE = ("soft_emb_norm.weight", "layernorm.weight", "norm.weight", "q_norm.weight",
@@ -94,12 +101,20 @@ def test_loads_with_every_tensor(work, arch, t):
         f16 = w.astype(np.float16).astype(np.float32)
         if t == "f32" and k.endswith(F16_ALWAYS):
             np.testing.assert_array_equal(g, f16, err_msg=k)
-        elif t == "f32" and arch == "gemma3" and k.endswith(PLUS_ONE):
+        elif (
+            t == "f32"
+            and k.endswith(PLUS_ONE)
+            and (arch == "gemma3" or (arch in QWEN35 and ".language_model." in k))
+        ):
             assert np.all(np.abs(g - w) <= ulp), k
+        elif t == "f32" and arch in QWEN35 and k.endswith("A_log"):  # log(-(-exp(x)))
+            assert np.all(np.abs(g - w) <= 1e-6 * np.maximum(1, np.abs(w))), k
         elif t == "f32":
             np.testing.assert_array_equal(g, w, err_msg=k)
         else:  # f16 where the type rules store F16, the exact (or + 1) values elsewhere
-            assert np.all(np.abs(g - w) <= np.abs(f16 - w) + ulp), k
+            fin = np.isfinite(w)  # Gemma 4's unset clip bounds are +-inf: kept as such
+            np.testing.assert_array_equal(g[~fin], w[~fin], err_msg=k)
+            assert np.all(np.abs(g[fin] - w[fin]) <= np.abs(f16[fin] - w[fin]) + ulp[fin]), k
 
 
 def _pixels(arch: str, model, seed: int = 0) -> dict:
@@ -112,6 +127,14 @@ def _pixels(arch: str, model, seed: int = 0) -> dict:
         return {
             "pixel_values": torch.randn(64, n, generator=g),
             "image_grid_thw": torch.tensor([[1, 8, 8]]),
+        }
+    if arch == "gemma4":  # flattened 8 px patches of a 48 x 48 image, (x, y) positions
+        v = model.config.vision_config
+        n = 48 // v.patch_size
+        xy = torch.stack(torch.meshgrid(torch.arange(n), torch.arange(n), indexing="xy"), -1)
+        return {
+            "pixel_values": torch.rand(1, n * n, 3 * v.patch_size**2, generator=g),
+            "image_position_ids": xy.reshape(1, n * n, 2),
         }
     kw = {"pixel_values": torch.randn(1, 3, 64, 64, generator=g)}
     if arch == "smolvlm":  # [batch, images, C, H, W]
@@ -144,7 +167,8 @@ def _features(arch: str, model, kw: dict):
 
 
 # measured largest gaps over the outputs' scale (f32 pair): Gemma 3's features 1.7e-4
-# (its F16 input projection); all other features and every logit 0
+# (its F16 input projection); Qwen3.5's logits 1.4e-6 (its norms' 1 ulp from + 1 and
+# A_log's from -exp; its MoE's 0); all other features and every logit 0
 @pytest.mark.parametrize("arch", ARCHS)
 def test_same_image_features_and_logits(work, arch):
     import torch
@@ -175,7 +199,7 @@ def test_same_image_features_and_logits(work, arch):
     with torch.no_grad():
         lw = orig(input_ids=ids).logits.numpy()
         lg = back(input_ids=ids).logits.numpy()
-    tol = 1e-5 if arch == "gemma3" else 0.0
+    tol = 1e-5 if arch in ("gemma3", *QWEN35) else 0.0
     gap = float(np.abs(lg - lw).max())
     assert gap <= tol * float(np.abs(lw).max()), gap
 
@@ -232,7 +256,7 @@ def test_folder_converts_forward_again(work, arch, tmp_path):
             ]
             for t in b.tensors:
                 x, y = np.asarray(a.numpy(t.name)), np.asarray(b.numpy(t.name))
-                if arch == "gemma3" and t.name.endswith("norm.weight"):
+                if arch in ("gemma3", *QWEN35) and t.name.endswith(("norm.weight", "ssm_a")):
                     ulp = np.float32(2.0**-23) * np.abs(y)
                     assert np.all(np.abs(x - y) <= ulp), t.name
                 else:
@@ -259,6 +283,19 @@ def test_mismatched_projector_is_refused(work, tmp_path):
         assert not dst.exists()
 
 
+def test_audio_projector_is_refused(work, tmp_path):
+    """No audio tower converts back yet: a projector with one (Gemma 4's gemma4a half)
+    is refused, naming the row, before anything is written."""
+    from weightsmith.gguf import edit
+
+    d = work["root"] / "gemma4"
+    proj = edit(d / "mmproj-f32.gguf", {"clip.has_audio_encoder": True}, out=tmp_path / "a.gguf")
+    with pytest.raises(E.ProjectorMismatch) as ei:
+        gguf_to_hf(d / "text-f32.gguf", tmp_path / "out", mmproj=proj)
+    assert ei.value.field == "clip.has_audio_encoder"
+    assert not (tmp_path / "out").exists()
+
+
 def test_projector_without_a_needed_row_is_refused(work, tmp_path):
     from weightsmith.gguf import edit
 
@@ -271,7 +308,8 @@ def test_projector_without_a_needed_row_is_refused(work, tmp_path):
         assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("arch", [a for a in ARCHS if a in ("mistral3", *QWEN)])
+# (Qwen3.5's qwen35 / qwen35moe text converts alone, as Qwen3_5(Moe)ForCausalLM)
+@pytest.mark.parametrize("arch", [a for a in ARCHS if a in ("mistral3", *QWEN) and a not in QWEN35])
 def test_text_alone_still_refused(work, arch, tmp_path):
     """``qwen2vl``, ``qwen3vl`` and ``mistral3`` text GGUFs have no HF class alone:
     refused without their projector, before any output."""

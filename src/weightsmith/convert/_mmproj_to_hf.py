@@ -27,14 +27,15 @@ registry; nothing here keeps a second table of tensor names or transforms:
 
 Everything is checked before a byte is written: the projector must be a clip file
 (``general.architecture``), of a projector type with an entry here, whose projection
-width (``clip.vision.projection_dim``) is the text model's width
-(:class:`~weightsmith.errors.ProjectorMismatch` otherwise).
+width (``clip.vision.projection_dim``) is the text model's width, with no audio encoder
+(``clip.has_audio_encoder``: no audio tower converts back yet);
+:class:`~weightsmith.errors.ProjectorMismatch` otherwise.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ from . import _gguf_to_hf as G  # a module import: _gguf_to_hf imports this modu
 from .arch import MetaKey
 from .arch.mmproj import (
     GEMMA3_VISION,
+    GEMMA4_VISION,
     LFM2VL_VISION,
     LLAMA4_VISION,
     LLAVA_VISION,
@@ -194,6 +196,15 @@ def vlm_parts(
     entry, text_cfg, gen = G.build_config(
         text, dtype, path=text_path, text_model_type=back.text_model_type
     )
+    if md.get(_CLIP + "has_audio_encoder"):
+        # the audio towers (Gemma 4's conformer, ...) have no way back yet
+        raise E.ProjectorMismatch(
+            "no GGUF -> HF conversion for a projector with an audio encoder",
+            path=proj_path,
+            field="clip.has_audio_encoder",
+            expected="a vision-only projector",
+            found="an audio encoder too",
+        )
     width = md.get(_CLIP + "vision.projection_dim")
     if width != text_cfg["hidden_size"]:
         raise E.ProjectorMismatch(
@@ -540,7 +551,8 @@ def _qwen3_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[d
 
 def _qwen3_text(cfg: dict, md: Mapping[str, Any]) -> dict:
     # llama.cpp's qwen3vl runs its MRoPE sections interleaved (Qwen3-VL's layout)
-    sections = [int(s) for s in md.get("qwen3vl.rope.dimension_sections", []) if s]
+    arch = md.get("general.architecture")  # qwen3vl, or qwen3vlmoe
+    sections = [int(s) for s in md.get(f"{arch}.rope.dimension_sections", []) if s]
     rope = {"rope_type": "default", "rope_theta": cfg.get("rope_theta", 5000000.0)}
     return {"rope_parameters": {**rope, "mrope_section": sections, "mrope_interleaved": True}}
 
@@ -769,3 +781,126 @@ LLAMA4_BACK = VisionBack(
 )
 
 VISION_BACK += (LLAMA4_BACK,)
+
+
+# --------------------------------------------------------------------------- Gemma 4
+
+
+def _gemma4_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    head_dim = shapes["v.blk.0.attn_q_norm.weight"][0]  # the per-head Q norm's width
+    v = {
+        "head_dim": head_dim,
+        "num_key_value_heads": shapes["v.blk.0.attn_k.weight"][0] // head_dim,
+        # the 2-D position table [2, size, width] (numpy order)
+        "position_embedding_size": shapes["v.position_embd.weight"][1],
+        # mtmd's gemma4v pools by 3 unless the scale factor row says otherwise
+        "pooling_kernel_size": md.get(_CLIP + "vision.projector.scale_factor", 3),
+        # Gemma4ClippableLinear's bounds are tensors: present or not
+        "use_clipped_linears": "v.blk.0.attn_q.input_max" in shapes,
+    }
+    return v, {}
+
+
+def _gemma4_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "Gemma4ImageProcessor",
+            "patch_size": vision["patch_size"],
+            "pooling_kernel_size": vision["pooling_kernel_size"],
+            "max_soft_tokens": 280,  # not kept by GGUF: the processor's default
+            "do_normalize": True,
+            "do_rescale": True,
+            "rescale_factor": 1 / 255,
+            "resample": 3,  # bicubic, as mtmd's gemma4v resizes
+            **_mean_std(md),
+        }
+    }
+
+
+GEMMA4_BACK = VisionBack(
+    hf_arch="Gemma4ForConditionalGeneration",
+    model_type="gemma4",
+    projector=GEMMA4_VISION,
+    projector_types=("gemma4v",),
+    vision_model_type="gemma4_vision",
+    text_model_type="gemma4_text",
+    text_archs=("gemma4",),
+    fields={
+        "vision.block_count": "num_hidden_layers",
+        "vision.image_size": None,  # the reference's placeholder 224, no Gemma 4 field
+        "vision.attention.layer_norm_epsilon": "rms_norm_eps",
+    },
+    restore=_gemma4_restore,
+    required=_REQUIRED[1:],
+    preprocessor=_gemma4_pre,
+    # the Hub's Gemma 4 (transformers 5's names): model.language_model.*
+    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
+    tokens=_token_ids(
+        {
+            "image_token_id": "<|image|>",
+            "boi_token_id": "<|image>",  # mtmd's gemma4v image brackets
+            "eoi_token_id": "<image|>",
+        }
+    ),
+)
+
+VISION_BACK += (GEMMA4_BACK,)
+
+
+# --------------------------------------------------------------------------- Qwen3-VL-MoE
+
+# Qwen3-VL's tower and projector over a Qwen3-VL-MoE text model: the text registry's
+# inverse plan writes the fused experts in the Hub's layout (gate_up_proj [n_expert,
+# n_embd, 2 n_ff], down_proj [n_expert, n_ff, n_embd]), which transformers 5 transposes
+# into its own on load, as it does the Hub's checkpoints
+QWEN3VLMOE_BACK = replace(
+    QWEN3VL_BACK,
+    hf_arch="Qwen3VLMoeForConditionalGeneration",
+    model_type="qwen3_vl_moe",
+    vision_model_type="qwen3_vl_moe_vision",
+    text_model_type="qwen3_vl_moe_text",
+    text_archs=("qwen3vlmoe",),
+)
+
+VISION_BACK += (QWEN3VLMOE_BACK,)
+
+
+# --------------------------------------------------------------------------- Qwen3.5
+
+
+def _qwen35_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # Qwen3-VL's values, without deepstack (no Qwen3.5 vision config field: its tower
+    # has no deepstack mergers, and the reference writes every flag false)
+    v, top = _qwen3_restore(md, vision, shapes)
+    v.pop("deepstack_visual_indexes")
+    return v, top
+
+
+def _qwen35_text_rename(name: str) -> str:
+    # the Hub's Qwen3.5: model.language_model.*; the MTP block (mtp.*) and the head stay
+    return "model.language_model." + name[len("model.") :] if name.startswith("model.") else name
+
+
+# Qwen3-VL's tower without deepstack over a Qwen3.5 text model (gated DeltaNet layers,
+# the MTP block); the text config (MRoPE sections, interleaved) is text GGUF -> HF's
+QWEN35VL_BACK = replace(
+    QWEN3VL_BACK,
+    hf_arch="Qwen3_5ForConditionalGeneration",
+    model_type="qwen3_5",
+    vision_model_type="qwen3_5_vision",
+    text_model_type="qwen3_5_text",
+    text_archs=("qwen35",),
+    restore=_qwen35_restore,
+    text=lambda cfg, md: {},
+    text_rename=_qwen35_text_rename,
+)
+QWEN35VLMOE_BACK = replace(
+    QWEN35VL_BACK,
+    hf_arch="Qwen3_5MoeForConditionalGeneration",
+    model_type="qwen3_5_moe",
+    vision_model_type="qwen3_5_moe_vision",
+    text_model_type="qwen3_5_moe_text",
+    text_archs=("qwen35moe",),
+)
+
+VISION_BACK += (QWEN35VL_BACK, QWEN35VLMOE_BACK)
