@@ -22,8 +22,7 @@ import numpy as np
 import pytest
 
 from support.vlm_models import build
-from test_convert_mmproj import TYPES, _image, _mtmd_embeddings, _reference, _same
-from weightsmith.convert import hf_to_gguf
+from test_convert_mmproj import TYPES, _image, _mtmd_embeddings, _same, convert_both
 
 # mtmd's image embeddings vs transformers' features, as a fraction of their scale
 TOL = 1e-3
@@ -34,12 +33,7 @@ def q4(tmp_path_factory):
     """The model folder; the reference's text f16 and projectors; ours."""
     root = tmp_path_factory.mktemp("qwen4exp")
     src = build("qwen4exp_vl", root / "model")
-    jobs = [[str(src), "--outfile", str(root / "ref-text-f16.gguf"), "--outtype", "f16"]]
-    for t in TYPES:
-        jobs.append([str(src), "--outfile", str(root / f"ref-mmproj-{t}.gguf"), "--outtype", t,
-                     "--mmproj"])  # fmt: skip
-        hf_to_gguf(src, root / f"ours-text-{t}.gguf", t, mmproj=root / f"ours-mmproj-{t}.gguf")
-    _reference(jobs)
+    convert_both(src, root)
     return root
 
 

@@ -24,7 +24,7 @@ import pytest
 
 from support.vlm_models import build
 from test_convert_hf_to_gguf import _llama_logits
-from test_convert_mmproj import TYPES, _mtmd_embeddings, _reference, _same
+from test_convert_mmproj import TYPES, _mtmd_embeddings, _same, convert_both
 from weightsmith import errors as E
 from weightsmith.convert import hf_to_gguf
 
@@ -36,12 +36,7 @@ def yv(tmp_path_factory):
     """The model folder; the reference's text f16 and projectors; ours."""
     root = tmp_path_factory.mktemp("youtuvl")
     src = build("youtuvl", root / "hub")
-    jobs = [[str(src), "--outfile", str(root / "ref-text-f16.gguf"), "--outtype", "f16"]]
-    for t in TYPES:
-        jobs.append([str(src), "--outfile", str(root / f"ref-mmproj-{t}.gguf"), "--outtype", t,
-                     "--mmproj"])  # fmt: skip
-        hf_to_gguf(src, root / f"ours-text-{t}.gguf", t, mmproj=root / f"ours-mmproj-{t}.gguf")
-    _reference(jobs)
+    convert_both(src, root)
     return root
 
 

@@ -64,6 +64,25 @@ def _head_dim(cfg: dict):
     return cfg.get("head_dim", cfg.get("qk_rope_head_dim"))
 
 
+# DeepseekV2Model's expert rows and the rope width, in its order (the OCR text's too)
+_MOE_ROWS = [
+    m(
+        "expert_feed_forward_length",
+        "moe_intermediate_size",
+        value=lambda c: c.get("moe_intermediate_size", c.get("intermediate_size")),
+    ),
+    m("expert_count", "n_routed_experts"),
+    m("expert_shared_count", "n_shared_experts", value=lambda c: c.get("n_shared_experts", 0)),
+    m("expert_weights_scale", "routed_scaling_factor", t=VT.FLOAT32),
+    m(
+        "expert_weights_norm",
+        "norm_topk_prob",
+        t=VT.BOOL,
+        value=lambda c: True if c.get("norm_topk_prob") else None,
+    ),
+    m("rope.dimension_count", "qk_rope_head_dim"),
+]
+
 # COMMON with MLA's MQA head count, the eps default and AutoConfig's head_dim (the MLA
 # key/value lengths below replace its value in place), then DeepseekV2Model's rows
 _ROWS = [
@@ -97,21 +116,7 @@ _ROWS = [
         value=lambda c: c["qk_nope_head_dim"] + c["qk_rope_head_dim"],
     ),
     m("attention.value_length_mla", "v_head_dim"),
-    m(
-        "expert_feed_forward_length",
-        "moe_intermediate_size",
-        value=lambda c: c.get("moe_intermediate_size", c.get("intermediate_size")),
-    ),
-    m("expert_count", "n_routed_experts"),
-    m("expert_shared_count", "n_shared_experts", value=lambda c: c.get("n_shared_experts", 0)),
-    m("expert_weights_scale", "routed_scaling_factor", t=VT.FLOAT32),
-    m(
-        "expert_weights_norm",
-        "norm_topk_prob",
-        t=VT.BOOL,
-        value=lambda c: True if c.get("norm_topk_prob") else None,
-    ),
-    m("rope.dimension_count", "qk_rope_head_dim"),
+    *_MOE_ROWS,
     m(
         "rope.scaling.yarn_log_multiplier",
         "_yarn_log_multiplier",
@@ -205,21 +210,7 @@ _OCR_ROWS = [
     m("leading_dense_block_count", "first_k_dense_replace", value=_leading_dense),
     m("vocab_size", "vocab_size"),
     m("attention.q_lora_rank", "q_lora_rank"),
-    m(
-        "expert_feed_forward_length",
-        "moe_intermediate_size",
-        value=lambda c: c.get("moe_intermediate_size", c.get("intermediate_size")),
-    ),
-    m("expert_count", "n_routed_experts"),
-    m("expert_shared_count", "n_shared_experts", value=lambda c: c.get("n_shared_experts", 0)),
-    m("expert_weights_scale", "routed_scaling_factor", t=VT.FLOAT32),
-    m(
-        "expert_weights_norm",
-        "norm_topk_prob",
-        t=VT.BOOL,
-        value=lambda c: True if c.get("norm_topk_prob") else None,
-    ),
-    m("rope.dimension_count", "qk_rope_head_dim"),
+    *_MOE_ROWS,
     m("attention.sliding_window", "sliding_window_size", "sliding_window", value=_sliding_window),
     m(
         "rope.scaling.yarn_log_multiplier",
