@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -48,12 +49,16 @@ def run(
     cov = ft = 0
     stops: list[str] = []
     rounds = 0
+    # libFuzzer's -rss_limit_mb judges the process's peak RSS, and Linux carries a
+    # parent's peak across fork + exec (a long pytest session reaches GBs): the
+    # target's budget is counted on top of what this process inherited
+    rss_limit = 3072 + resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
     while (left := deadline - time.monotonic()) > 1:
         rounds += 1
         cmd = [
             sys.executable, str(HERE / "driver.py"), target, str(findings),
             f"-max_total_time={int(left)}", f"-max_len={max_len}", "-timeout=20",
-            "-rss_limit_mb=3072", f"-artifact_prefix={artifacts}/", "-print_final_stats=1",
+            f"-rss_limit_mb={rss_limit}", f"-artifact_prefix={artifacts}/", "-print_final_stats=1",
             str(corpus), str(seeds_dir), *extra,
         ]  # fmt: skip
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
