@@ -49,7 +49,7 @@ def g4u(tmp_path_factory) -> Path:
         "image_processor_type": "Gemma4UnifiedImageProcessor", "patch_size": 2,
         "pooling_kernel_size": 3, "max_soft_tokens": 280,
         "image_mean": [0.0, 0.0, 0.0], "image_std": [1.0, 1.0, 1.0]}))  # fmt: skip
-    convert_both(src, root, text_ref=False)
+    convert_both(src, root, text_types=())
     return src
 
 

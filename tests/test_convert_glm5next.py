@@ -28,7 +28,7 @@ import pytest
 from support.vlm_models import build
 from test_convert_archs import QUANT_TYPES, _llama_logits
 from test_convert_hf_to_gguf import _llama_quantize
-from test_convert_mmproj import TYPES, _image, _mtmd_embeddings, _reference, _same
+from test_convert_mmproj import TYPES, _image, _mtmd_embeddings, _same, convert_both
 from weightsmith import errors as E
 from weightsmith.convert import gguf_to_hf, hf_to_gguf
 
@@ -43,13 +43,7 @@ def g5(tmp_path_factory):
     """The model folder; the reference's text files and projectors; ours."""
     root = tmp_path_factory.mktemp("glm5next")
     src = build("glm5next", root / "model")
-    jobs = []
-    for t in TYPES:
-        jobs.append([str(src), "--outfile", str(root / f"ref-text-{t}.gguf"), "--outtype", t])
-        jobs.append([str(src), "--outfile", str(root / f"ref-mmproj-{t}.gguf"), "--outtype", t,
-                     "--mmproj"])  # fmt: skip
-        hf_to_gguf(src, root / f"ours-text-{t}.gguf", t, mmproj=root / f"ours-mmproj-{t}.gguf")
-    _reference(jobs)
+    convert_both(src, root, text_types=TYPES)
     for t in QUANT_TYPES:
         _llama_quantize(root / "ref-text-f32.gguf", root / f"ref-text-{t}.gguf", t)
         hf_to_gguf(src, root / f"ours-text-{t}.gguf", t)

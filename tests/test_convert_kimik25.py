@@ -24,7 +24,7 @@ import pytest
 
 from support.vlm_models import build, hub_layout
 from test_convert_hf_to_gguf import _llama_logits, _llama_quantize
-from test_convert_mmproj import TYPES, _mtmd_embeddings, _reference, _same
+from test_convert_mmproj import TYPES, _mtmd_embeddings, _same, convert_both
 from weightsmith import errors as E
 from weightsmith.convert import gguf_to_hf, hf_to_gguf
 
@@ -42,13 +42,7 @@ def kimi(tmp_path_factory):
     llama_model_quantize) and projectors; ours (``ref-*`` / ``ours-*`` beside it)."""
     root = tmp_path_factory.mktemp("kimik25")
     src = build("kimik25", root / "hub")
-    jobs = []
-    for t in TYPES:
-        jobs.append([str(src), "--outfile", str(root / f"ref-text-{t}.gguf"), "--outtype", t])
-        jobs.append([str(src), "--outfile", str(root / f"ref-mmproj-{t}.gguf"), "--outtype", t,
-                     "--mmproj"])  # fmt: skip
-        hf_to_gguf(src, root / f"ours-text-{t}.gguf", t, mmproj=root / f"ours-mmproj-{t}.gguf")
-    _reference(jobs)
+    convert_both(src, root, text_types=TYPES)
     _llama_quantize(root / "ref-text-f32.gguf", root / f"ref-text-{QUANT}.gguf", QUANT)
     hf_to_gguf(src, root / f"ours-text-{QUANT}.gguf", QUANT)
     return root

@@ -19,6 +19,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -81,12 +82,12 @@ def _reference(jobs: list[list[str]]) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
 
 
-def convert_both(src: Path, root: Path, text_ref: bool = True) -> None:
+def convert_both(src: Path, root: Path, text_types: Sequence[str] = ("f16",)) -> None:
     """Beside ``src`` in ``root``: the reference's projector at each type (``ref-mmproj-T``,
-    and its text f16 as ``ref-text-f16`` when ``text_ref``) and ours (``ours-text-T``,
+    and its text at each of ``text_types`` as ``ref-text-T``) and ours (``ours-text-T``,
     ``ours-mmproj-T``), the reference's runs in one batch."""
-    jobs = [[str(src), "--outfile", str(root / "ref-text-f16.gguf"), "--outtype", "f16"]]
-    jobs = jobs if text_ref else []
+    jobs = [[str(src), "--outfile", str(root / f"ref-text-{t}.gguf"), "--outtype", t]
+            for t in text_types]  # fmt: skip
     for t in TYPES:
         jobs.append([str(src), "--outfile", str(root / f"ref-mmproj-{t}.gguf"), "--outtype", t,
                      "--mmproj"])  # fmt: skip

@@ -130,9 +130,16 @@ def dequantize_sources(sources: list, cfg: dict, path: Path) -> list:
                 expected=f"one scale per block {list(block or [])} of {list(w.shape)}",
                 found=list(sc.shape),
             )
+    drop = {s.name for s in sources if s.name.endswith(_SCALE) or s.name.endswith(_UNUSED)}
+    return _scaled(sources, scales, block, drop)
+
+
+def _scaled(sources: list, scales: dict, block: tuple[int, ...] | None, drop: set[str]) -> list:
+    """``sources`` without the ``drop`` names, each weight with a scale in ``scales`` (by
+    the weight's name) dequantized on load."""
     out = []
     for s in sources:
-        if s.name.endswith(_SCALE) or s.name.endswith(_UNUSED):
+        if s.name in drop:
             continue
         sc = scales.get(s.name)
         if sc is not None:
@@ -163,14 +170,4 @@ def e8m0_dequantize_sources(sources: list, path: Path) -> list:
                 found=list(s.shape),
             )
         scales[w.name] = s
-    drop = {s.name for s in scales.values()}
-    out = []
-    for s in sources:
-        if s.name in drop:
-            continue
-        sc = scales.get(s.name)
-        if sc is not None:
-            load = lambda w=s.load, c=sc.load: fp8_dequantize(w(), c(), _E8M0_BLOCK)  # noqa: E731
-            s = dataclasses.replace(s, load=load)
-        out.append(s)
-    return out
+    return _scaled(sources, scales, _E8M0_BLOCK, {s.name for s in scales.values()})
