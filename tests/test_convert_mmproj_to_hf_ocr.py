@@ -1,13 +1,14 @@
-"""GGUF -> HF of InternVL: the text GGUF and its projector
+"""GGUF -> HF of InternVL and LightOnOCR: the text GGUF and its projector
 back into one ``*ForConditionalGeneration`` folder, as tests/test_convert_mmproj_to_hf.py
 does for the other families (its helpers reused).
 
 For each tiny random model (tests/support/vlm_models.py, float32, built once): original
-folder -> our GGUF pair (f32) -> our HF folder, then
+folder -> our GGUF pair (f32; LightOnOCR f16 too) -> our HF folder, then
 
 * transformers 5 loads the folder with no missing, unexpected or mismatched keys;
 * every tensor equals the original's bit for bit from the f32 pair (no exception: none
-  of these families' forward transforms rounds);
+  of these families' forward transforms rounds), within the f16 rounding from the f16
+  pair;
 * ``get_image_features`` on the same pixels and the text logits on the same ids equal
   the original model's (gap 0);
 * HF -> GGUF of the folder gives our GGUF pair again (every row, tensor name, type and
@@ -35,6 +36,7 @@ from weightsmith.convert import gguf_to_hf, hf_to_gguf
 
 #: the pairs converted per arch (f16 for one family: test time)
 TYPES = {"internvl": ["f32"]}
+TYPES["lightonocr"] = ["f32", "f16"]
 ARCHS = list(TYPES)
 
 
@@ -88,6 +90,8 @@ def _pixels(arch: str, folder: Path, img: np.ndarray) -> dict:
         pre["image_std"]
     )
     kw = {"pixel_values": torch.from_numpy(np.ascontiguousarray(x.transpose(2, 0, 1)[None]))}
+    if arch == "lightonocr":
+        kw["image_sizes"] = torch.tensor([[64, 64]])
     return kw
 
 
@@ -205,3 +209,23 @@ def test_folder_converts_forward_again(work, arch, tmp_path):
                 np.testing.assert_array_equal(
                     np.asarray(a.numpy(t.name)), np.asarray(b.numpy(t.name)), err_msg=t.name
                 )
+
+
+def test_lightonocr_config(work):
+    cfg, pre, orig, opre = _files(work, "lightonocr")
+    assert cfg["architectures"] == orig["architectures"]  # the Hub's spelling
+    assert cfg["spatial_merge_size"] == 2 and cfg["vision_config"]["head_dim"] == 32
+    assert cfg["vision_config"]["hidden_act"] == orig["vision_config"]["hidden_act"] == "silu"
+    assert cfg["text_config"]["architectures"] == ["Qwen3ForCausalLM"]
+    assert pre["image_processor_type"] == opre["image_processor_type"]
+    assert pre["patch_size"] == opre["patch_size"]
+
+
+def test_projector_of_another_text_model_refused(work, tmp_path):
+    """A projector with a text GGUF of an architecture its family does not pair with
+    (LightOnOCR's with InternVL's Qwen2 text) is refused by name before writing."""
+    with pytest.raises(E.ProjectorMismatch) as ei:
+        gguf_to_hf(work["root"] / "internvl" / "text-f32.gguf", tmp_path / "o",
+                   mmproj=work["root"] / "lightonocr" / "mmproj-f32.gguf")  # fmt: skip
+    assert ei.value.field == "clip.projector_type"
+    assert not (tmp_path / "o").exists()

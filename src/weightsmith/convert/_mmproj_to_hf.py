@@ -54,6 +54,7 @@ from .arch.mmproj import (
     GEMMA4_VISION,
     INTERNVL_VISION,
     LFM2VL_VISION,
+    LIGHTONOCR_VISION,
     LLAMA4_VISION,
     LLAVA_VISION,
     QWEN2VL_VISION,
@@ -1042,3 +1043,53 @@ INTERNVL_BACK = VisionBack(
 )
 
 VISION_BACK += (INTERNVL_BACK,)
+
+
+# --------------------------------------------------------------------------- LightOnOCR
+
+# LLaVA's names (the forward entry's) -> LightOnOCR's (the Hub's, and transformers 5's)
+_LIGHTON_HF = (
+    ("vision_tower.", "model.vision_encoder."),
+    ("multi_modal_projector.", "model.vision_projection."),
+)
+
+
+def _lighton_hf_name(name: str, md: Mapping[str, Any]) -> str:
+    for old, new in _LIGHTON_HF:
+        name = name.replace(old, new)
+    return name
+
+
+def _lighton_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # the Pixtral tower's values; the merger's factor is the only top-level field
+    v, _ = _pixtral_restore(md, vision, shapes)
+    return v, {"spatial_merge_size": md.get(_CLIP + "vision.spatial_merge_size", 2)}
+
+
+def _lighton_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    files = _pixtral_pre(vision, md)
+    files["preprocessor_config.json"]["image_processor_type"] = "PixtralImageProcessorFast"
+    files["preprocessor_config.json"]["patch_size"] = vision["patch_size"]
+    return files
+
+
+LIGHTONOCR_BACK = VisionBack(
+    # the Hub's spelling, which the reference registers (transformers reads model_type)
+    hf_arch="LightOnOCRForConditionalGeneration",
+    model_type="lighton_ocr",
+    projector=LIGHTONOCR_VISION,
+    projector_types=("lightonocr",),
+    vision_model_type="pixtral",
+    text_model_type=None,
+    text_archs=("qwen3",),
+    fields=_PIXTRAL_FIELDS,
+    restore=_lighton_restore,
+    preprocessor=_lighton_pre,
+    rename=_lighton_hf_name,
+    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
+    # the text class as the Hub's configs name it: the reference chooses the text model by it
+    text=lambda cfg, md: {"architectures": ["Qwen3ForCausalLM"]},
+    tokens=_token_ids({"image_token_id": "<|image_pad|>"}),
+)
+
+VISION_BACK += (LIGHTONOCR_BACK,)
