@@ -1,4 +1,4 @@
-"""GGUF -> HF of InternVL and LightOnOCR: the text GGUF and its projector
+"""GGUF -> HF of InternVL, LightOnOCR and PaddleOCR-VL: the text GGUF and its projector
 back into one ``*ForConditionalGeneration`` folder, as tests/test_convert_mmproj_to_hf.py
 does for the other families (its helpers reused).
 
@@ -37,6 +37,7 @@ from weightsmith.convert import gguf_to_hf, hf_to_gguf
 #: the pairs converted per arch (f16 for one family: test time)
 TYPES = {"internvl": ["f32"]}
 TYPES["lightonocr"] = ["f32", "f16"]
+TYPES["paddleocrvl"] = ["f32"]
 ARCHS = list(TYPES)
 
 
@@ -81,10 +82,18 @@ def test_loads_with_every_tensor(work, arch, t):
 
 
 def _pixels(arch: str, folder: Path, img: np.ndarray) -> dict:
-    """The model inputs of ``img`` (HWC uint8, 64 x 64): normalised by the folder's mean
-    and std as the processors do."""
+    """The model inputs of ``img`` (HWC uint8, 64 x 64), from the folder's own image
+    processor where it runs without torchvision (PaddleOCR-VL's), else normalised by the
+    folder's mean and std as the processors do."""
     import torch
 
+    if arch == "paddleocrvl":  # flattened patches and their grid
+        from transformers import AutoImageProcessor
+
+        out = AutoImageProcessor.from_pretrained(folder)(
+            images=[img], return_tensors="pt", do_resize=False
+        )
+        return {"pixel_values": out["pixel_values"], "image_grid_thw": out["image_grid_thw"]}
     pre = json.loads((folder / "preprocessor_config.json").read_text())
     x = (img.astype(np.float32) / 255 - np.float32(pre["image_mean"])) / np.float32(
         pre["image_std"]
@@ -229,3 +238,22 @@ def test_projector_of_another_text_model_refused(work, tmp_path):
                    mmproj=work["root"] / "lightonocr" / "mmproj-f32.gguf")  # fmt: skip
     assert ei.value.field == "clip.projector_type"
     assert not (tmp_path / "o").exists()
+
+
+def test_paddleocr_config(work):
+    cfg, pre, orig, opre = _files(work, "paddleocrvl")
+    assert cfg["text_config"]["rope_parameters"]["mrope_section"] == [2, 3, 3]
+    assert cfg["vision_config"]["architectures"] == ["PaddleOCRVisionModel"]
+    for k in ("hidden_act", "spatial_merge_size", "image_size", "layer_norm_eps"):
+        assert cfg["vision_config"][k] == orig["vision_config"][k], k
+    for k in ("image_processor_type", "min_pixels", "max_pixels", "patch_size", "merge_size",
+              "temporal_patch_size"):  # fmt: skip
+        assert pre[k] == opre[k], k
+
+
+def test_paddleocr_text_alone_still_refused(work, tmp_path):
+    """PaddleOCR-VL's ``paddleocr`` text GGUF has no HF class alone: refused without its
+    projector, before any output (with it, the joint class above)."""
+    with pytest.raises(E.UnknownArchitecture, match="paddleocr"):
+        gguf_to_hf(work["root"] / "paddleocrvl" / "text-f32.gguf", tmp_path / "t")
+    assert not (tmp_path / "t").exists()

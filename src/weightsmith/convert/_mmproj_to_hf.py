@@ -57,6 +57,7 @@ from .arch.mmproj import (
     LIGHTONOCR_VISION,
     LLAMA4_VISION,
     LLAVA_VISION,
+    PADDLEOCR_VISION,
     QWEN2VL_VISION,
     QWEN3VL_VISION,
     QWEN25VL_VISION,
@@ -1093,3 +1094,80 @@ LIGHTONOCR_BACK = VisionBack(
 )
 
 VISION_BACK += (LIGHTONOCR_BACK,)
+
+
+# --------------------------------------------------------------------------- PaddleOCR-VL
+
+
+def _paddle_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    v = {
+        # the class the reference picks the projector by (the Hub's vision config names it)
+        "architectures": ["PaddleOCRVisionModel"],
+        # mtmd's paddleocr graph: tanh GELU, 2 x 2 merge, RGB (PaddleOCR-VL's defaults)
+        "hidden_act": "gelu_pytorch_tanh",
+        "spatial_merge_size": 2,
+        "num_channels": 3,
+    }
+    return v, {}
+
+
+def _paddle_text(cfg: dict, md: Mapping[str, Any]) -> dict:
+    # the M-RoPE sections (the text rows keep them only under a derived field)
+    sections = [int(s) for s in md.get("paddleocr.rope.dimension_sections", []) if s]
+    rope = {"rope_type": "default", "rope_theta": cfg.get("rope_theta", 500000.0)}
+    return {"rope_parameters": {**rope, "mrope_section": sections}}
+
+
+def _paddle_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "PaddleOCRVLImageProcessor",
+            "min_pixels": md[_CLIP + "vision.image_min_pixels"],
+            "max_pixels": md[_CLIP + "vision.image_max_pixels"],
+            "patch_size": vision["patch_size"],
+            "merge_size": vision["spatial_merge_size"],
+            "temporal_patch_size": 1,
+            "do_convert_rgb": True,
+            "do_normalize": True,
+            "do_rescale": True,
+            "do_resize": True,
+            "resample": 3,
+            "rescale_factor": 1 / 255,
+            **_mean_std(md),
+        }
+    }
+
+
+PADDLEOCR_BACK = VisionBack(
+    hf_arch="PaddleOCRVLForConditionalGeneration",
+    model_type="paddleocr_vl",
+    projector=PADDLEOCR_VISION,
+    projector_types=("paddleocr",),
+    vision_model_type="paddleocr_vl_vision",
+    text_model_type="paddleocr_vl_text",
+    text_archs=("paddleocr",),
+    fields={
+        "vision.image_size": "image_size",  # the square root of max_pixels, as written
+        "vision.block_count": "num_hidden_layers",
+        "vision.image_max_pixels": None,  # the image processor's
+        "vision.image_min_pixels": None,
+        "use_gelu": None,
+        # the reference's 1e-6 (it reads a field the vision config lacks): what mtmd runs
+        "vision.attention.layer_norm_epsilon": "layer_norm_eps",
+    },
+    restore=_paddle_restore,
+    preprocessor=_paddle_pre,
+    # the Hub's names (model.*, lm_head, visual.*, mlp_AR.*), which transformers 5 loads
+    text_rename=lambda name: name,
+    text=_paddle_text,
+    tokens=_token_ids(
+        {
+            "image_token_id": "<|IMAGE_PLACEHOLDER|>",
+            "vision_start_token_id": "<|IMAGE_START|>",
+            "vision_end_token_id": "<|IMAGE_END|>",
+            "video_token_id": "<|VIDEO_PLACEHOLDER|>",
+        }
+    ),
+)
+
+VISION_BACK += (PADDLEOCR_BACK,)
