@@ -1,6 +1,6 @@
-"""GGUF -> HF of InternVL, LightOnOCR and PaddleOCR-VL: the text GGUF and its projector
-back into one ``*ForConditionalGeneration`` folder, as tests/test_convert_mmproj_to_hf.py
-does for the other families (its helpers reused).
+"""GGUF -> HF of InternVL (Qwen2 and Qwen3 texts), LightOnOCR and PaddleOCR-VL: the text
+GGUF and its projector back into one ``*ForConditionalGeneration`` folder, as
+tests/test_convert_mmproj_to_hf.py does for the other families (its helpers reused).
 
 For each tiny random model (tests/support/vlm_models.py, float32, built once): original
 folder -> our GGUF pair (f32; LightOnOCR f16 too) -> our HF folder, then
@@ -38,6 +38,7 @@ from weightsmith.convert import gguf_to_hf, hf_to_gguf
 TYPES = {"internvl": ["f32"]}
 TYPES["lightonocr"] = ["f32", "f16"]
 TYPES["paddleocrvl"] = ["f32"]
+TYPES["internvl_qwen3"] = ["f32"]  # InternVL 3.5's text: Qwen3 (QK norms)
 ARCHS = list(TYPES)
 
 
@@ -199,7 +200,7 @@ def test_folder_converts_forward_again(work, arch, tmp_path):
     d = work["root"] / arch
     folder = d / "back-f32"
     text, proj = tmp_path / "text.gguf", tmp_path / "mmproj.gguf"
-    if arch == "internvl":
+    if arch.startswith("internvl"):
         with pytest.raises(E.UnknownArchitecture, match="InternVLForConditionalGeneration"):
             hf_to_gguf(folder, text, "f32", mmproj=proj, tokenizer=False)
         assert not text.exists() and not proj.exists()
