@@ -128,6 +128,23 @@ def test_same_image_features_and_logits(work, arch):
     np.testing.assert_array_equal(lg, lw)
 
 
+@pytest.mark.parametrize("arch", ["internvl", "lightonocr"])
+def test_image_processor_from_our_folder(work, arch):
+    """transformers' image processor of our folder (InternVL's GotOcr2, LightOnOCR's
+    Pixtral) turns a 64 x 64 image into the pixels compared above (one tile for
+    InternVL); LightOnOCR's equals the original's processor's output."""
+    from transformers import AutoImageProcessor
+
+    img = np.random.default_rng(5).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    d = work["root"] / arch / "back-f32"
+    got = AutoImageProcessor.from_pretrained(d)(images=[img], return_tensors="np")
+    want = _pixels(arch, d, img)["pixel_values"].numpy()
+    np.testing.assert_allclose(got["pixel_values"], want, rtol=0, atol=1e-6)
+    if arch == "lightonocr":
+        orig = AutoImageProcessor.from_pretrained(work[arch])(images=[img], return_tensors="np")
+        np.testing.assert_array_equal(got["pixel_values"], orig["pixel_values"])
+
+
 def _files(work, arch: str) -> tuple[dict, dict, dict, dict]:
     """``(our config, our preprocessor file, the original's config, its preprocessor
     file)``; the mean and std checked equal."""
