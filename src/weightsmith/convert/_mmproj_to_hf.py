@@ -11,7 +11,10 @@ registry; nothing here keeps a second table of tensor names or transforms:
   text weights go where the Hub's checkpoints of the family keep them
   (:attr:`VisionBack.text_rename`: under ``language_model.`` for LLaVA, Mistral 3 and
   Gemma 3).  The folder is in the Hub's layout, which transformers 5 loads and both
-  converters read: it converts forward again (tested).  Both files' tensors stream into
+  converters read: it converts forward again (tested).  Except InternVL: transformers
+  reads only the Hub's ``-hf`` layout (OpenGVLab's needs the checkpoint's remote code),
+  which neither converter reads; its record names the entry without the fused-QKV split
+  (the ``-hf`` layout keeps q, k and v apart).  Both files' tensors stream into
   one safetensors set (:func:`._gguf_to_hf.write_weights`).  Tensors the projector
   carries as a copy of text data (Pixtral's ``v.token_embd.img_break``, a row of the
   text embedding) are not read;
@@ -45,13 +48,16 @@ from .. import errors as E
 from ..dtypes import DType
 from ..gguf import GGUFFile
 from . import _gguf_to_hf as G  # a module import: _gguf_to_hf imports this module too
-from .arch import MetaKey
+from .arch import MetaKey, NameRule
 from .arch.mmproj import (
     GEMMA3_VISION,
     GEMMA4_VISION,
+    INTERNVL_VISION,
     LFM2VL_VISION,
+    LIGHTONOCR_VISION,
     LLAMA4_VISION,
     LLAVA_VISION,
+    PADDLEOCR_VISION,
     QWEN2VL_VISION,
     QWEN3VL_VISION,
     QWEN25VL_VISION,
@@ -90,7 +96,8 @@ class VisionBack:
     """The per-family pieces of projector -> ``vision_config`` (see the module docstring).
 
     ``fields``: ``clip.*`` row key (without ``clip.``) -> the vision config field it is
-    written to, None for a row no vision config field holds (read by ``restore``);
+    written to, None for a row no vision config field holds (read by ``restore``; a
+    row computed from no config field is written only where ``fields`` names one);
     ``rename(name, md)`` -> the Hub's name from the rules' name; ``text_rename`` the
     text model's name (``model.layers...``) -> the Hub checkpoints' name;
     ``restore(md, vision, shapes)`` -> ``(vision_config additions, top-level additions)``
@@ -173,10 +180,12 @@ def _vision_config(back: VisionBack, md: Mapping[str, Any]) -> tuple[dict, dict[
     out: dict[str, Any] = {}
     key_of: dict[str, str] = {}
     for row in back.projector.entry.meta:
-        if not isinstance(row, MetaKey) or not row.fields:
+        if not isinstance(row, MetaKey):
             continue
         key = row.full_key("clip")
-        target = back.fields.get(key[len(_CLIP) :], row.fields[0])
+        # a row computed from no config field (InternVL's image size) is written where
+        # the family's ``fields`` puts it
+        target = back.fields.get(key[len(_CLIP) :], row.fields[0] if row.fields else None)
         if target is None or target.startswith("mmproj."):
             continue
         key_of.setdefault(target, key)
@@ -904,3 +913,261 @@ QWEN35VLMOE_BACK = replace(
 )
 
 VISION_BACK += (QWEN35VL_BACK, QWEN35VLMOE_BACK)
+
+
+# --------------------------------------------------------------------------- InternVL
+
+# OpenGVLab's names (the forward entry's) -> the Hub's -hf checkpoints' (transformers'
+# InternVLForConditionalGeneration), in order: the first match of a prefix or part wins
+_INTERNVL_HF = (
+    ("vision_model.embeddings.class_embedding", "vision_tower.embeddings.cls_token"),
+    ("vision_model.embeddings.position_embedding.weight",
+     "vision_tower.embeddings.position_embeddings"),
+    ("vision_model.embeddings.patch_embedding.", "vision_tower.embeddings.patch_embeddings.projection."),
+    ("vision_model.encoder.layers.", "vision_tower.encoder.layer."),
+    (".ls1.weight", ".lambda_1"),
+    (".ls2.weight", ".lambda_2"),
+    (".attn.proj.", ".attention.projection_layer."),
+    (".attn.", ".attention."),
+    (".norm1.", ".layernorm_before."),
+    (".norm2.", ".layernorm_after."),
+    ("mlp1.0.", "multi_modal_projector.layer_norm."),
+    ("mlp1.1.", "multi_modal_projector.linear_1."),
+    ("mlp1.3.", "multi_modal_projector.linear_2."),
+)  # fmt: skip
+
+
+def _internvl_hf_name(name: str, md: Mapping[str, Any]) -> str:
+    for old, new in _INTERNVL_HF:
+        name = name.replace(old, new)
+    return name
+
+
+def _internvl_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    side, patch = vision["image_size"], vision["patch_size"]
+    factor = md[_CLIP + "vision.projector.scale_factor"]
+    width, depth = vision["hidden_size"], vision["num_hidden_layers"]
+    v = {
+        # the -hf configs' spelling: [height, width]
+        "image_size": [side, side],
+        "patch_size": [patch, patch],
+        "hidden_act": "silu" if md.get(_CLIP + "use_silu") else "gelu",
+        "attention_bias": "v.blk.0.attn_q.bias" in shapes,
+        "use_qk_norm": "v.blk.0.attn_q_norm.weight" in shapes,
+        # mtmd's internvl graph: RMS norms for the 6B ViT (width 3200, 45 layers) only
+        "norm_type": "rms_norm" if (width, depth) == (3200, 45) else "layer_norm",
+    }
+    n = side // patch // factor
+    top = {
+        "downsample_ratio": 1 / factor,
+        # mtmd's graph: the last layer's patches (the CLS token dropped), GELU projector
+        "vision_feature_layer": -1,
+        "vision_feature_select_strategy": "default",
+        "projector_hidden_act": "gelu",
+        "image_seq_length": n * n,
+    }
+    return v, top
+
+
+def _internvl_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    side = vision["image_size"][0]
+    n = side // vision["patch_size"][0] // md[_CLIP + "vision.projector.scale_factor"]
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "GotOcr2ImageProcessorFast",  # the -hf checkpoints'
+            "crop_to_patches": True,  # mtmd tiles the image between the tile limits
+            # no row when the checkpoint had none: mtmd's (and the processor's) 1 and 12
+            "min_patches": md.get(_CLIP + "vision.preproc_min_tiles", 1),
+            "max_patches": md.get(_CLIP + "vision.preproc_max_tiles", 12),
+            "size": {"height": side, "width": side},
+            "do_convert_rgb": True,
+            "do_normalize": True,
+            "do_rescale": True,
+            "do_resize": True,
+            "resample": 3,
+            "rescale_factor": 1 / 255,
+            **_mean_std(md),
+        },
+        "processor_config.json": {
+            "processor_class": "InternVLProcessor",
+            "image_seq_length": n * n,
+        },
+    }
+
+
+# the -hf layout keeps q, k and v apart: InternVL's entry without its fused-QKV split, the
+# parts named as the split's (attn.q_proj, ...; renamed with the rest)
+_INTERNVL_PARTS = replace(
+    INTERNVL_VISION,
+    entry=replace(
+        INTERNVL_VISION.entry,
+        splits=[],
+        names=[
+            *INTERNVL_VISION.entry.names,
+            *(
+                NameRule(
+                    f"vision_model.encoder.layers.{{bid}}.attn.{x}_proj{s}",
+                    f"v.blk.{{bid}}.attn_{x}{s}",
+                )
+                for x in "qkv"
+                for s in (".weight", ".bias")
+            ),
+        ],
+    ),
+)
+
+# transformers' own InternVL (the -hf checkpoints): the text model and the projector of
+# OpenGVLab's layout, which both converters read forward (transformers loads it only
+# with the checkpoint's remote code), are written in the layout transformers 5 loads
+INTERNVL_BACK = VisionBack(
+    hf_arch="InternVLForConditionalGeneration",
+    model_type="internvl",
+    projector=_INTERNVL_PARTS,
+    projector_types=("internvl",),
+    vision_model_type="internvl_vision",
+    text_model_type=None,
+    text_archs=("qwen2", "qwen3"),
+    fields={
+        "vision.image_size": "image_size",  # both from the first of a pair
+        "vision.patch_size": "patch_size",
+        "vision.block_count": "num_hidden_layers",
+        "use_gelu": None,
+        "use_silu": None,
+        "vision.projector.scale_factor": None,  # downsample_ratio, inverted
+        "vision.preproc_min_tiles": None,  # the image processor's
+        "vision.preproc_max_tiles": None,
+    },
+    restore=_internvl_restore,
+    preprocessor=_internvl_pre,
+    rename=_internvl_hf_name,
+    tokens=_token_ids({"image_token_id": "<IMG_CONTEXT>"}),
+)
+
+VISION_BACK += (INTERNVL_BACK,)
+
+
+# --------------------------------------------------------------------------- LightOnOCR
+
+# LLaVA's names (the forward entry's) -> LightOnOCR's (the Hub's, and transformers 5's)
+_LIGHTON_HF = (
+    ("vision_tower.", "model.vision_encoder."),
+    ("multi_modal_projector.", "model.vision_projection."),
+)
+
+
+def _lighton_hf_name(name: str, md: Mapping[str, Any]) -> str:
+    for old, new in _LIGHTON_HF:
+        name = name.replace(old, new)
+    return name
+
+
+def _lighton_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # the Pixtral tower's values; the merger's factor is the only top-level field
+    v, _ = _pixtral_restore(md, vision, shapes)
+    return v, {"spatial_merge_size": md.get(_CLIP + "vision.spatial_merge_size", 2)}
+
+
+def _lighton_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    files = _pixtral_pre(vision, md)
+    files["preprocessor_config.json"]["image_processor_type"] = "PixtralImageProcessorFast"
+    files["preprocessor_config.json"]["patch_size"] = vision["patch_size"]
+    return files
+
+
+LIGHTONOCR_BACK = VisionBack(
+    # the Hub's spelling, which the reference registers (transformers reads model_type)
+    hf_arch="LightOnOCRForConditionalGeneration",
+    model_type="lighton_ocr",
+    projector=LIGHTONOCR_VISION,
+    projector_types=("lightonocr",),
+    vision_model_type="pixtral",
+    text_model_type=None,
+    text_archs=("qwen3",),
+    fields=_PIXTRAL_FIELDS,
+    restore=_lighton_restore,
+    preprocessor=_lighton_pre,
+    rename=_lighton_hf_name,
+    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
+    # the text class as the Hub's configs name it: the reference chooses the text model by it
+    text=lambda cfg, md: {"architectures": ["Qwen3ForCausalLM"]},
+    tokens=_token_ids({"image_token_id": "<|image_pad|>"}),
+)
+
+VISION_BACK += (LIGHTONOCR_BACK,)
+
+
+# --------------------------------------------------------------------------- PaddleOCR-VL
+
+
+def _paddle_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    v = {
+        # the class the reference picks the projector by (the Hub's vision config names it)
+        "architectures": ["PaddleOCRVisionModel"],
+        # mtmd's paddleocr graph: tanh GELU, 2 x 2 merge, RGB (PaddleOCR-VL's defaults)
+        "hidden_act": "gelu_pytorch_tanh",
+        "spatial_merge_size": 2,
+        "num_channels": 3,
+    }
+    return v, {}
+
+
+def _paddle_text(cfg: dict, md: Mapping[str, Any]) -> dict:
+    # the M-RoPE sections (the text rows keep them only under a derived field)
+    sections = [int(s) for s in md.get("paddleocr.rope.dimension_sections", []) if s]
+    rope = {"rope_type": "default", "rope_theta": cfg.get("rope_theta", 500000.0)}
+    return {"rope_parameters": {**rope, "mrope_section": sections}}
+
+
+def _paddle_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "PaddleOCRVLImageProcessor",
+            "min_pixels": md[_CLIP + "vision.image_min_pixels"],
+            "max_pixels": md[_CLIP + "vision.image_max_pixels"],
+            "patch_size": vision["patch_size"],
+            "merge_size": vision["spatial_merge_size"],
+            "temporal_patch_size": 1,
+            "do_convert_rgb": True,
+            "do_normalize": True,
+            "do_rescale": True,
+            "do_resize": True,
+            "resample": 3,
+            "rescale_factor": 1 / 255,
+            **_mean_std(md),
+        }
+    }
+
+
+PADDLEOCR_BACK = VisionBack(
+    hf_arch="PaddleOCRVLForConditionalGeneration",
+    model_type="paddleocr_vl",
+    projector=PADDLEOCR_VISION,
+    projector_types=("paddleocr",),
+    vision_model_type="paddleocr_vl_vision",
+    text_model_type="paddleocr_vl_text",
+    text_archs=("paddleocr",),
+    fields={
+        "vision.image_size": "image_size",  # the square root of max_pixels, as written
+        "vision.block_count": "num_hidden_layers",
+        "vision.image_max_pixels": None,  # the image processor's
+        "vision.image_min_pixels": None,
+        "use_gelu": None,
+        # the reference's 1e-6 (it reads a field the vision config lacks): what mtmd runs
+        "vision.attention.layer_norm_epsilon": "layer_norm_eps",
+    },
+    restore=_paddle_restore,
+    preprocessor=_paddle_pre,
+    # the Hub's names (model.*, lm_head, visual.*, mlp_AR.*), which transformers 5 loads
+    text_rename=lambda name: name,
+    text=_paddle_text,
+    tokens=_token_ids(
+        {
+            "image_token_id": "<|IMAGE_PLACEHOLDER|>",
+            "vision_start_token_id": "<|IMAGE_START|>",
+            "vision_end_token_id": "<|IMAGE_END|>",
+            "video_token_id": "<|VIDEO_PLACEHOLDER|>",
+        }
+    ),
+)
+
+VISION_BACK += (PADDLEOCR_BACK,)
