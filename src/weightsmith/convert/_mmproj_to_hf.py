@@ -65,7 +65,7 @@ from .arch.mmproj import (
     Projector,
 )
 
-__all__ = ["VISION_BACK", "VisionBack", "vlm_parts"]
+__all__ = ["NO_WAY_BACK", "VISION_BACK", "VisionBack", "vlm_parts"]
 
 _CLIP = "clip."
 
@@ -156,6 +156,14 @@ def _family(text: GGUFFile, proj: GGUFFile, path: Path) -> VisionBack:
         )
     ptype = md.get(_CLIP + "projector_type", md.get(_CLIP + "vision.projector_type"))
     text_arch = text.metadata.get("general.architecture")
+    if ptype in NO_WAY_BACK:  # a family transformers cannot rebuild from the pair
+        raise E.ProjectorMismatch(
+            "no GGUF -> HF conversion for this projector: " + NO_WAY_BACK[ptype],
+            path=path,
+            field="clip.projector_type",
+            expected="a projector whose whole model the GGUF pair keeps",
+            found=repr(ptype),
+        )
     known = [b for b in VISION_BACK if ptype in b.projector_types]
     for b in known:
         if text_arch in b.text_archs:
@@ -331,6 +339,9 @@ LLAVA_BACK = VisionBack(
 
 #: the families whose projector converts back, in the order they are tried
 VISION_BACK: tuple[VisionBack, ...] = (LLAVA_BACK,)
+#: projector types refused by name, with the reason (transformers cannot rebuild their
+#: model from the GGUF pair)
+NO_WAY_BACK: dict[str, str] = {}
 
 
 # --------------------------------------------------------------------------- Gemma 3
@@ -1171,3 +1182,15 @@ PADDLEOCR_BACK = VisionBack(
 )
 
 VISION_BACK += (PADDLEOCR_BACK,)
+
+
+# --------------------------------------------------------------------------- Janus-Pro
+
+# JanusForConditionalGeneration always builds its image-generation half (the VQ-VAE, the
+# generation embeddings, aligner and head), which neither GGUF keeps: the reference
+# (and ours) writes only the understanding tower, its aligner and the Llama text
+NO_WAY_BACK["janus_pro"] = (
+    "Janus-Pro's image-generation half (VQ-VAE, generation embeddings, aligner and head) "
+    "is in neither GGUF, and JanusForConditionalGeneration cannot be built without it; "
+    "the text GGUF converts alone (LlamaForCausalLM)"
+)
