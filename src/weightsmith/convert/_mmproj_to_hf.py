@@ -57,6 +57,7 @@ from .arch.mmproj import (
     LIGHTONOCR_VISION,
     LLAMA4_VISION,
     LLAVA_VISION,
+    MINICPMV46_VISION,
     PADDLEOCR_VISION,
     QWEN2VL_VISION,
     QWEN3VL_VISION,
@@ -1194,3 +1195,59 @@ NO_WAY_BACK["janus_pro"] = (
     "is in neither GGUF, and JanusForConditionalGeneration cannot be built without it; "
     "the text GGUF converts alone (LlamaForCausalLM)"
 )
+
+
+# --------------------------------------------------------------------------- MiniCPM-V 4.6
+
+_MINICPMV46_MODES = {4: "16x", 2: "4x"}
+
+
+def _minicpmv46_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # the image size row is the processor's slice size; the vision config's is the
+    # position-bucket grid, the table's rows (numpy order [rows, width]) = side x side
+    side = round(shapes["v.position_embd.weight"][0] ** 0.5)
+    layer = int(md[_CLIP + "vision.wa_layer_indexes"][0])
+    mode = _MINICPMV46_MODES[md[_CLIP + "vision.projector.scale_factor"]]
+    # transformers' tower always builds the window merger, which a 4x projector lacks:
+    # reading it names the missing tensor (MissingGGUFMetadata)
+    shapes["v.vit_merger.attn_q.weight"]
+    v = {"image_size": side * vision["patch_size"], "insert_layer_id": layer}
+    # mtmd's minicpmv4_6 graph: tanh-approximated GELU (use_gelu), MiniCPM-V's default
+    return v, {"insert_layer_id": layer, "downsample_mode": mode}
+
+
+def _minicpmv46_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "MiniCPMV4_6ImageProcessorPil",
+            "scale_resolution": md[_CLIP + "vision.image_size"],
+            "patch_size": vision["patch_size"],
+            "downsample_mode": _MINICPMV46_MODES[md[_CLIP + "vision.projector.scale_factor"]],
+            **_mean_std(md),
+        }
+    }
+
+
+# the SigLIP tower with its window merger and the final merger over a Qwen3.5 text model
+# (the text GGUF counts the MTP block without its tensors: text GGUF -> HF's trunk)
+MINICPMV46_BACK = VisionBack(
+    hf_arch="MiniCPMV4_6ForConditionalGeneration",
+    model_type="minicpmv4_6",
+    projector=MINICPMV46_VISION,
+    projector_types=("minicpmv4_6",),
+    vision_model_type="minicpmv4_6_vision",
+    text_model_type="qwen3_5_text",
+    text_archs=("qwen35",),
+    fields={
+        "vision.image_size": None,  # the slice size (scale_resolution), restored apart
+        "vision.block_count": "num_hidden_layers",
+        "vision.projector.scale_factor": None,  # downsample_mode, a top-level field
+    },
+    restore=_minicpmv46_restore,
+    required=_REQUIRED[1:],
+    preprocessor=_minicpmv46_pre,
+    # the names transformers 5 saves (the forward direction reads them as they are)
+    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
+)
+
+VISION_BACK += (MINICPMV46_BACK,)
