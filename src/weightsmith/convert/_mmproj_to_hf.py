@@ -50,6 +50,7 @@ from ..gguf import GGUFFile
 from . import _gguf_to_hf as G  # a module import: _gguf_to_hf imports this module too
 from .arch import MetaKey, NameRule
 from .arch.mmproj import (
+    EXAONE4_5_VISION,
     GEMMA3_VISION,
     GEMMA4_VISION,
     INTERNVL_VISION,
@@ -1251,3 +1252,62 @@ MINICPMV46_BACK = VisionBack(
 )
 
 VISION_BACK += (MINICPMV46_BACK,)
+
+
+# --------------------------------------------------------------------------- EXAONE 4.5
+
+
+def _exaone4_5_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # Qwen2.5-VL's tower with grouped KV heads (the fused QKV kept whole); no period row:
+    # no window attention (the reference writes none for an empty list)
+    n = md.get(_CLIP + "vision.n_wa_pattern")
+    full = list(range(n - 1, vision["depth"], n)) if n else []
+    v = {
+        "out_hidden_size": md[_CLIP + "vision.projection_dim"],
+        "fullatt_block_indexes": full,
+        # mtmd's exaone4_5 graph hard-codes the 2 x 2 merge: EXAONE 4.5's default
+        "spatial_merge_size": 2,
+        "temporal_patch_size": sum(1 for k in shapes if k.startswith("v.patch_embd.weight")),
+        "hidden_act": "silu",  # use_silu, the reference's constant
+        "in_channels": 3,
+    }
+    return v, {}
+
+
+def _exaone4_5_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    pre = _qwen25_pre(vision, md)
+    pre["preprocessor_config.json"].update(
+        min_pixels=md[_CLIP + "vision.image_min_pixels"],
+        max_pixels=md[_CLIP + "vision.image_max_pixels"],
+    )
+    return pre
+
+
+EXAONE4_5_BACK = VisionBack(
+    hf_arch="Exaone4_5_ForConditionalGeneration",
+    model_type="exaone4_5",
+    projector=EXAONE4_5_VISION,
+    projector_types=("exaone4_5",),
+    vision_model_type="exaone4_5_vision",
+    text_model_type="exaone4",
+    text_archs=("exaone4",),
+    fields={
+        "vision.block_count": "depth",
+        "vision.attention.head_count": "num_heads",
+        "vision.image_size": None,  # llama.cpp's 560, not an EXAONE 4.5 vision field
+        # the tower's RMS norms hard-code 1e-6 in transformers (no config field)
+        "vision.attention.layer_norm_epsilon": None,
+        "vision.n_wa_pattern": None,
+        "vision.image_min_pixels": None,  # the image processor's
+        "vision.image_max_pixels": None,
+    },
+    restore=_exaone4_5_restore,
+    required=("patch_size", "hidden_size", "intermediate_size", "num_heads", "depth"),
+    preprocessor=_exaone4_5_pre,
+    # the names transformers 5 saves: model.visual.*, model.language_model.*, lm_head
+    rename=lambda name, md: "model." + name,
+    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
+    tokens=_token_ids({"image_token_id": "<|image_pad|>", "video_token_id": "<|video_pad|>"}),
+)
+
+VISION_BACK += (EXAONE4_5_BACK,)
