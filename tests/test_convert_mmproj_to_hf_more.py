@@ -33,6 +33,7 @@ from weightsmith.convert import gguf_to_hf, hf_to_gguf
 
 ARCHS = ["minicpmv46"]
 ARCHS += ["exaone4_5"]
+ARCHS += ["kimik25"]
 #: the family whose f16 pair converts back too (one: test time)
 F16 = "exaone4_5"
 #: the Qwen3.5 text (RMS norms stored + 1, A_log as -exp(A_log): 1 ulp)

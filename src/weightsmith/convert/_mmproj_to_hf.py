@@ -54,6 +54,7 @@ from .arch.mmproj import (
     GEMMA3_VISION,
     GEMMA4_VISION,
     INTERNVL_VISION,
+    KIMIK25_VISION,
     LFM2VL_VISION,
     LIGHTONOCR_VISION,
     LLAMA4_VISION,
@@ -1311,3 +1312,69 @@ EXAONE4_5_BACK = VisionBack(
 )
 
 VISION_BACK += (EXAONE4_5_BACK,)
+
+
+# --------------------------------------------------------------------------- Kimi-K2.5
+
+
+def _kimik25_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # the position table's sizes: transformers' fields, beside the Hub's remote-code
+    # spelling (init_pos_emb_*) the rows were read from and both converters read
+    pos = {f"pos_emb_{k}": md[f"vision.pos_emb_{k}"] for k in ("height", "width", "time")}
+    n = md[_CLIP + "vision.projector.scale_factor"]
+    v = {**pos, "merge_kernel_size": [n, n]}
+    # the projector's pre-norm is over one patch of the tower (numpy order [width])
+    top = {
+        "projection_hidden_size": shapes["mm.input_norm.weight"][0],
+        "projection_layer_norm_eps": _f(md[_CLIP + "vision.attention.layer_norm_epsilon"]),
+    }
+    return v, top
+
+
+def _kimik25_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    p = vision["patch_size"]
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "Kimi_K25ImageProcessor",
+            "patch_size": p,
+            "merge_size": md[_CLIP + "vision.projector.scale_factor"],
+            # the row is the patch limit in pixels (the minimum is the reference's 8)
+            "media_proc_cfg": {"in_patch_limit": md[_CLIP + "vision.image_max_pixels"] // p**2},
+            **_mean_std(md),
+        }
+    }
+
+
+# MoonViT3d and Kimi's patch merger over a DeepSeek-V3 text model, in the Hub's layout
+# (the one the forward direction reads; transformers 5 loads it too): language_model.*,
+# vision_tower.*, mm_projector.*
+KIMIK25_BACK = VisionBack(
+    hf_arch="KimiK25ForConditionalGeneration",  # the Hub's (and the reference's) spelling
+    model_type="kimi_k25",
+    projector=KIMIK25_VISION,
+    projector_types=("kimik25",),
+    vision_model_type="kimi_k25_vision",
+    text_model_type=None,
+    text_archs=("deepseek2",),
+    fields={
+        "vision.image_size": None,  # the table's height in pixels (pos_emb_height)
+        "vision.block_count": "num_hidden_layers",
+        "use_gelu": None,  # the projector's GELU, hard-coded in transformers
+        "vision.attention.layer_norm_epsilon": None,  # a top-level field
+        "vision.projector.scale_factor": None,  # merge_kernel_size, both sides
+        "vision.image_min_pixels": None,  # the reference's constant 8 patches
+        "vision.image_max_pixels": None,  # the image processor's in_patch_limit
+    },
+    restore=_kimik25_restore,
+    required=_REQUIRED[1:],
+    preprocessor=_kimik25_pre,
+    tokens=_token_ids(
+        {
+            "image_token_id": "<|media_pad|>",
+            "vision_start_token_id": "<|media_begin|>",
+            "vision_end_token_id": "<|media_end|>",
+        }
+    ),
+)
+
+VISION_BACK += (KIMIK25_BACK,)
