@@ -144,8 +144,8 @@ def test_text_in_llama_cpp(kimi):
 
 def test_text_back_to_hf(kimi, tmp_path):
     """GGUF -> HF of the text file: a DeepseekV3ForCausalLM holding the VLM's text
-    tensors, whose logits are the VLM's own for the same tokens (the tower and projector
-    have no way back: docs/convert-architectures.md)."""
+    tensors, whose logits are the VLM's own for the same tokens (with the projector, the
+    whole VLM: tests/test_convert_mmproj_to_hf_more.py)."""
     from safetensors.numpy import load_file
 
     back = tmp_path / "back"

@@ -50,13 +50,16 @@ from ..gguf import GGUFFile
 from . import _gguf_to_hf as G  # a module import: _gguf_to_hf imports this module too
 from .arch import MetaKey, NameRule
 from .arch.mmproj import (
+    EXAONE4_5_VISION,
     GEMMA3_VISION,
     GEMMA4_VISION,
     INTERNVL_VISION,
+    KIMIK25_VISION,
     LFM2VL_VISION,
     LIGHTONOCR_VISION,
     LLAMA4_VISION,
     LLAVA_VISION,
+    MINICPMV46_VISION,
     PADDLEOCR_VISION,
     QWEN2VL_VISION,
     QWEN3VL_VISION,
@@ -65,7 +68,7 @@ from .arch.mmproj import (
     Projector,
 )
 
-__all__ = ["VISION_BACK", "VisionBack", "vlm_parts"]
+__all__ = ["NO_WAY_BACK", "VISION_BACK", "VisionBack", "vlm_parts"]
 
 _CLIP = "clip."
 
@@ -156,6 +159,14 @@ def _family(text: GGUFFile, proj: GGUFFile, path: Path) -> VisionBack:
         )
     ptype = md.get(_CLIP + "projector_type", md.get(_CLIP + "vision.projector_type"))
     text_arch = text.metadata.get("general.architecture")
+    if ptype in NO_WAY_BACK:  # a family transformers cannot rebuild from the pair
+        raise E.ProjectorMismatch(
+            "no GGUF -> HF conversion for this projector: " + NO_WAY_BACK[ptype],
+            path=path,
+            field="clip.projector_type",
+            expected="a projector whose whole model the GGUF pair keeps",
+            found=repr(ptype),
+        )
     known = [b for b in VISION_BACK if ptype in b.projector_types]
     for b in known:
         if text_arch in b.text_archs:
@@ -331,6 +342,9 @@ LLAVA_BACK = VisionBack(
 
 #: the families whose projector converts back, in the order they are tried
 VISION_BACK: tuple[VisionBack, ...] = (LLAVA_BACK,)
+#: projector types refused by name, with the reason (transformers cannot rebuild their
+#: model from the GGUF pair)
+NO_WAY_BACK: dict[str, str] = {}
 
 
 # --------------------------------------------------------------------------- Gemma 3
@@ -1171,3 +1185,196 @@ PADDLEOCR_BACK = VisionBack(
 )
 
 VISION_BACK += (PADDLEOCR_BACK,)
+
+
+# --------------------------------------------------------------------------- Janus-Pro
+
+# JanusForConditionalGeneration always builds its image-generation half (the VQ-VAE, the
+# generation embeddings, aligner and head), which neither GGUF keeps: the reference
+# (and ours) writes only the understanding tower, its aligner and the Llama text
+NO_WAY_BACK["janus_pro"] = (
+    "Janus-Pro's image-generation half (VQ-VAE, generation embeddings, aligner and head) "
+    "is in neither GGUF, and JanusForConditionalGeneration cannot be built without it; "
+    "the text GGUF converts alone (LlamaForCausalLM)"
+)
+
+
+# --------------------------------------------------------------------------- MiniCPM-V 4.6
+
+_MINICPMV46_MODES = {4: "16x", 2: "4x"}
+
+
+def _minicpmv46_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # the image size row is the processor's slice size; the vision config's is the
+    # position-bucket grid, the table's rows (numpy order [rows, width]) = side x side
+    side = round(shapes["v.position_embd.weight"][0] ** 0.5)
+    layer = int(md[_CLIP + "vision.wa_layer_indexes"][0])
+    mode = _MINICPMV46_MODES[md[_CLIP + "vision.projector.scale_factor"]]
+    # transformers' tower always builds the window merger, which a 4x projector lacks:
+    # reading it names the missing tensor (MissingGGUFMetadata)
+    shapes["v.vit_merger.attn_q.weight"]
+    v = {"image_size": side * vision["patch_size"], "insert_layer_id": layer}
+    # mtmd's minicpmv4_6 graph: tanh-approximated GELU (use_gelu), MiniCPM-V's default
+    return v, {"insert_layer_id": layer, "downsample_mode": mode}
+
+
+def _minicpmv46_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "MiniCPMV4_6ImageProcessorPil",
+            "scale_resolution": md[_CLIP + "vision.image_size"],
+            "patch_size": vision["patch_size"],
+            "downsample_mode": _MINICPMV46_MODES[md[_CLIP + "vision.projector.scale_factor"]],
+            **_mean_std(md),
+        }
+    }
+
+
+# the SigLIP tower with its window merger and the final merger over a Qwen3.5 text model
+# (the text GGUF counts the MTP block without its tensors: text GGUF -> HF's trunk)
+MINICPMV46_BACK = VisionBack(
+    hf_arch="MiniCPMV4_6ForConditionalGeneration",
+    model_type="minicpmv4_6",
+    projector=MINICPMV46_VISION,
+    projector_types=("minicpmv4_6",),
+    vision_model_type="minicpmv4_6_vision",
+    text_model_type="qwen3_5_text",
+    text_archs=("qwen35",),
+    fields={
+        "vision.image_size": None,  # the slice size (scale_resolution), restored apart
+        "vision.block_count": "num_hidden_layers",
+        "vision.projector.scale_factor": None,  # downsample_mode, a top-level field
+    },
+    restore=_minicpmv46_restore,
+    required=_REQUIRED[1:],
+    preprocessor=_minicpmv46_pre,
+    # the names transformers 5 saves (the forward direction reads them as they are)
+    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
+)
+
+VISION_BACK += (MINICPMV46_BACK,)
+
+
+# --------------------------------------------------------------------------- EXAONE 4.5
+
+
+def _exaone4_5_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # Qwen2.5-VL's tower with grouped KV heads (the fused QKV kept whole); no period row:
+    # no window attention (the reference writes none for an empty list)
+    n = md.get(_CLIP + "vision.n_wa_pattern")
+    full = list(range(n - 1, vision["depth"], n)) if n else []
+    v = {
+        "out_hidden_size": md[_CLIP + "vision.projection_dim"],
+        "fullatt_block_indexes": full,
+        # mtmd's exaone4_5 graph hard-codes the 2 x 2 merge: EXAONE 4.5's default
+        "spatial_merge_size": 2,
+        "temporal_patch_size": sum(1 for k in shapes if k.startswith("v.patch_embd.weight")),
+        "hidden_act": "silu",  # use_silu, the reference's constant
+        "in_channels": 3,
+    }
+    return v, {}
+
+
+def _exaone4_5_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    pre = _qwen25_pre(vision, md)
+    pre["preprocessor_config.json"].update(
+        min_pixels=md[_CLIP + "vision.image_min_pixels"],
+        max_pixels=md[_CLIP + "vision.image_max_pixels"],
+    )
+    return pre
+
+
+EXAONE4_5_BACK = VisionBack(
+    hf_arch="Exaone4_5_ForConditionalGeneration",
+    model_type="exaone4_5",
+    projector=EXAONE4_5_VISION,
+    projector_types=("exaone4_5",),
+    vision_model_type="exaone4_5_vision",
+    text_model_type="exaone4",
+    text_archs=("exaone4",),
+    fields={
+        "vision.block_count": "depth",
+        "vision.attention.head_count": "num_heads",
+        "vision.image_size": None,  # llama.cpp's 560, not an EXAONE 4.5 vision field
+        # the tower's RMS norms hard-code 1e-6 in transformers (no config field)
+        "vision.attention.layer_norm_epsilon": None,
+        "vision.n_wa_pattern": None,
+        "vision.image_min_pixels": None,  # the image processor's
+        "vision.image_max_pixels": None,
+    },
+    restore=_exaone4_5_restore,
+    required=("patch_size", "hidden_size", "intermediate_size", "num_heads", "depth"),
+    preprocessor=_exaone4_5_pre,
+    # the names transformers 5 saves: model.visual.*, model.language_model.*, lm_head
+    rename=lambda name, md: "model." + name,
+    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
+    tokens=_token_ids({"image_token_id": "<|image_pad|>", "video_token_id": "<|video_pad|>"}),
+)
+
+VISION_BACK += (EXAONE4_5_BACK,)
+
+
+# --------------------------------------------------------------------------- Kimi-K2.5
+
+
+def _kimik25_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # the position table's sizes: transformers' fields, beside the Hub's remote-code
+    # spelling (init_pos_emb_*) the rows were read from and both converters read
+    pos = {f"pos_emb_{k}": md[f"vision.pos_emb_{k}"] for k in ("height", "width", "time")}
+    n = md[_CLIP + "vision.projector.scale_factor"]
+    v = {**pos, "merge_kernel_size": [n, n]}
+    # the projector's pre-norm is over one patch of the tower (numpy order [width])
+    top = {
+        "projection_hidden_size": shapes["mm.input_norm.weight"][0],
+        "projection_layer_norm_eps": _f(md[_CLIP + "vision.attention.layer_norm_epsilon"]),
+    }
+    return v, top
+
+
+def _kimik25_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    p = vision["patch_size"]
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "Kimi_K25ImageProcessor",
+            "patch_size": p,
+            "merge_size": md[_CLIP + "vision.projector.scale_factor"],
+            # the row is the patch limit in pixels (the minimum is the reference's 8)
+            "media_proc_cfg": {"in_patch_limit": md[_CLIP + "vision.image_max_pixels"] // p**2},
+            **_mean_std(md),
+        }
+    }
+
+
+# MoonViT3d and Kimi's patch merger over a DeepSeek-V3 text model, in the Hub's layout
+# (the one the forward direction reads; transformers 5 loads it too): language_model.*,
+# vision_tower.*, mm_projector.*
+KIMIK25_BACK = VisionBack(
+    hf_arch="KimiK25ForConditionalGeneration",  # the Hub's (and the reference's) spelling
+    model_type="kimi_k25",
+    projector=KIMIK25_VISION,
+    projector_types=("kimik25",),
+    vision_model_type="kimi_k25_vision",
+    text_model_type=None,
+    text_archs=("deepseek2",),
+    fields={
+        "vision.image_size": None,  # the table's height in pixels (pos_emb_height)
+        "vision.block_count": "num_hidden_layers",
+        "use_gelu": None,  # the projector's GELU, hard-coded in transformers
+        "vision.attention.layer_norm_epsilon": None,  # a top-level field
+        "vision.projector.scale_factor": None,  # merge_kernel_size, both sides
+        "vision.image_min_pixels": None,  # the reference's constant 8 patches
+        "vision.image_max_pixels": None,  # the image processor's in_patch_limit
+    },
+    restore=_kimik25_restore,
+    required=_REQUIRED[1:],
+    preprocessor=_kimik25_pre,
+    tokens=_token_ids(
+        {
+            "image_token_id": "<|media_pad|>",
+            "vision_start_token_id": "<|media_begin|>",
+            "vision_end_token_id": "<|media_end|>",
+        }
+    ),
+)
+
+VISION_BACK += (KIMIK25_BACK,)
