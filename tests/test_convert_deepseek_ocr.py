@@ -356,14 +356,59 @@ def test_unlimited_contents_and_text(ds):
     assert np.abs(got - want).max() <= 2e-3 * scale, np.abs(got - want).max()
 
 
-def test_unlimited_llama_cpp_encodes_image(ds):
+def _as_mtmd_tiles(monkeypatch, table: np.ndarray) -> None:
+    """Make transformers' Unlimited-OCR resize its position tables for a tile as mtmd
+    0.3.36's ``deepseekocr`` graph does (tools/mtmd/models/deepseekocr.cpp, as read):
+
+    * CLIP (``table``: the GGUF's ``[n_pos, n_embd]``): the first ``n_pos - 1`` rows (the
+      class row 0 among them, the last patch row left out) go to ``ggml_interpolate`` as
+      the flat ``[n_embd, n_pos - 1]`` matrix, sized to ``side x side`` over the channel
+      and position axes (bicubic) and to ``n_embd`` over the third (nearest: copies); that
+      ``[side, side, n_embd]`` block is read back as ``side^2`` rows of ``n_embd``.  The
+      row appended for the class is a view at byte offset ``(n_pos - 1)``: floats
+      ``(n_pos - 1) / 4`` on, not row ``n_pos - 1``.  Token k gets row k (the class token
+      row 0, the last patch the appended row);
+    * SAM: its table resized bicubic without transformers' antialiasing."""
+    import torch
+    import torch.nn.functional as F
+    from transformers.models.unlimited_ocr import modeling_unlimited_ocr as M
+
+    clip_orig = M.UnlimitedOcrVisionEmbeddings.interpolate_pos_encoding
+    n_grid, n_embd = table.shape[0] - 1, table.shape[1]
+
+    def clip(self, embeddings, height, width):
+        side = round((embeddings.shape[1] - 1) ** 0.5)
+        if side * side == n_grid:
+            return clip_orig(self, embeddings, height, width)
+        flat = torch.from_numpy(np.ascontiguousarray(table[:n_grid]))[None, None]
+        small = F.interpolate(flat, size=(side, side), mode="bicubic", align_corners=False)
+        rows = small.flatten().repeat(n_embd).reshape(side * side, n_embd)
+        cls = torch.from_numpy(table.reshape(-1)[n_grid // 4 :][:n_embd].copy())
+        return torch.cat([rows, cls[None]])[None].to(embeddings.dtype)
+
+    def sam(self, height, width):
+        if tuple(self.pos_embed.shape[1:3]) == (height, width):
+            return self.pos_embed
+        x = self.pos_embed.permute(0, 3, 1, 2).float()
+        x = F.interpolate(x, size=(height, width), mode="bicubic", align_corners=False)
+        return x.permute(0, 2, 3, 1).to(self.pos_embed.dtype)
+
+    monkeypatch.setattr(M.UnlimitedOcrVisionEmbeddings, "interpolate_pos_encoding", clip)
+    monkeypatch.setattr(M.UnlimitedOcrSamVisionEncoder, "interpolate_pos_encoding", sam)
+
+
+def test_unlimited_llama_cpp_encodes_image(ds, monkeypatch):
     """mtmd encodes an 800 x 400 image as one row of two 640 tiles (10 x 10 tokens each,
     a newline after each row) and the 1024 view (16 rows of 16 + newline, the view
     separator).  The view and every newline are transformers' features within 1e-3 of
     their scale (measured 4.9e-5); the tile tokens are not (measured 1.8e-2): mtmd 0.3.36
-    resizes the CLIP position table for a 640 tile (16 x 16 -> 10 x 10) as the flat
-    ``[n_embd, 256]`` matrix (``ggml_interpolate`` over the channel and position axes, as
-    its source reads) where transformers resizes the grid -- a runtime fault, pinned."""
+    resizes the position tables for a 640 tile (CLIP's 16 x 16 -> 10 x 10, SAM's 64 x 64
+    -> 40 x 40) otherwise than transformers -- a runtime fault (our file's table is the
+    reference's and transformers'), pinned.  The cause, measured: transformers with the
+    tables resized as mtmd's source does (_as_mtmd_tiles) gives mtmd's tile tokens (4.2e-5
+    of scale; 3.4e-4 with SAM's table still antialiased)."""
+    from weightsmith.gguf import read
+
     img = np.random.default_rng(7).integers(0, 256, (400, 800, 3), dtype=np.uint8)
     got = _mtmd_image_rows(ds / "ours-uocr-text-f32.gguf", ds / "ours-uocr-mmproj-f32.gguf", img)
     want = _hf_image_features(ds / "uocr" / "hf", img, (2, 1), tile=640)
@@ -376,3 +421,9 @@ def test_unlimited_llama_cpp_encodes_image(ds):
     err = np.abs(got - want).max(1)
     assert err[~tiles].max() <= TOL * scale, err[~tiles].max()
     assert err[tiles].max() > 1e-2 * scale, err[tiles].max()
+
+    with read(ds / "ours-uocr-mmproj-f32.gguf") as f:
+        table = np.array(f.numpy("v.position_embd.weight"), dtype=np.float32)
+    _as_mtmd_tiles(monkeypatch, table)
+    as_mtmd = _hf_image_features(ds / "uocr" / "hf", img, (2, 1), tile=640)
+    assert np.abs(got - as_mtmd).max() <= TOL * scale, np.abs(got - as_mtmd).max()

@@ -2294,11 +2294,14 @@ BUILDERS["youtu"] = youtu
 # --------------------------------------------------------------------------- Qwen4-Exp
 
 # Qwen3.5-MoE's tiny layers plus 2 hyper-connection streams of rank 16 and a QSA indexer
-# (2 heads of 32, one key head) on the two full-attention layers; no PLE layers
+# (2 heads of 32, one key head) on the two full-attention layers; no PLE layers.  The gated
+# DeltaNet's output gate is sigmoid, the one the pinned llama.cpp's qwen4exp graph runs (it
+# reads no key for it; transformers would otherwise take hidden_act, silu:
+# test_qwen4exp_gap_is_the_gdn_output_gate)
 QWEN4EXP_TEXT = dict(
     rope_parameters=_QWEN35_ROPE, tie_word_embeddings=False, **_DELTANET, **_DELTANET_MOE,
     hc_count=2, hc_lowrank=16, indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=32,
-    indexer_budget=16, indexer_compress_ratio=4,
+    indexer_budget=16, indexer_compress_ratio=4, output_gate_type="sigmoid",
 )  # fmt: skip
 
 

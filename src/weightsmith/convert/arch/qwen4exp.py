@@ -24,6 +24,12 @@ additions:
   sharded n-gram table.  Not converted: its tensors (``ple.*``) have no rule, so such a
   checkpoint is refused (``UnmappedTensor``) before any output.
 
+The gated DeltaNet's output gate activation (``output_gate_type``, else ``hidden_act``
+in transformers) has no row: the pinned llama.cpp's ``qwen4exp`` graph always runs
+sigmoid.  A checkpoint with a silu gate converts (the reference converts it, to the same
+bytes) but llama.cpp runs it with sigmoid; GGUF -> HF writes ``output_gate_type:
+sigmoid``, the gate the file runs with.
+
 The reference class drops the MTP block (``no_mtp``): ``mtp.*`` is skipped, the block
 count is the trunk's, no ``nextn_predict_layers`` row.
 """
@@ -109,10 +115,13 @@ def _hf_config(cfg: dict, names: set[str]) -> dict[str, Any]:
     ratios = [int(r) for r in cfg.get("indexer_compress_ratio") or [] if int(r)]
     # the reference writes every ratio as 0 (module docstring): the ratio is then not in
     # the file; the budget itself is a valid ratio (it must divide the budget)
+    # the gated DeltaNet's output gate is not in the file: llama.cpp's qwen4exp graph always
+    # runs sigmoid, so that is what the GGUF means (transformers would take ``hidden_act``)
     out.update(
         indexer_kv_heads=1,
         indexer_compress_ratio=ratios[0] if ratios else cfg["indexer_budget"],
         ple_layer_ids=[],
+        output_gate_type="sigmoid",
     )
     return out
 
