@@ -218,3 +218,46 @@ def test_llama_cpp_encodes_image(g3n):
     _projector_only(g3n["wide"], fixed, "f16", _scales_4d(g3n["wide"]))
     emb = _mtmd_embeddings(text, fixed, image())
     assert np.abs(emb - hf).max() <= 4e-3 * scale
+
+
+_LOAD = """
+import sys, llama_cpp
+from llama_cpp import mtmd_cpp
+llm = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=256, n_threads=2, verbose=False)
+params = mtmd_cpp.mtmd_context_params_default()
+params.use_gpu = False
+ctx = mtmd_cpp.mtmd_init_from_file(sys.argv[2].encode(), llm.model, params)
+print("loaded" if ctx else "refused")
+"""
+
+
+@pytest.mark.parametrize(
+    "case, assertion",
+    [
+        # an f32 kernel against f16 im2col columns in the depthwise convs
+        ("f32", "GGML_ASSERT(*cur_backend_id != -1)"),
+        # 256 px: the last stage is 8 columns wide with 16 channels, and the 1-D layer
+        # scales broadcast along the width
+        ("256px", "GGML_ASSERT(ggml_can_repeat(b, a))"),
+    ],
+)
+def test_mtmd_aborts(g3n, tmp_path, case, assertion):
+    """Two runtime limits of mtmd 0.3.36 on the reference's layout, pinned: it aborts
+    while loading (in a subprocess here)."""
+    import json
+
+    src, t = g3n["wide"], "f16"
+    if case == "f32":
+        t = "f32"
+    else:
+        src = tmp_path / "wide"
+        shutil.copytree(g3n["wide"], src)
+        pre = json.loads((src / "preprocessor_config.json").read_text())
+        pre["size"] = {"height": 256, "width": 256}
+        (src / "preprocessor_config.json").write_text(json.dumps(pre))
+    proj = tmp_path / "mmproj.gguf"
+    _projector_only(src, proj, t)
+    r = subprocess.run([sys.executable, "-c", _LOAD, str(g3n["root"] / "wide-text-f16.gguf"),
+                        str(proj)], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode != 0 and "loaded" not in r.stdout
+    assert assertion in r.stderr

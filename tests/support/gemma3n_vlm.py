@@ -74,6 +74,10 @@ def build_gemma3n_vlm(root: Path, *, seed: int = 61) -> dict:
 
     from support.hf_models import BUILDERS
 
+    if not (timm_site() / "timm").is_dir():
+        raise RuntimeError(
+            f"the timm oracle is not installed in {timm_site()}: run scripts/test.sh"
+        )
     text = BUILDERS["gemma3n"](root / "text", dtype="float32")
     text_cfg = json.loads((text / "config.json").read_text())
     text_cfg.pop("architectures", None)
