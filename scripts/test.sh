@@ -45,6 +45,18 @@ if [ ! -f "$oracle_dir/convert_llama_weights_to_hf.py" ]; then
     cp "$oracle_dir/site/transformers/models/llama/convert_llama_weights_to_hf.py" "$oracle_dir/"
 fi
 
+# timm (and torchvision, which timm imports), the only builder of Gemma 3n's MobileNetV5
+# vision tower in transformers 5: into a folder of their own, without dependencies
+# (pip would otherwise swap the pinned CPU torch for a CUDA build).  torchvision 0.28.0
+# is the release built against torch 2.13.0; PyPI's wheel is a CUDA build whose C ops do
+# not load beside the CPU torch, which the Gemma 3n builder does not need
+# (tests/support/gemma3n_timm_oracle.py).  Only that builder's subprocess imports them.
+export WEIGHTSMITH_TIMM_ORACLE="${WEIGHTSMITH_TIMM_ORACLE:-$HOME/.cache/weightsmith/timm-oracle}"
+timm_dir="$WEIGHTSMITH_TIMM_ORACLE/1.0.31"
+if [ ! -d "$timm_dir/site/timm" ]; then
+    python -m pip install -q --no-deps --target "$timm_dir/site" "timm==1.0.31" "torchvision==0.28.0"
+fi
+
 # The safetensors header validator and the GGUF string-array scan are C that reads
 # hostile bytes: build a second copy with AddressSanitizer + UBSan (any report
 # aborts) and run the malformed-file cases, the fuzz seed corpora and short fuzz

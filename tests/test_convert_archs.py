@@ -1655,19 +1655,6 @@ def test_gemma3n_text_half_of_conditional_generation(work, tmp_path):
     assert _tensors(ours) == _tensors(work.files("gemma3n", "f16")[0])
 
 
-def test_gemma3n_projector_is_refused_before_any_output(work, tmp_path):
-    """Gemma 3n's projector (MobileNetV5 vision + conformer audio) is not converted: asked
-    for one, convert names the class and writes neither file (see
-    docs/convert-architectures.md for why it is not done)."""
-    from weightsmith import errors as E
-
-    src = _gemma3n_conditional(work, tmp_path)
-    out, proj = tmp_path / "text.gguf", tmp_path / "mmproj.gguf"
-    with pytest.raises(E.UnknownArchitecture, match="Gemma3nForConditionalGeneration"):
-        hf_to_gguf(src, out, "f16", mmproj=proj)
-    assert not out.exists() and not proj.exists()
-
-
 def _gemma3n_conditional(work, tmp_path: Path) -> Path:
     """The ``gemma3n`` model as the Hub lays out Gemma3nForConditionalGeneration, with a few
     vision and audio tensors beside the text."""

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from . import gemma3n_mmproj as G3N
 from . import granite4_vision as G4V
 from . import granite_speech as GS
 from . import kimik25 as K25
@@ -2650,6 +2651,61 @@ GLM5NEXT_VISION = replace(
     ),
 )
 
+# --------------------------------------------------------------------------- Gemma 3n
+
+
+def _g3n_vision(key: str, fn: Callable[[dict], Any], t: VT = VT.UINT32) -> MetaKey:
+    return MetaKey(key, (), t, fn)
+
+
+GEMMA3N_VISION_AUDIO = Projector(
+    hf_archs=("Gemma3nForConditionalGeneration",),
+    keep=(*G3N.VISION_PREFIXES, *G3N.AUDIO_PREFIXES),
+    force=G3N.force,
+    # every other base field has the class's default (arch/gemma3n_mmproj.py)
+    required=(("hidden_size",),),
+    # the class asserts an audio config and reads these without defaults
+    audio_required=(
+        ("hidden_size",),
+        ("conf_num_hidden_layers",),
+        ("conf_num_attention_heads",),
+        ("input_feat_size",),
+    ),
+    entry=Arch(
+        hf_archs=("Gemma3nForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            FILE_TYPE,
+            MetaKey("has_vision_encoder", (), VT.BOOL, _flag),
+            m("vision.projection_dim", TEXT_WIDTH),
+            _g3n_vision("vision.image_size", lambda v: G3N.image_size(v[PREPROCESSOR])),
+            _g3n_vision("vision.patch_size", lambda v: G3N.patch_size(v[PREPROCESSOR])),
+            m("vision.embedding_length", "hidden_size"),
+            _g3n_vision(
+                "vision.feed_forward_length", lambda v: 4 * v.get("intermediate_size", 2048)
+            ),
+            _const("vision.block_count", 128, VT.UINT32),
+            _g3n_vision("vision.attention.head_count", lambda v: v.get("num_attention_heads", 8)),
+            _const("vision.image_mean", [0.0, 0.0, 0.0], VT.FLOAT32),
+            _const("vision.image_std", [1.0, 1.0, 1.0], VT.FLOAT32),
+            *audio_rows(G3N.audio_ffn, G3N.audio_fill),
+            _const("vision.projector_type", "gemma3nv", VT.STRING),
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "layer_norm_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v.get("layer_norm_eps", 1e-6),
+            ),
+            _audio_row("audio.projector_type", lambda a: "gemma3na", VT.STRING),
+            _audio_row("audio.num_mel_bins", lambda a: a["input_feat_size"]),
+            _audio_row("audio.attention.layer_norm_epsilon", lambda a: 1e-5, VT.FLOAT32),
+        ],
+        names=G3N.NAMES,
+        transforms=G3N.TRANSFORMS,
+        required=(),
+    ),
+)
+
 
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
@@ -2682,5 +2738,6 @@ PROJECTORS += (MINICPMV46_VISION,)
 PROJECTORS += (YOUTUVL_VISION,)
 PROJECTORS += (QWEN4EXP_VISION,)
 PROJECTORS += (GLM5NEXT_VISION,)
+PROJECTORS += (GEMMA3N_VISION_AUDIO,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
