@@ -53,6 +53,7 @@ from .arch.mmproj import (
     EXAONE4_5_VISION,
     GEMMA3_VISION,
     GEMMA4_VISION,
+    GLM4V_VISION,
     INTERNVL_VISION,
     KIMIK25_VISION,
     LFM2VL_VISION,
@@ -107,8 +108,9 @@ class VisionBack:
     from the projector's metadata, the rows' vision config and the tensor shapes;
     ``text(text_cfg, text_md)`` -> text config fixes; ``tokens(vocab)`` -> the token id
     fields found in the text vocabulary; ``preprocessor(vision, md)`` -> the processor
-    files; ``text_archs`` the text GGUF architectures it pairs with; ``copies`` projector
-    tensors that copy text data (not read back)."""
+    files; ``text_archs`` the text GGUF architectures it pairs with (``text_test`` its
+    metadata, where they do not tell); ``copies`` projector tensors that copy text data
+    (not read back)."""
 
     hf_arch: str
     model_type: str
@@ -129,6 +131,9 @@ class VisionBack:
     copies: frozenset[str] = field(default_factory=frozenset)
     # vision config fields the rows must give (restore reads them)
     required: tuple[str, ...] = _REQUIRED
+    # the text GGUF's metadata is this family's, where text_archs do not tell (GLM-4V's
+    # and GLM-OCR's are both glm4: only GLM-OCR's has MTP blocks)
+    text_test: Callable[[Mapping[str, Any]], bool] = lambda md: True
 
 
 def _mean_std(md: Mapping[str, Any]) -> dict:
@@ -169,7 +174,7 @@ def _family(text: GGUFFile, proj: GGUFFile, path: Path) -> VisionBack:
         )
     known = [b for b in VISION_BACK if ptype in b.projector_types]
     for b in known:
-        if text_arch in b.text_archs:
+        if text_arch in b.text_archs and b.text_test(text.metadata):
             return b
     raise E.ProjectorMismatch(
         "no GGUF -> HF conversion for this projector with this text model",
@@ -1378,3 +1383,111 @@ KIMIK25_BACK = VisionBack(
 )
 
 VISION_BACK += (KIMIK25_BACK,)
+# --------------------------------------------------------------------------- GLM-4V
+
+
+def _glm4v_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    v = {
+        "out_hidden_size": md[_CLIP + "vision.projection_dim"],
+        # mtmd's glm4v graph hard-codes the 2 x 2 downsample (GLM-4V's default) and three
+        # channels; the Conv3d kernel was written as one Conv2d per temporal slice
+        "spatial_merge_size": 2,
+        "temporal_patch_size": sum(1 for k in shapes if k.startswith("v.patch_embd.weight")),
+        "in_channels": 3,
+        # GLM-OCR's tower has biases (one flag for attention and MLP)
+        "attention_bias": "v.blk.0.attn_qkv.bias" in shapes,
+    }
+    # the rows say silu or gelu (neither for another act: the config default, silu)
+    if md.get(_CLIP + "use_silu"):
+        v["hidden_act"] = "silu"
+    elif md.get(_CLIP + "use_gelu"):
+        v["hidden_act"] = "gelu"
+    return v, {}
+
+
+def _glm4v_text(cfg: dict, md: Mapping[str, Any]) -> dict:
+    # the M-RoPE sections (kept only under a derived row) and the rotated fraction, as
+    # transformers 5's GLM-4V text config spells them; the Q/K reorder's inverse reads them
+    arch = md.get("general.architecture")  # glm4, or glm4moe
+    sections = [int(s) for s in md.get(f"{arch}.rope.dimension_sections", []) if s]
+    rope = {
+        "rope_type": "default",
+        "rope_theta": cfg.pop("rope_theta", 10000.0),
+        "mrope_section": sections,
+        "partial_rotary_factor": cfg.pop("partial_rotary_factor", 0.5),
+    }
+    return {"rope_parameters": rope}
+
+
+def _glm4v_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    # the pixel bounds are not kept (no glm4v row): the processor's defaults
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "Glm4vImageProcessor",
+            "patch_size": vision["patch_size"],
+            "temporal_patch_size": vision["temporal_patch_size"],
+            "merge_size": vision["spatial_merge_size"],
+            **_mean_std(md),
+        }
+    }
+
+
+def _has_mtp(md: Mapping[str, Any]) -> bool:
+    return f"{md.get('general.architecture')}.nextn_predict_layers" in md
+
+
+GLM4V_BACK = VisionBack(
+    hf_arch="Glm4vForConditionalGeneration",
+    model_type="glm4v",
+    projector=GLM4V_VISION,
+    projector_types=("glm4v",),
+    vision_model_type="glm4v_vision",
+    text_model_type="glm4v_text",
+    text_archs=("glm4",),
+    text_test=lambda md: not _has_mtp(md),
+    fields={
+        "vision.block_count": "depth",
+        "vision.attention.head_count": "num_heads",
+        "use_silu": None,
+        "use_gelu": None,
+    },
+    required=(*_REQUIRED[:4], "num_heads", "depth"),
+    restore=_glm4v_restore,
+    preprocessor=_glm4v_pre,
+    text=_glm4v_text,
+    # the Hub's GLM-4V (transformers 5's names): model.visual.*, model.language_model.*
+    rename=lambda name, md: "model." + name,
+    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
+    tokens=_token_ids(
+        {
+            "image_token_id": "<|image|>",
+            "video_token_id": "<|video|>",
+            "image_start_token_id": "<|begin_of_image|>",
+            "image_end_token_id": "<|end_of_image|>",
+            "video_start_token_id": "<|begin_of_video|>",
+            "video_end_token_id": "<|end_of_video|>",
+        }
+    ),
+)
+# GLM-4.5V: the same tower over a GLM-4.5 MoE text model (glm4moe with sections)
+GLM4VMOE_BACK = replace(
+    GLM4V_BACK,
+    hf_arch="Glm4vMoeForConditionalGeneration",
+    model_type="glm4v_moe",
+    vision_model_type="glm4v_moe_vision",
+    text_model_type="glm4v_moe_text",
+    text_archs=("glm4moe",),
+    text_test=lambda md: True,
+)
+# GLM-OCR: the tower with biases and Q/K norms over GLM-4V's text with its MTP block
+# (written back as the Hub's checkpoint carries it: transformers does not build it)
+GLMOCR_BACK = replace(
+    GLM4V_BACK,
+    hf_arch="GlmOcrForConditionalGeneration",
+    model_type="glm_ocr",
+    vision_model_type="glm_ocr_vision",
+    text_model_type="glm_ocr_text",
+    text_test=_has_mtp,
+)
+
+VISION_BACK += (GLM4V_BACK, GLM4VMOE_BACK, GLMOCR_BACK)

@@ -1,0 +1,178 @@
+"""GGUF -> HF of GLM-4V, GLM-4.5V and GLM-OCR (projector ``glm4v``), Granite 4 Vision
+(``granite4_vision``) and HunyuanVL (``hunyuanvl``): the text GGUF and its projector back
+into one ``*ForConditionalGeneration`` folder (``gguf_to_hf(..., mmproj=...)``).
+
+For each tiny random model (float32, built once for the module by the forward tests'
+builders): original folder -> our GGUF pair (f32; GLM-4V also f16) -> our HF folder, then
+
+* transformers 5.24 loads the folder with no missing or mismatched keys and no
+  unexpected ones but those the original's folder has too (GLM-OCR's MTP block, which
+  transformers does not build: written back as the Hub's checkpoint carries it);
+* every tensor of the original's safetensors is in ours under the same name, bit for bit
+  from the f32 pair (from the f16 pair: at most the f16 rounding apart);
+* ``get_image_features`` on the same pixels and the text logits on the same ids equal
+  the original model's (measured gap 0);
+* converting our folder forward again gives the same GGUF pair (rows, tensor names,
+  types, values);
+* a text GGUF alone still has no HF class.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from support.vlm_models import build
+from test_convert_mmproj_to_hf import _features, _model
+from weightsmith import errors as E
+from weightsmith.convert import gguf_to_hf, hf_to_gguf
+
+ARCHS = ["glm4v", "glm4vmoe", "glmocr"]
+#: the family whose f16 pair is converted back too (one: test time)
+F16 = "glm4v"
+#: the tensors transformers does not build (the original's folder has them too)
+UNBUILT = {"glmocr": "model.language_model.layers.2."}
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> dict:
+    """Per arch: the original folder; our GGUF pair and the folder back (f32, and f16)."""
+    root = tmp_path_factory.mktemp("vlm_back_glm")
+    out: dict = {"root": root}
+    for arch in ARCHS:
+        src = build(arch, root / arch / "src", dtype="float32")
+        out[arch] = src
+        for t in ("f32", "f16") if arch == F16 else ("f32",):
+            text, proj = root / arch / f"text-{t}.gguf", root / arch / f"mmproj-{t}.gguf"
+            hf_to_gguf(src, text, t, mmproj=proj)
+            gguf_to_hf(text, root / arch / f"back-{t}", "f32", mmproj=proj)
+    return out
+
+
+def _types(arch: str) -> list[str]:
+    return ["f32", "f16"] if arch == F16 else ["f32"]
+
+
+def _weights(folder: Path) -> dict[str, np.ndarray]:
+    from safetensors.numpy import load_file
+
+    out: dict[str, np.ndarray] = {}
+    for p in sorted(folder.glob("*.safetensors")):
+        out.update(load_file(p))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("arch", "t"), [(a, t) for a in ARCHS for t in _types(a)]
+)  # fmt: skip
+def test_loads_with_every_tensor(work, arch, t):
+    back_dir = work["root"] / arch / f"back-{t}"
+    back, info = _model(back_dir)
+    orig, oinfo = _model(work[arch])
+    assert type(back) is type(orig)
+    assert not info["missing_keys"] and not info["mismatched_keys"], info
+    assert not info["error_msgs"], info
+    assert sorted(info["unexpected_keys"]) == sorted(oinfo["unexpected_keys"])
+    if arch in UNBUILT:  # guard: the MTP block is there, and only it is unexpected
+        assert info["unexpected_keys"]
+        assert all(k.startswith(UNBUILT[arch]) for k in info["unexpected_keys"])
+    # the files: every tensor under the original's (the Hub's) name
+    want, got = _weights(work[arch]), _weights(back_dir)
+    assert set(got) == set(want)
+    for k, w in want.items():
+        g = got[k]
+        assert g.shape == w.shape, k
+        if t == "f32":
+            np.testing.assert_array_equal(g, w, err_msg=k)
+        else:  # f16 where the type rules store F16, exact elsewhere
+            f16 = w.astype(np.float16).astype(np.float32)
+            assert np.all(np.abs(g - w) <= np.abs(f16 - w)), k
+    # the model loaded: every parameter transformers builds
+    sw = {k: v.numpy() for k, v in orig.state_dict().items()}
+    sg = {k: v.numpy() for k, v in back.state_dict().items()}
+    assert set(sg) == set(sw)
+    if t == "f32":
+        for k, w in sw.items():
+            np.testing.assert_array_equal(sg[k], w, err_msg=k)
+
+
+def _pixels(model, seed: int = 0) -> dict:
+    """Flattened patches of a 64 x 64 image: 8 px patches, 2 frames, an 8 x 8 grid."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    v = model.config.vision_config
+    n = v.in_channels * v.temporal_patch_size * v.patch_size**2
+    return {
+        "pixel_values": torch.randn(64, n, generator=g),
+        "image_grid_thw": torch.tensor([[1, 8, 8]]),
+    }
+
+
+# measured largest gaps (f32 pair): features 0, logits 0 for all three
+@pytest.mark.parametrize("arch", ARCHS)
+def test_same_image_features_and_logits(work, arch):
+    import torch
+
+    orig, _ = _model(work[arch])
+    back, _ = _model(work["root"] / arch / "back-f32")
+    kw = _pixels(orig)
+    want, got = _features(arch, orig, kw), _features(arch, back, kw)
+    assert got.shape == want.shape == (16, 128)
+    np.testing.assert_array_equal(got, want)
+    ids = torch.randint(0, 200, (1, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        lw = orig(input_ids=ids).logits.numpy()
+        lg = back(input_ids=ids).logits.numpy()
+    np.testing.assert_array_equal(lg, lw)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_processor_same_pixels(work, arch):
+    """transformers' GLM-4V image processor from our folder gives the original's pixels
+    (the pixel bounds are not kept: a 64 x 64 image passes unresized either way)."""
+    from transformers import AutoImageProcessor
+
+    ours = json.loads((work["root"] / arch / "back-f32" / "preprocessor_config.json").read_text())
+    assert ours["image_processor_type"] == "Glm4vImageProcessor"
+    img = np.random.default_rng(3).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    outs = [
+        AutoImageProcessor.from_pretrained(d)(images=[img], return_tensors="np", do_resize=False)
+        for d in (work[arch], work["root"] / arch / "back-f32")
+    ]
+    np.testing.assert_array_equal(outs[0]["image_grid_thw"], outs[1]["image_grid_thw"])
+    np.testing.assert_allclose(outs[0]["pixel_values"], outs[1]["pixel_values"], atol=1e-6)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_folder_converts_forward_again(work, arch, tmp_path):
+    """HF -> GGUF of our folder gives our GGUF pair again (every hyperparameter, tensor
+    name, type and value; provenance and the tokenizer are text GGUF -> HF's)."""
+    from weightsmith.gguf import read
+
+    d = work["root"] / arch
+    text, proj = tmp_path / "text.gguf", tmp_path / "mmproj.gguf"
+    hf_to_gguf(d / "back-f32", text, "f32", mmproj=proj)
+    for ours, first in ((text, d / "text-f32.gguf"), (proj, d / "mmproj-f32.gguf")):
+        with read(ours) as a, read(first) as b:
+            skip = ("general.", "tokenizer.")
+            md_a = {k: v for k, v in a.metadata.items() if not k.startswith(skip)}
+            md_b = {k: v for k, v in b.metadata.items() if not k.startswith(skip)}
+            assert md_a == md_b
+            assert [(t.name, t.ggml_type, tuple(t.shape)) for t in a.tensors] == [
+                (t.name, t.ggml_type, tuple(t.shape)) for t in b.tensors
+            ]
+            for t in b.tensors:
+                np.testing.assert_array_equal(
+                    np.asarray(a.numpy(t.name)), np.asarray(b.numpy(t.name)), err_msg=t.name
+                )
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_text_alone_still_refused(work, arch, tmp_path):
+    with pytest.raises(E.UnknownArchitecture):
+        gguf_to_hf(work["root"] / arch / "text-f32.gguf", tmp_path / arch)
+    assert not (tmp_path / arch).exists()
