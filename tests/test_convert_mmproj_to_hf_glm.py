@@ -30,11 +30,16 @@ from test_convert_mmproj_to_hf import _features, _model
 from weightsmith import errors as E
 from weightsmith.convert import gguf_to_hf, hf_to_gguf
 
-ARCHS = ["glm4v", "glm4vmoe", "glmocr"]
+GLM = ["glm4v", "glm4vmoe", "glmocr"]
+ARCHS = [*GLM]
+ARCHS += ["granite4_vision"]
 #: the family whose f16 pair is converted back too (one: test time)
 F16 = "glm4v"
 #: the tensors transformers does not build (the original's folder has them too)
 UNBUILT = {"glmocr": "model.language_model.layers.2."}
+#: the original's tensors GGUF does not keep (the reference drops them)
+#: (the SigLIP pooling head, in the file and in transformers' model)
+DROPPED = {"granite4_vision": ("model.vision_tower.vision_model.head.", "model.vision_tower.head.")}
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +86,12 @@ def test_loads_with_every_tensor(work, arch, t):
         assert all(k.startswith(UNBUILT[arch]) for k in info["unexpected_keys"])
     # the files: every tensor under the original's (the Hub's) name
     want, got = _weights(work[arch]), _weights(back_dir)
+    if arch in DROPPED:
+        gone = {k for k in want if k.startswith(DROPPED[arch])}
+        assert gone and not any(k.startswith(DROPPED[arch]) for k in got)
+        want = {k: v for k, v in want.items() if k not in gone}
+    if arch == "granite4_vision":  # the layerwise projectors by the text layer they feed
+        got = {_g4v_original_name(work[arch], back_dir, k): v for k, v in got.items()}
     assert set(got) == set(want)
     for k, w in want.items():
         g = got[k]
@@ -93,10 +104,29 @@ def test_loads_with_every_tensor(work, arch, t):
     # the model loaded: every parameter transformers builds
     sw = {k: v.numpy() for k, v in orig.state_dict().items()}
     sg = {k: v.numpy() for k, v in back.state_dict().items()}
+    if arch in DROPPED:
+        sw = {k: v for k, v in sw.items() if not k.startswith(DROPPED[arch])}
+    if arch == "granite4_vision":
+        sg = {_g4v_original_name(work[arch], back_dir, k): v for k, v in sg.items()}
     assert set(sg) == set(sw)
     if t == "f32":
         for k, w in sw.items():
             np.testing.assert_array_equal(sg[k], w, err_msg=k)
+
+
+def _g4v_original_name(orig: Path, ours: Path, name: str) -> str:
+    """Our layerwise projector's name in the original: the one feeding the same text layer
+    (ours are numbered in the sorted order of the map as written back, see the docs)."""
+    pre = "model.layerwise_projectors."
+    if not name.startswith(pre):
+        return name
+    i, _, rest = name[len(pre) :].partition(".")
+    maps = [
+        json.loads((d / "config.json").read_text())["deepstack_layer_map"] for d in (ours, orig)
+    ]
+    text_layer = maps[0][int(i)][1]
+    j = next(j for j, (_, t) in enumerate(maps[1]) if t == text_layer)
+    return f"{pre}{j}.{rest}"
 
 
 def _pixels(model, seed: int = 0) -> dict:
@@ -113,7 +143,7 @@ def _pixels(model, seed: int = 0) -> dict:
 
 
 # measured largest gaps (f32 pair): features 0, logits 0 for all three
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", GLM)
 def test_same_image_features_and_logits(work, arch):
     import torch
 
@@ -130,7 +160,7 @@ def test_same_image_features_and_logits(work, arch):
     np.testing.assert_array_equal(lg, lw)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", GLM)
 def test_processor_same_pixels(work, arch):
     """transformers' GLM-4V image processor from our folder gives the original's pixels
     (the pixel bounds are not kept: a 64 x 64 image passes unresized either way)."""
@@ -150,7 +180,8 @@ def test_processor_same_pixels(work, arch):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_folder_converts_forward_again(work, arch, tmp_path):
     """HF -> GGUF of our folder gives our GGUF pair again (every hyperparameter, tensor
-    name, type and value; provenance and the tokenizer are text GGUF -> HF's)."""
+    name, type and value, in the same order but for Granite 4 Vision's projector;
+    provenance and the tokenizer are text GGUF -> HF's)."""
     from weightsmith.gguf import read
 
     d = work["root"] / arch
@@ -162,17 +193,92 @@ def test_folder_converts_forward_again(work, arch, tmp_path):
             md_a = {k: v for k, v in a.metadata.items() if not k.startswith(skip)}
             md_b = {k: v for k, v in b.metadata.items() if not k.startswith(skip)}
             assert md_a == md_b
-            assert [(t.name, t.ggml_type, tuple(t.shape)) for t in a.tensors] == [
-                (t.name, t.ggml_type, tuple(t.shape)) for t in b.tensors
-            ]
+            ta = [(t.name, t.ggml_type, tuple(t.shape)) for t in a.tensors]
+            tb = [(t.name, t.ggml_type, tuple(t.shape)) for t in b.tensors]
+            if arch == "granite4_vision" and ours == proj:
+                # the same tensors in another order: the reference writes them in the HF
+                # names' order, and our layerwise projectors are numbered anew (docs)
+                assert ta != tb
+                ta, tb = sorted(ta, key=str), sorted(tb, key=str)
+            assert ta == tb
             for t in b.tensors:
                 np.testing.assert_array_equal(
                     np.asarray(a.numpy(t.name)), np.asarray(b.numpy(t.name)), err_msg=t.name
                 )
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", GLM)
 def test_text_alone_still_refused(work, arch, tmp_path):
     with pytest.raises(E.UnknownArchitecture):
         gguf_to_hf(work["root"] / arch / "text-f32.gguf", tmp_path / arch)
     assert not (tmp_path / arch).exists()
+
+
+def _g4v_features(model, px) -> dict[int, np.ndarray]:
+    """Each projector's features of a 64 x 64 image (the base image and its one anyres
+    tile), by the text layer it feeds."""
+    import torch
+
+    with torch.no_grad():
+        out = model.model.get_image_features(px, torch.tensor([[64, 64]]))
+    return {t: f[0].numpy() for t, f in out.deepstack_features}
+
+
+def test_granite4_vision_features_and_logits(work):
+    """Every projector's features and the text logits equal the original's (gap 0), with
+    one deliberate difference: the original's deepstack pair ``[2, 1]`` (vision layer 2
+    counted from the start, transformers' ``hidden_states[2]``) is read by mtmd as the
+    tower's layer 2 counted from 0 (``hidden_states[3]``, see
+    test_convert_granite4_vision.py); GGUF keeps only mtmd's reading, which our folder
+    writes as ``-4`` (counted from the end): that block equals the original's with its
+    pair set to ``[3, 1]``, and differs from its own."""
+    import torch
+
+    orig, _ = _model(work["granite4_vision"])
+    back, _ = _model(work["root"] / "granite4_vision" / "back-f32")
+    assert sorted(map(list, back.config.deepstack_layer_map)) == [[-4, 1], [-1, 0]]
+    g = torch.Generator().manual_seed(0)
+    px = torch.randn(1, 2, 3, 64, 64, generator=g)
+    got, want = _g4v_features(back, px), _g4v_features(orig, px)
+    assert sorted(got) == sorted(want) == [0, 1, 2, 3, 4, 5]
+    for t in (0, 2, 3, 4, 5):
+        np.testing.assert_array_equal(got[t], want[t], err_msg=str(t))
+    assert np.abs(got[1] - want[1]).max() > 1e-2 * np.abs(want[1]).max()
+    own = orig.config.deepstack_layer_map
+    orig.config.deepstack_layer_map = [(3, 1) if t == 1 else (v, t) for v, t in own]
+    try:
+        np.testing.assert_array_equal(got[1], _g4v_features(orig, px)[1])
+    finally:
+        orig.config.deepstack_layer_map = own
+    ids = torch.randint(0, 200, (1, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        lw = orig(input_ids=ids).logits.numpy()
+        lg = back(input_ids=ids).logits.numpy()
+    np.testing.assert_array_equal(lg, lw)
+
+
+def test_granite4_vision_processor(work):
+    """The image processor file: transformers' class for the model, the projector's
+    mean / std, the anyres pinpoints (``[h, w]`` again) and the tower's size."""
+    from transformers import AutoImageProcessor
+
+    d = work["root"] / "granite4_vision" / "back-f32"
+    p = AutoImageProcessor.from_pretrained(d)
+    assert type(p).__name__.startswith("LlavaNextImageProcessor")
+    np.testing.assert_allclose(p.image_mean, [0.5] * 3)
+    np.testing.assert_allclose(p.image_std, [0.5] * 3)
+    assert [list(x) for x in p.image_grid_pinpoints] == [[64, 64], [64, 128]]
+    assert p.size["shortest_edge"] == 64
+
+
+def test_granite4_vision_without_its_text_row(work, tmp_path):
+    """The text file's ``deepstack_mapping`` row is needed (each block's text layer):
+    a named error naming it and the text file, before anything is written."""
+    from weightsmith.gguf import edit
+
+    d = work["root"] / "granite4_vision"
+    text = edit(d / "text-f32.gguf", remove=["granite.deepstack_mapping"], out=tmp_path / "t.gguf")
+    with pytest.raises(E.MissingGGUFMetadata) as ei:
+        gguf_to_hf(text, tmp_path / "out", mmproj=d / "mmproj-f32.gguf")
+    assert "granite.deepstack_mapping" in str(ei.value) and "t.gguf" in str(ei.value)
+    assert not (tmp_path / "out").exists()

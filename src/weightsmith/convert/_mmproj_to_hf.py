@@ -54,6 +54,7 @@ from .arch.mmproj import (
     GEMMA3_VISION,
     GEMMA4_VISION,
     GLM4V_VISION,
+    GRANITE4_VISION,
     INTERNVL_VISION,
     KIMIK25_VISION,
     LFM2VL_VISION,
@@ -106,7 +107,8 @@ class VisionBack:
     text model's name (``model.layers...``) -> the Hub checkpoints' name;
     ``restore(md, vision, shapes)`` -> ``(vision_config additions, top-level additions)``
     from the projector's metadata, the rows' vision config and the tensor shapes;
-    ``text(text_cfg, text_md)`` -> text config fixes; ``tokens(vocab)`` -> the token id
+    ``text(text_cfg, text_md)`` -> text config fixes; ``joint(md, text_md)`` -> top-level
+    additions that need the text file's rows too; ``tokens(vocab)`` -> the token id
     fields found in the text vocabulary; ``preprocessor(vision, md)`` -> the processor
     files; ``text_archs`` the text GGUF architectures it pairs with (``text_test`` its
     metadata, where they do not tell); ``copies`` projector tensors that copy text data
@@ -134,6 +136,9 @@ class VisionBack:
     # the text GGUF's metadata is this family's, where text_archs do not tell (GLM-4V's
     # and GLM-OCR's are both glm4: only GLM-OCR's has MTP blocks)
     text_test: Callable[[Mapping[str, Any]], bool] = lambda md: True
+    # top-level config fields read from both files' metadata (projector's, text's):
+    # Granite 4 Vision's projector map (each block's text layer is in the text file)
+    joint: Callable[[Mapping[str, Any], Mapping[str, Any]], dict] = lambda md, text_md: {}
 
 
 def _mean_std(md: Mapping[str, Any]) -> dict:
@@ -261,6 +266,16 @@ def vlm_parts(
             field=str(exc.args[0]),
             expected="present",
             found="no such key or tensor",
+        ) from None
+    try:
+        top = {**top, **back.joint(md, text.metadata)}
+    except KeyError as exc:
+        raise E.MissingGGUFMetadata(
+            "the text GGUF lacks a row its projector's config needs",
+            path=text_path,
+            field=str(exc.args[0]),
+            expected="present",
+            found="no such key",
         ) from None
     text_cfg.pop("architectures", None)  # the family's text() may name one (SmolVLM's)
     text_cfg.update(back.text(text_cfg, text.metadata))
@@ -1491,3 +1506,122 @@ GLMOCR_BACK = replace(
 )
 
 VISION_BACK += (GLM4V_BACK, GLM4VMOE_BACK, GLMOCR_BACK)
+
+
+# --------------------------------------------------------------------------- Granite 4 Vision
+
+
+def _g4v_blocks(md: Mapping[str, Any]) -> list[tuple[str, int, int]]:
+    """Per projector block: ``(kind, index within the kind, vision layer)``.  The vision
+    layer is written back counted from the end (``feature_layer - block_count``): mtmd
+    reads a block's layer ``f`` as the output of tower layer ``f`` counted from 0, which
+    is transformers' ``hidden_states[f - n]`` (and HF -> GGUF gives ``f`` again).  The
+    layerwise projectors are numbered in the order of the sorted map, as the reference
+    reads it (the blocks are in text-layer order: ``(layer, block)`` sorts the same)."""
+    n = md[_CLIP + "vision.block_count"]
+    f = list(md[_CLIP + "vision.feature_layer"])
+    s = list(md[_CLIP + "vision.projector.spatial_offsets"])
+    deep = sorted((f[b], b) for b in range(len(f)) if s[b] < 0)
+    index = {b: i for i, (_, b) in enumerate(deep)}
+    return [
+        ("layerwise", index[b], f[b] - n) if s[b] < 0 else ("spatial", s[b], f[b] - n)
+        for b in range(len(f))
+    ]
+
+
+def _g4v_rename(name: str, md: Mapping[str, Any]) -> str:
+    # the forward direction numbers each projector by its block (text-layer order)
+    if name.startswith("proj."):
+        b, _, rest = name[len("proj.") :].partition(".")
+        kind, i, _ = _g4v_blocks(md)[int(b)]
+        return f"model.{kind}_projectors.{i}.{rest}"
+    return "model." + name  # the Hub's model.vision_tower.vision_model.*, model.image_newline
+
+
+def _g4v_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    query, window = (md[_CLIP + f"vision.projector.{k}_side"] for k in ("query", "window"))
+    pts = list(md[_CLIP + "vision.image_grid_pinpoints"])  # w, h pairs
+    spatial = [v for kind, _, v in _g4v_blocks(md) if kind == "spatial"]
+    top = {
+        "downsample_rate": f"{query}/{window}",
+        "image_grid_pinpoints": [[pts[i + 1], pts[i]] for i in range(0, len(pts), 2)],
+        # SigLIP has no class token: every patch feeds the projectors, as in mtmd
+        "vision_feature_select_strategy": "full",
+        # one Q-Former layer per projector (the only one the rules name), cross-attending;
+        # its width and heads (width / 64, mtmd's) follow the tower's in the config class,
+        # its epsilon 1e-12 is mtmd's and Blip2QFormerConfig's default
+        "qformer_config": {
+            "model_type": "blip_2_qformer",
+            "num_hidden_layers": 1,
+            "cross_attention_frequency": 1,
+            "intermediate_size": shapes["v.proj_blk.0.ffn_up.weight"][0],
+            "use_qformer_text_input": False,
+        },
+    }
+    if spatial:
+        top["spatial_vision_layer"] = spatial[0]
+    # the SigLIP pooling head is not in GGUF (the reference drops it): not built
+    return {"vision_use_head": False}, top
+
+
+def _g4v_joint(md: Mapping[str, Any], text_md: Mapping[str, Any]) -> dict:
+    # each block's text layer: where the text file's deepstack_mapping lists it; block 0
+    # is llama.cpp's embedding stream (text layer 0), never listed
+    mapping = list(text_md[f"{text_md.get('general.architecture')}.deepstack_mapping"])
+    blocks = _g4v_blocks(md)
+    layer = [0 if b == 0 else mapping.index(b) for b in range(len(blocks))]
+    deep = sorted((i, [v, layer[b]]) for b, (k, i, v) in enumerate(blocks) if k == "layerwise")
+    spatial = sorted((i, layer[b]) for b, (k, i, _) in enumerate(blocks) if k == "spatial")
+    return {
+        "deepstack_layer_map": [pair for _, pair in deep],
+        "spatial_target_layers": [t for _, t in spatial],
+    }
+
+
+def _g4v_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    px = md.get(_CLIP + "vision.preproc_image_size", vision["image_size"])
+    pts = list(md[_CLIP + "vision.image_grid_pinpoints"])
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "LlavaNextImageProcessor",  # transformers' for the class
+            "image_grid_pinpoints": [[pts[i + 1], pts[i]] for i in range(0, len(pts), 2)],
+            "size": {"shortest_edge": px},
+            "crop_size": {"height": px, "width": px},
+            "resample": 3,  # bicubic, as mtmd resizes
+            "do_normalize": True,
+            "do_rescale": True,
+            "rescale_factor": 1 / 255,
+            **_mean_std(md),
+        }
+    }
+
+
+GRANITE4_VISION_BACK = VisionBack(
+    hf_arch="Granite4VisionForConditionalGeneration",
+    model_type="granite4_vision",
+    projector=GRANITE4_VISION,
+    projector_types=("granite4_vision",),
+    vision_model_type="siglip_vision_model",
+    text_model_type="granite4_vision_text",
+    text_archs=("granite",),
+    fields={
+        "vision.block_count": "num_hidden_layers",
+        "vision.preproc_image_size": None,  # the processor's (the tower's image size)
+        "vision.projector.query_side": None,
+        "vision.projector.window_side": None,
+        "vision.feature_layer": None,
+        "vision.projector.spatial_offsets": None,
+        "vision.image_grid_pinpoints": None,
+    },
+    restore=_g4v_restore,
+    preprocessor=_g4v_pre,
+    rename=_g4v_rename,
+    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
+    # the text config's class as the Hub's configs name it: both converters choose the
+    # text model by it
+    text=lambda cfg, md: {"architectures": ["GraniteForCausalLM"]},
+    joint=_g4v_joint,
+    tokens=_token_ids({"image_token_index": "<image>"}),
+)
+
+VISION_BACK += (GRANITE4_VISION_BACK,)
