@@ -9,12 +9,16 @@ builders): original folder -> our GGUF pair (f32; GLM-4V also f16) -> our HF fol
   unexpected ones but those the original's folder has too (GLM-OCR's MTP block, which
   transformers does not build: written back as the Hub's checkpoint carries it);
 * every tensor of the original's safetensors is in ours under the same name, bit for bit
-  from the f32 pair (from the f16 pair: at most the f16 rounding apart);
+  from the f32 pair (from the f16 pair: at most the f16 rounding apart), except what
+  GGUF does not keep: Granite 4 Vision's SigLIP pooling head (not built back) and
+  HunyuanVL's class-token row of the position table (zeros; transformers never reads
+  it); Granite 4 Vision's layerwise projectors are matched by the text layer they feed;
 * ``get_image_features`` on the same pixels and the text logits on the same ids equal
-  the original model's (measured gap 0);
+  the original model's (measured gap 0; one Granite 4 Vision block is the original's
+  with its vision layer as mtmd reads it, see that test);
 * converting our folder forward again gives the same GGUF pair (rows, tensor names,
   types, values);
-* a text GGUF alone still has no HF class.
+* the GLM and HunyuanVL text GGUFs alone still have no HF class.
 """
 
 from __future__ import annotations
@@ -33,6 +37,11 @@ from weightsmith.convert import gguf_to_hf, hf_to_gguf
 GLM = ["glm4v", "glm4vmoe", "glmocr"]
 ARCHS = [*GLM]
 ARCHS += ["granite4_vision"]
+ARCHS += ["hunyuanvl"]
+#: the families given pixels as flattened patches with a grid, and a text refused alone
+PATCHES = [*GLM, "hunyuanvl"]
+#: the position table whose class-token row the reference drops (zeros when back)
+CLS_ROW = {"hunyuanvl": "embeddings.position_embedding.weight"}
 #: the family whose f16 pair is converted back too (one: test time)
 F16 = "glm4v"
 #: the tensors transformers does not build (the original's folder has them too)
@@ -96,6 +105,9 @@ def test_loads_with_every_tensor(work, arch, t):
     for k, w in want.items():
         g = got[k]
         assert g.shape == w.shape, k
+        if arch in CLS_ROW and k.endswith(CLS_ROW[arch]):
+            assert not g[0].any(), k  # row 0: unused by transformers, not in GGUF
+            g, w = g[1:], w[1:]
         if t == "f32":
             np.testing.assert_array_equal(g, w, err_msg=k)
         else:  # f16 where the type rules store F16, exact elsewhere
@@ -111,7 +123,8 @@ def test_loads_with_every_tensor(work, arch, t):
     assert set(sg) == set(sw)
     if t == "f32":
         for k, w in sw.items():
-            np.testing.assert_array_equal(sg[k], w, err_msg=k)
+            cut = 1 if arch in CLS_ROW and k.endswith(CLS_ROW[arch]) else 0
+            np.testing.assert_array_equal(sg[k][cut:], w[cut:], err_msg=k)
 
 
 def _g4v_original_name(orig: Path, ours: Path, name: str) -> str:
@@ -130,20 +143,23 @@ def _g4v_original_name(orig: Path, ours: Path, name: str) -> str:
 
 
 def _pixels(model, seed: int = 0) -> dict:
-    """Flattened patches of a 64 x 64 image: 8 px patches, 2 frames, an 8 x 8 grid."""
+    """Flattened patches of a 64 x 64 image: GLM's 8 px patches, 2 frames, an 8 x 8 grid;
+    HunyuanVL's 16 px patches, 1 frame, a 4 x 4 grid."""
     import torch
 
     g = torch.Generator().manual_seed(seed)
     v = model.config.vision_config
-    n = v.in_channels * v.temporal_patch_size * v.patch_size**2
+    channels = getattr(v, "in_channels", getattr(v, "num_channels", 3))
+    n = channels * v.temporal_patch_size * v.patch_size**2
+    side = 64 // v.patch_size
     return {
-        "pixel_values": torch.randn(64, n, generator=g),
-        "image_grid_thw": torch.tensor([[1, 8, 8]]),
+        "pixel_values": torch.randn(side * side, n, generator=g),
+        "image_grid_thw": torch.tensor([[1, side, side]]),
     }
 
 
-# measured largest gaps (f32 pair): features 0, logits 0 for all three
-@pytest.mark.parametrize("arch", GLM)
+# measured largest gaps (f32 pair): features 0, logits 0 for all four
+@pytest.mark.parametrize("arch", PATCHES)
 def test_same_image_features_and_logits(work, arch):
     import torch
 
@@ -151,7 +167,8 @@ def test_same_image_features_and_logits(work, arch):
     back, _ = _model(work["root"] / arch / "back-f32")
     kw = _pixels(orig)
     want, got = _features(arch, orig, kw), _features(arch, back, kw)
-    assert got.shape == want.shape == (16, 128)
+    # GLM: 16 merged tokens of 128; HunyuanVL: begin, 2 rows of 2 + newline, end
+    assert got.shape == want.shape == ((16, 128) if arch in GLM else (8, 64))
     np.testing.assert_array_equal(got, want)
     ids = torch.randint(0, 200, (1, 12), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
@@ -160,14 +177,18 @@ def test_same_image_features_and_logits(work, arch):
     np.testing.assert_array_equal(lg, lw)
 
 
-@pytest.mark.parametrize("arch", GLM)
+@pytest.mark.parametrize("arch", PATCHES)
 def test_processor_same_pixels(work, arch):
-    """transformers' GLM-4V image processor from our folder gives the original's pixels
-    (the pixel bounds are not kept: a 64 x 64 image passes unresized either way)."""
+    """transformers' image processor from our folder gives the original's pixels (GLM's
+    pixel bounds are not kept: a 64 x 64 image passes unresized either way; HunyuanVL's
+    are, from their rows)."""
     from transformers import AutoImageProcessor
 
     ours = json.loads((work["root"] / arch / "back-f32" / "preprocessor_config.json").read_text())
-    assert ours["image_processor_type"] == "Glm4vImageProcessor"
+    ref = json.loads((work[arch] / "preprocessor_config.json").read_text())
+    assert ours["image_processor_type"] == ref["image_processor_type"]
+    for k in ("patch_size", "temporal_patch_size", "merge_size", "min_pixels", "max_pixels"):
+        assert ours.get(k) == ref.get(k) or (arch in GLM and k.endswith("_pixels")), k
     img = np.random.default_rng(3).integers(0, 256, (64, 64, 3), dtype=np.uint8)
     outs = [
         AutoImageProcessor.from_pretrained(d)(images=[img], return_tensors="np", do_resize=False)
@@ -207,7 +228,7 @@ def test_folder_converts_forward_again(work, arch, tmp_path):
                 )
 
 
-@pytest.mark.parametrize("arch", GLM)
+@pytest.mark.parametrize("arch", PATCHES)
 def test_text_alone_still_refused(work, arch, tmp_path):
     with pytest.raises(E.UnknownArchitecture):
         gguf_to_hf(work["root"] / arch / "text-f32.gguf", tmp_path / arch)

@@ -55,6 +55,7 @@ from .arch.mmproj import (
     GEMMA4_VISION,
     GLM4V_VISION,
     GRANITE4_VISION,
+    HUNYUANVL_VISION,
     INTERNVL_VISION,
     KIMIK25_VISION,
     LFM2VL_VISION,
@@ -1625,3 +1626,77 @@ GRANITE4_VISION_BACK = VisionBack(
 )
 
 VISION_BACK += (GRANITE4_VISION_BACK,)
+
+
+# --------------------------------------------------------------------------- HunyuanVL
+
+
+def _hunyuanvl_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # the KV heads are only a shape (numpy [out, in]): attn_k rows / head size
+    head = vision["hidden_size"] // vision["num_attention_heads"]
+    return {"num_key_value_heads": shapes["v.blk.0.attn_k.weight"][0] // head}, {}
+
+
+def _hunyuanvl_text(cfg: dict, md: Mapping[str, Any]) -> dict:
+    # XD-RoPE as transformers 5 spells it (dynamic with the sections), from the rows the
+    # text entry keeps under derived fields; the reference reads this spelling back
+    arch = md.get("general.architecture")
+    sections = [int(s) for s in md.get(f"{arch}.rope.dimension_sections", [])]
+    while sections and not sections[-1]:
+        sections.pop()  # the reference pads the sections to four
+    rope = {
+        "rope_type": "dynamic",
+        "rope_theta": cfg.pop("rope_theta", 10000.0),
+        "alpha": _f(md[f"{arch}.rope.scaling.alpha"]),
+        "factor": _f(md.get(f"{arch}.rope.scaling.factor", 1.0)),
+        "mrope_section": sections,
+    }
+    cfg.pop("rope_scaling", None)  # TextModel's scaling rows (type none): the RoPE above
+    return {"rope_parameters": rope, "hidden_act": "silu"}
+
+
+def _hunyuanvl_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "HunYuanVLImageProcessor",
+            "patch_size": vision["patch_size"],
+            "temporal_patch_size": 1,  # mtmd's single Conv2d patch embedding
+            "merge_size": vision["spatial_merge_size"],
+            "min_pixels": md[_CLIP + "vision.image_min_pixels"],
+            "max_pixels": md[_CLIP + "vision.image_max_pixels"],
+            **_mean_std(md),
+        }
+    }
+
+
+HUNYUANVL_BACK = VisionBack(
+    hf_arch="HunYuanVLForConditionalGeneration",
+    model_type="hunyuan_vl",
+    projector=HUNYUANVL_VISION,
+    projector_types=("hunyuanvl",),
+    vision_model_type="hunyuan_vl_vision",
+    text_model_type="hunyuan_vl_text",
+    text_archs=("hunyuan_vl",),
+    fields={
+        "vision.image_size": "max_image_size",  # the reference's image size row
+        "vision.block_count": "num_hidden_layers",
+    },
+    required=("max_image_size", *_REQUIRED[1:]),
+    restore=_hunyuanvl_restore,
+    preprocessor=_hunyuanvl_pre,
+    text=_hunyuanvl_text,
+    # the Hub's HunyuanOCR: text model.*, lm_head, tower and merger vit.*
+    text_rename=lambda name: name,
+    tokens=_token_ids(
+        {
+            # mtmd's image brackets; the image and newline placeholders follow them, as
+            # the config class's default ids (120118 .. 120121) do
+            "im_start_id": "<\uff5chy_place\u2581holder\u2581no\u2581100\uff5c>",
+            "im_end_id": "<\uff5chy_place\u2581holder\u2581no\u2581101\uff5c>",
+            "image_token_id": "<\uff5chy_place\u2581holder\u2581no\u2581102\uff5c>",
+            "im_newline_id": "<\uff5chy_place\u2581holder\u2581no\u2581103\uff5c>",
+        }
+    ),
+)
+
+VISION_BACK += (HUNYUANVL_BACK,)
