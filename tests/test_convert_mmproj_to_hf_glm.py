@@ -207,7 +207,9 @@ def test_folder_converts_forward_again(work, arch, tmp_path):
 
     d = work["root"] / arch
     text, proj = tmp_path / "text.gguf", tmp_path / "mmproj.gguf"
-    hf_to_gguf(d / "back-f32", text, "f32", mmproj=proj)
+    # without the tokenizer (text GGUF -> HF's, not compared): HunyuanVL's 151k-token
+    # vocabulary is most of the time otherwise
+    hf_to_gguf(d / "back-f32", text, "f32", mmproj=proj, tokenizer=False)
     for ours, first in ((text, d / "text-f32.gguf"), (proj, d / "mmproj-f32.gguf")):
         with read(ours) as a, read(first) as b:
             skip = ("general.", "tokenizer.")
