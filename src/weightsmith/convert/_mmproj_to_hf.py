@@ -53,6 +53,9 @@ from .arch.mmproj import (
     EXAONE4_5_VISION,
     GEMMA3_VISION,
     GEMMA4_VISION,
+    GLM4V_VISION,
+    GRANITE4_VISION,
+    HUNYUANVL_VISION,
     INTERNVL_VISION,
     KIMIK25_VISION,
     LFM2VL_VISION,
@@ -105,10 +108,12 @@ class VisionBack:
     text model's name (``model.layers...``) -> the Hub checkpoints' name;
     ``restore(md, vision, shapes)`` -> ``(vision_config additions, top-level additions)``
     from the projector's metadata, the rows' vision config and the tensor shapes;
-    ``text(text_cfg, text_md)`` -> text config fixes; ``tokens(vocab)`` -> the token id
+    ``text(text_cfg, text_md)`` -> text config fixes; ``joint(md, text_md)`` -> top-level
+    additions that need the text file's rows too; ``tokens(vocab)`` -> the token id
     fields found in the text vocabulary; ``preprocessor(vision, md)`` -> the processor
-    files; ``text_archs`` the text GGUF architectures it pairs with; ``copies`` projector
-    tensors that copy text data (not read back)."""
+    files; ``text_archs`` the text GGUF architectures it pairs with (``text_test`` its
+    metadata, where they do not tell); ``copies`` projector tensors that copy text data
+    (not read back)."""
 
     hf_arch: str
     model_type: str
@@ -129,6 +134,12 @@ class VisionBack:
     copies: frozenset[str] = field(default_factory=frozenset)
     # vision config fields the rows must give (restore reads them)
     required: tuple[str, ...] = _REQUIRED
+    # the text GGUF's metadata is this family's, where text_archs do not tell (GLM-4V's
+    # and GLM-OCR's are both glm4: only GLM-OCR's has MTP blocks)
+    text_test: Callable[[Mapping[str, Any]], bool] = lambda md: True
+    # top-level config fields read from both files' metadata (projector's, text's):
+    # Granite 4 Vision's projector map (each block's text layer is in the text file)
+    joint: Callable[[Mapping[str, Any], Mapping[str, Any]], dict] = lambda md, text_md: {}
 
 
 def _mean_std(md: Mapping[str, Any]) -> dict:
@@ -169,7 +180,7 @@ def _family(text: GGUFFile, proj: GGUFFile, path: Path) -> VisionBack:
         )
     known = [b for b in VISION_BACK if ptype in b.projector_types]
     for b in known:
-        if text_arch in b.text_archs:
+        if text_arch in b.text_archs and b.text_test(text.metadata):
             return b
     raise E.ProjectorMismatch(
         "no GGUF -> HF conversion for this projector with this text model",
@@ -256,6 +267,16 @@ def vlm_parts(
             field=str(exc.args[0]),
             expected="present",
             found="no such key or tensor",
+        ) from None
+    try:
+        top = {**top, **back.joint(md, text.metadata)}
+    except KeyError as exc:
+        raise E.MissingGGUFMetadata(
+            "the text GGUF lacks a row its projector's config needs",
+            path=text_path,
+            field=str(exc.args[0]),
+            expected="present",
+            found="no such key",
         ) from None
     text_cfg.pop("architectures", None)  # the family's text() may name one (SmolVLM's)
     text_cfg.update(back.text(text_cfg, text.metadata))
@@ -1378,3 +1399,304 @@ KIMIK25_BACK = VisionBack(
 )
 
 VISION_BACK += (KIMIK25_BACK,)
+# --------------------------------------------------------------------------- GLM-4V
+
+
+def _glm4v_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    v = {
+        "out_hidden_size": md[_CLIP + "vision.projection_dim"],
+        # mtmd's glm4v graph hard-codes the 2 x 2 downsample (GLM-4V's default) and three
+        # channels; the Conv3d kernel was written as one Conv2d per temporal slice
+        "spatial_merge_size": 2,
+        "temporal_patch_size": sum(1 for k in shapes if k.startswith("v.patch_embd.weight")),
+        "in_channels": 3,
+        # GLM-OCR's tower has biases (one flag for attention and MLP)
+        "attention_bias": "v.blk.0.attn_qkv.bias" in shapes,
+    }
+    # the rows say silu or gelu (neither for another act: the config default, silu)
+    if md.get(_CLIP + "use_silu"):
+        v["hidden_act"] = "silu"
+    elif md.get(_CLIP + "use_gelu"):
+        v["hidden_act"] = "gelu"
+    return v, {}
+
+
+def _glm4v_text(cfg: dict, md: Mapping[str, Any]) -> dict:
+    # the M-RoPE sections (kept only under a derived row) and the rotated fraction, as
+    # transformers 5's GLM-4V text config spells them; the Q/K reorder's inverse reads them
+    arch = md.get("general.architecture")  # glm4, or glm4moe
+    sections = [int(s) for s in md.get(f"{arch}.rope.dimension_sections", []) if s]
+    rope = {
+        "rope_type": "default",
+        "rope_theta": cfg.pop("rope_theta", 10000.0),
+        "mrope_section": sections,
+        "partial_rotary_factor": cfg.pop("partial_rotary_factor", 0.5),
+    }
+    return {"rope_parameters": rope}
+
+
+def _glm4v_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    # the pixel bounds are not kept (no glm4v row): the processor's defaults
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "Glm4vImageProcessor",
+            "patch_size": vision["patch_size"],
+            "temporal_patch_size": vision["temporal_patch_size"],
+            "merge_size": vision["spatial_merge_size"],
+            **_mean_std(md),
+        }
+    }
+
+
+def _has_mtp(md: Mapping[str, Any]) -> bool:
+    return f"{md.get('general.architecture')}.nextn_predict_layers" in md
+
+
+GLM4V_BACK = VisionBack(
+    hf_arch="Glm4vForConditionalGeneration",
+    model_type="glm4v",
+    projector=GLM4V_VISION,
+    projector_types=("glm4v",),
+    vision_model_type="glm4v_vision",
+    text_model_type="glm4v_text",
+    text_archs=("glm4",),
+    text_test=lambda md: not _has_mtp(md),
+    fields={
+        "vision.block_count": "depth",
+        "vision.attention.head_count": "num_heads",
+        "use_silu": None,
+        "use_gelu": None,
+    },
+    required=(*_REQUIRED[:4], "num_heads", "depth"),
+    restore=_glm4v_restore,
+    preprocessor=_glm4v_pre,
+    text=_glm4v_text,
+    # the Hub's GLM-4V (transformers 5's names): model.visual.*, model.language_model.*
+    rename=lambda name, md: "model." + name,
+    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
+    tokens=_token_ids(
+        {
+            "image_token_id": "<|image|>",
+            "video_token_id": "<|video|>",
+            "image_start_token_id": "<|begin_of_image|>",
+            "image_end_token_id": "<|end_of_image|>",
+            "video_start_token_id": "<|begin_of_video|>",
+            "video_end_token_id": "<|end_of_video|>",
+        }
+    ),
+)
+# GLM-4.5V: the same tower over a GLM-4.5 MoE text model (glm4moe with sections)
+GLM4VMOE_BACK = replace(
+    GLM4V_BACK,
+    hf_arch="Glm4vMoeForConditionalGeneration",
+    model_type="glm4v_moe",
+    vision_model_type="glm4v_moe_vision",
+    text_model_type="glm4v_moe_text",
+    text_archs=("glm4moe",),
+    text_test=lambda md: True,
+)
+# GLM-OCR: the tower with biases and Q/K norms over GLM-4V's text with its MTP block
+# (written back as the Hub's checkpoint carries it: transformers does not build it)
+GLMOCR_BACK = replace(
+    GLM4V_BACK,
+    hf_arch="GlmOcrForConditionalGeneration",
+    model_type="glm_ocr",
+    vision_model_type="glm_ocr_vision",
+    text_model_type="glm_ocr_text",
+    text_test=_has_mtp,
+)
+
+VISION_BACK += (GLM4V_BACK, GLM4VMOE_BACK, GLMOCR_BACK)
+
+
+# --------------------------------------------------------------------------- Granite 4 Vision
+
+
+def _g4v_blocks(md: Mapping[str, Any]) -> list[tuple[str, int, int]]:
+    """Per projector block: ``(kind, index within the kind, vision layer)``.  The vision
+    layer is written back counted from the end (``feature_layer - block_count``): mtmd
+    reads a block's layer ``f`` as the output of tower layer ``f`` counted from 0, which
+    is transformers' ``hidden_states[f - n]`` (and HF -> GGUF gives ``f`` again).  The
+    layerwise projectors are numbered in the order of the sorted map, as the reference
+    reads it (the blocks are in text-layer order: ``(layer, block)`` sorts the same)."""
+    n = md[_CLIP + "vision.block_count"]
+    f = list(md[_CLIP + "vision.feature_layer"])
+    s = list(md[_CLIP + "vision.projector.spatial_offsets"])
+    deep = sorted((f[b], b) for b in range(len(f)) if s[b] < 0)
+    index = {b: i for i, (_, b) in enumerate(deep)}
+    return [
+        ("layerwise", index[b], f[b] - n) if s[b] < 0 else ("spatial", s[b], f[b] - n)
+        for b in range(len(f))
+    ]
+
+
+def _g4v_rename(name: str, md: Mapping[str, Any]) -> str:
+    # the forward direction numbers each projector by its block (text-layer order)
+    if name.startswith("proj."):
+        b, _, rest = name[len("proj.") :].partition(".")
+        kind, i, _ = _g4v_blocks(md)[int(b)]
+        return f"model.{kind}_projectors.{i}.{rest}"
+    return "model." + name  # the Hub's model.vision_tower.vision_model.*, model.image_newline
+
+
+def _g4v_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    query, window = (md[_CLIP + f"vision.projector.{k}_side"] for k in ("query", "window"))
+    pts = list(md[_CLIP + "vision.image_grid_pinpoints"])  # w, h pairs
+    spatial = [v for kind, _, v in _g4v_blocks(md) if kind == "spatial"]
+    top = {
+        "downsample_rate": f"{query}/{window}",
+        "image_grid_pinpoints": [[pts[i + 1], pts[i]] for i in range(0, len(pts), 2)],
+        # SigLIP has no class token: every patch feeds the projectors, as in mtmd
+        "vision_feature_select_strategy": "full",
+        # one Q-Former layer per projector (the only one the rules name), cross-attending;
+        # its width and heads (width / 64, mtmd's) follow the tower's in the config class,
+        # its epsilon 1e-12 is mtmd's and Blip2QFormerConfig's default
+        "qformer_config": {
+            "model_type": "blip_2_qformer",
+            "num_hidden_layers": 1,
+            "cross_attention_frequency": 1,
+            "intermediate_size": shapes["v.proj_blk.0.ffn_up.weight"][0],
+            "use_qformer_text_input": False,
+        },
+    }
+    if spatial:
+        top["spatial_vision_layer"] = spatial[0]
+    # the SigLIP pooling head is not in GGUF (the reference drops it): not built
+    return {"vision_use_head": False}, top
+
+
+def _g4v_joint(md: Mapping[str, Any], text_md: Mapping[str, Any]) -> dict:
+    # each block's text layer: where the text file's deepstack_mapping lists it; block 0
+    # is llama.cpp's embedding stream (text layer 0), never listed
+    mapping = list(text_md[f"{text_md.get('general.architecture')}.deepstack_mapping"])
+    blocks = _g4v_blocks(md)
+    layer = [0 if b == 0 else mapping.index(b) for b in range(len(blocks))]
+    deep = sorted((i, [v, layer[b]]) for b, (k, i, v) in enumerate(blocks) if k == "layerwise")
+    spatial = sorted((i, layer[b]) for b, (k, i, _) in enumerate(blocks) if k == "spatial")
+    return {
+        "deepstack_layer_map": [pair for _, pair in deep],
+        "spatial_target_layers": [t for _, t in spatial],
+    }
+
+
+def _g4v_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    px = md.get(_CLIP + "vision.preproc_image_size", vision["image_size"])
+    pts = list(md[_CLIP + "vision.image_grid_pinpoints"])
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "LlavaNextImageProcessor",  # transformers' for the class
+            "image_grid_pinpoints": [[pts[i + 1], pts[i]] for i in range(0, len(pts), 2)],
+            "size": {"shortest_edge": px},
+            "crop_size": {"height": px, "width": px},
+            "resample": 3,  # bicubic, as mtmd resizes
+            "do_normalize": True,
+            "do_rescale": True,
+            "rescale_factor": 1 / 255,
+            **_mean_std(md),
+        }
+    }
+
+
+GRANITE4_VISION_BACK = VisionBack(
+    hf_arch="Granite4VisionForConditionalGeneration",
+    model_type="granite4_vision",
+    projector=GRANITE4_VISION,
+    projector_types=("granite4_vision",),
+    vision_model_type="siglip_vision_model",
+    text_model_type="granite4_vision_text",
+    text_archs=("granite",),
+    fields={
+        "vision.block_count": "num_hidden_layers",
+        "vision.preproc_image_size": None,  # the processor's (the tower's image size)
+        "vision.projector.query_side": None,
+        "vision.projector.window_side": None,
+        "vision.feature_layer": None,
+        "vision.projector.spatial_offsets": None,
+        "vision.image_grid_pinpoints": None,
+    },
+    restore=_g4v_restore,
+    preprocessor=_g4v_pre,
+    rename=_g4v_rename,
+    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
+    # the text config's class as the Hub's configs name it: both converters choose the
+    # text model by it
+    text=lambda cfg, md: {"architectures": ["GraniteForCausalLM"]},
+    joint=_g4v_joint,
+    tokens=_token_ids({"image_token_index": "<image>"}),
+)
+
+VISION_BACK += (GRANITE4_VISION_BACK,)
+
+
+# --------------------------------------------------------------------------- HunyuanVL
+
+
+def _hunyuanvl_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # the KV heads are only a shape (numpy [out, in]): attn_k rows / head size
+    head = vision["hidden_size"] // vision["num_attention_heads"]
+    return {"num_key_value_heads": shapes["v.blk.0.attn_k.weight"][0] // head}, {}
+
+
+def _hunyuanvl_text(cfg: dict, md: Mapping[str, Any]) -> dict:
+    # XD-RoPE as transformers 5 spells it (dynamic with the sections), from the rows the
+    # text entry keeps under derived fields; the reference reads this spelling back
+    arch = md.get("general.architecture")
+    sections = [int(s) for s in md.get(f"{arch}.rope.dimension_sections", [])]
+    while sections and not sections[-1]:
+        sections.pop()  # the reference pads the sections to four
+    rope = {
+        "rope_type": "dynamic",
+        "rope_theta": cfg.pop("rope_theta", 10000.0),
+        "alpha": _f(md[f"{arch}.rope.scaling.alpha"]),
+        "factor": _f(md.get(f"{arch}.rope.scaling.factor", 1.0)),
+        "mrope_section": sections,
+    }
+    cfg.pop("rope_scaling", None)  # TextModel's scaling rows (type none): the RoPE above
+    return {"rope_parameters": rope, "hidden_act": "silu"}
+
+
+def _hunyuanvl_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "HunYuanVLImageProcessor",
+            "patch_size": vision["patch_size"],
+            "temporal_patch_size": 1,  # mtmd's single Conv2d patch embedding
+            "merge_size": vision["spatial_merge_size"],
+            "min_pixels": md[_CLIP + "vision.image_min_pixels"],
+            "max_pixels": md[_CLIP + "vision.image_max_pixels"],
+            **_mean_std(md),
+        }
+    }
+
+
+HUNYUANVL_BACK = VisionBack(
+    hf_arch="HunYuanVLForConditionalGeneration",
+    model_type="hunyuan_vl",
+    projector=HUNYUANVL_VISION,
+    projector_types=("hunyuanvl",),
+    vision_model_type="hunyuan_vl_vision",
+    text_model_type="hunyuan_vl_text",
+    text_archs=("hunyuan_vl",),
+    fields={
+        "vision.image_size": "max_image_size",  # the reference's image size row
+        "vision.block_count": "num_hidden_layers",
+    },
+    required=("max_image_size", *_REQUIRED[1:]),
+    restore=_hunyuanvl_restore,
+    preprocessor=_hunyuanvl_pre,
+    text=_hunyuanvl_text,
+    # the Hub's HunyuanOCR: text model.*, lm_head, tower and merger vit.*
+    text_rename=lambda name: name,
+    tokens=_token_ids(
+        {
+            # mtmd's image brackets; the image and newline placeholders follow them, as
+            # the config class's default ids (120118 .. 120121) do
+            "im_start_id": "<\uff5chy_place\u2581holder\u2581no\u2581100\uff5c>",
+            "im_end_id": "<\uff5chy_place\u2581holder\u2581no\u2581101\uff5c>",
+            "image_token_id": "<\uff5chy_place\u2581holder\u2581no\u2581102\uff5c>",
+            "im_newline_id": "<\uff5chy_place\u2581holder\u2581no\u2581103\uff5c>",
+        }
+    ),
+)
+
+VISION_BACK += (HUNYUANVL_BACK,)

@@ -104,7 +104,15 @@ from .falcon_h1 import FALCON_H1
 from .gemma import GEMMA2, GEMMA3
 from .gemma3n import GEMMA3N
 from .gemma4 import GEMMA4, GEMMA4_ASSISTANT, GEMMA4_UNIFIED
-from .glm import GLM4, GLM4MOE, GLM4V_TEXT, GLM4VMOE_TEXT, GLMOCR_TEXT, has_sections
+from .glm import (
+    GLM4,
+    GLM4MOE,
+    GLM4V_TEXT,
+    GLM4VMOE_TEXT,
+    GLMOCR_TEXT,
+    has_mtp_sections,
+    has_sections,
+)
 from .glm5next import GLM5NEXT_TEXT
 from .gpt import FALCON, GPT2, STABLELM, STARCODER2
 from .gptoss import GPT_OSS
@@ -309,8 +317,9 @@ GGUF_VARIANTS: dict[str, list[tuple[Callable[[Mapping[str, Any]], bool], Arch]]]
     "granitehybrid": [(is_bamba, BAMBA), (hybrid_has_experts, GRANITEHYBRID_MOE)],
     "granite": [(is_granitehybrid_file, GRANITEHYBRID_AS_GRANITE)],
     "granitemoe": [(is_granitehybrid_file, GRANITEHYBRID_AS_GRANITEMOE)],
-    # GLM-4V's text half: Q/K reordered for M-RoPE, no HF class of its own (refused)
-    "glm4": [(has_sections, GLM4V_TEXT)],
+    # GLM-4V's text half: Q/K reordered for M-RoPE, no HF class of its own (refused);
+    # GLM-OCR's with its MTP block too (both convert back with their projector)
+    "glm4": [(has_mtp_sections, GLMOCR_TEXT), (has_sections, GLM4V_TEXT)],
     "glm4moe": [(has_sections, GLM4VMOE_TEXT)],
     # Youtu: deepseek2's multi-head latent attention without experts
     "deepseek2": [(is_dense, YOUTU)],

@@ -14,12 +14,15 @@ with its RoPE in MRoPE sections: the ``rope.dimension_sections`` row (before
 ``rope.freq_base``) and, since llama.cpp's M-RoPE kernel rotates NeoX halves, the rotated
 part of each Q/K head (weights and biases) reordered from interleaved pairs to halves
 (``normal_to_neox``: even rows, then odd rows, the unrotated rest kept).  GGUF -> HF of
-that file is not offered (:data:`GLM4V_TEXT` has no HF class: the sections say which it is).
+that file alone is not offered (:data:`GLM4V_TEXT` has no HF class: the sections say
+which it is); with its projector it converts back as the whole model (``_mmproj_to_hf``).
 GLM-OCR's (``GlmOcrForConditionalGeneration``, ``glm4``: ``GlmOCRModel``) is GLM-4V's
 plus its multi-token-prediction block after the trunk, counted in ``block_count`` and
-written as ``blk.N.nextn.*`` with ``nextn_predict_layers`` last, as for GLM-4.5.
+written as ``blk.N.nextn.*`` with ``nextn_predict_layers`` last, as for GLM-4.5 (the
+sections and that row say which it is).
 GLM-4.5V's (``Glm4vMoeForConditionalGeneration``, ``glm4moe``) is GLM-4.5's with the
-sections row only: its text model rotates NeoX halves already; refused by GGUF -> HF too.
+sections row only: its text model rotates NeoX halves already; alone refused by GGUF ->
+HF too.
 
 Sigmoid-gated experts in groups with a score-correction bias (``exp_probs_b``), shared
 experts, the first ``first_k_dense_replace`` layers dense, partial NeoX RoPE (no Q/K
@@ -289,10 +292,22 @@ def has_sections(md) -> bool:
     return f"{md.get('general.architecture')}.rope.dimension_sections" in md
 
 
+def has_mtp_sections(md) -> bool:
+    """A ``glm4`` GGUF written from GLM-OCR: sections and multi-token-prediction blocks."""
+    return has_sections(md) and f"{md.get('general.architecture')}.nextn_predict_layers" in md
+
+
+def _glmocr_hf_config(cfg: dict, names: set[str]) -> dict[str, Any]:
+    # block_count counts the MTP blocks after the trunk (as for GLM-4.5)
+    nextn = cfg.get("num_nextn_predict_layers", 0)
+    return {**_glm4_hf_config(cfg, names), "num_hidden_layers": cfg["num_hidden_layers"] - nextn}
+
+
 # GlmOCRModel: GLM-4V's text half with the MTP blocks counted and their count last
 GLMOCR_TEXT = replace(
     GLM4V_TEXT,
     hf_archs=("GlmOcrForConditionalGeneration",),
+    hf_config=_glmocr_hf_config,
     meta=[
         *replace_rows(
             _GLM4_ROWS, block_count=m("block_count", "num_hidden_layers", value=_block_count)

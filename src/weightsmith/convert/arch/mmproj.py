@@ -1965,9 +1965,12 @@ HUNYUANVL_VISION = Projector(
                 "hunyuanvl_drop_cls_position",
                 r"embeddings\.position_embedding\.weight$",
                 lambda x, v, ctx: x[1:],
-                lambda x, v, ctx: x,
+                # GGUF -> HF: the class-token row back as zeros (transformers reads the
+                # table from row 1 on: its value is lost, never used)
+                lambda x, v, ctx: np.concatenate([np.zeros_like(x[:1]), x]),
                 shape=lambda s, v, ctx: (s[0] - 1, *s[1:]),
                 exact=False,
+                inverse_shape=lambda s, v, ctx: (s[0] + 1, *s[1:]),
             ),
         ],
         required=(),
