@@ -66,6 +66,7 @@ from .arch.mmproj import (
     PADDLEOCR_VISION,
     QWEN2VL_VISION,
     QWEN3VL_VISION,
+    QWEN4EXP_VISION,
     QWEN25VL_VISION,
     SMOLVLM_VISION,
     Projector,
@@ -1700,3 +1701,19 @@ HUNYUANVL_BACK = VisionBack(
 )
 
 VISION_BACK += (HUNYUANVL_BACK,)
+# --------------------------------------------------------------------------- Qwen4-Exp
+
+# Qwen3.5's tower (Qwen3-VL's, no deepstack) over a Qwen4-Exp text model (Qwen3.5-MoE's
+# layers with hyper-connections and the QSA indexer): the text config is text GGUF ->
+# HF's (Qwen4ExpTextConfig), the text weights under model.language_model.
+QWEN4EXP_BACK = replace(
+    QWEN35VLMOE_BACK,
+    hf_arch="Qwen4ExpForConditionalGeneration",
+    model_type="qwen4_exp",
+    projector=QWEN4EXP_VISION,
+    vision_model_type="qwen4_exp_vision",
+    text_model_type="qwen4_exp_text",
+    text_archs=("qwen4exp",),
+)
+
+VISION_BACK += (QWEN4EXP_BACK,)

@@ -1,0 +1,151 @@
+"""GGUF -> HF of more vision-language models: the text GGUF and its projector GGUF
+back into one ``*ForConditionalGeneration`` folder (``gguf_to_hf(..., mmproj=...)``),
+for the families of this module's ARCHS (the first thirteen are in
+tests/test_convert_mmproj_to_hf.py, whose helpers this module reuses).
+
+For each tiny random VLM (built once per module, float32): original folder -> our GGUF
+pair (f32; and f16 for Qwen4-Exp) -> our HF folder, then
+
+* transformers 5.24 loads the folder with no missing, unexpected or mismatched keys;
+* every tensor equals the original's: bit for bit from the f32 pair, except the text
+  model's tensors the forward conversion rounds (norms stored ``1 + w``: 1 ulp of
+  ``1 + w``; ``A_log`` stored ``-exp``: ``log(-(-exp(x)))``, 1e-6 relative); from the
+  f16 pair, at most the f16 rounding apart;
+* the image features and the text logits of the model loaded from our folder equal
+  the original's on the same inputs;
+* the folder converts forward again to the same GGUF pair (rows, names, types, values).
+
+Families transformers 5.24 cannot rebuild are refused by name before any output.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from support.vlm_models import build
+from test_convert_mmproj_to_hf import _features, _model, _pixels
+from weightsmith.convert import gguf_to_hf, hf_to_gguf
+
+ARCHS = ["qwen4exp_vl"]
+#: arch -> the families' pixel layout in test_convert_mmproj_to_hf's _pixels
+PIXELS = {"qwen4exp_vl": "qwen3vl"}
+#: the one family also converted from its f16 pair (test time)
+F16 = ("qwen4exp_vl",)
+#: arch -> the text tensors (HF names) the forward conversion rounds: norms stored
+#: ``1 + w`` (1 ulp of 1 + w back), A_log stored ``-exp(A_log)``
+ROUNDED = {"qwen4exp_vl": re.compile(r"language_model\..*(norm\.weight|A_log)$")}
+#: arch -> the GGUF tensors rounded the same way when converted forward again
+ROUNDED_GGUF = {"qwen4exp_vl": re.compile(r"(norm\.weight|ssm_a)$")}
+#: measured largest logit gap over the logits' scale (the rounded norms above); the
+#: image features are exact for every family here
+LOGIT_TOL = {"qwen4exp_vl": 1e-5}
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> dict:
+    """Per arch: the original folder; per type, our GGUF pair and the folder back."""
+    root = tmp_path_factory.mktemp("vlm_back_new")
+    out: dict = {"root": root}
+    for arch in ARCHS:
+        src = build(arch, root / arch / "src", dtype="float32")
+        out[arch] = src
+        for t in ("f32", *(("f16",) if arch in F16 else ())):
+            text, proj = root / arch / f"text-{t}.gguf", root / arch / f"mmproj-{t}.gguf"
+            hf_to_gguf(src, text, t, mmproj=proj)
+            gguf_to_hf(text, root / arch / f"back-{t}", "f32", mmproj=proj)
+    return out
+
+
+@pytest.mark.parametrize(
+    "arch,t", [(a, t) for a in ARCHS for t in ("f32", *(("f16",) if a in F16 else ()))]
+)
+def test_loads_with_every_tensor(work, arch, t):
+    back, info = _model(work["root"] / arch / f"back-{t}")
+    orig, _ = _model(work[arch])
+    assert type(back) is type(orig)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    assert not info["mismatched_keys"] and not info["error_msgs"], info
+    want = {k: v.numpy() for k, v in orig.state_dict().items()}
+    got = {k: v.numpy() for k, v in back.state_dict().items()}
+    assert set(got) == set(want)
+    rounded = ROUNDED.get(arch)
+    inexact = []
+    for k, w in want.items():
+        g = got[k]
+        assert g.shape == w.shape, k
+        ulp = np.float32(2.0**-23) * (1 + np.abs(w))  # (w + 1) - 1 in float32
+        if t == "f16":  # f16 where the type rules store F16, the f32 values elsewhere
+            f16 = w.astype(np.float16).astype(np.float32)
+            assert np.all(np.abs(g - w) <= np.abs(f16 - w) + ulp), k
+        elif rounded is not None and rounded.search(k):
+            if k.endswith("A_log"):  # log(-(-exp(x)))
+                assert np.all(np.abs(g - w) <= 1e-6 * np.maximum(1, np.abs(w))), k
+            else:
+                assert np.all(np.abs(g - w) <= ulp), k
+            inexact += [k] if not np.array_equal(g, w) else []
+        else:
+            np.testing.assert_array_equal(g, w, err_msg=k)
+    # the exceptions are text tensors only: the tower and projector are bit for bit
+    assert not any(".language_model." not in k for k in inexact), inexact
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_same_image_features_and_logits(work, arch):
+    import torch
+
+    orig, _ = _model(work[arch])
+    back, _ = _model(work["root"] / arch / "back-f32")
+    kw = _pixels(PIXELS[arch], orig)
+    want, got = _features(arch, orig, kw), _features(arch, back, kw)
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    ids = torch.randint(0, 200, (1, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        lw = orig(input_ids=ids).logits.numpy()
+        lg = back(input_ids=ids).logits.numpy()
+    gap = float(np.abs(lg - lw).max())
+    assert gap <= LOGIT_TOL.get(arch, 0.0) * float(np.abs(lw).max()), gap
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_folder_converts_forward_again(work, arch, tmp_path):
+    """HF -> GGUF of our folder gives our GGUF pair again (every hyperparameter, tensor
+    name, type and value; the rounded text tensors within 1 ulp; the tokenizer is text
+    GGUF -> HF's, not compared)."""
+    from weightsmith.gguf import read
+
+    d = work["root"] / arch
+    text, proj = tmp_path / "text.gguf", tmp_path / "mmproj.gguf"
+    hf_to_gguf(d / "back-f32", text, "f32", mmproj=proj, tokenizer=False)
+    rounded = ROUNDED_GGUF.get(arch)
+    for ours, first in ((text, d / "text-f32.gguf"), (proj, d / "mmproj-f32.gguf")):
+        with read(ours) as a, read(first) as b:
+            skip = ("general.", "tokenizer.")
+            md_a = {k: v for k, v in a.metadata.items() if not k.startswith(skip)}
+            md_b = {k: v for k, v in b.metadata.items() if not k.startswith(skip)}
+            assert md_a == md_b
+            assert [(t.name, t.ggml_type, tuple(t.shape)) for t in a.tensors] == [
+                (t.name, t.ggml_type, tuple(t.shape)) for t in b.tensors
+            ]
+            for t in b.tensors:
+                x, y = np.asarray(a.numpy(t.name)), np.asarray(b.numpy(t.name))
+                if ours == text and rounded is not None and rounded.search(t.name):
+                    assert np.all(np.abs(x - y) <= np.float32(2.0**-23) * np.abs(y)), t.name
+                else:
+                    np.testing.assert_array_equal(x, y, err_msg=t.name)
+
+
+def test_qwen4exp_processor_same_pixels(work):
+    """transformers' image processor from our folder gives the original's pixels."""
+    from transformers import AutoImageProcessor
+
+    img = np.random.default_rng(3).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    outs = [
+        AutoImageProcessor.from_pretrained(d)(images=[img], return_tensors="np", do_resize=False)
+        for d in (work["qwen4exp_vl"], work["root"] / "qwen4exp_vl" / "back-f32")
+    ]
+    np.testing.assert_array_equal(outs[0]["image_grid_thw"], outs[1]["image_grid_thw"])
+    np.testing.assert_allclose(outs[0]["pixel_values"], outs[1]["pixel_values"], atol=1e-6)
