@@ -39,9 +39,14 @@ F16 = ("qwen4exp_vl",)
 ROUNDED = {"qwen4exp_vl": re.compile(r"language_model\..*(norm\.weight|A_log)$")}
 #: arch -> the GGUF tensors rounded the same way when converted forward again
 ROUNDED_GGUF = {"qwen4exp_vl": re.compile(r"(norm\.weight|ssm_a)$")}
+ARCHS += ["glm5next"]
+PIXELS["glm5next"] = "qwen2vl"  # flattened Conv3d patches and their grid, as Qwen's
+ROUNDED["glm5next"] = re.compile(r"language_model\..*A_log$")
+ROUNDED_GGUF["glm5next"] = re.compile(r"ssm_a$")
 #: measured largest logit gap over the logits' scale (the rounded norms above); the
 #: image features are exact for every family here
 LOGIT_TOL = {"qwen4exp_vl": 1e-5}
+LOGIT_TOL["glm5next"] = 1e-5  # measured 1.3e-6: A_log's 1e-6
 
 
 @pytest.fixture(scope="module")

@@ -54,6 +54,7 @@ from .arch.mmproj import (
     GEMMA3_VISION,
     GEMMA4_VISION,
     GLM4V_VISION,
+    GLM5NEXT_VISION,
     GRANITE4_VISION,
     HUNYUANVL_VISION,
     INTERNVL_VISION,
@@ -1717,3 +1718,85 @@ QWEN4EXP_BACK = replace(
 )
 
 VISION_BACK += (QWEN4EXP_BACK,)
+
+
+# --------------------------------------------------------------------------- GLM-5-Next
+
+
+def _glm5next_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # numpy order [out, in]: the merger's SwiGLU width is only a shape; the Conv3d's
+    # frames are its Conv2d halves; the MLP's act from use_silu (GLM-4V's rows); the 2-D
+    # RoPE base is mtmd's hard-coded 10000, the config's default
+    v = {
+        "out_hidden_size": md[_CLIP + "vision.projection_dim"],
+        "projection_intermediate_size": shapes["mm.gate.weight"][0],
+        "temporal_patch_size": sum(1 for k in shapes if k.startswith("v.patch_embd.weight")),
+        "attention_bias": "v.blk.0.attn_qkv.bias" in shapes,
+        "hidden_act": "silu" if md.get(_CLIP + "use_silu") else "gelu",
+        "in_channels": 3,
+    }
+    return v, {}
+
+
+def _glm5next_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    # the pixel bounds are the image processor's token budget times one merged token's
+    # pixels (the forward rows' product, undone)
+    p, merge = vision["patch_size"], vision.get("spatial_merge_size", 2)
+    per_token = (p * merge) ** 2
+    budget = {
+        f"{k}_image_tokens": md[_CLIP + f"vision.image_{k}_pixels"] // per_token
+        for k in ("min", "max")
+        if _CLIP + f"vision.image_{k}_pixels" in md
+    }
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "Glm5NextImageProcessor",
+            "patch_size": p,
+            "temporal_patch_size": vision["temporal_patch_size"],
+            "merge_size": merge,
+            "do_normalize": True,
+            "do_rescale": True,
+            "rescale_factor": 1 / 255,
+            **budget,
+            **_mean_std(md),
+        }
+    }
+
+
+GLM5NEXT_BACK = VisionBack(
+    hf_arch="Glm5NextForConditionalGeneration",
+    model_type="glm5_next",
+    projector=GLM5NEXT_VISION,
+    projector_types=("glm5v",),
+    vision_model_type="glm5_next_vision",
+    text_model_type="glm5_next_text",
+    text_archs=("glm5-next",),
+    fields={
+        "vision.block_count": "depth",
+        "vision.attention.head_count": "num_heads",
+        "use_silu": None,
+        "use_gelu": None,
+    },
+    restore=_glm5next_restore,
+    required=(
+        "image_size",
+        "patch_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_heads",
+        "depth",
+    ),
+    preprocessor=_glm5next_pre,
+    # the Hub's (and transformers') names: model.visual.*, model.language_model.*
+    rename=lambda name, md: "model." + name,
+    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
+    tokens=_token_ids(
+        {
+            "image_token_id": "<|image|>",
+            "image_start_token_id": "<|begin_of_image|>",
+            "image_end_token_id": "<|end_of_image|>",
+        }
+    ),
+)
+
+VISION_BACK += (GLM5NEXT_BACK,)
