@@ -64,6 +64,7 @@ from .arch.mmproj import (
     LLAMA4_VISION,
     LLAVA_VISION,
     MINICPMV46_VISION,
+    MUSE_GLIMMER_VISION,
     PADDLEOCR_VISION,
     QWEN2VL_VISION,
     QWEN3VL_VISION,
@@ -112,6 +113,8 @@ class VisionBack:
     from the projector's metadata, the rows' vision config and the tensor shapes;
     ``text(text_cfg, text_md)`` -> text config fixes; ``joint(md, text_md)`` -> top-level
     additions that need the text file's rows too; ``tokens(vocab)`` -> the token id
+    ``text(text_cfg, text_md)`` -> text config fixes; ``text_values(text_gguf)`` ->
+    text config fields the text GGUF keeps only as tensor values; ``tokens(vocab)`` -> the token id
     fields found in the text vocabulary; ``preprocessor(vision, md)`` -> the processor
     files; ``text_archs`` the text GGUF architectures it pairs with (``text_test`` its
     metadata, where they do not tell); ``copies`` projector tensors that copy text data
@@ -142,6 +145,8 @@ class VisionBack:
     # top-level config fields read from both files' metadata (projector's, text's):
     # Granite 4 Vision's projector map (each block's text layer is in the text file)
     joint: Callable[[Mapping[str, Any], Mapping[str, Any]], dict] = lambda md, text_md: {}
+    # text config fields kept only as tensor values (the text GGUF -> the fields)
+    text_values: Callable[[GGUFFile], dict] = lambda f: {}
 
 
 def _mean_std(md: Mapping[str, Any]) -> dict:
@@ -282,6 +287,7 @@ def vlm_parts(
         ) from None
     text_cfg.pop("architectures", None)  # the family's text() may name one (SmolVLM's)
     text_cfg.update(back.text(text_cfg, text.metadata))
+    text_cfg.update(back.text_values(text))
     dt = {k: text_cfg.pop(k) for k in ("dtype", "torch_dtype")}
     cfg = {
         "architectures": [back.hf_arch],
@@ -1800,3 +1806,73 @@ GLM5NEXT_BACK = VisionBack(
 )
 
 VISION_BACK += (GLM5NEXT_BACK,)
+
+
+# --------------------------------------------------------------------------- Muse Glimmer
+
+
+def _muse_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # the image size row is nominal: position table height x patch x merge; the table's
+    # rows are height x width (numpy order [rows, width]); the frames the patch
+    # embedding's slabs were summed over are not kept: the class default 2
+    p, merge = vision["patch_size"], vision["merge_size"]
+    height = md[_CLIP + "vision.image_size"] // (p * merge)
+    v = {
+        "pos_emb_height": height,
+        "pos_emb_width": shapes["v.position_embd.weight"][0] // height,
+        "patch_temporal": 2,
+    }
+    # the 3-linear projector's widths (numpy [out, in]): its input is the merged tower
+    # width; its act is llama.cpp's GELU, the class default
+    top = {
+        "out_hidden_size": shapes["mm.0.weight"][1],
+        "projector_hidden_size": shapes["mm.0.weight"][0],
+        "projector_hidden_act": "gelu",
+    }
+    return v, top
+
+
+def _muse_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "MuseGlimmerImageProcessor",
+            "patch_size": vision["patch_size"],
+            "temporal_patch_size": vision["patch_temporal"],
+            "merge_size": vision["merge_size"],
+            "do_normalize": True,
+            "do_rescale": True,
+            "rescale_factor": 1 / 255,
+            **_mean_std(md),
+        }
+    }
+
+
+def _muse_values(f: GGUFFile) -> dict:
+    # the scaleless QK norm's factor is the reference's synthesized attn_q_norm (every
+    # element qk_scale_factor)
+    q = G.dequantize_tensor(f, "blk.0.attn_q_norm.weight")
+    return {"qk_scale_factor": _f(float(np.asarray(q).reshape(-1)[0]))}
+
+
+MUSE_GLIMMER_BACK = VisionBack(
+    hf_arch="MuseGlimmerForConditionalGeneration",
+    model_type="muse_glimmer",
+    projector=MUSE_GLIMMER_VISION,
+    projector_types=("muse-glimmer",),
+    vision_model_type="muse_glimmer_vision",
+    text_model_type="muse_glimmer_text",
+    text_archs=("muse-glimmer",),
+    fields={
+        "vision.image_size": None,  # nominal: the position table's side, restored
+        "vision.block_count": "num_hidden_layers",
+        "projector_type": None,
+    },
+    restore=_muse_restore,
+    required=(*_REQUIRED[1:], "merge_size"),
+    preprocessor=_muse_pre,
+    # the Hub's (and transformers') names: model.language_model.*, lm_head at the top
+    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
+    text_values=_muse_values,
+)
+
+VISION_BACK += (MUSE_GLIMMER_BACK,)
