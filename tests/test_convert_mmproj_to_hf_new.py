@@ -53,6 +53,10 @@ ROUNDED["muse_glimmer"] = re.compile(r"language_model\..*layernorm\.weight$")
 ROUNDED_GGUF["muse_glimmer"] = re.compile(
     r"(attn_norm|ffn_norm|post_attention_norm|post_ffw_norm)\.weight$"
 )
+ARCHS += ["minimaxm3"]
+PIXELS["minimaxm3"] = "flat"  # flattened Conv3d patches (its config says num_channels)
+ROUNDED["minimaxm3"] = re.compile(r"language_model\..*norm\.weight$")
+ROUNDED_GGUF["minimaxm3"] = re.compile(r"norm\.weight$")
 #: measured largest logit gap over the logits' scale (the rounded norms above); the
 #: image features are exact for every family here
 LOGIT_TOL = {"qwen4exp_vl": 1e-5}
@@ -129,6 +133,12 @@ def test_same_image_features_and_logits(work, arch):
         img = np.random.default_rng(7).integers(0, 256, (32, 32, 3), dtype=np.uint8)
         px, grid = _patches(img)
         kw = {"pixel_values": torch.tensor(px), "image_grid_thw": torch.tensor([grid])}
+    elif PIXELS[arch] == "flat":  # 64 patches of 8 px over 2 frames, an 8 x 8 grid
+        v = orig.config.vision_config
+        n = v.num_channels * v.temporal_patch_size * v.patch_size**2
+        g = torch.Generator().manual_seed(0)
+        kw = {"pixel_values": torch.randn(64, n, generator=g),
+              "image_grid_thw": torch.tensor([[1, 8, 8]])}  # fmt: skip
     else:
         kw = _pixels(PIXELS[arch], orig)
     want, got = _features(arch, orig, kw), _features(arch, back, kw)

@@ -64,6 +64,7 @@ from .arch.mmproj import (
     LLAMA4_VISION,
     LLAVA_VISION,
     MINICPMV46_VISION,
+    MINIMAXM3_VISION,
     MUSE_GLIMMER_VISION,
     PADDLEOCR_VISION,
     QWEN2VL_VISION,
@@ -1876,3 +1877,57 @@ MUSE_GLIMMER_BACK = VisionBack(
 )
 
 VISION_BACK += (MUSE_GLIMMER_BACK,)
+
+
+# --------------------------------------------------------------------------- MiniMax-M3 VL
+
+
+def _minimaxm3_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # the Conv3d's frames are its Conv2d halves; the tower's GELU (use_gelu: the
+    # reference writes no other) and 3 channels are the config's defaults; the
+    # projector's hidden width is a shape (numpy [out, in])
+    v = {
+        "temporal_patch_size": sum(1 for k in shapes if k.startswith("v.patch_embd.weight")),
+        "hidden_act": "gelu",
+    }
+    return v, {"projector_hidden_size": shapes["mm.1.weight"][0]}
+
+
+def _minimaxm3_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "MiniMaxM3VLImageProcessor",
+            "patch_size": vision["patch_size"],
+            "temporal_patch_size": vision["temporal_patch_size"],
+            "merge_size": vision["spatial_merge_size"],
+            "do_normalize": True,
+            "do_rescale": True,
+            "rescale_factor": 1 / 255,
+            **_mean_std(md),
+        }
+    }
+
+
+# the Hub's layout, which transformers 5.24 saves and loads: language_model.model.* with
+# per-expert block_sparse_moe weights (the text registry's inverse plan writes them so),
+# language_model.lm_head, vision_tower.vision_model.*, multi_modal_projector.*,
+# patch_merge_mlp.*; the Hub's text fields beside transformers' own (arch/minimax.py)
+MINIMAXM3_BACK = VisionBack(
+    hf_arch="MiniMaxM3SparseForConditionalGeneration",
+    model_type="minimax_m3_vl",
+    projector=MINIMAXM3_VISION,
+    projector_types=("minimax_m3",),
+    vision_model_type="minimax_m3_vl_vision",
+    text_model_type="minimax_m3_vl_text",
+    text_archs=("minimax-m3",),
+    fields={
+        "vision.block_count": "num_hidden_layers",
+        "projector_type": None,
+        "use_gelu": None,
+        "vision.spatial_merge_size": "spatial_merge_size",
+    },
+    restore=_minimaxm3_restore,
+    preprocessor=_minimaxm3_pre,
+)
+
+VISION_BACK += (MINIMAXM3_BACK,)
