@@ -30,6 +30,7 @@ from support.muse_dots_pocket_models import muse_glimmer
 from support.vlm_models import build
 from test_convert_mmproj_to_hf import _features, _model, _pixels
 from test_convert_muse_glimmer import _patches
+from weightsmith import errors as E
 from weightsmith.convert import gguf_to_hf, hf_to_gguf
 
 ARCHS = ["qwen4exp_vl"]
@@ -192,3 +193,22 @@ def test_qwen4exp_processor_same_pixels(work):
     ]
     np.testing.assert_array_equal(outs[0]["image_grid_thw"], outs[1]["image_grid_thw"])
     np.testing.assert_allclose(outs[0]["pixel_values"], outs[1]["pixel_values"], atol=1e-6)
+
+
+def test_deepseek_ocr2_refused(tmp_path):
+    """DeepSeek-OCR 2 is not converted back (not done: the converters read only the
+    Hub's config.json, which transformers 5.24 cannot load, and transformers' own one
+    is read by neither): its pair is refused by name before anything is written, as is
+    its text alone (no causal-LM class)."""
+    from support.deepseek_ocr_models import deepseek_ocr2
+
+    hub = deepseek_ocr2(tmp_path / "model", dtype="float32")
+    text, proj = tmp_path / "text.gguf", tmp_path / "mmproj.gguf"
+    hf_to_gguf(hub, text, "f16", mmproj=proj)
+    with pytest.raises(E.ProjectorMismatch) as ei:
+        gguf_to_hf(text, tmp_path / "back", mmproj=proj)
+    assert ei.value.field == "clip.projector_type"
+    assert "deepseekocr2" in str(ei.value) and "deepseek2-ocr" in str(ei.value)
+    with pytest.raises(E.UnknownArchitecture, match="deepseek2-ocr"):
+        gguf_to_hf(text, tmp_path / "back")
+    assert not (tmp_path / "back").exists()
