@@ -20,12 +20,16 @@ Families transformers 5.24 cannot rebuild are refused by name before any output.
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from support.deepseek_ocr_models import MEAN_STD, deepseek_ocr2, hub_config
 from support.muse_dots_pocket_models import muse_glimmer
 from support.vlm_models import build
 from test_convert_mmproj_to_hf import _features, _model, _pixels
@@ -58,6 +62,11 @@ ARCHS += ["minimaxm3"]
 PIXELS["minimaxm3"] = "flat"  # flattened Conv3d patches (its config says num_channels)
 ROUNDED["minimaxm3"] = re.compile(r"language_model\..*norm\.weight$")
 ROUNDED_GGUF["minimaxm3"] = re.compile(r"norm\.weight$")
+ARCHS += ["deepseekocr2"]
+BUILDERS["deepseekocr2"] = deepseek_ocr2  # the Hub's folder, which the converters read
+#: arch -> the original transformers loads, from the folder converted: DeepSeek-OCR 2's
+#: transformers twin over the same weights (transformers cannot load the Hub's config)
+HF_TWIN = {"deepseekocr2": lambda hub: hub.parent / "hf"}
 #: measured largest logit gap over the logits' scale (the rounded norms above); the
 #: image features are exact for every family here
 LOGIT_TOL = {"qwen4exp_vl": 1e-5}
@@ -75,7 +84,7 @@ def work(tmp_path_factory) -> dict:
     for arch in ARCHS:
         make = BUILDERS.get(arch, partial(build, arch))
         src = make(root / arch / "src", dtype="float32")
-        out[arch] = src
+        out[arch] = HF_TWIN[arch](src) if arch in HF_TWIN else src
         for t in ("f32", *(("f16",) if arch in F16 else ())):
             text, proj = root / arch / f"text-{t}.gguf", root / arch / f"mmproj-{t}.gguf"
             hf_to_gguf(src, text, t, mmproj=proj)
@@ -134,6 +143,10 @@ def test_same_image_features_and_logits(work, arch):
         img = np.random.default_rng(7).integers(0, 256, (32, 32, 3), dtype=np.uint8)
         px, grid = _patches(img)
         kw = {"pixel_values": torch.tensor(px), "image_grid_thw": torch.tensor([grid])}
+    elif arch == "deepseekocr2":  # the 1024 px global view alone (no tiles)
+        g = torch.Generator().manual_seed(0)
+        kw = {"pixel_values": torch.randn(1, 3, 1024, 1024, generator=g),
+              "pixel_values_local": None, "num_local_patches": [0]}  # fmt: skip
     elif PIXELS[arch] == "flat":  # 64 patches of 8 px over 2 frames, an 8 x 8 grid
         v = orig.config.vision_config
         n = v.num_channels * v.temporal_patch_size * v.patch_size**2
@@ -142,7 +155,9 @@ def test_same_image_features_and_logits(work, arch):
               "image_grid_thw": torch.tensor([[1, 8, 8]])}  # fmt: skip
     else:
         kw = _pixels(PIXELS[arch], orig)
-    want, got = _features(arch, orig, kw), _features(arch, back, kw)
+    # DeepSeek-OCR 2's get_image_features is the inner model's
+    fo, fb = (orig.model, back.model) if arch == "deepseekocr2" else (orig, back)
+    want, got = _features(arch, fo, kw), _features(arch, fb, kw)
     assert got.shape == want.shape
     gap = float(np.abs(got - want).max())
     assert gap <= FEATURE_TOL.get(arch, 0.0) * float(np.abs(want).max()), gap
@@ -163,7 +178,10 @@ def test_folder_converts_forward_again(work, arch, tmp_path):
 
     d = work["root"] / arch
     text, proj = tmp_path / "text.gguf", tmp_path / "mmproj.gguf"
-    hf_to_gguf(d / "back-f32", text, "f32", mmproj=proj, tokenizer=False)
+    folder = d / "back-f32"
+    if arch == "deepseekocr2":  # the converters read the Hub's config: written from ours
+        folder = _deepseek_hub(folder, tmp_path / "hub")
+    hf_to_gguf(folder, text, "f32", mmproj=proj, tokenizer=False)
     rounded = ROUNDED_GGUF.get(arch)
     for ours, first in ((text, d / "text-f32.gguf"), (proj, d / "mmproj-f32.gguf")):
         with read(ours) as a, read(first) as b:
@@ -195,20 +213,22 @@ def test_qwen4exp_processor_same_pixels(work):
     np.testing.assert_allclose(outs[0]["pixel_values"], outs[1]["pixel_values"], atol=1e-6)
 
 
-def test_deepseek_ocr2_refused(tmp_path):
-    """DeepSeek-OCR 2 is not converted back (not done: the converters read only the
-    Hub's config.json, which transformers 5.24 cannot load, and transformers' own one
-    is read by neither): its pair is refused by name before anything is written, as is
-    its text alone (no causal-LM class)."""
-    from support.deepseek_ocr_models import deepseek_ocr2
+def _deepseek_hub(folder: Path, dst: Path) -> Path:
+    """Our DeepSeek-OCR 2 folder (transformers' config) with the Hub's config.json and
+    processor file, as the forward tests build them (tests/support/deepseek_ocr_models)."""
+    shutil.copytree(folder, dst)
+    cfg = json.loads((folder / "config.json").read_text())
+    (dst / "config.json").write_text(json.dumps(hub_config(cfg)))
+    pre = json.loads((folder / "preprocessor_config.json").read_text())
+    assert {k: pre[k] for k in MEAN_STD} == MEAN_STD
+    (dst / "processor_config.json").write_text(json.dumps(
+        {"processor_class": "DeepseekVLV2Processor", "patch_size": 16, "downsample_ratio": 4,
+         "normalize": True, **MEAN_STD}))  # fmt: skip
+    return dst
 
-    hub = deepseek_ocr2(tmp_path / "model", dtype="float32")
-    text, proj = tmp_path / "text.gguf", tmp_path / "mmproj.gguf"
-    hf_to_gguf(hub, text, "f16", mmproj=proj)
-    with pytest.raises(E.ProjectorMismatch) as ei:
-        gguf_to_hf(text, tmp_path / "back", mmproj=proj)
-    assert ei.value.field == "clip.projector_type"
-    assert "deepseekocr2" in str(ei.value) and "deepseek2-ocr" in str(ei.value)
+
+def test_deepseek_ocr2_text_alone_refused(work, tmp_path):
+    """DeepSeek-OCR 2's text alone has no HF class: refused by name, nothing written."""
     with pytest.raises(E.UnknownArchitecture, match="deepseek2-ocr"):
-        gguf_to_hf(text, tmp_path / "back")
+        gguf_to_hf(work["root"] / "deepseekocr2" / "text-f32.gguf", tmp_path / "back")
     assert not (tmp_path / "back").exists()

@@ -50,6 +50,7 @@ from ..gguf import GGUFFile
 from . import _gguf_to_hf as G  # a module import: _gguf_to_hf imports this module too
 from .arch import MetaKey, NameRule
 from .arch.mmproj import (
+    DEEPSEEKOCR2_VISION,
     EXAONE4_5_VISION,
     GEMMA3_VISION,
     GEMMA4_VISION,
@@ -1931,3 +1932,92 @@ MINIMAXM3_BACK = VisionBack(
 )
 
 VISION_BACK += (MINIMAXM3_BACK,)
+
+
+# --------------------------------------------------------------------------- DeepSeek-OCR 2
+
+
+def _dsocr2_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # transformers' layout (its DeepseekOcr2VisionConfig: a SAM and a Qwen2-encoder
+    # config); the widths GGUF keeps only as shapes (numpy [out, in, ...]); llama.cpp's
+    # deepseekocr2 graph hard-codes SAM's global-attention layers 2, 5, 8, 11, its
+    # window from the row, the encoder's RoPE base 1e6 and 2 KV heads (its row)
+    c = _CLIP + "vision."
+    eps = _f(md.get(c + "attention.layer_norm_epsilon", 1e-6))
+    sam = {
+        "model_type": "deepseek_ocr2_sam_vision_model",
+        "hidden_size": md[c + "sam.embedding_length"],
+        "num_hidden_layers": md[c + "sam.block_count"],
+        "num_attention_heads": md[c + "sam.head_count"],
+        "image_size": md[c + "image_size"],
+        "patch_size": md[c + "patch_size"],
+        "window_size": md.get(c + "window_size", 14),
+        "global_attn_indexes": [2, 5, 8, 11],
+        "output_channels": shapes["v.sam.neck.0.weight"][0],
+        "downsample_channels": [shapes["v.sam.net_2.weight"][0], shapes["v.sam.net_3.weight"][0]],
+        "mlp_dim": shapes["v.sam.blk.0.mlp.lin1.weight"][0],
+        "qkv_bias": "v.sam.blk.0.attn.qkv.bias" in shapes,
+        "use_rel_pos": "v.sam.blk.0.attn.pos_h.weight" in shapes,
+        "layer_norm_eps": eps,
+    }
+    encoder = {
+        "model_type": "deepseek_ocr2_encoder",
+        "hidden_size": md[c + "embedding_length"],
+        "intermediate_size": md[c + "feed_forward_length"],
+        "num_hidden_layers": md[c + "block_count"],
+        "num_attention_heads": md[c + "attention.head_count"],
+        "num_key_value_heads": md.get(c + "attention.head_count_kv", 2),
+        "rms_norm_eps": eps,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+    }
+    return {"sam_config": sam, "encoder_config": encoder}, {}
+
+
+def _dsocr2_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "DeepseekOcr2ImageProcessor",
+            "patch_size": vision["sam_config"]["patch_size"],
+            "do_normalize": True,
+            "do_rescale": True,
+            "rescale_factor": 1 / 255,
+            **_mean_std(md),
+        }
+    }
+
+
+def _dsocr2_text(cfg: dict, md: Mapping[str, Any]) -> dict:
+    # transformers' DeepseekOcr2TextConfig names the dense layers per layer
+    n, dense = cfg["num_hidden_layers"], cfg.get("first_k_dense_replace", 0)
+    return {"mlp_layer_types": ["dense"] * dense + ["sparse"] * (n - dense)}
+
+
+def _dsocr2_rename(name: str, md: Mapping[str, Any]) -> str:
+    # SAM's position parameters are bare, read forward as .weight tensors
+    if name.endswith(("pos_embed.weight", "rel_pos_h.weight", "rel_pos_w.weight")):
+        return name.removesuffix(".weight")
+    return name
+
+
+# transformers 5.24's DeepseekOcr2ForConditionalGeneration, in the tensor names it saves
+# and loads (the Hub's: model.sam_model.*, model.qwen2_model.*, model.projector.*,
+# model.view_seperator, model.layers.*); every clip row is read by restore into the two
+# nested tower configs, none is a flat vision field
+DEEPSEEKOCR2_BACK = VisionBack(
+    hf_arch="DeepseekOcr2ForConditionalGeneration",
+    model_type="deepseek_ocr2",
+    projector=DEEPSEEKOCR2_VISION,
+    projector_types=("deepseekocr2",),
+    vision_model_type="deepseek_ocr2_vision",
+    text_model_type="deepseek_ocr2_text",
+    text_archs=("deepseek2-ocr",),
+    fields={r.key: None for r in DEEPSEEKOCR2_VISION.entry.meta if isinstance(r, MetaKey)},
+    required=(),
+    restore=_dsocr2_restore,
+    preprocessor=_dsocr2_pre,
+    rename=_dsocr2_rename,
+    text_rename=lambda name: name,
+    text=_dsocr2_text,
+)
+
+VISION_BACK += (DEEPSEEKOCR2_BACK,)
