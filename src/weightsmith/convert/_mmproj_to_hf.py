@@ -50,10 +50,12 @@ from ..gguf import GGUFFile
 from . import _gguf_to_hf as G  # a module import: _gguf_to_hf imports this module too
 from .arch import MetaKey, NameRule
 from .arch.mmproj import (
+    DEEPSEEKOCR2_VISION,
     EXAONE4_5_VISION,
     GEMMA3_VISION,
     GEMMA4_VISION,
     GLM4V_VISION,
+    GLM5NEXT_VISION,
     GRANITE4_VISION,
     HUNYUANVL_VISION,
     INTERNVL_VISION,
@@ -63,9 +65,12 @@ from .arch.mmproj import (
     LLAMA4_VISION,
     LLAVA_VISION,
     MINICPMV46_VISION,
+    MINIMAXM3_VISION,
+    MUSE_GLIMMER_VISION,
     PADDLEOCR_VISION,
     QWEN2VL_VISION,
     QWEN3VL_VISION,
+    QWEN4EXP_VISION,
     QWEN25VL_VISION,
     SMOLVLM_VISION,
     Projector,
@@ -110,6 +115,8 @@ class VisionBack:
     from the projector's metadata, the rows' vision config and the tensor shapes;
     ``text(text_cfg, text_md)`` -> text config fixes; ``joint(md, text_md)`` -> top-level
     additions that need the text file's rows too; ``tokens(vocab)`` -> the token id
+    ``text(text_cfg, text_md)`` -> text config fixes; ``text_values(text_gguf)`` ->
+    text config fields the text GGUF keeps only as tensor values; ``tokens(vocab)`` -> the token id
     fields found in the text vocabulary; ``preprocessor(vision, md)`` -> the processor
     files; ``text_archs`` the text GGUF architectures it pairs with (``text_test`` its
     metadata, where they do not tell); ``copies`` projector tensors that copy text data
@@ -140,6 +147,8 @@ class VisionBack:
     # top-level config fields read from both files' metadata (projector's, text's):
     # Granite 4 Vision's projector map (each block's text layer is in the text file)
     joint: Callable[[Mapping[str, Any], Mapping[str, Any]], dict] = lambda md, text_md: {}
+    # text config fields kept only as tensor values (the text GGUF -> the fields)
+    text_values: Callable[[GGUFFile], dict] = lambda f: {}
 
 
 def _mean_std(md: Mapping[str, Any]) -> dict:
@@ -280,6 +289,7 @@ def vlm_parts(
         ) from None
     text_cfg.pop("architectures", None)  # the family's text() may name one (SmolVLM's)
     text_cfg.update(back.text(text_cfg, text.metadata))
+    text_cfg.update(back.text_values(text))
     dt = {k: text_cfg.pop(k) for k in ("dtype", "torch_dtype")}
     cfg = {
         "architectures": [back.hf_arch],
@@ -1700,3 +1710,314 @@ HUNYUANVL_BACK = VisionBack(
 )
 
 VISION_BACK += (HUNYUANVL_BACK,)
+# --------------------------------------------------------------------------- Qwen4-Exp
+
+# Qwen3.5's tower (Qwen3-VL's, no deepstack) over a Qwen4-Exp text model (Qwen3.5-MoE's
+# layers with hyper-connections and the QSA indexer): the text config is text GGUF ->
+# HF's (Qwen4ExpTextConfig), the text weights under model.language_model.
+QWEN4EXP_BACK = replace(
+    QWEN35VLMOE_BACK,
+    hf_arch="Qwen4ExpForConditionalGeneration",
+    model_type="qwen4_exp",
+    projector=QWEN4EXP_VISION,
+    vision_model_type="qwen4_exp_vision",
+    text_model_type="qwen4_exp_text",
+    text_archs=("qwen4exp",),
+)
+
+VISION_BACK += (QWEN4EXP_BACK,)
+
+
+# --------------------------------------------------------------------------- GLM-5-Next
+
+
+def _glm5next_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # numpy order [out, in]: the merger's SwiGLU width is only a shape; the Conv3d's
+    # frames are its Conv2d halves; the MLP's act from use_silu (GLM-4V's rows); the 2-D
+    # RoPE base is mtmd's hard-coded 10000, the config's default
+    v = {
+        "out_hidden_size": md[_CLIP + "vision.projection_dim"],
+        "projection_intermediate_size": shapes["mm.gate.weight"][0],
+        "temporal_patch_size": sum(1 for k in shapes if k.startswith("v.patch_embd.weight")),
+        "attention_bias": "v.blk.0.attn_qkv.bias" in shapes,
+        "hidden_act": "silu" if md.get(_CLIP + "use_silu") else "gelu",
+        "in_channels": 3,
+    }
+    return v, {}
+
+
+def _glm5next_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    # the pixel bounds are the image processor's token budget times one merged token's
+    # pixels (the forward rows' product, undone)
+    p, merge = vision["patch_size"], vision.get("spatial_merge_size", 2)
+    per_token = (p * merge) ** 2
+    budget = {
+        f"{k}_image_tokens": md[_CLIP + f"vision.image_{k}_pixels"] // per_token
+        for k in ("min", "max")
+        if _CLIP + f"vision.image_{k}_pixels" in md
+    }
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "Glm5NextImageProcessor",
+            "patch_size": p,
+            "temporal_patch_size": vision["temporal_patch_size"],
+            "merge_size": merge,
+            "do_normalize": True,
+            "do_rescale": True,
+            "rescale_factor": 1 / 255,
+            **budget,
+            **_mean_std(md),
+        }
+    }
+
+
+GLM5NEXT_BACK = VisionBack(
+    hf_arch="Glm5NextForConditionalGeneration",
+    model_type="glm5_next",
+    projector=GLM5NEXT_VISION,
+    projector_types=("glm5v",),
+    vision_model_type="glm5_next_vision",
+    text_model_type="glm5_next_text",
+    text_archs=("glm5-next",),
+    fields={
+        "vision.block_count": "depth",
+        "vision.attention.head_count": "num_heads",
+        "use_silu": None,
+        "use_gelu": None,
+    },
+    restore=_glm5next_restore,
+    required=(
+        "image_size",
+        "patch_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_heads",
+        "depth",
+    ),
+    preprocessor=_glm5next_pre,
+    # the Hub's (and transformers') names: model.visual.*, model.language_model.*
+    rename=lambda name, md: "model." + name,
+    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
+    tokens=_token_ids(
+        {
+            "image_token_id": "<|image|>",
+            "image_start_token_id": "<|begin_of_image|>",
+            "image_end_token_id": "<|end_of_image|>",
+        }
+    ),
+)
+
+VISION_BACK += (GLM5NEXT_BACK,)
+
+
+# --------------------------------------------------------------------------- Muse Glimmer
+
+
+def _muse_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # the image size row is nominal: position table height x patch x merge; the table's
+    # rows are height x width (numpy order [rows, width]); the frames the patch
+    # embedding's slabs were summed over are not kept: the class default 2
+    p, merge = vision["patch_size"], vision["merge_size"]
+    height = md[_CLIP + "vision.image_size"] // (p * merge)
+    v = {
+        "pos_emb_height": height,
+        "pos_emb_width": shapes["v.position_embd.weight"][0] // height,
+        "patch_temporal": 2,
+    }
+    # the 3-linear projector's widths (numpy [out, in]): its input is the merged tower
+    # width; its act is llama.cpp's GELU, the class default
+    top = {
+        "out_hidden_size": shapes["mm.0.weight"][1],
+        "projector_hidden_size": shapes["mm.0.weight"][0],
+        "projector_hidden_act": "gelu",
+    }
+    return v, top
+
+
+def _muse_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "MuseGlimmerImageProcessor",
+            "patch_size": vision["patch_size"],
+            "temporal_patch_size": vision["patch_temporal"],
+            "merge_size": vision["merge_size"],
+            "do_normalize": True,
+            "do_rescale": True,
+            "rescale_factor": 1 / 255,
+            **_mean_std(md),
+        }
+    }
+
+
+def _muse_values(f: GGUFFile) -> dict:
+    # the scaleless QK norm's factor is the reference's synthesized attn_q_norm (every
+    # element qk_scale_factor)
+    q = G.dequantize_tensor(f, "blk.0.attn_q_norm.weight")
+    return {"qk_scale_factor": _f(float(np.asarray(q).reshape(-1)[0]))}
+
+
+MUSE_GLIMMER_BACK = VisionBack(
+    hf_arch="MuseGlimmerForConditionalGeneration",
+    model_type="muse_glimmer",
+    projector=MUSE_GLIMMER_VISION,
+    projector_types=("muse-glimmer",),
+    vision_model_type="muse_glimmer_vision",
+    text_model_type="muse_glimmer_text",
+    text_archs=("muse-glimmer",),
+    fields={
+        "vision.image_size": None,  # nominal: the position table's side, restored
+        "vision.block_count": "num_hidden_layers",
+        "projector_type": None,
+    },
+    restore=_muse_restore,
+    required=(*_REQUIRED[1:], "merge_size"),
+    preprocessor=_muse_pre,
+    # the Hub's (and transformers') names: model.language_model.*, lm_head at the top
+    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
+    text_values=_muse_values,
+)
+
+VISION_BACK += (MUSE_GLIMMER_BACK,)
+
+
+# --------------------------------------------------------------------------- MiniMax-M3 VL
+
+
+def _minimaxm3_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # the Conv3d's frames are its Conv2d halves; the tower's GELU (use_gelu: the
+    # reference writes no other) and 3 channels are the config's defaults; the
+    # projector's hidden width is a shape (numpy [out, in])
+    v = {
+        "temporal_patch_size": sum(1 for k in shapes if k.startswith("v.patch_embd.weight")),
+        "hidden_act": "gelu",
+    }
+    return v, {"projector_hidden_size": shapes["mm.1.weight"][0]}
+
+
+def _minimaxm3_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "MiniMaxM3VLImageProcessor",
+            "patch_size": vision["patch_size"],
+            "temporal_patch_size": vision["temporal_patch_size"],
+            "merge_size": vision["spatial_merge_size"],
+            "do_normalize": True,
+            "do_rescale": True,
+            "rescale_factor": 1 / 255,
+            **_mean_std(md),
+        }
+    }
+
+
+# the Hub's layout, which transformers 5.24 saves and loads: language_model.model.* with
+# per-expert block_sparse_moe weights (the text registry's inverse plan writes them so),
+# language_model.lm_head, vision_tower.vision_model.*, multi_modal_projector.*,
+# patch_merge_mlp.*; the Hub's text fields beside transformers' own (arch/minimax.py)
+MINIMAXM3_BACK = VisionBack(
+    hf_arch="MiniMaxM3SparseForConditionalGeneration",
+    model_type="minimax_m3_vl",
+    projector=MINIMAXM3_VISION,
+    projector_types=("minimax_m3",),
+    vision_model_type="minimax_m3_vl_vision",
+    text_model_type="minimax_m3_vl_text",
+    text_archs=("minimax-m3",),
+    fields={
+        "vision.block_count": "num_hidden_layers",
+        "projector_type": None,
+        "use_gelu": None,
+        "vision.spatial_merge_size": "spatial_merge_size",
+    },
+    restore=_minimaxm3_restore,
+    preprocessor=_minimaxm3_pre,
+)
+
+VISION_BACK += (MINIMAXM3_BACK,)
+
+
+# --------------------------------------------------------------------------- DeepSeek-OCR 2
+
+
+def _dsocr2_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # transformers' layout (its DeepseekOcr2VisionConfig: a SAM and a Qwen2-encoder
+    # config); the widths GGUF keeps only as shapes (numpy [out, in, ...]); llama.cpp's
+    # deepseekocr2 graph hard-codes SAM's global-attention layers 2, 5, 8, 11, its
+    # window from the row, the encoder's RoPE base 1e6 and 2 KV heads (its row)
+    c = _CLIP + "vision."
+    eps = _f(md.get(c + "attention.layer_norm_epsilon", 1e-6))
+    sam = {
+        "model_type": "deepseek_ocr2_sam_vision_model",
+        "hidden_size": md[c + "sam.embedding_length"],
+        "num_hidden_layers": md[c + "sam.block_count"],
+        "num_attention_heads": md[c + "sam.head_count"],
+        "image_size": md[c + "image_size"],
+        "patch_size": md[c + "patch_size"],
+        "window_size": md.get(c + "window_size", 14),
+        "global_attn_indexes": [2, 5, 8, 11],
+        "output_channels": shapes["v.sam.neck.0.weight"][0],
+        "downsample_channels": [shapes["v.sam.net_2.weight"][0], shapes["v.sam.net_3.weight"][0]],
+        "mlp_dim": shapes["v.sam.blk.0.mlp.lin1.weight"][0],
+        "qkv_bias": "v.sam.blk.0.attn.qkv.bias" in shapes,
+        "use_rel_pos": "v.sam.blk.0.attn.pos_h.weight" in shapes,
+        "layer_norm_eps": eps,
+    }
+    encoder = {
+        "model_type": "deepseek_ocr2_encoder",
+        "hidden_size": md[c + "embedding_length"],
+        "intermediate_size": md[c + "feed_forward_length"],
+        "num_hidden_layers": md[c + "block_count"],
+        "num_attention_heads": md[c + "attention.head_count"],
+        "num_key_value_heads": md.get(c + "attention.head_count_kv", 2),
+        "rms_norm_eps": eps,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+    }
+    return {"sam_config": sam, "encoder_config": encoder}, {}
+
+
+def _dsocr2_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "DeepseekOcr2ImageProcessor",
+            "patch_size": vision["sam_config"]["patch_size"],
+            "do_normalize": True,
+            "do_rescale": True,
+            "rescale_factor": 1 / 255,
+            **_mean_std(md),
+        }
+    }
+
+
+def _dsocr2_text(cfg: dict, md: Mapping[str, Any]) -> dict:
+    # transformers' DeepseekOcr2TextConfig names the dense layers per layer
+    n, dense = cfg["num_hidden_layers"], cfg.get("first_k_dense_replace", 0)
+    return {"mlp_layer_types": ["dense"] * dense + ["sparse"] * (n - dense)}
+
+
+def _dsocr2_rename(name: str, md: Mapping[str, Any]) -> str:
+    # SAM's position parameters are bare, read forward as .weight tensors
+    if name.endswith(("pos_embed.weight", "rel_pos_h.weight", "rel_pos_w.weight")):
+        return name.removesuffix(".weight")
+    return name
+
+
+# transformers 5.24's DeepseekOcr2ForConditionalGeneration, in the tensor names it saves
+# and loads (the Hub's: model.sam_model.*, model.qwen2_model.*, model.projector.*,
+# model.view_seperator, model.layers.*); every clip row is read by restore into the two
+# nested tower configs, none is a flat vision field
+DEEPSEEKOCR2_BACK = VisionBack(
+    hf_arch="DeepseekOcr2ForConditionalGeneration",
+    model_type="deepseek_ocr2",
+    projector=DEEPSEEKOCR2_VISION,
+    projector_types=("deepseekocr2",),
+    vision_model_type="deepseek_ocr2_vision",
+    text_model_type="deepseek_ocr2_text",
+    text_archs=("deepseek2-ocr",),
+    fields={r.key: None for r in DEEPSEEKOCR2_VISION.entry.meta if isinstance(r, MetaKey)},
+    required=(),
+    restore=_dsocr2_restore,
+    preprocessor=_dsocr2_pre,
+    rename=_dsocr2_rename,
+    text_rename=lambda name: name,
+    text=_dsocr2_text,
+)
+
+VISION_BACK += (DEEPSEEKOCR2_BACK,)

@@ -1,6 +1,8 @@
 """GLM-5-Next (GLM-5.3-Flash): conversion/glm.py ``Glm5NextModel`` (GGUF ``glm5-next``),
 the text half of ``Glm5NextForConditionalGeneration`` (transformers 5.24 has no text-only
-class, so GGUF -> HF is not offered: the entry names no model type).
+class, so GGUF -> HF of the text alone is not offered: the entry names no model type;
+with its projector it converts back as ``Glm5NextForConditionalGeneration``, its text
+config from the rows and :func:`_hf_config`).
 
 Layers of two kinds (``layer_types``):
 
@@ -103,17 +105,26 @@ _ROWS = [
         block_count=m("block_count", "num_hidden_layers", value=_block_count),
         expert_count=m("expert_count", "n_routed_experts"),
         attention__head_count_kv=m(
-            "attention.head_count_kv", "layer_types", t=VT.INT32, value=_kv_heads
+            "attention.head_count_kv",
+            "layer_types",
+            t=VT.INT32,
+            value=_kv_heads,
+            inverse=lambda kv: ["indexed_attention" if n else "linear_attention" for n in kv],
         ),
     ),
     m("vocab_size", "vocab_size"),
     m("attention.layer_norm_epsilon", "_eps", t=VT.FLOAT32, value=lambda c: 1e-6),
     m("nextn_predict_layers", "num_nextn_predict_layers", value=lambda c: _n_nextn(c) or None),
-    m("ssm.conv_kernel", "linear_attn_config", value=_lin("short_conv_kernel_size")),
-    m("kda.head_dim", "linear_attn_config", value=_lin("head_dim")),
+    # the dotted fields: GGUF -> HF writes them back into the Hub's dict
+    m(
+        "ssm.conv_kernel",
+        "linear_attn_config.short_conv_kernel_size",
+        value=_lin("short_conv_kernel_size"),
+    ),
+    m("kda.head_dim", "linear_attn_config.head_dim", value=_lin("head_dim")),
     m(
         "kda.gate_lower_bound",
-        "linear_attn_config",
+        "linear_attn_config.gate_lower_bound",
         t=VT.FLOAT32,
         value=lambda c: c["linear_attn_config"].get("gate_lower_bound"),
     ),
@@ -142,6 +153,7 @@ _ROWS = [
         "indexer_types",
         t=VT.BOOL,
         value=lambda c: [t == "full" for t in c["indexer_types"]],
+        inverse=lambda flags: ["full" if f else "shared" for f in flags],
     ),
     m("hyper_connection.count", "hc_mult"),
     m("hyper_connection.sinkhorn_iterations", "hc_sinkhorn_iters"),
@@ -151,7 +163,7 @@ _ROWS = [
     m("expert_shared_count", "n_shared_experts"),
     m("expert_weights_scale", "routed_scaling_factor", t=VT.FLOAT32),
     m("expert_weights_norm", "norm_topk_prob", t=VT.BOOL),
-    m("swiglu_clamp_exp", "swiglu_limit", t=VT.FLOAT32, value=_clamp),
+    m("swiglu_clamp_exp", "swiglu_limit", t=VT.FLOAT32, value=_clamp, inverse=lambda c: c[0]),
     m("swiglu_clamp_shexp", "swiglu_limit", t=VT.FLOAT32, value=_clamp),
 ]
 
@@ -230,6 +242,25 @@ def _force_f32(name: str, dtype: str, ndim: int) -> str | None:
     return "F32" if _EXACT.search(name) else None
 
 
+def _hf_config(cfg: dict, names: set[str]) -> dict[str, Any]:
+    """The text config's fields GGUF keeps only implied, in the spellings both
+    transformers' Glm5NextTextConfig and the reference read: the KDA heads are the
+    attention heads (llama.cpp reads ``ssm_a`` per attention head), transformers asserts
+    as many KV heads as heads (the MLA's), the dense layers as ``mlp_layer_types`` too."""
+    n = cfg["num_hidden_layers"]
+    dense = cfg.get("first_k_dense_replace", 0)
+    return {
+        "linear_attn_config": {**cfg.get("linear_attn_config", {}),
+                               "num_heads": cfg["num_attention_heads"]},
+        "num_key_value_heads": cfg["num_attention_heads"],
+        "mlp_layer_types": ["dense"] * dense + ["sparse"] * (n - dense),
+        "mla_use_nope": True,
+        # no padding id unless the vocabulary has one (the class default is past a
+        # smaller vocabulary); a tokenizer.ggml.padding_token_id row sets it after
+        "pad_token_id": None,
+    }  # fmt: skip
+
+
 # Glm5NextTextConfig's defaults that AutoConfig fills in (the reference reads them)
 _DEFAULTS: dict[str, Any] = {
     "hc_mult": 4,
@@ -288,4 +319,5 @@ GLM5NEXT_TEXT = Arch(
         "n_routed_experts",
     ),
     tokenizer={"vocab": "glm"},
+    hf_config=_hf_config,
 )

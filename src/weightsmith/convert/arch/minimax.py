@@ -11,6 +11,9 @@ The rows read the Hub's config fields (``n_shared_experts``, ``sparse_attention_
 ``moe_layer_freq``, ``rotary_dim``), which transformers 5's ``MiniMaxM3VLTextConfig``
 drops or renames.
 
+GGUF -> HF: the text alone is refused (no model type); with its projector it goes back
+into ``MiniMaxM3SparseForConditionalGeneration`` with :func:`_hf_config`'s fields.
+
 The vision tower's Q / K reorder (:func:`vision_qk`) is here too; its projector entry is
 :data:`~.mmproj.MINIMAXM3_VISION`.
 """
@@ -46,21 +49,67 @@ _ROWS: list[MetaKey | str] = [
     m("expert_shared_count", "n_shared_experts"),
     m("expert_weights_scale", "routed_scaling_factor", t=VT.FLOAT32),
     m("expert_weights_norm", "_expert_weights_norm", t=VT.BOOL, value=lambda c: True),
-    m("attention.indexer.head_count", "sparse_attention_config",
+    # the dotted fields: GGUF -> HF writes them back into the Hub's dict
+    m("attention.indexer.head_count", "sparse_attention_config.sparse_num_index_heads",
       value=_sparse("sparse_num_index_heads")),
-    m("attention.indexer.key_length", "sparse_attention_config", value=_sparse("sparse_index_dim")),
-    m("attention.indexer.top_k", "sparse_attention_config", value=_sparse("sparse_topk_blocks")),
-    m("attention.indexer.block_size", "sparse_attention_config",
+    m("attention.indexer.key_length", "sparse_attention_config.sparse_index_dim",
+      value=_sparse("sparse_index_dim")),
+    m("attention.indexer.top_k", "sparse_attention_config.sparse_topk_blocks",
+      value=_sparse("sparse_topk_blocks")),
+    m("attention.indexer.block_size", "sparse_attention_config.sparse_block_size",
       value=_sparse("sparse_block_size")),
-    m("attention.indexer.local_blocks", "sparse_attention_config",
+    m("attention.indexer.local_blocks", "sparse_attention_config.sparse_local_block",
       value=_sparse("sparse_local_block")),
-    m("leading_dense_block_count", "moe_layer_freq", value=_leading_dense),
+    m("leading_dense_block_count", "_leading_dense", value=lambda c: _leading_dense(c)),
 ]  # fmt: skip
 assert FILE_TYPE in _ROWS
 
 
 def _n_experts(cfg: dict) -> int:
     return cfg.get("num_local_experts", cfg.get("num_experts"))
+
+
+def _hf_config(cfg: dict, names: set[str]) -> dict:
+    """The text config both the reference (the Hub's fields) and transformers 5.24's
+    MiniMaxM3VLTextConfig (its own spellings) read, from the rows and the tensors: the
+    leading dense layers (``leading_dense_block_count``), the indexer's layers (those
+    with ``indexer.*`` tensors), the dense and shared MLP widths (shapes)."""
+    n = cfg["num_hidden_layers"]
+    dense = cfg.get("_leading_dense", 0)
+    sparse = [int(f"blk.{i}.indexer.q_proj.weight" in names) for i in range(n)]
+    shapes = cfg["_shapes"]
+    idx = cfg.get("sparse_attention_config", {})
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    out = {
+        # the Hub's fields (the reference's rows read them)
+        "moe_layer_freq": [0] * dense + [1] * (n - dense),
+        "scoring_func": "sigmoid",
+        "sparse_attention_config": {**idx, "sparse_attention_freq": sparse},
+        # transformers' own
+        "mlp_layer_types": ["dense"] * dense + ["sparse"] * (n - dense),
+        "layer_types": ["minimax_m3_sparse" if f else "full_attention" for f in sparse],
+        "index_n_heads": idx.get("sparse_num_index_heads"),
+        "index_head_dim": idx.get("sparse_index_dim"),
+        "index_topk_blocks": idx.get("sparse_topk_blocks"),
+        "index_block_size": idx.get("sparse_block_size"),
+        "index_local_blocks": idx.get("sparse_local_block"),
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": cfg.get("rope_theta", 10000.0),
+            "partial_rotary_factor": cfg["rotary_dim"] / head_dim,
+        },
+    }
+    # numpy order [n_expert, n_ff, n_embd]: the experts' width (the rows give the
+    # dense MLP's first)
+    exps = next((s for k, s in shapes.items() if k.endswith("ffn_up_exps.weight")), None)
+    if exps is not None:
+        out["intermediate_size"] = exps[1]
+    if dense:  # numpy order [out, in]: the dense MLP's width
+        out["dense_intermediate_size"] = shapes["blk.0.ffn_up.weight"][0]
+    shexp = next((s for k, s in shapes.items() if k.endswith("ffn_up_shexp.weight")), None)
+    if shexp is not None:
+        out["shared_intermediate_size"] = shexp[0]
+    return {k: v for k, v in out.items() if v is not None}
 
 
 MINIMAX_M3 = Arch(
@@ -94,8 +143,10 @@ MINIMAX_M3 = Arch(
     source_type=lambda name, dtype, ndim: "F32" if ".indexer." in name else None,
     # the Hub's fields the rows read (transformers 5.24's config drops them)
     present=("sparse_attention_config", "moe_layer_freq"),
-    # transformers' text class keeps fused experts in its own layout: no way back here
-    hf_back=False,
+    # no model type: transformers' text class (MiniMaxM3VLForCausalLM) keeps fused experts
+    # in its own layout, so the text alone is refused; with its projector the text goes
+    # back into MiniMaxM3SparseForConditionalGeneration's Hub layout (per-expert weights)
+    hf_config=lambda cfg, names: _hf_config(cfg, names),
     required=(
         "hidden_size",
         "num_attention_heads",

@@ -2389,6 +2389,7 @@ MINIMAXM3_VISION = Projector(
                 ("v.patch_embd.weight", "v.patch_embd.weight.1"),
                 fn=_conv3d_halves,
                 shapes=lambda s, v: [(s[0], s[1], *s[3:])] * 2,
+                join=_conv3d_join,
             ),
         ],
         transforms=[

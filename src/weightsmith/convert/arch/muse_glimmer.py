@@ -16,8 +16,9 @@ sliding-window layers with RoPE and full layers without (``layer_types``), and l
 * adds ``final_logit_softcapping``, ``logit_scale`` (``output_multiplier``), the sliding
   window and its per-layer pattern after ``general.file_type``.
 
-The vision tower is the projector's (:mod:`.mmproj`).  GGUF -> HF is not offered: the
-text alone has no HF class (transformers 5.24 has only the ``ForConditionalGeneration``).
+The vision tower is the projector's (:mod:`.mmproj`).  GGUF -> HF of the text alone is
+not offered: it has no HF class (transformers 5.24 has only the
+``ForConditionalGeneration``, which the text GGUF with its projector converts back to).
 """
 
 from __future__ import annotations
@@ -64,6 +65,15 @@ _LAYER_NORM_PLUS_ONE = Transform(
     exact=False,
 )
 
+
+def _hf_config(cfg: dict, names: set[str]) -> dict:
+    # RoPE on the sliding layers only (llama.cpp's graph; the class's default pattern
+    # counts from the last layer, so the per-layer bases are written out)
+    theta = cfg.get("rope_theta", 10000.0)
+    types = cfg.get("layer_types") or []
+    return {"layer_rope_theta": [theta if t == "sliding_attention" else 0 for t in types]}
+
+
 MUSE_GLIMMER = Arch(
     hf_archs=("MuseGlimmerForConditionalGeneration",),
     gguf_arch="muse-glimmer",
@@ -77,6 +87,7 @@ MUSE_GLIMMER = Arch(
             "layer_types",
             t=VT.BOOL,
             value=lambda cfg: [t == "sliding_attention" for t in cfg["layer_types"]],
+            inverse=lambda flags: ["sliding_attention" if f else "full_attention" for f in flags],
         ),
     ],
     names=[
@@ -100,6 +111,7 @@ MUSE_GLIMMER = Arch(
     ],
     defaults={**_DEFAULTS, "layer_types": _layer_types},
     tokenizer={"vocab": "muse_glimmer"},
+    hf_config=_hf_config,
 )
 
 
@@ -161,12 +173,26 @@ def _patch_slabs_shape(s: tuple[int, ...], v: dict, ctx: dict) -> tuple[int, ...
     return (s[0], 3, p, p)
 
 
+def _patch_slabs_back(x: np.ndarray, v: dict, ctx: dict) -> np.ndarray:
+    """The Conv2d kernel -> the linear patch embedding over ``patch_temporal`` frames:
+    the summed kernel as the first frame's slab, zeros for the others (the slabs' split
+    is not kept; on a still image, whose frames repeat, it computes what llama.cpp does)."""
+    pt = int(v["patch_temporal"])
+    flat = x.reshape(x.shape[0], -1)
+    return np.concatenate([flat, np.zeros((x.shape[0], flat.shape[1] * (pt - 1)), x.dtype)], 1)
+
+
+def _patch_slabs_back_shape(s: tuple[int, ...], v: dict, ctx: dict) -> tuple[int, ...]:
+    return (s[0], int(v["patch_temporal"]) * int(np.prod(s[1:])))
+
+
 PATCH_SLABS = Transform(
     "muse_glimmer_patch_slabs",
     r"patch_embedder\.patch_embedding\.weight$",
     _patch_slabs,
-    lambda x, v, ctx: x,  # a projector is converted one way only
+    _patch_slabs_back,
     shape=_patch_slabs_shape,
+    inverse_shape=_patch_slabs_back_shape,
     exact=False,
 )
 
