@@ -2332,6 +2332,24 @@ KIMIK25_VISION = Projector(
 )
 
 
+# Glm5vModel (conversion/kimivl.py: a KimiK25Model), GLM-5.2-Vision: Kimi-K2.5's MoonViT3d
+# tower and projector, the projector's two layers spelt ``mm_projector.linear_1`` /
+# ``linear_2`` (Kimi's ``proj.0`` / ``proj.2``, also read, as the reference does); the same
+# ``kimik25`` file (mtmd tells the two apart by the text vocabulary's image tokens)
+GLM5V_VISION = replace(
+    KIMIK25_VISION,
+    hf_archs=("Glm5vForConditionalGeneration",),
+    entry=replace(
+        KIMIK25_VISION.entry,
+        hf_archs=("Glm5vForConditionalGeneration",),
+        names=[
+            *K25.NAMES,
+            *_wb([("mm_projector.linear_1", "mm.1"), ("mm_projector.linear_2", "mm.2")]),
+        ],
+    ),
+)
+
+
 # --------------------------------------------------------------------------- MiniMax-M3 VL
 
 _MM3 = "vision_tower.vision_model."
@@ -2747,6 +2765,7 @@ PROJECTORS += (UNLIMITEDOCR_VISION,)
 PROJECTORS += (DEEPSEEKOCR_VISION,)
 PROJECTORS += (MUSE_GLIMMER_VISION,)
 PROJECTORS += (KIMIK25_VISION,)
+PROJECTORS += (GLM5V_VISION,)
 PROJECTORS += (MINIMAXM3_VISION,)
 PROJECTORS += (EXAONE4_5_VISION,)
 PROJECTORS += (MINICPMV46_VISION,)
