@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support.deepseek_ocr_models import MEAN_STD, deepseek_ocr2, unlimited_ocr
+from support.deepseek_ocr_models import MEAN_STD, deepseek_ocr1, deepseek_ocr2, unlimited_ocr
 from test_convert_hf_to_gguf import _llama_logits, _llama_quantize
-from test_convert_mmproj import TYPES, _reference, _same
+from test_convert_mmproj import TYPES, _reference, _same, convert_both
 from weightsmith import errors as E
 from weightsmith.convert import hf_to_gguf
 
@@ -407,11 +407,23 @@ def test_unlimited_llama_cpp_encodes_image(ds, monkeypatch):
     reference's and transformers'), pinned.  The cause, measured: transformers with the
     tables resized as mtmd's source does (_as_mtmd_tiles) gives mtmd's tile tokens (4.2e-5
     of scale; 3.4e-4 with SAM's table still antialiased)."""
+    _encodes_as_mtmd_resizes(
+        ds / "ours-uocr-text-f32.gguf",
+        ds / "ours-uocr-mmproj-f32.gguf",
+        ds / "uocr" / "hf",
+        monkeypatch,
+    )
+
+
+def _encodes_as_mtmd_resizes(text: Path, mmproj: Path, hf: Path, monkeypatch) -> None:
+    """The ``deepseekocr`` image check (800 x 400: two 640 tiles and the view): view and
+    newlines are transformers' features of ``hf``, the tile tokens are not (pinned), and
+    they are transformers' with the tables resized as mtmd's graph does."""
     from weightsmith.gguf import read
 
     img = np.random.default_rng(7).integers(0, 256, (400, 800, 3), dtype=np.uint8)
-    got = _mtmd_image_rows(ds / "ours-uocr-text-f32.gguf", ds / "ours-uocr-mmproj-f32.gguf", img)
-    want = _hf_image_features(ds / "uocr" / "hf", img, (2, 1), tile=640)
+    got = _mtmd_image_rows(text, mmproj, img)
+    want = _hf_image_features(hf, img, (2, 1), tile=640)
     assert want.shape == (10 * 21 + 16 * 17 + 1, 64)
     assert got.shape == want.shape
     scale = max(float(np.abs(want).max()), 1.0)
@@ -422,8 +434,117 @@ def test_unlimited_llama_cpp_encodes_image(ds, monkeypatch):
     assert err[~tiles].max() <= TOL * scale, err[~tiles].max()
     assert err[tiles].max() > 1e-2 * scale, err[tiles].max()
 
-    with read(ds / "ours-uocr-mmproj-f32.gguf") as f:
+    with read(mmproj) as f:
         table = np.array(f.numpy("v.position_embd.weight"), dtype=np.float32)
     _as_mtmd_tiles(monkeypatch, table)
-    as_mtmd = _hf_image_features(ds / "uocr" / "hf", img, (2, 1), tile=640)
+    as_mtmd = _hf_image_features(hf, img, (2, 1), tile=640)
     assert np.abs(got - as_mtmd).max() <= TOL * scale, np.abs(got - as_mtmd).max()
+
+
+# --------------------------------------------------------------------------- DeepSeek-OCR (1)
+
+
+@pytest.fixture(scope="module")
+def ocr1(tmp_path_factory) -> Path:
+    """DeepSeek-OCR (1)'s tiny folder (``hub``, ``hf``) with the reference's projector at
+    every type and text at f16 (``ref-*``) and ours (``ours-*``) beside it."""
+    root = tmp_path_factory.mktemp("deepseek-ocr1")
+    convert_both(deepseek_ocr1(root), root)
+    return root
+
+
+@pytest.mark.parametrize("t", TYPES)
+def test_ocr1_projector_same_as_reference(ocr1, t):
+    """DeepSeek-OCR (1)'s projector (the reference's ``DeepseekOCRVisionModel``: Unlimited-
+    OCR's tensors and rows, at most 9 tiles) is the reference's file byte for byte; the
+    text beside it too (``deepseek2-ocr`` through the language config's
+    ``DeepseekV2ForCausalLM``, no sliding window)."""
+    _same(ocr1 / f"ours-mmproj-{t}.gguf", ocr1 / f"ref-mmproj-{t}.gguf")
+    if t == "f16":
+        _same(ocr1 / "ours-text-f16.gguf", ocr1 / "ref-text-f16.gguf")
+
+
+def _mtmd_image_tokens(text: Path, mmproj: Path, img: np.ndarray) -> int:
+    """How many image tokens mtmd cuts ``img`` into (tokenized, not encoded)."""
+    import llama_cpp
+    from llama_cpp import mtmd_cpp
+
+    llm = llama_cpp.Llama(model_path=str(text), n_ctx=256, n_threads=2, verbose=False)
+    try:
+        params = mtmd_cpp.mtmd_context_params_default()
+        params.use_gpu, params.n_threads, params.print_timings = False, 2, False
+        params.warmup = False
+        ctx = mtmd_cpp.mtmd_init_from_file(str(mmproj).encode(), llm.model, params)
+        assert ctx is not None, "mtmd did not load the projector"
+        try:
+            h, w, _ = img.shape
+            buf = (ctypes.c_uint8 * img.size).from_buffer_copy(img.tobytes())
+            bitmap = mtmd_cpp.mtmd_bitmap_init(w, h, buf)
+            chunks = mtmd_cpp.mtmd_input_chunks_init()
+            inp = mtmd_cpp.mtmd_input_text()
+            prompt = mtmd_cpp.mtmd_default_marker()
+            inp.text, inp.text_len = prompt, len(prompt)
+            inp.add_special, inp.parse_special = False, True
+            bitmaps = (mtmd_cpp.mtmd_bitmap_p_ctypes * 1)(bitmap)
+            assert mtmd_cpp.mtmd_tokenize(ctx, chunks, ctypes.byref(inp), bitmaps, 1) == 0
+            n = 0
+            for i in range(mtmd_cpp.mtmd_input_chunks_size(chunks)):
+                chunk = mtmd_cpp.mtmd_input_chunks_get(chunks, i)
+                if (
+                    mtmd_cpp.mtmd_input_chunk_get_type(chunk)
+                    == mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_IMAGE
+                ):
+                    n += mtmd_cpp.mtmd_input_chunk_get_n_tokens(chunk)
+            mtmd_cpp.mtmd_input_chunks_free(chunks)
+            mtmd_cpp.mtmd_bitmap_free(bitmap)
+            return n
+        finally:
+            mtmd_cpp.mtmd_free(ctx)
+    finally:
+        llm.close()
+
+
+def test_ocr1_contents_and_text(ocr1, ds):
+    """The rows are Unlimited-OCR's but the tile limit (9) and the text has no window;
+    mtmd cuts a 1200 x 100 image into 9 x 1 tiles with ours (12 x 1 with Unlimited-OCR's
+    32); llama.cpp's logits on the text are transformers' (the full-attention model)."""
+    from weightsmith.gguf import read
+
+    with read(ocr1 / "ours-mmproj-q8_0.gguf") as f:
+        md = f.metadata
+        names = {t.name for t in f.tensors}
+    with read(ds / "ours-uocr-mmproj-q8_0.gguf") as f:
+        u_md = f.metadata
+        u_names = {t.name for t in f.tensors}
+    assert md["clip.projector_type"] == "deepseekocr" and md["clip.vision.preproc_max_tiles"] == 9
+    assert {k: v for k, v in md.items() if k != "clip.vision.preproc_max_tiles"} == {
+        k: v for k, v in u_md.items() if k != "clip.vision.preproc_max_tiles"
+    }
+    assert names == u_names
+    with read(ocr1 / "ours-text-f16.gguf") as f:
+        assert f.metadata["general.architecture"] == "deepseek2-ocr"
+        assert "deepseek2-ocr.attention.sliding_window" not in f.metadata
+    img = np.random.default_rng(8).integers(0, 256, (100, 1200, 3), dtype=np.uint8)
+
+    def tokens(cols: int) -> int:  # 10 rows of 10 x cols + newline, the view, separator
+        return 10 * (10 * cols + 1) + 16 * 17 + 1
+
+    got = _mtmd_image_tokens(ocr1 / "ours-text-f32.gguf", ocr1 / "ours-mmproj-f32.gguf", img)
+    assert got == tokens(9)
+    got = _mtmd_image_tokens(ds / "ours-uocr-text-f32.gguf", ds / "ours-uocr-mmproj-f32.gguf", img)
+    assert got == tokens(12)
+    got = _llama_logits(ocr1 / "ours-text-f32.gguf", PROMPT)
+    want = _hf_text_logits(ocr1 / "hf", PROMPT)
+    scale = max(float(np.abs(want).max()), 1.0)
+    assert np.abs(got - want).max() <= 2e-3 * scale, np.abs(got - want).max()
+
+
+def test_ocr1_llama_cpp_encodes_image(ocr1, monkeypatch):
+    """mtmd loads our DeepSeek-OCR (1) projector with our text and encodes an 800 x 400
+    image (two 640 tiles, the view) as for Unlimited-OCR: the view and the newlines are
+    transformers' features of the model it was built from (1e-3 of scale), the tile tokens
+    are transformers' once its position tables are resized as mtmd 0.3.36's graph does
+    (the runtime fault, pinned above)."""
+    _encodes_as_mtmd_resizes(
+        ocr1 / "ours-text-f32.gguf", ocr1 / "ours-mmproj-f32.gguf", ocr1 / "hf", monkeypatch
+    )

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from support.hf_models import _bpe_tokenizer, _random_init
@@ -186,6 +187,14 @@ def unlimited_hub_config(hf_cfg: dict) -> dict:
 
 def unlimited_ocr(folder: Path, *, dtype: str = "bfloat16", seed: int = 72) -> Path:
     """As :func:`deepseek_ocr2`, for ``UnlimitedOcrForConditionalGeneration``."""
+    return _unlimited_like(folder, dtype, seed, {}, unlimited_hub_config)
+
+
+def _unlimited_like(
+    folder: Path, dtype: str, seed: int, text: dict, to_hub: Callable[[dict], dict]
+) -> Path:
+    """An ``UnlimitedOcrForConditionalGeneration`` (``text``: text config overrides) in
+    ``folder/hf`` and ``folder/hub`` with ``to_hub`` of its config.json."""
     import torch
     from transformers import UnlimitedOcrConfig, UnlimitedOcrForConditionalGeneration
 
@@ -200,6 +209,7 @@ def unlimited_ocr(folder: Path, *, dtype: str = "bfloat16", seed: int = 72) -> P
             "bos_token_id": 50256,
             "eos_token_id": 50256,
             "sliding_window": 128,
+            **text,
         },
         image_token_id=vocab - 1,
     )
@@ -211,8 +221,32 @@ def unlimited_ocr(folder: Path, *, dtype: str = "bfloat16", seed: int = 72) -> P
     (hf / "preprocessor_config.json").write_text(json.dumps(MEAN_STD))
     shutil.copy(hf / "model.safetensors", hub / "model.safetensors")
     hf_cfg = json.loads((hf / "config.json").read_text())
-    (hub / "config.json").write_text(json.dumps(unlimited_hub_config(hf_cfg), indent=2))
+    (hub / "config.json").write_text(json.dumps(to_hub(hf_cfg), indent=2))
     (hub / "processor_config.json").write_text(json.dumps(
         {"processor_class": "DeepseekVLV2Processor", "patch_size": 16, "downsample_ratio": 4,
          "normalize": True, **MEAN_STD}))  # fmt: skip
     return hub
+
+
+# DeepSeek-OCR (1): the Hub's remote code is Unlimited-OCR's computation (the same SAM +
+# CLIP-L towers, projector, newline and separator rows) with a full-attention text and
+# at most 9 tiles; transformers 5.24 has no class of its own, so the tiny checkpoint is an
+# Unlimited-OCR model with every text layer ``full_attention`` (its sliding window then
+# unused) and given DeepSeek-OCR's Hub config.
+
+
+def deepseek_ocr1_hub_config(hf_cfg: dict) -> dict:
+    """transformers' (full-attention) Unlimited-OCR config.json -> DeepSeek-OCR's Hub
+    config (``deepseek-ai/DeepSeek-OCR``): ``DeepseekOCRForCausalLM``, the text under
+    ``language_config`` naming ``DeepseekV2ForCausalLM``, no sliding window."""
+    out = unlimited_hub_config(hf_cfg)
+    out["architectures"] = ["DeepseekOCRForCausalLM"]
+    del out["language_config"]["sliding_window_size"]
+    return out
+
+
+def deepseek_ocr1(folder: Path, *, dtype: str = "bfloat16", seed: int = 73) -> Path:
+    """As :func:`unlimited_ocr`, with DeepSeek-OCR (1)'s text attention and Hub config."""
+    layers = U_TEXT["num_hidden_layers"]
+    text = {"layer_types": ["full_attention"] * layers}
+    return _unlimited_like(folder, dtype, seed, text, deepseek_ocr1_hub_config)

@@ -2158,25 +2158,35 @@ _DSOCR_CLIP = [
     ),
 ]
 
-# UnlimitedOCRVisionModel (conversion/deepseek.py: DeepseekOCRVisionModel, up to 32 tiles),
-# the Hub's Unlimited-OCR layout (what transformers 5.24 saves too): SAM ViT-B, then
-# DeepSeek-OCR's CLIP-L over the SAM features (its rows from ``clip-l-14-224``), the linear
-# projector over both concatenated, the newline row and the view separator
-UNLIMITEDOCR_VISION = Projector(
-    hf_archs=("UnlimitedOCRForCausalLM",),
-    keep=(_SAM, _DCLIP, "model.projector.", "model.image_newline", "model.view_seperator"),
-    rename=_dsocr_rename,
-    force=_dsocr_force,
-    required=(("image_size",), ("width",)),
-    entry=Arch(
-        hf_archs=("UnlimitedOCRForCausalLM",),
-        gguf_arch="clip",
-        meta=_dsocr_rows("deepseekocr", 32, False, []),
-        names=[*_SAM_NAMES, *_DSOCR_CLIP],
-        transforms=[_VIEW_SEPERATOR],
-        required=(),
-    ),
-)
+
+def _dsocr_projector(hf_arch: str, max_tiles: int) -> Projector:
+    """DeepseekOCRVisionModel (conversion/deepseek.py) for one Hub class: SAM ViT-B, then
+    DeepSeek-OCR's CLIP-L over the SAM features (its rows from ``clip-l-14-224``), the
+    linear projector over both concatenated, the newline row and the view separator; the
+    classes differ only in the tile-count row (the Hub code's ``dynamic_preprocess``
+    ``max_num``)."""
+    return Projector(
+        hf_archs=(hf_arch,),
+        keep=(_SAM, _DCLIP, "model.projector.", "model.image_newline", "model.view_seperator"),
+        rename=_dsocr_rename,
+        force=_dsocr_force,
+        required=(("image_size",), ("width",)),
+        entry=Arch(
+            hf_archs=(hf_arch,),
+            gguf_arch="clip",
+            meta=_dsocr_rows("deepseekocr", max_tiles, False, []),
+            names=[*_SAM_NAMES, *_DSOCR_CLIP],
+            transforms=[_VIEW_SEPERATOR],
+            required=(),
+        ),
+    )
+
+
+# UnlimitedOCRVisionModel: the Hub's Unlimited-OCR layout (what transformers 5.24 saves
+# too), up to 32 tiles
+UNLIMITEDOCR_VISION = _dsocr_projector("UnlimitedOCRForCausalLM", 32)
+# DeepseekOCRVisionModel itself: DeepSeek-OCR (1), the same tensors and rows, up to 9 tiles
+DEEPSEEKOCR_VISION = _dsocr_projector("DeepseekOCRForCausalLM", 9)
 
 # DeepseekOCR2VisionModel (conversion/deepseek.py), the Hub's DeepSeek-OCR-2 layout (what
 # transformers 5.24 saves too): SAM ViT-B with its neck and two stride-2 convolutions,
@@ -2318,6 +2328,24 @@ KIMIK25_VISION = Projector(
             )
         ],
         required=(),
+    ),
+)
+
+
+# Glm5vModel (conversion/kimivl.py: a KimiK25Model), GLM-5.2-Vision: Kimi-K2.5's MoonViT3d
+# tower and projector, the projector's two layers spelt ``mm_projector.linear_1`` /
+# ``linear_2`` (Kimi's ``proj.0`` / ``proj.2``, also read, as the reference does); the same
+# ``kimik25`` file (mtmd tells the two apart by the text vocabulary's image tokens)
+GLM5V_VISION = replace(
+    KIMIK25_VISION,
+    hf_archs=("Glm5vForConditionalGeneration",),
+    entry=replace(
+        KIMIK25_VISION.entry,
+        hf_archs=("Glm5vForConditionalGeneration",),
+        names=[
+            *K25.NAMES,
+            *_wb([("mm_projector.linear_1", "mm.1"), ("mm_projector.linear_2", "mm.2")]),
+        ],
     ),
 )
 
@@ -2734,8 +2762,10 @@ PROJECTORS += (HUNYUANVL_VISION,)
 PROJECTORS += (QWEN3ASR_AUDIO,)
 PROJECTORS += (DEEPSEEKOCR2_VISION,)
 PROJECTORS += (UNLIMITEDOCR_VISION,)
+PROJECTORS += (DEEPSEEKOCR_VISION,)
 PROJECTORS += (MUSE_GLIMMER_VISION,)
 PROJECTORS += (KIMIK25_VISION,)
+PROJECTORS += (GLM5V_VISION,)
 PROJECTORS += (MINIMAXM3_VISION,)
 PROJECTORS += (EXAONE4_5_VISION,)
 PROJECTORS += (MINICPMV46_VISION,)
