@@ -1,0 +1,136 @@
+"""Dots3 Note (``Dots3NoteForConditionalGeneration``) against llama.cpp's converter and
+runtime: the ``dots3note`` text.
+
+The tiny model (tests/support/dots3_models.py) is built by transformers 5.24 from the
+Hub's flat config and saved with that config (transformers' own normalised one has no
+``swa_*`` fields; tests/test_convert_dots3_pockettts.py).  The pinned reference is run on
+transformers 4.47.1 (which does not know the model type and reads config.json as
+written), as for Nemotron-H and MiniMax-M3: on 5.24 its AutoConfig view loses the Hub's
+``rope_theta`` and its file has no ``rope.freq_base`` (measured; not pinned here: a
+second reference run costs 28 s).  Checked:
+
+* text: byte-identical to ``convert_hf_to_gguf.py`` at f32, f16, bf16 and q8_0, and at
+  q4_k_m to its f32 through ``llama_model_quantize``; llama.cpp's logits on ours are those
+  on the reference's file, and transformers' (16 tokens: the sliding layers' window of 8
+  is exceeded, the indexer keeps every key); GGUF -> HF refused by name.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from support.dots3_models import dots3_note_hub
+from support.llama_sdist import llama_cpp_root
+from support.meta_oracle import oracle_env
+from test_convert_archs import _llama_logits_f32_kv
+from test_convert_hf_to_gguf import _llama_quantize
+from test_convert_mmproj import _DRIVER, TYPES, _same
+from weightsmith import errors as E
+from weightsmith.convert import gguf_to_hf, hf_to_gguf
+
+QUANT = "q4_k_m"
+TOKENS = [9707, 11, 1879, 0, 358, 1079, 264, 2272, 50, 60, 70, 80, 90, 100, 110, 120]
+
+
+def _reference(jobs: list[list[str]], env: dict | None) -> subprocess.CompletedProcess:
+    script = str(llama_cpp_root() / "convert_hf_to_gguf.py")
+    return subprocess.run([sys.executable, "-c", _DRIVER, script, json.dumps(jobs)],
+                          capture_output=True, text=True, env=env)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def d3(tmp_path_factory):
+    """The model folder; the reference's text files (each type, q4_k_m through
+    llama_model_quantize), on transformers 4.47.1; ours."""
+    root = tmp_path_factory.mktemp("dots3")
+    src = dots3_note_hub(root / "hub")
+    jobs = []
+    for t in TYPES:
+        jobs.append([str(src), "--outfile", str(root / f"ref-text-{t}.gguf"), "--outtype", t])
+        hf_to_gguf(src, root / f"ours-text-{t}.gguf", t)
+    r = _reference(jobs, oracle_env())
+    assert r.returncode == 0, r.stderr[-3000:]
+    _llama_quantize(root / "ref-text-f32.gguf", root / f"ref-text-{QUANT}.gguf", QUANT)
+    hf_to_gguf(src, root / f"ours-text-{QUANT}.gguf", QUANT)
+    return root
+
+
+@pytest.mark.parametrize("t", [*TYPES, QUANT])
+def test_text_same_as_reference(d3, t):
+    _same(d3 / f"ours-text-{t}.gguf", d3 / f"ref-text-{t}.gguf")
+
+
+def test_contents(d3):
+    """Guard against a vacuous pass: per-layer head counts, the sliding and indexer
+    patterns, the two kinds' k_b / v_b, the latent rescale folded into the norms."""
+    from safetensors.numpy import load_file
+
+    from weightsmith.gguf import read
+
+    with read(d3 / "ours-text-f32.gguf") as f:
+        md = f.metadata
+        types = {t.name: t.shape for t in f.tensors}
+        qn = np.array(f.numpy("blk.2.attn_q_a_norm.weight"))
+        kvn = np.array(f.numpy("blk.0.attn_kv_a_norm.weight"))
+    assert md["general.architecture"] == "dots3note"
+    assert list(md["dots3note.attention.head_count"]) == [4, 4, 2, 2]
+    assert list(md["dots3note.attention.sliding_window_pattern"]) == [False, False, True, True]
+    assert list(md["dots3note.attention.indexer.types"]) == [True, True, False, False]
+    assert md["dots3note.rope.freq_base_swa"] == 50000.0
+    assert md["tokenizer.ggml.eot_token_id"] == 50257
+    assert types["blk.0.attn_k_b.weight"] == (4, 32, 16)
+    assert types["blk.3.attn_k_b.weight"] == (2, 32, 16)
+    assert types["blk.2.attn_gate.weight"] == (2, 64)
+    assert "blk.1.indexer.attn_q_b.weight" in types and "blk.2.indexer.proj.weight" not in types
+    hub = load_file(d3 / "hub" / "model.safetensors")
+    # sqrt(64 / 32): the rescale of the 32-wide latents, in float32
+    s = np.float32(np.sqrt(2.0))
+    np.testing.assert_array_equal(qn, hub["model.layers.2.self_attn.q_a_layernorm.weight"] * s)
+    np.testing.assert_array_equal(kvn, hub["model.layers.0.self_attn.kv_a_layernorm.weight"] * s)
+
+
+def test_text_in_llama_cpp(d3):
+    """llama.cpp's logits on our text file are those on the reference's, and
+    transformers' within 1e-4 of scale (measured 1.3e-6 at scale 2.0).  16 tokens: the
+    sliding window (8) is exceeded, the indexer's top 16 keys are all of them."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    ours = _llama_logits_f32_kv(d3 / "ours-text-f32.gguf", TOKENS)
+    ref = _llama_logits_f32_kv(d3 / "ref-text-f32.gguf", TOKENS)
+    np.testing.assert_array_equal(ours, ref)
+    m = AutoModelForImageTextToText.from_pretrained(d3 / "hub", dtype=torch.float32).eval()
+    with torch.no_grad():
+        hf = m(input_ids=torch.tensor([TOKENS])).logits[0].numpy()
+    scale = float(np.abs(hf).max())
+    assert np.abs(ours - hf).max() <= 1e-4 * max(scale, 1.0), np.abs(ours - hf).max()
+
+
+def test_text_has_no_way_back(d3, tmp_path):
+    """GGUF -> HF: transformers keeps the experts fused in its own layout and has no
+    text-only class; refused by name."""
+    with pytest.raises(E.UnknownArchitecture, match="dots3note"):
+        gguf_to_hf(d3 / "ours-text-f16.gguf", tmp_path / "back")
+    assert not (tmp_path / "back").exists()
+
+
+@pytest.mark.parametrize("field", ["swa_num_attention_heads", "sliding_window_size"])
+def test_missing_hub_field_refused(d3, tmp_path, field):
+    """A config without one of the Hub's fields: a named error before any file is
+    written.  The weights are linked, not copied."""
+    src = tmp_path / "m"
+    src.mkdir()
+    for f in (d3 / "hub").iterdir():
+        if f.name != "config.json":
+            (src / f.name).symlink_to(f)
+    cfg = json.loads((d3 / "hub" / "config.json").read_text())
+    del cfg[field]
+    (src / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(E.InvalidModelConfig, match=field):
+        hf_to_gguf(src, tmp_path / "t.gguf", "f16")
+    assert not (tmp_path / "t.gguf").exists()
