@@ -1,5 +1,6 @@
 """Dots3 Note (``Dots3NoteForConditionalGeneration``) against llama.cpp's converter and
-runtime: the ``dots3note`` text.
+runtime: the ``dots3note`` text and the projector (vision ``dots3note_v`` and audio
+``dots3note_a`` in one file).
 
 The tiny model (tests/support/dots3_models.py) is built by transformers 5.24 from the
 Hub's flat config and saved with that config (transformers' own normalised one has no
@@ -12,7 +13,10 @@ second reference run costs 28 s).  Checked:
 * text: byte-identical to ``convert_hf_to_gguf.py`` at f32, f16, bf16 and q8_0, and at
   q4_k_m to its f32 through ``llama_model_quantize``; llama.cpp's logits on ours are those
   on the reference's file, and transformers' (16 tokens: the sliding layers' window of 8
-  is exceeded, the indexer keeps every key); GGUF -> HF refused by name.
+  is exceeded, the indexer keeps every key); GGUF -> HF refused by name;
+* projector: byte-identical to ``convert_hf_to_gguf.py --mmproj`` at f32, f16, bf16 and
+  q8_0; mtmd (llama-cpp-python 0.3.36) loads ours with our text file and encodes images
+  into transformers' ``get_image_features``.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from support.llama_sdist import llama_cpp_root
 from support.meta_oracle import oracle_env
 from test_convert_archs import _llama_logits_f32_kv
 from test_convert_hf_to_gguf import _llama_quantize
-from test_convert_mmproj import _DRIVER, TYPES, _same
+from test_convert_mmproj import _DRIVER, TYPES, _mtmd_embeddings, _same
 from weightsmith import errors as E
 from weightsmith.convert import gguf_to_hf, hf_to_gguf
 
@@ -46,18 +50,33 @@ def _reference(jobs: list[list[str]], env: dict | None) -> subprocess.CompletedP
 @pytest.fixture(scope="module")
 def d3(tmp_path_factory):
     """The model folder; the reference's text files (each type, q4_k_m through
-    llama_model_quantize), on transformers 4.47.1; ours."""
+    llama_model_quantize) and projectors, on transformers 4.47.1; ours."""
     root = tmp_path_factory.mktemp("dots3")
     src = dots3_note_hub(root / "hub")
     jobs = []
     for t in TYPES:
         jobs.append([str(src), "--outfile", str(root / f"ref-text-{t}.gguf"), "--outtype", t])
-        hf_to_gguf(src, root / f"ours-text-{t}.gguf", t)
+        jobs.append([str(src), "--outfile", str(root / f"ref-mmproj-{t}.gguf"), "--outtype", t,
+                     "--mmproj"])  # fmt: skip
+        hf_to_gguf(src, root / f"ours-text-{t}.gguf", t, mmproj=root / f"ours-mmproj-{t}.gguf")
     r = _reference(jobs, oracle_env())
     assert r.returncode == 0, r.stderr[-3000:]
     _llama_quantize(root / "ref-text-f32.gguf", root / f"ref-text-{QUANT}.gguf", QUANT)
     hf_to_gguf(src, root / f"ours-text-{QUANT}.gguf", QUANT)
     return root
+
+
+@pytest.fixture(scope="module")
+def hf_model(d3):
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    return AutoModelForImageTextToText.from_pretrained(d3 / "hub", dtype=torch.float32).eval()
+
+
+@pytest.mark.parametrize("t", TYPES)
+def test_projector_same_as_reference(d3, t):
+    _same(d3 / f"ours-mmproj-{t}.gguf", d3 / f"ref-mmproj-{t}.gguf")
 
 
 @pytest.mark.parametrize("t", [*TYPES, QUANT])
@@ -94,19 +113,67 @@ def test_contents(d3):
     np.testing.assert_array_equal(kvn, hub["model.layers.0.self_attn.kv_a_layernorm.weight"] * s)
 
 
-def test_text_in_llama_cpp(d3):
+def test_projector_contents(d3):
+    """Guard against a vacuous pass: both halves, the pyramid MoE stacked and routed in F32
+    at q8_0, the audio fc1 split, the convolutions F32."""
+    from weightsmith.gguf import read
+
+    with read(d3 / "ours-mmproj-q8_0.gguf") as f:
+        md = f.metadata
+        types = {t.name: (t.ggml_type.name, t.shape) for t in f.tensors}
+    assert md["clip.vision.projector_type"] == "dots3note_v"
+    assert md["clip.audio.projector_type"] == "dots3note_a"
+    assert list(md["clip.vision.expert_count_per_layer"]) == [0, 4]
+    assert md["clip.vision.embedding_length"] == 32 and md["clip.vision.image_size"] == 0
+    assert types["v.blk.1.ffn_gate_exps.weight"] == ("Q8_0", (4, 32, 32))
+    assert types["v.blk.1.ffn_gate_inp.weight"] == ("F32", (4, 32))
+    assert types["v.blk.0.ffn_gate.weight"] == ("Q8_0", (64, 32))
+    assert types["a.blk.0.ffn_gate.weight"] == types["a.blk.0.ffn_up.weight"] == ("Q8_0", (64, 32))
+    assert types["a.conv2d.2.weight"] == ("F32", (16, 16, 3, 3))
+    assert types["a.conv_out.weight"] == ("F32", (32, 256))
+
+
+def _hf_image_features(model, img: np.ndarray) -> np.ndarray:
+    """transformers' features of ``img`` (a multiple of 16 px: no resize), patched as the
+    Qwen2-VL-style processor does (one frame): 2x2 merge windows in row order."""
+    import torch
+
+    p, mg = 8, 2
+    x = (img.astype(np.float32) / 255.0 - np.float32(0.5)) / np.float32(0.5)
+    gh, gw = img.shape[0] // p, img.shape[1] // p
+    pt = x.transpose(2, 0, 1).reshape(3, gh // mg, mg, p, gw // mg, mg, p)
+    pt = pt.transpose(1, 4, 2, 5, 0, 3, 6).reshape(gh * gw, 3 * p * p)
+    with torch.no_grad():
+        f = model.model.get_image_features(pixel_values=torch.from_numpy(np.ascontiguousarray(pt)),
+                                           image_grid_thw=torch.tensor([[1, gh, gw]]))  # fmt: skip
+    return torch.cat(list(f.pooler_output), 0).numpy()
+
+
+@pytest.mark.parametrize("hw", [(64, 64), (32, 64), (64, 32)])
+def test_llama_cpp_encodes_image(d3, hf_model, hw):
+    """mtmd's image embeddings through our projector vs transformers' features, within
+    1e-3 of their scale (measured 8.6e-5, 1.3e-4, 1.1e-4 at a scale of 3)."""
+    h, w = hw
+    img = np.random.default_rng(7).integers(0, 256, (h, w, 3), dtype=np.uint8)
+    got = _mtmd_embeddings(d3 / "ours-text-f32.gguf", d3 / "ours-mmproj-f32.gguf", img)
+    want = _hf_image_features(hf_model, img)
+    assert want.shape == (h // 16 * (w // 16), 64)
+    assert got.shape == want.shape
+    scale = float(np.abs(want).max())
+    assert np.abs(got - want).max() <= 1e-3 * max(scale, 1.0), np.abs(got - want).max()
+
+
+def test_text_in_llama_cpp(d3, hf_model):
     """llama.cpp's logits on our text file are those on the reference's, and
     transformers' within 1e-4 of scale (measured 1.3e-6 at scale 2.0).  16 tokens: the
     sliding window (8) is exceeded, the indexer's top 16 keys are all of them."""
     import torch
-    from transformers import AutoModelForImageTextToText
 
     ours = _llama_logits_f32_kv(d3 / "ours-text-f32.gguf", TOKENS)
     ref = _llama_logits_f32_kv(d3 / "ref-text-f32.gguf", TOKENS)
     np.testing.assert_array_equal(ours, ref)
-    m = AutoModelForImageTextToText.from_pretrained(d3 / "hub", dtype=torch.float32).eval()
     with torch.no_grad():
-        hf = m(input_ids=torch.tensor([TOKENS])).logits[0].numpy()
+        hf = hf_model(input_ids=torch.tensor([TOKENS])).logits[0].numpy()
     scale = float(np.abs(hf).max())
     assert np.abs(ours - hf).max() <= 1e-4 * max(scale, 1.0), np.abs(ours - hf).max()
 

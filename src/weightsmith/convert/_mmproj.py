@@ -220,6 +220,8 @@ def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
     raw = read_json(cfg_path, E.InvalidModelConfig, "config.json", expected="a JSON object")
     proj = _projector(raw, cfg_path)
     pre = _preprocessor(d)
+    if proj.pre_nested is not None and isinstance(pre.get(proj.pre_nested), dict):
+        pre = {**pre, **pre[proj.pre_nested]}
     for key in ("image_mean", "image_std") if proj.vision else ():
         if not isinstance(pre.get(key), list):
             raise E.MissingModelFile(
