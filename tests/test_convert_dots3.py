@@ -16,7 +16,7 @@ second reference run costs 28 s).  Checked:
   is exceeded, the indexer keeps every key); GGUF -> HF refused by name;
 * projector: byte-identical to ``convert_hf_to_gguf.py --mmproj`` at f32, f16, bf16 and
   q8_0; mtmd (llama-cpp-python 0.3.36) loads ours with our text file and encodes images
-  into transformers' ``get_image_features``.
+  into transformers' ``get_image_features`` and audio into its ``get_audio_features``.
 """
 
 from __future__ import annotations
@@ -158,6 +158,36 @@ def test_llama_cpp_encodes_image(d3, hf_model, hw):
     got = _mtmd_embeddings(d3 / "ours-text-f32.gguf", d3 / "ours-mmproj-f32.gguf", img)
     want = _hf_image_features(hf_model, img)
     assert want.shape == (h // 16 * (w // 16), 64)
+    assert got.shape == want.shape
+    scale = float(np.abs(want).max())
+    assert np.abs(got - want).max() <= 1e-3 * max(scale, 1.0), np.abs(got - want).max()
+
+
+def _pcm(seconds: float) -> np.ndarray:
+    """A seeded 16 kHz waveform: a tone and noise, float32."""
+    t = np.arange(int(16000 * seconds)) / 16000
+    noise = 0.05 * np.random.default_rng(3).standard_normal(t.size)
+    return (0.3 * np.sin(2 * np.pi * 440 * t) + noise).astype(np.float32)
+
+
+@pytest.mark.parametrize("seconds", [1.0, 2.5])
+def test_llama_cpp_encodes_audio(d3, hf_model, seconds):
+    """mtmd's audio embeddings (its Dots3Note log-mel and the ``dots3note_a`` graph)
+    through our projector vs transformers' (Dots3NoteFeatureExtractor +
+    ``get_audio_features``): 13 and 32 tokens, within 1e-3 of their scale (measured
+    8.9e-5 and 1.7e-4 at a scale of 1.6)."""
+    import torch
+    from transformers.models.dots3_note.feature_extraction_dots3_note import (
+        Dots3NoteFeatureExtractor,
+    )
+
+    pcm = _pcm(seconds)
+    got = _mtmd_embeddings(d3 / "ours-text-f32.gguf", d3 / "ours-mmproj-f32.gguf", None, pcm)
+    inp = Dots3NoteFeatureExtractor()([pcm], sampling_rate=16000, return_tensors="pt")
+    with torch.no_grad():
+        out = hf_model.model.get_audio_features(inp["input_features"], inp["chunk_sample_lengths"])
+    want = out.pooler_output.reshape(-1, 64).numpy()
+    assert want.shape == ({1.0: 13, 2.5: 32}[seconds], 64)
     assert got.shape == want.shape
     scale = float(np.abs(want).max())
     assert np.abs(got - want).max() <= 1e-3 * max(scale, 1.0), np.abs(got - want).max()
