@@ -208,6 +208,17 @@ def test_text_in_llama_cpp(d3, hf_model):
     assert np.abs(ours - hf).max() <= 1e-4 * max(scale, 1.0), np.abs(ours - hf).max()
 
 
+def test_cli_writes_both(d3, tmp_path):
+    """``weightsmith convert DIR out.gguf --mmproj``: the reference's two files."""
+    from weightsmith.cli._main import main
+
+    dst = tmp_path / "g.gguf"
+    assert main(["convert", str(d3 / "hub"), str(dst), "--type", "q8_0", "--mmproj",
+                 "--quiet"]) == 0  # fmt: skip
+    assert (tmp_path / "mmproj-g.gguf").read_bytes() == (d3 / "ref-mmproj-q8_0.gguf").read_bytes()
+    assert dst.read_bytes() == (d3 / "ref-text-q8_0.gguf").read_bytes()
+
+
 def test_text_has_no_way_back(d3, tmp_path):
     """GGUF -> HF: transformers keeps the experts fused in its own layout and has no
     text-only class; refused by name."""
