@@ -242,3 +242,28 @@ def test_missing_hub_field_refused(d3, tmp_path, field):
     with pytest.raises(E.InvalidModelConfig, match=field):
         hf_to_gguf(src, tmp_path / "t.gguf", "f16")
     assert not (tmp_path / "t.gguf").exists()
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [("vision_config.adapter_type", "mlp"), ("audio_config.whisper_config.activation_function",
+                                             "gelu")],
+)  # fmt: skip
+def test_other_tower_variant_refused(d3, tmp_path, path, value):
+    """A tower variant the reference's projector class asserts against: a named error
+    before either file is written."""
+    src = tmp_path / "m"
+    src.mkdir()
+    for f in (d3 / "hub").iterdir():
+        if f.name != "config.json":
+            (src / f.name).symlink_to(f)
+    cfg = json.loads((d3 / "hub" / "config.json").read_text())
+    *outer, last = path.split(".")
+    node = cfg
+    for k in outer:
+        node = node[k]
+    node[last] = value
+    (src / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(E.InvalidModelConfig, match=path.replace(".", r"\.")):
+        hf_to_gguf(src, tmp_path / "t.gguf", "f16", mmproj=tmp_path / "p.gguf")
+    assert not (tmp_path / "t.gguf").exists() and not (tmp_path / "p.gguf").exists()

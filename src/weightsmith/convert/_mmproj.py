@@ -102,6 +102,12 @@ def _projector(cfg: dict, path: Path) -> Projector:
                 path=path, field=f"{akey}.{keys[0]}", expected="a value",
                 found=ac if not isinstance(ac, dict) else None,
             )  # fmt: skip
+    if proj.check is not None and (bad := proj.check(towers(cfg))) is not None:
+        field, want, found = bad
+        raise E.InvalidModelConfig(
+            "the reference converter accepts only this tower variant",
+            path=path, field=field, expected=want, found=found,
+        )  # fmt: skip
     return proj
 
 

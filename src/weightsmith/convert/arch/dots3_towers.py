@@ -18,9 +18,13 @@ fuses SwiGLU's gate and up halves (split: ``ffn_gate`` then ``ffn_up``), a final
 norm, and the adapter (``audio_adapter.proj.0`` / ``.1`` / ``.3`` -> ``mm.a.norm_pre`` /
 ``mm.a.mlp.1`` / ``mm.a.mlp.3``); the encoder sizes are ``audio_config.whisper_config``'s
 (``d_model``, ``encoder_ffn_dim``, ...).
+
+The class's asserts on both tower configs (:func:`check`) are checked before any output.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from ._model import NameRule, Split, Stack
 
@@ -100,4 +104,46 @@ def force(hf: str, gguf: str, outtype: str) -> str | None:
         return "F32"
     if ".patch_embd.weight" in gguf:
         return "F16" if outtype == "f16" else "F32"
+    return None
+
+
+_ABSENT = object()
+
+#: Dots3NoteMmprojModel's asserts: ``(config path, the value it accepts, its default)``;
+#: ``True`` / ``False`` accept any truthy / falsy value, ``_ABSENT`` no default
+_ASSERTS: tuple[tuple[str, Any, Any], ...] = (
+    ("vision_config.adapter_type", "patch_merger", _ABSENT),
+    ("vision_config.pre_pixel_shuffle", True, _ABSENT),
+    ("vision_config.router_scoring_func", "sigmoid", "sigmoid"),
+    ("vision_config.router_scale", 1.0, 1.0),
+    ("vision_config.temporal_patch_size", 1, 1),
+    ("vision_config.use_bias", False, _ABSENT),
+    ("vision_config.use_qk_norm", True, _ABSENT),
+    ("audio_config.use_conv2d_stem", True, _ABSENT),
+    ("audio_config.use_rope", True, _ABSENT),
+    ("audio_config.use_rms_norm", True, _ABSENT),
+    ("audio_config.use_causal", False, _ABSENT),
+    ("audio_config.whisper_config.activation_function", "swiglu", _ABSENT),
+    ("audio_config.merge_factor", 1, 1),
+    ("audio_config.chunk_seconds", 60, _ABSENT),
+    ("audio_config.rope_parameters.partial_rotary_factor", 0.5, _ABSENT),
+    ("audio_config.rope_parameters.rope_theta", 10000.0, _ABSENT),
+)
+
+
+def _get(cfg: Any, path: str, default: Any) -> Any:
+    for key in path.split("."):
+        if not isinstance(cfg, dict) or key not in cfg:
+            return None if default is _ABSENT else default
+        cfg = cfg[key]
+    return cfg
+
+
+def check(towers: dict) -> tuple[str, Any, Any] | None:
+    """The first of the reference's tower asserts that ``towers`` fails, or None."""
+    for path, want, default in _ASSERTS:
+        got = _get(towers, path, default)
+        ok = bool(got) == want if isinstance(want, bool) else got == want
+        if not ok:
+            return path, want, got
     return None

@@ -257,6 +257,9 @@ class Projector:
     # an object of the image processor file whose settings are moved up over it (Dots3
     # Note's ``vision_config``)
     pre_nested: str | None = None
+    # the class's asserts on the tower configs: ``check(towers)`` gives ``(field,
+    # expected, found)`` of the first one that fails (refused before any output), or None
+    check: Callable[[dict], tuple[str, Any, Any] | None] | None = None
 
     def source_key(self, hf_name: str, view: dict | None = None) -> str | None:
         """The name the rules see, or None for a tensor the projector does not read."""
@@ -2751,7 +2754,7 @@ GEMMA3N_VISION_AUDIO = Projector(
 # sizes), then the vision projector type and its rows, the audio projector type, mel bins
 # and the audio norms' fixed epsilon.  The reference's asserts on the tower variants
 # (patch_merger adapter, sigmoid routing, Q/K norms, SwiGLU audio, 60 s chunks, the audio
-# RoPE) are not repeated: another variant converts under the same rules
+# RoPE) are checked first (``check``)
 DOTS3NOTE_MMPROJ = Projector(
     hf_archs=("Dots3NoteForCausalLM", "Dots3NoteForConditionalGeneration"),
     keep=("vision_encoder.", "audio_encoder."),
@@ -2769,6 +2772,7 @@ DOTS3NOTE_MMPROJ = Projector(
     ),
     audio_required=(("whisper_config",),),
     pre_nested="vision_config",
+    check=D3.check,
     entry=Arch(
         hf_archs=("Dots3NoteForConditionalGeneration",),
         gguf_arch="clip",
