@@ -6,13 +6,15 @@ says why).
   tensor names (``model.*``, ``vision_encoder.*``, ``audio_encoder.*``, experts one by
   one) but its own normalised ``config.json`` (the text under ``text_config``,
   ``per_layer_config`` for the sliding layers, no ``swa_*`` fields); the reference's
-  class reads the Hub's flat config and stops on a KeyError before writing.
+  class reads the Hub's flat config and stops on a KeyError before writing; ours (which
+  converts the Hub's layout: tests/test_convert_dots3.py) names the first missing Hub
+  field, before any output.
 * PocketTTS: transformers' ``PocketTTSForConditionalGeneration`` (flow LM and flow
   head under ``model.*`` / ``flow_head.*``, no Mimi codec) is not the reference's
   ``PocketTTSModel`` (Kyutai's checkpoint: ``flow_lm.*`` and ``mimi.*``, no
   ``config.json``); the reference refuses the class.
 
-Ours refuses both with ``UnknownArchitecture`` before any output.
+Ours refuses PocketTTS with ``UnknownArchitecture`` before any output.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def test_dots3_note_transformers_layout(tmp_path):
     r = _reference(src, tmp_path / "ref.gguf")
     assert r.returncode != 0 and "KeyError: 'num_hidden_layers'" in r.stderr
     assert not (tmp_path / "ref.gguf").exists()
-    with pytest.raises(E.UnknownArchitecture, match="Dots3NoteForConditionalGeneration"):
+    with pytest.raises(E.InvalidModelConfig, match="swa_num_attention_heads"):
         hf_to_gguf(src, tmp_path / "t.gguf", "f16", mmproj=tmp_path / "m.gguf")
     assert not (tmp_path / "t.gguf").exists() and not (tmp_path / "m.gguf").exists()
 

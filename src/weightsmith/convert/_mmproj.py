@@ -102,6 +102,12 @@ def _projector(cfg: dict, path: Path) -> Projector:
                 path=path, field=f"{akey}.{keys[0]}", expected="a value",
                 found=ac if not isinstance(ac, dict) else None,
             )  # fmt: skip
+    if proj.check is not None and (bad := proj.check(towers(cfg))) is not None:
+        field, want, found = bad
+        raise E.InvalidModelConfig(
+            "the reference converter accepts only this tower variant",
+            path=path, field=field, expected=want, found=found,
+        )  # fmt: skip
     return proj
 
 
@@ -220,6 +226,8 @@ def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
     raw = read_json(cfg_path, E.InvalidModelConfig, "config.json", expected="a JSON object")
     proj = _projector(raw, cfg_path)
     pre = _preprocessor(d)
+    if proj.pre_nested is not None and isinstance(pre.get(proj.pre_nested), dict):
+        pre = {**pre, **pre[proj.pre_nested]}
     for key in ("image_mean", "image_std") if proj.vision else ():
         if not isinstance(pre.get(key), list):
             raise E.MissingModelFile(

@@ -97,6 +97,7 @@ from .bert import (
 )
 from .deepseek import DEEPSEEK2, DEEPSEEK2OCR, is_ocr
 from .deepseek4 import DEEPSEEK4
+from .dots3 import DOTS3NOTE
 from .embeddinggemma import GEMMA_EMBEDDING
 from .ernie import ERNIE4_5, ERNIE4_5_MOE, PADDLEOCR
 from .exaone import EXAONE4, EXAONE4_5_TEXT, EXAONE_MOE
@@ -279,6 +280,8 @@ ENTRIES += (YOUTU,)
 ENTRIES += (QWEN4EXP,)
 # GLM-5-Next's text half (KDA + nope-only MLA with a DSA indexer, mHC, MoE)
 ENTRIES += (GLM5NEXT_TEXT,)
+# Dots3 Note's text (DeepSeek-V2 MLA with sliding layers, a DSA indexer, head gates)
+ENTRIES += (DOTS3NOTE,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)

@@ -209,15 +209,22 @@ class NameRule:
 class Stack:
     """Per-expert HF tensors (``{xid}`` = expert number) <-> one 3-D GGUF tensor.
 
-    ``count`` gives the number of experts from the config.  Rules sharing ``group``
-    are emitted together, in rule order, when the last expert of the last of them
-    has been read (llama.cpp buffers a layer's experts that way).
+    ``count`` gives the number of experts from the config (``layer_count``, when set,
+    from the config and the layer number: Dots3 Note's vision tower has more experts in
+    later blocks).  Rules sharing ``group`` are emitted together, in rule order, when the
+    last expert of the last of them has been read (llama.cpp buffers a layer's experts
+    that way).
     """
 
     hf: str
     gguf: str
     count: Callable[[dict], int]
     group: str = "experts"
+    layer_count: Callable[[dict, int], int] | None = None
+
+    def n(self, cfg: dict, bid: int) -> int:
+        """The number of experts of layer ``bid``."""
+        return self.count(cfg) if self.layer_count is None else self.layer_count(cfg, bid)
 
     def match(self, name: str) -> tuple[int, int] | None:
         mt = _rx(self.hf).match(name)
@@ -736,13 +743,13 @@ class Arch:
             if hit is None:
                 continue
             bid, xid = hit
-            n = st.count(cfg)
+            n = st.n(cfg, bid)
             if xid >= n:
                 raise PlanError("unmapped", name, f"(expert {xid} of {n})")
             group = [j for j, s in enumerate(self.stacks) if s.group == st.group]
             slot = pending.setdefault((st.group, bid), {j: {} for j in group})
             slot[i][xid] = name
-            if all(len(slot[j]) == self.stacks[j].count(cfg) for j in group):
+            if all(len(slot[j]) == self.stacks[j].n(cfg, bid) for j in group):
                 del pending[(st.group, bid)]
                 for j in group:
                     names = [slot[j][x] for x in range(len(slot[j]))]

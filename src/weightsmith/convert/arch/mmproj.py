@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from . import dots3_towers as D3
 from . import gemma3n_mmproj as G3N
 from . import granite4_vision as G4V
 from . import granite_speech as GS
@@ -253,6 +254,12 @@ class Projector:
     # fn(*members) -> outputs)``, written (shaped as the first member) when the last
     # member is read, as the reference buffers them (Granite Speech's batch norms)
     fold: tuple[tuple[str, ...], tuple[str, ...], Callable[..., Any]] | None = None
+    # an object of the image processor file whose settings are moved up over it (Dots3
+    # Note's ``vision_config``)
+    pre_nested: str | None = None
+    # the class's asserts on the tower configs: ``check(towers)`` gives ``(field,
+    # expected, found)`` of the first one that fails (refused before any output), or None
+    check: Callable[[dict], tuple[str, Any, Any] | None] | None = None
 
     def source_key(self, hf_name: str, view: dict | None = None) -> str | None:
         """The name the rules see, or None for a tensor the projector does not read."""
@@ -2739,6 +2746,72 @@ GEMMA3N_VISION_AUDIO = Projector(
 )
 
 
+# --------------------------------------------------------------------------- Dots3 Note
+
+
+# Dots3NoteMmprojModel (arch/dots3_towers.py): both towers in one file.  Rows: the vision
+# base (the tower width is embed_dim, image_size 0), the audio half (whisper_config's
+# sizes), then the vision projector type and its rows, the audio projector type, mel bins
+# and the audio norms' fixed epsilon.  The reference's asserts on the tower variants
+# (patch_merger adapter, sigmoid routing, Q/K norms, SwiGLU audio, 60 s chunks, the audio
+# RoPE) are checked first (``check``)
+DOTS3NOTE_MMPROJ = Projector(
+    hf_archs=("Dots3NoteForCausalLM", "Dots3NoteForConditionalGeneration"),
+    keep=("vision_encoder.", "audio_encoder."),
+    force=D3.force,
+    required=(
+        ("patch_size",),
+        ("embed_dim",),
+        ("intermediate_size",),
+        BLOCK_KEYS,
+        ("num_attention_heads", "num_heads"),
+        ("pyramid_num_routed",),
+        ("spatial_merge_size",),
+        ("capacity_factor",),
+        ("rms_norm_eps",),
+    ),
+    audio_required=(("whisper_config",),),
+    pre_nested="vision_config",
+    check=D3.check,
+    entry=Arch(
+        hf_archs=("Dots3NoteForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *replace_rows(
+                BASE_ROWS,
+                vision__image_size=_const("vision.image_size", 0, VT.UINT32),
+                vision__embedding_length=m("vision.embedding_length", "embed_dim"),
+            ),
+            *audio_rows(fill=D3.whisper_sizes),
+            _const("vision.projector_type", "dots3note_v", VT.STRING),
+            _const("use_silu", True, VT.BOOL),
+            m("vision.attention.layer_norm_epsilon", "rms_norm_eps", t=VT.FLOAT32),
+            m("vision.spatial_merge_size", "spatial_merge_size"),
+            m("vision.image_min_pixels", PREPROCESSOR, value=_pre("min_pixels")),
+            m("vision.image_max_pixels", PREPROCESSOR, value=_pre("max_pixels")),
+            m(
+                "vision.expert_count_per_layer",
+                "pyramid_num_routed",
+                t=VT.INT32,
+                value=lambda v: [max(0, n) for n in v["pyramid_num_routed"]],
+            ),
+            m(
+                "vision.expert_used_count",
+                "capacity_factor",
+                value=lambda v: int(v["capacity_factor"]),
+            ),
+            _audio_row("audio.projector_type", lambda a: "dots3note_a", VT.STRING),
+            _audio_row("audio.num_mel_bins", lambda a: a["whisper_config"]["num_mel_bins"]),
+            _audio_row("audio.attention.layer_norm_epsilon", lambda a: 1e-6, VT.FLOAT32),
+        ],
+        names=[*D3.AUDIO_NAMES, *D3.VISION_NAMES],
+        stacks=D3.VISION_STACKS,
+        splits=D3.AUDIO_SPLITS,
+        required=(),
+    ),
+)
+
+
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
 PROJECTORS += (QWEN3VL_VISION,)
@@ -2773,5 +2846,6 @@ PROJECTORS += (YOUTUVL_VISION,)
 PROJECTORS += (QWEN4EXP_VISION,)
 PROJECTORS += (GLM5NEXT_VISION,)
 PROJECTORS += (GEMMA3N_VISION_AUDIO,)
+PROJECTORS += (DOTS3NOTE_MMPROJ,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}

@@ -1082,3 +1082,27 @@ def _set_muse_glimmer(out: _Entries, d: Path, config: dict) -> None:
 
 
 MORE_ROUTES["muse_glimmer"] = _set_muse_glimmer
+
+
+def _set_dots3(out: _Entries, d: Path, config: dict) -> None:
+    """Dots3NoteModel.set_vocab: the GPT-2 vocabulary, then EOT the added token
+    ``<|endofassistant|>`` (set before the special vocabulary's own ids are written; the
+    reference stops with a KeyError without it, so does this route, by name)."""
+    tokens, types, pre, hf = _gpt2_vocab(d, config, None)
+    out.add("ggml.model", "gpt2", VT.STRING)
+    out.add("ggml.pre", pre, VT.STRING)
+    out.add("ggml.tokens", tokens, VT.STRING)
+    out.add("ggml.token_type", types, VT.INT32)
+    special = _SpecialVocab(d, config, load_merges=True)
+    added = hf.added_vocab
+    if "<|endofassistant|>" not in added:
+        raise E.TokenizerInconsistent(
+            "the end-of-assistant token is not an added token",
+            path=d / "tokenizer.json", field="added_tokens",
+            expected="<|endofassistant|>", found="no such token",
+        )  # fmt: skip
+    special.set_id("eot", added["<|endofassistant|>"])
+    special.add_to(out)
+
+
+MORE_ROUTES["dots3"] = _set_dots3

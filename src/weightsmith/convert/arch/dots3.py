@@ -1,0 +1,233 @@
+"""Dots3 Note's text: conversion/dots3.py ``Dots3NoteModel`` (GGUF ``dots3note``), the
+text of ``Dots3NoteForConditionalGeneration`` (and its text-only classes).
+
+DeepSeek-V2's MLA and sigmoid-routed MoE (:mod:`.deepseek`) with layers of two kinds
+(``layer_types``): full-attention layers with a DSA indexer (``self_attn.indexer.*``:
+``wq_b`` / ``wk`` / ``k_norm`` / ``weights_proj``) and sliding-window layers with their
+own MLA geometry and head count (the Hub's ``swa_*`` fields).  Every layer has a per-head
+sigmoid gate (``g_proj`` -> ``attn_gate``) and an RMS norm on the rotary key part
+(``k_rope_only_layernorm`` -> ``attn_k_norm``).  ``kv_b_proj`` is split as DeepSeek-V2's
+with the geometry of its layer's kind (told from its shape: ``[n_head * (nope + v),
+kv_lora_rank]``).  With ``apply_mla_qkv_lora_rescale`` the latent rescale
+``sqrt(hidden_size / rank)`` is folded into ``q_a_layernorm`` / ``kv_a_layernorm`` (the
+rank is the norm's length), computed as the reference computes it (torch, on the tensor's
+own type).
+
+Metadata: TextModel's rows with ``attention.head_count`` a per-layer array (the sliding
+layers' count on sliding layers), MQA's ``head_count_kv`` 1 and no ``head_dim`` lengths
+(the reference pops ``head_dim``), DeepSeek-V2's rows, then the sliding window, its layer
+pattern, the sliding layers' MLA lengths and the indexer rows (``indexer.types`` true on
+the full-attention layers).  The reference reads the Hub's flat config: transformers
+5.24's normalised ``config.json`` (text under ``text_config``, no ``swa_*`` fields) lacks
+the ``swa_*`` fields and is refused by name before any output.  The MTP block
+(``model.mtp.*``, none in the tiny models) is not converted: its tensors have no rule,
+so such a checkpoint is refused before any output.  No GGUF -> HF: transformers keeps
+the experts fused in its own layout and has no text-only class.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ._common import BLK, COMMON, LAYER, layer_rules, reference_math, replace_rows
+from ._model import VT, Arch, NameRule, PlanError, Split, Transform, m
+from .deepseek import DEEPSEEK2
+
+_ATT = LAYER + "self_attn."
+
+
+def _is_swa(cfg: dict) -> list[bool]:
+    return [t == "sliding_attention" for t in cfg["layer_types"][: cfg["num_hidden_layers"]]]
+
+
+def _head_counts(cfg: dict) -> list[int]:
+    full, swa = cfg["num_attention_heads"], cfg["swa_num_attention_heads"]
+    return [swa if s else full for s in _is_swa(cfg)]
+
+
+def _geometry(shape: tuple[int, ...], cfg: dict) -> tuple[int, int, int]:
+    """``(n_head, nope, v)`` of a ``kv_b_proj`` of ``shape``: the layer kind whose
+    ``[n_head * (nope + v), kv_lora_rank]`` it is."""
+    kinds = {
+        (cfg["num_attention_heads"], cfg["qk_nope_head_dim"], cfg["v_head_dim"],
+         cfg["kv_lora_rank"]),
+        (cfg["swa_num_attention_heads"], cfg["swa_qk_nope_head_dim"], cfg["swa_v_head_dim"],
+         cfg["swa_kv_lora_rank"]),
+    }  # fmt: skip
+    fits = {(n, nope, v) for n, nope, v, r in kinds if tuple(shape) == (n * (nope + v), r)}
+    if len(fits) != 1:
+        raise PlanError("kv_b_proj shape fits no single layer kind", "kv_b_proj", str(shape))
+    return fits.pop()
+
+
+def _kv_b(x: np.ndarray, cfg: dict) -> list[np.ndarray]:
+    n, nope, v = _geometry(x.shape, cfg)
+    kv = x.reshape(n, nope + v, x.shape[-1])
+    return [kv[:, :nope, :].transpose(0, 2, 1), kv[:, nope:, :]]
+
+
+def _kv_b_shapes(shape: tuple[int, ...], cfg: dict) -> list[tuple[int, ...]]:
+    n, nope, v = _geometry(shape, cfg)
+    return [(n, shape[-1], nope), (n, v, shape[-1])]
+
+
+def _kv_b_join(parts: list[np.ndarray], cfg: dict) -> np.ndarray:
+    k, v = parts
+    kv = np.concatenate([k.transpose(0, 2, 1), v], axis=1)
+    return kv.reshape(-1, kv.shape[-1])
+
+
+def _rescale(x: np.ndarray, cfg: dict, ctx: dict) -> np.ndarray:
+    """The latent rescale folded into a ``q_a`` / ``kv_a`` norm (its length is the rank)."""
+    if not cfg.get("apply_mla_qkv_lora_rescale"):
+        return x
+    s = math.sqrt(cfg["hidden_size"] / x.shape[-1])
+    y = reference_math(x, lambda torch, t: t * s, lambda a: a * np.float32(s))
+    # torch multiplies a bfloat16 tensor in float and rounds back to bfloat16
+    return y.astype(x.dtype) if x.dtype not in (np.float16, np.float32) else y
+
+
+def _unscale(x: np.ndarray, cfg: dict, ctx: dict) -> np.ndarray:
+    if not cfg.get("apply_mla_qkv_lora_rescale"):
+        return x
+    return (x / np.float32(math.sqrt(cfg["hidden_size"] / x.shape[-1]))).astype(x.dtype)
+
+
+_ROWS = [
+    *replace_rows(
+        DEEPSEEK2.meta[: len(COMMON)],
+        attention__head_count=m(
+            "attention.head_count", "num_attention_heads", t=VT.INT32, value=_head_counts
+        ),
+        # the reference pops head_dim: no key/value length from it
+        attention__key_length=m("attention.key_length", "head_dim", value=lambda c: None),
+        attention__value_length=m("attention.value_length", "head_dim", value=lambda c: None),
+    ),
+    *DEEPSEEK2.meta[len(COMMON) :],
+    m("attention.sliding_window", "sliding_window_size"),
+    m("attention.sliding_window_pattern", "layer_types", t=VT.BOOL, value=_is_swa),
+    m("attention.kv_lora_rank_swa", "swa_kv_lora_rank"),
+    m(
+        "attention.key_length_swa",
+        "swa_kv_lora_rank",
+        value=lambda c: c["swa_kv_lora_rank"] + c["swa_qk_rope_head_dim"],
+    ),
+    m("attention.value_length_swa", "swa_kv_lora_rank"),
+    m(
+        "attention.key_length_mla_swa",
+        "swa_qk_nope_head_dim",
+        value=lambda c: c["swa_qk_nope_head_dim"] + c["swa_qk_rope_head_dim"],
+    ),
+    m("attention.value_length_mla_swa", "swa_v_head_dim"),
+    m("attention.indexer.head_count", "index_n_heads"),
+    m("attention.indexer.key_length", "index_head_dim"),
+    m("attention.indexer.top_k", "index_topk"),
+    m(
+        "attention.indexer.types",
+        "layer_types",
+        t=VT.BOOL,
+        value=lambda c: [not s for s in _is_swa(c)],
+    ),
+]
+
+
+def _checks(cfg: dict) -> bool:
+    """Dots3NoteModel's asserts on fields it reads with a default (absent is fine)."""
+    want: dict[str, Any] = {
+        "use_dsa": True, "normalization": "RMSNorm", "final_norm": "RMSNorm",
+        "k_rope_only_layernorm": True, "topk_method": "noaux_tc", "n_group": 1,
+        "topk_group": 1, "use_dynamic_rsf": False, "moe_gating_fp32": False,
+        "attention_gate_type": "headwise", "swa_attention_gate_type": "headwise",
+    }  # fmt: skip
+    need = ("swa_qk_nope_head_dim", "swa_qk_rope_head_dim", "qk_rope_head_dim",
+            "swa_q_lora_rank", "q_lora_rank", "num_hidden_layers")  # fmt: skip
+    if any(not isinstance(cfg.get(k), int) for k in need) or not isinstance(
+        cfg.get("layer_types"), list
+    ):
+        return True  # the required fields' own checks name what is missing
+    return all(cfg.get(k, v) == v for k, v in want.items()) and (
+        cfg["swa_qk_nope_head_dim"] + cfg["swa_qk_rope_head_dim"] == cfg.get("swa_head_dim", 256)
+        and cfg["swa_qk_rope_head_dim"] == cfg["qk_rope_head_dim"]
+        and cfg["swa_q_lora_rank"] == cfg["q_lora_rank"]
+        and len(cfg["layer_types"]) >= cfg["num_hidden_layers"]
+    )
+
+
+#: the config check's field (the message names the fields it covers)
+_CHECKED = (
+    "use_dsa/normalization/k_rope_only_layernorm/topk_method/n_group/topk_group/"
+    "attention_gate_type/swa_head_dim/swa_qk_rope_head_dim/swa_q_lora_rank/layer_types"
+)
+
+DOTS3NOTE = Arch(
+    hf_archs=(
+        "Dots3NoteForCausalLM",
+        "Dots3NoteForConditionalGeneration",
+        "Dots3NoteTextForCausalLM",
+    ),
+    gguf_arch="dots3note",
+    meta=_ROWS,
+    names=[
+        *DEEPSEEK2.names,
+        NameRule(_ATT + "g_proj.weight", BLK + "attn_gate.weight"),
+        NameRule(_ATT + "k_rope_only_layernorm.weight", BLK + "attn_k_norm.weight"),
+        *layer_rules(
+            [
+                ("self_attn.indexer.wq_b", "indexer.attn_q_b"),
+                ("self_attn.indexer.wk", "indexer.attn_k"),
+                ("self_attn.indexer.k_norm", "indexer.k_norm"),
+                ("self_attn.indexer.weights_proj", "indexer.proj"),
+            ]
+        ),
+        NameRule(_ATT + "indexer.k_norm.bias", BLK + "indexer.k_norm.bias"),
+    ],
+    stacks=DEEPSEEK2.stacks,
+    splits=[
+        Split(
+            _ATT + "kv_b_proj.weight",
+            (BLK + "attn_k_b.weight", BLK + "attn_v_b.weight"),
+            fn=_kv_b,
+            shapes=_kv_b_shapes,
+            join=_kv_b_join,
+        ),
+    ],
+    transforms=[
+        Transform(
+            "mla_lora_rescale",
+            r"self_attn\.(q_a|kv_a)_layernorm\.weight$",
+            _rescale,
+            _unscale,
+            exact=False,
+        ),
+    ],
+    skip=(*DEEPSEEK2.skip, r"^(vision_encoder|audio_encoder)\."),
+    required=(
+        "hidden_size",
+        "num_attention_heads",
+        "num_hidden_layers",
+        "vocab_size",
+        "qk_rope_head_dim",
+        "qk_nope_head_dim",
+        "v_head_dim",
+        "q_lora_rank",
+        "kv_lora_rank",
+        "swa_num_attention_heads",
+        "swa_q_lora_rank",
+        "swa_kv_lora_rank",
+        "swa_qk_nope_head_dim",
+        "swa_qk_rope_head_dim",
+        "swa_v_head_dim",
+        "sliding_window_size",
+        "index_n_heads",
+        "index_head_dim",
+        "index_topk",
+    ),
+    present=("layer_types",),
+    defaults={_CHECKED: _checks},
+    fixed={"scoring_func": "sigmoid", _CHECKED: True},
+    tokenizer={"vocab": "dots3"},
+    hf_back=False,
+)
