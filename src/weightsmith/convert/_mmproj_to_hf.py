@@ -23,15 +23,21 @@ registry; nothing here keeps a second table of tensor names or transforms:
   came from (``MetaKey.fields[0]``, or the family's spelling in
   :attr:`VisionBack.fields`), plus the values GGUF does not keep: each family's
   :attr:`VisionBack.restore` gives the ones llama.cpp's runtime hard-codes (which are
-  transformers' defaults) and those implied by the tensors' shapes;
+  transformers' defaults) and those implied by the tensors' shapes; ``audio_config``
+  (a projector with ``clip.has_audio_encoder``, of a family with an audio tower way
+  back: :attr:`VisionBack.audio_model_type`) likewise from the ``clip.audio.*`` rows
+  (:data:`_AUDIO_FIELDS`, or the family's spelling in :attr:`VisionBack.audio_fields`)
+  and :attr:`VisionBack.audio_restore`; an audio-only family has no ``vision_config``;
 * ``preprocessor_config.json`` (and ``processor_config.json`` where the processor
-  reads one) -- the image processor settings from the ``clip.vision.*`` rows;
+  reads one) -- the image processor settings from the ``clip.vision.*`` rows, or the
+  audio feature extractor's (Whisper's front end, which mtmd hard-codes);
 * the tokenizer, generation config and model card -- as text GGUF -> HF writes them.
 
 Everything is checked before a byte is written: the projector must be a clip file
 (``general.architecture``), of a projector type with an entry here, whose projection
-width (``clip.vision.projection_dim``) is the text model's width, with no audio encoder
-(``clip.has_audio_encoder``: no audio tower converts back yet);
+width (``clip.vision.projection_dim``, ``clip.audio.projection_dim``) is the text model's
+width, with an audio encoder (``clip.has_audio_encoder``) only where the family's audio
+tower converts back, and with one where the family is audio-only;
 :class:`~weightsmith.errors.ProjectorMismatch` otherwise.
 """
 
@@ -49,6 +55,7 @@ from ..dtypes import DType
 from ..gguf import GGUFFile
 from . import _gguf_to_hf as G  # a module import: _gguf_to_hf imports this module too
 from .arch import MetaKey, NameRule
+from .arch import mmproj as P  # the audio entries (and later families') by module
 from .arch.mmproj import (
     DEEPSEEKOCR2_VISION,
     EXAONE4_5_VISION,
@@ -102,6 +109,17 @@ _REQUIRED = (
 )
 
 
+#: the audio rows' audio config fields (transformers' Whisper-style spellings); the rows
+#: not listed (the width check's projection_dim, the flags, the projector's) fill none
+_AUDIO_FIELDS: dict[str, str | None] = {
+    "audio.embedding_length": "hidden_size",
+    "audio.feed_forward_length": "intermediate_size",
+    "audio.block_count": "num_hidden_layers",
+    "audio.attention.head_count": "num_attention_heads",
+    "audio.num_mel_bins": "num_mel_bins",
+}
+
+
 @dataclass(frozen=True)
 class VisionBack:
     """The per-family pieces of projector -> ``vision_config`` (see the module docstring).
@@ -126,7 +144,7 @@ class VisionBack:
     model_type: str
     projector: Projector
     projector_types: tuple[str, ...]
-    vision_model_type: str
+    vision_model_type: str | None  # None: an audio-only family (no vision_config)
     text_model_type: str | None
     fields: dict[str, str | None]
     restore: Callable[[Mapping[str, Any], dict, dict], tuple[dict, dict]]
@@ -149,6 +167,16 @@ class VisionBack:
     joint: Callable[[Mapping[str, Any], Mapping[str, Any]], dict] = lambda md, text_md: {}
     # text config fields kept only as tensor values (the text GGUF -> the fields)
     text_values: Callable[[GGUFFile], dict] = lambda f: {}
+    # the audio tower (``clip.audio.*`` rows -> ``audio_config``); None: a projector with
+    # an audio encoder is refused.  ``audio_fields`` overrides _AUDIO_FIELDS (None: no
+    # field); ``audio_restore(md, audio, shapes)`` -> (audio_config additions, top-level
+    # additions); ``audio_required`` the audio config fields the rows must give
+    audio_model_type: str | None = None
+    audio_fields: dict[str, str | None] = field(default_factory=dict)
+    audio_restore: Callable[[Mapping[str, Any], dict, dict], tuple[dict, dict]] = (
+        lambda md, audio, shapes: ({}, {})
+    )
+    audio_required: tuple[str, ...] = ()
 
 
 def _mean_std(md: Mapping[str, Any]) -> dict:
@@ -225,6 +253,35 @@ def _vision_config(back: VisionBack, md: Mapping[str, Any]) -> tuple[dict, dict[
     return out, key_of
 
 
+def _audio_config(back: VisionBack, md: Mapping[str, Any]) -> tuple[dict, dict[str, str]]:
+    """The ``clip.audio.*`` rows written back to their audio config fields (the family's
+    :attr:`VisionBack.audio_fields`, else :data:`_AUDIO_FIELDS`); also field -> key."""
+    out: dict[str, Any] = {}
+    key_of: dict[str, str] = {}
+    names = {**_AUDIO_FIELDS, **back.audio_fields}
+    for row in back.projector.entry.meta:
+        if not isinstance(row, MetaKey) or not row.key.startswith("audio."):
+            continue
+        target = names.get(row.key)
+        if target is None:
+            continue
+        key = row.full_key("clip")
+        key_of.setdefault(target, key)
+        if key in md:
+            out.setdefault(target, row.back(_f(md[key])))
+    return out, key_of
+
+
+def _missing(path: Path, tower: str, missing: list[str]) -> E.MissingGGUFMetadata:
+    return E.MissingGGUFMetadata(
+        f"projector metadata needed for {tower}_config is missing",
+        path=path,
+        field=f"clip.{tower}.*",
+        expected="keys " + ", ".join(missing),
+        found="none of them" if len(missing) > 1 else "no such key",
+    )
+
+
 def vlm_parts(
     text: GGUFFile, proj: GGUFFile, dtype: DType, text_path: Path, proj_path: Path
 ) -> tuple[Any, dict, dict, list[G.Part], list, dict[str, dict]]:
@@ -236,42 +293,52 @@ def vlm_parts(
     entry, text_cfg, gen = G.build_config(
         text, dtype, path=text_path, text_model_type=back.text_model_type
     )
-    if md.get(_CLIP + "has_audio_encoder"):
-        # the audio towers (Gemma 4's conformer, ...) have no way back yet
+    has_audio = bool(md.get(_CLIP + "has_audio_encoder"))
+    if (has_audio and back.audio_model_type is None) or (
+        not has_audio and back.vision_model_type is None
+    ):
+        # an audio tower the family does not convert back (Gemma 4's, ...), or an
+        # audio-only family's projector without one
         raise E.ProjectorMismatch(
-            "no GGUF -> HF conversion for a projector with an audio encoder",
+            "no GGUF -> HF conversion for this projector's towers",
             path=proj_path,
             field="clip.has_audio_encoder",
-            expected="a vision-only projector",
-            found="an audio encoder too",
+            expected="an audio encoder" if back.audio_model_type else "a vision-only projector",
+            found="an audio encoder" if has_audio else "none",
         )
-    width = md.get(_CLIP + "vision.projection_dim")
-    if width != text_cfg["hidden_size"]:
-        raise E.ProjectorMismatch(
-            "the projector's output width is not the text model's",
-            path=proj_path,
-            field="clip.vision.projection_dim",
-            expected=text_cfg["hidden_size"],
-            found=width if width is not None else "no such key",
-        )
+    towers = [t for t, on in (("vision", back.vision_model_type), ("audio", has_audio)) if on]
+    for tower in towers:
+        width = md.get(f"{_CLIP}{tower}.projection_dim")
+        if width != text_cfg["hidden_size"]:
+            raise E.ProjectorMismatch(
+                "the projector's output width is not the text model's",
+                path=proj_path,
+                field=f"clip.{tower}.projection_dim",
+                expected=text_cfg["hidden_size"],
+                found=width if width is not None else "no such key",
+            )
     shapes = {t.name: tuple(int(d) for d in t.shape) for t in proj.tensors}
     vision, key_of = _vision_config(back, md)
     missing = [key_of.get(f, f) for f in back.required if f not in vision]
     if missing:
-        raise E.MissingGGUFMetadata(
-            "projector metadata needed for vision_config is missing",
-            path=proj_path,
-            field="clip.vision.*",
-            expected="keys " + ", ".join(missing),
-            found="none of them" if len(missing) > 1 else "no such key",
-        )
+        raise _missing(proj_path, "vision", missing)
+    audio: dict = {}
+    if has_audio:
+        audio, key_of = _audio_config(back, md)
+        missing = [key_of.get(f, f) for f in back.audio_required if f not in audio]
+        if missing:
+            raise _missing(proj_path, "audio", missing)
     try:  # the rows and tensors the family's restore and processor file read
         v_more, top = back.restore(md, vision, shapes)
         vision = {"model_type": back.vision_model_type, **vision, **v_more}
+        if has_audio:
+            a_more, a_top = back.audio_restore(md, audio, shapes)
+            audio = {"model_type": back.audio_model_type, **audio, **a_more}
+            top = {**top, **a_top}
         processor = back.preprocessor(vision, md)
     except KeyError as exc:
         raise E.MissingGGUFMetadata(
-            "the projector lacks a row or tensor its vision config needs",
+            "the projector lacks a row or tensor its tower configs need",
             path=proj_path,
             field=str(exc.args[0]),
             expected="present",
@@ -295,7 +362,8 @@ def vlm_parts(
         "architectures": [back.hf_arch],
         "model_type": back.model_type,
         "text_config": text_cfg,
-        "vision_config": vision,
+        **({"vision_config": vision} if back.vision_model_type else {}),
+        **({"audio_config": audio} if has_audio else {}),
         **top,
         **back.tokens(_tokens(text.metadata)),
         "tie_word_embeddings": text_cfg.get("tie_word_embeddings", False),
@@ -303,7 +371,8 @@ def vlm_parts(
     }
     parts = [
         G.Part(text, entry, text_cfg, text_path),
-        G.Part(proj, back.projector.entry, vision, proj_path),
+        # the projector's transforms read the tower configs as the forward view holds them
+        G.Part(proj, back.projector.entry, {**vision, P.AUDIO: audio}, proj_path),
     ]
 
     plan = G.plan_tensors(parts[0], 0, back.text_rename) + G.plan_tensors(
@@ -2021,3 +2090,117 @@ DEEPSEEKOCR2_BACK = VisionBack(
 )
 
 VISION_BACK += (DEEPSEEKOCR2_BACK,)
+
+
+# --------------------------------------------------------------------------- Whisper audio
+# (Voxtral, Qwen2-Audio, Audio Flamingo 3: audio-only projectors, conversion/ultravox.py)
+
+
+def _whisper_restore(md: Mapping[str, Any], audio: dict, shapes: dict) -> tuple[dict, dict]:
+    # the learned position table's rows (numpy order [positions, width]); the encoder's
+    # LayerNorm epsilon is hard-coded 1e-5 in transformers' Whisper-style encoders (the
+    # row's value), its GELU and unscaled embeddings the configs' defaults
+    return {"max_source_positions": shapes["a.position_embd.weight"][0]}, {}
+
+
+def _whisper_mlp_restore(md: Mapping[str, Any], audio: dict, shapes: dict) -> tuple[dict, dict]:
+    # a 2-layer MLP projector: mtmd's GELU (projector_hidden_act's default)
+    a, _ = _whisper_restore(md, audio, shapes)
+    return a, {"projector_hidden_act": "gelu"}
+
+
+def _whisper_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    # mtmd's Whisper front end hard-codes 16 kHz, a 400-sample FFT, hop 160, the 30 s
+    # window: WhisperFeatureExtractor's defaults, with the projector's mel bins
+    return {
+        "preprocessor_config.json": {
+            "feature_extractor_type": "WhisperFeatureExtractor",
+            "feature_size": md[_CLIP + "audio.num_mel_bins"],
+            "sampling_rate": 16000,
+            "hop_length": 160,
+            "n_fft": 400,
+            "chunk_length": 30,
+            "n_samples": 480000,
+            "nb_max_frames": 3000,
+            "padding_side": "right",
+            "padding_value": 0.0,
+            "return_attention_mask": False,
+        }
+    }
+
+
+_WHISPER_REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers",
+                     "num_attention_heads", "num_mel_bins")  # fmt: skip
+
+
+def _no_vision(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    return {}, {}
+
+
+VOXTRAL_BACK = VisionBack(
+    hf_arch="VoxtralForConditionalGeneration",
+    model_type="voxtral",
+    projector=P.VOXTRAL_AUDIO,
+    projector_types=("voxtral",),
+    vision_model_type=None,
+    text_model_type=None,
+    text_archs=("llama",),
+    fields={},
+    restore=_no_vision,
+    required=(),
+    preprocessor=_whisper_pre,
+    audio_model_type="voxtral_encoder",
+    audio_restore=_whisper_mlp_restore,
+    audio_required=_WHISPER_REQUIRED,
+    tokens=_token_ids({"audio_token_id": "[AUDIO]"}),
+)
+
+VISION_BACK += (VOXTRAL_BACK,)
+
+# Whisper's own spellings, as the Hub's Qwen2-Audio configs write them
+QWEN2AUDIO_BACK = replace(
+    VOXTRAL_BACK,
+    hf_arch="Qwen2AudioForConditionalGeneration",
+    model_type="qwen2_audio",
+    projector=P.QWEN2AUDIO_AUDIO,
+    projector_types=("qwen2a",),
+    text_archs=("qwen2",),
+    audio_model_type="qwen2_audio_encoder",
+    audio_fields={
+        "audio.embedding_length": "d_model",
+        "audio.feed_forward_length": "encoder_ffn_dim",
+        "audio.block_count": "encoder_layers",
+        "audio.attention.head_count": "encoder_attention_heads",
+    },
+    audio_restore=_whisper_restore,  # one linear projector: no act
+    audio_required=(
+        "d_model",
+        "encoder_ffn_dim",
+        "encoder_layers",
+        "encoder_attention_heads",
+        "num_mel_bins",
+    ),
+    tokens=_token_ids({"audio_token_index": "<|AUDIO|>"}),
+)
+
+VISION_BACK += (QWEN2AUDIO_BACK,)
+
+
+def _af3_restore(md: Mapping[str, Any], audio: dict, shapes: dict) -> tuple[dict, dict]:
+    a, top = _whisper_mlp_restore(md, audio, shapes)
+    return a, {**top, "projector_bias": "mm.a.mlp.1.bias" in shapes}
+
+
+AUDIOFLAMINGO3_BACK = replace(
+    VOXTRAL_BACK,
+    hf_arch="AudioFlamingo3ForConditionalGeneration",
+    model_type="audioflamingo3",
+    projector=P.AUDIOFLAMINGO3_AUDIO,
+    projector_types=("musicflamingo",),
+    text_archs=("qwen2",),
+    audio_model_type="audioflamingo3_encoder",
+    audio_restore=_af3_restore,
+    tokens=_token_ids({"audio_token_id": "<sound>"}),
+)
+
+VISION_BACK += (AUDIOFLAMINGO3_BACK,)

@@ -1,0 +1,240 @@
+"""GGUF -> HF of audio-language models: the text GGUF and its audio projector GGUF back
+into one ``*ForConditionalGeneration`` folder (``gguf_to_hf(..., mmproj=...)``).
+
+For each tiny random model (tests/support/audio_models.py, float32, built once per
+module): original folder -> our GGUF pair (f32; Audio Flamingo 3 also f16) -> our HF
+folder, then
+
+* transformers 5 loads the folder with no missing, unexpected or mismatched keys;
+* every tensor equals the original's bit for bit from the f32 pair, except the Whisper
+  conv weights the reference stores F16 at every type (Voxtral's and Qwen2-Audio's):
+  those are the original's rounded to f16, exactly; from the f16 pair, at most the f16
+  rounding apart;
+* the audio features (the model's own audio path on the same mel features) equal the
+  original model's with its conv weights rounded as the GGUF keeps them, and the text
+  logits on the same ids equal the original's;
+* the feature extractor file gives the mel features mtmd's front end is compared with
+  (WhisperFeatureExtractor with the projector's mel bins);
+* the folder converts forward again into the same GGUF pair;
+* a projector without its audio encoder row is a named error before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from support.audio_models import audioflamingo3, qwen2audio, voxtral
+from test_convert_gemma4_audio import _pcm
+from weightsmith import errors as E
+from weightsmith.convert import gguf_to_hf, hf_to_gguf
+
+BUILDERS = {"voxtral": voxtral, "qwen2audio": qwen2audio, "audioflamingo3": audioflamingo3}
+ARCHS = ["voxtral", "qwen2audio", "audioflamingo3"]
+#: the family also converted through the f16 pair (one, for test time)
+F16_ARCH = "audioflamingo3"
+#: the families whose Whisper conv weights the reference keeps F16 at every type
+F16_CONVS = ("voxtral", "qwen2audio")
+SAMPLE_RATE = 16000
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> dict:
+    """Per arch: the original folder; per type, our GGUF pair and the folder back."""
+    root = tmp_path_factory.mktemp("audio_back")
+    out: dict = {"root": root}
+    for arch in ARCHS:
+        src = BUILDERS[arch](root / arch / "src", dtype="float32")
+        out[arch] = src
+        for t in ("f32", "f16") if arch == F16_ARCH else ("f32",):
+            text, proj = root / arch / f"text-{t}.gguf", root / arch / f"mmproj-{t}.gguf"
+            hf_to_gguf(src, text, t, mmproj=proj)
+            gguf_to_hf(text, root / arch / f"back-{t}", "f32", mmproj=proj)
+    return out
+
+
+_MODELS: dict = {}
+
+
+def _model(folder: Path):
+    """The model of ``folder`` (its config's class) in float32, loaded once, with
+    transformers' loading info."""
+    import torch
+    import transformers
+
+    if folder not in _MODELS:
+        cls = json.loads((folder / "config.json").read_text())["architectures"][0]
+        m, info = getattr(transformers, cls).from_pretrained(
+            folder, dtype=torch.float32, output_loading_info=True
+        )
+        _MODELS[folder] = (m.eval(), info)
+    return _MODELS[folder]
+
+
+def _cases() -> list[tuple[str, str]]:
+    return [(a, "f32") for a in ARCHS] + [(F16_ARCH, "f16")]
+
+
+def _is_f16_conv(arch: str, k: str) -> bool:
+    return arch in F16_CONVS and ".conv" in k and k.endswith(".weight")
+
+
+@pytest.mark.parametrize(("arch", "t"), _cases())
+def test_loads_with_every_tensor(work, arch, t):
+    back, info = _model(work["root"] / arch / f"back-{t}")
+    orig, _ = _model(work[arch])
+    assert type(back) is type(orig)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    assert not info["mismatched_keys"] and not info["error_msgs"], info
+    want = {k: v.numpy() for k, v in orig.state_dict().items()}
+    got = {k: v.numpy() for k, v in back.state_dict().items()}
+    assert set(got) == set(want)
+    assert any(".audio_tower." in k for k in got) and any("projector" in k for k in got)
+    for k, w in want.items():
+        g = got[k]
+        assert g.shape == w.shape, k
+        f16 = w.astype(np.float16).astype(np.float32)
+        if _is_f16_conv(arch, k):  # F16 at every type: the original rounded, exactly
+            np.testing.assert_array_equal(g, f16, err_msg=k)
+        elif t == "f32":
+            np.testing.assert_array_equal(g, w, err_msg=k)
+        else:
+            assert np.all(np.abs(g - w) <= np.abs(f16 - w)), k
+
+
+def _mel(folder: Path):
+    """The mel features of a 1 s waveform by the feature extractor of ``folder``."""
+    from transformers import AutoFeatureExtractor
+
+    fe = AutoFeatureExtractor.from_pretrained(folder)
+    return fe([_pcm(1.0)], sampling_rate=SAMPLE_RATE, return_tensors="pt")["input_features"]
+
+
+def _features(arch: str, model, mel) -> np.ndarray:
+    """The model's audio embeddings (what replaces its audio tokens) for ``mel``."""
+    import torch
+
+    with torch.no_grad():
+        if arch == "qwen2audio":  # no get_audio_features: forward's own two calls
+            h = model.model.audio_tower(mel).last_hidden_state
+            f = model.model.multi_modal_projector(h)
+        elif arch == "audioflamingo3":  # the whole 30 s window attended
+            mask = torch.ones(mel.shape[0], mel.shape[-1], dtype=torch.long)
+            f = model.get_audio_features(mel, mask).pooler_output
+        else:
+            f = model.get_audio_features(mel).pooler_output
+    return f.reshape(-1, f.shape[-1]).numpy()
+
+
+# measured (f32 pair): the features of the original with its convs rounded to f16 and
+# every logit equal exactly; against the unrounded original the features differ by the
+# F16 convs alone (Voxtral 8.7e-5, Qwen2-Audio 4.1e-5 of their scale)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_same_audio_features_and_logits(work, arch):
+    import torch
+
+    orig, _ = _model(work[arch])
+    back, _ = _model(work["root"] / arch / "back-f32")
+    mel = _mel(work["root"] / arch / "back-f32")
+    got = _features(arch, back, mel)
+    want = _features(arch, orig, mel)
+    assert got.shape == want.shape and got.shape[0] > 0
+    if arch in F16_CONVS:
+        # the GGUF keeps the conv weights in f16 (the reference's rule): our folder
+        # runs the original's values rounded so, as llama.cpp does
+        scale = float(np.abs(want).max())
+        assert 0 < float(np.abs(got - want).max()) <= 1e-3 * scale
+        convs = [p for n, p in orig.named_parameters() if _is_f16_conv(arch, n)]
+        assert len(convs) == 2
+        own = [p.detach().clone() for p in convs]
+        try:
+            with torch.no_grad():
+                for p in convs:
+                    p.copy_(p.half().float())
+            want = _features(arch, orig, mel)
+        finally:
+            with torch.no_grad():
+                for p, o in zip(convs, own, strict=True):
+                    p.copy_(o)
+    np.testing.assert_array_equal(got, want)
+    ids = torch.randint(0, 200, (1, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        lw = orig(input_ids=ids).logits.numpy()
+        lg = back(input_ids=ids).logits.numpy()
+    np.testing.assert_array_equal(lg, lw)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_feature_extractor(work, arch):
+    """Our folder's feature extractor is WhisperFeatureExtractor with the projector's mel
+    bins and mtmd's fixed front end (16 kHz, 400-sample FFT, hop 160, 30 s window): the
+    mel features the forward tests give mtmd's output is compared with."""
+    from transformers import WhisperFeatureExtractor
+
+    fe = WhisperFeatureExtractor(feature_size=128, sampling_rate=SAMPLE_RATE)
+    want = fe([_pcm(1.0)], sampling_rate=SAMPLE_RATE, return_tensors="pt")["input_features"]
+    got = _mel(work["root"] / arch / "back-f32")
+    assert tuple(got.shape) == (1, 128, 3000)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_folder_converts_forward_again(work, arch, tmp_path):
+    """HF -> GGUF of our folder gives our GGUF pair again (every hyperparameter, tensor
+    name, type and value; the tokenizer is text GGUF -> HF's, not compared)."""
+    from weightsmith.gguf import read
+
+    d = work["root"] / arch
+    text, proj = tmp_path / "text.gguf", tmp_path / "mmproj.gguf"
+    hf_to_gguf(d / "back-f32", text, "f32", mmproj=proj, tokenizer=False)
+    for ours, first in ((text, d / "text-f32.gguf"), (proj, d / "mmproj-f32.gguf")):
+        with read(ours) as a, read(first) as b:
+            skip = ("general.", "tokenizer.")
+            md_a = {k: v for k, v in a.metadata.items() if not k.startswith(skip)}
+            md_b = {k: v for k, v in b.metadata.items() if not k.startswith(skip)}
+            assert md_a == md_b
+            assert [(t.name, t.ggml_type, tuple(t.shape)) for t in a.tensors] == [
+                (t.name, t.ggml_type, tuple(t.shape)) for t in b.tensors
+            ]
+            for t in b.tensors:
+                x, y = np.asarray(a.numpy(t.name)), np.asarray(b.numpy(t.name))
+                np.testing.assert_array_equal(x, y, err_msg=t.name)
+
+
+def test_config_values(work):
+    """The audio config from the rows (each family's spelling), the values GGUF does not
+    keep restored from the tensors (position table rows, projector bias)."""
+    cfg = {a: json.loads((work["root"] / a / "back-f32" / "config.json").read_text())
+           for a in ARCHS}  # fmt: skip
+    assert cfg["qwen2audio"]["audio_config"]["d_model"] == 64
+    assert cfg["qwen2audio"]["audio_config"]["encoder_layers"] == 3
+    assert cfg["voxtral"]["audio_config"]["intermediate_size"] == 256
+    assert cfg["audioflamingo3"]["projector_bias"] is True
+    for a in ARCHS:
+        orig = json.loads((work[a] / "config.json").read_text())["audio_config"]
+        for k, v in cfg[a]["audio_config"].items():
+            assert orig[k] == v, (a, k)
+        assert "vision_config" not in cfg[a]
+
+
+def test_audio_only_projector_without_audio_is_refused(work, tmp_path):
+    """An audio-only family's projector whose audio row says no encoder, or whose width is
+    not the text model's: a named error naming the row, nothing written."""
+    from weightsmith.gguf import edit
+
+    d = work["root"] / "voxtral"
+    for n, (key, value) in enumerate(
+        [("clip.has_audio_encoder", False), ("clip.audio.projection_dim", 512)]
+    ):
+        proj = edit(d / "mmproj-f32.gguf", {key: value}, out=tmp_path / f"p{n}.gguf")
+        with pytest.raises(E.ProjectorMismatch) as ei:
+            gguf_to_hf(d / "text-f32.gguf", tmp_path / "out", mmproj=proj)
+        assert ei.value.field == key
+        assert not (tmp_path / "out").exists()
+    proj = edit(d / "mmproj-f32.gguf", remove=["clip.audio.block_count"], out=tmp_path / "r.gguf")
+    with pytest.raises(E.MissingGGUFMetadata, match=r"clip\.audio\.block_count"):
+        gguf_to_hf(d / "text-f32.gguf", tmp_path / "out", mmproj=proj)
+    assert not (tmp_path / "out").exists()
