@@ -284,11 +284,12 @@ def test_mismatched_projector_is_refused(work, tmp_path):
 
 
 def test_audio_projector_is_refused(work, tmp_path):
-    """No audio tower converts back yet: a projector with one (Gemma 4's gemma4a half)
-    is refused, naming the row, before anything is written."""
+    """A family without an audio tower way back (LLaVA's; Gemma 4's and the Whisper
+    families' convert: tests/test_convert_mmproj_to_hf_audio.py): a projector that says
+    it has one is refused, naming the row, before anything is written."""
     from weightsmith.gguf import edit
 
-    d = work["root"] / "gemma4"
+    d = work["root"] / "llava"
     proj = edit(d / "mmproj-f32.gguf", {"clip.has_audio_encoder": True}, out=tmp_path / "a.gguf")
     with pytest.raises(E.ProjectorMismatch) as ei:
         gguf_to_hf(d / "text-f32.gguf", tmp_path / "out", mmproj=proj)

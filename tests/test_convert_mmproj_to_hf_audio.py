@@ -1,15 +1,16 @@
 """GGUF -> HF of audio-language models: the text GGUF and its audio projector GGUF back
 into one ``*ForConditionalGeneration`` folder (``gguf_to_hf(..., mmproj=...)``).
 
-For each tiny random model (tests/support/audio_models.py, float32, built once per
-module): original folder -> our GGUF pair (f32; Audio Flamingo 3 also f16) -> our HF
-folder, then
+For each tiny random model (tests/support/audio_models.py, and the forward tests' Gemma
+4 with both towers; float32, built once per module): original folder -> our GGUF pair
+(f32; Audio Flamingo 3 also f16) -> our HF folder, then
 
 * transformers 5 loads the folder with no missing, unexpected or mismatched keys;
 * every tensor equals the original's bit for bit from the f32 pair, except the Whisper
   conv weights the reference stores F16 at every type (Voxtral's and Qwen2-Audio's):
-  those are the original's rounded to f16, exactly; from the f16 pair, at most the f16
-  rounding apart;
+  those are the original's rounded to f16, exactly, and Gemma 4's ``per_dim_scale``
+  (stored through softplus, many-to-one in float32: the same softplus again); from the
+  f16 pair, at most the f16 rounding apart;
 * the audio features (the model's own audio path on the same mel features) equal the
   original model's with its conv weights rounded as the GGUF keeps them, and the text
   logits on the same ids equal the original's;
@@ -28,12 +29,24 @@ import numpy as np
 import pytest
 
 from support.audio_models import audioflamingo3, qwen2audio, voxtral
-from test_convert_gemma4_audio import _pcm
+from support.vlm_models import build
+from test_convert_gemma4_audio import AUDIO as G4_AUDIO
+from test_convert_gemma4_audio import _finite_bounds, _pcm
 from weightsmith import errors as E
 from weightsmith.convert import gguf_to_hf, hf_to_gguf
 
+
+def gemma4_audio(folder: Path, dtype: str) -> Path:
+    """The forward tests' Gemma 4 with both towers and seeded finite clip bounds."""
+    src = build("gemma4", folder, dtype=dtype, seed=34, audio=G4_AUDIO)
+    _finite_bounds(src, 35)
+    return src
+
+
 BUILDERS = {"voxtral": voxtral, "qwen2audio": qwen2audio, "audioflamingo3": audioflamingo3}
+BUILDERS["gemma4a"] = gemma4_audio
 ARCHS = ["voxtral", "qwen2audio", "audioflamingo3"]
+ARCHS += ["gemma4a"]
 #: the family also converted through the f16 pair (one, for test time)
 F16_ARCH = "audioflamingo3"
 #: the families whose Whisper conv weights the reference keeps F16 at every type
@@ -92,40 +105,52 @@ def test_loads_with_every_tensor(work, arch, t):
     want = {k: v.numpy() for k, v in orig.state_dict().items()}
     got = {k: v.numpy() for k, v in back.state_dict().items()}
     assert set(got) == set(want)
-    assert any(".audio_tower." in k for k in got) and any("projector" in k for k in got)
+    assert any(".audio_tower." in k for k in got)
+    assert any(("projector" in k or "embed_audio" in k) for k in got)
     for k, w in want.items():
         g = got[k]
         assert g.shape == w.shape, k
         f16 = w.astype(np.float16).astype(np.float32)
         if _is_f16_conv(arch, k):  # F16 at every type: the original rounded, exactly
             np.testing.assert_array_equal(g, f16, err_msg=k)
+        elif k.endswith("per_dim_scale"):  # stored as softplus: the same softplus again
+            import torch
+
+            sp = torch.nn.functional.softplus
+            assert torch.equal(sp(torch.from_numpy(g)), sp(torch.from_numpy(w))), k
+            assert np.all(np.abs(g - w) <= 3 * np.spacing(np.abs(w))), k
         elif t == "f32":
             np.testing.assert_array_equal(g, w, err_msg=k)
         else:
             assert np.all(np.abs(g - w) <= np.abs(f16 - w)), k
 
 
-def _mel(folder: Path):
-    """The mel features of a 1 s waveform by the feature extractor of ``folder``."""
+def _mel(folder: Path) -> dict:
+    """The mel features (and mask, where the extractor gives one) of a 1 s waveform by
+    the feature extractor of ``folder``."""
     from transformers import AutoFeatureExtractor
 
     fe = AutoFeatureExtractor.from_pretrained(folder)
-    return fe([_pcm(1.0)], sampling_rate=SAMPLE_RATE, return_tensors="pt")["input_features"]
+    return dict(fe([_pcm(1.0)], sampling_rate=SAMPLE_RATE, return_tensors="pt"))
 
 
 def _features(arch: str, model, mel) -> np.ndarray:
     """The model's audio embeddings (what replaces its audio tokens) for ``mel``."""
     import torch
 
+    x = mel["input_features"]
     with torch.no_grad():
         if arch == "qwen2audio":  # no get_audio_features: forward's own two calls
-            h = model.model.audio_tower(mel).last_hidden_state
+            h = model.model.audio_tower(x).last_hidden_state
             f = model.model.multi_modal_projector(h)
         elif arch == "audioflamingo3":  # the whole 30 s window attended
-            mask = torch.ones(mel.shape[0], mel.shape[-1], dtype=torch.long)
-            f = model.get_audio_features(mel, mask).pooler_output
+            mask = torch.ones(x.shape[0], x.shape[-1], dtype=torch.long)
+            f = model.get_audio_features(x, mask).pooler_output
+        elif arch == "gemma4a":  # the frames the mask keeps
+            out = model.model.get_audio_features(x, mel["input_features_mask"])
+            f = out.pooler_output[out.attention_mask]
         else:
-            f = model.get_audio_features(mel).pooler_output
+            f = model.get_audio_features(x).pooler_output
     return f.reshape(-1, f.shape[-1]).numpy()
 
 
@@ -169,16 +194,25 @@ def test_same_audio_features_and_logits(work, arch):
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_feature_extractor(work, arch):
-    """Our folder's feature extractor is WhisperFeatureExtractor with the projector's mel
-    bins and mtmd's fixed front end (16 kHz, 400-sample FFT, hop 160, 30 s window): the
-    mel features the forward tests give mtmd's output is compared with."""
+    """Our folder's feature extractor gives the mel features the forward tests compare
+    mtmd's output with: WhisperFeatureExtractor with the projector's mel bins and mtmd's
+    fixed front end (16 kHz, 400-sample FFT, hop 160, 30 s window); Gemma 4's
+    Gemma4AudioFeatureExtractor (its defaults, nested in processor_config.json beside
+    the image processor's preprocessor_config.json)."""
     from transformers import WhisperFeatureExtractor
+    from transformers.models.gemma4 import Gemma4AudioFeatureExtractor
 
-    fe = WhisperFeatureExtractor(feature_size=128, sampling_rate=SAMPLE_RATE)
-    want = fe([_pcm(1.0)], sampling_rate=SAMPLE_RATE, return_tensors="pt")["input_features"]
+    if arch == "gemma4a":
+        fe, shape = Gemma4AudioFeatureExtractor(), (1, 99, 128)
+    else:
+        fe = WhisperFeatureExtractor(feature_size=128, sampling_rate=SAMPLE_RATE)
+        shape = (1, 128, 3000)
+    want = dict(fe([_pcm(1.0)], sampling_rate=SAMPLE_RATE, return_tensors="pt"))
     got = _mel(work["root"] / arch / "back-f32")
-    assert tuple(got.shape) == (1, 128, 3000)
-    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    assert set(got) == set(want)
+    assert tuple(got["input_features"].shape) == shape
+    for k in want:
+        np.testing.assert_array_equal(got[k].numpy(), want[k].numpy(), err_msg=k)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -213,11 +247,14 @@ def test_config_values(work):
     assert cfg["qwen2audio"]["audio_config"]["encoder_layers"] == 3
     assert cfg["voxtral"]["audio_config"]["intermediate_size"] == 256
     assert cfg["audioflamingo3"]["projector_bias"] is True
+    g4 = cfg["gemma4a"]["audio_config"]
+    assert g4["subsampling_conv_channels"] == [128, 32] and g4["output_proj_dims"] == 64
+    assert g4["conv_kernel_size"] == 5 and g4["use_clipped_linears"] is True
     for a in ARCHS:
         orig = json.loads((work[a] / "config.json").read_text())["audio_config"]
         for k, v in cfg[a]["audio_config"].items():
             assert orig[k] == v, (a, k)
-        assert "vision_config" not in cfg[a]
+        assert ("vision_config" in cfg[a]) == (a == "gemma4a")
 
 
 def test_audio_only_projector_without_audio_is_refused(work, tmp_path):

@@ -936,8 +936,48 @@ def _gemma4_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
             "rescale_factor": 1 / 255,
             "resample": 3,  # bicubic, as mtmd's gemma4v resizes
             **_mean_std(md),
-        }
+        },
+        **_gemma4_audio_pre(md),
     }
+
+
+def _gemma4_audio_pre(md: Mapping[str, Any]) -> dict[str, dict]:
+    """With the conformer: its feature extractor, nested in processor_config.json (the
+    image processor has preprocessor_config.json); mtmd's gemma4a mel front end is
+    Gemma4AudioFeatureExtractor's defaults (16 kHz, 20 ms frames, 10 ms hop, 512-point
+    FFT, mel floor 1e-3), with the projector's mel bins."""
+    if not md.get(_CLIP + "has_audio_encoder"):
+        return {}
+    fe = {
+        "feature_extractor_type": "Gemma4AudioFeatureExtractor",
+        "feature_size": md.get(_CLIP + "audio.num_mel_bins", 128),
+        "sampling_rate": 16000,
+        "frame_length": 320,
+        "hop_length": 160,
+        "fft_length": 512,
+        "min_frequency": 0.0,
+        "max_frequency": 8000.0,
+        "mel_floor": 0.001,
+        "return_attention_mask": True,
+    }
+    return {
+        "processor_config.json": {"processor_class": "Gemma4Processor", "feature_extractor": fe}
+    }
+
+
+def _gemma4_audio_restore(md: Mapping[str, Any], audio: dict, shapes: dict) -> tuple[dict, dict]:
+    # numpy order [out, in, ...]: the sub-sampling convs' channels, the depthwise conv's
+    # kernel [C, K] and the output projection's width are only shapes; the clip bounds
+    # are tensors, present or not.  The attention chunking (12 frames, 12 past = 13 left,
+    # 0 right), logit cap 50, residual weight 0.5 and the norm epsilon 1e-6 (its row) are
+    # mtmd's gemma4a constants and Gemma4AudioConfig's defaults, not written
+    a = {
+        "subsampling_conv_channels": [shapes[f"a.conv1d.{i}.weight"][0] for i in (0, 1)],
+        "conv_kernel_size": shapes["a.blk.0.conv_dw.weight"][1],
+        "output_proj_dims": shapes["a.pre_encode.out.weight"][0],
+        "use_clipped_linears": "a.blk.0.attn_q.input_max" in shapes,
+    }
+    return a, {}
 
 
 GEMMA4_BACK = VisionBack(
@@ -963,8 +1003,20 @@ GEMMA4_BACK = VisionBack(
             "image_token_id": "<|image|>",
             "boi_token_id": "<|image>",  # mtmd's gemma4v image brackets
             "eoi_token_id": "<image|>",
+            "audio_token_id": "<|audio|>",
+            "boa_token_id": "<|audio>",  # mtmd's gemma4a audio brackets
+            "eoa_token_index": "<audio|>",
         }
     ),
+    # the conformer (gemma4a), when the projector has one
+    audio_model_type="gemma4_audio",
+    audio_fields={
+        "audio.feed_forward_length": None,  # 4 x the width, no Gemma 4 field
+        "audio.num_mel_bins": None,  # the feature extractor's 128, no model field
+        "audio.attention.layer_norm_epsilon": None,
+    },
+    audio_restore=_gemma4_audio_restore,
+    audio_required=("hidden_size", "num_hidden_layers", "num_attention_heads"),
 )
 
 VISION_BACK += (GEMMA4_BACK,)
