@@ -29,9 +29,13 @@ import numpy as np
 import pytest
 
 from support.audio_models import audioflamingo3, qwen2audio, voxtral
+from support.hf_models import gemma4unified
 from support.vlm_models import build
 from test_convert_gemma4_audio import AUDIO as G4_AUDIO
 from test_convert_gemma4_audio import _finite_bounds, _pcm
+from test_convert_gemma4_unified_mmproj import _hf_features as _g4u_features
+from test_convert_gemma4_unified_mmproj import _image as _g4u_image
+from test_convert_gemma4_unified_mmproj import _pcm as _g4u_pcm
 from weightsmith import errors as E
 from weightsmith.convert import gguf_to_hf, hf_to_gguf
 
@@ -43,14 +47,30 @@ def gemma4_audio(folder: Path, dtype: str) -> Path:
     return src
 
 
+def gemma4_unified(folder: Path, dtype: str) -> Path:
+    """The forward tests' Gemma 4 Unified (model patches of 2 x 3 px, 640-sample frames)
+    with their image processor file (the projector's mean/std rows read it)."""
+    src = gemma4unified(folder, dtype=dtype, seed=36, vision=G4U_VISION, audio=G4U_AUDIO)
+    (src / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "Gemma4UnifiedImageProcessor", "patch_size": 2,
+        "pooling_kernel_size": 3, "max_soft_tokens": 280,
+        "image_mean": [0.0, 0.0, 0.0], "image_std": [1.0, 1.0, 1.0]}))  # fmt: skip
+    return src
+
+
 BUILDERS = {"voxtral": voxtral, "qwen2audio": qwen2audio, "audioflamingo3": audioflamingo3}
 BUILDERS["gemma4a"] = gemma4_audio
+BUILDERS["gemma4u"] = gemma4_unified
 ARCHS = ["voxtral", "qwen2audio", "audioflamingo3"]
 ARCHS += ["gemma4a"]
+ARCHS += ["gemma4u"]
 #: the family also converted through the f16 pair (one, for test time)
 F16_ARCH = "audioflamingo3"
 #: the families whose Whisper conv weights the reference keeps F16 at every type
 F16_CONVS = ("voxtral", "qwen2audio")
+#: the forward tests' Gemma 4 Unified fields (mtmd's fixed pooling of 3, 640-sample frames)
+G4U_VISION = {"pooling_kernel_size": 3, "mm_posemb_size": 64, "output_proj_dims": 32}
+G4U_AUDIO = {"audio_embed_dim": 640}
 SAMPLE_RATE = 16000
 
 
@@ -105,7 +125,7 @@ def test_loads_with_every_tensor(work, arch, t):
     want = {k: v.numpy() for k, v in orig.state_dict().items()}
     got = {k: v.numpy() for k, v in back.state_dict().items()}
     assert set(got) == set(want)
-    assert any(".audio_tower." in k for k in got)
+    assert any((".audio_tower." in k or "embed_audio" in k) for k in got)
     assert any(("projector" in k or "embed_audio" in k) for k in got)
     for k, w in want.items():
         g = got[k]
@@ -146,7 +166,7 @@ def _features(arch: str, model, mel) -> np.ndarray:
         elif arch == "audioflamingo3":  # the whole 30 s window attended
             mask = torch.ones(x.shape[0], x.shape[-1], dtype=torch.long)
             f = model.get_audio_features(x, mask).pooler_output
-        elif arch == "gemma4a":  # the frames the mask keeps
+        elif arch in ("gemma4a", "gemma4u"):  # the frames the mask keeps (Unified: raw)
             out = model.model.get_audio_features(x, mel["input_features_mask"])
             f = out.pooler_output[out.attention_mask]
         else:
@@ -185,6 +205,12 @@ def test_same_audio_features_and_logits(work, arch):
                 for p, o in zip(convs, own, strict=True):
                     p.copy_(o)
     np.testing.assert_array_equal(got, want)
+    if arch == "gemma4u":  # its image features too (the image embedder is new here)
+        img, pcm = _g4u_image(), _g4u_pcm()
+        for w, g in zip(_g4u_features(work[arch], img, pcm),
+                        _g4u_features(work["root"] / arch / "back-f32", img, pcm), strict=True):  # fmt: skip
+            assert w.shape == g.shape and w.shape[0] > 0
+            np.testing.assert_array_equal(g, w)
     ids = torch.randint(0, 200, (1, 12), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         lw = orig(input_ids=ids).logits.numpy()
@@ -201,9 +227,12 @@ def test_feature_extractor(work, arch):
     the image processor's preprocessor_config.json)."""
     from transformers import WhisperFeatureExtractor
     from transformers.models.gemma4 import Gemma4AudioFeatureExtractor
+    from transformers.models.gemma4_unified import Gemma4UnifiedAudioFeatureExtractor
 
     if arch == "gemma4a":
         fe, shape = Gemma4AudioFeatureExtractor(), (1, 99, 128)
+    elif arch == "gemma4u":  # 1 s in 640-sample frames
+        fe, shape = Gemma4UnifiedAudioFeatureExtractor(), (1, 25, 640)
     else:
         fe = WhisperFeatureExtractor(feature_size=128, sampling_rate=SAMPLE_RATE)
         shape = (1, 128, 3000)
@@ -250,11 +279,17 @@ def test_config_values(work):
     g4 = cfg["gemma4a"]["audio_config"]
     assert g4["subsampling_conv_channels"] == [128, 32] and g4["output_proj_dims"] == 64
     assert g4["conv_kernel_size"] == 5 and g4["use_clipped_linears"] is True
+    g4u = cfg["gemma4u"]
+    assert (
+        g4u["vision_config"]["mm_posemb_size"] == 64
+        and g4u["audio_config"]["audio_embed_dim"] == 640
+    )
     for a in ARCHS:
-        orig = json.loads((work[a] / "config.json").read_text())["audio_config"]
-        for k, v in cfg[a]["audio_config"].items():
-            assert orig[k] == v, (a, k)
-        assert ("vision_config" in cfg[a]) == (a == "gemma4a")
+        orig = json.loads((work[a] / "config.json").read_text())
+        for tower in ("audio_config", "vision_config"):
+            for k, v in cfg[a].get(tower, {}).items():
+                assert orig[tower][k] == v, (a, k)
+        assert ("vision_config" in cfg[a]) == (a in ("gemma4a", "gemma4u"))
 
 
 def test_audio_only_projector_without_audio_is_refused(work, tmp_path):

@@ -2256,3 +2256,75 @@ AUDIOFLAMINGO3_BACK = replace(
 )
 
 VISION_BACK += (AUDIOFLAMINGO3_BACK,)
+
+
+# --------------------------------------------------------------------------- Gemma 4 Unified
+
+
+def _g4u_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    v = {
+        # mtmd's gemma4uv pools by 3 (a model patch of 3 x 3 patches) unless the scale
+        # factor row says otherwise: the reference writes none
+        "pooling_kernel_size": md.get(_CLIP + "vision.projector.scale_factor", 3),
+        # the position table [2, size, width] and the projection's input (numpy order)
+        "mm_posemb_size": shapes["v.position_embd.weight"][1],
+        "output_proj_dims": shapes["mm.input_projection.weight"][1],
+    }
+    return v, {}
+
+
+def _g4u_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    width = md[_CLIP + "audio.embedding_length"]  # the raw-waveform frame, in samples
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "Gemma4UnifiedImageProcessor",
+            "patch_size": vision["patch_size"],
+            "pooling_kernel_size": vision["pooling_kernel_size"],
+            "max_soft_tokens": 280,  # not kept by GGUF: the processor's default
+            **_mean_std(md),
+        },
+        "processor_config.json": {
+            "processor_class": "Gemma4UnifiedProcessor",
+            # mtmd's gemma4ua: a 16 kHz waveform in frames of the audio width
+            "feature_extractor": {
+                "feature_extractor_type": "Gemma4UnifiedAudioFeatureExtractor",
+                "feature_size": width,
+                "audio_samples_per_token": width,
+                "sampling_rate": 16000,
+            },
+        },
+    }
+
+
+# encoder-free: a patch embedder (gemma4uv) and raw-waveform frames (gemma4ua); no tower
+# sizes (the reference writes 0 for them), the epsilons its 1e-6 and the configs' default
+GEMMA4UNIFIED_BACK = VisionBack(
+    hf_arch="Gemma4UnifiedForConditionalGeneration",
+    model_type="gemma4_unified",
+    projector=P.GEMMA4_UNIFIED,
+    projector_types=("gemma4uv",),
+    vision_model_type="gemma4_unified_vision",
+    text_model_type="gemma4_unified_text",
+    text_archs=("gemma4",),
+    fields={
+        "vision.image_size": None,  # the reference's placeholder 224
+        "vision.attention.layer_norm_epsilon": None,
+    },
+    restore=_g4u_restore,
+    required=("patch_size", "mm_embed_dim"),
+    preprocessor=_g4u_pre,
+    text_rename=GEMMA4_BACK.text_rename,
+    tokens=GEMMA4_BACK.tokens,
+    audio_model_type="gemma4_unified_audio",
+    audio_fields={
+        "audio.embedding_length": "audio_embed_dim",
+        "audio.feed_forward_length": None,
+        "audio.block_count": None,
+        "audio.attention.head_count": None,
+        "audio.num_mel_bins": None,
+        "audio.attention.layer_norm_epsilon": None,
+    },
+    audio_required=("audio_embed_dim",),
+)
+
+VISION_BACK += (GEMMA4UNIFIED_BACK,)
