@@ -30,7 +30,7 @@ import pytest
 
 from support.audio_models import audioflamingo3, qwen2audio, voxtral
 from support.hf_models import gemma4unified
-from support.vlm_models import build
+from support.vlm_models import build, qwen3asr
 from test_convert_gemma4_audio import AUDIO as G4_AUDIO
 from test_convert_gemma4_audio import _finite_bounds, _pcm
 from test_convert_gemma4_unified_mmproj import _hf_features as _g4u_features
@@ -61,13 +61,16 @@ def gemma4_unified(folder: Path, dtype: str) -> Path:
 BUILDERS = {"voxtral": voxtral, "qwen2audio": qwen2audio, "audioflamingo3": audioflamingo3}
 BUILDERS["gemma4a"] = gemma4_audio
 BUILDERS["gemma4u"] = gemma4_unified
+BUILDERS["qwen3asr"] = qwen3asr
 ARCHS = ["voxtral", "qwen2audio", "audioflamingo3"]
 ARCHS += ["gemma4a"]
 ARCHS += ["gemma4u"]
+ARCHS += ["qwen3asr"]
 #: the family also converted through the f16 pair (one, for test time)
 F16_ARCH = "audioflamingo3"
 #: the families whose Whisper conv weights the reference keeps F16 at every type
 F16_CONVS = ("voxtral", "qwen2audio")
+F16_CONVS += ("qwen3asr",)  # its sub-sampling convs and conv_out (Qwen3-Omni's rule)
 #: the forward tests' Gemma 4 Unified fields (mtmd's fixed pooling of 3, 640-sample frames)
 G4U_VISION = {"pooling_kernel_size": 3, "mm_posemb_size": 64, "output_proj_dims": 32}
 G4U_AUDIO = {"audio_embed_dim": 640}
@@ -163,7 +166,7 @@ def _features(arch: str, model, mel) -> np.ndarray:
         if arch == "qwen2audio":  # no get_audio_features: forward's own two calls
             h = model.model.audio_tower(x).last_hidden_state
             f = model.model.multi_modal_projector(h)
-        elif arch == "audioflamingo3":  # the whole 30 s window attended
+        elif arch in ("audioflamingo3", "qwen3asr"):  # the whole 30 s window attended
             mask = torch.ones(x.shape[0], x.shape[-1], dtype=torch.long)
             f = model.get_audio_features(x, mask).pooler_output
         elif arch in ("gemma4a", "gemma4u"):  # the frames the mask keeps (Unified: raw)
@@ -193,7 +196,7 @@ def test_same_audio_features_and_logits(work, arch):
         scale = float(np.abs(want).max())
         assert 0 < float(np.abs(got - want).max()) <= 1e-3 * scale
         convs = [p for n, p in orig.named_parameters() if _is_f16_conv(arch, n)]
-        assert len(convs) == 2
+        assert len(convs) == (4 if arch == "qwen3asr" else 2)
         own = [p.detach().clone() for p in convs]
         try:
             with torch.no_grad():
@@ -228,11 +231,14 @@ def test_feature_extractor(work, arch):
     from transformers import WhisperFeatureExtractor
     from transformers.models.gemma4 import Gemma4AudioFeatureExtractor
     from transformers.models.gemma4_unified import Gemma4UnifiedAudioFeatureExtractor
+    from transformers.models.qwen3_asr import Qwen3ASRFeatureExtractor
 
     if arch == "gemma4a":
         fe, shape = Gemma4AudioFeatureExtractor(), (1, 99, 128)
     elif arch == "gemma4u":  # 1 s in 640-sample frames
         fe, shape = Gemma4UnifiedAudioFeatureExtractor(), (1, 25, 640)
+    elif arch == "qwen3asr":  # Whisper's front end under Qwen3-ASR's class
+        fe, shape = Qwen3ASRFeatureExtractor(), (1, 128, 3000)
     else:
         fe = WhisperFeatureExtractor(feature_size=128, sampling_rate=SAMPLE_RATE)
         shape = (1, 128, 3000)

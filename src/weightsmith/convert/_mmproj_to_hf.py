@@ -206,6 +206,8 @@ def _family(text: GGUFFile, proj: GGUFFile, path: Path) -> VisionBack:
             found=repr(arch) if arch is not None else "no such key",
         )
     ptype = md.get(_CLIP + "projector_type", md.get(_CLIP + "vision.projector_type"))
+    if ptype is None:  # an audio-only file may type only its audio tower (Qwen3-ASR's)
+        ptype = md.get(_CLIP + "audio.projector_type")
     text_arch = text.metadata.get("general.architecture")
     if ptype in NO_WAY_BACK:  # a family transformers cannot rebuild from the pair
         raise E.ProjectorMismatch(
@@ -2328,3 +2330,59 @@ GEMMA4UNIFIED_BACK = VisionBack(
 )
 
 VISION_BACK += (GEMMA4UNIFIED_BACK,)
+
+
+# --------------------------------------------------------------------------- Qwen3-ASR
+
+
+def _qwen3asr_restore(md: Mapping[str, Any], audio: dict, shapes: dict) -> tuple[dict, dict]:
+    # numpy order [out, in, ...]: the sub-sampling convs' channels and the output width
+    # are only shapes; the position table is sinusoids the tower computes (not read
+    # back); the 100-frame chunks (n_window 50) are mtmd's and the config's default
+    a = {
+        "downsample_hidden_size": shapes["a.conv2d.1.weight"][0],
+        "output_dim": shapes["mm.a.mlp.2.weight"][0],
+    }
+    return a, {}
+
+
+def _qwen3asr_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    pre = _whisper_pre(vision, md)["preprocessor_config.json"]
+    return {"preprocessor_config.json": {**pre, "feature_extractor_type": "Qwen3ASRFeatureExtractor",
+                                         "return_attention_mask": True}}  # fmt: skip
+
+
+def _qwen3asr_rename(name: str, md: Mapping[str, Any]) -> str:
+    # the entry's names are Qwen's release's (the output layers inside the tower):
+    # back to transformers 5's, which ours reads too (the reference reads only Qwen's)
+    for qwen, hf in (("audio_tower.proj1.", "multi_modal_projector.linear_1."),
+                     ("audio_tower.proj2.", "multi_modal_projector.linear_2.")):  # fmt: skip
+        if name.startswith(qwen):
+            name = hf + name[len(qwen) :]
+    return "model." + name
+
+
+# Qwen3-Omni's audio tower alone over a qwen3vl text (MRoPE sections interleaved), in
+# transformers 5's layout (model.audio_tower.*, model.multi_modal_projector.*,
+# model.language_model.*)
+QWEN3ASR_BACK = replace(
+    VOXTRAL_BACK,
+    hf_arch="Qwen3ASRForConditionalGeneration",
+    model_type="qwen3_asr",
+    projector=P.QWEN3ASR_AUDIO,
+    projector_types=("qwen3a",),
+    text_model_type="qwen3",
+    text_archs=("qwen3vl",),
+    text=_qwen3_text,
+    text_rename=QWEN3VL_BACK.text_rename,
+    rename=_qwen3asr_rename,
+    copies=frozenset({"a.position_embd.weight"}),
+    preprocessor=_qwen3asr_pre,
+    audio_model_type="qwen3_asr_encoder",
+    audio_fields=QWEN2AUDIO_BACK.audio_fields,
+    audio_restore=_qwen3asr_restore,
+    audio_required=QWEN2AUDIO_BACK.audio_required,
+    tokens=_token_ids({"audio_token_id": "<|audio_pad|>"}),
+)
+
+VISION_BACK += (QWEN3ASR_BACK,)
