@@ -316,3 +316,17 @@ def test_audio_only_projector_without_audio_is_refused(work, tmp_path):
     with pytest.raises(E.MissingGGUFMetadata, match=r"clip\.audio\.block_count"):
         gguf_to_hf(d / "text-f32.gguf", tmp_path / "out", mmproj=proj)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("ptype", ["granite_speech", "qwen2.5o"])
+def test_audio_family_not_done_is_refused(work, ptype, tmp_path):
+    """Granite Speech's and Qwen2.5-Omni's projectors have no way back yet (see
+    docs/convert-architectures.md): refused naming the projector type, nothing written."""
+    from weightsmith.gguf import edit
+
+    d = work["root"] / "voxtral"
+    proj = edit(d / "mmproj-f32.gguf", {"clip.projector_type": ptype}, out=tmp_path / "p.gguf")
+    with pytest.raises(E.ProjectorMismatch) as ei:
+        gguf_to_hf(d / "text-f32.gguf", tmp_path / "out", mmproj=proj)
+    assert ei.value.field == "clip.projector_type" and ptype in str(ei.value)
+    assert not (tmp_path / "out").exists()
