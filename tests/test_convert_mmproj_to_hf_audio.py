@@ -321,7 +321,9 @@ def test_audio_only_projector_without_audio_is_refused(work, tmp_path):
 @pytest.mark.parametrize("ptype", ["granite_speech", "qwen2.5o"])
 def test_audio_family_not_done_is_refused(work, ptype, tmp_path):
     """Granite Speech's and Qwen2.5-Omni's projectors have no way back yet (see
-    docs/convert-architectures.md): refused naming the projector type, nothing written."""
+    docs/convert-architectures.md): refused naming the projector type (Qwen2.5-Omni's
+    with the reason: its joint class needs the talker's speaker table), nothing
+    written."""
     from weightsmith.gguf import edit
 
     d = work["root"] / "voxtral"
@@ -329,4 +331,5 @@ def test_audio_family_not_done_is_refused(work, ptype, tmp_path):
     with pytest.raises(E.ProjectorMismatch) as ei:
         gguf_to_hf(d / "text-f32.gguf", tmp_path / "out", mmproj=proj)
     assert ei.value.field == "clip.projector_type" and ptype in str(ei.value)
+    assert ("spk_dict.pt" in str(ei.value)) == (ptype == "qwen2.5o")
     assert not (tmp_path / "out").exists()

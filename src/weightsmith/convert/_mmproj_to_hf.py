@@ -2386,3 +2386,10 @@ QWEN3ASR_BACK = replace(
 )
 
 VISION_BACK += (QWEN3ASR_BACK,)
+
+NO_WAY_BACK["qwen2.5o"] = (
+    "transformers' Qwen2_5OmniForConditionalGeneration.from_pretrained requires the "
+    "talker's speaker table (spk_dict.pt) even with audio output off, and neither GGUF "
+    "keeps it; the thinker alone (Qwen2_5OmniThinkerForConditionalGeneration) is not "
+    "written back yet"
+)
