@@ -283,12 +283,16 @@ def test_mismatched_projector_is_refused(work, tmp_path):
         assert not dst.exists()
 
 
-def test_audio_projector_is_refused(work, tmp_path):
-    """No audio tower converts back yet: a projector with one (Gemma 4's gemma4a half)
-    is refused, naming the row, before anything is written."""
+@pytest.mark.parametrize("arch", ["llava", "qwen3vlmoe"])
+def test_audio_projector_is_refused(work, arch, tmp_path):
+    """A family without an audio tower way back (LLaVA's; Qwen3-VL-MoE's, which is what a
+    Qwen3-Omni pair looks like: its Qwen3-VL tower and qwen3vlmoe text, plus the audio
+    tower; Gemma 4's, Qwen3-ASR's and the Whisper families' convert:
+    tests/test_convert_mmproj_to_hf_audio.py): a projector that says it has one is
+    refused, naming the row, before anything is written."""
     from weightsmith.gguf import edit
 
-    d = work["root"] / "gemma4"
+    d = work["root"] / arch
     proj = edit(d / "mmproj-f32.gguf", {"clip.has_audio_encoder": True}, out=tmp_path / "a.gguf")
     with pytest.raises(E.ProjectorMismatch) as ei:
         gguf_to_hf(d / "text-f32.gguf", tmp_path / "out", mmproj=proj)

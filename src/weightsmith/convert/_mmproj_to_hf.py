@@ -23,15 +23,21 @@ registry; nothing here keeps a second table of tensor names or transforms:
   came from (``MetaKey.fields[0]``, or the family's spelling in
   :attr:`VisionBack.fields`), plus the values GGUF does not keep: each family's
   :attr:`VisionBack.restore` gives the ones llama.cpp's runtime hard-codes (which are
-  transformers' defaults) and those implied by the tensors' shapes;
+  transformers' defaults) and those implied by the tensors' shapes; ``audio_config``
+  (a projector with ``clip.has_audio_encoder``, of a family with an audio tower way
+  back: :attr:`VisionBack.audio_model_type`) likewise from the ``clip.audio.*`` rows
+  (:data:`_AUDIO_FIELDS`, or the family's spelling in :attr:`VisionBack.audio_fields`)
+  and :attr:`VisionBack.audio_restore`; an audio-only family has no ``vision_config``;
 * ``preprocessor_config.json`` (and ``processor_config.json`` where the processor
-  reads one) -- the image processor settings from the ``clip.vision.*`` rows;
+  reads one) -- the image processor settings from the ``clip.vision.*`` rows, or the
+  audio feature extractor's (Whisper's front end, which mtmd hard-codes);
 * the tokenizer, generation config and model card -- as text GGUF -> HF writes them.
 
 Everything is checked before a byte is written: the projector must be a clip file
 (``general.architecture``), of a projector type with an entry here, whose projection
-width (``clip.vision.projection_dim``) is the text model's width, with no audio encoder
-(``clip.has_audio_encoder``: no audio tower converts back yet);
+width (``clip.vision.projection_dim``, ``clip.audio.projection_dim``) is the text model's
+width, with an audio encoder (``clip.has_audio_encoder``) only where the family's audio
+tower converts back, and with one where the family is audio-only;
 :class:`~weightsmith.errors.ProjectorMismatch` otherwise.
 """
 
@@ -49,6 +55,7 @@ from ..dtypes import DType
 from ..gguf import GGUFFile
 from . import _gguf_to_hf as G  # a module import: _gguf_to_hf imports this module too
 from .arch import MetaKey, NameRule
+from .arch import mmproj as P  # the audio entries (and later families') by module
 from .arch.mmproj import (
     DEEPSEEKOCR2_VISION,
     EXAONE4_5_VISION,
@@ -102,6 +109,17 @@ _REQUIRED = (
 )
 
 
+#: the audio rows' audio config fields (transformers' Whisper-style spellings); the rows
+#: not listed (the width check's projection_dim, the flags, the projector's) fill none
+_AUDIO_FIELDS: dict[str, str | None] = {
+    "audio.embedding_length": "hidden_size",
+    "audio.feed_forward_length": "intermediate_size",
+    "audio.block_count": "num_hidden_layers",
+    "audio.attention.head_count": "num_attention_heads",
+    "audio.num_mel_bins": "num_mel_bins",
+}
+
+
 @dataclass(frozen=True)
 class VisionBack:
     """The per-family pieces of projector -> ``vision_config`` (see the module docstring).
@@ -126,7 +144,7 @@ class VisionBack:
     model_type: str
     projector: Projector
     projector_types: tuple[str, ...]
-    vision_model_type: str
+    vision_model_type: str | None  # None: an audio-only family (no vision_config)
     text_model_type: str | None
     fields: dict[str, str | None]
     restore: Callable[[Mapping[str, Any], dict, dict], tuple[dict, dict]]
@@ -149,6 +167,16 @@ class VisionBack:
     joint: Callable[[Mapping[str, Any], Mapping[str, Any]], dict] = lambda md, text_md: {}
     # text config fields kept only as tensor values (the text GGUF -> the fields)
     text_values: Callable[[GGUFFile], dict] = lambda f: {}
+    # the audio tower (``clip.audio.*`` rows -> ``audio_config``); None: a projector with
+    # an audio encoder is refused.  ``audio_fields`` overrides _AUDIO_FIELDS (None: no
+    # field); ``audio_restore(md, audio, shapes)`` -> (audio_config additions, top-level
+    # additions); ``audio_required`` the audio config fields the rows must give
+    audio_model_type: str | None = None
+    audio_fields: dict[str, str | None] = field(default_factory=dict)
+    audio_restore: Callable[[Mapping[str, Any], dict, dict], tuple[dict, dict]] = (
+        lambda md, audio, shapes: ({}, {})
+    )
+    audio_required: tuple[str, ...] = ()
 
 
 def _mean_std(md: Mapping[str, Any]) -> dict:
@@ -178,6 +206,8 @@ def _family(text: GGUFFile, proj: GGUFFile, path: Path) -> VisionBack:
             found=repr(arch) if arch is not None else "no such key",
         )
     ptype = md.get(_CLIP + "projector_type", md.get(_CLIP + "vision.projector_type"))
+    if ptype is None:  # an audio-only file may type only its audio tower (Qwen3-ASR's)
+        ptype = md.get(_CLIP + "audio.projector_type")
     text_arch = text.metadata.get("general.architecture")
     if ptype in NO_WAY_BACK:  # a family transformers cannot rebuild from the pair
         raise E.ProjectorMismatch(
@@ -225,6 +255,35 @@ def _vision_config(back: VisionBack, md: Mapping[str, Any]) -> tuple[dict, dict[
     return out, key_of
 
 
+def _audio_config(back: VisionBack, md: Mapping[str, Any]) -> tuple[dict, dict[str, str]]:
+    """The ``clip.audio.*`` rows written back to their audio config fields (the family's
+    :attr:`VisionBack.audio_fields`, else :data:`_AUDIO_FIELDS`); also field -> key."""
+    out: dict[str, Any] = {}
+    key_of: dict[str, str] = {}
+    names = {**_AUDIO_FIELDS, **back.audio_fields}
+    for row in back.projector.entry.meta:
+        if not isinstance(row, MetaKey) or not row.key.startswith("audio."):
+            continue
+        target = names.get(row.key)
+        if target is None:
+            continue
+        key = row.full_key("clip")
+        key_of.setdefault(target, key)
+        if key in md:
+            out.setdefault(target, row.back(_f(md[key])))
+    return out, key_of
+
+
+def _missing(path: Path, tower: str, missing: list[str]) -> E.MissingGGUFMetadata:
+    return E.MissingGGUFMetadata(
+        f"projector metadata needed for {tower}_config is missing",
+        path=path,
+        field=f"clip.{tower}.*",
+        expected="keys " + ", ".join(missing),
+        found="none of them" if len(missing) > 1 else "no such key",
+    )
+
+
 def vlm_parts(
     text: GGUFFile, proj: GGUFFile, dtype: DType, text_path: Path, proj_path: Path
 ) -> tuple[Any, dict, dict, list[G.Part], list, dict[str, dict]]:
@@ -236,42 +295,52 @@ def vlm_parts(
     entry, text_cfg, gen = G.build_config(
         text, dtype, path=text_path, text_model_type=back.text_model_type
     )
-    if md.get(_CLIP + "has_audio_encoder"):
-        # the audio towers (Gemma 4's conformer, ...) have no way back yet
+    has_audio = bool(md.get(_CLIP + "has_audio_encoder"))
+    if (has_audio and back.audio_model_type is None) or (
+        not has_audio and back.vision_model_type is None
+    ):
+        # an audio tower the family does not convert back (Gemma 4's, ...), or an
+        # audio-only family's projector without one
         raise E.ProjectorMismatch(
-            "no GGUF -> HF conversion for a projector with an audio encoder",
+            "no GGUF -> HF conversion for this projector's towers",
             path=proj_path,
             field="clip.has_audio_encoder",
-            expected="a vision-only projector",
-            found="an audio encoder too",
+            expected="an audio encoder" if back.audio_model_type else "a vision-only projector",
+            found="an audio encoder" if has_audio else "none",
         )
-    width = md.get(_CLIP + "vision.projection_dim")
-    if width != text_cfg["hidden_size"]:
-        raise E.ProjectorMismatch(
-            "the projector's output width is not the text model's",
-            path=proj_path,
-            field="clip.vision.projection_dim",
-            expected=text_cfg["hidden_size"],
-            found=width if width is not None else "no such key",
-        )
+    towers = [t for t, on in (("vision", back.vision_model_type), ("audio", has_audio)) if on]
+    for tower in towers:
+        width = md.get(f"{_CLIP}{tower}.projection_dim")
+        if width != text_cfg["hidden_size"]:
+            raise E.ProjectorMismatch(
+                "the projector's output width is not the text model's",
+                path=proj_path,
+                field=f"clip.{tower}.projection_dim",
+                expected=text_cfg["hidden_size"],
+                found=width if width is not None else "no such key",
+            )
     shapes = {t.name: tuple(int(d) for d in t.shape) for t in proj.tensors}
     vision, key_of = _vision_config(back, md)
     missing = [key_of.get(f, f) for f in back.required if f not in vision]
     if missing:
-        raise E.MissingGGUFMetadata(
-            "projector metadata needed for vision_config is missing",
-            path=proj_path,
-            field="clip.vision.*",
-            expected="keys " + ", ".join(missing),
-            found="none of them" if len(missing) > 1 else "no such key",
-        )
+        raise _missing(proj_path, "vision", missing)
+    audio: dict = {}
+    if has_audio:
+        audio, key_of = _audio_config(back, md)
+        missing = [key_of.get(f, f) for f in back.audio_required if f not in audio]
+        if missing:
+            raise _missing(proj_path, "audio", missing)
     try:  # the rows and tensors the family's restore and processor file read
         v_more, top = back.restore(md, vision, shapes)
         vision = {"model_type": back.vision_model_type, **vision, **v_more}
+        if has_audio:
+            a_more, a_top = back.audio_restore(md, audio, shapes)
+            audio = {"model_type": back.audio_model_type, **audio, **a_more}
+            top = {**top, **a_top}
         processor = back.preprocessor(vision, md)
     except KeyError as exc:
         raise E.MissingGGUFMetadata(
-            "the projector lacks a row or tensor its vision config needs",
+            "the projector lacks a row or tensor its tower configs need",
             path=proj_path,
             field=str(exc.args[0]),
             expected="present",
@@ -295,7 +364,8 @@ def vlm_parts(
         "architectures": [back.hf_arch],
         "model_type": back.model_type,
         "text_config": text_cfg,
-        "vision_config": vision,
+        **({"vision_config": vision} if back.vision_model_type else {}),
+        **({"audio_config": audio} if has_audio else {}),
         **top,
         **back.tokens(_tokens(text.metadata)),
         "tie_word_embeddings": text_cfg.get("tie_word_embeddings", False),
@@ -303,7 +373,8 @@ def vlm_parts(
     }
     parts = [
         G.Part(text, entry, text_cfg, text_path),
-        G.Part(proj, back.projector.entry, vision, proj_path),
+        # the projector's transforms read the tower configs as the forward view holds them
+        G.Part(proj, back.projector.entry, {**vision, P.AUDIO: audio}, proj_path),
     ]
 
     plan = G.plan_tensors(parts[0], 0, back.text_rename) + G.plan_tensors(
@@ -867,8 +938,48 @@ def _gemma4_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
             "rescale_factor": 1 / 255,
             "resample": 3,  # bicubic, as mtmd's gemma4v resizes
             **_mean_std(md),
-        }
+        },
+        **_gemma4_audio_pre(md),
     }
+
+
+def _gemma4_audio_pre(md: Mapping[str, Any]) -> dict[str, dict]:
+    """With the conformer: its feature extractor, nested in processor_config.json (the
+    image processor has preprocessor_config.json); mtmd's gemma4a mel front end is
+    Gemma4AudioFeatureExtractor's defaults (16 kHz, 20 ms frames, 10 ms hop, 512-point
+    FFT, mel floor 1e-3), with the projector's mel bins."""
+    if not md.get(_CLIP + "has_audio_encoder"):
+        return {}
+    fe = {
+        "feature_extractor_type": "Gemma4AudioFeatureExtractor",
+        "feature_size": md.get(_CLIP + "audio.num_mel_bins", 128),
+        "sampling_rate": 16000,
+        "frame_length": 320,
+        "hop_length": 160,
+        "fft_length": 512,
+        "min_frequency": 0.0,
+        "max_frequency": 8000.0,
+        "mel_floor": 0.001,
+        "return_attention_mask": True,
+    }
+    return {
+        "processor_config.json": {"processor_class": "Gemma4Processor", "feature_extractor": fe}
+    }
+
+
+def _gemma4_audio_restore(md: Mapping[str, Any], audio: dict, shapes: dict) -> tuple[dict, dict]:
+    # numpy order [out, in, ...]: the sub-sampling convs' channels, the depthwise conv's
+    # kernel [C, K] and the output projection's width are only shapes; the clip bounds
+    # are tensors, present or not.  The attention chunking (12 frames, 12 past = 13 left,
+    # 0 right), logit cap 50, residual weight 0.5 and the norm epsilon 1e-6 (its row) are
+    # mtmd's gemma4a constants and Gemma4AudioConfig's defaults, not written
+    a = {
+        "subsampling_conv_channels": [shapes[f"a.conv1d.{i}.weight"][0] for i in (0, 1)],
+        "conv_kernel_size": shapes["a.blk.0.conv_dw.weight"][1],
+        "output_proj_dims": shapes["a.pre_encode.out.weight"][0],
+        "use_clipped_linears": "a.blk.0.attn_q.input_max" in shapes,
+    }
+    return a, {}
 
 
 GEMMA4_BACK = VisionBack(
@@ -894,8 +1005,20 @@ GEMMA4_BACK = VisionBack(
             "image_token_id": "<|image|>",
             "boi_token_id": "<|image>",  # mtmd's gemma4v image brackets
             "eoi_token_id": "<image|>",
+            "audio_token_id": "<|audio|>",
+            "boa_token_id": "<|audio>",  # mtmd's gemma4a audio brackets
+            "eoa_token_index": "<audio|>",
         }
     ),
+    # the conformer (gemma4a), when the projector has one
+    audio_model_type="gemma4_audio",
+    audio_fields={
+        "audio.feed_forward_length": None,  # 4 x the width, no Gemma 4 field
+        "audio.num_mel_bins": None,  # the feature extractor's 128, no model field
+        "audio.attention.layer_norm_epsilon": None,
+    },
+    audio_restore=_gemma4_audio_restore,
+    audio_required=("hidden_size", "num_hidden_layers", "num_attention_heads"),
 )
 
 VISION_BACK += (GEMMA4_BACK,)
@@ -2021,3 +2144,252 @@ DEEPSEEKOCR2_BACK = VisionBack(
 )
 
 VISION_BACK += (DEEPSEEKOCR2_BACK,)
+
+
+# --------------------------------------------------------------------------- Whisper audio
+# (Voxtral, Qwen2-Audio, Audio Flamingo 3: audio-only projectors, conversion/ultravox.py)
+
+
+def _whisper_restore(md: Mapping[str, Any], audio: dict, shapes: dict) -> tuple[dict, dict]:
+    # the learned position table's rows (numpy order [positions, width]); the encoder's
+    # LayerNorm epsilon is hard-coded 1e-5 in transformers' Whisper-style encoders (the
+    # row's value), its GELU and unscaled embeddings the configs' defaults
+    return {"max_source_positions": shapes["a.position_embd.weight"][0]}, {}
+
+
+def _whisper_mlp_restore(md: Mapping[str, Any], audio: dict, shapes: dict) -> tuple[dict, dict]:
+    # a 2-layer MLP projector: mtmd's GELU (projector_hidden_act's default)
+    a, _ = _whisper_restore(md, audio, shapes)
+    return a, {"projector_hidden_act": "gelu"}
+
+
+def _whisper_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    # mtmd's Whisper front end hard-codes 16 kHz, a 400-sample FFT, hop 160, the 30 s
+    # window: WhisperFeatureExtractor's defaults, with the projector's mel bins
+    return {
+        "preprocessor_config.json": {
+            "feature_extractor_type": "WhisperFeatureExtractor",
+            "feature_size": md[_CLIP + "audio.num_mel_bins"],
+            "sampling_rate": 16000,
+            "hop_length": 160,
+            "n_fft": 400,
+            "chunk_length": 30,
+            "n_samples": 480000,
+            "nb_max_frames": 3000,
+            "padding_side": "right",
+            "padding_value": 0.0,
+            "return_attention_mask": False,
+        }
+    }
+
+
+_WHISPER_REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers",
+                     "num_attention_heads", "num_mel_bins")  # fmt: skip
+
+
+def _no_vision(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    return {}, {}
+
+
+VOXTRAL_BACK = VisionBack(
+    hf_arch="VoxtralForConditionalGeneration",
+    model_type="voxtral",
+    projector=P.VOXTRAL_AUDIO,
+    projector_types=("voxtral",),
+    vision_model_type=None,
+    text_model_type=None,
+    text_archs=("llama",),
+    fields={},
+    restore=_no_vision,
+    required=(),
+    preprocessor=_whisper_pre,
+    audio_model_type="voxtral_encoder",
+    audio_restore=_whisper_mlp_restore,
+    audio_required=_WHISPER_REQUIRED,
+    tokens=_token_ids({"audio_token_id": "[AUDIO]"}),
+)
+
+VISION_BACK += (VOXTRAL_BACK,)
+
+# Whisper's own spellings, as the Hub's Qwen2-Audio configs write them
+QWEN2AUDIO_BACK = replace(
+    VOXTRAL_BACK,
+    hf_arch="Qwen2AudioForConditionalGeneration",
+    model_type="qwen2_audio",
+    projector=P.QWEN2AUDIO_AUDIO,
+    projector_types=("qwen2a",),
+    text_archs=("qwen2",),
+    audio_model_type="qwen2_audio_encoder",
+    audio_fields={
+        "audio.embedding_length": "d_model",
+        "audio.feed_forward_length": "encoder_ffn_dim",
+        "audio.block_count": "encoder_layers",
+        "audio.attention.head_count": "encoder_attention_heads",
+    },
+    audio_restore=_whisper_restore,  # one linear projector: no act
+    audio_required=(
+        "d_model",
+        "encoder_ffn_dim",
+        "encoder_layers",
+        "encoder_attention_heads",
+        "num_mel_bins",
+    ),
+    tokens=_token_ids({"audio_token_index": "<|AUDIO|>"}),
+)
+
+VISION_BACK += (QWEN2AUDIO_BACK,)
+
+
+def _af3_restore(md: Mapping[str, Any], audio: dict, shapes: dict) -> tuple[dict, dict]:
+    a, top = _whisper_mlp_restore(md, audio, shapes)
+    return a, {**top, "projector_bias": "mm.a.mlp.1.bias" in shapes}
+
+
+AUDIOFLAMINGO3_BACK = replace(
+    VOXTRAL_BACK,
+    hf_arch="AudioFlamingo3ForConditionalGeneration",
+    model_type="audioflamingo3",
+    projector=P.AUDIOFLAMINGO3_AUDIO,
+    projector_types=("musicflamingo",),
+    text_archs=("qwen2",),
+    audio_model_type="audioflamingo3_encoder",
+    audio_restore=_af3_restore,
+    tokens=_token_ids({"audio_token_id": "<sound>"}),
+)
+
+VISION_BACK += (AUDIOFLAMINGO3_BACK,)
+
+
+# --------------------------------------------------------------------------- Gemma 4 Unified
+
+
+def _g4u_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    v = {
+        # mtmd's gemma4uv pools by 3 (a model patch of 3 x 3 patches) unless the scale
+        # factor row says otherwise: the reference writes none
+        "pooling_kernel_size": md.get(_CLIP + "vision.projector.scale_factor", 3),
+        # the position table [2, size, width] and the projection's input (numpy order)
+        "mm_posemb_size": shapes["v.position_embd.weight"][1],
+        "output_proj_dims": shapes["mm.input_projection.weight"][1],
+    }
+    return v, {}
+
+
+def _g4u_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    width = md[_CLIP + "audio.embedding_length"]  # the raw-waveform frame, in samples
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "Gemma4UnifiedImageProcessor",
+            "patch_size": vision["patch_size"],
+            "pooling_kernel_size": vision["pooling_kernel_size"],
+            "max_soft_tokens": 280,  # not kept by GGUF: the processor's default
+            **_mean_std(md),
+        },
+        "processor_config.json": {
+            "processor_class": "Gemma4UnifiedProcessor",
+            # mtmd's gemma4ua: a 16 kHz waveform in frames of the audio width
+            "feature_extractor": {
+                "feature_extractor_type": "Gemma4UnifiedAudioFeatureExtractor",
+                "feature_size": width,
+                "audio_samples_per_token": width,
+                "sampling_rate": 16000,
+            },
+        },
+    }
+
+
+# encoder-free: a patch embedder (gemma4uv) and raw-waveform frames (gemma4ua); no tower
+# sizes (the reference writes 0 for them), the epsilons its 1e-6 and the configs' default
+GEMMA4UNIFIED_BACK = VisionBack(
+    hf_arch="Gemma4UnifiedForConditionalGeneration",
+    model_type="gemma4_unified",
+    projector=P.GEMMA4_UNIFIED,
+    projector_types=("gemma4uv",),
+    vision_model_type="gemma4_unified_vision",
+    text_model_type="gemma4_unified_text",
+    text_archs=("gemma4",),
+    fields={
+        "vision.image_size": None,  # the reference's placeholder 224
+        "vision.attention.layer_norm_epsilon": None,
+    },
+    restore=_g4u_restore,
+    required=("patch_size", "mm_embed_dim"),
+    preprocessor=_g4u_pre,
+    text_rename=GEMMA4_BACK.text_rename,
+    tokens=GEMMA4_BACK.tokens,
+    audio_model_type="gemma4_unified_audio",
+    audio_fields={
+        "audio.embedding_length": "audio_embed_dim",
+        "audio.feed_forward_length": None,
+        "audio.block_count": None,
+        "audio.attention.head_count": None,
+        "audio.num_mel_bins": None,
+        "audio.attention.layer_norm_epsilon": None,
+    },
+    audio_required=("audio_embed_dim",),
+)
+
+VISION_BACK += (GEMMA4UNIFIED_BACK,)
+
+
+# --------------------------------------------------------------------------- Qwen3-ASR
+
+
+def _qwen3asr_restore(md: Mapping[str, Any], audio: dict, shapes: dict) -> tuple[dict, dict]:
+    # numpy order [out, in, ...]: the sub-sampling convs' channels and the output width
+    # are only shapes; the position table is sinusoids the tower computes (not read
+    # back); the 100-frame chunks (n_window 50) are mtmd's and the config's default
+    a = {
+        "downsample_hidden_size": shapes["a.conv2d.1.weight"][0],
+        "output_dim": shapes["mm.a.mlp.2.weight"][0],
+    }
+    return a, {}
+
+
+def _qwen3asr_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    pre = _whisper_pre(vision, md)["preprocessor_config.json"]
+    return {"preprocessor_config.json": {**pre, "feature_extractor_type": "Qwen3ASRFeatureExtractor",
+                                         "return_attention_mask": True}}  # fmt: skip
+
+
+def _qwen3asr_rename(name: str, md: Mapping[str, Any]) -> str:
+    # the entry's names are Qwen's release's (the output layers inside the tower):
+    # back to transformers 5's, which ours reads too (the reference reads only Qwen's)
+    for qwen, hf in (("audio_tower.proj1.", "multi_modal_projector.linear_1."),
+                     ("audio_tower.proj2.", "multi_modal_projector.linear_2.")):  # fmt: skip
+        if name.startswith(qwen):
+            name = hf + name[len(qwen) :]
+    return "model." + name
+
+
+# Qwen3-Omni's audio tower alone over a qwen3vl text (MRoPE sections interleaved), in
+# transformers 5's layout (model.audio_tower.*, model.multi_modal_projector.*,
+# model.language_model.*)
+QWEN3ASR_BACK = replace(
+    VOXTRAL_BACK,
+    hf_arch="Qwen3ASRForConditionalGeneration",
+    model_type="qwen3_asr",
+    projector=P.QWEN3ASR_AUDIO,
+    projector_types=("qwen3a",),
+    text_model_type="qwen3",
+    text_archs=("qwen3vl",),
+    text=_qwen3_text,
+    text_rename=QWEN3VL_BACK.text_rename,
+    rename=_qwen3asr_rename,
+    copies=frozenset({"a.position_embd.weight"}),
+    preprocessor=_qwen3asr_pre,
+    audio_model_type="qwen3_asr_encoder",
+    audio_fields=QWEN2AUDIO_BACK.audio_fields,
+    audio_restore=_qwen3asr_restore,
+    audio_required=QWEN2AUDIO_BACK.audio_required,
+    tokens=_token_ids({"audio_token_id": "<|audio_pad|>"}),
+)
+
+VISION_BACK += (QWEN3ASR_BACK,)
+
+NO_WAY_BACK["qwen2.5o"] = (
+    "transformers' Qwen2_5OmniForConditionalGeneration.from_pretrained requires the "
+    "talker's speaker table (spk_dict.pt) even with audio output off, and neither GGUF "
+    "keeps it; the thinker alone (Qwen2_5OmniThinkerForConditionalGeneration) is not "
+    "written back yet"
+)

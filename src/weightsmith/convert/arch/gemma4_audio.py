@@ -18,8 +18,10 @@ conformer.  What this module gives that entry:
   scalar bounds kept), ``model.embed_audio.embedding_projection`` ->
   ``mm.a.input_projection``.
 * values -- ``per_dim_scale`` stored as ``softplus(per_dim_scale)`` (torch's float32
-  softplus when torch is importable, as the reference computes it); the causal
-  depthwise conv ``[C, 1, K]`` squeezed to ``[C, K]``.
+  softplus when torch is importable, as the reference computes it; back, the value
+  nearest the exact inverse whose softplus is the stored one: float32 softplus is
+  many-to-one, so not always the original's bits); the causal depthwise conv
+  ``[C, 1, K]`` squeezed to ``[C, K]``.
 * types -- the reference's ``tensor_force_quant``: an audio tensor whose HF name has
   ``.conv``, or ``_conv`` and ``.weight`` (the sub-sampling convs, norms and input
   projection, the depthwise conv) is F32 at every output type.
@@ -113,7 +115,21 @@ def _softplus(x: np.ndarray, cfg: dict, ctx: dict) -> np.ndarray:
 
 
 def _softplus_inverse(x: np.ndarray, cfg: dict, ctx: dict) -> np.ndarray:
-    return np.where(x > 20, x, np.log(np.expm1(np.minimum(x, 20)))).astype(x.dtype)
+    # softplus is many-to-one in float32 (its slope is below 1): of the values within 3
+    # ulp of the float64 inverse, the nearest whose softplus (the forward's own kernel)
+    # is the stored value, so the model's F.softplus(per_dim_scale) is it again exactly
+    y = np.asarray(x)
+    wide = y.astype(np.float64)
+    x0 = np.where(wide > 20, wide, np.log(np.expm1(np.minimum(wide, 20)))).astype(y.dtype)
+    out, found = x0.copy(), np.zeros(y.shape, bool)
+    for k in (0, 1, -1, 2, -2, 3, -3):
+        c = x0
+        for _ in range(abs(k)):
+            c = np.nextafter(c, np.inf if k > 0 else -np.inf).astype(y.dtype)
+        hit = ~found & (_softplus(c, cfg, ctx) == y)
+        out[hit] = c[hit]
+        found |= hit
+    return out
 
 
 AUDIO_TRANSFORMS: list[Transform] = [
