@@ -146,6 +146,7 @@ from .qwen import QWEN2, QWEN2MOE, QWEN3, QWEN3MOE
 from .qwen4exp import QWEN4EXP
 from .qwen35 import QWEN3NEXT, QWEN35, QWEN35MOE
 from .qwenvl import QWEN2VL, QWEN3ASR, QWEN3OMNIMOE, QWEN3VL, QWEN3VLMOE
+from .step35 import STEP35
 from .t5 import T5, T5ENCODER
 from .youtu import YOUTU, is_dense
 
@@ -282,6 +283,8 @@ ENTRIES += (QWEN4EXP,)
 ENTRIES += (GLM5NEXT_TEXT,)
 # Dots3 Note's text (DeepSeek-V2 MLA with sliding layers, a DSA indexer, head gates)
 ENTRIES += (DOTS3NOTE,)
+# Step 3.5 (the text of Step3-VL / Step-3.7 in the Hub's Step3p5ForCausalLM layout)
+ENTRIES += (STEP35,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)
