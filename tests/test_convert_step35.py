@@ -257,6 +257,18 @@ def test_mtp_refused(s35, tmp_path):
     assert not out.exists()
 
 
+def test_llama3_rope_refused(s35, tmp_path):
+    """llama3 RoPE scaling (the reference then writes ``rope_freqs.weight``) is not done:
+    refused by name, nothing written."""
+    root, _, _ = s35
+    rs = {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 64}
+    src = _variant(root / "hub", tmp_path / "m", rope_scaling=rs)
+    out = tmp_path / "out"
+    with pytest.raises(E.InvalidModelConfig, match="rope_scaling"):
+        hf_to_gguf(src, out / "t.gguf", "f16")
+    assert not out.exists()
+
+
 def test_cli(s35, tmp_path):
     from weightsmith.cli._main import main
 

@@ -24,7 +24,9 @@ drops: only the Hub's config.json converts.
 The reference asserts RoPE over all of a sliding layer's head and half of a full one's
 (``partial_rotary_factors`` 1.0 / 0.5): another config is refused by name.  MTP blocks
 (``num_nextn_predict_layers``, appended as ``model.layers.{n + i}``) are not converted:
-a config that names them is refused before any output (see docs/convert-architectures.md).
+a config that names them is refused before any output, and so is ``rope_type: llama3``
+(the reference then adds ``rope_freqs.weight``; not done: see
+docs/convert-architectures.md).
 """
 
 from __future__ import annotations
@@ -67,14 +69,23 @@ def _layer_types(cfg: dict) -> list[str]:
     return lt + ["full_attention"] * (n - len(lt))
 
 
-def _rope_widths(cfg: dict) -> tuple[str, list[float], list[float]] | None:
+def _rope_widths(cfg: dict) -> tuple[str, Any, Any] | None:
     """The reference's assertion on ``partial_rotary_factors`` (padded with 0.5): 1.0 on
-    sliding layers, 0.5 on full ones; ``(field, expected, found)`` when it fails."""
+    sliding layers, 0.5 on full ones; and no llama3 RoPE (not done);
+    ``(field, expected, found)`` when the config fails."""
     lt = _layer_types(cfg)
     prf = list(cfg.get("partial_rotary_factors") or [])[: len(lt)]
     prf += [0.5] * (len(lt) - len(prf))
     want = [1.0 if t == _SLIDING else 0.5 for t in lt]
-    return None if prf == want else ("partial_rotary_factors", want, prf)
+    if prf != want:
+        return ("partial_rotary_factors", want, prf)
+    # llama3 RoPE makes the reference write rope_freqs.weight: not done here
+    for key in ("rope_scaling", "rope_parameters"):
+        rp = cfg.get(key) or {}
+        kind = (rp.get("full_attention", rp) or {}).get("rope_type") or ""
+        if isinstance(kind, str) and kind.lower() == "llama3":
+            return (key, "no llama3 RoPE (its rope_freqs.weight is not done)", rp)
+    return None
 
 
 def _heads(field: str):
