@@ -15,8 +15,11 @@ model type and leaves config.json as written.  Checked:
   2e-3 of scale (measured 6.2e-4 at scale 3.9); the sliding window and the SwiGLU clamps
   change transformers' logits by far more (they are exercised);
 * GGUF -> HF refused by name (no transformers class loads the text alone);
-* a config without the Hub's fields (as transformers 5.24 writes it), with MTP blocks, or
-  with RoPE widths the reference asserts against: refused by name, nothing written.
+* with an MTP block appended after the trunk (as the Hub's checkpoints carry it): the
+  reference's bytes at f32, q8_0 and q4_k_m, and llama.cpp's logits those of the trunk;
+* a config without the Hub's fields (as transformers 5.24 writes it), with RoPE widths
+  the reference asserts against, or with llama3 RoPE (not done): refused by name,
+  nothing written.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import pytest
 
 from support.llama_sdist import llama_cpp_root
 from support.meta_oracle import oracle_env
-from support.step35_models import step35
+from support.step35_models import step35, with_mtp
 from test_convert_archs import _llama_logits_f32_kv
 from test_convert_hf_to_gguf import _llama_quantize
 from test_convert_mmproj import TYPES, _same
@@ -40,6 +43,8 @@ from weightsmith import errors as E
 from weightsmith.convert import gguf_to_hf, hf_to_gguf
 
 QUANTS = ["q4_k_m", "q2_k"]
+#: the model with an MTP block: these types
+MTP_TYPES = ["f32", "q8_0", "q4_k_m"]
 TOKENS = [9707, 11, 1879, 0, 358, 1079, 264, 2272]
 #: llama.cpp vs transformers, as a fraction of the logits' scale (measured 1.6e-4)
 TOL = 2e-3
@@ -88,21 +93,28 @@ def _variant(src, dst, **changes):
 @pytest.fixture(scope="module")
 def s35(tmp_path_factory):
     """The model folder and transformers' model; the reference's files (each type, the
-    quantized ones through llama_model_quantize) on transformers 4.47.1, and its answer
-    to a config with other RoPE widths (the last line of its output); ours."""
+    quantized ones through llama_model_quantize; the model with an MTP block, ``mtp-*``)
+    on transformers 4.47.1, and its answer to a config with other RoPE widths (the last
+    line of its output); ours."""
     root = tmp_path_factory.mktemp("step35")
     src, model = step35(root / "hub")
+    mtp = with_mtp(src, root / "mtp")
     bad = _variant(src, root / "rope", partial_rotary_factors=[0.5, 0.5, 0.5])
     jobs = [[str(src), "--outfile", str(root / f"ref-{t}.gguf"), "--outtype", t] for t in TYPES]
+    jobs += [[str(mtp), "--outfile", str(root / f"ref-mtp-{t}.gguf"), "--outtype", t]
+             for t in MTP_TYPES[:2]]  # fmt: skip
     jobs.append([str(bad), "--outfile", str(root / "ref-rope.gguf"), "--outtype", "f16"])
     r = _reference(jobs, oracle_env())
     lines = r.stdout.splitlines()[-len(jobs) :]
-    assert lines[:-1] == ["ok"] * len(TYPES), r.stdout[-2000:] + r.stderr[-3000:]
+    assert lines[:-1] == ["ok"] * (len(jobs) - 1), r.stdout[-2000:] + r.stderr[-3000:]
     for t in TYPES:
         hf_to_gguf(src, root / f"ours-{t}.gguf", t)
     for q in QUANTS:
         _llama_quantize(root / "ref-f32.gguf", root / f"ref-{q}.gguf", q)
         hf_to_gguf(src, root / f"ours-{q}.gguf", q)
+    _llama_quantize(root / "ref-mtp-f32.gguf", root / "ref-mtp-q4_k_m.gguf", "q4_k_m")
+    for t in MTP_TYPES:
+        hf_to_gguf(mtp, root / f"ours-mtp-{t}.gguf", t)
     return root, model, lines[-1]
 
 
@@ -246,15 +258,31 @@ def test_rope_widths_refused_as_reference(s35, tmp_path):
     assert not out.exists()
 
 
-def test_mtp_refused(s35, tmp_path):
-    """MTP blocks (appended after the trunk) are not converted: a config naming them is
-    refused by name, nothing written."""
+@pytest.mark.parametrize("t", MTP_TYPES)
+def test_mtp_same_as_reference(s35, t):
+    """An MTP block appended after the trunk: the reference's bytes too."""
     root, _, _ = s35
-    src = _variant(root / "hub", tmp_path / "m", num_nextn_predict_layers=1)
-    out = tmp_path / "out"
-    with pytest.raises(E.InvalidModelConfig, match="num_nextn_predict_layers"):
-        hf_to_gguf(src, out / "t.gguf", "f16")
-    assert not out.exists()
+    _same(root / f"ours-mtp-{t}.gguf", root / f"ref-mtp-{t}.gguf")
+
+
+def test_mtp_contents_and_logits(s35):
+    """The block counts (4 = 3 + 1 MTP), its per-layer rows padded, its own tensors
+    (the shared head renamed); llama.cpp loads the file and its logits are those of the
+    file without the block (the trunk's)."""
+    from weightsmith.gguf import read
+
+    root, _, _ = s35
+    with read(root / "ours-mtp-f32.gguf") as f:
+        md = f.metadata
+        names = {t.name for t in f.tensors}
+    assert md["step35.block_count"] == 4 and md["step35.nextn_predict_layers"] == 1
+    assert md["step35.attention.head_count"] == [4, 2, 4, 4]
+    assert np.allclose(md["step35.swiglu_clamp_exp"], [0, 0.2, 0, 0])
+    for t in ("eh_proj", "enorm", "hnorm", "shared_head_head", "shared_head_norm"):
+        assert f"blk.3.nextn.{t}.weight" in names
+    assert "blk.3.attn_gate.weight" in names and "blk.3.ffn_gate.weight" in names
+    mtp = _llama_logits_f32_kv(root / "ours-mtp-f32.gguf", TOKENS)
+    np.testing.assert_array_equal(mtp, _llama_logits_f32_kv(root / "ours-f32.gguf", TOKENS))
 
 
 def test_llama3_rope_refused(s35, tmp_path):

@@ -118,3 +118,45 @@ def step35(folder: Path, *, dtype: str = "bfloat16", seed: int = 35) -> tuple[Pa
     tmp.rmdir()
     (folder / "config.json").write_text(json.dumps(hub_config(cfg.text_config), indent=2))
     return folder, model.float().eval()
+
+
+def with_mtp(src: Path, dst: Path, *, seed: int = 36) -> Path:
+    """``src`` (a :func:`step35` folder) plus one MTP block, as the Hub's Step-3.5
+    checkpoints append it: ``model.layers.{n}`` (n = the trunk's layer count) with a
+    full-attention layer and a dense MLP, ``eh_proj`` / ``enorm`` / ``hnorm`` and the
+    shared head under ``transformer.shared_head.{norm,output}``; ``num_nextn_predict_layers``
+    1 and ``layer_types`` / ``partial_rotary_factors`` padded for it (the clamps are not:
+    the reference pads them).  Random bf16 values; no transformers class runs the block."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    cfg = json.loads((src / "config.json").read_text())
+    n, h, v = cfg["num_hidden_layers"], cfg["hidden_size"], cfg["vocab_size"]
+    hd, nq, nkv = cfg["head_dim"], cfg["num_attention_heads"], cfg["num_attention_groups"]
+    ff = cfg["intermediate_size"]
+    shapes = {
+        "self_attn.q_proj.weight": (nq * hd, h), "self_attn.k_proj.weight": (nkv * hd, h),
+        "self_attn.v_proj.weight": (nkv * hd, h), "self_attn.o_proj.weight": (h, nq * hd),
+        "self_attn.g_proj.weight": (nq, h), "self_attn.q_norm.weight": (hd,),
+        "self_attn.k_norm.weight": (hd,), "input_layernorm.weight": (h,),
+        "post_attention_layernorm.weight": (h,), "mlp.gate_proj.weight": (ff, h),
+        "mlp.up_proj.weight": (ff, h), "mlp.down_proj.weight": (h, ff),
+        "eh_proj.weight": (h, 2 * h), "enorm.weight": (h,), "hnorm.weight": (h,),
+        "transformer.shared_head.norm.weight": (h,),
+        "transformer.shared_head.output.weight": (v, h),
+    }  # fmt: skip
+    g = torch.Generator().manual_seed(seed)
+    weights = load_file(src / "model.safetensors")
+    for k, shape in shapes.items():
+        x = torch.randn(shape, generator=g) * 0.05 + (0.0 if len(shape) == 2 else 1.0)
+        weights[f"model.layers.{n}.{k}"] = x.to(torch.bfloat16)
+    dst.mkdir(parents=True)
+    save_file(dict(sorted(weights.items())), dst / "model.safetensors", metadata={"format": "pt"})
+    for f in src.iterdir():
+        if f.name not in ("config.json", "model.safetensors"):
+            (dst / f.name).symlink_to(f)
+    cfg["num_nextn_predict_layers"] = 1
+    cfg["layer_types"] = [*cfg["layer_types"], "full_attention"]
+    cfg["partial_rotary_factors"] = [*cfg["partial_rotary_factors"], 0.5]
+    (dst / "config.json").write_text(json.dumps(cfg, indent=2))
+    return dst

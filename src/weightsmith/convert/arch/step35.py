@@ -23,14 +23,17 @@ drops: only the Hub's config.json converts.
 
 The reference asserts RoPE over all of a sliding layer's head and half of a full one's
 (``partial_rotary_factors`` 1.0 / 0.5): another config is refused by name.  MTP blocks
-(``num_nextn_predict_layers``, appended as ``model.layers.{n + i}``) are not converted:
-a config that names them is refused before any output, and so is ``rope_type: llama3``
-(the reference then adds ``rope_freqs.weight``; not done: see
-docs/convert-architectures.md).
+(``num_nextn_predict_layers``, appended as ``model.layers.{n + i}``) count in
+``block_count`` and the per-layer rows (padded: full attention, no clamp), their shared
+head loses its ``transformer.`` infix (``shared_head.output`` -> ``nextn.shared_head_head``)
+and ``nextn_predict_layers`` is written last, as the reference does.  ``rope_type: llama3``
+(the reference then adds ``rope_freqs.weight``) is refused: not done, see
+docs/convert-architectures.md.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ._common import (
@@ -47,6 +50,28 @@ from ._common import (
 from ._model import FILE_TYPE, VT, Arch, NameRule, m
 
 _SLIDING = "sliding_attention"
+_LAYER_N = re.compile(r"model\.layers\.(\d+)\.")
+
+
+def _is_mtp(name: str, cfg: dict) -> bool:
+    mt = _LAYER_N.match(name)
+    return mt is not None and int(mt[1]) >= cfg["num_hidden_layers"]
+
+
+def _mtp_names(name: str, cfg: dict) -> str:
+    """An MTP block's shared head is nested under ``transformer.`` and its output is named
+    ``output``: the reference strips the one and renames the other (to the gguf-py map's
+    ``shared_head.head``)."""
+    if not _is_mtp(name, cfg):
+        return name
+    return name.replace(".transformer.", ".").replace("shared_head.output", "shared_head.head")
+
+
+def _mtp_names_back(name: str, cfg: dict) -> str:
+    if not _is_mtp(name, cfg):
+        return name
+    name = name.replace("shared_head.head", "shared_head.output")
+    return name.replace(".shared_head.", ".transformer.shared_head.")
 
 
 def _theta(i: int):
@@ -62,9 +87,15 @@ def _theta(i: int):
     return get
 
 
+def _blocks(cfg: dict) -> int:
+    """The GGUF block count: the trunk, then the MTP blocks appended after it."""
+    return cfg["num_hidden_layers"] + int(cfg.get("num_nextn_predict_layers") or 0)
+
+
 def _layer_types(cfg: dict) -> list[str]:
-    """``layer_types`` per block, padded with full attention (the reference's padding)."""
-    n = cfg["num_hidden_layers"]
+    """``layer_types`` per block (MTP ones included), padded with full attention (the
+    reference's padding)."""
+    n = _blocks(cfg)
     lt = list(cfg.get("layer_types") or [])[:n]
     return lt + ["full_attention"] * (n - len(lt))
 
@@ -111,7 +142,7 @@ def _clamps(field: str):
         v = cfg.get(field)
         if v is None:
             return None
-        n = cfg["num_hidden_layers"]
+        n = _blocks(cfg)
         out = [0.0 if x is None else float(x) for x in v][:n]
         return out + [0.0] * (n - len(out))
 
@@ -121,6 +152,7 @@ def _clamps(field: str):
 _ROWS: list = [
     *replace_rows(
         COMMON,
+        block_count=m("block_count", "num_hidden_layers", value=_blocks),
         rope__freq_base=m("rope.freq_base", "rope_theta", t=VT.FLOAT32, value=_theta(0)),
         rope__freq_base_swa=m("rope.freq_base_swa", "rope_theta", t=VT.FLOAT32, value=_theta(1)),
     ),
@@ -146,6 +178,8 @@ _ROWS: list = [
     m("swiglu_clamp_exp", "swiglu_limits", t=VT.FLOAT32, value=_clamps("swiglu_limits")),
     m("swiglu_clamp_shexp", "swiglu_limits_shared", t=VT.FLOAT32,
       value=_clamps("swiglu_limits_shared")),
+    m("nextn_predict_layers", "num_nextn_predict_layers",
+      value=lambda c: c.get("num_nextn_predict_layers") or None),
 ]  # fmt: skip
 assert FILE_TYPE in _ROWS
 
@@ -170,12 +204,21 @@ STEP35 = Arch(
             ]
         ),
         NameRule(LAYER + "moe.router_bias", BLK + "exp_probs_b.bias"),
+        # the MTP blocks' own tensors
+        *layer_rules(
+            [
+                ("eh_proj", "nextn.eh_proj"),
+                ("embed_tokens", "nextn.embed_tokens"),
+                ("enorm", "nextn.enorm"),
+                ("hnorm", "nextn.hnorm"),
+                ("shared_head.head", "nextn.shared_head_head"),
+                ("shared_head.norm", "nextn.shared_head_norm"),
+            ]
+        ),
     ],
+    rename=(_mtp_names, _mtp_names_back),
     transforms=[GEMMA_NORM],
     check=_rope_widths,
-    # MTP blocks are not converted: a config naming them is refused (``fixed``)
-    fixed={"num_nextn_predict_layers": 0},
-    defaults={"num_nextn_predict_layers": 0},
     required=(
         "hidden_size",
         "num_attention_heads",
