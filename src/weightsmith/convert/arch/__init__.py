@@ -25,7 +25,9 @@ in both directions (the data model is :mod:`._model`):
   ``drop_if_same`` drops a tensor whose values repeat another's (Mamba's ``lm_head``
   stored as a copy of the embedding: the one rule that reads data before the plan);
   ``fixed`` config values are the only ones the reference converts (it asserts them:
-  Gemma 3n's 4 AltUp streams), anything else is refused before any output;
+  Gemma 3n's 4 AltUp streams), anything else is refused before any output; ``check``
+  is a function of the config naming ``(field, expected, found)`` for a config the
+  reference asserts against (Step 3.5's RoPE widths), refused the same way;
 * ``pooling`` -- the sentence-transformers pooling type goes into the config
   (:mod:`weightsmith.convert._pooling`) for the encoders' ``pooling_type`` row;
   ``dense`` -- GGUF names of sentence-transformers ``Dense`` module weights, read from
