@@ -10,7 +10,10 @@ pinned reference converts neither half of it, so there is no file to match:
   (``num_attention_groups``, ...), which transformers 5's config (read through AutoConfig,
   as the reference does) renames: ``KeyError``.
 
-Ours has no ``step35`` entry: both are refused by name before anything is written.
+Ours converts the Step 3.5 text in the Hub's own text-only layout (``Step3p5ForCausalLM``
+with the Hub's field names: tests/test_convert_step35.py); this folder, transformers 5.24's
+``Step3p7ForConditionalGeneration`` with its own config, is refused by name before anything
+is written, with or without ``--mmproj``.
 """
 
 from __future__ import annotations

@@ -237,6 +237,11 @@ def _check_config(cfg: dict, arch: Arch, path: Path) -> None:
                 "the reference converter accepts only this value",
                 path=path, field=key, expected=want, found=cfg.get(key),
             )  # fmt: skip
+    if arch.check is not None and (bad := arch.check(cfg)) is not None:
+        raise E.InvalidModelConfig(
+            "the reference converter refuses this configuration",
+            path=path, field=bad[0], expected=bad[1], found=bad[2],
+        )  # fmt: skip
     n_head = cfg.get("num_attention_heads")
     if n_head is not None:
         _positive_int(cfg, "num_attention_heads", path)

@@ -25,7 +25,9 @@ in both directions (the data model is :mod:`._model`):
   ``drop_if_same`` drops a tensor whose values repeat another's (Mamba's ``lm_head``
   stored as a copy of the embedding: the one rule that reads data before the plan);
   ``fixed`` config values are the only ones the reference converts (it asserts them:
-  Gemma 3n's 4 AltUp streams), anything else is refused before any output;
+  Gemma 3n's 4 AltUp streams), anything else is refused before any output; ``check``
+  is a function of the config naming ``(field, expected, found)`` for a config the
+  reference asserts against (Step 3.5's RoPE widths), refused the same way;
 * ``pooling`` -- the sentence-transformers pooling type goes into the config
   (:mod:`weightsmith.convert._pooling`) for the encoders' ``pooling_type`` row;
   ``dense`` -- GGUF names of sentence-transformers ``Dense`` module weights, read from
@@ -146,6 +148,7 @@ from .qwen import QWEN2, QWEN2MOE, QWEN3, QWEN3MOE
 from .qwen4exp import QWEN4EXP
 from .qwen35 import QWEN3NEXT, QWEN35, QWEN35MOE
 from .qwenvl import QWEN2VL, QWEN3ASR, QWEN3OMNIMOE, QWEN3VL, QWEN3VLMOE
+from .step35 import STEP35
 from .t5 import T5, T5ENCODER
 from .youtu import YOUTU, is_dense
 
@@ -282,6 +285,8 @@ ENTRIES += (QWEN4EXP,)
 ENTRIES += (GLM5NEXT_TEXT,)
 # Dots3 Note's text (DeepSeek-V2 MLA with sliding layers, a DSA indexer, head gates)
 ENTRIES += (DOTS3NOTE,)
+# Step 3.5 (the text of Step3-VL / Step-3.7 in the Hub's Step3p5ForCausalLM layout)
+ENTRIES += (STEP35,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)

@@ -553,6 +553,10 @@ class Arch:
     # the ``general.file_type`` the reference labels every output with (DeepSeek-V4:
     # MXFP4_MOE), for the f32 / f16 / bf16 / q8_0 output types
     file_type: str | None = None
+    # a config check the reference makes (it asserts): ``fn(cfg)`` -> None, or ``(field,
+    # expected, found)`` for a config it refuses, refused here by name before any output
+    # (Step 3.5's RoPE widths per layer type)
+    check: Callable[[dict], tuple[str, Any, Any] | None] | None = None
 
     # -- config
 
