@@ -1577,3 +1577,38 @@ def glm5next(folder: Path, *, dtype: str = "bfloat16", seed: int = 64) -> Path:
 
 
 BUILDERS["glm5next"] = glm5next
+
+
+# --------------------------------------------------------------------------- Ministral 3
+
+
+def ministral3_vlm(folder: Path, *, dtype: str = "bfloat16", seed: int = 64) -> Path:
+    """Ministral 3 (Mistral3ForConditionalGeneration over a ``ministral3`` text: YaRN and
+    Llama 4 attention scaling from the 5th position on), the Mistral 3 builder's Pixtral
+    tower and projector."""
+    from transformers import (
+        Ministral3Config,
+        Mistral3Config,
+        Mistral3ForConditionalGeneration,
+        PixtralVisionConfig,
+    )
+
+    from support.hf_models import MINISTRAL3_ROPE_SHORT, ministral3_text
+
+    vocab = train_spm(folder)
+    text = Ministral3Config(**ministral3_text(vocab, MINISTRAL3_ROPE_SHORT))
+    vision = PixtralVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                                 num_attention_heads=2, head_dim=32, image_size=64,
+                                 patch_size=8, hidden_act="silu")  # fmt: skip
+    cfg = Mistral3Config(text_config=text, vision_config=vision, image_token_index=10,
+                         spatial_merge_size=2, projector_hidden_act="gelu",
+                         multimodal_projector_bias=False, vision_feature_layer=-1,
+                         tie_word_embeddings=False)  # fmt: skip
+    model = Mistral3ForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    _pixtral_files(folder)
+    return folder
+
+
+BUILDERS["ministral3vl"] = ministral3_vlm
