@@ -77,6 +77,9 @@ ARCHS += ["exaone4", "exaone4_swa"]
 ARCHS += ["exaone_moe"]
 # Qwen4-Exp: Qwen3.5-MoE's layers with hyper-connections and a QSA indexer (1 + w norms)
 ARCHS += ["qwen4exp"]
+# Ministral3ForCausalLM (mistral3 + YaRN log-multiplier and Llama 4 scaling rows; the scaling
+# itself is run in tests/test_convert_ministral3.py, past its short original context)
+ARCHS += ["ministral3"]
 REF_TYPES = ["f32", "f16", "bf16", "q8_0"]
 # llama.cpp (the pinned build) and transformers 5 give different logits for the same tiny
 # DeepSeek-V3 (max 0.69): llama.cpp's own file shows the same gap as ours (docs/

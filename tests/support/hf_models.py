@@ -2319,3 +2319,49 @@ def qwen4exp(folder: Path, *, dtype: str = "bfloat16", seed: int = 62) -> Path:
 
 
 BUILDERS["qwen4exp"] = qwen4exp
+
+
+# --------------------------------------------------------------------------- Ministral 3
+
+# Ministral 3's YaRN keys (its config class's defaults, small).  The text harness's: the
+# Hub's betas (32, 1), which llama-cpp-python passes to every context whatever the file
+# says; base and original context keep YaRN's correction range inside the head (dims 11
+# to 31 of 32: with an empty range the two runtimes differ, transformers extrapolating
+# every frequency, ggml interpolating them).  The Llama 4 scaling starts past 1024
+# positions there: the VLM's text (MINISTRAL3_ROPE_SHORT) tests it
+MINISTRAL3_ROPE = {
+    "rope_type": "yarn", "rope_theta": 100.0, "factor": 4.0,
+    "original_max_position_embeddings": 1024, "max_position_embeddings": 4096, "beta_fast": 32.0,
+    "beta_slow": 1.0, "mscale_all_dim": 1.0, "mscale": 1.0, "llama_4_scaling_beta": 0.1,
+}  # fmt: skip
+# an original context of 4 positions puts an 8-token prompt past it, where transformers
+# multiplies Q by 1 + beta log(1 + floor(pos / 4)) (llama.cpp's attention.temperature_scale);
+# betas 0.5 / 0.1 keep the correction range inside the head (dims 1 to 13), so llama.cpp
+# must be run with the file's betas (yarn_beta_fast / _slow -1)
+MINISTRAL3_ROPE_SHORT = {
+    **MINISTRAL3_ROPE, "factor": 64.0, "original_max_position_embeddings": 4,
+    "max_position_embeddings": 256, "beta_fast": 0.5, "beta_slow": 0.1,
+}  # fmt: skip
+
+
+def ministral3_text(vocab: int, rope: dict) -> dict:
+    """The tiny Ministral3Config fields (the text of Ministral 3 / Ministral3ForCausalLM)."""
+    return dict(
+        vocab_size=vocab, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+        max_position_embeddings=rope["max_position_embeddings"], bos_token_id=1, eos_token_id=2,
+        pad_token_id=0, tie_word_embeddings=False, rope_parameters=dict(rope),
+    )  # fmt: skip
+
+
+def ministral3(folder: Path, *, dtype: str = "bfloat16", seed: int = 63) -> Path:
+    """Ministral3ForCausalLM (the text of Ministral 3: YaRN + Llama 4 attention scaling)."""
+    from transformers import Ministral3Config, Ministral3ForCausalLM
+
+    vocab = train_spm(folder)
+    model = Ministral3ForCausalLM(Ministral3Config(**ministral3_text(vocab, MINISTRAL3_ROPE)))
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+BUILDERS["ministral3"] = ministral3

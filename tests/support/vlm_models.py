@@ -1577,3 +1577,77 @@ def glm5next(folder: Path, *, dtype: str = "bfloat16", seed: int = 64) -> Path:
 
 
 BUILDERS["glm5next"] = glm5next
+
+
+# --------------------------------------------------------------------------- Ministral 3
+
+
+def ministral3_vlm(folder: Path, *, dtype: str = "bfloat16", seed: int = 64) -> Path:
+    """Ministral 3 (Mistral3ForConditionalGeneration over a ``ministral3`` text: YaRN and
+    Llama 4 attention scaling from the 5th position on), the Mistral 3 builder's Pixtral
+    tower and projector."""
+    from transformers import (
+        Ministral3Config,
+        Mistral3Config,
+        Mistral3ForConditionalGeneration,
+        PixtralVisionConfig,
+    )
+
+    from support.hf_models import MINISTRAL3_ROPE_SHORT, ministral3_text
+
+    vocab = train_spm(folder)
+    text = Ministral3Config(**ministral3_text(vocab, MINISTRAL3_ROPE_SHORT))
+    vision = PixtralVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                                 num_attention_heads=2, head_dim=32, image_size=64,
+                                 patch_size=8, hidden_act="silu")  # fmt: skip
+    cfg = Mistral3Config(text_config=text, vision_config=vision, image_token_index=10,
+                         spatial_merge_size=2, projector_hidden_act="gelu",
+                         multimodal_projector_bias=False, vision_feature_layer=-1,
+                         tie_word_embeddings=False)  # fmt: skip
+    model = Mistral3ForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    _pixtral_files(folder)
+    return folder
+
+
+BUILDERS["ministral3vl"] = ministral3_vlm
+
+
+def mistral4_vlm(folder: Path, *, dtype: str = "bfloat16", seed: int = 65) -> Path:
+    """Mistral3ForConditionalGeneration over a ``mistral4`` text (DeepSeek-V2's MLA, fused
+    experts as transformers 5 saves them: ``mlp.experts.gate_up_proj`` / ``down_proj``)."""
+    from transformers import (
+        Mistral3Config,
+        Mistral3ForConditionalGeneration,
+        Mistral4Config,
+        PixtralVisionConfig,
+    )
+
+    vocab = train_spm(folder)
+    rope = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+            "original_max_position_embeddings": 64, "max_position_embeddings": 256,
+            "beta_fast": 32.0, "beta_slow": 1.0, "mscale_all_dim": 1.0, "mscale": 1.0,
+            "llama_4_scaling_beta": 0.1, "partial_rotary_factor": 0.5}  # fmt: skip
+    text = Mistral4Config(vocab_size=vocab, hidden_size=64, intermediate_size=128,
+                          moe_intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+                          num_key_value_heads=4, n_shared_experts=1, n_routed_experts=4,
+                          num_experts_per_tok=2, kv_lora_rank=32, q_lora_rank=48,
+                          qk_rope_head_dim=32, v_head_dim=32, qk_nope_head_dim=32,
+                          max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
+                          pad_token_id=0, rope_parameters=rope)  # fmt: skip
+    vision = PixtralVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                                 num_attention_heads=2, head_dim=32, image_size=64,
+                                 patch_size=8, hidden_act="silu")  # fmt: skip
+    cfg = Mistral3Config(text_config=text, vision_config=vision, image_token_index=10,
+                         spatial_merge_size=2, projector_hidden_act="gelu",
+                         multimodal_projector_bias=False, vision_feature_layer=-1,
+                         tie_word_embeddings=False)  # fmt: skip
+    model = Mistral3ForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    _pixtral_files(folder)
+    return folder
+
+
+BUILDERS["mistral4vl"] = mistral4_vlm

@@ -56,6 +56,7 @@ from ..gguf import GGUFFile
 from . import _gguf_to_hf as G  # a module import: _gguf_to_hf imports this module too
 from .arch import MetaKey, NameRule
 from .arch import mmproj as P  # the audio entries (and later families') by module
+from .arch.llama import is_ministral3_file
 from .arch.mmproj import (
     DEEPSEEKOCR2_VISION,
     EXAONE4_5_VISION,
@@ -532,9 +533,14 @@ MISTRAL3_BACK = VisionBack(
     preprocessor=_pixtral_pre,
     tokens=_token_ids({"image_token_index": "[IMG]"}),
     copies=_IMG_BREAK,
+    # Mistral Small 3.1's text (Ministral 3's has the Llama 4 scaling row)
+    text_test=lambda md: not is_ministral3_file(md),
 )
+# Ministral 3: the same tower over a ``ministral3`` text (Ministral3Config: YaRN and the
+# Llama 4 attention scaling, which text GGUF -> HF writes as its rope_parameters)
+MINISTRAL3_BACK = replace(MISTRAL3_BACK, text_model_type="ministral3", text_test=is_ministral3_file)
 
-VISION_BACK += (MISTRAL3_BACK,)
+VISION_BACK += (MISTRAL3_BACK, MINISTRAL3_BACK)
 
 
 # --------------------------------------------------------------------------- Qwen2.5-VL

@@ -123,7 +123,7 @@ from .granite import GRANITE, GRANITEMOE
 from .hunyuan import HUNYUAN_DENSE, HUNYUAN_VL
 from .jamba import JAMBA
 from .lfm2 import LFM2, LFM2MOE
-from .llama import JANUS, LLAMA, MISTRAL3, MISTRAL_NATIVE, SMOLLM3
+from .llama import JANUS, LLAMA, MINISTRAL3, MISTRAL3, MISTRAL_NATIVE, SMOLLM3, is_ministral3_file
 from .llama4 import LLAMA4
 from .mamba import (
     BAMBA,
@@ -287,6 +287,8 @@ ENTRIES += (GLM5NEXT_TEXT,)
 ENTRIES += (DOTS3NOTE,)
 # Step 3.5 (the text of Step3-VL / Step-3.7 in the Hub's Step3p5ForCausalLM layout)
 ENTRIES += (STEP35,)
+# Ministral3ForCausalLM (mistral3 with the YaRN log-multiplier and Llama 4 scaling rows)
+ENTRIES += (MINISTRAL3,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)
@@ -332,6 +334,9 @@ GGUF_VARIANTS: dict[str, list[tuple[Callable[[Mapping[str, Any]], bool], Arch]]]
     # Youtu: deepseek2's multi-head latent attention without experts
     "deepseek2": [(is_dense, YOUTU)],
 }
+# Ministral 3's text: a mistral3 file with the Llama 4 scaling row (Mistral Small 3.1's
+# has none, and no HF class of its own)
+GGUF_VARIANTS["mistral3"] = [(is_ministral3_file, MINISTRAL3)]
 _GGUF_VARIANT_ENTRIES = [a for vs in GGUF_VARIANTS.values() for _, a in vs]
 
 #: HF architecture name -> entry

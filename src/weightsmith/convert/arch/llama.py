@@ -7,8 +7,11 @@ and emits ``w1``, ``w2``, ``w3`` (gate, down, up) when the last one is read.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import replace
+from typing import Any
 
+from ... import errors as E
 from ._common import (
     BASE_NAMES,
     BLK,
@@ -19,7 +22,7 @@ from ._common import (
     PERMUTE_Q,
     llama3_rope_freqs,
 )
-from ._model import VT, Arch, NameRule, Stack, head_dim, m
+from ._model import VT, Arch, NameRule, Stack, full_rope, head_dim, m
 
 
 def _n_local(cfg: dict) -> int:
@@ -99,18 +102,105 @@ LLAMA = Arch(
     },
 )
 
+
+def _ministral3_rope(key: str) -> Callable[[dict], Any]:
+    """Ministral3Model's two rows after LlamaModel's (a ``ministral3`` text only): the
+    YaRN ``mscale_all_dim`` (llama.cpp's ``yarn_log_multiplier``) and
+    ``llama_4_scaling_beta`` (its ``attention.temperature_scale``: Q times
+    ``1 + beta log(1 + floor(pos / original context))``).  The reference asserts YaRN and
+    stops on a missing key: a named error here."""
+
+    def get(cfg: dict) -> Any:
+        if cfg.get("model_type") != "ministral3":
+            return None
+        rp = full_rope(cfg)
+        if rp.get("rope_type") != "yarn" or rp.get(key) is None:
+            raise E.InvalidModelConfig(
+                "a ministral3 text needs YaRN rope_parameters with this key",
+                field=f"rope_parameters.{key}",
+                expected="rope_type 'yarn' and a number",
+                found=f"rope_type {rp.get('rope_type')!r}, {key} {rp.get(key)!r}",
+            )
+        return rp[key]
+
+    return get
+
+
+_MINISTRAL3_ROWS = [
+    m(
+        "rope.scaling.yarn_log_multiplier",
+        "rope_scaling.mscale_all_dim",
+        t=VT.FLOAT32,
+        value=_ministral3_rope("mscale_all_dim"),
+    ),
+    m(
+        "attention.temperature_scale",
+        "rope_scaling.llama_4_scaling_beta",
+        t=VT.FLOAT32,
+        value=_ministral3_rope("llama_4_scaling_beta"),
+    ),
+]
+
+
 # Mistral3Model (conversion/mistral3.py): the text half of Mistral3ForConditionalGeneration
-# (Mistral Small 3.1) is LlamaModel under its own GGUF name; the vision tower is the
-# projector's (.mmproj).  A "ministral3" text (YaRN + llama_4_scaling rows) and a
-# "mistral4" one (DeepseekV2) are other classes there, not this entry.  No HF class is the
-# text half alone: GGUF -> HF refuses it, as for qwen2vl.
+# (Mistral Small 3.1, Ministral 3) is LlamaModel under its own GGUF name, plus the two
+# Ministral 3 rows when the text's model_type is "ministral3"; the vision tower is the
+# projector's (.mmproj).  A "mistral4" text (DeepseekV2) is another class there, not this
+# entry.  No HF class is the text half alone of Mistral Small 3.1: GGUF -> HF refuses it,
+# as for qwen2vl; a Ministral 3 text goes back as Ministral3ForCausalLM (MINISTRAL3).
+def _no_mistral4(cfg: dict) -> None:
+    """A ``mistral4`` text (Mistral Large 3 / Mistral 4: DeepSeek-V2's MLA and fused
+    experts, the reference's ``mistral4`` file) is not converted yet: named by its model
+    type before any tensor is read, not as an unmapped Llama tensor.  Runs as a config
+    default (the first look at the config); adds no field."""
+    if cfg.get("model_type") == "mistral4":
+        raise E.UnknownArchitecture(
+            "a Mistral 3 text of model type mistral4 is not converted yet",
+            field="text_config.model_type",
+            expected="'mistral' or 'ministral3'",
+            found="'mistral4'",
+        )
+
+
 MISTRAL3 = replace(
     LLAMA,
     hf_archs=("Mistral3ForConditionalGeneration",),
     gguf_arch="mistral3",
+    meta=[*LLAMA.meta, *_MINISTRAL3_ROWS],
     stacks=[],
     names=[*BASE_NAMES, *FFN_NORM],
     model_types={},
+    defaults={**LLAMA.defaults, "_mistral4": _no_mistral4},
+)
+
+
+def is_ministral3_file(md: Mapping[str, Any]) -> bool:
+    """A ``mistral3`` GGUF of a Ministral 3 text (it has the Llama 4 scaling row)."""
+    return "mistral3.attention.temperature_scale" in md
+
+
+def _ministral3_back(cfg: dict, names: set[str]) -> dict:
+    """Ministral3Config's ``rope_parameters`` from the file's YaRN rows; ``mscale`` 1, as
+    llama.cpp assumes it (its attention factor is mscale(1) / mscale(mscale_all_dim))."""
+    rs = dict(cfg.get("rope_scaling") or {})
+    rs.pop("type", None)
+    rope = {
+        "rope_type": "yarn",
+        "rope_theta": cfg.get("rope_theta"),
+        **rs,
+        "mscale": 1.0,
+        "max_position_embeddings": cfg.get("max_position_embeddings"),
+    }
+    return {**LLAMA.hf_config(cfg, names), "rope_parameters": rope, "rope_scaling": None}
+
+
+# Ministral3ForCausalLM (the text class alone, registered by the same reference class): the
+# same file; GGUF -> HF gives it back from a mistral3 file with the Ministral 3 rows
+MINISTRAL3 = replace(
+    MISTRAL3,
+    hf_archs=("Ministral3ForCausalLM",),
+    model_types={"Ministral3ForCausalLM": "ministral3"},
+    hf_config=_ministral3_back,
 )
 
 # SmolLM3Model: LlamaModel under its own GGUF name (llama.cpp knows its NoPE layers)
