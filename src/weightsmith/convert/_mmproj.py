@@ -243,9 +243,11 @@ def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
     try:  # every clip.* row now, so a bad value stops the plan before any file is written
         proj.entry.metadata(view)
     except (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError) as exc:
+        # an audio-only class also reads top-level fields (Ultravox's ``stack_factor``)
+        kind, where = ("vision", "vision_config") if proj.vision else ("audio", "audio config")
         raise E.InvalidModelConfig(
-            "vision hyperparameters the projector cannot use",
-            path=cfg_path, field="vision_config", expected="values llama.cpp's class accepts",
+            f"{kind} hyperparameters the projector cannot use",
+            path=cfg_path, field=where, expected="values llama.cpp's class accepts",
             found=str(exc),
         ) from None  # fmt: skip
     by_key: dict[str, H._Source] = {}

@@ -1564,6 +1564,22 @@ AUDIOFLAMINGO3_AUDIO = _whisper(
     conv_type="F32",
 )
 
+# UltravoxWhisperEncoderModel (remote code on the Hub, a transformers Whisper encoder as its
+# tower): the encoder's outputs stacked by the top-level ``stack_factor`` (required: the
+# reference's KeyError) into RMSNorm ``ln_pre``, ``linear_1``, SwiGLU, RMSNorm ``ln_mid``,
+# ``linear_2`` (no biases; mtmd's ``ultravox`` graph)
+ULTRAVOX_AUDIO = _whisper(
+    "UltravoxModel",
+    "ultravox",
+    [
+        ("multi_modal_projector.ln_pre", "mm.a.norm_pre"),
+        ("multi_modal_projector.linear_1", "mm.a.mlp.1"),
+        ("multi_modal_projector.ln_mid", "mm.a.norm_mid"),
+        ("multi_modal_projector.linear_2", "mm.a.mlp.2"),
+    ],
+    stack_factor=lambda v: v[GLOBAL]["stack_factor"],
+)
+
 # --------------------------------------------------------------------------- GLM-4V
 
 _GV = "visual.blocks.{bid}."
@@ -2847,5 +2863,6 @@ PROJECTORS += (QWEN4EXP_VISION,)
 PROJECTORS += (GLM5NEXT_VISION,)
 PROJECTORS += (GEMMA3N_VISION_AUDIO,)
 PROJECTORS += (DOTS3NOTE_MMPROJ,)
+PROJECTORS += (ULTRAVOX_AUDIO,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
