@@ -19,7 +19,9 @@ Ultravox (remote code) is assembled in the Hub's layout from transformers' Whisp
 encoder, seeded projector weights and a Llama (support.audio_models.ultravox): the same
 byte-for-byte checks; mtmd encodes it only at a stack factor that divides the 1500
 encoder frames (the Hub's 8 aborts, pinned), compared with transformers' Whisper encoder
-followed by our own torch statement of its projector.
+followed by our own torch statement of its projector.  MERaLiON 2 likewise (a Gemma 2
+under ``text_decoder.``): mtmd's graph normalises the stacked rows where the model
+normalises frames (the measured gap, pinned).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support.audio_models import audioflamingo3, glmasr, qwen2audio, ultravox, voxtral
+from support.audio_models import audioflamingo3, glmasr, meralion2, qwen2audio, ultravox, voxtral
 from support.llama_sdist import llama_cpp_root
 from test_convert_gemma4_audio import _pcm
 from test_convert_mmproj import TYPES, _mtmd_embeddings, _reference, _same
@@ -522,3 +524,137 @@ def test_ultravox_hub_folder_without_text(uvx, tmp_path):
     _same(out / "m.gguf", uvx["root"] / "ref-mmproj-f16.gguf")
     with read(out / "t.gguf") as f:
         assert f.metadata["general.architecture"] == "llama" and len(f.tensors) == 0
+
+
+# ---------------------------------------------------------------------------- MERaLiON 2
+
+
+@pytest.fixture(scope="module")
+def mer(tmp_path_factory) -> Path:
+    """The tiny MERaLiON 2 (support.audio_models.meralion2); beside it ours and the
+    reference's projector at each type, the reference's text f16 of the Gemma 2 saved
+    alone (``gemma2/model``: the reference's text run refuses the MERaLiON folder)."""
+    root = tmp_path_factory.mktemp("mer")
+    src = meralion2(root / "model")
+    alone = root / "gemma2" / "model"
+    jobs = [[str(alone), "--outfile", str(root / "ref-text-f16.gguf"), "--outtype", "f16"]]
+    for t in TYPES:
+        jobs.append([str(src), "--outfile", str(root / f"ref-mmproj-{t}.gguf"), "--outtype", t,
+                     "--mmproj"])  # fmt: skip
+        hf_to_gguf(src, root / f"ours-text-{t}.gguf", t, mmproj=root / f"ours-mmproj-{t}.gguf")
+    _reference(jobs)
+    return src
+
+
+@pytest.mark.parametrize("t", TYPES)
+def test_meralion2_same_as_reference(mer, t):
+    """Our projector is the reference's byte for byte; our text file (the Gemma 2 under
+    ``text_decoder.``) is the reference's file of that Gemma 2 saved alone."""
+    root = mer.parent
+    _same(root / f"ours-mmproj-{t}.gguf", root / f"ref-mmproj-{t}.gguf")
+    if t == "f16":
+        _same(root / "ours-text-f16.gguf", root / "ref-text-f16.gguf")
+
+
+def test_meralion2_contents(mer):
+    """Guard against a vacuous pass: ``speech_config`` read as the audio config, the
+    stack factor, the LayerNorm and the four linears with their biases."""
+    from weightsmith.gguf import read
+
+    with read(mer.parent / "ours-mmproj-q8_0.gguf") as f:
+        md = f.metadata
+        types = {t.name: (t.ggml_type.name, t.shape) for t in f.tensors}
+    assert md["clip.projector_type"] == "meralion" and "clip.has_vision_encoder" not in md
+    assert md["clip.audio.projector.stack_factor"] == 15
+    assert md["clip.audio.embedding_length"] == 64 and md["clip.audio.block_count"] == 3
+    assert md["clip.audio.projection_dim"] == 256
+    assert types["mm.a.norm_pre.weight"] == ("F32", (64,)) and "mm.a.norm_pre.bias" in types
+    assert types["mm.a.mlp.0.weight"] == ("Q8_0", (320, 960))
+    assert types["mm.a.mlp.3.weight"] == ("Q8_0", (256, 320)) and "mm.a.mlp.3.bias" in types
+    assert types["a.conv1d.1.weight"][0] == "F16" and len(types) == 62
+    assert not any(n.startswith(("token_embd", "blk.")) for n in types)
+
+
+def _meralion2_features(folder: Path, pcm: np.ndarray, norm_after_stack: bool) -> np.ndarray:
+    """(a) transformers' Whisper encoder on WhisperFeatureExtractor's mel (``speech_encoder.*``)
+    -- the oracle; then (b) our own torch statement of MERaLiON 2's documented adaptor
+    (remote code, not importable): ``ln_speech`` (LayerNorm, eps 1e-5) over each frame,
+    frames stacked by ``speech_mlp_scale_factor``, ``mlp_adapter.0`` + SiLU, SiLU(gate) x
+    pool, ``out_proj``.  ``norm_after_stack``: the LayerNorm over each stacked row instead
+    (its weight and bias repeated), as mtmd's ``meralion`` graph does."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import WhisperConfig, WhisperFeatureExtractor
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    F = torch.nn.functional
+    cfg = json.loads((folder / "config.json").read_text())
+    sd = {k: v.float() for k, v in load_file(folder / "model.safetensors").items()}
+    fe = WhisperFeatureExtractor(feature_size=128, sampling_rate=SAMPLE_RATE)
+    feats = fe([pcm], sampling_rate=SAMPLE_RATE, return_tensors="pt")["input_features"]
+    enc = WhisperEncoder(WhisperConfig(**cfg["speech_config"])).eval()
+    tower = "speech_encoder."
+    enc.load_state_dict({k[len(tower) :]: v for k, v in sd.items() if k.startswith(tower)})
+    s = cfg["speech_mlp_scale_factor"]
+    w, b = sd["ln_speech.weight"], sd["ln_speech.bias"]
+
+    def lin(x, name):
+        a = "speech_audio_adapter." + name
+        return F.linear(x, sd[a + ".weight"], sd[a + ".bias"])
+
+    with torch.no_grad():
+        h = enc(feats).last_hidden_state[0]
+        c = h.shape[1]
+        if norm_after_stack:
+            h = F.layer_norm(h.reshape(-1, c * s), (c * s,), w.repeat(s), b.repeat(s), 1e-5)
+        else:
+            h = F.layer_norm(h, (c,), w, b, 1e-5).reshape(-1, c * s)
+        x = F.silu(lin(h, "mlp_adapter.0"))
+        x = F.silu(lin(x, "gate_proj")) * lin(x, "pool_proj")
+        return lin(x, "out_proj").numpy()
+
+
+def test_meralion2_llama_cpp_encodes_audio(mer):
+    """mtmd loads our MERaLiON 2 projector with our text file and encodes 1 s of audio
+    into 100 tokens (1500 frames / 15).  Against (a) + (b) they differ by 8.4e-3 of the
+    scale (1.5): mtmd 0.3.36's ``meralion`` graph applies ``ln_speech`` after stacking,
+    over each 15-frame row, where the model normalises each frame; with that one change
+    (b') they agree within 2.1e-4 (measured).  Both pinned: the gap is mtmd's graph, not
+    the file (byte-identical to the reference's)."""
+    root, pcm = mer.parent, _pcm(1.0)
+    got = _mtmd_embeddings(root / "ours-text-f32.gguf", root / "ours-mmproj-f32.gguf", None, pcm)
+    want = _meralion2_features(mer, pcm, norm_after_stack=False)
+    as_mtmd = _meralion2_features(mer, pcm, norm_after_stack=True)
+    assert got.shape == want.shape == (100, 256), (got.shape, want.shape)
+    scale = float(np.abs(want).max())
+    err_model = float(np.abs(got - want).max()) / scale
+    err_graph = float(np.abs(got - as_mtmd).max()) / scale
+    assert err_graph < 1e-3, err_graph
+    assert err_model > 5 * err_graph and err_model < 5e-2, (err_model, err_graph)
+
+
+def test_meralion2_text_in_llama_cpp_and_back(mer, tmp_path):
+    """The text file: llama.cpp's logits equal transformers' on the Gemma 2 saved alone,
+    and GGUF -> HF gives its tensors exactly."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from test_convert_archs import _llama_logits_f32_kv
+    from weightsmith.convert import gguf_to_hf
+
+    alone = mer.parent / "gemma2" / "model"
+    tokens = [1, 5, 17, 42, 99, 7, 300, 11]
+    m = AutoModelForCausalLM.from_pretrained(alone, dtype=torch.float32).eval()
+    with torch.no_grad():
+        want = m(torch.tensor([tokens])).logits[0].numpy()
+    scale = float(np.abs(want).max())
+    got = _llama_logits_f32_kv(mer.parent / "ours-text-f32.gguf", tokens)
+    assert float(np.abs(got - want).max()) <= 2e-3 * max(scale, 1.0)
+    back = tmp_path / "back"
+    gguf_to_hf(mer.parent / "ours-text-f32.gguf", back, dtype="f32")
+    orig = load_file(alone / "model.safetensors")
+    sd = load_file(back / "model.safetensors")
+    assert sorted(sd) == sorted(orig)
+    for k, v in orig.items():
+        assert torch.equal(sd[k], v.float()), k

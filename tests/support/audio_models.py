@@ -169,3 +169,61 @@ def ultravox(folder: Path, *, dtype: str = "bfloat16", seed: int = 54, stack: in
     }
     (folder / "config.json").write_text(json.dumps(cfg, indent=2))
     return folder
+
+
+def meralion2(folder: Path, *, dtype: str = "bfloat16", seed: int = 57, scale: int = 15) -> Path:
+    """MERaLiON 2 (``MERaLiON2ForConditionalGeneration``, remote code) as the Hub keeps it:
+    ``speech_encoder.*`` a Whisper encoder (``speech_config``), ``ln_speech`` a LayerNorm
+    over each frame, ``speech_audio_adapter.*`` (frames stacked by
+    ``speech_mlp_scale_factor``, ``mlp_adapter.0`` to 5 x the width + SiLU, the GLU
+    ``gate_proj`` / ``pool_proj``, ``out_proj`` to the text width; with biases), and a
+    Gemma 2 text model under ``text_decoder.*``.  The text model is also saved alone in
+    ``gemma2/<name>`` beside it (the transformers oracle for the text half)."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = train_spm(folder)
+    acfg, enc = _whisper_encoder(seed, **ULTRAVOX_AUDIO)
+    # llama.cpp scales Gemma 2's queries by the head size: the scalar set to it
+    tcfg = Gemma2Config(**_text(vocab), query_pre_attn_scalar=64)
+    text = Gemma2ForCausalLM(tcfg)
+    _random_init(text, seed + 1)
+    alone = folder.parent / "gemma2" / folder.name
+    alone.mkdir(parents=True, exist_ok=True)
+    train_spm(alone)
+    text.to(getattr(torch, dtype)).save_pretrained(alone, safe_serialization=True)
+    d = ULTRAVOX_AUDIO["d_model"]
+    g = torch.Generator().manual_seed(seed + 2)
+
+    def lin(o: int, i: int, name: str) -> dict:
+        return {name + ".weight": 0.05 * torch.randn(o, i, generator=g),
+                name + ".bias": 0.05 * torch.randn(o, generator=g)}  # fmt: skip
+
+    sd = {"speech_encoder." + k: v for k, v in enc.state_dict().items()}
+    sd["ln_speech.weight"] = 1.0 + 0.05 * torch.randn(d, generator=g)
+    sd["ln_speech.bias"] = 0.05 * torch.randn(d, generator=g)
+    ad = "speech_audio_adapter."
+    sd.update(lin(5 * d, scale * d, ad + "mlp_adapter.0"))
+    sd.update(lin(5 * d, 5 * d, ad + "gate_proj"))
+    sd.update(lin(5 * d, 5 * d, ad + "pool_proj"))
+    sd.update(lin(tcfg.hidden_size, 5 * d, ad + "out_proj"))
+    tied = tcfg.tie_word_embeddings
+    sd.update({"text_decoder." + k: v for k, v in text.state_dict().items()
+               if not (tied and k == "lm_head.weight")})  # fmt: skip
+    sd = {k: v.to(getattr(torch, dtype)).clone().contiguous() for k, v in sd.items()}
+    save_file(sd, folder / "model.safetensors", metadata={"format": "pt"})
+    cfg = {
+        "architectures": ["MERaLiON2ForConditionalGeneration"],
+        "model_type": "meralion2",
+        "speech_config": acfg.to_dict(),
+        "text_config": tcfg.to_dict(),
+        "speech_mlp_scale_factor": scale,
+        "speech_token_index": 10,
+        "torch_dtype": dtype,
+    }
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    return folder

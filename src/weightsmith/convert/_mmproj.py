@@ -33,6 +33,7 @@ from . import _hf_to_gguf as H  # a module import: _hf_to_gguf imports this modu
 from ._model_card import provenance_rows
 from .arch import FILE_TYPE, PlanError
 from .arch.mmproj import (
+    AUDIO,
     MMPROJ_REGISTRY,
     TOKEN_ID,
     TOKEN_SOURCE,
@@ -238,6 +239,8 @@ def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
                 found=pre.get(key),
             )
     view = vision_view(raw, pre)
+    if proj.audio_key is not None:  # the class's own get_audio_config (MERaLiON's speech_config)
+        view[AUDIO] = towers(raw).get(proj.audio_key)
     if proj.token is not None:
         view[TOKEN_ID] = _token_id(d, proj.token)
     try:  # every clip.* row now, so a bad value stops the plan before any file is written

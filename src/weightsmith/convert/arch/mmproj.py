@@ -1580,6 +1580,34 @@ ULTRAVOX_AUDIO = _whisper(
     stack_factor=lambda v: v[GLOBAL]["stack_factor"],
 )
 
+# MERaLiONWhisperEncoderModel (remote code): the Whisper tower under ``speech_encoder.``
+# (read as ``audio_tower.``), its config ``speech_config``; ``ln_speech`` (a LayerNorm,
+# with bias) -> ``mm.a.norm_pre``, the adaptor's four linears (with biases) ->
+# ``mm.a.mlp.0``-``3``; the stack factor ``speech_mlp_scale_factor`` (15 when absent);
+# the text decoder (``text_decoder.``) is not read
+_MER = "speech_audio_adapter."
+MERALION2_AUDIO = replace(
+    _whisper(
+        "MERaLiON2ForConditionalGeneration",
+        "meralion",
+        [
+            ("ln_speech", "mm.a.norm_pre"),
+            (_MER + "mlp_adapter.0", "mm.a.mlp.0"),
+            (_MER + "gate_proj", "mm.a.mlp.1"),
+            (_MER + "pool_proj", "mm.a.mlp.2"),
+            (_MER + "out_proj", "mm.a.mlp.3"),
+        ],
+        stack_factor=lambda v: v[GLOBAL].get("speech_mlp_scale_factor", 15),
+    ),
+    keep=("speech_encoder.", "ln_speech.", _MER),
+    rename=lambda name: (
+        WHISPER_PREFIX + name[len("speech_encoder.") :]
+        if name.startswith("speech_encoder.")
+        else name
+    ),
+    audio_key="speech_config",
+)
+
 # --------------------------------------------------------------------------- GLM-4V
 
 _GV = "visual.blocks.{bid}."
@@ -2864,5 +2892,6 @@ PROJECTORS += (GLM5NEXT_VISION,)
 PROJECTORS += (GEMMA3N_VISION_AUDIO,)
 PROJECTORS += (DOTS3NOTE_MMPROJ,)
 PROJECTORS += (ULTRAVOX_AUDIO,)
+PROJECTORS += (MERALION2_AUDIO,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
