@@ -658,3 +658,16 @@ def test_meralion2_text_in_llama_cpp_and_back(mer, tmp_path):
     assert sorted(sd) == sorted(orig)
     for k, v in orig.items():
         assert torch.equal(sd[k], v.float()), k
+
+
+def test_meralion2_reference_text_refused(mer):
+    """The pinned reference cannot convert a MERaLiON 2 folder's text (its Gemma 2 class
+    meets the adaptor's tensors), which is why our text file is compared with its file
+    of the same Gemma 2 saved alone."""
+    out = mer.parent / "ref-text-refused.gguf"
+    r = subprocess.run([sys.executable, str(llama_cpp_root() / "convert_hf_to_gguf.py"), str(mer),
+                        "--outfile", str(out), "--outtype", "f16"],
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode != 0, r.stderr[-2000:]
+    assert "Can not map tensor 'ln_speech.bias'" in r.stderr, r.stderr[-2000:]
+    assert not out.exists()
