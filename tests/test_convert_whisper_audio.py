@@ -671,3 +671,17 @@ def test_meralion2_reference_text_refused(mer):
     assert r.returncode != 0, r.stderr[-2000:]
     assert "Can not map tensor 'ln_speech.bias'" in r.stderr, r.stderr[-2000:]
     assert not out.exists()
+
+
+@pytest.mark.parametrize("fixture", ["uvx", "mer"])
+def test_remote_code_cli_writes_both(request, fixture, tmp_path):
+    """``weightsmith convert DIR out.gguf --mmproj`` on the remote-code folders: the
+    reference's projector and our text file, as the API writes them."""
+    from weightsmith.cli._main import main
+
+    got = request.getfixturevalue(fixture)
+    src, root = (got["s8"], got["root"]) if fixture == "uvx" else (got, got.parent)
+    dst = tmp_path / "t.gguf"
+    assert main(["convert", str(src), str(dst), "--type", "q8_0", "--mmproj", "--quiet"]) == 0
+    assert (tmp_path / "mmproj-t.gguf").read_bytes() == (root / "ref-mmproj-q8_0.gguf").read_bytes()
+    assert dst.read_bytes() == (root / "ours-text-q8_0.gguf").read_bytes()
