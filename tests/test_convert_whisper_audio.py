@@ -685,3 +685,18 @@ def test_remote_code_cli_writes_both(request, fixture, tmp_path):
     assert main(["convert", str(src), str(dst), "--type", "q8_0", "--mmproj", "--quiet"]) == 0
     assert (tmp_path / "mmproj-t.gguf").read_bytes() == (root / "ref-mmproj-q8_0.gguf").read_bytes()
     assert dst.read_bytes() == (root / "ours-text-q8_0.gguf").read_bytes()
+
+
+@pytest.mark.parametrize("fixture", ["uvx", "mer"])
+def test_remote_code_pair_back_refused(request, fixture, tmp_path):
+    """GGUF -> HF of the pair: no transformers class to rebuild a remote-code model into;
+    refused naming the projector type, nothing written."""
+    from weightsmith.convert import gguf_to_hf
+
+    got = request.getfixturevalue(fixture)
+    root = got["root"] if fixture == "uvx" else got.parent
+    out = tmp_path / "out"
+    with pytest.raises(E.ProjectorMismatch, match="remote code") as ei:
+        gguf_to_hf(root / "ours-text-f32.gguf", out, mmproj=root / "ours-mmproj-f32.gguf")
+    assert ei.value.field == "clip.projector_type"
+    assert not out.exists()
