@@ -14,6 +14,14 @@ and ``AudioFlamingo3ForConditionalGeneration`` (pooled, a 2-layer MLP; Qwen2 tex
   and Audio Flamingo 3's with our text file and encodes a waveform into the features
   transformers computes for the same samples; it loads Voxtral's but cannot encode Voxtral audio at all (a
   token-count abort, pinned here).
+
+Ultravox (remote code) is assembled in the Hub's layout from transformers' Whisper
+encoder, seeded projector weights and a Llama (support.audio_models.ultravox): the same
+byte-for-byte checks; mtmd encodes it only at a stack factor that divides the 1500
+encoder frames (the Hub's 8 aborts, pinned), compared with transformers' Whisper encoder
+followed by our own torch statement of its projector.  MERaLiON 2 likewise (a Gemma 2
+under ``text_decoder.``): mtmd's graph normalises the stacked rows where the model
+normalises frames (the measured gap, pinned).
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support.audio_models import audioflamingo3, glmasr, qwen2audio, voxtral
+from support.audio_models import audioflamingo3, glmasr, meralion2, qwen2audio, ultravox, voxtral
 from support.llama_sdist import llama_cpp_root
 from test_convert_gemma4_audio import _pcm
 from test_convert_mmproj import TYPES, _mtmd_embeddings, _reference, _same
@@ -327,4 +335,368 @@ def test_no_audio_tensors_refused(vox, tmp_path):
     out = tmp_path / "out"
     with pytest.raises(E.MissingModelFile, match="no audio tower tensors"):
         hf_to_gguf(src, out / "t.gguf", "f16", mmproj=out / "m.gguf")
+    assert not out.exists()
+
+
+# ------------------------------------------------------------------------------ Ultravox
+#
+# Remote code on the Hub (transformers cannot build ``UltravoxModel``): the tiny folder is
+# assembled in the Hub's layout by support.audio_models.ultravox (transformers' own Whisper
+# encoder, seeded projector weights under the Hub's names, a Llama text model).
+
+
+@pytest.fixture(scope="module")
+def uvx(tmp_path_factory) -> dict[str, Path]:
+    """``s8``: the tiny Ultravox at the Hub's stack factor 8 (ours and the reference's
+    projector at each type, and the text f16); ``s4``: the same at stack factor 4 (both
+    projectors at f32), the one mtmd 0.3.36 can encode.  Reference runs in one batch."""
+    root = tmp_path_factory.mktemp("uvx")
+    s8, s4 = ultravox(root / "s8" / "model"), ultravox(root / "s4" / "model", stack=4, seed=56)
+    jobs = [[str(s8), "--outfile", str(root / "ref-text-f16.gguf"), "--outtype", "f16"]]
+    for t in TYPES:
+        jobs.append([str(s8), "--outfile", str(root / f"ref-mmproj-{t}.gguf"), "--outtype", t,
+                     "--mmproj"])  # fmt: skip
+        hf_to_gguf(s8, root / f"ours-text-{t}.gguf", t, mmproj=root / f"ours-mmproj-{t}.gguf")
+    jobs.append([str(s4), "--outfile", str(root / "ref4-mmproj-f32.gguf"), "--outtype", "f32",
+                 "--mmproj"])  # fmt: skip
+    hf_to_gguf(s4, root / "ours4-text-f32.gguf", "f32", mmproj=root / "ours4-mmproj-f32.gguf")
+    _reference(jobs)
+    return {"root": root, "s8": s8, "s4": s4}
+
+
+@pytest.mark.parametrize("t", TYPES)
+def test_ultravox_same_as_reference(uvx, t):
+    """Our projector is the reference's byte for byte (and the text file beside it: the
+    reference converts an Ultravox folder's text as its ``text_config`` architecture, a
+    Llama under ``language_model.``)."""
+    root = uvx["root"]
+    _same(root / f"ours-mmproj-{t}.gguf", root / f"ref-mmproj-{t}.gguf")
+    if t == "f16":
+        _same(root / "ours-text-f16.gguf", root / "ref-text-f16.gguf")
+    if t == "f32":
+        _same(root / "ours4-mmproj-f32.gguf", root / "ref4-mmproj-f32.gguf")
+
+
+def test_ultravox_contents(uvx):
+    """Guard against a vacuous pass: the ``ultravox`` rows, the stack factor from the top
+    level, the RMSNorm weights F32, no projector biases."""
+    from weightsmith.gguf import read
+
+    with read(uvx["root"] / "ours-mmproj-q8_0.gguf") as f:
+        md = f.metadata
+        types = {t.name: (t.ggml_type.name, t.shape) for t in f.tensors}
+    assert md["clip.projector_type"] == "ultravox" and "clip.has_vision_encoder" not in md
+    assert md["clip.audio.projector.stack_factor"] == 8
+    assert md["clip.audio.embedding_length"] == 64 and md["clip.audio.block_count"] == 3
+    assert md["clip.audio.projection_dim"] == 256 and md["clip.audio.num_mel_bins"] == 128
+    assert types["mm.a.norm_pre.weight"] == ("F32", (512,))
+    assert types["mm.a.mlp.1.weight"] == ("Q8_0", (128, 512))
+    assert types["mm.a.norm_mid.weight"] == ("F32", (64,))
+    assert types["mm.a.mlp.2.weight"] == ("Q8_0", (256, 64))
+    assert not any(n.startswith("mm.") and n.endswith(".bias") for n in types)
+    assert types["a.conv1d.1.weight"][0] == "F16" and len(types) == 56
+
+
+def test_ultravox_stack_factor_missing_refused(uvx, tmp_path):
+    """Without the top-level ``stack_factor`` (the reference: a KeyError): a named error,
+    nothing written."""
+    src = tmp_path / "model"
+    src.mkdir()
+    for p in uvx["s8"].iterdir():
+        (src / p.name).symlink_to(p)
+    cfg = json.loads((uvx["s8"] / "config.json").read_text())
+    del cfg["stack_factor"]
+    (src / "config.json").unlink()
+    (src / "config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "out"
+    with pytest.raises(E.InvalidModelConfig, match="stack_factor"):
+        hf_to_gguf(src, out / "t.gguf", "f16", mmproj=out / "m.gguf")
+    assert not out.exists()
+
+
+def test_ultravox_mtmd_cannot_encode_stack_8(uvx):
+    """mtmd 0.3.36 loads our Ultravox projector at the Hub's stack factor 8 (all 56
+    tensors) but cannot encode its audio: its graph stacks the 1500 encoder frames by 8
+    into 188 rows (padded) while it counts align(3000, 8) / 8 / 2 = 187 tokens, and it
+    aborts on the mismatch (the reference's byte-identical file alike)."""
+    root = uvx["root"]
+    r = _mtmd_in_subprocess(root / "ours-text-f32.gguf", root / "ours-mmproj-f32.gguf")
+    assert "load_tensors: loaded 56 tensors" in r.stderr, r.stderr[-3000:]
+    assert r.returncode != 0, r.stdout
+    assert "expected output 187 tokens, got 188" in r.stderr, r.stderr[-3000:]
+
+
+def _ultravox_features(folder: Path, pcm: np.ndarray) -> np.ndarray:
+    """(a) transformers' Whisper encoder (WhisperFeatureExtractor's mel, then
+    ``WhisperEncoder`` with the checkpoint's ``audio_tower.*``) -- the oracle; then (b) our
+    own torch re-statement of Ultravox's documented projector (remote code, not importable):
+    frames zero-padded and stacked by ``stack_factor``, RMSNorm (eps 1e-6), ``linear_1``,
+    SwiGLU (SiLU on the second half, times the first), RMSNorm, ``linear_2``."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import WhisperConfig, WhisperFeatureExtractor
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    cfg = json.loads((folder / "config.json").read_text())
+    sd = {k: v.float() for k, v in load_file(folder / "model.safetensors").items()}
+    fe = WhisperFeatureExtractor(feature_size=128, sampling_rate=SAMPLE_RATE)
+    feats = fe([pcm], sampling_rate=SAMPLE_RATE, return_tensors="pt")["input_features"]
+    enc = WhisperEncoder(WhisperConfig(**cfg["audio_config"])).eval()
+    tower = "audio_tower."
+    enc.load_state_dict({k[len(tower) :]: v for k, v in sd.items() if k.startswith(tower)})
+    p = {k.split(".", 1)[1]: v for k, v in sd.items() if k.startswith("multi_modal_projector.")}
+    s = cfg["stack_factor"]
+
+    def rms(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+    with torch.no_grad():
+        h = enc(feats).last_hidden_state[0]
+        n, c = h.shape
+        h = torch.nn.functional.pad(h, (0, 0, 0, (-n) % s)).reshape(-1, c * s)
+        x = rms(h, p["ln_pre.weight"]) @ p["linear_1.weight"].T
+        a, gate = x.chunk(2, dim=-1)
+        x = rms(torch.nn.functional.silu(gate) * a, p["ln_mid.weight"])
+        return (x @ p["linear_2.weight"].T).numpy()
+
+
+def test_ultravox_llama_cpp_encodes_audio(uvx):
+    """At stack factor 4 (1500 frames divide evenly: mtmd's count and graph agree), mtmd
+    loads our projector with our text file and encodes 1 s of audio into (a) + (b) above:
+    375 tokens, measured within 1.5e-4 of their scale (1.4)."""
+    root, pcm = uvx["root"], _pcm(1.0)
+    got = _mtmd_embeddings(root / "ours4-text-f32.gguf", root / "ours4-mmproj-f32.gguf", None, pcm)
+    want = _ultravox_features(uvx["s4"], pcm)
+    assert got.shape == want.shape == (375, 256), (got.shape, want.shape)
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert err < 1e-3, err
+
+
+def test_ultravox_text_in_llama_cpp_and_back(uvx, tmp_path):
+    """The text file beside the projector: llama.cpp's logits equal transformers' on the
+    Llama the folder holds (saved alone beside it), and GGUF -> HF gives its tensors
+    exactly and the same logits."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from test_convert_archs import _llama_logits_f32_kv
+    from weightsmith.convert import gguf_to_hf
+
+    alone = uvx["s8"].parent / "llama" / "model"
+    tokens = [1, 5, 17, 42, 99, 7, 300, 11]
+    m = AutoModelForCausalLM.from_pretrained(alone, dtype=torch.float32).eval()
+    with torch.no_grad():
+        want = m(torch.tensor([tokens])).logits[0].numpy()
+    scale = float(np.abs(want).max())
+    got = _llama_logits_f32_kv(uvx["root"] / "ours-text-f32.gguf", tokens)
+    assert float(np.abs(got - want).max()) <= 2e-3 * max(scale, 1.0)
+    back = tmp_path / "back"
+    gguf_to_hf(uvx["root"] / "ours-text-f32.gguf", back, dtype="f32")
+    orig = load_file(alone / "model.safetensors")
+    sd = load_file(back / "model.safetensors")
+    assert sorted(sd) == sorted(orig)
+    for k, v in orig.items():
+        assert torch.equal(sd[k], v.float()), k
+    m2 = AutoModelForCausalLM.from_pretrained(back, dtype=torch.float32).eval()
+    with torch.no_grad():
+        again = m2(torch.tensor([tokens])).logits[0].numpy()
+    assert float(np.abs(again - want).max()) <= 1e-5 * max(scale, 1.0)
+
+
+def test_ultravox_hub_folder_without_text(uvx, tmp_path):
+    """The Hub's own Ultravox folders hold no text weights (``text_model_id`` names the
+    model): the projector is the same file, and the text file beside it is metadata only
+    (0 tensors), as the reference writes it too (measured byte-identical by hand)."""
+    from safetensors.torch import load_file, save_file
+
+    from weightsmith.gguf import read
+
+    src = tmp_path / "model"  # the same folder name: the same general.name rows
+    src.mkdir()
+    for name in ("config.json", "tokenizer.model"):
+        (src / name).symlink_to(uvx["s8"] / name)
+    sd = load_file(uvx["s8"] / "model.safetensors")
+    save_file({k: v for k, v in sd.items() if not k.startswith("language_model.")},
+              src / "model.safetensors", metadata={"format": "pt"})  # fmt: skip
+    out = tmp_path / "out"
+    hf_to_gguf(src, out / "t.gguf", "f16", mmproj=out / "m.gguf")
+    _same(out / "m.gguf", uvx["root"] / "ref-mmproj-f16.gguf")
+    with read(out / "t.gguf") as f:
+        assert f.metadata["general.architecture"] == "llama" and len(f.tensors) == 0
+
+
+# ---------------------------------------------------------------------------- MERaLiON 2
+
+
+@pytest.fixture(scope="module")
+def mer(tmp_path_factory) -> Path:
+    """The tiny MERaLiON 2 (support.audio_models.meralion2); beside it ours and the
+    reference's projector at each type, the reference's text f16 of the Gemma 2 saved
+    alone (``gemma2/model``: the reference's text run refuses the MERaLiON folder)."""
+    root = tmp_path_factory.mktemp("mer")
+    src = meralion2(root / "model")
+    alone = root / "gemma2" / "model"
+    jobs = [[str(alone), "--outfile", str(root / "ref-text-f16.gguf"), "--outtype", "f16"]]
+    for t in TYPES:
+        jobs.append([str(src), "--outfile", str(root / f"ref-mmproj-{t}.gguf"), "--outtype", t,
+                     "--mmproj"])  # fmt: skip
+        hf_to_gguf(src, root / f"ours-text-{t}.gguf", t, mmproj=root / f"ours-mmproj-{t}.gguf")
+    _reference(jobs)
+    return src
+
+
+@pytest.mark.parametrize("t", TYPES)
+def test_meralion2_same_as_reference(mer, t):
+    """Our projector is the reference's byte for byte; our text file (the Gemma 2 under
+    ``text_decoder.``) is the reference's file of that Gemma 2 saved alone."""
+    root = mer.parent
+    _same(root / f"ours-mmproj-{t}.gguf", root / f"ref-mmproj-{t}.gguf")
+    if t == "f16":
+        _same(root / "ours-text-f16.gguf", root / "ref-text-f16.gguf")
+
+
+def test_meralion2_contents(mer):
+    """Guard against a vacuous pass: ``speech_config`` read as the audio config, the
+    stack factor, the LayerNorm and the four linears with their biases."""
+    from weightsmith.gguf import read
+
+    with read(mer.parent / "ours-mmproj-q8_0.gguf") as f:
+        md = f.metadata
+        types = {t.name: (t.ggml_type.name, t.shape) for t in f.tensors}
+    assert md["clip.projector_type"] == "meralion" and "clip.has_vision_encoder" not in md
+    assert md["clip.audio.projector.stack_factor"] == 15
+    assert md["clip.audio.embedding_length"] == 64 and md["clip.audio.block_count"] == 3
+    assert md["clip.audio.projection_dim"] == 256
+    assert types["mm.a.norm_pre.weight"] == ("F32", (64,)) and "mm.a.norm_pre.bias" in types
+    assert types["mm.a.mlp.0.weight"] == ("Q8_0", (320, 960))
+    assert types["mm.a.mlp.3.weight"] == ("Q8_0", (256, 320)) and "mm.a.mlp.3.bias" in types
+    assert types["a.conv1d.1.weight"][0] == "F16" and len(types) == 62
+    assert not any(n.startswith(("token_embd", "blk.")) for n in types)
+
+
+def _meralion2_features(folder: Path, pcm: np.ndarray, norm_after_stack: bool) -> np.ndarray:
+    """(a) transformers' Whisper encoder on WhisperFeatureExtractor's mel (``speech_encoder.*``)
+    -- the oracle; then (b) our own torch statement of MERaLiON 2's documented adaptor
+    (remote code, not importable): ``ln_speech`` (LayerNorm, eps 1e-5) over each frame,
+    frames stacked by ``speech_mlp_scale_factor``, ``mlp_adapter.0`` + SiLU, SiLU(gate) x
+    pool, ``out_proj``.  ``norm_after_stack``: the LayerNorm over each stacked row instead
+    (its weight and bias repeated), as mtmd's ``meralion`` graph does."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import WhisperConfig, WhisperFeatureExtractor
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    F = torch.nn.functional
+    cfg = json.loads((folder / "config.json").read_text())
+    sd = {k: v.float() for k, v in load_file(folder / "model.safetensors").items()}
+    fe = WhisperFeatureExtractor(feature_size=128, sampling_rate=SAMPLE_RATE)
+    feats = fe([pcm], sampling_rate=SAMPLE_RATE, return_tensors="pt")["input_features"]
+    enc = WhisperEncoder(WhisperConfig(**cfg["speech_config"])).eval()
+    tower = "speech_encoder."
+    enc.load_state_dict({k[len(tower) :]: v for k, v in sd.items() if k.startswith(tower)})
+    s = cfg["speech_mlp_scale_factor"]
+    w, b = sd["ln_speech.weight"], sd["ln_speech.bias"]
+
+    def lin(x, name):
+        a = "speech_audio_adapter." + name
+        return F.linear(x, sd[a + ".weight"], sd[a + ".bias"])
+
+    with torch.no_grad():
+        h = enc(feats).last_hidden_state[0]
+        c = h.shape[1]
+        if norm_after_stack:
+            h = F.layer_norm(h.reshape(-1, c * s), (c * s,), w.repeat(s), b.repeat(s), 1e-5)
+        else:
+            h = F.layer_norm(h, (c,), w, b, 1e-5).reshape(-1, c * s)
+        x = F.silu(lin(h, "mlp_adapter.0"))
+        x = F.silu(lin(x, "gate_proj")) * lin(x, "pool_proj")
+        return lin(x, "out_proj").numpy()
+
+
+def test_meralion2_llama_cpp_encodes_audio(mer):
+    """mtmd loads our MERaLiON 2 projector with our text file and encodes 1 s of audio
+    into 100 tokens (1500 frames / 15).  Against (a) + (b) they differ by 8.4e-3 of the
+    scale (1.5): mtmd 0.3.36's ``meralion`` graph applies ``ln_speech`` after stacking,
+    over each 15-frame row, where the model normalises each frame; with that one change
+    (b') they agree within 2.1e-4 (measured).  Both pinned: the gap is mtmd's graph, not
+    the file (byte-identical to the reference's)."""
+    root, pcm = mer.parent, _pcm(1.0)
+    got = _mtmd_embeddings(root / "ours-text-f32.gguf", root / "ours-mmproj-f32.gguf", None, pcm)
+    want = _meralion2_features(mer, pcm, norm_after_stack=False)
+    as_mtmd = _meralion2_features(mer, pcm, norm_after_stack=True)
+    assert got.shape == want.shape == (100, 256), (got.shape, want.shape)
+    scale = float(np.abs(want).max())
+    err_model = float(np.abs(got - want).max()) / scale
+    err_graph = float(np.abs(got - as_mtmd).max()) / scale
+    assert err_graph < 1e-3, err_graph
+    assert err_model > 5 * err_graph and err_model < 5e-2, (err_model, err_graph)
+
+
+def test_meralion2_text_in_llama_cpp_and_back(mer, tmp_path):
+    """The text file: llama.cpp's logits equal transformers' on the Gemma 2 saved alone,
+    and GGUF -> HF gives its tensors exactly."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from test_convert_archs import _llama_logits_f32_kv
+    from weightsmith.convert import gguf_to_hf
+
+    alone = mer.parent / "gemma2" / "model"
+    tokens = [1, 5, 17, 42, 99, 7, 300, 11]
+    m = AutoModelForCausalLM.from_pretrained(alone, dtype=torch.float32).eval()
+    with torch.no_grad():
+        want = m(torch.tensor([tokens])).logits[0].numpy()
+    scale = float(np.abs(want).max())
+    got = _llama_logits_f32_kv(mer.parent / "ours-text-f32.gguf", tokens)
+    assert float(np.abs(got - want).max()) <= 2e-3 * max(scale, 1.0)
+    back = tmp_path / "back"
+    gguf_to_hf(mer.parent / "ours-text-f32.gguf", back, dtype="f32")
+    orig = load_file(alone / "model.safetensors")
+    sd = load_file(back / "model.safetensors")
+    assert sorted(sd) == sorted(orig)
+    for k, v in orig.items():
+        assert torch.equal(sd[k], v.float()), k
+
+
+def test_meralion2_reference_text_refused(mer):
+    """The pinned reference cannot convert a MERaLiON 2 folder's text (its Gemma 2 class
+    meets the adaptor's tensors), which is why our text file is compared with its file
+    of the same Gemma 2 saved alone."""
+    out = mer.parent / "ref-text-refused.gguf"
+    r = subprocess.run([sys.executable, str(llama_cpp_root() / "convert_hf_to_gguf.py"), str(mer),
+                        "--outfile", str(out), "--outtype", "f16"],
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode != 0, r.stderr[-2000:]
+    assert "Can not map tensor 'ln_speech.bias'" in r.stderr, r.stderr[-2000:]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("fixture", ["uvx", "mer"])
+def test_remote_code_cli_writes_both(request, fixture, tmp_path):
+    """``weightsmith convert DIR out.gguf --mmproj`` on the remote-code folders: the
+    reference's projector and our text file, as the API writes them."""
+    from weightsmith.cli._main import main
+
+    got = request.getfixturevalue(fixture)
+    src, root = (got["s8"], got["root"]) if fixture == "uvx" else (got, got.parent)
+    dst = tmp_path / "t.gguf"
+    assert main(["convert", str(src), str(dst), "--type", "q8_0", "--mmproj", "--quiet"]) == 0
+    assert (tmp_path / "mmproj-t.gguf").read_bytes() == (root / "ref-mmproj-q8_0.gguf").read_bytes()
+    assert dst.read_bytes() == (root / "ours-text-q8_0.gguf").read_bytes()
+
+
+@pytest.mark.parametrize("fixture", ["uvx", "mer"])
+def test_remote_code_pair_back_refused(request, fixture, tmp_path):
+    """GGUF -> HF of the pair: no transformers class to rebuild a remote-code model into;
+    refused naming the projector type, nothing written."""
+    from weightsmith.convert import gguf_to_hf
+
+    got = request.getfixturevalue(fixture)
+    root = got["root"] if fixture == "uvx" else got.parent
+    out = tmp_path / "out"
+    with pytest.raises(E.ProjectorMismatch, match="remote code") as ei:
+        gguf_to_hf(root / "ours-text-f32.gguf", out, mmproj=root / "ours-mmproj-f32.gguf")
+    assert ei.value.field == "clip.projector_type"
     assert not out.exists()

@@ -33,6 +33,7 @@ from . import _hf_to_gguf as H  # a module import: _hf_to_gguf imports this modu
 from ._model_card import provenance_rows
 from .arch import FILE_TYPE, PlanError
 from .arch.mmproj import (
+    AUDIO,
     MMPROJ_REGISTRY,
     TOKEN_ID,
     TOKEN_SOURCE,
@@ -238,14 +239,18 @@ def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
                 found=pre.get(key),
             )
     view = vision_view(raw, pre)
+    if proj.audio_key is not None:  # the class's own get_audio_config (MERaLiON's speech_config)
+        view[AUDIO] = towers(raw).get(proj.audio_key)
     if proj.token is not None:
         view[TOKEN_ID] = _token_id(d, proj.token)
     try:  # every clip.* row now, so a bad value stops the plan before any file is written
         proj.entry.metadata(view)
     except (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError) as exc:
+        # an audio-only class also reads top-level fields (Ultravox's ``stack_factor``)
+        kind, where = ("vision", "vision_config") if proj.vision else ("audio", "audio config")
         raise E.InvalidModelConfig(
-            "vision hyperparameters the projector cannot use",
-            path=cfg_path, field="vision_config", expected="values llama.cpp's class accepts",
+            f"{kind} hyperparameters the projector cannot use",
+            path=cfg_path, field=where, expected="values llama.cpp's class accepts",
             found=str(exc),
         ) from None  # fmt: skip
     by_key: dict[str, H._Source] = {}

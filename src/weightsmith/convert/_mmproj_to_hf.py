@@ -2399,3 +2399,14 @@ NO_WAY_BACK["qwen2.5o"] = (
     "keeps it; the thinker alone (Qwen2_5OmniThinkerForConditionalGeneration) is not "
     "written back yet"
 )
+
+# the remote-code Whisper-encoder families (UltravoxModel, MERaLiON2ForConditionalGeneration):
+# transformers has no class for the whole model, so there is nothing to rebuild
+NO_WAY_BACK["ultravox"] = (
+    "Ultravox (UltravoxModel) is remote code: transformers has no class to rebuild the pair "
+    "into; the text GGUF converts alone"
+)
+NO_WAY_BACK["meralion"] = (
+    "MERaLiON 2 (MERaLiON2ForConditionalGeneration) is remote code: transformers has no "
+    "class to rebuild the pair into; the text GGUF converts alone (Gemma2ForCausalLM)"
+)

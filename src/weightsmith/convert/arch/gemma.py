@@ -94,7 +94,15 @@ GEMMA2 = Arch(
     meta=_GEMMA2_ROWS,
     names=[*BASE_NAMES, *GEMMA_NORMS],
     transforms=[GEMMA_NORM],
-    skip=(r"^lm_head\.weight$", r"rotary_emb\.inv_freq$"),
+    # MERaLiON 2 (remote code) keeps a Gemma 2 under ``text_decoder.`` beside its audio
+    # tower and adaptor (the projector's: mmproj.MERALION2_AUDIO); the reference's text
+    # run refuses that folder (``ln_speech`` unmapped), ours converts its text half
+    skip=(
+        r"^lm_head\.weight$",
+        r"rotary_emb\.inv_freq$",
+        r"^(speech_encoder|ln_speech|speech_audio_adapter)\.",
+    ),
+    renames=((r"^text_decoder\.", ""),),
     # Gemma2Config's defaults, as AutoConfig fills them before llama.cpp reads them
     defaults={
         "max_position_embeddings": 8192,

@@ -1564,6 +1564,50 @@ AUDIOFLAMINGO3_AUDIO = _whisper(
     conv_type="F32",
 )
 
+# UltravoxWhisperEncoderModel (remote code on the Hub, a transformers Whisper encoder as its
+# tower): the encoder's outputs stacked by the top-level ``stack_factor`` (required: the
+# reference's KeyError) into RMSNorm ``ln_pre``, ``linear_1``, SwiGLU, RMSNorm ``ln_mid``,
+# ``linear_2`` (no biases; mtmd's ``ultravox`` graph)
+ULTRAVOX_AUDIO = _whisper(
+    "UltravoxModel",
+    "ultravox",
+    [
+        ("multi_modal_projector.ln_pre", "mm.a.norm_pre"),
+        ("multi_modal_projector.linear_1", "mm.a.mlp.1"),
+        ("multi_modal_projector.ln_mid", "mm.a.norm_mid"),
+        ("multi_modal_projector.linear_2", "mm.a.mlp.2"),
+    ],
+    stack_factor=lambda v: v[GLOBAL]["stack_factor"],
+)
+
+# MERaLiONWhisperEncoderModel (remote code): the Whisper tower under ``speech_encoder.``
+# (read as ``audio_tower.``), its config ``speech_config``; ``ln_speech`` (a LayerNorm,
+# with bias) -> ``mm.a.norm_pre``, the adaptor's four linears (with biases) ->
+# ``mm.a.mlp.0``-``3``; the stack factor ``speech_mlp_scale_factor`` (15 when absent);
+# the text decoder (``text_decoder.``) is not read
+_MER = "speech_audio_adapter."
+MERALION2_AUDIO = replace(
+    _whisper(
+        "MERaLiON2ForConditionalGeneration",
+        "meralion",
+        [
+            ("ln_speech", "mm.a.norm_pre"),
+            (_MER + "mlp_adapter.0", "mm.a.mlp.0"),
+            (_MER + "gate_proj", "mm.a.mlp.1"),
+            (_MER + "pool_proj", "mm.a.mlp.2"),
+            (_MER + "out_proj", "mm.a.mlp.3"),
+        ],
+        stack_factor=lambda v: v[GLOBAL].get("speech_mlp_scale_factor", 15),
+    ),
+    keep=("speech_encoder.", "ln_speech.", _MER),
+    rename=lambda name: (
+        WHISPER_PREFIX + name[len("speech_encoder.") :]
+        if name.startswith("speech_encoder.")
+        else name
+    ),
+    audio_key="speech_config",
+)
+
 # --------------------------------------------------------------------------- GLM-4V
 
 _GV = "visual.blocks.{bid}."
@@ -2847,5 +2891,7 @@ PROJECTORS += (QWEN4EXP_VISION,)
 PROJECTORS += (GLM5NEXT_VISION,)
 PROJECTORS += (GEMMA3N_VISION_AUDIO,)
 PROJECTORS += (DOTS3NOTE_MMPROJ,)
+PROJECTORS += (ULTRAVOX_AUDIO,)
+PROJECTORS += (MERALION2_AUDIO,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
