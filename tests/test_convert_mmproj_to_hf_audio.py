@@ -318,9 +318,9 @@ def test_audio_only_projector_without_audio_is_refused(work, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("ptype", ["granite_speech", "qwen2.5o"])
+@pytest.mark.parametrize("ptype", ["qwen2.5o"])
 def test_audio_family_not_done_is_refused(work, ptype, tmp_path):
-    """Granite Speech's and Qwen2.5-Omni's projectors have no way back yet (see
+    """Qwen2.5-Omni's projector has no way back yet (see
     docs/convert-architectures.md): refused naming the projector type (Qwen2.5-Omni's
     with the reason: its joint class needs the talker's speaker table), nothing
     written."""

@@ -381,6 +381,9 @@ class _Out:
     shape: tuple[int, ...]
     src: HfTensor
     part: int = 0
+    # a tensor in neither GGUF, made from ``src``'s values (Granite Speech's batch norm
+    # running statistics beside the folded scale); None: ``src``'s values themselves
+    derive: Callable[[np.ndarray], np.ndarray] | None = None
 
 
 def plan_tensors(
@@ -479,6 +482,8 @@ def _hf_values(part: Part, files: list[BinaryIO], out: _Out) -> np.ndarray:
                 expected="a shape matching the head counts in the metadata",
                 found=list(x.shape),
             ) from None
+    if out.derive is not None:
+        x = out.derive(x)
     return np.asarray(x, np.float32)
 
 

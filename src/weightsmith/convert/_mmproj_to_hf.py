@@ -17,7 +17,9 @@ registry; nothing here keeps a second table of tensor names or transforms:
   (the ``-hf`` layout keeps q, k and v apart).  Both files' tensors stream into
   one safetensors set (:func:`._gguf_to_hf.write_weights`).  Tensors the projector
   carries as a copy of text data (Pixtral's ``v.token_embd.img_break``, a row of the
-  text embedding) are not read;
+  text embedding) are not read; tensors in neither GGUF are made from a written one's
+  values (:attr:`VisionBack.derived`: Granite Speech's batch norm statistics, the GGUF
+  keeping only the folded scale and shift);
 * ``config.json`` -- ``text_config`` is what text GGUF -> HF writes for the text file;
   ``vision_config`` is every ``clip.*`` row of the entry written back to the field it
   came from (``MetaKey.fields[0]``, or the family's spelling in
@@ -55,6 +57,7 @@ from ..dtypes import DType
 from ..gguf import GGUFFile
 from . import _gguf_to_hf as G  # a module import: _gguf_to_hf imports this module too
 from .arch import MetaKey, NameRule
+from .arch import granite_speech as GS
 from .arch import mmproj as P  # the audio entries (and later families') by module
 from .arch.llama import is_ministral3_file
 from .arch.mmproj import (
@@ -178,6 +181,13 @@ class VisionBack:
         lambda md, audio, shapes: ({}, {})
     )
     audio_required: tuple[str, ...] = ()
+    # the config key the audio tower's config goes under (Granite Speech's
+    # ``encoder_config``)
+    audio_key: str = "audio_config"
+    # HF tensors in neither GGUF: ``derived(hf name)`` -> ``[(new name, shape, fn)]``,
+    # each ``fn(values)`` of a planned tensor's float32 values, of that shape (None: the
+    # planned tensor's) (Granite Speech's batch norm statistics beside the folded scale)
+    derived: Callable[[str], list[tuple[str, tuple | None, Callable]]] = lambda name: []
 
 
 def _mean_std(md: Mapping[str, Any]) -> dict:
@@ -366,7 +376,7 @@ def vlm_parts(
         "model_type": back.model_type,
         "text_config": text_cfg,
         **({"vision_config": vision} if back.vision_model_type else {}),
-        **({"audio_config": audio} if has_audio else {}),
+        **({back.audio_key: audio} if has_audio else {}),
         **top,
         **back.tokens(_tokens(text.metadata)),
         "tie_word_embeddings": text_cfg.get("tie_word_embeddings", False),
@@ -381,6 +391,11 @@ def vlm_parts(
     plan = G.plan_tensors(parts[0], 0, back.text_rename) + G.plan_tensors(
         parts[1], 1, lambda name: back.rename(name, md), back.copies
     )
+    plan += [
+        replace(o, hf=n, shape=o.shape if shape is None else shape, derive=fn)
+        for o in plan
+        for n, shape, fn in back.derived(o.hf)
+    ]
     return entry, dict(sorted(cfg.items())), gen, parts, plan, processor
 
 
@@ -2392,6 +2407,124 @@ QWEN3ASR_BACK = replace(
 )
 
 VISION_BACK += (QWEN3ASR_BACK,)
+
+# --------------------------------------------------------------------------- Granite Speech
+
+_GS_BN = ".conv.batch_norm."
+#: a running variance whose eval-mode batch norm divides by sqrt(var + eps) == 1 exactly
+#: in float32 (1 - 1e-5 rounded, plus 1e-5 rounded, is 1.0; tested)
+_GS_UNIT_VAR = np.float32(1.0) - np.float32(GS.BN_EPS)
+
+
+def _gs_derived(name: str) -> list[tuple[str, tuple | None, Callable]]:
+    # the GGUF keeps each batch norm folded (scale, shift): written back as weight =
+    # scale, bias = shift over mean 0 and variance 1 - eps, so eval mode computes
+    # x * scale + shift again; num_batches_tracked 0 (read only in training)
+    if not name.endswith(_GS_BN + "weight"):
+        return []
+    base = name[: -len("weight")]
+    return [
+        (base + "running_mean", None, np.zeros_like),
+        (base + "running_var", None, lambda x: np.full_like(x, _GS_UNIT_VAR)),
+        (base + "num_batches_tracked", (), lambda x: np.zeros((), np.float32)),
+    ]
+
+
+def _gs_restore(md: Mapping[str, Any], audio: dict, shapes: dict) -> tuple[dict, dict]:
+    # encoder_config fields no row keeps, from the shapes (numpy order [out, in]):
+    # the attention head size, the CTC output width, the conv expansion; the Q-Former
+    # (projector_config) likewise, its eps mtmd's hard-coded 1e-12 (Blip2's default)
+    width = audio["hidden_dim"]
+    n_q = sum(1 for n in shapes if n.startswith("a.proj_blk.") and n.endswith("ffn_up.weight"))
+    enc = {
+        "feedforward_mult": shapes["a.blk.0.ffn_up.weight"][0] // width,
+        "dim_head": shapes["a.blk.0.attn_q.weight"][0] // audio["num_heads"],
+        "output_dim": shapes["a.enc_ctc_out.weight"][0],
+        "conv_expansion_factor": shapes["a.blk.0.conv_dw.weight"][0] // width,
+    }
+    qformer = {
+        "model_type": "blip_2_qformer",
+        "hidden_size": shapes["a.proj_query"][-1],
+        "num_hidden_layers": n_q,
+        "num_attention_heads": md[_CLIP + "audio.projector.head_count"],
+        "intermediate_size": shapes["a.proj_blk.0.ffn_up.weight"][0],
+        "encoder_hidden_size": shapes["a.proj_blk.0.cross_attn_k.weight"][1],
+        "cross_attention_frequency": 1,  # every block has its cross attention
+        "layer_norm_eps": 1e-12,
+    }
+    top = {
+        "projector_config": qformer,
+        "window_size": md[_CLIP + "audio.projector.window_size"],
+        "downsample_rate": md[_CLIP + "audio.projector.downsample_rate"],
+        "has_lora_adapter": False,  # no adapter in either GGUF
+    }
+    layers = md.get(_CLIP + "audio.feature_layer")
+    if layers:  # Granite Speech Plus: the concatenated encoder layers
+        enc |= {"model_type": "granite_speech_plus_encoder", "cat_hidden_layers": list(layers)}
+        top |= {
+            "architectures": ["GraniteSpeechPlusForConditionalGeneration"],
+            "model_type": "granite_speech_plus",
+        }
+    return enc, top
+
+
+def _gs_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    # GraniteSpeechFeatureExtractor's defaults (mtmd's front end hard-codes them: 80 mel
+    # bins, two frames stacked into the 160 inputs) and the projector's window
+    return {
+        "preprocessor_config.json": {
+            "feature_extractor_type": "GraniteSpeechFeatureExtractor",
+            "sampling_rate": 16000,
+            "n_fft": 512,
+            "win_length": 400,
+            "hop_length": 160,
+            "n_mels": md[_CLIP + "audio.num_mel_bins"] // 2,
+            "projector_window_size": md[_CLIP + "audio.projector.window_size"],
+            "projector_downsample_rate": md[_CLIP + "audio.projector.downsample_rate"],
+        }
+    }
+
+
+GRANITE_SPEECH_BACK = VisionBack(
+    hf_arch="GraniteSpeechForConditionalGeneration",
+    model_type="granite_speech",
+    projector=P.GRANITE_SPEECH,
+    projector_types=("granite_speech",),
+    vision_model_type=None,
+    text_model_type=None,
+    text_archs=("granite",),
+    text=lambda cfg, md: {"architectures": ["GraniteForCausalLM"]},
+    fields={},
+    restore=_no_vision,
+    required=(),
+    preprocessor=_gs_pre,
+    audio_model_type="granite_speech_encoder",
+    audio_key="encoder_config",
+    audio_fields={
+        "audio.embedding_length": "hidden_dim",
+        "audio.feed_forward_length": None,  # hidden_dim * feedforward_mult
+        "audio.block_count": "num_layers",
+        "audio.attention.head_count": "num_heads",
+        "audio.num_mel_bins": "input_dim",
+        "audio.chunk_size": "context_size",
+        "audio.conv_kernel_size": "conv_kernel_size",
+        "audio.max_pos_emb": "max_pos_emb",
+    },
+    audio_restore=_gs_restore,
+    audio_required=(
+        "hidden_dim",
+        "num_layers",
+        "num_heads",
+        "input_dim",
+        "context_size",
+        "conv_kernel_size",
+        "max_pos_emb",
+    ),
+    tokens=_token_ids({"audio_token_index": "<|audio|>"}),
+    derived=_gs_derived,
+)
+
+VISION_BACK += (GRANITE_SPEECH_BACK,)
 
 NO_WAY_BACK["qwen2.5o"] = (
     "transformers' Qwen2_5OmniForConditionalGeneration.from_pretrained requires the "

@@ -27,7 +27,9 @@ frames, ``window_size / downsample_rate`` queries each.  What this module gives 
   reference writes them (when the last of the four is read), named ``conv_norm`` as
   mtmd reads them (one deliberate difference: the pinned gguf-py maps the HF name to
   ``conv_norm_var``, parakeet's running variance, and mtmd then refuses the reference's
-  file); ``num_batches_tracked`` and ``attention_dists`` not written.
+  file); ``num_batches_tracked`` and ``attention_dists`` not written.  GGUF -> HF
+  reads ``conv_norm`` back as the norm's weight and bias (its running statistics made
+  unit there: ``_mmproj_to_hf``'s Granite Speech record).
 * types -- an ``encoder``/``projector`` tensor with ``.conv`` and ``.weight`` in its name
   is F32 at every output type.
 """
@@ -89,6 +91,10 @@ NAMES: list[NameRule] = [
     NameRule(_EL + "attn.rel_pos_emb.weight", _AB + "attn_rel_pos_emb"),
     NameRule(_EL + "conv.depth_conv.conv.weight", _AB + "conv_dw.weight"),
     NameRule("projector.query", "a.proj_query"),
+    # read only by GGUF -> HF (the forward direction folds these members first): the
+    # folded scale and shift written back as the batch norm's weight and bias
+    NameRule(_EL + "conv.batch_norm.weight", _AB + "conv_norm.weight"),
+    NameRule(_EL + "conv.batch_norm.bias", _AB + "conv_norm.bias"),
 ]
 
 SPLITS = [Split(_EL + "attn.to_kv.weight", (_AB + "attn_k.weight", _AB + "attn_v.weight"), 0)]
