@@ -12,6 +12,9 @@ conversion/bert.py classes).
   labels; llama-cpp-python's RANK pooling scores as transformers' logit.
   ``BertForSequenceClassification`` is pinned as the reference leaves it (pooler
   dropped), ``ModernBertForSequenceClassification`` checked by file and metadata only;
+* ``ModernBertForMaskedLM``: its prediction head as ``cls`` / ``cls.norm``; with a
+  decoder bias (every released checkpoint) the reference and we refuse it by name;
+  GGUF -> HF gives back the masked LM (tied decoder) with the same logits;
 * GGUF -> HF: transformers loads the folder (RoBERTa; DistilBERT, told from BERT by
   its missing token types) with the same hidden states and the tokenizer tokenizes as
   the original.
@@ -30,12 +33,15 @@ from support.encoder_models import (
     bert_reranker,
     distilbert,
     eurobert,
+    modernbert_mlm,
     modernbert_reranker,
     reranker,
     roberta,
 )
+from support.llama_sdist import llama_cpp_root
 from test_convert_archs import _same_file
 from test_convert_encoders_more import build_and_convert
+from weightsmith import errors as E
 from weightsmith.convert import gguf_to_hf, hf_to_gguf
 
 TYPES = ["f32", "f16", "bf16", "q8_0"]
@@ -45,6 +51,8 @@ RERANKERS = ["rerank_xlmr", "rerank_roberta"]
 FILES += [(a, t) for a in RERANKERS for t in ("f32", "q8_0")]
 FILES += [("rerank_bert", "f32"), ("rerank_bert2", "f32")]
 FILES += [("rerank_modernbert", t) for t in ("f32", "q8_0")]
+# ModernBertForMaskedLM without a decoder bias (the reference refuses one: see below)
+FILES += [("modernbert_mlm", t) for t in TYPES]
 # no '"' (GPT-2's id 1, RoBERTa's padding id here: transformers would count it as padding)
 TEXT = "The quick brown fox jumps over the lazy dog, again and again and again."
 
@@ -61,6 +69,8 @@ def work(tmp_path_factory) -> dict:
         "rerank_bert": bert_reranker,  # one label: the classifier is cls.output
         "rerank_bert2": lambda p: bert_reranker(p, labels=2),  # placeholders: cls
         "rerank_modernbert": modernbert_reranker,
+        "modernbert_mlm": lambda p: modernbert_mlm(p, decoder_bias=False),
+        "modernbert_mlm_bias": modernbert_mlm,  # ModernBERT-base's layout: refused
         "eurobert": eurobert,
     }
     return build_and_convert(root, builders, FILES)
@@ -283,3 +293,83 @@ def test_round_trip(work, arch, tmp_path):
         a = AutoModel.from_pretrained(src).eval()(input_ids=x).last_hidden_state
         b = AutoModel.from_pretrained(back).eval()(input_ids=x).last_hidden_state
     np.testing.assert_array_equal(b.numpy(), a.numpy())
+
+
+# --------------------------------------------------------------------------- ModernBERT MLM
+
+
+def test_modernbert_mlm_head_is_written(work):
+    """ModernBertForMaskedLM without a decoder bias: head.dense / head.norm as ``cls`` /
+    ``cls.norm`` (no labels, no ``cls.output``: llama.cpp's RANK head would be dense,
+    GELU, norm only), the tied decoder not written."""
+    from weightsmith.gguf import read
+
+    with read(work["ours"] / "modernbert_mlm-f16.gguf") as f:
+        md = f.metadata
+        assert md["general.architecture"] == "modern-bert"
+        assert "modern-bert.classifier.output_labels" not in md
+        assert md["modern-bert.vocab_size"] == 50257
+        assert [(t.name, tuple(t.shape)) for t in f.tensors if not t.name.startswith("blk.")] == [
+            ("cls.weight", (64, 64)), ("cls.norm.weight", (64,)),
+            ("token_embd_norm.weight", (64,)), ("token_embd.weight", (50257, 64)),
+            ("output_norm.weight", (64,)),
+        ]  # fmt: skip
+
+
+def test_modernbert_mlm_decoder_bias_refused(work, tmp_path):
+    """ModernBertConfig's default ``decoder_bias`` (ModernBERT-base and every released
+    MLM checkpoint): ``decoder.bias`` has no GGUF name.  The reference fails on it
+    ("Can not map tensor 'decoder.bias'"); ours names it before writing anything."""
+    import subprocess
+    import sys
+
+    src = work["models"]["modernbert_mlm_bias"]
+    with pytest.raises(E.UnmappedTensor, match=r"'decoder\.bias'"):
+        hf_to_gguf(src, tmp_path / "ours" / "out.gguf", "f32")
+    assert not (tmp_path / "ours").exists() or not any((tmp_path / "ours").iterdir())
+    script = llama_cpp_root() / "convert_hf_to_gguf.py"
+    r = subprocess.run([sys.executable, str(script), str(src), "--outfile",
+                        str(tmp_path / "ref.gguf"), "--outtype", "f32"],
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode != 0 and "Can not map tensor 'decoder.bias'" in r.stderr, r.stderr[-2000:]
+    assert not (tmp_path / "ref.gguf").exists()
+
+
+def test_modernbert_mlm_not_run_by_pinned_llama_cpp(work):
+    """As for every ModernBERT file (test_convert_encoders.py): the pinned llama.cpp
+    refuses the reference's and ours alike, so no embedding is compared."""
+    import llama_cpp
+
+    for d in ("ref", "ours"):
+        with pytest.raises(ValueError, match="Failed to load model"):
+            llama_cpp.Llama(model_path=str(work[d] / "modernbert_mlm-f32.gguf"),
+                            embedding=True, verbose=False)  # fmt: skip
+
+
+def test_modernbert_mlm_round_trip(work, tmp_path):
+    """GGUF (f32) -> HF: ``ModernBertForMaskedLM`` again (the body under ``model.``, the
+    head, no decoder bias, the decoder tied), every tensor bit-equal under its original
+    name; transformers' MLM logits and the tokenizer's ids are the original's."""
+    import json
+
+    import torch
+    from safetensors.numpy import load_file
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    src, back = work["models"]["modernbert_mlm"], tmp_path / "back"
+    gguf_to_hf(work["ours"] / "modernbert_mlm-f32.gguf", back, dtype="f32")
+    cfg = json.loads((back / "config.json").read_text())
+    assert cfg["architectures"] == ["ModernBertForMaskedLM"]
+    assert cfg["decoder_bias"] is False and cfg["tie_word_embeddings"] is True
+    orig, got = load_file(src / "model.safetensors"), load_file(back / "model.safetensors")
+    assert sorted(got) == sorted(orig) and "head.dense.weight" in got
+    for k, v in orig.items():
+        np.testing.assert_array_equal(got[k], v, err_msg=k)
+    ids = AutoTokenizer.from_pretrained(src)(TEXT)["input_ids"]
+    assert AutoTokenizer.from_pretrained(back)(TEXT)["input_ids"] == ids
+    x = torch.tensor([ids])
+    with torch.no_grad():
+        a = AutoModelForMaskedLM.from_pretrained(src).eval()(input_ids=x).logits
+        b = AutoModelForMaskedLM.from_pretrained(back).eval()(input_ids=x).logits
+    assert float(a.abs().max()) > 0.1  # not a vacuous zero head
+    np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=0, atol=1e-6)

@@ -366,3 +366,25 @@ def camembert(folder: Path, *, unigram: bool = False, seed: int = 44) -> Path:
     model = CamembertModel(cfg, add_pooling_layer=False)
     _random_init(model, seed)
     return _save(model, folder, "float32")
+
+
+def modernbert_mlm(folder: Path, *, decoder_bias: bool = True, seed: int = 43) -> Path:
+    """A tiny ModernBertForMaskedLM (ModernBERT-base's layout: ``model.`` prefix, the
+    ``head.dense`` / ``head.norm`` prediction head, ``decoder`` tied to the token
+    embeddings, with its own bias unless ``decoder_bias`` is False) with llama.cpp's
+    GPT-2 vocabulary, mean pooling."""
+    from transformers import ModernBertConfig, ModernBertForMaskedLM
+
+    from .hf_models import _bpe_tokenizer
+
+    vocab, eot = _bpe_tokenizer(folder, "gpt-2"), 50256
+    _mean_pooling(folder, 64)
+    cfg = ModernBertConfig(
+        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+        num_attention_heads=4, max_position_embeddings=128, local_attention=16,
+        global_attn_every_n_layers=3, pad_token_id=eot, bos_token_id=eot, eos_token_id=eot,
+        cls_token_id=eot, sep_token_id=eot, decoder_bias=decoder_bias,
+    )  # fmt: skip
+    model = ModernBertForMaskedLM(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, "float32")

@@ -144,7 +144,8 @@ def _hf_arch(entry: Any, md: Mapping[str, Any], names: set[str] | None = None) -
     type the file names (llama.cpp writes Mistral as ``llama``; ``general.name`` keeps it),
     or whose experts the file has (Mixtral is ``llama`` with ``ffn_*_exps``; DeepSeek-V3
     is ``deepseek2`` with ``exp_probs_b``; UMT5 is ``t5`` with a bias in every block), or
-    whose classification head it has (a DistilBERT reranker's ``cls.output``)."""
+    whose classification head it has (a DistilBERT reranker's ``cls.output``), or whose
+    masked-LM head (ModernBERT's ``cls`` + ``cls.norm``, no ``cls.output``)."""
     if names and any(n.endswith("_exps.weight") for n in names) and entry.stacks:
         for cls in entry.hf_archs:
             if entry.model_types.get(cls) == "mixtral":
@@ -164,6 +165,12 @@ def _hf_arch(entry: Any, md: Mapping[str, Any], names: set[str] | None = None) -
     if names and "cls.output.weight" in names:
         for cls in entry.hf_archs:
             if cls.endswith("ForSequenceClassification") and cls in entry.model_types:
+                return cls
+    # a masked-LM prediction head without a classifier (ModernBERT's head.dense / head.norm
+    # as cls / cls.norm; the decoder is the tied embedding)
+    if names and "cls.norm.weight" in names and "cls.output.weight" not in names:
+        for cls in entry.hf_archs:
+            if cls.endswith("ForMaskedLM") and cls in entry.model_types:
                 return cls
     name = " ".join(str(md.get(k, "")) for k in ("general.basename", "general.name")).lower()
     for cls in entry.hf_archs[1:]:

@@ -346,11 +346,27 @@ def _modernbert_hf_config(cfg: dict, names: set[str]) -> dict:
         "attention_bias": bias,
         "mlp_bias": "blk.0.ffn_up.bias" in names,
         "norm_bias": "output_norm.bias" in names,
+        # the prediction head (cls = head.dense); a GGUF never has a decoder bias (the
+        # converter refuses one) and the decoder is the tied token embedding
+        "classifier_bias": "cls.bias" in names,
+        "decoder_bias": False,
     }
 
 
+def _modernbert_to_hf(name: str, cfg: dict) -> str:
+    """GGUF -> HF: ModernBertForMaskedLM keeps its body under ``model.`` (its head
+    ``head.*`` beside it), as the Hub's checkpoints; the base model has no prefix."""
+    if cfg.get("architectures") == ["ModernBertForMaskedLM"] and not name.startswith("head."):
+        return "model." + name
+    return name
+
+
 MODERNBERT = Arch(
-    hf_archs=("ModernBertModel", "ModernBertForSequenceClassification"),
+    # ModernBertForMaskedLM: its prediction head (head.dense / head.norm) is written as
+    # the reranker's cls / cls.norm and the tied decoder is not in the checkpoint; a
+    # decoder.bias (ModernBertConfig's default decoder_bias) has no GGUF name, so it is
+    # refused (UnmappedTensor) before any output, as the reference refuses it
+    hf_archs=("ModernBertModel", "ModernBertForSequenceClassification", "ModernBertForMaskedLM"),
     gguf_arch="modern-bert",
     meta=[
         *COMMON,
@@ -379,7 +395,7 @@ MODERNBERT = Arch(
         *_wb("classifier.out_proj", "cls.output"),
     ],
     renames=((r"^model\.", ""),),
-    rename=(_bert_head, lambda name, cfg: name),
+    rename=(_bert_head, _modernbert_to_hf),
     # ModernBertConfig's defaults (AutoConfig fills them in)
     defaults={
         "vocab_size": 50368,
@@ -400,7 +416,7 @@ MODERNBERT = Arch(
     },
     pooling=True,
     tokenizer={"vocab": "modernbert"},
-    model_types={"ModernBertModel": "modernbert"},
+    model_types={"ModernBertModel": "modernbert", "ModernBertForMaskedLM": "modernbert"},
     hf_config=_modernbert_hf_config,
 )
 
