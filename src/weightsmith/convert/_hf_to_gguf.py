@@ -124,6 +124,11 @@ _OUTTYPES = {"f32": "F32", "f16": "F16", "bf16": "BF16", "q8_0": "Q8_0"}
 # --------------------------------------------------------------------------- inputs
 
 
+#: multimodal classes whose text class is the top-level one (Sarashina2-VL's text_config
+#: names plain Llama, whose class does not strip the ``llm.`` wrapper)
+_TOP_LEVEL_TEXT = ("Sarashina2VisionForCausalLM",)
+
+
 def _read_config(d: Path) -> dict:
     p = d / "config.json"
     if not d.is_dir():
@@ -161,7 +166,9 @@ def _read_config(d: Path) -> dict:
     if isinstance(cfg.get("text_config"), dict):  # as the reference: text_config to the top
         top = cfg.get("architectures")
         cfg = {**cfg, **cfg["text_config"]}
-        if cfg.get("architectures") is None:  # a null one does not name the class
+        # a null one does not name the class; the reference's get_model_architecture routes
+        # these top-level classes' text on the top level whatever text_config names
+        if cfg.get("architectures") is None or (top and top[0] in _TOP_LEVEL_TEXT):
             cfg["architectures"] = top
     return cfg
 

@@ -123,7 +123,16 @@ from .granite import GRANITE, GRANITEMOE
 from .hunyuan import HUNYUAN_DENSE, HUNYUAN_VL
 from .jamba import JAMBA
 from .lfm2 import LFM2, LFM2MOE
-from .llama import JANUS, LLAMA, MINISTRAL3, MISTRAL3, MISTRAL_NATIVE, SMOLLM3, is_ministral3_file
+from .llama import (
+    JANUS,
+    LLAMA,
+    MINISTRAL3,
+    MISTRAL3,
+    MISTRAL_NATIVE,
+    SARASHINA2_TEXT,
+    SMOLLM3,
+    is_ministral3_file,
+)
 from .llama4 import LLAMA4
 from .mamba import (
     BAMBA,
@@ -289,6 +298,8 @@ ENTRIES += (DOTS3NOTE,)
 ENTRIES += (STEP35,)
 # Ministral3ForCausalLM (mistral3 with the YaRN log-multiplier and Llama 4 scaling rows)
 ENTRIES += (MINISTRAL3,)
+# Sarashina2-VL's text: Llama under llm.
+ENTRIES += (SARASHINA2_TEXT,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)

@@ -203,6 +203,19 @@ MINISTRAL3 = replace(
     hf_config=_ministral3_back,
 )
 
+# Sarashina2VLTextModel (conversion/sarashina2.py), Sarashina2-VL's text half: LlamaModel
+# over the ``llm.`` wrapper, the top-level ``norm.`` (the LayerNorm the remote model
+# applies to the image features) not converted; the top-level class names it whatever
+# ``text_config.architectures`` says.  No HF class is this checkpoint's text alone:
+# GGUF -> HF refuses it, as for qwen2vl.
+SARASHINA2_TEXT = replace(
+    LLAMA,
+    hf_archs=("Sarashina2VisionForCausalLM",),
+    renames=((r"^llm\.", ""), *LLAMA.renames),
+    skip=(*LLAMA.skip, r"^norm\."),
+    model_types={},
+)
+
 # SmolLM3Model: LlamaModel under its own GGUF name (llama.cpp knows its NoPE layers)
 SMOLLM3 = Arch(
     hf_archs=("SmolLM3ForCausalLM",),

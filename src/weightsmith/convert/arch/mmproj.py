@@ -926,6 +926,16 @@ QWEN2VL_VISION = Projector(
     ),
 )
 
+# Sarashina2VLVisionModel (conversion/sarashina2.py), Sarashina2-VL: Qwen2VLVisionModel
+# unchanged (the config's model_type forced to qwen2_vl), the same ``qwen2vl_merger`` file;
+# the remote model's LayerNorm over the merger's output (top-level ``norm.``) is outside
+# ``visual.``, so neither converter writes it
+SARASHINA2_VISION = replace(
+    QWEN2VL_VISION,
+    hf_archs=("Sarashina2VisionForCausalLM",),
+    entry=replace(QWEN2VL_VISION.entry, hf_archs=("Sarashina2VisionForCausalLM",)),
+)
+
 # --------------------------------------------------------------------------- SmolVLM
 
 _IDF = "model.vision_model."
@@ -2883,6 +2893,7 @@ PROJECTORS += (DEEPSEEKOCR_VISION,)
 PROJECTORS += (MUSE_GLIMMER_VISION,)
 PROJECTORS += (KIMIK25_VISION,)
 PROJECTORS += (GLM5V_VISION,)
+PROJECTORS += (SARASHINA2_VISION,)
 PROJECTORS += (MINIMAXM3_VISION,)
 PROJECTORS += (EXAONE4_5_VISION,)
 PROJECTORS += (MINICPMV46_VISION,)
