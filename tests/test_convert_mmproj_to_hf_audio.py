@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 
 from support.audio_models import audioflamingo3, qwen2audio, voxtral
+from support.gguf_pair import assert_same_gguf, convert_forward
 from support.hf_models import gemma4unified
 from support.vlm_models import build, qwen3asr
 from test_convert_gemma4_audio import AUDIO as G4_AUDIO
@@ -254,23 +255,10 @@ def test_feature_extractor(work, arch):
 def test_folder_converts_forward_again(work, arch, tmp_path):
     """HF -> GGUF of our folder gives our GGUF pair again (every hyperparameter, tensor
     name, type and value; the tokenizer is text GGUF -> HF's, not compared)."""
-    from weightsmith.gguf import read
-
     d = work["root"] / arch
-    text, proj = tmp_path / "text.gguf", tmp_path / "mmproj.gguf"
-    hf_to_gguf(d / "back-f32", text, "f32", mmproj=proj, tokenizer=False)
-    for ours, first in ((text, d / "text-f32.gguf"), (proj, d / "mmproj-f32.gguf")):
-        with read(ours) as a, read(first) as b:
-            skip = ("general.", "tokenizer.")
-            md_a = {k: v for k, v in a.metadata.items() if not k.startswith(skip)}
-            md_b = {k: v for k, v in b.metadata.items() if not k.startswith(skip)}
-            assert md_a == md_b
-            assert [(t.name, t.ggml_type, tuple(t.shape)) for t in a.tensors] == [
-                (t.name, t.ggml_type, tuple(t.shape)) for t in b.tensors
-            ]
-            for t in b.tensors:
-                x, y = np.asarray(a.numpy(t.name)), np.asarray(b.numpy(t.name))
-                np.testing.assert_array_equal(x, y, err_msg=t.name)
+    text, proj = convert_forward(d / "back-f32", tmp_path)
+    assert_same_gguf(text, d / "text-f32.gguf")
+    assert_same_gguf(proj, d / "mmproj-f32.gguf")
 
 
 def test_config_values(work):

@@ -30,6 +30,7 @@ import numpy as np
 import pytest
 
 from support.deepseek_ocr_models import MEAN_STD, deepseek_ocr2, hub_config
+from support.gguf_pair import assert_same_gguf, convert_forward
 from support.muse_dots_pocket_models import muse_glimmer
 from support.vlm_models import build
 from test_convert_mmproj_to_hf import _features, _model, _pixels
@@ -174,30 +175,16 @@ def test_folder_converts_forward_again(work, arch, tmp_path):
     """HF -> GGUF of our folder gives our GGUF pair again (every hyperparameter, tensor
     name, type and value; the rounded text tensors within 1 ulp; the tokenizer is text
     GGUF -> HF's, not compared)."""
-    from weightsmith.gguf import read
-
     d = work["root"] / arch
-    text, proj = tmp_path / "text.gguf", tmp_path / "mmproj.gguf"
     folder = d / "back-f32"
     if arch == "deepseekocr2":  # the converters read the Hub's config: written from ours
         folder = _deepseek_hub(folder, tmp_path / "hub")
-    hf_to_gguf(folder, text, "f32", mmproj=proj, tokenizer=False)
+    text, proj = convert_forward(folder, tmp_path)
     rounded = ROUNDED_GGUF.get(arch)
-    for ours, first in ((text, d / "text-f32.gguf"), (proj, d / "mmproj-f32.gguf")):
-        with read(ours) as a, read(first) as b:
-            skip = ("general.", "tokenizer.")
-            md_a = {k: v for k, v in a.metadata.items() if not k.startswith(skip)}
-            md_b = {k: v for k, v in b.metadata.items() if not k.startswith(skip)}
-            assert md_a == md_b
-            assert [(t.name, t.ggml_type, tuple(t.shape)) for t in a.tensors] == [
-                (t.name, t.ggml_type, tuple(t.shape)) for t in b.tensors
-            ]
-            for t in b.tensors:
-                x, y = np.asarray(a.numpy(t.name)), np.asarray(b.numpy(t.name))
-                if ours == text and rounded is not None and rounded.search(t.name):
-                    assert np.all(np.abs(x - y) <= np.float32(2.0**-23) * np.abs(y)), t.name
-                else:
-                    np.testing.assert_array_equal(x, y, err_msg=t.name)
+    assert_same_gguf(
+        text, d / "text-f32.gguf", lambda n: rounded is not None and bool(rounded.search(n))
+    )
+    assert_same_gguf(proj, d / "mmproj-f32.gguf")
 
 
 def test_qwen4exp_processor_same_pixels(work):

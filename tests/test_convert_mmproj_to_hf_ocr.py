@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from support.gguf_pair import assert_same_gguf, convert_forward
 from support.vlm_models import _INTERNVL_NAMES, build
 from test_convert_mmproj_to_hf import _features, _model
 from weightsmith import errors as E
@@ -212,30 +213,16 @@ def test_folder_converts_forward_again(work, arch, tmp_path):
     name, type and value (provenance and the tokenizer are text GGUF -> HF's, not
     compared).  InternVL: refused in transformers' layout (as the reference refuses it),
     converted from the same tensors and values in OpenGVLab's."""
-    from weightsmith.gguf import read
-
     d = work["root"] / arch
     folder = d / "back-f32"
-    text, proj = tmp_path / "text.gguf", tmp_path / "mmproj.gguf"
     if arch.startswith("internvl"):
         with pytest.raises(E.UnknownArchitecture, match="InternVLForConditionalGeneration"):
-            hf_to_gguf(folder, text, "f32", mmproj=proj, tokenizer=False)
-        assert not text.exists() and not proj.exists()
+            convert_forward(folder, tmp_path)
+        assert not (tmp_path / "text.gguf").exists() and not (tmp_path / "mmproj.gguf").exists()
         folder = _opengvlab(folder, tmp_path / "opengvlab")
-    hf_to_gguf(folder, text, "f32", mmproj=proj, tokenizer=False)
-    for ours, first in ((text, d / "text-f32.gguf"), (proj, d / "mmproj-f32.gguf")):
-        with read(ours) as a, read(first) as b:
-            skip = ("general.", "tokenizer.")
-            md_a = {k: v for k, v in a.metadata.items() if not k.startswith(skip)}
-            md_b = {k: v for k, v in b.metadata.items() if not k.startswith(skip)}
-            assert md_a == md_b
-            assert [(t.name, t.ggml_type, tuple(t.shape)) for t in a.tensors] == [
-                (t.name, t.ggml_type, tuple(t.shape)) for t in b.tensors
-            ]
-            for t in b.tensors:
-                np.testing.assert_array_equal(
-                    np.asarray(a.numpy(t.name)), np.asarray(b.numpy(t.name)), err_msg=t.name
-                )
+    text, proj = convert_forward(folder, tmp_path)
+    assert_same_gguf(text, d / "text-f32.gguf")
+    assert_same_gguf(proj, d / "mmproj-f32.gguf")
 
 
 def test_lightonocr_config(work):

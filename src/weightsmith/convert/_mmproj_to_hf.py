@@ -97,6 +97,12 @@ def _tokens(text_md: Mapping[str, Any]) -> dict[str, int]:
     return {t: i for i, t in enumerate(toks)} if isinstance(toks, list) else {}
 
 
+def _frames(shapes: Mapping[str, Any]) -> int:
+    """A Conv3d patch embedding's frames: the forward direction wrote one Conv2d a frame
+    (``v.patch_embd.weight``, ``v.patch_embd.weight.1``, ...)."""
+    return sum(1 for k in shapes if k.startswith("v.patch_embd.weight"))
+
+
 def _token_ids(fields: dict[str, str]) -> Callable[[dict[str, int]], dict[str, int]]:
     """Config fields -> token strings: each id found in the text GGUF's vocabulary (a
     token it lacks keeps the config class's default)."""
@@ -572,7 +578,7 @@ def _qwen25_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[
         "window_size": md.get(_CLIP + "vision.window_size", 112),
         "spatial_merge_size": 2,
         # the Conv3d kernel was written as one Conv2d per temporal slice
-        "temporal_patch_size": sum(1 for k in shapes if k.startswith("v.patch_embd.weight")),
+        "temporal_patch_size": _frames(shapes),
         "hidden_act": "silu",
         "in_channels": 3,
     }
@@ -586,16 +592,26 @@ def _qwen25_text(cfg: dict, md: Mapping[str, Any]) -> dict:
     return {"rope_parameters": {**rope, "mrope_section": sections}}
 
 
-def _qwen25_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
-    return {
-        "preprocessor_config.json": {
-            "image_processor_type": "Qwen2VLImageProcessor",
-            "patch_size": vision["patch_size"],
-            "temporal_patch_size": vision["temporal_patch_size"],
-            "merge_size": vision["spatial_merge_size"],
-            **_mean_std(md),
+def _qwen_pre(kind: str, **extra: Any) -> Callable[[dict, Mapping[str, Any]], dict[str, dict]]:
+    """A Qwen2-VL-style image processor file of class ``kind``: patch, frames and merge
+    from the vision config, mean and std from the rows, ``extra`` settings between."""
+
+    def pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+        return {
+            "preprocessor_config.json": {
+                "image_processor_type": kind,
+                "patch_size": vision["patch_size"],
+                "temporal_patch_size": vision["temporal_patch_size"],
+                "merge_size": vision["spatial_merge_size"],
+                **extra,
+                **_mean_std(md),
+            }
         }
-    }
+
+    return pre
+
+
+_qwen25_pre = _qwen_pre("Qwen2VLImageProcessor")
 
 
 QWEN25VL_BACK = VisionBack(
@@ -643,7 +659,7 @@ def _qwen2_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[d
         "mlp_ratio": int(ratio) if ratio == int(ratio) else ratio,
         # mtmd's qwen2vl graph hard-codes the 2 x 2 merge: Qwen2-VL's default
         "spatial_merge_size": 2,
-        "temporal_patch_size": sum(1 for k in shapes if k.startswith("v.patch_embd.weight")),
+        "temporal_patch_size": _frames(shapes),
         "in_channels": 3,
     }
     return v, {}
@@ -687,7 +703,7 @@ def _qwen3_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[d
         # the learned position table's rows (numpy order [rows, width])
         "num_position_embeddings": shapes["v.position_embd.weight"][0],
         "deepstack_visual_indexes": _qwen3_deepstack(md),
-        "temporal_patch_size": sum(1 for k in shapes if k.startswith("v.patch_embd.weight")),
+        "temporal_patch_size": _frames(shapes),
         "in_channels": 3,
         # mtmd's qwen3vl graph: tanh-approximated GELU, as Qwen3-VL's default
         "hidden_act": "gelu_pytorch_tanh",
@@ -1443,7 +1459,7 @@ def _exaone4_5_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tup
         "fullatt_block_indexes": full,
         # mtmd's exaone4_5 graph hard-codes the 2 x 2 merge: EXAONE 4.5's default
         "spatial_merge_size": 2,
-        "temporal_patch_size": sum(1 for k in shapes if k.startswith("v.patch_embd.weight")),
+        "temporal_patch_size": _frames(shapes),
         "hidden_act": "silu",  # use_silu, the reference's constant
         "in_channels": 3,
     }
@@ -1562,7 +1578,7 @@ def _glm4v_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[d
         # mtmd's glm4v graph hard-codes the 2 x 2 downsample (GLM-4V's default) and three
         # channels; the Conv3d kernel was written as one Conv2d per temporal slice
         "spatial_merge_size": 2,
-        "temporal_patch_size": sum(1 for k in shapes if k.startswith("v.patch_embd.weight")),
+        "temporal_patch_size": _frames(shapes),
         "in_channels": 3,
         # GLM-OCR's tower has biases (one flag for attention and MLP)
         "attention_bias": "v.blk.0.attn_qkv.bias" in shapes,
@@ -1589,17 +1605,8 @@ def _glm4v_text(cfg: dict, md: Mapping[str, Any]) -> dict:
     return {"rope_parameters": rope}
 
 
-def _glm4v_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
-    # the pixel bounds are not kept (no glm4v row): the processor's defaults
-    return {
-        "preprocessor_config.json": {
-            "image_processor_type": "Glm4vImageProcessor",
-            "patch_size": vision["patch_size"],
-            "temporal_patch_size": vision["temporal_patch_size"],
-            "merge_size": vision["spatial_merge_size"],
-            **_mean_std(md),
-        }
-    }
+# the pixel bounds are not kept (no glm4v row): the processor's defaults
+_glm4v_pre = _qwen_pre("Glm4vImageProcessor")
 
 
 def _has_mtp(md: Mapping[str, Any]) -> bool:
@@ -1882,7 +1889,7 @@ def _glm5next_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tupl
     v = {
         "out_hidden_size": md[_CLIP + "vision.projection_dim"],
         "projection_intermediate_size": shapes["mm.gate.weight"][0],
-        "temporal_patch_size": sum(1 for k in shapes if k.startswith("v.patch_embd.weight")),
+        "temporal_patch_size": _frames(shapes),
         "attention_bias": "v.blk.0.attn_qkv.bias" in shapes,
         "hidden_act": "silu" if md.get(_CLIP + "use_silu") else "gelu",
         "in_channels": 3,
@@ -2032,25 +2039,15 @@ def _minimaxm3_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tup
     # reference writes no other) and 3 channels are the config's defaults; the
     # projector's hidden width is a shape (numpy [out, in])
     v = {
-        "temporal_patch_size": sum(1 for k in shapes if k.startswith("v.patch_embd.weight")),
+        "temporal_patch_size": _frames(shapes),
         "hidden_act": "gelu",
     }
     return v, {"projector_hidden_size": shapes["mm.1.weight"][0]}
 
 
-def _minimaxm3_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
-    return {
-        "preprocessor_config.json": {
-            "image_processor_type": "MiniMaxM3VLImageProcessor",
-            "patch_size": vision["patch_size"],
-            "temporal_patch_size": vision["temporal_patch_size"],
-            "merge_size": vision["spatial_merge_size"],
-            "do_normalize": True,
-            "do_rescale": True,
-            "rescale_factor": 1 / 255,
-            **_mean_std(md),
-        }
-    }
+_minimaxm3_pre = _qwen_pre(
+    "MiniMaxM3VLImageProcessor", do_normalize=True, do_rescale=True, rescale_factor=1 / 255
+)
 
 
 # the Hub's layout, which transformers 5.24 saves and loads: language_model.model.* with
