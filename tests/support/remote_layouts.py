@@ -103,4 +103,33 @@ def sarashina2vl(qwen2vl: Path, llama: Path, folder: Path, *, seed: int = 75) ->
         "torch_dtype": "bfloat16",
     }  # fmt: skip
     (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+
+
+#: Kimi-K2.5's projector names -> Kimi-VL's
+_KIMIVL_NAMES = (("mm_projector.pre_norm.", "multi_modal_projector.pre_norm."),
+                 ("mm_projector.proj.0.", "multi_modal_projector.linear_1."),
+                 ("mm_projector.proj.2.", "multi_modal_projector.linear_2."))  # fmt: skip
+
+
+def kimivl(kimi: Path, folder: Path) -> Path:
+    """A Kimi-VL (``KimiVLForConditionalGeneration``) folder over the weights of the
+    Kimi-K2.5 folder ``kimi``: a single-frame MoonViT3d is Kimi-VL's MoonViT (the same
+    tower names, interleaved 2-D RoPE, bicubic position table, no temporal term for one
+    frame), the projector renamed to Kimi-VL's ``multi_modal_projector.*``, the Hub's
+    ``init_pos_emb_*`` fields added; the text stays Kimi's tiny DeepSeek-V3."""
+    shutil.copytree(kimi, folder)
+
+    def rename(k: str) -> str:
+        for a, b in _KIMIVL_NAMES:
+            if k.startswith(a):
+                return b + k[len(a) :]
+        return k
+
+    hub_layout(folder, rename)
+    path = folder / "config.json"
+    cfg = json.loads(path.read_text())
+    cfg["architectures"] = ["KimiVLForConditionalGeneration"]
+    v = cfg["vision_config"]
+    v["init_pos_emb_height"], v["init_pos_emb_width"] = v["pos_emb_height"], v["pos_emb_width"]
+    path.write_text(json.dumps(cfg, indent=2))
     return folder

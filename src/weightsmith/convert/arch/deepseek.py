@@ -127,8 +127,13 @@ _ROWS = [
 assert FILE_TYPE in _ROWS
 
 DEEPSEEK2 = Arch(
-    # Kimi-K2.5's text half is DeepSeek-V3 (its vision tower is not read here)
-    hf_archs=("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration"),
+    # Kimi-K2.5's and Kimi-VL's text halves are DeepSeek-V3 (their towers are not read here)
+    hf_archs=(
+        "DeepseekV2ForCausalLM",
+        "DeepseekV3ForCausalLM",
+        "KimiK25ForConditionalGeneration",
+        "KimiVLForConditionalGeneration",
+    ),
     gguf_arch="deepseek2",
     meta=_ROWS,
     names=[

@@ -2411,6 +2411,80 @@ GLM5V_VISION = replace(
 )
 
 
+def _kimivl_flat(x: np.ndarray, v: dict, ctx: dict) -> np.ndarray:
+    return x.reshape(-1, x.shape[-1])
+
+
+def _kimivl_table(x: np.ndarray, v: dict, ctx: dict) -> np.ndarray:
+    return x.reshape(v.get("init_pos_emb_height", 64), -1, x.shape[-1])
+
+
+# KimiVLModel (conversion/kimivl.py), Kimi-VL: MoonViT, the 2-D tower Kimi-K2.5's
+# MoonViT3d is for one frame (same names, same interleaved 2-D RoPE), and Kimi's patch
+# merger under ``multi_modal_projector.`` (``linear_1`` / ``linear_2``).  The reference
+# writes the position table flattened to ``[H * W, C]``, ``wqkv`` split into Q / K / V
+# as stored (not reordered: mtmd's ``kimivl`` graph then rotates the wrong pairs, see
+# docs/convert-architectures.md), a fixed image size of 64 x 14 px, GELU, merge 2 and
+# the tower's ``layer_norm_eps`` (else 1e-5)
+KIMIVL_VISION = Projector(
+    hf_archs=("KimiVLForConditionalGeneration",),
+    keep=(K25.TOWER, "multi_modal_projector."),
+    force=_base_force,
+    required=NO_IMAGE_SIZE,
+    entry=Arch(
+        hf_archs=("KimiVLForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *replace_rows(
+                BASE_ROWS, vision__image_size=_const("vision.image_size", 64 * 14, VT.UINT32)
+            ),
+            _const("projector_type", "kimivl", VT.STRING),
+            _const("use_gelu", True, VT.BOOL),
+            _const("vision.projector.scale_factor", 2, VT.UINT32),
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "layer_norm_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v.get("layer_norm_eps", 1e-5),
+            ),
+        ],
+        names=[
+            *(n for n in K25.NAMES if n.hf.startswith(K25.TOWER) and ".wqkv." not in n.hf),
+            *_wb(
+                [
+                    ("multi_modal_projector.pre_norm", "mm.input_norm"),
+                    ("multi_modal_projector.linear_1", "mm.1"),
+                    ("multi_modal_projector.linear_2", "mm.2"),
+                ]
+            ),
+        ],
+        transforms=[
+            Transform(
+                "kimivl_flat_table",
+                r"patch_embed\.pos_emb\.weight$",
+                _kimivl_flat,
+                _kimivl_table,
+                shape=lambda s, v, ctx: (s[0] * s[1], s[2]),
+                inverse_shape=lambda s, v, ctx: (
+                    v.get("init_pos_emb_height", 64),
+                    s[0] // v.get("init_pos_emb_height", 64),
+                    s[1],
+                ),
+            )
+        ],
+        splits=[
+            Split(
+                K25.TOWER + "encoder.blocks.{bid}.wqkv" + s,
+                tuple(_VBLK + f"attn_{x}" + s for x in "qkv"),
+                0,
+            )
+            for s in (".weight", ".bias")
+        ],
+        required=(),
+    ),
+)
+
+
 # --------------------------------------------------------------------------- MiniMax-M3 VL
 
 _MM3 = "vision_tower.vision_model."
@@ -2894,6 +2968,7 @@ PROJECTORS += (MUSE_GLIMMER_VISION,)
 PROJECTORS += (KIMIK25_VISION,)
 PROJECTORS += (GLM5V_VISION,)
 PROJECTORS += (SARASHINA2_VISION,)
+PROJECTORS += (KIMIVL_VISION,)
 PROJECTORS += (MINIMAXM3_VISION,)
 PROJECTORS += (EXAONE4_5_VISION,)
 PROJECTORS += (MINICPMV46_VISION,)
