@@ -66,3 +66,16 @@ def test_llama_cpp_encodes_audio(l2a):
     assert got.shape == want.shape == (13, 64), (got.shape, want.shape)
     err = float(np.abs(got - want).max() / np.abs(want).max())
     assert err < 1e-4, err
+
+
+def test_cli_writes_both(l2a, tmp_path):
+    """``weightsmith convert DIR out.gguf --mmproj``: the reference's two files."""
+    from weightsmith.cli._main import main
+
+    src = l2a[0]
+    dst = tmp_path / "a.gguf"
+    assert main(["convert", str(src), str(dst), "--type", "q8_0", "--mmproj", "--quiet"]) == 0
+    assert (tmp_path / "mmproj-a.gguf").read_bytes() == (
+        src.parent / "ref-mmproj-q8_0.gguf"
+    ).read_bytes()
+    assert dst.read_bytes() == (src.parent / "ref-text-q8_0.gguf").read_bytes()
