@@ -79,3 +79,16 @@ def test_cli_writes_both(l2a, tmp_path):
         src.parent / "ref-mmproj-q8_0.gguf"
     ).read_bytes()
     assert dst.read_bytes() == (src.parent / "ref-text-q8_0.gguf").read_bytes()
+
+
+def test_gguf_to_hf_refused(l2a, tmp_path):
+    """GGUF -> HF of the pair is not done: refused by name, nothing written (transformers
+    has no LFM2-Audio class to load such a folder)."""
+    from weightsmith import errors as E
+    from weightsmith.convert import gguf_to_hf
+
+    root = l2a[0].parent
+    out = tmp_path / "back"
+    with pytest.raises(E.ProjectorMismatch, match="lfm2a"):
+        gguf_to_hf(root / "ours-text-f32.gguf", out, mmproj=root / "ours-mmproj-f32.gguf")
+    assert not out.exists() or not any(out.iterdir())
