@@ -159,6 +159,9 @@ def _read_config(d: Path) -> dict:
         # tells DeepSeek-V2's OCR form by the top-level class (kept beside the merged one)
         cfg = {**cfg, "text_config": cfg["language_config"],
                "_top_architectures": cfg.get("architectures")}  # fmt: skip
+    if isinstance(cfg.get("lfm"), dict):
+        # LFM2-Audio's text config: the reference renames it text_config
+        cfg = {**cfg, "text_config": cfg["lfm"]}
     thinker = cfg.get("thinker_config")
     if isinstance(thinker, dict) and isinstance(thinker.get("text_config"), dict):
         # Qwen2.5-Omni / Qwen3-Omni: the text model is the thinker's (as the reference)

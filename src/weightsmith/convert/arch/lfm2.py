@@ -119,6 +119,8 @@ LFM2 = Arch(
     tokenizer={"vocab": "gpt2"},
     model_types={"Lfm2ForCausalLM": "lfm2"},
     hf_config=_hf_config,
+    # LFM2Model.filter_tensors: LFM2-Audio's text is under ``lfm.``
+    renames=((r"^lfm\.", "model."),),
 )
 
 

@@ -48,6 +48,7 @@ from . import gemma3n_mmproj as G3N
 from . import granite4_vision as G4V
 from . import granite_speech as GS
 from . import kimik25 as K25
+from . import lfm2_audio as L2A
 from . import minicpmv as MCV
 from . import minimax as MM3
 from ._common import GEMMA_NORM, PERMUTE_K, PERMUTE_Q, replace_rows
@@ -126,6 +127,8 @@ def vision_view(cfg: dict, preprocessor: dict) -> dict:
     text_config = cfg.get("llm_config") if isinstance(cfg.get("llm_config"), dict) else None
     # DeepSeek-OCR's text config is language_config (the reference reads it as text_config)
     text_config = text_config or cfg.get("text_config") or cfg.get("language_config")
+    # LFM2-Audio's text config is lfm (the reference reads it as text_config)
+    text_config = text_config or cfg.get("lfm")
     text = {**cfg, **(text_config or {})}
     view = dict(towers(cfg).get("vision_config") or {})
     view[TEXT_WIDTH] = text.get("hidden_size", text.get("n_embd", 0))
@@ -1885,6 +1888,39 @@ GRANITE_SPEECH = Projector(
     ),
 )
 
+
+# --------------------------------------------------------------------------- LFM2-Audio
+
+
+# LFM2AudioModel: NeMo's FastConformer under ``conformer.`` and the adapter (the text is
+# LFM2 under ``lfm.``), see arch/lfm2_audio.py
+def _lfm2_audio_force(hf: str, gguf: str, outtype: str) -> str | None:
+    return L2A.force(hf) or _base_force(hf, gguf, outtype)
+
+
+LFM2_AUDIO = Projector(
+    hf_archs=("Lfm2AudioForConditionalGeneration",),
+    keep=("conformer.", "audio_adapter.", "audio_embedding."),
+    drop=L2A.DROP,
+    force=_lfm2_audio_force,
+    required=(),
+    vision=False,
+    audio_key="encoder",
+    audio_required=L2A.REQUIRED,
+    fold=(*L2A.BATCH_NORM_FOLD, GS.fold_batch_norm),
+    entry=Arch(
+        hf_archs=("Lfm2AudioForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            FILE_TYPE,
+            *(MetaKey(k, (), t, fn) for k, fn, t in L2A.rows(GLOBAL, TEXT_WIDTH)),
+        ],
+        names=L2A.NAMES,
+        transforms=L2A.TRANSFORMS,
+        required=(),
+    ),
+)
+
 # --------------------------------------------------------------------------- Granite 4 Vision
 
 # Granite4VisionMmprojModel: a SigLIP tower (the Hub's ``model.vision_tower.vision_model.*``)
@@ -2979,5 +3015,6 @@ PROJECTORS += (GEMMA3N_VISION_AUDIO,)
 PROJECTORS += (DOTS3NOTE_MMPROJ,)
 PROJECTORS += (ULTRAVOX_AUDIO,)
 PROJECTORS += (MERALION2_AUDIO,)
+PROJECTORS += (LFM2_AUDIO,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
