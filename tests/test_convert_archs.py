@@ -173,6 +173,12 @@ BPE_VOCAB |= {"hunyuan_dense"}
 BPE_VOCAB |= {"exaone4", "exaone4_swa", "exaone_moe"}
 # Youtu-LLM (deepseek2: multi-head latent attention, dense MLP, tied head)
 ARCHS += ["youtu"]
+# BailingMoE V3 (Ling-3.0): KDA + head-gated MLA, MoE.  The reference reads the Hub's
+# config spellings, which transformers 5.24's bailing_hybrid config renames
+# (norm_topk_prob -> moe_renormalize): it runs on 4.47.1, which reads config.json as is
+ARCHS += ["bailingmoe3"]
+REF_ON_TRANSFORMERS_4 |= {"bailingmoe3"}
+BPE_VOCAB |= {"bailingmoe3"}
 BPE_VOCAB |= {"youtu"}
 BPE_VOCAB |= {"qwen4exp"}
 PROMPTS = {
