@@ -2375,7 +2375,7 @@ def bailingmoe3(folder: Path, *, dtype: str = "bfloat16", seed: int = 71) -> Pat
     tensor layout): a KDA layer with a dense MLP, then a head-gated MLA layer with a
     sigmoid-routed MoE.  config.json is then given the Hub's spellings the reference reads
     (transformers drops them): the architecture, ``head_dim`` as the KDA head width (its
-    saved one is the rope width), ``num_experts_per_tok``, ``norm_topk_prob``,
+    saved one is the rope width), ``num_experts_per_tok``, ``n_group``, ``norm_topk_prob``,
     ``score_function``, the shared expert width and the KDA / gate switches."""
     from transformers import BailingHybridConfig, BailingHybridForCausalLM
 
@@ -2396,7 +2396,7 @@ def bailingmoe3(folder: Path, *, dtype: str = "bfloat16", seed: int = 71) -> Pat
         architectures=["BailingMoeV3ForCausalLM"], head_dim=32, num_experts_per_tok=2,
         norm_topk_prob=True, score_function="sigmoid", moe_shared_expert_intermediate_size=256,
         no_kda_lora=True, gated_attention_proj_granularity_type="head_wise",
-        max_position_embeddings=256,
+        max_position_embeddings=256, n_group=1,
     )  # fmt: skip
     (folder / "config.json").write_text(json.dumps(cfg, indent=2))
     return folder

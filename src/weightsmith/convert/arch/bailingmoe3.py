@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -53,11 +54,11 @@ _ROWS = [
     *replace_rows(
         COMMON,
         attention__head_count_kv=m(
-            "attention.head_count_kv", "layer_group_size", t=VT.INT32, value=_kv_heads
+            "attention.head_count_kv", "_kv_heads", t=VT.INT32, value=_kv_heads
         ),
         attention__key_length=m(
             "attention.key_length",
-            "kv_lora_rank",
+            "_mla_key_length",
             value=lambda c: c["kv_lora_rank"] + c["qk_rope_head_dim"],
         ),
     ),
@@ -71,7 +72,7 @@ _ROWS = [
     m("rope.dimension_count", "qk_rope_head_dim"),
     m(
         "attention.key_length_mla",
-        "qk_nope_head_dim",
+        "qk_head_dim",
         value=lambda c: c["qk_nope_head_dim"] + c["qk_rope_head_dim"],
     ),
     m("attention.value_length_mla", "v_head_dim"),
@@ -82,6 +83,34 @@ _ROWS = [
     m("expert_weights_scale", "routed_scaling_factor", t=VT.FLOAT32),
     m("expert_weights_norm", "norm_topk_prob", t=VT.BOOL),
 ]
+
+
+def _hf_config(cfg: dict, names: set[str]) -> dict[str, Any]:
+    """What GGUF keeps only implied, for transformers' BailingHybridConfig: the layer kinds
+    (from the per-layer KV heads), the MLA's nope width, the MLA head count for its
+    KV heads, and the Hub spellings the rows name back under transformers' own."""
+    kinds = ["full_attention" if n else "linear_attention" for n in cfg["_kv_heads"]]
+    n = cfg["num_hidden_layers"]
+    dense = cfg.get("first_k_dense_replace", 0)
+    return {
+        "layer_types": kinds,
+        "layer_group_size": kinds.index("full_attention") + 1,
+        "mlp_layer_types": ["dense"] * dense + ["sparse"] * (n - dense),
+        "qk_nope_head_dim": cfg["qk_head_dim"] - cfg["qk_rope_head_dim"],
+        "num_key_value_heads": cfg["num_attention_heads"],
+        "num_experts": cfg["num_local_experts"],
+        "num_mtp_layers": 0,
+        # transformers' own spellings of three Hub fields (its attribute_map does not
+        # reach them when config.json is read)
+        "num_expert_group": cfg.get("n_group"),
+        "num_experts_per_token": cfg.get("num_experts_per_tok"),
+        "moe_renormalize": cfg.get("norm_topk_prob"),
+        # the reference's switches (it converts nothing else), for GGUF -> HF -> GGUF
+        "no_kda_lora": True,
+        "gated_attention_proj_granularity_type": "head_wise",
+        "pad_token_id": None,
+    }
+
 
 _GATE_FULL = re.compile(r"^(model\.layers\.(\d+)\.attention\.)g_proj(\.weight)$")
 
@@ -170,6 +199,7 @@ _TRANSFORMS = [
         _exp_column,
         lambda x, cfg, ctx: np.log(x.astype(np.float32)).reshape(-1),
         shape=lambda s, cfg, ctx: (int(np.prod(s)), 1),
+        inverse_shape=lambda s, cfg, ctx: (int(np.prod(s)),),
         exact=False,
     ),
 ]
@@ -205,21 +235,22 @@ BAILINGMOE3 = Arch(
         "gated_attention_proj_granularity_type": "head_wise",
     },
     ignored=("num_nextn_predict_layers",),
+    # read by the reference, named back by no GGUF row (hf_config derives them)
+    present=("layer_group_size", "qk_nope_head_dim", "num_experts"),
     required=(
         "hidden_size",
         "num_attention_heads",
         "num_hidden_layers",
         "vocab_size",
-        "layer_group_size",
         "head_dim",
         "short_conv_kernel_size",
         "kv_lora_rank",
-        "qk_nope_head_dim",
         "qk_rope_head_dim",
         "v_head_dim",
-        "num_experts",
         "moe_intermediate_size",
         "moe_shared_expert_intermediate_size",
     ),
     tokenizer={"vocab": "gpt2"},
+    model_types={"BailingMoeV3ForCausalLM": "bailing_hybrid"},
+    hf_config=_hf_config,
 )
