@@ -173,6 +173,12 @@ BPE_VOCAB |= {"hunyuan_dense"}
 BPE_VOCAB |= {"exaone4", "exaone4_swa", "exaone_moe"}
 # Youtu-LLM (deepseek2: multi-head latent attention, dense MLP, tied head)
 ARCHS += ["youtu"]
+# BailingMoE V3 (Ling-3.0): KDA + head-gated MLA, MoE.  The reference reads the Hub's
+# config spellings, which transformers 5.24's bailing_hybrid config renames
+# (norm_topk_prob -> moe_renormalize): it runs on 4.47.1, which reads config.json as is
+ARCHS += ["bailingmoe3"]
+REF_ON_TRANSFORMERS_4 |= {"bailingmoe3"}
+BPE_VOCAB |= {"bailingmoe3"}
 BPE_VOCAB |= {"youtu"}
 BPE_VOCAB |= {"qwen4exp"}
 PROMPTS = {
@@ -322,7 +328,7 @@ def test_round_trip(work, arch, tmp_path):
     # norm + 1 - 1 (Gemma 2), log(-(-exp(A_log))) (the SSMs): not always the identity in float32
     exact = arch not in ("gemma2", "mamba", "mamba2", "granitehybrid", "nemotronh", *DELTANET,
                          "jamba", "nemotronhmoe", "granitehybridmoe", "bamba", *FOLDED,
-                         "falconmamba", "qwen4exp")  # fmt: skip
+                         "falconmamba", "qwen4exp", "bailingmoe3")  # fmt: skip
     for k, v in orig.items():
         want = v.astype(np.float32)
         if exact:
@@ -1820,3 +1826,31 @@ def test_qwen4exp_gap_is_the_gdn_output_gate(work, tmp_path):
     bound = 2e-3 * max(float(np.abs(sigmoid).max()), 1.0)
     assert np.abs(got - sigmoid).max() <= bound
     assert np.abs(got - _hf_logits(silu, tokens)).max() > 100 * bound
+
+
+@pytest.mark.parametrize(
+    "drop, field",
+    [
+        # transformers 5.24's own config.json: none of the Hub's switches
+        (("no_kda_lora", "gated_attention_proj_granularity_type"), "no_kda_lora"),
+        (("gated_attention_proj_granularity_type",), "gated_attention_proj_granularity_type"),
+        (("layer_group_size",), "layer_group_size"),
+    ],
+)
+def test_bailingmoe3_refuses_configs_the_reference_refuses(work, tmp_path, drop, field):
+    """Without the Hub's KDA / gate switches (the reference asserts them) or the layer
+    grouping, conversion stops by name before any output."""
+    import shutil
+
+    from weightsmith import errors as E
+
+    src = tmp_path / "m"
+    shutil.copytree(work.model("bailingmoe3"), src)
+    c = json.loads((src / "config.json").read_text())
+    for k in drop:
+        c.pop(k)
+    (src / "config.json").write_text(json.dumps(c))
+    with pytest.raises(E.InvalidModelConfig) as err:
+        hf_to_gguf(src, tmp_path / "o.gguf", "f16")
+    assert err.value.field == field
+    assert not (tmp_path / "o.gguf").exists()

@@ -2365,3 +2365,41 @@ def ministral3(folder: Path, *, dtype: str = "bfloat16", seed: int = 63) -> Path
 
 
 BUILDERS["ministral3"] = ministral3
+
+
+# --------------------------------------------------------------------------- BailingMoE V3
+
+
+def bailingmoe3(folder: Path, *, dtype: str = "bfloat16", seed: int = 71) -> Path:
+    """BailingMoE V3 (Ling-3.0) saved by transformers 5.24's ``bailing_hybrid`` (the Hub's
+    tensor layout): a KDA layer with a dense MLP, then a head-gated MLA layer with a
+    sigmoid-routed MoE.  config.json is then given the Hub's spellings the reference reads
+    (transformers drops them): the architecture, ``head_dim`` as the KDA head width (its
+    saved one is the rope width), ``num_experts_per_tok``, ``n_group``, ``norm_topk_prob``,
+    ``score_function``, the shared expert width and the KDA / gate switches."""
+    from transformers import BailingHybridConfig, BailingHybridForCausalLM
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    kw = dict(
+        vocab_size=vocab, hidden_size=256, intermediate_size=512, moe_intermediate_size=256,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, num_experts=4,
+        num_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1, kv_lora_rank=64,
+        qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32, head_dim=32, n_group=1,
+        topk_group=1, layer_group_size=2, num_mtp_layers=0, max_position_embeddings=256,
+        bos_token_id=50256, eos_token_id=50256, pad_token_id=None, tie_word_embeddings=False,
+    )  # fmt: skip
+    model = BailingHybridForCausalLM(BailingHybridConfig(**kw))
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.update(
+        architectures=["BailingMoeV3ForCausalLM"], head_dim=32, num_experts_per_tok=2,
+        norm_topk_prob=True, score_function="sigmoid", moe_shared_expert_intermediate_size=256,
+        no_kda_lora=True, gated_attention_proj_granularity_type="head_wise",
+        max_position_embeddings=256, n_group=1,
+    )  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    return folder
+
+
+BUILDERS["bailingmoe3"] = bailingmoe3

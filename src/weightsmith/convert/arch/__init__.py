@@ -87,6 +87,7 @@ from ._model import (
     layer_of,
     rope_parameters,
 )
+from .bailingmoe3 import BAILINGMOE3
 from .bert import (
     BERT,
     DISTILBERT,
@@ -300,6 +301,8 @@ ENTRIES += (STEP35,)
 ENTRIES += (MINISTRAL3,)
 # Sarashina2-VL's text: Llama under llm.
 ENTRIES += (SARASHINA2_TEXT,)
+# BailingMoE V3 (Ling-3.0: KDA + head-gated MLA, MoE; the text of Ling-3.0 VL)
+ENTRIES += (BAILINGMOE3,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)

@@ -1,0 +1,256 @@
+"""BailingMoE V3 (Ling-3.0): conversion/bailingmoe3.py ``BailingMoeV3Model`` (GGUF
+``bailingmoe3``), read from the Hub's checkpoint layout (``model.word_embeddings``,
+``attention.*``, ``attention.dense``, per-expert MLPs, ``mlp.gate.expert_bias``), which
+transformers 5.24's ``bailing_hybrid`` also saves.
+
+Layers of two kinds: every ``layer_group_size``-th layer (and the tail after the last
+whole group) is MLA as DeepSeek-V2's (``kv_b_proj`` split into ``attn_k_b`` /
+``attn_v_b``) with a head-wise output gate ``g_proj`` (``attn_gate``); the others are KDA
+linear attention: ``q/k/v_proj``, the short convolutions ``{q,k,v}_conv1d`` reshaped
+``[C, 1, K]`` -> ``[1, C, 1, K]``, the forget gate's ``f_proj`` (``ssm_f_a``), the output
+gate ``g_proj`` (``ssm_g_a``), ``b_proj`` (``ssm_beta``), ``A_log`` -> ``exp`` as a
+column (``ssm_a`` ``[H, 1]``), ``dt_bias`` (``ssm_dt.bias``) and ``o_norm``
+(``ssm_norm``).  The MLP is dense for the first ``first_k_dense_replace`` layers, then a
+sigmoid-routed MoE with shared experts.
+
+Metadata: TextModel's rows with ``attention.head_count_kv`` as a per-layer array (0 on
+KDA layers, 1 on MLA ones) and ``attention.key_length`` the MLA's ``kv_lora_rank +
+qk_rope_head_dim`` in TextModel's place (``value_length`` stays ``head_dim``), then the
+KDA, MLA and MoE rows.  The reference reads the Hub config's spellings
+(``num_experts_per_tok``, ``norm_topk_prob``, ``score_function``,
+``moe_shared_expert_intermediate_size``, ``no_kda_lora``,
+``gated_attention_proj_granularity_type``) and ``head_dim`` as the KDA head width
+(transformers' saved ``head_dim`` is the rope width): both refuse a config without them.
+Not converted (none in the test models): MTP blocks (their extra layers' tensors have
+no rule, so such a checkpoint is refused before any output) and the per-layer SwiGLU
+clamp lists (``expert_swiglu_limit_list``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from ._common import BLK, COMMON, FFN_NORM, LAYER, layer_rules, reference_math, replace_rows
+from ._model import VT, Arch, NameRule, Transform, m
+from .deepseek import DEEPSEEK2
+
+_ATT = LAYER + "attention."
+
+
+def _full(cfg: dict, bid: int) -> bool:
+    n, g = cfg["num_hidden_layers"], cfg["layer_group_size"]
+    return bid >= n or (bid + 1) % g == 0 or bid >= n // g * g
+
+
+def _kv_heads(cfg: dict) -> list[int]:
+    return [1 if _full(cfg, i) else 0 for i in range(cfg["num_hidden_layers"])]
+
+
+_ROWS = [
+    *replace_rows(
+        COMMON,
+        attention__head_count_kv=m(
+            "attention.head_count_kv", "_kv_heads", t=VT.INT32, value=_kv_heads
+        ),
+        attention__key_length=m(
+            "attention.key_length",
+            "_mla_key_length",
+            value=lambda c: c["kv_lora_rank"] + c["qk_rope_head_dim"],
+        ),
+    ),
+    m("vocab_size", "vocab_size"),
+    m("ssm.conv_kernel", "short_conv_kernel_size"),
+    m("kda.head_dim", "head_dim"),
+    m("kda.safe_gate", "kda_safe_gate", t=VT.BOOL),
+    m("kda.gate_lower_bound", "kda_lower_bound", t=VT.FLOAT32),
+    m("attention.q_lora_rank", "q_lora_rank"),
+    m("attention.kv_lora_rank", "kv_lora_rank"),
+    m("rope.dimension_count", "qk_rope_head_dim"),
+    m(
+        "attention.key_length_mla",
+        "qk_head_dim",
+        value=lambda c: c["qk_nope_head_dim"] + c["qk_rope_head_dim"],
+    ),
+    m("attention.value_length_mla", "v_head_dim"),
+    m("expert_feed_forward_length", "moe_intermediate_size"),
+    m("expert_shared_feed_forward_length", "moe_shared_expert_intermediate_size"),
+    m("expert_shared_count", "num_shared_experts", value=lambda c: c.get("num_shared_experts", 1)),
+    m("leading_dense_block_count", "first_k_dense_replace"),
+    m("expert_weights_scale", "routed_scaling_factor", t=VT.FLOAT32),
+    m("expert_weights_norm", "norm_topk_prob", t=VT.BOOL),
+]
+
+
+def _hf_config(cfg: dict, names: set[str]) -> dict[str, Any]:
+    """What GGUF keeps only implied, for transformers' BailingHybridConfig: the layer kinds
+    (from the per-layer KV heads), the MLA's nope width, the MLA head count for its
+    KV heads, and the Hub spellings the rows name back under transformers' own."""
+    kinds = ["full_attention" if n else "linear_attention" for n in cfg["_kv_heads"]]
+    n = cfg["num_hidden_layers"]
+    dense = cfg.get("first_k_dense_replace", 0)
+    return {
+        "layer_types": kinds,
+        "layer_group_size": kinds.index("full_attention") + 1,
+        "mlp_layer_types": ["dense"] * dense + ["sparse"] * (n - dense),
+        "qk_nope_head_dim": cfg["qk_head_dim"] - cfg["qk_rope_head_dim"],
+        "num_key_value_heads": cfg["num_attention_heads"],
+        "num_experts": cfg["num_local_experts"],
+        "num_mtp_layers": 0,
+        # transformers' own spellings of three Hub fields (its attribute_map does not
+        # reach them when config.json is read)
+        "num_expert_group": cfg.get("n_group"),
+        "num_experts_per_token": cfg.get("num_experts_per_tok"),
+        "moe_renormalize": cfg.get("norm_topk_prob"),
+        # the reference's switches (it converts nothing else), for GGUF -> HF -> GGUF
+        "no_kda_lora": True,
+        "gated_attention_proj_granularity_type": "head_wise",
+        "pad_token_id": None,
+    }
+
+
+_GATE_FULL = re.compile(r"^(model\.layers\.(\d+)\.attention\.)g_proj(\.weight)$")
+
+
+def _rename(name: str, cfg: dict) -> str:
+    """The output gate's GGUF name depends on the layer kind: MLA layers' is spelled
+    ``g_proj_full`` here so one name rule each fits."""
+    mt = _GATE_FULL.match(name)
+    if mt and _full(cfg, int(mt.group(2))):
+        return f"{mt.group(1)}g_proj_full{mt.group(3)}"
+    return name
+
+
+def _unrename(name: str, cfg: dict) -> str:
+    return name.replace(".g_proj_full.", ".g_proj.")
+
+
+def _att(pairs: list[tuple[str, str]]) -> list[NameRule]:
+    return layer_rules([("attention." + h, g) for h, g in pairs])
+
+
+_NAMES = [
+    NameRule("model.word_embeddings.weight", "token_embd.weight"),
+    NameRule("model.norm.weight", "output_norm.weight"),
+    NameRule("lm_head.weight", "output.weight"),
+    *layer_rules([("input_layernorm", "attn_norm")]),
+    *FFN_NORM,
+    *_att(
+        [
+            ("q_proj", "attn_q"),
+            ("k_proj", "attn_k"),
+            ("v_proj", "attn_v"),
+            ("dense", "attn_output"),
+            ("q_conv1d", "ssm_conv1d_q"),
+            ("k_conv1d", "ssm_conv1d_k"),
+            ("v_conv1d", "ssm_conv1d_v"),
+            ("f_proj", "ssm_f_a"),
+            ("g_proj", "ssm_g_a"),
+            ("g_proj_full", "attn_gate"),
+            ("b_proj", "ssm_beta"),
+            ("o_norm", "ssm_norm"),
+            ("q_a_proj", "attn_q_a"),
+            ("q_a_layernorm", "attn_q_a_norm"),
+            ("q_b_proj", "attn_q_b"),
+            ("kv_a_proj_with_mqa", "attn_kv_a_mqa"),
+            ("kv_a_layernorm", "attn_kv_a_norm"),
+        ]
+    ),
+    NameRule(_ATT + "A_log", BLK + "ssm_a"),
+    NameRule(_ATT + "dt_bias", BLK + "ssm_dt.bias"),
+    *layer_rules(
+        [
+            ("mlp.gate_proj", "ffn_gate"),
+            ("mlp.up_proj", "ffn_up"),
+            ("mlp.down_proj", "ffn_down"),
+            ("mlp.gate", "ffn_gate_inp"),
+            ("mlp.shared_experts.gate_proj", "ffn_gate_shexp"),
+            ("mlp.shared_experts.up_proj", "ffn_up_shexp"),
+            ("mlp.shared_experts.down_proj", "ffn_down_shexp"),
+        ]
+    ),
+    NameRule(LAYER + "mlp.gate.expert_bias", BLK + "exp_probs_b.bias"),
+]
+
+
+def _conv4d(x: np.ndarray, cfg: dict, ctx: dict) -> np.ndarray:
+    return x.reshape(1, x.shape[0], 1, x.shape[-1])
+
+
+def _exp_column(x: np.ndarray, cfg: dict, ctx: dict) -> np.ndarray:
+    return reference_math(x, lambda torch, t: torch.exp(t), np.exp).reshape(-1, 1)
+
+
+_TRANSFORMS = [
+    Transform(
+        "kda_conv_4d",
+        r"attention\.[qkv]_conv1d\.weight$",
+        _conv4d,
+        lambda x, cfg, ctx: x.reshape(x.shape[1], 1, x.shape[-1]),
+        shape=lambda s, cfg, ctx: (1, s[0], 1, s[-1]),
+        inverse_shape=lambda s, cfg, ctx: (s[1], 1, s[-1]),
+    ),
+    Transform(
+        "kda_a_exp",
+        r"attention\.A_log$",
+        _exp_column,
+        lambda x, cfg, ctx: np.log(x.astype(np.float32)).reshape(-1),
+        shape=lambda s, cfg, ctx: (int(np.prod(s)), 1),
+        inverse_shape=lambda s, cfg, ctx: (int(np.prod(s)),),
+        exact=False,
+    ),
+]
+
+
+def _mla_heads(cfg: dict) -> dict:
+    # the reference splits kv_b_proj per attention head (its MQA rewrite sets the KV heads to 1)
+    return {**cfg, "num_key_value_heads": cfg["num_attention_heads"]}
+
+
+_KV_B = DEEPSEEK2.splits[0]
+
+BAILINGMOE3 = Arch(
+    hf_archs=("BailingMoeV3ForCausalLM",),
+    gguf_arch="bailingmoe3",
+    meta=_ROWS,
+    names=_NAMES,
+    transforms=_TRANSFORMS,
+    stacks=[replace(s, count=lambda c: c["num_experts"]) for s in DEEPSEEK2.stacks],
+    splits=[
+        replace(
+            _KV_B,
+            hf=_ATT + "kv_b_proj.weight",
+            fn=lambda x, cfg: _KV_B.fn(x, _mla_heads(cfg)),
+            shapes=lambda sh, cfg: _KV_B.shapes(sh, _mla_heads(cfg)),
+            join=lambda parts, cfg: _KV_B.join(parts, _mla_heads(cfg)),
+        )
+    ],
+    rename=(_rename, _unrename),
+    fixed={
+        "no_kda_lora": True,
+        "kda_safe_gate": True,
+        "gated_attention_proj_granularity_type": "head_wise",
+    },
+    ignored=("num_nextn_predict_layers",),
+    # read by the reference, named back by no GGUF row (hf_config derives them)
+    present=("layer_group_size", "qk_nope_head_dim", "num_experts"),
+    required=(
+        "hidden_size",
+        "num_attention_heads",
+        "num_hidden_layers",
+        "vocab_size",
+        "head_dim",
+        "short_conv_kernel_size",
+        "kv_lora_rank",
+        "qk_rope_head_dim",
+        "v_head_dim",
+        "moe_intermediate_size",
+        "moe_shared_expert_intermediate_size",
+    ),
+    tokenizer={"vocab": "gpt2"},
+    model_types={"BailingMoeV3ForCausalLM": "bailing_hybrid"},
+    hf_config=_hf_config,
+)
