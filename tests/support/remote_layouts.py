@@ -103,6 +103,7 @@ def sarashina2vl(qwen2vl: Path, llama: Path, folder: Path, *, seed: int = 75) ->
         "torch_dtype": "bfloat16",
     }  # fmt: skip
     (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    return folder
 
 
 #: Kimi-K2.5's projector names -> Kimi-VL's
