@@ -31,6 +31,7 @@ import pytest
 
 from support.deepseek_ocr_models import MEAN_STD, deepseek_ocr2, hub_config
 from support.gguf_pair import assert_same_gguf, convert_forward
+from support.hf_load import state_dicts
 from support.muse_dots_pocket_models import muse_glimmer
 from support.vlm_models import build
 from test_convert_mmproj_to_hf import _features, _model, _pixels
@@ -97,14 +98,7 @@ def work(tmp_path_factory) -> dict:
     "arch,t", [(a, t) for a in ARCHS for t in ("f32", *(("f16",) if a in F16 else ()))]
 )
 def test_loads_with_every_tensor(work, arch, t):
-    back, info = _model(work["root"] / arch / f"back-{t}")
-    orig, _ = _model(work[arch])
-    assert type(back) is type(orig)
-    assert not info["missing_keys"] and not info["unexpected_keys"], info
-    assert not info["mismatched_keys"] and not info["error_msgs"], info
-    want = {k: v.numpy() for k, v in orig.state_dict().items()}
-    got = {k: v.numpy() for k, v in back.state_dict().items()}
-    assert set(got) == set(want)
+    got, want = state_dicts(*_model(work["root"] / arch / f"back-{t}"), _model(work[arch])[0])
     rounded = ROUNDED.get(arch)
     inexact = []
     for k, w in want.items():

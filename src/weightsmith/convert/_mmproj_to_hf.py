@@ -97,6 +97,11 @@ def _tokens(text_md: Mapping[str, Any]) -> dict[str, int]:
     return {t: i for i, t in enumerate(toks)} if isinstance(toks, list) else {}
 
 
+#: the image processors' pixel scaling as the Hub's files spell it (0..255 -> 0..1, then
+#: the mean / std rows)
+_RESCALE = {"do_normalize": True, "do_rescale": True, "rescale_factor": 1 / 255}
+
+
 def _frames(shapes: Mapping[str, Any]) -> int:
     """A Conv3d patch embedding's frames: the forward direction wrote one Conv2d a frame
     (``v.patch_embd.weight``, ``v.patch_embd.weight.1``, ...)."""
@@ -432,9 +437,7 @@ def _pixtral_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
             "image_processor_type": "PixtralImageProcessor",
             "patch_size": {"height": p, "width": p},
             "size": {"longest_edge": vision["image_size"]},
-            "do_normalize": True,
-            "do_rescale": True,
-            "rescale_factor": 1 / 255,
+            **_RESCALE,
             **_mean_std(md),
         }
     }
@@ -840,9 +843,7 @@ def _lfm2vl_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
             "image_processor_type": "Lfm2VlImageProcessor",
             "encoder_patch_size": vision["patch_size"],
             "downsample_factor": md[_CLIP + "vision.projector.scale_factor"],
-            "do_normalize": True,
-            "do_rescale": True,
-            "rescale_factor": 1 / 255,
+            **_RESCALE,
             **_mean_std(md),
         }
     }
@@ -970,9 +971,7 @@ def _gemma4_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
             "patch_size": vision["patch_size"],
             "pooling_kernel_size": vision["pooling_kernel_size"],
             "max_soft_tokens": 280,  # not kept by GGUF: the processor's default
-            "do_normalize": True,
-            "do_rescale": True,
-            "rescale_factor": 1 / 255,
+            **_RESCALE,
             "resample": 3,  # bicubic, as mtmd's gemma4v resizes
             **_mean_std(md),
         },
@@ -1750,9 +1749,7 @@ def _g4v_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
             "size": {"shortest_edge": px},
             "crop_size": {"height": px, "width": px},
             "resample": 3,  # bicubic, as mtmd resizes
-            "do_normalize": True,
-            "do_rescale": True,
-            "rescale_factor": 1 / 255,
+            **_RESCALE,
             **_mean_std(md),
         }
     }
@@ -1913,9 +1910,7 @@ def _glm5next_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
             "patch_size": p,
             "temporal_patch_size": vision["temporal_patch_size"],
             "merge_size": merge,
-            "do_normalize": True,
-            "do_rescale": True,
-            "rescale_factor": 1 / 255,
+            **_RESCALE,
             **budget,
             **_mean_std(md),
         }
@@ -1992,9 +1987,7 @@ def _muse_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
             "patch_size": vision["patch_size"],
             "temporal_patch_size": vision["patch_temporal"],
             "merge_size": vision["merge_size"],
-            "do_normalize": True,
-            "do_rescale": True,
-            "rescale_factor": 1 / 255,
+            **_RESCALE,
             **_mean_std(md),
         }
     }
@@ -2045,9 +2038,7 @@ def _minimaxm3_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tup
     return v, {"projector_hidden_size": shapes["mm.1.weight"][0]}
 
 
-_minimaxm3_pre = _qwen_pre(
-    "MiniMaxM3VLImageProcessor", do_normalize=True, do_rescale=True, rescale_factor=1 / 255
-)
+_minimaxm3_pre = _qwen_pre("MiniMaxM3VLImageProcessor", **_RESCALE)
 
 
 # the Hub's layout, which transformers 5.24 saves and loads: language_model.model.* with
@@ -2119,9 +2110,7 @@ def _dsocr2_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
         "preprocessor_config.json": {
             "image_processor_type": "DeepseekOcr2ImageProcessor",
             "patch_size": vision["sam_config"]["patch_size"],
-            "do_normalize": True,
-            "do_rescale": True,
-            "rescale_factor": 1 / 255,
+            **_RESCALE,
             **_mean_std(md),
         }
     }
