@@ -32,21 +32,28 @@ _GLM5V_NAMES = (("mm_projector.proj.0.", "mm_projector.linear_1."),
 
 def glm5v(kimi: Path, folder: Path) -> Path:
     """A GLM-5.2-Vision folder over the weights of the Kimi-K2.5 folder ``kimi``."""
+    cfg = _renamed_copy(kimi, folder, _GLM5V_NAMES, "Glm5vForConditionalGeneration")
+    cfg["text_config"]["architectures"] = ["DeepseekV3ForCausalLM"]
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    return folder
+
+
+def _renamed_copy(kimi: Path, folder: Path, names: tuple, arch: str) -> dict:
+    """``kimi`` copied to ``folder`` with the projector's tensors renamed by the
+    ``(prefix, new prefix)`` pairs ``names`` and ``arch`` as its class: the config, for
+    the caller to finish and write."""
     shutil.copytree(kimi, folder)
 
     def rename(k: str) -> str:
-        for a, b in _GLM5V_NAMES:
+        for a, b in names:
             if k.startswith(a):
                 return b + k[len(a) :]
         return k
 
     hub_layout(folder, rename)
-    path = folder / "config.json"
-    cfg = json.loads(path.read_text())
-    cfg["architectures"] = ["Glm5vForConditionalGeneration"]
-    cfg["text_config"]["architectures"] = ["DeepseekV3ForCausalLM"]
-    path.write_text(json.dumps(cfg, indent=2))
-    return folder
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["architectures"] = [arch]
+    return cfg
 
 
 def sarashina2_llama(folder: Path, *, seed: int = 74) -> Path:
@@ -118,19 +125,8 @@ def kimivl(kimi: Path, folder: Path) -> Path:
     tower names, interleaved 2-D RoPE, bicubic position table, no temporal term for one
     frame), the projector renamed to Kimi-VL's ``multi_modal_projector.*``, the Hub's
     ``init_pos_emb_*`` fields added; the text stays Kimi's tiny DeepSeek-V3."""
-    shutil.copytree(kimi, folder)
-
-    def rename(k: str) -> str:
-        for a, b in _KIMIVL_NAMES:
-            if k.startswith(a):
-                return b + k[len(a) :]
-        return k
-
-    hub_layout(folder, rename)
-    path = folder / "config.json"
-    cfg = json.loads(path.read_text())
-    cfg["architectures"] = ["KimiVLForConditionalGeneration"]
+    cfg = _renamed_copy(kimi, folder, _KIMIVL_NAMES, "KimiVLForConditionalGeneration")
     v = cfg["vision_config"]
     v["init_pos_emb_height"], v["init_pos_emb_width"] = v["pos_emb_height"], v["pos_emb_width"]
-    path.write_text(json.dumps(cfg, indent=2))
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
     return folder

@@ -240,24 +240,12 @@ def qwen3vlmoe(folder: Path, *, dtype: str = "bfloat16", seed: int = 35) -> Path
     return folder
 
 
-def mistral3(folder: Path, *, dtype: str = "bfloat16", seed: int = 34) -> Path:
-    """Mistral 3 (Mistral Small 3.1 layout): Pixtral tower, RMS-normed 2x2 patch merger,
-    2-layer MLP projector; the text model is Mistral (GGUF ``mistral3``)."""
-    from transformers import (
-        Mistral3Config,
-        Mistral3ForConditionalGeneration,
-        MistralConfig,
-        PixtralVisionConfig,
-    )
+def _mistral3_over(text, folder: Path, dtype: str, seed: int) -> Path:
+    """A Mistral3ForConditionalGeneration over the text config ``text``: the Pixtral tower
+    (3 layers: gguf-py maps linear_2 to mm.2 only in a tower of more than 2 blocks),
+    RMS-normed 2x2 patch merger and 2-layer MLP projector every Mistral 3 builder shares."""
+    from transformers import Mistral3Config, Mistral3ForConditionalGeneration, PixtralVisionConfig
 
-    vocab = train_spm(folder)
-    text = MistralConfig(
-        **_text(vocab),
-        sliding_window=None,
-        tie_word_embeddings=False,
-        rope_parameters={"rope_type": "default", "rope_theta": 1e9},
-    )
-    # 3 layers: gguf-py maps linear_2 to mm.2 only in a tower of more than 2 blocks
     vision = PixtralVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=3,
                                  num_attention_heads=2, head_dim=32, image_size=64,
                                  patch_size=8, hidden_act="silu")  # fmt: skip
@@ -270,6 +258,21 @@ def mistral3(folder: Path, *, dtype: str = "bfloat16", seed: int = 34) -> Path:
     _save(model, folder, dtype)
     _pixtral_files(folder)
     return folder
+
+
+def mistral3(folder: Path, *, dtype: str = "bfloat16", seed: int = 34) -> Path:
+    """Mistral 3 (Mistral Small 3.1 layout): Pixtral tower, RMS-normed 2x2 patch merger,
+    2-layer MLP projector; the text model is Mistral (GGUF ``mistral3``)."""
+    from transformers import MistralConfig
+
+    vocab = train_spm(folder)
+    text = MistralConfig(
+        **_text(vocab),
+        sliding_window=None,
+        tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e9},
+    )
+    return _mistral3_over(text, folder, dtype, seed)
 
 
 def _qwen35_vlm(folder: Path, dtype: str, seed: int, moe: bool) -> Path:
@@ -1586,29 +1589,13 @@ def ministral3_vlm(folder: Path, *, dtype: str = "bfloat16", seed: int = 64) -> 
     """Ministral 3 (Mistral3ForConditionalGeneration over a ``ministral3`` text: YaRN and
     Llama 4 attention scaling from the 5th position on), the Mistral 3 builder's Pixtral
     tower and projector."""
-    from transformers import (
-        Ministral3Config,
-        Mistral3Config,
-        Mistral3ForConditionalGeneration,
-        PixtralVisionConfig,
-    )
+    from transformers import Ministral3Config
 
     from support.hf_models import MINISTRAL3_ROPE_SHORT, ministral3_text
 
     vocab = train_spm(folder)
     text = Ministral3Config(**ministral3_text(vocab, MINISTRAL3_ROPE_SHORT))
-    vision = PixtralVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=3,
-                                 num_attention_heads=2, head_dim=32, image_size=64,
-                                 patch_size=8, hidden_act="silu")  # fmt: skip
-    cfg = Mistral3Config(text_config=text, vision_config=vision, image_token_index=10,
-                         spatial_merge_size=2, projector_hidden_act="gelu",
-                         multimodal_projector_bias=False, vision_feature_layer=-1,
-                         tie_word_embeddings=False)  # fmt: skip
-    model = Mistral3ForConditionalGeneration(cfg)
-    _random_init(model, seed)
-    _save(model, folder, dtype)
-    _pixtral_files(folder)
-    return folder
+    return _mistral3_over(text, folder, dtype, seed)
 
 
 BUILDERS["ministral3vl"] = ministral3_vlm
@@ -1617,12 +1604,7 @@ BUILDERS["ministral3vl"] = ministral3_vlm
 def mistral4_vlm(folder: Path, *, dtype: str = "bfloat16", seed: int = 65) -> Path:
     """Mistral3ForConditionalGeneration over a ``mistral4`` text (DeepSeek-V2's MLA, fused
     experts as transformers 5 saves them: ``mlp.experts.gate_up_proj`` / ``down_proj``)."""
-    from transformers import (
-        Mistral3Config,
-        Mistral3ForConditionalGeneration,
-        Mistral4Config,
-        PixtralVisionConfig,
-    )
+    from transformers import Mistral4Config
 
     vocab = train_spm(folder)
     rope = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
@@ -1636,18 +1618,7 @@ def mistral4_vlm(folder: Path, *, dtype: str = "bfloat16", seed: int = 65) -> Pa
                           qk_rope_head_dim=32, v_head_dim=32, qk_nope_head_dim=32,
                           max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
                           pad_token_id=0, rope_parameters=rope)  # fmt: skip
-    vision = PixtralVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=3,
-                                 num_attention_heads=2, head_dim=32, image_size=64,
-                                 patch_size=8, hidden_act="silu")  # fmt: skip
-    cfg = Mistral3Config(text_config=text, vision_config=vision, image_token_index=10,
-                         spatial_merge_size=2, projector_hidden_act="gelu",
-                         multimodal_projector_bias=False, vision_feature_layer=-1,
-                         tie_word_embeddings=False)  # fmt: skip
-    model = Mistral3ForConditionalGeneration(cfg)
-    _random_init(model, seed)
-    _save(model, folder, dtype)
-    _pixtral_files(folder)
-    return folder
+    return _mistral3_over(text, folder, dtype, seed)
 
 
 BUILDERS["mistral4vl"] = mistral4_vlm

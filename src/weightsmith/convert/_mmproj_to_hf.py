@@ -102,6 +102,16 @@ def _tokens(text_md: Mapping[str, Any]) -> dict[str, int]:
 _RESCALE = {"do_normalize": True, "do_rescale": True, "rescale_factor": 1 / 255}
 
 
+def _language_model(name: str) -> str:
+    """A text weight's name in transformers 5's VLM layout: ``model.language_model.*``."""
+    return name.replace("model.", "model.language_model.", 1)
+
+
+def _under_model(name: str, md: Mapping[str, Any]) -> str:
+    """A tower or projector weight's name under ``model.`` (transformers 5's VLM layout)."""
+    return "model." + name
+
+
 def _frames(shapes: Mapping[str, Any]) -> int:
     """A Conv3d patch embedding's frames: the forward direction wrote one Conv2d a frame
     (``v.patch_embd.weight``, ``v.patch_embd.weight.1``, ...)."""
@@ -753,7 +763,7 @@ QWEN3VL_BACK = VisionBack(
     preprocessor=_qwen25_pre,
     text=_qwen3_text,
     rename=_qwen3_rename,
-    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
+    text_rename=_language_model,
     tokens=QWEN25VL_BACK.tokens,
 )
 
@@ -867,8 +877,8 @@ LFM2VL_BACK = VisionBack(
     restore=_lfm2vl_restore,
     preprocessor=_lfm2vl_pre,
     # the Hub's names: model.vision_tower.vision_model.*, model.multi_modal_projector.*
-    rename=lambda name, md: "model." + name,
-    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
+    rename=_under_model,
+    text_rename=_language_model,
     # the text config's class as the Hub's LFM2-VL configs name it (the reference's
     # converter chooses the text model by it)
     text=lambda cfg, md: {"architectures": ["Lfm2ForCausalLM"]},
@@ -1035,7 +1045,7 @@ GEMMA4_BACK = VisionBack(
     required=_REQUIRED[1:],
     preprocessor=_gemma4_pre,
     # the Hub's Gemma 4 (transformers 5's names): model.language_model.*
-    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
+    text_rename=_language_model,
     tokens=_token_ids(
         {
             "image_token_id": "<|image|>",
@@ -1291,7 +1301,7 @@ LIGHTONOCR_BACK = VisionBack(
     restore=_lighton_restore,
     preprocessor=_lighton_pre,
     rename=_lighton_hf_name,
-    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
+    text_rename=_language_model,
     # the text class as the Hub's configs name it: the reference chooses the text model by it
     text=lambda cfg, md: {"architectures": ["Qwen3ForCausalLM"]},
     tokens=_token_ids({"image_token_id": "<|image_pad|>"}),
@@ -1439,7 +1449,7 @@ MINICPMV46_BACK = VisionBack(
     required=_REQUIRED[1:],
     preprocessor=_minicpmv46_pre,
     # the names transformers 5 saves (the forward direction reads them as they are)
-    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
+    text_rename=_language_model,
 )
 
 VISION_BACK += (MINICPMV46_BACK,)
@@ -1496,8 +1506,8 @@ EXAONE4_5_BACK = VisionBack(
     required=("patch_size", "hidden_size", "intermediate_size", "num_heads", "depth"),
     preprocessor=_exaone4_5_pre,
     # the names transformers 5 saves: model.visual.*, model.language_model.*, lm_head
-    rename=lambda name, md: "model." + name,
-    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
+    rename=_under_model,
+    text_rename=_language_model,
     tokens=_token_ids({"image_token_id": "<|image_pad|>", "video_token_id": "<|video_pad|>"}),
 )
 
@@ -1632,8 +1642,8 @@ GLM4V_BACK = VisionBack(
     preprocessor=_glm4v_pre,
     text=_glm4v_text,
     # the Hub's GLM-4V (transformers 5's names): model.visual.*, model.language_model.*
-    rename=lambda name, md: "model." + name,
-    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
+    rename=_under_model,
+    text_rename=_language_model,
     tokens=_token_ids(
         {
             "image_token_id": "<|image|>",
@@ -1775,7 +1785,7 @@ GRANITE4_VISION_BACK = VisionBack(
     restore=_g4v_restore,
     preprocessor=_g4v_pre,
     rename=_g4v_rename,
-    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
+    text_rename=_language_model,
     # the text config's class as the Hub's configs name it: both converters choose the
     # text model by it
     text=lambda cfg, md: {"architectures": ["GraniteForCausalLM"]},
@@ -1942,8 +1952,8 @@ GLM5NEXT_BACK = VisionBack(
     ),
     preprocessor=_glm5next_pre,
     # the Hub's (and transformers') names: model.visual.*, model.language_model.*
-    rename=lambda name, md: "model." + name,
-    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
+    rename=_under_model,
+    text_rename=_language_model,
     tokens=_token_ids(
         {
             "image_token_id": "<|image|>",
@@ -2017,7 +2027,7 @@ MUSE_GLIMMER_BACK = VisionBack(
     required=(*_REQUIRED[1:], "merge_size"),
     preprocessor=_muse_pre,
     # the Hub's (and transformers') names: model.language_model.*, lm_head at the top
-    text_rename=lambda name: name.replace("model.", "model.language_model.", 1),
+    text_rename=_language_model,
     text_values=_muse_values,
 )
 
