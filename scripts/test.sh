@@ -86,7 +86,7 @@ fi
 
 # pytest exits 5 when it collects nothing: that is a failure here, not a pass.
 set +e
-python -m pytest -q "$@"
+python -m pytest -q --durations=60 "$@"
 rc=$?
 set -e
 if [ "$rc" = 5 ]; then
