@@ -2539,3 +2539,11 @@ NO_WAY_BACK["meralion"] = (
     "MERaLiON 2 (MERaLiON2ForConditionalGeneration) is remote code: transformers has no "
     "class to rebuild the pair into; the text GGUF converts alone (Gemma2ForCausalLM)"
 )
+
+# Ling-3.0 VL: remote code, and its text file runs M-RoPE (NeoX pairs) where transformers'
+# bailing_hybrid rotates adjacent pairs, so neither half has a transformers class
+NO_WAY_BACK["ling3vl"] = (
+    "Ling-3.0 VL (BailingMoeV3VLForConditionalGeneration) is remote code: transformers has "
+    "no class to rebuild the pair into, and its bailingmoe3 text with M-RoPE sections is "
+    "not bailing_hybrid's (which rotates adjacent pairs)"
+)

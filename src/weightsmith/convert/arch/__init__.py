@@ -87,7 +87,7 @@ from ._model import (
     layer_of,
     rope_parameters,
 )
-from .bailingmoe3 import BAILINGMOE3
+from .bailingmoe3 import BAILINGMOE3, BAILINGMOE3_VL
 from .bert import (
     BERT,
     DISTILBERT,
@@ -303,6 +303,8 @@ ENTRIES += (MINISTRAL3,)
 ENTRIES += (SARASHINA2_TEXT,)
 # BailingMoE V3 (Ling-3.0: KDA + head-gated MLA, MoE; the text of Ling-3.0 VL)
 ENTRIES += (BAILINGMOE3,)
+# Ling-3.0 VL's text (bailingmoe3 with M-RoPE sections; issue 15 section 3)
+ENTRIES += (BAILINGMOE3_VL,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)
@@ -351,6 +353,8 @@ GGUF_VARIANTS: dict[str, list[tuple[Callable[[Mapping[str, Any]], bool], Arch]]]
 # Ministral 3's text: a mistral3 file with the Llama 4 scaling row (Mistral Small 3.1's
 # has none, and no HF class of its own)
 GGUF_VARIANTS["mistral3"] = [(is_ministral3_file, MINISTRAL3)]
+# Ling-3.0 VL's text: a bailingmoe3 file with M-RoPE sections (no HF class: refused alone)
+GGUF_VARIANTS["bailingmoe3"] = [(has_sections, BAILINGMOE3_VL)]
 _GGUF_VARIANT_ENTRIES = [a for vs in GGUF_VARIANTS.values() for _, a in vs]
 
 #: HF architecture name -> entry

@@ -24,6 +24,17 @@ KDA, MLA and MoE rows.  The reference reads the Hub config's spellings
 Not converted (none in the test models): MTP blocks (their extra layers' tensors have
 no rule, so such a checkpoint is refused before any output) and the per-layer SwiGLU
 clamp lists (``expert_swiglu_limit_list``).
+
+The text of Ling-3.0 VL (``BailingMoeV3VLForConditionalGeneration``: the reference's
+``BailingMoeV3VLModel``, :data:`BAILINGMOE3_VL`) is this file from ``text_config``
+(merged up), without the vision tower and the top-level ``linear_proj.*`` projector
+(the projector file's, :mod:`.mmproj`), plus ``rope.dimension_sections`` last: the
+config's top-level ``mrope_section`` (after the merge: ``text_config.mrope_section``)
+``[t, h, w]`` padded with a 0, refused unless it is there and its three sections sum
+to ``qk_rope_head_dim / 2`` (the reference's checks).  llama.cpp runs such a file with
+M-RoPE (NeoX pairs) where the text-only file has plain RoPE on adjacent pairs: no
+transformers class computes it, so GGUF -> HF refuses it alone (the sections say which
+it is) and its projector too.
 """
 
 from __future__ import annotations
@@ -253,4 +264,34 @@ BAILINGMOE3 = Arch(
     tokenizer={"vocab": "gpt2"},
     model_types={"BailingMoeV3ForCausalLM": "bailing_hybrid"},
     hf_config=_hf_config,
+)
+
+
+def _vl_sections(cfg: dict) -> list[int]:
+    return [*cfg["mrope_section"][:3], 0]
+
+
+def _vl_check(cfg: dict) -> tuple[str, Any, Any] | None:
+    """BailingMoeV3VLModel's checks: the sections are there and count rope pairs."""
+    sec = cfg.get("mrope_section")
+    want = cfg["qk_rope_head_dim"] // 2
+    ok = isinstance(sec, list) and len(sec) >= 3 and all(isinstance(x, int) for x in sec[:3])
+    if not ok or sum(sec[:3]) * 2 != cfg["qk_rope_head_dim"]:
+        return "mrope_section", f"[t, h, w] summing to qk_rope_head_dim / 2 = {want}", sec
+    return None
+
+
+# BailingMoeV3VLModel: the text from text_config, its rows plus the M-RoPE sections, the
+# tower (skipped as every text model's) and the top-level ``linear_proj`` MLP left to the
+# projector; no HF class (model_types empty: GGUF -> HF refuses the file alone)
+BAILINGMOE3_VL = replace(
+    BAILINGMOE3,
+    hf_archs=("BailingMoeV3VLForConditionalGeneration",),
+    meta=[
+        *_ROWS,
+        m("rope.dimension_sections", "mrope_section", t=VT.INT32, value=_vl_sections),
+    ],
+    skip=(*BAILINGMOE3.skip, r"^linear_proj\."),
+    check=_vl_check,
+    model_types={},
 )

@@ -2976,6 +2976,60 @@ DOTS3NOTE_MMPROJ = Projector(
 )
 
 
+# --------------------------------------------------------------------------- Ling-3.0 VL
+
+# BailingMoeV3VLVisionModel (conversion/bailingmoe3.py): Qwen3-VL's tower whose merger is
+# its per-patch LayerNorm alone (``visual.merger.norm`` -> ``mm.input_norm``; the
+# reference asserts ``disable_merger_proj``) and a top-level GELU MLP over the merged
+# patches (``linear_proj.0`` / ``.2`` -> ``mm.0`` / ``mm.2``): projector type ``ling3vl``,
+# Qwen3-VL's rows without the deepstack flags
+_LING3VL_TOWER = ("visual.patch_embed.", "visual.pos_embed.", "visual.blocks.")
+
+
+def _ling3vl_check(t: dict) -> tuple[str, Any, Any] | None:
+    v = t.get("vision_config") or {}
+    if v.get("disable_merger_proj") is not True:
+        return "vision_config.disable_merger_proj", True, v.get("disable_merger_proj")
+    if v.get("out_hidden_size") is None:
+        return "vision_config.out_hidden_size", "a value", "no such field"
+    return None
+
+
+LING3VL_VISION = Projector(
+    hf_archs=("BailingMoeV3VLForConditionalGeneration",),
+    keep=("model.visual.", "visual.", "linear_proj."),
+    rename=lambda name: name.removeprefix("model."),
+    force=_qwen_force,
+    required=NO_IMAGE_SIZE,
+    check=_ling3vl_check,
+    entry=Arch(
+        hf_archs=("BailingMoeV3VLForConditionalGeneration",),
+        gguf_arch="clip",
+        meta=[
+            *_QWEN3VL_BASE_ROWS,
+            _const("projector_type", "ling3vl", VT.STRING),
+            *[
+                r
+                for r in QWEN3VL_VISION.entry.meta[len(BASE_ROWS) + 1 :]
+                if not (isinstance(r, MetaKey) and r.key == "vision.is_deepstack_layers")
+            ],
+        ],
+        names=[
+            *[r for r in QWEN3VL_VISION.entry.names if r.hf.startswith(_LING3VL_TOWER)],
+            *_wb(
+                [
+                    ("visual.merger.norm", "mm.input_norm"),
+                    ("linear_proj.0", "mm.0"),
+                    ("linear_proj.2", "mm.2"),
+                ]
+            ),
+        ],
+        splits=QWEN3VL_VISION.entry.splits,
+        required=(),
+    ),
+)
+
+
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
 PROJECTORS += (QWEN3VL_VISION,)
@@ -3016,5 +3070,6 @@ PROJECTORS += (DOTS3NOTE_MMPROJ,)
 PROJECTORS += (ULTRAVOX_AUDIO,)
 PROJECTORS += (MERALION2_AUDIO,)
 PROJECTORS += (LFM2_AUDIO,)
+PROJECTORS += (LING3VL_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
