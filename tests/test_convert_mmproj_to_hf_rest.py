@@ -1,5 +1,5 @@
 """GGUF -> HF of the last projector families that convert forward: Unlimited-OCR and
-DeepSeek-OCR (1) (``deepseekocr``).
+DeepSeek-OCR (1) (``deepseekocr``) and GLM-5.2-Vision (a ``kimik25`` file).
 
 For each tiny random model (the forward tests' builders, float32, built once per module):
 original folder -> our GGUF pair (f32; Unlimited-OCR's f16 too) -> our HF folder, then
@@ -12,7 +12,9 @@ original folder -> our GGUF pair (f32; Unlimited-OCR's f16 too) -> our HF folder
 * the folder converts forward again to the same GGUF pair (rows, names, types, values).
 
 The originals transformers loads: Unlimited-OCR's and DeepSeek-OCR (1)'s transformers
-twin over the Hub folder's weights (transformers cannot read the Hub's config).
+twin over the Hub folder's weights (transformers cannot read the Hub's config); for
+GLM-5.2-Vision, transformers' Kimi-K2.5 of the same weights (its tower and projector; the
+GGUF pair is Kimi-K2.5's, see the test).
 """
 
 from __future__ import annotations
@@ -33,8 +35,11 @@ from support.deepseek_ocr_models import (
 )
 from support.gguf_pair import assert_same_gguf, convert_forward
 from support.hf_load import state_dicts
+from support.remote_layouts import glm5v
+from support.vlm_models import kimik25
 from test_convert_mmproj_to_hf import _model
-from test_convert_mmproj_to_hf_more import _features
+from test_convert_mmproj_to_hf_more import _features, _inputs
+from weightsmith import errors as E
 from weightsmith.convert import gguf_to_hf, hf_to_gguf
 
 #: the families that come back, and the ones converted from their f16 pair too
@@ -50,11 +55,19 @@ def _twin(hub: Path) -> tuple[Path, Path]:
     return hub, hub.parent / "hf"
 
 
+def _kimi(root: Path) -> Path:
+    """The tiny Kimi-K2.5 folder (built once), which transformers loads."""
+    folder = root / "kimi"
+    return folder if folder.exists() else kimik25(folder, dtype="float32")
+
+
 #: arch -> (module root -> (the folder converted, the original transformers loads))
 BUILD = {
     "unlimited": lambda root: _twin(unlimited_ocr(root / "unlimited" / "src", dtype="float32")),
     "dsocr1": lambda root: _twin(deepseek_ocr1(root / "dsocr1" / "src", dtype="float32")),
 }
+ARCHS += ["glm5v"]
+BUILD["glm5v"] = lambda root: (glm5v(_kimi(root), root / "glm5v" / "src"), _kimi(root))
 
 
 def _types(arch: str) -> tuple[str, ...]:
@@ -110,7 +123,7 @@ def test_same_image_features_and_logits(work, arch):
 
     orig, _ = _model(work[arch])
     back, _ = _model(work["root"] / arch / "back-f32")
-    kw = _ocr_pixels()
+    kw = _ocr_pixels() if arch != "glm5v" else _inputs("kimik25", work[arch])
     want, got = _features(orig, kw), _features(back, kw)
     assert got.shape == want.shape and want.shape[0] > 0
     np.testing.assert_array_equal(got, want)
@@ -149,7 +162,9 @@ def test_folder_converts_forward_again(work, arch, tmp_path):
         folder = _hub(arch, folder, tmp_path / "hub")
     text, proj = convert_forward(folder, tmp_path)
     assert_same_gguf(text, d / "text-f32.gguf")
-    assert_same_gguf(proj, d / "mmproj-f32.gguf")
+    # GLM-5.2-Vision's projector comes back as Kimi-K2.5's, whose tensors the converters
+    # write in Kimi's order
+    assert_same_gguf(proj, d / "mmproj-f32.gguf", any_order=arch == "glm5v")
 
 
 def test_ocr_configs_restored(work):
@@ -171,3 +186,30 @@ def test_ocr_configs_restored(work):
         assert (pre["min_patches"], pre["max_patches"], pre["tile_size"]) == (2, tiles, 640)
     ours = json.loads((work["root"] / "unlimited" / "back-f32" / "config.json").read_text())
     assert ours["text_config"]["sliding_window"] == 128
+
+
+def test_glm5v_pair_is_kimi_k25s(work, tmp_path):
+    """Why GLM-5.2-Vision comes back as Kimi-K2.5: its GGUF pair is Kimi-K2.5's file type
+    and holds Kimi-K2.5's pair of the same weights (every row but the name, every tensor),
+    and transformers 5.24 has no GLM-5.2-Vision class."""
+    import transformers
+
+    root = work["root"]
+    hf_to_gguf(work["glm5v"], tmp_path / "t.gguf", "f32", mmproj=tmp_path / "p.gguf")
+    assert_same_gguf(root / "glm5v" / "text-f32.gguf", tmp_path / "t.gguf")
+    assert_same_gguf(root / "glm5v" / "mmproj-f32.gguf", tmp_path / "p.gguf", any_order=True)
+    cfg = json.loads((root / "glm5v" / "back-f32" / "config.json").read_text())
+    assert cfg["architectures"] == ["KimiK25ForConditionalGeneration"]
+    assert not hasattr(transformers, "Glm5vForConditionalGeneration")
+
+
+def test_glm5v_projector_needs_kimis_text(work, tmp_path):
+    """A ``kimik25`` projector converts back only beside a ``deepseek2`` text (Kimi's):
+    beside another (here the OCR's ``deepseek2-ocr``; a real GLM-5.2-Vision's GLM-5 text,
+    ``glm-dsa``, which our text registry does not convert) it is refused by name,
+    nothing written."""
+    root = work["root"]
+    with pytest.raises(E.ProjectorMismatch, match="'kimik25' with a 'deepseek2-ocr'"):
+        gguf_to_hf(root / "unlimited" / "text-f32.gguf", tmp_path / "back",
+                   mmproj=root / "glm5v" / "mmproj-f32.gguf")  # fmt: skip
+    assert not (tmp_path / "back").exists()
