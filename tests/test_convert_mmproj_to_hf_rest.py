@@ -1,5 +1,6 @@
 """GGUF -> HF of the last projector families that convert forward: Unlimited-OCR and
-DeepSeek-OCR (1) (``deepseekocr``) and GLM-5.2-Vision (a ``kimik25`` file).
+DeepSeek-OCR (1) (``deepseekocr``), GLM-5.2-Vision (a ``kimik25`` file), and one
+transformers 5.24 cannot rebuild, Youtu-VL (``youtuvl``).
 
 For each tiny random model (the forward tests' builders, float32, built once per module):
 original folder -> our GGUF pair (f32; Unlimited-OCR's f16 too) -> our HF folder, then
@@ -14,7 +15,8 @@ original folder -> our GGUF pair (f32; Unlimited-OCR's f16 too) -> our HF folder
 The originals transformers loads: Unlimited-OCR's and DeepSeek-OCR (1)'s transformers
 twin over the Hub folder's weights (transformers cannot read the Hub's config); for
 GLM-5.2-Vision, transformers' Kimi-K2.5 of the same weights (its tower and projector; the
-GGUF pair is Kimi-K2.5's, see the test).
+GGUF pair is Kimi-K2.5's, see the test).  Youtu-VL is remote code with no transformers
+class: its pair is refused by name before anything is written.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from support.deepseek_ocr_models import (
 from support.gguf_pair import assert_same_gguf, convert_forward
 from support.hf_load import state_dicts
 from support.remote_layouts import glm5v
-from support.vlm_models import kimik25
+from support.vlm_models import build, kimik25
 from test_convert_mmproj_to_hf import _model
 from test_convert_mmproj_to_hf_more import _features, _inputs
 from weightsmith import errors as E
@@ -68,6 +70,10 @@ BUILD = {
 }
 ARCHS += ["glm5v"]
 BUILD["glm5v"] = lambda root: (glm5v(_kimi(root), root / "glm5v" / "src"), _kimi(root))
+#: the remote-code families refused by name (arch = their projector type): the model type
+#: and class transformers lacks, and the class their text GGUF converts back to alone
+REFUSED = {"youtuvl": ("youtu_vl", "YoutuVLForConditionalGeneration", "YoutuForCausalLM")}
+BUILD["youtuvl"] = lambda root: (build("youtuvl", root / "youtuvl" / "src"), None)
 
 
 def _types(arch: str) -> tuple[str, ...]:
@@ -213,3 +219,22 @@ def test_glm5v_projector_needs_kimis_text(work, tmp_path):
         gguf_to_hf(root / "unlimited" / "text-f32.gguf", tmp_path / "back",
                    mmproj=root / "glm5v" / "mmproj-f32.gguf")  # fmt: skip
     assert not (tmp_path / "back").exists()
+
+
+@pytest.mark.parametrize("arch", sorted(REFUSED))
+def test_remote_code_pair_refused(work, arch, tmp_path):
+    """Remote code: transformers 5.24 has no class to rebuild the pair into; refused by
+    name (the projector type and the reason), nothing written; the text converts alone."""
+    import transformers
+    from transformers import CONFIG_MAPPING
+
+    model_type, hf_class, text_class = REFUSED[arch]
+    assert model_type not in CONFIG_MAPPING and not hasattr(transformers, hf_class)
+    d = work["root"] / arch
+    with pytest.raises(E.ProjectorMismatch, match=hf_class) as exc:
+        gguf_to_hf(d / "text-f32.gguf", tmp_path / "back", mmproj=d / "mmproj-f32.gguf")
+    assert "remote code" in str(exc.value) and repr(arch) in str(exc.value)
+    assert not (tmp_path / "back").exists()
+    gguf_to_hf(d / "text-f32.gguf", tmp_path / "text")
+    cfg = json.loads((tmp_path / "text" / "config.json").read_text())
+    assert cfg["architectures"] == [text_class]

@@ -2646,3 +2646,12 @@ UNLIMITEDOCR_BACK = VisionBack(
 )
 
 VISION_BACK += (UNLIMITEDOCR_BACK,)
+
+# --------------------------------------------------------------------------- Youtu-VL
+
+# remote code: transformers 5.24 has Youtu-LLM's text classes (``YoutuForCausalLM``) but
+# no Youtu-VL model type, so nothing builds the SigLIP2 tower and merger back
+NO_WAY_BACK["youtuvl"] = (
+    "Youtu-VL (YoutuVLForConditionalGeneration) is remote code: transformers has no class "
+    "to rebuild the pair into; the deepseek2 text GGUF converts alone (YoutuForCausalLM)"
+)
