@@ -1,6 +1,6 @@
 """GGUF -> HF of the last projector families that convert forward: Unlimited-OCR and
-DeepSeek-OCR (1) (``deepseekocr``), GLM-5.2-Vision (a ``kimik25`` file), and one
-transformers 5.24 cannot rebuild, Youtu-VL (``youtuvl``).
+DeepSeek-OCR (1) (``deepseekocr``), GLM-5.2-Vision (a ``kimik25`` file), and the two
+transformers 5.24 cannot rebuild, Youtu-VL (``youtuvl``) and Kimi-VL (``kimivl``).
 
 For each tiny random model (the forward tests' builders, float32, built once per module):
 original folder -> our GGUF pair (f32; Unlimited-OCR's f16 too) -> our HF folder, then
@@ -15,8 +15,8 @@ original folder -> our GGUF pair (f32; Unlimited-OCR's f16 too) -> our HF folder
 The originals transformers loads: Unlimited-OCR's and DeepSeek-OCR (1)'s transformers
 twin over the Hub folder's weights (transformers cannot read the Hub's config); for
 GLM-5.2-Vision, transformers' Kimi-K2.5 of the same weights (its tower and projector; the
-GGUF pair is Kimi-K2.5's, see the test).  Youtu-VL is remote code with no transformers
-class: its pair is refused by name before anything is written.
+GGUF pair is Kimi-K2.5's, see the test).  Youtu-VL and Kimi-VL are remote code with no
+transformers class: their pairs are refused by name before anything is written.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from support.deepseek_ocr_models import (
 )
 from support.gguf_pair import assert_same_gguf, convert_forward
 from support.hf_load import state_dicts
-from support.remote_layouts import glm5v
+from support.remote_layouts import glm5v, kimivl
 from support.vlm_models import build, kimik25
 from test_convert_mmproj_to_hf import _model
 from test_convert_mmproj_to_hf_more import _features, _inputs
@@ -74,6 +74,8 @@ BUILD["glm5v"] = lambda root: (glm5v(_kimi(root), root / "glm5v" / "src"), _kimi
 #: and class transformers lacks, and the class their text GGUF converts back to alone
 REFUSED = {"youtuvl": ("youtu_vl", "YoutuVLForConditionalGeneration", "YoutuForCausalLM")}
 BUILD["youtuvl"] = lambda root: (build("youtuvl", root / "youtuvl" / "src"), None)
+REFUSED["kimivl"] = ("kimi_vl", "KimiVLForConditionalGeneration", "DeepseekV3ForCausalLM")
+BUILD["kimivl"] = lambda root: (kimivl(_kimi(root), root / "kimivl" / "src"), None)
 
 
 def _types(arch: str) -> tuple[str, ...]:

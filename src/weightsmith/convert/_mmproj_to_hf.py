@@ -2655,3 +2655,13 @@ NO_WAY_BACK["youtuvl"] = (
     "Youtu-VL (YoutuVLForConditionalGeneration) is remote code: transformers has no class "
     "to rebuild the pair into; the deepseek2 text GGUF converts alone (YoutuForCausalLM)"
 )
+
+# --------------------------------------------------------------------------- Kimi-VL
+
+# remote code: transformers 5.24 has no Kimi-VL model type (its Kimi-K2.5 class computes
+# a single frame alike, but is another model: its own projector names, a 3-D position
+# table whose height GGUF's flattened kimivl table does not keep)
+NO_WAY_BACK["kimivl"] = (
+    "Kimi-VL (KimiVLForConditionalGeneration) is remote code: transformers has no class "
+    "to rebuild the pair into; the deepseek2 text GGUF converts alone (DeepseekV3ForCausalLM)"
+)
