@@ -2547,3 +2547,121 @@ NO_WAY_BACK["ling3vl"] = (
     "no class to rebuild the pair into, and its bailingmoe3 text with M-RoPE sections is "
     "not bailing_hybrid's (which rotates adjacent pairs)"
 )
+
+# --------------------------------------------------------------------------- Unlimited-OCR
+# (and DeepSeek-OCR (1): the same projector tensors and rows but the tile count, its text
+# without the sliding window; transformers 5.24 has no DeepSeek-OCR class of its own)
+
+
+def _unlimited_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # transformers' UnlimitedOcrVisionConfig (a SAM and a CLIP-L config).  The CLIP rows
+    # are DeepSeek-OCR's merged-up ones (image 224, patch 14, width, layers, heads); its
+    # feed-forward row is the reference's 4 x heads, so the width is the ffn_up shape
+    # (numpy [out, in]).  SAM keeps no image / patch size row: mtmd's deepseekocr graph
+    # fixes 1024 / 16, as the shapes say (patch kernel, position grid x patch); its
+    # global-attention layers 2, 5, 8, 11, SAM's eps 1e-6, CLIP's 1e-5 and quick GELU are
+    # mtmd's hard-coded values and the configs' defaults (the epsilon row is the
+    # reference's 1e-6 default, no CLIP field)
+    c = _CLIP + "vision."
+    patch = shapes["v.sam.patch_embd.weight"][-1]
+    sam = {
+        "model_type": "unlimited_ocr_sam_vision_model",
+        "hidden_size": md[c + "sam.embedding_length"],
+        "num_hidden_layers": md[c + "sam.block_count"],
+        "num_attention_heads": md[c + "sam.head_count"],
+        "image_size": shapes["v.sam.pos_embd.weight"][1] * patch,
+        "patch_size": patch,
+        "window_size": md.get(c + "window_size", 14),
+        "global_attn_indexes": [2, 5, 8, 11],
+        "output_channels": shapes["v.sam.neck.0.weight"][0],
+        "downsample_channels": [shapes["v.sam.net_2.weight"][0], shapes["v.sam.net_3.weight"][0]],
+        "mlp_dim": shapes["v.sam.blk.0.mlp.lin1.weight"][0],
+        "qkv_bias": "v.sam.blk.0.attn.qkv.bias" in shapes,
+        "use_rel_pos": "v.sam.blk.0.attn.pos_h.weight" in shapes,
+    }
+    encoder = {
+        "model_type": "unlimited_ocr_vision_encoder",
+        "hidden_size": md[c + "embedding_length"],
+        "intermediate_size": shapes["v.blk.0.ffn_up.weight"][0],
+        "num_hidden_layers": md[c + "block_count"],
+        "num_attention_heads": md[c + "attention.head_count"],
+        "image_size": md[c + "image_size"],
+        "patch_size": md[c + "patch_size"],
+    }
+    return {"sam_config": sam, "encoder_config": encoder}, {}
+
+
+def _unlimited_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    # mtmd's deepseekocr preprocessing: 1024 px global view, 640 px tiles, 2 to the
+    # row's count (32 Unlimited-OCR, 9 DeepSeek-OCR), bicubic, grey 127 padding: the
+    # image processor's defaults but the count
+    sam = vision["sam_config"]
+    return {
+        "preprocessor_config.json": {
+            "image_processor_type": "UnlimitedOcrImageProcessor",
+            "size": {"height": sam["image_size"], "width": sam["image_size"]},
+            "tile_size": 640,
+            "min_patches": md.get(_CLIP + "vision.preproc_min_tiles", 2),
+            "max_patches": md.get(_CLIP + "vision.preproc_max_tiles", 32),
+            **_RESCALE,
+            **_mean_std(md),
+        }
+    }
+
+
+def _unlimited_text(cfg: dict, md: Mapping[str, Any]) -> dict:
+    # the dense layers per layer (as DeepSeek-OCR 2's); the window row makes every layer
+    # Unlimited-OCR's reference sliding attention, none (DeepSeek-OCR's text) full
+    # attention with the class's default window (required, unused)
+    n = cfg["num_hidden_layers"]
+    window = md.get("deepseek2-ocr.attention.sliding_window")
+    kind = "full_attention" if window is None else "reference_sliding_attention"
+    return {
+        **_dsocr2_text(cfg, md),
+        "layer_types": [kind] * n,
+        **({"sliding_window": window} if window is not None else {}),
+    }
+
+
+# transformers 5.24's UnlimitedOcrForConditionalGeneration, in the tensor names it saves
+# and loads (the Hub's: model.sam_model.*, model.vision_model.*, model.projector.*,
+# model.image_newline, model.view_seperator, model.layers.*, lm_head); every clip row is
+# read by restore into the two nested tower configs, none is a flat vision field
+UNLIMITEDOCR_BACK = VisionBack(
+    hf_arch="UnlimitedOcrForConditionalGeneration",
+    model_type="unlimited_ocr",
+    projector=P.UNLIMITEDOCR_VISION,
+    projector_types=("deepseekocr",),
+    vision_model_type="unlimited_ocr_vision",
+    text_model_type="unlimited_ocr_text",
+    text_archs=("deepseek2-ocr",),
+    fields={r.key: None for r in P.UNLIMITEDOCR_VISION.entry.meta if isinstance(r, MetaKey)},
+    required=(),
+    restore=_unlimited_restore,
+    preprocessor=_unlimited_pre,
+    rename=_dsocr2_rename,
+    text_rename=lambda name: name,
+    text=_unlimited_text,
+    tokens=_token_ids({"image_token_id": "<image>"}),
+)
+
+VISION_BACK += (UNLIMITEDOCR_BACK,)
+
+# --------------------------------------------------------------------------- Youtu-VL
+
+# remote code: transformers 5.24 has Youtu-LLM's text classes (``YoutuForCausalLM``) but
+# no Youtu-VL model type, so nothing builds the SigLIP2 tower and merger back
+NO_WAY_BACK["youtuvl"] = (
+    "Youtu-VL (YoutuVLForConditionalGeneration) is remote code: transformers has no class "
+    "to rebuild the pair into; the deepseek2 text GGUF converts alone (YoutuForCausalLM)"
+)
+
+# --------------------------------------------------------------------------- Kimi-VL
+
+# remote code: transformers 5.24 has no Kimi-VL model type (its Kimi-K2.5 class computes
+# a single frame alike, but is another model: its own projector names, a 3-D position
+# table whose height GGUF's flattened kimivl table does not keep)
+NO_WAY_BACK["kimivl"] = (
+    "Kimi-VL (KimiVLForConditionalGeneration) is remote code: transformers has no class "
+    "to rebuild the pair into; the deepseek2 text GGUF converts alone (DeepseekV3ForCausalLM)"
+)
