@@ -17,12 +17,14 @@ Hub's names, with a hand-written config.json and preprocessor_config.json.  Chec
   images (position table kept, shrunk, grown) into transformers' ``Siglip2VisionModel``
   ``hidden_states[-2]`` followed by the MLP;
 * what the reference refuses (a 1-layer tower, no min / max patch counts, no patch size
-  in the image processor) is refused by name, nothing written.
+  in the image processor) is refused by name, nothing written (the reference's own
+  refusals pinned too).
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -219,3 +221,47 @@ def test_refused_before_writing(p4, tmp_path, cfg_edit, pre_edit, match):
     with pytest.raises(E.InvalidModelConfig, match=match):
         hf_to_gguf(src, out / "t.gguf", "f16", mmproj=out / "m.gguf")
     assert not out.exists()
+
+
+_EXPECT_FAIL = """
+import json, os, runpy, sys
+script, jobs = sys.argv[1], json.loads(sys.argv[2])
+sys.path.insert(0, os.path.dirname(script))
+out = []
+for args in jobs:
+    sys.argv = [script, *args]
+    try:
+        runpy.run_path(script, run_name="__main__")
+        out.append(None)
+    except BaseException as exc:  # the reference raises, or exits
+        out.append(f"{type(exc).__name__}: {exc}")
+print(json.dumps(out))
+"""
+
+
+def test_reference_refuses_the_same(p4, tmp_path):
+    """The refusals above are the reference's: its --mmproj stops on each of those folders
+    (ValueError for the 1-layer tower, KeyError for the missing fields), writing nothing."""
+    import subprocess
+    import sys
+
+    from support.llama_sdist import llama_cpp_root
+
+    edits = [
+        (lambda c: c["vision_config"].update(num_hidden_layers=1), None, "at least 2"),
+        (lambda c: c.pop("min_num_patches"), lambda p: p.pop("min_num_patches"), "min_num"),
+        (None, lambda p: p.pop("patch_size"), "patch_size"),
+    ]
+    jobs = []
+    for i, (ce, pe, _) in enumerate(edits):
+        d = tmp_path / str(i)
+        d.mkdir()
+        src = _edited(p4, d, ce, pe)
+        jobs.append([str(src), "--outfile", str(d / "m.gguf"), "--outtype", "f16", "--mmproj"])
+    script = str(llama_cpp_root() / "convert_hf_to_gguf.py")
+    r = subprocess.run([sys.executable, "-c", _EXPECT_FAIL, script, json.dumps(jobs)],
+                       capture_output=True, text=True)  # fmt: skip
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    for (_, _, word), msg, job in zip(edits, got, jobs):
+        assert msg is not None and word in msg, msg
+        assert not Path(job[2]).exists()
