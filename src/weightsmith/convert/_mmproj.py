@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -209,6 +210,24 @@ def _fold_data(proj: Projector, srcs: list[H._Source]) -> list:
     return proj.fold[2](*(H._widen(s.load()) for s in srcs))
 
 
+def _check_rows(
+    proj: Projector, view: dict, cfg_path: Path, first: Callable[[], None] = lambda: None
+) -> None:
+    """Every clip.* row now (after ``first``), so a bad value stops the plan before any
+    file is written."""
+    try:
+        first()
+        proj.entry.metadata(view)
+    except (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError) as exc:
+        # an audio-only class also reads top-level fields (Ultravox's ``stack_factor``)
+        kind, where = ("vision", "vision_config") if proj.vision else ("audio", "audio config")
+        raise E.InvalidModelConfig(
+            f"{kind} hyperparameters the projector cannot use",
+            path=cfg_path, field=where, expected="values llama.cpp's class accepts",
+            found=str(exc),
+        ) from None  # fmt: skip
+
+
 def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
     """The projector file's plan (tensors, types, config view), from the headers alone.
 
@@ -243,16 +262,8 @@ def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
         view[AUDIO] = towers(raw).get(proj.audio_key)
     if proj.token is not None:
         view[TOKEN_ID] = _token_id(d, proj.token)
-    try:  # every clip.* row now, so a bad value stops the plan before any file is written
-        proj.entry.metadata(view)
-    except (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError) as exc:
-        # an audio-only class also reads top-level fields (Ultravox's ``stack_factor``)
-        kind, where = ("vision", "vision_config") if proj.vision else ("audio", "audio config")
-        raise E.InvalidModelConfig(
-            f"{kind} hyperparameters the projector cannot use",
-            path=cfg_path, field=where, expected="values llama.cpp's class accepts",
-            found=str(exc),
-        ) from None  # fmt: skip
+    if proj.from_shapes is None:
+        _check_rows(proj, view, cfg_path)
     by_key: dict[str, H._Source] = {}
     for s in H._sources(d, stack):
         key = proj.source_key(s.name, view)
@@ -265,6 +276,9 @@ def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
             expected="tensors under " + ", ".join(proj.keep),
             found="none",
         )
+    if proj.from_shapes is not None:  # the rows read the tensors' shapes too
+        shapes = {k: tuple(s.shape) for k, s in by_key.items()}
+        _check_rows(proj, view, cfg_path, lambda: view.update(proj.from_shapes(view, shapes)))
     if proj.token is not None:
         emb = by_key.get(TOKEN_SOURCE)
         if emb is None or len(emb.shape) != 2 or not 0 <= view[TOKEN_ID] < emb.shape[0]:

@@ -2665,3 +2665,10 @@ NO_WAY_BACK["kimivl"] = (
     "Kimi-VL (KimiVLForConditionalGeneration) is remote code: transformers has no class "
     "to rebuild the pair into; the deepseek2 text GGUF converts alone (DeepseekV3ForCausalLM)"
 )
+
+# Phi-4 reasoning-vision (Phi4ForCausalLMV, model type phi4-siglip) is remote code too
+NO_WAY_BACK["phi4"] = (
+    "Phi-4 reasoning-vision (Phi4ForCausalLMV) is remote code: transformers has no class to "
+    "rebuild the pair into, and the projector file lacks the tower's last layer, post-norm "
+    "and head; the text GGUF converts alone (Phi3ForCausalLM)"
+)

@@ -51,6 +51,7 @@ from . import kimik25 as K25
 from . import lfm2_audio as L2A
 from . import minicpmv as MCV
 from . import minimax as MM3
+from . import phi4v as P4
 from ._common import GEMMA_NORM, PERMUTE_K, PERMUTE_Q, replace_rows
 from ._model import FILE_TYPE, VT, Arch, MetaKey, NameRule, Split, Transform, m
 from .gemma4_audio import (
@@ -263,6 +264,10 @@ class Projector:
     # the class's asserts on the tower configs: ``check(towers)`` gives ``(field,
     # expected, found)`` of the first one that fails (refused before any output), or None
     check: Callable[[dict], tuple[str, Any, Any] | None] | None = None
+    # view fields read off the kept source tensors' shapes, ``from_shapes(view, {source
+    # key: shape})`` (Phi-4's image size from its position table); the rows are then
+    # read after the tensors are listed
+    from_shapes: Callable[[dict, dict[str, tuple[int, ...]]], dict] | None = None
 
     def source_key(self, hf_name: str, view: dict | None = None) -> str | None:
         """The name the rules see, or None for a tensor the projector does not read."""
@@ -3030,6 +3035,79 @@ LING3VL_VISION = Projector(
 )
 
 
+# --------------------------------------------------------------------------- Phi-4 vision
+
+
+def _phi4_layers(v: dict) -> int:
+    return int(next(v[k] for k in BLOCK_KEYS if k in v))
+
+
+def _phi4_check(t: dict) -> tuple[str, Any, Any] | None:
+    """Phi4VisionMmprojModel refuses a tower of fewer than 2 layers (it drops the last)."""
+    vc = t.get("vision_config") or {}
+    key = next((k for k in BLOCK_KEYS if k in vc), None)
+    if key is not None and int(vc[key]) < 2:
+        return f"vision_config.{key}", "at least 2 layers", vc[key]
+    return None
+
+
+def _phi4_pixels(key: str) -> Callable[[dict], int]:
+    return lambda v: P4.pixels(key, v[PREPROCESSOR], v[GLOBAL], v[P4.PATCH])
+
+
+# Phi4VisionMmprojModel (arch/phi4v.py): a SigLIP2 NaFlex tower read at hidden_states[-2]
+# (its last layer, post-norm and head not written; block count one less) and LLaVA's
+# 2-layer GELU MLP; patch size from the image processor, image size from the position
+# table, the image budget from min / max_num_patches
+PHI4V_VISION = Projector(
+    hf_archs=("Phi4ForCausalLMV",),
+    keep=P4.KEEP,
+    drop=P4.DROP,
+    rename=P4.rename,
+    renumber=lambda name, v: P4.renumber(name, _phi4_layers(v)),
+    force=_base_force,
+    required=BASE_REQUIRED[2:],
+    check=_phi4_check,
+    from_shapes=lambda v, shapes: P4.from_shapes(v[PREPROCESSOR], shapes),
+    entry=Arch(
+        hf_archs=("Phi4ForCausalLMV",),
+        gguf_arch="clip",
+        meta=[
+            *replace_rows(
+                BASE_ROWS,
+                vision__image_size=m("vision.image_size", P4.IMAGE_SIZE),
+                vision__patch_size=m("vision.patch_size", P4.PATCH),
+                vision__block_count=m(
+                    "vision.block_count", *BLOCK_KEYS, value=lambda v: _phi4_layers(v) - 1
+                ),
+            ),
+            _const("projector_type", "phi4", VT.STRING),
+            m("vision.image_min_pixels", PREPROCESSOR, value=_phi4_pixels("min_num_patches")),
+            m("vision.image_max_pixels", PREPROCESSOR, value=_phi4_pixels("max_num_patches")),
+            _const("use_gelu", True, VT.BOOL),
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "layer_norm_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v.get("layer_norm_eps", 1e-6),
+            ),
+        ],
+        names=[*SIGLIP_NAMES, *_wb([("mm_projector.0", "mm.0"), ("mm_projector.2", "mm.2")])],
+        transforms=[
+            Transform(
+                "phi4_patch_to_conv",
+                r"embeddings\.patch_embedding\.weight$",
+                P4.patch_to_conv,
+                P4.conv_to_patch,
+                shape=P4.patch_shape,
+                inverse_shape=P4.conv_shape,
+            ),
+        ],
+        required=(),
+    ),
+)
+
+
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
 PROJECTORS += (QWEN3VL_VISION,)
@@ -3071,5 +3149,6 @@ PROJECTORS += (ULTRAVOX_AUDIO,)
 PROJECTORS += (MERALION2_AUDIO,)
 PROJECTORS += (LFM2_AUDIO,)
 PROJECTORS += (LING3VL_VISION,)
+PROJECTORS += (PHI4V_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}

@@ -89,7 +89,9 @@ def _hf_config(cfg: dict, names: set[str]) -> dict:
 
 
 PHI3 = Arch(
-    hf_archs=("Phi3ForCausalLM",),
+    # Phi4ForCausalLMV: Phi-4 reasoning-vision, whose text the reference converts with this
+    # class (its tower and ``mm_projector.`` are other modalities; arch/phi4v.py)
+    hf_archs=("Phi3ForCausalLM", "Phi4ForCausalLMV"),
     gguf_arch="phi3",
     meta=[
         m("context_length", "max_position_embeddings", "n_positions"),
