@@ -13,7 +13,8 @@ second reference run costs 28 s).  Checked:
 * text: byte-identical to ``convert_hf_to_gguf.py`` at f32, f16, bf16 and q8_0, and at
   q4_k_m to its f32 through ``llama_model_quantize``; llama.cpp's logits on ours are those
   on the reference's file, and transformers' (16 tokens: the sliding layers' window of 8
-  is exceeded, the indexer keeps every key); GGUF -> HF refused by name;
+  is exceeded, the indexer keeps every key); GGUF -> HF of the text alone refused by
+  name (with its projector: tests/test_convert_dots3_to_hf.py);
 * projector: byte-identical to ``convert_hf_to_gguf.py --mmproj`` at f32, f16, bf16 and
   q8_0; mtmd (llama-cpp-python 0.3.36) loads ours with our text file and encodes images
   into transformers' ``get_image_features`` and audio into its ``get_audio_features``.
@@ -220,8 +221,8 @@ def test_cli_writes_both(d3, tmp_path):
 
 
 def test_text_has_no_way_back(d3, tmp_path):
-    """GGUF -> HF: transformers keeps the experts fused in its own layout and has no
-    text-only class; refused by name."""
+    """GGUF -> HF of the text alone: transformers 5.24 has no text-only class; refused
+    by name (with its projector it converts: tests/test_convert_dots3_to_hf.py)."""
     with pytest.raises(E.UnknownArchitecture, match="dots3note"):
         gguf_to_hf(d3 / "ours-text-f16.gguf", tmp_path / "back")
     assert not (tmp_path / "back").exists()
