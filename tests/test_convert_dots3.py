@@ -13,7 +13,10 @@ second reference run costs 28 s).  Checked:
 * text: byte-identical to ``convert_hf_to_gguf.py`` at f32, f16, bf16 and q8_0, and at
   q4_k_m to its f32 through ``llama_model_quantize``; llama.cpp's logits on ours are those
   on the reference's file, and transformers' (16 tokens: the sliding layers' window of 8
-  is exceeded, the indexer keeps every key); GGUF -> HF refused by name;
+  is exceeded, the indexer keeps every key; with ``index_topk`` 8 they differ, located:
+  NeoX RoPE on llama.cpp's indexer and ggml's top-k tie order, with which transformers'
+  model gives llama.cpp's logits); GGUF -> HF of the text alone refused by
+  name (with its projector: tests/test_convert_dots3_to_hf.py);
 * projector: byte-identical to ``convert_hf_to_gguf.py --mmproj`` at f32, f16, bf16 and
   q8_0; mtmd (llama-cpp-python 0.3.36) loads ours with our text file and encodes images
   into transformers' ``get_image_features`` and audio into its ``get_audio_features``.
@@ -220,8 +223,8 @@ def test_cli_writes_both(d3, tmp_path):
 
 
 def test_text_has_no_way_back(d3, tmp_path):
-    """GGUF -> HF: transformers keeps the experts fused in its own layout and has no
-    text-only class; refused by name."""
+    """GGUF -> HF of the text alone: transformers 5.24 has no text-only class; refused
+    by name (with its projector it converts: tests/test_convert_dots3_to_hf.py)."""
     with pytest.raises(E.UnknownArchitecture, match="dots3note"):
         gguf_to_hf(d3 / "ours-text-f16.gguf", tmp_path / "back")
     assert not (tmp_path / "back").exists()
@@ -267,3 +270,126 @@ def test_other_tower_variant_refused(d3, tmp_path, path, value):
     with pytest.raises(E.InvalidModelConfig, match=path.replace(".", r"\.")):
         hf_to_gguf(src, tmp_path / "t.gguf", "f16", mmproj=tmp_path / "p.gguf")
     assert not (tmp_path / "t.gguf").exists() and not (tmp_path / "p.gguf").exists()
+
+
+def _ggml_top_k(row: list[float], k: int) -> list[int]:
+    """The positions ggml's CPU top-k (``std::partial_sort`` with ``score[a] > score[b]``,
+    libstdc++'s heap selection) keeps, sorted: the first ``k`` positions are made a heap
+    whose top is the lowest score, and each later position with a strictly higher score
+    replaces that top, so which of several equal scores survive depends on the heap's
+    layout (not the lowest or the highest positions)."""
+    a = list(range(k))
+
+    def first(i: int, j: int) -> bool:  # the comparator: a higher score sorts first
+        return row[i] > row[j]
+
+    def sift(hole: int, n: int, value: int) -> None:  # __adjust_heap, then __push_heap
+        top = child = hole
+        while child < (n - 1) // 2:
+            child = 2 * (child + 1)
+            if first(a[child], a[child - 1]):
+                child -= 1
+            a[hole], hole = a[child], child
+        if n % 2 == 0 and child == (n - 2) // 2:
+            child = 2 * (child + 1)
+            a[hole], hole = a[child - 1], child - 1
+        parent = (hole - 1) // 2
+        while hole > top and first(a[parent], value):
+            a[hole], hole = a[parent], parent
+            parent = (hole - 1) // 2
+        a[hole] = value
+
+    for parent in range((k - 2) // 2, -1, -1):  # __make_heap
+        sift(parent, k, a[parent])
+    for j in range(k, len(row)):  # __heap_select
+        if first(j, a[0]):
+            sift(0, k, j)
+    return sorted(a)
+
+
+def _indexer_forward(ix, rope: str, ties: str):
+    """A forward for transformers' Dots3 indexer module ``ix`` (its own weights and
+    scoring) with the RoPE of its rotary part ``interleaved`` (transformers': pairs
+    ``(2i, 2i + 1)``) or ``neox`` (llama.cpp's ``LLAMA_ROPE_TYPE_NEOX``: pairs ``(i, i +
+    r/2)``), and ties among equal scores broken by ``torch.topk`` or as ggml does."""
+    import torch
+    from transformers.models.dots3_note.modeling_dots3_note import (
+        apply_rotary_pos_emb_interleave,
+    )
+
+    def forward(hidden_states, q_resid, position_embeddings, attention_mask, position_ids=None,
+                cache=None):  # fmt: skip
+        b, s, _ = hidden_states.shape
+        r, d, h = ix.qk_rope_head_dim, ix.head_dim, ix.n_heads
+        q = ix.wq_b(q_resid).view(b, s, h, d)
+        k = ix.k_norm(ix.wk(hidden_states)).unsqueeze(2)
+        cos, sin = position_embeddings
+        if rope == "interleaved":
+            qr, kr = apply_rotary_pos_emb_interleave(q[..., :r], k[..., :r], cos, sin,
+                                                     unsqueeze_dim=2)  # fmt: skip
+        else:
+            c, sn = cos[..., : r // 2].unsqueeze(2), sin[..., : r // 2].unsqueeze(2)
+
+            def neox(x):
+                x1, x2 = x[..., : r // 2], x[..., r // 2 :]
+                return torch.cat([x1 * c - x2 * sn, x2 * c + x1 * sn], -1)
+
+            qr, kr = neox(q[..., :r]), neox(k[..., :r])
+        q = torch.cat([qr, q[..., r:]], -1)
+        k = torch.cat([kr, k[..., r:]], -1).squeeze(2)
+        scores = torch.relu(torch.matmul(q, k.transpose(-1, -2).unsqueeze(1)) * d**-0.5)
+        w = ix.weights_proj(hidden_states) * h**-0.5
+        idx = torch.matmul(w.unsqueeze(-2), scores).squeeze(-2)
+        idx = idx.masked_fill(~attention_mask, float("-inf"))
+        n = min(ix.index_topk, idx.shape[-1])
+        if ties == "torch":
+            return idx.topk(n, dim=-1).indices.to(torch.int32)
+        rows = [_ggml_top_k(row, n) for row in idx.reshape(-1, idx.shape[-1]).tolist()]
+        return torch.tensor(rows, dtype=torch.int32).reshape(*idx.shape[:-1], n)
+
+    return forward
+
+
+def test_indexer_top_k_disagreement_located(d3, tmp_path):
+    """With ``index_topk`` 8 < 16 tokens the indexer's selection matters, and llama.cpp
+    0.3.36's logits are not transformers 5.24's (1.16 apart at scale 2.0).  Two
+    differences, both needed, reproduce llama.cpp exactly (within 1e-5 of scale; measured
+    1.2e-6): (1) llama.cpp's dots3note graph ropes the indexer's query and key with NeoX
+    RoPE (pairs ``(i, i + 8)``, as its DeepSeek-V3.2 graph it was adapted from), where
+    transformers' Dots3 indexer (and llama.cpp's own GLM-DSA graph) ropes interleaved
+    pairs; (2) with ReLU'd scores, many keys score exactly 0 (every head negative), and
+    which of the tied keys are kept is ggml's ``std::partial_sort`` heap order, not
+    ``torch.topk``'s.  Either alone still leaves the logits 0.9+ apart.  Our own indexer
+    forward with transformers' choices gives transformers' logits (guard)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    from weightsmith.gguf import edit
+
+    gguf = edit(d3 / "ours-text-f32.gguf", {"dots3note.attention.indexer.top_k": 8},
+                out=tmp_path / "k8.gguf")  # fmt: skip
+    ll = _llama_logits_f32_kv(gguf, TOKENS)
+    cfg = AutoConfig.from_pretrained(d3 / "hub")
+    cfg.text_config.index_topk = 8
+    model = AutoModelForImageTextToText.from_pretrained(d3 / "hub", config=cfg,
+                                                        dtype=torch.float32).eval()  # fmt: skip
+    ids = torch.tensor([TOKENS])
+    with torch.no_grad():
+        hf = model(input_ids=ids, use_cache=False).logits[0].numpy()
+    scale = float(np.abs(hf).max())
+    assert np.abs(ll - hf).max() > 0.1 * scale
+    indexers = [la.self_attn.indexer for la in model.model.language_model.layers
+                if la.self_attn.indexer is not None]  # fmt: skip
+    assert len(indexers) == 2
+    got = {}
+    for rope in ("interleaved", "neox"):
+        for ties in ("torch", "ggml"):
+            for ix in indexers:
+                ix.forward = _indexer_forward(ix, rope, ties)
+            with torch.no_grad():
+                got[rope, ties] = model(input_ids=ids, use_cache=False).logits[0].numpy()
+    assert np.abs(got["interleaved", "torch"] - hf).max() <= 1e-5 * scale
+    for one in (("neox", "torch"), ("interleaved", "ggml")):
+        assert np.abs(got[one] - ll).max() > 0.1 * scale, one
+    gap = float(np.abs(got["neox", "ggml"] - ll).max())
+    assert gap <= 1e-5 * scale, gap

@@ -206,9 +206,8 @@ def _metadata_config(entry: Any, md: Mapping[str, Any]) -> tuple[dict, dict[str,
 
 def _missing_keys(entry: Any, md: Mapping[str, Any], key_of: dict[str, str]) -> list[str]:
     # vocab_size is the embedding's row count, never a required key
-    return [
-        key_of.get(f, f) for f in entry.required if f != "vocab_size" and key_of.get(f, f) not in md
-    ]
+    need = entry.required if entry.hf_required is None else entry.hf_required
+    return [key_of.get(f, f) for f in need if f != "vocab_size" and key_of.get(f, f) not in md]
 
 
 def _llama3_rope(entry: Any, cfg: dict, freqs: np.ndarray) -> dict | None:

@@ -30,6 +30,8 @@ registry; nothing here keeps a second table of tensor names or transforms:
   back: :attr:`VisionBack.audio_model_type`) likewise from the ``clip.audio.*`` rows
   (:data:`_AUDIO_FIELDS`, or the family's spelling in :attr:`VisionBack.audio_fields`)
   and :attr:`VisionBack.audio_restore`; an audio-only family has no ``vision_config``;
+  a family whose Hub config keeps the text fields at the top level (Dots3 Note) reshapes
+  the finished config (:attr:`VisionBack.layout`);
 * ``preprocessor_config.json`` (and ``processor_config.json`` where the processor
   reads one) -- the image processor settings from the ``clip.vision.*`` rows, or the
   audio feature extractor's (Whisper's front end, which mtmd hard-codes);
@@ -209,6 +211,9 @@ class VisionBack:
     # each ``fn(values)`` of a planned tensor's float32 values, of that shape (None: the
     # planned tensor's) (Granite Speech's batch norm statistics beside the folded scale)
     derived: Callable[[str], list[tuple[str, tuple | None, Callable]]] = lambda name: []
+    # the finished config.json reshaped (None: as built): Dots3 Note's Hub config keeps
+    # the text fields at the top level, where both converters and transformers read them
+    layout: Callable[[dict], dict] | None = None
 
 
 def _mean_std(md: Mapping[str, Any]) -> dict:
@@ -417,6 +422,8 @@ def vlm_parts(
         for o in plan
         for n, shape, fn in back.derived(o.hf)
     ]
+    if back.layout is not None:
+        cfg = back.layout(cfg)
     return entry, dict(sorted(cfg.items())), gen, parts, plan, processor
 
 
@@ -2672,3 +2679,145 @@ NO_WAY_BACK["phi4"] = (
     "rebuild the pair into, and the projector file lacks the tower's last layer, post-norm "
     "and head; the text GGUF converts alone (Phi3ForCausalLM)"
 )
+
+# --------------------------------------------------------------------------- Dots3 Note
+
+
+def _dots3_restore(md: Mapping[str, Any], vision: dict, shapes: dict) -> tuple[dict, dict]:
+    # the Hub's spellings (Dots3NoteVisionConfig reads embed_dim as the tower width and
+    # pyramid_num_routed, -1 a dense block, as the MoE schedule); the expert width is a
+    # shape (numpy [experts, out, in]); the variant flags the reference asserts (and
+    # llama.cpp's dots3note_v graph hard-codes) are their only values
+    counts = [int(n) for n in md[_CLIP + "vision.expert_count_per_layer"]]
+    exps = [k for k in shapes if k.endswith("ffn_gate_exps.weight")]
+    width = md[_CLIP + "vision.projection_dim"]
+    v = {
+        "hidden_size": width,  # the Hub's vision hidden_size is the adapter's output
+        "pyramid_num_routed": [n if n > 0 else -1 for n in counts],
+        "capacity_factor": md[_CLIP + "vision.expert_used_count"],
+        "moe_intermediate_size": shapes[exps[0]][1] if exps else vision["intermediate_size"],
+        "adapter_in_dim": vision["embed_dim"],
+        "adapter_out_dim": width,
+        "temporal_patch_size": 1,
+        "num_channels": 3,
+        "router_scoring_func": "sigmoid",
+        "router_scale": 1.0,
+        "adapter_type": "patch_merger",
+        "pre_pixel_shuffle": True,
+        "use_bias": False,
+        "use_qk_norm": True,
+    }
+    return v, {}
+
+
+def _dots3_audio_restore(md: Mapping[str, Any], audio: dict, shapes: dict) -> tuple[dict, dict]:
+    # the encoder sizes go into the Hub's whisper_config (which both converters read);
+    # the stem's width is the first convolution's; the variant flags and the 60 s chunks,
+    # the RoPE over half of each head are the reference's asserted (mtmd's hard-coded)
+    a = _CLIP + "audio."
+    d_model = md[a + "embedding_length"]
+    whisper = {
+        "d_model": d_model,
+        "encoder_ffn_dim": md[a + "feed_forward_length"],
+        "encoder_attention_heads": md[a + "attention.head_count"],
+        "encoder_layers": md[a + "block_count"],
+        "num_mel_bins": md[a + "num_mel_bins"],
+        "activation_function": "swiglu",
+    }
+    return {
+        "whisper_config": whisper,
+        "use_conv2d_stem": True,
+        "use_rope": True,
+        "use_rms_norm": True,
+        "use_causal": False,
+        "merge_factor": 1,
+        "chunk_seconds": 60,
+        "downsample_hidden_size": shapes["a.conv2d.1.weight"][0],
+        "adapter_input_size": d_model,
+        "adapter_out_dim": md[a + "projection_dim"],
+        "rope_parameters": {
+            "rope_type": "default",
+            "partial_rotary_factor": 0.5,
+            "rope_theta": 10000.0,
+        },
+    }, {}
+
+
+def _dots3_pre(vision: dict, md: Mapping[str, Any]) -> dict[str, dict]:
+    # the Hub's file: the image processor's settings nested under vision_config
+    return {
+        "preprocessor_config.json": {
+            "vision_config": {
+                "min_pixels": md[_CLIP + "vision.image_min_pixels"],
+                "max_pixels": md[_CLIP + "vision.image_max_pixels"],
+                "patch_size": vision["patch_size"],
+                "merge_size": vision["spatial_merge_size"],
+                "temporal_patch_size": 1,
+                **_mean_std(md),
+            }
+        }
+    }
+
+
+def _dots3_layout(cfg: dict) -> dict:
+    # the Hub's flat config: text fields at the top level (Dots3NoteConfig builds its
+    # text_config from them); fields the text hook set to None are dropped, except the
+    # token ids (None where the GGUF has none: the class defaults are ids of its 151k
+    # vocabulary)
+    text = {k: v for k, v in cfg.pop("text_config").items() if k != "model_type"}
+    ids = ("pad_token_id", "bos_token_id", "eos_token_id")
+    return {k: v for k, v in {**text, **cfg}.items() if v is not None or k in ids}
+
+
+DOTS3NOTE_BACK = VisionBack(
+    hf_arch="Dots3NoteForConditionalGeneration",
+    model_type="dots3_note",
+    projector=P.DOTS3NOTE_MMPROJ,
+    projector_types=("dots3note_v",),
+    vision_model_type="dots3_note_vision_encoder",
+    text_model_type="dots3_note_text",
+    text_archs=("dots3note",),
+    fields={
+        "vision.image_size": None,  # 0: dynamic resolution
+        "vision.embedding_length": "embed_dim",
+        "vision.block_count": "num_hidden_layers",
+        "use_silu": None,
+        "vision.image_min_pixels": None,
+        "vision.image_max_pixels": None,
+        "vision.expert_count_per_layer": None,
+        "vision.expert_used_count": None,
+    },
+    restore=_dots3_restore,
+    required=(
+        "patch_size",
+        "embed_dim",
+        "intermediate_size",
+        "num_attention_heads",
+        "num_hidden_layers",
+        "spatial_merge_size",
+        "rms_norm_eps",
+    ),
+    preprocessor=_dots3_pre,
+    # the Hub's (and transformers') names: model.*, lm_head, vision_encoder.*,
+    # audio_encoder.*
+    text_rename=lambda name: name,
+    audio_model_type="dots3_note_audio_encoder",
+    audio_fields={
+        "audio.embedding_length": None,
+        "audio.feed_forward_length": None,
+        "audio.block_count": None,
+        "audio.attention.head_count": None,
+        "audio.num_mel_bins": None,
+    },
+    audio_restore=_dots3_audio_restore,
+    layout=_dots3_layout,
+    tokens=_token_ids(
+        {
+            "image_token_id": "<|imgpad|>",
+            "video_token_id": "<|video_pad|>",
+            "audio_token_id": "<|audio_comp_pad|>",
+        }
+    ),
+)
+
+VISION_BACK += (DOTS3NOTE_BACK,)

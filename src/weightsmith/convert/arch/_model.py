@@ -557,6 +557,10 @@ class Arch:
     # expected, found)`` for a config it refuses, refused here by name before any output
     # (Step 3.5's RoPE widths per layer type)
     check: Callable[[dict], tuple[str, Any, Any] | None] | None = None
+    # GGUF -> HF: the config fields the metadata must give (None: ``required``); for an
+    # entry whose required fields are derived by ``hf_config`` from rows of other fields
+    # (Dots3 Note's sliding layers' geometry from per-layer arrays)
+    hf_required: tuple[str, ...] | None = None
 
     # -- config
 

@@ -21,8 +21,10 @@ the full-attention layers).  The reference reads the Hub's flat config: transfor
 5.24's normalised ``config.json`` (text under ``text_config``, no ``swa_*`` fields) lacks
 the ``swa_*`` fields and is refused by name before any output.  The MTP block
 (``model.mtp.*``, none in the tiny models) is not converted: its tensors have no rule,
-so such a checkpoint is refused before any output.  No GGUF -> HF: transformers keeps
-the experts fused in its own layout and has no text-only class.
+so such a checkpoint is refused before any output.  GGUF -> HF: transformers 5.24 has no
+text-only class, so the text alone is refused; with its projector it comes back as the
+``Dots3NoteForConditionalGeneration`` folder (:mod:`.._mmproj_to_hf`), its text fields
+from :func:`_hf_config`.
 """
 
 from __future__ import annotations
@@ -118,7 +120,7 @@ _ROWS = [
     m("attention.value_length_swa", "swa_kv_lora_rank"),
     m(
         "attention.key_length_mla_swa",
-        "swa_qk_nope_head_dim",
+        "swa_qk_head_dim",  # nope + rope (the inverse's field; hf_config splits it)
         value=lambda c: c["swa_qk_nope_head_dim"] + c["swa_qk_rope_head_dim"],
     ),
     m("attention.value_length_mla_swa", "swa_v_head_dim"),
@@ -134,14 +136,18 @@ _ROWS = [
 ]
 
 
+#: Dots3NoteModel's asserts on fields it reads with a default (absent is fine)
+_FIXED: dict[str, Any] = {
+    "use_dsa": True, "normalization": "RMSNorm", "final_norm": "RMSNorm",
+    "k_rope_only_layernorm": True, "topk_method": "noaux_tc", "n_group": 1,
+    "topk_group": 1, "use_dynamic_rsf": False, "moe_gating_fp32": False,
+    "attention_gate_type": "headwise", "swa_attention_gate_type": "headwise",
+}  # fmt: skip
+
+
 def _checks(cfg: dict) -> bool:
     """Dots3NoteModel's asserts on fields it reads with a default (absent is fine)."""
-    want: dict[str, Any] = {
-        "use_dsa": True, "normalization": "RMSNorm", "final_norm": "RMSNorm",
-        "k_rope_only_layernorm": True, "topk_method": "noaux_tc", "n_group": 1,
-        "topk_group": 1, "use_dynamic_rsf": False, "moe_gating_fp32": False,
-        "attention_gate_type": "headwise", "swa_attention_gate_type": "headwise",
-    }  # fmt: skip
+    want = _FIXED
     need = ("swa_qk_nope_head_dim", "swa_qk_rope_head_dim", "qk_rope_head_dim",
             "swa_q_lora_rank", "q_lora_rank", "num_hidden_layers")  # fmt: skip
     if any(not isinstance(cfg.get(k), int) for k in need) or not isinstance(
@@ -154,6 +160,41 @@ def _checks(cfg: dict) -> bool:
         and cfg["swa_q_lora_rank"] == cfg["q_lora_rank"]
         and len(cfg["layer_types"]) >= cfg["num_hidden_layers"]
     )
+
+
+def _hf_config(cfg: dict, names: set[str]) -> dict:
+    """GGUF -> HF: the Hub's flat text fields from the rows (the per-layer head counts and
+    sliding pattern, the MLA lengths as sums) and the values llama.cpp's graph hard-codes
+    (the checked flags above).  ``head_dim`` (popped by the reference) is restored as
+    nope + rope: transformers uses it only in ``partial_rotary_factor = rope / head_dim``,
+    whose rotary width is the same for any value."""
+    swa = [bool(s) for s in cfg["layer_types"]]
+    heads = cfg["num_attention_heads"]
+    heads = heads if isinstance(heads, list) else [heads] * len(swa)
+    full_h = next((h for h, s in zip(heads, swa) if not s), heads[0])
+    swa_h = next((h for h, s in zip(heads, swa) if s), full_h)
+    rope = cfg["qk_rope_head_dim"]
+    nope, swa_nope = cfg["qk_head_dim"] - rope, cfg["swa_qk_head_dim"] - rope
+    shapes = cfg["_shapes"]
+    shexp = next((shapes[n] for n in sorted(names) if n.endswith("ffn_gate_shexp.weight")), None)
+    n_shared = cfg.get("n_shared_experts", 0)
+    return {
+        "_mla_key_length": None, "_mla_value_length": None, "qk_head_dim": None,
+        "swa_qk_head_dim": None, "num_local_experts": None, "rope_local_base_freq": None,
+        "num_attention_heads": full_h, "num_key_value_heads": full_h,
+        "swa_num_attention_heads": swa_h, "swa_num_key_value_heads": swa_h,
+        "layer_types": ["sliding_attention" if s else "full_attention" for s in swa],
+        "qk_nope_head_dim": nope, "head_dim": nope + rope, "swa_qk_nope_head_dim": swa_nope,
+        "swa_qk_rope_head_dim": rope, "swa_head_dim": swa_nope + rope,
+        "swa_q_lora_rank": cfg["q_lora_rank"], "swa_rope_theta": cfg["rope_local_base_freq"],
+        **({"moe_shared_expert_intermediate_size": shexp[0] // n_shared}
+           if shexp and n_shared else {}),
+        "moe_layer_freq": 1, "hidden_act": "silu", "apply_mla_qkv_lora_rescale": True,
+        # the token ids the GGUF keeps replace these; the class defaults are ids in its
+        # own 151k vocabulary
+        "pad_token_id": None, "bos_token_id": None, "eos_token_id": None,
+        **_FIXED,
+    }  # fmt: skip
 
 
 #: the config check's field (the message names the fields it covers)
@@ -229,5 +270,25 @@ DOTS3NOTE = Arch(
     defaults={_CHECKED: _checks},
     fixed={"scoring_func": "sigmoid", _CHECKED: True},
     tokenizer={"vocab": "dots3"},
-    hf_back=False,
+    # no text-only class in transformers 5.24: back only with the projector, as the
+    # ForConditionalGeneration folder (the Hub's layout: _mmproj_to_hf.DOTS3NOTE_BACK)
+    hf_config=_hf_config,
+    hf_required=(
+        "hidden_size",
+        "num_attention_heads",
+        "num_hidden_layers",
+        "qk_rope_head_dim",
+        "qk_head_dim",
+        "v_head_dim",
+        "q_lora_rank",
+        "kv_lora_rank",
+        "swa_kv_lora_rank",
+        "swa_qk_head_dim",
+        "swa_v_head_dim",
+        "sliding_window_size",
+        "layer_types",
+        "index_n_heads",
+        "index_head_dim",
+        "index_topk",
+    ),
 )
