@@ -14,6 +14,10 @@ ships tekken's, a 131072-token table).  The tiny VLM (tests/support/vlm_models.p
 * GGUF -> HF: the pair as the whole ``Mistral3ForConditionalGeneration`` (a ``mistral4``
   text), every tensor, the original's image features and text logits;
 * the CLI writes both;
+* llama.cpp runs the text without the Llama 4 attention scaling (the reference writes no
+  row for it): equal to transformers with ``llama_4_scaling_beta`` 0, not past the
+  original context with the config's;
+* ``Mistral4ForCausalLM`` alone is refused, as by the reference;
 * a SentencePiece vocabulary: the reference stops in ``set_vocab`` (the measurement that
   kept this model out before), ours refuses it by name before writing.
 
@@ -156,6 +160,64 @@ def test_pair_back_to_hf(m4, tmp_path):
     np.testing.assert_array_equal(_hf_image_features(back, img),
                                   _hf_image_features(m4 / "hub", img))  # fmt: skip
     np.testing.assert_array_equal(_hf_logits(back), _hf_logits(m4 / "hub"))
+
+
+def test_text_runs_without_llama4_scaling(m4):
+    """The reference writes no ``attention.temperature_scale`` for a mistral4 text, so
+    llama.cpp runs it without the Llama 4 scaling transformers applies past the original
+    context (64 positions here).  Over 80 tokens llama.cpp on our text = on the
+    reference's, = transformers' with ``llama_4_scaling_beta`` 0 (measured 1.2e-6 at
+    scale 2.2), and transformers with the config's 0.1 departs from the 65th token on
+    (measured 0.0076 to 0.017)."""
+    import llama_cpp
+    import torch
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    toks = [int(x) for x in np.random.default_rng(3).integers(300, 50000, 80)]
+
+    def run(path):
+        llm = llama_cpp.Llama(model_path=str(path), n_ctx=128, n_threads=2, logits_all=True,
+                              verbose=False, type_k=0, type_v=0)  # fmt: skip
+        try:
+            llm.eval(toks)
+            return np.array(llm.scores[: len(toks)], dtype=np.float32)
+        finally:
+            llm.close()
+
+    def hf(beta=None):
+        cfg = AutoConfig.from_pretrained(m4 / "hub")
+        if beta is not None:
+            rp = cfg.text_config.rope_parameters
+            cfg.text_config.rope_parameters = {**rp, "llama_4_scaling_beta": beta}
+        m = AutoModelForImageTextToText.from_pretrained(m4 / "hub", config=cfg,
+                                                        dtype=torch.float32)  # fmt: skip
+        with torch.no_grad():
+            return m.eval()(input_ids=torch.tensor([toks])).logits[0].numpy()
+
+    ours = run(m4 / "ours-text-f32.gguf")
+    np.testing.assert_array_equal(ours, run(m4 / "ref-text-f32.gguf"))
+    off = hf(0.0)
+    bound = 2e-3 * max(float(np.abs(off).max()), 1.0)
+    assert np.abs(ours - off).max() <= bound, np.abs(ours - off).max()
+    gap = np.abs(ours - hf()).max(1)
+    assert gap[:64].max() <= bound and gap[64:].min() > bound, gap
+
+
+def test_text_only_class_refused(m4, tmp_path):
+    """``Mistral4ForCausalLM`` (the text alone, as GGUF -> HF writes it) is not a class
+    the reference converts ("not supported"); ours refuses it by name, nothing written."""
+    back = tmp_path / "back"
+    gguf_to_hf(m4 / "ours-text-f32.gguf", back, dtype="f32")
+    assert json.loads((back / "config.json").read_text())["architectures"] == [
+        "Mistral4ForCausalLM"
+    ]
+    r = _reference([[str(back), "--outfile", str(tmp_path / "ref.gguf"), "--outtype", "f16"]])
+    assert r.returncode != 0
+    assert "Model Mistral4ForCausalLM is not supported" in r.stderr, r.stderr[-2000:]
+    out = tmp_path / "out"
+    with pytest.raises(E.UnknownArchitecture, match="Mistral4ForCausalLM"):
+        hf_to_gguf(back, out / "t.gguf", "f16")
+    assert not out.exists()
 
 
 def test_cli_writes_both(m4, tmp_path):
