@@ -181,6 +181,21 @@ REF_ON_TRANSFORMERS_4 |= {"bailingmoe3"}
 BPE_VOCAB |= {"bailingmoe3"}
 BPE_VOCAB |= {"youtu"}
 BPE_VOCAB |= {"qwen4exp"}
+# Mistral 4 (Mistral3ForConditionalGeneration over a mistral4 text: the reference's
+# Mistral4Model, DeepSeek-V2's MLA with fused experts, GGUF mistral4); saved in the Hub's
+# layout (language_model.model.* / language_model.lm_head), GGUF -> HF gives
+# Mistral4ForCausalLM (model.* / lm_head)
+ARCHS += ["mistral4"]
+BPE_VOCAB |= {"mistral4"}
+TEXT_HALF_AS_IS = {"mistral4": "language_model."}
+# config model types whose original runs as AutoModelForImageTextToText (text-only input)
+IMAGE_TEXT_TO_TEXT = {"mistral3"}
+# ... and those AutoModelForCausalLM does not map (transformers 5.24 registers no mistral4
+# causal LM): run as the class config.json names
+NOT_IN_AUTO = {"mistral4"}
+# its MLA (Q/K 48 wide, latent 64): the default f16 KV cache leaves 1.9e-3 at scale 3.6
+# from transformers' logits, for the reference's file as for ours; an f32 cache 3.8e-6
+LLAMA_CPP_F32_KV |= {"mistral4"}
 PROMPTS = {
     "spm": [1, 5, 9, 33, 100, 7, 200, 42],
     "bpe": [9707, 11, 1879, 0, 358, 1079, 264, 2272],
@@ -308,6 +323,9 @@ def test_round_trip(work, arch, tmp_path):
     if arch in TEXT_HALF:  # the other modalities' tensors are not converted
         pre = TEXT_HALF[arch]
         orig = {"model." + k[len(pre) :]: v for k, v in orig.items() if k.startswith(pre)}
+    if arch in TEXT_HALF_AS_IS:  # the text's tensors, the wrapper's prefix dropped
+        pre = TEXT_HALF_AS_IS[arch]
+        orig = {k[len(pre) :]: v for k, v in orig.items() if k.startswith(pre)}
     if arch in QUANTIZED_SOURCE:
         orig = _hf_weights(src)
         assert not any(k.endswith(("_blocks", "_scales")) for k in orig)
@@ -402,7 +420,14 @@ def _hf_logits(folder: Path, tokens: list[int], rope: dict | None = None, **fiel
         cfg.rope_parameters = {**cfg.rope_parameters, **rope}
     for k, v in fields.items():
         setattr(cfg, k, v)
-    m = AutoModelForCausalLM.from_pretrained(folder, config=cfg, dtype=torch.float32)
+    auto = AutoModelForCausalLM
+    if cfg.model_type in IMAGE_TEXT_TO_TEXT:  # transformers maps no causal-LM class to it
+        from transformers import AutoModelForImageTextToText as auto
+    elif cfg.model_type in NOT_IN_AUTO:
+        import transformers
+
+        auto = getattr(transformers, cfg.architectures[0])
+    m = auto.from_pretrained(folder, config=cfg, dtype=torch.float32)
     m.eval()
     with torch.no_grad():
         return m(torch.tensor([tokens])).logits[0].numpy()

@@ -242,17 +242,3 @@ def test_cli_writes_both(m3, tmp_path):
                  "--quiet"]) == 0  # fmt: skip
     assert (tmp_path / "mmproj-g.gguf").read_bytes() == (m3 / "ours-mmproj-q8_0.gguf").read_bytes()
     assert dst.read_bytes() == (m3 / "ours-text-q8_0.gguf").read_bytes()
-
-
-def test_mistral4_text_refused(tmp_path):
-    """A ``mistral4`` text (Mistral Large 3 / Mistral 4 layout: DeepSeek-V2's MLA, fused
-    experts) is not converted yet: named by its model type before any tensor is read
-    (no longer an unmapped Llama tensor), nothing written; the projector alone neither
-    (the text is converted first)."""
-    src = build("mistral4vl", tmp_path / "m4")
-    cfg = json.loads((src / "config.json").read_text())
-    assert cfg["text_config"]["model_type"] == "mistral4"
-    out = tmp_path / "out"
-    with pytest.raises(E.UnknownArchitecture, match="mistral4"):
-        hf_to_gguf(src, out / "t.gguf", "f16", mmproj=out / "m.gguf")
-    assert not out.exists()

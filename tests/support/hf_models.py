@@ -2403,3 +2403,55 @@ def bailingmoe3(folder: Path, *, dtype: str = "bfloat16", seed: int = 71) -> Pat
 
 
 BUILDERS["bailingmoe3"] = bailingmoe3
+
+
+# --------------------------------------------------------------------------- Mistral 4
+
+# Mistral 4's YaRN (its config class's default form, small): the Hub's betas (32, 1), which
+# llama-cpp-python passes to every context; an original context of 1024, so the Llama 4
+# attention scaling transformers applies (1 + beta log(1 + floor(pos / 1024))) is 1 over a
+# short prompt, as llama.cpp runs the reference's file (it carries no temperature row)
+MISTRAL4_ROPE = {
+    "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+    "original_max_position_embeddings": 1024, "max_position_embeddings": 4096,
+    "beta_fast": 32.0, "beta_slow": 1.0, "mscale_all_dim": 1.0, "mscale": 1.0,
+    "llama_4_scaling_beta": 0.1,
+}  # fmt: skip
+
+
+def mistral4(folder: Path, *, dtype: str = "bfloat16", seed: int = 66) -> Path:
+    """Mistral3ForConditionalGeneration over a ``mistral4`` text (Mistral Small 4's layout:
+    DeepSeek-V2's MLA, a dense first layer, softmax-routed experts stored fused as
+    transformers 5 saves them, ``mlp.experts.gate_up_proj`` / ``down_proj``) and a tiny
+    Pixtral tower.  The vocabulary is GPT-2's BPE as a tokenizer.json: the reference's
+    DeepSeek-V2 ``set_vocab`` reads a tokenizer.json through its pre-tokenizer hash, as it
+    reads the Hub's (tekken's hash, a 131072-token table: too big for a tiny model)."""
+    from transformers import (
+        Mistral3Config,
+        Mistral3ForConditionalGeneration,
+        Mistral4Config,
+        PixtralVisionConfig,
+    )
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    text = Mistral4Config(
+        vocab_size=vocab, hidden_size=256, intermediate_size=512, moe_intermediate_size=256,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, n_shared_experts=1,
+        n_routed_experts=4, num_experts_per_tok=2, first_k_dense_replace=1, n_group=1,
+        topk_group=1, kv_lora_rank=64, q_lora_rank=64, qk_rope_head_dim=16, v_head_dim=32,
+        qk_nope_head_dim=32, max_position_embeddings=MISTRAL4_ROPE["max_position_embeddings"],
+        bos_token_id=50256, eos_token_id=50256, pad_token_id=None, tie_word_embeddings=False,
+        rope_parameters=dict(MISTRAL4_ROPE),
+    )  # fmt: skip
+    vision = PixtralVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                 num_attention_heads=2, head_dim=32, image_size=64,
+                                 patch_size=8, hidden_act="silu")  # fmt: skip
+    cfg = Mistral3Config(text_config=text, vision_config=vision, image_token_index=10,
+                         spatial_merge_size=2, multimodal_projector_bias=False,
+                         tie_word_embeddings=False)  # fmt: skip
+    model = Mistral3ForConditionalGeneration(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+BUILDERS["mistral4"] = mistral4

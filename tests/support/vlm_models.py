@@ -1601,24 +1601,51 @@ def ministral3_vlm(folder: Path, *, dtype: str = "bfloat16", seed: int = 64) -> 
 BUILDERS["ministral3vl"] = ministral3_vlm
 
 
-def mistral4_vlm(folder: Path, *, dtype: str = "bfloat16", seed: int = 65) -> Path:
+def _gpt2_with_img_break(folder: Path) -> tuple[int, dict]:
+    """GPT-2's BPE as a tokenizer.json (the kind the reference's DeepSeek-V2 ``set_vocab``
+    reads) with ``[IMG_BREAK]`` added after it (the Pixtral projector's break row); the
+    vocabulary size and the tokenizer_config.json to write once the model is saved."""
+    from support.hf_models import _bpe_tokenizer
+
+    n = _bpe_tokenizer(folder, "gpt-2")
+    tok = {"content": "[IMG_BREAK]", "special": True, "lstrip": False, "rstrip": False,
+           "normalized": False, "single_word": False}  # fmt: skip
+    tj = json.loads((folder / "tokenizer.json").read_text())
+    tj["added_tokens"].append({"id": n, **tok})
+    (folder / "tokenizer.json").write_text(json.dumps(tj))
+    tc = json.loads((folder / "tokenizer_config.json").read_text())
+    tc["added_tokens_decoder"][str(n)] = tok
+    return n + 1, tc
+
+
+def mistral4_vlm(
+    folder: Path, *, dtype: str = "bfloat16", seed: int = 65, vocab: str = "gpt2"
+) -> Path:
     """Mistral3ForConditionalGeneration over a ``mistral4`` text (DeepSeek-V2's MLA, fused
-    experts as transformers 5 saves them: ``mlp.experts.gate_up_proj`` / ``down_proj``)."""
+    experts as transformers 5 saves them: ``mlp.experts.gate_up_proj`` / ``down_proj``).
+    ``vocab``: ``gpt2`` (a tokenizer.json with ``[IMG_BREAK]``, as the Hub's tekken one is
+    read) or ``spm`` (a SentencePiece model, which the reference cannot convert here)."""
     from transformers import Mistral4Config
 
-    vocab = train_spm(folder)
+    if vocab == "spm":
+        n_vocab, tc = train_spm(folder), None
+    else:
+        n_vocab, tc = _gpt2_with_img_break(folder)
     rope = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
             "original_max_position_embeddings": 64, "max_position_embeddings": 256,
             "beta_fast": 32.0, "beta_slow": 1.0, "mscale_all_dim": 1.0, "mscale": 1.0,
             "llama_4_scaling_beta": 0.1, "partial_rotary_factor": 0.5}  # fmt: skip
-    text = Mistral4Config(vocab_size=vocab, hidden_size=64, intermediate_size=128,
+    text = Mistral4Config(vocab_size=n_vocab, hidden_size=64, intermediate_size=128,
                           moe_intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
                           num_key_value_heads=4, n_shared_experts=1, n_routed_experts=4,
                           num_experts_per_tok=2, kv_lora_rank=32, q_lora_rank=48,
                           qk_rope_head_dim=32, v_head_dim=32, qk_nope_head_dim=32,
                           max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
                           pad_token_id=0, rope_parameters=rope)  # fmt: skip
-    return _mistral3_over(text, folder, dtype, seed)
+    _mistral3_over(text, folder, dtype, seed)
+    if tc is not None:  # over _pixtral_files' one (its [IMG_BREAK] is SentencePiece id 12)
+        (folder / "tokenizer_config.json").write_text(json.dumps(tc, indent=2))
+    return folder
 
 
 BUILDERS["mistral4vl"] = mistral4_vlm

@@ -582,6 +582,12 @@ MISTRAL3_BACK = VisionBack(
 MINISTRAL3_BACK = replace(MISTRAL3_BACK, text_model_type="ministral3", text_test=is_ministral3_file)
 
 VISION_BACK += (MISTRAL3_BACK, MINISTRAL3_BACK)
+# Mistral 4: the same tower over a ``mistral4`` text (Mistral4Config, from the text's own
+# GGUF -> HF: DeepSeek-V2's MLA with fused experts)
+MISTRAL4_BACK = replace(
+    MISTRAL3_BACK, text_model_type="mistral4", text_archs=("mistral4",), text_test=lambda md: True
+)
+VISION_BACK += (MISTRAL4_BACK,)
 
 
 # --------------------------------------------------------------------------- Qwen2.5-VL

@@ -150,6 +150,7 @@ from .mamba import (
 )
 from .minicpmv import MINICPMV46_TEXT
 from .minimax import MINIMAX_M3
+from .mistral4 import MISTRAL4, is_mistral4
 from .muse_glimmer import MUSE_GLIMMER
 from .nemotron import NEMOTRON_H, NEMOTRON_H_MOE, has_experts
 from .olmo import OLMO2
@@ -305,6 +306,8 @@ ENTRIES += (SARASHINA2_TEXT,)
 ENTRIES += (BAILINGMOE3,)
 # Ling-3.0 VL's text (bailingmoe3 with M-RoPE sections; issue 15 section 3)
 ENTRIES += (BAILINGMOE3_VL,)
+# Mistral 4 (Mistral Small 4's text: DeepSeek-V2's MLA, fused experts; GGUF mistral4)
+ENTRIES += (MISTRAL4,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)
@@ -334,6 +337,8 @@ VARIANTS["DeepseekV3ForCausalLM"] = [(is_ocr, DEEPSEEK2OCR)]
 # not in REGISTRY: these are found here)
 VARIANTS["DeepseekOCRForCausalLM"] = [(lambda cfg: True, DEEPSEEK2OCR)]
 VARIANTS["UnlimitedOCRForCausalLM"] = [(lambda cfg: True, DEEPSEEK2OCR)]
+# Mistral 3 over a mistral4 text: the reference's Mistral4Model (a DeepseekV2Model)
+VARIANTS["Mistral3ForConditionalGeneration"] = [(is_mistral4, MISTRAL4)]
 _VARIANT_ENTRIES = [a for vs in VARIANTS.values() for _, a in vs]
 
 #: GGUF architectures written by several entries, for GGUF -> HF: ``(test of the file's

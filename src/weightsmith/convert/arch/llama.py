@@ -146,22 +146,8 @@ _MINISTRAL3_ROWS = [
 # (Mistral Small 3.1, Ministral 3) is LlamaModel under its own GGUF name, plus the two
 # Ministral 3 rows when the text's model_type is "ministral3"; the vision tower is the
 # projector's (.mmproj).  A "mistral4" text (DeepseekV2) is another class there, not this
-# entry.  No HF class is the text half alone of Mistral Small 3.1: GGUF -> HF refuses it,
-# as for qwen2vl; a Ministral 3 text goes back as Ministral3ForCausalLM (MINISTRAL3).
-def _no_mistral4(cfg: dict) -> None:
-    """A ``mistral4`` text (Mistral Large 3 / Mistral 4: DeepSeek-V2's MLA and fused
-    experts, the reference's ``mistral4`` file) is not converted yet: named by its model
-    type before any tensor is read, not as an unmapped Llama tensor.  Runs as a config
-    default (the first look at the config); adds no field."""
-    if cfg.get("model_type") == "mistral4":
-        raise E.UnknownArchitecture(
-            "a Mistral 3 text of model type mistral4 is not converted yet",
-            field="text_config.model_type",
-            expected="'mistral' or 'ministral3'",
-            found="'mistral4'",
-        )
-
-
+# entry (MISTRAL4, a VARIANTS entry).  No HF class is the text half alone of Mistral
+# Small 3.1: GGUF -> HF refuses it, as for qwen2vl; a Ministral 3 text goes back as Ministral3ForCausalLM (MINISTRAL3).
 MISTRAL3 = replace(
     LLAMA,
     hf_archs=("Mistral3ForConditionalGeneration",),
@@ -170,7 +156,6 @@ MISTRAL3 = replace(
     stacks=[],
     names=[*BASE_NAMES, *FFN_NORM],
     model_types={},
-    defaults={**LLAMA.defaults, "_mistral4": _no_mistral4},
 )
 
 
