@@ -1,0 +1,223 @@
+"""PocketTTS in Kyutai's layout (the reference's ``PocketTTSModel``): the ``pockettts``
+text file and the audio projector (``pockettts_spkenc`` + ``pockettts_gen``).
+
+The tiny checkpoint (:func:`support.pockettts_models.pockettts_kyutai`) is seeded random
+tensors of the shapes Kyutai's modules give, not transformers' models renamed:
+transformers 5.24's ``PocketTTSForConditionalGeneration`` holds the backbone and flow
+head but no Mimi codec, and its ``PocketTTSAudioTokenizer`` is a separate model of
+another structure, so the one checkpoint file with both halves is written directly (no
+``config.json``: the reference and ours derive the hyperparameters from the shapes).
+
+* the projector is ``convert_hf_to_gguf.py --mmproj``'s file byte for byte at f32, f16,
+  bf16 and q8_0;
+* the text file is the reference's byte for byte but for the embedding's last row
+  (``bos_emb`` through ``input_linear``): the reference sums that dot product in the
+  order of torch's BLAS kernel for the machine, ours in float64 rounded once (at most
+  2.4e-7 apart here, measured);
+* llama.cpp (llama-cpp-python 0.3.36's ``pockettts``) runs our text file and its logits
+  are transformers' ``PocketTTSModel`` backbone on the same weights (Q/K rows from
+  Kyutai's interleaved RoPE pairs to transformers' halves; its learned BOS latent through
+  ``audio_latent_proj`` at the ``<|audio_bos|>`` position) times the embedding;
+* GGUF -> HF is refused by name (no transformers class loads Kyutai's layout).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from support.pockettts_models import pockettts_kyutai
+from test_convert_mmproj import TYPES, _same, convert_both
+from weightsmith import errors as E
+
+
+@pytest.fixture(scope="module")
+def pt(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pockettts")
+    src = pockettts_kyutai(root / "pocket-tiny")
+    convert_both(src, root, text_types=TYPES)
+    return src
+
+
+@pytest.mark.parametrize("t", TYPES)
+def test_projector_same_as_reference(pt, t):
+    _same(pt.parent / f"ours-mmproj-{t}.gguf", pt.parent / f"ref-mmproj-{t}.gguf")
+
+
+def _rows(data: bytes, t: str, n_rows: int) -> list[bytes]:
+    row = len(data) // n_rows
+    assert row * n_rows == len(data), t
+    return [data[i * row : (i + 1) * row] for i in range(n_rows)]
+
+
+@pytest.mark.parametrize("t", TYPES)
+def test_text_same_as_reference(pt, t):
+    """Equal KVs, tensor infos and data; of ``token_embd`` every row but the last
+    byte for byte, the last (the folded ``audio_bos`` latent) within rounding."""
+    from gguf import GGMLQuantizationType, dequantize
+
+    from support import gguf_c_reader
+    from weightsmith.gguf import read
+
+    ko, to = gguf_c_reader.read(pt.parent / f"ours-text-{t}.gguf")
+    kr, tr = gguf_c_reader.read(pt.parent / f"ref-text-{t}.gguf")
+    assert list(ko) == list(kr) and all(ko[k] == kr[k] for k in kr)
+    with read(pt.parent / f"ours-text-{t}.gguf") as g:
+        md = dict(g.metadata)
+    assert md["general.architecture"] == "pockettts" and md["tokenizer.ggml.model"] == "t5"
+    tokens = list(md["tokenizer.ggml.tokens"])
+    assert tokens[-3:] == ["<|pad|>", "<|bos_before_voice|>", "<|audio_bos|>"]
+    assert [x[:3] for x in to] == [x[:3] for x in tr]
+    for a, b in zip(to, tr):
+        if a[0] != "token_embd.weight":
+            assert a[3] == b[3], f"{a[0]} data differs"
+            continue
+        n = len(tokens)
+        ra, rb = _rows(a[3], t, n), _rows(b[3], t, n)
+        assert ra[:-1] == rb[:-1]
+        qt = GGMLQuantizationType(a[1])
+        va = dequantize(np.frombuffer(ra[-1], np.uint8), qt).astype(np.float64)
+        vb = dequantize(np.frombuffer(rb[-1], np.uint8), qt).astype(np.float64)
+        scale = np.abs(vb).max()
+        # one f32 rounding step of the dot product, then at most one step of the type
+        step = {"f32": 2e-7, "f16": 1e-3, "bf16": 8e-3, "q8_0": 1 / 127}[t]
+        assert np.abs(va - vb).max() <= step * scale + 1e-7, (t, np.abs(va - vb).max())
+
+
+def test_audio_bos_row(pt):
+    """The last embedding row is ``input_linear(bos_emb)``: the reference's is torch's
+    ``F.linear`` (in this process, on this machine) bit for bit, ours that product summed
+    in float64 and rounded once; they differ by at most 2.4e-7 (scale 3.1)."""
+    import torch
+    from safetensors.numpy import load_file
+
+    from weightsmith.gguf import read
+
+    w = load_file(pt / "model.safetensors")
+    emb, bos = w["flow_lm.conditioner.embed.weight"], w["flow_lm.bos_emb"]
+    lin = w["flow_lm.input_linear.weight"]
+    torch_row = torch.nn.functional.linear(torch.from_numpy(bos), torch.from_numpy(lin)).numpy()
+    tables = {}
+    for who in ("ours", "ref"):
+        with read(pt.parent / f"{who}-text-f32.gguf") as g:
+            tables[who] = np.array(g.numpy("token_embd.weight"))
+    ours, ref = tables["ours"], tables["ref"]
+    assert ours.shape == (emb.shape[0] + 2, emb.shape[1])
+    assert np.array_equal(ours[: emb.shape[0]], emb)
+    assert np.array_equal(ours[-2], w["flow_lm.bos_before_voice"].reshape(-1))
+    assert np.array_equal(ref[-1], torch_row)
+    exact = (lin.astype(np.float64) @ bos.astype(np.float64)).astype(np.float32)
+    assert np.array_equal(ours[-1], exact)
+    assert np.abs(ours[-1] - torch_row).max() <= 2.4e-7 * np.abs(torch_row).max()
+
+
+def _hf_backbone_logits(src, tokens: list[int]) -> np.ndarray:
+    """transformers' ``PocketTTSModel`` on the checkpoint's backbone, its last hidden
+    states times the embedding (llama.cpp's logits: the table is its output too)."""
+    import torch
+    from safetensors.numpy import load_file
+    from transformers import PocketTTSConfig
+    from transformers.models.pocket_tts.modeling_pocket_tts import PocketTTSModel
+
+    from support.pockettts_models import DIM, FF, LAYERS, LDIM
+
+    w = load_file(src / "model.safetensors")
+    heads, hd = DIM // 64, 64
+    emb = w["flow_lm.conditioner.embed.weight"]
+    n = emb.shape[0] + 2
+    cfg = PocketTTSConfig(vocab_size=n, hidden_size=DIM, num_hidden_layers=LAYERS,
+                          num_attention_heads=heads, num_key_value_heads=heads,
+                          intermediate_size=FF, latent_dim=LDIM, audio_bos_token_id=n - 1,
+                          audio_prompt_token_id=n - 4, audio_latent_token_id=n - 5,
+                          audio_prompt_bos_token_id=n - 6, pad_token_id=3, rope_theta=10000.0,
+                          layer_norm_eps=1e-5,
+                          flow_head_config=dict(hidden_size=64, num_hidden_layers=2,
+                                                condition_dim=DIM, frequency_embedding_size=64))  # fmt: skip
+    model = PocketTTSModel(cfg).eval()
+
+    def halves(x: np.ndarray) -> np.ndarray:  # Kyutai's interleaved RoPE pairs -> halves
+        return x.reshape(heads, hd // 2, 2, -1).transpose(0, 2, 1, 3).reshape(heads * hd, -1)
+
+    table = np.concatenate([emb, w["flow_lm.bos_before_voice"].reshape(1, -1),
+                            np.zeros((1, DIM), np.float32)])  # fmt: skip
+    sd = {"embed_tokens.weight": table, "norm.weight": w["flow_lm.out_norm.weight"],
+          "norm.bias": w["flow_lm.out_norm.bias"], "bos_latent": w["flow_lm.bos_emb"],
+          "audio_latent_proj.weight": w["flow_lm.input_linear.weight"]}  # fmt: skip
+    for i in range(LAYERS):
+        p, o = f"flow_lm.transformer.layers.{i}.", f"layers.{i}."
+        q, k, v = np.split(w[p + "self_attn.in_proj.weight"], 3)
+        sd |= {o + "self_attn.q_proj.weight": halves(q), o + "self_attn.k_proj.weight": halves(k),
+               o + "self_attn.v_proj.weight": v,
+               o + "self_attn.o_proj.weight": w[p + "self_attn.out_proj.weight"],
+               o + "mlp.fc1.weight": w[p + "linear1.weight"],
+               o + "mlp.fc2.weight": w[p + "linear2.weight"]}  # fmt: skip
+        for hf, ky in (("input_layernorm", "norm1"), ("post_attention_layernorm", "norm2")):
+            sd |= {f"{o}{hf}.{s}": w[f"{p}{ky}.{s}"] for s in ("weight", "bias")}
+    missing, unexpected = model.load_state_dict(
+        {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in sd.items()}, strict=False
+    )
+    assert missing == ["audio_prompt_proj.weight"] and not unexpected  # the voice path, unused
+    with torch.no_grad():
+        h = model(input_ids=torch.tensor([tokens])).last_hidden_state[0]
+        out = table.copy()
+        out[-1] = (model.audio_latent_proj(model.bos_latent)).numpy()
+        return (h @ torch.from_numpy(out).T).numpy()
+
+
+def test_llama_cpp_runs_ours(pt):
+    """llama.cpp's logits on our f32 text file: transformers' within 1e-4 of the scale
+    (measured 8.3e-5 at scale 83: ggml's tanh-GELU); the prompt holds both learned rows
+    (``<|bos_before_voice|>``, ``<|audio_bos|>``)."""
+    import llama_cpp
+
+    tokens = [5, 17, 42, 9, 97, 63, 98, 30]
+    llm = llama_cpp.Llama(model_path=str(pt.parent / "ours-text-f32.gguf"), n_ctx=64,
+                          n_threads=2, logits_all=True, verbose=False, type_k=0, type_v=0)  # fmt: skip
+    try:
+        llm.eval(tokens)
+        got = np.array(llm.scores[: len(tokens)], dtype=np.float32)
+    finally:
+        llm.close()
+    want = _hf_backbone_logits(pt, tokens)
+    assert got.shape == want.shape == (len(tokens), 99)
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert err < 1e-4, err
+
+
+def test_cli_writes_both(pt, tmp_path):
+    """``weightsmith convert DIR out.gguf --mmproj``: the reference's projector, our text."""
+    from weightsmith.cli._main import main
+
+    dst = tmp_path / "a.gguf"
+    assert main(["convert", str(pt), str(dst), "--type", "q8_0", "--mmproj", "--quiet"]) == 0
+    assert (tmp_path / "mmproj-a.gguf").read_bytes() == (
+        pt.parent / "ref-mmproj-q8_0.gguf"
+    ).read_bytes()
+    assert dst.read_bytes() == (pt.parent / "ours-text-q8_0.gguf").read_bytes()
+
+
+def test_gguf_to_hf_refused(pt, tmp_path):
+    """No transformers class loads Kyutai's layout: GGUF -> HF is refused by name."""
+    from weightsmith.convert import gguf_to_hf
+
+    with pytest.raises(E.UnknownArchitecture, match="pockettts"):
+        gguf_to_hf(pt.parent / "ours-text-f32.gguf", tmp_path / "back")
+    assert not (tmp_path / "back").exists()
+
+
+def test_missing_shape_tensor_refused(pt, tmp_path):
+    """A checkpoint without a tensor the hyperparameters are read from (the reference
+    stops on a KeyError): named, nothing written."""
+    from safetensors.numpy import load_file, save_file
+
+    from weightsmith.convert import hf_to_gguf
+
+    src = tmp_path / "m"
+    src.mkdir()
+    w = load_file(pt / "model.safetensors")
+    del w["mimi.encoder_transformer.transformer.layers.0.linear1.weight"]
+    save_file(w, str(src / "model.safetensors"))
+    (src / "tokenizer.model").write_bytes((pt / "tokenizer.model").read_bytes())
+    with pytest.raises(E.MissingModelFile, match=r"encoder_transformer\.transformer\.layers\.0"):
+        hf_to_gguf(src, tmp_path / "t.gguf", "f16", mmproj=tmp_path / "m.gguf")
+    assert not list(tmp_path.glob("*.gguf"))
