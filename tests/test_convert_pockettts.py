@@ -184,6 +184,91 @@ def test_llama_cpp_runs_ours(pt):
     assert err < 1e-4, err
 
 
+def _hf_speaker_embeddings(src, pcm: np.ndarray) -> np.ndarray:
+    """transformers' ``PocketTTSAudioTokenizer`` encoder (Kyutai's Mimi encoder under its
+    names: the SEANet ``model.N`` convs as ``layers.N``, the transformer's fused
+    ``in_proj`` split with Q/K rows from interleaved RoPE pairs to halves, the
+    downsampling conv) on the checkpoint's weights, then ``flow_lm.speaker_proj_weight``
+    (the reference's voice-prompt path; transformers has no such projection)."""
+    import re
+
+    import torch
+    from safetensors.numpy import load_file
+    from transformers import PocketTTSAudioTokenizerConfig, PocketTTSAudioTokenizerModel
+
+    from support.pockettts_models import MIMI, MIMI_FF, MIMI_LAYERS
+
+    w = load_file(src / "model.safetensors")
+    # latent_dim = the width: Kyutai's downsampling conv keeps it (the codec's latent
+    # projection is the decoder's quant_out, not read here)
+    cfg = PocketTTSAudioTokenizerConfig(hidden_size=MIMI, num_filters=4, intermediate_size=MIMI_FF,
+                                        num_attention_heads=MIMI // 64, num_key_value_heads=MIMI // 64,
+                                        num_hidden_layers=MIMI_LAYERS, latent_dim=MIMI,
+                                        upsample_groups=MIMI)  # fmt: skip
+    enc = PocketTTSAudioTokenizerModel(cfg).eval().encoder
+    heads, hd = MIMI // 64, 64
+
+    def halves(x: np.ndarray) -> np.ndarray:
+        return x.reshape(heads, hd // 2, 2, -1).transpose(0, 2, 1, 3).reshape(heads * hd, -1)
+
+    names = {"self_attn.out_proj.weight": "self_attn.o_proj.weight",
+             "linear1.weight": "mlp.fc1.weight", "linear2.weight": "mlp.fc2.weight",
+             "norm1.weight": "input_layernorm.weight", "norm1.bias": "input_layernorm.bias",
+             "norm2.weight": "post_attention_layernorm.weight",
+             "norm2.bias": "post_attention_layernorm.bias",
+             "layer_scale_1.scale": "self_attn_layer_scale.scale",
+             "layer_scale_2.scale": "mlp_layer_scale.scale"}  # fmt: skip
+    sd = {"downsample.conv.weight": w["mimi.downsample.conv.conv.weight"]}
+    for k, v in w.items():
+        if m := re.fullmatch(r"mimi\.encoder\.model\.(\d+)\.(block\.\d+\.)?conv\.conv\.(\w+)", k):
+            sd[f"encoder_seanet.layers.{m[1]}.{m[2] or ''}conv.{m[3]}"] = v
+        elif m := re.fullmatch(r"mimi\.encoder_transformer\.transformer\.layers\.(\d+)\.(.+)", k):
+            o = f"encoder_transformer.layers.{m[1]}."
+            if m[2] == "self_attn.in_proj.weight":
+                q, kk, vv = np.split(v, 3)
+                sd |= {o + "self_attn.q_proj.weight": halves(q),
+                       o + "self_attn.k_proj.weight": halves(kk), o + "self_attn.v_proj.weight": vv}  # fmt: skip
+            else:
+                sd[o + names[m[2]]] = v
+    missing, unexpected = enc.load_state_dict(
+        {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in sd.items()}, strict=False
+    )
+    assert not missing and not unexpected, (missing, unexpected)
+    with torch.no_grad():
+        x = enc(torch.from_numpy(pcm)[None, None]).latents[0].numpy()  # [width, T]
+    return x.T @ w["flow_lm.speaker_proj_weight"].T
+
+
+def test_mtmd_speaker_encoder(pt):
+    """mtmd (llama-cpp-python 0.3.36) loads our projector with our text file and encodes
+    0.96 s of 24 kHz audio (a whole number of 12.5 Hz frames) into 12 voice-prompt rows:
+    transformers' Mimi encoder + the speaker projection within 2e-3 of the scale
+    (measured 7.9e-4 at scale 1.44: the file's F16 conv kernels, ggml's F16 im2col).
+
+    Not compared: a length that is not a whole number of frames (mtmd pads the last one
+    with zeros on the right, transformers' downsampling conv replicates: the last row then
+    differs by 0.52, the others agree), and the generation half (the flow net and the
+    Mimi decoder, reached through ``mtmd_gen_audio_process``)."""
+    from pathlib import Path
+
+    from llama_cpp import mtmd_cpp
+
+    from test_convert_mmproj import _mtmd_encode
+
+    root = Path(pt).parent
+    rng = np.random.default_rng(3)
+    t = np.arange(23040) / 24000
+    pcm = (0.4 * np.sin(2 * np.pi * 440 * t) + 0.05 * rng.standard_normal(t.size)).astype(
+        np.float32
+    )
+    got = _mtmd_encode(root / "ours-text-f32.gguf", root / "ours-mmproj-f32.gguf", None, pcm)
+    want = _hf_speaker_embeddings(pt, pcm)
+    assert got.shape == want.shape == (12, 128), (got.shape, want.shape)
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert err < 2e-3, err
+    assert mtmd_cpp.MTMD_GEN_AUDIO_TYPE_POCKETTTS  # the generation API is there (not run)
+
+
 def test_cli_writes_both(pt, tmp_path):
     """``weightsmith convert DIR out.gguf --mmproj``: the reference's projector, our text."""
     from weightsmith.cli._main import main
