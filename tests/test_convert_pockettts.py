@@ -23,6 +23,8 @@ another structure, so the one checkpoint file with both halves is written direct
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -184,56 +186,86 @@ def test_llama_cpp_runs_ours(pt):
     assert err < 1e-4, err
 
 
+#: Kyutai's Mimi transformer layer names -> transformers' PocketTTSAudioTokenizer ones
+_MIMI_NAMES = {"self_attn.out_proj.weight": "self_attn.o_proj.weight",
+               "linear1.weight": "mlp.fc1.weight", "linear2.weight": "mlp.fc2.weight",
+               "norm1.weight": "input_layernorm.weight", "norm1.bias": "input_layernorm.bias",
+               "norm2.weight": "post_attention_layernorm.weight",
+               "norm2.bias": "post_attention_layernorm.bias",
+               "layer_scale_1.scale": "self_attn_layer_scale.scale",
+               "layer_scale_2.scale": "mlp_layer_scale.scale"}  # fmt: skip
+
+
+def _mimi_state_dict(w: dict, side: str, prefix: str) -> dict:
+    """Kyutai's ``mimi.{side}oder`` SEANet and ``mimi.{side}oder_transformer`` under
+    transformers' names (``prefix`` before them): ``model.N`` as ``layers.N``, the fused
+    ``in_proj`` split with Q/K rows from interleaved RoPE pairs to halves."""
+    from support.pockettts_models import MIMI
+
+    heads, hd = MIMI // 64, 64
+
+    def halves(x: np.ndarray) -> np.ndarray:
+        return x.reshape(heads, hd // 2, 2, -1).transpose(0, 2, 1, 3).reshape(heads * hd, -1)
+
+    sd = {}
+    seanet = rf"mimi\.{side}oder\.model\.(\d+)\.(block\.\d+\.)?(conv\.conv|convtr\.convtr)\.(\w+)"
+    tfm = rf"mimi\.{side}oder_transformer\.transformer\.layers\.(\d+)\.(.+)"
+    for k, v in w.items():
+        if m := re.fullmatch(seanet, k):
+            sd[f"{prefix}{side}oder_seanet.layers.{m[1]}.{m[2] or ''}conv.{m[4]}"] = v
+        elif m := re.fullmatch(tfm, k):
+            o = f"{prefix}{side}oder_transformer.layers.{m[1]}."
+            if m[2] == "self_attn.in_proj.weight":
+                q, kk, vv = np.split(v, 3)
+                sd |= {o + "self_attn.q_proj.weight": halves(q),
+                       o + "self_attn.k_proj.weight": halves(kk), o + "self_attn.v_proj.weight": vv}  # fmt: skip
+            else:
+                sd[o + _MIMI_NAMES[m[2]]] = v
+    return sd
+
+
+def _mimi(latent_dim: int):
+    """A transformers ``PocketTTSAudioTokenizerModel`` of the tiny Mimi's sizes."""
+    from transformers import PocketTTSAudioTokenizerConfig, PocketTTSAudioTokenizerModel
+
+    from support.pockettts_models import FILTERS, MIMI, MIMI_FF, MIMI_LAYERS
+
+    cfg = PocketTTSAudioTokenizerConfig(hidden_size=MIMI, num_filters=FILTERS,
+                                        intermediate_size=MIMI_FF, num_attention_heads=MIMI // 64,
+                                        num_key_value_heads=MIMI // 64,
+                                        num_hidden_layers=MIMI_LAYERS, latent_dim=latent_dim,
+                                        upsample_groups=MIMI)  # fmt: skip
+    return PocketTTSAudioTokenizerModel(cfg).eval()
+
+
+def _load(model, sd: dict) -> None:
+    import torch
+
+    missing, unexpected = model.load_state_dict(
+        {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in sd.items()}, strict=False
+    )
+    assert not unexpected, unexpected
+    return missing
+
+
 def _hf_speaker_embeddings(src, pcm: np.ndarray) -> np.ndarray:
     """transformers' ``PocketTTSAudioTokenizer`` encoder (Kyutai's Mimi encoder under its
     names: the SEANet ``model.N`` convs as ``layers.N``, the transformer's fused
     ``in_proj`` split with Q/K rows from interleaved RoPE pairs to halves, the
     downsampling conv) on the checkpoint's weights, then ``flow_lm.speaker_proj_weight``
     (the reference's voice-prompt path; transformers has no such projection)."""
-    import re
-
     import torch
     from safetensors.numpy import load_file
-    from transformers import PocketTTSAudioTokenizerConfig, PocketTTSAudioTokenizerModel
 
-    from support.pockettts_models import MIMI, MIMI_FF, MIMI_LAYERS
+    from support.pockettts_models import MIMI
 
     w = load_file(src / "model.safetensors")
     # latent_dim = the width: Kyutai's downsampling conv keeps it (the codec's latent
     # projection is the decoder's quant_out, not read here)
-    cfg = PocketTTSAudioTokenizerConfig(hidden_size=MIMI, num_filters=4, intermediate_size=MIMI_FF,
-                                        num_attention_heads=MIMI // 64, num_key_value_heads=MIMI // 64,
-                                        num_hidden_layers=MIMI_LAYERS, latent_dim=MIMI,
-                                        upsample_groups=MIMI)  # fmt: skip
-    enc = PocketTTSAudioTokenizerModel(cfg).eval().encoder
-    heads, hd = MIMI // 64, 64
-
-    def halves(x: np.ndarray) -> np.ndarray:
-        return x.reshape(heads, hd // 2, 2, -1).transpose(0, 2, 1, 3).reshape(heads * hd, -1)
-
-    names = {"self_attn.out_proj.weight": "self_attn.o_proj.weight",
-             "linear1.weight": "mlp.fc1.weight", "linear2.weight": "mlp.fc2.weight",
-             "norm1.weight": "input_layernorm.weight", "norm1.bias": "input_layernorm.bias",
-             "norm2.weight": "post_attention_layernorm.weight",
-             "norm2.bias": "post_attention_layernorm.bias",
-             "layer_scale_1.scale": "self_attn_layer_scale.scale",
-             "layer_scale_2.scale": "mlp_layer_scale.scale"}  # fmt: skip
-    sd = {"downsample.conv.weight": w["mimi.downsample.conv.conv.weight"]}
-    for k, v in w.items():
-        if m := re.fullmatch(r"mimi\.encoder\.model\.(\d+)\.(block\.\d+\.)?conv\.conv\.(\w+)", k):
-            sd[f"encoder_seanet.layers.{m[1]}.{m[2] or ''}conv.{m[3]}"] = v
-        elif m := re.fullmatch(r"mimi\.encoder_transformer\.transformer\.layers\.(\d+)\.(.+)", k):
-            o = f"encoder_transformer.layers.{m[1]}."
-            if m[2] == "self_attn.in_proj.weight":
-                q, kk, vv = np.split(v, 3)
-                sd |= {o + "self_attn.q_proj.weight": halves(q),
-                       o + "self_attn.k_proj.weight": halves(kk), o + "self_attn.v_proj.weight": vv}  # fmt: skip
-            else:
-                sd[o + names[m[2]]] = v
-    missing, unexpected = enc.load_state_dict(
-        {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in sd.items()}, strict=False
-    )
-    assert not missing and not unexpected, (missing, unexpected)
+    enc = _mimi(MIMI).encoder
+    sd = _mimi_state_dict(w, "enc", "")
+    sd["downsample.conv.weight"] = w["mimi.downsample.conv.conv.weight"]
+    assert not _load(enc, sd)
     with torch.no_grad():
         x = enc(torch.from_numpy(pcm)[None, None]).latents[0].numpy()  # [width, T]
     return x.T @ w["flow_lm.speaker_proj_weight"].T
@@ -247,11 +279,8 @@ def test_mtmd_speaker_encoder(pt):
 
     Not compared: a length that is not a whole number of frames (mtmd pads the last one
     with zeros on the right, transformers' downsampling conv replicates: the last row then
-    differs by 0.52, the others agree), and the generation half (the flow net and the
-    Mimi decoder, reached through ``mtmd_gen_audio_process``)."""
+    differs by 0.52, the others agree)."""
     from pathlib import Path
-
-    from llama_cpp import mtmd_cpp
 
     from test_convert_mmproj import _mtmd_encode
 
@@ -266,7 +295,73 @@ def test_mtmd_speaker_encoder(pt):
     assert got.shape == want.shape == (12, 128), (got.shape, want.shape)
     err = float(np.abs(got - want).max() / np.abs(want).max())
     assert err < 2e-3, err
-    assert mtmd_cpp.MTMD_GEN_AUDIO_TYPE_POCKETTTS  # the generation API is there (not run)
+
+
+def _gen_wav(text, mmproj, feats: np.ndarray) -> tuple[np.ndarray, int]:
+    """mtmd's Mimi decoder (``MTMD_GEN_PROCESS_TYPE_GEN_WAV``) on ``feats`` [frames, 32],
+    after one ``GEN_CODE`` step (the flow net: mtmd sizes its warm-up graph by the first
+    call, and a first GEN_WAV call aborts in that warm-up); the PCM and the info's type."""
+    import ctypes
+
+    import llama_cpp
+    from llama_cpp import mtmd_cpp
+
+    llm = llama_cpp.Llama(model_path=str(text), n_ctx=256, n_threads=2, verbose=False)
+    try:
+        params = mtmd_cpp.mtmd_context_params_default()
+        params.use_gpu, params.n_threads, params.print_timings = False, 2, False
+        ctx = mtmd_cpp.mtmd_init_from_file(str(mmproj).encode(), llm.model, params)
+        assert ctx is not None, "mtmd did not load the projector"
+        try:
+            kind = mtmd_cpp.mtmd_gen_audio_get_info(ctx).type
+            code = mtmd_cpp.mtmd_gen_inp_default(ctx)
+            code.type = mtmd_cpp.MTMD_GEN_PROCESS_TYPE_GEN_CODE
+            h = (ctypes.c_float * llama_cpp.llama_model_n_embd(llm.model))()
+            code.embd = ctypes.cast(h, ctypes.POINTER(ctypes.c_float))
+            out = mtmd_cpp.mtmd_gen_out()
+            assert mtmd_cpp.mtmd_gen_audio_process(ctx, ctypes.byref(code), ctypes.byref(out)) == 0
+            inp = mtmd_cpp.mtmd_gen_inp_default(ctx)
+            inp.type = mtmd_cpp.MTMD_GEN_PROCESS_TYPE_GEN_WAV
+            buf = (ctypes.c_float * feats.size).from_buffer_copy(feats.tobytes())
+            inp.feats, inp.n_feats = ctypes.cast(buf, ctypes.POINTER(ctypes.c_float)), feats.size
+            out = mtmd_cpp.mtmd_gen_out()
+            assert mtmd_cpp.mtmd_gen_audio_process(ctx, ctypes.byref(inp), ctypes.byref(out)) == 0
+            return np.ctypeslib.as_array(out.audio, shape=(out.n_samples,)).copy(), kind
+        finally:
+            mtmd_cpp.mtmd_free(ctx)
+    finally:
+        llm.close()
+
+
+def test_mtmd_mimi_decoder(pt):
+    """The generation half: mtmd (a ``POCKETTTS`` generation model) decodes 12 latents
+    through our projector's Mimi decoder into 23,040 samples (0.96 s at 24 kHz), as
+    transformers' ``PocketTTSAudioTokenizer.decode`` (latent projection, depthwise
+    upsampling, transformer, SEANet decoder) on the latents denormalised by
+    ``emb_std`` / ``emb_mean``: within 2e-3 of the scale (measured 1.07e-3 at 1.0: the
+    F16 conv kernels).  The flow net's sampled latent (GEN_CODE) is run, not compared."""
+    import torch
+    from llama_cpp import mtmd_cpp
+    from safetensors.numpy import load_file
+
+    from support.pockettts_models import LDIM
+
+    root = pt.parent
+    w = load_file(pt / "model.safetensors")
+    feats = np.random.default_rng(5).standard_normal((12, LDIM)).astype(np.float32)
+    got, kind = _gen_wav(root / "ours-text-f32.gguf", root / "ours-mmproj-f32.gguf", feats)
+    assert kind == mtmd_cpp.MTMD_GEN_AUDIO_TYPE_POCKETTTS
+    model = _mimi(LDIM)
+    sd = _mimi_state_dict(w, "dec", "decoder.")
+    sd["latent_proj.weight"] = w["mimi.quantizer.output_proj.weight"]
+    sd["decoder.upsample.conv.weight"] = w["mimi.upsample.convtr.convtr.weight"]
+    assert all(k.startswith("encoder.") for k in _load(model, sd))
+    latents = feats * w["flow_lm.emb_std"] + w["flow_lm.emb_mean"]
+    with torch.no_grad():
+        want = model.decode(torch.from_numpy(latents)[None]).audio_values[0, 0].numpy()
+    assert got.shape == want.shape == (12 * 1920,), (got.shape, want.shape)
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert err < 2e-3, err
 
 
 def test_cli_writes_both(pt, tmp_path):
