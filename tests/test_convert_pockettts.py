@@ -18,6 +18,11 @@ another structure, so the one checkpoint file with both halves is written direct
   are transformers' ``PocketTTSModel`` backbone on the same weights (Q/K rows from
   Kyutai's interleaved RoPE pairs to transformers' halves; its learned BOS latent through
   ``audio_latent_proj`` at the ``<|audio_bos|>`` position) times the embedding;
+* mtmd (llama-cpp-python 0.3.36) loads our projector with our text and runs both halves
+  against transformers' modules on the same weights: the voice-prompt encoder (Mimi
+  encoder + speaker projection: ``PocketTTSAudioTokenizer``'s encoder), the flow net
+  (``GEN_CODE``: ``PocketTTSFlowHead``) and the Mimi decoder (``GEN_WAV``:
+  ``PocketTTSAudioTokenizer.decode``);
 * GGUF -> HF is refused by name (no transformers class loads Kyutai's layout).
 """
 
@@ -297,68 +302,133 @@ def test_mtmd_speaker_encoder(pt):
     assert err < 2e-3, err
 
 
-def _gen_wav(text, mmproj, feats: np.ndarray) -> tuple[np.ndarray, int]:
-    """mtmd's Mimi decoder (``MTMD_GEN_PROCESS_TYPE_GEN_WAV``) on ``feats`` [frames, 32],
-    after one ``GEN_CODE`` step (the flow net: mtmd sizes its warm-up graph by the first
-    call, and a first GEN_WAV call aborts in that warm-up); the PCM and the info's type."""
+@pytest.fixture(scope="module")
+def gen(pt) -> dict:
+    """mtmd's generation half through our f32 pair: one ``GEN_CODE`` step (the flow net
+    and the EOS head) on a seeded backbone state, with noise of std 1e-7 (``temp``
+    1e-14: mtmd takes 0 for its default 0.7), then ``GEN_WAV`` (the Mimi decoder) on 12
+    seeded latents.  GEN_CODE goes first: a first GEN_WAV call aborts in mtmd 0.3.36's
+    warm-up (it builds that call's graph from a 1 x 1 placeholder, which the flow-net
+    half reshapes to the text width: ``GGML_ASSERT`` in ``ggml_reshape_2d``)."""
     import ctypes
 
     import llama_cpp
     from llama_cpp import mtmd_cpp
 
-    llm = llama_cpp.Llama(model_path=str(text), n_ctx=256, n_threads=2, verbose=False)
+    from support.pockettts_models import DIM, LDIM
+
+    root = pt.parent
+    out: dict = {"h": np.random.default_rng(7).standard_normal(DIM).astype(np.float32),
+                 "feats": np.random.default_rng(5).standard_normal((12, LDIM)).astype(np.float32)}  # fmt: skip
+    llm = llama_cpp.Llama(model_path=str(root / "ours-text-f32.gguf"), n_ctx=256, n_threads=2,
+                          verbose=False)  # fmt: skip
     try:
         params = mtmd_cpp.mtmd_context_params_default()
         params.use_gpu, params.n_threads, params.print_timings = False, 2, False
-        ctx = mtmd_cpp.mtmd_init_from_file(str(mmproj).encode(), llm.model, params)
+        ctx = mtmd_cpp.mtmd_init_from_file(
+            str(root / "ours-mmproj-f32.gguf").encode(), llm.model, params
+        )
         assert ctx is not None, "mtmd did not load the projector"
         try:
-            kind = mtmd_cpp.mtmd_gen_audio_get_info(ctx).type
+            info = mtmd_cpp.mtmd_gen_audio_get_info(ctx)
+            out["info"] = (info.type, info.sample_rate, info.model_variant)
             code = mtmd_cpp.mtmd_gen_inp_default(ctx)
             code.type = mtmd_cpp.MTMD_GEN_PROCESS_TYPE_GEN_CODE
-            h = (ctypes.c_float * llama_cpp.llama_model_n_embd(llm.model))()
+            h = (ctypes.c_float * DIM).from_buffer_copy(out["h"].tobytes())
             code.embd = ctypes.cast(h, ctypes.POINTER(ctypes.c_float))
-            out = mtmd_cpp.mtmd_gen_out()
-            assert mtmd_cpp.mtmd_gen_audio_process(ctx, ctypes.byref(code), ctypes.byref(out)) == 0
+            code.temp, code.seed = 1e-14, 1
+            res = mtmd_cpp.mtmd_gen_out()
+            assert mtmd_cpp.mtmd_gen_audio_process(ctx, ctypes.byref(code), ctypes.byref(res)) == 0
+            out["latent"] = np.ctypeslib.as_array(res.feats, shape=(res.n_feats,)).copy()
+            out["embd"] = np.ctypeslib.as_array(res.embd, shape=(DIM,)).copy()
+            out["eos"] = bool(res.is_eos)
+            feats = out["feats"]
             inp = mtmd_cpp.mtmd_gen_inp_default(ctx)
             inp.type = mtmd_cpp.MTMD_GEN_PROCESS_TYPE_GEN_WAV
             buf = (ctypes.c_float * feats.size).from_buffer_copy(feats.tobytes())
             inp.feats, inp.n_feats = ctypes.cast(buf, ctypes.POINTER(ctypes.c_float)), feats.size
-            out = mtmd_cpp.mtmd_gen_out()
-            assert mtmd_cpp.mtmd_gen_audio_process(ctx, ctypes.byref(inp), ctypes.byref(out)) == 0
-            return np.ctypeslib.as_array(out.audio, shape=(out.n_samples,)).copy(), kind
+            res = mtmd_cpp.mtmd_gen_out()
+            assert mtmd_cpp.mtmd_gen_audio_process(ctx, ctypes.byref(inp), ctypes.byref(res)) == 0
+            out["pcm"] = np.ctypeslib.as_array(res.audio, shape=(res.n_samples,)).copy()
         finally:
             mtmd_cpp.mtmd_free(ctx)
     finally:
         llm.close()
+    return out
 
 
-def test_mtmd_mimi_decoder(pt):
-    """The generation half: mtmd (a ``POCKETTTS`` generation model) decodes 12 latents
-    through our projector's Mimi decoder into 23,040 samples (0.96 s at 24 kHz), as
-    transformers' ``PocketTTSAudioTokenizer.decode`` (latent projection, depthwise
-    upsampling, transformer, SEANet decoder) on the latents denormalised by
-    ``emb_std`` / ``emb_mean``: within 2e-3 of the scale (measured 1.07e-3 at 1.0: the
-    F16 conv kernels).  The flow net's sampled latent (GEN_CODE) is run, not compared."""
+def test_mtmd_flow_net(pt, gen):
+    """mtmd's ``GEN_CODE`` through our projector: the flow net's one LSD step from
+    (nearly) zero noise is transformers' ``PocketTTSFlowHead`` (Kyutai's ``flow_net``
+    under its names) at times 0 -> 1 on the same backbone state, within 1.7e-6 at scale
+    2.7 (asserted 1e-5 of scale); the returned embedding is ``input_linear`` of it; the
+    EOS flag is ``out_eos(h) > -4`` (mtmd's threshold)."""
+    import torch
+    from safetensors.numpy import load_file
+    from transformers.models.pocket_tts.configuration_pocket_tts import PocketTTSFlowHeadConfig
+    from transformers.models.pocket_tts.modeling_pocket_tts import PocketTTSFlowHead
+
+    from support.pockettts_models import DIM, FLOW, FLOW_DEPTH, LDIM
+
+    w = load_file(pt / "model.safetensors")
+    n = "flow_lm.flow_net."
+    sd = {}
+    for hf, ky in (("input_proj", "input_proj"), ("cond_proj", "cond_embed"),
+                   ("final_layer.adaln_proj", "final_layer.adaLN_modulation.1"),
+                   ("final_layer.proj", "final_layer.linear")):  # fmt: skip
+        sd |= {f"{hf}.{s}": w[f"{n}{ky}.{s}"] for s in ("weight", "bias")}
+    for i in range(2):
+        t, o = f"{n}time_embed.{i}.", f"timestep_embeddings.{i}."
+        sd |= {o + "freqs": w[t + "freqs"], o + "norm.weight": w[t + "mlp.3.alpha"]}
+        sd |= {f"{o}fc{j}.{s}": w[f"{t}mlp.{k}.{s}"] for j, k in ((1, 0), (2, 2))
+               for s in ("weight", "bias")}  # fmt: skip
+    for i in range(FLOW_DEPTH):
+        r = f"{n}res_blocks.{i}."
+        for hf, ky in (("norm", "in_ln"), ("fc1", "mlp.0"), ("fc2", "mlp.2"),
+                       ("adaln_proj", "adaLN_modulation.1")):  # fmt: skip
+            sd |= {f"layers.{i}.{hf}.{s}": w[f"{r}{ky}.{s}"] for s in ("weight", "bias")}
+    cfg = PocketTTSFlowHeadConfig(hidden_size=FLOW, num_hidden_layers=FLOW_DEPTH,
+                                  condition_dim=DIM, frequency_embedding_size=FLOW,
+                                  latent_dim=LDIM)  # fmt: skip
+    head = PocketTTSFlowHead(cfg).eval()
+    head.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in sd.items()})
+    with torch.no_grad():
+        want = head(torch.zeros(1, LDIM), torch.from_numpy(gen["h"])[None],
+                    [torch.zeros(1, 1), torch.ones(1, 1)])[0].numpy()  # fmt: skip
+    got = gen["latent"]
+    assert got.shape == want.shape == (LDIM,)
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert err < 1e-5, err
+    lin = w["flow_lm.input_linear.weight"]
+    assert np.abs(gen["embd"] - lin @ got).max() <= 1e-5 * np.abs(lin @ got).max()
+    score = float((w["flow_lm.out_eos.weight"] @ gen["h"] + w["flow_lm.out_eos.bias"])[0])
+    assert gen["eos"] == (score > -4.0), score
+
+
+def test_mtmd_mimi_decoder(pt, gen):
+    """mtmd reports a PocketTTS generation model (24 kHz, variant = the folder's name) and
+    its ``GEN_WAV`` decodes 12 latents through our projector's Mimi decoder into 23,040
+    samples (0.96 s), as transformers' ``PocketTTSAudioTokenizer.decode`` (latent
+    projection, depthwise upsampling, transformer, SEANet decoder) on the latents
+    denormalised by ``emb_std`` / ``emb_mean``: within 2e-3 of the scale (measured
+    1.07e-3 at 1.0: the F16 conv kernels)."""
     import torch
     from llama_cpp import mtmd_cpp
     from safetensors.numpy import load_file
 
     from support.pockettts_models import LDIM
 
-    root = pt.parent
     w = load_file(pt / "model.safetensors")
-    feats = np.random.default_rng(5).standard_normal((12, LDIM)).astype(np.float32)
-    got, kind = _gen_wav(root / "ours-text-f32.gguf", root / "ours-mmproj-f32.gguf", feats)
-    assert kind == mtmd_cpp.MTMD_GEN_AUDIO_TYPE_POCKETTTS
+    assert gen["info"] == (mtmd_cpp.MTMD_GEN_AUDIO_TYPE_POCKETTTS, 24000, pt.name.encode())
     model = _mimi(LDIM)
     sd = _mimi_state_dict(w, "dec", "decoder.")
     sd["latent_proj.weight"] = w["mimi.quantizer.output_proj.weight"]
     sd["decoder.upsample.conv.weight"] = w["mimi.upsample.convtr.convtr.weight"]
     assert all(k.startswith("encoder.") for k in _load(model, sd))
-    latents = feats * w["flow_lm.emb_std"] + w["flow_lm.emb_mean"]
+    latents = gen["feats"] * w["flow_lm.emb_std"] + w["flow_lm.emb_mean"]
     with torch.no_grad():
         want = model.decode(torch.from_numpy(latents)[None]).audio_values[0, 0].numpy()
+    got = gen["pcm"]
     assert got.shape == want.shape == (12 * 1920,), (got.shape, want.shape)
     err = float(np.abs(got - want).max() / np.abs(want).max())
     assert err < 2e-3, err
