@@ -148,12 +148,12 @@ def guessed_config(d: Any) -> dict | None:
         f.close()
     if not is_kyutai(shapes):
         return None
-    for name in SHAPE_SOURCES:
-        if name not in shapes or len(shapes[name]) < (2 if name.endswith("embed.weight") else 1):
+    for name, ndim in SHAPE_SOURCES.items():
+        if name not in shapes or len(shapes[name]) != ndim:
             raise E.MissingModelFile(
                 "a PocketTTS checkpoint (no config.json) lacks a tensor its hyperparameters "
-                "are read from",
-                path=d / parts[0], field=f"tensor {name!r}", expected="present",
+                "or its embedding are read from",
+                path=d / parts[0], field=f"tensor {name!r}", expected=f"a {ndim}-D tensor",
                 found=list(shapes[name]) if name in shapes else "no such tensor",
             )  # fmt: skip
     return kyutai_config(shapes)

@@ -54,9 +54,11 @@ EMBED = "flow_lm.conditioner.embed.weight"
 _LAYER_NORM = "flow_lm.transformer.layers.{}.norm1.weight"
 _MIMI_NORM = "mimi.encoder_transformer.transformer.layers.{}.norm1.weight"
 _MIMI_FF = "mimi.encoder_transformer.transformer.layers.0.linear1.weight"
-#: the tensors :func:`kyutai_config` reads (the reference stops on a KeyError without one)
-SHAPE_SOURCES = (EMBED, "flow_lm.transformer.layers.0.linear1.weight", _MIMI_NORM.format(0),
-                 _MIMI_FF)  # fmt: skip
+#: the tensors :func:`kyutai_config` reads, and ``input_linear`` (folded into the
+#: embedding), with their number of dimensions: the reference stops on a KeyError
+#: without one, ours names it
+SHAPE_SOURCES = {EMBED: 2, "flow_lm.transformer.layers.0.linear1.weight": 2,
+                 _MIMI_NORM.format(0): 1, _MIMI_FF: 2, INPUT_LINEAR: 2}  # fmt: skip
 #: the config field saying the checkpoint has ``bos_before_voice`` (one more row)
 HAS_BOS_BEFORE_VOICE = "_bos_before_voice"
 
@@ -68,7 +70,7 @@ def is_kyutai(shapes: dict[str, tuple[int, ...]]) -> bool:
 
 def kyutai_config(shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
     """The config the reference derives from the tensor shapes (its ``_load_hparams``);
-    ``shapes`` holds every :data:`SHAPE_SOURCES` tensor."""
+    ``shapes`` holds every :data:`SHAPE_SOURCES` tensor, of its dimensions."""
     n_vocab, n_embd = shapes[EMBED]
     count = lambda rx: sum(1 for n in shapes if re.fullmatch(rx, n))  # noqa: E731
     n_layer = count(re.escape(_LAYER_NORM).replace(r"\{\}", r"\d+"))
