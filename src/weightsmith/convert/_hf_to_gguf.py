@@ -99,6 +99,7 @@ from .arch import (
     FILE_TYPE,
     SLOT,
     Arch,
+    Compose,
     Packed,
     Piece,
     PlanError,
@@ -108,6 +109,7 @@ from .arch import (
     lookup,
     supported,
 )
+from .arch.pockettts import SHAPE_SOURCES, is_kyutai, kyutai_config
 from .tokenizer import vocab_metadata
 
 VT = GGUFValueType
@@ -129,12 +131,42 @@ _OUTTYPES = {"f32": "F32", "f16": "F16", "bf16": "BF16", "q8_0": "Q8_0"}
 _TOP_LEVEL_TEXT = ("Sarashina2VisionForCausalLM",)
 
 
+def guessed_config(d: Any) -> dict | None:
+    """The config of a checkpoint that ships none, derived from its tensor shapes as the
+    reference's hparams loaders do (PocketTTS: one ``model*.safetensors`` holding
+    ``flow_lm.bos_emb``), or None; a local folder without ``config.json`` only."""
+    if not isinstance(d, Path) or (d / "config.json").is_file() or not d.is_dir():
+        return None
+    parts = sorted(p.name for p in d.iterdir() if p.name.startswith("model")
+                   and p.name.endswith(".safetensors"))  # fmt: skip
+    if len(parts) != 1:
+        return None
+    f = safe_open(d / parts[0], framework="np", mmap=False)
+    try:
+        shapes = {n: tuple(f.info(n).shape) for n in f.keys()}  # noqa: SIM118 (a handle)
+    finally:
+        f.close()
+    if not is_kyutai(shapes):
+        return None
+    for name, ndim in SHAPE_SOURCES.items():
+        if name not in shapes or len(shapes[name]) != ndim:
+            raise E.MissingModelFile(
+                "a PocketTTS checkpoint (no config.json) lacks a tensor its hyperparameters "
+                "or its embedding are read from",
+                path=d / parts[0], field=f"tensor {name!r}", expected=f"a {ndim}-D tensor",
+                found=list(shapes[name]) if name in shapes else "no such tensor",
+            )  # fmt: skip
+    return kyutai_config(shapes)
+
+
 def _read_config(d: Path) -> dict:
     p = d / "config.json"
     if not d.is_dir():
         raise E.MissingModelFile(
             "model folder not found", path=d, expected="a folder", found="nothing"
         )
+    if not p.is_file() and (guessed := guessed_config(d)) is not None:
+        return guessed
     if not p.is_file():
         raise E.MissingModelFile(
             "no config.json in the model folder",
@@ -570,6 +602,8 @@ def hf_input(
     if arch.e8m0_scales:
         sources = e8m0_dequantize_sources(sources, d)
     sources = _drop_copies(arch, sources)
+    for c in arch.compose:
+        sources = _composed(c, sources)
     if arch.dense:  # written first, as the reference's extra tensors
         dense = _dense_sources(d)
         cfg["_dense"] = {s.name: s.shape[::-1] for s in dense}
@@ -589,6 +623,23 @@ def hf_input(
         n_vocab=lambda vocab: _n_vocab(d, vocab),
         streamed=repo is not None,
     )
+
+
+def _composed(c: Compose, sources: list[_Source]) -> list[_Source]:
+    """``sources`` with ``c.target`` replaced by ``c.fn`` of it and ``c.inputs`` (those
+    present), read when the target is; the inputs stay sources of their own."""
+    by = {s.name: s for s in sources}
+    if c.target not in by:
+        return sources
+    used = [by[c.target]] + [by[n] for n in c.inputs if n in by]
+    shape = c.shape({s.name: s.shape for s in used})
+    t = by[c.target]
+
+    def load(used: list[_Source] = used) -> np.ndarray:
+        return c.fn({s.name: _widen(s.load()) for s in used})
+
+    new = _Source(t.name, tuple(shape), t.dtype, load)
+    return [new if s is t else s for s in sources]
 
 
 def _drop_copies(arch: Arch, sources: list[_Source]) -> list[_Source]:

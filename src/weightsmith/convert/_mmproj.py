@@ -35,6 +35,7 @@ from ._model_card import provenance_rows
 from .arch import FILE_TYPE, PlanError
 from .arch.mmproj import (
     AUDIO,
+    FOLDER,
     MMPROJ_REGISTRY,
     TOKEN_ID,
     TOKEN_SOURCE,
@@ -243,7 +244,10 @@ def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
     # the class reads the config as written (text_config not merged up): the top-level
     # architecture (a text_config may name its own: SmolVLM's VLlama3ForCausalLM), and
     # Qwen2.5-VL's vision norm epsilon is the top-level rms_norm_eps or 1e-6
-    raw = read_json(cfg_path, E.InvalidModelConfig, "config.json", expected="a JSON object")
+    # a checkpoint without config.json: the config its tensor shapes give (PocketTTS)
+    raw = H.guessed_config(d) or read_json(
+        cfg_path, E.InvalidModelConfig, "config.json", expected="a JSON object"
+    )
     proj = _projector(raw, cfg_path)
     pre = _preprocessor(d)
     if proj.pre_nested is not None and isinstance(pre.get(proj.pre_nested), dict):
@@ -258,6 +262,7 @@ def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
                 found=pre.get(key),
             )
     view = vision_view(raw, pre)
+    view[FOLDER] = d.name
     if proj.audio_key is not None:  # the class's own get_audio_config (MERaLiON's speech_config)
         view[AUDIO] = towers(raw).get(proj.audio_key)
     if proj.token is not None:

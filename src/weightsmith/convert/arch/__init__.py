@@ -70,6 +70,7 @@ from ._model import (
     FILE_TYPE,
     SLOT,
     Arch,
+    Compose,
     HfTensor,
     MetaKey,
     NameRule,
@@ -155,6 +156,7 @@ from .muse_glimmer import MUSE_GLIMMER
 from .nemotron import NEMOTRON_H, NEMOTRON_H_MOE, has_experts
 from .olmo import OLMO2
 from .phi import PHI3
+from .pockettts import POCKETTTS
 from .qwen import QWEN2, QWEN2MOE, QWEN3, QWEN3MOE
 from .qwen4exp import QWEN4EXP
 from .qwen35 import QWEN3NEXT, QWEN35, QWEN35MOE
@@ -176,6 +178,7 @@ __all__ = [
     "SLOT",
     "VARIANTS",
     "Arch",
+    "Compose",
     "HfTensor",
     "MetaKey",
     "NameRule",
@@ -308,6 +311,8 @@ ENTRIES += (BAILINGMOE3,)
 ENTRIES += (BAILINGMOE3_VL,)
 # Mistral 4 (Mistral Small 4's text: DeepSeek-V2's MLA, fused experts; GGUF mistral4)
 ENTRIES += (MISTRAL4,)
+# PocketTTS's backbone (Kyutai's layout: no config.json, the config from tensor shapes)
+ENTRIES += (POCKETTTS,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)

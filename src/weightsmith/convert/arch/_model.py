@@ -11,6 +11,8 @@ and an inverse (GGUF -> HF) reading of the same row:
   the parts concatenated (or re-interleaved);
 * :class:`Transform` -- a value transform by a named function on the HF side (RoPE
   permutation, norm + 1, ...), with its inverse;
+* :class:`Compose` -- a source tensor computed from several before the plan (forward
+  only: PocketTTS's embedding with learned rows appended);
 * :class:`Packed` -- raw passthrough of already-quantized HF data (gpt-oss MXFP4
   ``*_blocks`` + ``*_scales``) repacked into ggml blocks, no float round trip; its
   inverse is the float rule for the same GGUF names (the data is dequantized).
@@ -358,6 +360,21 @@ class Packed:
         return out
 
 
+@dataclass(frozen=True)
+class Compose:
+    """One source tensor replaced by a function of it and others, before the plan.
+
+    ``target`` (an HF name) is read with ``inputs`` (those present; optional ones may be
+    missing) and becomes ``fn({name: widened values})`` of shape ``shape({name:
+    shape})``: PocketTTS's embedding with its learned rows appended.  Forward only (the
+    entry has no GGUF -> HF direction)."""
+
+    target: str
+    inputs: tuple[str, ...]
+    fn: Callable[[dict[str, np.ndarray]], np.ndarray]
+    shape: Callable[[dict[str, tuple[int, ...]]], tuple[int, ...]]
+
+
 # --------------------------------------------------------------------------- plans
 
 
@@ -561,6 +578,8 @@ class Arch:
     # entry whose required fields are derived by ``hf_config`` from rows of other fields
     # (Dots3 Note's sliding layers' geometry from per-layer arrays)
     hf_required: tuple[str, ...] | None = None
+    # source tensors replaced by a function of several (:class:`Compose`), before the plan
+    compose: tuple[Compose, ...] = ()
 
     # -- config
 

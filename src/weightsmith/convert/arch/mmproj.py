@@ -52,6 +52,7 @@ from . import lfm2_audio as L2A
 from . import minicpmv as MCV
 from . import minimax as MM3
 from . import phi4v as P4
+from . import pockettts as PT
 from ._common import GEMMA_NORM, PERMUTE_K, PERMUTE_Q, replace_rows
 from ._model import FILE_TYPE, VT, Arch, MetaKey, NameRule, Split, Transform, m
 from .gemma4_audio import (
@@ -96,6 +97,8 @@ _TEXT_EMBEDDINGS = ("language_model.model.embed_tokens.weight",
 PREPROCESSOR = "mmproj.preprocessor"
 GLOBAL = "mmproj.global"
 AUDIO = "mmproj.audio"
+#: the model folder's name (PocketTTS writes it as its generation model variant)
+FOLDER = "mmproj.folder"
 
 #: MmprojModel's layer-count spellings (``n_block_keys``)
 BLOCK_KEYS = (
@@ -1926,6 +1929,35 @@ LFM2_AUDIO = Projector(
     ),
 )
 
+# --------------------------------------------------------------------------- PocketTTS
+
+# PocketTTSMmprojModel: Kyutai's checkpoint (no config.json: the config from the tensor
+# shapes), the Mimi encoder + speaker projection and the flow net + Mimi decoder, see
+# arch/pockettts.py; gguf_key names each tensor (None: not written)
+POCKETTTS_AUDIO = Projector(
+    hf_archs=("PocketTTSModel",),
+    keep=("flow_lm.", "mimi."),
+    renumber=lambda name, v: PT.gguf_key(name),
+    force=PT.force,
+    required=(),
+    vision=False,
+    audio_required=(
+        ("num_hidden_layers",),
+        ("hidden_size",),
+        ("intermediate_size",),
+        ("num_attention_heads",),
+    ),
+    entry=Arch(
+        hf_archs=("PocketTTSModel",),
+        gguf_arch="clip",
+        meta=[FILE_TYPE, *PT.projector_meta(AUDIO, TEXT_WIDTH, FOLDER)],
+        names=PT.PROJECTOR_NAMES,
+        splits=PT.PROJECTOR_SPLITS,
+        transforms=PT.PROJECTOR_TRANSFORMS,
+        required=(),
+    ),
+)
+
 # --------------------------------------------------------------------------- Granite 4 Vision
 
 # Granite4VisionMmprojModel: a SigLIP tower (the Hub's ``model.vision_tower.vision_model.*``)
@@ -3150,5 +3182,6 @@ PROJECTORS += (MERALION2_AUDIO,)
 PROJECTORS += (LFM2_AUDIO,)
 PROJECTORS += (LING3VL_VISION,)
 PROJECTORS += (PHI4V_VISION,)
+PROJECTORS += (POCKETTTS_AUDIO,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}

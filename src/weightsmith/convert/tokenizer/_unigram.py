@@ -33,6 +33,7 @@ import base64
 from pathlib import Path
 
 from ... import errors as E
+from ..arch.pockettts import extra_tokens
 from ._to_gguf import (
     MORE_ROUTES,
     VT,
@@ -44,6 +45,7 @@ from ._to_gguf import (
     _set_spm,
     _SpecialVocab,
     _spm_pieces,
+    _spm_vocab,
     _too_large,
     _vocab_size,
 )
@@ -277,5 +279,32 @@ def set_t5(out: _Entries, d: Path, config: dict) -> None:
     _SpecialVocab(d, config, n_vocab=len(tokens)).add_to(out)
 
 
+def set_pockettts(out: _Entries, d: Path, config: dict) -> None:
+    """PocketTTS (``PocketTTSModel.set_vocab``): the SentencePiece vocabulary padded to
+    the embedding's rows, the last of them renamed (its learned input vectors, CONTROL,
+    -1000), written as a UGM (``t5``) vocabulary without special-token ids, adding no
+    BOS / EOS."""
+    path = d / "tokenizer.model"
+    if not path.is_file():
+        raise _missing(d, "tokenizer.model (a Unigram SentencePiece model)")
+    add_prefix, remove_ws, charsmap = _unigram_settings(path)
+    tokens, scores, types = _spm_vocab(d, config)
+    extra = extra_tokens(config)
+    for i, name in enumerate(extra, len(tokens) - len(extra)):
+        tokens[i], scores[i], types[i] = name, -1000.0, int(T.CONTROL)
+    out.add("ggml.model", "t5", VT.STRING)
+    out.add("ggml.pre", "default", VT.STRING)
+    out.add("ggml.tokens", tokens, VT.STRING)
+    out.add("ggml.scores", scores, VT.FLOAT32)
+    out.add("ggml.token_type", types, VT.INT32)
+    out.add("ggml.add_space_prefix", add_prefix, VT.BOOL)
+    out.add("ggml.remove_extra_whitespaces", remove_ws, VT.BOOL)
+    if charsmap:
+        out.add("ggml.precompiled_charsmap", list(charsmap), VT.UINT8)
+    out.add("ggml.add_bos_token", False, VT.BOOL)
+    out.add("ggml.add_eos_token", False, VT.BOOL)
+
+
 MORE_ROUTES["t5"] = set_t5
+MORE_ROUTES["pockettts"] = set_pockettts
 MORE_ROUTES["xlmroberta"] = set_xlmroberta
