@@ -88,6 +88,7 @@ from .arch.mmproj import (
     SMOLVLM_VISION,
     Projector,
 )
+from .arch.qwenvl import QWEN3OMNIMOE
 
 __all__ = ["NO_WAY_BACK", "VISION_BACK", "VisionBack", "vlm_parts"]
 
@@ -214,6 +215,14 @@ class VisionBack:
     # the finished config.json reshaped (None: as built): Dots3 Note's Hub config keeps
     # the text fields at the top level, where both converters and transformers read them
     layout: Callable[[dict], dict] | None = None
+    # the projector's metadata is this family's, where its projector type does not tell
+    # (Qwen3-Omni's vision half is Qwen3-VL's qwen3vl_merger; only its file has the
+    # qwen3a audio tower); such a record is tried before those without a test
+    proj_test: Callable[[Mapping[str, Any]], bool] | None = None
+    # the text registry entry whose inverse plan writes the text weights, where the
+    # GGUF architecture's own writes another layout (None: that one): Qwen3-Omni's
+    # experts one tensor each, as its Hub checkpoints and transformers read them
+    text_entry: Any = None
 
 
 def _mean_std(md: Mapping[str, Any]) -> dict:
@@ -255,6 +264,9 @@ def _family(text: GGUFFile, proj: GGUFFile, path: Path) -> VisionBack:
             found=repr(ptype),
         )
     known = [b for b in VISION_BACK if ptype in b.projector_types]
+    # a record that tests the projector's metadata is the more specific: tried first
+    known = [b for b in known if b.proj_test is None or b.proj_test(md)]
+    known.sort(key=lambda b: b.proj_test is None)
     for b in known:
         if text_arch in b.text_archs and b.text_test(text.metadata):
             return b
@@ -409,7 +421,7 @@ def vlm_parts(
         **dt,
     }
     parts = [
-        G.Part(text, entry, text_cfg, text_path),
+        G.Part(text, back.text_entry or entry, text_cfg, text_path),
         # the projector's transforms read the tower configs as the forward view holds them
         G.Part(proj, back.projector.entry, {**vision, P.AUDIO: audio}, proj_path),
     ]
@@ -2827,3 +2839,73 @@ DOTS3NOTE_BACK = VisionBack(
 )
 
 VISION_BACK += (DOTS3NOTE_BACK,)
+
+# --------------------------------------------------------------------------- Qwen3-Omni MoE
+
+#: Qwen3-VL's merger spellings -> Qwen3-Omni's (the inverse of the forward rename)
+_OMNI3_MERGER_BACK = (
+    (".norm.", ".ln_q."),
+    (".linear_fc1.", ".mlp.0."),
+    (".linear_fc2.", ".mlp.2."),
+)
+
+
+def _omni3_rename(name: str, md: Mapping[str, Any]) -> str:
+    # Qwen3-VL's names (QWEN3VL_BACK's rename: deepstack_merger_list.i) -> the Hub's
+    # Qwen3-Omni thinker: mergers ``merger`` / ``merger_list.i`` spelled ln_q / mlp.0 /
+    # mlp.2, every tower under ``thinker.``
+    name = _qwen3_rename(name, md).removeprefix("model.")
+    if name.startswith(("visual.merger.", "visual.deepstack_merger_list.")):
+        name = name.replace("visual.deepstack_merger_list.", "visual.merger_list.", 1)
+        for a, b in _OMNI3_MERGER_BACK:
+            name = name.replace(a, b)
+    return "thinker." + name
+
+
+def _omni3_layout(cfg: dict) -> dict:
+    # Qwen3OmniMoeConfig keeps the thinker's three configs and token ids under
+    # thinker_config; audio output off: no talker or code2wav is built or read (neither
+    # GGUF keeps them), and from_pretrained needs no other file
+    top = {"architectures", "model_type", "dtype", "torch_dtype"}
+    thinker = {k: v for k, v in cfg.items() if k not in top}
+    return {
+        **{k: cfg[k] for k in top if k in cfg},
+        "enable_audio_output": False,
+        "thinker_config": {"model_type": "qwen3_omni_moe_thinker", **thinker},
+    }
+
+
+_OMNI3_TOKENS = {
+    "image_token_id": "<|image_pad|>",
+    "video_token_id": "<|video_pad|>",
+    "audio_token_id": "<|audio_pad|>",
+    "audio_start_token_id": "<|audio_start|>",
+}
+
+# Qwen3-Omni MoE's thinker (Qwen3OmniMoeForConditionalGeneration with audio output off):
+# Qwen3-VL's tower and mergers, Qwen3-ASR's audio encoder (output layers proj1 / proj2
+# inside the tower), the qwen3vlmoe text model with the experts one tensor each (the
+# forward QWEN3OMNIMOE entry's inverse: the Hub's layout), all under ``thinker.``
+QWEN3OMNI_BACK = replace(
+    QWEN3VLMOE_BACK,
+    hf_arch="Qwen3OmniMoeForConditionalGeneration",
+    model_type="qwen3_omni_moe",
+    projector=P.QWEN3OMNI_VISION,
+    projector_types=("qwen3vl_merger",),
+    vision_model_type="qwen3_omni_moe_vision_encoder",
+    text_model_type="qwen3_omni_moe_text",
+    text_archs=("qwen3vlmoe",),
+    rename=_omni3_rename,
+    text_rename=lambda name: "thinker." + name,
+    copies=frozenset({"a.position_embd.weight"}),
+    audio_model_type="qwen3_omni_moe_audio_encoder",
+    audio_fields=QWEN2AUDIO_BACK.audio_fields,
+    audio_restore=_qwen3asr_restore,
+    audio_required=QWEN2AUDIO_BACK.audio_required,
+    tokens=_token_ids(_OMNI3_TOKENS),
+    layout=_omni3_layout,
+    proj_test=lambda md: md.get(_CLIP + "audio.projector_type") == "qwen3a",
+    text_entry=QWEN3OMNIMOE,
+)
+
+VISION_BACK += (QWEN3OMNI_BACK,)
