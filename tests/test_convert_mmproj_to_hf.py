@@ -267,11 +267,11 @@ def test_mismatched_projector_is_refused(work, tmp_path):
 
 @pytest.mark.parametrize("arch", ["llava", "qwen3vlmoe"])
 def test_audio_projector_is_refused(work, arch, tmp_path):
-    """A family without an audio tower way back (LLaVA's; Qwen3-VL-MoE's, which is what a
-    Qwen3-Omni pair looks like: its Qwen3-VL tower and qwen3vlmoe text, plus the audio
-    tower; Gemma 4's, Qwen3-ASR's and the Whisper families' convert:
-    tests/test_convert_mmproj_to_hf_audio.py): a projector that says it has one is
-    refused, naming the row, before anything is written."""
+    """A family without an audio tower way back (LLaVA's; Qwen3-VL-MoE's, whose projector
+    only says it has one: a real Qwen3-Omni pair also carries the `qwen3a` audio rows and
+    converts, tests/test_convert_qwen_omni_back.py; Gemma 4's, Qwen3-ASR's and the Whisper
+    families' convert: tests/test_convert_mmproj_to_hf_audio.py): a projector that says it
+    has one is refused, naming the row, before anything is written."""
     from weightsmith.gguf import edit
 
     d = work["root"] / arch
