@@ -179,6 +179,9 @@ ARCHS += ["youtu"]
 ARCHS += ["bailingmoe3"]
 REF_ON_TRANSFORMERS_4 |= {"bailingmoe3"}
 BPE_VOCAB |= {"bailingmoe3"}
+# Granite SWA (GraniteSWA / GraniteMoeSWA: sliding-window layers with attention sinks,
+# granite_swa); the dense one has a NoPE layer (rope_pattern), the MoE one fused experts
+ARCHS += ["granite_swa", "granitemoe_swa"]
 BPE_VOCAB |= {"youtu"}
 BPE_VOCAB |= {"qwen4exp"}
 # Mistral 4 (Mistral3ForConditionalGeneration over a mistral4 text: the reference's
@@ -1879,3 +1882,57 @@ def test_bailingmoe3_refuses_configs_the_reference_refuses(work, tmp_path, drop,
         hf_to_gguf(src, tmp_path / "o.gguf", "f16")
     assert err.value.field == field
     assert not (tmp_path / "o.gguf").exists()
+
+
+def test_granite_swa_files(work):
+    """Guard against a vacuous pass: the granite_swa files carry the window, the per-layer
+    patterns (the dense one's last layer NoPE, the MoE one's class-default layer types)
+    and the sinks; the MoE one's experts fused and quantized at q4_k_m, its shared MLP as
+    one ``ffn_up_shexp``; GGUF -> HF gives each back as its own class."""
+    from weightsmith.gguf import read
+
+    with read(work.files("granite_swa", "f16")[0]) as f:
+        md = f.metadata
+        assert md["granite_swa.attention.sliding_window"] == 4
+        assert list(md["granite_swa.attention.sliding_window_pattern"]) == [True, False] * 2
+        assert list(md["granite_swa.attention.rope_pattern"]) == [True, True, True, False]
+        assert "granite_swa.expert_count" not in md
+    with read(work.files("granitemoe_swa", "f16")[0]) as f:
+        md = f.metadata
+        assert list(md["granite_swa.attention.sliding_window_pattern"]) == [False] + [True] * 3
+        assert "granite_swa.attention.rope_pattern" not in md
+        assert md["granite_swa.expert_count"] == 4
+        assert md["granite_swa.expert_shared_feed_forward_length"] == 128
+    moe = {x[0]: x for x in _tensors(work.files("granitemoe_swa", "q4_k_m")[0])}
+    _, tid, dims, _ = moe["blk.1.ffn_gate_up_exps.weight"]
+    assert list(dims) == [256, 512, 4] and tid not in (0, 1)
+    assert list(moe["blk.1.ffn_up_shexp.weight"][2]) == [256, 256]
+    assert list(moe["blk.1.attn_sinks.weight"][2]) == [4] and moe["blk.1.attn_sinks.weight"][1] == 0
+    assert "blk.1.ffn_gate_exps.weight" not in moe
+
+
+def test_granite_swa_layer_rope_theta_alone(work, tmp_path):
+    """transformers 5 spells NoPE layers ``layer_rope_theta`` 0; the reference reads only
+    ``no_rope_layers``.  Without it, the reference's file (ours the same, byte for byte) has
+    no ``rope_pattern`` and llama.cpp rotates the NoPE layer too: its logits are
+    transformers' for the model with RoPE on every layer, not the model's -- the gap is the
+    reference's, pinned here."""
+    import shutil
+
+    src, roped = tmp_path / "m", tmp_path / "roped"
+    shutil.copytree(work.model("granite_swa"), src)
+    c = json.loads((src / "config.json").read_text())
+    assert c.pop("no_rope_layers") == [1, 1, 1, 0] and c["layer_rope_theta"][3] == 0
+    (src / "config.json").write_text(json.dumps(c))
+    shutil.copytree(src, roped)
+    (roped / "config.json").write_text(json.dumps({**c, "layer_rope_theta": [10000.0] * 4}))
+    ours, ref = tmp_path / "ours.gguf", tmp_path / "ref.gguf"
+    _run_reference([(str(src), str(ref), "f32")])
+    hf_to_gguf(src, ours, "f32")
+    _same_file(ours, ref)
+    assert "granite_swa.attention.rope_pattern" not in _kvs(ours)
+    tokens = _prompt("granite_swa")
+    got = _llama_logits(ours, tokens)
+    as_roped = np.abs(got - _hf_logits(roped, tokens)).max()
+    assert as_roped <= 2e-3 * max(float(np.abs(got).max()), 1.0)
+    assert np.abs(got - _hf_logits(src, tokens)).max() > 10 * as_roped

@@ -121,7 +121,7 @@ from .glm import (
 from .glm5next import GLM5NEXT_TEXT
 from .gpt import FALCON, GPT2, STABLELM, STARCODER2
 from .gptoss import GPT_OSS
-from .granite import GRANITE, GRANITEMOE
+from .granite import GRANITE, GRANITE_SWA, GRANITEMOE, GRANITEMOE_SWA, is_granitemoe_swa_file
 from .hunyuan import HUNYUAN_DENSE, HUNYUAN_VL
 from .jamba import JAMBA
 from .lfm2 import LFM2, LFM2MOE
@@ -313,6 +313,8 @@ ENTRIES += (BAILINGMOE3_VL,)
 ENTRIES += (MISTRAL4,)
 # PocketTTS's backbone (Kyutai's layout: no config.json, the config from tensor shapes)
 ENTRIES += (POCKETTTS,)
+# Granite SWA (dense and MoE): sliding-window layers with attention sinks (granite_swa)
+ENTRIES += (GRANITE_SWA, GRANITEMOE_SWA)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)
@@ -365,6 +367,8 @@ GGUF_VARIANTS: dict[str, list[tuple[Callable[[Mapping[str, Any]], bool], Arch]]]
 GGUF_VARIANTS["mistral3"] = [(is_ministral3_file, MINISTRAL3)]
 # Ling-3.0 VL's text: a bailingmoe3 file with M-RoPE sections (no HF class: refused alone)
 GGUF_VARIANTS["bailingmoe3"] = [(has_sections, BAILINGMOE3_VL)]
+# GraniteMoeSWA: a granite_swa file with experts
+GGUF_VARIANTS["granite_swa"] = [(is_granitemoe_swa_file, GRANITEMOE_SWA)]
 _GGUF_VARIANT_ENTRIES = [a for vs in GGUF_VARIANTS.values() for _, a in vs]
 
 #: HF architecture name -> entry
