@@ -182,6 +182,10 @@ BPE_VOCAB |= {"bailingmoe3"}
 # Granite SWA (GraniteSWA / GraniteMoeSWA: sliding-window layers with attention sinks,
 # granite_swa); the dense one has a NoPE layer (rope_pattern), the MoE one fused experts
 ARCHS += ["granite_swa", "granitemoe_swa"]
+# NemotronHPuzzle (per-block MoE shapes in block_configs; uniform here, so transformers'
+# NemotronH is the oracle and GGUF -> HF gives NemotronHForCausalLM)
+ARCHS += ["nemotronhpuzzle"]
+BPE_VOCAB |= {"nemotronhpuzzle"}
 BPE_VOCAB |= {"youtu"}
 BPE_VOCAB |= {"qwen4exp"}
 # Mistral 4 (Mistral3ForConditionalGeneration over a mistral4 text: the reference's
@@ -349,7 +353,8 @@ def test_round_trip(work, arch, tmp_path):
     # norm + 1 - 1 (Gemma 2), log(-(-exp(A_log))) (the SSMs): not always the identity in float32
     exact = arch not in ("gemma2", "mamba", "mamba2", "granitehybrid", "nemotronh", *DELTANET,
                          "jamba", "nemotronhmoe", "granitehybridmoe", "bamba", *FOLDED,
-                         "falconmamba", "qwen4exp", "bailingmoe3")  # fmt: skip
+                         "falconmamba", "qwen4exp", "bailingmoe3",
+                         "nemotronhpuzzle")  # fmt: skip
     for k, v in orig.items():
         want = v.astype(np.float32)
         if exact:
@@ -1936,3 +1941,42 @@ def test_granite_swa_layer_rope_theta_alone(work, tmp_path):
     as_roped = np.abs(got - _hf_logits(roped, tokens)).max()
     assert as_roped <= 2e-3 * max(float(np.abs(got).max()), 1.0)
     assert np.abs(got - _hf_logits(src, tokens)).max() > 10 * as_roped
+
+
+def test_nemotronhpuzzle_file_and_spellings(work, tmp_path):
+    """The Puzzle file's per-block rows (top-k and expert width as arrays, 0 off the MoE
+    blocks; no MTP row); the official BF16 checkpoint's ``model.*`` trunk and an ``mtp.*``
+    head give the same metadata and tensors, as the reference normalises and drops them; GGUF -> HF refuses per-block shapes that differ (no
+    transformers class computes them) by name."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    from weightsmith import errors as E
+    from weightsmith.gguf import read
+
+    f16 = work.files("nemotronhpuzzle", "f16")[0]
+    with read(f16) as f:
+        md = f.metadata
+        assert list(md["nemotron_h_moe.expert_used_count"]) == [0, 2, 0, 0, 2]
+        assert list(md["nemotron_h_moe.expert_feed_forward_length"]) == [0, 256, 0, 0, 256]
+        assert "nemotron_h_moe.nextn_predict_layers" not in md
+    src = tmp_path / "nemotronhpuzzle"  # the folder name is general.name
+    shutil.copytree(work.model("nemotronhpuzzle"), src)
+    sd = load_file(src / "model.safetensors")
+    sd = {"model." + k[len("backbone."):] if k.startswith("backbone.") else k: v
+          for k, v in sd.items()}  # fmt: skip
+    sd["mtp.layers.0.enorm.weight"] = np.ones(256, np.float32)
+    save_file(sd, src / "model.safetensors", metadata={"format": "pt"})
+    hf_to_gguf(src, tmp_path / "o.gguf", "f16")
+    # the same file but for the order (lm_head now sorts before the model.* trunk)
+    assert _kvs(tmp_path / "o.gguf") == _kvs(f16)
+    assert sorted(_tensors(tmp_path / "o.gguf")) == sorted(_tensors(f16))
+
+    c = json.loads((src / "config.json").read_text())
+    c["block_configs"][4]["num_experts_per_tok"] = 1
+    (src / "config.json").write_text(json.dumps(c))
+    hf_to_gguf(src, tmp_path / "uneven.gguf", "f16")
+    with pytest.raises(E.InvalidModelConfig, match="num_experts_per_tok"):
+        gguf_to_hf(tmp_path / "uneven.gguf", tmp_path / "back")
+    assert not (tmp_path / "back").exists()

@@ -2509,3 +2509,26 @@ def granitemoe_swa(folder: Path, *, dtype: str = "bfloat16", seed: int = 82) -> 
 
 BUILDERS["granite_swa"] = granite_swa
 BUILDERS["granitemoe_swa"] = granitemoe_swa
+
+
+# --------------------------------------------------------------------------- NemotronHPuzzle
+
+
+def nemotronhpuzzle(folder: Path, *, dtype: str = "bfloat16", seed: int = 83) -> Path:
+    """NemotronHPuzzleForCausalLM (no transformers class): the tiny Nemotron 3 Super layout
+    above without its MTP block (the reference drops a Puzzle's), config.json given the
+    Hub's per-block ``block_configs``, every MoE block the same width and top-k -- so
+    transformers' NemotronH computes it (AutoModel reads ``model_type: nemotron_h``)."""
+    nemotronhmoe(folder, dtype=dtype, seed=seed, mtp=False)
+    c = json.loads((folder / "config.json").read_text())
+    kind = {"linear_attention": "mamba", "full_attention": "attention", "moe": "moe"}
+    moe = {"moe_intermediate_size": c["moe_intermediate_size"], "num_experts_per_tok": 2}
+    c["architectures"] = ["NemotronHPuzzleForCausalLM"]
+    c["block_configs"] = [
+        {"block_type": kind[t], **(moe if t == "moe" else {})} for t in c["layers_block_type"]
+    ]
+    (folder / "config.json").write_text(json.dumps(c, indent=2))
+    return folder
+
+
+BUILDERS["nemotronhpuzzle"] = nemotronhpuzzle
