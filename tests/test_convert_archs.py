@@ -1980,3 +1980,33 @@ def test_nemotronhpuzzle_file_and_spellings(work, tmp_path):
     with pytest.raises(E.InvalidModelConfig, match="num_experts_per_tok"):
         gguf_to_hf(tmp_path / "uneven.gguf", tmp_path / "back")
     assert not (tmp_path / "back").exists()
+
+
+@pytest.mark.parametrize(
+    "hf_class, model_types",
+    [
+        # the reference's rwkv.py classes: transformers' only RWKV is RWKV-4 (RwkvForCausalLM,
+        # model type ``rwkv``), another time-mixing than RWKV 6's / 7's, which the reference
+        # does not convert
+        ("Rwkv6ForCausalLM", ("rwkv6",)),
+        ("Rwkv7ForCausalLM", ("rwkv7",)),
+        ("RWKV7ForCausalLM", ("rwkv7",)),
+        ("RWKV6Qwen2ForCausalLM", ("rwkv6qwen2",)),
+        ("RwkvHybridForCausalLM", ("rwkv_hybrid", "rwkvhybrid")),
+        ("Plamo2ForCausalLM", ("plamo2",)),
+        # per-token embedded LoRA adapters behind a control-token router
+        ("GraniteSwitchForCausalLM", ("graniteswitch", "granite_switch")),
+    ],
+)
+def test_no_transformers_class_for(hf_class, model_types):
+    """Text classes of the pinned reference left out: transformers 5.24 has no class or
+    config to build a tiny one from (docs/convert-architectures.md, hybrid not-done list);
+    refused by name as any unknown architecture."""
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    from weightsmith.convert.arch import lookup
+
+    assert not hasattr(transformers, hf_class)
+    assert not set(model_types) & set(CONFIG_MAPPING_NAMES)
+    assert lookup(hf_class, {}) is None
