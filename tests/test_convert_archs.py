@@ -179,6 +179,13 @@ ARCHS += ["youtu"]
 ARCHS += ["bailingmoe3"]
 REF_ON_TRANSFORMERS_4 |= {"bailingmoe3"}
 BPE_VOCAB |= {"bailingmoe3"}
+# Granite SWA (GraniteSWA / GraniteMoeSWA: sliding-window layers with attention sinks,
+# granite_swa); the dense one has a NoPE layer (rope_pattern), the MoE one fused experts
+ARCHS += ["granite_swa", "granitemoe_swa"]
+# NemotronHPuzzle (per-block MoE shapes in block_configs; uniform here, so transformers'
+# NemotronH is the oracle and GGUF -> HF gives NemotronHForCausalLM)
+ARCHS += ["nemotronhpuzzle"]
+BPE_VOCAB |= {"nemotronhpuzzle"}
 BPE_VOCAB |= {"youtu"}
 BPE_VOCAB |= {"qwen4exp"}
 # Mistral 4 (Mistral3ForConditionalGeneration over a mistral4 text: the reference's
@@ -346,7 +353,8 @@ def test_round_trip(work, arch, tmp_path):
     # norm + 1 - 1 (Gemma 2), log(-(-exp(A_log))) (the SSMs): not always the identity in float32
     exact = arch not in ("gemma2", "mamba", "mamba2", "granitehybrid", "nemotronh", *DELTANET,
                          "jamba", "nemotronhmoe", "granitehybridmoe", "bamba", *FOLDED,
-                         "falconmamba", "qwen4exp", "bailingmoe3")  # fmt: skip
+                         "falconmamba", "qwen4exp", "bailingmoe3",
+                         "nemotronhpuzzle")  # fmt: skip
     for k, v in orig.items():
         want = v.astype(np.float32)
         if exact:
@@ -1879,3 +1887,126 @@ def test_bailingmoe3_refuses_configs_the_reference_refuses(work, tmp_path, drop,
         hf_to_gguf(src, tmp_path / "o.gguf", "f16")
     assert err.value.field == field
     assert not (tmp_path / "o.gguf").exists()
+
+
+def test_granite_swa_files(work):
+    """Guard against a vacuous pass: the granite_swa files carry the window, the per-layer
+    patterns (the dense one's last layer NoPE, the MoE one's class-default layer types)
+    and the sinks; the MoE one's experts fused and quantized at q4_k_m, its shared MLP as
+    one ``ffn_up_shexp``; GGUF -> HF gives each back as its own class."""
+    from weightsmith.gguf import read
+
+    with read(work.files("granite_swa", "f16")[0]) as f:
+        md = f.metadata
+        assert md["granite_swa.attention.sliding_window"] == 4
+        assert list(md["granite_swa.attention.sliding_window_pattern"]) == [True, False] * 2
+        assert list(md["granite_swa.attention.rope_pattern"]) == [True, True, True, False]
+        assert "granite_swa.expert_count" not in md
+    with read(work.files("granitemoe_swa", "f16")[0]) as f:
+        md = f.metadata
+        assert list(md["granite_swa.attention.sliding_window_pattern"]) == [False] + [True] * 3
+        assert "granite_swa.attention.rope_pattern" not in md
+        assert md["granite_swa.expert_count"] == 4
+        assert md["granite_swa.expert_shared_feed_forward_length"] == 128
+    moe = {x[0]: x for x in _tensors(work.files("granitemoe_swa", "q4_k_m")[0])}
+    _, tid, dims, _ = moe["blk.1.ffn_gate_up_exps.weight"]
+    assert list(dims) == [256, 512, 4] and tid not in (0, 1)
+    assert list(moe["blk.1.ffn_up_shexp.weight"][2]) == [256, 256]
+    assert list(moe["blk.1.attn_sinks.weight"][2]) == [4] and moe["blk.1.attn_sinks.weight"][1] == 0
+    assert "blk.1.ffn_gate_exps.weight" not in moe
+
+
+def test_granite_swa_layer_rope_theta_alone(work, tmp_path):
+    """transformers 5 spells NoPE layers ``layer_rope_theta`` 0; the reference reads only
+    ``no_rope_layers``.  Without it, the reference's file (ours the same, byte for byte) has
+    no ``rope_pattern`` and llama.cpp rotates the NoPE layer too: its logits are
+    transformers' for the model with RoPE on every layer, not the model's -- the gap is the
+    reference's, pinned here."""
+    import shutil
+
+    src, roped = tmp_path / "m", tmp_path / "roped"
+    shutil.copytree(work.model("granite_swa"), src)
+    c = json.loads((src / "config.json").read_text())
+    assert c.pop("no_rope_layers") == [1, 1, 1, 0] and c["layer_rope_theta"][3] == 0
+    (src / "config.json").write_text(json.dumps(c))
+    shutil.copytree(src, roped)
+    (roped / "config.json").write_text(json.dumps({**c, "layer_rope_theta": [10000.0] * 4}))
+    ours, ref = tmp_path / "ours.gguf", tmp_path / "ref.gguf"
+    _run_reference([(str(src), str(ref), "f32")])
+    hf_to_gguf(src, ours, "f32")
+    _same_file(ours, ref)
+    assert "granite_swa.attention.rope_pattern" not in _kvs(ours)
+    tokens = _prompt("granite_swa")
+    got = _llama_logits(ours, tokens)
+    as_roped = np.abs(got - _hf_logits(roped, tokens)).max()
+    assert as_roped <= 2e-3 * max(float(np.abs(got).max()), 1.0)
+    assert np.abs(got - _hf_logits(src, tokens)).max() > 10 * as_roped
+
+
+def test_nemotronhpuzzle_file_and_spellings(work, tmp_path):
+    """The Puzzle file's per-block rows (top-k and expert width as arrays, 0 off the MoE
+    blocks; no MTP row); the official BF16 checkpoint's ``model.*`` trunk and an ``mtp.*``
+    head give the same metadata and tensors, as the reference normalises and drops them; GGUF -> HF refuses per-block shapes that differ (no
+    transformers class computes them) by name."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    from weightsmith import errors as E
+    from weightsmith.gguf import read
+
+    f16 = work.files("nemotronhpuzzle", "f16")[0]
+    with read(f16) as f:
+        md = f.metadata
+        assert list(md["nemotron_h_moe.expert_used_count"]) == [0, 2, 0, 0, 2]
+        assert list(md["nemotron_h_moe.expert_feed_forward_length"]) == [0, 256, 0, 0, 256]
+        assert "nemotron_h_moe.nextn_predict_layers" not in md
+    src = tmp_path / "nemotronhpuzzle"  # the folder name is general.name
+    shutil.copytree(work.model("nemotronhpuzzle"), src)
+    sd = load_file(src / "model.safetensors")
+    sd = {"model." + k[len("backbone."):] if k.startswith("backbone.") else k: v
+          for k, v in sd.items()}  # fmt: skip
+    sd["mtp.layers.0.enorm.weight"] = np.ones(256, np.float32)
+    save_file(sd, src / "model.safetensors", metadata={"format": "pt"})
+    hf_to_gguf(src, tmp_path / "o.gguf", "f16")
+    # the same file but for the order (lm_head now sorts before the model.* trunk)
+    assert _kvs(tmp_path / "o.gguf") == _kvs(f16)
+    assert sorted(_tensors(tmp_path / "o.gguf")) == sorted(_tensors(f16))
+
+    c = json.loads((src / "config.json").read_text())
+    c["block_configs"][4]["num_experts_per_tok"] = 1
+    (src / "config.json").write_text(json.dumps(c))
+    hf_to_gguf(src, tmp_path / "uneven.gguf", "f16")
+    with pytest.raises(E.InvalidModelConfig, match="num_experts_per_tok"):
+        gguf_to_hf(tmp_path / "uneven.gguf", tmp_path / "back")
+    assert not (tmp_path / "back").exists()
+
+
+@pytest.mark.parametrize(
+    "hf_class, model_types",
+    [
+        # the reference's rwkv.py classes: transformers' only RWKV is RWKV-4 (RwkvForCausalLM,
+        # model type ``rwkv``), another time-mixing than RWKV 6's / 7's, which the reference
+        # does not convert
+        ("Rwkv6ForCausalLM", ("rwkv6",)),
+        ("Rwkv7ForCausalLM", ("rwkv7",)),
+        ("RWKV7ForCausalLM", ("rwkv7",)),
+        ("RWKV6Qwen2ForCausalLM", ("rwkv6qwen2",)),
+        ("RwkvHybridForCausalLM", ("rwkv_hybrid", "rwkvhybrid")),
+        ("Plamo2ForCausalLM", ("plamo2",)),
+        # per-token embedded LoRA adapters behind a control-token router
+        ("GraniteSwitchForCausalLM", ("graniteswitch", "granite_switch")),
+    ],
+)
+def test_no_transformers_class_for(hf_class, model_types):
+    """Text classes of the pinned reference left out: transformers 5.24 has no class or
+    config to build a tiny one from (docs/convert-architectures.md, hybrid not-done list);
+    refused by name as any unknown architecture."""
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    from weightsmith.convert.arch import lookup
+
+    assert not hasattr(transformers, hf_class)
+    assert not set(model_types) & set(CONFIG_MAPPING_NAMES)
+    assert lookup(hf_class, {}) is None

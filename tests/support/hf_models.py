@@ -2455,3 +2455,80 @@ def mistral4(folder: Path, *, dtype: str = "bfloat16", seed: int = 66) -> Path:
 
 
 BUILDERS["mistral4"] = mistral4
+
+
+# --------------------------------------------------------------------------- Granite SWA
+
+
+def _granite_swa_cfg(vocab: int, **kw) -> dict:
+    """Granite's tiny multipliers, 4 layers with a 4-token window (the 8-token prompts
+    reach past it)."""
+    return dict(
+        vocab_size=vocab, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        attention_multiplier=0.0625, embedding_multiplier=12.0, residual_multiplier=0.22,
+        logits_scaling=8.0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=True,
+        sliding_window=4, **kw,
+    )  # fmt: skip
+
+
+def granite_swa(folder: Path, *, dtype: str = "bfloat16", seed: int = 81) -> Path:
+    """GraniteSWAForCausalLM: sliding / full layers, per-head attention sinks, and the last
+    layer NoPE in both spellings -- transformers 5's ``layer_rope_theta`` 0 (what it runs)
+    and ``no_rope_layers`` 0 (what the reference reads into ``rope_pattern``)."""
+    from transformers import GraniteSWAConfig, GraniteSWAForCausalLM
+
+    vocab = train_spm(folder)
+    cfg = GraniteSWAConfig(**_granite_swa_cfg(
+        vocab, layer_types=["sliding_attention", "full_attention"] * 2,
+        layer_rope_theta=[10000.0] * 3 + [0.0], no_rope_layers=[1, 1, 1, 0]))  # fmt: skip
+    model = GraniteSWAForCausalLM(cfg)
+    _random_init(model, seed)
+    return _save(model, folder, dtype)
+
+
+def granitemoe_swa(folder: Path, *, dtype: str = "bfloat16", seed: int = 82) -> Path:
+    """GraniteMoeSWAForCausalLM: 4 experts of 256 (top 2), a shared MLP of 128, fused
+    experts as transformers 5 saves them; config.json without ``layer_types`` (the class
+    default, full attention on every 4th layer from 0, is what both converters assume)."""
+    from transformers import GraniteMoeSWAConfig, GraniteMoeSWAForCausalLM
+
+    vocab = train_spm(folder)
+    cfg = GraniteMoeSWAConfig(**{**_granite_swa_cfg(vocab), "intermediate_size": 256},
+                              num_local_experts=4, num_experts_per_tok=2,
+                              shared_intermediate_size=128)  # fmt: skip
+    model = GraniteMoeSWAForCausalLM(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    c = json.loads((folder / "config.json").read_text())
+    assert c.pop("layer_types") == ["full_attention", "sliding_attention", "sliding_attention",
+                                    "sliding_attention"]  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(c, indent=2))
+    return folder
+
+
+BUILDERS["granite_swa"] = granite_swa
+BUILDERS["granitemoe_swa"] = granitemoe_swa
+
+
+# --------------------------------------------------------------------------- NemotronHPuzzle
+
+
+def nemotronhpuzzle(folder: Path, *, dtype: str = "bfloat16", seed: int = 83) -> Path:
+    """NemotronHPuzzleForCausalLM (no transformers class): the tiny Nemotron 3 Super layout
+    above without its MTP block (the reference drops a Puzzle's), config.json given the
+    Hub's per-block ``block_configs``, every MoE block the same width and top-k -- so
+    transformers' NemotronH computes it (AutoModel reads ``model_type: nemotron_h``)."""
+    nemotronhmoe(folder, dtype=dtype, seed=seed, mtp=False)
+    c = json.loads((folder / "config.json").read_text())
+    kind = {"linear_attention": "mamba", "full_attention": "attention", "moe": "moe"}
+    moe = {"moe_intermediate_size": c["moe_intermediate_size"], "num_experts_per_tok": 2}
+    c["architectures"] = ["NemotronHPuzzleForCausalLM"]
+    c["block_configs"] = [
+        {"block_type": kind[t], **(moe if t == "moe" else {})} for t in c["layers_block_type"]
+    ]
+    (folder / "config.json").write_text(json.dumps(c, indent=2))
+    return folder
+
+
+BUILDERS["nemotronhpuzzle"] = nemotronhpuzzle

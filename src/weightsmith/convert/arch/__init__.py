@@ -121,7 +121,7 @@ from .glm import (
 from .glm5next import GLM5NEXT_TEXT
 from .gpt import FALCON, GPT2, STABLELM, STARCODER2
 from .gptoss import GPT_OSS
-from .granite import GRANITE, GRANITEMOE
+from .granite import GRANITE, GRANITE_SWA, GRANITEMOE, GRANITEMOE_SWA, is_granitemoe_swa_file
 from .hunyuan import HUNYUAN_DENSE, HUNYUAN_VL
 from .jamba import JAMBA
 from .lfm2 import LFM2, LFM2MOE
@@ -153,7 +153,7 @@ from .minicpmv import MINICPMV46_TEXT
 from .minimax import MINIMAX_M3
 from .mistral4 import MISTRAL4, is_mistral4
 from .muse_glimmer import MUSE_GLIMMER
-from .nemotron import NEMOTRON_H, NEMOTRON_H_MOE, has_experts
+from .nemotron import NEMOTRON_H, NEMOTRON_H_MOE, NEMOTRON_H_PUZZLE, has_experts, is_puzzle_file
 from .olmo import OLMO2
 from .phi import PHI3
 from .pockettts import POCKETTTS
@@ -313,6 +313,10 @@ ENTRIES += (BAILINGMOE3_VL,)
 ENTRIES += (MISTRAL4,)
 # PocketTTS's backbone (Kyutai's layout: no config.json, the config from tensor shapes)
 ENTRIES += (POCKETTTS,)
+# Granite SWA (dense and MoE): sliding-window layers with attention sinks (granite_swa)
+ENTRIES += (GRANITE_SWA, GRANITEMOE_SWA)
+# NemotronHPuzzle: Nemotron-H MoE with per-block MoE shapes (block_configs)
+ENTRIES += (NEMOTRON_H_PUZZLE,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)
@@ -344,6 +348,8 @@ VARIANTS["DeepseekOCRForCausalLM"] = [(lambda cfg: True, DEEPSEEK2OCR)]
 VARIANTS["UnlimitedOCRForCausalLM"] = [(lambda cfg: True, DEEPSEEK2OCR)]
 # Mistral 3 over a mistral4 text: the reference's Mistral4Model (a DeepseekV2Model)
 VARIANTS["Mistral3ForConditionalGeneration"] = [(is_mistral4, MISTRAL4)]
+# NemotronHPuzzle (no HF class of its own: GGUF -> HF gives NemotronHForCausalLM)
+VARIANTS["NemotronHPuzzleForCausalLM"] = [(lambda cfg: True, NEMOTRON_H_PUZZLE)]
 _VARIANT_ENTRIES = [a for vs in VARIANTS.values() for _, a in vs]
 
 #: GGUF architectures written by several entries, for GGUF -> HF: ``(test of the file's
@@ -365,6 +371,10 @@ GGUF_VARIANTS: dict[str, list[tuple[Callable[[Mapping[str, Any]], bool], Arch]]]
 GGUF_VARIANTS["mistral3"] = [(is_ministral3_file, MINISTRAL3)]
 # Ling-3.0 VL's text: a bailingmoe3 file with M-RoPE sections (no HF class: refused alone)
 GGUF_VARIANTS["bailingmoe3"] = [(has_sections, BAILINGMOE3_VL)]
+# GraniteMoeSWA: a granite_swa file with experts
+GGUF_VARIANTS["granite_swa"] = [(is_granitemoe_swa_file, GRANITEMOE_SWA)]
+# a Puzzle's nemotron_h_moe file: per-block top-k
+GGUF_VARIANTS["nemotron_h_moe"] = [(is_puzzle_file, NEMOTRON_H_PUZZLE)]
 _GGUF_VARIANT_ENTRIES = [a for vs in GGUF_VARIANTS.values() for _, a in vs]
 
 #: HF architecture name -> entry

@@ -43,11 +43,12 @@ read right by the pinned converter on transformers 5 (its MoE test is then true)
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from ... import errors as E
 from ._common import PERMUTE_K, PERMUTE_Q, replace_rows
-from ._model import VT, Arch, NameRule, Stack, first, m
+from ._model import VT, Arch, MetaKey, NameRule, Stack, first, m
 from .granite import GRANITE_ROWS, GRANITE_SHARED_FF
 from .mamba import MAMBA2
 
@@ -415,3 +416,90 @@ NEMOTRON_H_MOE = Arch(
 def has_experts(cfg: dict) -> bool:
     """A Nemotron-H config with MoE layers (``E`` / ``moe``): the ``nemotron_h_moe`` entry."""
     return "E" in layer_kinds(cfg)
+
+
+# ----------------------------------------------------------------------------- Puzzle
+
+#: NemotronHPuzzleModel's per-block rows: arrays from ``block_configs`` (0 off MoE blocks)
+_BLOCK_ROWS = {
+    "feed_forward_length": "moe_intermediate_size",
+    "expert_feed_forward_length": "moe_intermediate_size",
+    "expert_used_count": "num_experts_per_tok",
+}
+
+
+def _blocks(cfg: dict) -> dict:
+    """The config as NemotronHPuzzleModel reads it: ``block_configs`` gives the layer count
+    and kinds (the wrapper's ``layers_block_type`` is not sized to it), no MTP block (its
+    head has another layout; the reference drops it)."""
+    bcs = cfg.get("block_configs") or []
+    out = {k: v for k, v in cfg.items() if k != "hybrid_override_pattern"}
+    out.update(
+        num_hidden_layers=len(bcs),
+        layers_block_type=[bc.get("block_type") for bc in bcs],
+        num_nextn_predict_layers=0,
+    )
+    return out
+
+
+def _puzzle_row(row: Any) -> Any:
+    if not isinstance(row, MetaKey):
+        return row
+    if row.key in _BLOCK_ROWS:
+        f = _BLOCK_ROWS[row.key]
+        return replace(
+            row,
+            type=VT.INT32,
+            value=lambda c: [bc.get(f) or 0 for bc in c.get("block_configs") or []],
+        )
+    if row.key == "nextn_predict_layers":
+        return replace(row, value=lambda c: None)
+    return replace(row, value=lambda c, r=row: r.get(_blocks(c)))
+
+
+def _uniform(cfg: dict, key: str) -> int:
+    vals = {int(x) for x in cfg[key] if x}
+    if len(vals) != 1:
+        raise E.InvalidModelConfig(
+            "per-block MoE shapes differ: no transformers class computes this model",
+            field=key,
+            expected="one value over the MoE blocks (NemotronHForCausalLM)",
+            found=sorted(vals),
+        )
+    return vals.pop()
+
+
+def _hf_puzzle(cfg: dict, names: set[str]) -> dict[str, Any]:
+    """GGUF -> HF as NemotronHForCausalLM (transformers 5.24 has no Puzzle class): the same
+    computation when every MoE block has the same width and top-k."""
+    width = _uniform(cfg, "moe_intermediate_size")
+    return {
+        **_hf_moe({**cfg, "moe_intermediate_size": width}, names),
+        "num_experts_per_tok": _uniform(cfg, "num_experts_per_tok"),
+        "moe_intermediate_size": width,
+    }
+
+
+NEMOTRON_H_PUZZLE = Arch(
+    hf_archs=("NemotronHForCausalLM",),
+    gguf_arch="nemotron_h_moe",
+    meta=[_puzzle_row(r) for r in NEMOTRON_H_MOE.meta],
+    names=NEMOTRON_H_MOE.names,
+    stacks=NEMOTRON_H_MOE.stacks,
+    transforms=NEMOTRON_H_MOE.transforms,
+    defaults=_MOE_DEFAULTS,
+    ignored=("head_dim",),
+    required=NEMOTRON_H.required,
+    present=("block_configs",),
+    # the official BF16 checkpoint's ``model.*`` trunk is the original ``backbone.*``
+    renames=((r"^model\.", "backbone."),),
+    skip=(*NEMOTRON_H_MOE.skip, r"^mtp\."),
+    tokenizer={"vocab": "gpt2"},
+    model_types={"NemotronHForCausalLM": "nemotron_h"},
+    hf_config=_hf_puzzle,
+)
+
+
+def is_puzzle_file(md: Any) -> bool:
+    """A ``nemotron_h_moe`` file with per-block top-k (an array) is a Puzzle's."""
+    return isinstance(md.get("nemotron_h_moe.expert_used_count"), (list, tuple))
