@@ -179,6 +179,9 @@ ARCHS += ["youtu"]
 ARCHS += ["bailingmoe3"]
 REF_ON_TRANSFORMERS_4 |= {"bailingmoe3"}
 BPE_VOCAB |= {"bailingmoe3"}
+# Kimi Linear: KDA + NoPE MLA, MoE, in the Hub's config spellings (linear_attn_config)
+ARCHS += ["kimi_linear"]
+BPE_VOCAB |= {"kimi_linear"}
 BPE_VOCAB |= {"youtu"}
 BPE_VOCAB |= {"qwen4exp"}
 # Mistral 4 (Mistral3ForConditionalGeneration over a mistral4 text: the reference's
@@ -346,7 +349,7 @@ def test_round_trip(work, arch, tmp_path):
     # norm + 1 - 1 (Gemma 2), log(-(-exp(A_log))) (the SSMs): not always the identity in float32
     exact = arch not in ("gemma2", "mamba", "mamba2", "granitehybrid", "nemotronh", *DELTANET,
                          "jamba", "nemotronhmoe", "granitehybridmoe", "bamba", *FOLDED,
-                         "falconmamba", "qwen4exp", "bailingmoe3")  # fmt: skip
+                         "falconmamba", "qwen4exp", "bailingmoe3", "kimi_linear")  # fmt: skip
     for k, v in orig.items():
         want = v.astype(np.float32)
         if exact:
@@ -1879,3 +1882,22 @@ def test_bailingmoe3_refuses_configs_the_reference_refuses(work, tmp_path, drop,
         hf_to_gguf(src, tmp_path / "o.gguf", "f16")
     assert err.value.field == field
     assert not (tmp_path / "o.gguf").exists()
+
+
+def test_kimi_linear_needs_the_hub_config(work, tmp_path):
+    """transformers 5.24's own config.json folds the Hub's ``linear_attn_config`` into its
+    ``linear_*`` / ``layer_types`` fields: the reference needs the dict (it reads the layer
+    kinds from it), so a config without it is refused by name before any output."""
+    import shutil
+
+    from weightsmith.errors import InvalidModelConfig
+
+    src = tmp_path / "m"
+    shutil.copytree(work.model("kimi_linear"), src)
+    cfg = json.loads((src / "config.json").read_text())
+    del cfg["linear_attn_config"]
+    (src / "config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "out.gguf"
+    with pytest.raises(InvalidModelConfig, match="linear_attn_config"):
+        hf_to_gguf(src, out, "f16")
+    assert not out.exists()

@@ -124,6 +124,7 @@ from .gptoss import GPT_OSS
 from .granite import GRANITE, GRANITEMOE
 from .hunyuan import HUNYUAN_DENSE, HUNYUAN_VL
 from .jamba import JAMBA
+from .kimi_linear import KIMI_LINEAR
 from .lfm2 import LFM2, LFM2MOE
 from .llama import (
     JANUS,
@@ -313,6 +314,8 @@ ENTRIES += (BAILINGMOE3_VL,)
 ENTRIES += (MISTRAL4,)
 # PocketTTS's backbone (Kyutai's layout: no config.json, the config from tensor shapes)
 ENTRIES += (POCKETTTS,)
+# Kimi Linear (KDA + NoPE MLA, MoE; issue 15 section 4)
+ENTRIES += (KIMI_LINEAR,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)
