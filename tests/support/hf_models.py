@@ -2505,3 +2505,58 @@ def kimi_linear(folder: Path, *, dtype: str = "bfloat16", seed: int = 74) -> Pat
 
 
 BUILDERS["kimi_linear"] = kimi_linear
+
+
+# --------------------------------------------------------------------------- MiniMax-Text-01
+
+#: llama.cpp's minimax-01 graph takes every 8th layer as softmax attention (the reference
+#: writes no layer kinds): the tiny model has 7 lightning layers, then one softmax layer
+MINIMAX01_LAYERS = ["linear_attention"] * 7 + ["full_attention"]
+
+
+def minimax01(folder: Path, *, dtype: str = "bfloat16", seed: int = 75) -> Path:
+    """MiniMax-Text-01 in the Hub's layout, from transformers 5.24's ``MiniMaxForCausalLM``
+    (the same tensors, but for the lightning layers' decay tables, which transformers
+    saves and the Hub's checkpoint has not: dropped), saved sharded (the reference reads
+    ``model.safetensors.index.json``) with the Hub's config fields (the architecture,
+    ``layernorm_*_alpha`` / ``_beta``, ``rotary_dim``, ``attn_type_list``, ``rope_theta``)
+    and a ``chat_template.jinja`` (without one the reference writes its own tree's
+    MiniMax-M1 template)."""
+    from safetensors.numpy import load_file, save_file
+    from transformers import MiniMaxConfig, MiniMaxForCausalLM
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    kw = dict(
+        vocab_size=vocab, hidden_size=128, intermediate_size=128, num_hidden_layers=8,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_local_experts=4,
+        num_experts_per_tok=2, layer_types=MINIMAX01_LAYERS, block_size=4,
+        max_position_embeddings=256, bos_token_id=50256, eos_token_id=50256, pad_token_id=None,
+        tie_word_embeddings=False,
+    )  # fmt: skip
+    model = MiniMaxForCausalLM(MiniMaxConfig(**kw))
+    _random_init(model, seed)
+    model = model.to(getattr(__import__("torch"), dtype))
+    model.save_pretrained(folder, safe_serialization=True, max_shard_size="8MB")
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    buffers = ("slope_rate", "query_decay", "key_decay", "diagonal_decay")
+    for shard in sorted(set(index["weight_map"].values())):
+        sd = load_file(folder / shard)
+        save_file({k: v for k, v in sd.items() if not k.endswith(buffers)}, folder / shard,
+                  metadata={"format": "pt"})  # fmt: skip
+    index["weight_map"] = {k: v for k, v in index["weight_map"].items() if not k.endswith(buffers)}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.update(
+        architectures=["MiniMaxText01ForCausalLM"], rotary_dim=32, rope_theta=1e6,
+        attn_type_list=[int(t == "full_attention") for t in MINIMAX01_LAYERS],
+        **{f"layernorm_{k}_{ab}": 1.0 for k in ("full_attention", "linear_attention", "mlp")
+           for ab in ("alpha", "beta")},
+    )  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    (folder / "chat_template.jinja").write_text(
+        "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+    )
+    return folder
+
+
+BUILDERS["minimax01"] = minimax01

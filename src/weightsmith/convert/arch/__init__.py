@@ -152,6 +152,7 @@ from .mamba import (
 )
 from .minicpmv import MINICPMV46_TEXT
 from .minimax import MINIMAX_M3
+from .minimax01 import MINIMAX01
 from .mistral4 import MISTRAL4, is_mistral4
 from .muse_glimmer import MUSE_GLIMMER
 from .nemotron import NEMOTRON_H, NEMOTRON_H_MOE, has_experts
@@ -316,6 +317,8 @@ ENTRIES += (MISTRAL4,)
 ENTRIES += (POCKETTTS,)
 # Kimi Linear (KDA + NoPE MLA, MoE; issue 15 section 4)
 ENTRIES += (KIMI_LINEAR,)
+# MiniMax-Text-01 / M1 (lightning attention hybrid, MoE; issue 15 section 4)
+ENTRIES += (MINIMAX01,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)
