@@ -186,6 +186,9 @@ ARCHS += ["granite_swa", "granitemoe_swa"]
 # NemotronH is the oracle and GGUF -> HF gives NemotronHForCausalLM)
 ARCHS += ["nemotronhpuzzle"]
 BPE_VOCAB |= {"nemotronhpuzzle"}
+# Kimi Linear: KDA + NoPE MLA, MoE, in the Hub's config spellings (linear_attn_config)
+ARCHS += ["kimi_linear"]
+BPE_VOCAB |= {"kimi_linear"}
 BPE_VOCAB |= {"youtu"}
 BPE_VOCAB |= {"qwen4exp"}
 # Mistral 4 (Mistral3ForConditionalGeneration over a mistral4 text: the reference's
@@ -354,7 +357,7 @@ def test_round_trip(work, arch, tmp_path):
     exact = arch not in ("gemma2", "mamba", "mamba2", "granitehybrid", "nemotronh", *DELTANET,
                          "jamba", "nemotronhmoe", "granitehybridmoe", "bamba", *FOLDED,
                          "falconmamba", "qwen4exp", "bailingmoe3",
-                         "nemotronhpuzzle")  # fmt: skip
+                         "nemotronhpuzzle", "kimi_linear")  # fmt: skip
     for k, v in orig.items():
         want = v.astype(np.float32)
         if exact:
@@ -2010,3 +2013,22 @@ def test_no_transformers_class_for(hf_class, model_types):
     assert not hasattr(transformers, hf_class)
     assert not set(model_types) & set(CONFIG_MAPPING_NAMES)
     assert lookup(hf_class, {}) is None
+
+
+def test_kimi_linear_needs_the_hub_config(work, tmp_path):
+    """transformers 5.24's own config.json folds the Hub's ``linear_attn_config`` into its
+    ``linear_*`` / ``layer_types`` fields: the reference needs the dict (it reads the layer
+    kinds from it), so a config without it is refused by name before any output."""
+    import shutil
+
+    from weightsmith.errors import InvalidModelConfig
+
+    src = tmp_path / "m"
+    shutil.copytree(work.model("kimi_linear"), src)
+    cfg = json.loads((src / "config.json").read_text())
+    del cfg["linear_attn_config"]
+    (src / "config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "out.gguf"
+    with pytest.raises(InvalidModelConfig, match="linear_attn_config"):
+        hf_to_gguf(src, out, "f16")
+    assert not out.exists()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -2532,3 +2533,105 @@ def nemotronhpuzzle(folder: Path, *, dtype: str = "bfloat16", seed: int = 83) ->
 
 
 BUILDERS["nemotronhpuzzle"] = nemotronhpuzzle
+# --------------------------------------------------------------------------- Kimi Linear
+
+
+def kimi_linear(folder: Path, *, dtype: str = "bfloat16", seed: int = 74) -> Path:
+    """Kimi Linear (KimiLinearForCausalLM) saved by transformers 5.24's ``kimi_linear`` (the
+    Hub's tensor layout: per-expert ``w1/w2/w3`` under ``block_sparse_moe``): a KDA layer
+    with a dense MLP, then a NoPE MLA layer with a sigmoid-routed MoE and a shared expert.
+    config.json is then given the Hub's fields the reference reads and transformers' config
+    class folds away: ``linear_attn_config`` (1-based ``full_attn_layers`` / ``kda_layers``,
+    the KDA head width and count, the conv kernel), ``first_k_dense_replace`` and the
+    router's ``moe_router_activation_func`` (llama.cpp's graph needs the gating row it
+    gives); ``num_experts_per_token`` and ``num_experts`` are kept as saved."""
+    from transformers import KimiLinearConfig, KimiLinearForCausalLM
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    kw = dict(
+        vocab_size=vocab, hidden_size=256, intermediate_size=512, moe_intermediate_size=256,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, num_local_experts=4,
+        n_shared_experts=1, num_experts_per_tok=2, kv_lora_rank=64, q_lora_rank=None,
+        qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32, linear_head_dim=32,
+        linear_num_heads=4, linear_conv_kernel_dim=4, n_group=1, topk_group=1,
+        layer_types=["linear_attention", "full_attention"], mlp_layer_types=["dense", "sparse"],
+        max_position_embeddings=256, bos_token_id=50256, eos_token_id=50256, pad_token_id=None,
+        tie_word_embeddings=False,
+    )  # fmt: skip
+    model = KimiLinearForCausalLM(KimiLinearConfig(**kw))
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    # transformers saves a dense layer's MLP under block_sparse_moe (its renaming of the
+    # MoE prefix run backwards); the Hub's checkpoint, and the reference, have it as mlp
+    from safetensors.numpy import load_file, save_file
+
+    sd = load_file(folder / "model.safetensors")
+    dense = re.compile(r"\.block_sparse_moe\.((gate|up|down)_proj\.weight)$")
+    sd = {dense.sub(r".mlp.\1", k): v for k, v in sd.items()}
+    save_file(sd, folder / "model.safetensors", metadata={"format": "pt"})
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.update(
+        linear_attn_config=dict(full_attn_layers=[2], kda_layers=[1], head_dim=32, num_heads=4,
+                                short_conv_kernel_size=4),
+        first_k_dense_replace=1, moe_router_activation_func="sigmoid",
+    )  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    return folder
+
+
+BUILDERS["kimi_linear"] = kimi_linear
+
+
+# --------------------------------------------------------------------------- MiniMax-Text-01
+
+#: llama.cpp's minimax-01 graph takes every 8th layer as softmax attention (the reference
+#: writes no layer kinds): the tiny model has 7 lightning layers, then one softmax layer
+MINIMAX01_LAYERS = ["linear_attention"] * 7 + ["full_attention"]
+
+
+def minimax01(folder: Path, *, dtype: str = "bfloat16", seed: int = 75) -> Path:
+    """MiniMax-Text-01 in the Hub's layout, from transformers 5.24's ``MiniMaxForCausalLM``
+    (the same tensors, but for the lightning layers' decay tables, which transformers
+    saves and the Hub's checkpoint has not: dropped), saved sharded (the reference reads
+    ``model.safetensors.index.json``) with the Hub's config fields (the architecture,
+    ``layernorm_*_alpha`` / ``_beta``, ``rotary_dim``, ``attn_type_list``, ``rope_theta``)
+    and a ``chat_template.jinja`` (without one the reference writes its own tree's
+    MiniMax-M1 template)."""
+    from safetensors.numpy import load_file, save_file
+    from transformers import MiniMaxConfig, MiniMaxForCausalLM
+
+    vocab = _bpe_tokenizer(folder, "gpt-2")
+    kw = dict(
+        vocab_size=vocab, hidden_size=128, intermediate_size=128, num_hidden_layers=8,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_local_experts=4,
+        num_experts_per_tok=2, layer_types=MINIMAX01_LAYERS, block_size=4,
+        max_position_embeddings=256, bos_token_id=50256, eos_token_id=50256, pad_token_id=None,
+        tie_word_embeddings=False,
+    )  # fmt: skip
+    model = MiniMaxForCausalLM(MiniMaxConfig(**kw))
+    _random_init(model, seed)
+    model = model.to(getattr(__import__("torch"), dtype))
+    model.save_pretrained(folder, safe_serialization=True, max_shard_size="8MB")
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    buffers = ("slope_rate", "query_decay", "key_decay", "diagonal_decay")
+    for shard in sorted(set(index["weight_map"].values())):
+        sd = load_file(folder / shard)
+        save_file({k: v for k, v in sd.items() if not k.endswith(buffers)}, folder / shard,
+                  metadata={"format": "pt"})  # fmt: skip
+    index["weight_map"] = {k: v for k, v in index["weight_map"].items() if not k.endswith(buffers)}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.update(
+        architectures=["MiniMaxText01ForCausalLM"], rotary_dim=32, rope_theta=1e6,
+        attn_type_list=[int(t == "full_attention") for t in MINIMAX01_LAYERS],
+        **{f"layernorm_{k}_{ab}": 1.0 for k in ("full_attention", "linear_attention", "mlp")
+           for ab in ("alpha", "beta")},
+    )  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    (folder / "chat_template.jinja").write_text(
+        "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+    )
+    return folder
+
+
+BUILDERS["minimax01"] = minimax01

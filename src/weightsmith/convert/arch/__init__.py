@@ -124,6 +124,7 @@ from .gptoss import GPT_OSS
 from .granite import GRANITE, GRANITE_SWA, GRANITEMOE, GRANITEMOE_SWA, is_granitemoe_swa_file
 from .hunyuan import HUNYUAN_DENSE, HUNYUAN_VL
 from .jamba import JAMBA
+from .kimi_linear import KIMI_LINEAR
 from .lfm2 import LFM2, LFM2MOE
 from .llama import (
     JANUS,
@@ -151,6 +152,7 @@ from .mamba import (
 )
 from .minicpmv import MINICPMV46_TEXT
 from .minimax import MINIMAX_M3
+from .minimax01 import MINIMAX01
 from .mistral4 import MISTRAL4, is_mistral4
 from .muse_glimmer import MUSE_GLIMMER
 from .nemotron import NEMOTRON_H, NEMOTRON_H_MOE, NEMOTRON_H_PUZZLE, has_experts, is_puzzle_file
@@ -317,6 +319,10 @@ ENTRIES += (POCKETTTS,)
 ENTRIES += (GRANITE_SWA, GRANITEMOE_SWA)
 # NemotronHPuzzle: Nemotron-H MoE with per-block MoE shapes (block_configs)
 ENTRIES += (NEMOTRON_H_PUZZLE,)
+# Kimi Linear (KDA + NoPE MLA, MoE; issue 15 section 4)
+ENTRIES += (KIMI_LINEAR,)
+# MiniMax-Text-01 / M1 (lightning attention hybrid, MoE; issue 15 section 4)
+ENTRIES += (MINIMAX01,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)
