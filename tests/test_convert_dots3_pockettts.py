@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 from safetensors import safe_open
 
+from support import pyfork
 from support.llama_sdist import llama_cpp_root
 from support.muse_dots_pocket_models import dots3_note, pocket_tts
 from weightsmith import errors as E
@@ -35,8 +36,8 @@ from weightsmith.convert import hf_to_gguf
 
 def _reference(src: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
     script = str(llama_cpp_root() / "convert_hf_to_gguf.py")
-    return subprocess.run([sys.executable, script, str(src), "--outfile", str(out),
-                           "--outtype", "f16", *extra], capture_output=True, text=True)  # fmt: skip
+    return pyfork.run([sys.executable, script, str(src), "--outfile", str(out),
+                           "--outtype", "f16", *extra])  # fmt: skip
 
 
 def test_dots3_note_transformers_layout(tmp_path):

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from support import pyfork
 from support.encoder_models import (
     bert_reranker,
     distilbert,
@@ -320,7 +321,6 @@ def test_modernbert_mlm_decoder_bias_refused(work, tmp_path):
     """ModernBertConfig's default ``decoder_bias`` (ModernBERT-base and every released
     MLM checkpoint): ``decoder.bias`` has no GGUF name.  The reference fails on it
     ("Can not map tensor 'decoder.bias'"); ours names it before writing anything."""
-    import subprocess
     import sys
 
     src = work["models"]["modernbert_mlm_bias"]
@@ -328,9 +328,8 @@ def test_modernbert_mlm_decoder_bias_refused(work, tmp_path):
         hf_to_gguf(src, tmp_path / "ours" / "out.gguf", "f32")
     assert not (tmp_path / "ours").exists() or not any((tmp_path / "ours").iterdir())
     script = llama_cpp_root() / "convert_hf_to_gguf.py"
-    r = subprocess.run([sys.executable, str(script), str(src), "--outfile",
-                        str(tmp_path / "ref.gguf"), "--outtype", "f32"],
-                       capture_output=True, text=True)  # fmt: skip
+    r = pyfork.run([sys.executable, str(script), str(src), "--outfile",
+                        str(tmp_path / "ref.gguf"), "--outtype", "f32"])  # fmt: skip
     assert r.returncode != 0 and "Can not map tensor 'decoder.bias'" in r.stderr, r.stderr[-2000:]
     assert not (tmp_path / "ref.gguf").exists()
 

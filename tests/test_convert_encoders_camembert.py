@@ -22,13 +22,13 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from support import pyfork
 from support.encoder_models import camembert, distilbert_reranker
 from support.llama_sdist import llama_cpp_root
 from test_convert_archs import _same_file
@@ -82,8 +82,8 @@ def test_camembert_unigram_refused_as_the_reference_refuses(work):
     camembert(src, unigram=True)
     ref_out, ours_out = work["ref"] / "camembert_unigram.gguf", work["ours"] / "cu.gguf"
     script = str(llama_cpp_root() / "convert_hf_to_gguf.py")
-    r = subprocess.run([sys.executable, script, str(src), "--outfile", str(ref_out),
-                        "--outtype", "f32"], capture_output=True, text=True)  # fmt: skip
+    r = pyfork.run([sys.executable, script, str(src), "--outfile", str(ref_out),
+                        "--outtype", "f32"])  # fmt: skip
     assert r.returncode != 0 and "BPE pre-tokenizer was not recognized" in r.stderr
     with pytest.raises(E.UnknownBPEPreTokenizer, match="chktxt sha256"):
         hf_to_gguf(src, ours_out, "f32")

@@ -18,7 +18,6 @@ process, so the driver resets them before each job.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -26,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from support import pyfork
 from support.encoder_models import (
     gemma_embedding,
     mt5,
@@ -66,8 +66,7 @@ _DRIVER = textwrap.dedent(
 
 def _run_reference(jobs: list[tuple[str, str, str, list[str]]]) -> None:
     script = str(llama_cpp_root() / "convert_hf_to_gguf.py")
-    r = subprocess.run([sys.executable, "-c", _DRIVER, script, json.dumps(jobs)],
-                       capture_output=True, text=True)  # fmt: skip
+    r = pyfork.run([sys.executable, "-c", _DRIVER, script, json.dumps(jobs)])  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from support import pyfork
 from support.gemma3n_vlm import SSCP_NORMS, build_gemma3n_vlm, image, wide_text
 from support.llama_sdist import llama_cpp_root
 from test_convert_mmproj import TYPES, _mtmd_embeddings, _reference, _same
@@ -139,8 +140,8 @@ def test_sscp_norms_stop_the_reference_and_ours_names_them(g3n, tmp_path):
     save_file(sd, src / "model.safetensors", metadata={"format": "pt"})
     script = llama_cpp_root() / "convert_hf_to_gguf.py"
     ref = tmp_path / "ref.gguf"
-    r = subprocess.run([sys.executable, str(script), str(src), "--outfile", str(ref),
-                        "--outtype", "f32", "--mmproj"], capture_output=True, text=True)  # fmt: skip
+    r = pyfork.run([sys.executable, str(script), str(src), "--outfile", str(ref),
+                        "--outtype", "f32", "--mmproj"])  # fmt: skip
     assert r.returncode != 0 and f"Can not map tensor {SSCP_NORMS[0]!r}" in r.stderr
     ours = tmp_path / "ours.gguf"
     hf_to_gguf(src, tmp_path / "text.gguf", "f32", mmproj=ours)

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from support import pyfork
 from support.llama_sdist import llama_cpp_root
 from support.vlm_models import build
 from test_convert_mmproj import TYPES, _mtmd_embeddings, _same, convert_both
@@ -191,8 +191,7 @@ def test_audio_only_refused(g4a, tmp_path):
         hf_to_gguf(src, tmp_path / "out" / "t.gguf", "f16", mmproj=tmp_path / "out" / "m.gguf")
     assert not (tmp_path / "out").exists()
     ref = tmp_path / "ref-mmproj.gguf"
-    r = subprocess.run([sys.executable, str(llama_cpp_root() / "convert_hf_to_gguf.py"), str(src),
-                        "--outfile", str(ref), "--outtype", "f16", "--mmproj"],
-                       capture_output=True, text=True)  # fmt: skip
+    r = pyfork.run([sys.executable, str(llama_cpp_root() / "convert_hf_to_gguf.py"), str(src),
+                        "--outfile", str(ref), "--outtype", "f16", "--mmproj"])  # fmt: skip
     assert r.returncode != 0 and "vision_config.get" in r.stderr, r.stderr[-2000:]
     assert not ref.exists()

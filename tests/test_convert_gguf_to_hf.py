@@ -9,7 +9,6 @@ models come from tests/support/hf_models.py, one per architecture of the registr
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tracemalloc
 from pathlib import Path
@@ -20,7 +19,7 @@ import torch
 from safetensors.numpy import load_file as st_load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from support import hf_models
+from support import hf_models, pyfork
 from support.llama_sdist import llama_cpp_root
 from weightsmith import errors as E
 from weightsmith.convert import gguf_to_hf
@@ -122,10 +121,8 @@ def _ours_gguf(src: Path, out: Path, type: str) -> Path:
 
 def _reference_gguf(src: Path, out: Path, outtype: str = "f32") -> Path:
     script = llama_cpp_root() / "convert_hf_to_gguf.py"
-    r = subprocess.run(
+    r = pyfork.run(
         [sys.executable, str(script), str(src), "--outtype", outtype, "--outfile", str(out)],
-        capture_output=True,
-        text=True,
     )
     assert r.returncode == 0, r.stderr[-3000:]
     return out

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ctypes
 import json
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -18,7 +17,7 @@ import gguf
 import numpy as np
 import pytest
 
-from support import gguf_c_reader
+from support import gguf_c_reader, pyfork
 from support.hf_models import build, train_spm
 from support.llama_sdist import llama_cpp_root
 from weightsmith import errors as E
@@ -46,10 +45,8 @@ _DRIVER = textwrap.dedent(
 
 def _run_reference(jobs: list[tuple[str, str, str]], env: dict | None = None) -> None:
     script = str(llama_cpp_root() / "convert_hf_to_gguf.py")
-    r = subprocess.run(
+    r = pyfork.run(
         [sys.executable, "-c", _DRIVER, script, json.dumps(jobs)],
-        capture_output=True,
-        text=True,
         env=env,
     )
     assert r.returncode == 0, r.stderr[-3000:]

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import weightsmith.numpy as wsnp
+from support import pyfork
 from support.meta_fixtures import make_meta_checkpoint, ranks_file_encoder, sample_texts
 from support.meta_oracle import run_oracle
 from weightsmith import errors as E
@@ -287,7 +288,6 @@ def test_cli_convert_original_dir(tmp_path):
 def test_gguf_runs_in_llama_cpp_like_the_oracle_folders_gguf(built, tmp_path, generation, shards):
     """Ours: Meta folder -> GGUF in one call.  Reference: llama.cpp's convert_hf_to_gguf.py
     on the folder transformers' own script wrote.  llama.cpp's logits must be equal."""
-    import subprocess
     import sys
 
     import llama_cpp
@@ -300,9 +300,8 @@ def test_gguf_runs_in_llama_cpp_like_the_oracle_folders_gguf(built, tmp_path, ge
     meta_to_gguf(src, ours, "f16")
     ref = tmp_path / "ref.gguf"
     script = llama_cpp_root() / "convert_hf_to_gguf.py"
-    r = subprocess.run(
-        [sys.executable, str(script), str(oracle), "--outtype", "f16", "--outfile", str(ref)],
-        capture_output=True, text=True, timeout=600,
+    r = pyfork.run(
+        [sys.executable, str(script), str(oracle), "--outtype", "f16", "--outfile", str(ref)], timeout=600,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     prompt = [1, 5, 9, 42, 7, 3, 100, 200]
@@ -336,7 +335,6 @@ LEGACY_DIFFERENCES = {
 
 @pytest.mark.parametrize("outtype", ["f32", "f16", "q8_0"])
 def test_gguf_tensors_equal_llama_cpps_legacy_converter(built, tmp_path, outtype):
-    import subprocess
     import sys
 
     from support.llama_sdist import llama_cpp_root
@@ -348,10 +346,9 @@ def test_gguf_tensors_equal_llama_cpps_legacy_converter(built, tmp_path, outtype
     ours, ref = tmp_path / "ours.gguf", tmp_path / "legacy.gguf"
     meta_to_gguf(src, ours, outtype)
     root = llama_cpp_root()
-    r = subprocess.run(
+    r = pyfork.run(
         [sys.executable, str(root / "examples" / "convert_legacy_llama.py"), str(src),
-         "--outtype", outtype, "--outfile", str(ref)],
-        capture_output=True, text=True, timeout=600,
+         "--outtype", outtype, "--outfile", str(ref)], timeout=600,
         env={**__import__("os").environ, "PYTHONPATH": str(root / "gguf-py")},
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]

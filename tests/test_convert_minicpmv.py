@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from support import pyfork
 from support.llama_sdist import llama_cpp_root
 from support.vlm_models import build, minicpmv46_files
 from test_convert_hf_to_gguf import _llama_logits, _llama_quantize
@@ -156,9 +156,8 @@ def test_reference_needs_the_mtp_field(mc, tmp_path):
     """The reference's Qwen3.5 class asserts an MTP layer count it cannot take from
     MiniCPM-V's checkpoint (its class drops the ``mtp.*`` tensors first)."""
     script = str(llama_cpp_root() / "convert_hf_to_gguf.py")
-    r = subprocess.run([sys.executable, script, str(mc / "nomtp"), "--outfile",
-                        str(tmp_path / "r.gguf"), "--outtype", "f16"],
-                       capture_output=True, text=True)  # fmt: skip
+    r = pyfork.run([sys.executable, script, str(mc / "nomtp"), "--outfile",
+                        str(tmp_path / "r.gguf"), "--outtype", "f16"])  # fmt: skip
     assert r.returncode != 0 and "opt_num_mtp_layers" in r.stderr
 
 

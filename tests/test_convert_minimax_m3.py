@@ -30,6 +30,7 @@ import sys
 import numpy as np
 import pytest
 
+from support import pyfork
 from support.llama_sdist import llama_cpp_root
 from support.meta_oracle import oracle_env
 from support.vlm_models import MINIMAX_M3_HUB_FIELDS, build
@@ -48,8 +49,7 @@ TOKENS = [9707, 11, 1879, 0, 358, 1079, 264, 2272]
 
 def _reference(jobs: list[list[str]], env: dict | None) -> subprocess.CompletedProcess:
     script = str(llama_cpp_root() / "convert_hf_to_gguf.py")
-    return subprocess.run([sys.executable, "-c", _DRIVER, script, json.dumps(jobs)],
-                          capture_output=True, text=True, env=env)  # fmt: skip
+    return pyfork.run([sys.executable, "-c", _DRIVER, script, json.dumps(jobs)], env=env)  # fmt: skip
 
 
 @pytest.fixture(scope="module")

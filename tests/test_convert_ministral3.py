@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from support import pyfork
 from support.llama_sdist import llama_cpp_root
 from support.vlm_models import build
 from test_convert_mmproj import (
@@ -51,8 +51,7 @@ TOKENS = [1, 5, 9, 33, 100, 7, 200, 42]
 
 def _reference(jobs: list[list[str]]) -> None:
     script = str(llama_cpp_root() / "convert_hf_to_gguf.py")
-    r = subprocess.run([sys.executable, "-c", _DRIVER, script, json.dumps(jobs)],
-                       capture_output=True, text=True)  # fmt: skip
+    r = pyfork.run([sys.executable, "-c", _DRIVER, script, json.dumps(jobs)])  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
 
 

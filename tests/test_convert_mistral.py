@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from support import pyfork
 from support.meta_fixtures import sample_texts
 from support.mistral_fixtures import make_mistral_checkpoint
 from weightsmith import errors as E
@@ -25,10 +25,9 @@ def _oracle(src, out, outtype):
     from support.llama_sdist import llama_cpp_root
 
     script = llama_cpp_root() / "convert_hf_to_gguf.py"
-    r = subprocess.run(
+    r = pyfork.run(
         [sys.executable, str(script), str(src), "--mistral-format", "--outtype", outtype,
-         "--outfile", str(out)],
-        capture_output=True, text=True, timeout=600,
+         "--outfile", str(out)], timeout=600,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     return out

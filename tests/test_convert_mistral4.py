@@ -34,6 +34,7 @@ import sys
 import numpy as np
 import pytest
 
+from support import pyfork
 from support.llama_sdist import llama_cpp_root
 from support.vlm_models import build
 from test_convert_mmproj import (
@@ -54,8 +55,7 @@ TOKENS = [9707, 11, 1879, 0, 358, 1079, 264, 2272]
 
 def _reference(jobs: list[list[str]]) -> subprocess.CompletedProcess:
     script = str(llama_cpp_root() / "convert_hf_to_gguf.py")
-    return subprocess.run([sys.executable, "-c", _DRIVER, script, json.dumps(jobs)],
-                          capture_output=True, text=True)  # fmt: skip
+    return pyfork.run([sys.executable, "-c", _DRIVER, script, json.dumps(jobs)])  # fmt: skip
 
 
 @pytest.fixture(scope="module")

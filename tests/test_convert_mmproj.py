@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import json
-import subprocess
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -25,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from support import pyfork
 from support.llama_sdist import llama_cpp_root
 from support.vlm_models import build
 from weightsmith import errors as E
@@ -77,8 +77,7 @@ _DRIVER = textwrap.dedent(
 def _reference(jobs: list[list[str]]) -> None:
     """convert_hf_to_gguf.py once per argument list, all in one process (torch loads once)."""
     script = str(llama_cpp_root() / "convert_hf_to_gguf.py")
-    r = subprocess.run([sys.executable, "-c", _DRIVER, script, json.dumps(jobs)],
-                       capture_output=True, text=True)  # fmt: skip
+    r = pyfork.run([sys.executable, "-c", _DRIVER, script, json.dumps(jobs)])  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
 
 

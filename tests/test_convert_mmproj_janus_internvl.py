@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from support import pyfork
 from support.vlm_models import build
 from test_convert_hf_to_gguf import _llama_logits, _llama_quantize
 from test_convert_mmproj import TYPES, _image, _mtmd_embeddings, _reference, _same
@@ -230,7 +231,6 @@ def test_internvl_hf_layout_refused(folders, tmp_path):
     ``-hf`` checkpoints): the pinned reference has no class for it (text or projector)
     and fails; ours refuses it with a named error before writing anything."""
     import json
-    import subprocess
     import sys
     import textwrap
 
@@ -257,8 +257,7 @@ def test_internvl_hf_layout_refused(folders, tmp_path):
     )
     jobs = [[str(hf), "--outfile", str(tmp_path / "ref.gguf"), "--outtype", "f16", *extra]
             for extra in ([], ["--mmproj"])]  # fmt: skip
-    r = subprocess.run([sys.executable, "-c", driver, script, json.dumps(jobs)],
-                       capture_output=True, text=True)  # fmt: skip
+    r = pyfork.run([sys.executable, "-c", driver, script, json.dumps(jobs)])  # fmt: skip
     errs = json.loads(r.stdout.strip().splitlines()[-1])
     # the reference logs "Model InternVLForConditionalGeneration is not supported", exits 1
     assert errs == ["SystemExit(1)"] * 2

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from support import pyfork
 from support.phi4v_models import PATCH, oracle, phi4v
 from test_convert_hf_to_gguf import _llama_logits, _llama_quantize
 from test_convert_mmproj import TYPES, _mtmd_embeddings, _same, convert_both
@@ -242,7 +243,6 @@ print(json.dumps(out))
 def test_reference_refuses_the_same(p4, tmp_path):
     """The refusals above are the reference's: its --mmproj stops on each of those folders
     (ValueError for the 1-layer tower, KeyError for the missing fields), writing nothing."""
-    import subprocess
     import sys
 
     from support.llama_sdist import llama_cpp_root
@@ -259,8 +259,7 @@ def test_reference_refuses_the_same(p4, tmp_path):
         src = _edited(p4, d, ce, pe)
         jobs.append([str(src), "--outfile", str(d / "m.gguf"), "--outtype", "f16", "--mmproj"])
     script = str(llama_cpp_root() / "convert_hf_to_gguf.py")
-    r = subprocess.run([sys.executable, "-c", _EXPECT_FAIL, script, json.dumps(jobs)],
-                       capture_output=True, text=True)  # fmt: skip
+    r = pyfork.run([sys.executable, "-c", _EXPECT_FAIL, script, json.dumps(jobs)])  # fmt: skip
     got = json.loads(r.stdout.strip().splitlines()[-1])
     for (_, _, word), msg, job in zip(edits, got, jobs):
         assert msg is not None and word in msg, msg

@@ -22,13 +22,13 @@ layers and its 2-layer output MLP) and a copy in the layout of Qwen's own releas
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from support import pyfork
 from support.vlm_models import build, qwen3asr_qwen_layout
 from test_convert_mmproj import _DRIVER, TYPES, _mtmd_embeddings, _same
 from test_convert_qwen_omni import SAMPLE_RATE, _pcm
@@ -74,8 +74,7 @@ def asr(tmp_path_factory) -> Path:
     jobs.append([str(src), "--outfile", str(root / "ref-hf-layout.gguf"), "--outtype", "f16",
                  "--mmproj"])  # fmt: skip
     script = str(llama_cpp_root() / "convert_hf_to_gguf.py")
-    r = subprocess.run([sys.executable, "-c", _DRIVER, script, json.dumps(jobs)],
-                       capture_output=True, text=True)  # fmt: skip
+    r = pyfork.run([sys.executable, "-c", _DRIVER, script, json.dumps(jobs)])  # fmt: skip
     (root / "ref-hf-layout.log").write_text(f"returncode {r.returncode}\n{r.stderr}")
     return src
 

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from support import pyfork
 from support.vlm_models import build
 from test_convert_mmproj import TYPES, _image, _mtmd_embeddings, _same
 from weightsmith import errors as E
@@ -279,7 +280,6 @@ def omni3(tmp_path_factory) -> Path:
     projectors (of the copy) at each type, and ours of the Hub layout; the reference's
     ``--mmproj`` of the Hub layout last in the same process (it fails: its stderr is
     kept as ``ref-hub-layout.log``)."""
-    import subprocess
     import sys
 
     from support.llama_sdist import llama_cpp_root
@@ -300,8 +300,7 @@ def omni3(tmp_path_factory) -> Path:
     jobs.append([str(src), "--outfile", str(root / "ref-hub-layout.gguf"), "--outtype", "f16",
                  "--mmproj"])  # fmt: skip
     script = str(llama_cpp_root() / "convert_hf_to_gguf.py")
-    r = subprocess.run([sys.executable, "-c", _DRIVER, script, json.dumps(jobs)],
-                       capture_output=True, text=True)  # fmt: skip
+    r = pyfork.run([sys.executable, "-c", _DRIVER, script, json.dumps(jobs)])  # fmt: skip
     (root / "ref-hub-layout.log").write_text(f"returncode {r.returncode}\n{r.stderr}")
     return src
 

@@ -33,6 +33,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from support import pyfork
 from support.llama_sdist import llama_cpp_root
 from support.meta_oracle import oracle_env
 from support.step35_models import step35, with_mtp
@@ -69,8 +70,7 @@ _DRIVER = textwrap.dedent(
 
 def _reference(jobs: list[list[str]], env: dict | None) -> subprocess.CompletedProcess:
     script = str(llama_cpp_root() / "convert_hf_to_gguf.py")
-    return subprocess.run([sys.executable, "-c", _DRIVER, script, json.dumps(jobs)],
-                          capture_output=True, text=True, env=env)  # fmt: skip
+    return pyfork.run([sys.executable, "-c", _DRIVER, script, json.dumps(jobs)], env=env)  # fmt: skip
 
 
 def _variant(src, dst, **changes):

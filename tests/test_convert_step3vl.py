@@ -19,12 +19,12 @@ is written, with or without ``--mmproj``.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import textwrap
 
 import pytest
 
+from support import pyfork
 from support.llama_sdist import llama_cpp_root
 from support.vlm_models import build
 from weightsmith import errors as E
@@ -58,8 +58,7 @@ def test_reference_cannot_convert(step, tmp_path):
     script = str(llama_cpp_root() / "convert_hf_to_gguf.py")
     jobs = [[str(step), "--outfile", str(tmp_path / "m.gguf"), "--outtype", "f16", "--mmproj"],
             [str(step), "--outfile", str(tmp_path / "t.gguf"), "--outtype", "f16"]]  # fmt: skip
-    r = subprocess.run([sys.executable, "-c", _DRIVER, script, json.dumps(jobs)],
-                       capture_output=True, text=True)  # fmt: skip
+    r = pyfork.run([sys.executable, "-c", _DRIVER, script, json.dumps(jobs)])  # fmt: skip
     lines = r.stdout.splitlines()[-2:]
     assert lines[0].startswith("AssertionError") and "Step3-VL-10B" in lines[0], r.stdout
     assert lines[1] == "KeyError: 'num_attention_groups'", r.stdout

@@ -16,7 +16,6 @@ import functools
 import io
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import sentencepiece as spm
 import tokenizers
 from transformers import AutoTokenizer
 
-from support import ggml_ref
+from support import ggml_ref, pyfork
 from support.llama_sdist import llama_cpp_root
 from weightsmith import errors as E
 from weightsmith import gguf
@@ -265,7 +264,7 @@ def _spm_folder(d: Path, arch: str = "LlamaForCausalLM") -> tuple[Path, dict]:
 
 def _reference_vocab(folder: Path, out: Path) -> Path:
     root = llama_cpp_root()
-    subprocess.run(
+    r = pyfork.run(
         [
             sys.executable,
             str(root / "convert_hf_to_gguf.py"),
@@ -273,10 +272,9 @@ def _reference_vocab(folder: Path, out: Path) -> Path:
             "--outfile",
             str(out),
             str(folder),
-        ],
-        check=True,
-        capture_output=True,
+        ]
     )
+    assert r.returncode == 0, r.stderr[-3000:]
     return out
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from support import pyfork
 from support.audio_models import audioflamingo3, glmasr, meralion2, qwen2audio, ultravox, voxtral
 from support.llama_sdist import llama_cpp_root
 from test_convert_gemma4_audio import _pcm
@@ -316,9 +317,8 @@ def test_glmasr_transformers_layout_refused(tmp_path):
     assert not out.exists()
     # the projector run (the text run stops at the same architecture lookup)
     ref = tmp_path / "ref.gguf"
-    r = subprocess.run([sys.executable, str(llama_cpp_root() / "convert_hf_to_gguf.py"), str(src),
-                        "--outfile", str(ref), "--outtype", "f16", "--mmproj"],
-                       capture_output=True, text=True)  # fmt: skip
+    r = pyfork.run([sys.executable, str(llama_cpp_root() / "convert_hf_to_gguf.py"), str(src),
+                        "--outfile", str(ref), "--outtype", "f16", "--mmproj"])  # fmt: skip
     assert r.returncode != 0, r.stderr[-2000:]
     assert "Model GlmAsrForConditionalGeneration is not supported" in r.stderr, r.stderr[-2000:]
     assert not ref.exists()
@@ -665,9 +665,8 @@ def test_meralion2_reference_text_refused(mer):
     meets the adaptor's tensors), which is why our text file is compared with its file
     of the same Gemma 2 saved alone."""
     out = mer.parent / "ref-text-refused.gguf"
-    r = subprocess.run([sys.executable, str(llama_cpp_root() / "convert_hf_to_gguf.py"), str(mer),
-                        "--outfile", str(out), "--outtype", "f16"],
-                       capture_output=True, text=True)  # fmt: skip
+    r = pyfork.run([sys.executable, str(llama_cpp_root() / "convert_hf_to_gguf.py"), str(mer),
+                        "--outfile", str(out), "--outtype", "f16"])  # fmt: skip
     assert r.returncode != 0, r.stderr[-2000:]
     assert "Can not map tensor 'ln_speech.bias'" in r.stderr, r.stderr[-2000:]
     assert not out.exists()

@@ -11,9 +11,10 @@ tokenizer classes it calls.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
+
+from . import pyfork
 
 ORACLE_VERSION = "4.47.1"
 
@@ -50,7 +51,7 @@ def run_oracle(src: Path, dst: Path, generation: str, shards: int) -> Path:
         sys.executable, str(script), "--input_dir", str(src), "--output_dir", str(dst),
         "--num_shards", str(shards), "--llama_version", version,
     ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=oracle_env(), timeout=600)
+    proc = pyfork.run(cmd, env=oracle_env(), timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"oracle failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return dst
