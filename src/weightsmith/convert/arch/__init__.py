@@ -124,7 +124,14 @@ from .gptoss import GPT_OSS
 from .granite import GRANITE, GRANITEMOE
 from .hunyuan import HUNYUAN_DENSE, HUNYUAN_VL
 from .jamba import JAMBA
-from .lfm2 import LFM2, LFM2MOE
+from .lfm2 import (
+    LFM2,
+    LFM2_BIDIRECTIONAL,
+    LFM2_COLBERT,
+    LFM2MOE,
+    is_bidirectional_file,
+    is_colbert_file,
+)
 from .llama import (
     JANUS,
     LLAMA,
@@ -313,6 +320,8 @@ ENTRIES += (BAILINGMOE3_VL,)
 ENTRIES += (MISTRAL4,)
 # PocketTTS's backbone (Kyutai's layout: no config.json, the config from tensor shapes)
 ENTRIES += (POCKETTTS,)
+# LFM2-ColBERT (Lfm2Model + PyLate Dense) and LFM2.5-Embedding (bidirectional LFM2)
+ENTRIES += (LFM2_COLBERT, LFM2_BIDIRECTIONAL)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)
@@ -365,6 +374,11 @@ GGUF_VARIANTS: dict[str, list[tuple[Callable[[Mapping[str, Any]], bool], Arch]]]
 GGUF_VARIANTS["mistral3"] = [(is_ministral3_file, MINISTRAL3)]
 # Ling-3.0 VL's text: a bailingmoe3 file with M-RoPE sections (no HF class: refused alone)
 GGUF_VARIANTS["bailingmoe3"] = [(has_sections, BAILINGMOE3_VL)]
+# LFM2-ColBERT's and LFM2.5-Embedding's lfm2 files (the Dense head's width; causal false)
+GGUF_VARIANTS["lfm2"] = [
+    (is_bidirectional_file, LFM2_BIDIRECTIONAL),
+    (is_colbert_file, LFM2_COLBERT),
+]
 _GGUF_VARIANT_ENTRIES = [a for vs in GGUF_VARIANTS.values() for _, a in vs]
 
 #: HF architecture name -> entry
