@@ -26,7 +26,7 @@ import json
 import numpy as np
 import pytest
 
-from support.bidir_embed_models import lfm2_bidirectional, lfm2_colbert
+from support.bidir_embed_models import lfm2_bidirectional, lfm2_colbert, llama_bidirectional
 from test_convert_archs import _same_file
 from test_convert_encoders_more import build_and_convert
 from weightsmith import errors as E
@@ -34,14 +34,19 @@ from weightsmith.convert import gguf_to_hf, hf_to_gguf
 from weightsmith.gguf import read
 
 TYPES = ["f32", "f16", "bf16", "q8_0"]
-FILES = [(a, t) for a in ("colbert", "bidir") for t in TYPES]
+FILES = [(a, t) for a in ("colbert", "bidir", "nemotron") for t in TYPES]
 TEXT = "The quick brown fox jumps over the lazy dog, again and again."
 
 
 @pytest.fixture(scope="module")
 def work(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("bidir_embed")
-    return build_and_convert(root, {"colbert": lfm2_colbert, "bidir": lfm2_bidirectional}, FILES)
+    builders = {
+        "colbert": lfm2_colbert,
+        "bidir": lfm2_bidirectional,
+        "nemotron": llama_bidirectional,
+    }
+    return build_and_convert(root, builders, FILES)
 
 
 @pytest.mark.parametrize(("arch", "t"), FILES)
@@ -63,15 +68,24 @@ def test_metadata_is_real(work):
         assert md["lfm2.attention.causal"] is False and md["lfm2.pooling_type"] == 1  # mean
         assert list(md["lfm2.attention.head_count_kv"]) == [0, 2, 0, 2]
         assert "dense_2.weight" not in f and "lfm2.embedding_length_out" not in md
+    with read(work["ours"] / "nemotron-bf16.gguf") as f:
+        md = f.metadata
+        assert md["general.architecture"] == "llama-embed"
+        assert md["tokenizer.ggml.pre"] == "llama-bpe" and md["llama-embed.block_count"] == 2
+        # as the reference: no causal flag and no pooling type, though the folder has one
+        assert not any(k.endswith((".attention.causal", ".pooling_type")) for k in md)
+        assert "output.weight" not in f and f.tensor("blk.0.attn_k.weight").shape == (32, 64)
 
 
-def _llama_embed(path, text: str, per_token: bool):
+def _llama_embed(path, text: str, per_token: bool, causal: bool | None = None):
     import llama_cpp
 
     llm = llama_cpp.Llama(model_path=str(path), embedding=True, n_ctx=64, n_threads=2,
                           verbose=False)  # fmt: skip
     try:
         ids = llm.tokenize(text.encode(), add_bos=True, special=False)
+        if causal is not None:
+            llama_cpp.llama_set_causal_attn(llm.ctx, causal)
         if not per_token:
             return ids, np.array(llm.embed(text, normalize=False), dtype=np.float32)
         arr = (llama_cpp.llama_token * len(ids))(*ids)
@@ -191,4 +205,51 @@ def test_bidirectional_refused_back_by_name(work, tmp_path):
     assert not hasattr(transformers, "Lfm2BidirectionalModel")
     with pytest.raises(E.UnknownArchitecture, match="Lfm2BidirectionalModel"):
         gguf_to_hf(work["ours"] / "bidir-f32.gguf", tmp_path / "back")
+    assert not (tmp_path / "back").exists()
+
+
+def _llama_hidden(folder, ids: list[int], causal: bool) -> np.ndarray:
+    """transformers' ``LlamaModel`` on the checkpoint, causal or with no mask at all."""
+    import torch
+    import transformers.models.llama.modeling_llama as llama
+    from transformers import LlamaModel
+
+    model = LlamaModel.from_pretrained(folder).eval()
+    with pytest.MonkeyPatch.context() as mp, torch.no_grad():
+        if not causal:
+            for layer in model.layers:
+                layer.self_attn.is_causal = False
+            mp.setattr(llama, "create_causal_mask", lambda **_: None)
+        return model(input_ids=torch.tensor([ids])).last_hidden_state[0].numpy()
+
+
+def test_nemotron_in_llama_cpp(work):
+    """Per-token vectors (the file names no pooling) equal the reference file's, and
+    transformers' ``LlamaModel`` (the Hub's class is remote code) within 1.5e-6 of values up
+    to 3.2 measured: causal as the file runs by default, bidirectional (the model's own
+    attention) once the caller switches causal attention off; the two differ."""
+    folder = work["models"]["nemotron"]
+    got = {}
+    for causal in (True, False):
+        ids, got[causal] = _llama_embed(
+            work["ours"] / "nemotron-f32.gguf", TEXT, per_token=True, causal=causal
+        )
+        ids_ref, ref = _llama_embed(
+            work["ref"] / "nemotron-f32.gguf", TEXT, per_token=True, causal=causal
+        )
+        assert ids == ids_ref and ids[0] == 128000 and np.array_equal(got[causal], ref)
+        want = _llama_hidden(folder, ids, causal)
+        assert got[causal].shape == want.shape
+        assert np.abs(got[causal] - want).max() < 1e-4 * np.abs(want).max()
+    assert np.abs(got[True] - got[False]).max() > 0.1
+
+
+def test_nemotron_refused_back_by_name(work, tmp_path):
+    """transformers 5.24 has no bidirectional Llama (``LlamaBidirectionalModel`` is remote
+    code): GGUF -> HF names it and writes nothing."""
+    import transformers
+
+    assert not hasattr(transformers, "LlamaBidirectionalModel")
+    with pytest.raises(E.UnknownArchitecture, match="LlamaBidirectionalModel"):
+        gguf_to_hf(work["ours"] / "nemotron-f32.gguf", tmp_path / "back")
     assert not (tmp_path / "back").exists()

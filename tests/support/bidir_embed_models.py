@@ -60,3 +60,34 @@ def lfm2_bidirectional(folder: Path, *, seed: int = 63) -> Path:
          "type": "sentence_transformers.models.Normalize"},
     ]))  # fmt: skip
     return folder
+
+
+def llama_bidirectional(folder: Path, *, seed: int = 65) -> Path:
+    """llama-embed-nemotron (``nvidia/llama-embed-nemotron-8b``): a Llama trunk saved as
+    ``LlamaModel`` (no ``model.`` prefix) under the Hub's remote-code class name
+    ``LlamaBidirectionalModel`` / model type ``llama_bidirec``, Llama 3's BPE vocabulary,
+    mean pooling and ``Normalize``."""
+    from transformers import LlamaConfig, LlamaModel
+
+    vocab = _bpe_tokenizer(folder, "llama-bpe")
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=256, rms_norm_eps=1e-5,
+                      bos_token_id=128000, eos_token_id=128001,
+                      tie_word_embeddings=False)  # fmt: skip
+    model = LlamaModel(cfg)
+    _random_init(model, seed)
+    _save(model, folder, "float32")
+    path = folder / "config.json"
+    saved = json.loads(path.read_text())
+    saved |= {"architectures": ["LlamaBidirectionalModel"], "model_type": "llama_bidirec",
+              "pooling": "avg"}  # fmt: skip
+    path.write_text(json.dumps(saved, indent=2))
+    _mean_pooling(folder, 64)
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize",
+         "type": "sentence_transformers.models.Normalize"},
+    ]))  # fmt: skip
+    return folder

@@ -135,6 +135,7 @@ from .lfm2 import (
 from .llama import (
     JANUS,
     LLAMA,
+    LLAMA_EMBED,
     MINISTRAL3,
     MISTRAL3,
     MISTRAL_NATIVE,
@@ -322,6 +323,8 @@ ENTRIES += (MISTRAL4,)
 ENTRIES += (POCKETTTS,)
 # LFM2-ColBERT (Lfm2Model + PyLate Dense) and LFM2.5-Embedding (bidirectional LFM2)
 ENTRIES += (LFM2_COLBERT, LFM2_BIDIRECTIONAL)
+# llama-embed-nemotron (LlamaBidirectionalModel, GGUF llama-embed)
+ENTRIES += (LLAMA_EMBED,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)
