@@ -1,20 +1,23 @@
-"""LFM2-ColBERT (``Lfm2Model``) and LFM2.5-Embedding (``Lfm2BidirectionalModel``) against
-the reference's ``LFM2ColBertModel`` (conversion/lfm2.py).
+"""LFM2-ColBERT (``Lfm2Model``), LFM2.5-Embedding (``Lfm2BidirectionalModel``) and
+llama-embed-nemotron (``LlamaBidirectionalModel``) against the reference's
+``LFM2ColBertModel`` (conversion/lfm2.py) and ``LlamaEmbedNemotronModel`` (conversion/llama.py).
 
 * HF -> GGUF byte-identical to the pinned ``convert_hf_to_gguf.py`` at f32 / f16 / bf16 /
-  q8_0 (ColBERT: PyLate's ``1_Dense`` as ``dense_2.weight``, first, and
-  ``embedding_length_out`` before ``general.type``, no pooling; bidirectional:
-  ``attention.causal = false`` and the mean pooling);
+  q8_0 (the bidirectional LFM2, ColBERT's conversion with other rows, at f32 / q8_0).
+  ColBERT: PyLate's ``1_Dense`` as ``dense_2.weight``, first, ``embedding_length_out``
+  before ``general.type``, no pooling; bidirectional LFM2: ``attention.causal = false``
+  and the mean pooling; nemotron: GGUF ``llama-embed``, neither flag (as the reference);
 * llama-cpp-python (``embedding=True``): ours embeds exactly as the reference's file.
-  ColBERT's per-token vectors (pooling none, read at llama.cpp's ``n_embd_out``: the
-  high-level ``embed`` slices them at the hidden width) equal transformers' ``Lfm2Model``
-  hidden states through the Dense weight.  The bidirectional model has no transformers
-  class (the Hub's is remote code); the oracle is transformers' ``Lfm2Model`` with
-  non-causal attention and centred short convolutions (llama.cpp's non-causal LFM2), and
-  the causal model is shown to differ;
+  Per-token vectors are read at llama.cpp's ``n_embd_out`` (the high-level ``embed``
+  slices them at the hidden width).  ColBERT's equal transformers' ``Lfm2Model`` hidden
+  states through the Dense weight.  The bidirectional models have no transformers class
+  (the Hub's are remote code): the LFM2 oracle is ``Lfm2Model`` with non-causal attention
+  and centred short convolutions (llama.cpp's non-causal LFM2), the causal model shown to
+  differ; nemotron's is ``LlamaModel``, causal (the file's default) and unmasked (causal
+  attention switched off in llama.cpp);
 * GGUF -> HF: ColBERT back to ``Lfm2Model`` + its ``1_Dense`` module (same hidden states,
-  same Dense weight, and converted again the same file); the bidirectional file is refused
-  by name.
+  same Dense weight, and converted again the same tensors); the bidirectional files are
+  refused by name.
 
 All reference conversions run in one subprocess.
 """
@@ -34,7 +37,9 @@ from weightsmith.convert import gguf_to_hf, hf_to_gguf
 from weightsmith.gguf import read
 
 TYPES = ["f32", "f16", "bf16", "q8_0"]
-FILES = [(a, t) for a in ("colbert", "bidir", "nemotron") for t in TYPES]
+FILES = [(a, t) for a in ("colbert", "nemotron") for t in TYPES]
+# the bidirectional LFM2 is ColBERT's conversion with other rows: two types are enough
+FILES += [("bidir", t) for t in ("f32", "q8_0")]
 TEXT = "The quick brown fox jumps over the lazy dog, again and again."
 
 
@@ -63,7 +68,7 @@ def test_metadata_is_real(work):
         assert "lfm2.pooling_type" not in md and "lfm2.attention.causal" not in md
         assert f.tensors[0].name == "dense_2.weight" and f.tensors[0].shape == (32, 64)
         assert f.tensors[0].ggml_type.name == "Q8_0"
-    with read(work["ours"] / "bidir-f16.gguf") as f:
+    with read(work["ours"] / "bidir-q8_0.gguf") as f:
         md = f.metadata
         assert md["lfm2.attention.causal"] is False and md["lfm2.pooling_type"] == 1  # mean
         assert list(md["lfm2.attention.head_count_kv"]) == [0, 2, 0, 2]
