@@ -76,7 +76,7 @@ from ..safetensors import (
 )
 from . import _mmproj_to_hf as V  # a module import: it imports this module too
 from ._model_card import card_text
-from ._pooling import sentence_transformers_files
+from ._pooling import late_interaction_files, sentence_transformers_files
 from .arch import FILE_TYPE, REGISTRY, HfTensor, by_gguf_arch, llama3_rope_freqs
 from .tokenizer import hf_tokenizer_files
 
@@ -312,11 +312,11 @@ def build_config(
         out = {"architectures": [hf_arch], "model_type": entry.model_types[hf_arch]}
     else:  # e.g. the text half of a VLM (qwen2vl): only with its projector
         raise E.UnknownArchitecture(
-            "no HF model class for this GGUF architecture alone (give its projector)",
+            "no HF model class for this GGUF architecture alone (a VLM's text half: give its projector)",
             path=path,
             field="general.architecture",
             expected="an architecture with an HF class of its own",
-            found=entry.gguf_arch,
+            found=f"{entry.gguf_arch} (as {entry.hf_archs[0]})",
         )
     out.update(cfg)
     if out["model_type"] in ("mistral", "mixtral"):
@@ -659,6 +659,16 @@ def gguf_to_hf(
                 x = cast(_read_f32(f, _files_of(f, stack), t), dtype.numpy.name)
                 save_file({"linear.weight": np.ascontiguousarray(x)}, folder / name)
                 names.append(name)
+        elif entry.dense_file and entry.dense[0] in f:  # LFM2-ColBERT: no pooling
+            n_out, n_in = (int(n) for n in f.tensor(entry.dense[0]).shape)
+            for name, content in late_interaction_files(entry.dense_file, n_in, n_out).items():
+                (folder / name).parent.mkdir(parents=True, exist_ok=True)
+                write_json(folder / name, content)
+                names.append(name)
+            name = f"{entry.dense_file}/model.safetensors"
+            x = cast(_read_f32(f, _files_of(f, stack), entry.dense[0]), dtype.numpy.name)
+            save_file({"linear.weight": np.ascontiguousarray(x)}, folder / name)
+            names.append(name)
         card = card_text(f.metadata)
         if card is not None:  # provenance as a Hub model card, read back by HF -> GGUF
             (folder / "README.md").write_text(card, encoding="utf-8")

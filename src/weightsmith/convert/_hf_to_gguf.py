@@ -399,13 +399,27 @@ def _torch_sources(d: Path, stack: list) -> list[_Source] | None:
     return out
 
 
-def _dense_sources(d: Any) -> list[_Source]:
+def _dense_sources(d: Any, arch: Arch) -> list[_Source]:
     """The sentence-transformers Dense weights (``linear.weight``) under their GGUF names.
 
     The module files are small (a few matrices of the hidden size): each is read whole,
-    which also serves a folder held in memory (a remote conversion)."""
+    which also serves a folder held in memory (a remote conversion).  With
+    ``arch.dense_file``, only that folder's weight, as ``arch.dense[0]``."""
     by_np = {v.numpy: k for k, v in SAFETENSORS.items() if v.numpy is not None}
     out = []
+    if arch.dense_file:
+        file = d / arch.dense_file / "model.safetensors"
+        if not file.is_file():
+            return out  # as the reference: no projection head
+        x = load(file.read_bytes()).get("linear.weight")
+        if x is None or x.ndim != 2:
+            raise E.TensorShapeMismatch(
+                "Dense module without a 2-D linear.weight", path=file,
+                field="tensor 'linear.weight'", expected="[out_features, in_features]",
+                found="no such tensor" if x is None else list(x.shape),
+            )  # fmt: skip
+        code = by_np.get(x.dtype, str(x.dtype))
+        return [_Source(arch.dense[0], tuple(x.shape), code, lambda x=x: x)]
     for mod in dense_modules(d):
         x = load(mod.file.read_bytes()).get("linear.weight")
         if x is None or x.shape != (mod.n_out, mod.n_in):
@@ -605,8 +619,10 @@ def hf_input(
     for c in arch.compose:
         sources = _composed(c, sources)
     if arch.dense:  # written first, as the reference's extra tensors
-        dense = _dense_sources(d)
+        dense = _dense_sources(d, arch)
         cfg["_dense"] = {s.name: s.shape[::-1] for s in dense}
+        if dense and arch.dense_file:
+            cfg["_dense_out"] = dense[0].shape[0]
         sources = dense + sources
     if arch.from_tensors is not None:
         cfg = {**cfg, **arch.from_tensors(cfg, [s.name for s in sources])}

@@ -232,3 +232,20 @@ def sentence_transformers_files(
             "include_prompt": True,
         },
     }  # fmt: skip
+
+
+def late_interaction_files(folder: str, n_in: int, n_out: int) -> dict[str, Any]:
+    """The files (relative path -> JSON) of a late-interaction (ColBERT) model as PyLate
+    saves it: the Transformer, then one ``Dense`` module in ``folder`` (``n_in`` ->
+    ``n_out``, no bias, identity) and no pooling (one vector per token); the Dense
+    weight is the caller's to write as ``<folder>/model.safetensors`` ``linear.weight``."""
+    return {
+        "modules.json": [
+            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": folder, "type": "pylate.models.Dense.Dense"},
+        ],
+        f"{folder}/config.json": {
+            "in_features": n_in, "out_features": n_out, "bias": False,
+            "activation_function": "torch.nn.modules.linear.Identity",
+        },
+    }  # fmt: skip

@@ -125,10 +125,18 @@ from .granite import GRANITE, GRANITE_SWA, GRANITEMOE, GRANITEMOE_SWA, is_granit
 from .hunyuan import HUNYUAN_DENSE, HUNYUAN_VL
 from .jamba import JAMBA
 from .kimi_linear import KIMI_LINEAR
-from .lfm2 import LFM2, LFM2MOE
+from .lfm2 import (
+    LFM2,
+    LFM2_BIDIRECTIONAL,
+    LFM2_COLBERT,
+    LFM2MOE,
+    is_bidirectional_file,
+    is_colbert_file,
+)
 from .llama import (
     JANUS,
     LLAMA,
+    LLAMA_EMBED,
     MINISTRAL3,
     MISTRAL3,
     MISTRAL_NATIVE,
@@ -323,6 +331,10 @@ ENTRIES += (NEMOTRON_H_PUZZLE,)
 ENTRIES += (KIMI_LINEAR,)
 # MiniMax-Text-01 / M1 (lightning attention hybrid, MoE; issue 15 section 4)
 ENTRIES += (MINIMAX01,)
+# LFM2-ColBERT (Lfm2Model + PyLate Dense) and LFM2.5-Embedding (bidirectional LFM2)
+ENTRIES += (LFM2_COLBERT, LFM2_BIDIRECTIONAL)
+# llama-embed-nemotron (LlamaBidirectionalModel, GGUF llama-embed)
+ENTRIES += (LLAMA_EMBED,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)
@@ -381,6 +393,11 @@ GGUF_VARIANTS["bailingmoe3"] = [(has_sections, BAILINGMOE3_VL)]
 GGUF_VARIANTS["granite_swa"] = [(is_granitemoe_swa_file, GRANITEMOE_SWA)]
 # a Puzzle's nemotron_h_moe file: per-block top-k
 GGUF_VARIANTS["nemotron_h_moe"] = [(is_puzzle_file, NEMOTRON_H_PUZZLE)]
+# LFM2-ColBERT's and LFM2.5-Embedding's lfm2 files (the Dense head's width; causal false)
+GGUF_VARIANTS["lfm2"] = [
+    (is_bidirectional_file, LFM2_BIDIRECTIONAL),
+    (is_colbert_file, LFM2_COLBERT),
+]
 _GGUF_VARIANT_ENTRIES = [a for vs in GGUF_VARIANTS.values() for _, a in vs]
 
 #: HF architecture name -> entry

@@ -527,6 +527,10 @@ class Arch:
     # ``dense_2`` / ``dense_3``): read from the module folders ``modules.json`` names
     # (:func:`weightsmith.convert._pooling.dense_modules`), written back as such modules
     dense: tuple[str, ...] = ()
+    # a folder holding the one Dense module (``dense[0]``) read whatever ``modules.json``
+    # says (LFM2-ColBERT's PyLate ``1_Dense``: the reference reads
+    # ``<folder>/model.safetensors`` directly); written back as that module
+    dense_file: str = ""
     # a rename that depends on the config, ``(forward(name, cfg), inverse(name, cfg))``,
     # applied after ``renames`` (Qwen's ``mtp.*`` block numbered after the trunk)
     rename: tuple[Callable[[str, dict], str], Callable[[str, dict], str]] | None = None

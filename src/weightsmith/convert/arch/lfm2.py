@@ -17,6 +17,8 @@ stacked per layer, emitted in that order when the layer's last expert is read.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ._common import BLK, COMMON, LAYER, layer_rules
@@ -178,3 +180,55 @@ LFM2MOE = Arch(
     model_types={"Lfm2MoeForCausalLM": "lfm2_moe"},
     hf_config=_moe_hf_config,
 )
+
+
+def _colbert_hf_config(cfg: dict, names: set[str]) -> dict:
+    return {k: v for k, v in _hf_config(cfg, names).items() if k != "full_attn_idxs"}
+
+
+#: LFM2-ColBERT (conversion/lfm2.py's ``LFM2ColBertModel`` for ``Lfm2Model``): the LFM2
+#: trunk saved without its ``model.`` prefix, no pooling module (late interaction: one
+#: vector per token), and PyLate's ``1_Dense`` projection read from
+#: ``1_Dense/model.safetensors`` whatever ``modules.json`` says, written first as
+#: ``dense_2.weight`` with its output width as ``embedding_length_out`` (a row the
+#: reference adds while it prepares the tensors, so before ``general.type``)
+LFM2_COLBERT = replace(
+    LFM2,
+    hf_archs=("Lfm2Model",),
+    meta=[*LFM2.meta, m("pooling_type", "_pooling_type", value=lambda c: c.get("_pooling_type"))],
+    early_meta=[m("embedding_length_out", "_dense_out", value=lambda c: c.get("_dense_out"))],
+    names=[*_NAMES, NameRule("dense_2.weight", "dense_2.weight")],
+    # the reference prefixes every name but the Dense head's with ``model.`` (the Hub's
+    # are unprefixed); a name already prefixed is taken as it is
+    renames=((r"^(embed_tokens|embedding_norm|layers)\.", r"model.\1."),),
+    pooling=True,
+    dense=("dense_2.weight",),
+    dense_file="1_Dense",
+    model_types={"Lfm2Model": "lfm2"},
+    hf_config=_colbert_hf_config,
+)
+
+#: LFM2.5-Embedding (``Lfm2BidirectionalModel``, the Hub's remote code): the same
+#: conversion plus ``attention.causal = false`` (llama.cpp then runs attention
+#: bidirectionally and centres the short convolutions) and the pooling type.  GGUF -> HF
+#: is refused by name: transformers 5.24 has no bidirectional LFM2 class.
+LFM2_BIDIRECTIONAL = replace(
+    LFM2_COLBERT,
+    hf_archs=("Lfm2BidirectionalModel",),
+    meta=[
+        *LFM2.meta,
+        m("attention.causal", "_causal", t=VT.BOOL, value=lambda c: False),
+        m("pooling_type", "_pooling_type", value=lambda c: c.get("_pooling_type")),
+    ],
+    model_types={},
+)
+
+
+def is_colbert_file(md) -> bool:
+    """An ``lfm2`` GGUF of LFM2-ColBERT (its Dense head's width) rather than LFM2's."""
+    return "lfm2.embedding_length_out" in md and md.get("lfm2.attention.causal", True)
+
+
+def is_bidirectional_file(md) -> bool:
+    """An ``lfm2`` GGUF run bidirectionally (LFM2.5-Embedding)."""
+    return md.get("lfm2.attention.causal") is False

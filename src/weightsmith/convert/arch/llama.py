@@ -297,3 +297,18 @@ JANUS = replace(
     ),
     model_types={},
 )
+
+#: llama-embed-nemotron (conversion/llama.py's ``LlamaEmbedNemotronModel``: Llama's
+#: conversion under GGUF arch ``llama-embed``).  The Hub's remote-code
+#: ``LlamaBidirectionalModel`` saves the trunk without the ``model.`` prefix.  The
+#: reference writes neither ``attention.causal`` nor a pooling type, and neither do we:
+#: llama.cpp then attends causally unless the caller asks for non-causal attention
+#: (``llama_set_causal_attn``), and pools as the caller asks.  GGUF -> HF is refused by
+#: name: transformers 5.24 has no bidirectional Llama class.
+LLAMA_EMBED = replace(
+    LLAMA,
+    hf_archs=("LlamaBidirectionalModel",),
+    gguf_arch="llama-embed",
+    renames=(*LLAMA.renames, (r"^(embed_tokens|layers|norm)\.", r"model.\1.")),
+    model_types={},
+)
