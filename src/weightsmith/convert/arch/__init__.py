@@ -157,7 +157,7 @@ from .nemotron import NEMOTRON_H, NEMOTRON_H_MOE, has_experts
 from .olmo import OLMO2
 from .phi import PHI3
 from .pockettts import POCKETTTS
-from .qwen import QWEN2, QWEN2MOE, QWEN3, QWEN3MOE
+from .qwen import QWEN2, QWEN2_EMBED, QWEN2MOE, QWEN3, QWEN3_EMBED, QWEN3MOE, has_pooling
 from .qwen4exp import QWEN4EXP
 from .qwen35 import QWEN3NEXT, QWEN35, QWEN35MOE
 from .qwenvl import QWEN2VL, QWEN3ASR, QWEN3OMNIMOE, QWEN3VL, QWEN3VLMOE
@@ -313,6 +313,8 @@ ENTRIES += (BAILINGMOE3_VL,)
 ENTRIES += (MISTRAL4,)
 # PocketTTS's backbone (Kyutai's layout: no config.json, the config from tensor shapes)
 ENTRIES += (POCKETTTS,)
+# the bare Qwen2Model / Qwen3Model: gte-Qwen2, Qwen3-Embedding (issue 15 section 1)
+ENTRIES += (QWEN2_EMBED, QWEN3_EMBED)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)
@@ -365,6 +367,9 @@ GGUF_VARIANTS: dict[str, list[tuple[Callable[[Mapping[str, Any]], bool], Arch]]]
 GGUF_VARIANTS["mistral3"] = [(is_ministral3_file, MINISTRAL3)]
 # Ling-3.0 VL's text: a bailingmoe3 file with M-RoPE sections (no HF class: refused alone)
 GGUF_VARIANTS["bailingmoe3"] = [(has_sections, BAILINGMOE3_VL)]
+# an embedding model's qwen2 / qwen3 file (a pooling type) goes back as the bare model
+GGUF_VARIANTS["qwen2"] = [(has_pooling, QWEN2_EMBED)]
+GGUF_VARIANTS["qwen3"] = [(has_pooling, QWEN3_EMBED)]
 _GGUF_VARIANT_ENTRIES = [a for vs in GGUF_VARIANTS.values() for _, a in vs]
 
 #: HF architecture name -> entry
