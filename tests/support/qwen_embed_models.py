@@ -42,7 +42,7 @@ def _tokenizer(folder: Path) -> int:
     return vocab
 
 
-def qwen3_embedding(folder: Path, *, pooling: bool = True, seed: int = 61) -> Path:
+def qwen3_embedding(folder: Path, *, seed: int = 61) -> Path:
     """A tiny Qwen3-Embedding: ``Qwen3Model`` (tied embeddings, as the 0.6B), f32."""
     from transformers import Qwen3Config, Qwen3Model
 
@@ -56,8 +56,7 @@ def qwen3_embedding(folder: Path, *, pooling: bool = True, seed: int = 61) -> Pa
     model = Qwen3Model(cfg)
     _random_init(model, seed)
     _save(model, folder, "float32")
-    if pooling:
-        last_token_pooling(folder, 64)
+    last_token_pooling(folder, 64)
     return folder
 
 
