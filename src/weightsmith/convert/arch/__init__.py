@@ -167,7 +167,7 @@ from .nemotron import NEMOTRON_H, NEMOTRON_H_MOE, NEMOTRON_H_PUZZLE, has_experts
 from .olmo import OLMO2
 from .phi import PHI3
 from .pockettts import POCKETTTS
-from .qwen import QWEN2, QWEN2MOE, QWEN3, QWEN3MOE
+from .qwen import QWEN2, QWEN2_EMBED, QWEN2MOE, QWEN3, QWEN3_EMBED, QWEN3MOE, has_pooling
 from .qwen4exp import QWEN4EXP
 from .qwen35 import QWEN3NEXT, QWEN35, QWEN35MOE
 from .qwenvl import QWEN2VL, QWEN3ASR, QWEN3OMNIMOE, QWEN3VL, QWEN3VLMOE
@@ -335,6 +335,8 @@ ENTRIES += (MINIMAX01,)
 ENTRIES += (LFM2_COLBERT, LFM2_BIDIRECTIONAL)
 # llama-embed-nemotron (LlamaBidirectionalModel, GGUF llama-embed)
 ENTRIES += (LLAMA_EMBED,)
+# the bare Qwen2Model / Qwen3Model: gte-Qwen2, Qwen3-Embedding (issue 15 section 1)
+ENTRIES += (QWEN2_EMBED, QWEN3_EMBED)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)
@@ -398,6 +400,9 @@ GGUF_VARIANTS["lfm2"] = [
     (is_bidirectional_file, LFM2_BIDIRECTIONAL),
     (is_colbert_file, LFM2_COLBERT),
 ]
+# an embedding model's qwen2 / qwen3 file (a pooling type) goes back as the bare model
+GGUF_VARIANTS["qwen2"] = [(has_pooling, QWEN2_EMBED)]
+GGUF_VARIANTS["qwen3"] = [(has_pooling, QWEN3_EMBED)]
 _GGUF_VARIANT_ENTRIES = [a for vs in GGUF_VARIANTS.values() for _, a in vs]
 
 #: HF architecture name -> entry

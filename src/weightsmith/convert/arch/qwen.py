@@ -1,5 +1,15 @@
 """Qwen2, Qwen3 and their MoE variants: conversion/qwen.py.
 
+The reference's Qwen2 / Qwen3 classes read the sentence-transformers pooling
+(``TextModel._try_set_pooling_type``) for every class they convert, so a folder with
+``modules.json`` gets ``<arch>.pooling_type`` after ``general.file_type``.  Their bare
+``Qwen2Model`` / ``Qwen3Model`` (gte-Qwen2, Qwen3-Embedding: no ``lm_head``, names
+without ``model.``) are entries of their own, so that GGUF -> HF writes the bare class
+back for a file with a pooling type (:data:`GGUF_VARIANTS`).  ``Qwen2Model`` puts
+``model.`` before every name, as the reference does (a name already prefixed is then
+unmapped, as there); Qwen3's names are read with or without the prefix (gguf-py's
+tensor map has both).
+
 Qwen2-MoE and Qwen3-MoE experts come per expert (the Hub layout: llama.cpp stacks a
 layer's ``down``, ``gate``, ``up`` when the last of them is read) or already fused
 (``mlp.experts.gate_up_proj`` ``[n_expert, 2 * n_ff, n_embd]``, split in two halves,
@@ -8,8 +18,13 @@ and ``mlp.experts.down_proj``).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ._common import BASE_NAMES, BLK, COMMON, FFN_NORM, LAYER, QK_NORM, expert_stacks
 from ._model import Arch, NameRule, Split, first, m
+
+#: TextModel._try_set_pooling_type, after general.file_type
+_POOLING = m("pooling_type", "_pooling_type", value=lambda c: c.get("_pooling_type"))
 
 
 def _n_experts(cfg: dict) -> int:
@@ -48,8 +63,9 @@ QWEN2 = Arch(
         "AudioFlamingo3ForConditionalGeneration",
     ),
     gguf_arch="qwen2",
-    meta=list(COMMON),
+    meta=[*COMMON, _POOLING],
     names=[*BASE_NAMES, *FFN_NORM],
+    pooling=True,
     tokenizer={"vocab": "spm_or_gpt2"},
     model_types={"Qwen2ForCausalLM": "qwen2"},
     hf_config=lambda cfg, names: _SILU,
@@ -57,12 +73,31 @@ QWEN2 = Arch(
 QWEN3 = Arch(
     hf_archs=("Qwen3ForCausalLM",),
     gguf_arch="qwen3",
-    meta=list(COMMON),
+    meta=[*COMMON, _POOLING],
     names=[*BASE_NAMES, *QK_NORM, *FFN_NORM],
+    # Qwen3-Embedding's checkpoints have no model. prefix
+    renames=((r"^(embed_tokens|layers|norm)\.", r"model.\1."),),
+    pooling=True,
     tokenizer={"vocab": "spm_or_gpt2"},
     model_types={"Qwen3ForCausalLM": "qwen3"},
     hf_config=lambda cfg, names: _SILU,
 )
+# the bare models (embedding models): Qwen2Model maps every name to Qwen2ForCausalLM's
+QWEN2_EMBED = replace(
+    QWEN2,
+    hf_archs=("Qwen2Model",),
+    renames=((r"^", "model."),),
+    model_types={"Qwen2Model": "qwen2"},
+)
+QWEN3_EMBED = replace(QWEN3, hf_archs=("Qwen3Model",), model_types={"Qwen3Model": "qwen3"})
+
+
+def has_pooling(metadata) -> bool:
+    """A qwen2 / qwen3 file of an embedding model: it has a pooling type."""
+    arch = metadata.get("general.architecture")
+    return f"{arch}.pooling_type" in metadata
+
+
 QWEN2MOE = Arch(
     hf_archs=("Qwen2MoeForCausalLM",),
     gguf_arch="qwen2moe",
