@@ -392,3 +392,64 @@ def llama3_rope_freqs(cfg: dict) -> np.ndarray | None:
             smooth = ((f32(1) / wl) * f32(old) - f32(lo_f)) / f32(hi_f - lo_f)
             out.append(f32(1) / ((f32(1) - smooth) / f32(factor) + smooth))
     return np.array(out, dtype=f32)
+
+
+# --------------------------------------------------------------------------- KDA layers
+
+
+def kda_conv_4d(attn: str) -> Transform:
+    r"""A KDA layer's ``{q,k,v}_conv1d`` kernel ``[C, 1, K]`` as llama.cpp's ``[1, C, 1, K]``
+    (``attn``: the regex of the attention module, e.g. ``r"self_attn\."``)."""
+    return Transform(
+        "kda_conv_4d",
+        attn + r"[qkv]_conv1d\.weight$",
+        lambda x, cfg, ctx: x.reshape(1, x.shape[0], 1, x.shape[-1]),
+        lambda x, cfg, ctx: x.reshape(x.shape[1], 1, x.shape[-1]),
+        shape=lambda s, cfg, ctx: (1, s[0], 1, s[-1]),
+        inverse_shape=lambda s, cfg, ctx: (s[1], 1, s[-1]),
+    )
+
+
+def kda_mla_rows(kv_heads: Callable[[dict], list[int]]) -> list:
+    """TextModel's rows for a KDA + MLA hybrid: per-layer KV heads (0 KDA, 1 MLA) and the
+    MLA's key length (latent rank + rope width) in place."""
+    return replace_rows(
+        COMMON,
+        attention__head_count_kv=m(
+            "attention.head_count_kv", "_kv_heads", t=VT.INT32, value=kv_heads
+        ),
+        attention__key_length=m(
+            "attention.key_length",
+            "_mla_key_length",
+            value=lambda c: c["kv_lora_rank"] + c["qk_rope_head_dim"],
+        ),
+    )
+
+
+#: a KDA layer's tensors under ``self_attn.`` (GLM-5-Next's and Kimi Linear's names)
+KDA_NAMES = layer_rules(
+    [
+        ("self_attn.q_conv1d", "ssm_conv1d_q"),
+        ("self_attn.k_conv1d", "ssm_conv1d_k"),
+        ("self_attn.v_conv1d", "ssm_conv1d_v"),
+        ("self_attn.f_a_proj", "ssm_f_a"),
+        ("self_attn.f_b_proj", "ssm_f_b"),
+        ("self_attn.g_a_proj", "ssm_g_a"),
+        ("self_attn.g_b_proj", "ssm_g_b"),
+        ("self_attn.b_proj", "ssm_beta"),
+        ("self_attn.o_norm", "ssm_norm"),
+    ]
+)
+
+#: the MLA layers' ranks and lengths of a KDA + MLA hybrid (DeepSeek-V2's spellings)
+MLA_ROWS = [
+    m("attention.q_lora_rank", "q_lora_rank"),
+    m("attention.kv_lora_rank", "kv_lora_rank"),
+    m("rope.dimension_count", "qk_rope_head_dim"),
+    m(
+        "attention.key_length_mla",
+        "qk_head_dim",
+        value=lambda c: c["qk_nope_head_dim"] + c["qk_rope_head_dim"],
+    ),
+    m("attention.value_length_mla", "v_head_dim"),
+]

@@ -45,7 +45,16 @@ from typing import Any
 
 import numpy as np
 
-from ._common import BLK, COMMON, FFN_NORM, LAYER, layer_rules, reference_math, replace_rows
+from ._common import (
+    BLK,
+    FFN_NORM,
+    LAYER,
+    MLA_ROWS,
+    kda_conv_4d,
+    kda_mla_rows,
+    layer_rules,
+    reference_math,
+)
 from ._model import VT, Arch, NameRule, Transform, m
 from .deepseek import DEEPSEEK2
 
@@ -62,31 +71,13 @@ def _kv_heads(cfg: dict) -> list[int]:
 
 
 _ROWS = [
-    *replace_rows(
-        COMMON,
-        attention__head_count_kv=m(
-            "attention.head_count_kv", "_kv_heads", t=VT.INT32, value=_kv_heads
-        ),
-        attention__key_length=m(
-            "attention.key_length",
-            "_mla_key_length",
-            value=lambda c: c["kv_lora_rank"] + c["qk_rope_head_dim"],
-        ),
-    ),
+    *kda_mla_rows(_kv_heads),
     m("vocab_size", "vocab_size"),
     m("ssm.conv_kernel", "short_conv_kernel_size"),
     m("kda.head_dim", "head_dim"),
     m("kda.safe_gate", "kda_safe_gate", t=VT.BOOL),
     m("kda.gate_lower_bound", "kda_lower_bound", t=VT.FLOAT32),
-    m("attention.q_lora_rank", "q_lora_rank"),
-    m("attention.kv_lora_rank", "kv_lora_rank"),
-    m("rope.dimension_count", "qk_rope_head_dim"),
-    m(
-        "attention.key_length_mla",
-        "qk_head_dim",
-        value=lambda c: c["qk_nope_head_dim"] + c["qk_rope_head_dim"],
-    ),
-    m("attention.value_length_mla", "v_head_dim"),
+    *MLA_ROWS,
     m("expert_feed_forward_length", "moe_intermediate_size"),
     m("expert_shared_feed_forward_length", "moe_shared_expert_intermediate_size"),
     m("expert_shared_count", "num_shared_experts", value=lambda c: c.get("num_shared_experts", 1)),
@@ -187,23 +178,12 @@ _NAMES = [
 ]
 
 
-def _conv4d(x: np.ndarray, cfg: dict, ctx: dict) -> np.ndarray:
-    return x.reshape(1, x.shape[0], 1, x.shape[-1])
-
-
 def _exp_column(x: np.ndarray, cfg: dict, ctx: dict) -> np.ndarray:
     return reference_math(x, lambda torch, t: torch.exp(t), np.exp).reshape(-1, 1)
 
 
 _TRANSFORMS = [
-    Transform(
-        "kda_conv_4d",
-        r"attention\.[qkv]_conv1d\.weight$",
-        _conv4d,
-        lambda x, cfg, ctx: x.reshape(x.shape[1], 1, x.shape[-1]),
-        shape=lambda s, cfg, ctx: (1, s[0], 1, s[-1]),
-        inverse_shape=lambda s, cfg, ctx: (s[1], 1, s[-1]),
-    ),
+    kda_conv_4d(r"attention\."),
     Transform(
         "kda_a_exp",
         r"attention\.A_log$",

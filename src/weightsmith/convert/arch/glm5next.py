@@ -45,7 +45,9 @@ from ._common import (
     BLK,
     COMMON,
     FFN_NORM,
+    KDA_NAMES,
     LAYER,
+    kda_conv_4d,
     layer_rules,
     reference_math,
     replace_rows,
@@ -172,19 +174,7 @@ _HC = [
     for w in ("attn", "ffn")
     for p in ("fn", "base", "scale")
 ]
-_KDA = layer_rules(
-    [
-        ("self_attn.q_conv1d", "ssm_conv1d_q"),
-        ("self_attn.k_conv1d", "ssm_conv1d_k"),
-        ("self_attn.v_conv1d", "ssm_conv1d_v"),
-        ("self_attn.f_a_proj", "ssm_f_a"),
-        ("self_attn.f_b_proj", "ssm_f_b"),
-        ("self_attn.g_a_proj", "ssm_g_a"),
-        ("self_attn.g_b_proj", "ssm_g_b"),
-        ("self_attn.b_proj", "ssm_beta"),
-        ("self_attn.o_norm", "ssm_norm"),
-    ]
-)
+
 _INDEXER = [
     *layer_rules(
         [
@@ -202,10 +192,6 @@ _MLA = [r for r in DEEPSEEK2.names if r.hf.startswith(_ATT)]
 _MOE = [r for r in DEEPSEEK2.names if r.hf.startswith(LAYER + "mlp.")]
 
 
-def _conv4d(x: np.ndarray, cfg: dict, ctx: dict) -> np.ndarray:
-    return x.reshape(1, x.shape[0], 1, x.shape[-1])
-
-
 def _neg_exp_heads(x: np.ndarray, cfg: dict, ctx: dict) -> np.ndarray:
     """``-exp`` of the first ``num_attention_heads`` values, in float32 (the reference
     casts before its ``exp``)."""
@@ -214,14 +200,7 @@ def _neg_exp_heads(x: np.ndarray, cfg: dict, ctx: dict) -> np.ndarray:
 
 
 _TRANSFORMS = [
-    Transform(
-        "kda_conv_4d",
-        r"self_attn\.[qkv]_conv1d\.weight$",
-        _conv4d,
-        lambda x, cfg, ctx: x.reshape(x.shape[1], 1, x.shape[-1]),
-        shape=lambda s, cfg, ctx: (1, s[0], 1, s[-1]),
-        inverse_shape=lambda s, cfg, ctx: (s[1], 1, s[-1]),
-    ),
+    kda_conv_4d(r"self_attn\."),
     Transform(
         "kda_a_neg_exp",
         r"self_attn\.A_log$",
@@ -290,7 +269,7 @@ GLM5NEXT_TEXT = Arch(
         *BASE_NAMES,
         *FFN_NORM,
         *_HC,
-        *_KDA,
+        *KDA_NAMES,
         NameRule(_ATT + "A_log", BLK + "ssm_a"),
         NameRule(_ATT + "dt_bias", BLK + "ssm_dt.bias"),
         *_INDEXER,

@@ -36,12 +36,14 @@ import numpy as np
 from ._common import (
     BASE_NAMES,
     BLK,
-    COMMON,
     FFN_NORM,
+    KDA_NAMES,
     LAYER,
+    MLA_ROWS,
+    kda_conv_4d,
+    kda_mla_rows,
     layer_rules,
     reference_math,
-    replace_rows,
 )
 from ._model import VT, Arch, NameRule, Stack, Transform, m
 from .deepseek import DEEPSEEK2
@@ -64,17 +66,7 @@ def _n_experts(cfg: dict) -> int:
 
 
 _ROWS = [
-    *replace_rows(
-        COMMON,
-        attention__head_count_kv=m(
-            "attention.head_count_kv", "_kv_heads", t=VT.INT32, value=_kv_heads
-        ),
-        attention__key_length=m(
-            "attention.key_length",
-            "_mla_key_length",
-            value=lambda c: c["kv_lora_rank"] + c["qk_rope_head_dim"],
-        ),
-    ),
+    *kda_mla_rows(_kv_heads),
     m("vocab_size", "vocab_size"),
     # the dotted fields: GGUF -> HF writes them back into the Hub's dict
     m(
@@ -83,15 +75,7 @@ _ROWS = [
         value=_lin("short_conv_kernel_size"),
     ),
     m("kda.head_dim", "linear_attn_config.head_dim", value=_lin("head_dim")),
-    m("attention.q_lora_rank", "q_lora_rank"),
-    m("attention.kv_lora_rank", "kv_lora_rank"),
-    m("rope.dimension_count", "qk_rope_head_dim"),
-    m(
-        "attention.key_length_mla",
-        "qk_head_dim",
-        value=lambda c: c["qk_nope_head_dim"] + c["qk_rope_head_dim"],
-    ),
-    m("attention.value_length_mla", "v_head_dim"),
+    *MLA_ROWS,
     m("expert_feed_forward_length", "moe_intermediate_size"),
     m("expert_shared_count", "num_shared_experts"),
     m("leading_dense_block_count", "first_k_dense_replace"),
@@ -101,17 +85,9 @@ _ROWS = [
 _NAMES = [
     *BASE_NAMES,
     *FFN_NORM,
+    *KDA_NAMES,
     *layer_rules(
         [
-            ("self_attn.q_conv1d", "ssm_conv1d_q"),
-            ("self_attn.k_conv1d", "ssm_conv1d_k"),
-            ("self_attn.v_conv1d", "ssm_conv1d_v"),
-            ("self_attn.f_a_proj", "ssm_f_a"),
-            ("self_attn.f_b_proj", "ssm_f_b"),
-            ("self_attn.g_a_proj", "ssm_g_a"),
-            ("self_attn.g_b_proj", "ssm_g_b"),
-            ("self_attn.b_proj", "ssm_beta"),
-            ("self_attn.o_norm", "ssm_norm"),
             ("block_sparse_moe.gate", "ffn_gate_inp"),
             ("block_sparse_moe.shared_experts.gate_proj", "ffn_gate_shexp"),
             ("block_sparse_moe.shared_experts.up_proj", "ffn_up_shexp"),
@@ -125,23 +101,12 @@ _NAMES = [
 ]
 
 
-def _conv4d(x: np.ndarray, cfg: dict, ctx: dict) -> np.ndarray:
-    return x.reshape(1, x.shape[0], 1, x.shape[-1])
-
-
 def _neg_exp(x: np.ndarray, cfg: dict, ctx: dict) -> np.ndarray:
     return reference_math(x, lambda torch, t: -torch.exp(t), lambda a: -np.exp(a))
 
 
 _TRANSFORMS = [
-    Transform(
-        "kda_conv_4d",
-        r"self_attn\.[qkv]_conv1d\.weight$",
-        _conv4d,
-        lambda x, cfg, ctx: x.reshape(x.shape[1], 1, x.shape[-1]),
-        shape=lambda s, cfg, ctx: (1, s[0], 1, s[-1]),
-        inverse_shape=lambda s, cfg, ctx: (s[1], 1, s[-1]),
-    ),
+    kda_conv_4d(r"self_attn\."),
     Transform(
         "kda_a_neg_exp",
         r"self_attn\.A_log$",
