@@ -2032,3 +2032,9 @@ def test_kimi_linear_needs_the_hub_config(work, tmp_path):
     with pytest.raises(InvalidModelConfig, match="linear_attn_config"):
         hf_to_gguf(src, out, "f16")
     assert not out.exists()
+
+
+# GLM-5 (GlmMoeDsaForCausalLM, GGUF glm-dsa): DeepSeek-V3's MLA + MoE with a DSA indexer on
+# every layer; its top-k (64) is past the prompt, so every key is kept on both sides
+ARCHS += ["glm_moe_dsa"]
+BPE_VOCAB |= {"glm_moe_dsa"}
