@@ -2680,3 +2680,34 @@ def glm_moe_dsa(folder: Path, *, dtype: str = "bfloat16", seed: int = 81) -> Pat
 
 
 BUILDERS["glm_moe_dsa"] = glm_moe_dsa
+
+
+def deepseek_v32(folder: Path, *, dtype: str = "bfloat16", seed: int = 82) -> Path:
+    """DeepSeek-V3.2 (DeepseekV32ForCausalLM): DeepSeek-V3 with a DSA indexer per layer.
+
+    The reference's DeepseekV32Model asserts the tokenizer adds BOS: transformers 5.24
+    drops ``add_bos_token`` whenever a tokenizer.json is present, so it runs on 4.47.1,
+    where ``LlamaTokenizerFast`` (the Hub's class) keeps it; the BPE pre-tokenizer hash is
+    then taken with BOS, which a registered one (Llama 3's, ``llama-bpe``) matches.  unk is
+    end-of-text (LlamaTokenizerFast would add a ``<unk>`` past the vocabulary).  The Hub's
+    ``scoring_func: sigmoid`` is written back (transformers' config drops it; llama.cpp's
+    deepseek32 loader requires the ``expert_gating_func`` row it gives)."""
+    from transformers import DeepseekV32Config, DeepseekV32ForCausalLM
+
+    vocab = _bpe_tokenizer(folder, "llama-bpe")
+    tc = folder / "tokenizer_config.json"
+    tok_cfg = json.loads(tc.read_text())
+    tok_cfg.update(tokenizer_class="LlamaTokenizerFast", add_bos_token=True,
+                   unk_token=tok_cfg["eos_token"])  # fmt: skip
+    tc.write_text(json.dumps(tok_cfg))
+    cfg = DeepseekV32Config(vocab_size=vocab, bos_token_id=128000, eos_token_id=128001, **_DSA)
+    model = DeepseekV32ForCausalLM(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    _per_expert(folder, _qwen_expert)
+    path = folder / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "scoring_func": "sigmoid"}))
+    return folder
+
+
+BUILDERS["deepseek_v32"] = deepseek_v32

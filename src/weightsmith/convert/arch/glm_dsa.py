@@ -96,3 +96,30 @@ GLM_DSA = replace(
     model_types={"GlmMoeDsaForCausalLM": "glm_moe_dsa"},
     hf_config=_hf_config,
 )
+
+
+# DeepseekV32Model: DeepSeek-V2's rows, the MTP block count and the three indexer rows (no
+# rope rewrite, no indexer types)
+_V32_ROWS = [
+    *replace_rows(
+        _DEEPSEEK2_ROWS,
+        block_count=m(
+            "block_count",
+            "num_hidden_layers",
+            value=lambda c: c["num_hidden_layers"] + _n_nextn(c),
+        ),
+    ),
+    m("nextn_predict_layers", "num_nextn_predict_layers"),
+    m("attention.indexer.head_count", "index_n_heads"),
+    m("attention.indexer.key_length", "index_head_dim"),
+    m("attention.indexer.top_k", "index_topk"),
+]
+
+DEEPSEEK32 = replace(
+    GLM_DSA,
+    hf_archs=("DeepseekV32ForCausalLM",),
+    gguf_arch="deepseek32",
+    meta=_V32_ROWS,
+    tokenizer=DEEPSEEK2.tokenizer,
+    model_types={"DeepseekV32ForCausalLM": "deepseek_v32"},
+)
