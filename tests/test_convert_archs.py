@@ -2032,3 +2032,27 @@ def test_kimi_linear_needs_the_hub_config(work, tmp_path):
     with pytest.raises(InvalidModelConfig, match="linear_attn_config"):
         hf_to_gguf(src, out, "f16")
     assert not out.exists()
+
+
+# GLM-5 (GlmMoeDsaForCausalLM, GGUF glm-dsa): DeepSeek-V3's MLA + MoE with a DSA indexer on
+# every layer; its top-k (64) is past the prompt, so every key is kept on both sides
+ARCHS += ["glm_moe_dsa"]
+BPE_VOCAB |= {"glm_moe_dsa"}
+# DeepSeek-V3.2 (DeepseekV32ForCausalLM, GGUF deepseek32): the reference asserts the
+# tokenizer adds BOS, which transformers 5.24 never reports when a tokenizer.json is present
+# (test_deepseek_v32_reference_needs_transformers_4): it runs on 4.47.1.  Llama 3's BPE (its
+# hash is taken with BOS); the indexer's top-k (64) is past the prompt, as GLM-5's
+ARCHS += ["deepseek_v32"]
+REF_ON_TRANSFORMERS_4 |= {"deepseek_v32"}
+BPE_VOCAB |= {"deepseek_v32"}
+
+
+def test_deepseek_v32_reference_needs_transformers_4(work):
+    """Why DeepSeek-V3.2's reference runs on 4.47.1: its DeepseekV32Model asserts the
+    tokenizer adds BOS, and transformers 5.24 reports ``add_bos_token`` False for a folder
+    whose tokenizer_config.json says true (it drops the key when a tokenizer.json exists)."""
+    from transformers import AutoTokenizer
+
+    src = work.model("deepseek_v32")
+    assert json.loads((src / "tokenizer_config.json").read_text())["add_bos_token"] is True
+    assert AutoTokenizer.from_pretrained(src).add_bos_token is False

@@ -2647,3 +2647,67 @@ def minimax01(folder: Path, *, dtype: str = "bfloat16", seed: int = 75) -> Path:
 
 
 BUILDERS["minimax01"] = minimax01
+
+
+# --------------------------------------------------------------------------- GLM-5 / DeepSeek-V3.2 (DSA)
+
+# DeepSeek-V3's tiny MLA + MoE with a DSA indexer (2 heads of 64: llama.cpp's indexer
+# Hadamard rotation is at least 64 wide) on every layer; its top-k (64) is past every prompt,
+# so the indexer keeps every key in transformers as in llama.cpp
+_DSA = dict(
+    hidden_size=256, intermediate_size=512, moe_intermediate_size=256, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4, n_shared_experts=1,
+    num_experts_per_tok=2, first_k_dense_replace=1, q_lora_rank=64, kv_lora_rank=64,
+    qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32, n_group=1, topk_group=1,
+    index_n_heads=2, index_head_dim=64, index_topk=64, max_position_embeddings=256,
+    tie_word_embeddings=False,
+)  # fmt: skip
+
+
+def glm_moe_dsa(folder: Path, *, dtype: str = "bfloat16", seed: int = 81) -> Path:
+    """GLM-5 (GlmMoeDsaForCausalLM): DeepSeek-V3's MLA and sigmoid-routed experts with a
+    DSA indexer per layer, GLM's vocabulary (the reference reads it as ``glm``)."""
+    from transformers import GlmMoeDsaConfig, GlmMoeDsaForCausalLM
+
+    vocab = _glm_tokenizer(folder)
+    cfg = GlmMoeDsaConfig(vocab_size=vocab, bos_token_id=None, eos_token_id=50256,
+                          pad_token_id=None, **_DSA)  # fmt: skip
+    model = GlmMoeDsaForCausalLM(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    _per_expert(folder, _qwen_expert)
+    return folder
+
+
+BUILDERS["glm_moe_dsa"] = glm_moe_dsa
+
+
+def deepseek_v32(folder: Path, *, dtype: str = "bfloat16", seed: int = 82) -> Path:
+    """DeepSeek-V3.2 (DeepseekV32ForCausalLM): DeepSeek-V3 with a DSA indexer per layer.
+
+    The reference's DeepseekV32Model asserts the tokenizer adds BOS: transformers 5.24
+    drops ``add_bos_token`` whenever a tokenizer.json is present, so it runs on 4.47.1,
+    where ``LlamaTokenizerFast`` (the Hub's class) keeps it; the BPE pre-tokenizer hash is
+    then taken with BOS, which a registered one (Llama 3's, ``llama-bpe``) matches.  unk is
+    end-of-text (LlamaTokenizerFast would add a ``<unk>`` past the vocabulary).  The Hub's
+    ``scoring_func: sigmoid`` is written back (transformers' config drops it; llama.cpp's
+    deepseek32 loader requires the ``expert_gating_func`` row it gives)."""
+    from transformers import DeepseekV32Config, DeepseekV32ForCausalLM
+
+    vocab = _bpe_tokenizer(folder, "llama-bpe")
+    tc = folder / "tokenizer_config.json"
+    tok_cfg = json.loads(tc.read_text())
+    tok_cfg.update(tokenizer_class="LlamaTokenizerFast", add_bos_token=True,
+                   unk_token=tok_cfg["eos_token"])  # fmt: skip
+    tc.write_text(json.dumps(tok_cfg))
+    cfg = DeepseekV32Config(vocab_size=vocab, bos_token_id=128000, eos_token_id=128001, **_DSA)
+    model = DeepseekV32ForCausalLM(cfg)
+    _random_init(model, seed)
+    _save(model, folder, dtype)
+    _per_expert(folder, _qwen_expert)
+    path = folder / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "scoring_func": "sigmoid"}))
+    return folder
+
+
+BUILDERS["deepseek_v32"] = deepseek_v32

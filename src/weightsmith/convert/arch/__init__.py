@@ -119,6 +119,7 @@ from .glm import (
     has_sections,
 )
 from .glm5next import GLM5NEXT_TEXT
+from .glm_dsa import DEEPSEEK32, GLM_DSA
 from .gpt import FALCON, GPT2, STABLELM, STARCODER2
 from .gptoss import GPT_OSS
 from .granite import GRANITE, GRANITE_SWA, GRANITEMOE, GRANITEMOE_SWA, is_granitemoe_swa_file
@@ -321,6 +322,10 @@ ENTRIES += (BAILINGMOE3,)
 ENTRIES += (BAILINGMOE3_VL,)
 # Mistral 4 (Mistral Small 4's text: DeepSeek-V2's MLA, fused experts; GGUF mistral4)
 ENTRIES += (MISTRAL4,)
+# GLM-5 (DeepSeek-V3's MLA + MoE with a DSA indexer, GLM's vocabulary; GGUF glm-dsa)
+ENTRIES += (GLM_DSA,)
+# DeepSeek-V3.2 (DeepSeek-V3 with a DSA indexer; GGUF deepseek32)
+ENTRIES += (DEEPSEEK32,)
 # PocketTTS's backbone (Kyutai's layout: no config.json, the config from tensor shapes)
 ENTRIES += (POCKETTTS,)
 # Granite SWA (dense and MoE): sliding-window layers with attention sinks (granite_swa)
