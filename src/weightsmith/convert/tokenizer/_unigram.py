@@ -201,6 +201,25 @@ def _xlmr_from_json(d: Path, config: dict):
     return tokens, scores, types, add_prefix, remove_ws, charsmap
 
 
+def _add_ugm(out: _Entries, tokens: list, scores: list, types: list, settings: tuple,
+             type_count: int | None = None) -> None:  # fmt: skip
+    """The reference's UGM (``t5``) vocabulary rows in its order; ``settings`` is
+    ``(add_space_prefix, remove_extra_whitespaces, precompiled_charsmap)``, and a BERT-style
+    ``type_count`` goes after the space prefix (XLM-RoBERTa's)."""
+    add_prefix, remove_ws, charsmap = settings
+    out.add("ggml.model", "t5", VT.STRING)
+    out.add("ggml.pre", "default", VT.STRING)
+    out.add("ggml.tokens", tokens, VT.STRING)
+    out.add("ggml.scores", scores, VT.FLOAT32)
+    out.add("ggml.token_type", [int(t) for t in types], VT.INT32)
+    out.add("ggml.add_space_prefix", add_prefix, VT.BOOL)
+    if type_count is not None:
+        out.add("ggml.token_type_count", type_count, VT.UINT32)
+    out.add("ggml.remove_extra_whitespaces", remove_ws, VT.BOOL)
+    if charsmap:
+        out.add("ggml.precompiled_charsmap", list(charsmap), VT.UINT8)
+
+
 def _piece_id(pieces: list, text: str) -> int | None:
     return next((i for i, (t, _) in enumerate(pieces) if t == text), None)
 
@@ -233,16 +252,8 @@ def set_xlmroberta(out: _Entries, d: Path, config: dict, moe_mask: bool = False)
         tokens, scores, types, add_prefix, remove_ws, charsmap = _xlmr_from_json(d, config)
     else:
         raise _missing(d, "sentencepiece.bpe.model or tokenizer.json")
-    out.add("ggml.model", "t5", VT.STRING)
-    out.add("ggml.pre", "default", VT.STRING)
-    out.add("ggml.tokens", tokens, VT.STRING)
-    out.add("ggml.scores", scores, VT.FLOAT32)
-    out.add("ggml.token_type", types, VT.INT32)
-    out.add("ggml.add_space_prefix", add_prefix, VT.BOOL)
-    out.add("ggml.token_type_count", config.get("type_vocab_size", 1), VT.UINT32)
-    out.add("ggml.remove_extra_whitespaces", remove_ws, VT.BOOL)
-    if charsmap:
-        out.add("ggml.precompiled_charsmap", list(charsmap), VT.UINT8)
+    _add_ugm(out, tokens, scores, types, (add_prefix, remove_ws, charsmap),
+             type_count=config.get("type_vocab_size", 1))  # fmt: skip
     _SpecialVocab(d, config, n_vocab=len(tokens)).add_to(out)
 
 
@@ -267,15 +278,7 @@ def set_t5(out: _Entries, d: Path, config: dict) -> None:
         if isinstance(tid, int) and not isinstance(tid, bool) and 0 <= tid < vocab_size:
             tokens[tid], scores[tid], types[tid] = text, -1000.0, T.USER_DEFINED
         # ids past vocab_size are ignored (with a warning) by the reference
-    out.add("ggml.model", "t5", VT.STRING)
-    out.add("ggml.pre", "default", VT.STRING)
-    out.add("ggml.tokens", tokens, VT.STRING)
-    out.add("ggml.scores", scores, VT.FLOAT32)
-    out.add("ggml.token_type", [int(t) for t in types], VT.INT32)
-    out.add("ggml.add_space_prefix", add_prefix, VT.BOOL)
-    out.add("ggml.remove_extra_whitespaces", remove_ws, VT.BOOL)
-    if charsmap:
-        out.add("ggml.precompiled_charsmap", list(charsmap), VT.UINT8)
+    _add_ugm(out, tokens, scores, types, (add_prefix, remove_ws, charsmap))
     _SpecialVocab(d, config, n_vocab=len(tokens)).add_to(out)
 
 
@@ -292,15 +295,7 @@ def set_pockettts(out: _Entries, d: Path, config: dict) -> None:
     extra = extra_tokens(config)
     for i, name in enumerate(extra, len(tokens) - len(extra)):
         tokens[i], scores[i], types[i] = name, -1000.0, int(T.CONTROL)
-    out.add("ggml.model", "t5", VT.STRING)
-    out.add("ggml.pre", "default", VT.STRING)
-    out.add("ggml.tokens", tokens, VT.STRING)
-    out.add("ggml.scores", scores, VT.FLOAT32)
-    out.add("ggml.token_type", types, VT.INT32)
-    out.add("ggml.add_space_prefix", add_prefix, VT.BOOL)
-    out.add("ggml.remove_extra_whitespaces", remove_ws, VT.BOOL)
-    if charsmap:
-        out.add("ggml.precompiled_charsmap", list(charsmap), VT.UINT8)
+    _add_ugm(out, tokens, scores, types, (add_prefix, remove_ws, charsmap))
     out.add("ggml.add_bos_token", False, VT.BOOL)
     out.add("ggml.add_eos_token", False, VT.BOOL)
 
