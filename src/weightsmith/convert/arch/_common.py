@@ -453,3 +453,18 @@ MLA_ROWS = [
     ),
     m("attention.value_length_mla", "v_head_dim"),
 ]
+
+
+#: the DSA (DeepSeek sparse attention) indexer of an attention layer (DeepSeek-V3.2, GLM-5,
+#: GLM-5-Next and Dots3 Note spell it alike)
+DSA_INDEXER_NAMES = [
+    *layer_rules(
+        [
+            ("self_attn.indexer.wq_b", "indexer.attn_q_b"),
+            ("self_attn.indexer.wk", "indexer.attn_k"),
+            ("self_attn.indexer.k_norm", "indexer.k_norm"),
+            ("self_attn.indexer.weights_proj", "indexer.proj"),
+        ]
+    ),
+    NameRule(LAYER + "self_attn.indexer.k_norm.bias", BLK + "indexer.k_norm.bias"),
+]

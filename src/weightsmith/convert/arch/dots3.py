@@ -34,7 +34,14 @@ from typing import Any
 
 import numpy as np
 
-from ._common import BLK, COMMON, LAYER, layer_rules, reference_math, replace_rows
+from ._common import (
+    BLK,
+    COMMON,
+    DSA_INDEXER_NAMES,
+    LAYER,
+    reference_math,
+    replace_rows,
+)
 from ._model import VT, Arch, NameRule, PlanError, Split, Transform, m
 from .deepseek import DEEPSEEK2
 
@@ -215,15 +222,7 @@ DOTS3NOTE = Arch(
         *DEEPSEEK2.names,
         NameRule(_ATT + "g_proj.weight", BLK + "attn_gate.weight"),
         NameRule(_ATT + "k_rope_only_layernorm.weight", BLK + "attn_k_norm.weight"),
-        *layer_rules(
-            [
-                ("self_attn.indexer.wq_b", "indexer.attn_q_b"),
-                ("self_attn.indexer.wk", "indexer.attn_k"),
-                ("self_attn.indexer.k_norm", "indexer.k_norm"),
-                ("self_attn.indexer.weights_proj", "indexer.proj"),
-            ]
-        ),
-        NameRule(_ATT + "indexer.k_norm.bias", BLK + "indexer.k_norm.bias"),
+        *DSA_INDEXER_NAMES,
     ],
     stacks=DEEPSEEK2.stacks,
     splits=[

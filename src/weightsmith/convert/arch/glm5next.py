@@ -44,11 +44,11 @@ from ._common import (
     BASE_NAMES,
     BLK,
     COMMON,
+    DSA_INDEXER_NAMES,
     FFN_NORM,
     KDA_NAMES,
     LAYER,
     kda_conv_4d,
-    layer_rules,
     reference_math,
     replace_rows,
 )
@@ -176,15 +176,7 @@ _HC = [
 ]
 
 _INDEXER = [
-    *layer_rules(
-        [
-            ("self_attn.indexer.wq_b", "indexer.attn_q_b"),
-            ("self_attn.indexer.wk", "indexer.attn_k"),
-            ("self_attn.indexer.k_norm", "indexer.k_norm"),
-            ("self_attn.indexer.weights_proj", "indexer.proj"),
-        ]
-    ),
-    NameRule(_ATT + "indexer.k_norm.bias", BLK + "indexer.k_norm.bias"),
+    *DSA_INDEXER_NAMES,
     NameRule(_ATT + "indexer.index_kpool_compress_ape", BLK + "indexer_compressor_ape.weight"),
     NameRule(_ATT + "indexer.index_kpool_compress_gate", BLK + "indexer_compressor_gate.weight"),
 ]

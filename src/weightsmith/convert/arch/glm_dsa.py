@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ._common import BLK, LAYER, layer_rules, replace_rows
-from ._model import VT, NameRule, full_rope, m
+from ._common import DSA_INDEXER_NAMES, LAYER, replace_rows
+from ._model import VT, full_rope, m
 from .deepseek import _ROWS as _DEEPSEEK2_ROWS
 from .deepseek import DEEPSEEK2
 from .glm import _NEXTN
@@ -65,19 +65,6 @@ _ROWS = [
     ),
 ]
 
-#: the DSA indexer of DeepSeek-V3.2 and GLM-5 (one per attention layer)
-INDEXER = [
-    *layer_rules(
-        [
-            ("self_attn.indexer.wq_b", "indexer.attn_q_b"),
-            ("self_attn.indexer.wk", "indexer.attn_k"),
-            ("self_attn.indexer.k_norm", "indexer.k_norm"),
-            ("self_attn.indexer.weights_proj", "indexer.proj"),
-        ]
-    ),
-    NameRule(_ATT + "indexer.k_norm.bias", BLK + "indexer.k_norm.bias"),
-]
-
 
 def _hf_config(cfg: dict, names: set[str]) -> dict[str, Any]:
     out = DEEPSEEK2.hf_config(cfg, names)
@@ -90,7 +77,7 @@ GLM_DSA = replace(
     hf_archs=("GlmMoeDsaForCausalLM",),
     gguf_arch="glm-dsa",
     meta=_ROWS,
-    names=[*DEEPSEEK2.names, *INDEXER, *_NEXTN],
+    names=[*DEEPSEEK2.names, *DSA_INDEXER_NAMES, *_NEXTN],
     required=(*DEEPSEEK2.required, "index_n_heads", "index_head_dim", "index_topk"),
     tokenizer={"vocab": "glm"},
     model_types={"GlmMoeDsaForCausalLM": "glm_moe_dsa"},
