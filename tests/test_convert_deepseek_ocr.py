@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 from support.deepseek_ocr_models import MEAN_STD, deepseek_ocr1, deepseek_ocr2, unlimited_ocr
+from support.gguf_pair import pair_jobs
 from test_convert_hf_to_gguf import _llama_logits, _llama_quantize
 from test_convert_mmproj import TYPES, _reference, _same, convert_both
 from weightsmith import errors as E
@@ -83,11 +84,7 @@ def ds(tmp_path_factory) -> Path:
                mmproj=root / "ours-uocr-mmproj-f32.gguf")  # fmt: skip
     for t in ("bf16", "q8_0"):
         hf_to_gguf(uocr, root / "t.gguf", t, mmproj=root / f"ours-uocr-mmproj-{t}.gguf")
-    for t in TYPES:
-        jobs.append([str(src), "--outfile", str(root / f"ref-text-{t}.gguf"), "--outtype", t])
-        jobs.append([str(src), "--outfile", str(root / f"ref-mmproj-{t}.gguf"), "--outtype", t,
-                     "--mmproj"])  # fmt: skip
-        hf_to_gguf(src, root / f"ours-text-{t}.gguf", t, mmproj=root / f"ours-mmproj-{t}.gguf")
+    jobs += pair_jobs(src, root, TYPES)
     _reference(jobs)
     for t in QUANT_TYPES:
         _llama_quantize(root / "ref-text-f32.gguf", root / f"ref-text-{t}.gguf", t)

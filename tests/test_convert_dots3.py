@@ -33,6 +33,7 @@ import pytest
 
 from support import pyfork
 from support.dots3_models import dots3_note_hub
+from support.gguf_pair import pair_jobs
 from support.llama_sdist import llama_cpp_root
 from support.meta_oracle import oracle_env
 from test_convert_archs import _llama_logits_f32_kv
@@ -56,12 +57,7 @@ def d3(tmp_path_factory):
     llama_model_quantize) and projectors, on transformers 4.47.1; ours."""
     root = tmp_path_factory.mktemp("dots3")
     src = dots3_note_hub(root / "hub")
-    jobs = []
-    for t in TYPES:
-        jobs.append([str(src), "--outfile", str(root / f"ref-text-{t}.gguf"), "--outtype", t])
-        jobs.append([str(src), "--outfile", str(root / f"ref-mmproj-{t}.gguf"), "--outtype", t,
-                     "--mmproj"])  # fmt: skip
-        hf_to_gguf(src, root / f"ours-text-{t}.gguf", t, mmproj=root / f"ours-mmproj-{t}.gguf")
+    jobs = pair_jobs(src, root, TYPES)
     r = _reference(jobs, oracle_env())
     assert r.returncode == 0, r.stderr[-3000:]
     _llama_quantize(root / "ref-text-f32.gguf", root / f"ref-text-{QUANT}.gguf", QUANT)

@@ -31,6 +31,7 @@ import numpy as np
 import pytest
 
 from support import pyfork
+from support.gguf_pair import pair_jobs
 from support.llama_sdist import llama_cpp_root
 from support.meta_oracle import oracle_env
 from support.vlm_models import MINIMAX_M3_HUB_FIELDS, build
@@ -58,12 +59,7 @@ def mm3(tmp_path_factory):
     llama_model_quantize) and projectors, on transformers 4.47.1; ours."""
     root = tmp_path_factory.mktemp("minimaxm3")
     src = build("minimaxm3", root / "hub")
-    jobs = []
-    for t in TYPES:
-        jobs.append([str(src), "--outfile", str(root / f"ref-text-{t}.gguf"), "--outtype", t])
-        jobs.append([str(src), "--outfile", str(root / f"ref-mmproj-{t}.gguf"), "--outtype", t,
-                     "--mmproj"])  # fmt: skip
-        hf_to_gguf(src, root / f"ours-text-{t}.gguf", t, mmproj=root / f"ours-mmproj-{t}.gguf")
+    jobs = pair_jobs(src, root, TYPES)
     r = _reference(jobs, oracle_env())
     assert r.returncode == 0, r.stderr[-3000:]
     _llama_quantize(root / "ref-text-f32.gguf", root / f"ref-text-{QUANT}.gguf", QUANT)

@@ -32,6 +32,7 @@ import numpy as np
 import pytest
 
 from support import pyfork
+from support.gguf_pair import pair_jobs
 from support.llama_sdist import llama_cpp_root
 from support.vlm_models import build
 from test_convert_mmproj import (
@@ -61,12 +62,7 @@ def m3(tmp_path_factory):
     (one process) and ours, beside it."""
     root = tmp_path_factory.mktemp("ministral3")
     src = build("ministral3vl", root / "hub")
-    jobs = []
-    for t in TYPES:
-        jobs.append([str(src), "--outfile", str(root / f"ref-text-{t}.gguf"), "--outtype", t])
-        jobs.append([str(src), "--outfile", str(root / f"ref-mmproj-{t}.gguf"), "--outtype", t,
-                     "--mmproj"])  # fmt: skip
-        hf_to_gguf(src, root / f"ours-text-{t}.gguf", t, mmproj=root / f"ours-mmproj-{t}.gguf")
+    jobs = pair_jobs(src, root, TYPES)
     _reference(jobs)
     return root
 

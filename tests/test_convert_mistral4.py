@@ -35,6 +35,7 @@ import numpy as np
 import pytest
 
 from support import pyfork
+from support.gguf_pair import pair_jobs
 from support.llama_sdist import llama_cpp_root
 from support.vlm_models import build
 from test_convert_mmproj import (
@@ -64,12 +65,7 @@ def m4(tmp_path_factory):
     (one process) and ours, beside it."""
     root = tmp_path_factory.mktemp("mistral4")
     src = build("mistral4vl", root / "hub")
-    jobs = []
-    for t in TYPES:
-        jobs.append([str(src), "--outfile", str(root / f"ref-text-{t}.gguf"), "--outtype", t])
-        jobs.append([str(src), "--outfile", str(root / f"ref-mmproj-{t}.gguf"), "--outtype", t,
-                     "--mmproj"])  # fmt: skip
-        hf_to_gguf(src, root / f"ours-text-{t}.gguf", t, mmproj=root / f"ours-mmproj-{t}.gguf")
+    jobs = pair_jobs(src, root, TYPES)
     r = _reference(jobs)
     assert r.returncode == 0, r.stderr[-3000:]
     return root

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from support import pyfork
+from support.gguf_pair import pair_jobs
 from support.vlm_models import build
 from test_convert_hf_to_gguf import _llama_logits, _llama_quantize
 from test_convert_mmproj import TYPES, _image, _mtmd_embeddings, _reference, _same
@@ -33,11 +34,7 @@ def folders(tmp_path_factory) -> dict[str, Path]:
     for arch in ARCHS:
         root = tmp_path_factory.mktemp(arch)
         src = out[arch] = build(arch, root / "model")
-        for t in TYPES:
-            jobs.append([str(src), "--outfile", str(root / f"ref-text-{t}.gguf"), "--outtype", t])
-            jobs.append([str(src), "--outfile", str(root / f"ref-mmproj-{t}.gguf"),
-                         "--outtype", t, "--mmproj"])  # fmt: skip
-            hf_to_gguf(src, root / f"ours-text-{t}.gguf", t, mmproj=root / f"ours-mmproj-{t}.gguf")
+        jobs += pair_jobs(src, root, TYPES)
     _reference(jobs)
     for arch in ARCHS:  # the llama-quantize types: the reference's f32 file quantized
         root = out[arch].parent

@@ -9,7 +9,7 @@ and each tensor's values, bit for bit or, where the forward conversion itself ro
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +18,19 @@ from weightsmith.convert import hf_to_gguf
 from weightsmith.gguf import read
 
 _SKIP = ("general.", "tokenizer.")
+
+
+def pair_jobs(src: Path, root: Path, types: Iterable[str]) -> list[list[str]]:
+    """Ours at each type (``root / ours-{text,mmproj}-T.gguf``), and the reference's
+    ``convert_hf_to_gguf.py`` arguments for the same pair (``ref-{text,mmproj}-T.gguf``),
+    for the caller to run in one process."""
+    jobs = []
+    for t in types:
+        jobs.append([str(src), "--outfile", str(root / f"ref-text-{t}.gguf"), "--outtype", t])
+        jobs.append([str(src), "--outfile", str(root / f"ref-mmproj-{t}.gguf"), "--outtype", t,
+                     "--mmproj"])  # fmt: skip
+        hf_to_gguf(src, root / f"ours-text-{t}.gguf", t, mmproj=root / f"ours-mmproj-{t}.gguf")
+    return jobs
 
 
 def convert_forward(folder: Path, tmp_path: Path) -> tuple[Path, Path]:
