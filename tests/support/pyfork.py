@@ -4,8 +4,9 @@ A reference conversion (llama.cpp's ``convert_hf_to_gguf.py``) of a tiny model i
 under a second of work behind ~3.5 s of CPU spent importing torch, transformers and
 mistral_common in a fresh interpreter, and the suite launches it a few hundred times.
 :func:`run` runs the same command line in a process forked from a server that has
-imported those libraries once (one server per environment, started on first use, ended
-with the test process).  The server itself runs nothing: every request is a new child
+imported those libraries once (one server per environment but pytest's per-test
+``PYTEST_CURRENT_TEST``, the two last used kept, started on first use, ended with the
+test process).  The server itself runs nothing: every request is a new child
 of that clean parent, so no state is carried from one request to the next, and the
 converter's own modules (and gguf) are imported afresh in each child, as in a new
 interpreter.  The child gets the command's ``argv``, ``sys.path[0]``, ``__main__``,
@@ -51,6 +52,8 @@ _SERVER = textwrap.dedent(
         pass
 
     def child(req):
+        os.environ.clear()
+        os.environ.update(req["env"])
         fd = os.open(os.devnull, os.O_RDONLY)
         os.dup2(fd, 0)
         for n, path in ((1, req["stdout"]), (2, req["stderr"])):
@@ -106,23 +109,35 @@ _SERVER = textwrap.dedent(
 )
 
 _servers: dict[frozenset, subprocess.Popen] = {}
+# pytest sets PYTEST_CURRENT_TEST to each test's id: a server per value would be a server
+# per test, each holding torch and transformers; the child gets the request's own value
+_VOLATILE = ("PYTEST_CURRENT_TEST",)
+# a server holds ~0.5 GB: keep the two last used (the default and the 4.47.1 oracle's env)
+_MAX_SERVERS = 2
+
+
+def _end(p: subprocess.Popen) -> None:
+    p.stdin.close()
+    p.wait()
 
 
 @atexit.register
 def _close() -> None:
     """End the servers with the test process (and count their CPU time in its own)."""
     for p in _servers.values():
-        p.stdin.close()
-        p.wait()
+        _end(p)
+    _servers.clear()
 
 
 def _server(env: dict[str, str]) -> subprocess.Popen:
-    key = frozenset(env.items())
-    p = _servers.get(key)
+    key = frozenset((k, v) for k, v in env.items() if k not in _VOLATILE)
+    p = _servers.pop(key, None)
     if p is None or p.poll() is not None:
+        while len(_servers) >= _MAX_SERVERS:
+            _end(_servers.pop(next(iter(_servers))))
         p = subprocess.Popen([sys.executable, "-c", _SERVER], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True, env=env)  # fmt: skip
-        _servers[key] = p
+    _servers[key] = p  # last used last
     return p
 
 
@@ -153,7 +168,8 @@ def run(cmd: list[str], env: dict[str, str] | None = None,
         for f in (out, err):
             open(f, "w").close()
         p = _server(env)
-        req = {"argv": [str(a) for a in cmd[1:]], "cwd": os.getcwd(), "stdout": out, "stderr": err}
+        req = {"argv": [str(a) for a in cmd[1:]], "cwd": os.getcwd(), "env": env,
+               "stdout": out, "stderr": err}  # fmt: skip
         p.stdin.write(json.dumps(req) + "\n")
         p.stdin.flush()
         pid = int(_read_line(p, None))
