@@ -583,6 +583,24 @@ def write_json(path: Path, obj: Any, *, sort_keys: bool = False) -> None:
 # --------------------------------------------------------------------------- entry point
 
 
+def _embedding_modules(entry: Any, f: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """An embedding model's sentence-transformers files (relative path -> JSON) and its
+    Dense weights (relative path -> GGUF tensor): the pooling modules when the file has a
+    pooling type, else a late-interaction (ColBERT) model's one Dense module, else none."""
+    pooling = f.metadata.get(f"{entry.gguf_arch}.pooling_type")
+    if isinstance(pooling, int) and not isinstance(pooling, bool):
+        dense = [t for t in entry.dense if t in f]
+        dims = [tuple(int(n) for n in f.tensor(t).shape[::-1]) for t in dense]
+        width = int(f.tensor("token_embd.weight").shape[1])  # DistilBERT calls it dim
+        weights = {f"{2 + k}_Dense/model.safetensors": t for k, t in enumerate(dense)}
+        return sentence_transformers_files(pooling, width, dims), weights
+    if entry.dense_file and entry.dense[0] in f:  # LFM2-ColBERT: no pooling
+        n_out, n_in = (int(n) for n in f.tensor(entry.dense[0]).shape)
+        files = late_interaction_files(entry.dense_file, n_in, n_out)
+        return files, {f"{entry.dense_file}/model.safetensors": entry.dense[0]}
+    return {}, {}
+
+
 def gguf_to_hf(
     src: str | os.PathLike[str],
     dst_folder: str | os.PathLike[str],
@@ -643,30 +661,13 @@ def gguf_to_hf(
         for name, content in tok_files.items():
             write_json(folder / name, content)
         names += list(tok_files)
-        # an embedding model's pooling as sentence-transformers modules
-        pooling = f.metadata.get(f"{entry.gguf_arch}.pooling_type")
-        if isinstance(pooling, int) and not isinstance(pooling, bool):
-            dense = [t for t in entry.dense if t in f]
-            dims = [tuple(int(n) for n in f.tensor(t).shape[::-1]) for t in dense]
-            width = int(f.tensor("token_embd.weight").shape[1])  # DistilBERT calls it dim
-            st_files = sentence_transformers_files(pooling, width, dims)
-            for name, content in st_files.items():
-                (folder / name).parent.mkdir(parents=True, exist_ok=True)
-                write_json(folder / name, content)
-                names.append(name)
-            for k, t in enumerate(dense):  # the Dense weights beside their config.json
-                name = f"{2 + k}_Dense/model.safetensors"
-                x = cast(_read_f32(f, _files_of(f, stack), t), dtype.numpy.name)
-                save_file({"linear.weight": np.ascontiguousarray(x)}, folder / name)
-                names.append(name)
-        elif entry.dense_file and entry.dense[0] in f:  # LFM2-ColBERT: no pooling
-            n_out, n_in = (int(n) for n in f.tensor(entry.dense[0]).shape)
-            for name, content in late_interaction_files(entry.dense_file, n_in, n_out).items():
-                (folder / name).parent.mkdir(parents=True, exist_ok=True)
-                write_json(folder / name, content)
-                names.append(name)
-            name = f"{entry.dense_file}/model.safetensors"
-            x = cast(_read_f32(f, _files_of(f, stack), entry.dense[0]), dtype.numpy.name)
+        modules, weights = _embedding_modules(entry, f)
+        for name, content in modules.items():  # an embedding model's modules
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            write_json(folder / name, content)
+            names.append(name)
+        for name, t in weights.items():  # the Dense weights beside their config.json
+            x = cast(_read_f32(f, _files_of(f, stack), t), dtype.numpy.name)
             save_file({"linear.weight": np.ascontiguousarray(x)}, folder / name)
             names.append(name)
         card = card_text(f.metadata)
