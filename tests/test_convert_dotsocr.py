@@ -276,6 +276,6 @@ def test_pixel_bounds_needed(dots, tmp_path):
     """The reference reads the image processor's ``min_pixels`` without a default: a
     folder without it is refused by name before either file is written."""
     src = _variant(dots, tmp_path, "preprocessor_config.json", lambda p: p.pop("min_pixels"))
-    with pytest.raises(E.WeightsmithError, match="min_pixels"):
+    with pytest.raises(E.InvalidModelConfig, match="min_pixels"):
         hf_to_gguf(src, tmp_path / "t.gguf", "f16", mmproj=tmp_path / "p.gguf")
     assert not (tmp_path / "t.gguf").exists() and not (tmp_path / "p.gguf").exists()
