@@ -2909,3 +2909,12 @@ QWEN3OMNI_BACK = replace(
 )
 
 VISION_BACK += (QWEN3OMNI_BACK,)
+
+# --------------------------------------------------------------------------- dots.ocr
+
+# remote code: transformers 5.24 has no dots_ocr model type (its text half alone is
+# Qwen2ForCausalLM, which the qwen2 text GGUF converts back to)
+NO_WAY_BACK["dots_ocr"] = (
+    "dots.ocr (DotsOCRForCausalLM) is remote code: transformers has no class to rebuild "
+    "the pair into; the qwen2 text GGUF converts alone (Qwen2ForCausalLM)"
+)

@@ -3140,6 +3140,71 @@ PHI4V_VISION = Projector(
 )
 
 
+# --------------------------------------------------------------------------- dots.ocr
+
+_DOTS = "vision_tower."
+_DOTS_BLOCK = _DOTS + "blocks.{bid}."
+
+
+def _dotsocr_check(t: dict) -> tuple[str, Any, Any] | None:
+    """The reference maps ``merger.mlp.{bid}`` through the tower's block map (numbered
+    below the block count): a tower of fewer than 3 blocks leaves ``merger.mlp.2``
+    unmapped there (``Can not map tensor``), so it is refused before any output."""
+    vc = t.get("vision_config") or {}
+    key = next((k for k in BLOCK_KEYS if k in vc), None)
+    n = vc.get(key) if key is not None else None
+    if isinstance(n, int) and not isinstance(n, bool) and n < 3:
+        return f"vision_config.{key}", "at least 3 blocks", n
+    return None
+
+
+# DotsOCRVisionModel (conversion/dotsocr.py; the remote-code DotsVisionTransformer): Conv2d
+# patches with an RMS norm (``patch_embed.patchifier``), blocks of fused QKV and a SwiGLU
+# MLP (``fc1`` gate, ``fc3`` up, ``fc2`` down), a final RMS norm (``post_trunk_norm`` ->
+# ``mm.post_norm``) and Qwen2-VL's merger (LayerNorm, GELU MLP over 2x2 merged patches).
+# Rows: the base ones (image size 0: dynamic resolution), then the projector type, the
+# image processor's pixel bounds, the tower's RMS epsilon, the merge size as the
+# projector scale factor (mtmd's dots_ocr reads it there) and SiLU
+DOTSOCR_VISION = Projector(
+    hf_archs=("DotsOCRForCausalLM",),
+    keep=(_DOTS,),
+    force=_base_force,
+    required=(*NO_IMAGE_SIZE, ("rms_norm_eps",), ("spatial_merge_size",)),
+    check=_dotsocr_check,
+    entry=Arch(
+        hf_archs=("DotsOCRForCausalLM",),
+        gguf_arch="clip",
+        meta=[
+            *replace_rows(BASE_ROWS, vision__image_size=_const("vision.image_size", 0, VT.UINT32)),
+            _const("projector_type", "dots_ocr", VT.STRING),
+            m("vision.image_min_pixels", PREPROCESSOR, value=_pixels("min_pixels")),
+            m("vision.image_max_pixels", PREPROCESSOR, value=_pixels("max_pixels")),
+            m("vision.attention.layer_norm_epsilon", "rms_norm_eps", t=VT.FLOAT32),
+            m("vision.projector.scale_factor", "spatial_merge_size"),
+            _const("use_silu", True, VT.BOOL),
+        ],
+        names=_wb(
+            [
+                (_DOTS + "patch_embed.patchifier.proj", "v.patch_embd"),
+                (_DOTS + "patch_embed.patchifier.norm", "v.pre_ln"),
+                (_DOTS_BLOCK + "attn.qkv", _VBLK + "attn_qkv"),
+                (_DOTS_BLOCK + "attn.proj", _VBLK + "attn_out"),
+                (_DOTS_BLOCK + "norm1", _VBLK + "ln1"),
+                (_DOTS_BLOCK + "norm2", _VBLK + "ln2"),
+                (_DOTS_BLOCK + "mlp.fc1", _VBLK + "ffn_gate"),
+                (_DOTS_BLOCK + "mlp.fc3", _VBLK + "ffn_up"),
+                (_DOTS_BLOCK + "mlp.fc2", _VBLK + "ffn_down"),
+                (_DOTS + "post_trunk_norm", "mm.post_norm"),
+                (_DOTS + "merger.ln_q", "mm.input_norm"),
+                (_DOTS + "merger.mlp.0", "mm.0"),
+                (_DOTS + "merger.mlp.2", "mm.2"),
+            ]
+        ),
+        required=(),
+    ),
+)
+
+
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
 PROJECTORS += (QWEN3VL_VISION,)
@@ -3183,5 +3248,6 @@ PROJECTORS += (LFM2_AUDIO,)
 PROJECTORS += (LING3VL_VISION,)
 PROJECTORS += (PHI4V_VISION,)
 PROJECTORS += (POCKETTTS_AUDIO,)
+PROJECTORS += (DOTSOCR_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}

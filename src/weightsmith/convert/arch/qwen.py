@@ -61,6 +61,8 @@ QWEN2 = Arch(
         "Qwen2ForCausalLM",
         "Qwen2AudioForConditionalGeneration",
         "AudioFlamingo3ForConditionalGeneration",
+        # dots.ocr (remote code): Qwen2ForCausalLM plus a vision tower (mmproj.py)
+        "DotsOCRForCausalLM",
     ),
     gguf_arch="qwen2",
     meta=[*COMMON, _POOLING],
