@@ -10,7 +10,9 @@ visual expert's weights).  Checked:
 
 * the projector (``clip``, projector type ``cogvlm``) is ``convert_hf_to_gguf.py
   --mmproj``'s byte for byte at f32, f16, bf16 and q8_0; mtmd (llama-cpp-python 0.3.36)
-  loads ours with our text and encodes an image exactly as through the reference's;
+  loads ours with our text and encodes an image exactly as through the reference's,
+  into our torch reading of the remote vision code as llama.cpp's graph computes it (the
+  remote code's own features differ: two runtime gaps, pinned);
 * the text: the reference cannot write a file llama.cpp loads (pinned below: a
   ``KeyError`` on the Hub's config, and with ``num_key_value_heads`` added a file without
   the visual expert, which llama.cpp refuses).  Ours is, on that config, the
@@ -33,7 +35,7 @@ import json
 import numpy as np
 import pytest
 
-from support.cogvlm_models import TEXT, cogvlm
+from support.cogvlm_models import TEXT, cogvlm, image_features
 from test_convert_hf_to_gguf import _llama_logits, _llama_quantize
 from test_convert_mmproj import TYPES, _mtmd_embeddings, _same
 from test_convert_step35 import _reference
@@ -278,6 +280,33 @@ def test_mtmd_encodes_image(cog):
         boi, eoi = np.asarray(f.numpy("v.boi")).ravel(), np.asarray(f.numpy("v.eoi")).ravel()
     np.testing.assert_array_equal(got[0], boi)
     np.testing.assert_array_equal(got[-1], eoi)
+
+
+#: mtmd vs our torch reading of its graph, as a fraction of the features' scale (measured
+#: 2.8e-4: ggml's GELU tables); each of llama.cpp's two departures from the remote model
+#: moves the features by more than GAP (measured 4.9e-3 and 2.9e-2)
+FEATURE_TOL = 1e-3
+GAP = 2e-3
+
+
+def test_mtmd_features_vs_remote_model(cog):
+    """mtmd's encoding through ours is the remote model's features as llama.cpp's graph
+    reads it (within FEATURE_TOL), and not as the remote code computes them: llama.cpp
+    appends the CLS row after the patches before adding the position table (the remote
+    code puts it first: every patch gets its neighbour's position row), and runs the tower's
+    MLP with GELU-quick (the reference writes no ``use_gelu`` row; the remote model's GELU
+    is exact).  Both gaps are the pinned runtime's and the reference's (its file is ours
+    byte for byte), pinned here so a change shows."""
+    root, _ = cog
+    src = root / "hub" / "cogvlm-tiny"
+    img = np.random.default_rng(7).integers(0, 256, (28, 28, 3), dtype=np.uint8)
+    got = _mtmd_embeddings(root / "ours-text-f32.gguf", root / "ours-mmproj-f32.gguf", img)
+    as_llama_cpp = image_features(src, img, cls_last=True, quick_gelu=True)
+    scale = max(float(np.abs(as_llama_cpp).max()), 1e-6)
+    assert np.abs(got - as_llama_cpp).max() <= FEATURE_TOL * scale, np.abs(got - as_llama_cpp).max()
+    for kw in ({"cls_last": True}, {"quick_gelu": True}, {}):
+        remote = image_features(src, img, **kw)
+        assert np.abs(got - remote).max() > GAP * scale, kw
 
 
 def test_cogvlm2_refused(cog, tmp_path):

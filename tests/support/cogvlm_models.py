@@ -28,6 +28,9 @@ config.json spells the Hub's fields (no ``num_key_value_heads``, no ``rope_theta
 with OpenAI CLIP's mean and std (the values the remote code normalizes with) is added.
 The vocabulary is a trained SentencePiece model (the Hub's is Vicuna's Llama one).
 Values are seeded random, stored as bfloat16 like the Hub's.
+
+:func:`image_features` computes the remote vision model's features in torch (our reading
+of its published code, which is not run), and llama.cpp's variant of them.
 """
 
 from __future__ import annotations
@@ -128,3 +131,58 @@ def cogvlm(folder: Path, *, seed: int = 91) -> Path:
         json.dumps({"image_mean": CLIP_MEAN, "image_std": CLIP_STD, "size": VISION["image_size"]})
     )
     return folder
+
+
+def image_features(
+    folder: Path, img, *, cls_last: bool = False, quick_gelu: bool = False
+):  # -> np.ndarray
+    """The remote ``EVA2CLIPModel``'s image features (``[boi, patches..., eoi]`` rows) of
+    the HWC uint8 ``img`` (already the tower's size), in torch from the folder's weights:
+    our reading of the Hub's ``visual.py`` (it is not run).  CLS row first, then the
+    position table added; post-norm blocks (``x + LN(attn(x))``, ``x + LN(mlp(x))``),
+    exact GELU in the MLP; the CLS row dropped; the GLU (``linear_proj``, LayerNorm, GELU,
+    ``silu(gate) * up``, ``down``) and the begin / end rows.
+
+    ``cls_last`` / ``quick_gelu``: llama.cpp's mtmd reading instead (the CLS row appended
+    after the patches before the table is added; GELU-quick in the tower, as mtmd runs a
+    projector file without a ``use_gelu`` row, tanh GELU in the GLU)."""
+    import torch
+
+    F = torch.nn.functional
+    from safetensors.torch import load_file
+
+    sd = {k: v.float() for k, v in load_file(folder / "model.safetensors").items()}
+    V, P = "model.vision.", "model.vision.linear_proj."
+    x = torch.from_numpy(img).float().permute(2, 0, 1)[None] / 255.0
+    x = (x - torch.tensor(CLIP_MEAN)[:, None, None]) / torch.tensor(CLIP_STD)[:, None, None]
+    x = F.conv2d(x, sd[V + "patch_embedding.proj.weight"], sd[V + "patch_embedding.proj.bias"],
+                 stride=VISION["patch_size"]).flatten(2).transpose(1, 2)[0]  # fmt: skip
+    cls = sd[V + "patch_embedding.cls_embedding"]
+    x = torch.cat((x, cls) if cls_last else (cls, x))
+    x = x + sd[V + "patch_embedding.position_embedding.weight"]
+    w, nh, eps = VISION["hidden_size"], VISION["num_heads"], VISION["layer_norm_eps"]
+    for i in range(VISION["num_hidden_layers"]):
+        L = V + f"transformer.layers.{i}."
+
+        def wb(n: str, L: str = L):
+            return sd[L + n + ".weight"], sd[L + n + ".bias"]
+
+        q, k, v = F.linear(x, *wb("attention.query_key_value")).split(w, dim=-1)
+        heads = [t.view(-1, nh, w // nh).transpose(0, 1) for t in (q, k, v)]
+        a = F.scaled_dot_product_attention(*heads).transpose(0, 1).reshape(-1, w)
+        x = x + F.layer_norm(F.linear(a, *wb("attention.dense")), (w,), *wb("input_layernorm"), eps)
+        u = F.linear(x, *wb("mlp.fc1"))
+        u = u * torch.sigmoid(1.702 * u) if quick_gelu else F.gelu(u)
+        x = x + F.layer_norm(
+            F.linear(u, *wb("mlp.fc2")), (w,), *wb("post_attention_layernorm"), eps
+        )
+    x = x[:-1] if cls_last else x[1:]
+    h = TEXT["hidden_size"]
+    x = F.layer_norm(F.linear(x, sd[P + "linear_proj.weight"]), (h,), sd[P + "norm1.weight"],
+                     sd[P + "norm1.bias"])  # fmt: skip
+    x = F.gelu(x, approximate="tanh" if quick_gelu else "none")
+    x = F.silu(F.linear(x, sd[P + "gate_proj.weight"])) * F.linear(
+        x, sd[P + "dense_h_to_4h.weight"]
+    )
+    x = F.linear(x, sd[P + "dense_4h_to_h.weight"])
+    return torch.cat((sd[V + "boi"][0], x, sd[V + "eoi"][0])).numpy()
