@@ -24,7 +24,8 @@ visual expert's weights).  Checked:
   reference's f32;
 * llama.cpp's logits on our text equal transformers' Llama over the language expert
   (tokens) and over the visual expert (embeddings) within 2e-3 of their scale;
-* CogVLM2 (grouped-query attention) and GGUF -> HF are refused by name, nothing written.
+* CogVLM2 (grouped-query attention) and GGUF -> HF are refused by name, nothing written;
+  so is a folder without an image processor file or a tokenizer (the Hub's has neither).
 """
 
 from __future__ import annotations
@@ -55,13 +56,19 @@ def _is_visexp(name: str) -> bool:
 
 def _with_config(src, dst, **changes):
     """``src`` in ``dst`` (files linked) with config.json fields changed."""
-    dst.mkdir(parents=True)
-    for f in src.iterdir():
-        if f.name != "config.json":
-            (dst / f.name).symlink_to(f)
+    _without(src, dst, "config.json")
     cfg = json.loads((src / "config.json").read_text())
     cfg.update(changes)
     (dst / "config.json").write_text(json.dumps(cfg))
+    return dst
+
+
+def _without(src, dst, name: str):
+    """``src`` in ``dst`` (files linked) without the file ``name``."""
+    dst.mkdir(parents=True)
+    for f in src.iterdir():
+        if f.name != name:
+            (dst / f.name).symlink_to(f)
     return dst
 
 
@@ -83,9 +90,12 @@ def cog(tmp_path_factory):
                      "--mmproj"])  # fmt: skip
         jobs.append([str(kv), "--outfile", str(root / f"ref-kv-{t}.gguf"), "--outtype", t])
     jobs.append([str(src), "--outfile", str(root / "ref-hub-f16.gguf"), "--outtype", "f16"])
+    bare = _without(src, root / "bare" / "cogvlm-tiny", "preprocessor_config.json")
+    jobs.append([str(bare), "--outfile", str(root / "ref-bare.gguf"), "--outtype", "f16",
+                 "--mmproj"])  # fmt: skip
     r = _reference(jobs, None)
     lines = r.stdout.splitlines()[-len(jobs) :]
-    assert lines[:-1] == ["ok"] * (len(jobs) - 1), r.stdout[-2000:] + r.stderr[-3000:]
+    assert lines[:-2] == ["ok"] * (len(jobs) - 2), r.stdout[-2000:] + r.stderr[-3000:]
     for t in TYPES:
         hf_to_gguf(src, root / f"ours-text-{t}.gguf", t, mmproj=root / f"ours-mmproj-{t}.gguf")
         hf_to_gguf(kv, root / f"ours-kv-{t}.gguf", t)
@@ -94,7 +104,7 @@ def cog(tmp_path_factory):
         hf_to_gguf(kv, root / f"ours-kv-{q}.gguf", q)
         _llama_quantize(root / "ours-text-f32.gguf", root / f"lq-text-{q}.gguf", q)
         _llama_quantize(root / "ref-kv-f32.gguf", root / f"ref-kv-{q}.gguf", q)
-    return root, lines[-1]
+    return root, lines[-2:]
 
 
 @pytest.mark.parametrize("t", TYPES)
@@ -167,7 +177,7 @@ def test_reference_text_cannot_run(cog):
     filter takes ``vision_`` for a vision tower) and llama.cpp refuses that file."""
     import llama_cpp
 
-    root, answer = cog
+    root, (answer, _) = cog
     assert answer == "KeyError: \"could not find any of: ['n_kv_heads', 'num_key_value_heads']\""
     assert not (root / "ref-hub-f16.gguf").exists()
     with pytest.raises(ValueError, match="Failed to load model"):
@@ -338,3 +348,25 @@ def test_cli_writes_both(cog, tmp_path):
                  "--mmproj", "--quiet"]) == 0  # fmt: skip
     assert (tmp_path / "mmproj-c.gguf").read_bytes() == (root / "ref-mmproj-f16.gguf").read_bytes()
     assert dst.read_bytes() == (root / "ours-text-f16.gguf").read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("missing", "error", "field"),
+    [
+        ("preprocessor_config.json", E.MissingModelFile, "image_mean"),
+        ("tokenizer.model", E.TokenizerFilesMissing, "tokenizer.model"),
+    ],
+)
+def test_hub_folder_needs_processor_and_tokenizer(cog, tmp_path, missing, error, field):
+    """The Hub's checkpoint ships neither (its image transforms are code, its tokenizer is
+    Vicuna's): without the image processor's mean / std, or without a tokenizer, ours
+    names what is missing and writes nothing; the reference stops on the first with a
+    ``KeyError`` (pinned), writing no projector."""
+    root, (_, bare_answer) = cog
+    assert bare_answer == "KeyError: 'image_mean'"
+    assert not (root / "ref-bare.gguf").exists()
+    src = _without(root / "hub" / "cogvlm-tiny", tmp_path / "c", missing)
+    out = tmp_path / "out"
+    with pytest.raises(error, match=field):
+        hf_to_gguf(src, out / "t.gguf", "f16", mmproj=out / "m.gguf")
+    assert not out.exists()
