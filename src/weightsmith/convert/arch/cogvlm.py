@@ -18,8 +18,8 @@ runtime loads (measured; tests/test_convert_cogvlm.py pins both):
   hidden]`` QKV of CogVLM's multi-head attention is);
 * with that field added, its ``TextModel.filter_tensors`` drops every name holding
   ``vision_`` -- the visual expert -- and llama.cpp refuses the file (``tensor
-  'blk.0.vis_attn_qkv.weight' not found``).  Ours keeps them; every other key, tensor
-  and byte is the reference's.
+  'blk.0.vis_attn_qkv.weight' not found``).  Ours keeps them; every other key (but
+  ``general.size_label``, which counts them), tensor and data byte is the reference's.
 
 CogVLM2 (grouped-query attention, ``num_multi_query_heads``) is refused by name: llama.cpp's
 ``cogvlm`` loader and graph are multi-head only.  GGUF -> HF is refused by name: no
