@@ -99,6 +99,7 @@ from .bert import (
     ROBERTA,
     XLMROBERTA,
 )
+from .cogvlm import COGVLM
 from .deepseek import DEEPSEEK2, DEEPSEEK2OCR, is_ocr
 from .deepseek4 import DEEPSEEK4
 from .dots3 import DOTS3NOTE
@@ -342,6 +343,8 @@ ENTRIES += (LFM2_COLBERT, LFM2_BIDIRECTIONAL)
 ENTRIES += (LLAMA_EMBED,)
 # the bare Qwen2Model / Qwen3Model: gte-Qwen2, Qwen3-Embedding (issue 15 section 1)
 ENTRIES += (QWEN2_EMBED, QWEN3_EMBED)
+# CogVLM's text (a Llama with a visual expert per layer; issue 15 section 3)
+ENTRIES += (COGVLM,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)

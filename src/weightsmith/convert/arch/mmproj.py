@@ -1393,6 +1393,59 @@ JANUS_VISION = Projector(
     ),
 )
 
+# --------------------------------------------------------------------------- CogVLM
+
+_COG = "model.vision."
+_COG_LAYER = _COG + "transformer.layers.{bid}."
+
+# CogVLMVisionModel (conversion/cogvlm.py; remote code on the Hub, no transformers class):
+# an EVA2-CLIP tower (a trailing CLS row in llama.cpp's graph, post-norm blocks with fused
+# QKV), then the GLU projector (linear_proj -> LayerNorm -> GELU -> SwiGLU MLP at the
+# text's widths) and the begin / end-of-image rows; the text is arch/cogvlm.py's
+COGVLM_VISION = Projector(
+    hf_archs=("CogVLMForCausalLM",),
+    keep=(_COG,),
+    force=_base_force,
+    entry=Arch(
+        hf_archs=("CogVLMForCausalLM",),
+        gguf_arch="clip",
+        meta=[
+            *BASE_ROWS,
+            m(
+                "vision.attention.layer_norm_epsilon",
+                "layer_norm_eps",
+                t=VT.FLOAT32,
+                value=lambda v: v.get("layer_norm_eps", 1e-6),
+            ),
+            _const("projector_type", "cogvlm", VT.STRING),
+        ],
+        names=[
+            NameRule(_COG + "patch_embedding.cls_embedding", "v.class_embd"),
+            NameRule(_COG + "boi", "v.boi"),
+            NameRule(_COG + "eoi", "v.eoi"),
+            *_wb(
+                [
+                    (_COG + "patch_embedding.proj", "v.patch_embd"),
+                    (_COG + "patch_embedding.position_embedding", "v.position_embd"),
+                    (_COG_LAYER + "attention.query_key_value", _VBLK + "attn_qkv"),
+                    (_COG_LAYER + "attention.dense", _VBLK + "attn_out"),
+                    (_COG_LAYER + "input_layernorm", _VBLK + "ln1"),
+                    (_COG_LAYER + "post_attention_layernorm", _VBLK + "ln2"),
+                    (_COG_LAYER + "mlp.fc1", _VBLK + "ffn_up"),
+                    (_COG_LAYER + "mlp.fc2", _VBLK + "ffn_down"),
+                    (_COG + "linear_proj.linear_proj", "mm.model.fc"),
+                    # gguf-py maps norm1 twice; its later row (post_fc_norm) wins
+                    (_COG + "linear_proj.norm1", "mm.post_fc_norm"),
+                    (_COG + "linear_proj.dense_h_to_4h", "mm.up"),
+                    (_COG + "linear_proj.gate_proj", "mm.gate"),
+                    (_COG + "linear_proj.dense_4h_to_h", "mm.down"),
+                ]
+            ),
+        ],
+        required=(),
+    ),
+)
+
 # --------------------------------------------------------------------------- InternVL
 
 _IV = "vision_model."
@@ -3249,5 +3302,6 @@ PROJECTORS += (LING3VL_VISION,)
 PROJECTORS += (PHI4V_VISION,)
 PROJECTORS += (POCKETTTS_AUDIO,)
 PROJECTORS += (DOTSOCR_VISION,)
+PROJECTORS += (COGVLM_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
