@@ -242,3 +242,14 @@ def test_bad_params_refused_before_output(work, tmp_path, edit, error, match):
     with pytest.raises(error, match=match):
         mistral_to_gguf(src, dst, "f16")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
+@pytest.mark.parametrize("tokenizer", [True, False])
+def test_gguf_to_hf_refused_by_name(work, tmp_path, tokenizer):
+    """The file runs the Llama 4 attention scaling (temperature rows), which no DeepSeek-V2
+    / V3 class of transformers has: refused before anything is written."""
+    from weightsmith.convert import gguf_to_hf
+
+    with pytest.raises(E.UnknownArchitecture, match=r"GGUF -> HF is not done"):
+        gguf_to_hf(work.files("moe-f32")[0], tmp_path / "back", tokenizer=tokenizer)
+    assert list(tmp_path.iterdir()) == []

@@ -18,10 +18,21 @@ GGUF: the registry's :data:`~weightsmith.convert.arch.MISTRAL_NATIVE` entry hold
 rows and names; the HF -> GGUF writer does the rest, so types, quantization and
 splitting are the HF route's.
 
-Not converted (named errors): ``moe`` checkpoints (the reference writes them as
-``deepseek2``), ``llama_4_scaling`` (``mistral3``), FP8 ``quantization``, and
-SentencePiece folders (``tokenizer.model.v*``).  Where the reference writes a file
-llama.cpp cannot load (no context length in params.json) we refuse instead.
+With a ``moe`` section (Mistral Large 3, Mistral Small 4 in Mistral's layout) the
+reference is ``MistralMoeModel``, a DeepSeek-V2 class writing ``deepseek2``: params.json
+also carries the MLA ranks and widths (``q_lora_rank``, ``kv_lora_rank``,
+``qk_rope_head_dim``, ``qk_nope_head_dim``, ``v_head_dim``), a ``yarn`` block (required)
+and optionally ``llama_4_scaling``; the tensors are ``attention.wq_a`` / ``q_a_norm`` /
+``wq_b`` / ``wkv_a_with_mqa`` / ``kv_a_norm`` / ``wkv_b`` / ``wo``, dense layers'
+``feed_forward.w1..3``, MoE layers' ``gate``, ``experts.N.w1..3`` and
+``shared_experts.w1..3``; the registry's :data:`~weightsmith.convert.arch.MISTRAL_MOE_NATIVE`
+holds its rows and renames.  The reference also opens config.json there (it stops
+without one); ours does not need it.
+
+Not converted (named errors): a dense ``llama_4_scaling`` checkpoint (``mistral3``), FP8
+``quantization``, and SentencePiece folders (``tokenizer.model.v*``).  Where the
+reference writes a file llama.cpp cannot load (no context length in a dense
+params.json) we refuse instead.
 """
 
 from __future__ import annotations

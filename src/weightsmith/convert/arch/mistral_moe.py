@@ -104,8 +104,16 @@ _ROWS = [
     m("rope.scaling.yarn_log_multiplier", "yarn", t=VT.FLOAT32, value=lambda c: 0.1),
 ]  # fmt: skip
 
+
+def is_mistral_moe_file(md) -> bool:
+    """A ``deepseek2`` file MistralMoeModel wrote: only it writes the temperature length."""
+    return "deepseek2.attention.temperature_length" in md
+
+
 #: the ``deepseek2`` entry under Mistral's names and params.json (outside the HF
-#: registry; GGUF -> HF reads its files as any ``deepseek2`` file)
+#: registry).  GGUF -> HF is refused by name: the file runs the Llama 4 attention
+#: scaling, which transformers' DeepSeek-V2 / V3 classes lack (its ``Mistral4ForCausalLM``
+#: has it, but reads a ``mistral4`` layout this route does not write)
 MISTRAL_MOE_NATIVE = replace(
     DEEPSEEK2,
     hf_archs=(),
@@ -113,6 +121,7 @@ MISTRAL_MOE_NATIVE = replace(
     renames=_RENAMES,
     defaults={},
     model_types={},
+    hf_back=False,
     required=(
         "dim", "n_layers", "n_heads", "vocab_size", "hidden_dim", "qk_rope_head_dim",
         "qk_nope_head_dim", "v_head_dim",
