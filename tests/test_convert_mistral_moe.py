@@ -206,6 +206,21 @@ def test_cli_mistral_format(work, tmp_path):
     assert out.read_bytes() == work.files("moe-q8_0")[0].read_bytes()
 
 
+def test_cli_mistral_format_needs_a_mistral_folder(work, tmp_path):
+    """``--mistral-format`` on an HF folder (config.json, no params.json) or to a folder
+    output: a named usage error, nothing written."""
+    from support.cli_helpers import assert_one_line_error, run
+
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text("{}")
+    p = run("convert", str(hf), str(tmp_path / "o.gguf"), "--mistral-format")
+    assert_one_line_error(p, "UsageError")
+    p = run("convert", str(work.moe), str(tmp_path / "o"), "--mistral-format")
+    assert_one_line_error(p, "UsageError")
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["hf"]
+
+
 def test_without_config_json(work, tmp_path):
     """The reference's DeepseekV2Model opens config.json (its OCR check) and stops without
     one; ours converts such a folder to the file the reference writes with it."""
