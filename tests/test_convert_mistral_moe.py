@@ -259,12 +259,32 @@ def test_bad_params_refused_before_output(work, tmp_path, edit, error, match):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
 
 
-@pytest.mark.parametrize("tokenizer", [True, False])
-def test_gguf_to_hf_refused_by_name(work, tmp_path, tokenizer):
-    """The file runs the Llama 4 attention scaling (temperature rows), which no DeepSeek-V2
-    / V3 class of transformers has: refused before anything is written."""
+def test_gguf_to_hf_is_mistral4(work, tmp_path):
+    """GGUF -> HF of our file: transformers' Mistral4ForCausalLM (the same model: the Llama
+    4 beta from the temperature row, the experts fused back into ``gate_up_proj``), every
+    tensor the original's bit for bit, the same logits."""
+    import torch
+    from transformers import Mistral4ForCausalLM
+
     from weightsmith.convert import gguf_to_hf
 
-    with pytest.raises(E.UnknownArchitecture, match=r"GGUF -> HF is not done"):
-        gguf_to_hf(work.files("moe-f32")[0], tmp_path / "back", tokenizer=tokenizer)
+    gguf_to_hf(work.files("moe-f32")[0], tmp_path / "back", "f32", tokenizer=False)
+    back = Mistral4ForCausalLM.from_pretrained(tmp_path / "back", dtype=torch.float32).eval()
+    assert back.config.rope_parameters["llama_4_scaling_beta"] == pytest.approx(0.1)
+    want, got = work.model.state_dict(), back.state_dict()
+    assert set(got) == set(want)
+    for k, v in want.items():
+        assert torch.equal(got[k], v), k
+    tokens = torch.tensor([[1, 5, 9, 33, 100, 7, 200, 42, 300, 64, 17, 250]])
+    with torch.no_grad():
+        assert torch.equal(back(tokens).logits, work.model(tokens).logits)
+
+
+def test_gguf_to_hf_tekken_vocabulary_refused(work, tmp_path):
+    """With the tokenizer: tekken's pre-tokenizer has no HF form here (as for the dense
+    Mistral files): a named error before anything is written."""
+    from weightsmith.convert import gguf_to_hf
+
+    with pytest.raises(E.UnknownBPEPreTokenizer, match="tekken"):
+        gguf_to_hf(work.files("moe-f32")[0], tmp_path / "back")
     assert list(tmp_path.iterdir()) == []

@@ -165,7 +165,7 @@ from .minicpmv import MINICPMV46_TEXT
 from .minimax import MINIMAX_M3
 from .minimax01 import MINIMAX01
 from .mistral4 import MISTRAL4, is_mistral4
-from .mistral_moe import MISTRAL_MOE_NATIVE, is_mistral_moe_file
+from .mistral_moe import MISTRAL_MOE_BACK, MISTRAL_MOE_NATIVE, is_mistral_moe_file
 from .muse_glimmer import MUSE_GLIMMER
 from .nemotron import NEMOTRON_H, NEMOTRON_H_MOE, NEMOTRON_H_PUZZLE, has_experts, is_puzzle_file
 from .olmo import OLMO2
@@ -397,8 +397,8 @@ GGUF_VARIANTS: dict[str, list[tuple[Callable[[Mapping[str, Any]], bool], Arch]]]
     # Youtu: deepseek2's multi-head latent attention without experts
     "deepseek2": [(is_dense, YOUTU)],
 }
-# Mistral's own MoE layout (MistralMoeModel): refused back (the entry says why)
-GGUF_VARIANTS["deepseek2"].insert(0, (is_mistral_moe_file, MISTRAL_MOE_NATIVE))
+# Mistral's own MoE layout (MistralMoeModel): back as transformers' Mistral4ForCausalLM
+GGUF_VARIANTS["deepseek2"].insert(0, (is_mistral_moe_file, MISTRAL_MOE_BACK))
 # Ministral 3's text: a mistral3 file with the Llama 4 scaling row (Mistral Small 3.1's
 # has none, and no HF class of its own)
 GGUF_VARIANTS["mistral3"] = [(is_ministral3_file, MINISTRAL3)]

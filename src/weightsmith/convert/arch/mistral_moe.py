@@ -15,15 +15,21 @@ stacked per layer as ``down``, ``gate``, ``up``) apply as they do for the refere
 YaRN log multiplier 0.1 written over the earlier value in place (the reference's
 DeepSeek-V2 legacy ``0.1 x mscale_all_dim`` with ``mscale_all_dim`` 1, whatever
 ``apply_scale`` says).
+
+GGUF -> HF (:data:`MISTRAL_MOE_BACK`, a ``GGUF_VARIANTS`` entry picked by the
+temperature-length row only this class writes) gives transformers'
+``Mistral4ForCausalLM``, which holds the same model.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from ._model import VT, MetaKey, m
+from ._common import BLK, LAYER
+from ._model import VT, MetaKey, Split, m
 from .deepseek import DEEPSEEK2
 from .llama import MISTRAL_NATIVE
+from .mistral4 import MISTRAL4
 
 #: params.json -> DeepSeek-V2 fields (MistralMoeModel.__init__): top level ...
 _TOP = {"dim": "hidden_size", "norm_eps": "rms_norm_eps", "n_kv_heads": "num_key_value_heads",
@@ -111,9 +117,7 @@ def is_mistral_moe_file(md) -> bool:
 
 
 #: the ``deepseek2`` entry under Mistral's names and params.json (outside the HF
-#: registry).  GGUF -> HF is refused by name: the file runs the Llama 4 attention
-#: scaling, which transformers' DeepSeek-V2 / V3 classes lack (its ``Mistral4ForCausalLM``
-#: has it, but reads a ``mistral4`` layout this route does not write)
+#: registry); GGUF -> HF reads its files with :data:`MISTRAL_MOE_BACK`
 MISTRAL_MOE_NATIVE = replace(
     DEEPSEEK2,
     hf_archs=(),
@@ -121,9 +125,39 @@ MISTRAL_MOE_NATIVE = replace(
     renames=_RENAMES,
     defaults={},
     model_types={},
-    hf_back=False,
     required=(
         "dim", "n_layers", "n_heads", "vocab_size", "hidden_dim", "qk_rope_head_dim",
         "qk_nope_head_dim", "v_head_dim",
     ),
 )  # fmt: skip
+
+
+def _back(cfg: dict, names: set[str]) -> dict:
+    """Mistral4Config's fields (the ``mistral4`` entry's) with the file's Llama 4 beta
+    (llama.cpp steps it by ``temperature_length``, which the reference sets to YaRN's
+    original context: transformers' one ``original_max_position_embeddings``)."""
+    out = MISTRAL4.hf_config(cfg, names)
+    beta = cfg.get("_llama_4_scaling_beta")
+    out["rope_parameters"]["llama_4_scaling_beta"] = 0.0 if beta is None else float(beta)
+    return out
+
+
+#: GGUF -> HF of these files: transformers' ``Mistral4ForCausalLM`` holds the same model
+#: (MLA, softmax-routed experts with a shared one, YaRN, the Llama 4 attention scaling);
+#: its experts are fused, ``gate_up_proj`` [n_expert, 2 x n_ff, n_embd] (the stacked
+#: gate and up parts joined) and ``down_proj``
+MISTRAL_MOE_BACK = replace(
+    MISTRAL4,
+    gguf_arch="deepseek2",
+    meta=[*MISTRAL4.meta, m("attention.temperature_scale", "_llama_4_scaling_beta", t=VT.FLOAT32)],
+    names=[r for r in MISTRAL4.names if "gate_up" not in r.hf],
+    splits=[
+        *MISTRAL4.splits,
+        Split(
+            LAYER + "mlp.experts.gate_up_proj",
+            (BLK + "ffn_gate_exps.weight", BLK + "ffn_up_exps.weight"),
+            axis=1,
+        ),
+    ],
+    hf_config=_back,
+)
