@@ -152,7 +152,8 @@ def test_params_that_contradict_the_tensors(folder, tmp_path, extra, field):
 
 @pytest.mark.parametrize(
     ("extra", "error", "match"),
-    [({"moe": {"num_experts": 8}}, E.UnknownArchitecture, "moe"),
+    [({"moe": {"num_experts": 8}}, E.InvalidModelConfig, "qk_rope_head_dim"),
+     ({"llama_4_scaling": {"beta": 0.1}}, E.UnknownArchitecture, "llama_4_scaling"),
      ({"max_position_embeddings": None}, E.InvalidModelConfig, "context length"),
      ({"head_dim": None}, E.InvalidModelConfig, "head_dim")],
 )  # fmt: skip

@@ -234,6 +234,12 @@ def cmd_convert(args: argparse.Namespace) -> int:
     if _hf_folder(args.src) and dst == "gguf":
         # an HF folder with .bin weights is still a model folder: hf_to_gguf reads both
         src = "folder"
+    forced = getattr(args, "mistral_format", False)
+    if forced and not (is_mistral_dir(args.src) and dst == "gguf"):
+        raise UsageError(
+            "convert: --mistral-format reads a Mistral original folder (params.json + "
+            "consolidated*.safetensors) into a .gguf file"
+        )
     if is_meta_dir(args.src) and dst in ("folder", "safetensors"):
         _reject(args, "Meta original -> HF", "--imatrix")
         fn = meta_to_hf
@@ -250,8 +256,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
         kw.update(_gguf_options(args))
         if args.llama_version:
             kw["llama_version"] = args.llama_version
-    elif not _hf_folder(args.src) and is_mistral_dir(args.src) and dst == "gguf":
-        # Mistral's original layout (an HF folder beside it, with config.json, wins)
+    elif (forced or not _hf_folder(args.src)) and is_mistral_dir(args.src) and dst == "gguf":
+        # Mistral's original layout (an HF folder beside it, with config.json, wins unless
+        # --mistral-format says otherwise)
         _reject(args, "Mistral original -> GGUF", "--llama-version")
         fn = mistral_to_gguf
         kw.update(_gguf_options(args))

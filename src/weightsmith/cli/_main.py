@@ -145,6 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["1", "2", "3", "3.1", "3.2", "3.3"],
         help="Meta original folder: the Llama generation, when params.json cannot tell",
     )
+    p.add_argument(
+        "--mistral-format",
+        action="store_true",
+        help="to .gguf: read SRC as Mistral's original layout even when it also holds a "
+        "config.json (as llama.cpp's convert_hf_to_gguf.py --mistral-format)",
+    )
     _ray_arg(p)
     _stream_args(p)
 

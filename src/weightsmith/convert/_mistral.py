@@ -18,10 +18,21 @@ GGUF: the registry's :data:`~weightsmith.convert.arch.MISTRAL_NATIVE` entry hold
 rows and names; the HF -> GGUF writer does the rest, so types, quantization and
 splitting are the HF route's.
 
-Not converted (named errors): ``moe`` checkpoints (the reference writes them as
-``deepseek2``), ``llama_4_scaling`` (``mistral3``), FP8 ``quantization``, and
-SentencePiece folders (``tokenizer.model.v*``).  Where the reference writes a file
-llama.cpp cannot load (no context length in params.json) we refuse instead.
+With a ``moe`` section (Mistral Large 3, Mistral Small 4 in Mistral's layout) the
+reference is ``MistralMoeModel``, a DeepSeek-V2 class writing ``deepseek2``: params.json
+also carries the MLA ranks and widths (``q_lora_rank``, ``kv_lora_rank``,
+``qk_rope_head_dim``, ``qk_nope_head_dim``, ``v_head_dim``), a ``yarn`` block (required)
+and optionally ``llama_4_scaling``; the tensors are ``attention.wq_a`` / ``q_a_norm`` /
+``wq_b`` / ``wkv_a_with_mqa`` / ``kv_a_norm`` / ``wkv_b`` / ``wo``, dense layers'
+``feed_forward.w1..3``, MoE layers' ``gate``, ``experts.N.w1..3`` and
+``shared_experts.w1..3``; the registry's :data:`~weightsmith.convert.arch.MISTRAL_MOE_NATIVE`
+holds its rows and renames.  The reference also opens config.json there (it stops
+without one); ours does not need it.
+
+Not converted (named errors): a dense ``llama_4_scaling`` checkpoint (``mistral3``), FP8
+``quantization``, and SentencePiece folders (``tokenizer.model.v*``).  Where the
+reference writes a file llama.cpp cannot load (no context length in a dense
+params.json) we refuse instead.
 """
 
 from __future__ import annotations
@@ -35,7 +46,8 @@ from .._json import read_json
 from ..progress import ProgressFn
 from ..quant.imatrix import read_imatrix
 from ._hf_to_gguf import ConversionResult, ModelInput, convert_input, file_sources
-from .arch import MISTRAL_NATIVE, first
+from .arch import MISTRAL_MOE_NATIVE, MISTRAL_NATIVE, first
+from .arch.mistral_moe import moe_config
 from .tokenizer import tekken_metadata
 
 __all__ = ["is_mistral_dir", "mistral_to_gguf"]
@@ -64,14 +76,19 @@ def _params(d: Path) -> dict:
             "params.json is not an object", path=path, expected="a JSON object",
             found=type(params).__name__,
         )  # fmt: skip
-    for key, what in (("moe", "a mixture of experts (llama.cpp: deepseek2)"),
-                      ("llama_4_scaling", "Llama-4 attention scaling (llama.cpp: mistral3)"),
-                      ("quantization", "FP8 weights")):  # fmt: skip
+    moe = params.get("moe") is not None
+    refused = [("quantization", "FP8 weights")]
+    if not moe:  # with experts the reference writes deepseek2 and reads the scaling's beta
+        refused.append(("llama_4_scaling", "Llama-4 attention scaling (llama.cpp: mistral3)"))
+    for key, what in refused:
         if params.get(key) is not None:
             raise E.UnknownArchitecture(
                 f"Mistral original checkpoint with {what} is not supported", path=path,
-                field=key, expected="a dense Mistral text model", found=key,
+                field=key, expected="a Mistral text model in bf16 / f16 / f32", found=key,
             )  # fmt: skip
+    if moe:
+        _moe_params(path, params)
+        return params
     for key in MISTRAL_NATIVE.required:
         v = params.get(key)
         if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
@@ -92,6 +109,73 @@ def _params(d: Path) -> dict:
             expected="the model's context length (max_position_embeddings)", found="nothing",
         )  # fmt: skip
     return params
+
+
+def _positive(path: Path, params: dict, key: str, where: str = "") -> None:
+    v = params.get(key)
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise E.InvalidModelConfig(
+            "params.json lacks a field or has a bad value", path=path, field=where + key,
+            expected="a positive integer", found=repr(v),
+        )  # fmt: skip
+
+
+def _moe_params(path: Path, params: dict) -> None:
+    """The fields MistralMoeModel reads without a default (it stops on a KeyError or
+    converts nonsense otherwise)."""
+    for key in MISTRAL_MOE_NATIVE.required:
+        _positive(path, params, key)
+    moe = params["moe"]
+    if not isinstance(moe, dict):
+        raise E.InvalidModelConfig(
+            "params.json's moe is not an object", path=path, field="moe",
+            expected="an object", found=type(moe).__name__,
+        )  # fmt: skip
+    for key in ("num_experts", "num_experts_per_tok"):
+        _positive(path, moe, key, "moe.")
+    if not isinstance(params.get("norm_eps", 1e-6), (int, float)):
+        raise E.InvalidModelConfig(
+            "params.json's norm_eps is not a number", path=path, field="norm_eps",
+            expected="a number", found=repr(params.get("norm_eps")),
+        )  # fmt: skip
+    yarn = params.get("yarn")
+    need = ("factor", "beta", "alpha", "original_max_position_embeddings", "apply_scale")
+    if not isinstance(yarn, dict) or any(k not in yarn for k in need):
+        # MistralMoeModel.set_gguf_parameters reads params["yarn"] unconditionally
+        raise E.InvalidModelConfig(
+            "params.json of a Mistral MoE model lacks its yarn block", path=path, field="yarn",
+            expected="{" + ", ".join(need) + "}", found=repr(yarn)[:80],
+        )  # fmt: skip
+
+
+def _check_moe_tensors(d: Path, cfg: dict, shapes: dict[str, tuple[int, ...]]) -> None:
+    """params.json against the tensor shapes the reference's math depends on (the MLA
+    split, the expert count, the vocabulary), before anything is written."""
+    dim, vocab, n = cfg["dim"], cfg["vocab_size"], cfg["n_layers"]
+    heads, nope, v = cfg["n_heads"], cfg["qk_nope_head_dim"], cfg["v_head_dim"]
+    kv_lora = cfg.get("kv_lora_rank", 512)
+    want = {"tok_embeddings.weight": (vocab, dim), "norm.weight": (dim,)}
+    if not cfg.get("tied_embeddings"):
+        want["output.weight"] = (vocab, dim)
+    dense = cfg.get("first_k_dense_replace", 0)
+    for i in range(n):
+        want[f"layers.{i}.attention.wkv_b.weight"] = (heads * (nope + v), kv_lora)
+        want[f"layers.{i}.attention_norm.weight"] = (dim,)
+        if i >= dense:
+            want[f"layers.{i}.gate.weight"] = (cfg["n_routed_experts"], dim)
+    for name, shape in want.items():
+        got = shapes.get(name)
+        if got != shape:
+            raise E.ParamsShapeMismatch(
+                "params.json contradicts the checkpoint", path=d / "params.json", field=name,
+                expected=list(shape), found="no such tensor" if got is None else list(got),
+            )  # fmt: skip
+    extra = sorted(x for x in shapes if x.startswith("layers.") and int(x.split(".")[1]) >= n)
+    if extra:
+        raise E.ParamsShapeMismatch(
+            "the checkpoint has layers params.json does not count", path=d / "params.json",
+            field="n_layers", expected=f"layers 0..{n - 1}", found=extra[0],
+        )  # fmt: skip
 
 
 def _check_tensors(d: Path, p: dict, shapes: dict[str, tuple[int, ...]]) -> None:
@@ -123,10 +207,10 @@ def _check_tensors(d: Path, p: dict, shapes: dict[str, tuple[int, ...]]) -> None
         )  # fmt: skip
 
 
-def _vocab(d: Path, params: dict) -> list:
+def _vocab(d: Path, params: dict, arch: str) -> list:
     """tekken.json's rows, its size checked against the embeddings'."""
-    rows = tekken_metadata(d, MISTRAL_NATIVE.gguf_arch)
-    n = next(v for k, v, _ in rows if k == f"{MISTRAL_NATIVE.gguf_arch}.vocab_size")
+    rows = tekken_metadata(d, arch)
+    n = next(v for k, v, _ in rows if k == f"{arch}.vocab_size")
     if n != params["vocab_size"]:
         raise E.ParamsShapeMismatch(
             "tekken.json's vocabulary size contradicts the embeddings", path=d / "tekken.json",
@@ -152,17 +236,24 @@ def mistral_input(d: Path, stack: list, *, tokenizer: bool = True) -> ModelInput
     if tokenizer and not (d / "tekken.json").is_file():
         tekken_metadata(d)  # the named error for a missing tekken.json
     sources = file_sources(d, parts, stack)
-    _check_tensors(
-        d, params, {s.name: s.shape for s in sources if MISTRAL_NATIVE.source_key(s.name)}
-    )
+    if params.get("moe") is not None:
+        arch, cfg = MISTRAL_MOE_NATIVE, moe_config(params)
+        _check_moe_tensors(d, cfg, {s.name: s.shape for s in sources})
+    else:
+        arch, cfg = MISTRAL_NATIVE, params
+        _check_tensors(
+            d, params, {s.name: s.shape for s in sources if MISTRAL_NATIVE.source_key(s.name)}
+        )
     return ModelInput(
         folder=d,
         given=os.fspath(d),  # d as the caller gave it (provenance reads its name)
-        arch=MISTRAL_NATIVE,
-        cfg=params,
+        arch=arch,
+        cfg=cfg,
         sources=sources,
-        vocab=lambda: _vocab(d, params),
-        name_or_path=False,  # no config.json: gguf-py reads no _name_or_path
+        vocab=lambda: _vocab(d, params, arch.gguf_arch),
+        # gguf-py reads config.json's _name_or_path when the folder has one (the Hub's
+        # MoE folders do: the reference's DeepseekV2Model opens it)
+        name_or_path=(d / "config.json").is_file(),
     )
 
 

@@ -43,8 +43,9 @@ in both directions (the data model is :mod:`._model`):
 :meth:`Arch.inverse_plan` the HF tensors of a GGUF file.  Adding an architecture
 means adding one entry to :data:`ENTRIES`; the values reproduce llama.cpp's model
 classes (``conversion/*.py``) and the tests compare against it byte for byte.
-:data:`MISTRAL_NATIVE` is the one entry outside :data:`ENTRIES`: Mistral's original
-layout (``params.json`` as the config, Meta-style names), which no HF class names.
+:data:`MISTRAL_NATIVE` and :data:`MISTRAL_MOE_NATIVE` (with experts: ``deepseek2``) are
+the entries outside :data:`ENTRIES`: Mistral's original layout (``params.json`` as the
+config, Mistral's tensor names), which no HF class names.
 
 One HF class may need another entry by its config (:data:`VARIANTS`: nomic-bert with
 experts), and one GGUF architecture may come from several entries (:data:`GGUF_VARIANTS`:
@@ -164,6 +165,7 @@ from .minicpmv import MINICPMV46_TEXT
 from .minimax import MINIMAX_M3
 from .minimax01 import MINIMAX01
 from .mistral4 import MISTRAL4, is_mistral4
+from .mistral_moe import MISTRAL_MOE_BACK, MISTRAL_MOE_NATIVE, is_mistral_moe_file
 from .muse_glimmer import MUSE_GLIMMER
 from .nemotron import NEMOTRON_H, NEMOTRON_H_MOE, NEMOTRON_H_PUZZLE, has_experts, is_puzzle_file
 from .olmo import OLMO2
@@ -183,6 +185,7 @@ __all__ = [
     "FILE_TYPE",
     "GEMMA_NORM",
     "GGUF_VARIANTS",
+    "MISTRAL_MOE_NATIVE",
     "MISTRAL_NATIVE",
     "PERMUTE_K",
     "PERMUTE_Q",
@@ -394,6 +397,8 @@ GGUF_VARIANTS: dict[str, list[tuple[Callable[[Mapping[str, Any]], bool], Arch]]]
     # Youtu: deepseek2's multi-head latent attention without experts
     "deepseek2": [(is_dense, YOUTU)],
 }
+# Mistral's own MoE layout (MistralMoeModel): back as transformers' Mistral4ForCausalLM
+GGUF_VARIANTS["deepseek2"].insert(0, (is_mistral_moe_file, MISTRAL_MOE_BACK))
 # Ministral 3's text: a mistral3 file with the Llama 4 scaling row (Mistral Small 3.1's
 # has none, and no HF class of its own)
 GGUF_VARIANTS["mistral3"] = [(is_ministral3_file, MINISTRAL3)]
