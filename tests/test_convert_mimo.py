@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from support.meta_oracle import oracle_env
-from support.mimo_models import MIMO_TEXT, mimo_v2_flash, with_mtp
+from support.mimo_models import MIMO_TEXT, fused_qkv, mimo_v2_flash, with_mtp
 from test_convert_archs import _llama_logits_f32_kv
 from test_convert_hf_to_gguf import _llama_quantize
 from test_convert_mmproj import TYPES, _same
@@ -38,6 +38,8 @@ from weightsmith.convert import gguf_to_hf, hf_to_gguf
 
 QUANTS = ["q4_k_m", "iq4_xs"]
 MTP_TYPES = ["f32"]
+#: MiMo-V2.5's text (fused qkv_proj, towers' tensors beside it)
+V25_TYPES = ["f32", "q8_0"]
 TOKENS = [9707, 11, 1879, 0, 358, 1079, 264, 2272]
 #: llama.cpp (f32 KV cache) vs transformers, as a fraction of the logits' scale (measured
 #: 1e-6: 4.0e-6 at scale 4.2)
@@ -51,9 +53,12 @@ def mimo(tmp_path_factory):
     root = tmp_path_factory.mktemp("mimo")
     src = mimo_v2_flash(root / "hub")
     mtp = with_mtp(src, root / "mtp")
+    v25 = fused_qkv(mtp, root / "v25")
     jobs = [[str(src), "--outfile", str(root / f"ref-{t}.gguf"), "--outtype", t] for t in TYPES]
     jobs += [[str(mtp), "--outfile", str(root / f"ref-mtp-{t}.gguf"), "--outtype", t]
              for t in MTP_TYPES]  # fmt: skip
+    jobs += [[str(v25), "--outfile", str(root / f"ref-v25-{t}.gguf"), "--outtype", t]
+             for t in V25_TYPES]  # fmt: skip
     r = _reference(jobs, oracle_env())
     assert r.stdout.splitlines()[-len(jobs) :] == ["ok"] * len(jobs), r.stderr[-3000:]
     for t in TYPES:
@@ -63,6 +68,8 @@ def mimo(tmp_path_factory):
         hf_to_gguf(src, root / f"ours-{q}.gguf", q)
     for t in MTP_TYPES:
         hf_to_gguf(mtp, root / f"ours-mtp-{t}.gguf", t)
+    for t in V25_TYPES:
+        hf_to_gguf(v25, root / f"ours-v25-{t}.gguf", t)
     return root
 
 
@@ -284,3 +291,35 @@ def test_cli(mimo, tmp_path):
     dst = tmp_path / "g.gguf"
     assert main(["convert", str(mimo / "hub"), str(dst), "--type", "q8_0", "--quiet"]) == 0
     assert dst.read_bytes() == (mimo / "ours-q8_0.gguf").read_bytes()
+
+
+@pytest.mark.parametrize("t", V25_TYPES)
+def test_v25_same_as_reference(mimo, t):
+    """MiMo-V2.5's text (``MiMoV2ForCausalLM``: fused ``qkv_proj``, MTP blocks, tensors of
+    its towers left out): the reference's bytes."""
+    _same(mimo / f"ours-v25-{t}.gguf", mimo / f"ref-v25-{t}.gguf")
+
+
+def test_v25_in_llama_cpp(mimo, hf_model):
+    """The fused file is the Flash model with its Q/K/V rows fused: llama.cpp (which
+    splits ``attn_qkv`` by the head counts) gives transformers' logits of the unfused
+    model within TOL of scale; the file has ``attn_qkv`` and no tower tensor."""
+    from weightsmith.gguf import read
+
+    with read(mimo / "ours-v25-f32.gguf") as f:
+        names = {t.name for t in f.tensors}
+    assert "blk.1.attn_qkv.weight" in names and "blk.4.attn_qkv.weight" in names
+    assert not any(n.startswith(("blk.1.attn_q.", "v.", "a.")) for n in names)
+    got = _llama_logits_f32_kv(mimo / "ours-v25-f32.gguf", TOKENS)
+    hf = _hf_logits(hf_model)
+    scale = float(np.abs(hf).max())
+    assert np.abs(got - hf).max() <= TOL * max(scale, 1.0), np.abs(got - hf).max()
+
+
+def test_v25_has_no_way_back(mimo, tmp_path):
+    """GGUF -> HF of a fused file: no transformers class holds it (MiMoV2ForCausalLM is
+    remote code): refused by name, nothing written."""
+    back = tmp_path / "back"
+    with pytest.raises(E.UnknownArchitecture, match="attn_qkv"):
+        gguf_to_hf(mimo / "ours-v25-f32.gguf", back)
+    assert not back.exists()

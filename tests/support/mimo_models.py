@@ -145,3 +145,37 @@ def with_mtp(src: Path, dst: Path, *, seed: int = 92) -> Path:
         })  # fmt: skip
     save_file(sd, dst / "model.safetensors", metadata={"format": "pt"})
     return dst
+
+
+def fused_qkv(src: Path, dst: Path) -> Path:
+    """``src`` as MiMo-V2.5's text (``MiMoV2ForCausalLM``, model type ``mimo_v2``: remote
+    code, no transformers class) in ``dst``: each layer's (and MTP block's) ``q_proj``,
+    ``k_proj``, ``v_proj`` rows fused into one ``self_attn.qkv_proj`` ``[Q | K | V]``, as
+    the Hub's un-sharded layout has them; the same model as ``src``, beside a few tensors
+    of its towers (``visual.``, ``audio_encoder.``, ``speech_embeddings.``), which the
+    text leaves out."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    dst.mkdir(parents=True)
+    for f in src.iterdir():
+        if f.name not in ("model.safetensors", "config.json"):
+            (dst / f.name).symlink_to(f.resolve())
+    cfg = json.loads((src / "config.json").read_text())
+    cfg.update(architectures=["MiMoV2ForCausalLM"], model_type="mimo_v2")
+    (dst / "config.json").write_text(json.dumps(cfg, indent=2))
+    sd = load_file(src / "model.safetensors")
+    out = {}
+    for k, v in sd.items():
+        if k.endswith("self_attn.q_proj.weight"):
+            pre = k[: -len("q_proj.weight")]
+            parts = [sd[pre + f"{x}_proj.weight"] for x in "qkv"]
+            out[pre + "qkv_proj.weight"] = torch.cat(parts, dim=0)
+        elif not k.endswith(("self_attn.k_proj.weight", "self_attn.v_proj.weight")):
+            out[k] = v
+    h = cfg["hidden_size"]
+    out["visual.patch_embed.proj.weight"] = torch.zeros(8, 3, 2, 4, 4, dtype=torch.bfloat16)
+    out["audio_encoder.projection.mlp.0.weight"] = torch.zeros(h, 8, dtype=torch.bfloat16)
+    out["speech_embeddings.0.weight"] = torch.zeros(16, h, dtype=torch.bfloat16)
+    save_file(out, dst / "model.safetensors", metadata={"format": "pt"})
+    return dst

@@ -1,4 +1,5 @@
-"""MiMo-V2 text (``MiMoV2FlashForCausalLM``): conversion/mimo.py ``MimoV2Model`` (GGUF ``mimo2``).
+"""MiMo-V2 text (``MiMoV2FlashForCausalLM``, and MiMo-V2.5's ``MiMoV2ForCausalLM``):
+conversion/mimo.py ``MimoV2Model`` (GGUF ``mimo2``).
 
 The layer: Q/K heads ``head_dim`` wide and V heads ``v_head_dim`` wide, RoPE (NeoX) over
 ``int(head_dim * partial_rotary_factor)`` of each head, values scaled by
@@ -33,6 +34,12 @@ GGUF -> HF gives transformers 5.24's ``MiMoV2FlashForCausalLM`` config (``layer_
 layers' KV heads on sliding ones and sinks on exactly those, so a file that differs is
 refused by name.  MTP blocks go back as ``model.mtp.layers.{i}.*`` (transformers skips
 them on load).
+
+MiMo-V2.5's text (``MiMoV2ForCausalLM``, remote code) is the same model with a fused
+``self_attn.qkv_proj`` (rows ``[Q | K | V]``) -> ``attn_qkv`` as it is (llama.cpp splits
+it by the head counts; its MTP graph needs it fused); its towers (``visual.``,
+``audio_encoder.``, ``speech_embeddings.``) are the projector's.  No transformers class
+holds a fused file: GGUF -> HF refuses it by name.
 """
 
 from __future__ import annotations
@@ -138,6 +145,14 @@ def _hf_config(cfg: dict, names: set[str]) -> dict[str, Any]:
     full = [h for h, p in zip(kv, pattern) if p == 0]
     swa = [h for h, p in zip(kv, pattern) if p == 1]
     n_kv = full[0] if full else swa[0] // 2
+    if any(x.endswith("attn_qkv.weight") for x in names):
+        raise UnknownArchitecture(
+            "no transformers class holds MiMo-V2.5's fused qkv_proj (MiMoV2ForCausalLM is "
+            "remote code; MiMoV2FlashForCausalLM has q/k/v_proj)",
+            field="tensor 'blk.N.attn_qkv.weight'",
+            expected="attn_q / attn_k / attn_v",
+            found="attn_qkv",
+        )
     sinks = [f"blk.{i}.attn_sinks.weight" in names for i in range(n)]
     # transformers' class: 2 x the full layers' KV heads and sinks on every sliding layer
     # and on no full one
@@ -182,7 +197,7 @@ def _hf_config(cfg: dict, names: set[str]) -> dict[str, Any]:
 
 
 MIMO2 = Arch(
-    hf_archs=("MiMoV2FlashForCausalLM",),
+    hf_archs=("MiMoV2FlashForCausalLM", "MiMoV2ForCausalLM"),
     gguf_arch="mimo2",
     meta=_ROWS,
     names=[
@@ -190,6 +205,7 @@ MIMO2 = Arch(
         *FFN_NORM,
         *layer_rules(
             [
+                ("self_attn.qkv_proj", "attn_qkv"),
                 ("mlp.gate", "ffn_gate_inp"),
                 # the MTP blocks' own tensors
                 ("eh_proj", "nextn.eh_proj"),
