@@ -323,3 +323,18 @@ def test_v25_has_no_way_back(mimo, tmp_path):
     with pytest.raises(E.UnknownArchitecture, match="attn_qkv"):
         gguf_to_hf(mimo / "ours-v25-f32.gguf", back)
     assert not back.exists()
+
+
+@pytest.mark.parametrize(
+    "key", ["mimo2.attention.sliding_window_pattern", "mimo2.rope.dimension_count"]
+)
+def test_back_needs_the_rows(mimo, tmp_path, key):
+    """GGUF -> HF of a file without a row the config is rebuilt from: refused by name,
+    nothing written."""
+    from weightsmith.gguf import edit
+
+    g = edit(mimo / "ours-f32.gguf", remove=[key], out=tmp_path / "g.gguf")
+    back = tmp_path / "back"
+    with pytest.raises(E.MissingGGUFMetadata, match=key):
+        gguf_to_hf(g, back)
+    assert not back.exists()
