@@ -161,6 +161,7 @@ from .mamba import (
     is_bamba,
     is_granitehybrid_file,
 )
+from .mimo import MIMO2
 from .minicpmv import MINICPMV46_TEXT
 from .minimax import MINIMAX_M3
 from .minimax01 import MINIMAX01
@@ -348,6 +349,8 @@ ENTRIES += (LLAMA_EMBED,)
 ENTRIES += (QWEN2_EMBED, QWEN3_EMBED)
 # CogVLM's text (a Llama with a visual expert per layer; issue 15 section 3)
 ENTRIES += (COGVLM,)
+# MiMo-V2-Flash's text (sliding layers with sinks, sigmoid-routed experts, 3 MTP blocks)
+ENTRIES += (MIMO2,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)

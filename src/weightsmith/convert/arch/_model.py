@@ -465,7 +465,7 @@ _WRAPPERS = (("language_model.", ""),)
 #: TextModel.filter_tensors: tensors of the other modalities are not converted
 _OTHER_MODALITIES = re.compile(
     r"^(mlp|vit\.|vpm\.|siglip2\.|conformer\.|merger\.|resampler\.|multi_modal_projector\.|"
-    r"vision_tower\.|multimodal_projector\.)|visual\.|vision\.|audio\.|vision_|audio_|"
+    r"vision_tower\.|multimodal_projector\.|speech_embeddings\.)|visual\.|vision\.|audio\.|vision_|audio_|"
     r"projector\.|patch_embed|patch_merge_mlp\.|model\.connector\.|image_newline|view_seperator"
 )
 
