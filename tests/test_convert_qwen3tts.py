@@ -235,3 +235,15 @@ def test_bad_talker_config_refused(pt, tmp_path, field, value, named):
     with pytest.raises(E.InvalidModelConfig, match=named):
         hf_to_gguf(src, tmp_path / "t.gguf", "f16")
     assert not list(tmp_path.glob("*.gguf"))
+
+
+def test_cli_writes_both(pt, tmp_path):
+    """``weightsmith convert DIR out.gguf --mmproj``: the reference's two files."""
+    from weightsmith.cli._main import main
+
+    dst = tmp_path / "a.gguf"
+    assert main(["convert", str(pt), str(dst), "--type", "q8_0", "--mmproj", "--quiet"]) == 0
+    assert dst.read_bytes() == (pt.parent / "ref-text-q8_0.gguf").read_bytes()
+    assert (tmp_path / "mmproj-a.gguf").read_bytes() == (
+        pt.parent / "ref-mmproj-q8_0.gguf"
+    ).read_bytes()
