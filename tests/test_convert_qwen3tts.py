@@ -13,8 +13,10 @@ class) on a hand-built tiny checkpoint (:func:`support.qwen3tts_models.qwen3tts`
 * mtmd loads our projector with our text file and encodes 1 s of 24 kHz audio into the
   speaker embedding transformers' ``ECAPA_TimeDelayNet`` (Qwen2.5-Omni's speaker
   encoder: the same modules under the same names) gives on the Qwen3-TTS mel spectrogram;
-* no numeric oracle holds the whole model (remote code): the generation half (code
-  predictor, codec decoder) is compared byte for byte only;
+* mtmd's ``GEN_CODE`` (the code predictor, greedy) gives the codes and the fed-back
+  embedding of transformers' ``Qwen3Model`` run as the predictor on the same weights;
+* no numeric oracle holds the whole model (remote code): the codec decoder is compared
+  byte for byte only (mtmd's ``GEN_WAV`` hard-codes the real codec's sizes);
 * GGUF -> HF is refused by name; a folder without the codec (``speech_tokenizer/``) is
   refused by name before any output.
 """
@@ -247,3 +249,87 @@ def test_cli_writes_both(pt, tmp_path):
     assert (tmp_path / "mmproj-a.gguf").read_bytes() == (
         pt.parent / "ref-mmproj-q8_0.gguf"
     ).read_bytes()
+
+
+def _gen_code(root, h: np.ndarray, code0: int) -> tuple[np.ndarray, np.ndarray]:
+    """mtmd's ``GEN_CODE`` through our f32 pair, greedy (``top_k`` 1): the 16 codes and the
+    embedding fed back to the talker."""
+    import ctypes
+
+    import llama_cpp
+    from llama_cpp import mtmd_cpp
+
+    llm = llama_cpp.Llama(model_path=str(root / "ours-text-f32.gguf"), n_ctx=64, n_threads=2,
+                          verbose=False)  # fmt: skip
+    try:
+        params = mtmd_cpp.mtmd_context_params_default()
+        params.use_gpu, params.n_threads, params.print_timings = False, 2, False
+        ctx = mtmd_cpp.mtmd_init_from_file(
+            str(root / "ours-mmproj-f32.gguf").encode(), llm.model, params
+        )
+        assert ctx is not None, "mtmd did not load the projector"
+        try:
+            info = mtmd_cpp.mtmd_gen_audio_get_info(ctx)
+            assert (info.type, info.sample_rate) == (mtmd_cpp.MTMD_GEN_AUDIO_TYPE_QWEN3TTS, 24000)
+            inp = mtmd_cpp.mtmd_gen_inp_default(ctx)
+            inp.type = mtmd_cpp.MTMD_GEN_PROCESS_TYPE_GEN_CODE
+            buf = (ctypes.c_float * h.size).from_buffer_copy(h.astype(np.float32).tobytes())
+            inp.embd = ctypes.cast(buf, ctypes.POINTER(ctypes.c_float))
+            inp.code0, inp.top_k, inp.seed, inp.temp = code0, 1, 1, 1.0
+            out = mtmd_cpp.mtmd_gen_out()
+            assert mtmd_cpp.mtmd_gen_audio_process(ctx, ctypes.byref(inp), ctypes.byref(out)) == 0
+            codes = np.ctypeslib.as_array(out.codes, shape=(out.n_codes,)).copy()
+            embd = np.ctypeslib.as_array(out.embd, shape=(h.size,)).copy()
+        finally:
+            mtmd_cpp.mtmd_free(ctx)
+    finally:
+        llm.close()
+    return codes, embd
+
+
+def test_mtmd_code_predictor(pt):
+    """mtmd's ``GEN_CODE`` (the code predictor) through our projector, greedy: transformers'
+    ``Qwen3Model`` with the predictor's layer(s) on ``small_to_mtp_projection`` of [the
+    talker state, codebook-0 embedding of ``code0``, then each predicted code's embedding
+    in its codebook], ``lm_head.g`` at step g, argmax: the same 15 codes, and the embedding
+    fed back (the 16 codebook embeddings summed) within 1e-6 of the scale (measured 8.3e-8
+    at scale 11.5: float32 sums).  (``GEN_WAV``,
+    the codec decoder, is not run: mtmd 0.3.36 hard-codes the real codec's 512-wide,
+    16-head transformer and aborts on a tiny one, measured: ``GGML_ASSERT(n_dims % 2 ==
+    0)`` in its RoPE.)"""
+    import torch
+    from safetensors.numpy import load_file
+    from transformers import Qwen3Config, Qwen3Model
+
+    from support.qwen3tts_models import CP_DIM, CP_FF, CP_HEAD_DIM, CP_HEADS, CP_VOCAB, DIM
+
+    h = np.random.default_rng(6).standard_normal(DIM).astype(np.float32)
+    code0 = 2055
+    codes, embd = _gen_code(pt.parent, h, code0)
+    w = {k: torch.from_numpy(v) for k, v in load_file(pt / "model.safetensors").items()}
+    cp = "talker.code_predictor."
+    cfg = Qwen3Config(vocab_size=CP_VOCAB, hidden_size=CP_DIM, intermediate_size=CP_FF,
+                      num_hidden_layers=1, num_attention_heads=CP_HEADS, num_key_value_heads=1,
+                      head_dim=CP_HEAD_DIM, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                      max_position_embeddings=64)  # fmt: skip
+    model = Qwen3Model(cfg).eval()
+    sd = {k[len(cp + "model.") :]: v for k, v in w.items()
+          if k.startswith(cp + "model.layers.") or k == cp + "model.norm.weight"}  # fmt: skip
+    sd["embed_tokens.weight"] = torch.zeros(CP_VOCAB, CP_DIM)
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    assert not missing and not unexpected, (missing, unexpected)
+    proj = lambda x: torch.nn.functional.linear(  # noqa: E731
+        x, w[cp + "small_to_mtp_projection.weight"], w[cp + "small_to_mtp_projection.bias"]
+    )
+    rows = [torch.from_numpy(h), w["talker.model.codec_embedding.weight"][code0]]
+    want = [code0]
+    with torch.no_grad():
+        for g in range(15):
+            x = proj(torch.stack(rows))[None]
+            last = model(inputs_embeds=x).last_hidden_state[0, -1]
+            want.append(int(torch.argmax(w[f"{cp}lm_head.{g}.weight"] @ last)))
+            rows.append(w[f"{cp}model.codec_embedding.{g}.weight"][want[-1]])
+    assert codes.tolist() == want
+    fed = rows[1] + sum(rows[2:])
+    err = float(np.abs(embd - fed.numpy()).max() / np.abs(fed.numpy()).max())
+    assert err < 1e-6, err
