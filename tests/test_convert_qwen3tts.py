@@ -333,3 +333,25 @@ def test_mtmd_code_predictor(pt):
     fed = rows[1] + sum(rows[2:])
     err = float(np.abs(embd - fed.numpy()).max() / np.abs(fed.numpy()).max())
     assert err < 1e-6, err
+
+
+def test_half_precision_checkpoints(pt, tmp_path):
+    """The Hub's checkpoints are bfloat16: the reference widens them to float32 before its
+    fold (float16 stays float16, folded in float16 ops); ours folds the same values in the
+    same dtype: the text file at f32 is the reference's byte for byte for both."""
+    import shutil
+
+    import ml_dtypes
+    from safetensors.numpy import load_file, save_file
+
+    w = load_file(pt / "model.safetensors")
+    jobs = []
+    for name, dt in (("bf16", ml_dtypes.bfloat16), ("f16", np.float16)):
+        d = tmp_path / name
+        shutil.copytree(pt, d, ignore=shutil.ignore_patterns("speech_tokenizer"))
+        save_file({k: v.astype(dt) for k, v in w.items()}, str(d / "model.safetensors"))
+        hf_to_gguf(d, tmp_path / f"ours-{name}.gguf", "f32")
+        jobs.append([str(d), "--outfile", str(tmp_path / f"ref-{name}.gguf"), "--outtype", "f32"])
+    _reference(jobs)
+    for name in ("bf16", "f16"):
+        _same(tmp_path / f"ours-{name}.gguf", tmp_path / f"ref-{name}.gguf")

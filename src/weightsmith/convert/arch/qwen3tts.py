@@ -115,19 +115,28 @@ def check(cfg: dict) -> tuple[str, Any, Any] | None:
 
 
 def fold_text_embedding(values: dict[str, np.ndarray], act: str) -> np.ndarray:
-    """``fc2(act(fc1(text_embedding)))`` in float32 with torch's kernels when torch is
-    importable (the reference's ``F.linear`` sums in its BLAS's order: the file is its
-    byte for byte only so), else numpy's (equal within float32 rounding)."""
-    w1, b1, w2, b2, x = (np.ascontiguousarray(values[k], dtype=np.float32) for k in FOLD_INPUTS)
+    """``fc2(act(fc1(text_embedding)))`` as float32 values, ``values`` as the reference
+    holds them (float16 kept, other types widened to float32).  With torch importable, in
+    torch's kernels and that dtype, as the reference computes it (float16 ops round each
+    result; ``F.linear`` sums in its BLAS's order: the file is the reference's byte for
+    byte only so); without torch, numpy's float32 (equal within rounding)."""
+    arrays = [np.ascontiguousarray(values[k]) for k in FOLD_INPUTS]
     torch_act, np_act = _ACT[act]
     try:
         import torch
     except ImportError:
+        w1, b1, w2, b2, x = (a.astype(np.float32) for a in arrays)
         return ((np_act(x @ w1.T + b1) @ w2.T) + b2).astype(np.float32)
+    tw1, tb1, tw2, tb2, tx = (_as_torch(torch, a) for a in arrays)
     f = torch.nn.functional
-    tw1, tb1, tw2, tb2, tx = (torch.from_numpy(v) for v in (w1, b1, w2, b2, x))
     with torch.no_grad():
-        return f.linear(torch_act(torch, f.linear(tx, tw1, tb1)), tw2, tb2).numpy()
+        y = f.linear(torch_act(torch, f.linear(tx, tw1, tb1)), tw2, tb2)
+        return y.to(torch.float32).numpy()
+
+
+def _as_torch(torch: Any, a: np.ndarray) -> Any:
+    """A torch tensor of ``a``: float16 / float32 as they are, anything else as float32."""
+    return torch.from_numpy(a if a.dtype in (np.float16, np.float32) else a.astype(np.float32))
 
 
 def _embedding(values: dict[str, np.ndarray], cfg: dict) -> np.ndarray:
