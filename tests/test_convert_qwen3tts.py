@@ -355,3 +355,36 @@ def test_half_precision_checkpoints(pt, tmp_path):
     _reference(jobs)
     for name in ("bf16", "f16"):
         _same(tmp_path / f"ours-{name}.gguf", tmp_path / f"ref-{name}.gguf")
+
+
+_GEN_WAV = """
+import ctypes, sys
+import llama_cpp
+from llama_cpp import mtmd_cpp
+llm = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=64, n_threads=2, verbose=False)
+params = mtmd_cpp.mtmd_context_params_default()
+params.use_gpu, params.n_threads, params.print_timings = False, 2, False
+ctx = mtmd_cpp.mtmd_init_from_file(sys.argv[2].encode(), llm.model, params)
+codes = (ctypes.c_int32 * 16)(*([1] * 16))
+inp = mtmd_cpp.mtmd_gen_inp_default(ctx)
+inp.type = mtmd_cpp.MTMD_GEN_PROCESS_TYPE_GEN_WAV
+inp.codes, inp.n_codes = ctypes.cast(codes, ctypes.POINTER(ctypes.c_int32)), 16
+out = mtmd_cpp.mtmd_gen_out()
+print("rc", mtmd_cpp.mtmd_gen_audio_process(ctx, ctypes.byref(inp), ctypes.byref(out)))
+"""
+
+
+def test_mtmd_codec_decoder_needs_the_real_sizes(pt):
+    """Pinned: mtmd 0.3.36's ``GEN_WAV`` hard-codes the real codec's transformer (512
+    wide, 16 heads) and aborts on the tiny one (in a child process: ggml's RoPE gets a
+    1-wide head), so the codec decoder is checked byte for byte only."""
+    import os
+    import sys
+
+    from support import pyfork
+
+    root = pt.parent
+    env = {**os.environ, "GGML_NO_BACKTRACE": "1"}  # no gdb attach on the abort
+    r = pyfork.run([sys.executable, "-c", _GEN_WAV, str(root / "ours-text-f32.gguf"),
+                    str(root / "ours-mmproj-f32.gguf")], env=env)  # fmt: skip
+    assert r.returncode != 0 and "GGML_ASSERT(n_dims % 2 == 0)" in r.stderr, r.stderr[-2000:]
