@@ -110,6 +110,8 @@ from .arch import (
     supported,
 )
 from .arch.pockettts import SHAPE_SOURCES, is_kyutai, kyutai_config
+from .arch.qwen3tts import HF_CLASS as TTS_CLASS
+from .arch.qwen3tts import merged_config as qwen3tts_config
 from .tokenizer import vocab_metadata
 
 VT = GGUFValueType
@@ -194,6 +196,9 @@ def _read_config(d: Path) -> dict:
     if isinstance(cfg.get("lfm"), dict):
         # LFM2-Audio's text config: the reference renames it text_config
         cfg = {**cfg, "text_config": cfg["lfm"]}
+    if isinstance(cfg.get("talker_config"), dict) and cfg.get("architectures") == [TTS_CLASS]:
+        # Qwen3-TTS: the talker is the text model, its vocabulary the text one's
+        return qwen3tts_config(cfg)
     thinker = cfg.get("thinker_config")
     if isinstance(thinker, dict) and isinstance(thinker.get("text_config"), dict):
         # Qwen2.5-Omni / Qwen3-Omni: the text model is the thinker's (as the reference)
@@ -617,7 +622,7 @@ def hf_input(
         sources = e8m0_dequantize_sources(sources, d)
     sources = _drop_copies(arch, sources)
     for c in arch.compose:
-        sources = _composed(c, sources)
+        sources = _composed(c, sources, cfg)
     if arch.dense:  # written first, as the reference's extra tensors
         dense = _dense_sources(d, arch)
         cfg["_dense"] = {s.name: s.shape[::-1] for s in dense}
@@ -641,7 +646,7 @@ def hf_input(
     )
 
 
-def _composed(c: Compose, sources: list[_Source]) -> list[_Source]:
+def _composed(c: Compose, sources: list[_Source], cfg: dict) -> list[_Source]:
     """``sources`` with ``c.target`` replaced by ``c.fn`` of it and ``c.inputs`` (those
     present), read when the target is; the inputs stay sources of their own."""
     by = {s.name: s for s in sources}
@@ -652,7 +657,8 @@ def _composed(c: Compose, sources: list[_Source]) -> list[_Source]:
     t = by[c.target]
 
     def load(used: list[_Source] = used) -> np.ndarray:
-        return c.fn({s.name: _widen(s.load()) for s in used})
+        values = {s.name: _widen(s.load()) for s in used}
+        return c.fn(values, cfg) if c.config else c.fn(values)
 
     new = _Source(t.name, tuple(shape), t.dtype, load)
     return [new if s is t else s for s in sources]
@@ -887,13 +893,16 @@ def _metadata(p: _Plan, name: str | None) -> list[tuple[str, Any, Any]]:
 
 
 def _fill_slots(rows: list[tuple[str, Any, Any]]) -> list[tuple[str, Any, Any]]:
-    """A later row of a :data:`SLOT` row's key takes the slot's place (the reference
-    overwrites that key in place); a slot nobody fills is dropped."""
-    slots = {k: i for i, (k, v, _) in enumerate(rows) if v is SLOT}
+    """A later row of an earlier row's key takes that row's place (the reference
+    overwrites a key in place: a :data:`SLOT` row holds a place for a later row, Qwen3-TTS's
+    codec EOS is overwritten by the tokenizer's); a slot nobody fills is dropped."""
+    first: dict[str, int] = {}
     out: list[tuple[str, Any, Any] | None] = list(rows)
     for i, (k, v, t) in enumerate(rows):
-        if k in slots and v is not SLOT:
-            out[slots.pop(k)] = (k, v, t)
+        if k not in first:
+            first[k] = i
+        elif v is not SLOT:
+            out[first[k]] = (k, v, t)
             out[i] = None
     return [r for r in out if r is not None and r[1] is not SLOT]
 

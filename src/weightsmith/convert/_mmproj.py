@@ -201,6 +201,38 @@ def _fold_groups(
     return out, folded
 
 
+def _companion(proj: Projector, d: Path) -> list[H.TensorPlan]:
+    """The tensors of the projector's second checkpoint (``Projector.companion``) from its
+    header and config; a missing file, config field or tensor is named (the reference
+    stops on a FileNotFoundError / KeyError)."""
+    if proj.companion is None:
+        return []
+    wfile, cfile, fn = proj.companion
+    for rel in (cfile, wfile):
+        if not (d / rel).is_file():
+            raise E.MissingModelFile(
+                "the projector's second checkpoint is missing a file",
+                path=d / rel, expected=rel, found="no such file",
+            )  # fmt: skip
+    cfg = read_json(d / cfile, E.InvalidModelConfig, cfile, expected="a JSON object")
+    with H.safe_open(d / wfile, framework="np", mmap=False) as f:
+        shapes = {n: tuple(f.info(n).shape) for n in f.keys()}  # noqa: SIM118 (a handle)
+    try:
+        items = fn(shapes, cfg if isinstance(cfg, dict) else {})
+    except (KeyError, TypeError, IndexError) as exc:
+        raise E.MissingModelFile(
+            "the projector's second checkpoint lacks a tensor or config field it needs",
+            path=d / wfile, field=str(exc).strip("'\""), expected=f"it in {wfile} / {cfile}",
+            found="none",
+        ) from None  # fmt: skip
+
+    def get(name: str) -> Any:
+        with H.safe_open(d / wfile, framework="np", mmap=False) as f:
+            return H._widen(f.get_tensor(name))
+
+    return [H.TensorPlan(g, tuple(shape), "F32", make=lambda f=f: f(get)) for g, shape, f in items]
+
+
 def _fields(template: str, name: str) -> dict | None:
     mt = re.fullmatch(re.escape(template).replace(r"\{bid\}", r"(?P<bid>\d+)"), name)
     return None if mt is None else mt.groupdict()
@@ -316,6 +348,9 @@ def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
             tp = H.TensorPlan(gname, arr.shape, "F32", make=lambda a=arr: a)
             tp.type = _type_of(proj, tp, ot)
             tensors.append(tp)
+    for tp in _companion(proj, d):  # a second checkpoint's, written next
+        tp.type = _type_of(proj, tp, ot)
+        tensors.append(tp)
     order = {k: i for i, k in enumerate(by_key)}
     placed: list[tuple[int, H.TensorPlan, str]] = []
     for o in outs:

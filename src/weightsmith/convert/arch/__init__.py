@@ -173,6 +173,7 @@ from .olmo import OLMO2
 from .phi import PHI3
 from .pockettts import POCKETTTS
 from .qwen import QWEN2, QWEN2_EMBED, QWEN2MOE, QWEN3, QWEN3_EMBED, QWEN3MOE, has_pooling
+from .qwen3tts import QWEN3TTS
 from .qwen4exp import QWEN4EXP
 from .qwen35 import QWEN3NEXT, QWEN35, QWEN35MOE
 from .qwenvl import QWEN2VL, QWEN3ASR, QWEN3OMNIMOE, QWEN3VL, QWEN3VLMOE
@@ -351,6 +352,8 @@ ENTRIES += (QWEN2_EMBED, QWEN3_EMBED)
 ENTRIES += (COGVLM,)
 # MiMo-V2-Flash's text (sliding layers with sinks, sigmoid-routed experts, 3 MTP blocks)
 ENTRIES += (MIMO2,)
+# Qwen3-TTS's talker (remote code: a hand-built checkpoint in the tests; issue 15 section 3)
+ENTRIES += (QWEN3TTS,)
 
 #: HF classes whose config picks another entry than :data:`REGISTRY`'s: ``(test of the
 #: config.json, entry)`` (nomic-bert with experts is llama.cpp's ``nomic-bert-moe``)

@@ -366,13 +366,15 @@ class Compose:
 
     ``target`` (an HF name) is read with ``inputs`` (those present; optional ones may be
     missing) and becomes ``fn({name: widened values})`` of shape ``shape({name:
-    shape})``: PocketTTS's embedding with its learned rows appended.  Forward only (the
-    entry has no GGUF -> HF direction)."""
+    shape})``: PocketTTS's embedding with its learned rows appended; with ``config`` set,
+    ``fn(values, cfg)`` (Qwen3-TTS folds its text MLP with the config's activation).
+    Forward only (the entry has no GGUF -> HF direction)."""
 
     target: str
     inputs: tuple[str, ...]
-    fn: Callable[[dict[str, np.ndarray]], np.ndarray]
+    fn: Callable[..., np.ndarray]
     shape: Callable[[dict[str, tuple[int, ...]]], tuple[int, ...]]
+    config: bool = False
 
 
 # --------------------------------------------------------------------------- plans

@@ -53,6 +53,7 @@ from . import minicpmv as MCV
 from . import minimax as MM3
 from . import phi4v as P4
 from . import pockettts as PT
+from . import qwen3tts as Q3T
 from ._common import GEMMA_NORM, PERMUTE_K, PERMUTE_Q, replace_rows
 from ._model import FILE_TYPE, VT, Arch, MetaKey, NameRule, Split, Transform, m
 from .gemma4_audio import (
@@ -133,6 +134,9 @@ def vision_view(cfg: dict, preprocessor: dict) -> dict:
     text_config = text_config or cfg.get("text_config") or cfg.get("language_config")
     # LFM2-Audio's text config is lfm (the reference reads it as text_config)
     text_config = text_config or cfg.get("lfm")
+    # Qwen3-TTS: the text width is the talker's (its class sets that text_config)
+    if not text_config and isinstance(cfg.get("talker_config"), dict):
+        text_config = {"hidden_size": cfg["talker_config"].get("hidden_size")}
     text = {**cfg, **(text_config or {})}
     view = dict(towers(cfg).get("vision_config") or {})
     view[TEXT_WIDTH] = text.get("hidden_size", text.get("n_embd", 0))
@@ -271,6 +275,10 @@ class Projector:
     # key: shape})`` (Phi-4's image size from its position table); the rows are then
     # read after the tensors are listed
     from_shapes: Callable[[dict, dict[str, tuple[int, ...]]], dict] | None = None
+    # tensors of a second checkpoint beside the first, written first (after ``extra``):
+    # ``(weights file, config file, fn(shapes, config) -> [(GGUF name, shape, fn(get))])``
+    # relative to the model folder (Qwen3-TTS's codec decoder in ``speech_tokenizer/``)
+    companion: tuple[str, str, Callable[[dict, dict], list]] | None = None
 
     def source_key(self, hf_name: str, view: dict | None = None) -> str | None:
         """The name the rules see, or None for a tensor the projector does not read."""
@@ -2011,6 +2019,41 @@ POCKETTTS_AUDIO = Projector(
     ),
 )
 
+# --------------------------------------------------------------------------- Qwen3-TTS
+
+# Qwen3TTSSpeakerEncoderModel: the ECAPA-TDNN speaker encoder, the code predictor and the
+# codec decoder of ``speech_tokenizer/`` (see arch/qwen3tts.py)
+QWEN3TTS_AUDIO = Projector(
+    hf_archs=(Q3T.HF_CLASS,),
+    keep=Q3T.PROJECTOR_KEEP,
+    renumber=lambda name, v: Q3T.gguf_key(name),
+    force=Q3T.force,
+    required=(),
+    vision=False,
+    audio_key="speaker_encoder_config",
+    check=lambda t: (
+        None
+        if isinstance(t.get("speaker_encoder_config"), dict)
+        else ("speaker_encoder_config", "an object", t.get("speaker_encoder_config"))
+    ),
+    companion=(
+        Q3T.CODEC_WEIGHTS,
+        Q3T.CODEC_CONFIG,
+        lambda shapes, cfg: Q3T.codec_tensors(shapes, cfg["decoder_config"]),
+    ),
+    entry=Arch(
+        hf_archs=(Q3T.HF_CLASS,),
+        gguf_arch="clip",
+        meta=[
+            FILE_TYPE,
+            *(MetaKey(k, (), t, fn) for k, fn, t in Q3T.projector_rows(GLOBAL, TEXT_WIDTH)),
+        ],
+        names=Q3T.PROJECTOR_NAMES,
+        stacks=Q3T.PROJECTOR_STACKS,
+        required=(),
+    ),
+)
+
 # --------------------------------------------------------------------------- Granite 4 Vision
 
 # Granite4VisionMmprojModel: a SigLIP tower (the Hub's ``model.vision_tower.vision_model.*``)
@@ -3303,5 +3346,6 @@ PROJECTORS += (PHI4V_VISION,)
 PROJECTORS += (POCKETTTS_AUDIO,)
 PROJECTORS += (DOTSOCR_VISION,)
 PROJECTORS += (COGVLM_VISION,)
+PROJECTORS += (QWEN3TTS_AUDIO,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}

@@ -52,6 +52,7 @@ from ..._json import read_json
 from ..._lazy import require
 from ...gguf import GGUFValueType
 from ..arch import lookup
+from ..arch.qwen3tts import codec_token_names
 from ._pre_hashes import CHKTXT, PRE_BY_HASH
 
 VT = GGUFValueType
@@ -1106,3 +1107,21 @@ def _set_dots3(out: _Entries, d: Path, config: dict) -> None:
 
 
 MORE_ROUTES["dots3"] = _set_dots3
+
+
+def _set_qwen3tts(out: _Entries, d: Path, config: dict) -> None:
+    """Qwen3TTSTalkerModel.set_vocab (its GPT-2 path): the text vocabulary with the codec
+    rows appended as CONTROL tokens (:func:`~..arch.qwen3tts.codec_token_names`), the
+    special vocabulary unbounded (its ids may name codec rows), and no chat template (the
+    reference removes the folder's: chat is off for a TTS talker)."""
+    tokens, types, pre, _ = _gpt2_vocab(d, config, None)
+    codec = codec_token_names(config)
+    out.add("ggml.model", "gpt2", VT.STRING)
+    out.add("ggml.pre", pre, VT.STRING)
+    out.add("ggml.tokens", tokens + codec, VT.STRING)
+    out.add("ggml.token_type", types + [int(T.CONTROL)] * len(codec), VT.INT32)
+    _SpecialVocab(d, config, load_merges=True).add_to(out)
+    out.remove("chat_template")
+
+
+MORE_ROUTES["qwen3tts"] = _set_qwen3tts
