@@ -4,7 +4,9 @@ Qwen3 class (conversion/qwen.py, ``Qwen3Model._is_qwen3_reranker``).
 * HF -> GGUF byte-identical to the pinned ``convert_hf_to_gguf.py``: a reranker with its
   own head, told by its README, at f32 / f16 / bf16 / q8_0, and q4_k_m equal to the
   reference's f32 file through ``llama_model_quantize``; one with tied embeddings, told by
-  its folder name, at f32 (its other types take the same paths; test time).  The files are ``qwen3`` with RANK pooling (4), the
+  its folder name, at f32 (its other types take the same paths; test time); a
+  Qwen3-VL-Reranker's text file (``qwen3vl``, the same rows before the deepstack count) at
+  f32.  The files are ``qwen3`` with RANK pooling (4), the
   labels yes / no, the ``rerank`` chat template and ``cls.output`` = the head's yes / no
   rows (no ``output.weight``).
 * llama-cpp-python (RANK pooling) scores prompts built from the file's ``rerank``
@@ -13,6 +15,8 @@ Qwen3 class (conversion/qwen.py, ``Qwen3Model._is_qwen3_reranker``).
   recipe in transformers (``p(yes)`` of a softmax over no / yes): equal within 1e-4 at
   f32 (measured 3.4e-5 / 4.9e-5 over ~80-token prompts; the scores spread over 0.034 by
   pair), 5e-3 at q8_0 (measured 2.4e-3).
+  The Qwen3-VL reranker's text file scores text prompts as the reference's and as
+  ``Qwen3VLForConditionalGeneration``'s last-token logits.
 * GGUF -> HF: ``Qwen3ForSequenceClassification`` (``score`` = ``cls.output``): transformers
   loads it and its two logits give the same probabilities (the full vocabulary head is
   not in the file, so ``*ForCausalLM`` cannot be rebuilt).
@@ -27,7 +31,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from support.qwen_rerank_models import qwen3_reranker_readme, qwen3_reranker_tied
+from support.qwen_rerank_models import (
+    qwen3_reranker_readme,
+    qwen3_reranker_tied,
+    qwen3_vl_reranker,
+)
 from test_convert_archs import _same_file
 from test_convert_encoders_more import build_and_convert
 from test_convert_hf_to_gguf import _llama_quantize
@@ -38,7 +46,7 @@ from weightsmith.gguf import read
 TYPES = ["f32", "f16", "bf16", "q8_0"]
 # the README-told reranker (own head) at every type; the folder-name-told one (tied) at two
 TIED = "tiny-Qwen3-Reranker"
-FILES = [*(("rr_readme", t) for t in TYPES), (TIED, "f32")]
+FILES = [*(("rr_readme", t) for t in TYPES), (TIED, "f32"), ("vlrr", "f32")]
 PAIRS = [
     ("What is the capital of China?", "The capital of China is Beijing."),
     ("What is the capital of China?", "Gravity pulls objects toward each other."),
@@ -50,7 +58,11 @@ PAIRS = [
 @pytest.fixture(scope="module")
 def work(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("qwen_rr")
-    builders = {"rr_readme": qwen3_reranker_readme, TIED: qwen3_reranker_tied}
+    builders = {
+        "rr_readme": qwen3_reranker_readme,
+        TIED: qwen3_reranker_tied,
+        "vlrr": qwen3_vl_reranker,
+    }
     w = build_and_convert(root, builders, FILES)
     _llama_quantize(w["ref"] / "rr_readme-f32.gguf", w["ref"] / "rr_readme-q4_k_m.gguf", "q4_k_m")
     hf_to_gguf(w["models"]["rr_readme"], w["ours"] / "rr_readme-q4_k_m.gguf", "q4_k_m")
@@ -153,10 +165,12 @@ def _hf_scores(folder: Path, ids: list[list[int]]) -> np.ndarray:
     """Qwen3-Reranker's recipe in transformers: the last token's logits of no and yes,
     log-softmaxed, ``exp`` of yes's; returned as ``[p(yes), p(no)]``."""
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, Qwen3VLForConditionalGeneration
 
     yes, no = _yes_no(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    vl = json.loads((folder / "config.json").read_text())["model_type"] == "qwen3_vl"
+    cls = Qwen3VLForConditionalGeneration if vl else AutoModelForCausalLM
+    model = cls.from_pretrained(folder, dtype=torch.float32).eval()
     out = []
     with torch.no_grad():
         for x in ids:
@@ -166,7 +180,7 @@ def _hf_scores(folder: Path, ids: list[list[int]]) -> np.ndarray:
     return np.array(out)
 
 
-@pytest.mark.parametrize(("arch", "q8"), [("rr_readme", True), (TIED, False)])
+@pytest.mark.parametrize(("arch", "q8"), [("rr_readme", True), (TIED, False), ("vlrr", False)])
 def test_rank_scores_in_llama_cpp(work, arch, q8):
     """Ours scores as the reference's file, bit for bit (f32), and as transformers'
     Qwen3-Reranker recipe (within 1e-4 at f32; 5e-3 at q8_0, converted for the own-head one)."""
@@ -235,3 +249,28 @@ def test_missing_label_token_refused(work, tmp_path):
     with pytest.raises(E.TokenizerInconsistent, match="'yes'"):
         hf_to_gguf(d, out, "f32")
     assert not out.exists()
+
+
+def test_vl_reranker_back_refused(work, tmp_path):
+    """The Qwen3-VL reranker's text file alone has no HF class (as any qwen3vl text
+    file): refused by name, nothing written."""
+    with read(work["ours"] / "vlrr-f32.gguf") as f:
+        assert f.metadata["qwen3vl.pooling_type"] == 4 and "cls.output.weight" in f
+        assert "output.weight" not in f
+    with pytest.raises(E.UnknownArchitecture, match="qwen3vl"):
+        gguf_to_hf(work["ours"] / "vlrr-f32.gguf", tmp_path / "back", dtype="f32")
+    assert not (tmp_path / "back").exists()
+
+
+def test_other_qwen3_class_in_reranker_mode_refused(work, tmp_path):
+    """Qwen3-ASR's text class is the reference's Qwen3 class too: a folder it would call a
+    reranker is refused by name (not done), not converted as a plain model."""
+    d = tmp_path / "Qwen3-Reranker-asr"
+    d.mkdir()
+    (d / "config.json").write_text(
+        json.dumps({"architectures": ["Qwen3ASRForConditionalGeneration"]})
+    )
+    shutil.copy(work["models"]["rr_readme"] / "tokenizer.json", d / "tokenizer.json")
+    with pytest.raises(E.UnknownArchitecture, match="reranker"):
+        hf_to_gguf(d, tmp_path / "out.gguf", "f32")
+    assert not (tmp_path / "out.gguf").exists()

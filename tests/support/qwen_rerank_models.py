@@ -45,3 +45,14 @@ def qwen3_reranker_readme(folder: Path, *, seed: int = 71) -> Path:
 def qwen3_reranker_tied(folder: Path, *, seed: int = 72) -> Path:
     """A reranker with tied embeddings, told by its folder name only (no README)."""
     return _reranker(folder, tied=True, seed=seed)
+
+
+def qwen3_vl_reranker(folder: Path, *, seed: int = 73) -> Path:
+    """Qwen3-VL-Reranker's layout: a tiny ``Qwen3VLForConditionalGeneration`` (its own
+    head) with a ``# Qwen3-VL-Reranker`` README; the reference's Qwen3-VL text class is
+    its Qwen3 class, reranker mode included."""
+    from .vlm_models import qwen3vl
+
+    qwen3vl(folder, dtype="float32", seed=seed)
+    (folder / "README.md").write_text("# Qwen3-VL-Reranker-2B (tiny, random)\n")
+    return folder

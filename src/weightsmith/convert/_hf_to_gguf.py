@@ -620,6 +620,15 @@ def hf_input(
     if arch.rerank and is_qwen3_reranker(d, os.fspath(d) if given is None else given, cfg):
         cfg["_rerank"] = rerank_tokens(d, cfg.get("vocab_size"))
         arch = _arch(cfg, cfg_path)
+        if not any("cls.output.weight" in sp.gguf for sp in arch.splits):
+            # the reference's other Qwen3 subclasses (Qwen3-ASR's text) take the mode too
+            raise E.UnknownArchitecture(
+                "the reference converts this folder as a Qwen3 reranker (README, path or "
+                "class), which is not done for this class",
+                path=cfg_path, field="architectures[0]",
+                expected="Qwen3ForCausalLM, Qwen3Model or Qwen3VLForConditionalGeneration",
+                found=cfg["architectures"][0],
+            )  # fmt: skip
     cfg = arch.config(cfg)
     _check_config(cfg, arch, cfg_path)
     if arch.pooling:

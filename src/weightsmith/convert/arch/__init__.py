@@ -193,7 +193,15 @@ from .qwen import (
 from .qwen3tts import QWEN3TTS
 from .qwen4exp import QWEN4EXP
 from .qwen35 import QWEN3NEXT, QWEN35, QWEN35MOE
-from .qwenvl import QWEN2VL, QWEN3ASR, QWEN3OMNIMOE, QWEN3VL, QWEN3VLMOE
+from .qwenvl import (
+    QWEN2VL,
+    QWEN3ASR,
+    QWEN3OMNIMOE,
+    QWEN3VL,
+    QWEN3VL_RERANK,
+    QWEN3VL_RERANK_TIED,
+    QWEN3VLMOE,
+)
 from .step35 import STEP35
 from .t5 import T5, T5ENCODER
 from .youtu import YOUTU, is_dense
@@ -409,6 +417,11 @@ VARIANTS["NemotronHPuzzleForCausalLM"] = [(lambda cfg: True, NEMOTRON_H_PUZZLE)]
 _QWEN3_RERANKERS = [(is_tied_rerank, QWEN3_RERANK_TIED), (is_rerank, QWEN3_RERANK)]
 VARIANTS["Qwen3ForCausalLM"] = _QWEN3_RERANKERS
 VARIANTS["Qwen3Model"] = _QWEN3_RERANKERS
+# ... and Qwen3-VL-Reranker (the reference's Qwen3-VL text class is its Qwen3 class)
+VARIANTS["Qwen3VLForConditionalGeneration"] = [
+    (is_tied_rerank, QWEN3VL_RERANK_TIED),
+    (is_rerank, QWEN3VL_RERANK),
+]
 _VARIANT_ENTRIES = [a for vs in VARIANTS.values() for _, a in vs]
 
 #: GGUF architectures written by several entries, for GGUF -> HF: ``(test of the file's
