@@ -94,7 +94,13 @@ from ..safetensors import Checkpoint, load, open_checkpoint, read_index, safe_op
 from . import _mmproj
 from ._dequant import dequantize_sources, e8m0_dequantize_sources
 from ._model_card import provenance_rows
-from ._pooling import dense_modules, module_files, pooling_type
+from ._pooling import (
+    dense_modules,
+    is_qwen3_reranker,
+    module_files,
+    pooling_type,
+    rerank_tokens,
+)
 from .arch import (
     FILE_TYPE,
     SLOT,
@@ -611,6 +617,18 @@ def hf_input(
     cfg = _read_config(d)
     cfg_path = d / "config.json"
     arch = _arch(cfg, cfg_path)
+    if arch.rerank and is_qwen3_reranker(d, os.fspath(d) if given is None else given, cfg):
+        cfg["_rerank"] = rerank_tokens(d, cfg.get("vocab_size"))
+        arch = _arch(cfg, cfg_path)
+        if not any("cls.output.weight" in sp.gguf for sp in arch.splits):
+            # the reference's other Qwen3 subclasses (Qwen3-ASR's text) take the mode too
+            raise E.UnknownArchitecture(
+                "the reference converts this folder as a Qwen3 reranker (README, path or "
+                "class), which is not done for this class",
+                path=cfg_path, field="architectures[0]",
+                expected="Qwen3ForCausalLM, Qwen3Model or Qwen3VLForConditionalGeneration",
+                found=cfg["architectures"][0],
+            )  # fmt: skip
     cfg = arch.config(cfg)
     _check_config(cfg, arch, cfg_path)
     if arch.pooling:

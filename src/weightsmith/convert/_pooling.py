@@ -21,6 +21,15 @@ module listed in ``modules.json`` whose ``<path>/model.safetensors`` exists give
 ``dense_3.weight`` (any other path), and its ``config.json`` ``in_features`` /
 ``out_features`` as ``<arch>.dense_N_feat_in`` / ``_out``.  llama.cpp applies no
 bias and no activation after them, so a module with either is refused.
+
+Qwen3 rerankers (Qwen3-Reranker: a ``Qwen3ForCausalLM`` scored by its ``yes`` / ``no``
+logits) are llama.cpp's RANK pooling (4: a classifier head on the last token).  The
+reference (``Qwen3Model._is_qwen3_reranker``) calls a folder a reranker when its
+``README.md`` has a ``# Qwen3-Reranker`` (or ``# Qwen3-VL-Reranker``) heading, when the
+folder's path (the ``_name_or_path`` AutoConfig gives it), ``model_type`` or class names
+``qwen3-reranker`` / ``qwen3-vl-reranker``, or the class is a ``*SequenceClassification``
+(all case-insensitive); it then reads the ids of the tokens ``yes`` and ``no``
+(:func:`rerank_tokens`).
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from .. import errors as E
 
 #: sentence-transformers pooling mode -> llama.cpp's PoolingType
 POOLING = {"mean": 1, "cls": 2, "lasttoken": 3}
+_RERANK_HINTS = ("qwen3-reranker", "qwen3-vl-reranker")
 _FLAGS = (
     ("pooling_mode_mean_tokens", "mean"),
     ("pooling_mode_cls_token", "cls"),
@@ -249,3 +259,61 @@ def late_interaction_files(folder: str, n_in: int, n_out: int) -> dict[str, Any]
             "activation_function": "torch.nn.modules.linear.Identity",
         },
     }  # fmt: skip
+
+
+def is_qwen3_reranker(d: Any, given: str, cfg: dict) -> bool:
+    """Whether the reference converts the folder ``d`` (given as ``given``) as a Qwen3
+    reranker: a README heading, or a hint in the path, ``model_type`` or class name."""
+    readme = d / "README.md"
+    if readme.is_file():
+        text = readme.read_bytes().decode("utf-8", errors="replace").lower()
+        if any(f"# {h}" in text for h in _RERANK_HINTS):
+            return True
+    archs = cfg.get("architectures")
+    cls = str(archs[0]) if isinstance(archs, list) and archs else ""
+    hints = [given, str(cfg.get("model_type") or ""), cls]
+    if any(h in x.lower() for x in hints for h in _RERANK_HINTS):
+        return True
+    return "sequenceclassification" in cls.lower()
+
+
+def rerank_tokens(d: Any, vocab_size: int | None) -> tuple[int, int]:
+    """The ids of the tokens ``yes`` and ``no`` (the reranker's two labels), looked up as
+    transformers' ``convert_tokens_to_ids`` does: the added tokens, then the model's
+    vocabulary (``tokenizer.json``, else ``vocab.json``); a missing one, or one not below
+    ``vocab_size`` (a row of the head), is refused by name."""
+    where = d / "tokenizer.json"
+    table: dict = {}
+    if where.is_file():
+        tj = _read(where, "tokenizer.json")
+        model = tj.get("model") if isinstance(tj, dict) else None
+        vocab = model.get("vocab") if isinstance(model, dict) else None
+        table = dict(vocab) if isinstance(vocab, dict) else {}
+        for t in tj.get("added_tokens") or [] if isinstance(tj, dict) else []:
+            if isinstance(t, dict) and isinstance(t.get("content"), str):
+                table[t["content"]] = t.get("id")
+    elif (d / "vocab.json").is_file():
+        where = d / "vocab.json"
+        vocab = _read(where, "vocab.json")
+        table = vocab if isinstance(vocab, dict) else {}
+    else:
+        raise E.TokenizerFilesMissing(
+            "a Qwen3 reranker needs its tokenizer for the ids of 'yes' and 'no'",
+            path=d, expected="tokenizer.json or vocab.json", found="neither",
+        )  # fmt: skip
+    ids = []
+    for token in ("yes", "no"):
+        i = table.get(token)
+        if isinstance(i, bool) or not isinstance(i, int) or i < 0:
+            raise E.TokenizerInconsistent(
+                "a Qwen3 reranker's tokenizer lacks a label token",
+                path=where, field=f"token {token!r}", expected="a token id", found=i,
+            )  # fmt: skip
+        if vocab_size is not None and i >= vocab_size:
+            raise E.VocabSizeMismatch(
+                "a Qwen3 reranker's label token is not a row of the head",
+                path=where, field=f"token {token!r}", expected=f"an id below {vocab_size}",
+                found=i,
+            )  # fmt: skip
+        ids.append(i)
+    return ids[0], ids[1]

@@ -22,6 +22,9 @@ in both directions (the data model is :mod:`._model`):
   ``suppress_tokens`` puts ``generation_config.json``'s ``suppress_tokens`` into the
   config (Gemma 4 Unified writes them as ``tokenizer.ggml.suppress_tokens``, a
   :class:`MetaKey` with ``absolute`` set: written under its key as it is);
+  ``rerank`` marks the entries whose folders the reference may convert as a Qwen3
+  reranker (the converter then puts the ``yes`` / ``no`` token ids into the config as
+  ``_rerank``, and :data:`VARIANTS` picks the reranker entry);
   ``drop_if_same`` drops a tensor whose values repeat another's (Mamba's ``lm_head``
   stored as a copy of the embedding: the one rule that reads data before the plan);
   ``fixed`` config values are the only ones the reference converts (it asserts them:
@@ -172,11 +175,33 @@ from .nemotron import NEMOTRON_H, NEMOTRON_H_MOE, NEMOTRON_H_PUZZLE, has_experts
 from .olmo import OLMO2
 from .phi import PHI3
 from .pockettts import POCKETTTS
-from .qwen import QWEN2, QWEN2_EMBED, QWEN2MOE, QWEN3, QWEN3_EMBED, QWEN3MOE, has_pooling
+from .qwen import (
+    QWEN2,
+    QWEN2_EMBED,
+    QWEN2MOE,
+    QWEN3,
+    QWEN3_EMBED,
+    QWEN3_RERANK,
+    QWEN3_RERANK_TIED,
+    QWEN3_SEQCLS,
+    QWEN3MOE,
+    has_pooling,
+    is_rerank,
+    is_rerank_file,
+    is_tied_rerank,
+)
 from .qwen3tts import QWEN3TTS
 from .qwen4exp import QWEN4EXP
 from .qwen35 import QWEN3NEXT, QWEN35, QWEN35MOE
-from .qwenvl import QWEN2VL, QWEN3ASR, QWEN3OMNIMOE, QWEN3VL, QWEN3VLMOE
+from .qwenvl import (
+    QWEN2VL,
+    QWEN3ASR,
+    QWEN3OMNIMOE,
+    QWEN3VL,
+    QWEN3VL_RERANK,
+    QWEN3VL_RERANK_TIED,
+    QWEN3VLMOE,
+)
 from .step35 import STEP35
 from .t5 import T5, T5ENCODER
 from .youtu import YOUTU, is_dense
@@ -387,6 +412,16 @@ VARIANTS["UnlimitedOCRForCausalLM"] = [(lambda cfg: True, DEEPSEEK2OCR)]
 VARIANTS["Mistral3ForConditionalGeneration"] = [(is_mistral4, MISTRAL4)]
 # NemotronHPuzzle (no HF class of its own: GGUF -> HF gives NemotronHForCausalLM)
 VARIANTS["NemotronHPuzzleForCausalLM"] = [(lambda cfg: True, NEMOTRON_H_PUZZLE)]
+# Qwen3 rerankers: a folder the reference calls one (``_rerank``, set by the converter
+# from the folder: README heading, path or class) gets RANK pooling and cls.output
+_QWEN3_RERANKERS = [(is_tied_rerank, QWEN3_RERANK_TIED), (is_rerank, QWEN3_RERANK)]
+VARIANTS["Qwen3ForCausalLM"] = _QWEN3_RERANKERS
+VARIANTS["Qwen3Model"] = _QWEN3_RERANKERS
+# ... and Qwen3-VL-Reranker (the reference's Qwen3-VL text class is its Qwen3 class)
+VARIANTS["Qwen3VLForConditionalGeneration"] = [
+    (is_tied_rerank, QWEN3VL_RERANK_TIED),
+    (is_rerank, QWEN3VL_RERANK),
+]
 _VARIANT_ENTRIES = [a for vs in VARIANTS.values() for _, a in vs]
 
 #: GGUF architectures written by several entries, for GGUF -> HF: ``(test of the file's
@@ -421,7 +456,7 @@ GGUF_VARIANTS["lfm2"] = [
 ]
 # an embedding model's qwen2 / qwen3 file (a pooling type) goes back as the bare model
 GGUF_VARIANTS["qwen2"] = [(has_pooling, QWEN2_EMBED)]
-GGUF_VARIANTS["qwen3"] = [(has_pooling, QWEN3_EMBED)]
+GGUF_VARIANTS["qwen3"] = [(is_rerank_file, QWEN3_SEQCLS), (has_pooling, QWEN3_EMBED)]
 _GGUF_VARIANT_ENTRIES = [a for vs in GGUF_VARIANTS.values() for _, a in vs]
 
 #: HF architecture name -> entry

@@ -533,6 +533,9 @@ class Arch:
     # says (LFM2-ColBERT's PyLate ``1_Dense``: the reference reads
     # ``<folder>/model.safetensors`` directly); written back as that module
     dense_file: str = ""
+    # True: the reference's Qwen3 reranker detection applies to this entry's folders
+    # (``_rerank`` = the ``yes`` / ``no`` ids in the config; VARIANTS then pick the entry)
+    rerank: bool = False
     # a rename that depends on the config, ``(forward(name, cfg), inverse(name, cfg))``,
     # applied after ``renames`` (Qwen's ``mtp.*`` block numbered after the trunk)
     rename: tuple[Callable[[str, dict], str], Callable[[str, dict], str]] | None = None

@@ -19,7 +19,15 @@ from typing import Any
 from ._common import BASE_NAMES, BLK, COMMON, FFN_NORM, QK_NORM
 from ._model import VT, Arch, MetaKey, PlanError, Split, Transform, m, rope_parameters
 from .llama4 import _gate_up, _gate_up_join, _gate_up_shapes, _t, _t_shape
-from .qwen import _EXP, _MOE_NAMES, _MOE_ROWS, _MOE_STACKS
+from .qwen import (
+    _EXP,
+    _MOE_NAMES,
+    _MOE_ROWS,
+    _MOE_STACKS,
+    _RERANK_ROWS,
+    QWEN3_RERANK,
+    QWEN3_RERANK_TIED,
+)
 
 
 def _sections(cfg: dict) -> list[int] | None:
@@ -62,8 +70,22 @@ QWEN3VL = Arch(
         m("n_deepstack_layers", "_deepstack", value=_deepstack_count),
     ],
     names=[*BASE_NAMES, *QK_NORM, *FFN_NORM],
+    # the reference's Qwen3VLTextModel is its Qwen3 class: Qwen3-VL-Reranker's mode too
+    rerank=True,
     tokenizer={"vocab": "spm_or_gpt2"},
 )
+# Qwen3-VL-Reranker's text: Qwen3's reranker rows before the deepstack count, cls.output
+# from the head's yes / no rows (qwen.py); the tower is the projector's, unchanged
+QWEN3VL_RERANK = replace(
+    QWEN3VL,
+    meta=[
+        *QWEN3VL.meta[:-1],
+        *_RERANK_ROWS[len(COMMON) :],
+        QWEN3VL.meta[-1],
+    ],
+    splits=QWEN3_RERANK.splits,
+)
+QWEN3VL_RERANK_TIED = replace(QWEN3VL_RERANK, splits=QWEN3_RERANK_TIED.splits)
 
 
 def _hub_gate_up_shapes(shape: tuple[int, ...], cfg: dict) -> list[tuple[int, ...]]:
