@@ -152,3 +152,26 @@ def test_back_keeps_the_block(d3m, tmp_path):
     b, unexpected = _hf_logits(d3m / "back")
     assert unexpected and all(_MTP_KEY.match(k) for k in unexpected), unexpected
     np.testing.assert_allclose(b, a, rtol=0, atol=2e-6 * max(1.0, float(np.abs(a).max())))
+
+
+def test_block_without_its_embedding_refused(d3m, tmp_path):
+    """The block's layer without ``model.mtp.embed_tokens``: the reference counts no block
+    and stops on the layer's first tensor (``Can not map tensor
+    'model.layers.4.eh_proj.weight'``, measured); ours refuses that tensor by name before
+    any output (it would otherwise write a block past ``block_count``)."""
+    from safetensors.numpy import load_file, save_file
+
+    from weightsmith import errors as E
+
+    src = tmp_path / "m"
+    src.mkdir()
+    for f in (d3m / "hub").iterdir():
+        if f.name != "model.safetensors":
+            (src / f.name).symlink_to(f)
+    sd = load_file(d3m / "hub" / "model.safetensors")
+    del sd["model.mtp.embed_tokens.weight"]
+    save_file(sd, src / "model.safetensors", metadata={"format": "pt"})
+    out = tmp_path / "out.gguf"
+    with pytest.raises(E.UnmappedTensor, match=r"model\.layers\.4\."):
+        hf_to_gguf(src, out, "f32")
+    assert not out.exists()
