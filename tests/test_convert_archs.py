@@ -2090,3 +2090,24 @@ def test_dsa_mtp_blocks(work, tmp_path):
     assert (cfg["num_hidden_layers"], cfg["num_nextn_predict_layers"]) == (2, 1)
     hf_to_gguf(tmp_path / "back", tmp_path / "again.gguf", "f32", tokenizer=False)
     assert_same_gguf(tmp_path / "again.gguf", ours)
+
+
+def test_dsa_layer_past_blocks_refused(work, tmp_path):
+    """GLM-5's model with the MTP layer but a config that counts none: the reference's
+    tensor map has 2 blocks and it stops on the layer's first tensor (``Can not map
+    tensor``, measured); ours refuses that tensor by name before any output (it would
+    otherwise write a block past ``block_count``)."""
+    from weightsmith import errors as E
+
+    src = tmp_path / "m"
+    src.mkdir()
+    for f in work.model("glm_moe_dsa").iterdir():
+        if f.name != "config.json":
+            (src / f.name).symlink_to(f)
+    cfg = json.loads((work.model("glm_moe_dsa") / "config.json").read_text())
+    del cfg["num_nextn_predict_layers"]
+    (src / "config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "out.gguf"
+    with pytest.raises(E.UnmappedTensor, match=r"model\.layers\.2\."):
+        hf_to_gguf(src, out, "f16")
+    assert not out.exists()

@@ -39,7 +39,6 @@ from :func:`_hf_config`.
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 import numpy as np
@@ -49,6 +48,7 @@ from ._common import (
     COMMON,
     DSA_INDEXER_NAMES,
     LAYER,
+    past_blocks,
     reference_math,
     replace_rows,
 )
@@ -87,19 +87,13 @@ def _block_embed(cfg: dict) -> str:
     return f"model.layers.{cfg['num_hidden_layers']}.embed_tokens.weight"
 
 
-_LAYER = re.compile(r"^model\.layers\.(\d+)\.")
-
-
 def _mtp_embed_in(name: str, cfg: dict) -> str:
     """The reference's modify_tensors: the MTP embedding as a tensor of the block.  A layer
     past ``block_count`` (an MTP block without that embedding: the reference counts none)
-    gets a name no rule maps, so it is refused as unmapped, as the reference refuses it."""
+    is refused as unmapped, as the reference refuses it."""
     if name == _MTP_EMBED:
         return _block_embed(cfg)
-    mt = _LAYER.match(name)
-    if mt is not None and int(mt[1]) >= cfg["num_hidden_layers"] + _n_nextn(cfg):
-        return "past_block_count." + name
-    return name
+    return past_blocks(name, cfg["num_hidden_layers"] + _n_nextn(cfg))
 
 
 def _mtp_embed_out(name: str, cfg: dict) -> str:
