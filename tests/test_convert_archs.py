@@ -2056,3 +2056,58 @@ def test_deepseek_v32_reference_needs_transformers_4(work):
     src = work.model("deepseek_v32")
     assert json.loads((src / "tokenizer_config.json").read_text())["add_bos_token"] is True
     assert AutoTokenizer.from_pretrained(src).add_bos_token is False
+
+
+def test_dsa_mtp_blocks(work, tmp_path):
+    """GLM-5's and DeepSeek-V3.2's tiny models carry the Hub's MTP block after the trunk
+    (``model.layers.2.*``: MLA with its DSA indexer, experts, ``eh_proj`` / ``enorm`` /
+    ``hnorm`` / ``shared_head.norm``, GLM-5's also ``embed_tokens`` and
+    ``shared_head.head``; tests/support/hf_models.py ``_append_nextn``), so every check of
+    the harness above covers it (bytes, llama-quantize types, llama.cpp loading it,
+    GGUF -> HF giving each tensor back under its Hub name).  Guard against a vacuous pass:
+    the block is in the files; and GLM-5's folder back keeps the Hub's layout (trunk
+    count + ``num_nextn_predict_layers``), so it converts forward to our file again."""
+    from support.gguf_pair import assert_same_gguf
+    from weightsmith.gguf import read
+
+    for arch, gguf_arch, own in (("glm_moe_dsa", "glm-dsa", True),
+                                 ("deepseek_v32", "deepseek32", False)):  # fmt: skip
+        with read(work.files(arch, "q8_0")[0]) as f:
+            md = f.metadata
+            types = {t.name: t.ggml_type.name for t in f.tensors}
+        assert md[f"{gguf_arch}.block_count"] == 3, arch
+        assert md[f"{gguf_arch}.nextn_predict_layers"] == 1, arch
+        nextn = {"eh_proj", "enorm", "hnorm", "shared_head_norm"}
+        nextn |= {"embed_tokens", "shared_head_head"} if own else set()
+        assert {n for n in types if n.startswith("blk.2.nextn.")} == {
+            f"blk.2.nextn.{n}.weight" for n in nextn
+        }, arch
+        assert types["blk.2.indexer.attn_q_b.weight"] == "Q8_0", arch
+        assert types["blk.2.ffn_gate_exps.weight"] == "Q8_0", arch
+    ours = work.files("glm_moe_dsa", "f32")[0]
+    gguf_to_hf(ours, tmp_path / "back", dtype="f32")
+    cfg = json.loads((tmp_path / "back" / "config.json").read_text())
+    assert (cfg["num_hidden_layers"], cfg["num_nextn_predict_layers"]) == (2, 1)
+    hf_to_gguf(tmp_path / "back", tmp_path / "again.gguf", "f32", tokenizer=False)
+    assert_same_gguf(tmp_path / "again.gguf", ours)
+
+
+def test_dsa_layer_past_blocks_refused(work, tmp_path):
+    """GLM-5's model with the MTP layer but a config that counts none: the reference's
+    tensor map has 2 blocks and it stops on the layer's first tensor (``Can not map
+    tensor``, measured); ours refuses that tensor by name before any output (it would
+    otherwise write a block past ``block_count``)."""
+    from weightsmith import errors as E
+
+    src = tmp_path / "m"
+    src.mkdir()
+    for f in work.model("glm_moe_dsa").iterdir():
+        if f.name != "config.json":
+            (src / f.name).symlink_to(f)
+    cfg = json.loads((work.model("glm_moe_dsa") / "config.json").read_text())
+    del cfg["num_nextn_predict_layers"]
+    (src / "config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "out.gguf"
+    with pytest.raises(E.UnmappedTensor, match=r"model\.layers\.2\."):
+        hf_to_gguf(src, out, "f16")
+    assert not out.exists()

@@ -91,3 +91,40 @@ def dots3_note_hub(folder: Path, *, seed: int = 73) -> Path:
                           "image_mean": [0.5] * 3, "image_std": [0.5] * 3},
     }, indent=2))  # fmt: skip
     return folder
+
+
+def with_mtp(folder: Path, *, seed: int = 74) -> Path:
+    """Add the MTP block the Hub's Dots3 Note checkpoints carry (transformers 5.24 builds
+    none and ignores it on load: ``model.layers.{n}.*`` and ``model.mtp.*`` are in its
+    ``_keys_to_ignore_on_load_unexpected``), random at the tiny scale: layer ``n`` =
+    ``num_hidden_layers`` with the sliding-attention MLA of the last sliding layer, the dense
+    MLP of the first layer, no indexer, plus ``eh_proj`` ``[h, 2h]``, ``enorm``, ``hnorm``,
+    ``shared_head.norm``; its token embedding as ``model.mtp.embed_tokens.weight``.  The
+    names and shapes are the ones the pinned reference (conversion/dots3.py) and llama.cpp's
+    dots3note loader read; the config counts no MTP block (the reference tells it from
+    that embedding)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "model.safetensors"
+    sd = load_file(path)
+    cfg = json.loads((folder / "config.json").read_text())
+    n, h = cfg["num_hidden_layers"], cfg["hidden_size"]
+    swa = max(i for i, t in enumerate(cfg["layer_types"][:n]) if t == "sliding_attention")
+    att, mlp = f"model.layers.{swa}.", "model.layers.0."
+    g = torch.Generator().manual_seed(seed)
+
+    def rnd(shape, one: bool = False) -> torch.Tensor:
+        return torch.randn(tuple(shape), generator=g) * 0.05 + (1.0 if one else 0.0)
+
+    src = {k[len(att) :]: v for k, v in sd.items() if k.startswith(att) and ".mlp." not in k}
+    src |= {k[len(mlp) :]: v for k, v in sd.items() if k.startswith(mlp + "mlp.")}
+    assert not any("indexer" in k for k in src)  # a sliding layer has none
+    out = {f"model.layers.{n}.{k}": rnd(v.shape, one=v.ndim == 1) for k, v in src.items()}
+    out[f"model.layers.{n}.eh_proj.weight"] = rnd((h, 2 * h))
+    for k in ("enorm", "hnorm", "shared_head.norm"):
+        out[f"model.layers.{n}.{k}.weight"] = rnd((h,), one=True)
+    out["model.mtp.embed_tokens.weight"] = rnd(sd["model.embed_tokens.weight"].shape)
+    save_file({**sd, **{k: v.to(torch.float32) for k, v in out.items()}}, path,
+              metadata={"format": "pt"})  # fmt: skip
+    return folder

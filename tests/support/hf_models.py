@@ -2666,7 +2666,9 @@ _DSA = dict(
 
 def glm_moe_dsa(folder: Path, *, dtype: str = "bfloat16", seed: int = 81) -> Path:
     """GLM-5 (GlmMoeDsaForCausalLM): DeepSeek-V3's MLA and sigmoid-routed experts with a
-    DSA indexer per layer, GLM's vocabulary (the reference reads it as ``glm``)."""
+    DSA indexer per layer, GLM's vocabulary (the reference reads it as ``glm``), and the
+    Hub's MTP block after the trunk with its own embedding and head (:func:`_append_nextn`;
+    they exercise the two optional nextn rules here, at GPT-2's vocabulary)."""
     from transformers import GlmMoeDsaConfig, GlmMoeDsaForCausalLM
 
     vocab = _glm_tokenizer(folder)
@@ -2676,6 +2678,7 @@ def glm_moe_dsa(folder: Path, *, dtype: str = "bfloat16", seed: int = 81) -> Pat
     _random_init(model, seed)
     _save(model, folder, dtype)
     _per_expert(folder, _qwen_expert)
+    _append_nextn(folder, seed + 1000, own_embed_and_head=True)
     return folder
 
 
@@ -2691,7 +2694,10 @@ def deepseek_v32(folder: Path, *, dtype: str = "bfloat16", seed: int = 82) -> Pa
     then taken with BOS, which a registered one (Llama 3's, ``llama-bpe``) matches.  unk is
     end-of-text (LlamaTokenizerFast would add a ``<unk>`` past the vocabulary).  The Hub's
     ``scoring_func: sigmoid`` is written back (transformers' config drops it; llama.cpp's
-    deepseek32 loader requires the ``expert_gating_func`` row it gives)."""
+    deepseek32 loader requires the ``expert_gating_func`` row it gives).  The Hub's MTP
+    block follows the trunk (:func:`_append_nextn`), without the copies of the embedding
+    and head the Hub's DeepSeek checkpoints repeat in it: at 128256 tokens they would
+    double the model (test time); GLM-5's model exercises those two rules."""
     from transformers import DeepseekV32Config, DeepseekV32ForCausalLM
 
     vocab = _bpe_tokenizer(folder, "llama-bpe")
@@ -2707,7 +2713,49 @@ def deepseek_v32(folder: Path, *, dtype: str = "bfloat16", seed: int = 82) -> Pa
     _per_expert(folder, _qwen_expert)
     path = folder / "config.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), "scoring_func": "sigmoid"}))
+    _append_nextn(folder, seed + 1000, own_embed_and_head=False)
     return folder
 
 
 BUILDERS["deepseek_v32"] = deepseek_v32
+
+
+# --------------------------------------------------------------------------- MTP blocks of the DSA models
+
+
+def _append_nextn(folder: Path, seed: int, *, own_embed_and_head: bool) -> None:
+    """Append the multi-token-prediction block the Hub checkpoints of GLM-5 and DeepSeek-V3.2
+    carry after the trunk, as ``model.layers.{num_hidden_layers}.*`` (transformers builds
+    none and ignores those keys on load): a layer shaped as the last trunk layer (MLA, DSA
+    indexer, experts), random, plus ``eh_proj`` ``[h, 2h]``, ``enorm``, ``hnorm`` and
+    ``shared_head.norm``; with ``own_embed_and_head`` also its ``embed_tokens`` and
+    ``shared_head.head`` (the optional nextn tensors llama.cpp reads).  config.json gets
+    ``num_nextn_predict_layers: 1``, the Hub's field."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "model.safetensors"
+    sd = load_file(path)
+    top = config(folder)
+    n, h = top["num_hidden_layers"], top["hidden_size"]
+    last, mtp = f"model.layers.{n - 1}.", f"model.layers.{n}."
+    g = torch.Generator().manual_seed(seed)
+
+    def rnd(shape, like: torch.Tensor, one: bool = False) -> torch.Tensor:
+        x = torch.randn(tuple(shape), generator=g) * 0.05 + (1.0 if one else 0.0)
+        return x.to(like.dtype)
+
+    norm = sd["model.norm.weight"]
+    # 1-D weights (norms) near 1, as trained ones; the correction bias stays small
+    out = {mtp + k[len(last) :]: rnd(v.shape, v, one=v.ndim == 1 and "bias" not in k)
+           for k, v in sd.items() if k.startswith(last)}  # fmt: skip
+    out[mtp + "eh_proj.weight"] = rnd((h, 2 * h), norm)
+    for k in ("enorm", "hnorm", "shared_head.norm"):
+        out[f"{mtp}{k}.weight"] = rnd((h,), norm, one=True)
+    if own_embed_and_head:
+        emb = sd["model.embed_tokens.weight"]
+        out[mtp + "embed_tokens.weight"] = rnd(emb.shape, emb)
+        out[mtp + "shared_head.head.weight"] = rnd(sd["lm_head.weight"].shape, emb)
+    save_file({**sd, **out}, path, metadata={"format": "pt"})
+    top["num_nextn_predict_layers"] = 1
+    (folder / "config.json").write_text(json.dumps(top, indent=2))

@@ -19,9 +19,18 @@ layers' count on sliding layers), MQA's ``head_count_kv`` 1 and no ``head_dim`` 
 pattern, the sliding layers' MLA lengths and the indexer rows (``indexer.types`` true on
 the full-attention layers).  The reference reads the Hub's flat config: transformers
 5.24's normalised ``config.json`` (text under ``text_config``, no ``swa_*`` fields) lacks
-the ``swa_*`` fields and is refused by name before any output.  The MTP block
-(``model.mtp.*``, none in the tiny models) is not converted: its tensors have no rule,
-so such a checkpoint is refused before any output.  GGUF -> HF: transformers 5.24 has no
+the ``swa_*`` fields and is refused by name before any output.
+
+The MTP block: the Hub keeps it as the layer after the trunk (``model.layers.{n}.*``: a
+sliding-attention MLA layer with a dense MLP, no indexer, plus ``eh_proj`` / ``enorm`` /
+``hnorm`` / ``shared_head.norm``) and its token embedding as
+``model.mtp.embed_tokens.weight``; the config names no count, so the reference counts one
+block when that embedding is present (:func:`_nextn_from_tensors`).  The embedding is
+renamed into the block (``blk.{n}.nextn.embed_tokens``), ``block_count`` and the per-layer
+head counts include the block (the sliding layers' count), the sliding pattern and the
+indexer types do not, and ``nextn_predict_layers`` follows the sliding MLA lengths.
+llama.cpp 0.3.36 loads the block's tensors and skips them (no dots3note MTP graph).  GGUF
+-> HF: transformers 5.24 has no
 text-only class, so the text alone is refused; with its projector it comes back as the
 ``Dots3NoteForConditionalGeneration`` folder (:mod:`.._mmproj_to_hf`), its text fields
 from :func:`_hf_config`.
@@ -39,11 +48,13 @@ from ._common import (
     COMMON,
     DSA_INDEXER_NAMES,
     LAYER,
+    past_blocks,
     reference_math,
     replace_rows,
 )
 from ._model import VT, Arch, NameRule, PlanError, Split, Transform, m
 from .deepseek import DEEPSEEK2
+from .glm import _NEXTN
 
 _ATT = LAYER + "self_attn."
 
@@ -52,9 +63,41 @@ def _is_swa(cfg: dict) -> list[bool]:
     return [t == "sliding_attention" for t in cfg["layer_types"][: cfg["num_hidden_layers"]]]
 
 
+#: the MTP block's token embedding, the one MTP tensor the Hub keeps outside the layers
+_MTP_EMBED = "model.mtp.embed_tokens.weight"
+
+
+def _nextn_from_tensors(cfg: dict, names: list[str]) -> dict[str, Any]:
+    """The MTP block count, as the reference tells it: one when the checkpoint holds the
+    block's embedding (the config has no such field)."""
+    return {"_nextn": 1 if _MTP_EMBED in names else 0}
+
+
+def _n_nextn(cfg: dict) -> int:
+    return cfg.get("_nextn", 0)
+
+
 def _head_counts(cfg: dict) -> list[int]:
+    """Per block, the MTP block's too (it is a sliding-attention layer)."""
     full, swa = cfg["num_attention_heads"], cfg["swa_num_attention_heads"]
-    return [swa if s else full for s in _is_swa(cfg)]
+    return [swa if s else full for s in _is_swa(cfg)] + [swa] * _n_nextn(cfg)
+
+
+def _block_embed(cfg: dict) -> str:
+    return f"model.layers.{cfg['num_hidden_layers']}.embed_tokens.weight"
+
+
+def _mtp_embed_in(name: str, cfg: dict) -> str:
+    """The reference's modify_tensors: the MTP embedding as a tensor of the block.  A layer
+    past ``block_count`` (an MTP block without that embedding: the reference counts none)
+    is refused as unmapped, as the reference refuses it."""
+    if name == _MTP_EMBED:
+        return _block_embed(cfg)
+    return past_blocks(name, cfg["num_hidden_layers"] + _n_nextn(cfg))
+
+
+def _mtp_embed_out(name: str, cfg: dict) -> str:
+    return _MTP_EMBED if name == _block_embed(cfg) else name
 
 
 def _geometry(shape: tuple[int, ...], cfg: dict) -> tuple[int, int, int]:
@@ -108,6 +151,11 @@ def _unscale(x: np.ndarray, cfg: dict, ctx: dict) -> np.ndarray:
 _ROWS = [
     *replace_rows(
         DEEPSEEK2.meta[: len(COMMON)],
+        block_count=m(
+            "block_count",
+            "num_hidden_layers",
+            value=lambda c: c["num_hidden_layers"] + _n_nextn(c),
+        ),
         attention__head_count=m(
             "attention.head_count", "num_attention_heads", t=VT.INT32, value=_head_counts
         ),
@@ -131,6 +179,7 @@ _ROWS = [
         value=lambda c: c["swa_qk_nope_head_dim"] + c["swa_qk_rope_head_dim"],
     ),
     m("attention.value_length_mla_swa", "swa_v_head_dim"),
+    m("nextn_predict_layers", "num_nextn_predict_layers", value=lambda c: _n_nextn(c) or None),
     m("attention.indexer.head_count", "index_n_heads"),
     m("attention.indexer.key_length", "index_head_dim"),
     m("attention.indexer.top_k", "index_topk"),
@@ -185,7 +234,11 @@ def _hf_config(cfg: dict, names: set[str]) -> dict:
     shapes = cfg["_shapes"]
     shexp = next((shapes[n] for n in sorted(names) if n.endswith("ffn_gate_shexp.weight")), None)
     n_shared = cfg.get("n_shared_experts", 0)
+    n_layers = cfg["num_hidden_layers"] - (cfg.get("num_nextn_predict_layers") or 0)
     return {
+        # the trunk; the MTP block comes back as the Hub keeps it (layer n_layers and
+        # model.mtp.embed_tokens), counted by its embedding as the Hub's config counts none
+        "num_hidden_layers": n_layers, "num_nextn_predict_layers": None,
         "_mla_key_length": None, "_mla_value_length": None, "qk_head_dim": None,
         "swa_qk_head_dim": None, "num_local_experts": None, "rope_local_base_freq": None,
         "num_attention_heads": full_h, "num_key_value_heads": full_h,
@@ -223,6 +276,8 @@ DOTS3NOTE = Arch(
         NameRule(_ATT + "g_proj.weight", BLK + "attn_gate.weight"),
         NameRule(_ATT + "k_rope_only_layernorm.weight", BLK + "attn_k_norm.weight"),
         *DSA_INDEXER_NAMES,
+        # gguf-py's dots3note has no nextn.shared_head_head (the reference refuses it)
+        *(r for r in _NEXTN if "shared_head_head" not in r.gguf),
     ],
     stacks=DEEPSEEK2.stacks,
     splits=[
@@ -266,6 +321,8 @@ DOTS3NOTE = Arch(
         "index_topk",
     ),
     present=("layer_types",),
+    rename=(_mtp_embed_in, _mtp_embed_out),
+    from_tensors=_nextn_from_tensors,
     defaults={_CHECKED: _checks},
     fixed={"scoring_func": "sigmoid", _CHECKED: True},
     tokenizer={"vocab": "dots3"},

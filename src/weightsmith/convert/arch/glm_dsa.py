@@ -12,8 +12,9 @@ place), then ``nextn_predict_layers`` when the config names MTP blocks, the inde
 head count, key length and top-k, and ``indexer.types`` (true where a layer's indexer
 type is ``full``) when the config lists them.
 
-MTP blocks appended past ``num_hidden_layers`` count in ``block_count`` and are written as
-``blk.N.*`` with their ``nextn.*`` tensors, as for GLM-4.5; GGUF -> HF gives
+MTP blocks appended past ``num_hidden_layers`` (``num_nextn_predict_layers`` of them) count
+in ``block_count`` and are written as ``blk.N.*`` with their ``nextn.*`` tensors, as for
+GLM-4.5; a layer past those is refused as unmapped, as the reference refuses it; GGUF -> HF gives
 ``num_hidden_layers`` back as ``block_count - nextn_predict_layers`` and the indexer
 types as strings.
 """
@@ -23,7 +24,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ._common import DSA_INDEXER_NAMES, LAYER, replace_rows
+from ._common import DSA_INDEXER_NAMES, LAYER, past_blocks, replace_rows
 from ._model import VT, full_rope, m
 from .deepseek import _ROWS as _DEEPSEEK2_ROWS
 from .deepseek import DEEPSEEK2
@@ -34,6 +35,12 @@ _ATT = LAYER + "self_attn."
 
 def _n_nextn(cfg: dict) -> int:
     return cfg.get("num_nextn_predict_layers") or 0
+
+
+def _in_blocks(name: str, cfg: dict) -> str:
+    """A layer past the trunk and its counted MTP blocks is refused (the reference cannot
+    map it)."""
+    return past_blocks(name, cfg["num_hidden_layers"] + _n_nextn(cfg))
 
 
 def _rope_dim(cfg: dict) -> int:
@@ -82,6 +89,7 @@ GLM_DSA = replace(
     tokenizer={"vocab": "glm"},
     model_types={"GlmMoeDsaForCausalLM": "glm_moe_dsa"},
     hf_config=_hf_config,
+    rename=(_in_blocks, lambda name, cfg: name),
 )
 
 
