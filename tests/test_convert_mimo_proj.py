@@ -15,7 +15,9 @@ files and mtmd's graphs stand in.  Checked:
 * mtmd (llama-cpp-python 0.3.36) loads our projector with our text file and encodes an
   image and audio into the embeddings the reference's projector gives, finite, and
   different for different inputs;
-* a folder without ``audio_tokenizer/`` is refused by name before anything is written.
+* ``weightsmith convert DIR out.gguf --mmproj`` writes the reference's two files;
+* a folder without ``audio_tokenizer/`` is refused by name before anything is written, and
+  so is GGUF -> HF of the pair (no transformers class holds the towers).
 """
 
 from __future__ import annotations
@@ -143,3 +145,25 @@ def test_missing_audio_tokenizer_refused(mm, tmp_path):
         hf_to_gguf(folder, tmp_path / "t.gguf", "f32", mmproj=tmp_path / "p.gguf")
     assert "audio_tokenizer" in str(ei.value)
     assert not (tmp_path / "t.gguf").exists() and not (tmp_path / "p.gguf").exists()
+
+
+def test_cli_writes_both(mm, tmp_path):
+    """``weightsmith convert DIR out.gguf --mmproj``: the reference's two files."""
+    from weightsmith.cli._main import main
+
+    dst = tmp_path / "g.gguf"
+    assert main(["convert", str(mm / "mm"), str(dst), "--type", "f32", "--mmproj",
+                 "--quiet"]) == 0  # fmt: skip
+    assert (tmp_path / "mmproj-g.gguf").read_bytes() == (mm / "ref-mmproj-f32.gguf").read_bytes()
+    assert dst.read_bytes() == (mm / "ref-text-f32.gguf").read_bytes()
+
+
+def test_gguf_to_hf_refused(mm, tmp_path):
+    """GGUF -> HF of the pair: no transformers class holds the towers (remote code), so
+    the projector is refused by name before anything is written."""
+    from weightsmith.convert import gguf_to_hf
+
+    out = tmp_path / "back"
+    with pytest.raises(E.ProjectorMismatch, match="'mimovl' with a 'mimo2' text model"):
+        gguf_to_hf(mm / "ours-text-f32.gguf", out, mmproj=mm / "ours-mmproj-f32.gguf")
+    assert not out.exists()
