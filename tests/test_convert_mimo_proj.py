@@ -16,7 +16,8 @@ files and mtmd's graphs stand in.  Checked:
   image and audio into the embeddings the reference's projector gives, finite, and
   different for different inputs;
 * ``weightsmith convert DIR out.gguf --mmproj`` writes the reference's two files;
-* a folder without ``audio_tokenizer/`` is refused by name before anything is written, and
+* a folder without ``audio_tokenizer/`` (or with a tokenizer lacking codebooks, or holding
+  a tensor the projector cannot name) is refused by name before anything is written, and
   so is GGUF -> HF of the pair (no transformers class holds the towers).
 """
 
@@ -167,3 +168,30 @@ def test_gguf_to_hf_refused(mm, tmp_path):
     with pytest.raises(E.ProjectorMismatch, match="'mimovl' with a 'mimo2' text model"):
         gguf_to_hf(mm / "ours-text-f32.gguf", out, mmproj=mm / "ours-mmproj-f32.gguf")
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "field"),
+    [
+        ("drop_codebooks", E.MissingModelFile, "_codebook.embed"),
+        ("stray_tensor", E.UnmappedTensor, "encoder.extra.weight"),
+    ],
+)
+def test_bad_audio_tokenizer_refused(mm, tmp_path, change, error, field):
+    """An audio tokenizer without codebooks, or with an encoder tensor the projector cannot
+    name (the reference stops with a KeyError / "Can not map tensor"): refused by name
+    before any output."""
+    from safetensors.numpy import load_file, save_file
+
+    folder = tmp_path / "mm"
+    shutil.copytree(mm / "mm", folder, symlinks=True)
+    f = folder / "audio_tokenizer" / "model.safetensors"
+    sd = load_file(f)
+    if change == "drop_codebooks":
+        sd = {k: v for k, v in sd.items() if "quantizer" not in k}
+    else:
+        sd["encoder.extra.weight"] = np.zeros((2, 2), np.float32)
+    save_file(sd, f)
+    with pytest.raises(error, match=field):
+        hf_to_gguf(folder, tmp_path / "t.gguf", "f32", mmproj=tmp_path / "p.gguf")
+    assert not (tmp_path / "t.gguf").exists() and not (tmp_path / "p.gguf").exists()

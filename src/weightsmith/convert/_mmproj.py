@@ -230,8 +230,9 @@ def _companion_error(proj: Projector, d: Path, exc: Exception) -> E.MissingModel
 
 def _companion(proj: Projector, d: Path) -> list[H.TensorPlan]:
     """The tensors of the projector's second checkpoint (``Projector.companion``) from its
-    header and config; a missing file, config field or tensor is named (the reference
-    stops on a FileNotFoundError / KeyError)."""
+    header and config; a missing file, config field or tensor, or a tensor the entry
+    cannot name (its ``fn`` raises ValueError with the name) is named (the reference stops
+    on a FileNotFoundError / KeyError / ValueError)."""
     if proj.companion is None:
         return []
     wfile, _, fn = proj.companion
@@ -240,6 +241,12 @@ def _companion(proj: Projector, d: Path) -> list[H.TensorPlan]:
         items = fn(shapes, cfg)
     except (KeyError, TypeError, IndexError) as exc:
         raise _companion_error(proj, d, exc) from None
+    except ValueError as exc:  # a tensor the projector cannot name
+        raise E.UnmappedTensor(
+            "the projector's second checkpoint has a tensor without a GGUF name",
+            path=d / wfile, field=f"tensor {exc.args[0]!r}", expected="a weight the projector names",
+            found=str(exc.args[0]),
+        ) from None  # fmt: skip
 
     def get(name: str) -> Any:
         with H.safe_open(d / wfile, framework="np", mmap=False) as f:

@@ -278,7 +278,9 @@ class Projector:
     from_shapes: Callable[[dict, dict[str, tuple[int, ...]]], dict] | None = None
     # tensors of a second checkpoint beside the first, written first (after ``extra``):
     # ``(weights file, config file, fn(shapes, config) -> [(GGUF name, shape, fn(get))])``
-    # relative to the model folder (Qwen3-TTS's codec decoder in ``speech_tokenizer/``)
+    # relative to the model folder (Qwen3-TTS's codec decoder in ``speech_tokenizer/``);
+    # ``fn`` raises KeyError for a missing tensor / field, ValueError(name) for one it
+    # cannot name
     companion: tuple[str, str, Callable[[dict, dict], list]] | None = None
     # view fields the second checkpoint gives, ``fn(config, shapes)`` (MiMo-V2.5's audio
     # config and codebook sizes come from its ``audio_tokenizer/``), read before the rows
