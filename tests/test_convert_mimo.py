@@ -340,13 +340,13 @@ def test_back_needs_the_rows(mimo, tmp_path, key):
     assert not back.exists()
 
 
-def test_v25_projector_not_done(mimo, tmp_path):
-    """``--mmproj`` of a MiMo-V2.5 folder (its vision and audio configs present): the
-    projector (``MiMoV2VisionAudioModel``) is not done, refused by name before any output
-    (text file included)."""
+def test_v25_projector_incomplete_config_refused(mimo, tmp_path):
+    """``--mmproj`` of a MiMo-V2.5 folder whose vision config lacks a field the reference
+    reads (``patch_size``; the projector itself: tests/test_convert_mimo_proj.py) is
+    refused by name before any output (text file included)."""
     src = _variant(mimo / "v25", tmp_path / "m", vision_config={"depth": 2, "num_heads": 4},
                    audio_config={"audio_channels": 2})  # fmt: skip
     out = tmp_path / "out"
-    with pytest.raises(E.UnknownArchitecture, match="MiMoV2ForCausalLM"):
+    with pytest.raises(E.InvalidModelConfig, match="patch_size"):
         hf_to_gguf(src, out / "t.gguf", "f16", mmproj=out / "p.gguf")
     assert not out.exists()

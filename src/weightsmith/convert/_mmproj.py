@@ -201,13 +201,11 @@ def _fold_groups(
     return out, folded
 
 
-def _companion(proj: Projector, d: Path) -> list[H.TensorPlan]:
-    """The tensors of the projector's second checkpoint (``Projector.companion``) from its
-    header and config; a missing file, config field or tensor is named (the reference
-    stops on a FileNotFoundError / KeyError)."""
-    if proj.companion is None:
-        return []
-    wfile, cfile, fn = proj.companion
+def _companion_read(proj: Projector, d: Path) -> tuple[dict, dict[str, tuple[int, ...]]]:
+    """The second checkpoint's config and tensor shapes (``Projector.companion``); a
+    missing file is named (the reference stops on a FileNotFoundError)."""
+    assert proj.companion is not None
+    wfile, cfile, _ = proj.companion
     for rel in (cfile, wfile):
         if not (d / rel).is_file():
             raise E.MissingModelFile(
@@ -217,13 +215,37 @@ def _companion(proj: Projector, d: Path) -> list[H.TensorPlan]:
     cfg = read_json(d / cfile, E.InvalidModelConfig, cfile, expected="a JSON object")
     with H.safe_open(d / wfile, framework="np", mmap=False) as f:
         shapes = {n: tuple(f.info(n).shape) for n in f.keys()}  # noqa: SIM118 (a handle)
+    return (cfg if isinstance(cfg, dict) else {}), shapes
+
+
+def _companion_error(proj: Projector, d: Path, exc: Exception) -> E.MissingModelFile:
+    assert proj.companion is not None
+    wfile, cfile, _ = proj.companion
+    return E.MissingModelFile(
+        "the projector's second checkpoint lacks a tensor or config field it needs",
+        path=d / wfile, field=str(exc).strip("'\""), expected=f"it in {wfile} / {cfile}",
+        found="none",
+    )  # fmt: skip
+
+
+def _companion(proj: Projector, d: Path) -> list[H.TensorPlan]:
+    """The tensors of the projector's second checkpoint (``Projector.companion``) from its
+    header and config; a missing file, config field or tensor, or a tensor the entry
+    cannot name (its ``fn`` raises ValueError with the name) is named (the reference stops
+    on a FileNotFoundError / KeyError / ValueError)."""
+    if proj.companion is None:
+        return []
+    wfile, _, fn = proj.companion
+    cfg, shapes = _companion_read(proj, d)
     try:
-        items = fn(shapes, cfg if isinstance(cfg, dict) else {})
+        items = fn(shapes, cfg)
     except (KeyError, TypeError, IndexError) as exc:
-        raise E.MissingModelFile(
-            "the projector's second checkpoint lacks a tensor or config field it needs",
-            path=d / wfile, field=str(exc).strip("'\""), expected=f"it in {wfile} / {cfile}",
-            found="none",
+        raise _companion_error(proj, d, exc) from None
+    except ValueError as exc:  # a tensor the projector cannot name
+        raise E.UnmappedTensor(
+            "the projector's second checkpoint has a tensor without a GGUF name",
+            path=d / wfile, field=f"tensor {exc.args[0]!r}", expected="a weight the projector names",
+            found=str(exc.args[0]),
         ) from None  # fmt: skip
 
     def get(name: str) -> Any:
@@ -299,6 +321,12 @@ def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
         view[AUDIO] = towers(raw).get(proj.audio_key)
     if proj.token is not None:
         view[TOKEN_ID] = _token_id(d, proj.token)
+    if proj.companion_view is not None:  # fields of the second checkpoint (MiMo-V2.5's)
+        ccfg, cshapes = _companion_read(proj, d)
+        try:
+            view.update(proj.companion_view(ccfg, cshapes))
+        except (KeyError, TypeError, IndexError) as exc:
+            raise _companion_error(proj, d, exc) from None
     if proj.from_shapes is None:
         _check_rows(proj, view, cfg_path)
     by_key: dict[str, H._Source] = {}

@@ -49,13 +49,14 @@ from . import granite4_vision as G4V
 from . import granite_speech as GS
 from . import kimik25 as K25
 from . import lfm2_audio as L2A
+from . import mimo_mmproj as MIMO
 from . import minicpmv as MCV
 from . import minimax as MM3
 from . import phi4v as P4
 from . import pockettts as PT
 from . import qwen3tts as Q3T
 from ._common import GEMMA_NORM, PERMUTE_K, PERMUTE_Q, replace_rows
-from ._model import FILE_TYPE, VT, Arch, MetaKey, NameRule, Split, Transform, m
+from ._model import FILE_TYPE, VT, Arch, MetaKey, NameRule, Split, Stack, Transform, m
 from .gemma4_audio import (
     AUDIO_NAMES,
     AUDIO_PREFIXES,
@@ -277,8 +278,13 @@ class Projector:
     from_shapes: Callable[[dict, dict[str, tuple[int, ...]]], dict] | None = None
     # tensors of a second checkpoint beside the first, written first (after ``extra``):
     # ``(weights file, config file, fn(shapes, config) -> [(GGUF name, shape, fn(get))])``
-    # relative to the model folder (Qwen3-TTS's codec decoder in ``speech_tokenizer/``)
+    # relative to the model folder (Qwen3-TTS's codec decoder in ``speech_tokenizer/``);
+    # ``fn`` raises KeyError for a missing tensor / field, ValueError(name) for one it
+    # cannot name
     companion: tuple[str, str, Callable[[dict, dict], list]] | None = None
+    # view fields the second checkpoint gives, ``fn(config, shapes)`` (MiMo-V2.5's audio
+    # config and codebook sizes come from its ``audio_tokenizer/``), read before the rows
+    companion_view: Callable[[dict, dict], dict] | None = None
 
     def source_key(self, hf_name: str, view: dict | None = None) -> str | None:
         """The name the rules see, or None for a tensor the projector does not read."""
@@ -3300,6 +3306,52 @@ DOTSOCR_VISION = Projector(
     ),
 )
 
+# --------------------------------------------------------------------------- MiMo-V2.5
+
+# MiMoV2VisionAudioModel: the mimovl vision tower, the LLM-side audio connector and the
+# audio tokenizer's encoder of ``audio_tokenizer/`` (see arch/mimo_mmproj.py)
+MIMO_V25_MMPROJ = Projector(
+    hf_archs=(MIMO.HF_CLASS,),
+    keep=MIMO.KEEP,
+    force=lambda hf, g, ot: MIMO.force(hf, g, ot, _base_force),
+    required=(("patch_size",), ("hidden_size",), ("intermediate_size",), ("spatial_merge_size",)),
+    companion=(MIMO.TOKENIZER_WEIGHTS, MIMO.TOKENIZER_CONFIG, MIMO.tokenizer_tensors),
+    companion_view=lambda cfg, shapes: MIMO.companion_view(cfg, shapes, AUDIO),
+    entry=Arch(
+        hf_archs=(MIMO.HF_CLASS,),
+        gguf_arch="clip",
+        meta=[
+            *replace_rows(
+                BASE_ROWS,
+                vision__image_size=_QWEN_IMAGE_SIZE,
+                vision__block_count=m(
+                    "vision.block_count",
+                    "depth",
+                    value=lambda v: v["n_layers"] if "n_layers" in v else v.get("depth", 28),
+                ),
+                vision__attention__head_count=m(
+                    "vision.attention.head_count",
+                    "num_heads",
+                    value=lambda v: v.get("num_heads", 32),
+                ),
+            ),
+            *audio_rows(),
+            *(MetaKey(k, (), t, fn) for k, fn, t in MIMO.class_rows(GLOBAL, AUDIO, PREPROCESSOR)),
+        ],
+        names=[NameRule(h, g) for h, g in MIMO.NAMES],
+        stacks=[
+            Stack(
+                MIMO.CODE_EMBD[0],
+                MIMO.CODE_EMBD[1],
+                lambda v: int(v[GLOBAL]["audio_config"]["audio_channels"]),
+                group="code_embd",
+            )
+        ],
+        splits=[QWEN25VL_VISION.entry.splits[-1]],
+        required=(),
+    ),
+)
+
 
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
@@ -3347,5 +3399,6 @@ PROJECTORS += (POCKETTTS_AUDIO,)
 PROJECTORS += (DOTSOCR_VISION,)
 PROJECTORS += (COGVLM_VISION,)
 PROJECTORS += (QWEN3TTS_AUDIO,)
+PROJECTORS += (MIMO_V25_MMPROJ,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
