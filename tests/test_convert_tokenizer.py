@@ -528,3 +528,17 @@ def test_atomic_output_leaves_no_partial_folder(tmp_path):
         write_hf_tokenizer(bad, tmp_path / "out")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
     shutil.rmtree(tmp_path / "out", ignore_errors=True)
+
+
+def test_merge_pairs_joined_or_named(tmp_path):
+    """transformers >= 4.45's pair-format merges become gguf-py's strings (a space inside
+    a part as U+0120); a pair that is not two strings is a named error, not a crash."""
+    from weightsmith.convert.tokenizer._to_gguf import _merges_from_tokenizer_json
+
+    path = tmp_path / "tokenizer.json"
+    got = _merges_from_tokenizer_json({"model": {"merges": [["a", "b c"], [" ", "d"]]}}, path)
+    assert got == ["a b\u0120c", "\u0120 d"]
+    for bad in (["x"], ["x", "y", "z"], ["x", 1]):
+        with pytest.raises(E.TokenizerInconsistent, match="merge pair") as exc:
+            _merges_from_tokenizer_json({"model": {"merges": [["a", "b"], bad]}}, path)
+        assert repr(bad) in str(exc.value)

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import io
 import math
 import os
@@ -109,13 +110,13 @@ from .arch import (
     Packed,
     Piece,
     PlanError,
+    by_shapes,
     first,
     head_counts,
     layer_of,
     lookup,
     supported,
 )
-from .arch.pockettts import SHAPE_SOURCES, is_kyutai, kyutai_config
 from .arch.qwen3tts import HF_CLASS as TTS_CLASS
 from .arch.qwen3tts import merged_config as qwen3tts_config
 from .tokenizer import vocab_metadata
@@ -139,41 +140,53 @@ _OUTTYPES = {"f32": "F32", "f16": "F16", "bf16": "BF16", "q8_0": "Q8_0"}
 _TOP_LEVEL_TEXT = ("Sarashina2VisionForCausalLM",)
 
 
-def guessed_config(d: Any) -> dict | None:
-    """The config of a checkpoint that ships none, derived from its tensor shapes as the
-    reference's hparams loaders do (PocketTTS: one ``model*.safetensors`` holding
-    ``flow_lm.bos_emb``), or None; a local folder without ``config.json`` only."""
-    if not isinstance(d, Path) or (d / "config.json").is_file() or not d.is_dir():
+def _guessed_config(d: Any, weights: Callable[[], list[_Source]] | None) -> dict | None:
+    """The config of a checkpoint that ships none, or None: a local folder without
+    ``config.json`` holding one ``model*.safetensors`` file whose tensor shapes a registry
+    entry claims (:func:`~weightsmith.convert.arch.by_shapes`), as the reference's
+    hparams loaders.  ``weights()`` gives the folder's tensors (read once, kept for
+    the conversion; None: read here for the shapes only)."""
+    if not isinstance(d, Path):  # a folder held in memory (remote, Meta): always a config.json
         return None
     parts = sorted(p.name for p in d.iterdir() if p.name.startswith("model")
                    and p.name.endswith(".safetensors"))  # fmt: skip
     if len(parts) != 1:
         return None
-    f = safe_open(d / parts[0], framework="np", mmap=False)
-    try:
-        shapes = {n: tuple(f.info(n).shape) for n in f.keys()}  # noqa: SIM118 (a handle)
-    finally:
-        f.close()
-    if not is_kyutai(shapes):
+    if weights is None:  # a caller that reads no tensors itself: the headers just for this
+        stack: list = []
+        try:
+            shapes = {s.name: s.shape for s in _sources(d, stack)}
+        finally:
+            for h in stack:
+                h.close()
+    else:
+        shapes = {s.name: s.shape for s in weights()}
+    entry = by_shapes(shapes)
+    if entry is None:
         return None
-    for name, ndim in SHAPE_SOURCES.items():
+    sc = entry.config_from_shapes
+    assert sc is not None
+    for name, ndim in sc.needs.items():
         if name not in shapes or len(shapes[name]) != ndim:
             raise E.MissingModelFile(
-                "a PocketTTS checkpoint (no config.json) lacks a tensor its hyperparameters "
-                "or its embedding are read from",
+                f"{sc.what} (no config.json) lacks a tensor read before any output "
+                "(its hyperparameters come from the tensor shapes)",
                 path=d / parts[0], field=f"tensor {name!r}", expected=f"a {ndim}-D tensor",
                 found=list(shapes[name]) if name in shapes else "no such tensor",
             )  # fmt: skip
-    return kyutai_config(shapes)
+    return sc.config(shapes)
 
 
-def _read_config(d: Path) -> dict:
+def _raw_config(d: Any, weights: Callable[[], list[_Source]] | None = None) -> dict:
+    """The folder's config as written (``config.json``, checked to be a JSON object), or
+    the one its tensor shapes give when it ships none (``weights()``: the folder's
+    tensors, read at most once by the caller's memo)."""
     p = d / "config.json"
     if not d.is_dir():
         raise E.MissingModelFile(
             "model folder not found", path=d, expected="a folder", found="nothing"
         )
-    if not p.is_file() and (guessed := guessed_config(d)) is not None:
+    if not p.is_file() and (guessed := _guessed_config(d, weights)) is not None:
         return guessed
     if not p.is_file():
         raise E.MissingModelFile(
@@ -188,6 +201,12 @@ def _read_config(d: Path) -> dict:
             "config.json is not an object", path=p, expected="a JSON object",
             found=type(cfg).__name__,
         )  # fmt: skip
+    return cfg
+
+
+def _read_config(d: Any, weights: Callable[[], list[_Source]] | None = None) -> dict:
+    """:func:`_raw_config` with the text model's config merged up, as the reference reads it."""
+    cfg = _raw_config(d, weights)
     if isinstance(cfg.get("llm_config"), dict):
         # InternVL's text config: the reference renames it text_config and merges it up for
         # the hyperparameters, but its SpecialVocab reads config.json as written (no
@@ -600,6 +619,9 @@ class ModelInput:
     n_vocab: Callable[[list], int | None] = lambda vocab: None
     name_or_path: bool = True
     streamed: bool = False  # remote weights: prefetch them ahead of the writer
+    #: the folder's tensors as read (before any dequantization or composition): their
+    #: headers are parsed once for the config guess, the text and the projector
+    weights: Callable[[], list[_Source]] = list
 
 
 def hf_input(
@@ -614,7 +636,11 @@ def hf_input(
     """The HF folder ``d`` (a Path, or a :class:`zipfile.Path` of files held in memory)
     as a conversion input; ``sources`` replace the folder's weights, ``pre`` names the
     BPE pre-tokenizer instead of fingerprinting it."""
-    cfg = _read_config(d)
+    if sources is None:
+        weights = functools.cache(lambda: _sources(d, stack, repo))
+    else:
+        weights = lambda: sources  # noqa: E731
+    cfg = _read_config(d, weights)
     cfg_path = d / "config.json"
     arch = _arch(cfg, cfg_path)
     if arch.rerank and is_qwen3_reranker(d, os.fspath(d) if given is None else given, cfg):
@@ -633,9 +659,7 @@ def hf_input(
     _check_config(cfg, arch, cfg_path)
     if arch.pooling:
         cfg["_pooling_type"] = pooling_type(d)
-    if sources is None:
-        sources = _sources(d, stack, repo)
-    sources = dequantize_sources(sources, cfg, d)
+    sources = dequantize_sources(weights(), cfg, d)
     if arch.e8m0_scales:
         sources = e8m0_dequantize_sources(sources, d)
     sources = _drop_copies(arch, sources)
@@ -661,6 +685,7 @@ def hf_input(
         vocab=lambda: vocab_metadata(d, cfg, route=route, pre=pre),
         n_vocab=lambda vocab: _n_vocab(d, vocab),
         streamed=repo is not None,
+        weights=weights,
     )
 
 
@@ -1162,7 +1187,7 @@ def hf_to_gguf(
             d = Path(src)
             m = hf_input(d, stack, given=os.fspath(src))
         # the projector is planned (and its inputs checked) before the text file is written
-        proj = _mmproj.plan_mmproj(d, type, stack) if mmproj is not None else None
+        proj = _mmproj.plan_mmproj(d, type, stack, m.weights) if mmproj is not None else None
         cluster = None
         if ray is not None:  # the nodes plan the folder again themselves
             cluster = (ray, os.path.abspath(src), type, imatrix and os.path.abspath(imatrix))

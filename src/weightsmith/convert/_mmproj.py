@@ -20,6 +20,7 @@ Everything is planned (and every input checked) by :func:`plan_mmproj` before
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable
@@ -283,8 +284,16 @@ def _check_rows(
         ) from None  # fmt: skip
 
 
-def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
-    """The projector file's plan (tensors, types, config view), from the headers alone.
+def plan_mmproj(
+    src: str | os.PathLike[str],
+    type: str,
+    stack: list,
+    weights: Callable[[], list[H._Source]] | None = None,
+) -> H._Plan:
+    """The projector file's plan (tensors, types, config view), from the headers alone;
+    ``weights()`` gives the folder's tensors as read (the text conversion's
+    :attr:`~weightsmith.convert._hf_to_gguf.ModelInput.weights`: the headers are parsed
+    once for both files), else they are read here.
 
     Raises the named errors of a folder that has no projector to write: no
     ``vision_config`` (an audio-only entry: no audio config field it reads), an
@@ -293,15 +302,14 @@ def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
     tower tensor the entry cannot name.
     """
     d = Path(src)
-    H._read_config(d)  # the folder and config.json checks
+    if weights is None:
+        weights = functools.cache(lambda: H._sources(d, stack))
     cfg_path = d / "config.json"
     # the class reads the config as written (text_config not merged up): the top-level
     # architecture (a text_config may name its own: SmolVLM's VLlama3ForCausalLM), and
-    # Qwen2.5-VL's vision norm epsilon is the top-level rms_norm_eps or 1e-6
-    # a checkpoint without config.json: the config its tensor shapes give (PocketTTS)
-    raw = H.guessed_config(d) or read_json(
-        cfg_path, E.InvalidModelConfig, "config.json", expected="a JSON object"
-    )
+    # Qwen2.5-VL's vision norm epsilon is the top-level rms_norm_eps or 1e-6; a checkpoint
+    # without config.json: the config its tensor shapes give (the registry's hook)
+    raw = H._raw_config(d, weights)
     proj = _projector(raw, cfg_path)
     pre = _preprocessor(d)
     if proj.pre_nested is not None and isinstance(pre.get(proj.pre_nested), dict):
@@ -330,7 +338,7 @@ def plan_mmproj(src: str | os.PathLike[str], type: str, stack: list) -> H._Plan:
     if proj.from_shapes is None:
         _check_rows(proj, view, cfg_path)
     by_key: dict[str, H._Source] = {}
-    for s in H._sources(d, stack):
+    for s in weights():
         key = proj.source_key(s.name, view)
         if key is not None:
             by_key[key] = s

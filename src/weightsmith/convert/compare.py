@@ -29,8 +29,8 @@ from .. import errors as E
 from ..gguf import read as read_gguf
 from ..quant.file import dequantize_tensor
 from ..safetensors import safe_open
-from ._hf_to_gguf import _plan, _read_config, _tensor_data
-from .arch import Arch, by_gguf_arch, lookup
+from ._hf_to_gguf import _read_config, _tensor_data, hf_input, plan_input
+from .arch import Arch, by_gguf_arch
 
 __all__ = ["CompareReport", "Diff", "TensorQuality", "compare", "diff"]
 
@@ -141,9 +141,8 @@ class _hf_source:
         # the tokenizer only matters for the embedding rows some architectures cut; any
         # other tokenizer is not read (its pre-tokenizer need not be one llama.cpp knows)
         has_tok = (d / "tokenizer.model").is_file() or (d / "tokenizer.json").is_file()
-        arch = lookup((_read_config(d).get("architectures") or [""])[0])
-        cuts_rows = arch is not None and bool(arch.vocab_rows)
-        self._plan = _plan(d, "f32", self._stack, tokenizer=has_tok and cuts_rows)
+        m = hf_input(d, self._stack)
+        self._plan = plan_input(m, "f32", tokenizer=has_tok and bool(m.arch.vocab_rows))
         self._by = {tp.name: tp for tp in self._plan.tensors}
 
     def get(self, name: str) -> np.ndarray | None:

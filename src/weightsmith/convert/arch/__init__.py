@@ -38,6 +38,11 @@ in both directions (the data model is :mod:`._model`):
 * ``tokenizer`` -- the vocabulary route of :mod:`weightsmith.convert.tokenizer`
   (``{"vocab": "llama" | "gpt2" | "spm_or_gpt2" | "gemma" | "gemma4" | "phi3" | "bert" | "t5" |
   "glm" | "glm4" | "roberta" | ...}``);
+* ``config_from_shapes`` -- a :class:`ShapeConfig` for a checkpoint that ships no
+  ``config.json`` (PocketTTS, Kyutai's layout): the converter's config reader asks the
+  registry (:func:`by_shapes`, never a named family) which entry claims the tensor
+  shapes of the folder's one ``model*.safetensors`` file and takes its config from them,
+  as the reference's hparams loaders do; the projector reads the same config;
 * ``model_types`` / ``hf_config`` -- what GGUF -> HF adds to ``config.json``;
   ``hf_wrap`` reshapes the finished ``config.json`` (a Gemma 4 assistant's text fields
   go under ``text_config``).
@@ -82,6 +87,7 @@ from ._model import (
     Packed,
     Piece,
     PlanError,
+    ShapeConfig,
     Split,
     Stack,
     Transform,
@@ -228,10 +234,12 @@ __all__ = [
     "Packed",
     "Piece",
     "PlanError",
+    "ShapeConfig",
     "Split",
     "Stack",
     "Transform",
     "by_gguf_arch",
+    "by_shapes",
     "first",
     "head_counts",
     "head_dim",
@@ -475,6 +483,16 @@ def lookup(hf_arch: str, cfg: dict | None = None) -> Arch | None:
         if test(cfg):
             return entry
     return REGISTRY.get(hf_arch)
+
+
+def by_shapes(shapes: dict[str, tuple[int, ...]]) -> Arch | None:
+    """The entry whose :attr:`Arch.config_from_shapes` claims a checkpoint without
+    ``config.json`` by its tensor ``shapes`` (the first in :data:`ENTRIES` order, as
+    the reference tries its hparams loaders in turn), or None."""
+    for a in ENTRIES:
+        if a.config_from_shapes is not None and a.config_from_shapes.matches(shapes):
+            return a
+    return None
 
 
 def by_gguf_arch(

@@ -13,6 +13,8 @@ and an inverse (GGUF -> HF) reading of the same row:
   permutation, norm + 1, ...), with its inverse;
 * :class:`Compose` -- a source tensor computed from several before the plan (forward
   only: PocketTTS's embedding with learned rows appended);
+* :class:`ShapeConfig` -- the config of a checkpoint that ships no ``config.json``,
+  derived from its tensor shapes (PocketTTS);
 * :class:`Packed` -- raw passthrough of already-quantized HF data (gpt-oss MXFP4
   ``*_blocks`` + ``*_scales``) repacked into ggml blocks, no float round trip; its
   inverse is the float rule for the same GGUF names (the data is dequantized).
@@ -377,6 +379,25 @@ class Compose:
     config: bool = False
 
 
+@dataclass(frozen=True)
+class ShapeConfig:
+    """The config of a checkpoint that ships no ``config.json``, from its tensor shapes
+    (the reference's ``register_hparams_loader``: a matcher and a loader per family).
+
+    The converter asks it only for a local folder without ``config.json`` holding one
+    ``model*.safetensors`` file, with ``{name: shape}`` of that file's tensors:
+    ``matches(shapes)`` says the checkpoint is the entry's (the reference's matcher);
+    ``needs`` are the tensors read before any output (the config's sources, and any
+    other the conversion cannot go without) with their number of dimensions: a
+    checkpoint lacking one is refused by name, naming ``what`` the checkpoint is;
+    ``config(shapes)`` is the config (its ``architectures`` names the entry)."""
+
+    matches: Callable[[dict[str, tuple[int, ...]]], bool]
+    needs: dict[str, int]
+    config: Callable[[dict[str, tuple[int, ...]]], dict[str, Any]]
+    what: str
+
+
 # --------------------------------------------------------------------------- plans
 
 
@@ -589,6 +610,9 @@ class Arch:
     hf_required: tuple[str, ...] | None = None
     # source tensors replaced by a function of several (:class:`Compose`), before the plan
     compose: tuple[Compose, ...] = ()
+    # the config of this entry's checkpoint when it ships no config.json, from the tensor
+    # shapes (:class:`ShapeConfig`; the registry's :func:`~weightsmith.convert.arch.by_shapes`)
+    config_from_shapes: ShapeConfig | None = None
 
     # -- config
 

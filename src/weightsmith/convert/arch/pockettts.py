@@ -4,8 +4,9 @@ projector (``pockettts_spkenc`` speaker encoder + ``pockettts_gen`` generation h
 The pinned reference's ``PocketTTSModel`` (conversion/pockettts.py) reads Kyutai's own
 checkpoint: one ``model*.safetensors`` file and ``tokenizer.model`` (Unigram
 SentencePiece), no ``config.json``.  The hyperparameters come from the tensor shapes
-(:func:`kyutai_config`, used when the folder has no ``config.json`` and its single
-weight file holds ``flow_lm.bos_emb``):
+(:func:`kyutai_config`; the entry's ``config_from_shapes`` hook, :data:`SHAPE_CONFIG`,
+used when the folder has no ``config.json`` and its single weight file holds
+``flow_lm.bos_emb``):
 
 * ``vocab_size`` -- the conditioner's rows plus the learned input vectors folded into
   the embedding (2 with ``flow_lm.bos_before_voice``, else 1); ``hidden_size``,
@@ -44,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from ._common import COMMON
-from ._model import VT, Arch, Compose, MetaKey, NameRule, Split, Transform
+from ._model import VT, Arch, Compose, MetaKey, NameRule, ShapeConfig, Split, Transform
 
 #: the learned vector appended as the last embedding row (a latent: through input_linear)
 BOS = "flow_lm.bos_emb"
@@ -127,6 +128,12 @@ def _embedding_shape(shapes: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
     return (n + (2 if BOS_BEFORE_VOICE in shapes else 1), dim)
 
 
+#: the registry hook: Kyutai's checkpoint ships no config.json (the reference's matcher
+#: and ``_load_hparams``)
+SHAPE_CONFIG = ShapeConfig(
+    matches=is_kyutai, needs=SHAPE_SOURCES, config=kyutai_config, what="a PocketTTS checkpoint"
+)
+
 _L = "flow_lm.transformer.layers.{bid}."
 _B = "blk.{bid}."
 _TEXT_PAIRS = [
@@ -164,6 +171,7 @@ POCKETTTS = Arch(
     ),
     tokenizer={"vocab": "pockettts"},
     hf_back=False,
+    config_from_shapes=SHAPE_CONFIG,
 )
 
 

@@ -37,7 +37,6 @@ broken file (a vocabulary larger than ``vocab_size``) we raise a named error.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import string
@@ -337,7 +336,14 @@ class _HFTokenizer:
     def __init__(self, d: Path) -> None:
         tk = require("tokenizers", "reading tokenizer.json")
         self.path = d / "tokenizer.json"
-        self.json = read_json(self.path, E.TokenizerInconsistent, "tokenizer.json")
+        try:
+            data = self.path.read_bytes()
+        except OSError as exc:
+            raise E.TokenizerInconsistent(
+                "cannot read tokenizer.json", path=self.path, expected="a JSON file",
+                found=str(exc),
+            ) from None  # fmt: skip
+        self.json = read_json(self.path, E.TokenizerInconsistent, "tokenizer.json", data=data)
         if not isinstance(self.json, dict) or not isinstance(self.json.get("model"), dict):
             raise E.TokenizerInconsistent(
                 "tokenizer.json has no model",
@@ -347,7 +353,9 @@ class _HFTokenizer:
                 found="absent",
             )
         try:
-            self.tok = tk.Tokenizer.from_str(json.dumps(self.json))
+            # the file's own text (valid UTF-8: read_json decoded it), as transformers reads
+            # it; a 151k-token file is not serialized again
+            self.tok = tk.Tokenizer.from_str(data.decode("utf-8"))
         except Exception as exc:  # tokenizers raises a bare Exception on bad files
             raise E.TokenizerInconsistent(
                 "the tokenizers library rejects tokenizer.json",
@@ -516,6 +524,10 @@ def _llama_hf_vocab(d: Path) -> tuple[list[str], list[float], list[int]]:
 # --------------------------------------------------------------------------- SpecialVocab
 
 
+#: a space inside a merge part, as the string format writes it (byte-level U+0120)
+_MERGE_SPACE = chr(ord(" ") + 256)
+
+
 def _merges_from_tokenizer_json(tj: dict, path: Path) -> list[str]:
     merges = (tj.get("model") or {}).get("merges")
     if not isinstance(merges, list) or not merges:
@@ -524,10 +536,18 @@ def _merges_from_tokenizer_json(tj: dict, path: Path) -> list[str]:
         return merges
     if isinstance(merges[0], list) and len(merges[0]) == 2 and isinstance(merges[0][0], str):
         # the pair format (transformers >= 4.45); a space inside a part is written as U+0120
-        return [
-            " ".join("".join(chr(ord(c) + 256) if c == " " else c for c in part) for part in pair)
-            for pair in merges
-        ]
+        try:
+            return [
+                f"{a.replace(' ', _MERGE_SPACE)} {b.replace(' ', _MERGE_SPACE)}" for a, b in merges
+            ]
+        except (ValueError, TypeError, AttributeError):  # a pair not of two strings
+            raise E.TokenizerInconsistent(
+                "a merge pair is not two strings", path=path, field="model.merges",
+                expected="pairs of strings", found=next(
+                    repr(p) for p in merges
+                    if not (isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p))
+                ),
+            ) from None  # fmt: skip
     raise E.TokenizerInconsistent(
         "unknown merges format",
         path=path,
@@ -559,8 +579,10 @@ class _SpecialVocab:
         load_merges: bool = False,
         n_vocab: int | None = None,
         types: tuple[str, ...] = ("bos", "eos", "unk", "sep", "pad", "cls", "mask"),
+        tj: dict | None = None,
     ) -> None:
         self.d = d
+        self._tj = tj  # tokenizer.json already read (a 151k-token file is parsed once)
         self.n_vocab = n_vocab
         self.types = types
         self.merges: list[str] = []
@@ -605,7 +627,7 @@ class _SpecialVocab:
 
     def _from_tokenizer_json(self, load_merges: bool) -> None:
         tj_path = self.d / "tokenizer.json"
-        tj = _json_if(tj_path)
+        tj = self._tj if self._tj is not None else _json_if(tj_path)
         added: list = []
         if tj is not None:
             if load_merges:
@@ -794,12 +816,12 @@ def _set_spm(out: _Entries, d: Path, config: dict, phi3: bool = False) -> None:
 
 
 def _set_gpt2(out: _Entries, d: Path, config: dict, pre: str | None = None) -> None:
-    tokens, types, pre, _ = _gpt2_vocab(d, config, pre)
+    tokens, types, pre, hf = _gpt2_vocab(d, config, pre)
     out.add("ggml.model", "gpt2", VT.STRING)
     out.add("ggml.pre", pre, VT.STRING)
     out.add("ggml.tokens", tokens, VT.STRING)
     out.add("ggml.token_type", types, VT.INT32)
-    _SpecialVocab(d, config, load_merges=True).add_to(out)
+    _SpecialVocab(d, config, load_merges=True, tj=hf.json).add_to(out)
 
 
 # _set_vocab_glm: special token type -> the added token whose id it takes
