@@ -253,6 +253,18 @@ BASE_NAMES = [
     NameRule(LAYER + "mlp.up_proj.weight", BLK + "ffn_up.weight"),
     NameRule(LAYER + "mlp.down_proj.weight", BLK + "ffn_down.weight"),
 ]
+#: the multi-token-prediction (MTP, "nextn") block's own tensors, as the Hub's GLM-4.5,
+#: GLM-5, Step-3.5 and MiMo-V2 checkpoints name them in the block's layer
+NEXTN_NAMES = layer_rules(
+    [
+        ("eh_proj", "nextn.eh_proj"),
+        ("embed_tokens", "nextn.embed_tokens"),
+        ("enorm", "nextn.enorm"),
+        ("hnorm", "nextn.hnorm"),
+        ("shared_head.head", "nextn.shared_head_head"),
+        ("shared_head.norm", "nextn.shared_head_norm"),
+    ]
+)
 QK_NORM = layer_rules([("self_attn.q_norm", "attn_q_norm"), ("self_attn.k_norm", "attn_k_norm")])
 FFN_NORM = layer_rules([("post_attention_layernorm", "ffn_norm")])
 GEMMA_NORMS = layer_rules(

@@ -48,13 +48,13 @@ from ._common import (
     COMMON,
     DSA_INDEXER_NAMES,
     LAYER,
+    NEXTN_NAMES,
     past_blocks,
     reference_math,
     replace_rows,
 )
 from ._model import VT, Arch, NameRule, PlanError, Split, Transform, m
 from .deepseek import DEEPSEEK2
-from .glm import _NEXTN
 
 _ATT = LAYER + "self_attn."
 
@@ -277,7 +277,7 @@ DOTS3NOTE = Arch(
         NameRule(_ATT + "k_rope_only_layernorm.weight", BLK + "attn_k_norm.weight"),
         *DSA_INDEXER_NAMES,
         # gguf-py's dots3note has no nextn.shared_head_head (the reference refuses it)
-        *(r for r in _NEXTN if "shared_head_head" not in r.gguf),
+        *(r for r in NEXTN_NAMES if "shared_head_head" not in r.gguf),
     ],
     stacks=DEEPSEEK2.stacks,
     splits=[

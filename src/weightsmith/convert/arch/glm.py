@@ -49,6 +49,7 @@ from ._common import (
     BLK,
     COMMON,
     LAYER,
+    NEXTN_NAMES,
     QK_NORM,
     expert_stacks,
     layer_rules,
@@ -101,18 +102,6 @@ _ROWS = [
 
 _MLP = LAYER + "mlp."
 
-#: the multi-token-prediction block's own tensors (GLM-4.5 and GLM-OCR)
-_NEXTN = layer_rules(
-    [
-        ("eh_proj", "nextn.eh_proj"),
-        ("embed_tokens", "nextn.embed_tokens"),
-        ("enorm", "nextn.enorm"),
-        ("hnorm", "nextn.hnorm"),
-        ("shared_head.head", "nextn.shared_head_head"),
-        ("shared_head.norm", "nextn.shared_head_norm"),
-    ]
-)
-
 
 def _hf_config(cfg: dict, names: set[str]) -> dict[str, Any]:
     nextn = cfg.get("num_nextn_predict_layers", 0)
@@ -143,7 +132,7 @@ GLM4MOE = Arch(
                 ("mlp.shared_experts.down_proj", "ffn_down_shexp"),
             ]
         ),
-        *_NEXTN,
+        *NEXTN_NAMES,
         NameRule(_MLP + "gate.e_score_correction_bias", BLK + "exp_probs_b.bias"),
     ],
     stacks=expert_stacks(_n_routed),
@@ -314,5 +303,5 @@ GLMOCR_TEXT = replace(
         ),
         m("nextn_predict_layers", "num_nextn_predict_layers"),
     ],
-    names=[*GLM4_LAYER, *_NEXTN],
+    names=[*GLM4_LAYER, *NEXTN_NAMES],
 )

@@ -24,11 +24,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ._common import DSA_INDEXER_NAMES, LAYER, past_blocks, replace_rows
+from ._common import DSA_INDEXER_NAMES, LAYER, NEXTN_NAMES, past_blocks, replace_rows
 from ._model import VT, full_rope, m
 from .deepseek import _ROWS as _DEEPSEEK2_ROWS
 from .deepseek import DEEPSEEK2
-from .glm import _NEXTN
 
 _ATT = LAYER + "self_attn."
 
@@ -84,7 +83,7 @@ GLM_DSA = replace(
     hf_archs=("GlmMoeDsaForCausalLM",),
     gguf_arch="glm-dsa",
     meta=_ROWS,
-    names=[*DEEPSEEK2.names, *DSA_INDEXER_NAMES, *_NEXTN],
+    names=[*DEEPSEEK2.names, *DSA_INDEXER_NAMES, *NEXTN_NAMES],
     required=(*DEEPSEEK2.required, "index_n_heads", "index_head_dim", "index_topk"),
     tokenizer={"vocab": "glm"},
     model_types={"GlmMoeDsaForCausalLM": "glm_moe_dsa"},

@@ -48,7 +48,16 @@ import re
 from typing import Any
 
 from ...errors import UnknownArchitecture
-from ._common import BASE_NAMES, BLK, COMMON, FFN_NORM, LAYER, layer_rules, replace_rows
+from ._common import (
+    BASE_NAMES,
+    BLK,
+    COMMON,
+    FFN_NORM,
+    LAYER,
+    NEXTN_NAMES,
+    layer_rules,
+    replace_rows,
+)
 from ._model import FILE_TYPE, VT, Arch, NameRule, Stack, m, rope_parameters
 
 #: the MTP blocks the reference always counts (MimoV2Model._n_nextn)
@@ -207,16 +216,10 @@ MIMO2 = Arch(
             [
                 ("self_attn.qkv_proj", "attn_qkv"),
                 ("mlp.gate", "ffn_gate_inp"),
-                # the MTP blocks' own tensors
-                ("eh_proj", "nextn.eh_proj"),
-                ("embed_tokens", "nextn.embed_tokens"),
-                ("enorm", "nextn.enorm"),
-                ("hnorm", "nextn.hnorm"),
-                ("shared_head.head", "nextn.shared_head_head"),
-                ("shared_head.norm", "nextn.shared_head_norm"),
                 ("final_layernorm", "layer_output_norm"),
             ]
         ),
+        *NEXTN_NAMES,  # the MTP blocks' own tensors
         NameRule(LAYER + "self_attn.attention_sink_bias", BLK + "attn_sinks.weight"),
         NameRule(LAYER + "mlp.gate.e_score_correction_bias", BLK + "exp_probs_b.bias"),
     ],

@@ -43,6 +43,7 @@ from ._common import (
     FFN_NORM,
     GEMMA_NORM,
     LAYER,
+    NEXTN_NAMES,
     QK_NORM,
     layer_rules,
     replace_rows,
@@ -204,17 +205,7 @@ STEP35 = Arch(
             ]
         ),
         NameRule(LAYER + "moe.router_bias", BLK + "exp_probs_b.bias"),
-        # the MTP blocks' own tensors
-        *layer_rules(
-            [
-                ("eh_proj", "nextn.eh_proj"),
-                ("embed_tokens", "nextn.embed_tokens"),
-                ("enorm", "nextn.enorm"),
-                ("hnorm", "nextn.hnorm"),
-                ("shared_head.head", "nextn.shared_head_head"),
-                ("shared_head.norm", "nextn.shared_head_norm"),
-            ]
-        ),
+        *NEXTN_NAMES,  # the MTP blocks' own tensors
     ],
     rename=(_mtp_names, _mtp_names_back),
     transforms=[GEMMA_NORM],
