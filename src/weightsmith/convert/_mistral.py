@@ -148,6 +148,17 @@ def _moe_params(path: Path, params: dict) -> None:
         )  # fmt: skip
 
 
+def _check_shapes(d: Path, want: dict[str, tuple[int, ...]], shapes: dict) -> None:
+    """Each tensor params.json implies, with the shape it implies, is in the checkpoint."""
+    for name, shape in want.items():
+        got = shapes.get(name)
+        if got != shape:
+            raise E.ParamsShapeMismatch(
+                "params.json contradicts the checkpoint", path=d / "params.json", field=name,
+                expected=list(shape), found="no such tensor" if got is None else list(got),
+            )  # fmt: skip
+
+
 def _check_moe_tensors(d: Path, cfg: dict, shapes: dict[str, tuple[int, ...]]) -> None:
     """params.json against the tensor shapes the reference's math depends on (the MLA
     split, the expert count, the vocabulary), before anything is written."""
@@ -163,13 +174,7 @@ def _check_moe_tensors(d: Path, cfg: dict, shapes: dict[str, tuple[int, ...]]) -
         want[f"layers.{i}.attention_norm.weight"] = (dim,)
         if i >= dense:
             want[f"layers.{i}.gate.weight"] = (cfg["n_routed_experts"], dim)
-    for name, shape in want.items():
-        got = shapes.get(name)
-        if got != shape:
-            raise E.ParamsShapeMismatch(
-                "params.json contradicts the checkpoint", path=d / "params.json", field=name,
-                expected=list(shape), found="no such tensor" if got is None else list(got),
-            )  # fmt: skip
+    _check_shapes(d, want, shapes)
     extra = sorted(x for x in shapes if x.startswith("layers.") and int(x.split(".")[1]) >= n)
     if extra:
         raise E.ParamsShapeMismatch(
@@ -192,13 +197,7 @@ def _check_tensors(d: Path, p: dict, shapes: dict[str, tuple[int, ...]]) -> None
         want.update({f"layers.{i}.{k}.weight": v for k, v in layer.items()})
     if p.get("tied_embeddings"):
         del want["output.weight"]
-    for name, shape in want.items():
-        got = shapes.get(name)
-        if got != shape:
-            raise E.ParamsShapeMismatch(
-                "params.json contradicts the checkpoint", path=d / "params.json", field=name,
-                expected=list(shape), found="no such tensor" if got is None else list(got),
-            )  # fmt: skip
+    _check_shapes(d, want, shapes)
     extra = sorted(n for n in shapes if n.startswith("layers.") and n not in want)
     if extra:
         raise E.ParamsShapeMismatch(
