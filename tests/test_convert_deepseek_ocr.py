@@ -28,6 +28,7 @@ import pytest
 
 from support.deepseek_ocr_models import MEAN_STD, deepseek_ocr1, deepseek_ocr2, unlimited_ocr
 from support.gguf_pair import pair_jobs
+from support.mtmd_ctx import mtmd_pair
 from test_convert_hf_to_gguf import _llama_logits, _llama_quantize
 from test_convert_mmproj import TYPES, _reference, _same, convert_both
 from weightsmith import errors as E
@@ -182,45 +183,32 @@ def _mtmd_image_rows(text: Path, mmproj: Path, img: np.ndarray) -> np.ndarray:
     import llama_cpp
     from llama_cpp import mtmd_cpp
 
-    llm = llama_cpp.Llama(model_path=str(text), n_ctx=1024, n_threads=2, verbose=False)
-    try:
-        params = mtmd_cpp.mtmd_context_params_default()
-        params.use_gpu, params.n_threads, params.print_timings = False, 2, False
-        params.warmup = False  # a full 1024 encode otherwise
-        ctx = mtmd_cpp.mtmd_init_from_file(str(mmproj).encode(), llm.model, params)
-        assert ctx is not None, "mtmd did not load the projector"
-        try:
-            h, w, _ = img.shape
-            buf = (ctypes.c_uint8 * img.size).from_buffer_copy(img.tobytes())
-            bitmap = mtmd_cpp.mtmd_bitmap_init(w, h, buf)
-            chunks = mtmd_cpp.mtmd_input_chunks_init()
-            inp = mtmd_cpp.mtmd_input_text()
-            prompt = b"see " + mtmd_cpp.mtmd_default_marker()  # kept alive: a pointer
-            inp.text, inp.text_len = prompt, len(prompt)
-            inp.add_special, inp.parse_special = False, True
-            bitmaps = (mtmd_cpp.mtmd_bitmap_p_ctypes * 1)(bitmap)
-            assert mtmd_cpp.mtmd_tokenize(ctx, chunks, ctypes.byref(inp), bitmaps, 1) == 0
-            n_embd = llama_cpp.llama_model_n_embd_inp(llm.model)
-            rows = []
-            for i in range(mtmd_cpp.mtmd_input_chunks_size(chunks)):
-                chunk = mtmd_cpp.mtmd_input_chunks_get(chunks, i)
-                if (
-                    mtmd_cpp.mtmd_input_chunk_get_type(chunk)
-                    != mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_IMAGE
-                ):
-                    continue
-                n = mtmd_cpp.mtmd_input_chunk_get_n_tokens(chunk)
-                assert mtmd_cpp.mtmd_encode_chunk(ctx, chunk) == 0
-                out = mtmd_cpp.mtmd_get_output_embd(ctx)
-                rows.append(np.ctypeslib.as_array(out, shape=(n * n_embd,)).reshape(n, n_embd))
-                rows[-1] = rows[-1].copy()
-            mtmd_cpp.mtmd_input_chunks_free(chunks)
-            mtmd_cpp.mtmd_bitmap_free(bitmap)
-            return np.concatenate(rows)
-        finally:
-            mtmd_cpp.mtmd_free(ctx)
-    finally:
-        llm.close()
+    # no warmup: a full 1024 encode otherwise
+    with mtmd_pair(text, mmproj, n_ctx=1024, warmup=False) as (llm, ctx):
+        h, w, _ = img.shape
+        buf = (ctypes.c_uint8 * img.size).from_buffer_copy(img.tobytes())
+        bitmap = mtmd_cpp.mtmd_bitmap_init(w, h, buf)
+        chunks = mtmd_cpp.mtmd_input_chunks_init()
+        inp = mtmd_cpp.mtmd_input_text()
+        prompt = b"see " + mtmd_cpp.mtmd_default_marker()  # kept alive: a pointer
+        inp.text, inp.text_len = prompt, len(prompt)
+        inp.add_special, inp.parse_special = False, True
+        bitmaps = (mtmd_cpp.mtmd_bitmap_p_ctypes * 1)(bitmap)
+        assert mtmd_cpp.mtmd_tokenize(ctx, chunks, ctypes.byref(inp), bitmaps, 1) == 0
+        n_embd = llama_cpp.llama_model_n_embd_inp(llm.model)
+        rows = []
+        for i in range(mtmd_cpp.mtmd_input_chunks_size(chunks)):
+            chunk = mtmd_cpp.mtmd_input_chunks_get(chunks, i)
+            if mtmd_cpp.mtmd_input_chunk_get_type(chunk) != mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_IMAGE:
+                continue
+            n = mtmd_cpp.mtmd_input_chunk_get_n_tokens(chunk)
+            assert mtmd_cpp.mtmd_encode_chunk(ctx, chunk) == 0
+            out = mtmd_cpp.mtmd_get_output_embd(ctx)
+            rows.append(np.ctypeslib.as_array(out, shape=(n * n_embd,)).reshape(n, n_embd))
+            rows[-1] = rows[-1].copy()
+        mtmd_cpp.mtmd_input_chunks_free(chunks)
+        mtmd_cpp.mtmd_bitmap_free(bitmap)
+        return np.concatenate(rows)
 
 
 def _hf_image_features(
@@ -463,42 +451,27 @@ def test_ocr1_projector_same_as_reference(ocr1, t):
 
 def _mtmd_image_tokens(text: Path, mmproj: Path, img: np.ndarray) -> int:
     """How many image tokens mtmd cuts ``img`` into (tokenized, not encoded)."""
-    import llama_cpp
     from llama_cpp import mtmd_cpp
 
-    llm = llama_cpp.Llama(model_path=str(text), n_ctx=256, n_threads=2, verbose=False)
-    try:
-        params = mtmd_cpp.mtmd_context_params_default()
-        params.use_gpu, params.n_threads, params.print_timings = False, 2, False
-        params.warmup = False
-        ctx = mtmd_cpp.mtmd_init_from_file(str(mmproj).encode(), llm.model, params)
-        assert ctx is not None, "mtmd did not load the projector"
-        try:
-            h, w, _ = img.shape
-            buf = (ctypes.c_uint8 * img.size).from_buffer_copy(img.tobytes())
-            bitmap = mtmd_cpp.mtmd_bitmap_init(w, h, buf)
-            chunks = mtmd_cpp.mtmd_input_chunks_init()
-            inp = mtmd_cpp.mtmd_input_text()
-            prompt = mtmd_cpp.mtmd_default_marker()
-            inp.text, inp.text_len = prompt, len(prompt)
-            inp.add_special, inp.parse_special = False, True
-            bitmaps = (mtmd_cpp.mtmd_bitmap_p_ctypes * 1)(bitmap)
-            assert mtmd_cpp.mtmd_tokenize(ctx, chunks, ctypes.byref(inp), bitmaps, 1) == 0
-            n = 0
-            for i in range(mtmd_cpp.mtmd_input_chunks_size(chunks)):
-                chunk = mtmd_cpp.mtmd_input_chunks_get(chunks, i)
-                if (
-                    mtmd_cpp.mtmd_input_chunk_get_type(chunk)
-                    == mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_IMAGE
-                ):
-                    n += mtmd_cpp.mtmd_input_chunk_get_n_tokens(chunk)
-            mtmd_cpp.mtmd_input_chunks_free(chunks)
-            mtmd_cpp.mtmd_bitmap_free(bitmap)
-            return n
-        finally:
-            mtmd_cpp.mtmd_free(ctx)
-    finally:
-        llm.close()
+    with mtmd_pair(text, mmproj, n_ctx=256, warmup=False) as (_llm, ctx):
+        h, w, _ = img.shape
+        buf = (ctypes.c_uint8 * img.size).from_buffer_copy(img.tobytes())
+        bitmap = mtmd_cpp.mtmd_bitmap_init(w, h, buf)
+        chunks = mtmd_cpp.mtmd_input_chunks_init()
+        inp = mtmd_cpp.mtmd_input_text()
+        prompt = mtmd_cpp.mtmd_default_marker()
+        inp.text, inp.text_len = prompt, len(prompt)
+        inp.add_special, inp.parse_special = False, True
+        bitmaps = (mtmd_cpp.mtmd_bitmap_p_ctypes * 1)(bitmap)
+        assert mtmd_cpp.mtmd_tokenize(ctx, chunks, ctypes.byref(inp), bitmaps, 1) == 0
+        n = 0
+        for i in range(mtmd_cpp.mtmd_input_chunks_size(chunks)):
+            chunk = mtmd_cpp.mtmd_input_chunks_get(chunks, i)
+            if mtmd_cpp.mtmd_input_chunk_get_type(chunk) == mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_IMAGE:
+                n += mtmd_cpp.mtmd_input_chunk_get_n_tokens(chunk)
+        mtmd_cpp.mtmd_input_chunks_free(chunks)
+        mtmd_cpp.mtmd_bitmap_free(bitmap)
+        return n
 
 
 def test_ocr1_contents_and_text(ocr1, ds):

@@ -26,6 +26,7 @@ import pytest
 
 from support import pyfork
 from support.mistral_moe import make_mistral_moe_checkpoint, make_mistral_real_tekken
+from test_convert_archs import _llama_logits_f32_kv
 from test_convert_hf_to_gguf import _kvs, _llama_quantize, _tensors
 from weightsmith import errors as E
 from weightsmith.convert import mistral_to_gguf
@@ -122,18 +123,6 @@ def test_it_is_the_moe_model(work):
     assert "blk.1.attn_k_b.weight" in types and "blk.0.ffn_gate.weight" in types
 
 
-def _llama_logits(path: Path, tokens: list[int]) -> np.ndarray:
-    import llama_cpp
-
-    llm = llama_cpp.Llama(model_path=str(path), n_ctx=64, n_threads=2, logits_all=True,
-                          verbose=False, type_k=0, type_v=0)  # fmt: skip
-    try:
-        llm.eval(tokens)
-        return np.array(llm.scores[: len(tokens)], dtype=np.float32)
-    finally:
-        llm.close()
-
-
 def test_llama_cpp_logits(work):
     """llama.cpp on ours = on the reference's file, bit for bit; and = transformers' logits
     of the model the folder holds (3.0e-6 at scale 3.2 with an f32 KV cache; MLA's 48-wide
@@ -142,8 +131,8 @@ def test_llama_cpp_logits(work):
     import torch
 
     tokens = [1, 5, 9, 33, 100, 7, 200, 42, 300, 64, 17, 250]
-    ours = _llama_logits(work.files("moe-f32")[0], tokens)
-    ref = _llama_logits(work.files("moe-f32")[1], tokens)
+    ours = _llama_logits_f32_kv(work.files("moe-f32")[0], tokens)
+    ref = _llama_logits_f32_kv(work.files("moe-f32")[1], tokens)
     np.testing.assert_array_equal(ours, ref)
     rope = work.model.config.rope_parameters
     with torch.no_grad():

@@ -26,6 +26,7 @@ import pytest
 
 from support import pyfork
 from support.llama_sdist import llama_cpp_root
+from support.mtmd_ctx import mtmd_pair
 from support.vlm_models import build
 from weightsmith import errors as E
 from weightsmith.convert import hf_to_gguf
@@ -296,63 +297,52 @@ def _mtmd_encode(
     import llama_cpp
     from llama_cpp import mtmd_cpp
 
-    llm = llama_cpp.Llama(model_path=str(text), n_ctx=256, n_threads=2, verbose=False)
-    try:
-        params = mtmd_cpp.mtmd_context_params_default()
-        params.use_gpu = False
-        params.n_threads = 2
-        params.print_timings = False
-        if flash_attn is not None:
-            params.flash_attn_type = (
-                llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
-                if flash_attn
-                else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
-            )
-        ctx = mtmd_cpp.mtmd_init_from_file(str(mmproj).encode(), llm.model, params)
-        assert ctx is not None, "mtmd did not load the projector"
-        try:
-            if pcm is None:
-                assert mtmd_cpp.mtmd_support_vision(ctx)
-                h, w, _ = img.shape
-                buf = (ctypes.c_uint8 * img.size).from_buffer_copy(img.tobytes())
-                bitmap = mtmd_cpp.mtmd_bitmap_init(w, h, buf)
-                kind = mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_IMAGE
-            else:
-                assert mtmd_cpp.mtmd_support_audio(ctx)
-                samples = np.ascontiguousarray(pcm, dtype=np.float32)
-                data = (ctypes.c_float * samples.size).from_buffer_copy(samples.tobytes())
-                bitmap = mtmd_cpp.mtmd_bitmap_init_from_audio(samples.size, data)
-                kind = mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_AUDIO
-            chunks = mtmd_cpp.mtmd_input_chunks_init()
-            marker = mtmd_cpp.mtmd_default_marker()
-            inp = mtmd_cpp.mtmd_input_text()
-            prompt = b"see " + marker  # kept alive: the struct holds a pointer to it
-            inp.text = prompt
-            inp.text_len = len(prompt)
-            inp.add_special = False
-            inp.parse_special = True
-            bitmaps = (mtmd_cpp.mtmd_bitmap_p_ctypes * 1)(bitmap)
-            assert mtmd_cpp.mtmd_tokenize(ctx, chunks, ctypes.byref(inp), bitmaps, 1) == 0
-            for i in range(mtmd_cpp.mtmd_input_chunks_size(chunks)):
-                chunk = mtmd_cpp.mtmd_input_chunks_get(chunks, i)
-                if mtmd_cpp.mtmd_input_chunk_get_type(chunk) == kind:
-                    n = mtmd_cpp.mtmd_input_chunk_get_n_tokens(chunk)
-                    assert mtmd_cpp.mtmd_encode_chunk(ctx, chunk) == 0
-                    out = mtmd_cpp.mtmd_get_output_embd(ctx)
-                    # the input width: Qwen3-VL's deepstack features ride beside the
-                    # embedding (n_embd * (1 + n_deepstack))
-                    n_embd = llama_cpp.llama_model_n_embd_inp(llm.model)
-                    emb = np.ctypeslib.as_array(out, shape=(n * n_embd,)).copy()
-                    break
-            else:
-                raise AssertionError("no image (or audio) chunk")
-            mtmd_cpp.mtmd_input_chunks_free(chunks)
-            mtmd_cpp.mtmd_bitmap_free(bitmap)
-            return emb.reshape(n, n_embd)
-        finally:
-            mtmd_cpp.mtmd_free(ctx)
-    finally:
-        llm.close()
+    extra = {}
+    if flash_attn is not None:
+        extra["flash_attn_type"] = (
+            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+            if flash_attn
+            else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
+    with mtmd_pair(text, mmproj, **extra) as (llm, ctx):
+        if pcm is None:
+            assert mtmd_cpp.mtmd_support_vision(ctx)
+            h, w, _ = img.shape
+            buf = (ctypes.c_uint8 * img.size).from_buffer_copy(img.tobytes())
+            bitmap = mtmd_cpp.mtmd_bitmap_init(w, h, buf)
+            kind = mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_IMAGE
+        else:
+            assert mtmd_cpp.mtmd_support_audio(ctx)
+            samples = np.ascontiguousarray(pcm, dtype=np.float32)
+            data = (ctypes.c_float * samples.size).from_buffer_copy(samples.tobytes())
+            bitmap = mtmd_cpp.mtmd_bitmap_init_from_audio(samples.size, data)
+            kind = mtmd_cpp.MTMD_INPUT_CHUNK_TYPE_AUDIO
+        chunks = mtmd_cpp.mtmd_input_chunks_init()
+        marker = mtmd_cpp.mtmd_default_marker()
+        inp = mtmd_cpp.mtmd_input_text()
+        prompt = b"see " + marker  # kept alive: the struct holds a pointer to it
+        inp.text = prompt
+        inp.text_len = len(prompt)
+        inp.add_special = False
+        inp.parse_special = True
+        bitmaps = (mtmd_cpp.mtmd_bitmap_p_ctypes * 1)(bitmap)
+        assert mtmd_cpp.mtmd_tokenize(ctx, chunks, ctypes.byref(inp), bitmaps, 1) == 0
+        for i in range(mtmd_cpp.mtmd_input_chunks_size(chunks)):
+            chunk = mtmd_cpp.mtmd_input_chunks_get(chunks, i)
+            if mtmd_cpp.mtmd_input_chunk_get_type(chunk) == kind:
+                n = mtmd_cpp.mtmd_input_chunk_get_n_tokens(chunk)
+                assert mtmd_cpp.mtmd_encode_chunk(ctx, chunk) == 0
+                out = mtmd_cpp.mtmd_get_output_embd(ctx)
+                # the input width: Qwen3-VL's deepstack features ride beside the
+                # embedding (n_embd * (1 + n_deepstack))
+                n_embd = llama_cpp.llama_model_n_embd_inp(llm.model)
+                emb = np.ctypeslib.as_array(out, shape=(n * n_embd,)).copy()
+                break
+        else:
+            raise AssertionError("no image (or audio) chunk")
+        mtmd_cpp.mtmd_input_chunks_free(chunks)
+        mtmd_cpp.mtmd_bitmap_free(bitmap)
+        return emb.reshape(n, n_embd)
 
 
 def _hf_image_features(folder: Path, img: np.ndarray) -> np.ndarray:

@@ -33,6 +33,7 @@ import re
 import numpy as np
 import pytest
 
+from support.mtmd_ctx import mtmd_pair
 from support.pockettts_models import pockettts_kyutai
 from test_convert_archs import QUANT_TYPES
 from test_convert_hf_to_gguf import _llama_quantize
@@ -321,7 +322,6 @@ def gen(pt) -> dict:
     half reshapes to the text width: ``GGML_ASSERT`` in ``ggml_reshape_2d``)."""
     import ctypes
 
-    import llama_cpp
     from llama_cpp import mtmd_cpp
 
     from support.pockettts_models import DIM, LDIM
@@ -329,40 +329,30 @@ def gen(pt) -> dict:
     root = pt.parent
     out: dict = {"h": np.random.default_rng(7).standard_normal(DIM).astype(np.float32),
                  "feats": np.random.default_rng(5).standard_normal((12, LDIM)).astype(np.float32)}  # fmt: skip
-    llm = llama_cpp.Llama(model_path=str(root / "ours-text-f32.gguf"), n_ctx=256, n_threads=2,
-                          verbose=False)  # fmt: skip
-    try:
-        params = mtmd_cpp.mtmd_context_params_default()
-        params.use_gpu, params.n_threads, params.print_timings = False, 2, False
-        ctx = mtmd_cpp.mtmd_init_from_file(
-            str(root / "ours-mmproj-f32.gguf").encode(), llm.model, params
-        )
-        assert ctx is not None, "mtmd did not load the projector"
-        try:
-            info = mtmd_cpp.mtmd_gen_audio_get_info(ctx)
-            out["info"] = (info.type, info.sample_rate, info.model_variant)
-            code = mtmd_cpp.mtmd_gen_inp_default(ctx)
-            code.type = mtmd_cpp.MTMD_GEN_PROCESS_TYPE_GEN_CODE
-            h = (ctypes.c_float * DIM).from_buffer_copy(out["h"].tobytes())
-            code.embd = ctypes.cast(h, ctypes.POINTER(ctypes.c_float))
-            code.temp, code.seed = 1e-14, 1
-            res = mtmd_cpp.mtmd_gen_out()
-            assert mtmd_cpp.mtmd_gen_audio_process(ctx, ctypes.byref(code), ctypes.byref(res)) == 0
-            out["latent"] = np.ctypeslib.as_array(res.feats, shape=(res.n_feats,)).copy()
-            out["embd"] = np.ctypeslib.as_array(res.embd, shape=(DIM,)).copy()
-            out["eos"] = bool(res.is_eos)
-            feats = out["feats"]
-            inp = mtmd_cpp.mtmd_gen_inp_default(ctx)
-            inp.type = mtmd_cpp.MTMD_GEN_PROCESS_TYPE_GEN_WAV
-            buf = (ctypes.c_float * feats.size).from_buffer_copy(feats.tobytes())
-            inp.feats, inp.n_feats = ctypes.cast(buf, ctypes.POINTER(ctypes.c_float)), feats.size
-            res = mtmd_cpp.mtmd_gen_out()
-            assert mtmd_cpp.mtmd_gen_audio_process(ctx, ctypes.byref(inp), ctypes.byref(res)) == 0
-            out["pcm"] = np.ctypeslib.as_array(res.audio, shape=(res.n_samples,)).copy()
-        finally:
-            mtmd_cpp.mtmd_free(ctx)
-    finally:
-        llm.close()
+    with mtmd_pair(root / "ours-text-f32.gguf", root / "ours-mmproj-f32.gguf", n_ctx=256) as (
+        _llm,
+        ctx,
+    ):
+        info = mtmd_cpp.mtmd_gen_audio_get_info(ctx)
+        out["info"] = (info.type, info.sample_rate, info.model_variant)
+        code = mtmd_cpp.mtmd_gen_inp_default(ctx)
+        code.type = mtmd_cpp.MTMD_GEN_PROCESS_TYPE_GEN_CODE
+        h = (ctypes.c_float * DIM).from_buffer_copy(out["h"].tobytes())
+        code.embd = ctypes.cast(h, ctypes.POINTER(ctypes.c_float))
+        code.temp, code.seed = 1e-14, 1
+        res = mtmd_cpp.mtmd_gen_out()
+        assert mtmd_cpp.mtmd_gen_audio_process(ctx, ctypes.byref(code), ctypes.byref(res)) == 0
+        out["latent"] = np.ctypeslib.as_array(res.feats, shape=(res.n_feats,)).copy()
+        out["embd"] = np.ctypeslib.as_array(res.embd, shape=(DIM,)).copy()
+        out["eos"] = bool(res.is_eos)
+        feats = out["feats"]
+        inp = mtmd_cpp.mtmd_gen_inp_default(ctx)
+        inp.type = mtmd_cpp.MTMD_GEN_PROCESS_TYPE_GEN_WAV
+        buf = (ctypes.c_float * feats.size).from_buffer_copy(feats.tobytes())
+        inp.feats, inp.n_feats = ctypes.cast(buf, ctypes.POINTER(ctypes.c_float)), feats.size
+        res = mtmd_cpp.mtmd_gen_out()
+        assert mtmd_cpp.mtmd_gen_audio_process(ctx, ctypes.byref(inp), ctypes.byref(res)) == 0
+        out["pcm"] = np.ctypeslib.as_array(res.audio, shape=(res.n_samples,)).copy()
     return out
 
 

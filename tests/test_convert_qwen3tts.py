@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 from support.gguf_pair import pair_jobs
+from support.mtmd_ctx import mtmd_pair
 from support.qwen3tts_models import qwen3tts
 from test_convert_archs import QUANT_TYPES
 from test_convert_hf_to_gguf import _llama_quantize
@@ -256,34 +257,23 @@ def _gen_code(root, h: np.ndarray, code0: int) -> tuple[np.ndarray, np.ndarray]:
     embedding fed back to the talker."""
     import ctypes
 
-    import llama_cpp
     from llama_cpp import mtmd_cpp
 
-    llm = llama_cpp.Llama(model_path=str(root / "ours-text-f32.gguf"), n_ctx=64, n_threads=2,
-                          verbose=False)  # fmt: skip
-    try:
-        params = mtmd_cpp.mtmd_context_params_default()
-        params.use_gpu, params.n_threads, params.print_timings = False, 2, False
-        ctx = mtmd_cpp.mtmd_init_from_file(
-            str(root / "ours-mmproj-f32.gguf").encode(), llm.model, params
-        )
-        assert ctx is not None, "mtmd did not load the projector"
-        try:
-            info = mtmd_cpp.mtmd_gen_audio_get_info(ctx)
-            assert (info.type, info.sample_rate) == (mtmd_cpp.MTMD_GEN_AUDIO_TYPE_QWEN3TTS, 24000)
-            inp = mtmd_cpp.mtmd_gen_inp_default(ctx)
-            inp.type = mtmd_cpp.MTMD_GEN_PROCESS_TYPE_GEN_CODE
-            buf = (ctypes.c_float * h.size).from_buffer_copy(h.astype(np.float32).tobytes())
-            inp.embd = ctypes.cast(buf, ctypes.POINTER(ctypes.c_float))
-            inp.code0, inp.top_k, inp.seed, inp.temp = code0, 1, 1, 1.0
-            out = mtmd_cpp.mtmd_gen_out()
-            assert mtmd_cpp.mtmd_gen_audio_process(ctx, ctypes.byref(inp), ctypes.byref(out)) == 0
-            codes = np.ctypeslib.as_array(out.codes, shape=(out.n_codes,)).copy()
-            embd = np.ctypeslib.as_array(out.embd, shape=(h.size,)).copy()
-        finally:
-            mtmd_cpp.mtmd_free(ctx)
-    finally:
-        llm.close()
+    with mtmd_pair(root / "ours-text-f32.gguf", root / "ours-mmproj-f32.gguf", n_ctx=64) as (
+        _llm,
+        ctx,
+    ):
+        info = mtmd_cpp.mtmd_gen_audio_get_info(ctx)
+        assert (info.type, info.sample_rate) == (mtmd_cpp.MTMD_GEN_AUDIO_TYPE_QWEN3TTS, 24000)
+        inp = mtmd_cpp.mtmd_gen_inp_default(ctx)
+        inp.type = mtmd_cpp.MTMD_GEN_PROCESS_TYPE_GEN_CODE
+        buf = (ctypes.c_float * h.size).from_buffer_copy(h.astype(np.float32).tobytes())
+        inp.embd = ctypes.cast(buf, ctypes.POINTER(ctypes.c_float))
+        inp.code0, inp.top_k, inp.seed, inp.temp = code0, 1, 1, 1.0
+        out = mtmd_cpp.mtmd_gen_out()
+        assert mtmd_cpp.mtmd_gen_audio_process(ctx, ctypes.byref(inp), ctypes.byref(out)) == 0
+        codes = np.ctypeslib.as_array(out.codes, shape=(out.n_codes,)).copy()
+        embd = np.ctypeslib.as_array(out.embd, shape=(h.size,)).copy()
     return codes, embd
 
 
