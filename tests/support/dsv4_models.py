@@ -254,3 +254,71 @@ def _torch(x):
     if x.dtype.name == "float8_e4m3fn":
         return torch.from_numpy(x.view(np.uint8)).view(torch.float8_e4m3fn)
     return torch.from_numpy(np.ascontiguousarray(x))
+
+
+# DeepSeek-V4 Flash vision (``deepseek-ai/DeepSeek-V4-Flash-Vision-Exp``, remote code): the
+# config's top-level ``vision_*`` fields and the tensors the pinned converter's
+# DeepseekV4FlashVisionModel and mtmd's ``deepseek4v`` loader read, at tiny sizes
+VISION = {
+    "vision_n_layers": 3,  # the reference maps aligner.w2 through the block map
+    "vision_dim": 32,
+    "vision_n_heads": 2,
+    "vision_inter_dim": 64,
+    "vision_patch_size": 4,
+    "vision_downsample_ratio": 3,  # the aligner's 3 x 3 unfold
+    "vision_min_pixels": 2304,
+    "vision_max_n_token": 384,  # the class asserts both (llama.cpp hard-codes them)
+    "vision_max_wh_ratio": 8,
+}
+SENTINELS = ("image_newline", "image_start", "image_end", "image_pad")
+
+
+def flash_vision_tensors(g: np.random.Generator, text_width: int, v: dict = VISION) -> dict:
+    """Seeded bfloat16 tensors of the vision tower, aligner and sentinels (no tower
+    biases: mtmd's ``deepseek4v`` reads the aligner's only); the patch embedding is a
+    Linear over flattened ``(3, p, p)`` patches, ``mlp.w1`` the fused SwiGLU gate + up."""
+    import torch
+
+    d, f, p = v["vision_dim"], v["vision_inter_dim"], v["vision_patch_size"]
+    r2 = v["vision_downsample_ratio"] ** 2
+
+    def w(*shape, scale=0.1, mean=0.0):
+        x = g.standard_normal(shape).astype(np.float32) * scale + mean
+        return torch.from_numpy(x).to(torch.bfloat16)
+
+    out = {"vision.patch_embed.proj.weight": w(d, 3 * p * p)}
+    out["vision.patch_embed.proj.bias"] = w(d, scale=0.02)
+    for b in range(v["vision_n_layers"]):
+        pre = f"vision.blocks.{b}."
+        out[pre + "norm1.weight"] = w(d, mean=1.0)
+        out[pre + "attn.wqkv.weight"] = w(3 * d, d)
+        out[pre + "attn.wo.weight"] = w(d, d)
+        out[pre + "norm2.weight"] = w(d, mean=1.0)
+        out[pre + "mlp.w1.weight"] = w(2 * f, d)
+        out[pre + "mlp.w2.weight"] = w(d, f)
+    out["vision.norm.weight"] = w(d, mean=1.0)
+    out["aligner.w1.weight"] = w(text_width, d * r2)
+    out["aligner.w1.bias"] = w(text_width, scale=0.02)
+    out["aligner.w2.weight"] = w(text_width, text_width)
+    out["aligner.w2.bias"] = w(text_width, scale=0.02)
+    for k in SENTINELS:
+        out[k] = w(text_width, scale=1.0)
+    return out
+
+
+def deepseek4_flash_vision(folder: Path, *, seed: int = 43, **overrides):
+    """The tiny DeepSeek-V4 checkpoint (:func:`deepseek4`) with a Flash vision tower:
+    the ``vision_*`` config fields and the tower's tensors (replacing the few stand-ins
+    the text checkpoint carries); no preprocessor_config.json, as on the Hub."""
+    from safetensors.torch import load_file, save_file
+
+    folder, _ = deepseek4(folder, seed=seed, **{**VISION, **overrides})
+    cfg = json.loads((folder / "config.json").read_text())
+    sd = {
+        k: v
+        for k, v in load_file(folder / "model.safetensors").items()
+        if not k.startswith(("vision.", "aligner.", "image_"))
+    }
+    sd.update(flash_vision_tensors(np.random.default_rng(seed + 1), cfg["hidden_size"]))
+    save_file(sd, folder / "model.safetensors")
+    return folder
