@@ -17,6 +17,10 @@ and the per-family subclasses are reproduced here as :class:`Projector` entries:
   outtype)`` gives a ggml type that overrides the output type (or None); 1-D
   tensors, ``*_norm.weight``, ``v.position_embd.weight`` and non-``.weight`` tensors
   are F32 whatever it says, as in ``prepare_tensors``;
+* ``vision_of`` / ``pre_defaults`` -- a class that builds its vision config from other
+  fields (DeepSeek-V4 Flash's top-level ``vision_*``) and supplies image processor
+  settings no file holds: the config gets that ``vision_config`` when it has none, and
+  the settings sit under the files';
 * ``vision`` -- False for an audio-only projector (MmprojModel's ``has_vision_encoder``
   off: the Whisper-encoder classes of :mod:`.whisper_audio`): no ``vision_config`` and
   no image processor settings needed, ``audio_required`` lists the audio fields.
