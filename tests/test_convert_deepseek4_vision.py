@@ -28,15 +28,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from support.dsv4_models import SENTINELS, VISION, deepseek4_flash_vision
+from support.dsv4_models import SENTINELS, VISION, deepseek4_flash_vision, flash_vision_grid
 from test_convert_hf_to_gguf import _llama_quantize
 from test_convert_mmproj import TYPES, _mtmd_embeddings, _same
 from test_convert_step35 import _reference, _variant
 from weightsmith import errors as E
 from weightsmith.convert import gguf_to_hf, hf_to_gguf
 
-#: an image whose 3 x 3-merged patch grid (5 x 4) has a padded column and an even row count
-IMAGE = np.random.default_rng(7).integers(0, 256, (40, 56, 3), dtype=np.uint8)
+#: an image mtmd leaves unresized (patch multiples, above the minimum pixels) whose 3 x 3-
+#: merged patch grid (14 x 12 patches -> 5 x 4) has a padded column and an even row count
+IMAGE = np.random.default_rng(7).integers(0, 256, (48, 56, 3), dtype=np.uint8)
+#: mtmd vs our torch reading of its graph, as a fraction of the rows' scale
+TOL = 1e-3
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +121,8 @@ _SENTINEL_NAMES = ("v.image_newline", "v.token_embd.img_start", "v.token_embd.im
 def test_mtmd_encodes_as_with_reference(dsv):
     """mtmd loads our pair and encodes the image as through the reference's projector;
     its output block is ``[PAD]* [START] rows (each + NEWLINE) [END]``: the sentinel rows
-    are the checkpoint's values where that layout puts them, the grid rows none of them."""
+    are the checkpoint's values where that layout puts them, the grid rows our torch
+    reading of mtmd's graph (support.dsv4_models.flash_vision_grid)."""
     root, src, *_ = dsv
     ours = _mtmd_embeddings(root / "ours-text-f32.gguf", root / "ours-mmproj-f32.gguf", IMAGE)
     ref = _mtmd_embeddings(root / "ours-text-f32.gguf", root / "ref-mmproj-f32.gguf", IMAGE)
@@ -135,9 +139,19 @@ def test_mtmd_encodes_as_with_reference(dsv):
     start = kind.index("image_start")
     assert set(kind[:start]) <= {"image_pad"} and start <= 3  # aligned to blocks of 4
     assert kind[-1] == "image_end" and kind.count("image_start") == 1
-    # 14 x 10 patches merged 3 x 3 (padded): a 5 x 4 grid, a newline after each row
+    # 14 x 12 patches merged 3 x 3 (padded): a 5 x 4 grid, a newline after each row
     assert kind.count("grid") == 5 * 4 and kind.count("image_newline") == 4
     assert kind[start + 1 : -1].count("image_pad") == 0
+    # the grid rows are our torch reading of mtmd's graph over the checkpoint (pairs of
+    # aligner rows interleaved by column: each row once, in mtmd's order)
+    want = flash_vision_grid(src, IMAGE)
+    got = rows[[i for i, k in enumerate(kind) if k == "grid"]]
+    scale = float(np.abs(want).max())
+    err = np.abs(got[:, None, :] - want[None, :, :]).max(-1)
+    order = err.argmin(1)
+    assert sorted(order) == list(range(len(want)))
+    assert err[np.arange(len(got)), order].max() <= TOL * scale
+    assert list(order[:4]) == [0, 5, 1, 6]  # rows 0 and 1 of the 5-wide grid, interleaved
 
 
 def test_two_block_tower_refused(dsv, tmp_path):

@@ -322,3 +322,59 @@ def deepseek4_flash_vision(folder: Path, *, seed: int = 43, **overrides):
     sd.update(flash_vision_tensors(np.random.default_rng(seed + 1), cfg["hidden_size"]))
     save_file(sd, folder / "model.safetensors")
     return folder
+
+
+def flash_vision_grid(folder: Path, img: np.ndarray, v: dict = VISION) -> np.ndarray:
+    """Our torch reading of mtmd's ``deepseek4v`` graph over the checkpoint's tensors (the
+    remote vision code is not run: no numeric oracle of its own): the aligner rows
+    ``[n_llm_h * n_llm_w, text width]`` of an ``img`` (HWC uint8) whose sides are patch
+    multiples (mtmd then leaves it unresized).  Pixels ``(x / 255 - 0.5) / 0.5``; the
+    Linear patch embedding; pre-norm blocks (RMS 1e-6, fused QKV, 2-D RoPE: each head's
+    pairs ``(j, j + d/2)``, the first ``d/4`` pairs rotated by the patch row and the next
+    ``d/4`` by its column, each at frequencies ``theta^(-4k/d)``, SwiGLU); the final RMS
+    norm; the grid zero-padded to a multiple of 3, each 3 x 3 block unfolded
+    ``(channel, dy, dx)``; the aligner's erf-GELU MLP."""
+    import torch
+    from safetensors.torch import load_file
+
+    sd = {k: t.float() for k, t in load_file(folder / "model.safetensors").items()}
+    p, r, heads = v["vision_patch_size"], v["vision_downsample_ratio"], v["vision_n_heads"]
+    x = torch.from_numpy(img.astype(np.float32) / 255.0 - 0.5) / 0.5  # H, W, 3
+    gh, gw = img.shape[0] // p, img.shape[1] // p
+    patches = x.reshape(gh, p, gw, p, 3).permute(0, 2, 4, 1, 3).reshape(gh * gw, 3 * p * p)
+    h = patches @ sd["vision.patch_embed.proj.weight"].T + sd["vision.patch_embed.proj.bias"]
+    d = h.shape[1] // heads
+
+    def rms(t, w):
+        return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+    n = gh * gw
+    pos_row = torch.arange(n) // gw
+    pos_col = torch.arange(n) % gw
+    k = torch.arange(d // 4, dtype=torch.float32)
+    freq = 10000.0 ** (-4.0 * k / d)
+    ang = torch.cat([pos_row[:, None] * freq, pos_col[:, None] * freq], 1)  # n, d/2
+    cos, sin = ang.cos()[:, None, :], ang.sin()[:, None, :]
+
+    def rope(t):  # n, heads, d
+        a, b = t[..., : d // 2], t[..., d // 2 :]
+        return torch.cat([a * cos - b * sin, a * sin + b * cos], -1)
+
+    for b in range(v["vision_n_layers"]):
+        pre = f"vision.blocks.{b}."
+        y = rms(h, sd[pre + "norm1.weight"]) @ sd[pre + "attn.wqkv.weight"].T
+        q, kk, vv = (t.reshape(n, heads, d) for t in y.chunk(3, -1))
+        q, kk = rope(q), rope(kk)
+        att = torch.softmax(torch.einsum("qhd,khd->hqk", q, kk) / d**0.5, -1)
+        o = torch.einsum("hqk,khd->qhd", att, vv).reshape(n, heads * d)
+        h = h + o @ sd[pre + "attn.wo.weight"].T
+        y = rms(h, sd[pre + "norm2.weight"])
+        gate, up = (y @ sd[pre + "mlp.w1.weight"].T).chunk(2, -1)
+        h = h + (torch.nn.functional.silu(gate) * up) @ sd[pre + "mlp.w2.weight"].T
+    h = rms(h, sd["vision.norm.weight"])
+    grid = h.reshape(gh, gw, -1).permute(2, 0, 1)  # C, H, W
+    grid = torch.nn.functional.pad(grid, (0, (-gw) % r, 0, (-gh) % r))
+    cols = torch.nn.functional.unfold(grid[None], r, stride=r)[0].T  # blocks, C * r * r
+    z = cols @ sd["aligner.w1.weight"].T + sd["aligner.w1.bias"]
+    z = torch.nn.functional.gelu(z) @ sd["aligner.w2.weight"].T + sd["aligner.w2.bias"]
+    return z.numpy()
