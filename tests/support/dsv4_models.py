@@ -254,3 +254,127 @@ def _torch(x):
     if x.dtype.name == "float8_e4m3fn":
         return torch.from_numpy(x.view(np.uint8)).view(torch.float8_e4m3fn)
     return torch.from_numpy(np.ascontiguousarray(x))
+
+
+# DeepSeek-V4 Flash vision (``deepseek-ai/DeepSeek-V4-Flash-Vision-Exp``, remote code): the
+# config's top-level ``vision_*`` fields and the tensors the pinned converter's
+# DeepseekV4FlashVisionModel and mtmd's ``deepseek4v`` loader read, at tiny sizes
+VISION = {
+    "vision_n_layers": 3,  # the reference maps aligner.w2 through the block map
+    "vision_dim": 32,
+    "vision_n_heads": 2,
+    "vision_inter_dim": 64,
+    "vision_patch_size": 4,
+    "vision_downsample_ratio": 3,  # the aligner's 3 x 3 unfold
+    "vision_min_pixels": 2304,
+    "vision_max_n_token": 384,  # the class asserts both (llama.cpp hard-codes them)
+    "vision_max_wh_ratio": 8,
+}
+SENTINELS = ("image_newline", "image_start", "image_end", "image_pad")
+
+
+def flash_vision_tensors(g: np.random.Generator, text_width: int, v: dict = VISION) -> dict:
+    """Seeded bfloat16 tensors of the vision tower, aligner and sentinels (no tower
+    biases: mtmd's ``deepseek4v`` reads the aligner's only); the patch embedding is a
+    Linear over flattened ``(3, p, p)`` patches, ``mlp.w1`` the fused SwiGLU gate + up."""
+    import torch
+
+    d, f, p = v["vision_dim"], v["vision_inter_dim"], v["vision_patch_size"]
+    r2 = v["vision_downsample_ratio"] ** 2
+
+    def w(*shape, scale=0.1, mean=0.0):
+        x = g.standard_normal(shape).astype(np.float32) * scale + mean
+        return torch.from_numpy(x).to(torch.bfloat16)
+
+    out = {"vision.patch_embed.proj.weight": w(d, 3 * p * p)}
+    out["vision.patch_embed.proj.bias"] = w(d, scale=0.02)
+    for b in range(v["vision_n_layers"]):
+        pre = f"vision.blocks.{b}."
+        out[pre + "norm1.weight"] = w(d, mean=1.0)
+        out[pre + "attn.wqkv.weight"] = w(3 * d, d)
+        out[pre + "attn.wo.weight"] = w(d, d)
+        out[pre + "norm2.weight"] = w(d, mean=1.0)
+        out[pre + "mlp.w1.weight"] = w(2 * f, d)
+        out[pre + "mlp.w2.weight"] = w(d, f)
+    out["vision.norm.weight"] = w(d, mean=1.0)
+    out["aligner.w1.weight"] = w(text_width, d * r2)
+    out["aligner.w1.bias"] = w(text_width, scale=0.02)
+    out["aligner.w2.weight"] = w(text_width, text_width)
+    out["aligner.w2.bias"] = w(text_width, scale=0.02)
+    for k in SENTINELS:
+        out[k] = w(text_width, scale=1.0)
+    return out
+
+
+def deepseek4_flash_vision(folder: Path, *, seed: int = 43, **overrides):
+    """The tiny DeepSeek-V4 checkpoint (:func:`deepseek4`) with a Flash vision tower:
+    the ``vision_*`` config fields and the tower's tensors (replacing the few stand-ins
+    the text checkpoint carries); no preprocessor_config.json, as on the Hub."""
+    from safetensors.torch import load_file, save_file
+
+    folder, _ = deepseek4(folder, seed=seed, **{**VISION, **overrides})
+    cfg = json.loads((folder / "config.json").read_text())
+    sd = {
+        k: v
+        for k, v in load_file(folder / "model.safetensors").items()
+        if not k.startswith(("vision.", "aligner.", "image_"))
+    }
+    sd.update(flash_vision_tensors(np.random.default_rng(seed + 1), cfg["hidden_size"]))
+    save_file(sd, folder / "model.safetensors")
+    return folder
+
+
+def flash_vision_grid(folder: Path, img: np.ndarray, v: dict = VISION) -> np.ndarray:
+    """Our torch reading of mtmd's ``deepseek4v`` graph over the checkpoint's tensors (the
+    remote vision code is not run: no numeric oracle of its own): the aligner rows
+    ``[n_llm_h * n_llm_w, text width]`` of an ``img`` (HWC uint8) whose sides are patch
+    multiples (mtmd then leaves it unresized).  Pixels ``(x / 255 - 0.5) / 0.5``; the
+    Linear patch embedding; pre-norm blocks (RMS 1e-6, fused QKV, 2-D RoPE: each head's
+    pairs ``(j, j + d/2)``, the first ``d/4`` pairs rotated by the patch row and the next
+    ``d/4`` by its column, each at frequencies ``theta^(-4k/d)``, SwiGLU); the final RMS
+    norm; the grid zero-padded to a multiple of 3, each 3 x 3 block unfolded
+    ``(channel, dy, dx)``; the aligner's erf-GELU MLP."""
+    import torch
+    from safetensors.torch import load_file
+
+    sd = {k: t.float() for k, t in load_file(folder / "model.safetensors").items()}
+    p, r, heads = v["vision_patch_size"], v["vision_downsample_ratio"], v["vision_n_heads"]
+    x = torch.from_numpy(img.astype(np.float32) / 255.0 - 0.5) / 0.5  # H, W, 3
+    gh, gw = img.shape[0] // p, img.shape[1] // p
+    patches = x.reshape(gh, p, gw, p, 3).permute(0, 2, 4, 1, 3).reshape(gh * gw, 3 * p * p)
+    h = patches @ sd["vision.patch_embed.proj.weight"].T + sd["vision.patch_embed.proj.bias"]
+    d = h.shape[1] // heads
+
+    def rms(t, w):
+        return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+    n = gh * gw
+    pos_row = torch.arange(n) // gw
+    pos_col = torch.arange(n) % gw
+    k = torch.arange(d // 4, dtype=torch.float32)
+    freq = 10000.0 ** (-4.0 * k / d)
+    ang = torch.cat([pos_row[:, None] * freq, pos_col[:, None] * freq], 1)  # n, d/2
+    cos, sin = ang.cos()[:, None, :], ang.sin()[:, None, :]
+
+    def rope(t):  # n, heads, d
+        a, b = t[..., : d // 2], t[..., d // 2 :]
+        return torch.cat([a * cos - b * sin, a * sin + b * cos], -1)
+
+    for b in range(v["vision_n_layers"]):
+        pre = f"vision.blocks.{b}."
+        y = rms(h, sd[pre + "norm1.weight"]) @ sd[pre + "attn.wqkv.weight"].T
+        q, kk, vv = (t.reshape(n, heads, d) for t in y.chunk(3, -1))
+        q, kk = rope(q), rope(kk)
+        att = torch.softmax(torch.einsum("qhd,khd->hqk", q, kk) / d**0.5, -1)
+        o = torch.einsum("hqk,khd->qhd", att, vv).reshape(n, heads * d)
+        h = h + o @ sd[pre + "attn.wo.weight"].T
+        y = rms(h, sd[pre + "norm2.weight"])
+        gate, up = (y @ sd[pre + "mlp.w1.weight"].T).chunk(2, -1)
+        h = h + (torch.nn.functional.silu(gate) * up) @ sd[pre + "mlp.w2.weight"].T
+    h = rms(h, sd["vision.norm.weight"])
+    grid = h.reshape(gh, gw, -1).permute(2, 0, 1)  # C, H, W
+    grid = torch.nn.functional.pad(grid, (0, (-gw) % r, 0, (-gh) % r))
+    cols = torch.nn.functional.unfold(grid[None], r, stride=r)[0].T  # blocks, C * r * r
+    z = cols @ sd["aligner.w1.weight"].T + sd["aligner.w1.bias"]
+    z = torch.nn.functional.gelu(z) @ sd["aligner.w2.weight"].T + sd["aligner.w2.bias"]
+    return z.numpy()

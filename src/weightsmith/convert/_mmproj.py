@@ -70,6 +70,24 @@ def _preprocessor(d: Path) -> dict:
     return out
 
 
+def _class_vision(cfg: dict, path: Path) -> dict:
+    """The config with the ``vision_config`` an entry's class builds from other fields
+    (:attr:`Projector.vision_of`), when it has none of its own."""
+    archs = cfg.get("architectures")
+    name = archs[0] if isinstance(archs, list) and archs else None
+    proj = MMPROJ_REGISTRY.get(name) if isinstance(name, str) else None
+    if proj is None or proj.vision_of is None or "vision_config" in cfg:
+        return cfg
+    try:
+        vc = proj.vision_of(cfg)
+    except KeyError as exc:
+        raise E.InvalidModelConfig(
+            "vision hyperparameter missing",
+            path=path, field=str(exc.args[0]), expected="a value", found=None,
+        ) from None  # fmt: skip
+    return cfg if vc is None else {**cfg, "vision_config": vc}
+
+
 def _projector(cfg: dict, path: Path) -> Projector:
     vc = towers(cfg).get("vision_config")
     # as get_model_architecture: the vision config's own architecture first
@@ -309,9 +327,9 @@ def plan_mmproj(
     # architecture (a text_config may name its own: SmolVLM's VLlama3ForCausalLM), and
     # Qwen2.5-VL's vision norm epsilon is the top-level rms_norm_eps or 1e-6; a checkpoint
     # without config.json: the config its tensor shapes give (the registry's hook)
-    raw = H._raw_config(d, weights)
+    raw = _class_vision(H._raw_config(d, weights), cfg_path)
     proj = _projector(raw, cfg_path)
-    pre = _preprocessor(d)
+    pre = {**dict(proj.pre_defaults), **_preprocessor(d)}
     if proj.pre_nested is not None and isinstance(pre.get(proj.pre_nested), dict):
         pre = {**pre, **pre[proj.pre_nested]}
     for key in ("image_mean", "image_std") if proj.vision else ():

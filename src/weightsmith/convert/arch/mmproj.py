@@ -17,6 +17,10 @@ and the per-family subclasses are reproduced here as :class:`Projector` entries:
   outtype)`` gives a ggml type that overrides the output type (or None); 1-D
   tensors, ``*_norm.weight``, ``v.position_embd.weight`` and non-``.weight`` tensors
   are F32 whatever it says, as in ``prepare_tensors``;
+* ``vision_of`` / ``pre_defaults`` -- a class that builds its vision config from other
+  fields (DeepSeek-V4 Flash's top-level ``vision_*``) and supplies image processor
+  settings no file holds: the config gets that ``vision_config`` when it has none, and
+  the settings sit under the files';
 * ``vision`` -- False for an audio-only projector (MmprojModel's ``has_vision_encoder``
   off: the Whisper-encoder classes of :mod:`.whisper_audio`): no ``vision_config`` and
   no image processor settings needed, ``audio_required`` lists the audio fields.
@@ -285,6 +289,13 @@ class Projector:
     # view fields the second checkpoint gives, ``fn(config, shapes)`` (MiMo-V2.5's audio
     # config and codebook sizes come from its ``audio_tokenizer/``), read before the rows
     companion_view: Callable[[dict, dict], dict] | None = None
+    # the class's get_vision_config when the config has no ``vision_config`` (DeepSeek-V4
+    # Flash's top-level ``vision_*`` fields): ``fn(config)`` -> the vision config, None
+    # for no tower; KeyError(field) for a field it needs
+    vision_of: Callable[[dict], dict | None] | None = None
+    # image processor settings the class supplies, under the files' (DeepSeek-V4 Flash's
+    # repository has no preprocessor_config.json)
+    pre_defaults: tuple[tuple[str, Any], ...] = ()
 
     def source_key(self, hf_name: str, view: dict | None = None) -> str | None:
         """The name the rules see, or None for a tensor the projector does not read."""
@@ -3353,6 +3364,114 @@ MIMO_V25_MMPROJ = Projector(
 )
 
 
+# --------------------------------------------------------------------------- DeepSeek-V4 Flash
+
+_DSV4 = "vision."
+_DSV4_BLOCK = _DSV4 + "blocks.{bid}."
+
+
+def _dsv4_vision_of(cfg: dict) -> dict | None:
+    """DeepseekV4FlashVisionModel.get_vision_config: the tower from the top-level
+    ``vision_*`` fields (None without layers); the image size is nominal (dynamic
+    resolution), ``patch * downsample * 16``."""
+    if not cfg.get("vision_n_layers"):
+        return None
+    p, r = cfg["vision_patch_size"], cfg["vision_downsample_ratio"]
+    return {
+        "num_hidden_layers": cfg["vision_n_layers"],
+        "hidden_size": cfg["vision_dim"],
+        "num_attention_heads": cfg["vision_n_heads"],
+        "intermediate_size": cfg["vision_inter_dim"],
+        "patch_size": p,
+        "image_size": p * r * 16,
+        "downsample_ratio": r,
+        "min_pixels": cfg["vision_min_pixels"],
+    }
+
+
+def _dsv4_check(t: dict) -> tuple[str, Any, Any] | None:
+    """The class asserts the token cap and aspect ratio llama.cpp hard-codes; and the
+    reference maps ``aligner.w{bid}`` through the tower's block map (numbered below the
+    block count): a tower of fewer than 3 blocks leaves ``aligner.w2`` unmapped there
+    (``Can not map tensor``), so it is refused before any output."""
+    n = t.get("vision_n_layers")
+    if isinstance(n, int) and not isinstance(n, bool) and n < 3:
+        return "vision_n_layers", "at least 3 blocks", n
+    for key, want in (("vision_max_n_token", 384), ("vision_max_wh_ratio", 8)):
+        if t.get(key) != want:
+            return key, want, t.get(key)
+    return None
+
+
+def _dsv4_patch(x: np.ndarray, v: dict, ctx: dict) -> np.ndarray:
+    # a Linear over flattened (3, p, p) patches is the Conv2d weight mtmd reads
+    p = v["patch_size"]
+    return x.reshape(x.shape[0], 3, p, p)
+
+
+# DeepseekV4FlashVisionModel (conversion/deepseek.py; remote code on the Hub, no
+# transformers class): a native-resolution ViT (RMS norms, fused QKV, 2-D RoPE, fused
+# SwiGLU ``w1`` split gate then up), its final norm, the aligner's GELU MLP over 3 x 3
+# merged patches (``aligner.w1`` / ``w2`` -> ``mm.1`` / ``mm.2``) and the four sentinel
+# embeddings; the text is arch/deepseek4.py's.  Rows: the base ones (image mean / std
+# 0.5 unless a file says otherwise), the projector type, the tower's RMS epsilon (1e-6,
+# not the text's), SiLU, the downsample ratio as the scale factor, the minimum pixels
+DSV4_FLASH_VISION = Projector(
+    hf_archs=("DeepseekV4ForCausalLM",),
+    keep=(_DSV4, "aligner.", "image_"),
+    force=_base_force,
+    vision_of=_dsv4_vision_of,
+    pre_defaults=(("image_mean", [0.5, 0.5, 0.5]), ("image_std", [0.5, 0.5, 0.5])),
+    check=_dsv4_check,
+    entry=Arch(
+        hf_archs=("DeepseekV4ForCausalLM",),
+        gguf_arch="clip",
+        meta=[
+            *BASE_ROWS,
+            _const("projector_type", "deepseek4v", VT.STRING),
+            _const("vision.attention.layer_norm_epsilon", 1e-6, VT.FLOAT32),
+            _const("use_silu", True, VT.BOOL),
+            m("vision.projector.scale_factor", "downsample_ratio"),
+            m("vision.image_min_pixels", "min_pixels"),
+        ],
+        names=[
+            NameRule("image_newline", "v.image_newline"),
+            NameRule("image_start", "v.token_embd.img_start"),
+            NameRule("image_end", "v.token_embd.img_end"),
+            NameRule("image_pad", "v.token_embd.img_pad"),
+            *_wb(
+                [
+                    (_DSV4 + "patch_embed.proj", "v.patch_embd"),
+                    (_DSV4_BLOCK + "attn.wqkv", _VBLK + "attn_qkv"),
+                    (_DSV4_BLOCK + "attn.wo", _VBLK + "attn_out"),
+                    (_DSV4_BLOCK + "norm1", _VBLK + "ln1"),
+                    (_DSV4_BLOCK + "norm2", _VBLK + "ln2"),
+                    (_DSV4_BLOCK + "mlp.w2", _VBLK + "ffn_down"),
+                    (_DSV4 + "norm", "v.post_ln"),
+                    ("aligner.w1", "mm.1"),
+                    ("aligner.w2", "mm.2"),
+                ]
+            ),
+        ],
+        splits=[
+            Split(_DSV4_BLOCK + "mlp.w1" + s, (_VBLK + "ffn_gate" + s, _VBLK + "ffn_up" + s))
+            for s in (".weight", ".bias")
+        ],
+        transforms=[
+            Transform(
+                "dsv4_patch_linear_as_conv",
+                r"^vision\.patch_embed\.proj\.weight$",
+                _dsv4_patch,
+                lambda x, v, ctx: x.reshape(x.shape[0], -1),
+                shape=lambda s, v, ctx: (s[0], 3, v["patch_size"], v["patch_size"]),
+                inverse_shape=lambda s, v, ctx: (s[0], s[1] * s[2] * s[3]),
+            )
+        ],
+        required=(),
+    ),
+)
+
+
 PROJECTORS: tuple[Projector, ...] = (GEMMA3_VISION, LLAVA_VISION, QWEN25VL_VISION)
 PROJECTORS += (GEMMA4_VISION, GEMMA4_UNIFIED)
 PROJECTORS += (QWEN3VL_VISION,)
@@ -3400,5 +3519,6 @@ PROJECTORS += (DOTSOCR_VISION,)
 PROJECTORS += (COGVLM_VISION,)
 PROJECTORS += (QWEN3TTS_AUDIO,)
 PROJECTORS += (MIMO_V25_MMPROJ,)
+PROJECTORS += (DSV4_FLASH_VISION,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
