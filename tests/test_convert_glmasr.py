@@ -158,7 +158,7 @@ def _glma_features(folder, pcm: np.ndarray) -> np.ndarray:
 
 def test_mtmd_encodes_audio(glm):
     """mtmd loads our pair and encodes 1 s of audio: 375 frames + begin / end = 377 rows,
-    exactly as through the reference's pair, and within 1e-3 of the scale of the
+    exactly as through the reference's pair, and within 1e-3 of the scale (measured 1.7e-4) of the
     transformers Whisper tower + the adapter above."""
     src, root = glm
     pcm = _pcm(1.0)
