@@ -218,6 +218,11 @@ def _read_config(d: Any, weights: Callable[[], list[_Source]] | None = None) -> 
         # tells DeepSeek-V2's OCR form by the top-level class (kept beside the merged one)
         cfg = {**cfg, "text_config": cfg["language_config"],
                "_top_architectures": cfg.get("architectures")}  # fmt: skip
+    if isinstance(cfg.get("lm_config"), dict):
+        # GLM-ASR's (custom-code layout) text config: the reference renames it text_config;
+        # its Llama text class takes GLM Edge's vocabulary by the top-level class
+        cfg = {**cfg, "text_config": cfg["lm_config"],
+               "_top_architectures": cfg.get("architectures")}  # fmt: skip
     if isinstance(cfg.get("lfm"), dict):
         # LFM2-Audio's text config: the reference renames it text_config
         cfg = {**cfg, "text_config": cfg["lfm"]}

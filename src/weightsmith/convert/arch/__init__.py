@@ -146,6 +146,7 @@ from .lfm2 import (
     is_colbert_file,
 )
 from .llama import (
+    GLMASR_TEXT,
     JANUS,
     LLAMA,
     LLAMA_EMBED,
@@ -154,6 +155,7 @@ from .llama import (
     MISTRAL_NATIVE,
     SARASHINA2_TEXT,
     SMOLLM3,
+    is_glmasr,
     is_ministral3_file,
 )
 from .llama4 import LLAMA4
@@ -418,6 +420,8 @@ VARIANTS["DeepseekOCRForCausalLM"] = [(lambda cfg: True, DEEPSEEK2OCR)]
 VARIANTS["UnlimitedOCRForCausalLM"] = [(lambda cfg: True, DEEPSEEK2OCR)]
 # Mistral 3 over a mistral4 text: the reference's Mistral4Model (a DeepseekV2Model)
 VARIANTS["Mistral3ForConditionalGeneration"] = [(is_mistral4, MISTRAL4)]
+# GLM-ASR (custom-code layout): lm_config names Llama, the vocabulary is GLM Edge's
+VARIANTS["LlamaForCausalLM"] = [(is_glmasr, GLMASR_TEXT)]
 # NemotronHPuzzle (no HF class of its own: GGUF -> HF gives NemotronHForCausalLM)
 VARIANTS["NemotronHPuzzleForCausalLM"] = [(lambda cfg: True, NEMOTRON_H_PUZZLE)]
 # Qwen3 rerankers: a folder the reference calls one (``_rerank``, set by the converter

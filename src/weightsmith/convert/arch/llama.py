@@ -312,3 +312,14 @@ LLAMA_EMBED = replace(
     renames=(*LLAMA.renames, (r"^(embed_tokens|layers|norm)\.", r"model.\1.")),
     model_types={},
 )
+
+
+def is_glmasr(cfg: dict) -> bool:
+    """The text half of GLM-ASR's custom-code layout (``GlmasrModel``, text in ``lm_config``)."""
+    return (cfg.get("_top_architectures") or [""])[0] == "GlmasrModel"
+
+
+# GLM-ASR's text half (``lm_config`` names LlamaForCausalLM): LlamaModel, whose set_vocab
+# takes GLM Edge's vocabulary for a GlmasrModel checkpoint (the ``glm4`` route); its
+# ``audio_encoder.*`` tensors are the projector's
+GLMASR_TEXT = replace(LLAMA, hf_archs=("LlamaForCausalLM",), tokenizer={"vocab": "glm4"})

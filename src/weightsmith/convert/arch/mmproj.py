@@ -139,6 +139,8 @@ def vision_view(cfg: dict, preprocessor: dict) -> dict:
     text_config = text_config or cfg.get("text_config") or cfg.get("language_config")
     # LFM2-Audio's text config is lfm (the reference reads it as text_config)
     text_config = text_config or cfg.get("lfm")
+    # GLM-ASR's (custom-code layout) text config is lm_config (read as text_config)
+    text_config = text_config or cfg.get("lm_config")
     # Qwen3-TTS: the text width is the talker's (its class sets that text_config)
     if not text_config and isinstance(cfg.get("talker_config"), dict):
         text_config = {"hidden_size": cfg["talker_config"].get("hidden_size")}
@@ -1705,6 +1707,56 @@ MERALION2_AUDIO = replace(
         else name
     ),
     audio_key="speech_config",
+)
+
+# GlmASRWhisperEncoderModel (GLM-ASR-Nano's older custom-code layout, ``GlmasrModel``):
+# the Whisper tower under ``audio_encoder.whisper.`` (read as ``audio_tower.``), its config
+# ``whisper_config``; the adapter's LayerNorm ``audio_encoder.layer_norm`` ->
+# ``mm.a.norm_pre``, ``audio_encoder.adapting.{0,2}`` -> ``mm.a.mlp.{1,2}``; the
+# ``[2, n_embd]`` ``audio_bos_eos_token`` split into ``v.boi`` / ``v.eoi`` rows; the stack
+# factor the top-level ``merge_factor`` (mtmd's ``glma`` graph).  The reference's rename
+# of an ``audio_encoder.proj`` tensor leaves it unmappable (its skip never matches): a
+# checkpoint with one fails there; ours refuses it as an unread tensor
+_GA = "audio_encoder."
+
+
+def _glmasr_rename(name: str) -> str:
+    if name.startswith(_GA + "whisper."):
+        return WHISPER_PREFIX + name[len(_GA + "whisper.") :]
+    if name.startswith(_GA + "layer_norm."):
+        return "multi_modal_projector.ln_pre." + name[len(_GA + "layer_norm.") :]
+    for i, j in (("0", "1"), ("2", "2")):
+        if name.startswith(_GA + f"adapting.{i}."):
+            return f"multi_modal_projector.linear_{j}." + name[len(_GA + "adapting.x.") :]
+    return name
+
+
+_GLMASR = _whisper(
+    "GlmasrModel",
+    "glma",
+    [
+        ("multi_modal_projector.ln_pre", "mm.a.norm_pre"),
+        ("multi_modal_projector.linear_1", "mm.a.mlp.1"),
+        ("multi_modal_projector.linear_2", "mm.a.mlp.2"),
+    ],
+    stack_factor=lambda v: v[GLOBAL]["merge_factor"],
+)
+GLMASR_AUDIO = replace(
+    _GLMASR,
+    keep=(_GA,),
+    rename=_glmasr_rename,
+    entry=replace(
+        _GLMASR.entry,
+        splits=[
+            Split(
+                _GA + "audio_bos_eos_token.weight",
+                ("v.boi", "v.eoi"),
+                fn=lambda x, cfg: [x[0], x[1]],
+                shapes=lambda s, cfg: [(s[1],), (s[1],)],
+                join=lambda parts, cfg: np.stack(parts),
+            )
+        ],
+    ),
 )
 
 # --------------------------------------------------------------------------- GLM-4V
@@ -3520,5 +3572,6 @@ PROJECTORS += (COGVLM_VISION,)
 PROJECTORS += (QWEN3TTS_AUDIO,)
 PROJECTORS += (MIMO_V25_MMPROJ,)
 PROJECTORS += (DSV4_FLASH_VISION,)
+PROJECTORS += (GLMASR_AUDIO,)
 #: HF architecture name -> projector entry
 MMPROJ_REGISTRY: dict[str, Projector] = {h: p for p in PROJECTORS for h in p.hf_archs}
