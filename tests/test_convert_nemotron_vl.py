@@ -21,38 +21,16 @@ NemotronH of tests/support/hf_models.py under ``language_model.``.
 
 from __future__ import annotations
 
-import json
-import sys
-import textwrap
-
 import pytest
 
-from support import pyfork
 from support.hf_models import nemotronh
-from support.llama_sdist import llama_cpp_root
 from support.nemotron_vl_models import nemotron_vl
+from test_convert_step35 import _reference
 from weightsmith import errors as E
 from weightsmith.convert import hf_to_gguf
 from weightsmith.gguf import read
 
 TYPES = ("f32", "f16", "bf16", "q8_0")
-
-# all the reference's runs in one process (torch loads once); each job's exception, or
-# "ok", on a line
-_DRIVER = textwrap.dedent(
-    """
-    import json, os, runpy, sys
-    script, jobs = sys.argv[1], json.loads(sys.argv[2])
-    sys.path.insert(0, os.path.dirname(script))
-    for args in jobs:
-        sys.argv = [script, *args]
-        try:
-            runpy.run_path(script, run_name="__main__")
-            print("ok")
-        except BaseException as e:
-            print(type(e).__name__ + ": " + str(e).splitlines()[0])
-    """
-)
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +44,7 @@ def work(tmp_path_factory):
             for t in TYPES]  # fmt: skip
     jobs.append([str(wide), "--outfile", str(root / "ref-mmproj.gguf"), "--outtype", "f16", "--mmproj"])  # fmt: skip
     jobs.append([str(narrow), "--outfile", str(root / "ref-narrow.gguf"), "--outtype", "f16", "--mmproj"])  # fmt: skip
-    script = str(llama_cpp_root() / "convert_hf_to_gguf.py")
-    r = pyfork.run([sys.executable, "-c", _DRIVER, script, json.dumps(jobs)])
+    r = _reference(jobs, None)
     return root, wide, narrow, r.stdout.splitlines()[-len(jobs) :]
 
 

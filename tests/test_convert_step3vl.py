@@ -18,15 +18,10 @@ is written, with or without ``--mmproj``.
 
 from __future__ import annotations
 
-import json
-import sys
-import textwrap
-
 import pytest
 
-from support import pyfork
-from support.llama_sdist import llama_cpp_root
 from support.vlm_models import build
+from test_convert_step35 import _reference
 from weightsmith import errors as E
 from weightsmith.convert import hf_to_gguf
 
@@ -36,29 +31,11 @@ def step(tmp_path_factory):
     return build("step3p7", tmp_path_factory.mktemp("step3p7") / "hub")
 
 
-# both runs in one process (torch loads once); each job's exception, or "ok", on a line
-_DRIVER = textwrap.dedent(
-    """
-    import json, os, runpy, sys
-    script, jobs = sys.argv[1], json.loads(sys.argv[2])
-    sys.path.insert(0, os.path.dirname(script))
-    for args in jobs:
-        sys.argv = [script, *args]
-        try:
-            runpy.run_path(script, run_name="__main__")
-            print("ok")
-        except BaseException as e:
-            print(type(e).__name__ + ": " + str(e).splitlines()[0])
-    """
-)
-
-
 def test_reference_cannot_convert(step, tmp_path):
     """The projector: an AssertionError; the text: a KeyError; no file either way."""
-    script = str(llama_cpp_root() / "convert_hf_to_gguf.py")
     jobs = [[str(step), "--outfile", str(tmp_path / "m.gguf"), "--outtype", "f16", "--mmproj"],
             [str(step), "--outfile", str(tmp_path / "t.gguf"), "--outtype", "f16"]]  # fmt: skip
-    r = pyfork.run([sys.executable, "-c", _DRIVER, script, json.dumps(jobs)])  # fmt: skip
+    r = _reference(jobs, None)
     lines = r.stdout.splitlines()[-2:]
     assert lines[0].startswith("AssertionError") and "Step3-VL-10B" in lines[0], r.stdout
     assert lines[1] == "KeyError: 'num_attention_groups'", r.stdout
