@@ -220,8 +220,9 @@ def _fold_groups(
     return out, folded
 
 
-def _companion_read(proj: Projector, d: Path) -> tuple[dict, dict[str, tuple[int, ...]]]:
-    """The second checkpoint's config and tensor shapes (``Projector.companion``); a
+def _companion_read(proj: Projector, d: Path, stack: list) -> tuple[dict, Any]:
+    """The second checkpoint's config and open file (``Projector.companion``; the handle
+    joins ``stack``, so its header is parsed once for the view, the plan and the data); a
     missing file is named (the reference stops on a FileNotFoundError)."""
     assert proj.companion is not None
     wfile, cfile, _ = proj.companion
@@ -232,9 +233,13 @@ def _companion_read(proj: Projector, d: Path) -> tuple[dict, dict[str, tuple[int
                 path=d / rel, expected=rel, found="no such file",
             )  # fmt: skip
     cfg = read_json(d / cfile, E.InvalidModelConfig, cfile, expected="a JSON object")
-    with H.safe_open(d / wfile, framework="np", mmap=False) as f:
-        shapes = {n: tuple(f.info(n).shape) for n in f.keys()}  # noqa: SIM118 (a handle)
-    return (cfg if isinstance(cfg, dict) else {}), shapes
+    f = H.safe_open(d / wfile, framework="np", mmap=False)
+    stack.append(f)
+    return (cfg if isinstance(cfg, dict) else {}), f
+
+
+def _shapes(f: Any) -> dict[str, tuple[int, ...]]:
+    return {n: tuple(f.info(n).shape) for n in f.keys()}  # noqa: SIM118 (a handle)
 
 
 def _companion_error(proj: Projector, d: Path, exc: Exception) -> E.MissingModelFile:
@@ -247,17 +252,17 @@ def _companion_error(proj: Projector, d: Path, exc: Exception) -> E.MissingModel
     )  # fmt: skip
 
 
-def _companion(proj: Projector, d: Path) -> list[H.TensorPlan]:
+def _companion(proj: Projector, d: Path, read: tuple[dict, Any] | None) -> list[H.TensorPlan]:
     """The tensors of the projector's second checkpoint (``Projector.companion``) from its
     header and config; a missing file, config field or tensor, or a tensor the entry
     cannot name (its ``fn`` raises ValueError with the name) is named (the reference stops
     on a FileNotFoundError / KeyError / ValueError)."""
-    if proj.companion is None:
+    if proj.companion is None or read is None:
         return []
     wfile, _, fn = proj.companion
-    cfg, shapes = _companion_read(proj, d)
+    cfg, handle = read
     try:
-        items = fn(shapes, cfg)
+        items = fn(_shapes(handle), cfg)
     except (KeyError, TypeError, IndexError) as exc:
         raise _companion_error(proj, d, exc) from None
     except ValueError as exc:  # a tensor the projector cannot name
@@ -268,8 +273,7 @@ def _companion(proj: Projector, d: Path) -> list[H.TensorPlan]:
         ) from None  # fmt: skip
 
     def get(name: str) -> Any:
-        with H.safe_open(d / wfile, framework="np", mmap=False) as f:
-            return H._widen(f.get_tensor(name))
+        return H._widen(handle.get_tensor(name))
 
     return [H.TensorPlan(g, tuple(shape), "F32", make=lambda f=f: f(get)) for g, shape, f in items]
 
@@ -347,10 +351,10 @@ def plan_mmproj(
         view[AUDIO] = towers(raw).get(proj.audio_key)
     if proj.token is not None:
         view[TOKEN_ID] = _token_id(d, proj.token)
-    if proj.companion_view is not None:  # fields of the second checkpoint (MiMo-V2.5's)
-        ccfg, cshapes = _companion_read(proj, d)
+    comp = _companion_read(proj, d, stack) if proj.companion is not None else None
+    if proj.companion_view is not None and comp is not None:  # MiMo-V2.5's second checkpoint
         try:
-            view.update(proj.companion_view(ccfg, cshapes))
+            view.update(proj.companion_view(comp[0], _shapes(comp[1])))
         except (KeyError, TypeError, IndexError) as exc:
             raise _companion_error(proj, d, exc) from None
     if proj.from_shapes is None:
@@ -402,7 +406,7 @@ def plan_mmproj(
             tp = H.TensorPlan(gname, arr.shape, "F32", make=lambda a=arr: a)
             tp.type = _type_of(proj, tp, ot)
             tensors.append(tp)
-    for tp in _companion(proj, d):  # a second checkpoint's, written next
+    for tp in _companion(proj, d, comp):  # a second checkpoint's, written next
         tp.type = _type_of(proj, tp, ot)
         tensors.append(tp)
     order = {k: i for i, k in enumerate(by_key)}
