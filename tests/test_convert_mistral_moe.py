@@ -26,8 +26,8 @@ import pytest
 
 from support import pyfork
 from support.mistral_moe import make_mistral_moe_checkpoint, make_mistral_real_tekken
-from test_convert_archs import _llama_logits_f32_kv
-from test_convert_hf_to_gguf import _kvs, _llama_quantize, _tensors
+from test_convert_archs import _llama_logits_f32_kv, _same_file
+from test_convert_hf_to_gguf import _llama_quantize
 from weightsmith import errors as E
 from weightsmith.convert import mistral_to_gguf
 
@@ -83,18 +83,6 @@ class _Work:
 @pytest.fixture(scope="module")
 def work(tmp_path_factory) -> _Work:
     return _Work(tmp_path_factory.mktemp("mistral_moe"))
-
-
-def _same_file(ours: Path, ref: Path) -> None:
-    ko, kr = _kvs(ours), _kvs(ref)
-    assert list(ko) == list(kr)
-    for k in kr:
-        assert ko[k] == kr[k], k
-    to, tr = _tensors(ours), _tensors(ref)
-    assert [x[:3] for x in to] == [x[:3] for x in tr]
-    for a, b in zip(to, tr):
-        assert a[3] == b[3], f"{a[0]} data differs"
-    assert ours.read_bytes() == ref.read_bytes()
 
 
 @pytest.mark.parametrize("t", REF_TYPES + QUANT_TYPES)
