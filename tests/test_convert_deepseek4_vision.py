@@ -168,7 +168,12 @@ def test_two_block_tower_refused(dsv, tmp_path):
 
 @pytest.mark.parametrize(
     "changes, field",
-    [({"vision_max_n_token": 256}, "vision_max_n_token"), ({"vision_dim": None}, "vision_dim")],
+    [
+        ({"vision_max_n_token": 256}, "vision_max_n_token"),
+        ({"vision_dim": None}, "vision_dim"),
+        # a field of the wrong kind: named, not a TypeError from the tower's arithmetic
+        ({"vision_patch_size": 16.0, "vision_downsample_ratio": "2"}, "vision fields"),
+    ],
 )
 def test_bad_vision_config_refused(dsv, tmp_path, changes, field):
     """The class's asserts (llama.cpp hard-codes the token cap and aspect ratio) and a

@@ -85,6 +85,11 @@ def _class_vision(cfg: dict, path: Path) -> dict:
             "vision hyperparameter missing",
             path=path, field=str(exc.args[0]), expected="a value", found=None,
         ) from None  # fmt: skip
+    except TypeError as exc:  # a field of the wrong kind (a string for a number, ...)
+        raise E.InvalidModelConfig(
+            "vision hyperparameters of the wrong type", path=path,
+            field=f"{name}'s vision fields", expected="numbers", found=str(exc),
+        ) from None  # fmt: skip
     return cfg if vc is None else {**cfg, "vision_config": vc}
 
 
