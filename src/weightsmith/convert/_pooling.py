@@ -309,7 +309,8 @@ def rerank_tokens(d: Any, vocab_size: int | None) -> tuple[int, int]:
                 "a Qwen3 reranker's tokenizer lacks a label token",
                 path=where, field=f"token {token!r}", expected="a token id", found=i,
             )  # fmt: skip
-        if vocab_size is not None and i >= vocab_size:
+        # a vocab_size of the wrong kind is left to the config check that follows
+        if isinstance(vocab_size, int) and i >= vocab_size:
             raise E.VocabSizeMismatch(
                 "a Qwen3 reranker's label token is not a row of the head",
                 path=where, field=f"token {token!r}", expected=f"an id below {vocab_size}",
