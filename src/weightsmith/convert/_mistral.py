@@ -46,6 +46,8 @@ from .._json import read_json
 from ..progress import ProgressFn
 from ..quant.imatrix import read_imatrix
 from ._hf_to_gguf import ConversionResult, ModelInput, convert_input, file_sources
+from ._mistral_mmproj import plan_mistral_mmproj
+from ._mmproj import write_mmproj
 from .arch import MISTRAL_MOE_NATIVE, MISTRAL_NATIVE, first
 from .arch.mistral_moe import moe_config
 from .tokenizer import tekken_metadata
@@ -267,19 +269,28 @@ def mistral_to_gguf(
     split_max_size: int | str | None = None,
     workers: int | None = None,
     progress: ProgressFn | None = None,
+    mmproj: str | os.PathLike[str] | None = None,
 ) -> ConversionResult:
     """Convert Mistral's original folder ``src`` (consolidated*.safetensors, params.json,
     tekken.json) to the GGUF file ``dst``: the file llama.cpp's
     ``convert_hf_to_gguf.py --mistral-format`` writes.  Options as
-    :func:`~weightsmith.convert.hf_to_gguf`."""
+    :func:`~weightsmith.convert.hf_to_gguf`; ``mmproj``: also write the vision projector
+    (params.json's ``vision_encoder``) there, as ``--mistral-format --mmproj``
+    (:mod:`._mistral_mmproj`; planned before either file is written)."""
     stack: list = []
     try:
         im = read_imatrix(imatrix) if imatrix is not None else None
         m = mistral_input(Path(src), stack, tokenizer=tokenizer)
-        return convert_input(
+        proj = None if mmproj is None else plan_mistral_mmproj(m.folder, type, m.sources)
+        result = convert_input(
             m, dst, type, im=im, split_max_size=split_max_size, workers=workers,
             progress=progress, name=name, tokenizer=tokenizer,
         )  # fmt: skip
+        if proj is not None:
+            write_mmproj(proj, src, mmproj, name=name, workers=workers,
+                         name_or_path=m.name_or_path)  # fmt: skip
+            result.files.append(os.fspath(mmproj))
+        return result
     finally:
         for h in stack:
             h.close()
