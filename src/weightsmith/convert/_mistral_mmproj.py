@@ -101,7 +101,8 @@ def _view(d: Path, params: dict) -> dict:
         need.append(("spatial_merge_size",))
     for keys in need:
         if not any(k in ve for k in keys):
-            raise _bad(path, "vision_encoder." + keys[0], "a value", None,
+            want = "a value" if len(keys) == 1 else "one of " + ", ".join(keys)
+            raise _bad(path, "vision_encoder." + keys[0], want, None,
                        "vision hyperparameter missing")  # fmt: skip
     tid = ve["image_break_token_id"]
     if not isinstance(tid, int) or isinstance(tid, bool):

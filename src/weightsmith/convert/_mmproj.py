@@ -29,7 +29,7 @@ from typing import Any
 
 from .. import errors as E
 from .._json import read_json
-from ..gguf import GGUFValueType, Writer
+from ..gguf import GGUFValueType, Writer, encode_value
 from ..quant.recipes import FILE_TYPES
 from . import _hf_to_gguf as H  # a module import: _hf_to_gguf imports this module too
 from ._model_card import provenance_rows
@@ -305,8 +305,11 @@ def _check_rows(
     file is written (``section``: the config part a vision row reads)."""
     try:
         first()
-        proj.entry.metadata(view)
-    except (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError) as exc:
+        for k, v, t in proj.entry.metadata(view):
+            if k != FILE_TYPE:  # a value the writer cannot store stops here, not mid-write
+                encode_value(v, t, key=k)
+    except (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError,
+            E.GGUFInvalidValue) as exc:  # fmt: skip
         # an audio-only class also reads top-level fields (Ultravox's ``stack_factor``)
         kind, where = ("vision", section) if proj.vision else ("audio", "audio config")
         raise E.InvalidModelConfig(
@@ -394,7 +397,7 @@ def plan_tower(
         key = proj.source_key(s.name, view)
         if key is not None:
             by_key[key] = s
-    if not by_key:
+    if not any(k != TOKEN_SOURCE for k in by_key):  # the text embedding's row is no tower
         raise E.MissingModelFile(
             f"no {'vision' if proj.vision else 'audio'} tower tensors in the weights",
             path=d,
