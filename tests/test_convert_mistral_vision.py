@@ -95,7 +95,9 @@ def test_contents(work):
         assert md["clip.vision.projection_dim"] == 256 and md["clip.vision.block_count"] == 3
         assert md["clip.rope.freq_base"] == 10000.0
         assert md["clip.vision.attention.layer_norm_epsilon"] == pytest.approx(1e-5)
-        assert list(md["clip.vision.image_mean"]) == pytest.approx([0.48145466, 0.4578275, 0.40821073])
+        assert list(md["clip.vision.image_mean"]) == pytest.approx(
+            [0.48145466, 0.4578275, 0.40821073]
+        )
         assert types["v.patch_embd.weight"] == "F16" and types["v.blk.2.ffn_gate.weight"] == "F16"
         assert types[IMG_BREAK] == "F32"
         np.testing.assert_array_equal(row, img_break_row(work[kind][0]))
