@@ -29,6 +29,10 @@ and optionally ``llama_4_scaling``; the tensors are ``attention.wq_a`` / ``q_a_n
 holds its rows and renames.  The reference also opens config.json there (it stops
 without one); ours does not need it.
 
+With ``mmproj=`` (``--mmproj``) the vision projector of a params.json with a
+``vision_encoder`` section (Pixtral-12B, Mistral Small 3.1 / 3.2) is written too: the
+reference's ``--mistral-format --mmproj`` (:mod:`._mistral_mmproj`).
+
 Not converted (named errors): a dense ``llama_4_scaling`` checkpoint (``mistral3``), FP8
 ``quantization``, and SentencePiece folders (``tokenizer.model.v*``).  Where the
 reference writes a file llama.cpp cannot load (no context length in a dense
