@@ -238,3 +238,12 @@ def test_refused_before_writing(work, tmp_path, change, tensors, error, match):
     with pytest.raises(error, match=match):
         mistral_to_gguf(src, text, "f16", mmproj=proj)
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+def test_reference_asserts_without_vision_encoder(work, tmp_path):
+    """What ours names (above) stops the reference on an assert."""
+    src = _edit(work["mistral3"][0], tmp_path, lambda p: p.pop("vision_encoder"))
+    script = str(llama_cpp_root() / "convert_hf_to_gguf.py")
+    r = pyfork.run([sys.executable, script, str(src), "--mistral-format", "--mmproj",
+                    "--outfile", str(tmp_path / "ref.gguf")])  # fmt: skip
+    assert r.returncode != 0 and "does not support multimodal" in r.stderr
