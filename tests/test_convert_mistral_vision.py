@@ -6,8 +6,9 @@ Mistral's names in consolidated.safetensors, a trained tekken.json), each the sa
 weights as a transformers model saved beside it.  Checked:
 
 * the projector byte-identical to ``convert_hf_to_gguf.py --mistral-format --mmproj``
-  (llama.cpp's ``PixtralModel``) at f32, f16 and q8_0, and the text written with it to
-  ``--mistral-format`` (the tower's tensors left out of it, as the reference's filter);
+  (llama.cpp's ``PixtralModel``) at f32, f16, bf16 and q8_0 (and ``auto``), and the text
+  written with it to ``--mistral-format`` (the tower's tensors left out of it, as the
+  reference's filter);
 * mtmd encodes an image through our text + projector exactly as through the reference's
   pair, and into transformers' image features (the HF model's vision tower + projector),
   the [IMG_BREAK] row after each row of patches;
@@ -33,7 +34,7 @@ from weightsmith import errors as E
 from weightsmith.convert import mistral_to_gguf
 
 KINDS = ["pixtral", "mistral3"]
-TYPES = ["f32", "f16", "q8_0"]
+TYPES = ["f32", "f16", "bf16", "q8_0"]
 
 
 def _reference(jobs: list[list[str]]) -> subprocess.CompletedProcess:
@@ -156,6 +157,15 @@ def test_cli_writes_both(work, tmp_path):
     assert dst.read_bytes() == (root / "ours-mistral3-text-f16.gguf").read_bytes()
     got = (tmp_path / "mmproj-out.gguf").read_bytes()
     assert got == (root / "ref-mistral3-mmproj-f16.gguf").read_bytes()
+
+
+def test_auto_reads_the_folders_first_matrix(work, tmp_path):
+    """``auto``: the type of the first 2-D tensor of the whole folder (bf16 here), as the
+    reference's guess."""
+    mis = work["pixtral"][0]
+    mistral_to_gguf(mis, tmp_path / "t.gguf", "auto", mmproj=tmp_path / "m.gguf")
+    ref = work["root"] / "ref-pixtral-mmproj-bf16.gguf"
+    assert (tmp_path / "m.gguf").read_bytes() == ref.read_bytes()
 
 
 def test_placeholder_id_read_from_tekken(work, tmp_path):
