@@ -257,3 +257,17 @@ def test_reference_asserts_without_vision_encoder(work, tmp_path):
     r = pyfork.run([sys.executable, script, str(src), "--mistral-format", "--mmproj",
                     "--outfile", str(tmp_path / "ref.gguf")])  # fmt: skip
     assert r.returncode != 0 and "does not support multimodal" in r.stderr
+
+
+def test_with_the_hf_files_beside(work, tmp_path):
+    """Mistral's repositories hold the HF files beside the original ones: with config.json
+    there (gguf-py reads its name) the projector is still the reference's."""
+    mis, hf = work["mistral3"]
+    src = _edit(mis, tmp_path)
+    for f in ("config.json", "preprocessor_config.json", "tokenizer_config.json"):
+        shutil.copy(hf / f, src / f)
+    mistral_to_gguf(src, tmp_path / "t.gguf", "f16", mmproj=tmp_path / "m.gguf")
+    r = _reference([[str(src), "--mistral-format", "--mmproj", "--outtype", "f16",
+                     "--outfile", str(tmp_path / "ref.gguf")]])  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (tmp_path / "m.gguf").read_bytes() == (tmp_path / "ref.gguf").read_bytes()
