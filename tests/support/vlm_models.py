@@ -130,8 +130,11 @@ def gemma3_vlm(
     return folder
 
 
-def llava_pixtral(folder: Path, *, dtype: str = "bfloat16", seed: int = 31) -> Path:
-    """LLaVA with a Pixtral tower (2-D RoPE, SiLU MLP) and the 2-layer MLP projector."""
+def llava_pixtral(
+    folder: Path, *, dtype: str = "bfloat16", seed: int = 31, vocab: int | None = None
+) -> Path:
+    """LLaVA with a Pixtral tower (2-D RoPE, SiLU MLP) and the 2-layer MLP projector
+    (``vocab``: the text's vocabulary size, no tokenizer trained: the caller writes one)."""
     from transformers import (
         LlavaConfig,
         LlavaForConditionalGeneration,
@@ -139,7 +142,7 @@ def llava_pixtral(folder: Path, *, dtype: str = "bfloat16", seed: int = 31) -> P
         PixtralVisionConfig,
     )
 
-    vocab = train_spm(folder)
+    vocab = train_spm(folder) if vocab is None else vocab
     text = MistralConfig(**_text(vocab), sliding_window=None)
     # 3 layers: gguf-py maps linear_2 to mm.2 only in a tower of more than 2 blocks
     vision = PixtralVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=3,
@@ -260,12 +263,15 @@ def _mistral3_over(text, folder: Path, dtype: str, seed: int) -> Path:
     return folder
 
 
-def mistral3(folder: Path, *, dtype: str = "bfloat16", seed: int = 34) -> Path:
+def mistral3(
+    folder: Path, *, dtype: str = "bfloat16", seed: int = 34, vocab: int | None = None
+) -> Path:
     """Mistral 3 (Mistral Small 3.1 layout): Pixtral tower, RMS-normed 2x2 patch merger,
-    2-layer MLP projector; the text model is Mistral (GGUF ``mistral3``)."""
+    2-layer MLP projector; the text model is Mistral (GGUF ``mistral3``).  ``vocab``: as
+    :func:`llava_pixtral`'s."""
     from transformers import MistralConfig
 
-    vocab = train_spm(folder)
+    vocab = train_spm(folder) if vocab is None else vocab
     text = MistralConfig(
         **_text(vocab),
         sliding_window=None,

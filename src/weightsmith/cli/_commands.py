@@ -318,11 +318,13 @@ def cmd_convert(args: argparse.Namespace) -> int:
             if not args.mmproj:
                 raise UsageError("convert: GGUF -> HF: --mmproj needs the projector GGUF's path")
             kw["mmproj"] = args.mmproj
-        elif fn is hf_to_gguf:
+        elif fn is hf_to_gguf or fn is mistral_to_gguf:
             out = Path(args.dst)
             kw["mmproj"] = args.mmproj or str(out.with_name("mmproj-" + out.name))
         else:
-            raise UsageError("convert: --mmproj applies to HF folder <-> GGUF")
+            raise UsageError(
+                "convert: --mmproj applies to HF folder <-> GGUF and Mistral folder -> GGUF"
+            )
     result = call_with_progress(fn, args.src, target, description="convert", quiet=args.quiet, **kw)
     _report_conversion(args, result, target)
     return 0

@@ -136,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="?",
         const="",
         metavar="PATH",
-        help="HF -> GGUF of a vision-language model: also write its vision projector "
+        help="HF (or Mistral original) -> GGUF of a vision-language model: also write its "
+        "vision projector "
         "(default path: mmproj-<DST name> beside DST); GGUF -> HF: the projector GGUF "
         "to read with the text GGUF (one *ForConditionalGeneration folder)",
     )

@@ -29,6 +29,10 @@ and optionally ``llama_4_scaling``; the tensors are ``attention.wq_a`` / ``q_a_n
 holds its rows and renames.  The reference also opens config.json there (it stops
 without one); ours does not need it.
 
+With ``mmproj=`` (``--mmproj``) the vision projector of a params.json with a
+``vision_encoder`` section (Pixtral-12B, Mistral Small 3.1 / 3.2) is written too: the
+reference's ``--mistral-format --mmproj`` (:mod:`._mistral_mmproj`).
+
 Not converted (named errors): a dense ``llama_4_scaling`` checkpoint (``mistral3``), FP8
 ``quantization``, and SentencePiece folders (``tokenizer.model.v*``).  Where the
 reference writes a file llama.cpp cannot load (no context length in a dense
@@ -46,6 +50,8 @@ from .._json import read_json
 from ..progress import ProgressFn
 from ..quant.imatrix import read_imatrix
 from ._hf_to_gguf import ConversionResult, ModelInput, convert_input, file_sources
+from ._mistral_mmproj import plan_mistral_mmproj
+from ._mmproj import write_mmproj
 from .arch import MISTRAL_MOE_NATIVE, MISTRAL_NATIVE, first
 from .arch.mistral_moe import moe_config
 from .tokenizer import tekken_metadata
@@ -267,19 +273,28 @@ def mistral_to_gguf(
     split_max_size: int | str | None = None,
     workers: int | None = None,
     progress: ProgressFn | None = None,
+    mmproj: str | os.PathLike[str] | None = None,
 ) -> ConversionResult:
     """Convert Mistral's original folder ``src`` (consolidated*.safetensors, params.json,
     tekken.json) to the GGUF file ``dst``: the file llama.cpp's
     ``convert_hf_to_gguf.py --mistral-format`` writes.  Options as
-    :func:`~weightsmith.convert.hf_to_gguf`."""
+    :func:`~weightsmith.convert.hf_to_gguf`; ``mmproj``: also write the vision projector
+    (params.json's ``vision_encoder``) there, as ``--mistral-format --mmproj``
+    (:mod:`._mistral_mmproj`; planned before either file is written)."""
     stack: list = []
     try:
         im = read_imatrix(imatrix) if imatrix is not None else None
         m = mistral_input(Path(src), stack, tokenizer=tokenizer)
-        return convert_input(
+        proj = None if mmproj is None else plan_mistral_mmproj(m.folder, type, m.sources)
+        result = convert_input(
             m, dst, type, im=im, split_max_size=split_max_size, workers=workers,
             progress=progress, name=name, tokenizer=tokenizer,
         )  # fmt: skip
+        if proj is not None:
+            write_mmproj(proj, src, mmproj, name=name, workers=workers,
+                         name_or_path=m.name_or_path)  # fmt: skip
+            result.files.append(os.fspath(mmproj))
+        return result
     finally:
         for h in stack:
             h.close()

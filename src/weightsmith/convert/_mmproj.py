@@ -29,7 +29,7 @@ from typing import Any
 
 from .. import errors as E
 from .._json import read_json
-from ..gguf import GGUFValueType, Writer
+from ..gguf import GGUFValueType, Writer, encode_value
 from ..quant.recipes import FILE_TYPES
 from . import _hf_to_gguf as H  # a module import: _hf_to_gguf imports this module too
 from ._model_card import provenance_rows
@@ -47,7 +47,7 @@ from .arch.mmproj import (
 
 VT = GGUFValueType
 
-__all__ = ["plan_mmproj", "write_mmproj"]
+__all__ = ["plan_mmproj", "plan_tower", "write_mmproj"]
 
 
 def _preprocessor(d: Path) -> dict:
@@ -294,16 +294,24 @@ def _fold_data(proj: Projector, srcs: list[H._Source]) -> list:
 
 
 def _check_rows(
-    proj: Projector, view: dict, cfg_path: Path, first: Callable[[], None] = lambda: None
+    proj: Projector,
+    view: dict,
+    cfg_path: Path,
+    first: Callable[[], None] = lambda: None,
+    *,
+    section: str = "vision_config",
 ) -> None:
     """Every clip.* row now (after ``first``), so a bad value stops the plan before any
-    file is written."""
+    file is written (``section``: the config part a vision row reads)."""
     try:
         first()
-        proj.entry.metadata(view)
-    except (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError) as exc:
+        for k, v, t in proj.entry.metadata(view):
+            if k != FILE_TYPE:  # a value the writer cannot store stops here, not mid-write
+                encode_value(v, t, key=k)
+    except (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError,
+            E.GGUFInvalidValue) as exc:  # fmt: skip
         # an audio-only class also reads top-level fields (Ultravox's ``stack_factor``)
-        kind, where = ("vision", "vision_config") if proj.vision else ("audio", "audio config")
+        kind, where = ("vision", section) if proj.vision else ("audio", "audio config")
         raise E.InvalidModelConfig(
             f"{kind} hyperparameters the projector cannot use",
             path=cfg_path, field=where, expected="values llama.cpp's class accepts",
@@ -362,14 +370,34 @@ def plan_mmproj(
             view.update(proj.companion_view(comp[0], _shapes(comp[1])))
         except (KeyError, TypeError, IndexError) as exc:
             raise _companion_error(proj, d, exc) from None
+    return plan_tower(proj, view, d, type, weights(), cfg_path, comp=comp)
+
+
+def plan_tower(
+    proj: Projector,
+    view: dict,
+    d: Path,
+    type: str,
+    weights: list[H._Source],
+    cfg_path: Path,
+    *,
+    comp: tuple[dict, Any] | None = None,
+    section: str = "vision_config",
+    auto: list[H._Source] | None = None,
+) -> H._Plan:
+    """The projector file's plan for the entry ``proj`` over the vision ``view`` (its
+    config checked, the rows not yet read) and the folder's tensors ``weights``:
+    ``comp`` the second checkpoint read, ``section`` the config part a bad row is
+    named by, ``auto`` the tensors ``auto`` reads its type from (default: the kept
+    ones)."""
     if proj.from_shapes is None:
-        _check_rows(proj, view, cfg_path)
+        _check_rows(proj, view, cfg_path, section=section)
     by_key: dict[str, H._Source] = {}
-    for s in weights():
+    for s in weights:
         key = proj.source_key(s.name, view)
         if key is not None:
             by_key[key] = s
-    if not by_key:
+    if not any(k != TOKEN_SOURCE for k in by_key):  # the text embedding's row is no tower
         raise E.MissingModelFile(
             f"no {'vision' if proj.vision else 'audio'} tower tensors in the weights",
             path=d,
@@ -378,14 +406,17 @@ def plan_mmproj(
         )
     if proj.from_shapes is not None:  # the rows read the tensors' shapes too
         shapes = {k: tuple(s.shape) for k, s in by_key.items()}
-        _check_rows(proj, view, cfg_path, lambda: view.update(proj.from_shapes(view, shapes)))
+        _check_rows(
+            proj, view, cfg_path, lambda: view.update(proj.from_shapes(view, shapes)),
+            section=section,
+        )  # fmt: skip
     if proj.token is not None:
         emb = by_key.get(TOKEN_SOURCE)
         if emb is None or len(emb.shape) != 2 or not 0 <= view[TOKEN_ID] < emb.shape[0]:
             raise E.TensorShapeMismatch(
                 f"no text embedding row for the {proj.token} token",
                 path=d,
-                field="language_model.model.embed_tokens.weight",
+                field=proj.embeddings[0],
                 expected=f"a 2-D embedding with row {view[TOKEN_ID]}",
                 found=None if emb is None else list(emb.shape),
             )
@@ -403,7 +434,7 @@ def plan_mmproj(
             expected="a clip (mmproj) weight",
             found=f"{exc.name} {exc.detail}".strip(),
         ) from None
-    ot = _mmproj_type(type, list(by_key.values()))
+    ot = _mmproj_type(type, list(by_key.values()) if auto is None else auto)
     tensors = []
     for gname, fn in proj.entry.extra.items():  # computed from the config, written first
         arr = fn(view)
@@ -452,9 +483,12 @@ def plan_mmproj(
     )
 
 
-def _rows(p: H._Plan, d: Path, given: str, name: str | None) -> list[tuple[str, Any, Any]]:
+def _rows(
+    p: H._Plan, d: Path, given: str, name: str | None, name_or_path: bool
+) -> list[tuple[str, Any, Any]]:
     rows: list[tuple[str, Any, Any]] = [("general.type", "mmproj", VT.STRING)]
-    rows += provenance_rows(d, given, [(t.name, t.shape) for t in p.tensors], name)
+    shapes = [(t.name, t.shape) for t in p.tensors]
+    rows += provenance_rows(d, given, shapes, name, name_or_path=name_or_path)
     for k, v, t in p.arch.metadata(p.cfg):
         rows.append(("general.file_type", p.file_type, VT.UINT32) if k == FILE_TYPE else (k, v, t))
     rows.append(("general.quantization_version", H.QUANTIZATION_VERSION, VT.UINT32))
@@ -468,12 +502,14 @@ def write_mmproj(
     *,
     name: str | None = None,
     workers: int | None = None,
+    name_or_path: bool = True,
 ) -> dict[str, str]:
-    """Write the planned projector to ``dst``; its tensor types by name."""
+    """Write the planned projector to ``dst``; its tensor types by name
+    (``name_or_path``: as :attr:`~weightsmith.convert._hf_to_gguf.ModelInput.name_or_path`)."""
     d, dst = Path(src), Path(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
     with Writer(dst, arch=p.arch.gguf_arch) as w:
-        for k, v, t in _rows(p, d, os.fspath(src), name):
+        for k, v, t in _rows(p, d, os.fspath(src), name, name_or_path):
             w.add(k, v, t)
         for tp in p.tensors:
             w.add_tensor_info(tp.name, tp.type, tp.shape)

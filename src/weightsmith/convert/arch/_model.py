@@ -489,7 +489,9 @@ _WRAPPERS = (("language_model.", ""),)
 _OTHER_MODALITIES = re.compile(
     r"^(mlp|vit\.|vpm\.|siglip2\.|conformer\.|merger\.|resampler\.|multi_modal_projector\.|"
     r"vision_tower\.|multimodal_projector\.|speech_embeddings\.)|visual\.|vision\.|audio\.|vision_|audio_|"
-    r"projector\.|patch_embed|patch_merge_mlp\.|model\.connector\.|image_newline|view_seperator"
+    r"projector\.|patch_embed|patch_merge_mlp\.|model\.connector\.|image_newline|view_seperator|"
+    # Mistral's own layout of Mistral Small 3.1's projector (TextModel.filter_tensors)
+    r"patch_merger\.|pre_mm_projector_norm"
 )
 
 

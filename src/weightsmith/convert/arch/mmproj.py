@@ -259,6 +259,8 @@ class Projector:
     # a special token whose row of the text embedding the projector carries (Pixtral's
     # [IMG_BREAK]); the embedding is then read under the key TOKEN_SOURCE
     token: str | None = None
+    # the source names of that text embedding (Mistral's own layout: ``tok_embeddings``)
+    embeddings: tuple[str, ...] = _TEXT_EMBEDDINGS
     # a rename that reads the vision view (Qwen3-VL numbers its deepstack mergers by the
     # tower layer they follow, from ``deepstack_visual_indexes``); None: not read (MiniCPM-V
     # 4.6 leaves its window merger out in ``4x`` mode)
@@ -301,7 +303,7 @@ class Projector:
 
     def source_key(self, hf_name: str, view: dict | None = None) -> str | None:
         """The name the rules see, or None for a tensor the projector does not read."""
-        if self.token is not None and hf_name.endswith(_TEXT_EMBEDDINGS):
+        if self.token is not None and hf_name.endswith(self.embeddings):
             return TOKEN_SOURCE
         if "language_model." in hf_name or any(d in hf_name for d in self.drop):
             return None
@@ -483,6 +485,65 @@ LLAVA_VISION = Projector(
         ],
         # the vision tower uses 2-D RoPE in HF's rotate-half layout, like the text model
         transforms=[PERMUTE_Q, PERMUTE_K],
+        required=(),
+    ),
+)
+
+# ------------------------------------------------------ Pixtral in Mistral's own layout
+
+_MV = "vision_encoder."
+_MV_LAYER = _MV + "transformer.layers.{bid}."
+
+
+def _mistral_merge(v: dict) -> int | None:
+    # PixtralModel writes the merge size only for the patch-merging projector
+    return v.get("spatial_merge_size") if v.get("mm_projector_id") == "patch_merge" else None
+
+
+#: llama.cpp's PixtralModel (conversion/pixtral.py, ``--mistral-format --mmproj``): the
+#: tower under Mistral's names in consolidated*.safetensors, its hyperparameters in
+#: params.json's ``vision_encoder`` (the view: that section, with params.json's
+#: ``norm_eps`` and ``dim``; see convert/_mistral_mmproj.py).  Q/K rows are stored in
+#: ggml's interleaved RoPE layout already: nothing is permuted.  Not registered under an
+#: HF class: the Mistral route picks it.
+MISTRAL_VISION = Projector(
+    hf_archs=(),
+    token="[IMG_BREAK]",
+    embeddings=("tok_embeddings.weight",),
+    keep=LLAVA_VISION.keep,  # LlavaVisionModel's prefixes: any other name is unmapped
+    force=_base_force,
+    required=(*BASE_REQUIRED, ("rope_theta",), ("image_break_token_id",)),
+    entry=Arch(
+        hf_archs=(),
+        gguf_arch="clip",
+        meta=[
+            *BASE_ROWS,
+            _const("projector_type", "pixtral", VT.STRING),
+            m("vision.attention.layer_norm_epsilon", "norm_eps", t=VT.FLOAT32),
+            m("rope.freq_base", "rope_theta", t=VT.FLOAT32),
+            _const("use_silu", True, VT.BOOL),
+            m("vision.spatial_merge_size", "spatial_merge_size", value=_mistral_merge),
+        ],
+        names=_wb(
+            [
+                (_MV + "patch_conv", "v.patch_embd"),
+                (_MV + "ln_pre", "v.pre_ln"),
+                (_MV_LAYER + "attention.wq", _VBLK + "attn_q"),
+                (_MV_LAYER + "attention.wk", _VBLK + "attn_k"),
+                (_MV_LAYER + "attention.wv", _VBLK + "attn_v"),
+                (_MV_LAYER + "attention.wo", _VBLK + "attn_out"),
+                (_MV_LAYER + "attention_norm", _VBLK + "ln1"),
+                (_MV_LAYER + "ffn_norm", _VBLK + "ln2"),
+                (_MV_LAYER + "feed_forward.w1", _VBLK + "ffn_gate"),
+                (_MV_LAYER + "feed_forward.w2", _VBLK + "ffn_down"),
+                (_MV_LAYER + "feed_forward.w3", _VBLK + "ffn_up"),
+                ("vision_language_adapter.w_in", "mm.1"),
+                ("vision_language_adapter.w_out", "mm.2"),
+                ("pre_mm_projector_norm", "mm.input_norm"),
+                ("patch_merger.merging_layer", "mm.patch_merger"),
+            ]
+        ),
+        splits=LLAVA_VISION.entry.splits,  # the [IMG_BREAK] row of the text embedding
         required=(),
     ),
 )
