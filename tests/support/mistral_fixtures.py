@@ -90,3 +90,42 @@ def make_mistral_checkpoint(
     params.update(params_extra or {})
     (folder / "params.json").write_text(json.dumps(params))
     return folder
+
+
+def fp8_quantize(folder: Path, dequantized: Path | None = None) -> dict:
+    """Make ``folder`` a Mistral FP8 release, as Ministral 3 / Devstral 2 / Mistral Large 3
+    ship: every 2-D ``layers.*`` weight but the router becomes float8_e4m3fn beside a
+    float32 per-tensor ``X.qscale_weight`` (amax / 448) and an ``X.qscale_act`` (static
+    activation scale, unused by converters); params.json says ``quantization``.
+
+    The dequantized values (torch: ``w8.float() * scale``, a float32 product) are
+    returned by name and, with ``dequantized``, written as an F32 copy of the folder
+    (the same checkpoint without quantization: the reference's input for its answer)."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    sd = load_file(str(folder / "consolidated.safetensors"))
+    out, deq = {}, {}
+    for name, t in sd.items():
+        if t.ndim != 2 or not name.startswith("layers.") or ".gate." in name:
+            out[name] = t
+            continue
+        scale = (t.float().abs().max() / 448.0).reshape(())
+        w8 = (t.float() / scale).to(torch.float8_e4m3fn)
+        base = name.removesuffix("weight")
+        out[name], out[base + "qscale_weight"] = w8, scale
+        out[base + "qscale_act"] = torch.tensor(0.02 + 0.001 * len(deq))
+        deq[name] = w8.float() * scale
+    save_file(out, str(folder / "consolidated.safetensors"))
+    params = json.loads((folder / "params.json").read_text())
+    params["quantization"] = {"qformat_weight": "fp8_e4m3", "qscheme_act": "TENSOR"}
+    (folder / "params.json").write_text(json.dumps(params, indent=2))
+    if dequantized is not None:
+        shutil.copytree(folder, dequantized)
+        plain = {k: deq.get(k, v) for k, v in sd.items()}
+        save_file(plain, str(dequantized / "consolidated.safetensors"))
+        del params["quantization"]
+        (dequantized / "params.json").write_text(json.dumps(params, indent=2))
+    return deq

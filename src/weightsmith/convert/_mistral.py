@@ -49,6 +49,7 @@ from .. import errors as E
 from .._json import read_json
 from ..progress import ProgressFn
 from ..quant.imatrix import read_imatrix
+from ._dequant import dequantize_sources
 from ._hf_to_gguf import ConversionResult, ModelInput, convert_input, file_sources
 from ._mistral_mmproj import plan_mistral_mmproj
 from ._mmproj import write_mmproj
@@ -83,7 +84,8 @@ def _params(d: Path) -> dict:
             found=type(params).__name__,
         )  # fmt: skip
     moe = params.get("moe") is not None
-    refused = [("quantization", "FP8 weights")]
+    _quantization(path, params)
+    refused = []
     if not moe:  # with experts the reference writes deepseek2 and reads the scaling's beta
         refused.append(("llama_4_scaling", "Llama-4 attention scaling (llama.cpp: mistral3)"))
     for key, what in refused:
@@ -115,6 +117,25 @@ def _params(d: Path) -> dict:
             expected="the model's context length (max_position_embeddings)", found="nothing",
         )  # fmt: skip
     return params
+
+
+# params.json's ``quantization`` as the reference's MistralModel.dequant_model reads it:
+# HF's fp8 method, one scale per tensor (X.qscale_weight beside X.weight)
+_FP8 = {"quantization_config": {"quant_method": "fp8", "weight_block_size": None}}
+
+
+def _quantization(path: Path, params: dict) -> None:
+    """Only ``qformat_weight: fp8_e4m3`` (the reference asserts it)."""
+    q = params.get("quantization")
+    if q is None:
+        return
+    fmt = q.get("qformat_weight") if isinstance(q, dict) else None
+    if fmt != "fp8_e4m3":
+        raise E.UnknownArchitecture(
+            "Mistral original checkpoint with this quantization is not supported", path=path,
+            field="quantization.qformat_weight", expected="fp8_e4m3 (or no quantization)",
+            found=repr(fmt if isinstance(q, dict) else q)[:80],
+        )  # fmt: skip
 
 
 def _positive(path: Path, params: dict, key: str, where: str = "") -> None:
@@ -241,6 +262,8 @@ def mistral_input(d: Path, stack: list, *, tokenizer: bool = True) -> ModelInput
     if tokenizer and not (d / "tekken.json").is_file():
         tekken_metadata(d)  # the named error for a missing tekken.json
     sources = file_sources(d, parts, stack)
+    if params.get("quantization") is not None:
+        sources = dequantize_sources(sources, _FP8, d)
     if params.get("moe") is not None:
         arch, cfg = MISTRAL_MOE_NATIVE, moe_config(params)
         _check_moe_tensors(d, cfg, {s.name: s.shape for s in sources})

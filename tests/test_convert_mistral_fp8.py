@@ -1,0 +1,185 @@
+"""Mistral's FP8 releases in their own layout (params.json ``quantization:
+{qformat_weight: fp8_e4m3}``, ``X.weight`` in float8 beside a per-tensor
+``X.qscale_weight`` and an unused ``X.qscale_act``) against llama.cpp's
+``convert_hf_to_gguf.py --mistral-format``.
+
+* Dense (the reference's ``MistralModel``, which maps the block onto HF's fp8 method):
+  ours byte-identical at f32 / bf16 / q8_0; llama.cpp's logits on ours = on the
+  reference's file, and near the unquantized model's (the scales are applied).
+* With experts (``MistralMoeModel``): the reference renames the scales to
+  ``weight_scale`` / ``input_scale`` but never dequantizes, and stops ("Can not map
+  tensor ... input_scale"): a measured deliberate difference.  Ours dequantizes as the
+  dense class does and writes, byte for byte, the file the reference writes from the same
+  checkpoint dequantized to float32 (by torch here); llama.cpp on it gives transformers'
+  logits of the Mistral 4 model holding the dequantized weights.
+
+One reference launch converts every file.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from support import pyfork
+from support.mistral_fixtures import fp8_quantize, make_mistral_checkpoint
+from support.mistral_moe import load_mistral_weights, make_mistral_moe_checkpoint
+from test_convert_archs import _llama_logits_f32_kv, _same_file
+from weightsmith import errors as E
+from weightsmith.convert import mistral_to_gguf
+
+TYPES = ["f32", "bf16", "q8_0"]
+TOKENS = [1, 5, 9, 33, 100, 7, 200, 42, 300, 64, 17, 250]
+_DRIVER = textwrap.dedent(
+    """
+    import json, os, runpy, sys, traceback
+    script, jobs = sys.argv[1], json.loads(sys.argv[2])
+    sys.path.insert(0, os.path.dirname(script))
+    for src, out, outtype in jobs:
+        sys.argv = [script, src, "--mistral-format", "--outfile", out, "--outtype", outtype]
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except BaseException:
+            traceback.print_exc()
+            print("JOB FAILED", out, file=sys.stderr)
+    """
+)
+
+
+class _Work:
+    def __init__(self, root: Path) -> None:
+        import torch
+
+        name = "Ministral-FP8-Tiny"
+        self.plain = make_mistral_checkpoint(root / "plain" / name)
+        self.dense = shutil.copytree(self.plain, root / "fp8" / name)
+        fp8_quantize(self.dense)
+        self.moe, self.model = make_mistral_moe_checkpoint(root / "fp8" / "Mistral-MoE-FP8")
+        self.moe_deq = root / "deq" / self.moe.name
+        deq = fp8_quantize(self.moe, self.moe_deq)
+        load_mistral_weights(self.model, {k: v.float() for k, v in deq.items()})
+        with torch.no_grad():
+            self.hf_logits = self.model(torch.tensor([TOKENS])).logits[0].numpy()
+        self.ref, self.ours = root / "ref", root / "ours"
+        self.ref.mkdir()
+        self.ours.mkdir()
+        jobs = [(str(self.dense), str(self.ref / f"dense-{t}.gguf"), t) for t in TYPES]
+        jobs += [(str(self.moe_deq), str(self.ref / f"moe-{t}.gguf"), t) for t in TYPES]
+        jobs.append((str(self.moe), str(self.ref / "moe-fp8.gguf"), "f32"))
+        from support.llama_sdist import llama_cpp_root
+
+        script = str(llama_cpp_root() / "convert_hf_to_gguf.py")
+        r = pyfork.run([sys.executable, "-c", _DRIVER, script, json.dumps(jobs)], timeout=900)
+        self.stderr = r.stderr
+        assert all(Path(out).is_file() for _, out, _ in jobs[:-1]), r.stderr[-3000:]
+        for t in TYPES:
+            mistral_to_gguf(self.dense, self.ours / f"dense-{t}.gguf", t)
+            mistral_to_gguf(self.moe, self.ours / f"moe-{t}.gguf", t)
+        mistral_to_gguf(self.plain, self.ours / "plain-f32.gguf", "f32")
+
+    def files(self, name: str) -> tuple[Path, Path]:
+        return self.ours / f"{name}.gguf", self.ref / f"{name}.gguf"
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> _Work:
+    return _Work(tmp_path_factory.mktemp("mistral_fp8"))
+
+
+@pytest.mark.parametrize("t", TYPES)
+def test_dense_same_as_reference(work, t):
+    _same_file(*work.files(f"dense-{t}"))
+
+
+@pytest.mark.parametrize("t", TYPES)
+def test_moe_same_as_reference_of_the_dequantized_checkpoint(work, t):
+    _same_file(*work.files(f"moe-{t}"))
+
+
+def test_it_is_an_fp8_checkpoint(work):
+    """Guard against a vacuous pass: the sources are float8 with scales, the outputs have
+    neither the scales nor float8 values (a weight is its float8 times its scale)."""
+    from safetensors import safe_open
+
+    from weightsmith import gguf
+
+    with safe_open(work.moe / "consolidated.safetensors", "pt") as f:
+        names = set(f.keys())
+        w = f.get_tensor("layers.1.experts.2.w3.weight")
+        s = f.get_tensor("layers.1.experts.2.w3.qscale_weight")
+    assert str(w.dtype) == "torch.float8_e4m3fn" and s.shape == ()
+    assert sum(n.endswith(".qscale_act") for n in names) > 20
+    with gguf.read(work.files("moe-f32")[0]) as r:
+        assert not any("scale" in t.name for t in r.tensors)
+        up = r.numpy("blk.1.ffn_up_exps.weight")[2]
+    assert np.array_equal(up, (w.float() * s.float()).numpy())
+    assert not np.array_equal(up, w.float().numpy())
+
+
+def test_reference_moe_fp8_fails(work):
+    """The deliberate difference, measured: the reference stops on the FP8 MoE folder."""
+    assert not work.files("moe-fp8")[1].exists()
+    tail = work.stderr[-1500:]
+    assert "Can not map tensor" in tail and "input_scale" in tail, tail
+
+
+def test_llama_cpp_logits(work):
+    """Dense: llama.cpp on ours = on the reference's file, and within FP8's rounding of
+    the unquantized checkpoint's (raw float8 values, unscaled, are far off).  MoE:
+    llama.cpp on ours = transformers' Mistral 4 holding the dequantized weights."""
+    ours = _llama_logits_f32_kv(work.files("dense-f32")[0], TOKENS)
+    ref = _llama_logits_f32_kv(work.files("dense-f32")[1], TOKENS)
+    plain = _llama_logits_f32_kv(work.ours / "plain-f32.gguf", TOKENS)
+    assert np.isfinite(ours).all() and np.array_equal(ours, ref)
+    scale = max(float(np.abs(plain).max()), 1e-3)
+    assert 0 < np.abs(ours - plain).max() <= 0.1 * scale  # 0.058 x measured
+    moe = _llama_logits_f32_kv(work.files("moe-f32")[0], TOKENS)
+    hf = work.hf_logits
+    assert np.abs(moe - hf).max() <= 1e-4 * max(float(np.abs(hf).max()), 1.0)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def _edit(src: Path, tmp_path: Path, params=None, tensors=None) -> Path:
+    from safetensors.torch import load_file, save_file
+
+    d = shutil.copytree(src, tmp_path / "m")
+    if params is not None:
+        p = json.loads((d / "params.json").read_text())
+        params(p)
+        (d / "params.json").write_text(json.dumps(p))
+    if tensors is not None:
+        sd = load_file(str(d / "consolidated.safetensors"))
+        tensors(sd)
+        save_file(sd, str(d / "consolidated.safetensors"))
+    return d
+
+
+def _reshape(sd: dict) -> None:
+    import torch
+
+    sd["layers.0.attention.wk.qscale_weight"] = torch.ones(3)
+
+
+@pytest.mark.parametrize(
+    ("kw", "error", "match"),
+    [({"params": lambda p: p.update(quantization={"qformat_weight": "fp4_e2m1"})},
+      E.UnknownArchitecture, "qformat_weight"),
+     ({"params": lambda p: p.update(quantization="fp8")}, E.UnknownArchitecture,
+      "qformat_weight"),
+     ({"tensors": lambda sd: sd.pop("layers.1.feed_forward.w2.weight")}, E.UnmappedTensor,
+      r"layers\.1\.feed_forward\.w2\.qscale_weight"),
+     ({"tensors": _reshape}, E.TensorShapeMismatch, r"attention\.wk\.qscale_weight")],
+)  # fmt: skip
+def test_bad_fp8_refused_before_output(work, tmp_path, kw, error, match):
+    src = _edit(work.dense, tmp_path, **kw)
+    with pytest.raises(error, match=match):
+        mistral_to_gguf(src, tmp_path / "out.gguf", "f16")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
