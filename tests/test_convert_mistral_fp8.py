@@ -28,13 +28,19 @@ import numpy as np
 import pytest
 
 from support import pyfork
-from support.mistral_fixtures import fp8_quantize, make_mistral_checkpoint
+from support.mistral_fixtures import (
+    fp8_quantize,
+    make_ministral3_checkpoint,
+    make_mistral_checkpoint,
+)
 from support.mistral_moe import load_mistral_weights, make_mistral_moe_checkpoint
 from test_convert_archs import _llama_logits_f32_kv, _same_file
+from test_convert_ministral3 import _llama_logits
 from weightsmith import errors as E
 from weightsmith.convert import mistral_to_gguf
 
 TYPES = ["f32", "bf16", "q8_0"]
+M3_FP8_TYPES = ["f32", "q8_0"]
 TOKENS = [1, 5, 9, 33, 100, 7, 200, 42, 300, 64, 17, 250]
 _DRIVER = textwrap.dedent(
     """
@@ -66,11 +72,16 @@ class _Work:
         load_mistral_weights(self.model, {k: v.float() for k, v in deq.items()})
         with torch.no_grad():
             self.hf_logits = self.model(torch.tensor([TOKENS])).logits[0].numpy()
+        self.m3, self.m3_model = make_ministral3_checkpoint(root / "m3" / "Ministral-3-Tiny")
+        self.m3fp8 = shutil.copytree(self.m3, root / "fp8" / self.m3.name)
+        fp8_quantize(self.m3fp8)
         self.ref, self.ours = root / "ref", root / "ours"
         self.ref.mkdir()
         self.ours.mkdir()
         jobs = [(str(self.dense), str(self.ref / f"dense-{t}.gguf"), t) for t in TYPES]
         jobs += [(str(self.moe_deq), str(self.ref / f"moe-{t}.gguf"), t) for t in TYPES]
+        jobs += [(str(self.m3), str(self.ref / f"m3-{t}.gguf"), t) for t in TYPES]
+        jobs += [(str(self.m3fp8), str(self.ref / f"m3fp8-{t}.gguf"), t) for t in M3_FP8_TYPES]
         jobs.append((str(self.moe), str(self.ref / "moe-fp8.gguf"), "f32"))
         from support.llama_sdist import llama_cpp_root
 
@@ -81,6 +92,9 @@ class _Work:
         for t in TYPES:
             mistral_to_gguf(self.dense, self.ours / f"dense-{t}.gguf", t)
             mistral_to_gguf(self.moe, self.ours / f"moe-{t}.gguf", t)
+            mistral_to_gguf(self.m3, self.ours / f"m3-{t}.gguf", t)
+        for t in M3_FP8_TYPES:
+            mistral_to_gguf(self.m3fp8, self.ours / f"m3fp8-{t}.gguf", t)
         mistral_to_gguf(self.plain, self.ours / "plain-f32.gguf", "f32")
 
     def files(self, name: str) -> tuple[Path, Path]:
@@ -144,6 +158,53 @@ def test_llama_cpp_logits(work):
     assert np.abs(moe - hf).max() <= 1e-4 * max(float(np.abs(hf).max()), 1.0)
 
 
+# --------------------------------------------------------------------------- mistral3
+
+
+@pytest.mark.parametrize("name", [f"m3-{t}" for t in TYPES] + [f"m3fp8-{t}" for t in M3_FP8_TYPES])
+def test_llama_4_scaling_same_as_reference(work, name):
+    """A dense params.json with ``llama_4_scaling`` (Ministral 3 / Devstral 2, which also
+    ship FP8): the reference's MistralModel writes ``mistral3``; so do we, byte for byte."""
+    _same_file(*work.files(name))
+
+
+def test_llama_4_scaling_rows(work):
+    from weightsmith import gguf
+
+    with gguf.read(work.files("m3fp8-q8_0")[0]) as r:
+        md = r.metadata
+        types = {t.name: t.ggml_type.name for t in r.tensors}
+    assert md["general.architecture"] == "mistral3"
+    assert md["mistral3.attention.temperature_scale"] == pytest.approx(0.1)
+    assert md["mistral3.rope.scaling.type"] == "yarn"
+    assert md["mistral3.rope.scaling.original_context_length"] == 4
+    assert md["tokenizer.ggml.pre"] == "tekken"
+    assert types["blk.1.attn_q.weight"] == "Q8_0"
+
+
+def test_llama_4_scaling_llama_cpp_vs_transformers(work):
+    """llama.cpp on ours = on the reference's file, and transformers' Ministral3ForCausalLM
+    (the model the folder holds, Q/K rows un-interleaved by llama.cpp's own layout) within
+    1e-4 of scale (f32 KV cache, the file's YaRN betas); with the scaling off in
+    transformers they are far apart from the 5th token on (the row is read and run)."""
+    import torch
+
+    ours = _llama_logits(work.files("m3-f32")[0], TOKENS)
+    np.testing.assert_array_equal(ours, _llama_logits(work.files("m3-f32")[1], TOKENS))
+    rope = work.m3_model.config.rope_parameters
+    with torch.no_grad():
+        hf = work.m3_model(torch.tensor([TOKENS])).logits[0].numpy()
+        beta, rope["llama_4_scaling_beta"] = rope["llama_4_scaling_beta"], 0.0
+        try:
+            unscaled = work.m3_model(torch.tensor([TOKENS])).logits[0].numpy()
+        finally:
+            rope["llama_4_scaling_beta"] = beta
+    scale = max(float(np.abs(hf).max()), 1.0)
+    assert np.abs(ours - hf).max() <= 1e-4 * scale, np.abs(ours - hf).max()
+    off = np.abs(ours - unscaled).max(1)
+    assert off[:4].max() <= 1e-4 * scale and off[4:].min() > 1e-2 * scale, off
+
+
 # --------------------------------------------------------------------------- bad input
 
 
@@ -176,7 +237,9 @@ def _reshape(sd: dict) -> None:
       "qformat_weight"),
      ({"tensors": lambda sd: sd.pop("layers.1.feed_forward.w2.weight")}, E.UnmappedTensor,
       r"layers\.1\.feed_forward\.w2\.qscale_weight"),
-     ({"tensors": _reshape}, E.TensorShapeMismatch, r"attention\.wk\.qscale_weight")],
+     ({"tensors": _reshape}, E.TensorShapeMismatch, r"attention\.wk\.qscale_weight"),
+     ({"params": lambda p: p.update(llama_4_scaling={"original_max_position_embeddings": 4})},
+      E.InvalidModelConfig, r"llama_4_scaling\.beta")],
 )  # fmt: skip
 def test_bad_fp8_refused_before_output(work, tmp_path, kw, error, match):
     src = _edit(work.dense, tmp_path, **kw)

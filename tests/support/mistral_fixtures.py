@@ -129,3 +129,63 @@ def fp8_quantize(folder: Path, dequantized: Path | None = None) -> dict:
         del params["quantization"]
         (dequantized / "params.json").write_text(json.dumps(params, indent=2))
     return deq
+
+
+# transformers' Ministral 3 text -> Mistral's names (Q/K rows then interleaved, below)
+_M3_NAMES = [
+    ("model.embed_tokens.", "tok_embeddings."), ("model.norm.", "norm."),
+    ("lm_head.", "output."), ("model.layers.", "layers."), ("self_attn.q_proj.", "attention.wq."),
+    ("self_attn.k_proj.", "attention.wk."), ("self_attn.v_proj.", "attention.wv."),
+    ("self_attn.o_proj.", "attention.wo."), ("mlp.gate_proj.", "feed_forward.w1."),
+    ("mlp.down_proj.", "feed_forward.w2."), ("mlp.up_proj.", "feed_forward.w3."),
+    ("input_layernorm.", "attention_norm."), ("post_attention_layernorm.", "ffn_norm."),
+]  # fmt: skip
+
+
+def make_ministral3_checkpoint(folder: Path, *, seed: int = 31):
+    """A Ministral 3 text in Mistral's layout (params.json with ``yarn`` and
+    ``llama_4_scaling``, the reference's ``mistral3`` case): a seeded transformers
+    ``Ministral3ForCausalLM`` (the text harness' tiny one, YaRN over an original context
+    of 4 that is also the scaling's step), weights rounded to bf16, renamed to Mistral's
+    names with the Q/K rows in the interleaved RoPE order Mistral stores.  Returns
+    ``(folder, the float32 transformers model)``."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import Ministral3Config, Ministral3ForCausalLM
+
+    from support.hf_models import MINISTRAL3_ROPE_SHORT, _random_init, ministral3_text
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = write_tekken(folder)
+    rope = MINISTRAL3_ROPE_SHORT
+    cfg = Ministral3Config(**ministral3_text(vocab, rope))
+    model = Ministral3ForCausalLM(cfg)
+    _random_init(model, seed)
+    model.eval()
+    heads = {"wq": cfg.num_attention_heads, "wk": cfg.num_key_value_heads}
+    tensors = {}
+    with torch.no_grad():
+        for name, p in model.state_dict().items():
+            p.copy_(p.to(torch.bfloat16).float())
+            for a, b in _M3_NAMES:
+                name = name.replace(a, b)
+            t = p.to(torch.bfloat16)
+            n = heads.get(name.split(".")[-2]) if ".attention." in name else None
+            if n is not None:  # HF's half-split rotary rows -> interleaved pairs
+                t = t.reshape(n, 2, t.shape[0] // n // 2, -1).transpose(1, 2).reshape(t.shape)
+            tensors[name] = t.contiguous()
+    save_file(tensors, str(folder / "consolidated.safetensors"))
+    orig = rope["original_max_position_embeddings"]
+    params = {
+        "dim": cfg.hidden_size, "n_layers": cfg.num_hidden_layers, "head_dim": cfg.head_dim,
+        "hidden_dim": cfg.intermediate_size, "n_heads": cfg.num_attention_heads,
+        "n_kv_heads": cfg.num_key_value_heads, "norm_eps": cfg.rms_norm_eps,
+        "vocab_size": vocab, "rope_theta": rope["rope_theta"],
+        "max_position_embeddings": rope["max_position_embeddings"],
+        "yarn": {"factor": rope["factor"], "beta": rope["beta_fast"], "alpha": rope["beta_slow"],
+                 "original_max_position_embeddings": orig, "apply_scale": False},
+        "llama_4_scaling": {"beta": rope["llama_4_scaling_beta"],
+                            "original_max_position_embeddings": orig},
+    }  # fmt: skip
+    (folder / "params.json").write_text(json.dumps(params, indent=2))
+    return folder, model

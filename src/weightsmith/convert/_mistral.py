@@ -53,7 +53,7 @@ from ._dequant import dequantize_sources
 from ._hf_to_gguf import ConversionResult, ModelInput, convert_input, file_sources
 from ._mistral_mmproj import plan_mistral_mmproj
 from ._mmproj import write_mmproj
-from .arch import MISTRAL_MOE_NATIVE, MISTRAL_NATIVE, first
+from .arch import MISTRAL3_NATIVE, MISTRAL_MOE_NATIVE, MISTRAL_NATIVE, first
 from .arch.mistral_moe import moe_config
 from .tokenizer import tekken_metadata
 
@@ -85,15 +85,14 @@ def _params(d: Path) -> dict:
         )  # fmt: skip
     moe = params.get("moe") is not None
     _quantization(path, params)
-    refused = []
-    if not moe:  # with experts the reference writes deepseek2 and reads the scaling's beta
-        refused.append(("llama_4_scaling", "Llama-4 attention scaling (llama.cpp: mistral3)"))
-    for key, what in refused:
-        if params.get(key) is not None:
-            raise E.UnknownArchitecture(
-                f"Mistral original checkpoint with {what} is not supported", path=path,
-                field=key, expected="a Mistral text model in bf16 / f16 / f32", found=key,
-            )  # fmt: skip
+    scaling = params.get("llama_4_scaling")
+    beta = scaling.get("beta") if isinstance(scaling, dict) else None
+    if scaling is not None and (isinstance(beta, bool) or not isinstance(beta, (int, float))):
+        # set_mistral_config reads llama_4_scaling["beta"] (a KeyError there)
+        raise E.InvalidModelConfig(
+            "params.json's llama_4_scaling lacks its beta", path=path,
+            field="llama_4_scaling.beta", expected="a number", found=repr(scaling)[:80],
+        )  # fmt: skip
     if moe:
         _moe_params(path, params)
         return params
@@ -268,10 +267,10 @@ def mistral_input(d: Path, stack: list, *, tokenizer: bool = True) -> ModelInput
         arch, cfg = MISTRAL_MOE_NATIVE, moe_config(params)
         _check_moe_tensors(d, cfg, {s.name: s.shape for s in sources})
     else:
-        arch, cfg = MISTRAL_NATIVE, params
-        _check_tensors(
-            d, params, {s.name: s.shape for s in sources if MISTRAL_NATIVE.source_key(s.name)}
-        )
+        # the reference's MistralModel writes mistral3 when the key is there at all
+        arch = MISTRAL3_NATIVE if "llama_4_scaling" in params else MISTRAL_NATIVE
+        cfg = params
+        _check_tensors(d, params, {s.name: s.shape for s in sources if arch.source_key(s.name)})
     return ModelInput(
         folder=d,
         given=os.fspath(d),  # d as the caller gave it (provenance reads its name)
