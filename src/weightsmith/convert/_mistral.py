@@ -5,7 +5,8 @@ The folder Mistral publishes beside (or instead of) the HF one::
     MISTRAL_DIR/
         params.json                  dim, n_layers, head_dim, hidden_dim, n_heads,
                                      n_kv_heads, norm_eps, vocab_size, rope_theta,
-                                     [max_position_embeddings], [yarn]
+                                     [max_position_embeddings], [yarn],
+                                     [llama_4_scaling], [quantization]
         consolidated.safetensors     (every consolidated*.safetensors, sorted by name)
         tekken.json                  the tokenizer (:mod:`.tokenizer._tekken`)
         [chat_template.jinja]
@@ -16,7 +17,16 @@ already in ggml's interleaved RoPE layout, so nothing is permuted.  The referenc
 (llama.cpp's ``MistralModel``, a ``LlamaModel`` on ``params.json``) writes a ``llama``
 GGUF: the registry's :data:`~weightsmith.convert.arch.MISTRAL_NATIVE` entry holds its
 rows and names; the HF -> GGUF writer does the rest, so types, quantization and
-splitting are the HF route's.
+splitting are the HF route's.  With ``llama_4_scaling`` (Ministral 3, Devstral 2) the
+reference names the file ``mistral3`` and adds the scaling's ``beta`` as
+``attention.temperature_scale``: :data:`~weightsmith.convert.arch.MISTRAL3_NATIVE`.
+
+FP8 releases (params.json ``quantization: {qformat_weight: fp8_e4m3}``): each quantized
+``X.weight`` is float8 beside a per-tensor ``X.qscale_weight`` (and an unused
+``X.qscale_act``).  The reference's ``MistralModel`` maps the block onto HF's fp8 method
+without a block size; we hand the same config to the one fp8 dequantizer
+(:func:`~weightsmith.convert._dequant.dequantize_sources`), so the weight is
+``float32(w) * float32(scale)`` as there.  Other ``qformat_weight`` values are refused.
 
 With a ``moe`` section (Mistral Large 3, Mistral Small 4 in Mistral's layout) the
 reference is ``MistralMoeModel``, a DeepSeek-V2 class writing ``deepseek2``: params.json
@@ -27,14 +37,17 @@ and optionally ``llama_4_scaling``; the tensors are ``attention.wq_a`` / ``q_a_n
 ``feed_forward.w1..3``, MoE layers' ``gate``, ``experts.N.w1..3`` and
 ``shared_experts.w1..3``; the registry's :data:`~weightsmith.convert.arch.MISTRAL_MOE_NATIVE`
 holds its rows and renames.  The reference also opens config.json there (it stops
-without one); ours does not need it.
+without one); ours does not need it.  Its FP8 releases (Mistral Large 3) the reference
+cannot convert: ``MistralMoeModel`` renames the scales to HF's ``weight_scale`` /
+``input_scale`` but never sets the fp8 config, and stops on "Can not map tensor"; ours
+dequantizes them as the dense class does (the file is the reference's of the same
+checkpoint dequantized to float32).
 
 With ``mmproj=`` (``--mmproj``) the vision projector of a params.json with a
 ``vision_encoder`` section (Pixtral-12B, Mistral Small 3.1 / 3.2) is written too: the
 reference's ``--mistral-format --mmproj`` (:mod:`._mistral_mmproj`).
 
-Not converted (named errors): a dense ``llama_4_scaling`` checkpoint (``mistral3``), FP8
-``quantization``, and SentencePiece folders (``tokenizer.model.v*``).  Where the
+Not converted (named errors): SentencePiece folders (``tokenizer.model.v*``).  Where the
 reference writes a file llama.cpp cannot load (no context length in a dense
 params.json) we refuse instead.
 """
