@@ -57,15 +57,47 @@ def write_tekken(folder: Path, version: str = "v7", cut: int = 8) -> int:
     return n_vocab
 
 
+# the control tokens of Mistral's SentencePiece tokenizers from v3 on (after <unk> <s> </s>)
+SPM_CONTROLS = ["[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
+                "[TOOL_RESULTS]", "[/TOOL_RESULTS]"]  # fmt: skip
+
+
+def write_spm(folder: Path, version: str) -> int:
+    """``tokenizer.model.<version>`` (``tokenizer.model`` for "model"): a byte-fallback
+    SentencePiece BPE as Mistral's (<unk> <s> </s> at 0 1 2, from v3 on the control
+    tokens next; identity normalization).  Returns the vocabulary size."""
+    import io
+
+    import sentencepiece as spm
+
+    from support.meta_fixtures import TEXT
+
+    buf = io.BytesIO()
+    controls = SPM_CONTROLS if version not in ("v1", "v2", "model") else []
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter([f"{s} {i}" for i in range(20) for s in TEXT]), model_writer=buf,
+        vocab_size=420, model_type="bpe", byte_fallback=True, character_coverage=1.0,
+        bos_id=1, eos_id=2, unk_id=0, pad_id=-1, control_symbols=controls, minloglevel=2,
+        # as Mistral's (and Llama 2's) models: text kept as is, digits split
+        normalization_rule_name="identity", remove_extra_whitespaces=False,
+        allow_whitespace_only_pieces=True, split_digits=True,
+    )  # fmt: skip
+    name = "tokenizer.model" if version == "model" else f"tokenizer.model.{version}"
+    (folder / name).write_bytes(buf.getvalue())
+    return spm.SentencePieceProcessor(model_proto=buf.getvalue()).get_piece_size()
+
+
 def make_mistral_checkpoint(
-    folder: Path, *, seed: int = 0, params_extra: dict | None = None, version: str = "v7"
+    folder: Path, *, seed: int = 0, params_extra: dict | None = None, version: str = "v7",
+    spm: bool = False,
 ) -> Path:
-    """Write a tiny Mistral original folder (consolidated.safetensors, params.json, tekken.json)."""
+    """Write a tiny Mistral original folder (consolidated.safetensors, params.json,
+    tekken.json, or with ``spm`` a SentencePiece ``tokenizer.model.<version>``)."""
     import torch
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
-    vocab = write_tekken(folder, version)
+    vocab = write_spm(folder, version) if spm else write_tekken(folder, version)
     g = torch.Generator().manual_seed(seed)
 
     def rnd(*shape: int) -> torch.Tensor:

@@ -8,7 +8,8 @@ The folder Mistral publishes beside (or instead of) the HF one::
                                      [max_position_embeddings], [yarn],
                                      [llama_4_scaling], [quantization]
         consolidated.safetensors     (every consolidated*.safetensors, sorted by name)
-        tekken.json                  the tokenizer (:mod:`.tokenizer._tekken`)
+        tekken.json                  the tokenizer (:mod:`.tokenizer._tekken`), or in
+        | tokenizer.model.v1/v3/v7   older releases a SentencePiece model (the same module)
         [chat_template.jinja]
 
 Tensors carry Meta's names (``tok_embeddings``, ``layers.N.attention.wq``,
@@ -47,7 +48,7 @@ With ``mmproj=`` (``--mmproj``) the vision projector of a params.json with a
 ``vision_encoder`` section (Pixtral-12B, Mistral Small 3.1 / 3.2) is written too: the
 reference's ``--mistral-format --mmproj`` (:mod:`._mistral_mmproj`).
 
-Not converted (named errors): SentencePiece folders (``tokenizer.model.v*``).  Where the
+Not converted (named errors): a ``quantization`` other than ``fp8_e4m3``.  Where the
 reference writes a file llama.cpp cannot load (no context length in a dense
 params.json) we refuse instead.
 """
@@ -68,7 +69,7 @@ from ._mistral_mmproj import plan_mistral_mmproj
 from ._mmproj import write_mmproj
 from .arch import MISTRAL3_NATIVE, MISTRAL_MOE_NATIVE, MISTRAL_NATIVE, first
 from .arch.mistral_moe import moe_config
-from .tokenizer import tekken_metadata
+from .tokenizer import mistral_tokenizer_file, mistral_vocab_metadata
 
 __all__ = ["is_mistral_dir", "mistral_to_gguf"]
 
@@ -246,13 +247,15 @@ def _check_tensors(d: Path, p: dict, shapes: dict[str, tuple[int, ...]]) -> None
 
 
 def _vocab(d: Path, params: dict, arch: str) -> list:
-    """tekken.json's rows, its size checked against the embeddings'."""
-    rows = tekken_metadata(d, arch)
+    """The tokenizer's rows (tekken.json or SentencePiece), its size checked against the
+    embeddings'."""
+    rows = mistral_vocab_metadata(d, arch)
     n = next(v for k, v, _ in rows if k == f"{arch}.vocab_size")
     if n != params["vocab_size"]:
+        path = mistral_tokenizer_file(d)
         raise E.ParamsShapeMismatch(
-            "tekken.json's vocabulary size contradicts the embeddings", path=d / "tekken.json",
-            field="config.default_vocab_size",
+            f"{path.name}'s vocabulary size contradicts the embeddings", path=path,
+            field="config.default_vocab_size" if path.name == "tekken.json" else "pieces",
             expected=f"vocab_size={params['vocab_size']} (params.json, tok_embeddings rows)",
             found=n,
         )  # fmt: skip
@@ -271,8 +274,8 @@ def mistral_input(d: Path, stack: list, *, tokenizer: bool = True) -> ModelInput
             "no consolidated*.safetensors in Mistral's original folder", path=d,
             expected="consolidated.safetensors", found="none",
         )  # fmt: skip
-    if tokenizer and not (d / "tekken.json").is_file():
-        tekken_metadata(d)  # the named error for a missing tekken.json
+    if tokenizer:
+        mistral_tokenizer_file(d)  # the named error for a missing tokenizer
     sources = file_sources(d, parts, stack)
     if params.get("quantization") is not None:
         sources = dequantize_sources(sources, _FP8, d)

@@ -1,17 +1,25 @@
-"""Mistral's FP8 releases in their own layout (params.json ``quantization:
-{qformat_weight: fp8_e4m3}``, ``X.weight`` in float8 beside a per-tensor
-``X.qscale_weight`` and an unused ``X.qscale_act``) against llama.cpp's
+"""Mistral's original layout beyond the plain bf16 / tekken folder, against llama.cpp's
 ``convert_hf_to_gguf.py --mistral-format``.
 
-* Dense (the reference's ``MistralModel``, which maps the block onto HF's fp8 method):
+FP8 releases (params.json ``quantization: {qformat_weight: fp8_e4m3}``, ``X.weight`` in
+float8 beside a per-tensor ``X.qscale_weight`` and an unused ``X.qscale_act``):
+
+* dense (the reference's ``MistralModel``, which maps the block onto HF's fp8 method):
   ours byte-identical at f32 / bf16 / q8_0; llama.cpp's logits on ours = on the
-  reference's file, and near the unquantized model's (the scales are applied).
-* With experts (``MistralMoeModel``): the reference renames the scales to
+  reference's file, and near the unquantized model's (the scales are applied);
+* with experts (``MistralMoeModel``): the reference renames the scales to
   ``weight_scale`` / ``input_scale`` but never dequantizes, and stops ("Can not map
   tensor ... input_scale"): a measured deliberate difference.  Ours dequantizes as the
-  dense class does and writes, byte for byte, the file the reference writes from the same
-  checkpoint dequantized to float32 (by torch here); llama.cpp on it gives transformers'
-  logits of the Mistral 4 model holding the dequantized weights.
+  dense class does and writes, byte for byte, the file the reference writes from the
+  same checkpoint dequantized to float32 (by torch here); llama.cpp on it gives
+  transformers' logits of the Mistral 4 model holding the dequantized weights.
+
+A dense ``llama_4_scaling`` (Ministral 3 / Devstral 2, FP8 or not): ``mistral3``, byte-
+identical, and llama.cpp's logits = transformers' ``Ministral3ForCausalLM``'s.
+
+SentencePiece folders (``tokenizer.model.v1`` / ``.v3`` / ``.v7``, no tekken.json: the
+reference's ``MistralVocab`` spm path): byte-identical, and llama.cpp tokenizes as
+mistral_common.
 
 One reference launch converts every file.
 """
@@ -41,6 +49,7 @@ from weightsmith.convert import mistral_to_gguf
 
 TYPES = ["f32", "bf16", "q8_0"]
 M3_FP8_TYPES = ["f32", "q8_0"]
+SPM = ["v1", "v3", "v7", "model"]  # "model": a bare tokenizer.model (v1 to mistral_common)
 TOKENS = [1, 5, 9, 33, 100, 7, 200, 42, 300, 64, 17, 250]
 _DRIVER = textwrap.dedent(
     """
@@ -75,6 +84,8 @@ class _Work:
         self.m3, self.m3_model = make_ministral3_checkpoint(root / "m3" / "Ministral-3-Tiny")
         self.m3fp8 = shutil.copytree(self.m3, root / "fp8" / self.m3.name)
         fp8_quantize(self.m3fp8)
+        self.spm = {v: make_mistral_checkpoint(root / "spm" / v / "Mistral-SPM-Tiny",
+                                               version=v, spm=True) for v in SPM}  # fmt: skip
         self.ref, self.ours = root / "ref", root / "ours"
         self.ref.mkdir()
         self.ours.mkdir()
@@ -82,6 +93,7 @@ class _Work:
         jobs += [(str(self.moe_deq), str(self.ref / f"moe-{t}.gguf"), t) for t in TYPES]
         jobs += [(str(self.m3), str(self.ref / f"m3-{t}.gguf"), t) for t in TYPES]
         jobs += [(str(self.m3fp8), str(self.ref / f"m3fp8-{t}.gguf"), t) for t in M3_FP8_TYPES]
+        jobs += [(str(f), str(self.ref / f"spm-{v}.gguf"), "f16") for v, f in self.spm.items()]
         jobs.append((str(self.moe), str(self.ref / "moe-fp8.gguf"), "f32"))
         from support.llama_sdist import llama_cpp_root
 
@@ -96,6 +108,8 @@ class _Work:
         for t in M3_FP8_TYPES:
             mistral_to_gguf(self.m3fp8, self.ours / f"m3fp8-{t}.gguf", t)
         mistral_to_gguf(self.plain, self.ours / "plain-f32.gguf", "f32")
+        for v, f in self.spm.items():
+            mistral_to_gguf(f, self.ours / f"spm-{v}.gguf", "f16")
 
     def files(self, name: str) -> tuple[Path, Path]:
         return self.ours / f"{name}.gguf", self.ref / f"{name}.gguf"
@@ -205,6 +219,43 @@ def test_llama_4_scaling_llama_cpp_vs_transformers(work):
     assert off[:4].max() <= 1e-4 * scale and off[4:].min() > 1e-2 * scale, off
 
 
+# --------------------------------------------------------------------------- SentencePiece
+
+
+@pytest.mark.parametrize("v", SPM)
+def test_spm_same_as_reference(work, v):
+    """The reference's MistralVocab spm rows (pieces, scores, types, ids, pad = eos) and
+    its community template name by version (mistral-v1 / -v3 / -v7)."""
+    from weightsmith import gguf
+
+    ours, ref = work.files(f"spm-{v}")
+    _same_file(ours, ref)
+    with gguf.read(ours) as r:
+        md = r.metadata
+    assert md["tokenizer.ggml.model"] == "llama" and "tokenizer.ggml.pre" not in md
+    want = {"v1": "mistral-v1", "model": "mistral-v1", "v3": "mistral-v3", "v7": "mistral-v7"}
+    assert md["tokenizer.chat_template"] == want[v]
+    assert md["tokenizer.ggml.padding_token_id"] == md["tokenizer.ggml.eos_token_id"] == 2
+    types = md["tokenizer.ggml.token_type"]
+    assert (types[3] == 3) == (v in ("v3", "v7"))  # [INST]: a control token from v3 on
+
+
+def test_spm_tokenizes_as_mistral_common(work):
+    import llama_cpp
+    from mistral_common.tokens.tokenizers.sentencepiece import SentencePieceTokenizer
+
+    from support.meta_fixtures import sample_texts
+
+    tok = SentencePieceTokenizer(work.spm["v3"] / "tokenizer.model.v3")
+    llm = llama_cpp.Llama(model_path=str(work.files("spm-v3")[0]), vocab_only=True,
+                          verbose=False)  # fmt: skip
+    try:
+        ids = {t: llm.tokenize(t.encode(), add_bos=True, special=False) for t in sample_texts()}
+    finally:
+        llm.close()
+    assert ids == {t: tok.encode(t, bos=True, eos=False) for t in sample_texts()}
+
+
 # --------------------------------------------------------------------------- bad input
 
 
@@ -244,5 +295,18 @@ def _reshape(sd: dict) -> None:
 def test_bad_fp8_refused_before_output(work, tmp_path, kw, error, match):
     src = _edit(work.dense, tmp_path, **kw)
     with pytest.raises(error, match=match):
+        mistral_to_gguf(src, tmp_path / "out.gguf", "f16")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
+def test_bad_spm_refused_before_output(work, tmp_path):
+    """A SentencePiece file that is not one: TokenizerInconsistent; none at all (and no
+    tekken.json): TokenizerFilesMissing; nothing written either way."""
+    src = shutil.copytree(work.spm["v3"], tmp_path / "m")
+    (src / "tokenizer.model.v3").write_bytes(b"not a model")
+    with pytest.raises(E.TokenizerInconsistent, match=r"tokenizer\.model\.v3"):
+        mistral_to_gguf(src, tmp_path / "out.gguf", "f16")
+    (src / "tokenizer.model.v3").unlink()
+    with pytest.raises(E.TokenizerFilesMissing, match=r"tekken\.json"):
         mistral_to_gguf(src, tmp_path / "out.gguf", "f16")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
