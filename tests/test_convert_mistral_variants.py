@@ -15,7 +15,8 @@ float8 beside a per-tensor ``X.qscale_weight`` and an unused ``X.qscale_act``):
   transformers' logits of the Mistral 4 model holding the dequantized weights.
 
 A dense ``llama_4_scaling`` (Ministral 3 / Devstral 2, FP8 or not): ``mistral3``, byte-
-identical, and llama.cpp's logits = transformers' ``Ministral3ForCausalLM``'s.
+identical, and llama.cpp's logits = transformers' ``Ministral3ForCausalLM``'s; GGUF -> HF
+gives that model back.
 
 SentencePiece folders (``tokenizer.model.v1`` / ``.v3`` / ``.v7``, no tekken.json: the
 reference's ``MistralVocab`` spm path): byte-identical, and llama.cpp tokenizes as
@@ -217,6 +218,27 @@ def test_llama_4_scaling_llama_cpp_vs_transformers(work):
     assert np.abs(ours - hf).max() <= 1e-4 * scale, np.abs(ours - hf).max()
     off = np.abs(ours - unscaled).max(1)
     assert off[:4].max() <= 1e-4 * scale and off[4:].min() > 1e-2 * scale, off
+
+
+def test_llama_4_scaling_gguf_to_hf(work, tmp_path):
+    """GGUF -> HF of our mistral3 file (the scaling row makes it the Ministral 3 variant):
+    transformers' Ministral3ForCausalLM, every tensor the folder's model's bit for bit (Q/K
+    rows back in HF's order), the same rope parameters and logits."""
+    import torch
+    from transformers import Ministral3ForCausalLM
+
+    from weightsmith.convert import gguf_to_hf
+
+    gguf_to_hf(work.files("m3-f32")[0], tmp_path / "back", "f32", tokenizer=False)
+    back = Ministral3ForCausalLM.from_pretrained(tmp_path / "back", dtype=torch.float32).eval()
+    assert back.config.rope_parameters == work.m3_model.config.rope_parameters
+    want, got = work.m3_model.state_dict(), back.state_dict()
+    assert set(got) == set(want)
+    for k, v in want.items():
+        assert torch.equal(got[k], v), k
+    with torch.no_grad():
+        t = torch.tensor([TOKENS])
+        assert torch.equal(back(t).logits, work.m3_model(t).logits)
 
 
 # --------------------------------------------------------------------------- SentencePiece
