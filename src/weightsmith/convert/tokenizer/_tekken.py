@@ -199,7 +199,8 @@ def tekken_metadata(folder: Path, arch: str = "llama") -> list[tuple[str, Any, G
 
 # llama.cpp's built-in template names for SentencePiece tokenizers (MistralModel)
 _SPM_TEMPLATE_NAMES = {"v1": "mistral-v1", "v3": "mistral-v3", "v7": "mistral-v7"}
-_SPM_FILE = re.compile(r".+\.model(\.(v\d+)(m\d+)?)?")
+# mistral_common's valid names: all the suffixes are ".model" or ".model.v<N>[m<M>]"
+_SPM_FILE = re.compile(r"[^.]+\.model(\.(v\d+)(m\d+)?)?")
 
 
 def _spm_file(folder: Path) -> tuple[Path, str] | None:
@@ -214,11 +215,15 @@ def _spm_file(folder: Path) -> tuple[Path, str] | None:
 
 def mistral_tokenizer_file(folder: Path) -> Path:
     """The tokenizer file of Mistral's folder as mistral_common picks it: tekken.json,
-    else a SentencePiece model; TokenizerFilesMissing (naming tekken.json) if none."""
-    if not (folder / "tekken.json").is_file() and (spm := _spm_file(folder)) is not None:
+    else a SentencePiece model; TokenizerFilesMissing (naming tekken.json) if none.
+    Nothing is parsed."""
+    tekken = folder / "tekken.json"
+    spm = None if tekken.is_file() else _spm_file(folder)
+    if spm is not None:
         return spm[0]
-    tekken_metadata(folder)  # the named error when there is no tekken.json either
-    return folder / "tekken.json"
+    if not tekken.is_file():
+        tekken_metadata(folder)  # raises the named error for a folder without a tokenizer
+    return tekken
 
 
 def mistral_vocab_metadata(folder: Path, arch: str = "llama") -> list[tuple[str, Any, VT]]:
