@@ -153,7 +153,8 @@ def test_params_that_contradict_the_tensors(folder, tmp_path, extra, field):
 @pytest.mark.parametrize(
     ("extra", "error", "match"),
     [({"moe": {"num_experts": 8}}, E.InvalidModelConfig, "qk_rope_head_dim"),
-     ({"llama_4_scaling": {"beta": 0.1}}, E.UnknownArchitecture, "llama_4_scaling"),
+     ({"llama_4_scaling": {"beta": None}}, E.InvalidModelConfig, r"llama_4_scaling\.beta"),
+     ({"quantization": {"qformat_weight": "nf4"}}, E.UnknownArchitecture, "qformat_weight"),
      ({"max_position_embeddings": None}, E.InvalidModelConfig, "context length"),
      ({"head_dim": None}, E.InvalidModelConfig, "head_dim")],
 )  # fmt: skip

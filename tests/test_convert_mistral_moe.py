@@ -225,7 +225,7 @@ def _edit(work, tmp_path, fn) -> Path:
      (lambda p: p["moe"].update(num_experts=8), E.ParamsShapeMismatch, r"layers\.1\.gate"),
      (lambda p: p.update(v_head_dim=16), E.ParamsShapeMismatch, "wkv_b"),
      (lambda p: p.update(n_layers=1), E.ParamsShapeMismatch, "n_layers"),
-     (lambda p: p.update(quantization={"qformat_weight": "fp8_e4m3"}), E.UnknownArchitecture,
+     (lambda p: p.update(quantization={"qformat_weight": "fp4_e2m1"}), E.UnknownArchitecture,
       "quantization")],
 )  # fmt: skip
 def test_bad_params_refused_before_output(work, tmp_path, edit, error, match):

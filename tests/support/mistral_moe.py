@@ -184,3 +184,31 @@ def make_mistral_real_tekken(folder: Path, *, seed: int = 5, dim: int = 8) -> Pa
               "rope_theta": 1000000.0, "max_position_embeddings": 1024}  # fmt: skip
     (folder / "params.json").write_text(json.dumps(params))
     return folder
+
+
+def load_mistral_weights(model, tensors: dict) -> None:
+    """Set the transformers Mistral 4 ``model``'s weights from tensors under Mistral's
+    names (the inverse of the folder's renaming: experts fused back); names not in
+    ``tensors`` keep their values."""
+    import torch
+
+    with torch.no_grad():
+        for name, p in model.state_dict().items():
+            if name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):
+                base = name.replace("model.layers.", "layers.").rsplit("mlp.experts.", 1)[0]
+                for x in range(p.shape[0]):
+                    if name.endswith("down_proj"):
+                        pairs = [(p[x], f"{base}experts.{x}.w2.weight")]
+                    else:
+                        ff = p.shape[1] // 2
+                        pairs = [(p[x, :ff], f"{base}experts.{x}.w1.weight"),
+                                 (p[x, ff:], f"{base}experts.{x}.w3.weight")]  # fmt: skip
+                    for dst, key in pairs:
+                        if key in tensors:
+                            dst.copy_(tensors[key])
+                continue
+            key = name
+            for a, b in _RENAMES:
+                key = key.replace(a, b)
+            if key in tensors:
+                p.copy_(tensors[key])

@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         "src",
         help="HF folder, .safetensors, .gguf (any shard), .pth/.bin, a Meta original folder "
         "(params.json + consolidated.NN.pth) or, to .gguf, a Mistral original folder "
-        "(params.json + consolidated.safetensors + tekken.json)",
+        "(params.json + consolidated.safetensors + tekken.json or tokenizer.model.v*)",
     )
     p.add_argument("dst", help="output: a folder, a .safetensors file or a .gguf file")
     p.add_argument("--type", dest="type", help="output dtype or ggml type (bf16, f16, q8_0, ...)")

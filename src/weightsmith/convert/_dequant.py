@@ -8,7 +8,11 @@ block size the scale broadcasts over the weight's trailing axes (per tensor, per
 The value is ``float32(w) * float32(scale of its block)`` -- llama.cpp's
 ``dequant_simple``: one correctly rounded float32 product per element, so the
 converted bytes agree exactly.  Scales and the unused ``*activation_scale`` tensors
-are not written; the weight keeps its place in the read order.
+are not written; the weight keeps its place in the read order.  Mistral's own layout
+names the scale ``X.qscale_weight`` (beside ``X.weight``, with an unused
+``X.qscale_act``): the reference pairs those too, under the same config (its
+``MistralModel`` turns params.json's ``quantization`` into ``quant_method: fp8``
+without a block size), and so do we.
 
 Streaming: a weight is dequantized when it is read, in place in its float32 copy,
 one row block at a time; the scale (one float per 16 Ki elements) is the only
@@ -35,7 +39,17 @@ from .. import errors as E
 __all__ = ["dequantize_sources", "e8m0_dequantize_sources", "fp8_dequantize"]
 
 _SCALE = "_scale_inv"
-_UNUSED = (".activation_scale", "_activation_scale")
+_MISTRAL_SCALE = ".qscale_weight"  # Mistral's layout: X.qscale_weight scales X.weight
+_UNUSED = (".activation_scale", "_activation_scale", ".qscale_act")
+
+
+def _scaled_weight(name: str) -> str | None:
+    """The weight a scale tensor ``name`` scales, or None if it is no fp8 scale."""
+    if name.endswith(_SCALE):
+        return name[: -len(_SCALE)]
+    if name.endswith(_MISTRAL_SCALE):
+        return name[: -len(_MISTRAL_SCALE)] + ".weight"
+    return None
 
 
 def _block_size(qc: dict, path: Path) -> tuple[int, ...] | None:
@@ -111,7 +125,7 @@ def dequantize_sources(sources: list, cfg: dict, path: Path) -> list:
         return sources
     block = _block_size(qc, path / "config.json")
     by_name = {s.name: s for s in sources}
-    scales = {s.name[: -len(_SCALE)]: s for s in sources if s.name.endswith(_SCALE)}
+    scales = {w: s for s in sources if (w := _scaled_weight(s.name)) is not None}
     for wname, sc in scales.items():
         w = by_name.get(wname)
         if w is None:
@@ -130,7 +144,7 @@ def dequantize_sources(sources: list, cfg: dict, path: Path) -> list:
                 expected=f"one scale per block {list(block or [])} of {list(w.shape)}",
                 found=list(sc.shape),
             )
-    drop = {s.name for s in sources if s.name.endswith(_SCALE) or s.name.endswith(_UNUSED)}
+    drop = {s.name for s in scales.values()} | {s.name for s in sources if s.name.endswith(_UNUSED)}
     return _scaled(sources, scales, block, drop)
 
 

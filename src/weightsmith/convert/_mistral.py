@@ -5,9 +5,11 @@ The folder Mistral publishes beside (or instead of) the HF one::
     MISTRAL_DIR/
         params.json                  dim, n_layers, head_dim, hidden_dim, n_heads,
                                      n_kv_heads, norm_eps, vocab_size, rope_theta,
-                                     [max_position_embeddings], [yarn]
+                                     [max_position_embeddings], [yarn],
+                                     [llama_4_scaling], [quantization]
         consolidated.safetensors     (every consolidated*.safetensors, sorted by name)
-        tekken.json                  the tokenizer (:mod:`.tokenizer._tekken`)
+        tekken.json                  the tokenizer (:mod:`.tokenizer._tekken`), or in
+        | tokenizer.model.v1/v3/v7   older releases a SentencePiece model (the same module)
         [chat_template.jinja]
 
 Tensors carry Meta's names (``tok_embeddings``, ``layers.N.attention.wq``,
@@ -16,7 +18,16 @@ already in ggml's interleaved RoPE layout, so nothing is permuted.  The referenc
 (llama.cpp's ``MistralModel``, a ``LlamaModel`` on ``params.json``) writes a ``llama``
 GGUF: the registry's :data:`~weightsmith.convert.arch.MISTRAL_NATIVE` entry holds its
 rows and names; the HF -> GGUF writer does the rest, so types, quantization and
-splitting are the HF route's.
+splitting are the HF route's.  With ``llama_4_scaling`` (Ministral 3, Devstral 2) the
+reference names the file ``mistral3`` and adds the scaling's ``beta`` as
+``attention.temperature_scale``: :data:`~weightsmith.convert.arch.MISTRAL3_NATIVE`.
+
+FP8 releases (params.json ``quantization: {qformat_weight: fp8_e4m3}``): each quantized
+``X.weight`` is float8 beside a per-tensor ``X.qscale_weight`` (and an unused
+``X.qscale_act``).  The reference's ``MistralModel`` maps the block onto HF's fp8 method
+without a block size; we hand the same config to the one fp8 dequantizer
+(:func:`~weightsmith.convert._dequant.dequantize_sources`), so the weight is
+``float32(w) * float32(scale)`` as there.  Other ``qformat_weight`` values are refused.
 
 With a ``moe`` section (Mistral Large 3, Mistral Small 4 in Mistral's layout) the
 reference is ``MistralMoeModel``, a DeepSeek-V2 class writing ``deepseek2``: params.json
@@ -27,14 +38,17 @@ and optionally ``llama_4_scaling``; the tensors are ``attention.wq_a`` / ``q_a_n
 ``feed_forward.w1..3``, MoE layers' ``gate``, ``experts.N.w1..3`` and
 ``shared_experts.w1..3``; the registry's :data:`~weightsmith.convert.arch.MISTRAL_MOE_NATIVE`
 holds its rows and renames.  The reference also opens config.json there (it stops
-without one); ours does not need it.
+without one); ours does not need it.  Its FP8 releases (Mistral Large 3) the reference
+cannot convert: ``MistralMoeModel`` renames the scales to HF's ``weight_scale`` /
+``input_scale`` but never sets the fp8 config, and stops on "Can not map tensor"; ours
+dequantizes them as the dense class does (the file is the reference's of the same
+checkpoint dequantized to float32).
 
 With ``mmproj=`` (``--mmproj``) the vision projector of a params.json with a
 ``vision_encoder`` section (Pixtral-12B, Mistral Small 3.1 / 3.2) is written too: the
 reference's ``--mistral-format --mmproj`` (:mod:`._mistral_mmproj`).
 
-Not converted (named errors): a dense ``llama_4_scaling`` checkpoint (``mistral3``), FP8
-``quantization``, and SentencePiece folders (``tokenizer.model.v*``).  Where the
+Not converted (named errors): a ``quantization`` other than ``fp8_e4m3``.  Where the
 reference writes a file llama.cpp cannot load (no context length in a dense
 params.json) we refuse instead.
 """
@@ -49,12 +63,13 @@ from .. import errors as E
 from .._json import read_json
 from ..progress import ProgressFn
 from ..quant.imatrix import read_imatrix
+from ._dequant import dequantize_sources
 from ._hf_to_gguf import ConversionResult, ModelInput, convert_input, file_sources
 from ._mistral_mmproj import plan_mistral_mmproj
 from ._mmproj import write_mmproj
-from .arch import MISTRAL_MOE_NATIVE, MISTRAL_NATIVE, first
+from .arch import MISTRAL3_NATIVE, MISTRAL_MOE_NATIVE, MISTRAL_NATIVE, first
 from .arch.mistral_moe import moe_config
-from .tokenizer import tekken_metadata
+from .tokenizer import mistral_tokenizer_file, mistral_vocab_metadata
 
 __all__ = ["is_mistral_dir", "mistral_to_gguf"]
 
@@ -83,15 +98,15 @@ def _params(d: Path) -> dict:
             found=type(params).__name__,
         )  # fmt: skip
     moe = params.get("moe") is not None
-    refused = [("quantization", "FP8 weights")]
-    if not moe:  # with experts the reference writes deepseek2 and reads the scaling's beta
-        refused.append(("llama_4_scaling", "Llama-4 attention scaling (llama.cpp: mistral3)"))
-    for key, what in refused:
-        if params.get(key) is not None:
-            raise E.UnknownArchitecture(
-                f"Mistral original checkpoint with {what} is not supported", path=path,
-                field=key, expected="a Mistral text model in bf16 / f16 / f32", found=key,
-            )  # fmt: skip
+    _quantization(path, params)
+    scaling = params.get("llama_4_scaling")
+    beta = scaling.get("beta") if isinstance(scaling, dict) else None
+    if scaling is not None and (isinstance(beta, bool) or not isinstance(beta, (int, float))):
+        # set_mistral_config reads llama_4_scaling["beta"] (a KeyError there)
+        raise E.InvalidModelConfig(
+            "params.json's llama_4_scaling lacks its beta", path=path,
+            field="llama_4_scaling.beta", expected="a number", found=repr(scaling)[:80],
+        )  # fmt: skip
     if moe:
         _moe_params(path, params)
         return params
@@ -115,6 +130,25 @@ def _params(d: Path) -> dict:
             expected="the model's context length (max_position_embeddings)", found="nothing",
         )  # fmt: skip
     return params
+
+
+# params.json's ``quantization`` as the reference's MistralModel.dequant_model reads it:
+# HF's fp8 method, one scale per tensor (X.qscale_weight beside X.weight)
+_FP8 = {"quantization_config": {"quant_method": "fp8", "weight_block_size": None}}
+
+
+def _quantization(path: Path, params: dict) -> None:
+    """Only ``qformat_weight: fp8_e4m3`` (the reference asserts it)."""
+    q = params.get("quantization")
+    if q is None:
+        return
+    fmt = q.get("qformat_weight") if isinstance(q, dict) else None
+    if fmt != "fp8_e4m3":
+        raise E.UnknownArchitecture(
+            "Mistral original checkpoint with this quantization is not supported", path=path,
+            field="quantization.qformat_weight", expected="fp8_e4m3 (or no quantization)",
+            found=repr(fmt if isinstance(q, dict) else q)[:80],
+        )  # fmt: skip
 
 
 def _positive(path: Path, params: dict, key: str, where: str = "") -> None:
@@ -213,13 +247,15 @@ def _check_tensors(d: Path, p: dict, shapes: dict[str, tuple[int, ...]]) -> None
 
 
 def _vocab(d: Path, params: dict, arch: str) -> list:
-    """tekken.json's rows, its size checked against the embeddings'."""
-    rows = tekken_metadata(d, arch)
+    """The tokenizer's rows (tekken.json or SentencePiece), its size checked against the
+    embeddings'."""
+    rows = mistral_vocab_metadata(d, arch)
     n = next(v for k, v, _ in rows if k == f"{arch}.vocab_size")
     if n != params["vocab_size"]:
+        path = mistral_tokenizer_file(d)
         raise E.ParamsShapeMismatch(
-            "tekken.json's vocabulary size contradicts the embeddings", path=d / "tekken.json",
-            field="config.default_vocab_size",
+            f"{path.name}'s vocabulary size contradicts the embeddings", path=path,
+            field="config.default_vocab_size" if path.name == "tekken.json" else "pieces",
             expected=f"vocab_size={params['vocab_size']} (params.json, tok_embeddings rows)",
             found=n,
         )  # fmt: skip
@@ -238,17 +274,19 @@ def mistral_input(d: Path, stack: list, *, tokenizer: bool = True) -> ModelInput
             "no consolidated*.safetensors in Mistral's original folder", path=d,
             expected="consolidated.safetensors", found="none",
         )  # fmt: skip
-    if tokenizer and not (d / "tekken.json").is_file():
-        tekken_metadata(d)  # the named error for a missing tekken.json
+    if tokenizer:
+        mistral_tokenizer_file(d)  # the named error for a missing tokenizer
     sources = file_sources(d, parts, stack)
+    if params.get("quantization") is not None:
+        sources = dequantize_sources(sources, _FP8, d)
     if params.get("moe") is not None:
         arch, cfg = MISTRAL_MOE_NATIVE, moe_config(params)
         _check_moe_tensors(d, cfg, {s.name: s.shape for s in sources})
     else:
-        arch, cfg = MISTRAL_NATIVE, params
-        _check_tensors(
-            d, params, {s.name: s.shape for s in sources if MISTRAL_NATIVE.source_key(s.name)}
-        )
+        # the reference's MistralModel writes mistral3 when the key is there at all
+        arch = MISTRAL3_NATIVE if "llama_4_scaling" in params else MISTRAL_NATIVE
+        cfg = params
+        _check_tensors(d, params, {s.name: s.shape for s in sources if arch.source_key(s.name)})
     return ModelInput(
         folder=d,
         given=os.fspath(d),  # d as the caller gave it (provenance reads its name)

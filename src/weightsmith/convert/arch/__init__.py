@@ -51,9 +51,10 @@ in both directions (the data model is :mod:`._model`):
 :meth:`Arch.inverse_plan` the HF tensors of a GGUF file.  Adding an architecture
 means adding one entry to :data:`ENTRIES`; the values reproduce llama.cpp's model
 classes (``conversion/*.py``) and the tests compare against it byte for byte.
-:data:`MISTRAL_NATIVE` and :data:`MISTRAL_MOE_NATIVE` (with experts: ``deepseek2``) are
-the entries outside :data:`ENTRIES`: Mistral's original layout (``params.json`` as the
-config, Mistral's tensor names), which no HF class names.
+:data:`MISTRAL_NATIVE`, :data:`MISTRAL3_NATIVE` (with Llama 4 scaling: ``mistral3``) and
+:data:`MISTRAL_MOE_NATIVE` (with experts: ``deepseek2``) are the entries outside
+:data:`ENTRIES`: Mistral's original layout (``params.json`` as the config, Mistral's
+tensor names), which no HF class names.
 
 One HF class may need another entry by its config (:data:`VARIANTS`: nomic-bert with
 experts), and one GGUF architecture may come from several entries (:data:`GGUF_VARIANTS`:
@@ -152,6 +153,7 @@ from .llama import (
     LLAMA_EMBED,
     MINISTRAL3,
     MISTRAL3,
+    MISTRAL3_NATIVE,
     MISTRAL_NATIVE,
     SARASHINA2_TEXT,
     SMOLLM3,
@@ -220,6 +222,7 @@ __all__ = [
     "FILE_TYPE",
     "GEMMA_NORM",
     "GGUF_VARIANTS",
+    "MISTRAL3_NATIVE",
     "MISTRAL_MOE_NATIVE",
     "MISTRAL_NATIVE",
     "PERMUTE_K",

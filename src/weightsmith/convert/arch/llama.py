@@ -282,6 +282,20 @@ MISTRAL_NATIVE = Arch(
     required=("dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "hidden_dim", "vocab_size"),
 )
 
+# MistralModel with params.json's ``llama_4_scaling`` (Ministral 3, Devstral 2 in Mistral's
+# layout): the same rows under llama.cpp's ``mistral3`` name, then set_mistral_config's
+# Llama 4 attention scaling (``beta``; llama.cpp steps it by YaRN's original context).
+# GGUF -> HF reads its files as Ministral3ForCausalLM (MINISTRAL3: the scaling row).
+MISTRAL3_NATIVE = replace(
+    MISTRAL_NATIVE,
+    gguf_arch="mistral3",
+    meta=[
+        *MISTRAL_NATIVE.meta,
+        m("attention.temperature_scale", "llama_4_scaling", t=VT.FLOAT32,
+          value=lambda c: (c.get("llama_4_scaling") or {}).get("beta")),
+    ],  # fmt: skip
+)
+
 # JanusProModel (conversion/januspro.py): the text half of Janus-Pro is a LlamaModel file
 # (``llama``); the vision tower and aligner are the projector's (.mmproj), and the
 # image-generation half (VQ model, generation embeddings, aligner and head) is dropped.

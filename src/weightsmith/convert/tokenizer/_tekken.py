@@ -26,12 +26,22 @@ llama.cpp's name for the tokenizer version (``mistral-v1``, ``mistral-v3-tekken`
 ``mistral-v7-tekken``).  For v11 and v13 the reference embeds a template file that
 ships with llama.cpp; we do not ship third-party templates, so those files get no
 template unless the folder has ``chat_template.jinja``.
+
+Older releases carry a SentencePiece model instead (:func:`mistral_vocab_metadata`
+picks the file as mistral_common does: ``tekken.json`` first, else the last by name of
+``*.model.v<N>[m<M>]`` / ``*.model``, its version from the suffix, ``.model`` = v1).
+The reference writes it as gguf-py's ``MistralVocab`` reads it: ``model`` ``llama``, the
+model's bos / eos / unk ids and pad (eos when the model has none), every piece with its
+score and type (unknown, control, unused, byte, else normal: no added tokens), the
+vocabulary size, add_bos true / add_eos false, and the chat template:
+``chat_template.jinja``, else ``mistral-v1`` / ``mistral-v3`` / ``mistral-v7``.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import re
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +50,9 @@ from ..._json import read_json
 from ...gguf import GGUFValueType
 from ._from_gguf import CONTROL, NORMAL
 from ._meta import _byte_chars, tiktoken_merges
+from ._to_gguf import _load_spm, _spm_pieces
 
-__all__ = ["tekken_metadata"]
+__all__ = ["mistral_tokenizer_file", "mistral_vocab_metadata", "tekken_metadata"]
 
 VT = GGUFValueType
 
@@ -181,6 +192,69 @@ def tekken_metadata(folder: Path, arch: str = "llama") -> list[tuple[str, Any, G
         ("tokenizer.ggml.add_bos_token", True, VT.BOOL),
         ("tokenizer.ggml.add_eos_token", False, VT.BOOL),
     ]
+    if template is not None:
+        rows.append(("tokenizer.chat_template", template, VT.STRING))
+    return rows
+
+
+# llama.cpp's built-in template names for SentencePiece tokenizers (MistralModel)
+_SPM_TEMPLATE_NAMES = {"v1": "mistral-v1", "v3": "mistral-v3", "v7": "mistral-v7"}
+# mistral_common's valid names: all the suffixes are ".model" or ".model.v<N>[m<M>]"
+_SPM_FILE = re.compile(r"[^.]+\.model(\.(v\d+)(m\d+)?)?")
+
+
+def _spm_file(folder: Path) -> tuple[Path, str] | None:
+    """mistral_common's pick among SentencePiece files (the last by name) and its version."""
+    found = []
+    for p in folder.iterdir():
+        mt = _SPM_FILE.fullmatch(p.name)
+        if mt and p.is_file() and (mt.group(2) or "v1") in VERSIONS:
+            found.append((p.name, p, mt.group(2) or "v1"))
+    return max(found)[1:] if found else None
+
+
+def mistral_tokenizer_file(folder: Path) -> Path:
+    """The tokenizer file of Mistral's folder as mistral_common picks it: tekken.json,
+    else a SentencePiece model; TokenizerFilesMissing (naming tekken.json) if none.
+    Nothing is parsed."""
+    tekken = folder / "tekken.json"
+    spm = None if tekken.is_file() else _spm_file(folder)
+    if spm is not None:
+        return spm[0]
+    if not tekken.is_file():
+        tekken_metadata(folder)  # raises the named error for a folder without a tokenizer
+    return tekken
+
+
+def mistral_vocab_metadata(folder: Path, arch: str = "llama") -> list[tuple[str, Any, VT]]:
+    """The ``tokenizer.*`` rows (and ``<arch>.vocab_size``) of Mistral's folder: its
+    ``tekken.json`` (:func:`tekken_metadata`) or, without one, its SentencePiece model."""
+    spm = None if (folder / "tekken.json").is_file() else _spm_file(folder)
+    if spm is None:
+        return tekken_metadata(folder, arch)  # or the named error for no tokenizer
+    path, version = spm
+    sp = _load_spm(path)
+    n = sp.vocab_size()
+    tokens, scores, types = _spm_pieces(sp, n)
+    template_path = folder / "chat_template.jinja"
+    if template_path.is_file():
+        template: str | None = template_path.read_text(encoding="utf-8")
+    else:
+        template = _SPM_TEMPLATE_NAMES.get(version)
+    rows: list[tuple[str, Any, VT]] = [
+        ("tokenizer.ggml.model", "llama", VT.STRING),
+        ("tokenizer.ggml.bos_token_id", sp.bos_id(), VT.UINT32),
+        ("tokenizer.ggml.eos_token_id", sp.eos_id(), VT.UINT32),
+        ("tokenizer.ggml.unknown_token_id", sp.unk_id(), VT.UINT32),
+        ("tokenizer.ggml.padding_token_id", sp.eos_id() if sp.pad_id() < 0 else sp.pad_id(),
+         VT.UINT32),
+        ("tokenizer.ggml.tokens", tokens, VT.STRING),
+        ("tokenizer.ggml.scores", scores, VT.FLOAT32),
+        ("tokenizer.ggml.token_type", [int(t) for t in types], VT.INT32),
+        (f"{arch}.vocab_size", n, VT.UINT32),
+        ("tokenizer.ggml.add_bos_token", True, VT.BOOL),
+        ("tokenizer.ggml.add_eos_token", False, VT.BOOL),
+    ]  # fmt: skip
     if template is not None:
         rows.append(("tokenizer.chat_template", template, VT.STRING))
     return rows
