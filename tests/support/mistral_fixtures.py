@@ -88,7 +88,11 @@ def write_spm(folder: Path, version: str) -> int:
 
 
 def make_mistral_checkpoint(
-    folder: Path, *, seed: int = 0, params_extra: dict | None = None, version: str = "v7",
+    folder: Path,
+    *,
+    seed: int = 0,
+    params_extra: dict | None = None,
+    version: str = "v7",
     spm: bool = False,
 ) -> Path:
     """Write a tiny Mistral original folder (consolidated.safetensors, params.json,

@@ -291,9 +291,13 @@ MISTRAL3_NATIVE = replace(
     gguf_arch="mistral3",
     meta=[
         *MISTRAL_NATIVE.meta,
-        m("attention.temperature_scale", "llama_4_scaling", t=VT.FLOAT32,
-          value=lambda c: (c.get("llama_4_scaling") or {}).get("beta")),
-    ],  # fmt: skip
+        m(
+            "attention.temperature_scale",
+            "llama_4_scaling",
+            t=VT.FLOAT32,
+            value=lambda c: (c.get("llama_4_scaling") or {}).get("beta"),
+        ),
+    ],
 )
 
 # JanusProModel (conversion/januspro.py): the text half of Janus-Pro is a LlamaModel file
