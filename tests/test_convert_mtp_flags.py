@@ -53,6 +53,9 @@ FAMILIES = {
     "dots3": ("dots3note", 1, True, TYPES),
     "mimo": ("mimo2", 3, True, TYPES),
     "step35": ("step35", 1, True, TYPES),
+    # Qwen3.5 (_QwenMtpMixin: mtp.* renamed after the trunk; Qwen3-Next's and Qwen3.5-MoE's
+    # entries are made by the same function)
+    "qwen35": ("qwen35", 1, False, TYPES),
 }
 CASES = [(f, m, t) for f, v in FAMILIES.items() for m in MODES for t in v[3]]
 
