@@ -56,6 +56,8 @@ FAMILIES = {
     # Qwen3.5 (_QwenMtpMixin: mtp.* renamed after the trunk; Qwen3-Next's and Qwen3.5-MoE's
     # entries are made by the same function)
     "qwen35": ("qwen35", 1, False, TYPES),
+    # Nemotron 3 Super's layout (the block folded from mtp.layers.0 / .1)
+    "nemotronhmoe": ("nemotron_h_moe", 1, False, TYPES),
 }
 CASES = [(f, m, t) for f, v in FAMILIES.items() for m in MODES for t in v[3]]
 
@@ -126,7 +128,7 @@ def test_contents(mtp, fam):
     md_o, only = _contents(root / f"ours-{fam}-only-f32.gguf")
     shared = {"token_embd.weight", "output_norm.weight", "output.weight"}
     assert only == [x for x in full if _blk(x) >= n or x in shared]
-    assert shared <= set(only)
+    assert {"token_embd.weight", "output_norm.weight"} <= set(only)  # Qwen3.5's head is tied
     skip = ("general.", "tokenizer.")
     assert {k: v for k, v in md_o.items() if not k.startswith(skip)} == {
         k: v for k, v in md.items() if not k.startswith(skip)
@@ -200,6 +202,29 @@ def test_refused_for_a_class_without_blocks(mtp, tmp_path):
             hf_to_gguf(src, out, "f32", mtp=mode)
         assert "Glm4MoeForCausalLM" in str(ex.value)
         assert not out.exists() and not list(tmp_path.glob("ours-*"))
+
+
+def test_draft_of_a_checkpoint_without_blocks_refused(mtp, tmp_path):
+    """Step 3.5 without its MTP block: the reference's ``--mtp`` writes a file of the
+    three shared tensors (no block: nothing a runtime can draft with; measured here);
+    ours refuses by name, nothing written (a deliberate difference; Nemotron-H's
+    reference refuses too).  Our ``mtp="drop"`` of it is the plain conversion."""
+    _, srcs = mtp
+    trunk = srcs["step35"].parent / "step35-trunk"
+    ref = tmp_path / "ref.gguf"
+    r = _reference([[str(trunk), "--outfile", str(ref), "--outtype", "f32", "--mtp"]],
+                   oracle_env())  # fmt: skip
+    assert r.stdout.splitlines()[-1:] == ["ok"], r.stderr[-2000:]
+    md, names = _contents(ref)
+    assert sorted(names) == ["output.weight", "output_norm.weight", "token_embd.weight"]
+    assert "step35.nextn_predict_layers" not in md
+    out = tmp_path / "ours.gguf"
+    with pytest.raises(E.MtpNotSupported, match="has none"):
+        hf_to_gguf(trunk, out, "f32", mtp="only")
+    assert not out.exists()
+    hf_to_gguf(trunk, out, "f32", mtp="drop")
+    hf_to_gguf(trunk, tmp_path / "plain.gguf", "f32")
+    assert out.read_bytes() == (tmp_path / "plain.gguf").read_bytes()
 
 
 def test_bad_mode_refused(mtp, tmp_path):

@@ -723,6 +723,16 @@ def _mtp_sources(
     is_mtp = {n: k is not None and arch.mtp.is_mtp(k, cfg) for n, k in key.items()}
     if mode == "drop":
         return [s for s in sources if not is_mtp[s.name]], arch.mtp.drop(cfg)
+    if not any(is_mtp.values()):
+        # Nemotron-H's reference refuses this (a ValueError); the others write a "draft"
+        # of the shared tensors alone, which no runtime can use
+        raise E.MtpNotSupported(
+            "mtp='only' (--mtp) exports the checkpoint's multi-token-prediction blocks, "
+            "and it has none",
+            path=cfg_path.parent, field="tensors",
+            expected=f"the MTP blocks of a {cfg['architectures'][0]} checkpoint",
+            found="none",
+        )  # fmt: skip
     return [s for s in sources if is_mtp[s.name] or key[s.name] in arch.mtp.keep], cfg
 
 
