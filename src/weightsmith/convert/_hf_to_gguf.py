@@ -712,8 +712,8 @@ def _mtp_sources(
         raise E.UsageError(f"mtp={mode!r}: expected one of {', '.join(MTP_MODES)} or None")
     if arch.mtp is None:
         raise E.MtpNotSupported(
-            "the reference converter refuses --mtp / --no-mtp for this class (it has no "
-            "multi-token-prediction export)",
+            "--mtp / --no-mtp: this class has no multi-token-prediction blocks to drop or "
+            "export here (the reference refuses most such classes too)",
             path=cfg_path, field="architectures[0]",
             expected="a class with MTP blocks: "
             + ", ".join(sorted({a for e in ENTRIES if e.mtp is not None for a in e.hf_archs})),
