@@ -2,17 +2,19 @@
 multi-token-prediction (NextN) blocks, or those blocks alone as a speculative draft.
 
 The tiny models of the families with MTP blocks (the ones their own modules build: GLM-4.5,
-GLM-5, DeepSeek-V3.2, Dots3 Note, MiMo-V2-Flash, Step 3.5) are converted by the pinned
+GLM-5, DeepSeek-V3.2, Dots3 Note, MiMo-V2-Flash, Step 3.5, Qwen3.5, Nemotron-H MoE) are
+converted by the pinned
 ``convert_hf_to_gguf.py`` with each flag (one process per flag and environment: the flags
 are class attributes the reference sets once per run) and by ours with ``mtp="drop"`` /
 ``"only"``.  Checked:
 
-* byte-identical files at f32 and q8_0, for each family and flag;
+* byte-identical files at f32 and q8_0 (DeepSeek-V3.2: f32), for each family and flag;
 * guard against a vacuous pass: the dropped file has no block past the trunk, the trunk's
   ``block_count`` and no ``nextn_predict_layers``; the draft has the blocks, the embedding,
   final norm and head only, the full file's metadata;
 * llama.cpp loads the dropped file with the full file's logits (it runs no MTP graph);
-  the draft it refuses (its loader wants the trunk's tensors: the exact message pinned);
+  the draft it loads as its speculative MTP draft (``load_mtp``, an MTP context), but for
+  Dots3 Note's and MiMo's (the exact refusals pinned);
 * a class the reference refuses the flags for: refused by name, nothing written (the
   reference's refusal measured on the same folder); the CLI's flags, their alias and
   their exclusion.
