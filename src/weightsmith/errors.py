@@ -176,6 +176,7 @@ The catalogue, in pipeline order (bases in parentheses)::
       UnsupportedComparison (ConvertError): Values to compare from files we do not read values from (remote, PyTorch)
       UnknownLlamaGeneration (ConvertError): A Meta original checkpoint whose Llama generation is neither given nor recognisable
       ParamsShapeMismatch (ConvertError): Meta's or Mistral's ``params.json`` (or its tokenizer) contradicts the shapes of the checkpoint's tensors
+      MtpNotSupported (ConvertError): Multi-token-prediction blocks to drop or export alone for an architecture whose converter has no such blocks
       TokenizerError (FormatError): A tokenizer folder or the tokenizer.ggml.* metadata of a GGUF cannot be converted
       TokenizerFilesMissing (TokenizerError): No tokenizer.json / tokenizer.model usable for the architecture, or a GGUF without tokenizer keys
       TokenizerInconsistent (TokenizerError): Tokenizer files contradict each other or themselves (bad JSON, wrong types, ids out of range)
@@ -844,6 +845,10 @@ class UnknownLlamaGeneration(ConvertError):
 
 class ParamsShapeMismatch(ConvertError):
     """Meta's or Mistral's ``params.json`` (or its tokenizer) contradicts the shapes of the checkpoint's tensors."""
+
+
+class MtpNotSupported(ConvertError):
+    """Multi-token-prediction blocks to drop or export alone for an architecture whose converter has no such blocks."""
 
 
 class TokenizerError(FormatError):

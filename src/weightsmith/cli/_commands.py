@@ -313,6 +313,10 @@ def cmd_convert(args: argparse.Namespace) -> int:
         if fn is not hf_to_gguf:
             raise UsageError("convert: --ray applies to HF folder -> GGUF (and to quantize)")
         kw["ray"] = args.ray
+    if getattr(args, "mtp", None) is not None:
+        if fn is not hf_to_gguf:
+            raise UsageError("convert: --mtp / --no-mtp apply to HF folder -> GGUF")
+        kw["mtp"] = args.mtp
     if getattr(args, "mmproj", None) is not None:  # "" is --mmproj without a path
         if fn is gguf_to_hf:  # the projector GGUF read back with the text one
             if not args.mmproj:

@@ -152,6 +152,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="to .gguf: read SRC as Mistral's original layout even when it also holds a "
         "config.json (as llama.cpp's convert_hf_to_gguf.py --mistral-format)",
     )
+    mtp = p.add_mutually_exclusive_group()
+    mtp.add_argument(
+        "--mtp",
+        dest="mtp",
+        action="store_const",
+        const="only",
+        help="HF -> GGUF: only the multi-token-prediction (NextN) blocks, with the embedding, "
+        "final norm and head they share: a speculative draft (as convert_hf_to_gguf.py --mtp)",
+    )
+    mtp.add_argument(
+        "--no-mtp",
+        "--no-nextn",
+        dest="mtp",
+        action="store_const",
+        const="drop",
+        help="HF -> GGUF: leave out the multi-token-prediction (NextN) blocks "
+        "(as convert_hf_to_gguf.py --no-mtp)",
+    )
     _ray_arg(p)
     _stream_args(p)
 

@@ -103,6 +103,7 @@ from ._pooling import (
     rerank_tokens,
 )
 from .arch import (
+    ENTRIES,
     FILE_TYPE,
     SLOT,
     Arch,
@@ -637,10 +638,12 @@ def hf_input(
     pre: str | None = None,
     given: str | None = None,
     repo: _Repo | None = None,
+    mtp: str | None = None,
 ) -> ModelInput:
     """The HF folder ``d`` (a Path, or a :class:`zipfile.Path` of files held in memory)
     as a conversion input; ``sources`` replace the folder's weights, ``pre`` names the
-    BPE pre-tokenizer instead of fingerprinting it."""
+    BPE pre-tokenizer instead of fingerprinting it; ``mtp`` (``"drop"`` / ``"only"``):
+    without the multi-token-prediction blocks, or those alone (:func:`hf_to_gguf`)."""
     if sources is None:
         weights = functools.cache(lambda: _sources(d, stack, repo))
     else:
@@ -665,6 +668,8 @@ def hf_input(
     if arch.pooling:
         cfg["_pooling_type"] = pooling_type(d)
     sources = dequantize_sources(weights(), cfg, d)
+    if mtp is not None:
+        sources, cfg = _mtp_sources(arch, mtp, sources, cfg, cfg_path)
     if arch.e8m0_scales:
         sources = e8m0_dequantize_sources(sources, d)
     sources = _drop_copies(arch, sources)
@@ -692,6 +697,43 @@ def hf_input(
         streamed=repo is not None,
         weights=weights,
     )
+
+
+#: ``mtp=`` values: the reference's ``--no-mtp`` and ``--mtp``
+MTP_MODES = ("drop", "only")
+
+
+def _mtp_sources(
+    arch: Arch, mode: str, sources: list[_Source], cfg: dict, cfg_path: Any
+) -> tuple[list[_Source], dict]:
+    """The sources and config of ``mode``: ``drop`` leaves out the entry's MTP blocks
+    (the config's count with them), ``only`` keeps them and the tensors they share."""
+    if mode not in MTP_MODES:
+        raise E.UsageError(f"mtp={mode!r}: expected one of {', '.join(MTP_MODES)} or None")
+    if arch.mtp is None:
+        raise E.MtpNotSupported(
+            "--mtp / --no-mtp: this class has no multi-token-prediction blocks to drop or "
+            "export here (the reference refuses most such classes too)",
+            path=cfg_path, field="architectures[0]",
+            expected="a class with MTP blocks: "
+            + ", ".join(sorted({a for e in ENTRIES if e.mtp is not None for a in e.hf_archs})),
+            found=cfg["architectures"][0],
+        )  # fmt: skip
+    key = {s.name: arch.source_key(s.name) for s in sources}
+    is_mtp = {n: k is not None and arch.mtp.is_mtp(k, cfg) for n, k in key.items()}
+    if mode == "drop":
+        return [s for s in sources if not is_mtp[s.name]], arch.mtp.drop(cfg)
+    if not any(is_mtp.values()):
+        # Nemotron-H's reference refuses this (a ValueError); the others write a "draft"
+        # of the shared tensors alone, which no runtime can use
+        raise E.MtpNotSupported(
+            "mtp='only' (--mtp) exports the checkpoint's multi-token-prediction blocks, "
+            "and it has none",
+            path=cfg_path.parent, field="tensors",
+            expected=f"the MTP blocks of a {cfg['architectures'][0]} checkpoint",
+            found="none",
+        )  # fmt: skip
+    return [s for s in sources if is_mtp[s.name] or key[s.name] in arch.mtp.keep], cfg
 
 
 def _composed(c: Compose, sources: list[_Source], cfg: dict) -> list[_Source]:
@@ -1150,6 +1192,7 @@ def hf_to_gguf(
     ray: str | None = None,
     mmproj: str | os.PathLike[str] | None = None,
     remote: RemoteOptions | None = None,
+    mtp: str | None = None,
 ) -> ConversionResult:
     """Convert the Hugging Face model folder ``src`` to the GGUF file ``dst``.
 
@@ -1169,7 +1212,16 @@ def hf_to_gguf(
     path (:mod:`weightsmith.convert._mmproj`; both files are planned before either
     is written); ``files`` then ends with it.
     ``src`` may be remote (module docstring; ``remote=`` options, e.g. a token).
+    ``mtp``: ``"drop"`` writes the model without its multi-token-prediction (NextN)
+    blocks, ``"only"`` those blocks alone with the embedding, final norm and head they
+    share (a speculative draft), as the reference's ``--no-mtp`` / ``--mtp``; refused
+    (:class:`~weightsmith.errors.MtpNotSupported`) for a class without such blocks.
     """
+    if ray is not None and mtp is not None:
+        raise E.UsageError(
+            "ray= has every node plan the folder itself, with all its blocks; "
+            "drop ray= to convert with mtp="
+        )
     if ray is not None and is_url(src):
         raise E.UsageError(
             f"{src}: ray= has every node read a folder it sees; a remote source is streamed "
@@ -1187,10 +1239,10 @@ def hf_to_gguf(
             # the small files are held in memory: no source byte is stored on disk
             repo, files = _small_files(os.fspath(src), remote or RemoteOptions())
             d = _memory_folder(files, Path(repo.name))
-            m = hf_input(d, stack, given=repo.name, repo=repo)
+            m = hf_input(d, stack, given=repo.name, repo=repo, mtp=mtp)
         else:
             d = Path(src)
-            m = hf_input(d, stack, given=os.fspath(src))
+            m = hf_input(d, stack, given=os.fspath(src), mtp=mtp)
         # the projector is planned (and its inputs checked) before the text file is written
         proj = _mmproj.plan_mmproj(d, type, stack, m.weights) if mmproj is not None else None
         cluster = None

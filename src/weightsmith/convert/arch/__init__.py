@@ -31,6 +31,9 @@ in both directions (the data model is :mod:`._model`):
   Gemma 3n's 4 AltUp streams), anything else is refused before any output; ``check``
   is a function of the config naming ``(field, expected, found)`` for a config the
   reference asserts against (Step 3.5's RoPE widths), refused the same way;
+* ``mtp`` -- the multi-token-prediction blocks (:class:`Mtp`: which source tensors they
+  are, the config without them, the tensors a draft shares) for ``hf_to_gguf(mtp="drop" |
+  "only")`` (the reference's ``--no-mtp`` / ``--mtp``); None refuses both by name;
 * ``pooling`` -- the sentence-transformers pooling type goes into the config
   (:mod:`weightsmith.convert._pooling`) for the encoders' ``pooling_type`` row;
   ``dense`` -- GGUF names of sentence-transformers ``Dense`` module weights, read from
@@ -83,6 +86,7 @@ from ._model import (
     Compose,
     HfTensor,
     MetaKey,
+    Mtp,
     NameRule,
     OutTensor,
     Packed,
@@ -234,6 +238,7 @@ __all__ = [
     "Compose",
     "HfTensor",
     "MetaKey",
+    "Mtp",
     "NameRule",
     "OutTensor",
     "Packed",

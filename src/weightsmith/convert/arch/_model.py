@@ -398,6 +398,42 @@ class ShapeConfig:
     what: str
 
 
+def _without_nextn(cfg: dict) -> dict:
+    return {k: v for k, v in cfg.items() if k != "num_nextn_predict_layers"}
+
+
+@dataclass(frozen=True)
+class Mtp:
+    """An entry's multi-token-prediction (NextN) blocks, for the reference's ``--no-mtp``
+    and ``--mtp`` (its ``supports_mtp_export`` classes; an entry without one is refused).
+
+    ``is_mtp(key, cfg)`` says whether a source tensor (its name as the rules see it,
+    before the config ``rename``) belongs to the blocks.  Without them (``--no-mtp``) the
+    converter drops those tensors and converts ``drop(cfg)`` (default: the config without
+    ``num_nextn_predict_layers``: ``block_count`` is the trunk's, no
+    ``nextn_predict_layers`` row).  With the blocks only (``--mtp``: a speculative draft)
+    it keeps them and the ``keep`` tensors (the embedding, final norm and head they
+    share), the metadata unchanged."""
+
+    is_mtp: Callable[[str, dict], bool]
+    drop: Callable[[dict], dict] = _without_nextn
+    keep: tuple[str, ...] = ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight")
+
+
+_LAYER_NUM = re.compile(r"model\.layers\.(\d+)\.")
+
+
+def past_trunk(name: str, cfg: dict) -> bool:
+    """A ``model.layers.{i}.*`` tensor with ``i >= num_hidden_layers``: an MTP block the
+    checkpoint appends after the trunk (the reference's test for most families)."""
+    mt = _LAYER_NUM.match(name)
+    return mt is not None and int(mt[1]) >= cfg["num_hidden_layers"]
+
+
+#: MTP blocks appended after the trunk, counted by ``num_nextn_predict_layers``
+APPENDED_MTP = Mtp(past_trunk)
+
+
 # --------------------------------------------------------------------------- plans
 
 
@@ -615,6 +651,9 @@ class Arch:
     # the config of this entry's checkpoint when it ships no config.json, from the tensor
     # shapes (:class:`ShapeConfig`; the registry's :func:`~weightsmith.convert.arch.by_shapes`)
     config_from_shapes: ShapeConfig | None = None
+    # the multi-token-prediction blocks (:class:`Mtp`) the converter drops or keeps alone
+    # (``mtp="drop"`` / ``"only"``); None: the reference refuses both for this class
+    mtp: Mtp | None = None
 
     # -- config
 

@@ -53,7 +53,7 @@ from ._common import (
     reference_math,
     replace_rows,
 )
-from ._model import VT, Arch, NameRule, PlanError, Split, Transform, m
+from ._model import VT, Arch, Mtp, NameRule, PlanError, Split, Transform, m, past_trunk
 from .deepseek import DEEPSEEK2
 
 _ATT = LAYER + "self_attn."
@@ -323,6 +323,8 @@ DOTS3NOTE = Arch(
     present=("layer_types",),
     rename=(_mtp_embed_in, _mtp_embed_out),
     from_tensors=_nextn_from_tensors,
+    # the block is counted by its embedding (read off the names kept), not the config
+    mtp=Mtp(lambda name, cfg: name.startswith("model.mtp.") or past_trunk(name, cfg)),
     defaults={_CHECKED: _checks},
     fixed={"scoring_func": "sigmoid", _CHECKED: True},
     tokenizer={"vocab": "dots3"},

@@ -56,6 +56,7 @@ from ._common import (
     replace_rows,
 )
 from ._model import (
+    APPENDED_MTP,
     VT,
     Arch,
     MetaKey,
@@ -146,6 +147,7 @@ GLM4MOE = Arch(
     tokenizer={"vocab": "glm"},
     model_types={"Glm4MoeForCausalLM": "glm4_moe"},
     hf_config=_hf_config,
+    mtp=APPENDED_MTP,
 )
 
 

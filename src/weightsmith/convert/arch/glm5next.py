@@ -52,7 +52,7 @@ from ._common import (
     reference_math,
     replace_rows,
 )
-from ._model import VT, Arch, NameRule, Transform, m
+from ._model import APPENDED_MTP, VT, Arch, NameRule, Transform, m
 from .deepseek import DEEPSEEK2
 
 _ATT = LAYER + "self_attn."
@@ -291,4 +291,5 @@ GLM5NEXT_TEXT = Arch(
     ),
     tokenizer={"vocab": "glm"},
     hf_config=_hf_config,
+    mtp=APPENDED_MTP,
 )

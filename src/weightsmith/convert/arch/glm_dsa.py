@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import Any
 
 from ._common import DSA_INDEXER_NAMES, LAYER, NEXTN_NAMES, past_blocks, replace_rows
-from ._model import VT, full_rope, m
+from ._model import APPENDED_MTP, VT, full_rope, m
 from .deepseek import _ROWS as _DEEPSEEK2_ROWS
 from .deepseek import DEEPSEEK2
 
@@ -89,6 +89,7 @@ GLM_DSA = replace(
     model_types={"GlmMoeDsaForCausalLM": "glm_moe_dsa"},
     hf_config=_hf_config,
     rename=(_in_blocks, lambda name, cfg: name),
+    mtp=APPENDED_MTP,
 )
 
 

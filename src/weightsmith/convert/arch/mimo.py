@@ -58,7 +58,7 @@ from ._common import (
     layer_rules,
     replace_rows,
 )
-from ._model import FILE_TYPE, VT, Arch, NameRule, Stack, m, rope_parameters
+from ._model import FILE_TYPE, VT, Arch, Mtp, NameRule, Stack, m, rope_parameters
 
 #: the MTP blocks the reference always counts (MimoV2Model._n_nextn)
 N_NEXTN = 3
@@ -67,10 +67,15 @@ _MTP = re.compile(r"^model\.mtp\.layers\.(\d+)\.")
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.")
 
 
+def _n_nextn(cfg: dict) -> int:
+    """The MTP blocks counted: the reference's three, none without them (``mtp="drop"``)."""
+    return cfg.get("_nextn", N_NEXTN)
+
+
 def _pattern(cfg: dict) -> list[int]:
     """``hybrid_layer_pattern`` with the MTP blocks as sliding layers (the reference's
     padding)."""
-    return [int(x) for x in cfg["hybrid_layer_pattern"]] + [1] * N_NEXTN
+    return [int(x) for x in cfg["hybrid_layer_pattern"]] + [1] * _n_nextn(cfg)
 
 
 def _kv_heads(cfg: dict) -> list[int]:
@@ -125,7 +130,7 @@ _ROWS: list = [
     *replace_rows(
         COMMON,
         block_count=m("block_count", "num_hidden_layers",
-                      value=lambda c: c["num_hidden_layers"] + N_NEXTN),
+                      value=lambda c: c["num_hidden_layers"] + _n_nextn(c)),
         # gguf-py writes a list of Python ints as an INT32 array
         attention__head_count_kv=m("attention.head_count_kv", "_kv_heads", t=VT.INT32,
                                    value=_kv_heads),
@@ -140,7 +145,7 @@ _ROWS: list = [
     m("attention.layer_norm_rms_epsilon", "layernorm_epsilon", t=VT.FLOAT32,
       value=lambda c: c.get("layernorm_epsilon", 1e-5)),
     m("attention.value_scale", "attention_value_scale", t=VT.FLOAT32),
-    m("nextn_predict_layers", "_nextn", value=lambda c: N_NEXTN),
+    m("nextn_predict_layers", "_nextn", value=lambda c: _n_nextn(c) or None),
 ]  # fmt: skip
 assert FILE_TYPE in _ROWS
 
@@ -233,6 +238,8 @@ MIMO2 = Arch(
         for w in ("gate", "up", "down")
     ],
     rename=(_mtp_forward, _mtp_back),
+    # without the blocks the reference counts none (``_nextn`` 0 here)
+    mtp=Mtp(lambda name, cfg: _MTP.match(name) is not None, drop=lambda c: {**c, "_nextn": 0}),
     check=_check,
     required=(
         "hidden_size",

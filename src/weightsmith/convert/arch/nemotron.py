@@ -48,7 +48,7 @@ from typing import Any
 
 from ... import errors as E
 from ._common import PERMUTE_K, PERMUTE_Q, replace_rows
-from ._model import VT, Arch, MetaKey, NameRule, Stack, first, m
+from ._model import VT, Arch, MetaKey, Mtp, NameRule, Stack, first, m
 from .granite import GRANITE_ROWS, GRANITE_SHARED_FF
 from .mamba import MAMBA2
 
@@ -215,6 +215,11 @@ NEMOTRON_H = Arch(
     tokenizer={"vocab": "gpt2"},
     model_types={"NemotronHForCausalLM": "nemotron_h"},
     hf_config=_hf,
+    # the reference's class takes the flags; only the MoE form counts a block (below)
+    mtp=Mtp(
+        lambda name, cfg: name.startswith("mtp."),
+        keep=("backbone.embeddings.weight", "backbone.norm_f.weight", "lm_head.weight"),
+    ),
 )
 
 
@@ -410,6 +415,7 @@ NEMOTRON_H_MOE = Arch(
     # block's router (read as block 1), which gets the output type
     late_rename=True,
     from_tensors=_one_mtp_block,
+    mtp=NEMOTRON_H.mtp,
 )
 
 

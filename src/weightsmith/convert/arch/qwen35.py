@@ -49,7 +49,7 @@ from ._common import (
     neg_exp,
     replace_rows,
 )
-from ._model import VT, Arch, NameRule, Split, Transform, m, rope_parameters
+from ._model import VT, Arch, Mtp, NameRule, Split, Transform, m, rope_parameters
 from .qwen import _MOE_NAMES, _MOE_ROWS, _MOE_SPLITS, _MOE_STACKS
 from .qwenvl import _with_sections
 
@@ -367,6 +367,17 @@ _QKVZ = Split(
 _REQUIRED = ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size")
 
 
+#: _QwenMtpMixin's ``--no-mtp`` / ``--mtp``: the ``mtp.*`` tensors; without them the count
+#: read off the checkpoint is 0 and the config's is dropped; the draft keeps the shared
+#: tensors under either prefix
+_MTP = Mtp(
+    lambda name, cfg: name.startswith(("mtp.", "model.mtp.")),
+    drop=lambda c: {k: v for k, v in c.items() if k != "mtp_num_hidden_layers"},
+    keep=("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
+          "embed_tokens.weight", "norm.weight"),
+)  # fmt: skip
+
+
 def _entry(hf_archs: tuple[str, ...], gguf_arch: str, model_type: str, mrope: bool) -> Arch:
     return Arch(
         hf_archs=hf_archs,
@@ -384,6 +395,7 @@ def _entry(hf_archs: tuple[str, ...], gguf_arch: str, model_type: str, mrope: bo
         hf_config=_hf_config(mrope),
         rename=(_mtp_to_trunk, _trunk_to_mtp),
         from_tensors=_mtp_count,
+        mtp=_MTP,
     )
 
 

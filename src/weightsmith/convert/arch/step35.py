@@ -48,7 +48,7 @@ from ._common import (
     layer_rules,
     replace_rows,
 )
-from ._model import FILE_TYPE, VT, Arch, NameRule, m
+from ._model import APPENDED_MTP, FILE_TYPE, VT, Arch, NameRule, m
 
 _SLIDING = "sliding_attention"
 _LAYER_N = re.compile(r"model\.layers\.(\d+)\.")
@@ -208,6 +208,7 @@ STEP35 = Arch(
         *NEXTN_NAMES,  # the MTP blocks' own tensors
     ],
     rename=(_mtp_names, _mtp_names_back),
+    mtp=APPENDED_MTP,
     transforms=[GEMMA_NORM],
     check=_rope_widths,
     required=(
