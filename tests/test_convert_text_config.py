@@ -26,8 +26,11 @@ def test_llm_config_merged_without_token_ids():
 
 @pytest.mark.parametrize(
     ("key", "top", "keep_top"),
-    [("language_config", "DeepseekOCRForCausalLM", True), ("lm_config", "GlmasrModel", True),
-     ("lfm", "Lfm2AudioForConditionalGeneration", False)],  # fmt: skip
+    [
+        ("language_config", "DeepseekOCRForCausalLM", True),
+        ("lm_config", "GlmasrModel", True),
+        ("lfm", "Lfm2AudioForConditionalGeneration", False),
+    ],
 )
 def test_renamed_and_merged_up(key, top, keep_top):
     """Read as text_config and merged up; the rows whose text class tells the family by
