@@ -117,9 +117,8 @@ from .arch import (
     layer_of,
     lookup,
     supported,
+    text_merged,
 )
-from .arch.qwen3tts import HF_CLASS as TTS_CLASS
-from .arch.qwen3tts import merged_config as qwen3tts_config
 from .tokenizer import vocab_metadata
 
 VT = GGUFValueType
@@ -134,11 +133,6 @@ _OUTTYPES = {"f32": "F32", "f16": "F16", "bf16": "BF16", "q8_0": "Q8_0"}
 
 
 # --------------------------------------------------------------------------- inputs
-
-
-#: multimodal classes whose text class is the top-level one (Sarashina2-VL's text_config
-#: names plain Llama, whose class does not strip the ``llm.`` wrapper)
-_TOP_LEVEL_TEXT = ("Sarashina2VisionForCausalLM",)
 
 
 def _guessed_config(d: Any, weights: Callable[[], list[_Source]] | None) -> dict | None:
@@ -206,42 +200,9 @@ def _raw_config(d: Any, weights: Callable[[], list[_Source]] | None = None) -> d
 
 
 def _read_config(d: Any, weights: Callable[[], list[_Source]] | None = None) -> dict:
-    """:func:`_raw_config` with the text model's config merged up, as the reference reads it."""
-    cfg = _raw_config(d, weights)
-    if isinstance(cfg.get("llm_config"), dict):
-        # InternVL's text config: the reference renames it text_config and merges it up for
-        # the hyperparameters, but its SpecialVocab reads config.json as written (no
-        # text_config there), so the special-token ids stay the top level's
-        llm = {k: v for k, v in cfg["llm_config"].items() if not k.endswith("_token_id")}
-        return {**cfg, **llm}
-    if isinstance(cfg.get("language_config"), dict):
-        # DeepSeek-OCR's text config: the reference renames it text_config; its text class
-        # tells DeepSeek-V2's OCR form by the top-level class (kept beside the merged one)
-        cfg = {**cfg, "text_config": cfg["language_config"],
-               "_top_architectures": cfg.get("architectures")}  # fmt: skip
-    if isinstance(cfg.get("lm_config"), dict):
-        # GLM-ASR's (custom-code layout) text config: the reference renames it text_config;
-        # its Llama text class takes GLM Edge's vocabulary by the top-level class
-        cfg = {**cfg, "text_config": cfg["lm_config"],
-               "_top_architectures": cfg.get("architectures")}  # fmt: skip
-    if isinstance(cfg.get("lfm"), dict):
-        # LFM2-Audio's text config: the reference renames it text_config
-        cfg = {**cfg, "text_config": cfg["lfm"]}
-    if isinstance(cfg.get("talker_config"), dict) and cfg.get("architectures") == [TTS_CLASS]:
-        # Qwen3-TTS: the talker is the text model, its vocabulary the text one's
-        return qwen3tts_config(cfg)
-    thinker = cfg.get("thinker_config")
-    if isinstance(thinker, dict) and isinstance(thinker.get("text_config"), dict):
-        # Qwen2.5-Omni / Qwen3-Omni: the text model is the thinker's (as the reference)
-        cfg = {**cfg, "text_config": thinker["text_config"]}
-    if isinstance(cfg.get("text_config"), dict):  # as the reference: text_config to the top
-        top = cfg.get("architectures")
-        cfg = {**cfg, **cfg["text_config"]}
-        # a null one does not name the class; the reference's get_model_architecture routes
-        # these top-level classes' text on the top level whatever text_config names
-        if cfg.get("architectures") is None or (top and top[0] in _TOP_LEVEL_TEXT):
-            cfg["architectures"] = top
-    return cfg
+    """:func:`_raw_config` with the text model's config merged up, as the reference reads it
+    (where a multimodal layout keeps it: :data:`~weightsmith.convert.arch.NESTED_TEXT`)."""
+    return text_merged(_raw_config(d, weights))
 
 
 def _suppress_tokens(d: Any) -> list[int] | None:

@@ -46,6 +46,9 @@ in both directions (the data model is :mod:`._model`):
   registry (:func:`by_shapes`, never a named family) which entry claims the tensor
   shapes of the folder's one ``model*.safetensors`` file and takes its config from them,
   as the reference's hparams loaders do; the projector reads the same config;
+* where a multimodal config keeps its text config (``llm_config``, ``talker_config``,
+  ...) and how the reader merges it up is not an entry's field but its own registry,
+  :data:`NESTED_TEXT` (:mod:`._text_config`: one row per layout);
 * ``model_types`` / ``hf_config`` -- what GGUF -> HF adds to ``config.json``;
   ``hf_wrap`` reshapes the finished ``config.json`` (a Gemma 4 assistant's text fields
   go under ``text_config``).
@@ -103,6 +106,7 @@ from ._model import (
     layer_of,
     rope_parameters,
 )
+from ._text_config import NESTED_TEXT, NestedText, text_merged
 from .bailingmoe3 import BAILINGMOE3, BAILINGMOE3_VL
 from .bert import (
     BERT,
@@ -229,6 +233,7 @@ __all__ = [
     "MISTRAL3_NATIVE",
     "MISTRAL_MOE_NATIVE",
     "MISTRAL_NATIVE",
+    "NESTED_TEXT",
     "PERMUTE_K",
     "PERMUTE_Q",
     "REGISTRY",
@@ -240,6 +245,7 @@ __all__ = [
     "MetaKey",
     "Mtp",
     "NameRule",
+    "NestedText",
     "OutTensor",
     "Packed",
     "Piece",
@@ -260,6 +266,7 @@ __all__ = [
     "permute_rope",
     "rope_parameters",
     "supported",
+    "text_merged",
     "unpermute_rope",
 ]
 

@@ -278,20 +278,41 @@ GEMMA_NORMS = layer_rules(
 # --------------------------------------------------------------------------- transforms
 
 
+def as_reference(x: np.ndarray, widen: bool = False) -> np.ndarray:
+    """``x`` as the reference converter holds a tensor it computes on: float32 as it is,
+    float16 as it is unless ``widen`` (the reference's own ``.float()``), any other type
+    widened to float32 (its loader widens the rest before ``modify_tensors``); contiguous,
+    as ``torch.from_numpy`` needs."""
+    keep = (np.float32,) if widen else (np.float16, np.float32)
+    return np.ascontiguousarray(x if x.dtype in keep else x.astype(np.float32))
+
+
 def reference_math(
-    x: np.ndarray, with_torch: Callable[[Any, Any], Any], with_numpy: Callable[[np.ndarray], Any]
+    x: np.ndarray | tuple[np.ndarray, ...],
+    with_torch: Callable[..., Any],
+    with_numpy: Callable[..., Any],
+    *,
+    widen: bool = False,
 ) -> np.ndarray:
-    """An elementwise value transform (``-exp``, ``softplus``) computed as the reference
-    converter computes it: on the tensor as it holds it (float16 and float32 kept, any
-    other type widened to float32) and with torch's kernels when torch is importable --
-    torch's exp is not numpy's in the last bit, and the files must be byte-identical.
-    ``with_torch(torch, tensor)`` and ``with_numpy(array)`` give the same function."""
-    x = np.ascontiguousarray(x if x.dtype in (np.float16, np.float32) else x.astype(np.float32))
+    """Values computed from tensors as the reference converter computes them, so the files
+    are byte-identical: on the tensors as it holds them (:func:`as_reference`, ``widen``
+    as there) and with torch's kernels when torch is importable -- torch's ``exp`` /
+    ``sqrt`` are not numpy's in the last bit, and its matmul (``F.linear``) sums in the
+    order of the BLAS kernel torch picks for the machine, which no numpy summation order
+    reproduces.  Without torch (the plain install), ``with_numpy`` on the same arrays, its
+    result in the first one's dtype (torch's rule): equal within rounding, each caller's
+    tests say how close.
+
+    ``x`` is one array (an elementwise transform: ``-exp``, ``softplus``) or a tuple (a
+    fold of several tensors: a linear layer into an embedding); ``with_torch(torch,
+    *tensors)`` and ``with_numpy(*arrays)`` give the same function."""
+    xs = tuple(as_reference(a, widen) for a in (x if isinstance(x, tuple) else (x,)))
     try:
         import torch
     except ImportError:
-        return np.asarray(with_numpy(x), dtype=x.dtype)
-    return with_torch(torch, torch.from_numpy(x)).numpy()
+        return np.asarray(with_numpy(*xs), dtype=xs[0].dtype)
+    with torch.no_grad():
+        return with_torch(torch, *(torch.from_numpy(a) for a in xs)).numpy()
 
 
 def neg_exp(x: np.ndarray, cfg: dict, ctx: dict) -> np.ndarray:
@@ -334,8 +355,8 @@ PERMUTE_K = Transform(
 
 def _plus_one(x: np.ndarray, cfg: dict, ctx: dict) -> np.ndarray:
     # llama.cpp adds in the tensor's own float type (f16 stays f16, others f32)
-    one = x.dtype.type(1.0) if x.dtype in (np.float16, np.float32) else np.float32(1.0)
-    return (x if x.dtype in (np.float16, np.float32) else x.astype(np.float32)) + one
+    x = as_reference(x)
+    return x + x.dtype.type(1.0)
 
 
 def _minus_one(x: np.ndarray, cfg: dict, ctx: dict) -> np.ndarray:

@@ -16,6 +16,7 @@ import numpy as np
 
 from ._common import BASE_NAMES, BLK, COMMON, FFN_NORM, LAYER, expert_stacks, replace_rows
 from ._model import FILE_TYPE, VT, Arch, MetaKey, NameRule, Split, full_rope, m
+from ._text_config import TOP_ARCHITECTURES
 
 
 def _kv_heads(cfg: dict) -> int:
@@ -188,7 +189,7 @@ OCR_ARCHS = ("DeepseekOCRForCausalLM", "DeepseekOCR2ForCausalLM", "UnlimitedOCRF
 def is_ocr(cfg: dict) -> bool:
     """A DeepSeek-OCR checkpoint: its config.json's top-level class is an OCR one (the
     text class, from ``language_config``, is DeepSeek-V2's)."""
-    top = cfg.get("_top_architectures") or []
+    top = cfg.get(TOP_ARCHITECTURES) or []
     return bool(top) and top[0] in OCR_ARCHS
 
 

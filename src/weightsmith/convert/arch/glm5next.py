@@ -49,7 +49,7 @@ from ._common import (
     KDA_NAMES,
     LAYER,
     kda_conv_4d,
-    reference_math,
+    neg_exp,
     replace_rows,
 )
 from ._model import APPENDED_MTP, VT, Arch, NameRule, Transform, m
@@ -188,7 +188,7 @@ def _neg_exp_heads(x: np.ndarray, cfg: dict, ctx: dict) -> np.ndarray:
     """``-exp`` of the first ``num_attention_heads`` values, in float32 (the reference
     casts before its ``exp``)."""
     flat = x.astype(np.float32).reshape(-1)[: cfg["num_attention_heads"]]
-    return reference_math(flat, lambda torch, t: -torch.exp(t), lambda a: -np.exp(a))
+    return neg_exp(flat, cfg, ctx)
 
 
 _TRANSFORMS = [

@@ -43,7 +43,7 @@ from ._common import (
     kda_conv_4d,
     kda_mla_rows,
     layer_rules,
-    reference_math,
+    neg_exp,
 )
 from ._model import VT, Arch, NameRule, Stack, Transform, m
 from .deepseek import DEEPSEEK2
@@ -101,16 +101,12 @@ _NAMES = [
 ]
 
 
-def _neg_exp(x: np.ndarray, cfg: dict, ctx: dict) -> np.ndarray:
-    return reference_math(x, lambda torch, t: -torch.exp(t), lambda a: -np.exp(a))
-
-
 _TRANSFORMS = [
     kda_conv_4d(r"self_attn\."),
     Transform(
         "kda_a_neg_exp",
         r"self_attn\.A_log$",
-        _neg_exp,
+        neg_exp,
         lambda x, cfg, ctx: np.log(-x.astype(np.float32)),
         exact=False,
     ),

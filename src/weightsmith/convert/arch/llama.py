@@ -23,6 +23,7 @@ from ._common import (
     llama3_rope_freqs,
 )
 from ._model import VT, Arch, NameRule, Stack, full_rope, head_dim, m
+from ._text_config import TOP_ARCHITECTURES
 
 
 def _n_local(cfg: dict) -> int:
@@ -334,7 +335,7 @@ LLAMA_EMBED = replace(
 
 def is_glmasr(cfg: dict) -> bool:
     """The text half of GLM-ASR's custom-code layout (``GlmasrModel``, text in ``lm_config``)."""
-    return (cfg.get("_top_architectures") or [""])[0] == "GlmasrModel"
+    return (cfg.get(TOP_ARCHITECTURES) or [""])[0] == "GlmasrModel"
 
 
 # GLM-ASR's text half (``lm_config`` names LlamaForCausalLM): LlamaModel, whose set_vocab

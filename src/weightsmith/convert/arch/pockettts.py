@@ -19,8 +19,8 @@ Text file (:data:`POCKETTTS`): TextModel's rows; the backbone
 ``flow_lm.transformer.layers.N`` (``in_proj`` split into Q, K, V; ``norm1`` / ``norm2``
 LayerNorms; ``linear1`` / ``linear2``) and ``flow_lm.out_norm``; ``token_embd`` is the
 conditioner table with the learned rows appended (:func:`embedding_rows`:
-``bos_before_voice`` as it is, ``bos_emb`` through ``input_linear`` as the reference's
-``F.linear`` does); everything else is the projector's (the reference ignores it here).
+``bos_before_voice`` as it is, ``bos_emb`` through ``input_linear`` with the reference's
+``F.linear``); everything else is the projector's (the reference ignores it here).
 The vocabulary (tokenizer route ``pockettts``) is the ``t5`` (UGM) one with the last
 rows renamed ``<|pad|>``, ``<|bos_before_voice|>``, ``<|audio_bos|>`` (CONTROL, -1000),
 no BOS/EOS added.
@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from ._common import COMMON
+from ._common import COMMON, reference_math
 from ._model import VT, Arch, Compose, MetaKey, NameRule, ShapeConfig, Split, Transform
 
 #: the learned vector appended as the last embedding row (a latent: through input_linear)
@@ -107,18 +107,23 @@ def extra_tokens(cfg: dict) -> list[str]:
 
 def embedding_rows(values: dict[str, np.ndarray]) -> np.ndarray:
     """The conditioner table with the learned rows appended: ``bos_before_voice`` as it
-    is, ``bos_emb @ input_linear.T`` (float32, then the table's dtype).
+    is, ``input_linear(bos_emb)`` (in float32, then the table's dtype).
 
-    The last row is a float32 dot product of ``bos_emb``'s width: the reference's
-    ``F.linear`` sums it in the order of torch's BLAS for the machine (MKL's kernel per
-    CPU), so it can differ from ours in the last bits (docs/convert-architectures.md)."""
+    That row is a dot product of ``bos_emb``'s width, computed as the reference computes
+    it (:func:`~._common.reference_math`: both tensors as float32, its ``.float()``, and
+    torch's ``F.linear``, summed in the order of torch's BLAS kernel for the machine, so
+    the row is the reference's bit for bit); without torch, summed in float64 and rounded
+    once (within one float32 step of it: docs/convert-architectures.md)."""
     embed = values[EMBED]
     rows = [embed]
     if BOS_BEFORE_VOICE in values:
         rows.append(values[BOS_BEFORE_VOICE].reshape(1, -1).astype(embed.dtype))
-    bos = values[BOS].astype(np.float32)
-    w = values[INPUT_LINEAR].astype(np.float32)
-    audio_bos = (w.astype(np.float64) @ bos.astype(np.float64)).astype(np.float32)
+    audio_bos = reference_math(
+        (values[BOS], values[INPUT_LINEAR]),
+        lambda torch, bos, w: torch.nn.functional.linear(bos, w),
+        lambda bos, w: w.astype(np.float64) @ bos.astype(np.float64),
+        widen=True,
+    )
     rows.append(audio_bos.reshape(1, -1).astype(embed.dtype))
     return np.concatenate(rows, axis=0)
 

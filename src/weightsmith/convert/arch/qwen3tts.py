@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ._common import BASE_NAMES, COMMON, FFN_NORM, QK_NORM, reference_math
+from ._common import BASE_NAMES, COMMON, FFN_NORM, QK_NORM, as_reference, reference_math
 from ._model import VT, Arch, Compose, MetaKey, NameRule, Stack
 from .qwenvl import _with_sections
 
@@ -53,10 +53,10 @@ _TARGET = _FC.format(2, "weight")
 FOLD_INPUTS = (_FC.format(1, "weight"), _FC.format(1, "bias"), _TARGET, _FC.format(2, "bias"), _T)
 
 
-def merged_config(cfg: dict) -> dict:
-    """The config the reference's text class reads: ``talker_config`` over the top level,
-    its ``vocab_size`` the text vocabulary's."""
-    talker = cfg["talker_config"]
+def merged_config(cfg: dict, talker: dict) -> dict:
+    """The config the reference's text class reads: ``talker`` (``talker_config``) over the
+    top level, its ``vocab_size`` the text vocabulary's (the family's row of
+    :data:`~._text_config.NESTED_TEXT`)."""
     text = {**talker, "vocab_size": talker.get("text_vocab_size")}
     return {**cfg, **text, "text_config": text, CODEC_VOCAB: talker.get("vocab_size"),
             TALKER: talker}  # fmt: skip
@@ -115,28 +115,23 @@ def check(cfg: dict) -> tuple[str, Any, Any] | None:
 
 
 def fold_text_embedding(values: dict[str, np.ndarray], act: str) -> np.ndarray:
-    """``fc2(act(fc1(text_embedding)))`` as float32 values, ``values`` as the reference
-    holds them (float16 kept, other types widened to float32).  With torch importable, in
-    torch's kernels and that dtype, as the reference computes it (float16 ops round each
-    result; ``F.linear`` sums in its BLAS's order: the file is the reference's byte for
-    byte only so); without torch, numpy's float32 (equal within rounding)."""
-    arrays = [np.ascontiguousarray(values[k]) for k in FOLD_INPUTS]
+    """``fc2(act(fc1(text_embedding)))`` as float32 values, computed as the reference
+    computes it (:func:`~._common.reference_math`: the tensors as it holds them, float16
+    kept -- float16 ops round each result --, torch's ``F.linear``, whose BLAS summation
+    order the file's bytes depend on); without torch, numpy's float32 (equal within
+    rounding)."""
     torch_act, np_act = _ACT[act]
-    try:
-        import torch
-    except ImportError:
+
+    def with_torch(torch: Any, w1: Any, b1: Any, w2: Any, b2: Any, x: Any) -> Any:
+        f = torch.nn.functional
+        return f.linear(torch_act(torch, f.linear(x, w1, b1)), w2, b2)
+
+    def with_numpy(*arrays: np.ndarray) -> np.ndarray:
         w1, b1, w2, b2, x = (a.astype(np.float32) for a in arrays)
-        return ((np_act(x @ w1.T + b1) @ w2.T) + b2).astype(np.float32)
-    tw1, tb1, tw2, tb2, tx = (_as_torch(torch, a) for a in arrays)
-    f = torch.nn.functional
-    with torch.no_grad():
-        y = f.linear(torch_act(torch, f.linear(tx, tw1, tb1)), tw2, tb2)
-        return y.to(torch.float32).numpy()
+        return (np_act(x @ w1.T + b1) @ w2.T) + b2
 
-
-def _as_torch(torch: Any, a: np.ndarray) -> Any:
-    """A torch tensor of ``a``: float16 / float32 as they are, anything else as float32."""
-    return torch.from_numpy(a if a.dtype in (np.float16, np.float32) else a.astype(np.float32))
+    folded = reference_math(tuple(values[k] for k in FOLD_INPUTS), with_torch, with_numpy)
+    return folded.astype(np.float32)
 
 
 def _embedding(values: dict[str, np.ndarray], cfg: dict) -> np.ndarray:
@@ -282,10 +277,6 @@ _UP = {
 }  # fmt: skip
 
 
-def _f32(x: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(x if x.dtype in (np.float16, np.float32) else x.astype(np.float32))
-
-
 def _squeezed(name: str) -> Callable[[Get], np.ndarray]:
     # a 1 x 1 conv written as a matrix (torch's squeeze(-1): only a last axis of 1)
     def fn(get: Get) -> np.ndarray:
@@ -303,7 +294,7 @@ def _codebooks(prefix: str, n: int) -> Callable[[Get], np.ndarray]:
         books = []
         for i in range(n):
             cb = f"{prefix}.vq.layers.{i}._codebook."
-            s, u = _f32(get(cb + "embedding_sum")), _f32(get(cb + "cluster_usage"))
+            s, u = as_reference(get(cb + "embedding_sum")), as_reference(get(cb + "cluster_usage"))
             books.append(s / np.maximum(u, u.dtype.type(1e-5))[..., None])
         return np.stack(books) if n > 1 else books[0]
 
@@ -315,7 +306,7 @@ def _snake(name: str, which: str) -> Callable[[Get], np.ndarray]:
     exp when importable, as the reference: :func:`~._common.reference_math`)."""
 
     def fn(get: Get) -> np.ndarray:
-        x = _f32(get(name))
+        x = as_reference(get(name))
         if which == "alpha":
             return reference_math(x, lambda torch, t: torch.exp(t), np.exp)
         return reference_math(
