@@ -170,11 +170,7 @@ def tekken_metadata(folder: Path, arch: str = "llama") -> list[tuple[str, Any, G
         if not any(t[:k] in known and t[k:] in known for k in range(1, len(t))):
             raise _bad(path, "a token is not the merge of two tokens", f"vocab[{i}]",
                        "two lower-ranked tokens that join into it", repr(ranks[i])[:40])  # fmt: skip
-    template_path = folder / "chat_template.jinja"
-    if template_path.is_file():
-        template: str | None = template_path.read_text(encoding="utf-8")
-    else:
-        template = _TEMPLATE_NAMES.get(version)
+    template = _chat_template(folder, _TEMPLATE_NAMES.get(version))
     rows: list[tuple[str, Any, GGUFValueType]] = [
         ("tokenizer.ggml.model", "gpt2", VT.STRING),
         ("tokenizer.ggml.pre", "tekken", VT.STRING),
@@ -195,6 +191,13 @@ def tekken_metadata(folder: Path, arch: str = "llama") -> list[tuple[str, Any, G
     if template is not None:
         rows.append(("tokenizer.chat_template", template, VT.STRING))
     return rows
+
+
+def _chat_template(folder: Path, builtin: str | None) -> str | None:
+    """The folder's chat_template.jinja, else the name of llama.cpp's built-in template for
+    the tokenizer's version (None: no template), as MistralModel picks it."""
+    path = folder / "chat_template.jinja"
+    return path.read_text(encoding="utf-8") if path.is_file() else builtin
 
 
 # llama.cpp's built-in template names for SentencePiece tokenizers (MistralModel)
@@ -236,11 +239,7 @@ def mistral_vocab_metadata(folder: Path, arch: str = "llama") -> list[tuple[str,
     sp = _load_spm(path)
     n = sp.vocab_size()
     tokens, scores, types = _spm_pieces(sp, n)
-    template_path = folder / "chat_template.jinja"
-    if template_path.is_file():
-        template: str | None = template_path.read_text(encoding="utf-8")
-    else:
-        template = _SPM_TEMPLATE_NAMES.get(version)
+    template = _chat_template(folder, _SPM_TEMPLATE_NAMES.get(version))
     rows: list[tuple[str, Any, VT]] = [
         ("tokenizer.ggml.model", "llama", VT.STRING),
         ("tokenizer.ggml.bos_token_id", sp.bos_id(), VT.UINT32),
