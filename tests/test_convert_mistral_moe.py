@@ -25,7 +25,11 @@ import numpy as np
 import pytest
 
 from support import pyfork
-from support.mistral_moe import make_mistral_moe_checkpoint, make_mistral_real_tekken
+from support.mistral_moe import (
+    logits_with_and_without_l4_scaling,
+    make_mistral_moe_checkpoint,
+    make_mistral_real_tekken,
+)
 from test_convert_archs import _llama_logits_f32_kv, _same_file
 from test_convert_hf_to_gguf import _llama_quantize
 from weightsmith import errors as E
@@ -116,20 +120,11 @@ def test_llama_cpp_logits(work):
     of the model the folder holds (3.0e-6 at scale 3.2 with an f32 KV cache; MLA's 48-wide
     heads lose ~1.7e-3 to the default f16 one, for both files), YaRN and the Llama 4
     attention scaling included: without the scaling transformers is 0.096 away."""
-    import torch
-
     tokens = [1, 5, 9, 33, 100, 7, 200, 42, 300, 64, 17, 250]
     ours = _llama_logits_f32_kv(work.files("moe-f32")[0], tokens)
     ref = _llama_logits_f32_kv(work.files("moe-f32")[1], tokens)
     np.testing.assert_array_equal(ours, ref)
-    rope = work.model.config.rope_parameters
-    with torch.no_grad():
-        hf = work.model(torch.tensor([tokens])).logits[0].numpy()
-        beta, rope["llama_4_scaling_beta"] = rope["llama_4_scaling_beta"], 0.0
-        try:
-            unscaled = work.model(torch.tensor([tokens])).logits[0].numpy()
-        finally:
-            rope["llama_4_scaling_beta"] = beta
+    hf, unscaled = logits_with_and_without_l4_scaling(work.model, tokens)
     scale = max(float(np.abs(hf).max()), 1.0)
     assert np.abs(ours - hf).max() <= 1e-4 * scale
     assert np.abs(ours - unscaled).max() > 1e-2 * scale  # the scaling is exercised

@@ -42,7 +42,11 @@ from support.mistral_fixtures import (
     make_ministral3_checkpoint,
     make_mistral_checkpoint,
 )
-from support.mistral_moe import load_mistral_weights, make_mistral_moe_checkpoint
+from support.mistral_moe import (
+    load_mistral_weights,
+    logits_with_and_without_l4_scaling,
+    make_mistral_moe_checkpoint,
+)
 from test_convert_archs import _llama_logits_f32_kv, _same_file
 from test_convert_ministral3 import _llama_logits
 from weightsmith import errors as E
@@ -204,18 +208,9 @@ def test_llama_4_scaling_llama_cpp_vs_transformers(work):
     (the model the folder holds, Q/K rows un-interleaved by llama.cpp's own layout) within
     1e-4 of scale (f32 KV cache, the file's YaRN betas); with the scaling off in
     transformers they are far apart from the 5th token on (the row is read and run)."""
-    import torch
-
     ours = _llama_logits(work.files("m3-f32")[0], TOKENS)
     np.testing.assert_array_equal(ours, _llama_logits(work.files("m3-f32")[1], TOKENS))
-    rope = work.m3_model.config.rope_parameters
-    with torch.no_grad():
-        hf = work.m3_model(torch.tensor([TOKENS])).logits[0].numpy()
-        beta, rope["llama_4_scaling_beta"] = rope["llama_4_scaling_beta"], 0.0
-        try:
-            unscaled = work.m3_model(torch.tensor([TOKENS])).logits[0].numpy()
-        finally:
-            rope["llama_4_scaling_beta"] = beta
+    hf, unscaled = logits_with_and_without_l4_scaling(work.m3_model, TOKENS)
     scale = max(float(np.abs(hf).max()), 1.0)
     assert np.abs(ours - hf).max() <= 1e-4 * scale, np.abs(ours - hf).max()
     off = np.abs(ours - unscaled).max(1)

@@ -212,3 +212,20 @@ def load_mistral_weights(model, tensors: dict) -> None:
                 key = key.replace(a, b)
             if key in tensors:
                 p.copy_(tensors[key])
+
+
+def logits_with_and_without_l4_scaling(model, tokens: list[int]):
+    """transformers' logits of ``tokens`` (float32 numpy), then the same with the Llama 4
+    attention scaling switched off (``llama_4_scaling_beta`` 0): the pair a test needs to
+    show that the scaling row is read and run."""
+    import torch
+
+    rope = model.config.rope_parameters
+    with torch.no_grad():
+        hf = model(torch.tensor([tokens])).logits[0].numpy()
+        beta, rope["llama_4_scaling_beta"] = rope["llama_4_scaling_beta"], 0.0
+        try:
+            unscaled = model(torch.tensor([tokens])).logits[0].numpy()
+        finally:
+            rope["llama_4_scaling_beta"] = beta
+    return hf, unscaled
