@@ -117,3 +117,42 @@ def test_cli(dsv4, tmp_path):
     dst = tmp_path / "draft.gguf"
     assert main(["convert", str(src), str(dst), "--type", "q8_0", "--quiet", "--mtp"]) == 0
     assert dst.read_bytes() == (root / "ours-only-q8_0.gguf").read_bytes()
+
+
+def _variant(src, dst, drop=(), **cfg):
+    """A copy of ``src`` without the tensors ``drop`` and with config fields ``cfg``."""
+    import json
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, dst)
+    sd = load_file(dst / "model.safetensors")
+    save_file({k: v for k, v in sd.items() if k not in drop}, dst / "model.safetensors")
+    c = json.loads((dst / "config.json").read_text())
+    (dst / "config.json").write_text(json.dumps({**c, **cfg}))
+    return dst
+
+
+@pytest.mark.parametrize(
+    ("drop", "cfg", "error", "match"),
+    [
+        # the reference: KeyError (no e/h pair)
+        (("mtp.0.h_proj.weight",), {}, "TensorShapeMismatch", "e_proj without h_proj"),
+        # the reference: ValueError (Unexpected DeepSeek-V4 MTP layer 0)
+        ((), {"num_nextn_predict_layers": 0}, "UnmappedTensor", r"mtp\.0\."),
+    ],
+)
+def test_draft_refused(dsv4, tmp_path, drop, cfg, error, match):
+    """A block without ``h_proj``, or one the config does not count: refused by name
+    before any output, where the reference stops too (measured here)."""
+    from weightsmith import errors as E
+
+    _, src = dsv4
+    bad = _variant(src, tmp_path / "bad", drop, **cfg)
+    r = _reference([[str(bad), "--outfile", str(tmp_path / "ref.gguf"), "--outtype", "f32",
+                     "--mtp"]], None)  # fmt: skip
+    assert r.stdout.splitlines()[-1] != "ok" and not (tmp_path / "ref.gguf").exists()
+    with pytest.raises(getattr(E, error), match=match):
+        hf_to_gguf(bad, tmp_path / "o.gguf", "f32", mtp="only")
+    assert not (tmp_path / "o.gguf").exists()

@@ -37,7 +37,7 @@ import re
 import numpy as np
 
 from ._common import COMMON, replace_rows
-from ._model import VT, Arch, Compose, MetaKey, Mtp, NameRule, Packed, m
+from ._model import VT, Arch, Compose, MetaKey, Mtp, NameRule, Packed, PlanError, Transform, m
 from .gptoss import repack_mxfp4
 
 _L = "layers.{bid}."
@@ -172,11 +172,13 @@ _MTP_OWN = {
 def _mtp_layer(name: str, cfg: dict) -> str:
     """In a draft, ``mtp.{i}.*`` read as layer ``num_hidden_layers + i`` (its
     ``hc_head_*`` as the root's; ``h_proj`` is in ``e_proj``'s composed values and stays
-    skipped); otherwise (and for a block past ``num_nextn_predict_layers``, which the
-    reference refuses) the name as it is: skipped, or unmapped."""
+    skipped); otherwise the name as it is (skipped).  A draft's block past
+    ``num_nextn_predict_layers`` is unmapped (the reference refuses it too)."""
     mt = _MTP.match(name)
-    if mt is None or not cfg.get("_mtp_only") or int(mt[1]) >= _n_nextn(cfg):
+    if mt is None or not cfg.get("_mtp_only"):
         return name
+    if int(mt[1]) >= _n_nextn(cfg):
+        return "past_nextn_count." + name  # no rule maps it: refused by name
     rest = mt[2]
     if rest in ("hc_head_fn", "hc_head_base", "hc_head_scale"):
         return rest
@@ -189,6 +191,18 @@ def _cat_inputs(values: dict) -> np.ndarray:
     e, h = values["mtp.0.e_proj.weight"], values["mtp.0.h_proj.weight"]
     return np.concatenate([e, h], axis=1)
 
+
+def _eh_shape(shape: tuple[int, ...], cfg: dict, ctx: dict) -> tuple[int, ...]:
+    """``eh_proj`` takes the embedding and the hidden state side by side: an ``e_proj``
+    without its ``h_proj`` is refused before any output (the reference stops on it)."""
+    if len(shape) != 2 or shape[1] != 2 * cfg["hidden_size"]:
+        raise PlanError("MTP e_proj without h_proj", "mtp.0.e_proj.weight", f"{list(shape)}")
+    return shape
+
+
+_EH_CHECK = Transform(
+    "dsv4_eh_proj", r"\.nextn\.eh_proj\.weight$", lambda x, c, t: x, lambda x, c, t: x, _eh_shape
+)
 
 # the reference concatenates e_proj and h_proj along the input (its MTP graph reads the
 # embedding and hidden state side by side); DeepSeek-V4 has one MTP block
@@ -228,6 +242,7 @@ DEEPSEEK4 = Arch(
     front=(r"ffn_gate_tid2eid", r"_exps\.", r"\.nextn\.eh_proj\."),
     rename=(_mtp_layer, lambda name, cfg: name),
     compose=(_EH_PROJ,),
+    transforms=[_EH_CHECK],
     # the reference leaves the block out by default: ``drop`` is the default file
     mtp=Mtp(
         lambda name, cfg: name.startswith("mtp."),
