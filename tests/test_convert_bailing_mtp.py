@@ -15,7 +15,9 @@ Checked:
   block unless asked for its MTP graph), and loads the draft as its speculative MTP draft;
 * GGUF -> HF of the full file keeps the Hub's layout (trunk count, the block as
   ``model.layers.2.*``), so it converts forward to the same file again;
-* a layer past the trunk the config does not count: refused by name, nothing written.
+* a layer past the trunk the config does not count: refused by name, nothing written;
+* Ling-3.0 VL's text file over the same text (``text_config`` counts the block): the
+  reference's bytes at f32 under each flag.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import sys
 import numpy as np
 import pytest
 
+from support.bailingvl_models import ling3vl, qwen3vl_tower
 from support.gguf_pair import assert_same_gguf
 from support.hf_models import bailingmoe3_mtp
 from support.meta_oracle import oracle_env
@@ -48,15 +51,19 @@ def ling(tmp_path_factory):
     """The model; the reference's files (``ref-MODE-T``) and ours (``ours-MODE-T``)."""
     root = tmp_path_factory.mktemp("ling_mtp")
     src = bailingmoe3_mtp(root / "ling")
+    # Ling-3.0 VL over that text (its text file: the same entry from text_config)
+    vl = ling3vl(qwen3vl_tower(root / "tower"), src, root / "ling-vl")
     for mode, flag in MODES.items():
-        jobs = [[str(src), "--outfile", str(root / f"ref-{mode}-{t}.gguf"), "--outtype", t,
-                 *([flag] if flag else [])] for t in TYPES]  # fmt: skip
+        jobs = [[str(s), "--outfile", str(root / f"ref-{tag}{mode}-{t}.gguf"), "--outtype", t,
+                 *([flag] if flag else [])]
+                for s, tag, types in ((src, "", TYPES), (vl, "vl-", ["f32"])) for t in types]  # fmt: skip
         r = _reference(jobs, oracle_env())
         assert r.stdout.splitlines()[-len(jobs) :] == ["ok"] * len(jobs), r.stderr[-3000:]
     for mode in MODES:
+        kw = {} if mode == "full" else {"mtp": mode}
         for t in TYPES:
-            kw = {} if mode == "full" else {"mtp": mode}
             hf_to_gguf(src, root / f"ours-{mode}-{t}.gguf", t, **kw)
+        hf_to_gguf(vl, root / f"ours-vl-{mode}-f32.gguf", "f32", **kw)
     return root, src
 
 
@@ -65,6 +72,16 @@ def ling(tmp_path_factory):
 def test_same_as_reference(ling, mode, t):
     root, _ = ling
     _same(root / f"ours-{mode}-{t}.gguf", root / f"ref-{mode}-{t}.gguf")
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_vl_text_same_as_reference(ling, mode):
+    """Ling-3.0 VL's text file with the block (the count in ``text_config``), at f32."""
+    root, _ = ling
+    _same(root / f"ours-vl-{mode}-f32.gguf", root / f"ref-vl-{mode}-f32.gguf")
+    md, names = _contents(root / f"ours-vl-{mode}-f32.gguf")
+    assert md["bailingmoe3.block_count"] == (2 if mode == "drop" else 3)
+    assert any(".nextn." in x for x in names) == (mode != "drop")
 
 
 def test_contents(ling):
