@@ -378,3 +378,40 @@ def flash_vision_grid(folder: Path, img: np.ndarray, v: dict = VISION) -> np.nda
     z = cols @ sd["aligner.w1.weight"].T + sd["aligner.w1.bias"]
     z = torch.nn.functional.gelu(z) @ sd["aligner.w2.weight"].T + sd["aligner.w2.bias"]
     return z.numpy()
+
+
+def with_mtp_block(folder: Path, *, seed: int = 45) -> Path:
+    """Complete the tiny checkpoint's ``mtp.0`` stand-ins (``enorm``, ``hnorm``, ``norm``,
+    ``e_proj``) into the whole block DeepSeek-V4 publishes, the one the reference's
+    ``--mtp`` exports: a layer of ratio 0 (``compress_ratios``' last entry) with layer 0's
+    attention tensors (its float8 ``wq_b`` + E8M0 scale among them) and hyper-connection
+    mixers, layer 2's routed MoE (MXFP4 experts, router weight and bias, shared expert),
+    ``h_proj`` ``[h, h]`` and the block's own ``hc_head_fn`` / ``_base`` / ``_scale``.
+    Float values are redrawn (the block is not a copy of the trunk: a draft with the
+    trunk's tensors would pass unnoticed), the packed MXFP4 / float8 bytes copied."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "model.safetensors"
+    sd = load_file(path)
+    tg = torch.Generator().manual_seed(seed)
+    out = {}
+    for k, v in sd.items():
+        if k.startswith("layers.0.") and ".ffn." not in k and ".compressor." not in k:
+            rest = k[len("layers.0.") :]
+        elif k.startswith("layers.2.ffn."):
+            rest = k[len("layers.2.") :]
+        elif k.startswith("hc_head_"):
+            rest = k
+        else:
+            continue
+        if v.dtype in (torch.float32, torch.bfloat16):
+            x = torch.randn(v.shape, generator=tg) * 0.05 + (1.0 if v.ndim == 1 else 0.0)
+            if "scale" in rest:
+                x = x.abs()
+            v = x.to(v.dtype)
+        out["mtp.0." + rest] = v.clone()
+    h = sd["mtp.0.e_proj.weight"].shape[0]
+    out["mtp.0.h_proj.weight"] = (torch.randn((h, h), generator=tg) * 0.05).to(torch.bfloat16)
+    save_file({**sd, **out}, path)
+    return folder

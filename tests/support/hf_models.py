@@ -2418,6 +2418,17 @@ def bailingmoe3(folder: Path, *, dtype: str = "bfloat16", seed: int = 71) -> Pat
 BUILDERS["bailingmoe3"] = bailingmoe3
 
 
+def bailingmoe3_mtp(folder: Path, *, seed: int = 71) -> Path:
+    """:func:`bailingmoe3` (the same trunk: same seed) with the MTP block the Hub's Ling-3.0
+    checkpoints append as ``model.layers.{n}.*`` (transformers' ``bailing_hybrid`` builds
+    none and ignores those keys on load): the last trunk layer's head-gated MLA and MoE,
+    random, plus ``eh_proj``, ``enorm``, ``hnorm`` and ``final_layernorm`` (the names the
+    pinned reference's bailingmoe3 tensor map and llama.cpp's loader read)."""
+    bailingmoe3(folder, seed=seed)
+    _append_nextn(folder, seed + 1000, own_embed_and_head=False, out_norm="final_layernorm")
+    return folder
+
+
 # --------------------------------------------------------------------------- Mistral 4
 
 # Mistral 4's YaRN (its config class's default form, small): the Hub's betas (32, 1), which
@@ -2723,14 +2734,17 @@ BUILDERS["deepseek_v32"] = deepseek_v32
 # --------------------------------------------------------------------------- MTP blocks of the DSA models
 
 
-def _append_nextn(folder: Path, seed: int, *, own_embed_and_head: bool) -> None:
+def _append_nextn(
+    folder: Path, seed: int, *, own_embed_and_head: bool, out_norm: str = "shared_head.norm"
+) -> None:
     """Append the multi-token-prediction block the Hub checkpoints of GLM-5 and DeepSeek-V3.2
     carry after the trunk, as ``model.layers.{num_hidden_layers}.*`` (transformers builds
     none and ignores those keys on load): a layer shaped as the last trunk layer (MLA, DSA
-    indexer, experts), random, plus ``eh_proj`` ``[h, 2h]``, ``enorm``, ``hnorm`` and
-    ``shared_head.norm``; with ``own_embed_and_head`` also its ``embed_tokens`` and
-    ``shared_head.head`` (the optional nextn tensors llama.cpp reads).  config.json gets
-    ``num_nextn_predict_layers: 1``, the Hub's field."""
+    indexer, experts), random, plus ``eh_proj`` ``[h, 2h]``, ``enorm``, ``hnorm`` and the
+    block's output norm ``out_norm`` (Ling-3.0's is ``final_layernorm``); with
+    ``own_embed_and_head`` also its ``embed_tokens`` and ``shared_head.head`` (the optional
+    nextn tensors llama.cpp reads).  config.json gets ``num_nextn_predict_layers: 1``, the
+    Hub's field."""
     import torch
     from safetensors.torch import load_file, save_file
 
@@ -2750,7 +2764,7 @@ def _append_nextn(folder: Path, seed: int, *, own_embed_and_head: bool) -> None:
     out = {mtp + k[len(last) :]: rnd(v.shape, v, one=v.ndim == 1 and "bias" not in k)
            for k, v in sd.items() if k.startswith(last)}  # fmt: skip
     out[mtp + "eh_proj.weight"] = rnd((h, 2 * h), norm)
-    for k in ("enorm", "hnorm", "shared_head.norm"):
+    for k in ("enorm", "hnorm", out_norm):
         out[f"{mtp}{k}.weight"] = rnd((h,), norm, one=True)
     if own_embed_and_head:
         emb = sd["model.embed_tokens.weight"]

@@ -694,7 +694,8 @@ def _mtp_sources(
             expected=f"the MTP blocks of a {cfg['architectures'][0]} checkpoint",
             found="none",
         )  # fmt: skip
-    return [s for s in sources if is_mtp[s.name] or key[s.name] in arch.mtp.keep], cfg
+    kept = [s for s in sources if is_mtp[s.name] or key[s.name] in arch.mtp.keep]
+    return kept, arch.mtp.only(cfg)
 
 
 def _composed(c: Compose, sources: list[_Source], cfg: dict) -> list[_Source]:

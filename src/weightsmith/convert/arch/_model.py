@@ -398,6 +398,10 @@ class ShapeConfig:
     what: str
 
 
+def _as_is(cfg: dict) -> dict:
+    return cfg
+
+
 def _without_nextn(cfg: dict) -> dict:
     return {k: v for k, v in cfg.items() if k != "num_nextn_predict_layers"}
 
@@ -413,10 +417,12 @@ class Mtp:
     ``num_nextn_predict_layers``: ``block_count`` is the trunk's, no
     ``nextn_predict_layers`` row).  With the blocks only (``--mtp``: a speculative draft)
     it keeps them and the ``keep`` tensors (the embedding, final norm and head they
-    share), the metadata unchanged."""
+    share) and converts ``only(cfg)`` (default: the metadata unchanged; DeepSeek-V4's
+    draft counts its blocks, which its full file leaves out)."""
 
     is_mtp: Callable[[str, dict], bool]
     drop: Callable[[dict], dict] = _without_nextn
+    only: Callable[[dict], dict] = _as_is
     keep: tuple[str, ...] = ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight")
 
 

@@ -21,9 +21,15 @@ KDA, MLA and MoE rows.  The reference reads the Hub config's spellings
 ``moe_shared_expert_intermediate_size``, ``no_kda_lora``,
 ``gated_attention_proj_granularity_type``) and ``head_dim`` as the KDA head width
 (transformers' saved ``head_dim`` is the rope width): both refuse a config without them.
-Not converted (none in the test models): MTP blocks (their extra layers' tensors have
-no rule, so such a checkpoint is refused before any output) and the per-layer SwiGLU
-clamp lists (``expert_swiglu_limit_list``).
+The checkpoint's ``num_nextn_predict_layers`` multi-token-prediction blocks follow the
+trunk as ``model.layers.{n}.*`` (an MLA layer with the MoE, plus ``eh_proj``, ``enorm``,
+``hnorm`` and its output norm ``final_layernorm``): counted in ``block_count`` and the
+per-layer KV heads, written as ``blk.{n}.*`` (``nextn.eh_proj`` / ``nextn.enorm`` /
+``nextn.hnorm``, ``layer_output_norm``) with ``nextn_predict_layers`` last, as the
+reference does by default (``mtp="drop"`` / ``"only"``: :data:`APPENDED_MTP` with this
+file's embedding name).  A layer past the trunk the config does not count is refused as
+unmapped before any output.  Not converted (none in the test models): the per-layer
+SwiGLU clamp lists (``expert_swiglu_limit_list``).
 
 The text of Ling-3.0 VL (``BailingMoeV3VLForConditionalGeneration``: the reference's
 ``BailingMoeV3VLModel``, :data:`BAILINGMOE3_VL`) is this file from ``text_config``
@@ -53,9 +59,11 @@ from ._common import (
     kda_conv_4d,
     kda_mla_rows,
     layer_rules,
+    past_blocks,
     reference_math,
+    replace_rows,
 )
-from ._model import VT, Arch, NameRule, Transform, m
+from ._model import APPENDED_MTP, VT, Arch, NameRule, Transform, m
 from .deepseek import DEEPSEEK2
 
 _ATT = LAYER + "attention."
@@ -66,12 +74,24 @@ def _full(cfg: dict, bid: int) -> bool:
     return bid >= n or (bid + 1) % g == 0 or bid >= n // g * g
 
 
+def _n_nextn(cfg: dict) -> int:
+    return cfg.get("num_nextn_predict_layers") or 0
+
+
+def _blocks(cfg: dict) -> int:
+    """The trunk and its MTP blocks (the reference's ``block_count``)."""
+    return cfg["num_hidden_layers"] + _n_nextn(cfg)
+
+
 def _kv_heads(cfg: dict) -> list[int]:
-    return [1 if _full(cfg, i) else 0 for i in range(cfg["num_hidden_layers"])]
+    return [1 if _full(cfg, i) else 0 for i in range(_blocks(cfg))]
 
 
 _ROWS = [
-    *kda_mla_rows(_kv_heads),
+    *replace_rows(
+        kda_mla_rows(_kv_heads),
+        block_count=m("block_count", "num_hidden_layers", value=_blocks),
+    ),
     m("vocab_size", "vocab_size"),
     m("ssm.conv_kernel", "short_conv_kernel_size"),
     m("kda.head_dim", "head_dim"),
@@ -84,6 +104,7 @@ _ROWS = [
     m("leading_dense_block_count", "first_k_dense_replace"),
     m("expert_weights_scale", "routed_scaling_factor", t=VT.FLOAT32),
     m("expert_weights_norm", "norm_topk_prob", t=VT.BOOL),
+    m("nextn_predict_layers", "num_nextn_predict_layers", value=lambda c: _n_nextn(c) or None),
 ]
 
 
@@ -91,17 +112,19 @@ def _hf_config(cfg: dict, names: set[str]) -> dict[str, Any]:
     """What GGUF keeps only implied, for transformers' BailingHybridConfig: the layer kinds
     (from the per-layer KV heads), the MLA's nope width, the MLA head count for its
     KV heads, and the Hub spellings the rows name back under transformers' own."""
-    kinds = ["full_attention" if n else "linear_attention" for n in cfg["_kv_heads"]]
-    n = cfg["num_hidden_layers"]
+    # block_count counts the MTP blocks after the trunk; the Hub's config does not
+    n = cfg["num_hidden_layers"] - _n_nextn(cfg)
+    kinds = ["full_attention" if k else "linear_attention" for k in cfg["_kv_heads"][:n]]
     dense = cfg.get("first_k_dense_replace", 0)
     return {
+        "num_hidden_layers": n,
         "layer_types": kinds,
         "layer_group_size": kinds.index("full_attention") + 1,
         "mlp_layer_types": ["dense"] * dense + ["sparse"] * (n - dense),
         "qk_nope_head_dim": cfg["qk_head_dim"] - cfg["qk_rope_head_dim"],
         "num_key_value_heads": cfg["num_attention_heads"],
         "num_experts": cfg["num_local_experts"],
-        "num_mtp_layers": 0,
+        "num_mtp_layers": _n_nextn(cfg),
         # transformers' own spellings of three Hub fields (its attribute_map does not
         # reach them when config.json is read)
         "num_expert_group": cfg.get("n_group"),
@@ -119,7 +142,9 @@ _GATE_FULL = re.compile(r"^(model\.layers\.(\d+)\.attention\.)g_proj(\.weight)$"
 
 def _rename(name: str, cfg: dict) -> str:
     """The output gate's GGUF name depends on the layer kind: MLA layers' is spelled
-    ``g_proj_full`` here so one name rule each fits."""
+    ``g_proj_full`` here so one name rule each fits.  A layer past the trunk and its
+    counted MTP blocks is refused (the reference cannot map it)."""
+    name = past_blocks(name, _blocks(cfg))
     mt = _GATE_FULL.match(name)
     if mt and _full(cfg, int(mt.group(2))):
         return f"{mt.group(1)}g_proj_full{mt.group(3)}"
@@ -175,6 +200,16 @@ _NAMES = [
         ]
     ),
     NameRule(LAYER + "mlp.gate.expert_bias", BLK + "exp_probs_b.bias"),
+    # the MTP block's own tensors (gguf-py maps these three nextn names for bailingmoe3,
+    # and BailingMoE V2's final_layernorm as the block's output norm)
+    *layer_rules(
+        [
+            ("eh_proj", "nextn.eh_proj"),
+            ("enorm", "nextn.enorm"),
+            ("hnorm", "nextn.hnorm"),
+            ("final_layernorm", "layer_output_norm"),
+        ]
+    ),
 ]
 
 
@@ -225,7 +260,6 @@ BAILINGMOE3 = Arch(
         "kda_safe_gate": True,
         "gated_attention_proj_granularity_type": "head_wise",
     },
-    ignored=("num_nextn_predict_layers",),
     # read by the reference, named back by no GGUF row (hf_config derives them)
     present=("layer_group_size", "qk_nope_head_dim", "num_experts"),
     required=(
@@ -244,6 +278,9 @@ BAILINGMOE3 = Arch(
     tokenizer={"vocab": "gpt2"},
     model_types={"BailingMoeV3ForCausalLM": "bailing_hybrid"},
     hf_config=_hf_config,
+    mtp=replace(
+        APPENDED_MTP, keep=("model.word_embeddings.weight", "model.norm.weight", "lm_head.weight")
+    ),
 )
 
 

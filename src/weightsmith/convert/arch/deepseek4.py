@@ -18,7 +18,13 @@ which transformers' config folds into ``layer_types`` / ``mlp_layer_types``).
   same file, labelled ``MXFP4_MOE``.
 * The hash layers' router bias ``ffn.gate.bias`` is not written (they route by
   ``tid2eid``); ``ffn.gate.bias_vl`` (image tokens) is.  The MTP block (``mtp.*``) and
-  the vision tower are not part of the text file.
+  the vision tower are not part of the text file (``mtp="drop"``: the same file).
+* ``mtp="only"`` (the reference's ``--mtp``) writes the MTP block as a draft: block
+  ``mtp.{i}`` is layer ``num_hidden_layers + i`` (``block_count``, the SwiGLU clamp
+  arrays and ``nextn_predict_layers`` count it), its ``enorm`` / ``hnorm`` / ``norm`` the
+  ``nextn.*`` norms, ``e_proj`` and ``h_proj`` concatenated along the input into
+  ``nextn.eh_proj`` (Q8_0 at every type, written right after the experts), its
+  ``hc_head_*`` the root ``output_hc_*``; with the trunk's embedding, final norm and head.
 * The reference puts llama.cpp's bundled DeepSeek-V4 chat template right after
   ``general.architecture``, overwritten there by the tokenizer's own: the key keeps
   that place, with the tokenizer's template (none is written without one).
@@ -26,10 +32,12 @@ which transformers' config folds into ``layer_types`` / ``mlp_layer_types``).
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
-from ._common import COMMON
-from ._model import VT, Arch, MetaKey, NameRule, Packed, m
+from ._common import COMMON, replace_rows
+from ._model import VT, Arch, Compose, MetaKey, Mtp, NameRule, Packed, PlanError, Transform, m
 from .gptoss import repack_mxfp4
 
 _L = "layers.{bid}."
@@ -45,7 +53,12 @@ def repack_mxfp4_rows(packed: np.ndarray, scale: np.ndarray) -> np.ndarray:
 
 
 def _n_layers(cfg: dict) -> int:
-    return cfg["num_hidden_layers"]
+    """The blocks written: the trunk, and the MTP blocks in a draft (``mtp="only"``)."""
+    return cfg["num_hidden_layers"] + (_n_nextn(cfg) if cfg.get("_mtp_only") else 0)
+
+
+def _n_nextn(cfg: dict) -> int:
+    return cfg.get("num_nextn_predict_layers") or 0
 
 
 def _clamp(cfg: dict) -> list[float]:
@@ -53,7 +66,7 @@ def _clamp(cfg: dict) -> list[float]:
 
 
 _ROWS = [
-    *COMMON,
+    *replace_rows(COMMON, block_count=m("block_count", "num_hidden_layers", value=_n_layers)),
     m("rope.dimension_count", "qk_rope_head_dim"),
     m("attention.q_lora_rank", "q_lora_rank"),
     m("attention.sliding_window", "sliding_window"),
@@ -75,6 +88,11 @@ _ROWS = [
     m("hyper_connection.epsilon", "hc_eps", t=VT.FLOAT32),
     m("hash_layer_count", "num_hash_layers"),
     m("embedding_length_out", "hc_mult", value=lambda c: c["hidden_size"] * c["hc_mult"]),
+    m(
+        "nextn_predict_layers",
+        "num_nextn_predict_layers",
+        value=lambda c: _n_nextn(c) if c.get("_mtp_only") and _n_nextn(c) > 0 else None,
+    ),
 ]
 
 _PAIRS = [
@@ -111,6 +129,11 @@ _PAIRS = [
     ("ffn.shared_experts.w1.weight", "ffn_gate_shexp.weight"),
     ("ffn.shared_experts.w2.weight", "ffn_down_shexp.weight"),
     ("ffn.shared_experts.w3.weight", "ffn_up_shexp.weight"),
+    # the MTP block's own (a draft's layer past the trunk: _mtp_layer)
+    ("nextn.eh_proj.weight", "nextn.eh_proj.weight"),
+    ("nextn.enorm.weight", "nextn.enorm.weight"),
+    ("nextn.hnorm.weight", "nextn.hnorm.weight"),
+    ("nextn.shared_head_norm.weight", "nextn.shared_head_norm.weight"),
 ]
 
 
@@ -121,6 +144,8 @@ def _hash_bias(cfg: dict) -> tuple[str, ...]:
 def source_type(name: str, dtype: str, ndim: int) -> str | None:
     """The reference's ``tensor_force_quant``: the type a source of ``dtype`` is written in
     whatever the output type (None: the usual rules)."""
+    if name.endswith(".nextn.eh_proj.weight"):
+        return "Q8_0"
     if dtype.startswith("F8_E4M3") or dtype.startswith("F8_E5M2"):
         return "Q8_0" if ndim >= 2 else None
     if name.endswith("ffn_gate_tid2eid.weight"):
@@ -133,6 +158,60 @@ def source_type(name: str, dtype: str, ndim: int) -> str | None:
 
 
 _EXP = _L + "ffn.experts.{xid}."
+
+_MTP = re.compile(r"^mtp\.(\d+)\.(.+)$")
+#: an MTP block's own tensors -> their name as a layer's (the rest keep the layer's names)
+_MTP_OWN = {
+    "e_proj.weight": "nextn.eh_proj.weight",  # with h_proj concatenated (_EH_PROJ)
+    "enorm.weight": "nextn.enorm.weight",
+    "hnorm.weight": "nextn.hnorm.weight",
+    "norm.weight": "nextn.shared_head_norm.weight",
+}
+
+
+def _mtp_layer(name: str, cfg: dict) -> str:
+    """In a draft, ``mtp.{i}.*`` read as layer ``num_hidden_layers + i`` (its
+    ``hc_head_*`` as the root's; ``h_proj`` is in ``e_proj``'s composed values and stays
+    skipped); otherwise the name as it is (skipped).  A draft's block past
+    ``num_nextn_predict_layers`` is unmapped (the reference refuses it too)."""
+    mt = _MTP.match(name)
+    if mt is None or not cfg.get("_mtp_only"):
+        return name
+    if int(mt[1]) >= _n_nextn(cfg):
+        return "past_nextn_count." + name  # no rule maps it: refused by name
+    rest = mt[2]
+    if rest in ("hc_head_fn", "hc_head_base", "hc_head_scale"):
+        return rest
+    if rest.startswith("h_proj."):
+        return name
+    return f"layers.{cfg['num_hidden_layers'] + int(mt[1])}.{_MTP_OWN.get(rest, rest)}"
+
+
+def _cat_inputs(values: dict) -> np.ndarray:
+    e, h = values["mtp.0.e_proj.weight"], values["mtp.0.h_proj.weight"]
+    return np.concatenate([e, h], axis=1)
+
+
+def _eh_shape(shape: tuple[int, ...], cfg: dict, ctx: dict) -> tuple[int, ...]:
+    """``eh_proj`` takes the embedding and the hidden state side by side: an ``e_proj``
+    without its ``h_proj`` is refused before any output (the reference stops on it)."""
+    if len(shape) != 2 or shape[1] != 2 * cfg["hidden_size"]:
+        raise PlanError("MTP e_proj without h_proj", "mtp.0.e_proj.weight", f"{list(shape)}")
+    return shape
+
+
+_EH_CHECK = Transform(
+    "dsv4_eh_proj", r"\.nextn\.eh_proj\.weight$", lambda x, c, t: x, lambda x, c, t: x, _eh_shape
+)
+
+# the reference concatenates e_proj and h_proj along the input (its MTP graph reads the
+# embedding and hidden state side by side); DeepSeek-V4 has one MTP block
+_EH_PROJ = Compose(
+    "mtp.0.e_proj.weight",
+    ("mtp.0.h_proj.weight",),
+    _cat_inputs,
+    lambda s: (s["mtp.0.e_proj.weight"][0], sum(v[1] for v in s.values())),
+)
 
 DEEPSEEK4 = Arch(
     hf_archs=("DeepseekV4ForCausalLM",),
@@ -160,7 +239,17 @@ DEEPSEEK4 = Arch(
     ],
     skip=(r"^mtp\.", r"^(vision|aligner|image_)"),
     skip_cfg=_hash_bias,
-    front=(r"ffn_gate_tid2eid", r"_exps\."),
+    front=(r"ffn_gate_tid2eid", r"_exps\.", r"\.nextn\.eh_proj\."),
+    rename=(_mtp_layer, lambda name, cfg: name),
+    compose=(_EH_PROJ,),
+    transforms=[_EH_CHECK],
+    # the reference leaves the block out by default: ``drop`` is the default file
+    mtp=Mtp(
+        lambda name, cfg: name.startswith("mtp."),
+        drop=lambda c: c,
+        only=lambda c: {**c, "_mtp_only": True},
+        keep=("embed.weight", "norm.weight", "head.weight", "head.scale"),
+    ),
     required=(
         "hidden_size",
         "num_attention_heads",
