@@ -80,3 +80,66 @@ def test_a_new_layout_is_one_row(monkeypatch):
     monkeypatch.setattr(T, "NESTED_TEXT", (*T.NESTED_TEXT, row))
     out = text_merged(cfg)
     assert out["hidden_size"] == 8 and out["architectures"] == ["LlamaForCausalLM"]
+
+
+#: one config per layout (the real class, the text config under its real key, a top-level
+#: width that differs from the text one) and the text config it holds
+_LAYOUTS = {
+    "llm_config": ("InternVLChatModel", ("llm_config",)),
+    "talker_config": ("Qwen3TTSForConditionalGeneration", ("talker_config",)),
+    "thinker_config": ("Qwen2_5OmniModel", ("thinker_config", "text_config")),
+    "lfm": ("Lfm2AudioForConditionalGeneration", ("lfm",)),
+    "lm_config": ("GlmasrModel", ("lm_config",)),
+    "language_config": ("DeepseekOCRForCausalLM", ("language_config",)),
+    "text_config": ("LlavaForConditionalGeneration", ("text_config",)),
+}
+
+
+def _layout(top: str, path: tuple[str, ...]) -> tuple[dict, dict]:
+    text = _sub("LlamaForCausalLM", hidden_size=48, text_vocab_size=10)
+    cfg: dict = {"architectures": [top], "hidden_size": 2, "vision_config": {"hidden_size": 4}}
+    node = cfg
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = text
+    if top == "Qwen2_5OmniModel":  # the towers and a talker beside the thinker's text
+        cfg["thinker_config"]["vision_config"] = cfg.pop("vision_config")
+        cfg["talker_config"] = {"hidden_size": 3, "vocab_size": 9, "text_vocab_size": 9}
+    return cfg, text
+
+
+@pytest.mark.parametrize("layout", _LAYOUTS)
+def test_one_lookup_for_text_and_projector(layout):
+    """Each layout's text config is found by ``text_config_of``, and the text reader and
+    the projector's vision view both read it: the merged width, the projector's text
+    width (clip.*.projection_dim) and the text_config its rows read are the same config."""
+    from weightsmith.convert.arch.mmproj import GLOBAL, TEXT_WIDTH, vision_view
+
+    cfg, text = _layout(*_LAYOUTS[layout])
+    assert T.text_config_of(cfg) is text
+    assert text_merged(cfg)["hidden_size"] == 48
+    view = vision_view(cfg, {})
+    assert view[TEXT_WIDTH] == 48 and view[GLOBAL]["text_config"] == text
+    assert view["hidden_size"] == 4  # the tower's own width stays the vision config's
+
+
+def test_no_text_config():
+    """A config with no nested layout and no text_config: no text config, the projector's
+    text width the top level's."""
+    from weightsmith.convert.arch.mmproj import GLOBAL, TEXT_WIDTH, vision_view
+
+    cfg = {"architectures": ["SomethingElse"], "n_embd": 6, "talker_config": {"hidden_size": 3}}
+    assert T.text_config_of(cfg) is None
+    view = vision_view(cfg, {})
+    assert view[TEXT_WIDTH] == 6 and "text_config" not in view[GLOBAL]
+
+
+def test_a_new_layout_reaches_the_projector(monkeypatch):
+    """A row added to the table is the projector's text config too (no second lookup)."""
+    from weightsmith.convert.arch.mmproj import TEXT_WIDTH, vision_view
+
+    cfg = {"architectures": ["NewModel"], "hidden_size": 2, "brain_config": _sub(None)}
+    assert vision_view(cfg, {})[TEXT_WIDTH] == 2
+    row = T.NestedText(("brain_config",), T.rename, archs=("NewModel",))
+    monkeypatch.setattr(T, "NESTED_TEXT", (*T.NESTED_TEXT, row))
+    assert vision_view(cfg, {})[TEXT_WIDTH] == 8

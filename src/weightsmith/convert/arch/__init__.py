@@ -48,7 +48,8 @@ in both directions (the data model is :mod:`._model`):
   as the reference's hparams loaders do; the projector reads the same config;
 * where a multimodal config keeps its text config (``llm_config``, ``talker_config``,
   ...) and how the reader merges it up is not an entry's field but its own registry,
-  :data:`NESTED_TEXT` (:mod:`._text_config`: one row per layout);
+  :data:`NESTED_TEXT` (:mod:`._text_config`: one row per layout, which the projector's
+  vision view reads too);
 * ``model_types`` / ``hf_config`` -- what GGUF -> HF adds to ``config.json``;
   ``hf_wrap`` reshapes the finished ``config.json`` (a Gemma 4 assistant's text fields
   go under ``text_config``).

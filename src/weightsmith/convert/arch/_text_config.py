@@ -21,7 +21,16 @@ row says
   - a family's hook ``(cfg, nested) -> config`` (the whole config, merged);
 * ``archs`` -- the top-level classes the row is for (empty: any class).
 
-A new layout is one row here; the reader (:func:`text_merged`) names no family.
+The lookup itself is :func:`text_config_of` (the first row that applies, else the plain
+``text_config``): the reader (:func:`text_merged`) and the projector's vision view
+(:func:`~.mmproj.vision_view`: the text width, the config the projector rows read) both
+go through it, so a new layout is one row here and names no family anywhere else.
+
+The rows' order is the precedence when a config held two layouts; none does (each
+family's config.json holds one of these keys, and no ``text_config`` beside it), so the
+order only matters for ``talker_config``, whose row is limited to Qwen3-TTS's class: the
+Qwen omni configs hold a ``talker_config`` beside ``thinker_config`` and are read by the
+thinker's row.
 """
 
 from __future__ import annotations
@@ -108,10 +117,27 @@ NESTED_TEXT: tuple[NestedText, ...] = (
 )
 
 
+def _match(cfg: dict) -> tuple[NestedText, dict] | None:
+    """The first :data:`NESTED_TEXT` row that applies to ``cfg`` and the text config it
+    finds, or None."""
+    for row in NESTED_TEXT:
+        if (nested := row.find(cfg)) is not None:
+            return row, nested
+    return None
+
+
+def text_config_of(cfg: dict) -> dict | None:
+    """The text model's config in ``cfg`` (config.json as written), not merged: the first
+    :data:`NESTED_TEXT` row's, else the plain ``text_config`` (a dict), else None."""
+    if (hit := _match(cfg)) is not None:
+        return hit[1]
+    plain = cfg.get("text_config")
+    return plain if isinstance(plain, dict) else None
+
+
 def text_merged(cfg: dict) -> dict:
     """``cfg`` (config.json as written) with its text model's config merged up: by the first
     :data:`NESTED_TEXT` row that applies, else its ``text_config`` (:func:`merge_up`)."""
-    for row in NESTED_TEXT:
-        if (nested := row.find(cfg)) is not None:
-            return row.merge(cfg, nested)
+    if (hit := _match(cfg)) is not None:
+        return hit[0].merge(cfg, hit[1])
     return merge_up(cfg)

@@ -30,9 +30,10 @@ width (``clip.vision.projection_dim``), the image processor's settings
 (``preprocessor_config.json`` then ``processor_config.json``, ``image_processor``
 moved up) and the whole config under the ``mmproj.*`` keys; ``mmproj.audio`` is the
 audio config (MmprojModel's ``hparams_audio``: ``whisper_config`` or ``audio_config``),
-which the audio rows (:func:`audio_rows`, written only when it is not empty) read.  A
-Qwen omni config keeps both tower configs and its ``text_config`` under
-``thinker_config`` (:func:`towers`, :func:`with_thinker`).  The entry's ``extra``
+which the audio rows (:func:`audio_rows`, written only when it is not empty) read.  The
+text config is :func:`~._text_config.text_config_of`'s (the registry of nested
+layouts the text reader uses); a Qwen omni config keeps both tower configs under
+``thinker_config`` (:func:`towers`).  The entry's ``extra``
 tensors (computed from the view: Qwen2.5-Omni's audio position table) are written
 first, typed by the same rules under their GGUF name.
 """
@@ -61,6 +62,7 @@ from . import pockettts as PT
 from . import qwen3tts as Q3T
 from ._common import GEMMA_NORM, PERMUTE_K, PERMUTE_Q, replace_rows
 from ._model import FILE_TYPE, VT, Arch, MetaKey, NameRule, Split, Stack, Transform, m
+from ._text_config import text_config_of
 from .gemma4_audio import (
     AUDIO_NAMES,
     AUDIO_PREFIXES,
@@ -113,15 +115,6 @@ BLOCK_KEYS = (
 )  # fmt: skip
 
 
-def with_thinker(cfg: dict) -> dict:
-    """The config as the reference loads it: a Qwen omni model's ``thinker_config.
-    text_config`` is its ``text_config``."""
-    thinker = cfg.get("thinker_config")
-    if isinstance(thinker, dict) and isinstance(thinker.get("text_config"), dict):
-        return {**cfg, "text_config": thinker["text_config"]}
-    return cfg
-
-
 def towers(cfg: dict) -> dict:
     """The dict holding ``vision_config`` / ``audio_config``: a Qwen omni model's
     ``thinker_config`` (its classes' get_vision_config / get_audio_config), else the
@@ -132,18 +125,13 @@ def towers(cfg: dict) -> dict:
 
 def vision_view(cfg: dict, preprocessor: dict) -> dict:
     """The dict the ``clip.*`` rows read (see the module docstring)."""
-    cfg = with_thinker(cfg)
-    # InternVL's text config is llm_config (the reference reads it as text_config)
-    text_config = cfg.get("llm_config") if isinstance(cfg.get("llm_config"), dict) else None
-    # DeepSeek-OCR's text config is language_config (the reference reads it as text_config)
-    text_config = text_config or cfg.get("text_config") or cfg.get("language_config")
-    # LFM2-Audio's text config is lfm (the reference reads it as text_config)
-    text_config = text_config or cfg.get("lfm")
-    # GLM-ASR's (custom-code layout) text config is lm_config (read as text_config)
-    text_config = text_config or cfg.get("lm_config")
-    # Qwen3-TTS: the text width is the talker's (its class sets that text_config)
-    if not text_config and isinstance(cfg.get("talker_config"), dict):
-        text_config = {"hidden_size": cfg["talker_config"].get("hidden_size")}
+    # the text model's config by the one lookup the text reader uses (NESTED_TEXT: InternVL's
+    # llm_config, a Qwen omni model's thinker_config.text_config, Qwen3-TTS's talker, ...);
+    # the config the rows read holds it as text_config, as the reference's load_hparams
+    # renames it (its global_config)
+    text_config = text_config_of(cfg)
+    if text_config is not None:
+        cfg = {**cfg, "text_config": text_config}
     text = {**cfg, **(text_config or {})}
     view = dict(towers(cfg).get("vision_config") or {})
     view[TEXT_WIDTH] = text.get("hidden_size", text.get("n_embd", 0))
