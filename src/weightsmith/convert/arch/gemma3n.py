@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from ._common import BLK, LAYER, layer_rules, replace_rows
+from ._common import BLK, LAYER, layer_rules, reference_math, replace_rows
 from ._model import VT, Arch, NameRule, Stack, Transform, m
 from .gemma import GEMMA3, GEMMA_PLE_NAMES
 
@@ -53,16 +53,24 @@ _N_ALTUP_PROJ = 3  # altup_num_inputs - 1: the reference accepts 4 streams only 
 
 def sparsity_scale(s: float) -> float:
     """``torch.distributions.Normal(0, 1).icdf`` of ``s`` in float32, as the reference
-    computes it: ``erfinv(2 s - 1) * sqrt(2)``, each step rounded to float32 (erfinv
-    correctly rounded from float64; equal to torch's on a 0.001 grid over [0, 1])."""
-    x = np.float32(np.float32(2.0) * np.float32(s) - np.float32(1.0))
-    if x <= -1.0:
-        e = np.float32(-np.inf)
-    elif x >= 1.0:
-        e = np.float32(np.inf)
-    else:
+    computes it: with torch when importable (:func:`reference_math`: torch's ``erfinv``
+    differs by CPU in the last bit, 1 ulp at s = 0.267 on an AVX-512 machine), else
+    ``erfinv(2 s - 1) * sqrt(2)`` with each step rounded to float32 and erfinv correctly
+    rounded from float64 (within 1 ulp of torch's on a 0.001 grid over [0, 1])."""
+
+    def with_numpy(a: np.ndarray) -> np.float32:
+        x = np.float32(np.float32(2.0) * a.reshape(-1)[0] - np.float32(1.0))
+        if x <= -1.0 or x >= 1.0:
+            return np.float32(np.inf if x > 0 else -np.inf)
         e = np.float32(NormalDist().inv_cdf((float(x) + 1.0) / 2.0) / math.sqrt(2.0))
-    return float(np.float32(e * np.float32(math.sqrt(2.0))))
+        return np.float32(e * np.float32(math.sqrt(2.0)))
+
+    scale = reference_math(
+        np.array([s], dtype=np.float32),
+        lambda torch, t: torch.distributions.normal.Normal(0, 1).icdf(t),
+        with_numpy,
+    )
+    return float(scale.reshape(-1)[0])
 
 
 def _sparsity_back(scales: Any) -> list[float]:
