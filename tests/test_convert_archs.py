@@ -12,7 +12,9 @@ For each tiny random model (tests/support/hf_models.py, built once per module):
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import gguf
@@ -249,8 +251,12 @@ class _Work:
 
 
 @pytest.fixture(scope="module")
-def work(tmp_path_factory) -> _Work:
-    return _Work(tmp_path_factory.mktemp("archs"))
+def work(tmp_path_factory) -> Iterator[_Work]:
+    path = tmp_path_factory.mktemp("archs")
+    yield _Work(path)
+    # ~21 GB of tiny models and GGUF files: pytest keeps a factory's folders to the end of
+    # the session, and the modules after this one need that disk on a CI machine
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _same_as_reference_f16(src: Path, tmp_path: Path) -> Path:
