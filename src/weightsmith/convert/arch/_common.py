@@ -9,7 +9,6 @@ the entries use.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +24,7 @@ from ._model import (
     full_rope,
     head_counts,
     head_dim,
+    layer_at_or_past,
     m,
 )
 from ._model import rope_parameters as rope_parameters
@@ -196,16 +196,12 @@ LAYER = "model.layers.{bid}."
 BLK = "blk.{bid}."
 
 
-_LAYER_ID = re.compile(r"^model\.layers\.(\d+)\.")
-
-
 def past_blocks(name: str, n_blocks: int) -> str:
     """``name`` for the rules: a ``model.layers.{i}.*`` tensor with ``i >= n_blocks`` (an
     MTP layer the config does not count) gets a prefix no rule maps, so it is refused as
     unmapped before any output, as the reference's tensor map (built for ``block_count``
     blocks) cannot map it; a ``rename`` hook of the entries whose blocks follow the trunk."""
-    mt = _LAYER_ID.match(name)
-    return "past_block_count." + name if mt is not None and int(mt[1]) >= n_blocks else name
+    return "past_block_count." + name if layer_at_or_past(name, n_blocks) else name
 
 
 def layer_rules(pairs: list[tuple[str, str]]) -> list[NameRule]:

@@ -429,11 +429,16 @@ class Mtp:
 _LAYER_NUM = re.compile(r"model\.layers\.(\d+)\.")
 
 
+def layer_at_or_past(name: str, n: int) -> bool:
+    """``name`` is a ``model.layers.{i}.*`` tensor with ``i >= n``."""
+    mt = _LAYER_NUM.match(name)
+    return mt is not None and int(mt[1]) >= n
+
+
 def past_trunk(name: str, cfg: dict) -> bool:
     """A ``model.layers.{i}.*`` tensor with ``i >= num_hidden_layers``: an MTP block the
     checkpoint appends after the trunk (the reference's test for most families)."""
-    mt = _LAYER_NUM.match(name)
-    return mt is not None and int(mt[1]) >= cfg["num_hidden_layers"]
+    return layer_at_or_past(name, cfg["num_hidden_layers"])
 
 
 #: MTP blocks appended after the trunk, counted by ``num_nextn_predict_layers``

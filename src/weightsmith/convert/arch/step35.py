@@ -33,7 +33,6 @@ docs/convert-architectures.md.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ._common import (
@@ -48,28 +47,22 @@ from ._common import (
     layer_rules,
     replace_rows,
 )
-from ._model import APPENDED_MTP, FILE_TYPE, VT, Arch, NameRule, m
+from ._model import APPENDED_MTP, FILE_TYPE, VT, Arch, NameRule, m, past_trunk
 
 _SLIDING = "sliding_attention"
-_LAYER_N = re.compile(r"model\.layers\.(\d+)\.")
-
-
-def _is_mtp(name: str, cfg: dict) -> bool:
-    mt = _LAYER_N.match(name)
-    return mt is not None and int(mt[1]) >= cfg["num_hidden_layers"]
 
 
 def _mtp_names(name: str, cfg: dict) -> str:
     """An MTP block's shared head is nested under ``transformer.`` and its output is named
     ``output``: the reference strips the one and renames the other (to the gguf-py map's
     ``shared_head.head``)."""
-    if not _is_mtp(name, cfg):
+    if not past_trunk(name, cfg):
         return name
     return name.replace(".transformer.", ".").replace("shared_head.output", "shared_head.head")
 
 
 def _mtp_names_back(name: str, cfg: dict) -> str:
-    if not _is_mtp(name, cfg):
+    if not past_trunk(name, cfg):
         return name
     name = name.replace("shared_head.head", "shared_head.output")
     return name.replace(".shared_head.", ".transformer.shared_head.")
